@@ -1,0 +1,66 @@
+/* The attention plan behind the opaque fxa_attn_plan handle, and the layout
+ * of its workspace. */
+#ifndef FXA_ATTN_INTERNAL_H
+#define FXA_ATTN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/ctx_internal.h"
+#include "fxattn.h"
+
+/* Where row (b, h, s) of a [B, H, S, D]-shaped tensor starts, in elements:
+ * off = b*batch + h*head + s*token. */
+typedef struct fxa_strides {
+    int64_t batch;
+    int64_t head;
+    int64_t token;
+} fxa_strides;
+
+/* Per (batch, kv head): the quantities the bound needs. */
+typedef struct fxa_head_bound {
+    double kmax;       /* max_j ||k_j|| (raw keys) */
+    double radius;     /* max_j ||k_j - kbar|| with centring, else kmax */
+    double eps_radius; /* (D + 2) 2^-23 kmax: covers fp32 rounding of the scores */
+    double vmax;       /* max |v| */
+    int c;             /* C(N) with this head's Vmax */
+    int gate_strict;
+    int gate_centered; /* used only for centred rows */
+} fxa_head_bound;
+
+/* Per-thread scratch, carved from the workspace. */
+typedef struct fxa_thread_scratch {
+    float *q;          /* [hpt][block_q][D] */
+    float *o;          /* [hpt][block_q][D] */
+    float *m;          /* [hpt][block_q] */
+    float *l;          /* [hpt][block_q] */
+    float *qk_center;  /* [hpt][block_q] */
+    uint8_t *online;   /* [hpt][block_q] */
+    float *k;          /* [kv_tile][D] */
+    float *v;          /* [kv_tile][D] */
+    float *scores;     /* [block_q][kv_tile] */
+    int64_t fallback_rows;
+    double max_bound;
+} fxa_thread_scratch;
+
+struct fxa_attn_plan {
+    fxa_ctx *ctx;
+    fxa_attn_desc d; /* normalised: scale, heads_per_tile and block_q set */
+    double lambda;   /* scale * log2(e) */
+    int64_t group;   /* Hq / Hkv */
+    fxa_strides q_strides;  /* also the output's */
+    fxa_strides kv_strides;
+    size_t kv_tile;
+    int64_t n_q_blocks;
+    int64_t n_head_tiles;
+    /* Workspace layout: byte offsets from its start. */
+    size_t ws_bounds;  /* fxa_head_bound[B * Hkv] */
+    size_t ws_kbar;    /* float[B * Hkv][D] */
+    size_t ws_scan;    /* fxa_scan_result[max(B * Hkv, B * Hq)] */
+    size_t ws_threads; /* fxa_thread_scratch[n_threads] */
+    size_t ws_scratch; /* per-thread buffers, thread_bytes each */
+    size_t thread_bytes;
+    size_t ws_total;
+};
+
+#endif

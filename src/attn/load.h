@@ -1,0 +1,36 @@
+/* Reading rows of Q, K or V in any input dtype as fp32. */
+#ifndef FXA_LOAD_H
+#define FXA_LOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fxattn.h"
+
+/* dst[0..d) = base[off .. off + d) converted to fp32 (exact for every dtype). */
+static inline void fxa_load_row(const void *base, fxa_dtype dtype, int64_t off, size_t d,
+                                float *dst)
+{
+    if (dtype == FXA_F32) {
+        memcpy(dst, (const float *)base + off, d * sizeof(float));
+    } else if (dtype == FXA_BF16) {
+        const uint16_t *src = (const uint16_t *)base + off;
+        for (size_t c = 0; c < d; c++)
+            dst[c] = fxa_bf16_to_f32(src[c]);
+    } else {
+        const uint16_t *src = (const uint16_t *)base + off;
+        for (size_t c = 0; c < d; c++)
+            dst[c] = fxa_f16_to_f32(src[c]);
+    }
+}
+
+/* n rows starting at off, row_stride apart, into dst with leading dim ld. */
+static inline void fxa_load_rows(const void *base, fxa_dtype dtype, int64_t off,
+                                 int64_t row_stride, size_t n, size_t d, float *dst, size_t ld)
+{
+    for (size_t r = 0; r < n; r++)
+        fxa_load_row(base, dtype, off + (int64_t)r * row_stride, d, dst + r * ld);
+}
+
+#endif

@@ -1,0 +1,169 @@
+/* Attention plans: validate a descriptor once and size the workspace. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../core/alloc.h"
+#include "attn_internal.h"
+#include "scan.h"
+
+#define DEFAULT_BLOCK_Q 64
+#define MAX_BLOCK_Q 4096
+
+void fxa_attn_desc_init(fxa_attn_desc *d)
+{
+    *d = (fxa_attn_desc){0};
+    d->struct_size = sizeof *d;
+    d->layout = FXA_LAYOUT_BSHD;
+    d->dtype = FXA_F32;
+    d->scale = 0.0;
+    d->mode = FXA_MODE_AUTO;
+    d->center = 1;
+    d->heads_per_tile = 1;
+}
+
+double fxa_attn_flops(const fxa_attn_desc *d)
+{
+    return 4.0 * (double)d->batch * (double)d->heads_q * (double)d->seq_q * (double)d->seq_kv *
+           (double)d->head_dim;
+}
+
+static fxa_strides strides_for(fxa_layout layout, int64_t heads, int64_t seq, int64_t dim)
+{
+    fxa_strides s;
+    if (layout == FXA_LAYOUT_BSHD) {
+        s.token = heads * dim;
+        s.head = dim;
+        s.batch = seq * heads * dim;
+    } else {
+        s.token = dim;
+        s.head = seq * dim;
+        s.batch = heads * seq * dim;
+    }
+    return s;
+}
+
+/* a * b * c <= limit without overflow (all >= 1). */
+static int product_fits(int64_t a, int64_t b, int64_t c, int64_t limit)
+{
+    if (a > limit / b)
+        return 0;
+    return a * b <= limit / c;
+}
+
+static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
+{
+    /* Tensors must be addressable in bytes: elements * 4 fit in int64 and size_t. */
+    const int64_t limit = (int64_t)((SIZE_MAX < (size_t)INT64_MAX ? SIZE_MAX : (size_t)INT64_MAX) /
+                                    (4 * (size_t)FXA_MAX_HEAD_DIM));
+    if (d->struct_size < sizeof(fxa_attn_desc))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "descriptor struct_size is %zu, expected %zu",
+                            d->struct_size, sizeof(fxa_attn_desc));
+    if (d->batch < 1 || d->heads_q < 1 || d->heads_kv < 1 || d->seq_q < 1 || d->seq_kv < 1)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "shape must be positive: batch %lld, heads %lld/%lld, seq %lld/%lld",
+                            (long long)d->batch, (long long)d->heads_q, (long long)d->heads_kv,
+                            (long long)d->seq_q, (long long)d->seq_kv);
+    if (d->heads_q % d->heads_kv != 0)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "query heads (%lld) must be a multiple of key/value heads (%lld)",
+                            (long long)d->heads_q, (long long)d->heads_kv);
+    if (d->head_dim < 1 || d->head_dim > FXA_MAX_HEAD_DIM)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "head_dim %lld is outside 1..%d",
+                            (long long)d->head_dim, FXA_MAX_HEAD_DIM);
+    if (!product_fits(d->batch, d->heads_q, d->seq_q, limit) ||
+        !product_fits(d->batch, d->heads_kv, d->seq_kv, limit))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "tensor sizes overflow");
+    if (d->layout != FXA_LAYOUT_BSHD && d->layout != FXA_LAYOUT_BHSD)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown layout %d", (int)d->layout);
+    if (d->dtype != FXA_F32 && d->dtype != FXA_BF16 && d->dtype != FXA_F16)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown dtype %d", (int)d->dtype);
+    if (d->mode != FXA_MODE_AUTO && d->mode != FXA_MODE_ONLINE)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown mode %d", (int)d->mode);
+    if (d->center != 0 && d->center != 1)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "center must be 0 or 1, not %d", d->center);
+    if (!isfinite(d->scale) || d->scale < 0.0)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "scale must be positive and finite (0 selects 1/sqrt(D))");
+    if (d->heads_per_tile < 0 || (d->heads_per_tile > 0 && d->heads_q % d->heads_per_tile != 0))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "heads_per_tile %d must divide the query heads (%lld)",
+                            d->heads_per_tile, (long long)d->heads_q);
+    if (d->block_q < 0 || d->block_q > MAX_BLOCK_Q)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "block_q %d is outside 0..%d", d->block_q,
+                            MAX_BLOCK_Q);
+    return FXA_OK;
+}
+
+/* Lay out the workspace; returns its size in bytes. */
+static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
+{
+    const size_t dim = (size_t)p->d.head_dim;
+    const size_t hpt = (size_t)p->d.heads_per_tile;
+    const size_t bq = (size_t)p->d.block_q;
+    const size_t n_heads_kv = (size_t)(p->d.batch * p->d.heads_kv);
+    const size_t n_heads_q = (size_t)(p->d.batch * p->d.heads_q);
+    const size_t n_scan = n_heads_kv > n_heads_q ? n_heads_kv : n_heads_q;
+    size_t off = 0;
+    p->ws_bounds = off;
+    off += fxa_align_up(n_heads_kv * sizeof(fxa_head_bound));
+    p->ws_kbar = off;
+    off += fxa_align_up(n_heads_kv * dim * sizeof(float));
+    p->ws_scan = off;
+    off += fxa_align_up(n_scan * sizeof(fxa_scan_result));
+    p->ws_threads = off;
+    off += fxa_align_up((size_t)n_threads * sizeof(fxa_thread_scratch));
+    p->ws_scratch = off;
+    p->thread_bytes = 2 * fxa_align_up(hpt * bq * dim * sizeof(float)) +     /* q, o */
+                      3 * fxa_align_up(hpt * bq * sizeof(float)) +           /* m, l, center */
+                      fxa_align_up(hpt * bq) +                               /* online */
+                      2 * fxa_align_up(p->kv_tile * dim * sizeof(float)) +   /* k, v */
+                      fxa_align_up(bq * p->kv_tile * sizeof(float));         /* scores */
+    off += (size_t)n_threads * p->thread_bytes;
+    return off;
+}
+
+fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
+                                size_t *workspace_bytes_out)
+{
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_clear_error(ctx);
+    if (!d || !plan_out || !workspace_bytes_out)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_plan_create");
+    *plan_out = NULL;
+    fxa_status st = check_desc(ctx, d);
+    if (st != FXA_OK)
+        return st;
+    fxa_attn_plan *p = fxa_calloc_aligned(sizeof *p);
+    if (!p)
+        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the plan");
+    p->ctx = ctx;
+    p->d = *d;
+    p->d.struct_size = sizeof p->d;
+    if (p->d.scale == 0.0)
+        p->d.scale = 1.0 / sqrt((double)d->head_dim);
+    if (p->d.heads_per_tile == 0)
+        p->d.heads_per_tile = 1;
+    if (p->d.block_q == 0)
+        p->d.block_q = DEFAULT_BLOCK_Q;
+    if (p->d.block_q > p->d.seq_q)
+        p->d.block_q = (int)p->d.seq_q;
+    p->lambda = p->d.scale * 1.4426950408889634; /* log2(e) */
+    p->group = d->heads_q / d->heads_kv;
+    p->q_strides = strides_for(d->layout, d->heads_q, d->seq_q, d->head_dim);
+    p->kv_strides = strides_for(d->layout, d->heads_kv, d->seq_kv, d->head_dim);
+    p->kv_tile = ctx->kernels->kv_tile;
+    if ((int64_t)p->kv_tile > d->seq_kv)
+        p->kv_tile = (size_t)d->seq_kv;
+    p->n_q_blocks = (d->seq_q + p->d.block_q - 1) / p->d.block_q;
+    p->n_head_tiles = d->heads_q / p->d.heads_per_tile;
+    p->ws_total = layout_workspace(p, ctx->pool.n_threads);
+    *plan_out = p;
+    *workspace_bytes_out = p->ws_total;
+    return FXA_OK;
+}
+
+void fxa_attn_plan_destroy(fxa_attn_plan *plan)
+{
+    fxa_free_aligned(plan);
+}

@@ -1,0 +1,86 @@
+/* fp32 <-> bf16 / fp16 conversions, round to nearest even. */
+#include <math.h>
+#include <string.h>
+
+#include "fxattn.h"
+
+static uint32_t f32_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static float bits_f32(uint32_t b)
+{
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+float fxa_bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+float fxa_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f) /* Inf or NaN: keep the payload's top bits */
+        return bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in fp32 */
+        float mag = (float)man * 0x1p-24f;
+        return sign ? -mag : mag;
+    }
+    return bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+uint16_t fxa_f32_to_bf16(float x)
+{
+    uint32_t b = f32_bits(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, keep the sign */
+        return (uint16_t)((b >> 16) | 0x0040u);
+    b += 0x7fffu + ((b >> 16) & 1u);
+    return (uint16_t)(b >> 16);
+}
+
+uint16_t fxa_f32_to_f16(float x)
+{
+    uint32_t b = f32_bits(x);
+    uint16_t sign = (uint16_t)((b >> 16) & 0x8000u);
+    uint32_t mag = b & 0x7fffffffu;
+    if (mag > 0x7f800000u) /* NaN */
+        return (uint16_t)(sign | 0x7e00u);
+    if (mag >= 0x477ff000u) /* >= 65520 rounds to Inf (65504 is the largest finite) */
+        return (uint16_t)(sign | 0x7c00u);
+    if (mag < 0x38800000u) { /* below 2^-14: a subnormal (or zero) in units of 2^-24 */
+        float units = nearbyintf(bits_f32(mag) * 0x1p24f); /* exact scaling, RNE */
+        return (uint16_t)(sign | (uint16_t)units);
+    }
+    uint32_t v = mag - (112u << 23); /* rebias the exponent from 127 to 15 */
+    v += 0xfffu + ((v >> 13) & 1u);  /* round the 23-bit mantissa to 10 bits */
+    return (uint16_t)(sign | (uint16_t)(v >> 13));
+}
+
+fxa_status fxa_convert_f32(const float *src, fxa_dtype dst_type, void *dst, size_t n)
+{
+    if (!src || (!dst && n > 0))
+        return FXA_ERR_INVALID_ARG;
+    if (dst_type == FXA_F32) {
+        memmove(dst, src, n * sizeof(float));
+        return FXA_OK;
+    }
+    if (dst_type != FXA_BF16 && dst_type != FXA_F16)
+        return FXA_ERR_INVALID_ARG;
+    uint16_t *out = dst;
+    int overflow = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = dst_type == FXA_BF16 ? fxa_f32_to_bf16(src[i]) : fxa_f32_to_f16(src[i]);
+        uint16_t inf_bits = dst_type == FXA_BF16 ? 0x7f80u : 0x7c00u;
+        overflow |= isfinite(src[i]) && (h & 0x7fffu) == inf_bits;
+        out[i] = h;
+    }
+    return overflow ? FXA_ERR_INVALID_ARG : FXA_OK;
+}

@@ -1,0 +1,20 @@
+/* CPU feature detection: CPUID bits together with the OS state (XGETBV), so
+ * that an ISA counts only when the OS saves its registers. */
+#ifndef FXA_CPU_H
+#define FXA_CPU_H
+
+typedef struct fxa_cpu {
+    int sse2;
+    int avx2;
+    int fma;
+    int f16c;
+    int avx512f;
+    int avx512bw;
+    int avx512vl;
+    int avx512bf16;
+} fxa_cpu;
+
+/* Detected once (pthread_once); later calls return the cached result. */
+const fxa_cpu *fxa_cpu_get(void);
+
+#endif

@@ -1,0 +1,101 @@
+/* Context: thread pool, kernel table and the last error message. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "ctx_internal.h"
+#include "dispatch.h"
+
+void fxa_ctx_params_init(fxa_ctx_params *p)
+{
+    p->struct_size = sizeof *p;
+    p->n_threads = 0;
+}
+
+static int all_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
+}
+
+/* Why the last fxa_ctx_create on this thread failed (no context to hold it). */
+static _Thread_local char g_create_error[256];
+
+const char *fxa_ctx_create_error(void)
+{
+    return g_create_error;
+}
+
+fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
+{
+    fxa_ctx_params defaults;
+    fxa_status st;
+    const fxa_kernels *kernels = NULL;
+    if (!ctx_out)
+        return FXA_ERR_INVALID_ARG;
+    *ctx_out = NULL;
+    if (!p) {
+        fxa_ctx_params_init(&defaults);
+        p = &defaults;
+    }
+    if (p->struct_size < sizeof(fxa_ctx_params) || p->n_threads < 0 || p->n_threads > 1024)
+        return FXA_ERR_INVALID_ARG;
+    g_create_error[0] = '\0';
+    st = fxa_kernels_select(getenv("FXA_ISA"), &kernels, g_create_error, sizeof g_create_error);
+    if (st != FXA_OK)
+        return st;
+    fxa_ctx *ctx = fxa_calloc_aligned(sizeof *ctx);
+    if (!ctx)
+        return FXA_ERR_NO_MEMORY;
+    ctx->kernels = kernels;
+    st = fxa_pool_init(&ctx->pool, p->n_threads == 0 ? all_cores() : p->n_threads);
+    if (st != FXA_OK)
+        goto out_free_ctx;
+    if (getenv("FXA_VERBOSE"))
+        fprintf(stderr, "fxattn: kernels %s, %d threads\n", kernels->isa_name,
+                ctx->pool.n_threads);
+    *ctx_out = ctx;
+    return FXA_OK;
+out_free_ctx:
+    fxa_free_aligned(ctx);
+    return st;
+}
+
+void fxa_ctx_destroy(fxa_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    fxa_pool_destroy(&ctx->pool);
+    fxa_free_aligned(ctx);
+}
+
+int fxa_ctx_threads(const fxa_ctx *ctx)
+{
+    return ctx->pool.n_threads;
+}
+
+const char *fxa_ctx_isa(const fxa_ctx *ctx)
+{
+    return ctx->kernels->isa_name;
+}
+
+const char *fxa_ctx_last_error(const fxa_ctx *ctx)
+{
+    return ctx ? ctx->last_error : "";
+}
+
+fxa_status fxa_ctx_fail(fxa_ctx *ctx, fxa_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void fxa_ctx_clear_error(fxa_ctx *ctx)
+{
+    ctx->last_error[0] = '\0';
+}

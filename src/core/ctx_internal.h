@@ -1,0 +1,22 @@
+/* The context behind the opaque fxa_ctx handle. */
+#ifndef FXA_CTX_INTERNAL_H
+#define FXA_CTX_INTERNAL_H
+
+#include "../kernels/kernels.h"
+#include "fxattn.h"
+#include "pool.h"
+
+struct fxa_ctx {
+    fxa_pool pool;
+    const fxa_kernels *kernels;
+    char last_error[512];
+};
+
+/* Record a printf-style message for fxa_ctx_last_error and return st. */
+fxa_status fxa_ctx_fail(fxa_ctx *ctx, fxa_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Forget the last error (called at the start of each fallible call). */
+void fxa_ctx_clear_error(fxa_ctx *ctx);
+
+#endif

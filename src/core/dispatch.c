@@ -1,0 +1,74 @@
+/*
+ * The dispatch table. Entries are ordered from the most portable to the
+ * fastest; the automatic choice is the last entry the CPU supports and the
+ * build provides. The portable reference set is the first entry and always
+ * valid. Faster sets (AVX2, AVX-512) register here when they are built.
+ */
+#include "dispatch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu.h"
+
+typedef struct isa_entry {
+    const char *name;
+    const fxa_kernels *kernels; /* NULL: not built yet */
+    int (*cpu_has)(const fxa_cpu *c);
+} isa_entry;
+
+static int has_any(const fxa_cpu *c)
+{
+    (void)c;
+    return 1;
+}
+
+static int has_avx2(const fxa_cpu *c)
+{
+    return c->avx2 && c->fma && c->f16c;
+}
+
+static int has_avx512(const fxa_cpu *c)
+{
+    return c->avx512f && c->avx512bw && c->avx512vl;
+}
+
+static const isa_entry g_table[] = {
+    {"ref", &fxa_kernels_ref, has_any},
+    {"avx2", NULL, has_avx2},
+    {"avx512", NULL, has_avx512},
+};
+
+#define N_ENTRIES (sizeof g_table / sizeof g_table[0])
+
+fxa_status fxa_kernels_select(const char *isa_env, const fxa_kernels **out, char *msg,
+                              size_t msg_len)
+{
+    const fxa_cpu *cpu = fxa_cpu_get();
+    if (!isa_env || !*isa_env) {
+        *out = &fxa_kernels_ref;
+        for (size_t i = 0; i < N_ENTRIES; i++) {
+            if (g_table[i].kernels && g_table[i].cpu_has(cpu))
+                *out = g_table[i].kernels;
+        }
+        return FXA_OK;
+    }
+    for (size_t i = 0; i < N_ENTRIES; i++) {
+        if (strcmp(isa_env, g_table[i].name) != 0)
+            continue;
+        if (!g_table[i].cpu_has(cpu)) {
+            snprintf(msg, msg_len, "FXA_ISA=%s: this CPU (or its OS) lacks %s", isa_env,
+                     g_table[i].name);
+            return FXA_ERR_UNSUPPORTED;
+        }
+        if (!g_table[i].kernels) {
+            snprintf(msg, msg_len, "FXA_ISA=%s: this build has no %s kernels", isa_env,
+                     g_table[i].name);
+            return FXA_ERR_UNSUPPORTED;
+        }
+        *out = g_table[i].kernels;
+        return FXA_OK;
+    }
+    snprintf(msg, msg_len, "FXA_ISA=%s: unknown ISA (choose ref, avx2 or avx512)", isa_env);
+    return FXA_ERR_INVALID_ARG;
+}

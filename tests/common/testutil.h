@@ -1,0 +1,92 @@
+/*
+ * Test support: CHECK macros (active regardless of NDEBUG), a seeded RNG,
+ * and a harness that builds an attention problem, runs fxattn on it and
+ * measures its error against the fp64 reference next to the error of an
+ * independent fp32 online softmax on the same input.
+ */
+#ifndef FXA_TESTUTIL_H
+#define FXA_TESTUTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fxattn.h"
+
+extern int g_checks;
+extern int g_failures;
+
+#define CHECK(cond, ...)                                                                          \
+    do {                                                                                          \
+        g_checks++;                                                                               \
+        if (!(cond)) {                                                                            \
+            g_failures++;                                                                         \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);             \
+            fprintf(stderr, __VA_ARGS__);                                                         \
+            fprintf(stderr, "\n");                                                                \
+        }                                                                                         \
+    } while (0)
+
+/* Print the summary; returns the process exit status. */
+int test_summary(const char *name);
+
+/* splitmix64-seeded xoshiro256**; normal() by Box-Muller in double. */
+typedef struct trng {
+    uint64_t s[4];
+} trng;
+void trng_seed(trng *r, uint64_t seed);
+uint64_t trng_next(trng *r);
+double trng_uniform(trng *r); /* [0, 1) */
+double trng_normal(trng *r);
+
+/* An attention problem. q, k, v hold fp32 values exactly representable in
+ * d.dtype; q16/k16/v16 hold the 16-bit encodings when d.dtype is not f32. */
+typedef struct tcase {
+    fxa_attn_desc d;
+    int64_t nq;  /* elements of Q (and of the output) */
+    int64_t nkv; /* elements of K and of V */
+    float *q;
+    float *k;
+    float *v;
+    uint16_t *q16;
+    uint16_t *k16;
+    uint16_t *v16;
+} tcase;
+
+void tcase_init(tcase *t, const fxa_attn_desc *d); /* allocates, zero-filled */
+void tcase_free(tcase *t);
+/* Round q, k, v to d.dtype in place (RNE) and fill the 16-bit copies. */
+void tcase_round(tcase *t);
+/* Element offsets of row (b, h, s). */
+int64_t tcase_q_off(const tcase *t, int64_t b, int64_t h, int64_t s);
+int64_t tcase_kv_off(const tcase *t, int64_t b, int64_t h, int64_t s);
+
+/* Run fxattn with the case's descriptor (mode overridden) on ctx. lse, fb,
+ * bound and stats may be NULL. Returns the status; on error prints the
+ * context's message when verbose. */
+fxa_status tcase_run(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn_desc *override,
+                     float *out, float *lse, uint8_t *fb, float *bound, fxa_attn_stats *st);
+
+/* Errors against the fp64 reference over sampled rows (all rows of small
+ * problems): max |x - ref| of the output and of the LSE. */
+typedef struct terr {
+    double out_fxa;  /* fxattn */
+    double out_on32; /* independent fp32 online softmax */
+    double lse_fxa;
+    double lse_on32;
+    double vmax;     /* max |v|: scale of the output */
+    double lse_mag;  /* max |lse| */
+    int64_t rows;
+} terr;
+void tcase_errors(const tcase *t, const float *out, const float *lse, terr *e);
+
+/*
+ * The acceptance envelope (FIXED_M.md "What correct means"): fxattn's error
+ * is at most 1.5x that of fp32 online softmax on the same input, plus a floor
+ * of 2^-22 * Vmax for the output (four fp32 roundings at the output's scale:
+ * the final division, and p*v products that online softmax performs with
+ * p = 1 exactly) and 2^-21 * max(1, |lse|) for the LSE.
+ */
+int terr_within_envelope(const terr *e);
+void terr_print(const char *label, const terr *e);
+
+#endif

@@ -1,0 +1,856 @@
+/*
+ * NumPy .npy reader (hostile-input safe) and atomic '<f4' writer. See npy.h.
+ * Format reference: numpy/lib/format.py (versions 1.0, 2.0, 3.0).
+ */
+#define _POSIX_C_SOURCE 200809L
+#define _FILE_OFFSET_BITS 64
+
+#include "npy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "npy.c keeps data in file order (little-endian) and needs a little-endian host"
+#endif
+
+#define NPY_MAGIC "\x93NUMPY"
+#define NPY_MAGIC_LEN 6
+#define NPY_ALIGN 64
+/* Preamble: magic, major, minor, then a 2-byte (1.0) or 4-byte (2.0, 3.0) header length. */
+#define NPY_MAX_PREAMBLE_LEN (NPY_MAGIC_LEN + 2 + 4)
+/* Largest single read or write; Linux moves at most about 2 GiB per call anyway. */
+#define IO_CHUNK ((size_t)1 << 30)
+/* Python repr of a shape: "(" + FXT_NPY_MAX_DIMS * (20 characters + ", ") + ",)" + NUL. */
+#define SHAPE_TEXT_CAP 192
+/* Longest text copied from a file into a message. */
+#define SNIPPET_CAP 48
+/*
+ * Written header: 10-byte preamble, the dict (under 240 bytes with FXT_NPY_MAX_DIMS
+ * dimensions), '\n', padded to a multiple of 64: at most 256 bytes. This is also why the
+ * writer never needs version 2.0 (whose only purpose is headers over 65535 bytes).
+ */
+#define WRITE_HEADER_CAP 320
+
+static void set_error(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_error(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0) {
+        return;
+    }
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err, errlen, fmt, args);
+    va_end(args);
+}
+
+static void clear_error(char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0) {
+        err[0] = '\0';
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Shared helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Element count and byte size of a shape. Fails (-1) unless the product of the non-zero
+ * dimensions times itemsize fits in int64, so that every partial product a caller may form
+ * is safe too. Dimensions must be non-negative.
+ */
+static int shape_size(const int64_t *shape, int ndim, int64_t itemsize, int64_t *count_out,
+                      int64_t *bytes_out)
+{
+    int64_t nonzero_bytes = itemsize;
+    int has_zero = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) {
+            has_zero = 1;
+        } else if (nonzero_bytes > INT64_MAX / shape[i]) {
+            return -1;
+        } else {
+            nonzero_bytes *= shape[i];
+        }
+    }
+    *bytes_out = has_zero ? 0 : nonzero_bytes;
+    *count_out = *bytes_out / itemsize;
+    return 0;
+}
+
+/* Python repr of a shape tuple: (), (5,), (2, 3). buf holds SHAPE_TEXT_CAP bytes. */
+static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP])
+{
+    size_t len = 0;
+    buf[len++] = '(';
+    for (int i = 0; i < ndim; i++) {
+        int n = snprintf(buf + len, SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64,
+                         shape[i]);
+        len += (size_t)n;
+    }
+    if (ndim == 1) {
+        buf[len++] = ',';
+    }
+    buf[len++] = ')';
+    buf[len] = '\0';
+}
+
+/* Copy file text into a message: printable ASCII kept, other bytes as '?', long text cut. */
+static void snippet(const char *text, size_t len, char out[SNIPPET_CAP])
+{
+    const size_t keep = SNIPPET_CAP - 4; /* room for "..." and NUL */
+    size_t n = len < keep ? len : keep;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (len > keep) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reader                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct npy_reader {
+    const char *path;
+    char *err;
+    size_t errlen;
+} npy_reader;
+
+static void reader_fail(const npy_reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Message "<path>: <fmt...>". */
+static void reader_fail(const npy_reader *r, const char *fmt, ...)
+{
+    if (r->err == NULL || r->errlen == 0) {
+        return;
+    }
+    int n = snprintf(r->err, r->errlen, "%s: ", r->path);
+    if (n < 0 || (size_t)n >= r->errlen) {
+        return;
+    }
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(r->err + n, r->errlen - (size_t)n, fmt, args);
+    va_end(args);
+}
+
+/* Read exactly n bytes at offset. A short file (it changed since fstat) is an I/O error. */
+static fxa_status read_at(const npy_reader *r, int fd, void *buf, size_t n, int64_t offset,
+                          const char *what)
+{
+    unsigned char *bytes = buf;
+    size_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done < IO_CHUNK ? n - done : IO_CHUNK;
+        ssize_t got = pread(fd, bytes + done, chunk, (off_t)(offset + (int64_t)done));
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            reader_fail(r, "read failed (%s): %s", what, strerror(errno));
+            return FXA_ERR_IO;
+        }
+        if (got == 0) {
+            reader_fail(r, "unexpected end of file while reading %s (did the file change?)",
+                        what);
+            return FXA_ERR_IO;
+        }
+        done += (size_t)got;
+    }
+    return FXA_OK;
+}
+
+typedef struct npy_header {
+    fxa_dtype dtype;
+    int64_t itemsize;
+    int ndim;
+    int64_t shape[FXT_NPY_MAX_DIMS];
+} npy_header;
+
+/* Cursor over the header dict text (not NUL-terminated; may hold any bytes). */
+typedef struct header_parser {
+    const npy_reader *reader;
+    const char *text;
+    size_t len;
+    size_t pos;
+} header_parser;
+
+static int is_space(int c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* Next byte as 0..255, or -1 at the end of the header. */
+static int peek(const header_parser *p)
+{
+    return p->pos < p->len ? (unsigned char)p->text[p->pos] : -1;
+}
+
+static void skip_space(header_parser *p)
+{
+    while (is_space(peek(p))) {
+        p->pos++;
+    }
+}
+
+static int malformed(const header_parser *p, const char *expected)
+{
+    int c = peek(p);
+    char found[32];
+    if (c < 0) {
+        snprintf(found, sizeof found, "the end of the header");
+    } else if (c >= 0x20 && c < 0x7f) {
+        snprintf(found, sizeof found, "'%c'", c);
+    } else {
+        snprintf(found, sizeof found, "byte 0x%02x", (unsigned)c);
+    }
+    reader_fail(p->reader, "malformed header at offset %zu: expected %s, found %s", p->pos,
+                expected, found);
+    return -1;
+}
+
+static int expect_char(header_parser *p, int c, const char *expected)
+{
+    if (peek(p) != c) {
+        return malformed(p, expected);
+    }
+    p->pos++;
+    return 0;
+}
+
+static int text_is(const char *text, size_t len, const char *literal)
+{
+    return len == strlen(literal) && memcmp(text, literal, len) == 0;
+}
+
+/* A Python string literal in single or double quotes, without escapes. */
+static int parse_string(header_parser *p, const char **text_out, size_t *len_out)
+{
+    int quote = peek(p);
+    if (quote != '\'' && quote != '"') {
+        return malformed(p, "a quoted string");
+    }
+    size_t begin = ++p->pos;
+    while (peek(p) != quote) {
+        int c = peek(p);
+        if (c < 0 || c == '\n') {
+            return malformed(p, "a closing quote");
+        }
+        if (c == '\\') {
+            return malformed(p, "a string without escape sequences");
+        }
+        p->pos++;
+    }
+    *text_out = p->text + begin;
+    *len_out = p->pos - begin;
+    p->pos++;
+    return 0;
+}
+
+static int parse_descr(header_parser *p, npy_header *hdr)
+{
+    const char *name;
+    size_t name_len;
+    char shown[SNIPPET_CAP];
+
+    if (peek(p) == '[') {
+        reader_fail(p->reader, "structured dtype (a list descr) is not supported; only <f4 "
+                               "and <f2 are supported");
+        return -1;
+    }
+    if (peek(p) != '\'' && peek(p) != '"') {
+        return malformed(p, "a dtype string such as '<f4' for 'descr'");
+    }
+    if (parse_string(p, &name, &name_len) != 0) {
+        return -1;
+    }
+    if (text_is(name, name_len, "<f4")) {
+        hdr->dtype = FXA_F32;
+        hdr->itemsize = 4;
+        return 0;
+    }
+    if (text_is(name, name_len, "<f2")) {
+        hdr->dtype = FXA_F16;
+        hdr->itemsize = 2;
+        return 0;
+    }
+    snippet(name, name_len, shown);
+    if (name_len > 0 && name[0] == '>') {
+        reader_fail(p->reader, "big-endian dtype '%s' is unsupported; only little-endian <f4 "
+                               "and <f2 are supported", shown);
+    } else {
+        reader_fail(p->reader, "dtype '%s' is not supported; only <f4 and <f2 are supported",
+                    shown);
+    }
+    return -1;
+}
+
+static int parse_fortran_order(header_parser *p)
+{
+    size_t begin = p->pos;
+    int c = peek(p);
+    while ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '_') {
+        p->pos++;
+        c = peek(p);
+    }
+    const char *word = p->text + begin;
+    size_t word_len = p->pos - begin;
+    if (text_is(word, word_len, "False")) {
+        return 0;
+    }
+    if (text_is(word, word_len, "True")) {
+        reader_fail(p->reader, "Fortran-order arrays are not supported");
+        return -1;
+    }
+    p->pos = begin;
+    return malformed(p, "True or False for 'fortran_order'");
+}
+
+/* One shape entry: decimal digits (an old Python 2 'L' suffix is allowed). */
+static int parse_dimension(header_parser *p, int64_t *dim_out)
+{
+    size_t begin = p->pos;
+    int c = peek(p);
+    while (c >= 0 && !is_space(c) && c != ',' && c != ')') {
+        p->pos++;
+        c = peek(p);
+    }
+    const char *token = p->text + begin;
+    size_t token_len = p->pos - begin;
+    char shown[SNIPPET_CAP];
+    snippet(token, token_len, shown);
+    if (token_len == 0) {
+        return malformed(p, "a dimension in the shape tuple");
+    }
+
+    size_t digits_end = token_len;
+    if (digits_end > 1 && token[digits_end - 1] == 'L') {
+        digits_end--;
+    }
+    int negative = token[0] == '-';
+    size_t digits_begin = negative ? 1 : 0;
+    int all_digits = digits_end > digits_begin;
+    for (size_t i = digits_begin; i < digits_end; i++) {
+        all_digits = all_digits && token[i] >= '0' && token[i] <= '9';
+    }
+    if (!all_digits) {
+        reader_fail(p->reader, "shape entry '%s' is not a non-negative integer", shown);
+        return -1;
+    }
+    if (negative) {
+        reader_fail(p->reader, "negative dimension %s in shape", shown);
+        return -1;
+    }
+
+    int64_t value = 0;
+    for (size_t i = digits_begin; i < digits_end; i++) {
+        int64_t digit = token[i] - '0';
+        if (value > (INT64_MAX - digit) / 10) {
+            reader_fail(p->reader, "shape dimension %s is too large (overflows int64)", shown);
+            return -1;
+        }
+        value = value * 10 + digit;
+    }
+    *dim_out = value;
+    return 0;
+}
+
+/* A tuple of non-negative integers: (), (n,), (a, b), (a, b,). */
+static int parse_shape(header_parser *p, npy_header *hdr)
+{
+    int ndim = 0;
+    int trailing_comma = 0;
+    if (expect_char(p, '(', "'(' starting the shape tuple") != 0) {
+        return -1;
+    }
+    skip_space(p);
+    while (peek(p) != ')') {
+        if (ndim == FXT_NPY_MAX_DIMS) {
+            reader_fail(p->reader, "shape has more than %d dimensions", FXT_NPY_MAX_DIMS);
+            return -1;
+        }
+        if (parse_dimension(p, &hdr->shape[ndim]) != 0) {
+            return -1;
+        }
+        ndim++;
+        skip_space(p);
+        trailing_comma = peek(p) == ',';
+        if (trailing_comma) {
+            p->pos++;
+            skip_space(p);
+        } else if (peek(p) != ')') {
+            return malformed(p, "',' or ')' in the shape tuple");
+        }
+    }
+    p->pos++;
+    if (ndim == 1 && !trailing_comma) {
+        reader_fail(p->reader, "shape (%" PRId64 ") is not a tuple; a 1-D shape needs a "
+                               "trailing comma, as in (%" PRId64 ",)",
+                    hdr->shape[0], hdr->shape[0]);
+        return -1;
+    }
+    hdr->ndim = ndim;
+    return 0;
+}
+
+enum { KEY_DESCR = 1, KEY_FORTRAN_ORDER = 2, KEY_SHAPE = 4 };
+
+static int parse_entry(header_parser *p, npy_header *hdr, unsigned *seen_keys)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } keys[] = {{"descr", KEY_DESCR}, {"fortran_order", KEY_FORTRAN_ORDER}, {"shape", KEY_SHAPE}};
+    const char *key;
+    size_t key_len;
+    char shown[SNIPPET_CAP];
+
+    if (parse_string(p, &key, &key_len) != 0) {
+        return -1;
+    }
+    unsigned bit = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (text_is(key, key_len, keys[i].name)) {
+            bit = keys[i].bit;
+        }
+    }
+    snippet(key, key_len, shown);
+    if (bit == 0) {
+        reader_fail(p->reader, "unknown header key '%s'", shown);
+        return -1;
+    }
+    if (*seen_keys & bit) {
+        reader_fail(p->reader, "duplicate header key '%s'", shown);
+        return -1;
+    }
+    *seen_keys |= bit;
+
+    skip_space(p);
+    if (expect_char(p, ':', "':' after a key") != 0) {
+        return -1;
+    }
+    skip_space(p);
+    switch (bit) {
+    case KEY_DESCR:
+        return parse_descr(p, hdr);
+    case KEY_FORTRAN_ORDER:
+        return parse_fortran_order(p);
+    default:
+        return parse_shape(p, hdr);
+    }
+}
+
+/* The header dict: {'descr': ..., 'fortran_order': ..., 'shape': ...} in any order. */
+static int parse_header(header_parser *p, npy_header *hdr)
+{
+    unsigned seen_keys = 0;
+    skip_space(p);
+    if (expect_char(p, '{', "'{' starting the header dict") != 0) {
+        return -1;
+    }
+    for (;;) {
+        skip_space(p);
+        if (peek(p) == '}') {
+            break;
+        }
+        if (parse_entry(p, hdr, &seen_keys) != 0) {
+            return -1;
+        }
+        skip_space(p);
+        if (peek(p) == ',') {
+            p->pos++;
+        } else if (peek(p) != '}') {
+            return malformed(p, "',' or '}' after a value");
+        }
+    }
+    p->pos++;
+    skip_space(p);
+    if (p->pos != p->len) {
+        return malformed(p, "only padding after the header dict");
+    }
+    if (!(seen_keys & KEY_DESCR)) {
+        reader_fail(p->reader, "header is missing the 'descr' key");
+        return -1;
+    }
+    if (!(seen_keys & KEY_FORTRAN_ORDER)) {
+        reader_fail(p->reader, "header is missing the 'fortran_order' key");
+        return -1;
+    }
+    if (!(seen_keys & KEY_SHAPE)) {
+        reader_fail(p->reader, "header is missing the 'shape' key");
+        return -1;
+    }
+    return 0;
+}
+
+fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen)
+{
+    npy_reader reader = {path != NULL ? path : "(null)", err, errlen};
+    fxa_status status = FXA_ERR_INVALID_ARG;
+    int fd = -1;
+    char *header = NULL;
+    void *data = NULL;
+    npy_header hdr;
+    struct stat file_stat;
+
+    memset(&hdr, 0, sizeof hdr);
+    clear_error(err, errlen);
+    if (out == NULL || path == NULL) {
+        reader_fail(&reader, "no path or no output given");
+        return FXA_ERR_INVALID_ARG;
+    }
+    memset(out, 0, sizeof *out);
+
+    fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        reader_fail(&reader, "cannot open: %s", strerror(errno));
+        status = FXA_ERR_IO;
+        goto cleanup;
+    }
+    if (fstat(fd, &file_stat) != 0) {
+        reader_fail(&reader, "cannot stat: %s", strerror(errno));
+        status = FXA_ERR_IO;
+        goto cleanup;
+    }
+    if (!S_ISREG(file_stat.st_mode)) {
+        reader_fail(&reader, "not a regular file");
+        status = FXA_ERR_IO;
+        goto cleanup;
+    }
+    const int64_t file_size = (int64_t)file_stat.st_size;
+    if (file_size == 0) {
+        reader_fail(&reader, "file is empty, not a .npy file");
+        goto cleanup;
+    }
+
+    unsigned char preamble[NPY_MAX_PREAMBLE_LEN];
+    const size_t preamble_avail =
+        file_size < NPY_MAX_PREAMBLE_LEN ? (size_t)file_size : NPY_MAX_PREAMBLE_LEN;
+    status = read_at(&reader, fd, preamble, preamble_avail, 0, "the preamble");
+    if (status != FXA_OK) {
+        goto cleanup;
+    }
+    status = FXA_ERR_INVALID_ARG;
+    if (preamble_avail < NPY_MAGIC_LEN || memcmp(preamble, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
+        reader_fail(&reader, "not a .npy file (missing the \\x93NUMPY magic)");
+        goto cleanup;
+    }
+    if (preamble_avail < NPY_MAGIC_LEN + 2) {
+        reader_fail(&reader, "truncated .npy preamble (%" PRId64 " bytes)", file_size);
+        goto cleanup;
+    }
+    const unsigned major = preamble[NPY_MAGIC_LEN];
+    const unsigned minor = preamble[NPY_MAGIC_LEN + 1];
+    if (major < 1 || major > 3 || minor != 0) {
+        reader_fail(&reader, "unsupported .npy format version %u.%u (1.0, 2.0 and 3.0 are)",
+                    major, minor);
+        goto cleanup;
+    }
+    const size_t length_bytes = major == 1 ? 2 : 4;
+    const size_t preamble_len = NPY_MAGIC_LEN + 2 + length_bytes;
+    if (preamble_avail < preamble_len) {
+        reader_fail(&reader, "truncated .npy preamble (%" PRId64 " bytes)", file_size);
+        goto cleanup;
+    }
+    uint32_t header_len = 0;
+    for (size_t i = 0; i < length_bytes; i++) {
+        header_len |= (uint32_t)preamble[NPY_MAGIC_LEN + 2 + i] << (8 * i);
+    }
+    if (header_len > FXT_NPY_MAX_HEADER_LEN) {
+        reader_fail(&reader, "header length %" PRIu32 " exceeds the limit of %d bytes",
+                    header_len, FXT_NPY_MAX_HEADER_LEN);
+        goto cleanup;
+    }
+    if ((int64_t)preamble_len + header_len > file_size) {
+        reader_fail(&reader,
+                    "header length %" PRIu32 " runs past the end of the file (%" PRId64
+                    " bytes)",
+                    header_len, file_size);
+        goto cleanup;
+    }
+    if (header_len == 0) {
+        reader_fail(&reader, "header is empty");
+        goto cleanup;
+    }
+
+    header = malloc(header_len);
+    if (header == NULL) {
+        reader_fail(&reader, "out of memory for a %" PRIu32 "-byte header", header_len);
+        status = FXA_ERR_NO_MEMORY;
+        goto cleanup;
+    }
+    status = read_at(&reader, fd, header, header_len, (int64_t)preamble_len, "the header");
+    if (status != FXA_OK) {
+        goto cleanup;
+    }
+    status = FXA_ERR_INVALID_ARG;
+    if (header[header_len - 1] != '\n') {
+        reader_fail(&reader, "header is not terminated by a newline");
+        goto cleanup;
+    }
+    header_parser parser = {&reader, header, header_len, 0};
+    if (parse_header(&parser, &hdr) != 0) {
+        goto cleanup;
+    }
+
+    int64_t count;
+    int64_t data_bytes;
+    if (shape_size(hdr.shape, hdr.ndim, hdr.itemsize, &count, &data_bytes) != 0) {
+        char shape_text[SHAPE_TEXT_CAP];
+        format_shape(hdr.shape, hdr.ndim, shape_text);
+        reader_fail(&reader, "shape %s overflows: its size in bytes does not fit in int64",
+                    shape_text);
+        goto cleanup;
+    }
+    const int64_t data_offset = (int64_t)preamble_len + header_len;
+    const int64_t data_avail = file_size - data_offset;
+    if (data_avail < data_bytes) {
+        reader_fail(&reader,
+                    "truncated: header says %" PRId64 " bytes of data, file has %" PRId64,
+                    data_bytes, data_avail);
+        goto cleanup;
+    }
+    if (data_avail > data_bytes) {
+        reader_fail(&reader,
+                    "file has %" PRId64 " bytes of data but header says %" PRId64
+                    " (trailing bytes)",
+                    data_avail, data_bytes);
+        goto cleanup;
+    }
+
+    /* aligned_alloc wants a multiple of the alignment; keep at least one block so that an
+     * empty array still has a valid pointer. */
+    if ((uint64_t)data_bytes > (uint64_t)SIZE_MAX - (NPY_ALIGN - 1)) {
+        reader_fail(&reader, "%" PRId64 " bytes of data do not fit in memory", data_bytes);
+        status = FXA_ERR_NO_MEMORY;
+        goto cleanup;
+    }
+    size_t alloc_bytes = ((size_t)data_bytes + (NPY_ALIGN - 1)) & ~(size_t)(NPY_ALIGN - 1);
+    if (alloc_bytes == 0) {
+        alloc_bytes = NPY_ALIGN;
+    }
+    data = aligned_alloc(NPY_ALIGN, alloc_bytes);
+    if (data == NULL) {
+        reader_fail(&reader, "out of memory for %" PRId64 " bytes of data", data_bytes);
+        status = FXA_ERR_NO_MEMORY;
+        goto cleanup;
+    }
+    memset((unsigned char *)data + data_bytes, 0, alloc_bytes - (size_t)data_bytes);
+    status = read_at(&reader, fd, data, (size_t)data_bytes, data_offset, "the data");
+    if (status != FXA_OK) {
+        goto cleanup;
+    }
+
+    out->ndim = hdr.ndim;
+    memcpy(out->shape, hdr.shape, sizeof out->shape);
+    out->dtype = hdr.dtype;
+    out->count = count;
+    out->data = data;
+    data = NULL;
+    clear_error(err, errlen);
+    status = FXA_OK;
+
+cleanup:
+    free(data);
+    free(header);
+    if (fd >= 0) {
+        close(fd);
+    }
+    return status;
+}
+
+void fxt_npy_free(fxt_npy *a)
+{
+    if (a == NULL) {
+        return;
+    }
+    free(a->data);
+    memset(a, 0, sizeof *a);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writer                                                                    */
+/* ------------------------------------------------------------------------ */
+
+fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
+                         size_t errlen)
+{
+    const unsigned char *bytes = buf;
+    size_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done < IO_CHUNK ? n - done : IO_CHUNK;
+        ssize_t written = write(fd, bytes + done, chunk);
+        if (written < 0 && errno == EINTR) {
+            continue;
+        }
+        if (written <= 0) {
+            set_error(err, errlen, "%s: write failed after %zu of %zu bytes: %s", what, done, n,
+                      written < 0 ? strerror(errno) : "no progress");
+            return FXA_ERR_IO;
+        }
+        done += (size_t)written;
+    }
+    return FXA_OK;
+}
+
+/* NumPy's version 1.0 header for a '<f4' C-order array; returns its total length. */
+static size_t build_header(int ndim, const int64_t *shape, unsigned char header[WRITE_HEADER_CAP])
+{
+    const size_t prefix_len = NPY_MAGIC_LEN + 2 + 2;
+    char shape_text[SHAPE_TEXT_CAP];
+    format_shape(shape, ndim, shape_text);
+    int dict_len = snprintf((char *)header + prefix_len, WRITE_HEADER_CAP - prefix_len,
+                            "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }",
+                            shape_text);
+    size_t dict_end = prefix_len + (size_t)dict_len;
+    size_t total = (dict_end + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+    memset(header + dict_end, ' ', total - 1 - dict_end);
+    header[total - 1] = '\n';
+
+    size_t header_len = total - prefix_len;
+    memcpy(header, NPY_MAGIC, NPY_MAGIC_LEN);
+    header[NPY_MAGIC_LEN] = 1;
+    header[NPY_MAGIC_LEN + 1] = 0;
+    header[NPY_MAGIC_LEN + 2] = (unsigned char)(header_len & 0xff);
+    header[NPY_MAGIC_LEN + 3] = (unsigned char)(header_len >> 8);
+    return total;
+}
+
+fxa_status fxt_npy_stage_f32(const char *path, int ndim, const int64_t *shape, const float *data,
+                             fxt_staged *st, char *err, size_t errlen)
+{
+    fxa_status status = FXA_ERR_INVALID_ARG;
+    int fd = -1;
+    unsigned char header[WRITE_HEADER_CAP];
+
+    clear_error(err, errlen);
+    if (path == NULL || st == NULL) {
+        set_error(err, errlen, "npy writer: no path or no staging struct given");
+        return FXA_ERR_INVALID_ARG;
+    }
+    memset(st, 0, sizeof *st);
+    if (ndim < 0 || ndim > FXT_NPY_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+        set_error(err, errlen, "%s: cannot write %d dimensions (0..%d, with a shape)", path, ndim,
+                  FXT_NPY_MAX_DIMS);
+        return FXA_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            set_error(err, errlen, "%s: negative dimension %" PRId64 " in shape", path, shape[i]);
+            return FXA_ERR_INVALID_ARG;
+        }
+    }
+    int64_t count;
+    int64_t data_bytes;
+    if (shape_size(shape, ndim, (int64_t)sizeof(float), &count, &data_bytes) != 0 ||
+        (uint64_t)data_bytes > (uint64_t)SIZE_MAX) {
+        set_error(err, errlen, "%s: shape overflows: its size in bytes is too large", path);
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (data_bytes > 0 && data == NULL) {
+        set_error(err, errlen, "%s: no data given for %" PRId64 " elements", path, count);
+        return FXA_ERR_INVALID_ARG;
+    }
+    int final_len = snprintf(st->final_path, sizeof st->final_path, "%s", path);
+    int tmp_len = snprintf(st->tmp_path, sizeof st->tmp_path, "%s.tmp.XXXXXX", path);
+    if (final_len < 0 || tmp_len < 0 || (size_t)tmp_len >= sizeof st->tmp_path) {
+        set_error(err, errlen, "%s: path is too long", path);
+        memset(st, 0, sizeof *st);
+        return FXA_ERR_INVALID_ARG;
+    }
+    size_t header_total = build_header(ndim, shape, header);
+
+    /* mkstemp creates mode 0600; give the file the mode a plain create would get. Reading the
+     * umask means setting it, which races only with threads creating files concurrently. */
+    mode_t mask = umask(0);
+    umask(mask);
+    fd = mkstemp(st->tmp_path);
+    if (fd < 0) {
+        set_error(err, errlen, "%s: cannot create a temporary file next to it: %s", path,
+                  strerror(errno));
+        memset(st, 0, sizeof *st);
+        return FXA_ERR_IO;
+    }
+    status = FXA_ERR_IO;
+    if (fchmod(fd, 0666 & ~mask) != 0) {
+        set_error(err, errlen, "%s: cannot set permissions of %s: %s", path, st->tmp_path,
+                  strerror(errno));
+        goto fail;
+    }
+    status = fxt_write_all(fd, header, header_total, path, err, errlen);
+    if (status != FXA_OK) {
+        goto fail;
+    }
+    status = fxt_write_all(fd, data, (size_t)data_bytes, path, err, errlen);
+    if (status != FXA_OK) {
+        goto fail;
+    }
+    status = FXA_ERR_IO;
+    if (fsync(fd) != 0) {
+        set_error(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+        goto fail;
+    }
+    int close_result = close(fd);
+    fd = -1;
+    if (close_result != 0) {
+        set_error(err, errlen, "%s: close failed: %s", path, strerror(errno));
+        goto fail;
+    }
+    st->active = 1;
+    return FXA_OK;
+
+fail:
+    if (fd >= 0) {
+        close(fd);
+    }
+    unlink(st->tmp_path);
+    memset(st, 0, sizeof *st);
+    return status;
+}
+
+fxa_status fxt_staged_commit(fxt_staged *st, char *err, size_t errlen)
+{
+    clear_error(err, errlen);
+    if (st == NULL || !st->active) {
+        set_error(err, errlen, "npy writer: nothing staged to commit");
+        return FXA_ERR_INVALID_ARG;
+    }
+    fxa_status status = FXA_OK;
+    if (rename(st->tmp_path, st->final_path) != 0) {
+        set_error(err, errlen, "%s: cannot rename %s onto it: %s", st->final_path, st->tmp_path,
+                  strerror(errno));
+        unlink(st->tmp_path);
+        status = FXA_ERR_IO;
+    }
+    memset(st, 0, sizeof *st);
+    return status;
+}
+
+void fxt_staged_discard(fxt_staged *st)
+{
+    if (st == NULL) {
+        return;
+    }
+    if (st->active) {
+        unlink(st->tmp_path);
+    }
+    memset(st, 0, sizeof *st);
+}

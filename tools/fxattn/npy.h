@@ -1,0 +1,85 @@
+/*
+ * npy: NumPy .npy files for the fxattn tools.
+ *
+ * Reader contract (fxt_npy_read)
+ *  - Accepts format versions 1.0, 2.0 and 3.0, C order, dtype '<f4' (FXA_F32)
+ *    or '<f2' (FXA_F16), up to FXT_NPY_MAX_DIMS dimensions.
+ *  - The file is treated as hostile: the header is parsed with bounds checks
+ *    (at most FXT_NPY_MAX_HEADER_LEN bytes), every product of the shape and
+ *    the data size are checked for int64 overflow, and the data size must
+ *    match the file size exactly (checked with fstat before allocating).
+ *  - On failure *out is zeroed (nothing allocated) and err holds one line that
+ *    starts with the path, e.g. "q.npy: Fortran-order arrays are not
+ *    supported". Status: FXA_ERR_INVALID_ARG for bad file content,
+ *    FXA_ERR_IO when the file cannot be opened or read, FXA_ERR_NO_MEMORY when
+ *    a valid array does not fit in memory.
+ *  - Data is returned as stored (little-endian), 64-byte aligned, and is
+ *    non-NULL even when count is 0.
+ *
+ * Writer contract (fxt_npy_stage_f32 + fxt_staged_commit / _discard)
+ *  - Staging writes a complete '<f4' file (version 1.0, header padded to a
+ *    multiple of 64 bytes as NumPy does) to "<path>.tmp.XXXXXX" in the same
+ *    folder and fsyncs it; commit renames it onto path, so readers see either
+ *    the old file or the new one, never a partial file.
+ *  - Every failure removes the temporary file and leaves path untouched.
+ *
+ * err may be NULL or errlen 0; messages are truncated to errlen - 1 bytes and
+ * never end with a newline. The host must be little-endian.
+ */
+#ifndef FXT_NPY_H
+#define FXT_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fxattn.h"
+
+#define FXT_NPY_MAX_DIMS 8
+#define FXT_NPY_MAX_HEADER_LEN (1 << 20) /* bytes of the header dict, padding included */
+
+typedef struct fxt_npy {
+    int ndim;
+    int64_t shape[FXT_NPY_MAX_DIMS];
+    fxa_dtype dtype; /* FXA_F32 for '<f4', FXA_F16 for '<f2' */
+    int64_t count;   /* product of shape; 1 for a scalar () */
+    void *data;      /* count elements, 64-byte aligned (aligned_alloc), little-endian */
+} fxt_npy;
+
+/* Read a whole .npy file into *out (see the contract above). */
+fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen);
+
+/* Free the data and zero the struct. NULL-safe. */
+void fxt_npy_free(fxt_npy *a);
+
+typedef struct fxt_staged {
+    char tmp_path[4096];
+    char final_path[4096];
+    int active; /* 1 while a temporary file is waiting for commit or discard */
+} fxt_staged;
+
+/*
+ * Write a '<f4' C-order array of ndim (0..FXT_NPY_MAX_DIMS) dimensions to a
+ * temporary file next to path. *st is overwritten. Bad arguments give
+ * FXA_ERR_INVALID_ARG; create, write, fsync or close failures give
+ * FXA_ERR_IO. On failure the temporary file is removed and st is inactive.
+ */
+fxa_status fxt_npy_stage_f32(const char *path, int ndim, const int64_t *shape, const float *data,
+                             fxt_staged *st, char *err, size_t errlen);
+
+/* Rename the staged file onto its final path. On failure the temporary file
+ * is removed (FXA_ERR_IO); committing an inactive st is FXA_ERR_INVALID_ARG.
+ * st is inactive afterwards either way. */
+fxa_status fxt_staged_commit(fxt_staged *st, char *err, size_t errlen);
+
+/* Remove the staged temporary file, if any. NULL-safe. */
+void fxt_staged_discard(fxt_staged *st);
+
+/*
+ * Write all n bytes of buf to fd, retrying partial writes and EINTR.
+ * On failure returns FXA_ERR_IO with "<what>: write failed after K of n
+ * bytes: <reason>" in err.
+ */
+fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
+                         size_t errlen);
+
+#endif /* FXT_NPY_H */
