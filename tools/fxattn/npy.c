@@ -192,9 +192,10 @@ typedef struct header_parser {
     size_t pos;
 } header_parser;
 
+/* Whitespace as Python's tokenizer sees it (no vertical tab). */
 static int is_space(int c)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f';
 }
 
 /* Next byte as 0..255, or -1 at the end of the header. */
