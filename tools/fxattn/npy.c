@@ -520,7 +520,8 @@ fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen
     }
     memset(out, 0, sizeof *out);
 
-    fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO must not hang the open; it is refused below as not regular. */
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         reader_fail(&reader, "cannot open: %s", strerror(errno));
         status = FXA_ERR_IO;
