@@ -36,7 +36,7 @@ typedef struct fxa_thread_scratch {
     float *l;          /* [hpt][block_q] */
     float *qk_center;  /* [hpt][block_q] */
     uint8_t *online;   /* [hpt][block_q] */
-    float *k;          /* [kv_tile][D] */
+    float *k;          /* [D][kv_tile]: K transposed */
     float *v;          /* [kv_tile][D] */
     float *scores;     /* [block_q][kv_tile] */
     int64_t fallback_rows;

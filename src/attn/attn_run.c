@@ -131,6 +131,21 @@ static void finish_rows(const run_job *job, const fxa_thread_scratch *s, size_t 
     }
 }
 
+/* K rows [off, off + n_kv) of one head into s->k as K transposed
+ * [D][kv_tile], the layout the tile kernels read. */
+static void load_keys_transposed(const run_job *job, int64_t off, size_t n_kv,
+                                 fxa_thread_scratch *s)
+{
+    const fxa_attn_plan *p = job->p;
+    const size_t dim = (size_t)p->d.head_dim;
+    float row[FXA_MAX_HEAD_DIM];
+    for (size_t j = 0; j < n_kv; j++) {
+        fxa_load_row(job->a->k, p->d.dtype, off + (int64_t)j * p->kv_strides.token, dim, row);
+        for (size_t c = 0; c < dim; c++)
+            s->k[c * p->kv_tile + j] = row[c];
+    }
+}
+
 static void work_item(void *arg, int64_t item, int thread_id)
 {
     const run_job *job = arg;
@@ -159,8 +174,7 @@ static void work_item(void *arg, int64_t item, int thread_id)
             if (kvh != loaded_kvh) {
                 const int64_t off = b * p->kv_strides.batch + kvh * p->kv_strides.head +
                                     j0 * p->kv_strides.token;
-                fxa_load_rows(job->a->k, p->d.dtype, off, p->kv_strides.token, n_kv, dim, s->k,
-                              dim);
+                load_keys_transposed(job, off, n_kv, s);
                 fxa_load_rows(job->a->v, p->d.dtype, off, p->kv_strides.token, n_kv, dim, s->v,
                               dim);
                 loaded_kvh = kvh;
@@ -172,8 +186,8 @@ static void work_item(void *arg, int64_t item, int thread_id)
                 .lambda = (float)p->lambda,
                 .q = s->q + r * dim,
                 .ldq = dim,
-                .k = s->k,
-                .ldk = dim,
+                .kt = s->k,
+                .ldkt = p->kv_tile,
                 .v = s->v,
                 .ldv = dim,
                 .qk_center = s->qk_center + r,

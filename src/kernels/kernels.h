@@ -27,8 +27,13 @@
  *       l_i = a l_i + sum_j exp2(z_ij - m'), o_i = a o_i + sum_j exp2(z_ij - m') v_j.
  * exp2 flushes results below 2^-126 to zero (the gate's derivation assumes
  * exactly that). Accumulation is fp32, in increasing j within a tile.
- * Layout: q [n_q, ldq], k and v [n_kv, ldk/ldv], o [n_q, ldo], row-major, d
- * used columns. scores is scratch of n_q * n_kv floats. No aliasing.
+ * Layout, row-major: q [n_q, ldq], kt = K transposed [d, ldkt] (n_kv used
+ * columns: the driver packs it so that key columns are contiguous), v
+ * [n_kv, ldv], o [n_q, ldo]. scores is scratch of n_q * n_kv floats. Every
+ * score is the dot product summed in increasing c from 0.0f, every o element
+ * sums in increasing j: a kernel may block and vectorise, but a row's result
+ * must not depend on its position in the tile (tiles of any n_q give the
+ * same bits). No aliasing.
  */
 typedef struct fxa_attn_tile {
     size_t n_q;
@@ -37,8 +42,8 @@ typedef struct fxa_attn_tile {
     float lambda;
     const float *q;
     size_t ldq;
-    const float *k;
-    size_t ldk;
+    const float *kt;
+    size_t ldkt;
     const float *v;
     size_t ldv;
     const float *qk_center;

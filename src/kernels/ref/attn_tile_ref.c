@@ -1,9 +1,14 @@
 /*
  * Reference attention tile (contract: fxa_attn_tile in kernels.h).
- * Scalar C, the executable spec: scores as sequential fp32 dot products,
- * then per row either the fixed-shift sum or the online-softmax update.
- * Written so that compilers vectorise the inner loops; built without
- * fast-math so that its arithmetic is exactly what the source says.
+ * Portable C, the executable spec, built without fast-math and without FP
+ * contraction, so its arithmetic is exactly what the source says:
+ *   scores  z_ij = lambda * (sum_c q_ic kt_cj - qk_center_i), sum in c order;
+ *   softmax per row: the fixed shift, or the online update (integer shift);
+ *   P.V     o_ic += sum_j p_ij v_jc, in j order.
+ * The two products are register-blocked (ROWS x COLS accumulators, inner
+ * loops over contiguous columns) so that compilers vectorise them for any
+ * ISA; blocking does not change any element's summation order, and edges
+ * run the same order through the generic loops.
  */
 #include <assert.h>
 #include <math.h>
@@ -11,17 +16,127 @@
 #include "../kernels.h"
 #include "exp2_ref.h"
 
-static void scores_ref(const fxa_attn_tile *t)
+#define ROWS 4
+#define COLS 16
+
+/* Full ROWS x COLS block of scores at (i0, j0). */
+static void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0)
 {
-    for (size_t i = 0; i < t->n_q; i++) {
-        const float *q = t->q + i * t->ldq;
-        float *z = t->scores + i * t->n_kv;
-        for (size_t j = 0; j < t->n_kv; j++) {
-            const float *k = t->k + j * t->ldk;
+    float a0[COLS] = {0.0f};
+    float a1[COLS] = {0.0f};
+    float a2[COLS] = {0.0f};
+    float a3[COLS] = {0.0f};
+    const float *q0 = t->q + i0 * t->ldq;
+    const float *q1 = q0 + t->ldq;
+    const float *q2 = q1 + t->ldq;
+    const float *q3 = q2 + t->ldq;
+    for (size_t c = 0; c < t->d; c++) {
+        const float *kc = t->kt + c * t->ldkt + j0;
+        for (size_t jj = 0; jj < COLS; jj++) {
+            a0[jj] += q0[c] * kc[jj];
+            a1[jj] += q1[c] * kc[jj];
+            a2[jj] += q2[c] * kc[jj];
+            a3[jj] += q3[c] * kc[jj];
+        }
+    }
+    float *const acc[ROWS] = {a0, a1, a2, a3};
+    for (size_t r = 0; r < ROWS; r++) {
+        float *z = t->scores + (i0 + r) * t->n_kv + j0;
+        for (size_t jj = 0; jj < COLS; jj++)
+            z[jj] = t->lambda * (acc[r][jj] - t->qk_center[i0 + r]);
+    }
+}
+
+/* Any block (edges): the same per-element order as scores_block. */
+static void scores_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t j0, size_t nj)
+{
+    for (size_t r = 0; r < ni; r++) {
+        const float *q = t->q + (i0 + r) * t->ldq;
+        float *z = t->scores + (i0 + r) * t->n_kv + j0;
+        for (size_t jj = 0; jj < nj; jj++) {
             float s = 0.0f;
             for (size_t c = 0; c < t->d; c++)
-                s += q[c] * k[c];
-            z[j] = t->lambda * (s - t->qk_center[i]);
+                s += q[c] * t->kt[c * t->ldkt + j0 + jj];
+            z[jj] = t->lambda * (s - t->qk_center[i0 + r]);
+        }
+    }
+}
+
+static void scores_tile(const fxa_attn_tile *t)
+{
+    for (size_t i0 = 0; i0 < t->n_q; i0 += ROWS) {
+        const size_t ni = t->n_q - i0 < ROWS ? t->n_q - i0 : ROWS;
+        for (size_t j0 = 0; j0 < t->n_kv; j0 += COLS) {
+            const size_t nj = t->n_kv - j0 < COLS ? t->n_kv - j0 : COLS;
+            if (ni == ROWS && nj == COLS)
+                scores_block(t, i0, j0);
+            else
+                scores_generic(t, i0, ni, j0, nj);
+        }
+    }
+}
+
+/* Full ROWS x COLS block of o at (i0, c0): o += P V over all keys. */
+static void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0)
+{
+    float a0[COLS];
+    float a1[COLS];
+    float a2[COLS];
+    float a3[COLS];
+    float *const o0 = t->o + i0 * t->ldo + c0;
+    float *const o1 = o0 + t->ldo;
+    float *const o2 = o1 + t->ldo;
+    float *const o3 = o2 + t->ldo;
+    const float *p0 = t->scores + i0 * t->n_kv;
+    const float *p1 = p0 + t->n_kv;
+    const float *p2 = p1 + t->n_kv;
+    const float *p3 = p2 + t->n_kv;
+    for (size_t cc = 0; cc < COLS; cc++) {
+        a0[cc] = o0[cc];
+        a1[cc] = o1[cc];
+        a2[cc] = o2[cc];
+        a3[cc] = o3[cc];
+    }
+    for (size_t j = 0; j < t->n_kv; j++) {
+        const float *vj = t->v + j * t->ldv + c0;
+        for (size_t cc = 0; cc < COLS; cc++) {
+            a0[cc] += p0[j] * vj[cc];
+            a1[cc] += p1[j] * vj[cc];
+            a2[cc] += p2[j] * vj[cc];
+            a3[cc] += p3[j] * vj[cc];
+        }
+    }
+    for (size_t cc = 0; cc < COLS; cc++) {
+        o0[cc] = a0[cc];
+        o1[cc] = a1[cc];
+        o2[cc] = a2[cc];
+        o3[cc] = a3[cc];
+    }
+}
+
+static void pv_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t c0, size_t nc)
+{
+    for (size_t r = 0; r < ni; r++) {
+        float *o = t->o + (i0 + r) * t->ldo + c0;
+        const float *p = t->scores + (i0 + r) * t->n_kv;
+        for (size_t j = 0; j < t->n_kv; j++) {
+            const float *vj = t->v + j * t->ldv + c0;
+            for (size_t cc = 0; cc < nc; cc++)
+                o[cc] += p[j] * vj[cc];
+        }
+    }
+}
+
+static void pv_tile(const fxa_attn_tile *t)
+{
+    for (size_t i0 = 0; i0 < t->n_q; i0 += ROWS) {
+        const size_t ni = t->n_q - i0 < ROWS ? t->n_q - i0 : ROWS;
+        for (size_t c0 = 0; c0 < t->d; c0 += COLS) {
+            const size_t nc = t->d - c0 < COLS ? t->d - c0 : COLS;
+            if (ni == ROWS && nc == COLS)
+                pv_block(t, i0, c0);
+            else
+                pv_generic(t, i0, ni, c0, nc);
         }
     }
 }
@@ -38,18 +153,6 @@ static float exp2_row_sum(float *z, size_t n, float shift)
     return sum;
 }
 
-/* o += sum_j p_j v_j, in increasing j. */
-static void accumulate_pv(float *o, const float *p, const float *v, size_t ldv, size_t n_kv,
-                          size_t d)
-{
-    for (size_t j = 0; j < n_kv; j++) {
-        const float pj = p[j];
-        const float *vj = v + j * ldv;
-        for (size_t c = 0; c < d; c++)
-            o[c] += pj * vj[c];
-    }
-}
-
 static float row_max(const float *z, size_t n)
 {
     float mx = -INFINITY;
@@ -58,31 +161,37 @@ static float row_max(const float *z, size_t n)
     return mx;
 }
 
+/* Scores to probabilities, row by row; online rows rescale o and l. */
+static void softmax_rows(const fxa_attn_tile *t)
+{
+    for (size_t i = 0; i < t->n_q; i++) {
+        float *z = t->scores + i * t->n_kv;
+        if (!t->online[i]) {
+            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
+            continue;
+        }
+        /* Integer running shift: the rescale factor is an exact power of
+         * two and the largest term lies in (1/2, 1]. */
+        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
+        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
+        const float sum = exp2_row_sum(z, t->n_kv, m_new);
+        if (alpha != 1.0f) {
+            float *o = t->o + i * t->ldo;
+            for (size_t c = 0; c < t->d; c++)
+                o[c] *= alpha;
+        }
+        t->l[i] = t->l[i] * alpha + sum;
+        t->m[i] = m_new;
+    }
+}
+
 static void fxa_attn_tile_ref(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
-    assert(t->ldq >= t->d && t->ldk >= t->d && t->ldv >= t->d && t->ldo >= t->d);
-    scores_ref(t);
-    for (size_t i = 0; i < t->n_q; i++) {
-        float *z = t->scores + i * t->n_kv;
-        float *o = t->o + i * t->ldo;
-        if (!t->online[i]) {
-            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
-        } else {
-            /* Integer running shift: the rescale factor is an exact power of
-             * two and the largest term lies in (1/2, 1]. */
-            float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
-            float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
-            float sum = exp2_row_sum(z, t->n_kv, m_new);
-            if (alpha != 1.0f) {
-                for (size_t c = 0; c < t->d; c++)
-                    o[c] *= alpha;
-            }
-            t->l[i] = t->l[i] * alpha + sum;
-            t->m[i] = m_new;
-        }
-        accumulate_pv(o, z, t->v, t->ldv, t->n_kv, t->d);
-    }
+    assert(t->ldq >= t->d && t->ldkt >= t->n_kv && t->ldv >= t->d && t->ldo >= t->d);
+    scores_tile(t);
+    softmax_rows(t);
+    pv_tile(t);
 }
 
 const fxa_kernels fxa_kernels_ref = {

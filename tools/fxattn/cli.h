@@ -1,0 +1,53 @@
+/*
+ * Shared pieces of the fxattn subcommands: the option parser, error
+ * reporting with the CLI's exit codes, and helpers that turn a library
+ * status into an exit code.
+ */
+#ifndef FXT_CLI_H
+#define FXT_CLI_H
+
+#include <stdint.h>
+
+#include "fxattn.h"
+
+/* Exit codes (spec/CLI.md): 0 success, 2 bad usage or bad input, 1 other. */
+enum { FXT_EXIT_OK = 0, FXT_EXIT_FAILURE = 1, FXT_EXIT_BAD_INPUT = 2 };
+
+typedef enum fxt_opt_kind {
+    FXT_OPT_FLAG = 0,   /* int, set to 1 */
+    FXT_OPT_STRING = 1, /* const char * */
+    FXT_OPT_INT = 2,    /* int64_t, in [min, max] */
+    FXT_OPT_DOUBLE = 3  /* double, finite */
+} fxt_opt_kind;
+
+typedef struct fxt_opt {
+    const char *name;  /* "--threads" */
+    const char *alias; /* "-t" or NULL */
+    fxt_opt_kind kind;
+    void *dest;
+    int64_t min; /* FXT_OPT_INT only */
+    int64_t max;
+} fxt_opt;
+
+/* Parse argv[first..argc) against opts (terminated by a zeroed entry).
+ * Returns 0, or prints "fxattn: error: ..." and returns FXT_EXIT_BAD_INPUT. */
+int fxt_parse_options(const char *cmd, int argc, char **argv, int first, const fxt_opt *opts);
+
+/* Print "fxattn: error: <message>" to stderr and return code. */
+int fxt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Exit code for a library status: invalid input -> 2, anything else -> 1. */
+int fxt_exit_code(fxa_status st);
+
+/* Parse "bshd"/"bhsd", "auto"/"online", "on"/"off", "f32"/"bf16"/"f16".
+ * Return 0 on success, else print an error and return FXT_EXIT_BAD_INPUT. */
+int fxt_parse_layout(const char *s, fxa_layout *out);
+int fxt_parse_mode(const char *s, fxa_mode *out);
+int fxt_parse_onoff(const char *opt, const char *s, int *out);
+int fxt_parse_dtype(const char *s, fxa_dtype *out);
+const char *fxt_dtype_name(fxa_dtype t);
+
+/* Monotonic wall clock in seconds. */
+double fxt_now(void);
+
+#endif

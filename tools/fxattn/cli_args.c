@@ -1,0 +1,142 @@
+/* Option parsing and error reporting shared by the subcommands (cli.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+int fxt_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("fxattn: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+int fxt_exit_code(fxa_status st)
+{
+    return st == FXA_ERR_INVALID_ARG ? FXT_EXIT_BAD_INPUT : FXT_EXIT_FAILURE;
+}
+
+static const fxt_opt *find_opt(const fxt_opt *opts, const char *arg)
+{
+    for (const fxt_opt *o = opts; o->name; o++) {
+        if (strcmp(arg, o->name) == 0 || (o->alias && strcmp(arg, o->alias) == 0))
+            return o;
+    }
+    return NULL;
+}
+
+static int store_value(const char *cmd, const fxt_opt *o, const char *val)
+{
+    char *end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case FXT_OPT_STRING:
+        *(const char **)o->dest = val;
+        return 0;
+    case FXT_OPT_INT: {
+        long long v = strtoll(val, &end, 10);
+        if (errno || end == val || *end || v < o->min || v > o->max)
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' is not an integer in %lld..%lld",
+                            cmd, o->name, val, (long long)o->min, (long long)o->max);
+        *(int64_t *)o->dest = v;
+        return 0;
+    }
+    case FXT_OPT_DOUBLE: {
+        double v = strtod(val, &end);
+        if (errno || end == val || *end || !isfinite(v))
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' is not a finite number", cmd,
+                            o->name, val);
+        *(double *)o->dest = v;
+        return 0;
+    }
+    case FXT_OPT_FLAG:
+        break;
+    }
+    return fxt_fail(FXT_EXIT_FAILURE, "internal: bad option kind");
+}
+
+int fxt_parse_options(const char *cmd, int argc, char **argv, int first, const fxt_opt *opts)
+{
+    for (int i = first; i < argc; i++) {
+        const fxt_opt *o = find_opt(opts, argv[i]);
+        if (!o)
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: unknown option '%s' (see 'fxattn help')",
+                            cmd, argv[i]);
+        if (o->kind == FXT_OPT_FLAG) {
+            *(int *)o->dest = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: option %s needs a value", cmd, o->name);
+        if (store_value(cmd, o, argv[++i]))
+            return FXT_EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+int fxt_parse_layout(const char *s, fxa_layout *out)
+{
+    if (strcmp(s, "bshd") == 0)
+        *out = FXA_LAYOUT_BSHD;
+    else if (strcmp(s, "bhsd") == 0)
+        *out = FXA_LAYOUT_BHSD;
+    else
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--layout must be bshd or bhsd, not '%s'", s);
+    return 0;
+}
+
+int fxt_parse_mode(const char *s, fxa_mode *out)
+{
+    if (strcmp(s, "auto") == 0)
+        *out = FXA_MODE_AUTO;
+    else if (strcmp(s, "online") == 0)
+        *out = FXA_MODE_ONLINE;
+    else
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--mode must be auto or online, not '%s'", s);
+    return 0;
+}
+
+int fxt_parse_onoff(const char *opt, const char *s, int *out)
+{
+    if (strcmp(s, "on") == 0)
+        *out = 1;
+    else if (strcmp(s, "off") == 0)
+        *out = 0;
+    else
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "%s must be on or off, not '%s'", opt, s);
+    return 0;
+}
+
+int fxt_parse_dtype(const char *s, fxa_dtype *out)
+{
+    if (strcmp(s, "f32") == 0)
+        *out = FXA_F32;
+    else if (strcmp(s, "bf16") == 0)
+        *out = FXA_BF16;
+    else if (strcmp(s, "f16") == 0)
+        *out = FXA_F16;
+    else
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--dtype must be f32, bf16 or f16, not '%s'", s);
+    return 0;
+}
+
+const char *fxt_dtype_name(fxa_dtype t)
+{
+    return t == FXA_F32 ? "f32" : (t == FXA_BF16 ? "bf16" : "f16");
+}
+
+double fxt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

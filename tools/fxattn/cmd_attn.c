@@ -1,0 +1,188 @@
+/*
+ * `fxattn attn`: attention on .npy files (spec/CLI.md). Outputs are staged
+ * and committed only after the whole run succeeded, so a failed run leaves
+ * no partial or stale file.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "inputs.h"
+#include "npy.h"
+#include "runner.h"
+#include "verify.h"
+
+typedef struct attn_opts {
+    const char *q;
+    const char *k;
+    const char *v;
+    const char *out;
+    const char *lse;
+    const char *layout;
+    const char *mode;
+    const char *center;
+    const char *dtype;
+    double scale;
+    int64_t threads;
+    int64_t heads_per_tile;
+    int64_t block_q;
+    int stats;
+    int verify;
+} attn_opts;
+
+static void print_stats(const fxa_attn_desc *d, const fxa_attn_stats *st, const fxt_runner *r,
+                        const fxt_verify_result *vr)
+{
+    const double flops = fxa_attn_flops(d);
+    printf("{\"rows\": %lld, \"fallback_rows\": %lld, \"C\": %d, \"gate\": %d, "
+           "\"gate_centered\": %d, \"vmax\": %.9g, \"max_bound\": %.17g, \"mode\": \"%s\", "
+           "\"center\": \"%s\", \"dtype\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
+           "\"seconds\": %.6f, \"gflops\": %.3f",
+           (long long)st->rows, (long long)st->fallback_rows, st->c_min, st->gate_strict,
+           st->gate_centered, st->vmax, st->max_bound,
+           d->mode == FXA_MODE_AUTO ? "auto" : "online", d->center ? "on" : "off",
+           fxt_dtype_name(d->dtype), fxa_ctx_threads(r->ctx), fxa_ctx_isa(r->ctx), st->seconds,
+           st->seconds > 0 ? flops / st->seconds * 1e-9 : 0.0);
+    if (vr)
+        printf(", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
+               "\"max_lse_err\": %.6g",
+               (long long)vr->rows, vr->max_abs_err, vr->max_rel_err, vr->max_lse_err);
+    printf("}\n");
+}
+
+/* Compare with the fp64 reference on 64 rows per head. */
+static int verify_output(const fxt_inputs *in, const float *out, const float *lse,
+                         fxt_verify_result *vr)
+{
+    float *q = fxt_inputs_widen(in, 'q');
+    float *k = fxt_inputs_widen(in, 'k');
+    float *v = fxt_inputs_widen(in, 'v');
+    int code = 0;
+    if (q && k && v)
+        fxt_verify(&in->d, q, k, v, out, lse, 64, vr);
+    else
+        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for --verify");
+    free(q);
+    free(k);
+    free(v);
+    return code;
+}
+
+static int write_outputs(const attn_opts *o, const fxt_inputs *in, const float *out,
+                         const float *lse)
+{
+    char err[600];
+    fxt_staged so = {0};
+    fxt_staged sl = {0};
+    const int64_t q_shape[4] = {in->d.batch,
+                                in->d.layout == FXA_LAYOUT_BSHD ? in->d.seq_q : in->d.heads_q,
+                                in->d.layout == FXA_LAYOUT_BSHD ? in->d.heads_q : in->d.seq_q,
+                                in->d.head_dim};
+    const int64_t lse_shape[3] = {in->d.batch, in->d.heads_q, in->d.seq_q};
+    fxa_status st = fxt_npy_stage_f32(o->out, 4, q_shape, out, &so, err, sizeof err);
+    if (st == FXA_OK && o->lse)
+        st = fxt_npy_stage_f32(o->lse, 3, lse_shape, lse, &sl, err, sizeof err);
+    if (st == FXA_OK)
+        st = fxt_staged_commit(&so, err, sizeof err);
+    if (st == FXA_OK && o->lse)
+        st = fxt_staged_commit(&sl, err, sizeof err);
+    if (st == FXA_OK)
+        return 0;
+    fxt_staged_discard(&so);
+    fxt_staged_discard(&sl);
+    return fxt_fail(FXT_EXIT_FAILURE, "%s", err);
+}
+
+static int apply_options(const attn_opts *o, fxa_attn_desc *d)
+{
+    if (o->mode && fxt_parse_mode(o->mode, &d->mode))
+        return FXT_EXIT_BAD_INPUT;
+    if (o->center && fxt_parse_onoff("--center", o->center, &d->center))
+        return FXT_EXIT_BAD_INPUT;
+    if (!isnan(o->scale)) { /* NaN: not given (the parser refuses NaN) */
+        if (!(o->scale > 0.0))
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o->scale);
+        d->scale = o->scale;
+    }
+    d->heads_per_tile = (int)o->heads_per_tile;
+    d->block_q = (int)o->block_q;
+    return 0;
+}
+
+int fxt_cmd_attn(int argc, char **argv)
+{
+    attn_opts o = {.layout = "bshd", .scale = NAN};
+    const fxt_opt opts[] = {
+        {"-q", "--q", FXT_OPT_STRING, &o.q, 0, 0},
+        {"-k", "--k", FXT_OPT_STRING, &o.k, 0, 0},
+        {"-v", "--v", FXT_OPT_STRING, &o.v, 0, 0},
+        {"-o", "--out", FXT_OPT_STRING, &o.out, 0, 0},
+        {"--lse", NULL, FXT_OPT_STRING, &o.lse, 0, 0},
+        {"--layout", NULL, FXT_OPT_STRING, &o.layout, 0, 0},
+        {"--scale", NULL, FXT_OPT_DOUBLE, &o.scale, 0, 0},
+        {"--mode", NULL, FXT_OPT_STRING, &o.mode, 0, 0},
+        {"--center", NULL, FXT_OPT_STRING, &o.center, 0, 0},
+        {"--dtype", NULL, FXT_OPT_STRING, &o.dtype, 0, 0},
+        {"--threads", NULL, FXT_OPT_INT, &o.threads, 0, 1024},
+        {"--heads-per-tile", NULL, FXT_OPT_INT, &o.heads_per_tile, 0, 1 << 20},
+        {"--block-q", NULL, FXT_OPT_INT, &o.block_q, 0, 4096},
+        {"--stats", NULL, FXT_OPT_FLAG, &o.stats, 0, 0},
+        {"--verify", NULL, FXT_OPT_FLAG, &o.verify, 0, 0},
+        {0},
+    };
+    fxt_inputs in;
+    fxt_runner r;
+    fxa_layout layout;
+    int code = fxt_parse_options("attn", argc, argv, 2, opts);
+    if (code)
+        return code;
+    if (!o.q || !o.k || !o.v || !o.out)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "attn needs -q Q.npy -k K.npy -v V.npy -o OUT.npy");
+    if (fxt_parse_layout(o.layout, &layout))
+        return FXT_EXIT_BAD_INPUT;
+    if (o.mode || o.center || !isnan(o.scale)) {
+        /* Validate cheap options before reading any file. */
+        fxa_attn_desc probe;
+        fxa_attn_desc_init(&probe);
+        if ((code = apply_options(&o, &probe)))
+            return code;
+    }
+    if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))
+        return code;
+    if ((code = apply_options(&o, &in.d)))
+        goto out_inputs;
+    if ((code = fxt_runner_init(&r, (int)o.threads, &in.d)))
+        goto out_inputs;
+    const size_t rows = (size_t)(in.d.batch * in.d.heads_q * in.d.seq_q);
+    float *out = malloc((size_t)in.nq * sizeof(float));
+    float *lse = o.lse || o.verify ? malloc(rows * sizeof(float)) : NULL;
+    if (!out || ((o.lse || o.verify) && !lse)) {
+        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the output");
+        goto out_buffers;
+    }
+    fxa_attn_args a = {.struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v, .out = out,
+                       .lse = lse};
+    fxa_attn_stats st;
+    fxt_verify_result vr;
+    if ((code = fxt_runner_run(&r, &a, &st, 0)))
+        goto out_buffers;
+    if (o.verify && (code = verify_output(&in, out, lse, &vr)))
+        goto out_buffers;
+    if ((code = write_outputs(&o, &in, out, lse)))
+        goto out_buffers;
+    if (o.stats)
+        print_stats(&in.d, &st, &r, o.verify ? &vr : NULL);
+    else if (o.verify)
+        printf("verify: %lld rows, max abs err %.3g (%.3g of max|v|), max lse err %.3g\n",
+               (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
+out_buffers:
+    free(out);
+    free(lse);
+    fxt_runner_free(&r);
+out_inputs:
+    fxt_inputs_free(&in);
+    return code;
+}

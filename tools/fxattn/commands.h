@@ -1,0 +1,11 @@
+/* The fxattn subcommands; each takes the whole argv (argv[1] is its name)
+ * and returns the process exit code. */
+#ifndef FXT_COMMANDS_H
+#define FXT_COMMANDS_H
+
+int fxt_cmd_attn(int argc, char **argv);
+int fxt_cmd_check(int argc, char **argv);
+int fxt_cmd_demo(int argc, char **argv);
+int fxt_cmd_bench(int argc, char **argv);
+
+#endif

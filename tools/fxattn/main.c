@@ -1,0 +1,49 @@
+/* fxattn: the command line (spec/CLI.md). Uses the public API only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+
+static const char g_usage[] =
+    "usage: fxattn <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  attn   -q Q.npy -k K.npy -v V.npy -o OUT.npy [--layout bshd|bhsd] [--scale F]\n"
+    "         [--mode auto|online] [--center on|off] [--dtype f32|bf16|f16] [--lse FILE.npy]\n"
+    "         [--threads N] [--stats] [--verify] [--heads-per-tile N] [--block-q N]\n"
+    "  check  -q Q.npy -k K.npy [-v V.npy] [--layout ...] [--scale F] [--dtype ...] [--json]\n"
+    "         [--threads N]   does the fixed-max bound suit these q/k norms?\n"
+    "  demo   [--frames F --height H --width W] [--heads N] [--dim D] [--threads N]\n"
+    "         [--seed S] [--json]   Wan2.2-like synthetic layer: fixed-max vs online vs fp64\n"
+    "  bench  [--seq S] [--heads H] [--dim D] [--dtype ...] [--threads N] [--repeats R]\n"
+    "         [--json]   GFLOP/s, share of measured peak, fixed-max vs online\n"
+    "  help   this text\n"
+    "\n"
+    "exit status: 0 success, 2 bad usage or bad input, 1 other failures\n";
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(g_usage, stderr);
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "no command given");
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "attn") == 0)
+        return fxt_cmd_attn(argc, argv);
+    if (strcmp(cmd, "check") == 0)
+        return fxt_cmd_check(argc, argv);
+    if (strcmp(cmd, "demo") == 0)
+        return fxt_cmd_demo(argc, argv);
+    if (strcmp(cmd, "bench") == 0)
+        return fxt_cmd_bench(argc, argv);
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(g_usage, stdout);
+        return FXT_EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("fxattn %d.%d.%d\n", FXA_VERSION_MAJOR, FXA_VERSION_MINOR, FXA_VERSION_PATCH);
+        return FXT_EXIT_OK;
+    }
+    return fxt_fail(FXT_EXIT_BAD_INPUT, "unknown command '%s' (see 'fxattn help')", cmd);
+}

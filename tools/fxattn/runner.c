@@ -1,0 +1,48 @@
+/* Context + plan + workspace for the subcommands (runner.h). */
+#include "runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int fxt_runner_init(fxt_runner *r, int threads, const fxa_attn_desc *d)
+{
+    fxa_ctx_params p;
+    size_t bytes = 0;
+    memset(r, 0, sizeof *r);
+    fxa_ctx_params_init(&p);
+    p.n_threads = threads;
+    fxa_status st = fxa_ctx_create(&p, &r->ctx);
+    if (st != FXA_OK)
+        return fxt_fail(fxt_exit_code(st), "cannot create a context: %s%s%s", fxa_status_str(st),
+                        *fxa_ctx_create_error() ? ": " : "", fxa_ctx_create_error());
+    st = fxa_attn_plan_create(r->ctx, d, &r->plan, &bytes);
+    if (st != FXA_OK) {
+        int code = fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(r->ctx));
+        fxt_runner_free(r);
+        return code;
+    }
+    if (bytes && !(r->workspace = aligned_alloc(64, (bytes + 63) & ~(size_t)63))) {
+        fxt_runner_free(r);
+        return fxt_fail(FXT_EXIT_FAILURE, "out of memory for a %zu-byte workspace", bytes);
+    }
+    return 0;
+}
+
+int fxt_runner_run(fxt_runner *r, const fxa_attn_args *a, fxa_attn_stats *st, int bounds_only)
+{
+    fxa_status s = bounds_only ? fxa_attn_bounds(r->plan, a, r->workspace, st)
+                               : fxa_attn_run(r->plan, a, r->workspace, st);
+    if (s != FXA_OK)
+        return fxt_fail(fxt_exit_code(s), "%s", fxa_ctx_last_error(r->ctx));
+    return 0;
+}
+
+void fxt_runner_free(fxt_runner *r)
+{
+    fxa_attn_plan_destroy(r->plan);
+    fxa_ctx_destroy(r->ctx);
+    free(r->workspace);
+    memset(r, 0, sizeof *r);
+}

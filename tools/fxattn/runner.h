@@ -1,0 +1,21 @@
+/* A context, a plan and its workspace for one attention descriptor: the
+ * setup every subcommand repeats. Errors print and return an exit code. */
+#ifndef FXT_RUNNER_H
+#define FXT_RUNNER_H
+
+#include "fxattn.h"
+
+typedef struct fxt_runner {
+    fxa_ctx *ctx;
+    fxa_attn_plan *plan;
+    void *workspace;
+} fxt_runner;
+
+/* threads 0 = all cores. Returns 0 or an exit code. */
+int fxt_runner_init(fxt_runner *r, int threads, const fxa_attn_desc *d);
+/* Run (or only the bound pass when bounds_only); prints the library's
+ * message on failure. Returns 0 or an exit code. */
+int fxt_runner_run(fxt_runner *r, const fxa_attn_args *a, fxa_attn_stats *st, int bounds_only);
+void fxt_runner_free(fxt_runner *r);
+
+#endif
