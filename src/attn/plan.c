@@ -125,12 +125,13 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
 fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
                                 size_t *workspace_bytes_out)
 {
+    if (plan_out)
+        *plan_out = NULL;
     if (!ctx)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_clear_error(ctx);
     if (!d || !plan_out || !workspace_bytes_out)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_plan_create");
-    *plan_out = NULL;
     fxa_status st = check_desc(ctx, d);
     if (st != FXA_OK)
         return st;

@@ -33,6 +33,7 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     fxa_ctx_params defaults;
     fxa_status st;
     const fxa_kernels *kernels = NULL;
+    g_create_error[0] = '\0';
     if (!ctx_out)
         return FXA_ERR_INVALID_ARG;
     *ctx_out = NULL;
@@ -40,9 +41,17 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
         fxa_ctx_params_init(&defaults);
         p = &defaults;
     }
-    if (p->struct_size < sizeof(fxa_ctx_params) || p->n_threads < 0 || p->n_threads > 1024)
+    if (p->struct_size < sizeof(fxa_ctx_params)) {
+        snprintf(g_create_error, sizeof g_create_error,
+                 "fxa_ctx_params.struct_size is %zu, expected %zu", p->struct_size,
+                 sizeof(fxa_ctx_params));
         return FXA_ERR_INVALID_ARG;
-    g_create_error[0] = '\0';
+    }
+    if (p->n_threads < 0 || p->n_threads > 1024) {
+        snprintf(g_create_error, sizeof g_create_error,
+                 "n_threads %d is outside 0..1024 (0 = all cores)", p->n_threads);
+        return FXA_ERR_INVALID_ARG;
+    }
     st = fxa_kernels_select(getenv("FXA_ISA"), &kernels, g_create_error, sizeof g_create_error);
     if (st != FXA_OK)
         return st;

@@ -8,7 +8,8 @@
  *   k_raw[c]   = ok[c] + sum_m Ak[m][c] z_m + 0.5 n,   ok ~ 1.5 N  (large common offset),
  *                Aq ~ N / sqrt(SW_WAVES), Ak = 0.8 Aq + 0.6 B (so q_i.k_j is larger when
  *                tokens i and j are close on the grid);
- *   q, k       = RoPE(RMSNorm(raw, gamma)), gamma[c] = exp(0.5 N) * head factor U[0.6, 1.8],
+ *   q, k       = RoPE(RMSNorm(raw, gamma)), gamma[c] = exp(0.5 N) * head factor U[0.6, 1.8]
+ *              (doubled for every eighth head),
  *                separate gammas for q and k;
  *   v[c]       = sv[c] n,  sv[c] = 0.7 exp(0.3 N).
  * N and n are the PRNG's approximate standard normals: the Irwin-Hall sum of four 16-bit
@@ -177,7 +178,10 @@ static void sw_draw_params(sw_rng *r, int heads, int head_dim, sw_params *pr)
     float *gains[2] = {pr->gq, pr->gk};
     for (int g = 0; g < 2; g++) {
         for (int h = 0; h < heads; h++) {
-            float hot = 0.6f + 1.2f * sw_uniform(r);
+            /* Every eighth head is hot (2x gain on q and k), as some heads of
+             * real DiT layers are: its sharpest rows exceed the fixed-max
+             * gates and exercise the fallback. */
+            float hot = (0.6f + 1.2f * sw_uniform(r)) * (h % 8 == 5 ? 2.0f : 1.0f);
             float *gh = gains[g] + (size_t)h * d;
             for (size_t i = 0; i < d; i++)
                 gh[i] = expf(0.5f * sw_gauss(r)) * hot;

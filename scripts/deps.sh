@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install what fxattn needs to build and test on Debian 12: a C11 compiler,
+# make and CMake (>= 3.25). Skips apt when everything is already there.
+set -euo pipefail
+need=()
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+if [ ${#need[@]} -eq 0 ]; then
+    exit 0
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+fi
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"
