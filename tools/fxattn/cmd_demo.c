@@ -6,9 +6,11 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "commands.h"
+#include "npy.h"
 #include "runner.h"
 #include "verify.h"
 #include "workload.h"
@@ -39,11 +41,35 @@ static int run_mode(const fxt_workload *w, fxa_mode mode, int threads, float *ou
     return code;
 }
 
+/* Write the synthetic q, k, v as DIR/{q,k,v}.npy ([1, S, H, D], <f4) so that
+ * `fxattn attn` and `fxattn check` can be tried on them. */
+static int save_inputs(const char *dir, const fxt_workload *w)
+{
+    const int64_t shape[4] = {1, w->d.seq_q, w->d.heads_q, w->d.head_dim};
+    const float *data[3] = {w->q32, w->k32, w->v32};
+    const char *names[3] = {"q", "k", "v"};
+    fxt_staged st[3];
+    char path[4096];
+    char err[600];
+    fxa_status s = FXA_OK;
+    memset(st, 0, sizeof st);
+    for (int i = 0; i < 3 && s == FXA_OK; i++) {
+        snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
+        s = fxt_npy_stage_f32(path, 4, shape, data[i], &st[i], err, sizeof err);
+    }
+    for (int i = 0; i < 3 && s == FXA_OK; i++)
+        s = fxt_staged_commit(&st[i], err, sizeof err);
+    for (int i = 0; i < 3; i++)
+        fxt_staged_discard(&st[i]);
+    return s == FXA_OK ? 0 : fxt_fail(FXT_EXIT_FAILURE, "%s", err);
+}
+
 int fxt_cmd_demo(int argc, char **argv)
 {
     fxt_wan_synth p;
     int64_t frames = 4, height = 32, width = 32, heads = 40, dim = 128, seed = 1, threads = 0;
     int json = 0;
+    const char *save_dir = NULL;
     fxt_wan_synth_defaults(&p);
     const fxt_opt opts[] = {
         {"--frames", NULL, FXT_OPT_INT, &frames, 1, 1024},
@@ -54,6 +80,7 @@ int fxt_cmd_demo(int argc, char **argv)
         {"--seed", NULL, FXT_OPT_INT, &seed, 0, INT64_MAX},
         {"--threads", NULL, FXT_OPT_INT, &threads, 0, 1024},
         {"--json", NULL, FXT_OPT_FLAG, &json, 0, 0},
+        {"--save-inputs", NULL, FXT_OPT_STRING, &save_dir, 0, 0},
         {0},
     };
     int code = fxt_parse_options("demo", argc, argv, 2, opts);
@@ -72,6 +99,10 @@ int fxt_cmd_demo(int argc, char **argv)
     if ((code = fxt_workload_make(&p, FXA_F32, &w)))
         return code;
     const double t_synth = fxt_now() - t0;
+    if (save_dir && (code = save_inputs(save_dir, &w))) {
+        fxt_workload_free(&w);
+        return code;
+    }
     const int64_t s = w.d.seq_q;
     float *out = malloc((size_t)(s * heads * dim) * sizeof(float));
     float *lse = malloc((size_t)(s * heads) * sizeof(float));
