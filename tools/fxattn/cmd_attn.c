@@ -82,13 +82,12 @@ static int write_outputs(const attn_opts *o, const fxt_inputs *in, const float *
                                 in->d.layout == FXA_LAYOUT_BSHD ? in->d.heads_q : in->d.seq_q,
                                 in->d.head_dim};
     const int64_t lse_shape[3] = {in->d.batch, in->d.heads_q, in->d.seq_q};
+    fxt_staged *const both[2] = {&so, &sl};
     fxa_status st = fxt_npy_stage_f32(o->out, 4, q_shape, out, &so, err, sizeof err);
     if (st == FXA_OK && o->lse)
         st = fxt_npy_stage_f32(o->lse, 3, lse_shape, lse, &sl, err, sizeof err);
     if (st == FXA_OK)
-        st = fxt_staged_commit(&so, err, sizeof err);
-    if (st == FXA_OK && o->lse)
-        st = fxt_staged_commit(&sl, err, sizeof err);
+        st = fxt_staged_commit_all(both, o->lse ? 2 : 1, err, sizeof err);
     if (st == FXA_OK)
         return 0;
     fxt_staged_discard(&so);

@@ -57,8 +57,9 @@ static int save_inputs(const char *dir, const fxt_workload *w)
         snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
         s = fxt_npy_stage_f32(path, 4, shape, data[i], &st[i], err, sizeof err);
     }
-    for (int i = 0; i < 3 && s == FXA_OK; i++)
-        s = fxt_staged_commit(&st[i], err, sizeof err);
+    fxt_staged *const all[3] = {&st[0], &st[1], &st[2]};
+    if (s == FXA_OK)
+        s = fxt_staged_commit_all(all, 3, err, sizeof err);
     for (int i = 0; i < 3; i++)
         fxt_staged_discard(&st[i]);
     return s == FXA_OK ? 0 : fxt_fail(FXT_EXIT_FAILURE, "%s", err);

@@ -10,8 +10,11 @@ static int read_tensor(const char *path, const char *what, fxt_npy *a)
 {
     char err[512];
     fxa_status st = fxt_npy_read(path, a, err, sizeof err);
+    /* A missing or unreadable input is bad input too (exit 2); only running
+     * out of memory is a failure of fxattn itself. */
     if (st != FXA_OK)
-        return fxt_fail(fxt_exit_code(st), "%s: %s", what, err);
+        return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT,
+                        "%s: %s", what, err);
     if (a->ndim != 4)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: %s has %d dimensions, expected 4", what, path,
                         a->ndim);

@@ -736,6 +736,36 @@ static size_t build_header(int ndim, const int64_t *shape, unsigned char header[
     return total;
 }
 
+/* Write a whole file into an existing non-regular target (device, FIFO):
+ * nothing there can be replaced atomically, and a device like /dev/full
+ * must report its error rather than be replaced by a regular file. */
+static fxa_status write_in_place(const char *path, const struct stat *target,
+                                 const unsigned char *header, size_t header_len, const float *data,
+                                 size_t data_bytes, fxt_staged *st, char *err, size_t errlen)
+{
+    if (S_ISDIR(target->st_mode)) {
+        set_error(err, errlen, "%s: is a folder", path);
+        memset(st, 0, sizeof *st);
+        return FXA_ERR_IO;
+    }
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) {
+        set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+        memset(st, 0, sizeof *st);
+        return FXA_ERR_IO;
+    }
+    fxa_status status = fxt_write_all(fd, header, header_len, path, err, errlen);
+    if (status == FXA_OK)
+        status = fxt_write_all(fd, data, data_bytes, path, err, errlen);
+    if (close(fd) != 0 && status == FXA_OK) {
+        set_error(err, errlen, "%s: close failed: %s", path, strerror(errno));
+        status = FXA_ERR_IO;
+    }
+    memset(st, 0, sizeof *st);
+    st->direct = status == FXA_OK;
+    return status;
+}
+
 fxa_status fxt_npy_stage_f32(const char *path, int ndim, const int64_t *shape, const float *data,
                              fxt_staged *st, char *err, size_t errlen)
 {
@@ -779,6 +809,10 @@ fxa_status fxt_npy_stage_f32(const char *path, int ndim, const int64_t *shape, c
         return FXA_ERR_INVALID_ARG;
     }
     size_t header_total = build_header(ndim, shape, header);
+    struct stat target;
+    if (stat(path, &target) == 0 && !S_ISREG(target.st_mode))
+        return write_in_place(path, &target, header, header_total, data, (size_t)data_bytes, st,
+                              err, errlen);
 
     /* mkstemp creates mode 0600; give the file the mode a plain create would get. Reading the
      * umask means setting it, which races only with threads creating files concurrently. */
@@ -831,6 +865,10 @@ fail:
 fxa_status fxt_staged_commit(fxt_staged *st, char *err, size_t errlen)
 {
     clear_error(err, errlen);
+    if (st != NULL && st->direct) {
+        memset(st, 0, sizeof *st);
+        return FXA_OK;
+    }
     if (st == NULL || !st->active) {
         set_error(err, errlen, "npy writer: nothing staged to commit");
         return FXA_ERR_INVALID_ARG;
@@ -855,4 +893,79 @@ void fxt_staged_discard(fxt_staged *st)
         unlink(st->tmp_path);
     }
     memset(st, 0, sizeof *st);
+}
+
+/* Keep the current content of a committed target under a fresh name in its
+ * folder (a hard link, so the target itself never disappears). Returns 1 and
+ * fills backup when there was a regular file, 0 when there was none, -1 on
+ * failure. */
+static int keep_backup(const char *path, char *backup, size_t backup_len)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISREG(sb.st_mode))
+        return 0;
+    int len = snprintf(backup, backup_len, "%s.bak.XXXXXX", path);
+    if (len < 0 || (size_t)len >= backup_len)
+        return -1;
+    int fd = mkstemp(backup);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    unlink(backup);
+    return link(path, backup) == 0 ? 1 : -1;
+}
+
+fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t errlen)
+{
+    enum { MAX_FILES = 8 };
+    char backup[MAX_FILES][4096 + 16];
+    int had_old[MAX_FILES] = {0};
+    char final_path[MAX_FILES][4096];
+    int done = 0;
+    fxa_status status = FXA_OK;
+    clear_error(err, errlen);
+    if (n < 0 || n > MAX_FILES) {
+        set_error(err, errlen, "npy writer: cannot commit %d files at once", n);
+        status = FXA_ERR_INVALID_ARG;
+        goto discard_rest;
+    }
+    for (; done < n; done++) {
+        if (st[done]->direct) {
+            had_old[done] = -1; /* written in place: nothing to roll back */
+            fxt_staged_commit(st[done], err, errlen);
+            continue;
+        }
+        snprintf(final_path[done], sizeof final_path[done], "%s", st[done]->final_path);
+        had_old[done] = keep_backup(final_path[done], backup[done], sizeof backup[done]);
+        if (had_old[done] < 0) {
+            set_error(err, errlen, "%s: cannot keep its previous content for a rollback: %s",
+                      final_path[done], strerror(errno));
+            status = FXA_ERR_IO;
+            break;
+        }
+        status = fxt_staged_commit(st[done], err, errlen);
+        if (status != FXA_OK) {
+            if (had_old[done] == 1)
+                unlink(backup[done]);
+            break;
+        }
+    }
+    for (int i = 0; i < done; i++) { /* roll back, or drop the backups */
+        if (had_old[i] < 0)
+            continue;
+        if (status != FXA_OK) {
+            if (had_old[i] == 1)
+                rename(backup[i], final_path[i]);
+            else
+                unlink(final_path[i]);
+        } else if (had_old[i] == 1) {
+            unlink(backup[i]);
+        }
+    }
+discard_rest:
+    for (int i = done; i < n; i++)
+        fxt_staged_discard(st[i]);
+    return status;
 }

@@ -22,6 +22,13 @@
  *    folder and fsyncs it; commit renames it onto path, so readers see either
  *    the old file or the new one, never a partial file.
  *  - Every failure removes the temporary file and leaves path untouched.
+ *  - A target that exists and is not a regular file (a device such as
+ *    /dev/full or /dev/stdout, a FIFO) cannot be replaced atomically: it is
+ *    written in place at staging time (errors such as ENOSPC are reported
+ *    there) and commit is a no-op. A folder is refused.
+ *  - fxt_staged_commit_all commits several staged files all or nothing: if
+ *    one rename fails, the files already committed are rolled back to their
+ *    previous content (or removed when there was none).
  *
  * err may be NULL or errlen 0; messages are truncated to errlen - 1 bytes and
  * never end with a newline. The host must be little-endian.
@@ -55,6 +62,7 @@ typedef struct fxt_staged {
     char tmp_path[4096];
     char final_path[4096];
     int active; /* 1 while a temporary file is waiting for commit or discard */
+    int direct; /* 1: the target is not a regular file and was written in place */
 } fxt_staged;
 
 /*
@@ -73,6 +81,10 @@ fxa_status fxt_staged_commit(fxt_staged *st, char *err, size_t errlen);
 
 /* Remove the staged temporary file, if any. NULL-safe. */
 void fxt_staged_discard(fxt_staged *st);
+
+/* Commit n staged files, all or nothing (see the contract above). On
+ * failure every staged temporary file is removed. */
+fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t errlen);
 
 /*
  * Write all n bytes of buf to fd, retrying partial writes and EINTR.
