@@ -81,8 +81,11 @@ FXA_API const char *fxa_ctx_create_error(void);
 /* Number of threads the context runs (>= 1). */
 FXA_API int fxa_ctx_threads(const fxa_ctx *ctx);
 
-/* Name of the kernel set the context uses ("ref", ...). */
+/* Name of the kernel set the context uses ("ref", "avx2", "avx512"). */
 FXA_API const char *fxa_ctx_isa(const fxa_ctx *ctx);
+
+/* One line saying which tile kernels the context runs. */
+FXA_API const char *fxa_ctx_kernel_info(const fxa_ctx *ctx);
 
 /*
  * Detail of the last error returned by a call on this context (plan or run):
@@ -111,6 +114,17 @@ typedef enum fxa_mode {
     FXA_MODE_ONLINE = 1 /* classic online softmax for every row */
 } fxa_mode;
 
+typedef enum fxa_compute {
+    /* All products in fp32 (bf16/f16 inputs are widened exactly): the
+     * result is exact to fp32 rounding. */
+    FXA_COMPUTE_FP32 = 0,
+    /* bf16 inputs only: Q.K^T as bf16 products with fp32 accumulation, and
+     * P rounded to bf16 (nearest even) for P.V, on vdpbf16ps where the CPU
+     * has AVX512-BF16 (about twice the fp32 speed). The output error grows
+     * to at most about 2^-8 max|v| (P's rounding), as in other bf16 kernels. */
+    FXA_COMPUTE_BF16 = 1
+} fxa_compute;
+
 typedef struct fxa_attn_desc {
     size_t struct_size; /* sizeof(fxa_attn_desc) */
     int64_t batch;
@@ -124,6 +138,7 @@ typedef struct fxa_attn_desc {
     double scale;    /* softmax scale tau; 0 means 1/sqrt(D) */
     fxa_mode mode;
     int center; /* virtual key centring: 1 on (default), 0 off */
+    fxa_compute compute; /* FXA_COMPUTE_FP32 (default) or FXA_COMPUTE_BF16 */
     /* Scheduling (never changes results, bit for bit): */
     int heads_per_tile; /* q heads per work item, divides Hq; 0 = 1 */
     int block_q;        /* query rows per work item; 0 = default */

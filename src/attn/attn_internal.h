@@ -36,9 +36,9 @@ typedef struct fxa_thread_scratch {
     float *l;          /* [hpt][block_q] */
     float *qk_center;  /* [hpt][block_q] */
     uint8_t *online;   /* [hpt][block_q] */
-    float *k;          /* [D][kv_tile]: K transposed */
-    float *v;          /* [kv_tile][D] */
     float *scores;     /* [block_q][kv_tile] */
+    uint16_t *q16;     /* [hpt][block_q][2 d_pairs]: bf16 compute only */
+    uint16_t *p16;     /* [block_q][kv_tile]: bf16 compute only */
     int64_t fallback_rows;
     double max_bound;
 } fxa_thread_scratch;
@@ -51,12 +51,30 @@ struct fxa_attn_plan {
     fxa_strides q_strides;  /* also the output's */
     fxa_strides kv_strides;
     size_t kv_tile;
+    int64_t n_kv_tiles;
     int64_t n_q_blocks;
     int64_t n_head_tiles;
+    /* K and V are packed once per chunk of kv heads: the fewest whole kv
+     * heads whose query heads form whole head tiles. */
+    int64_t chunk_kv_heads;
+    /* Key-dimension split for problems with few query rows: each row's kv
+     * tiles run as n_splits ranges of split_tiles tiles (as separate work
+     * items), merged in split order. Chosen from the shape alone, never
+     * from the thread count, so results stay bit-identical. */
+    int64_t n_splits;
+    int64_t split_tiles;
+    size_t packed_head_floats; /* K (or V) floats of one packed kv head */
     /* Workspace layout: byte offsets from its start. */
     size_t ws_bounds;  /* fxa_head_bound[B * Hkv] */
     size_t ws_kbar;    /* float[B * Hkv][D] */
     size_t ws_scan;    /* fxa_scan_result[max(B * Hkv, B * Hq)] */
+    /* Per kv head of the chunk, n_kv_tiles tiles of packed_head_floats /
+     * n_kv_tiles floats each: fp32 compute K^T [D][kv_tile] and V
+     * [kv_tile][D]; bf16 compute the pair layouts of fxa_attn_tile_bf16
+     * (never larger). */
+    size_t ws_packed_k;
+    size_t ws_packed_v;
+    size_t ws_partials; /* n_splits > 1: per split and chunk row, (m, l, o[D]) */
     size_t ws_threads; /* fxa_thread_scratch[n_threads] */
     size_t ws_scratch; /* per-thread buffers, thread_bytes each */
     size_t thread_bytes;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../core/convert_inline.h"
 #include "fxattn.h"
 
 /* dst[0..d) = base[off .. off + d) converted to fp32 (exact for every dtype). */
@@ -17,11 +18,11 @@ static inline void fxa_load_row(const void *base, fxa_dtype dtype, int64_t off, 
     } else if (dtype == FXA_BF16) {
         const uint16_t *src = (const uint16_t *)base + off;
         for (size_t c = 0; c < d; c++)
-            dst[c] = fxa_bf16_to_f32(src[c]);
+            dst[c] = fxa_bf16_bits_to_f32(src[c]);
     } else {
         const uint16_t *src = (const uint16_t *)base + off;
         for (size_t c = 0; c < d; c++)
-            dst[c] = fxa_f16_to_f32(src[c]);
+            dst[c] = fxa_f16_bits_to_f32(src[c]);
     }
 }
 

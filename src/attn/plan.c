@@ -6,7 +6,7 @@
 #include "attn_internal.h"
 #include "scan.h"
 
-#define DEFAULT_BLOCK_Q 64
+#define DEFAULT_BLOCK_Q 256 /* K/V stream once per 256 query rows: measured best at S = 4k-8k */
 #define MAX_BLOCK_Q 4096
 
 void fxa_attn_desc_init(fxa_attn_desc *d)
@@ -79,6 +79,11 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown dtype %d", (int)d->dtype);
     if (d->mode != FXA_MODE_AUTO && d->mode != FXA_MODE_ONLINE)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown mode %d", (int)d->mode);
+    if (d->compute != FXA_COMPUTE_FP32 && d->compute != FXA_COMPUTE_BF16)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown compute mode %d", (int)d->compute);
+    if (d->compute == FXA_COMPUTE_BF16 && d->dtype != FXA_BF16)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "bf16 compute needs bf16 inputs (dtype is not FXA_BF16)");
     if (d->center != 0 && d->center != 1)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "center must be 0 or 1, not %d", d->center);
     if (!isfinite(d->scale) || d->scale < 0.0)
@@ -92,6 +97,55 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "block_q %d is outside 0..%d", d->block_q,
                             MAX_BLOCK_Q);
     return FXA_OK;
+}
+
+static int64_t gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Packed K and V of one chunk stay within this many bytes (unless a single
+ * chunk unit needs more): extra memory stays O(S D), and chunks of several
+ * heads give the threads enough work items when sequences are short. */
+#define PACK_BUDGET_BYTES ((size_t)32 << 20)
+
+/* kv heads per chunk: a multiple of the smallest unit whose query heads form
+ * whole head tiles, dividing Hkv, as large as the packing budget allows.
+ * Chunking never changes results: every row is computed the same way. */
+static int64_t chunk_kv_heads(const fxa_attn_plan *p)
+{
+    const int64_t unit = p->d.heads_per_tile / gcd(p->d.heads_per_tile, p->group);
+    const int64_t units = p->d.heads_kv / unit;
+    const size_t unit_bytes = (size_t)unit * 2 * p->packed_head_floats * sizeof(float);
+    int64_t fit = (int64_t)(PACK_BUDGET_BYTES / unit_bytes);
+    if (fit < 1)
+        fit = 1;
+    int64_t best = 1;
+    for (int64_t k = 1; k <= units && k <= fit; k++) {
+        if (units % k == 0)
+            best = k;
+    }
+    return unit * best;
+}
+
+/* Split the keys when a chunk has fewer than SPLIT_ROWS query rows (decode
+ * and other short queries), into at most MAX_SPLITS ranges of whole tiles. */
+#define SPLIT_ROWS 2048
+#define MAX_SPLITS 16
+
+static void choose_split(fxa_attn_plan *p)
+{
+    const int64_t rows = p->chunk_kv_heads * p->group * p->d.seq_q;
+    int64_t want = (SPLIT_ROWS + rows - 1) / rows;
+    want = want < MAX_SPLITS ? want : MAX_SPLITS;
+    want = want < p->n_kv_tiles ? want : p->n_kv_tiles;
+    p->split_tiles = (p->n_kv_tiles + want - 1) / want;
+    p->n_splits = (p->n_kv_tiles + p->split_tiles - 1) / p->split_tiles;
 }
 
 /* Lay out the workspace; returns its size in bytes. */
@@ -110,14 +164,23 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     off += fxa_align_up(n_heads_kv * dim * sizeof(float));
     p->ws_scan = off;
     off += fxa_align_up(n_scan * sizeof(fxa_scan_result));
+    p->ws_packed_k = off;
+    off += fxa_align_up((size_t)p->chunk_kv_heads * p->packed_head_floats * sizeof(float));
+    p->ws_packed_v = off;
+    off += fxa_align_up((size_t)p->chunk_kv_heads * p->packed_head_floats * sizeof(float));
+    p->ws_partials = off;
+    if (p->n_splits > 1)
+        off += fxa_align_up((size_t)(p->n_splits * p->chunk_kv_heads * p->group * p->d.seq_q) *
+                            ((size_t)p->d.head_dim + 2) * sizeof(float));
     p->ws_threads = off;
     off += fxa_align_up((size_t)n_threads * sizeof(fxa_thread_scratch));
     p->ws_scratch = off;
     p->thread_bytes = 2 * fxa_align_up(hpt * bq * dim * sizeof(float)) +     /* q, o */
                       3 * fxa_align_up(hpt * bq * sizeof(float)) +           /* m, l, center */
                       fxa_align_up(hpt * bq) +                               /* online */
-                      2 * fxa_align_up(p->kv_tile * dim * sizeof(float)) +   /* k, v */
-                      fxa_align_up(bq * p->kv_tile * sizeof(float));         /* scores */
+                      fxa_align_up(bq * p->kv_tile * sizeof(float)) +        /* scores */
+                      fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) + /* q16 */
+                      fxa_align_up(bq * p->kv_tile * sizeof(uint16_t));      /* p16 */
     off += (size_t)n_threads * p->thread_bytes;
     return off;
 }
@@ -153,11 +216,16 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
     p->group = d->heads_q / d->heads_kv;
     p->q_strides = strides_for(d->layout, d->heads_q, d->seq_q, d->head_dim);
     p->kv_strides = strides_for(d->layout, d->heads_kv, d->seq_kv, d->head_dim);
+    /* Tiles stay a multiple of 16 keys (the kernels' row stride). */
     p->kv_tile = ctx->kernels->kv_tile;
     if ((int64_t)p->kv_tile > d->seq_kv)
-        p->kv_tile = (size_t)d->seq_kv;
+        p->kv_tile = ((size_t)d->seq_kv + 15) / 16 * 16;
+    p->n_kv_tiles = (d->seq_kv + (int64_t)p->kv_tile - 1) / (int64_t)p->kv_tile;
     p->n_q_blocks = (d->seq_q + p->d.block_q - 1) / p->d.block_q;
     p->n_head_tiles = d->heads_q / p->d.heads_per_tile;
+    p->packed_head_floats = (size_t)p->n_kv_tiles * p->kv_tile * (size_t)d->head_dim;
+    p->chunk_kv_heads = chunk_kv_heads(p);
+    choose_split(p);
     p->ws_total = layout_workspace(p, ctx->pool.n_threads);
     *plan_out = p;
     *workspace_bytes_out = p->ws_total;

@@ -35,6 +35,32 @@ static int row_finite(const float *x, size_t d)
     return ok;
 }
 
+/* sum_c (x_c - center_c)^2 in double (center may be NULL), four interleaved
+ * partial sums: a fixed order that compilers vectorise. */
+static double squared_distance(const float *x, const float *center, size_t d)
+{
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    for (size_t c = 0; c < d; c++) {
+        const double diff = (double)x[c] - (center ? (double)center[c] : 0.0);
+        acc[c % 4] += diff * diff;
+    }
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/* max_c |x_c| (exact in fp32), eight partial maxima. */
+static float abs_max(const float *x, size_t d)
+{
+    float m[8] = {0.0f};
+    for (size_t c = 0; c < d; c++) {
+        const float a = fabsf(x[c]);
+        m[c % 8] = a > m[c % 8] ? a : m[c % 8];
+    }
+    float r = 0.0f;
+    for (int i = 0; i < 8; i++)
+        r = m[i] > r ? m[i] : r;
+    return r;
+}
+
 /* Item (b, kvh): key mean, radii and Vmax of one kv head. Uses a stack row
  * buffer; two passes over K (the radius needs the mean first). */
 static void scan_kv_head(void *arg, int64_t item, int thread_id)
@@ -61,11 +87,9 @@ static void scan_kv_head(void *arg, int64_t item, int thread_id)
             note_bad(res, 'K', j, row, dim);
             return;
         }
-        double nn = 0.0;
-        for (size_t c = 0; c < dim; c++) {
+        for (size_t c = 0; c < dim; c++)
             sum[c] += row[c];
-            nn += (double)row[c] * row[c];
-        }
+        const double nn = squared_distance(row, NULL, dim);
         kmax2 = nn > kmax2 ? nn : kmax2;
     }
     for (int64_t j = 0; j < n; j++) {
@@ -74,8 +98,8 @@ static void scan_kv_head(void *arg, int64_t item, int thread_id)
             note_bad(res, 'V', j, row, dim);
             return;
         }
-        for (size_t c = 0; c < dim; c++)
-            vmax = fabs((double)row[c]) > vmax ? fabs((double)row[c]) : vmax;
+        const double a = abs_max(row, dim);
+        vmax = a > vmax ? a : vmax;
     }
     hb->kmax = sqrt(kmax2);
     hb->radius = hb->kmax;
@@ -87,11 +111,7 @@ static void scan_kv_head(void *arg, int64_t item, int thread_id)
         double r2 = 0.0;
         for (int64_t j = 0; j < n; j++) {
             fxa_load_row(job->a->k, p->d.dtype, base + j * p->kv_strides.token, dim, row);
-            double nn = 0.0;
-            for (size_t c = 0; c < dim; c++) {
-                double diff = (double)row[c] - (double)kbar[c];
-                nn += diff * diff;
-            }
+            const double nn = squared_distance(row, kbar, dim);
             r2 = nn > r2 ? nn : r2;
         }
         hb->radius = sqrt(r2);

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "convert_inline.h"
 #include "fxattn.h"
 
 static uint32_t f32_bits(float x)
@@ -20,21 +21,12 @@ static float bits_f32(uint32_t b)
 
 float fxa_bf16_to_f32(uint16_t h)
 {
-    return bits_f32((uint32_t)h << 16);
+    return fxa_bf16_bits_to_f32(h);
 }
 
 float fxa_f16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0x1f) /* Inf or NaN: keep the payload's top bits */
-        return bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in fp32 */
-        float mag = (float)man * 0x1p-24f;
-        return sign ? -mag : mag;
-    }
-    return bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+    return fxa_f16_bits_to_f32(h);
 }
 
 uint16_t fxa_f32_to_bf16(float x)

@@ -50,6 +50,7 @@ static void detect(void)
     g_cpu.avx512f = ((leaf7_b >> 16) & 1) && os_zmm;
     g_cpu.avx512bw = g_cpu.avx512f && ((leaf7_b >> 30) & 1);
     g_cpu.avx512vl = g_cpu.avx512f && ((leaf7_b >> 31) & 1);
+    g_cpu.avx512dq = g_cpu.avx512f && ((leaf7_b >> 17) & 1);
     if (leaf7_max_sub >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
         g_cpu.avx512bf16 = g_cpu.avx512f && ((a >> 5) & 1);

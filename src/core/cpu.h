@@ -11,6 +11,7 @@ typedef struct fxa_cpu {
     int avx512f;
     int avx512bw;
     int avx512vl;
+    int avx512dq;
     int avx512bf16;
 } fxa_cpu;
 

@@ -63,8 +63,8 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     if (st != FXA_OK)
         goto out_free_ctx;
     if (getenv("FXA_VERBOSE"))
-        fprintf(stderr, "fxattn: kernels %s, %d threads\n", kernels->isa_name,
-                ctx->pool.n_threads);
+        fprintf(stderr, "fxattn: kernels %s: %s; %d threads\n", kernels->isa_name,
+                kernels->description, ctx->pool.n_threads);
     *ctx_out = ctx;
     return FXA_OK;
 out_free_ctx:
@@ -88,6 +88,11 @@ int fxa_ctx_threads(const fxa_ctx *ctx)
 const char *fxa_ctx_isa(const fxa_ctx *ctx)
 {
     return ctx->kernels->isa_name;
+}
+
+const char *fxa_ctx_kernel_info(const fxa_ctx *ctx)
+{
+    return ctx->kernels->description;
 }
 
 const char *fxa_ctx_last_error(const fxa_ctx *ctx)

@@ -29,7 +29,8 @@
  * exactly that). Accumulation is fp32, in increasing j within a tile.
  * Layout, row-major: q [n_q, ldq], kt = K transposed [d, ldkt] (n_kv used
  * columns: the driver packs it so that key columns are contiguous), v
- * [n_kv, ldv], o [n_q, ldo]. scores is scratch of n_q * n_kv floats. Every
+ * [n_kv, ldv], o [n_q, ldo]. scores is scratch of n_q rows of ld_scores
+ * floats (ld_scores >= n_kv rounded up to 16, a multiple of 16). Every
  * score is the dot product summed in increasing c from 0.0f, every o element
  * sums in increasing j: a kernel may block and vectorise, but a row's result
  * must not depend on its position in the tile (tiles of any n_q give the
@@ -53,17 +54,69 @@ typedef struct fxa_attn_tile {
     float *o;
     size_t ldo;
     float *scores;
+    size_t ld_scores;
 } fxa_attn_tile;
 
 typedef void fxa_attn_tile_fn(const fxa_attn_tile *t);
 
+/*
+ * The same tile with bf16 compute (FXA_COMPUTE_BF16). Inputs are bf16 bits,
+ * packed in pairs as vdpbf16ps reads them (d_pairs = ceil(d / 2); every pad
+ * element is zero):
+ *   q  [n_q][ldq]             ldq >= 2 d_pairs
+ *   kp [d_pairs][ldkp][2]     (k[j][2c], k[j][2c+1]) at kp + 2 (c ldkp + j)
+ *   vp [ceil(n_kv/2)][ldvp][2] (v[2j][c], v[2j+1][c]) at vp + 2 (j ldvp + c)
+ * Scores: s_ij = sum over pairs c of (s + q[2c+1] k[j][2c+1]) + q[2c] k[j][2c]
+ * in fp32 (each bf16 product is exact in fp32), then z = lambda (s - center)
+ * and the fixed or online row update of fxa_attn_tile, with one change: p is
+ * rounded to bf16 (nearest even) and l sums the rounded values, so that l and
+ * P.V see the same weights. P.V sums pairs of keys the same way.
+ * p16 is scratch of n_q rows of ld_scores bf16 (pad columns are zeroed).
+ */
+typedef struct fxa_attn_tile_bf16 {
+    size_t n_q;
+    size_t n_kv;
+    size_t d;
+    float lambda;
+    const uint16_t *q;
+    size_t ldq;
+    const uint16_t *kp;
+    size_t ldkp;
+    const uint16_t *vp;
+    size_t ldvp;
+    const float *qk_center;
+    const uint8_t *online;
+    float *m;
+    float *l;
+    float *o;
+    size_t ldo;
+    float *scores;
+    size_t ld_scores;
+    uint16_t *p16;
+} fxa_attn_tile_bf16;
+
+typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
+
 typedef struct fxa_kernels {
     const char *isa_name;
-    size_t kv_tile; /* keys per tile the driver hands to attn_tile */
+    const char *description; /* which tile kernels, for logs and `fxattn info` */
+    size_t kv_tile; /* keys per tile the driver hands to attn_tile (multiple of 16) */
     fxa_attn_tile_fn *attn_tile;
+    fxa_attn_tile_bf16_fn *attn_tile_bf16;
 } fxa_kernels;
+
+/* The portable bf16-compute tile: the spec for every attn_tile_bf16. */
+void fxa_attn_tile_bf16_ref(const fxa_attn_tile_bf16 *t);
 
 /* The portable reference set: always valid, first entry of the table. */
 extern const fxa_kernels fxa_kernels_ref;
+/* AVX2+FMA fp32 kernels, x86_avx2/. */
+extern const fxa_kernels fxa_kernels_avx2;
+/* AVX-512F (+VL, BW, DQ) fp32 kernels, x86_avx512/; the second set adds
+ * the AVX512-BF16 tile for FXA_COMPUTE_BF16. */
+extern const fxa_kernels fxa_kernels_avx512;
+extern const fxa_kernels fxa_kernels_avx512_bf16;
+/* The AVX-512 fp32 tile, shared by both AVX-512 sets. */
+void fxa_attn_tile_f32_avx512(const fxa_attn_tile *t);
 
 #endif

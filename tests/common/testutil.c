@@ -24,6 +24,19 @@ int test_summary(const char *name)
     return 0;
 }
 
+void test_require_isa(const char *name)
+{
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_params p;
+    fxa_ctx_params_init(&p);
+    p.n_threads = 1;
+    if (fxa_ctx_create(&p, &ctx) == FXA_ERR_UNSUPPORTED) {
+        printf("%s: skipped: %s\n", name, fxa_ctx_create_error());
+        exit(TEST_SKIPPED);
+    }
+    fxa_ctx_destroy(ctx);
+}
+
 void trng_seed(trng *r, uint64_t seed)
 {
     for (int i = 0; i < 4; i++) {

@@ -29,6 +29,14 @@ extern int g_failures;
 /* Print the summary; returns the process exit status. */
 int test_summary(const char *name);
 
+/* Exit status CTest reads as "skipped" (SKIP_RETURN_CODE). */
+#define TEST_SKIPPED 77
+
+/* When FXA_ISA names a kernel set this CPU or build lacks, print why and
+ * exit with TEST_SKIPPED: CTest then reports the test as skipped, never as
+ * passed. Call first in main of tests that run the kernels. */
+void test_require_isa(const char *name);
+
 /* splitmix64-seeded xoshiro256**; normal() by Box-Muller in double. */
 typedef struct trng {
     uint64_t s[4];

@@ -320,6 +320,7 @@ static void test_single_query(void)
 
 int main(void)
 {
+    test_require_isa("test_attn_adversarial");
     CHECK(fxa_ctx_create(NULL, &g_ctx) == FXA_OK, "context");
     test_mass_loss(231.0, 1, 1);
     test_mass_loss(231.0, 0, 1);

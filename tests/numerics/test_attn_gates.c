@@ -262,6 +262,7 @@ static void anti_aligned_between_gates(int center)
 
 int main(void)
 {
+    test_require_isa("test_attn_gates");
     CHECK(fxa_ctx_create(NULL, &g_ctx) == FXA_OK, "context");
     test_constants();
     sweep_gate(0);

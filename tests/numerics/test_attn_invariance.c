@@ -167,6 +167,7 @@ static void check_dtype(fxa_dtype dtype, const char *name)
 
 int main(void)
 {
+    test_require_isa("test_attn_invariance");
     check_dtype(FXA_F32, "f32");
     check_dtype(FXA_BF16, "bf16");
     check_dtype(FXA_F16, "f16");

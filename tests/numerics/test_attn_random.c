@@ -75,6 +75,7 @@ static void fill(tcase *t, trng *r)
 
 int main(void)
 {
+    test_require_isa("test_attn_random");
     fxa_ctx *ctx = NULL;
     trng r;
     int64_t rows_total = 0;

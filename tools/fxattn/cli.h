@@ -45,6 +45,7 @@ int fxt_parse_layout(const char *s, fxa_layout *out);
 int fxt_parse_mode(const char *s, fxa_mode *out);
 int fxt_parse_onoff(const char *opt, const char *s, int *out);
 int fxt_parse_dtype(const char *s, fxa_dtype *out);
+int fxt_parse_compute(const char *s, fxa_compute *out);
 const char *fxt_dtype_name(fxa_dtype t);
 
 /* Monotonic wall clock in seconds. */

@@ -129,6 +129,17 @@ int fxt_parse_dtype(const char *s, fxa_dtype *out)
     return 0;
 }
 
+int fxt_parse_compute(const char *s, fxa_compute *out)
+{
+    if (strcmp(s, "fp32") == 0)
+        *out = FXA_COMPUTE_FP32;
+    else if (strcmp(s, "bf16") == 0)
+        *out = FXA_COMPUTE_BF16;
+    else
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--compute must be fp32 or bf16, not '%s'", s);
+    return 0;
+}
+
 const char *fxt_dtype_name(fxa_dtype t)
 {
     return t == FXA_F32 ? "f32" : (t == FXA_BF16 ? "bf16" : "f16");

@@ -25,10 +25,12 @@ typedef struct attn_opts {
     const char *mode;
     const char *center;
     const char *dtype;
+    const char *compute;
     double scale;
     int64_t threads;
     int64_t heads_per_tile;
     int64_t block_q;
+    int64_t repeats;
     int stats;
     int verify;
 } attn_opts;
@@ -39,12 +41,13 @@ static void print_stats(const fxa_attn_desc *d, const fxa_attn_stats *st, const 
     const double flops = fxa_attn_flops(d);
     printf("{\"rows\": %lld, \"fallback_rows\": %lld, \"C\": %d, \"gate\": %d, "
            "\"gate_centered\": %d, \"vmax\": %.9g, \"max_bound\": %.17g, \"mode\": \"%s\", "
-           "\"center\": \"%s\", \"dtype\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
+           "\"center\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
            "\"seconds\": %.6f, \"gflops\": %.3f",
            (long long)st->rows, (long long)st->fallback_rows, st->c_min, st->gate_strict,
            st->gate_centered, st->vmax, st->max_bound,
            d->mode == FXA_MODE_AUTO ? "auto" : "online", d->center ? "on" : "off",
-           fxt_dtype_name(d->dtype), fxa_ctx_threads(r->ctx), fxa_ctx_isa(r->ctx), st->seconds,
+           fxt_dtype_name(d->dtype), d->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32",
+           fxa_ctx_threads(r->ctx), fxa_ctx_isa(r->ctx), st->seconds,
            st->seconds > 0 ? flops / st->seconds * 1e-9 : 0.0);
     if (vr)
         printf(", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
@@ -68,6 +71,31 @@ static int verify_output(const fxt_inputs *in, const float *out, const float *ls
     free(q);
     free(k);
     free(v);
+    return code;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    const double a = *(const double *)x;
+    const double b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* Run once, or with repeats > 1 a warm-up and `repeats` timed runs (plan
+ * once, run many: the steady state); st->seconds is then their median. */
+static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats,
+                        fxa_attn_stats *st)
+{
+    double seconds[101];
+    int code = fxt_runner_run(r, a, st, 0);
+    for (int64_t i = 0; i < repeats && repeats > 1 && !code; i++) {
+        code = fxt_runner_run(r, a, st, 0);
+        seconds[i] = st->seconds;
+    }
+    if (!code && repeats > 1) {
+        qsort(seconds, (size_t)repeats, sizeof seconds[0], cmp_double);
+        st->seconds = seconds[repeats / 2];
+    }
     return code;
 }
 
@@ -101,6 +129,8 @@ static int apply_options(const attn_opts *o, fxa_attn_desc *d)
         return FXT_EXIT_BAD_INPUT;
     if (o->center && fxt_parse_onoff("--center", o->center, &d->center))
         return FXT_EXIT_BAD_INPUT;
+    if (o->compute && fxt_parse_compute(o->compute, &d->compute))
+        return FXT_EXIT_BAD_INPUT;
     if (!isnan(o->scale)) { /* NaN: not given (the parser refuses NaN) */
         if (!(o->scale > 0.0))
             return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o->scale);
@@ -113,7 +143,7 @@ static int apply_options(const attn_opts *o, fxa_attn_desc *d)
 
 int fxt_cmd_attn(int argc, char **argv)
 {
-    attn_opts o = {.layout = "bshd", .scale = NAN};
+    attn_opts o = {.layout = "bshd", .scale = NAN, .repeats = 1};
     const fxt_opt opts[] = {
         {"-q", "--q", FXT_OPT_STRING, &o.q, 0, 0},
         {"-k", "--k", FXT_OPT_STRING, &o.k, 0, 0},
@@ -125,9 +155,11 @@ int fxt_cmd_attn(int argc, char **argv)
         {"--mode", NULL, FXT_OPT_STRING, &o.mode, 0, 0},
         {"--center", NULL, FXT_OPT_STRING, &o.center, 0, 0},
         {"--dtype", NULL, FXT_OPT_STRING, &o.dtype, 0, 0},
+        {"--compute", NULL, FXT_OPT_STRING, &o.compute, 0, 0},
         {"--threads", NULL, FXT_OPT_INT, &o.threads, 0, 1024},
         {"--heads-per-tile", NULL, FXT_OPT_INT, &o.heads_per_tile, 0, 1 << 20},
         {"--block-q", NULL, FXT_OPT_INT, &o.block_q, 0, 4096},
+        {"--repeats", NULL, FXT_OPT_INT, &o.repeats, 1, 101},
         {"--stats", NULL, FXT_OPT_FLAG, &o.stats, 0, 0},
         {"--verify", NULL, FXT_OPT_FLAG, &o.verify, 0, 0},
         {0},
@@ -142,7 +174,7 @@ int fxt_cmd_attn(int argc, char **argv)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "attn needs -q Q.npy -k K.npy -v V.npy -o OUT.npy");
     if (fxt_parse_layout(o.layout, &layout))
         return FXT_EXIT_BAD_INPUT;
-    if (o.mode || o.center || !isnan(o.scale)) {
+    if (o.mode || o.center || o.compute || !isnan(o.scale)) {
         /* Validate cheap options before reading any file. */
         fxa_attn_desc probe;
         fxa_attn_desc_init(&probe);
@@ -166,7 +198,7 @@ int fxt_cmd_attn(int argc, char **argv)
                        .lse = lse};
     fxa_attn_stats st;
     fxt_verify_result vr;
-    if ((code = fxt_runner_run(&r, &a, &st, 0)))
+    if ((code = run_repeated(&r, &a, o.repeats, &st)))
         goto out_buffers;
     if (o.verify && (code = verify_output(&in, out, lse, &vr)))
         goto out_buffers;

@@ -44,12 +44,14 @@ int fxt_cmd_bench(int argc, char **argv)
 {
     int64_t seq = 4096, heads = 40, dim = 128, threads = 0, repeats = 3;
     const char *dtype_s = "f32";
+    const char *compute_s = NULL;
     int json = 0;
     const fxt_opt opts[] = {
         {"--seq", NULL, FXT_OPT_INT, &seq, 1, 1 << 24},
         {"--heads", NULL, FXT_OPT_INT, &heads, 1, 1024},
         {"--dim", NULL, FXT_OPT_INT, &dim, 6, FXA_MAX_HEAD_DIM},
         {"--dtype", NULL, FXT_OPT_STRING, &dtype_s, 0, 0},
+        {"--compute", NULL, FXT_OPT_STRING, &compute_s, 0, 0},
         {"--threads", NULL, FXT_OPT_INT, &threads, 0, 1024},
         {"--repeats", NULL, FXT_OPT_INT, &repeats, 1, MAX_REPEATS},
         {"--json", NULL, FXT_OPT_FLAG, &json, 0, 0},
@@ -60,6 +62,10 @@ int fxt_cmd_bench(int argc, char **argv)
     if (code)
         return code;
     if (fxt_parse_dtype(dtype_s, &dtype))
+        return FXT_EXIT_BAD_INPUT;
+    /* bf16 inputs run the bf16 kernels unless --compute fp32 asks otherwise. */
+    fxa_compute compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+    if (compute_s && fxt_parse_compute(compute_s, &compute))
         return FXT_EXIT_BAD_INPUT;
     if (dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
@@ -82,12 +88,14 @@ int fxt_cmd_bench(int argc, char **argv)
     for (int i = 0; i < 2; i++) {
         fxa_attn_desc d = w.d;
         d.mode = modes[i].mode;
+        d.compute = compute;
         if ((code = fxt_runner_init(&modes[i].r, (int)threads, &d)))
             goto out;
     }
     const int n_threads = fxa_ctx_threads(modes[0].r.ctx);
     const char *peak_isa = NULL;
-    const double peak = fxt_peak_gflops(dtype == FXA_F32 ? FXT_PEAK_F32_FMA : FXT_PEAK_BF16_DOT,
+    const double peak = fxt_peak_gflops(compute == FXA_COMPUTE_FP32 ? FXT_PEAK_F32_FMA
+                                                                    : FXT_PEAK_BF16_DOT,
                                         n_threads, &peak_isa);
     for (int rep = -1; rep < repeats; rep++) { /* rep -1: warm-up */
         for (int i = 0; i < 2; i++) {
@@ -104,9 +112,10 @@ int fxt_cmd_bench(int argc, char **argv)
     }
     const double ratio = modes[1].median / modes[0].median;
     if (!json) {
-        printf("fxattn bench: S=%lld heads=%lld D=%lld %s, %d threads, kernels %s, median of "
-               "%lld runs\n",
+        printf("fxattn bench: S=%lld heads=%lld D=%lld %s (compute %s), %d threads, kernels %s, "
+               "median of %lld runs\n",
                (long long)seq, (long long)heads, (long long)dim, fxt_dtype_name(dtype),
+               compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32",
                n_threads, fxa_ctx_isa(modes[0].r.ctx), (long long)repeats);
         printf("measured peak: %.1f GFLOP/s (%s)\n", peak, peak_isa);
     }
@@ -115,11 +124,11 @@ int fxt_cmd_bench(int argc, char **argv)
         const char *name = i ? "online" : "auto";
         if (json)
             printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
-                   "\"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", \"seconds_median\": %.6f, "
+                   "\"compute\": \"%s\", \"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", \"seconds_median\": %.6f, "
                    "\"seconds_best\": %.6f, \"gflops\": %.3f, \"peak_gflops\": %.3f, "
                    "\"fraction_of_peak\": %.4f, \"fallback_rows\": %lld, \"rows\": %lld}\n",
                    (long long)seq, (long long)heads, (long long)dim, fxt_dtype_name(dtype),
-                   n_threads, name, fxa_ctx_isa(modes[i].r.ctx), modes[i].median,
+                   compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", n_threads, name, fxa_ctx_isa(modes[i].r.ctx), modes[i].median,
                    modes[i].seconds[0], gf, peak, peak > 0 ? gf / peak : 0.0,
                    (long long)modes[i].st.fallback_rows, (long long)modes[i].st.rows);
         else

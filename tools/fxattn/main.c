@@ -11,7 +11,8 @@ static const char g_usage[] =
     "commands:\n"
     "  attn   -q Q.npy -k K.npy -v V.npy -o OUT.npy [--layout bshd|bhsd] [--scale F]\n"
     "         [--mode auto|online] [--center on|off] [--dtype f32|bf16|f16] [--lse FILE.npy]\n"
-    "         [--threads N] [--stats] [--verify] [--heads-per-tile N] [--block-q N]\n"
+    "         [--compute fp32|bf16] [--threads N] [--stats] [--verify] [--repeats R]\n"
+    "         [--heads-per-tile N] [--block-q N]\n"
     "  check  -q Q.npy -k K.npy [-v V.npy] [--layout ...] [--scale F] [--dtype ...] [--json]\n"
     "         [--threads N]   does the fixed-max bound suit these q/k norms?\n"
     "  demo   [--frames F --height H --width W] [--heads N] [--dim D] [--threads N]\n"
@@ -19,6 +20,7 @@ static const char g_usage[] =
     "         fixed-max vs online vs fp64 (DIR gets q.npy, k.npy, v.npy)\n"
     "  bench  [--seq S] [--heads H] [--dim D] [--dtype ...] [--threads N] [--repeats R]\n"
     "         [--json]   GFLOP/s, share of measured peak, fixed-max vs online\n"
+    "  info   [--threads N]   the kernels this CPU runs (FXA_ISA=ref|avx2|avx512 forces a set)\n"
     "  help   this text\n"
     "\n"
     "exit status: 0 success, 2 bad usage or bad input, 1 other failures\n";
@@ -38,6 +40,8 @@ int main(int argc, char **argv)
         return fxt_cmd_demo(argc, argv);
     if (strcmp(cmd, "bench") == 0)
         return fxt_cmd_bench(argc, argv);
+    if (strcmp(cmd, "info") == 0)
+        return fxt_cmd_info(argc, argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(g_usage, stdout);
         return FXT_EXIT_OK;

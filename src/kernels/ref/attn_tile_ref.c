@@ -41,7 +41,7 @@ static void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0)
     }
     float *const acc[ROWS] = {a0, a1, a2, a3};
     for (size_t r = 0; r < ROWS; r++) {
-        float *z = t->scores + (i0 + r) * t->n_kv + j0;
+        float *z = t->scores + (i0 + r) * t->ld_scores + j0;
         for (size_t jj = 0; jj < COLS; jj++)
             z[jj] = t->lambda * (acc[r][jj] - t->qk_center[i0 + r]);
     }
@@ -52,7 +52,7 @@ static void scores_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t 
 {
     for (size_t r = 0; r < ni; r++) {
         const float *q = t->q + (i0 + r) * t->ldq;
-        float *z = t->scores + (i0 + r) * t->n_kv + j0;
+        float *z = t->scores + (i0 + r) * t->ld_scores + j0;
         for (size_t jj = 0; jj < nj; jj++) {
             float s = 0.0f;
             for (size_t c = 0; c < t->d; c++)
@@ -87,10 +87,10 @@ static void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0)
     float *const o1 = o0 + t->ldo;
     float *const o2 = o1 + t->ldo;
     float *const o3 = o2 + t->ldo;
-    const float *p0 = t->scores + i0 * t->n_kv;
-    const float *p1 = p0 + t->n_kv;
-    const float *p2 = p1 + t->n_kv;
-    const float *p3 = p2 + t->n_kv;
+    const float *p0 = t->scores + i0 * t->ld_scores;
+    const float *p1 = p0 + t->ld_scores;
+    const float *p2 = p1 + t->ld_scores;
+    const float *p3 = p2 + t->ld_scores;
     for (size_t cc = 0; cc < COLS; cc++) {
         a0[cc] = o0[cc];
         a1[cc] = o1[cc];
@@ -118,7 +118,7 @@ static void pv_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t c0, 
 {
     for (size_t r = 0; r < ni; r++) {
         float *o = t->o + (i0 + r) * t->ldo + c0;
-        const float *p = t->scores + (i0 + r) * t->n_kv;
+        const float *p = t->scores + (i0 + r) * t->ld_scores;
         for (size_t j = 0; j < t->n_kv; j++) {
             const float *vj = t->v + j * t->ldv + c0;
             for (size_t cc = 0; cc < nc; cc++)
@@ -165,7 +165,7 @@ static float row_max(const float *z, size_t n)
 static void softmax_rows(const fxa_attn_tile *t)
 {
     for (size_t i = 0; i < t->n_q; i++) {
-        float *z = t->scores + i * t->n_kv;
+        float *z = t->scores + i * t->ld_scores;
         if (!t->online[i]) {
             t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
             continue;
@@ -196,6 +196,8 @@ static void fxa_attn_tile_ref(const fxa_attn_tile *t)
 
 const fxa_kernels fxa_kernels_ref = {
     .isa_name = "ref",
+    .description = "portable C tiles (fp32 and bf16 compute), compiler-vectorised",
     .kv_tile = 256,
     .attn_tile = fxa_attn_tile_ref,
+    .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
 };

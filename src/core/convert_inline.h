@@ -1,0 +1,36 @@
+/* Inline bf16/f16 -> fp32 widening for the library's hot loops (the public
+ * fxa_bf16_to_f32 / fxa_f16_to_f32 call these). Exact for every input. */
+#ifndef FXA_CONVERT_INLINE_H
+#define FXA_CONVERT_INLINE_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline float fxa_bf16_bits_to_f32(uint16_t h)
+{
+    const uint32_t b = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+static inline float fxa_f16_bits_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    const uint32_t man = h & 0x3ffu;
+    uint32_t b;
+    float x;
+    if (exp == 0x1f) { /* Inf or NaN: keep the payload's top bits */
+        b = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in fp32 */
+        const float mag = (float)man * 0x1p-24f;
+        return sign ? -mag : mag;
+    } else {
+        b = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+#endif

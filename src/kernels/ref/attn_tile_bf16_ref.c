@@ -1,0 +1,104 @@
+/*
+ * Reference bf16-compute attention tile (contract: fxa_attn_tile_bf16 in
+ * kernels.h). Scalar C, the executable spec of FXA_COMPUTE_BF16: bf16
+ * products in fp32 taken in key-dimension pairs as vdpbf16ps takes them, P
+ * rounded to bf16 before P.V and before it is summed into l.
+ */
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "../kernels.h"
+#include "exp2_ref.h"
+#include "fxattn.h"
+
+static float bf(uint16_t h)
+{
+    return fxa_bf16_to_f32(h);
+}
+
+static void scores_rows(const fxa_attn_tile_bf16 *t)
+{
+    const size_t pairs = (t->d + 1) / 2;
+    for (size_t i = 0; i < t->n_q; i++) {
+        const uint16_t *q = t->q + i * t->ldq;
+        float *z = t->scores + i * t->ld_scores;
+        for (size_t j = 0; j < t->n_kv; j++) {
+            float s = 0.0f;
+            for (size_t c = 0; c < pairs; c++) {
+                const uint16_t *k = t->kp + 2 * (c * t->ldkp + j);
+                s = (s + bf(q[2 * c + 1]) * bf(k[1])) + bf(q[2 * c]) * bf(k[0]);
+            }
+            z[j] = t->lambda * (s - t->qk_center[i]);
+        }
+    }
+}
+
+/* p = bf16(exp2(z - shift)) into p16 (pad column zeroed); returns the sum of
+ * the rounded values. */
+static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
+{
+    float sum = 0.0f;
+    for (size_t j = 0; j < n; j++) {
+        p16[j] = fxa_f32_to_bf16(fxa_exp2_shifted_ref(z[j], shift));
+        sum += bf(p16[j]);
+    }
+    if (n % 2)
+        p16[n] = 0;
+    return sum;
+}
+
+static float row_max(const float *z, size_t n)
+{
+    float mx = -INFINITY;
+    for (size_t j = 0; j < n; j++)
+        mx = z[j] > mx ? z[j] : mx;
+    return mx;
+}
+
+static void softmax_rows(const fxa_attn_tile_bf16 *t)
+{
+    for (size_t i = 0; i < t->n_q; i++) {
+        const float *z = t->scores + i * t->ld_scores;
+        uint16_t *p16 = t->p16 + i * t->ld_scores;
+        if (!t->online[i]) {
+            t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16);
+            continue;
+        }
+        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
+        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
+        const float sum = exp2_row_bf16(z, t->n_kv, m_new, p16);
+        if (alpha != 1.0f) {
+            float *o = t->o + i * t->ldo;
+            for (size_t c = 0; c < t->d; c++)
+                o[c] *= alpha;
+        }
+        t->l[i] = t->l[i] * alpha + sum;
+        t->m[i] = m_new;
+    }
+}
+
+static void pv_rows(const fxa_attn_tile_bf16 *t)
+{
+    const size_t key_pairs = (t->n_kv + 1) / 2;
+    for (size_t i = 0; i < t->n_q; i++) {
+        const uint16_t *p = t->p16 + i * t->ld_scores;
+        float *o = t->o + i * t->ldo;
+        for (size_t j = 0; j < key_pairs; j++) {
+            const float p0 = bf(p[2 * j]);
+            const float p1 = bf(p[2 * j + 1]);
+            const uint16_t *v = t->vp + 2 * j * t->ldvp;
+            for (size_t c = 0; c < t->d; c++)
+                o[c] = (o[c] + p1 * bf(v[2 * c + 1])) + p0 * bf(v[2 * c]);
+        }
+    }
+}
+
+void fxa_attn_tile_bf16_ref(const fxa_attn_tile_bf16 *t)
+{
+    assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
+    assert(t->ldkp >= t->n_kv && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
+    scores_rows(t);
+    softmax_rows(t);
+    pv_rows(t);
+}

@@ -1,0 +1,219 @@
+/*
+ * AVX512-BF16 attention tile for FXA_COMPUTE_BF16 (contract:
+ * fxa_attn_tile_bf16 in kernels.h). Built with -mavx512f -mavx512vl
+ * -mavx512bw -mavx512dq -mavx512bf16 -mfma (per file).
+ *
+ *   scores  8 x 32 micro-kernel on vdpbf16ps: per key-dimension pair, two
+ *           zmm of packed key pairs and a broadcast query pair; 16 zmm
+ *           accumulators in fp32.
+ *   softmax fp32 exp2 (fxa_vexp2_shifted_f32x16), then P rounded to bf16
+ *           (vcvtneps2bf16); l sums the rounded P.
+ *   P.V     6 x 64 micro-kernel on vdpbf16ps: per key pair, four zmm of
+ *           packed value pairs and a broadcast pair of p; 24 accumulators.
+ * The hardware flushes subnormal bf16 products (DAZ/FTZ); P itself is never
+ * subnormal (exp2 flushes below 2^-126), so only products below 2^-126
+ * differ from the scalar reference, far below its rounding.
+ */
+#include <assert.h>
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "../kernels.h"
+#include "../ref/exp2_ref.h"
+#include "vexp2_avx512.h"
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+#define SC_ROWS 8
+#define PV_ROWS 6
+#define PV_VECS 4
+
+static inline __mmask16 tail_mask(ptrdiff_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : (n <= 0 ? 0 : (__mmask16)((1u << n) - 1u));
+}
+
+/* A pair of bf16 values as one 32-bit lane, broadcast to 16 lanes. */
+static inline __m512bh broadcast_pair(const uint16_t *pair)
+{
+    int32_t bits;
+    memcpy(&bits, pair, sizeof bits);
+    return (__m512bh)_mm512_set1_epi32(bits);
+}
+
+static ALWAYS_INLINE void scores_block(const fxa_attn_tile_bf16 *t, size_t i0, size_t j0,
+                                       const size_t mr, __mmask16 m0, __mmask16 m1)
+{
+    const size_t pairs = (t->d + 1) / 2;
+    __m512 acc[SC_ROWS][2];
+    UNROLL
+    for (size_t r = 0; r < mr; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const uint16_t *q = t->q + i0 * t->ldq;
+    for (size_t c = 0; c < pairs; c++) {
+        const uint16_t *kc = t->kp + 2 * (c * t->ldkp + j0);
+        const __m512bh k0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, kc);
+        const __m512bh k1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, kc + 32);
+        UNROLL
+        for (size_t r = 0; r < mr; r++) {
+            const __m512bh qb = broadcast_pair(q + r * t->ldq + 2 * c);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qb, k0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qb, k1);
+        }
+    }
+    const __m512 lambda = _mm512_set1_ps(t->lambda);
+    UNROLL
+    for (size_t r = 0; r < mr; r++) {
+        const __m512 center = _mm512_set1_ps(t->qk_center[i0 + r]);
+        float *z = t->scores + (i0 + r) * t->ld_scores + j0;
+        _mm512_mask_storeu_ps(z, m0, _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][0], center)));
+        _mm512_mask_storeu_ps(z + 16, m1, _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][1], center)));
+    }
+}
+
+static void scores_tile(const fxa_attn_tile_bf16 *t)
+{
+    for (size_t j0 = 0; j0 < t->n_kv; j0 += 32) {
+        const ptrdiff_t left = (ptrdiff_t)(t->n_kv - j0);
+        const __mmask16 m0 = tail_mask(left);
+        const __mmask16 m1 = tail_mask(left - 16);
+        size_t i0 = 0;
+        for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
+            scores_block(t, i0, j0, SC_ROWS, m0, m1);
+        switch (t->n_q - i0) {
+        case 7: scores_block(t, i0, j0, 7, m0, m1); break;
+        case 6: scores_block(t, i0, j0, 6, m0, m1); break;
+        case 5: scores_block(t, i0, j0, 5, m0, m1); break;
+        case 4: scores_block(t, i0, j0, 4, m0, m1); break;
+        case 3: scores_block(t, i0, j0, 3, m0, m1); break;
+        case 2: scores_block(t, i0, j0, 2, m0, m1); break;
+        case 1: scores_block(t, i0, j0, 1, m0, m1); break;
+        default: break;
+        }
+    }
+}
+
+/* p16 = bf16(exp2(z - shift)) (pad column zeroed); returns the sum of the
+ * rounded values. */
+static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
+{
+    const __m512 m = _mm512_set1_ps(shift);
+    __m512 sum = _mm512_setzero_ps();
+    for (size_t j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask((ptrdiff_t)(n - j));
+        const __m512 p = fxa_vexp2_shifted_f32x16(_mm512_maskz_loadu_ps(k, z + j), m);
+        const __m256i pb = (__m256i)_mm512_cvtneps_pbh(p);
+        _mm256_mask_storeu_epi16(p16 + j, k, pb);
+        const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));
+        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, back));
+    }
+    if (n % 2)
+        p16[n] = 0;
+    return _mm512_reduce_add_ps(sum);
+}
+
+static float row_max(const float *z, size_t n)
+{
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (size_t j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask((ptrdiff_t)(n - j));
+        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, z + j));
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
+static void softmax_rows(const fxa_attn_tile_bf16 *t)
+{
+    for (size_t i = 0; i < t->n_q; i++) {
+        const float *z = t->scores + i * t->ld_scores;
+        uint16_t *p16 = t->p16 + i * t->ld_scores;
+        if (!t->online[i]) {
+            t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16);
+            continue;
+        }
+        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
+        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
+        const float sum = exp2_row_bf16(z, t->n_kv, m_new, p16);
+        if (alpha != 1.0f) {
+            float *o = t->o + i * t->ldo;
+            const __m512 a = _mm512_set1_ps(alpha);
+            for (size_t c = 0; c < t->d; c += 16) {
+                const __mmask16 k = tail_mask((ptrdiff_t)(t->d - c));
+                _mm512_mask_storeu_ps(o + c, k, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(k, o + c)));
+            }
+        }
+        t->l[i] = t->l[i] * alpha + sum;
+        t->m[i] = m_new;
+    }
+}
+
+static ALWAYS_INLINE void pv_block(const fxa_attn_tile_bf16 *t, size_t i0, size_t c0,
+                                   const size_t mr, const __mmask16 mask[PV_VECS])
+{
+    const size_t key_pairs = (t->n_kv + 1) / 2;
+    __m512 acc[PV_ROWS][PV_VECS];
+    UNROLL
+    for (size_t r = 0; r < mr; r++)
+        UNROLL
+        for (size_t v = 0; v < PV_VECS; v++)
+            acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t->o + (i0 + r) * t->ldo + c0 + 16 * v);
+    const uint16_t *p = t->p16 + i0 * t->ld_scores;
+    for (size_t j = 0; j < key_pairs; j++) {
+        const uint16_t *vj = t->vp + 2 * (j * t->ldvp + c0);
+        __m512bh vv[PV_VECS];
+        UNROLL
+        for (size_t v = 0; v < PV_VECS; v++)
+            vv[v] = (__m512bh)_mm512_maskz_loadu_epi32(mask[v], vj + 32 * v);
+        UNROLL
+        for (size_t r = 0; r < mr; r++) {
+            const __m512bh pb = broadcast_pair(p + r * t->ld_scores + 2 * j);
+            UNROLL
+            for (size_t v = 0; v < PV_VECS; v++)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], pb, vv[v]);
+        }
+    }
+    UNROLL
+    for (size_t r = 0; r < mr; r++)
+        UNROLL
+        for (size_t v = 0; v < PV_VECS; v++)
+            _mm512_mask_storeu_ps(t->o + (i0 + r) * t->ldo + c0 + 16 * v, mask[v], acc[r][v]);
+}
+
+static void pv_tile(const fxa_attn_tile_bf16 *t)
+{
+    for (size_t c0 = 0; c0 < t->d; c0 += 16 * PV_VECS) {
+        __mmask16 mask[PV_VECS];
+        for (size_t v = 0; v < PV_VECS; v++)
+            mask[v] = tail_mask((ptrdiff_t)t->d - (ptrdiff_t)(c0 + 16 * v));
+        size_t i0 = 0;
+        for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
+            pv_block(t, i0, c0, PV_ROWS, mask);
+        switch (t->n_q - i0) {
+        case 5: pv_block(t, i0, c0, 5, mask); break;
+        case 4: pv_block(t, i0, c0, 4, mask); break;
+        case 3: pv_block(t, i0, c0, 3, mask); break;
+        case 2: pv_block(t, i0, c0, 2, mask); break;
+        case 1: pv_block(t, i0, c0, 1, mask); break;
+        default: break;
+        }
+    }
+}
+
+static void attn_tile_bf16_avx512(const fxa_attn_tile_bf16 *t)
+{
+    assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
+    assert(t->ldkp >= t->n_kv && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
+    scores_tile(t);
+    softmax_rows(t);
+    pv_tile(t);
+}
+
+const fxa_kernels fxa_kernels_avx512_bf16 = {
+    .isa_name = "avx512",
+    .description = "AVX-512 fp32 tile (8x32 scores, 6x64 P.V); bf16 compute: vdpbf16ps tile (8x32, 6x64)",
+    .kv_tile = 256,
+    .attn_tile = fxa_attn_tile_f32_avx512,
+    .attn_tile_bf16 = attn_tile_bf16_avx512,
+};

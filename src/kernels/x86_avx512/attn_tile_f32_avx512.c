@@ -1,0 +1,207 @@
+/*
+ * AVX-512 fp32 attention tile (contract: fxa_attn_tile in kernels.h).
+ * Built with -mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma (per file).
+ *
+ *   scores  8 x 32 micro-kernel: 16 zmm accumulators, K^T rows of 32 keys
+ *           loaded once per depth step and broadcast q; every score is a
+ *           chain of FMAs over c from 0 (the same chain for any rows-per-
+ *           block, so a row's bits never depend on its place in the tile);
+ *           the key tail is masked, never over-read.
+ *   softmax per row, 16 lanes at a time: fixed shift or online update with
+ *           an integer running shift, exp2 by fxa_vexp2_shifted_f32x16.
+ *   P.V     6 x 64 micro-kernel: 24 zmm accumulators, V rows loaded once per
+ *           key and broadcast p; FMA chain over j; the column tail masked.
+ * Matches the reference kernels to fp32 rounding (FMA and lane-wise sums
+ * change the last bits), bit for bit across thread counts and tilings.
+ */
+#include <assert.h>
+#include <immintrin.h>
+#include <math.h>
+
+#include "../kernels.h"
+#include "../ref/exp2_ref.h"
+#include "vexp2_avx512.h"
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+/* Fully unroll the loops over micro-kernel rows and vectors, so that the
+ * accumulator arrays live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+
+#define SC_ROWS 8 /* score micro-kernel rows */
+#define PV_ROWS 6 /* P.V micro-kernel rows */
+#define PV_VECS 4 /* P.V micro-kernel columns, in zmm (64 floats) */
+
+static inline __mmask16 tail_mask(size_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* Scores of rows [i0, i0 + mr) x keys [j0, j0 + 32), masked to the tile. */
+static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0,
+                                       const size_t mr, __mmask16 m0, __mmask16 m1)
+{
+    __m512 acc[SC_ROWS][2];
+    UNROLL
+    for (size_t r = 0; r < mr; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const float *q = t->q + i0 * t->ldq;
+    const float *kt = t->kt + j0;
+    for (size_t c = 0; c < t->d; c++) {
+        const __m512 k0 = _mm512_maskz_loadu_ps(m0, kt + c * t->ldkt);
+        const __m512 k1 = _mm512_maskz_loadu_ps(m1, kt + c * t->ldkt + 16);
+        UNROLL
+        for (size_t r = 0; r < mr; r++) {
+            const __m512 qb = _mm512_set1_ps(q[r * t->ldq + c]);
+            acc[r][0] = _mm512_fmadd_ps(qb, k0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(qb, k1, acc[r][1]);
+        }
+    }
+    const __m512 lambda = _mm512_set1_ps(t->lambda);
+    UNROLL
+    for (size_t r = 0; r < mr; r++) {
+        const __m512 center = _mm512_set1_ps(t->qk_center[i0 + r]);
+        float *z = t->scores + (i0 + r) * t->ld_scores + j0;
+        _mm512_mask_storeu_ps(z, m0, _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][0], center)));
+        _mm512_mask_storeu_ps(z + 16, m1, _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][1], center)));
+    }
+}
+
+static void scores_tile(const fxa_attn_tile *t)
+{
+    for (size_t j0 = 0; j0 < t->n_kv; j0 += 32) {
+        const size_t left = t->n_kv - j0;
+        const __mmask16 m0 = tail_mask(left);
+        const __mmask16 m1 = left > 16 ? tail_mask(left - 16) : 0;
+        size_t i0 = 0;
+        for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
+            scores_block(t, i0, j0, SC_ROWS, m0, m1);
+        switch (t->n_q - i0) {
+        case 7: scores_block(t, i0, j0, 7, m0, m1); break;
+        case 6: scores_block(t, i0, j0, 6, m0, m1); break;
+        case 5: scores_block(t, i0, j0, 5, m0, m1); break;
+        case 4: scores_block(t, i0, j0, 4, m0, m1); break;
+        case 3: scores_block(t, i0, j0, 3, m0, m1); break;
+        case 2: scores_block(t, i0, j0, 2, m0, m1); break;
+        case 1: scores_block(t, i0, j0, 1, m0, m1); break;
+        default: break;
+        }
+    }
+}
+
+/* p = exp2(z - shift) in place over n scores; returns the sum of p. */
+static float exp2_row_sum(float *z, size_t n, float shift)
+{
+    const __m512 m = _mm512_set1_ps(shift);
+    __m512 sum = _mm512_setzero_ps();
+    for (size_t j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask(n - j);
+        const __m512 p = fxa_vexp2_shifted_f32x16(_mm512_maskz_loadu_ps(k, z + j), m);
+        _mm512_mask_storeu_ps(z + j, k, p);
+        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, p));
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+static float row_max(const float *z, size_t n)
+{
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (size_t j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask(n - j);
+        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, z + j));
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
+static void softmax_rows(const fxa_attn_tile *t)
+{
+    for (size_t i = 0; i < t->n_q; i++) {
+        float *z = t->scores + i * t->ld_scores;
+        if (!t->online[i]) {
+            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
+            continue;
+        }
+        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
+        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new); /* a power of two */
+        const float sum = exp2_row_sum(z, t->n_kv, m_new);
+        if (alpha != 1.0f) {
+            float *o = t->o + i * t->ldo;
+            const __m512 a = _mm512_set1_ps(alpha);
+            for (size_t c = 0; c < t->d; c += 16) {
+                const __mmask16 k = tail_mask(t->d - c);
+                _mm512_mask_storeu_ps(o + c, k, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(k, o + c)));
+            }
+        }
+        t->l[i] = t->l[i] * alpha + sum;
+        t->m[i] = m_new;
+    }
+}
+
+/* o[rows i0..i0+mr, cols c0..c0+64) += P V, masks per column vector. */
+static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0, const size_t mr,
+                                   const __mmask16 mask[PV_VECS])
+{
+    __m512 acc[PV_ROWS][PV_VECS];
+    UNROLL
+    for (size_t r = 0; r < mr; r++)
+        UNROLL
+        for (size_t v = 0; v < PV_VECS; v++)
+            acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t->o + (i0 + r) * t->ldo + c0 + 16 * v);
+    const float *p = t->scores + i0 * t->ld_scores;
+    for (size_t j = 0; j < t->n_kv; j++) {
+        const float *vj = t->v + j * t->ldv + c0;
+        __m512 vv[PV_VECS];
+        UNROLL
+        for (size_t v = 0; v < PV_VECS; v++)
+            vv[v] = _mm512_maskz_loadu_ps(mask[v], vj + 16 * v);
+        UNROLL
+        for (size_t r = 0; r < mr; r++) {
+            const __m512 pb = _mm512_set1_ps(p[r * t->ld_scores + j]);
+            UNROLL
+            for (size_t v = 0; v < PV_VECS; v++)
+                acc[r][v] = _mm512_fmadd_ps(pb, vv[v], acc[r][v]);
+        }
+    }
+    UNROLL
+    for (size_t r = 0; r < mr; r++)
+        UNROLL
+        for (size_t v = 0; v < PV_VECS; v++)
+            _mm512_mask_storeu_ps(t->o + (i0 + r) * t->ldo + c0 + 16 * v, mask[v], acc[r][v]);
+}
+
+static void pv_tile(const fxa_attn_tile *t)
+{
+    for (size_t c0 = 0; c0 < t->d; c0 += 16 * PV_VECS) {
+        __mmask16 mask[PV_VECS];
+        UNROLL
+        for (size_t v = 0; v < PV_VECS; v++)
+            mask[v] = c0 + 16 * v < t->d ? tail_mask(t->d - c0 - 16 * v) : 0;
+        size_t i0 = 0;
+        for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
+            pv_block(t, i0, c0, PV_ROWS, mask);
+        switch (t->n_q - i0) {
+        case 5: pv_block(t, i0, c0, 5, mask); break;
+        case 4: pv_block(t, i0, c0, 4, mask); break;
+        case 3: pv_block(t, i0, c0, 3, mask); break;
+        case 2: pv_block(t, i0, c0, 2, mask); break;
+        case 1: pv_block(t, i0, c0, 1, mask); break;
+        default: break;
+        }
+    }
+}
+
+void fxa_attn_tile_f32_avx512(const fxa_attn_tile *t)
+{
+    assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
+    assert(t->ldkt >= t->n_kv && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
+    scores_tile(t);
+    softmax_rows(t);
+    pv_tile(t);
+}
+
+const fxa_kernels fxa_kernels_avx512 = {
+    .isa_name = "avx512",
+    .description = "AVX-512 fp32 tile (8x32 scores, 6x64 P.V); bf16 compute: portable tile (no AVX512-BF16)",
+    .kv_tile = 256,
+    .attn_tile = fxa_attn_tile_f32_avx512,
+    .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
+};

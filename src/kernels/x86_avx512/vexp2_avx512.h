@@ -1,0 +1,35 @@
+/*
+ * 2^(z - m) for 16 lanes, m integer-valued: the AVX-512 twin of
+ * fxa_exp2_shifted_ref (kernels/ref/exp2_ref.h), same reduction and the same
+ * degree-7 polynomial, evaluated with FMA. z = zi + f with zi = round(z)
+ * (vrndscaleps) and f = z - zi exact; n = zi - m is exact while
+ * |zi - m| < 2^24 (larger gaps only occur for terms that flush anyway);
+ * 2^n is applied by vscalefps. Results with n + f < -126 are flushed to 0,
+ * like the reference. Error: tests/unit/test_exp2.c.
+ * Include only from files compiled with -mavx512f.
+ */
+#ifndef FXA_VEXP2_AVX512_H
+#define FXA_VEXP2_AVX512_H
+
+#include <immintrin.h>
+
+static inline __m512 fxa_vexp2_shifted_f32x16(__m512 z, __m512 m)
+{
+    const __m512 zi = _mm512_roundscale_ps(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(z, zi);
+    const __m512 n = _mm512_sub_ps(zi, m);
+    __m512 p = _mm512_set1_ps(0.0000152527338040598f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.000154035303933816f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00133335581464284f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00961812910762848f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0555041086648216f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240226506959101f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693147180559945f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    const __m512 r = _mm512_scalef_ps(p, n);
+    const __mmask16 keep =
+        _mm512_cmp_ps_mask(_mm512_add_ps(n, f), _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+    return _mm512_maskz_mov_ps(keep, r);
+}
+
+#endif

@@ -1,0 +1,29 @@
+/* `fxattn info`: which kernel set this machine runs, and why. */
+#include <stdio.h>
+
+#include "cli.h"
+#include "commands.h"
+
+int fxt_cmd_info(int argc, char **argv)
+{
+    int64_t threads = 0;
+    const fxt_opt opts[] = {
+        {"--threads", NULL, FXT_OPT_INT, &threads, 0, 1024},
+        {0},
+    };
+    int code = fxt_parse_options("info", argc, argv, 2, opts);
+    if (code)
+        return code;
+    fxa_ctx_params p;
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_params_init(&p);
+    p.n_threads = (int)threads;
+    fxa_status st = fxa_ctx_create(&p, &ctx);
+    if (st != FXA_OK)
+        return fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_create_error());
+    printf("fxattn %d.%d.%d\nkernels: %s\n  %s\nthreads: %d\n", FXA_VERSION_MAJOR,
+           FXA_VERSION_MINOR, FXA_VERSION_PATCH, fxa_ctx_isa(ctx), fxa_ctx_kernel_info(ctx),
+           fxa_ctx_threads(ctx));
+    fxa_ctx_destroy(ctx);
+    return FXT_EXIT_OK;
+}
