@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Install what fxattn needs to build and test on Debian 12: a C11 compiler,
-# make and CMake (>= 3.25). Skips apt when everything is already there.
+# make and CMake (>= 3.25), and clang with libFuzzer for the fuzz targets.
+# Skips apt when everything is already there.
 set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+# libFuzzer's runtime is only a Recommends of clang-14: ask for it by name.
+ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+    need+=(libclang-rt-14-dev)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

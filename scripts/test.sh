@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
-# Install dependencies, build the test configuration (optimised, assertions
-# on, warnings are errors) and run the whole suite with CTest.
+# Install dependencies, then build and run the whole suite with CTest three
+# ways: the test configuration (optimised, assertions on, warnings are
+# errors), the same under AddressSanitizer + UndefinedBehaviorSanitizer, and
+# the threaded tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+jobs="$(nproc)"
+export FUZZ_REQUIRE_CLANG=1 # a missing libFuzzer fails the run instead of skipping
+
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFXA_WERROR=ON
-cmake --build build-test -j "$(nproc)"
-ctest --test-dir build-test --output-on-failure -j "$(nproc)"
+cmake --build build-test -j "$jobs"
+ctest --test-dir build-test --output-on-failure -j "$jobs"
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFXA_WERROR=ON \
+      -DFXA_SANITIZE=address,undefined
+cmake --build build-asan -j "$jobs"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE fuzz
+
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFXA_WERROR=ON -DFXA_SANITIZE=thread
+cmake --build build-tsan -j "$jobs"
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R 'invariance|bf16|errors'

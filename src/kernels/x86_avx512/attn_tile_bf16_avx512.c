@@ -32,7 +32,8 @@
 
 static inline __mmask16 tail_mask(ptrdiff_t n)
 {
-    return n >= 16 ? (__mmask16)0xffff : (n <= 0 ? 0 : (__mmask16)((1u << n) - 1u));
+    const unsigned bits = n >= 16 ? 0xffffu : (n <= 0 ? 0u : (1u << n) - 1u);
+    return (__mmask16)bits;
 }
 
 /* A pair of bf16 values as one 32-bit lane, broadcast to 16 lanes. */

@@ -33,7 +33,8 @@
 
 static inline __mmask16 tail_mask(size_t n)
 {
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+    const unsigned bits = n >= 16 ? 0xffffu : (1u << n) - 1u;
+    return (__mmask16)bits;
 }
 
 /* Scores of rows [i0, i0 + mr) x keys [j0, j0 + 32), masked to the tile. */

@@ -1,0 +1,491 @@
+/*
+ * libFuzzer target for the fxattn option parser (tools/fxattn/cli_args.c).
+ *
+ * Contract: an input is a command line after "fxattn", as in /proc/PID/cmdline: arguments
+ * each ended by a NUL byte (the last one may lack it); at most MAX_ARGS arguments of at most
+ * MAX_ARG_LEN bytes are kept (longer ones are cut, the rest is ignored). Each argument gets
+ * its own exact-size heap copy, so reading past its NUL is an ASan error. If the first
+ * argument names a subcommand, its option table is used; otherwise every table is tried.
+ * fxt_parse_options runs from argv[2] as the subcommands call it, then the value parsers
+ * (layout/mode/onoff/dtype/compute) run on the strings it stored. Checked (__builtin_trap):
+ *  - the return code and every stored value match a small model of the parser (exact name or
+ *    alias, flags set 1, values from the next argument, integers in [min, max], doubles
+ *    finite, the last occurrence wins, parsing stops at the first error);
+ *  - a stored string is the default or one of argv[2..argc) itself (no copy, no overread);
+ *  - each value parser returns 0 with the enum the spelling names, or FXT_EXIT_BAD_INPUT
+ *    with its output untouched.
+ * The option tables MIRROR tools/fxattn/cmd_{attn,check,bench,demo,info}.c at commit
+ * b0949c7 (defaults, names, aliases, kinds, ranges); keep them in sync until the commands
+ * expose their tables. fxt_fail writes to stderr: the stderr stream is pointed at /dev/null
+ * once at start (libFuzzer and the sanitizers keep writing to file descriptor 2).
+ * Nothing here writes a file.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define MAX_ARGS 32
+#define MAX_ARG_LEN 256
+#define MAX_OPTS 24
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static FILE *g_report; /* the original stderr, for contract violations */
+
+#define CHECK(cond)                                                                             \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            fprintf(g_report ? g_report : stderr, "fuzz_args: contract violated at %s:%d: %s\n", \
+                    __FILE__, __LINE__, #cond);                                                 \
+            __builtin_trap();                                                                   \
+        }                                                                                       \
+    } while (0)
+
+/* ---- the option tables (mirrors of the cmd_*.c tables) ------------------------------ */
+
+/* Mirrors attn_opts in tools/fxattn/cmd_attn.c. */
+typedef struct attn_opts {
+    const char *q;
+    const char *k;
+    const char *v;
+    const char *out;
+    const char *lse;
+    const char *layout;
+    const char *mode;
+    const char *center;
+    const char *dtype;
+    const char *compute;
+    double scale;
+    int64_t threads;
+    int64_t heads_per_tile;
+    int64_t block_q;
+    int64_t repeats;
+    int stats;
+    int verify;
+} attn_opts;
+
+typedef struct check_opts {
+    const char *qp, *kp, *vp, *layout_s, *dtype, *plot;
+    double scale;
+    int64_t threads;
+    int json;
+} check_opts;
+
+typedef struct bench_opts {
+    int64_t seq, heads, dim, threads, repeats;
+    const char *dtype_s, *compute_s;
+    int json;
+} bench_opts;
+
+typedef struct demo_opts {
+    int64_t frames, height, width, heads, dim, seed, threads;
+    int json;
+    const char *save_dir;
+} demo_opts;
+
+typedef struct all_opts {
+    attn_opts attn;
+    check_opts check;
+    bench_opts bench;
+    demo_opts demo;
+    int64_t info_threads;
+} all_opts;
+
+enum { CMD_ATTN, CMD_CHECK, CMD_BENCH, CMD_DEMO, CMD_INFO, CMD_COUNT };
+static const char *const g_cmd_names[CMD_COUNT] = {"attn", "check", "bench", "demo", "info"};
+
+/* Defaults as the commands set them before parsing. */
+static void set_defaults(all_opts *a)
+{
+    memset(a, 0, sizeof *a);
+    a->attn.layout = "bshd"; /* cmd_attn.c: {.layout = "bshd", .scale = NAN, .repeats = 1} */
+    a->attn.scale = NAN;
+    a->attn.repeats = 1;
+    a->check.layout_s = "bshd"; /* cmd_check.c */
+    a->check.scale = NAN;
+    a->bench.seq = 4096; /* cmd_bench.c */
+    a->bench.heads = 40;
+    a->bench.dim = 128;
+    a->bench.repeats = 3;
+    a->bench.dtype_s = "f32";
+    a->demo.frames = 4; /* cmd_demo.c */
+    a->demo.height = 32;
+    a->demo.width = 32;
+    a->demo.heads = 40;
+    a->demo.dim = 128;
+    a->demo.seed = 1;
+}
+
+/* Fill opts (zero-terminated, at most MAX_OPTS entries) with the table of cmd over a. */
+static void make_table(int cmd, all_opts *a, fxt_opt opts[MAX_OPTS])
+{
+    memset(opts, 0, MAX_OPTS * sizeof opts[0]);
+    switch (cmd) {
+    case CMD_ATTN: { /* tools/fxattn/cmd_attn.c, fxt_cmd_attn */
+        attn_opts *o = &a->attn;
+        const fxt_opt t[] = {
+            {"-q", "--q", FXT_OPT_STRING, &o->q, 0, 0},
+            {"-k", "--k", FXT_OPT_STRING, &o->k, 0, 0},
+            {"-v", "--v", FXT_OPT_STRING, &o->v, 0, 0},
+            {"-o", "--out", FXT_OPT_STRING, &o->out, 0, 0},
+            {"--lse", NULL, FXT_OPT_STRING, &o->lse, 0, 0},
+            {"--layout", NULL, FXT_OPT_STRING, &o->layout, 0, 0},
+            {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
+            {"--mode", NULL, FXT_OPT_STRING, &o->mode, 0, 0},
+            {"--center", NULL, FXT_OPT_STRING, &o->center, 0, 0},
+            {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
+            {"--compute", NULL, FXT_OPT_STRING, &o->compute, 0, 0},
+            {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+            {"--heads-per-tile", NULL, FXT_OPT_INT, &o->heads_per_tile, 0, 1 << 20},
+            {"--block-q", NULL, FXT_OPT_INT, &o->block_q, 0, 4096},
+            {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, 101},
+            {"--stats", NULL, FXT_OPT_FLAG, &o->stats, 0, 0},
+            {"--verify", NULL, FXT_OPT_FLAG, &o->verify, 0, 0},
+            {0},
+        };
+        memcpy(opts, t, sizeof t);
+        break;
+    }
+    case CMD_CHECK: { /* tools/fxattn/cmd_check.c, fxt_cmd_check */
+        check_opts *o = &a->check;
+        const fxt_opt t[] = {
+            {"-q", "--q", FXT_OPT_STRING, &o->qp, 0, 0},
+            {"-k", "--k", FXT_OPT_STRING, &o->kp, 0, 0},
+            {"-v", "--v", FXT_OPT_STRING, &o->vp, 0, 0},
+            {"--layout", NULL, FXT_OPT_STRING, &o->layout_s, 0, 0},
+            {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
+            {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
+            {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+            {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
+            {"--plot", NULL, FXT_OPT_STRING, &o->plot, 0, 0},
+            {0},
+        };
+        memcpy(opts, t, sizeof t);
+        break;
+    }
+    case CMD_BENCH: { /* tools/fxattn/cmd_bench.c, fxt_cmd_bench (MAX_REPEATS 101) */
+        bench_opts *o = &a->bench;
+        const fxt_opt t[] = {
+            {"--seq", NULL, FXT_OPT_INT, &o->seq, 1, 1 << 24},
+            {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
+            {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
+            {"--dtype", NULL, FXT_OPT_STRING, &o->dtype_s, 0, 0},
+            {"--compute", NULL, FXT_OPT_STRING, &o->compute_s, 0, 0},
+            {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+            {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, 101},
+            {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
+            {0},
+        };
+        memcpy(opts, t, sizeof t);
+        break;
+    }
+    case CMD_DEMO: { /* tools/fxattn/cmd_demo.c, fxt_cmd_demo */
+        demo_opts *o = &a->demo;
+        const fxt_opt t[] = {
+            {"--frames", NULL, FXT_OPT_INT, &o->frames, 1, 1024},
+            {"--height", NULL, FXT_OPT_INT, &o->height, 1, 1024},
+            {"--width", NULL, FXT_OPT_INT, &o->width, 1, 1024},
+            {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
+            {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
+            {"--seed", NULL, FXT_OPT_INT, &o->seed, 0, INT64_MAX},
+            {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+            {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
+            {"--save-inputs", NULL, FXT_OPT_STRING, &o->save_dir, 0, 0},
+            {0},
+        };
+        memcpy(opts, t, sizeof t);
+        break;
+    }
+    default: { /* tools/fxattn/cmd_info.c, fxt_cmd_info */
+        const fxt_opt t[] = {
+            {"--threads", NULL, FXT_OPT_INT, &a->info_threads, 0, 1024},
+            {0},
+        };
+        memcpy(opts, t, sizeof t);
+        break;
+    }
+    }
+}
+
+/* ---- a model of fxt_parse_options --------------------------------------------------- */
+
+/* One stored value, whatever its kind. */
+typedef union value {
+    const char *s;
+    int64_t i;
+    double d;
+    int flag;
+} value;
+
+static value load(const fxt_opt *o)
+{
+    value v;
+    memset(&v, 0, sizeof v);
+    switch (o->kind) {
+    case FXT_OPT_STRING:
+        v.s = *(const char *const *)o->dest;
+        break;
+    case FXT_OPT_INT:
+        v.i = *(const int64_t *)o->dest;
+        break;
+    case FXT_OPT_DOUBLE:
+        v.d = *(const double *)o->dest;
+        break;
+    case FXT_OPT_FLAG:
+        v.flag = *(const int *)o->dest;
+        break;
+    }
+    return v;
+}
+
+static int same_value(fxt_opt_kind kind, value a, value b)
+{
+    switch (kind) {
+    case FXT_OPT_STRING:
+        return a.s == b.s;
+    case FXT_OPT_INT:
+        return a.i == b.i;
+    case FXT_OPT_DOUBLE:
+        return memcmp(&a.d, &b.d, sizeof a.d) == 0; /* NaN (not given) equals itself */
+    case FXT_OPT_FLAG:
+        return a.flag == b.flag;
+    }
+    return 0;
+}
+
+/* What fxt_parse_options should return and store, from the values before the call (in
+ * expect[]). Independent of cli_args.c except for the C library's strtoll/strtod. */
+static int model_parse(int argc, char **argv, int first, const fxt_opt *opts, value *expect)
+{
+    for (int i = first; i < argc; i++) {
+        int found = -1;
+        for (int j = 0; opts[j].name != NULL; j++) {
+            if (strcmp(argv[i], opts[j].name) == 0 ||
+                (opts[j].alias != NULL && strcmp(argv[i], opts[j].alias) == 0)) {
+                found = j;
+                break;
+            }
+        }
+        if (found < 0) {
+            return FXT_EXIT_BAD_INPUT;
+        }
+        const fxt_opt *o = &opts[found];
+        if (o->kind == FXT_OPT_FLAG) {
+            expect[found].flag = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            return FXT_EXIT_BAD_INPUT;
+        }
+        const char *val = argv[++i];
+        char *end = NULL;
+        errno = 0;
+        if (o->kind == FXT_OPT_STRING) {
+            expect[found].s = val;
+        } else if (o->kind == FXT_OPT_INT) {
+            long long v = strtoll(val, &end, 10);
+            if (errno != 0 || end == val || *end != '\0' || v < o->min || v > o->max) {
+                return FXT_EXIT_BAD_INPUT;
+            }
+            expect[found].i = (int64_t)v;
+        } else {
+            double v = strtod(val, &end);
+            if (errno != 0 || end == val || *end != '\0' || !isfinite(v)) {
+                return FXT_EXIT_BAD_INPUT;
+            }
+            expect[found].d = v;
+        }
+    }
+    return 0;
+}
+
+/* ---- the value parsers -------------------------------------------------------------- */
+
+static void check_value_parsers(const char *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    fxa_layout layout = (fxa_layout)-7;
+    int r = fxt_parse_layout(s, &layout);
+    if (strcmp(s, "bshd") == 0) {
+        CHECK(r == 0 && layout == FXA_LAYOUT_BSHD);
+    } else if (strcmp(s, "bhsd") == 0) {
+        CHECK(r == 0 && layout == FXA_LAYOUT_BHSD);
+    } else {
+        CHECK(r == FXT_EXIT_BAD_INPUT && layout == (fxa_layout)-7);
+    }
+
+    fxa_mode mode = (fxa_mode)-7;
+    r = fxt_parse_mode(s, &mode);
+    if (strcmp(s, "auto") == 0) {
+        CHECK(r == 0 && mode == FXA_MODE_AUTO);
+    } else if (strcmp(s, "online") == 0) {
+        CHECK(r == 0 && mode == FXA_MODE_ONLINE);
+    } else {
+        CHECK(r == FXT_EXIT_BAD_INPUT && mode == (fxa_mode)-7);
+    }
+
+    int onoff = -7;
+    r = fxt_parse_onoff("--center", s, &onoff);
+    if (strcmp(s, "on") == 0) {
+        CHECK(r == 0 && onoff == 1);
+    } else if (strcmp(s, "off") == 0) {
+        CHECK(r == 0 && onoff == 0);
+    } else {
+        CHECK(r == FXT_EXIT_BAD_INPUT && onoff == -7);
+    }
+
+    fxa_dtype dtype = (fxa_dtype)-7;
+    r = fxt_parse_dtype(s, &dtype);
+    if (strcmp(s, "f32") == 0) {
+        CHECK(r == 0 && dtype == FXA_F32);
+    } else if (strcmp(s, "bf16") == 0) {
+        CHECK(r == 0 && dtype == FXA_BF16);
+    } else if (strcmp(s, "f16") == 0) {
+        CHECK(r == 0 && dtype == FXA_F16);
+    } else {
+        CHECK(r == FXT_EXIT_BAD_INPUT && dtype == (fxa_dtype)-7);
+    }
+    if (r == 0) {
+        CHECK(strcmp(fxt_dtype_name(dtype), s) == 0);
+    }
+
+    fxa_compute compute = (fxa_compute)-7;
+    r = fxt_parse_compute(s, &compute);
+    if (strcmp(s, "fp32") == 0) {
+        CHECK(r == 0 && compute == FXA_COMPUTE_FP32);
+    } else if (strcmp(s, "bf16") == 0) {
+        CHECK(r == 0 && compute == FXA_COMPUTE_BF16);
+    } else {
+        CHECK(r == FXT_EXIT_BAD_INPUT && compute == (fxa_compute)-7);
+    }
+}
+
+/* ---- one command line --------------------------------------------------------------- */
+
+static void run_table(int cmd, int argc, char **argv)
+{
+    all_opts a;
+    fxt_opt opts[MAX_OPTS];
+    value before[MAX_OPTS];
+    value expect[MAX_OPTS];
+    int n = 0;
+
+    set_defaults(&a);
+    make_table(cmd, &a, opts);
+    for (; opts[n].name != NULL; n++) {
+        before[n] = load(&opts[n]);
+        expect[n] = before[n];
+    }
+    const int want = model_parse(argc, argv, 2, opts, expect);
+    const int got = fxt_parse_options(g_cmd_names[cmd], argc, argv, 2, opts);
+    CHECK(got == want);
+    for (int j = 0; j < n; j++) {
+        const fxt_opt *o = &opts[j];
+        const value v = load(o);
+        CHECK(same_value(o->kind, v, expect[j]));
+        if (same_value(o->kind, v, before[j])) {
+            continue;
+        }
+        switch (o->kind) {
+        case FXT_OPT_STRING: {
+            int from_argv = 0;
+            for (int i = 2; i < argc; i++) {
+                from_argv = from_argv || v.s == argv[i];
+            }
+            CHECK(from_argv);
+            break;
+        }
+        case FXT_OPT_INT:
+            CHECK(v.i >= o->min && v.i <= o->max);
+            break;
+        case FXT_OPT_DOUBLE:
+            CHECK(isfinite(v.d));
+            break;
+        case FXT_OPT_FLAG:
+            CHECK(v.flag == 1);
+            break;
+        }
+    }
+
+    /* The value parsers on the strings the command hands them (cmd_attn.c apply_options and
+     * settle_dtype, cmd_check.c, cmd_bench.c); here on every stored string, also after a
+     * failed parse. */
+    for (int j = 0; j < n; j++) {
+        if (opts[j].kind == FXT_OPT_STRING) {
+            check_value_parsers(load(&opts[j]).s);
+        }
+    }
+}
+
+static void silence_stderr(void)
+{
+    g_report = stderr;
+#if defined(__GLIBC__)
+    /* glibc's stderr is an assignable FILE *; libFuzzer copied the old pointer at start-up,
+     * so its statistics still reach descriptor 2. A dup2 onto descriptor 2 would hide them. */
+    FILE *null = fopen("/dev/null", "w");
+    if (null != NULL) {
+        stderr = null;
+    }
+#endif
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    silence_stderr();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *argv[MAX_ARGS + 2];
+    int argc = 0;
+    static char prog[] = "fxattn";
+    argv[argc++] = prog;
+
+    size_t pos = 0;
+    while (pos < size && argc < MAX_ARGS + 1) {
+        const uint8_t *nul = memchr(data + pos, 0, size - pos);
+        const size_t piece = nul != NULL ? (size_t)(nul - (data + pos)) : size - pos;
+        const size_t len = piece < MAX_ARG_LEN ? piece : MAX_ARG_LEN;
+        char *arg = malloc(len + 1);
+        if (arg == NULL) {
+            break;
+        }
+        memcpy(arg, data + pos, len);
+        arg[len] = '\0';
+        argv[argc++] = arg;
+        pos += piece + 1;
+    }
+    argv[argc] = NULL;
+
+    int cmd = -1;
+    for (int c = 0; c < CMD_COUNT && argc > 1; c++) {
+        if (strcmp(argv[1], g_cmd_names[c]) == 0) {
+            cmd = c;
+        }
+    }
+    if (cmd >= 0) {
+        run_table(cmd, argc, argv);
+    } else {
+        for (int c = 0; c < CMD_COUNT; c++) {
+            run_table(c, argc, argv);
+        }
+    }
+
+    for (int i = 1; i < argc; i++) {
+        free(argv[i]);
+    }
+    return 0;
+}
