@@ -138,7 +138,9 @@ static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, i
         const int fixed = auto_mode &&
                           (ceil_u <= hb->gate_strict ||
                            (centred && qn * hb->eps_radius <= 1.0 && ceil_u <= hb->gate_centered));
-        s->qk_center[r] = centred ? (float)qk : 0.0f;
+        /* Centring serves the bound; a row that falls back is the classic
+         * online softmax on raw scores (one rounding fewer per score). */
+        s->qk_center[r] = centred && fixed ? (float)qk : 0.0f;
         s->online[r] = (uint8_t)!fixed;
         s->m[r] = fixed ? (float)(ceil_u - hb->c) : -INFINITY;
         s->l[r] = 0.0f;

@@ -56,7 +56,7 @@
 #include "testutil.h"
 
 #define DEFAULT_SEED 0xf1a7a77e2024ull
-#define DEFAULT_CASES 240
+#define DEFAULT_CASES 200
 
 static const int64_t g_dims[] = {1, 2, 3, 7, 16, 31, 64, 96, 128, 200, 256};
 
@@ -111,7 +111,7 @@ typedef struct totals {
     int n_zero_rows;
     int n_gqa;
     int n_batch2;
-    int n_fp32_inexact; /* cases where fp32 online softmax itself errs > 1e-3 max|v| */
+    int n_fp32_inexact; /* cases where fp32 online softmax errs > 2^-16 max|v| */
     int n_mixed_auto;   /* auto runs with both fixed and fallback rows */
     int n_allowance;    /* runs outside the plain envelope, within the allowance */
     double worst_allow_ratio;
@@ -841,7 +841,7 @@ static void run_case(int index, uint64_t seed, fxa_ctx *ctx, totals *tot)
     tot->auto_fallback += ma.fallback;
     tot->n_mixed_auto += ma.fallback > 0 && ma.fallback < ma.rows;
     tot->checked_rows += ma.e.rows + mo.e.rows;
-    tot->n_fp32_inexact += ma.e.out_on32 > 1e-3 * ma.e.vmax;
+    tot->n_fp32_inexact += ma.e.out_on32 > 0x1p-16 * ma.e.vmax;
     tot->flops += 2.0 * fxa_attn_flops(&pc.d);
     note_worst(tot, &pc, &ma);
     note_worst(tot, &pc, &mo);
@@ -936,7 +936,7 @@ int main(int argc, char **argv)
           allow_max);
     printf("  coverage: f32 %d, bf16 %d (bf16 compute %d), f16 %d; bhsd %d; GQA %d; batch 2 %d; "
            "centring %d; random scale %d; key offset %d; sinks %d; huge V %d; zero rows %d; "
-           "zero Q %d; zero K %d; fp32 itself inexact (online32 err > 1e-3 max|v|) %d\n",
+           "zero Q %d; zero K %d; fp32 itself inexact (online32 err > 2^-16 max|v|) %d\n",
            tot.n_dtype[FXA_F32], tot.n_dtype[FXA_BF16], tot.n_bf16_compute,
            tot.n_dtype[FXA_F16], tot.n_bhsd, tot.n_gqa, tot.n_batch2, tot.n_center, tot.n_scale,
            tot.n_offset, tot.n_sink, tot.n_huge_v, tot.n_zero_rows, tot.n_zero_q, tot.n_zero_k,
