@@ -124,7 +124,7 @@ static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, i
     const int centred = auto_mode && p->d.center;
     const int64_t q_off = b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token;
     float *q = s->q + slot * bq * dim;
-    fxa_load_rows(job->a->q, p->d.dtype, q_off, p->q_strides.token, n_rows, dim, q, dim);
+    fxa_load_rows(p->ctx->kernels, job->a->q, p->d.dtype, q_off, p->q_strides.token, n_rows, dim, q, dim);
     if (p->d.compute == FXA_COMPUTE_BF16)
         load_q16_rows(p, job->a->q, q_off, n_rows, s->q16 + slot * bq * q16_stride(p));
     for (size_t i = 0; i < n_rows; i++) {
@@ -194,11 +194,11 @@ static void pack_f32(const run_job *job, int64_t off, size_t n_kv, float *kt, fl
     const size_t dim = (size_t)p->d.head_dim;
     float row[FXA_MAX_HEAD_DIM];
     for (size_t j = 0; j < n_kv; j++) {
-        fxa_load_row(job->a->k, p->d.dtype, off + (int64_t)j * p->kv_strides.token, dim, row);
+        fxa_load_row(p->ctx->kernels, job->a->k, p->d.dtype, off + (int64_t)j * p->kv_strides.token, dim, row);
         for (size_t c = 0; c < dim; c++)
             kt[c * p->kv_tile + j] = row[c];
     }
-    fxa_load_rows(job->a->v, p->d.dtype, off, p->kv_strides.token, n_kv, dim, v, dim);
+    fxa_load_rows(p->ctx->kernels, job->a->v, p->d.dtype, off, p->kv_strides.token, n_kv, dim, v, dim);
 }
 
 /* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.

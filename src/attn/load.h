@@ -7,11 +7,13 @@
 #include <string.h>
 
 #include "../core/convert_inline.h"
+#include "../kernels/kernels.h"
 #include "fxattn.h"
 
-/* dst[0..d) = base[off .. off + d) converted to fp32 (exact for every dtype). */
-static inline void fxa_load_row(const void *base, fxa_dtype dtype, int64_t off, size_t d,
-                                float *dst)
+/* dst[0..d) = base[off .. off + d) converted to fp32 (exact for every dtype);
+ * fp16 goes through the kernel set's widening (F16C where the CPU has it). */
+static inline void fxa_load_row(const fxa_kernels *k, const void *base, fxa_dtype dtype,
+                                int64_t off, size_t d, float *dst)
 {
     if (dtype == FXA_F32) {
         memcpy(dst, (const float *)base + off, d * sizeof(float));
@@ -20,18 +22,17 @@ static inline void fxa_load_row(const void *base, fxa_dtype dtype, int64_t off, 
         for (size_t c = 0; c < d; c++)
             dst[c] = fxa_bf16_bits_to_f32(src[c]);
     } else {
-        const uint16_t *src = (const uint16_t *)base + off;
-        for (size_t c = 0; c < d; c++)
-            dst[c] = fxa_f16_bits_to_f32(src[c]);
+        k->widen_f16((const uint16_t *)base + off, dst, d);
     }
 }
 
 /* n rows starting at off, row_stride apart, into dst with leading dim ld. */
-static inline void fxa_load_rows(const void *base, fxa_dtype dtype, int64_t off,
-                                 int64_t row_stride, size_t n, size_t d, float *dst, size_t ld)
+static inline void fxa_load_rows(const fxa_kernels *k, const void *base, fxa_dtype dtype,
+                                 int64_t off, int64_t row_stride, size_t n, size_t d, float *dst,
+                                 size_t ld)
 {
     for (size_t r = 0; r < n; r++)
-        fxa_load_row(base, dtype, off + (int64_t)r * row_stride, d, dst + r * ld);
+        fxa_load_row(k, base, dtype, off + (int64_t)r * row_stride, d, dst + r * ld);
 }
 
 #endif

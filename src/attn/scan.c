@@ -82,7 +82,7 @@ static void scan_kv_head(void *arg, int64_t item, int thread_id)
     (void)thread_id;
     res->bad_row = -1;
     for (int64_t j = 0; j < n; j++) {
-        fxa_load_row(job->a->k, p->d.dtype, base + j * p->kv_strides.token, dim, row);
+        fxa_load_row(p->ctx->kernels, job->a->k, p->d.dtype, base + j * p->kv_strides.token, dim, row);
         if (!row_finite(row, dim)) {
             note_bad(res, 'K', j, row, dim);
             return;
@@ -93,7 +93,7 @@ static void scan_kv_head(void *arg, int64_t item, int thread_id)
         kmax2 = nn > kmax2 ? nn : kmax2;
     }
     for (int64_t j = 0; j < n; j++) {
-        fxa_load_row(job->a->v, p->d.dtype, base + j * p->kv_strides.token, dim, row);
+        fxa_load_row(p->ctx->kernels, job->a->v, p->d.dtype, base + j * p->kv_strides.token, dim, row);
         if (!row_finite(row, dim)) {
             note_bad(res, 'V', j, row, dim);
             return;
@@ -110,7 +110,7 @@ static void scan_kv_head(void *arg, int64_t item, int thread_id)
          * the scores must use the same keys. */
         double r2 = 0.0;
         for (int64_t j = 0; j < n; j++) {
-            fxa_load_row(job->a->k, p->d.dtype, base + j * p->kv_strides.token, dim, row);
+            fxa_load_row(p->ctx->kernels, job->a->k, p->d.dtype, base + j * p->kv_strides.token, dim, row);
             const double nn = squared_distance(row, kbar, dim);
             r2 = nn > r2 ? nn : r2;
         }
@@ -137,7 +137,7 @@ static void scan_q_head(void *arg, int64_t item, int thread_id)
     (void)thread_id;
     res->bad_row = -1;
     for (int64_t i = 0; i < p->d.seq_q; i++) {
-        fxa_load_row(job->a->q, p->d.dtype, base + i * p->q_strides.token, dim, row);
+        fxa_load_row(p->ctx->kernels, job->a->q, p->d.dtype, base + i * p->q_strides.token, dim, row);
         if (!row_finite(row, dim)) {
             note_bad(res, 'Q', i, row, dim);
             return;

@@ -31,7 +31,7 @@ static int has_avx2(const fxa_cpu *c)
 
 static int has_avx512(const fxa_cpu *c)
 {
-    return c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->fma;
+    return c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->fma && c->f16c;
 }
 
 static const isa_entry g_table[] = {

@@ -97,13 +97,22 @@ typedef struct fxa_attn_tile_bf16 {
 
 typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
 
+/* dst[i] = fp16 bits src[i] widened to fp32 (exact), i < n. */
+typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
+
 typedef struct fxa_kernels {
     const char *isa_name;
     const char *description; /* which tile kernels, for logs and `fxattn info` */
     size_t kv_tile; /* keys per tile the driver hands to attn_tile (multiple of 16) */
     fxa_attn_tile_fn *attn_tile;
     fxa_attn_tile_bf16_fn *attn_tile_bf16;
+    fxa_widen_f16_fn *widen_f16; /* used while packing and in the bound pass */
 } fxa_kernels;
+
+/* Portable fp16 widening (the spec of widen_f16). */
+void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n);
+/* F16C widening, 8 values per instruction (x86_avx2/). */
+void fxa_widen_f16_f16c(const uint16_t *src, float *dst, size_t n);
 
 /* The portable bf16-compute tile: the spec for every attn_tile_bf16. */
 void fxa_attn_tile_bf16_ref(const fxa_attn_tile_bf16 *t);

@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "../kernels.h"
+#include "../../core/convert_inline.h"
 #include "exp2_ref.h"
 
 #define ROWS 4
@@ -194,10 +195,17 @@ static void fxa_attn_tile_ref(const fxa_attn_tile *t)
     pv_tile(t);
 }
 
+void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = fxa_f16_bits_to_f32(src[i]);
+}
+
 const fxa_kernels fxa_kernels_ref = {
     .isa_name = "ref",
     .description = "portable C tiles (fp32 and bf16 compute), compiler-vectorised",
     .kv_tile = 256,
     .attn_tile = fxa_attn_tile_ref,
     .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
+    .widen_f16 = fxa_widen_f16_ref,
 };

@@ -1,6 +1,7 @@
 /*
  * AVX2+FMA fp32 attention tile (contract: fxa_attn_tile in kernels.h).
- * Built with -mavx2 -mfma (per file).
+ * Built with -mavx2 -mfma -mf16c (per file); also holds the F16C fp16
+ * widening that the AVX2 and AVX-512 sets use while packing.
  *
  *   scores  4 x 24 micro-kernel: 12 ymm accumulators, K^T rows of 24 keys
  *           loaded once per depth step and broadcast q; every score is a
@@ -219,10 +220,20 @@ static void attn_tile_f32_avx2(const fxa_attn_tile *t)
     pv_tile(t);
 }
 
+void fxa_widen_f16_f16c(const uint16_t *src, float *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = _cvtsh_ss(src[i]);
+}
+
 const fxa_kernels fxa_kernels_avx2 = {
     .isa_name = "avx2",
     .description = "AVX2+FMA fp32 tile (4x24 scores, 6x16 P.V); bf16 compute: portable tile",
     .kv_tile = 256,
     .attn_tile = attn_tile_f32_avx2,
     .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
+    .widen_f16 = fxa_widen_f16_f16c,
 };
