@@ -21,6 +21,7 @@
 
 #include "../kernels.h"
 #include "../ref/exp2_ref.h"
+#include "rows_avx512.h"
 #include "vexp2_avx512.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -29,12 +30,6 @@
 #define SC_ROWS 8
 #define PV_ROWS 6
 #define PV_VECS 4
-
-static inline __mmask16 tail_mask(ptrdiff_t n)
-{
-    const unsigned bits = n >= 16 ? 0xffffu : (n <= 0 ? 0u : (1u << n) - 1u);
-    return (__mmask16)bits;
-}
 
 /* A pair of bf16 values as one 32-bit lane, broadcast to 16 lanes. */
 static inline __m512bh broadcast_pair(const uint16_t *pair)
@@ -78,8 +73,8 @@ static void scores_tile(const fxa_attn_tile_bf16 *t)
 {
     for (size_t j0 = 0; j0 < t->n_kv; j0 += 32) {
         const ptrdiff_t left = (ptrdiff_t)(t->n_kv - j0);
-        const __mmask16 m0 = tail_mask(left);
-        const __mmask16 m1 = tail_mask(left - 16);
+        const __mmask16 m0 = fxa_tail_mask16((ptrdiff_t)(left));
+        const __mmask16 m1 = fxa_tail_mask16((ptrdiff_t)(left - 16));
         size_t i0 = 0;
         for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
             scores_block(t, i0, j0, SC_ROWS, m0, m1);
@@ -103,7 +98,7 @@ static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
     const __m512 m = _mm512_set1_ps(shift);
     __m512 sum = _mm512_setzero_ps();
     for (size_t j = 0; j < n; j += 16) {
-        const __mmask16 k = tail_mask((ptrdiff_t)(n - j));
+        const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
         const __m512 p = fxa_vexp2_shifted_f32x16(_mm512_maskz_loadu_ps(k, z + j), m);
         const __m256i pb = (__m256i)_mm512_cvtneps_pbh(p);
         _mm256_mask_storeu_epi16(p16 + j, k, pb);
@@ -115,16 +110,6 @@ static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
     return _mm512_reduce_add_ps(sum);
 }
 
-static float row_max(const float *z, size_t n)
-{
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (size_t j = 0; j < n; j += 16) {
-        const __mmask16 k = tail_mask((ptrdiff_t)(n - j));
-        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, z + j));
-    }
-    return _mm512_reduce_max_ps(mx);
-}
-
 static void softmax_rows(const fxa_attn_tile_bf16 *t)
 {
     for (size_t i = 0; i < t->n_q; i++) {
@@ -134,17 +119,11 @@ static void softmax_rows(const fxa_attn_tile_bf16 *t)
             t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16);
             continue;
         }
-        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
+        const float m_new = fmaxf(t->m[i], ceilf(fxa_row_max_f32x16(z, t->n_kv)));
         const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
         const float sum = exp2_row_bf16(z, t->n_kv, m_new, p16);
-        if (alpha != 1.0f) {
-            float *o = t->o + i * t->ldo;
-            const __m512 a = _mm512_set1_ps(alpha);
-            for (size_t c = 0; c < t->d; c += 16) {
-                const __mmask16 k = tail_mask((ptrdiff_t)(t->d - c));
-                _mm512_mask_storeu_ps(o + c, k, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(k, o + c)));
-            }
-        }
+        if (alpha != 1.0f)
+            fxa_scale_row_f32x16(t->o + i * t->ldo, t->d, alpha);
         t->l[i] = t->l[i] * alpha + sum;
         t->m[i] = m_new;
     }
@@ -187,7 +166,7 @@ static void pv_tile(const fxa_attn_tile_bf16 *t)
     for (size_t c0 = 0; c0 < t->d; c0 += 16 * PV_VECS) {
         __mmask16 mask[PV_VECS];
         for (size_t v = 0; v < PV_VECS; v++)
-            mask[v] = tail_mask((ptrdiff_t)t->d - (ptrdiff_t)(c0 + 16 * v));
+            mask[v] = fxa_tail_mask16((ptrdiff_t)t->d - (ptrdiff_t)(c0 + 16 * v));
         size_t i0 = 0;
         for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
             pv_block(t, i0, c0, PV_ROWS, mask);

@@ -20,6 +20,7 @@
 
 #include "../kernels.h"
 #include "../ref/exp2_ref.h"
+#include "rows_avx512.h"
 #include "vexp2_avx512.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -30,12 +31,6 @@
 #define SC_ROWS 8 /* score micro-kernel rows */
 #define PV_ROWS 6 /* P.V micro-kernel rows */
 #define PV_VECS 4 /* P.V micro-kernel columns, in zmm (64 floats) */
-
-static inline __mmask16 tail_mask(size_t n)
-{
-    const unsigned bits = n >= 16 ? 0xffffu : (1u << n) - 1u;
-    return (__mmask16)bits;
-}
 
 /* Scores of rows [i0, i0 + mr) x keys [j0, j0 + 32), masked to the tile. */
 static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0,
@@ -71,8 +66,8 @@ static void scores_tile(const fxa_attn_tile *t)
 {
     for (size_t j0 = 0; j0 < t->n_kv; j0 += 32) {
         const size_t left = t->n_kv - j0;
-        const __mmask16 m0 = tail_mask(left);
-        const __mmask16 m1 = left > 16 ? tail_mask(left - 16) : 0;
+        const __mmask16 m0 = fxa_tail_mask16((ptrdiff_t)(left));
+        const __mmask16 m1 = left > 16 ? fxa_tail_mask16((ptrdiff_t)(left - 16)) : 0;
         size_t i0 = 0;
         for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
             scores_block(t, i0, j0, SC_ROWS, m0, m1);
@@ -95,22 +90,12 @@ static float exp2_row_sum(float *z, size_t n, float shift)
     const __m512 m = _mm512_set1_ps(shift);
     __m512 sum = _mm512_setzero_ps();
     for (size_t j = 0; j < n; j += 16) {
-        const __mmask16 k = tail_mask(n - j);
+        const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
         const __m512 p = fxa_vexp2_shifted_f32x16(_mm512_maskz_loadu_ps(k, z + j), m);
         _mm512_mask_storeu_ps(z + j, k, p);
         sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, p));
     }
     return _mm512_reduce_add_ps(sum);
-}
-
-static float row_max(const float *z, size_t n)
-{
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (size_t j = 0; j < n; j += 16) {
-        const __mmask16 k = tail_mask(n - j);
-        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, z + j));
-    }
-    return _mm512_reduce_max_ps(mx);
 }
 
 static void softmax_rows(const fxa_attn_tile *t)
@@ -121,17 +106,11 @@ static void softmax_rows(const fxa_attn_tile *t)
             t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
             continue;
         }
-        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
+        const float m_new = fmaxf(t->m[i], ceilf(fxa_row_max_f32x16(z, t->n_kv)));
         const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new); /* a power of two */
         const float sum = exp2_row_sum(z, t->n_kv, m_new);
-        if (alpha != 1.0f) {
-            float *o = t->o + i * t->ldo;
-            const __m512 a = _mm512_set1_ps(alpha);
-            for (size_t c = 0; c < t->d; c += 16) {
-                const __mmask16 k = tail_mask(t->d - c);
-                _mm512_mask_storeu_ps(o + c, k, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(k, o + c)));
-            }
-        }
+        if (alpha != 1.0f)
+            fxa_scale_row_f32x16(t->o + i * t->ldo, t->d, alpha);
         t->l[i] = t->l[i] * alpha + sum;
         t->m[i] = m_new;
     }
@@ -175,7 +154,7 @@ static void pv_tile(const fxa_attn_tile *t)
         __mmask16 mask[PV_VECS];
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
-            mask[v] = c0 + 16 * v < t->d ? tail_mask(t->d - c0 - 16 * v) : 0;
+            mask[v] = c0 + 16 * v < t->d ? fxa_tail_mask16((ptrdiff_t)(t->d - c0 - 16 * v)) : 0;
         size_t i0 = 0;
         for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
             pv_block(t, i0, c0, PV_ROWS, mask);
