@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 
 #include "fxattn.h"
 
@@ -28,6 +30,28 @@ extern int g_failures;
 
 /* Print the summary; returns the process exit status. */
 int test_summary(const char *name);
+
+/* The bits of a float and back; a monotonic-enough wall clock for reports. */
+static inline uint32_t test_f32_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static inline float test_bits_f32(uint32_t b)
+{
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+static inline double test_now_seconds(void)
+{
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* Exit status CTest reads as "skipped" (SKIP_RETURN_CODE). */
 #define TEST_SKIPPED 77

@@ -28,26 +28,6 @@
 #include "kernels/kernels.h"
 #include "testutil.h"
 
-static uint32_t fbits(float x)
-{
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
-static float bitsf(uint32_t b)
-{
-    float x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Independent reference                                                     */
@@ -189,7 +169,7 @@ static void test_decode(void)
                     v = sgn * ldexp(1.0 + (double)m / 1024.0, (int)e - 15);
                 if (v == 0.0)
                     v = copysign(0.0, sgn);
-                ok = fbits(got) == fbits((float)v) && (double)(float)v == v;
+                ok = test_f32_bits(got) == test_f32_bits((float)v) && (double)(float)v == v;
             }
             if (!ok && bad16++ < 5)
                 fprintf(stderr, "  fxa_f16_to_f32(0x%04x) = %a\n", c, (double)got);
@@ -211,7 +191,7 @@ static void test_decode(void)
                     v = sgn * ldexp(1.0 + (double)m / 128.0, (int)e - 127);
                 if (v == 0.0)
                     v = copysign(0.0, sgn);
-                ok = fbits(got) == fbits((float)v);
+                ok = test_f32_bits(got) == test_f32_bits((float)v);
             }
             if (!ok && badbf++ < 5)
                 fprintf(stderr, "  fxa_bf16_to_f32(0x%04x) = %a\n", c, (double)got);
@@ -244,25 +224,25 @@ static void test_round_trip(const fmt *f)
 
 static void test_all_patterns(void)
 {
-    const double t0 = now_s();
+    const double t0 = test_now_seconds();
     tally t16 = {0, 0}, tbf = {0, 0};
     for (uint64_t i = 0; i < (1ull << 32); i += 251u) {
-        const float x = bitsf((uint32_t)i);
+        const float x = test_bits_f32((uint32_t)i);
         check_enc(&F16, &t16, x);
         check_enc(&BF16, &tbf, x);
     }
     /* The f16 subnormal range: every 7th float in [2^-26, 2^-13], both signs, and every
      * 4099th below 2^-26 (all of which round to zero). */
-    for (uint32_t b = fbits(0x1p-26f); b <= fbits(0x1p-13f); b += 7u) {
-        check_enc(&F16, &t16, bitsf(b));
-        check_enc(&F16, &t16, bitsf(b | 0x80000000u));
+    for (uint32_t b = test_f32_bits(0x1p-26f); b <= test_f32_bits(0x1p-13f); b += 7u) {
+        check_enc(&F16, &t16, test_bits_f32(b));
+        check_enc(&F16, &t16, test_bits_f32(b | 0x80000000u));
     }
-    for (uint32_t b = 0; b < fbits(0x1p-26f); b += 4099u) {
-        check_enc(&F16, &t16, bitsf(b));
-        check_enc(&F16, &t16, bitsf(b | 0x80000000u));
+    for (uint32_t b = 0; b < test_f32_bits(0x1p-26f); b += 4099u) {
+        check_enc(&F16, &t16, test_bits_f32(b));
+        check_enc(&F16, &t16, test_bits_f32(b | 0x80000000u));
     }
     printf("encode vs reference: %lld f16 and %lld bf16 values (%.2f s)\n", t16.n, tbf.n,
-           now_s() - t0);
+           test_now_seconds() - t0);
     CHECK(t16.bad == 0, "f16: %lld of %lld encodings differ from the reference", t16.bad, t16.n);
     CHECK(tbf.bad == 0, "bf16: %lld of %lld encodings differ from the reference", tbf.bad, tbf.n);
 }
@@ -321,7 +301,7 @@ static void test_named_values(void)
     CHECK(is_nan_code(&F16, fxa_f32_to_f16(nan_)) && !(fxa_f32_to_f16(nan_) & 0x8000u), "NaN");
     CHECK(is_nan_code(&F16, fxa_f32_to_f16(-nan_)) && (fxa_f32_to_f16(-nan_) & 0x8000u),
           "-NaN keeps its sign");
-    CHECK(is_nan_code(&F16, fxa_f32_to_f16(bitsf(0x7f800001u))), "f16: sNaN, low payload");
+    CHECK(is_nan_code(&F16, fxa_f32_to_f16(test_bits_f32(0x7f800001u))), "f16: sNaN, low payload");
     CHECK(fxa_f32_to_f16(0x1p-24f) == 0x0001u, "2^-24 -> smallest subnormal");
     CHECK(fxa_f32_to_f16(0x1p-25f) == 0x0000u, "2^-25 ties to 0");
     CHECK(fxa_f32_to_f16(nextafterf(0x1p-25f, 1.0f)) == 0x0001u, "above 2^-25 -> 0x0001");
@@ -339,11 +319,11 @@ static void test_named_values(void)
     CHECK(fxa_f32_to_bf16(INFINITY) == 0x7f80u && fxa_f32_to_bf16(-INFINITY) == 0xff80u,
           "bf16 +-Inf");
     CHECK(is_nan_code(&BF16, fxa_f32_to_bf16(nan_)), "bf16 NaN");
-    CHECK(is_nan_code(&BF16, fxa_f32_to_bf16(bitsf(0xff800001u))) &&
-              (fxa_f32_to_bf16(bitsf(0xff800001u)) & 0x8000u),
+    CHECK(is_nan_code(&BF16, fxa_f32_to_bf16(test_bits_f32(0xff800001u))) &&
+              (fxa_f32_to_bf16(test_bits_f32(0xff800001u)) & 0x8000u),
           "bf16: -sNaN with only a low payload bit stays a negative NaN (not -Inf)");
-    CHECK(is_nan_code(&BF16, fxa_f32_to_bf16(bitsf(0x7fffffffu))) &&
-              !(fxa_f32_to_bf16(bitsf(0x7fffffffu)) & 0x8000u),
+    CHECK(is_nan_code(&BF16, fxa_f32_to_bf16(test_bits_f32(0x7fffffffu))) &&
+              !(fxa_f32_to_bf16(test_bits_f32(0x7fffffffu)) & 0x8000u),
           "bf16: NaN with all payload bits does not carry into the sign");
     CHECK(fxa_f32_to_bf16(0x1p-149f) == 0x0000u, "bf16: smallest float subnormal -> 0");
     CHECK(fxa_f32_to_bf16(0x1p-133f) == 0x0001u, "bf16: 2^-133 -> 0x0001");
@@ -409,8 +389,8 @@ static void test_convert_array(void)
     CHECK(bad == 0, "%d array conversions differ from the scalar functions", bad);
 
     /* FXA_F32 copies bit for bit (NaN payloads, -0, subnormals). */
-    float fsrc[6] = {-0.0f, bitsf(0x7fa00001u), bitsf(0xffc12345u), 0x1p-149f, -INFINITY,
-                     3.25f};
+    float fsrc[6] = {-0.0f,     test_bits_f32(0x7fa00001u), test_bits_f32(0xffc12345u),
+                     0x1p-149f, -INFINITY,                  3.25f};
     float fdst[6];
     memset(fdst, 0, sizeof fdst);
     CHECK(fxa_convert_f32(fsrc, FXA_F32, fdst, 6) == FXA_OK &&

@@ -71,26 +71,6 @@
 #define FLUSH_WINDOW 0x1p-17
 #define BATCH 4096
 
-static uint32_t fbits(float x)
-{
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
-static float bitsf(uint32_t b)
-{
-    float x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ULP of the fp32 grid at the (positive, finite) double value r: 2^(floor(log2 r) - 23),
  * built from r's exponent field (frexp/ldexp cost a sixth of the run time). */
@@ -198,7 +178,7 @@ static void measure_one(errstat *s, float z, float m, double e, float got, doubl
 static void check_zero(const impl *im, float z, float m, double e, float got)
 {
     g_zero.n++;
-    if (fbits(got) == 0u)
+    if (test_f32_bits(got) == 0u)
         return;
     if (im->vector && e > -126.0 - FLUSH_WINDOW) {
         g_zero.window++;
@@ -213,10 +193,10 @@ static void check_zero(const impl *im, float z, float m, double e, float got)
 static void agree_one(float z, float m, double e, float v, float s)
 {
     g_agree.n++;
-    if (fbits(v) == fbits(s))
+    if (test_f32_bits(v) == test_f32_bits(s))
         return;
     g_agree.differ++;
-    const long long d = llabs((long long)fbits(v) - (long long)fbits(s));
+    const long long d = llabs((long long)test_f32_bits(v) - (long long)test_f32_bits(s));
     if (d > g_agree.max_steps) {
         g_agree.max_steps = d;
         g_agree.z = z, g_agree.m = m, g_agree.e = e, g_agree.v = v, g_agree.s = s;
@@ -307,10 +287,10 @@ static void push(batch *b, float z, float m)
  * (double)z in [lo, hi), m = 0. */
 static void sweep_floats(batch *b, double lo, double hi, uint32_t stride, float min_abs)
 {
-    const uint32_t b0 = fbits(min_abs);
+    const uint32_t b0 = test_f32_bits(min_abs);
     /* Positive z: magnitudes ascending. */
     for (uint32_t u = b0; u < 0x7f800000u; u += stride) {
-        const float z = bitsf(u);
+        const float z = test_bits_f32(u);
         if ((double)z >= hi)
             break;
         if ((double)z >= lo)
@@ -318,7 +298,7 @@ static void sweep_floats(batch *b, double lo, double hi, uint32_t stride, float 
     }
     /* Negative z: magnitudes ascending. */
     for (uint32_t u = 0x80000000u | b0; u < 0xff800000u; u += stride) {
-        const float z = bitsf(u);
+        const float z = test_bits_f32(u);
         if ((double)z < lo)
             break;
         if ((double)z < hi)
@@ -337,7 +317,7 @@ static void test_accuracy(const impl *im)
     b->im = im;
     printf("accuracy of %s against double exp2 (e = z - m):\n", im->name);
 
-    double t0 = now_s();
+    double t0 = test_now_seconds();
     batch_begin(b, &s);
     sweep_floats(b, -126.0, 128.0, 64, 0.0f);
     batch_end(b);
@@ -436,7 +416,7 @@ static void test_accuracy(const impl *im)
     print_stat("e just below 128", &s);
     merge(&all, &s);
 
-    const double t1 = now_s();
+    const double t1 = test_now_seconds();
     print_stat("e in [-126, 127.99]", &g_core);
     print_stat("ALL e in [-126, 128)", &all);
     printf("  e < -126: %lld pts, %lld not +0.0f", g_zero.n, g_zero.bad);
@@ -492,26 +472,28 @@ static void test_underflow(const impl *im)
                         -150.0f, -1000.0f, -1e30f, -FLT_MAX, -INFINITY};
     for (size_t i = 0; i < sizeof zs / sizeof zs[0]; i++) {
         const float got = eval1(im, zs[i], 0.0f);
-        CHECK(fbits(got) == 0u, "%s: exp2(%a - 0) = %a, want +0.0f", im->name, (double)zs[i],
-              (double)got);
+        CHECK(test_f32_bits(got) == 0u, "%s: exp2(%a - 0) = %a, want +0.0f", im->name,
+              (double)zs[i], (double)got);
     }
     /* The same via the shift. */
     const float ms[] = {1.0f, 100.0f, 300.0f, 0x1p30f, 1e9f};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         const float got = eval1(im, 0.0f, ms[i]);
-        CHECK(fbits(got) == (ms[i] > 126.0f ? 0u : fbits(ldexpf(1.0f, -(int)ms[i]))),
+        CHECK(test_f32_bits(got) ==
+                  (ms[i] > 126.0f ? 0u : test_f32_bits(ldexpf(1.0f, -(int)ms[i]))),
               "%s: exp2(0 - %a) = %a", im->name, (double)ms[i], (double)got);
         const float got2 = eval1(im, -INFINITY, ms[i]);
-        CHECK(fbits(got2) == 0u, "%s: exp2(-inf - %a) = %a, want +0.0f", im->name,
+        CHECK(test_f32_bits(got2) == 0u, "%s: exp2(-inf - %a) = %a, want +0.0f", im->name,
               (double)ms[i], (double)got2);
     }
-    CHECK(fbits(eval1(im, -27.0001f, 99.0f)) == 0u, "%s: e = -126.0001 via m = 99", im->name);
-    CHECK(fbits(eval1(im, -INFINITY, -300.0f)) == 0u, "%s: -inf with m = -300", im->name);
-    CHECK(fbits(eval1(im, -INFINITY, 0.0f)) == 0u, "%s: -inf with m = 0", im->name);
-    /* e = -126 exactly is not flushed. */
-    CHECK(fbits(eval1(im, -126.0f, 0.0f)) == 0x00800000u, "%s: e = -126 gives 2^-126",
+    CHECK(test_f32_bits(eval1(im, -27.0001f, 99.0f)) == 0u, "%s: e = -126.0001 via m = 99",
           im->name);
-    CHECK(fbits(eval1(im, 0.0f, 126.0f)) == 0x00800000u, "%s: e = -126 via m = 126 gives "
+    CHECK(test_f32_bits(eval1(im, -INFINITY, -300.0f)) == 0u, "%s: -inf with m = -300", im->name);
+    CHECK(test_f32_bits(eval1(im, -INFINITY, 0.0f)) == 0u, "%s: -inf with m = 0", im->name);
+    /* e = -126 exactly is not flushed. */
+    CHECK(test_f32_bits(eval1(im, -126.0f, 0.0f)) == 0x00800000u, "%s: e = -126 gives 2^-126",
+          im->name);
+    CHECK(test_f32_bits(eval1(im, 0.0f, 126.0f)) == 0x00800000u, "%s: e = -126 via m = 126 gives "
           "2^-126", im->name);
 }
 
@@ -542,7 +524,7 @@ static void test_exact_points(const impl *im)
         int bad = 0;
         for (size_t i = 0; i < n; i++) {
             const float want = ldexpf(1.0f, (int)(z[i] - m[i]));
-            if (fbits(got[i]) != fbits(want)) {
+            if (test_f32_bits(got[i]) != test_f32_bits(want)) {
                 if (bad++ < 5)
                     fprintf(stderr, "  %s: exp2(%g - %g) = %a, want %a\n", im->name,
                             (double)z[i], (double)m[i], (double)got[i], (double)want);
@@ -560,7 +542,7 @@ static void test_exact_points(const impl *im)
     CHECK(eval1(im, 1e9f, 1e9f + 64.0f) == 0x1p-64f, "%s: z = 1e9, m = 1e9 + 64: 2^-64",
           im->name);
     CHECK(eval1(im, 1e9f + 64.0f, 1e9f) == 0x1p64f, "%s: z = 1e9 + 64, m = 1e9: 2^64", im->name);
-    CHECK(fbits(eval1(im, 1e9f - 64.0f, 1e9f + 64.0f)) == 0u,
+    CHECK(test_f32_bits(eval1(im, 1e9f - 64.0f, 1e9f + 64.0f)) == 0u,
           "%s: z = 1e9 - 64, m = 1e9 + 64: e = -128 flushes to 0", im->name);
     CHECK(eval1(im, 8388735.0f, 8388608.0f) == 0x1p127f, "%s: z = 2^23 + 127, m = 2^23",
           im->name);
@@ -652,17 +634,17 @@ static void mono_step(mono *s, float z)
 
 static void test_monotone(const impl *im)
 {
-    const double t0 = now_s();
+    const double t0 = test_now_seconds();
     static mono s;
     memset(&s, 0, sizeof s);
     s.im = im;
     /* m = 0: every 8th float from -130 up to -0, then +0 up to 128. */
     s.m = 0.0f;
     mono_start(&s, -130.0f);
-    for (uint32_t b = fbits(-130.0f); b > 0x80000000u; b -= 8u)
-        mono_step(&s, bitsf(b));
-    for (uint32_t b = 0; b < fbits(128.0f); b += 8u)
-        mono_step(&s, bitsf(b));
+    for (uint32_t b = test_f32_bits(-130.0f); b > 0x80000000u; b -= 8u)
+        mono_step(&s, test_bits_f32(b));
+    for (uint32_t b = 0; b < test_f32_bits(128.0f); b += 8u)
+        mono_step(&s, test_bits_f32(b));
     /* Every float in windows around each integer and half-integer in [-130, 128). */
     for (int k2 = -260; k2 < 256; k2++) {
         float z = (float)k2 * 0.5f;
@@ -679,20 +661,20 @@ static void test_monotone(const impl *im)
     /* Every float in (-0.5, -0.25) (f < 0 with n = 0, where consecutive z are closest
      * relative to the output's ULP). */
     mono_start(&s, -0.5f);
-    for (uint32_t b = fbits(-0.5f) - 1u; b > fbits(-0.25f); b--)
-        mono_step(&s, bitsf(b));
+    for (uint32_t b = test_f32_bits(-0.5f) - 1u; b > test_f32_bits(-0.25f); b--)
+        mono_step(&s, test_bits_f32(b));
     /* m = 77: every 64th float, e in [-130, 128). */
     s.m = 77.0f;
     mono_start(&s, -53.0f);
-    for (uint32_t b = fbits(-53.0f); b > 0x80000000u; b -= 64u)
-        mono_step(&s, bitsf(b));
-    for (uint32_t b = 0; b < fbits(205.0f); b += 64u)
-        mono_step(&s, bitsf(b));
+    for (uint32_t b = test_f32_bits(-53.0f); b > 0x80000000u; b -= 64u)
+        mono_step(&s, test_bits_f32(b));
+    for (uint32_t b = 0; b < test_f32_bits(205.0f); b += 64u)
+        mono_step(&s, test_bits_f32(b));
     mono_flush(&s);
 
     printf("monotonicity of %s: %lld consecutive pairs, %lld decreases, largest %.3f ULP at "
            "z = %a (%.2f s)\n",
-           im->name, s.n, s.decreases, s.max_drop_ulp, (double)s.worst_z, now_s() - t0);
+           im->name, s.n, s.decreases, s.max_drop_ulp, (double)s.worst_z, test_now_seconds() - t0);
     CHECK(s.n > 250000000, "%s: monotone sweep covered only %lld points", im->name, s.n);
     /* No decrease beyond one ULP (a bound that the <= 1.15-ULP polynomial meets). */
     CHECK(s.max_drop_ulp <= 1.0, "%s: exp2 decreases by %.3f ULP at z = %a", im->name,
@@ -708,13 +690,13 @@ static void test_monotone(const impl *im)
 /* Integer key of a float, increasing with its value (-0 just below +0). */
 static int64_t fkey(float x)
 {
-    const uint32_t b = fbits(x);
+    const uint32_t b = test_f32_bits(x);
     return (b & 0x80000000u) ? -(int64_t)(b & 0x7fffffffu) - 1 : (int64_t)b;
 }
 
 static float keyf(int64_t k)
 {
-    return k < 0 ? bitsf(0x80000000u | (uint32_t)(-(k + 1))) : bitsf((uint32_t)k);
+    return k < 0 ? test_bits_f32(0x80000000u | (uint32_t)(-(k + 1))) : test_bits_f32((uint32_t)k);
 }
 
 typedef struct wstat {
@@ -734,7 +716,7 @@ static void window_flush(wstat *w)
     eval_scalar(w->z, w->m, w->s, w->nb);
     for (size_t i = 0; i < w->nb; i++) {
         const double e = (double)w->z[i] - (double)w->m[i];
-        const int sz = fbits(w->s[i]) == 0u, vz = fbits(w->v[i]) == 0u;
+        const int sz = test_f32_bits(w->s[i]) == 0u, vz = test_f32_bits(w->v[i]) == 0u;
         const int inwin = e > -126.0 - FLUSH_WINDOW && e < -126.0 + FLUSH_WINDOW;
         w->n++;
         w->in_window += inwin;
@@ -790,7 +772,7 @@ static void window_around(wstat *w, float m, double x, int64_t steps)
 
 static void test_flush_window(const impl *im)
 {
-    const double t0 = now_s();
+    const double t0 = test_now_seconds();
     static wstat w;
     memset(&w, 0, sizeof w);
     w.im = im;
@@ -815,7 +797,7 @@ static void test_flush_window(const impl *im)
     if (w.dis_window)
         printf(" (e in [%.17g, %.17g], vector up to %a)", w.dis_lo, w.dis_hi,
                (double)w.dis_max);
-    printf(" and %lld outside (%.2f s)\n", w.dis_outside, now_s() - t0);
+    printf(" and %lld outside (%.2f s)\n", w.dis_outside, test_now_seconds() - t0);
     CHECK(w.scalar_bad == 0, "scalar: %lld arguments near e = -126 flushed wrongly",
           w.scalar_bad);
     CHECK(w.dis_outside == 0, "%s: %lld arguments outside the flush window differ from the "
@@ -843,7 +825,7 @@ static void run_all(const impl *im)
 
 int main(void)
 {
-    const double t0 = now_s();
+    const double t0 = test_now_seconds();
     const impl scalar = {"fxa_exp2_shifted_ref", eval_scalar, 0};
     run_all(&scalar);
 #ifdef FXA_TEST_EXP2_AVX512
@@ -859,6 +841,6 @@ int main(void)
     printf("AVX-512 part not run: not built (FXA_TEST_EXP2_AVX512 is defined by the x86-64 "
            "build only)\n");
 #endif
-    printf("(total %.2f s)\n", now_s() - t0);
+    printf("(total %.2f s)\n", test_now_seconds() - t0);
     return test_summary("test_exp2");
 }
