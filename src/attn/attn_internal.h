@@ -35,6 +35,7 @@ typedef struct fxa_thread_scratch {
     float *m;          /* [hpt][block_q] */
     float *l;          /* [hpt][block_q] */
     float *qk_center;  /* [hpt][block_q] */
+    float *bound;      /* [hpt][block_q]: ceil(U_i) */
     uint8_t *online;   /* [hpt][block_q] */
     float *scores;     /* [block_q][kv_tile] */
     uint16_t *q16;     /* [hpt][block_q][2 d_pairs]: bf16 compute only */
@@ -67,7 +68,8 @@ struct fxa_attn_plan {
     /* Workspace layout: byte offsets from its start. */
     size_t ws_bounds;  /* fxa_head_bound[B * Hkv] */
     size_t ws_kbar;    /* float[B * Hkv][D] */
-    size_t ws_scan;    /* fxa_scan_result[max(B * Hkv, B * Hq)] */
+    size_t ws_summary; /* double[B * Hkv][summary_head_len] */
+    size_t ws_scan;    /* fxa_bad_value[max(B * Hkv, B * Hq)] */
     /* Per kv head of the chunk, n_kv_tiles tiles of packed_head_floats /
      * n_kv_tiles floats each: fp32 compute K^T [D][kv_tile] and V
      * [kv_tile][D]; bf16 compute the pair layouts of fxa_attn_tile_bf16

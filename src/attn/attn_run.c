@@ -16,7 +16,6 @@
  * (bound.c) for a centred row whose rounding allowance is <= 1; otherwise
  * it runs online softmax.
  */
-#include <float.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -24,8 +23,8 @@
 #include "../core/alloc.h"
 #include "attn_internal.h"
 #include "../kernels/ref/exp2_ref.h"
-#include "load.h"
 #include "scan.h"
+#include "steps.h"
 
 typedef struct run_job {
     const fxa_attn_plan *p;
@@ -58,6 +57,8 @@ static void carve_scratch(const fxa_attn_plan *p, unsigned char *ws, int t)
     at += fxa_align_up(rows * sizeof(float));
     s->qk_center = (float *)at;
     at += fxa_align_up(rows * sizeof(float));
+    s->bound = (float *)at;
+    at += fxa_align_up(rows * sizeof(float));
     s->online = at;
     at += fxa_align_up(rows);
     s->scores = (float *)at;
@@ -69,91 +70,46 @@ static void carve_scratch(const fxa_attn_plan *p, unsigned char *ws, int t)
     s->max_bound = 0.0;
 }
 
-/* Row stride of the bf16 query copy: the dimension padded to pairs. */
-static size_t q16_stride(const fxa_attn_plan *p)
+/* The rows of head slot `slot` in the thread's scratch. */
+static fxa_rows scratch_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s, size_t slot)
 {
-    return ((size_t)p->d.head_dim + 1) / 2 * 2;
+    const size_t r = slot * (size_t)p->d.block_q;
+    return (fxa_rows){
+        .q = s->q + r * (size_t)p->d.head_dim,
+        .q16 = s->q16 + r * fxa_q16_stride(p),
+        .m = s->m + r,
+        .l = s->l + r,
+        .o = s->o + r * (size_t)p->d.head_dim,
+        .qk_center = s->qk_center + r,
+        .online = s->online + r,
+    };
 }
 
-/* The bf16 bits of n query rows (bf16 inputs) with the odd tail zeroed. */
-static void load_q16_rows(const fxa_attn_plan *p, const uint16_t *q, int64_t off, size_t n_rows,
-                          uint16_t *out)
-{
-    const size_t dim = (size_t)p->d.head_dim;
-    const size_t stride = q16_stride(p);
-    for (size_t r = 0; r < n_rows; r++) {
-        memcpy(out + r * stride, q + off + (int64_t)r * p->q_strides.token, dim * sizeof *out);
-        if (dim % 2)
-            out[r * stride + dim] = 0;
-    }
-}
-
-/* ||q||^2 and q.kbar in double, four interleaved partial sums (a fixed
- * order that compilers can vectorise). */
-static void norm_and_center(const float *q, const float *kbar, size_t dim, double *qq_out,
-                            double *qk_out)
-{
-    double qq[4] = {0.0, 0.0, 0.0, 0.0};
-    double qk[4] = {0.0, 0.0, 0.0, 0.0};
-    size_t c = 0;
-    for (; c + 4 <= dim; c += 4) {
-        for (size_t k = 0; k < 4; k++) {
-            qq[k] += (double)q[c + k] * q[c + k];
-            qk[k] += (double)q[c + k] * kbar[c + k];
-        }
-    }
-    for (size_t k = 0; c < dim; c++, k++) {
-        qq[k] += (double)q[c] * q[c];
-        qk[k] += (double)q[c] * kbar[c];
-    }
-    *qq_out = (qq[0] + qq[1]) + (qq[2] + qq[3]);
-    *qk_out = (qk[0] + qk[1]) + (qk[2] + qk[3]);
-}
-
-/* Load one head's query rows and decide, per row, fixed shift or online. */
+/* Load one head's query rows and decide, per row, fixed shift or online;
+ * with report, count and store the per-row diagnostics. */
 static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, int64_t b,
                        int64_t h, int64_t i0, size_t n_rows, int report)
 {
     const fxa_attn_plan *p = job->p;
-    const size_t dim = (size_t)p->d.head_dim;
-    const size_t bq = (size_t)p->d.block_q;
     const int64_t kv_item = b * p->d.heads_kv + h / p->group;
     const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) + kv_item;
-    const float *kbar = (const float *)(job->ws + p->ws_kbar) + (size_t)kv_item * dim;
-    const int auto_mode = p->d.mode == FXA_MODE_AUTO;
-    const int centred = auto_mode && p->d.center;
+    const float *kbar = (const float *)(job->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
     const int64_t q_off = b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token;
-    float *q = s->q + slot * bq * dim;
-    fxa_load_rows(p->ctx->kernels, job->a->q, p->d.dtype, q_off, p->q_strides.token, n_rows, dim, q, dim);
-    if (p->d.compute == FXA_COMPUTE_BF16)
-        load_q16_rows(p, job->a->q, q_off, n_rows, s->q16 + slot * bq * q16_stride(p));
+    const fxa_rows rows = scratch_rows(p, s, slot);
+    float *bound = s->bound + slot * (size_t)p->d.block_q;
+    fxa_load_q(p, job->a->q, q_off, p->q_strides.token, n_rows, (float *)rows.q,
+               (uint16_t *)rows.q16);
+    const int64_t n_online = fxa_rows_decide(p, hb, kbar, &rows, n_rows, bound);
+    if (!report)
+        return;
+    s->fallback_rows += n_online;
+    const int64_t diag = (b * p->d.heads_q + h) * p->d.seq_q + i0;
     for (size_t i = 0; i < n_rows; i++) {
-        const float *qi = q + i * dim;
-        const size_t r = slot * bq + i;
-        double qq;
-        double qk;
-        norm_and_center(qi, kbar, dim, &qq, &qk);
-        const double qn = p->lambda * sqrt(qq);
-        const double ceil_u = ceil(qn * (hb->radius + hb->eps_radius));
-        const int fixed = auto_mode &&
-                          (ceil_u <= hb->gate_strict ||
-                           (centred && qn * hb->eps_radius <= 1.0 && ceil_u <= hb->gate_centered));
-        /* Centring serves the bound; a row that falls back is the classic
-         * online softmax on raw scores (one rounding fewer per score). */
-        s->qk_center[r] = centred && fixed ? (float)qk : 0.0f;
-        s->online[r] = (uint8_t)!fixed;
-        s->m[r] = fixed ? (float)(ceil_u - hb->c) : -INFINITY;
-        s->l[r] = 0.0f;
-        memset(s->o + r * dim, 0, dim * sizeof(float));
-        if (!report)
-            continue;
-        s->fallback_rows += !fixed;
-        s->max_bound = ceil_u > s->max_bound ? ceil_u : s->max_bound;
-        const int64_t diag = (b * p->d.heads_q + h) * p->d.seq_q + i0 + (int64_t)i;
+        s->max_bound = bound[i] > s->max_bound ? bound[i] : s->max_bound;
         if (job->a->row_bound)
-            job->a->row_bound[diag] = (float)ceil_u;
+            job->a->row_bound[diag + (int64_t)i] = bound[i];
         if (job->a->row_fallback)
-            job->a->row_fallback[diag] = (uint8_t)!fixed;
+            job->a->row_fallback[diag + (int64_t)i] = rows.online[i];
     }
 }
 
@@ -162,22 +118,10 @@ static void finish_rows(const run_job *job, const fxa_thread_scratch *s, size_t 
                         int64_t h, int64_t i0, size_t n_rows)
 {
     const fxa_attn_plan *p = job->p;
-    const size_t dim = (size_t)p->d.head_dim;
-    const size_t bq = (size_t)p->d.block_q;
     const int64_t o_off = b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token;
-    for (size_t i = 0; i < n_rows; i++) {
-        const size_t r = slot * bq + i;
-        const float l = fmaxf(s->l[r], FLT_MIN);
-        const float *o = s->o + r * dim;
-        float *out = job->a->out + o_off + (int64_t)i * p->q_strides.token;
-        for (size_t c = 0; c < dim; c++)
-            out[c] = o[c] / l;
-        if (job->a->lse) {
-            const double log2_sum = (double)s->m[r] + log2((double)l);
-            job->a->lse[(b * p->d.heads_q + h) * p->d.seq_q + i0 + (int64_t)i] =
-                (float)(log2_sum * 0.6931471805599453 + p->d.scale * (double)s->qk_center[r]);
-        }
-    }
+    const fxa_rows rows = scratch_rows(p, s, slot);
+    float *lse = job->a->lse ? job->a->lse + (b * p->d.heads_q + h) * p->d.seq_q + i0 : NULL;
+    fxa_rows_finish(p, &rows, n_rows, job->a->out + o_off, p->q_strides.token, lse);
 }
 
 /* Where kv tile `tile` of chunk slot `slot` is packed, in floats from the
@@ -185,41 +129,6 @@ static void finish_rows(const run_job *job, const fxa_thread_scratch *s, size_t 
 static size_t packed_offset(const fxa_attn_plan *p, size_t slot, size_t tile)
 {
     return slot * p->packed_head_floats + tile * p->kv_tile * (size_t)p->d.head_dim;
-}
-
-/* fp32 compute: K transposed into [D][kv_tile], V rows into [kv_tile][D]. */
-static void pack_f32(const run_job *job, int64_t off, size_t n_kv, float *kt, float *v)
-{
-    const fxa_attn_plan *p = job->p;
-    const size_t dim = (size_t)p->d.head_dim;
-    float row[FXA_MAX_HEAD_DIM];
-    for (size_t j = 0; j < n_kv; j++) {
-        fxa_load_row(p->ctx->kernels, job->a->k, p->d.dtype, off + (int64_t)j * p->kv_strides.token, dim, row);
-        for (size_t c = 0; c < dim; c++)
-            kt[c * p->kv_tile + j] = row[c];
-    }
-    fxa_load_rows(p->ctx->kernels, job->a->v, p->d.dtype, off, p->kv_strides.token, n_kv, dim, v, dim);
-}
-
-/* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.
- * Inputs are bf16 (the plan checks), so reading their bits is exact. */
-static void pack_bf16(const run_job *job, int64_t off, size_t n_kv, uint16_t *kp, uint16_t *vp)
-{
-    const fxa_attn_plan *p = job->p;
-    const size_t dim = (size_t)p->d.head_dim;
-    const size_t pairs = (dim + 1) / 2;
-    const uint16_t *k = job->a->k;
-    const uint16_t *v = job->a->v;
-    memset(kp, 0, pairs * p->kv_tile * 2 * sizeof *kp);
-    memset(vp, 0, p->kv_tile * dim * sizeof *vp);
-    for (size_t j = 0; j < n_kv; j++) {
-        const uint16_t *kj = k + off + (int64_t)j * p->kv_strides.token;
-        const uint16_t *vj = v + off + (int64_t)j * p->kv_strides.token;
-        for (size_t c = 0; c < dim; c++) {
-            kp[2 * ((c / 2) * p->kv_tile + j) + c % 2] = kj[c];
-            vp[2 * ((j / 2) * dim + c) + j % 2] = vj[c];
-        }
-    }
 }
 
 /* Pack item (kv head of the chunk, kv tile) at the head's slot. */
@@ -235,72 +144,12 @@ static void pack_item(void *arg, int64_t item, int thread_id)
     const int64_t off = job->batch * p->kv_strides.batch +
                         (job->chunk_kv0 + slot) * p->kv_strides.head + j0 * p->kv_strides.token;
     const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
-    float *k = (float *)(job->ws + p->ws_packed_k) + at;
-    float *v = (float *)(job->ws + p->ws_packed_v) + at;
     (void)thread_id;
-    if (p->d.compute == FXA_COMPUTE_BF16)
-        pack_bf16(job, off, n_kv, (uint16_t *)k, (uint16_t *)v);
-    else
-        pack_f32(job, off, n_kv, k, v);
+    fxa_pack_kv_tile(p, job->a->k, job->a->v, off, p->kv_strides.token, n_kv,
+                     (float *)(job->ws + p->ws_packed_k) + at,
+                     (float *)(job->ws + p->ws_packed_v) + at);
 }
 
-/* Run one kv tile for the rows of one head slot. */
-static void run_tile(const run_job *job, fxa_thread_scratch *s, size_t r, size_t n_rows,
-                     size_t packed, size_t n_kv)
-{
-    const fxa_attn_plan *p = job->p;
-    const size_t dim = (size_t)p->d.head_dim;
-    const float *k = (const float *)(job->ws + p->ws_packed_k) + packed;
-    const float *v = (const float *)(job->ws + p->ws_packed_v) + packed;
-    if (p->d.compute == FXA_COMPUTE_BF16) {
-        const fxa_attn_tile_bf16 t = {
-            .n_q = n_rows,
-            .n_kv = n_kv,
-            .d = dim,
-            .lambda = (float)p->lambda,
-            .q = s->q16 + r * q16_stride(p),
-            .ldq = q16_stride(p),
-            .kp = (const uint16_t *)k,
-            .ldkp = p->kv_tile,
-            .vp = (const uint16_t *)v,
-            .ldvp = dim,
-            .qk_center = s->qk_center + r,
-            .online = s->online + r,
-            .m = s->m + r,
-            .l = s->l + r,
-            .o = s->o + r * dim,
-            .ldo = dim,
-            .scores = s->scores,
-            .ld_scores = p->kv_tile,
-            .p16 = s->p16,
-        };
-        p->ctx->kernels->attn_tile_bf16(&t);
-        return;
-    }
-    const fxa_attn_tile t = {
-        .n_q = n_rows,
-        .n_kv = n_kv,
-        .d = dim,
-        .lambda = (float)p->lambda,
-        .q = s->q + r * dim,
-        .ldq = dim,
-        .kt = k,
-        .ldkt = p->kv_tile,
-        .v = v,
-        .ldv = dim,
-        .qk_center = s->qk_center + r,
-        .online = s->online + r,
-        .m = s->m + r,
-        .l = s->l + r,
-        .o = s->o + r * dim,
-        .ldo = dim,
-        .scores = s->scores,
-        .ld_scores = p->kv_tile,
-    };
-    p->ctx->kernels->attn_tile(&t);
-}
-
-/* Work item (head tile of the chunk, query block). */
 /* The partial (m, l, o) of chunk row `row` (head index within the chunk
  * times Sq plus token) for split `split`. */
 static float *partial_at(const run_job *job, int64_t split, int64_t row)
@@ -340,8 +189,11 @@ static void work_item(void *arg, int64_t item, int thread_id)
                                                                               : (int64_t)p->kv_tile);
         for (int64_t slot = 0; slot < hpt; slot++) {
             const size_t kv_slot = (size_t)((h0 + slot) / p->group - job->chunk_kv0);
-            run_tile(job, s, (size_t)slot * bq, n_rows, packed_offset(p, kv_slot, (size_t)tile),
-                     n_kv);
+            const size_t at = packed_offset(p, kv_slot, (size_t)tile);
+            const fxa_rows rows = scratch_rows(p, s, (size_t)slot);
+            fxa_rows_run_tile(p, &rows, n_rows, (const float *)(job->ws + p->ws_packed_k) + at,
+                              (const float *)(job->ws + p->ws_packed_v) + at, n_kv, s->scores,
+                              s->p16);
         }
     }
     for (int64_t slot = 0; slot < hpt; slot++) {

@@ -4,7 +4,7 @@
 
 #include "../core/alloc.h"
 #include "attn_internal.h"
-#include "scan.h"
+#include "summary.h"
 
 #define DEFAULT_BLOCK_Q 256 /* K/V stream once per 256 query rows: measured best at S = 4k-8k */
 #define MAX_BLOCK_Q 4096
@@ -162,8 +162,10 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     off += fxa_align_up(n_heads_kv * sizeof(fxa_head_bound));
     p->ws_kbar = off;
     off += fxa_align_up(n_heads_kv * dim * sizeof(float));
+    p->ws_summary = off;
+    off += fxa_align_up(n_heads_kv * fxa_summary_head_len(p) * sizeof(double));
     p->ws_scan = off;
-    off += fxa_align_up(n_scan * sizeof(fxa_scan_result));
+    off += fxa_align_up(n_scan * sizeof(fxa_bad_value));
     p->ws_packed_k = off;
     off += fxa_align_up((size_t)p->chunk_kv_heads * p->packed_head_floats * sizeof(float));
     p->ws_packed_v = off;
@@ -176,7 +178,7 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     off += fxa_align_up((size_t)n_threads * sizeof(fxa_thread_scratch));
     p->ws_scratch = off;
     p->thread_bytes = 2 * fxa_align_up(hpt * bq * dim * sizeof(float)) +     /* q, o */
-                      3 * fxa_align_up(hpt * bq * sizeof(float)) +           /* m, l, center */
+                      4 * fxa_align_up(hpt * bq * sizeof(float)) +           /* m, l, center, bound */
                       fxa_align_up(hpt * bq) +                               /* online */
                       fxa_align_up(bq * p->kv_tile * sizeof(float)) +        /* scores */
                       fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) + /* q16 */

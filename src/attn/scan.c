@@ -5,122 +5,29 @@
 
 #include <math.h>
 
-#include "bound.h"
 #include "load.h"
+#include "summary.h"
 
 typedef struct scan_job {
     const fxa_attn_plan *p;
-    const fxa_attn_args *a;
-    unsigned char *ws;
+    const void *x; /* Q, or K */
+    const void *v;
+    int64_t seq;
+    fxa_strides strides;
+    double *summaries;
+    fxa_bad_value *bad;
 } scan_job;
 
-static void note_bad(fxa_scan_result *r, char tensor, int64_t row, const float *x, size_t d)
-{
-    for (size_t c = 0; c < d; c++) {
-        if (!isfinite(x[c])) {
-            r->tensor = tensor;
-            r->bad_row = row;
-            r->bad_col = (int64_t)c;
-            r->bad_value = x[c];
-            return;
-        }
-    }
-}
-
-static int row_finite(const float *x, size_t d)
-{
-    int ok = 1;
-    for (size_t c = 0; c < d; c++)
-        ok &= isfinite(x[c]) != 0;
-    return ok;
-}
-
-/* sum_c (x_c - center_c)^2 in double (center may be NULL), four interleaved
- * partial sums: a fixed order that compilers vectorise. */
-static double squared_distance(const float *x, const float *center, size_t d)
-{
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    for (size_t c = 0; c < d; c++) {
-        const double diff = (double)x[c] - (center ? (double)center[c] : 0.0);
-        acc[c % 4] += diff * diff;
-    }
-    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
-
-/* max_c |x_c| (exact in fp32), eight partial maxima. */
-static float abs_max(const float *x, size_t d)
-{
-    float m[8] = {0.0f};
-    for (size_t c = 0; c < d; c++) {
-        const float a = fabsf(x[c]);
-        m[c % 8] = a > m[c % 8] ? a : m[c % 8];
-    }
-    float r = 0.0f;
-    for (int i = 0; i < 8; i++)
-        r = m[i] > r ? m[i] : r;
-    return r;
-}
-
-/* Item (b, kvh): key mean, radii and Vmax of one kv head. Uses a stack row
- * buffer; two passes over K (the radius needs the mean first). */
 static void scan_kv_head(void *arg, int64_t item, int thread_id)
 {
     const scan_job *job = arg;
     const fxa_attn_plan *p = job->p;
-    const size_t dim = (size_t)p->d.head_dim;
     const int64_t b = item / p->d.heads_kv;
     const int64_t h = item % p->d.heads_kv;
-    const int64_t base = b * p->kv_strides.batch + h * p->kv_strides.head;
-    const int64_t n = p->d.seq_kv;
-    fxa_head_bound *hb = (fxa_head_bound *)(job->ws + p->ws_bounds) + item;
-    float *kbar = (float *)(job->ws + p->ws_kbar) + (size_t)item * dim;
-    fxa_scan_result *res = (fxa_scan_result *)(job->ws + p->ws_scan) + item;
-    double sum[FXA_MAX_HEAD_DIM] = {0};
-    float row[FXA_MAX_HEAD_DIM];
-    double kmax2 = 0.0;
-    double vmax = 0.0;
     (void)thread_id;
-    res->bad_row = -1;
-    for (int64_t j = 0; j < n; j++) {
-        fxa_load_row(p->ctx->kernels, job->a->k, p->d.dtype, base + j * p->kv_strides.token, dim, row);
-        if (!row_finite(row, dim)) {
-            note_bad(res, 'K', j, row, dim);
-            return;
-        }
-        for (size_t c = 0; c < dim; c++)
-            sum[c] += row[c];
-        const double nn = squared_distance(row, NULL, dim);
-        kmax2 = nn > kmax2 ? nn : kmax2;
-    }
-    for (int64_t j = 0; j < n; j++) {
-        fxa_load_row(p->ctx->kernels, job->a->v, p->d.dtype, base + j * p->kv_strides.token, dim, row);
-        if (!row_finite(row, dim)) {
-            note_bad(res, 'V', j, row, dim);
-            return;
-        }
-        const double a = abs_max(row, dim);
-        vmax = a > vmax ? a : vmax;
-    }
-    hb->kmax = sqrt(kmax2);
-    hb->radius = hb->kmax;
-    for (size_t c = 0; c < dim; c++)
-        kbar[c] = p->d.center ? (float)(sum[c] / (double)n) : 0.0f;
-    if (p->d.center) {
-        /* The radius around the fp32 kbar the kernels subtract: the bound and
-         * the scores must use the same keys. */
-        double r2 = 0.0;
-        for (int64_t j = 0; j < n; j++) {
-            fxa_load_row(p->ctx->kernels, job->a->k, p->d.dtype, base + j * p->kv_strides.token, dim, row);
-            const double nn = squared_distance(row, kbar, dim);
-            r2 = nn > r2 ? nn : r2;
-        }
-        hb->radius = sqrt(r2);
-    }
-    hb->eps_radius = (double)(dim + 2) * 0x1p-23 * hb->kmax;
-    hb->vmax = vmax;
-    hb->c = fxa_fixed_m_c(n, vmax);
-    hb->gate_strict = fxa_fixed_m_gate_strict(hb->c);
-    hb->gate_centered = fxa_fixed_m_gate_centered(hb->c, n);
+    fxa_summarize_head(p, job->x, job->v, b * job->strides.batch + h * job->strides.head,
+                       job->strides.token, job->seq,
+                       job->summaries + (size_t)item * fxa_summary_head_len(p), job->bad + item);
 }
 
 /* Item (b, hq): Q must be finite. */
@@ -132,45 +39,66 @@ static void scan_q_head(void *arg, int64_t item, int thread_id)
     const int64_t b = item / p->d.heads_q;
     const int64_t h = item % p->d.heads_q;
     const int64_t base = b * p->q_strides.batch + h * p->q_strides.head;
-    fxa_scan_result *res = (fxa_scan_result *)(job->ws + p->ws_scan) + item;
+    fxa_bad_value *bad = job->bad + item;
     float row[FXA_MAX_HEAD_DIM];
     (void)thread_id;
-    res->bad_row = -1;
+    bad->bad_row = -1;
     for (int64_t i = 0; i < p->d.seq_q; i++) {
-        fxa_load_row(p->ctx->kernels, job->a->q, p->d.dtype, base + i * p->q_strides.token, dim, row);
-        if (!row_finite(row, dim)) {
-            note_bad(res, 'Q', i, row, dim);
-            return;
+        fxa_load_row(p->ctx->kernels, job->x, p->d.dtype, base + i * p->q_strides.token, dim, row);
+        for (size_t c = 0; c < dim; c++) {
+            if (!isfinite(row[c])) {
+                *bad = (fxa_bad_value){i, (int64_t)c, row[c], 'Q'};
+                return;
+            }
         }
     }
 }
 
-static fxa_status report_first_bad(const fxa_attn_plan *p, const unsigned char *ws,
+static fxa_status report_first_bad(const fxa_attn_plan *p, const fxa_bad_value *bad,
                                    int64_t n_items, int64_t heads)
 {
-    const fxa_scan_result *res = (const fxa_scan_result *)(ws + p->ws_scan);
     for (int64_t i = 0; i < n_items; i++) {
-        if (res[i].bad_row < 0)
+        if (bad[i].bad_row < 0)
             continue;
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "%c has a non-finite value (%g) at batch %lld, token %lld, head %lld, "
                             "dim %lld",
-                            res[i].tensor, (double)res[i].bad_value, (long long)(i / heads),
-                            (long long)res[i].bad_row, (long long)(i % heads),
-                            (long long)res[i].bad_col);
+                            bad[i].tensor, (double)bad[i].bad_value, (long long)(i / heads),
+                            (long long)bad[i].bad_row, (long long)(i % heads),
+                            (long long)bad[i].bad_col);
     }
     return FXA_OK;
 }
 
+fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
+                       fxa_strides kv_strides, double *summaries, void *bad)
+{
+    scan_job job = {p, k, v, seq_kv, kv_strides, summaries, bad};
+    const int64_t n_items = p->d.batch * p->d.heads_kv;
+    fxa_pool_run(&p->ctx->pool, scan_kv_head, &job, n_items);
+    return report_first_bad(p, bad, n_items, p->d.heads_kv);
+}
+
+fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *bad)
+{
+    scan_job job = {p, q, NULL, p->d.seq_q, p->q_strides, NULL, bad};
+    const int64_t n_items = p->d.batch * p->d.heads_q;
+    fxa_pool_run(&p->ctx->pool, scan_q_head, &job, n_items);
+    return report_first_bad(p, bad, n_items, p->d.heads_q);
+}
+
 fxa_status fxa_scan_inputs(const fxa_attn_plan *p, const fxa_attn_args *a, unsigned char *ws)
 {
-    scan_job job = {p, a, ws};
-    const int64_t n_kv_items = p->d.batch * p->d.heads_kv;
-    const int64_t n_q_items = p->d.batch * p->d.heads_q;
-    fxa_pool_run(&p->ctx->pool, scan_kv_head, &job, n_kv_items);
-    fxa_status st = report_first_bad(p, ws, n_kv_items, p->d.heads_kv);
+    double *summaries = (double *)(ws + p->ws_summary);
+    fxa_head_bound *hb = (fxa_head_bound *)(ws + p->ws_bounds);
+    float *kbar = (float *)(ws + p->ws_kbar);
+    const size_t len = fxa_summary_head_len(p);
+    fxa_status st = fxa_scan_kv(p, a->k, a->v, p->d.seq_kv, p->kv_strides, summaries,
+                                ws + p->ws_scan);
     if (st != FXA_OK)
         return st;
-    fxa_pool_run(&p->ctx->pool, scan_q_head, &job, n_q_items);
-    return report_first_bad(p, ws, n_q_items, p->d.heads_q);
+    for (int64_t i = 0; i < p->d.batch * p->d.heads_kv; i++)
+        fxa_summary_merge(p, summaries + (size_t)i * len, len, 1, hb + i,
+                          kbar + (size_t)i * (size_t)p->d.head_dim);
+    return fxa_scan_q(p, a->q, ws + p->ws_scan);
 }

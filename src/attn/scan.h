@@ -8,16 +8,19 @@
 
 #include "attn_internal.h"
 
-/* First non-finite element an item found (index < 0: none). */
-typedef struct fxa_scan_result {
-    int64_t bad_row; /* token index within the item's (batch, head) */
-    int64_t bad_col;
-    float bad_value;
-    char tensor; /* 'Q', 'K' or 'V' */
-} fxa_scan_result;
+/* Summarise K/V (seq_kv keys of the plan, strides kv_strides) per (batch, kv
+ * head) into summaries [B * Hkv][summary_head_len]. On a non-finite value
+ * returns FXA_ERR_INVALID_ARG with the first offending element (lowest
+ * head, then token) in the message. bad is scratch of B * Hkv entries. */
+fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
+                       fxa_strides kv_strides, double *summaries, void *bad);
 
-/* Fill the head bounds and kbar in ws. On a non-finite input returns
- * FXA_ERR_INVALID_ARG with the first offending element in the message. */
+/* Refuse a non-finite Q (seq_q rows of the plan); bad is scratch of B * Hq
+ * entries. */
+fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *bad);
+
+/* Single-process bound pass: fxa_scan_kv over the whole K/V, each head's
+ * summary merged on its own into ws's head bounds and kbar, then fxa_scan_q. */
 fxa_status fxa_scan_inputs(const fxa_attn_plan *p, const fxa_attn_args *a, unsigned char *ws);
 
 #endif

@@ -1,0 +1,54 @@
+/*
+ * The steps every attention driver shares (attn_run.c for one process,
+ * acc.c for blockwise accumulation): pack a kv tile, decide each row's
+ * shift, run a tile on a range of rows, normalise once.
+ */
+#ifndef FXA_STEPS_H
+#define FXA_STEPS_H
+
+#include "attn_internal.h"
+
+/* n consecutive query rows of one head and their unnormalised state; o has
+ * a row stride of head_dim. */
+typedef struct fxa_rows {
+    const float *q;        /* [n][D] fp32 */
+    const uint16_t *q16;   /* [n][D rounded up to pairs] bf16 bits: bf16 compute only */
+    float *m;
+    float *l;
+    float *o;
+    float *qk_center;
+    uint8_t *online;
+} fxa_rows;
+
+/* Row stride of the bf16 query copy: the dimension padded to pairs. */
+size_t fxa_q16_stride(const fxa_attn_plan *p);
+
+/* Load n query rows of Q (element offset off, token stride) as fp32 into
+ * q [n][D], and for bf16 compute their bf16 bits into q16. */
+void fxa_load_q(const fxa_attn_plan *p, const void *q_base, int64_t off, int64_t token_stride,
+                size_t n, float *q, uint16_t *q16);
+
+/* Decide each row's shift (FIXED_M.md; see attn_run.c for the bound): sets
+ * m, l = 0, o = 0, qk_center and online for rows->q[0..n), and bound[i] =
+ * ceil(U_i). Returns the number of rows that run online softmax. */
+int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const float *kbar,
+                        const fxa_rows *rows, size_t n, float *bound);
+
+/* Pack n_kv keys and values (element offset off, token stride) into one kv
+ * tile: fp32 compute K^T [D][kv_tile] and V [kv_tile][D]; bf16 compute the
+ * pair layouts of fxa_attn_tile_bf16, pads zeroed. */
+void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, const void *v_base,
+                      int64_t off, int64_t token_stride, size_t n_kv, void *kt, void *vp);
+
+/* Add one packed kv tile of n_kv keys into n rows. scores and p16 are the
+ * thread's scratch (sized by the plan). */
+void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, const void *kt,
+                       const void *vp, size_t n_kv, float *scores, uint16_t *p16);
+
+/* Normalise once: out_i = o_i / max(l_i, FLT_MIN) (out rows token_stride
+ * apart) and, when lse is not NULL, lse_i in natural log of the unshifted,
+ * uncentred scores. */
+void fxa_rows_finish(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, float *out,
+                     int64_t token_stride, float *lse);
+
+#endif
