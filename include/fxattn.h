@@ -205,6 +205,70 @@ FXA_API fxa_status fxa_attn_run(const fxa_attn_plan *plan, const fxa_attn_args *
 FXA_API fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_args *args,
                                    void *workspace, fxa_attn_stats *stats_out);
 
+/* ------------------------------------------------------------------------ */
+/* Blockwise attention: keys and values arrive in blocks                     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * For ring attention and other drivers that see the keys in blocks (ranks,
+ * ring steps, a streamed KV cache). The query rows stay put; every block
+ * adds its fixed-max partial into the rows' accumulators by plain addition
+ * (rows that fail the gate continue their online softmax across blocks), and
+ * the rows are normalised once at the end. The bound needs global
+ * quantities (max key norm, Vmax, key count and mean), so each block is
+ * first summarised and the caller brings every block's summary to every
+ * holder of query rows (MPI_Allgather in libfxattn_mpi):
+ *
+ *   1. fxa_kv_summarize(plan, k_b, v_b, n_b, summary_b)   for each block b
+ *   2. fxa_attn_acc_begin(acc, q, summaries, n_blocks)
+ *   3. fxa_attn_acc_add(acc, k_b, v_b, n_b)               for each block, any order
+ *   4. fxa_attn_acc_finish(acc, args, stats)
+ *
+ * The plan describes the queries (seq_q) and the largest block (seq_kv);
+ * a block of n keys has the plan's layout with seq_kv = n. The result equals
+ * fxa_attn_run over the concatenated keys up to fp32 summation order (bit
+ * for bit with a single block). mode, centring and compute are the plan's;
+ * key splitting (n_splits) is not used.
+ */
+typedef struct fxa_attn_acc fxa_attn_acc;
+
+/* Doubles in one block's summary: B * Hkv * (D + 4). Local. */
+FXA_API size_t fxa_kv_summary_len(const fxa_attn_plan *plan);
+
+/* Summarise one block of n_kv keys/values (0 <= n_kv <= seq_kv): per
+ * (batch, kv head) the key count, max key norm, radius around the block's
+ * key mean, max |v| and key sum. A non-finite K or V gives
+ * FXA_ERR_INVALID_ARG. Uses the plan's context pool. */
+FXA_API fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v,
+                                    int64_t n_kv, double *summary_out);
+
+/* Allocate an accumulator for the plan's query rows (about
+ * B * Hq * Sq * (D + 5) * 4 bytes of state plus the plan's workspace). */
+FXA_API fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out);
+FXA_API void fxa_attn_acc_destroy(fxa_attn_acc *acc);
+
+/* Optional: fn(arg) is called on the calling thread between batches of
+ * work inside fxa_attn_acc_add (a few milliseconds apart), so that a caller
+ * can drive communication progress (MPI_Test) while blocks compute. */
+FXA_API void fxa_attn_acc_set_progress(fxa_attn_acc *acc, void (*fn)(void *arg), void *arg);
+
+/* Start a pass: check Q (finite), merge the n_blocks summaries (block b at
+ * summaries + b * fxa_kv_summary_len) into the global bound and decide each
+ * row's shift. q must stay valid and unchanged until fxa_attn_acc_finish. */
+FXA_API fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
+                                      int64_t n_blocks);
+
+/* Add one block of n_kv keys/values, which must be one of the summarised
+ * blocks (each added once). */
+FXA_API fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v,
+                                    int64_t n_kv);
+
+/* Normalise once and write args->out (and the optional lse, row_fallback,
+ * row_bound; q, k, v are ignored). Fails if the keys added do not add up to
+ * the keys summarised. stats_out may be NULL. */
+FXA_API fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
+                                       fxa_attn_stats *stats_out);
+
 /* FLOPs of one run: 4 * B * Hq * Sq * Skv * D. */
 FXA_API double fxa_attn_flops(const fxa_attn_desc *d);
 

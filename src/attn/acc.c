@@ -1,0 +1,451 @@
+/*
+ * Blockwise attention (fxattn.h, "Blockwise attention"): the query rows'
+ * unnormalised state (m, l, o, centring term, online flag, bound) lives in
+ * the accumulator for the whole pass; each block is packed chunk by chunk of
+ * kv heads like fxa_attn_run does, and work items (head tile, query block)
+ * run the block's tiles straight on that state. A row's tiles run in block
+ * order, then tile order, in one item at a time, so results do not depend on
+ * the thread count.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "../core/alloc.h"
+#include "attn_internal.h"
+#include "scan.h"
+#include "steps.h"
+#include "summary.h"
+
+struct fxa_attn_acc {
+    const fxa_attn_plan *p;
+    unsigned char *ws; /* the plan's workspace layout */
+    const void *q;
+    int64_t n_rows; /* B * Hq * Sq */
+    float *m;
+    float *l;
+    float *qk_center;
+    float *bound;
+    uint8_t *online;
+    float *o; /* [n_rows][D] */
+    int begun;
+    int64_t keys_expected; /* per head, from the summaries */
+    int64_t keys_added;
+    int64_t fallback_rows;
+    double t_begin;
+    void (*progress)(void *);
+    void *progress_arg;
+};
+
+typedef struct acc_job {
+    fxa_attn_acc *acc;
+    const void *k;
+    const void *v;
+    int64_t n_kv;
+    int64_t n_tiles;
+    fxa_strides kv_strides;
+    int64_t batch;
+    int64_t chunk_kv0;
+    int64_t item0; /* first item of this wave */
+    const fxa_attn_args *args;
+} acc_job;
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static fxa_strides block_strides(const fxa_attn_plan *p, int64_t n_kv)
+{
+    const int64_t dim = p->d.head_dim;
+    const int64_t heads = p->d.heads_kv;
+    if (p->d.layout == FXA_LAYOUT_BSHD)
+        return (fxa_strides){n_kv * heads * dim, dim, heads * dim};
+    return (fxa_strides){heads * n_kv * dim, n_kv * dim, dim};
+}
+
+/* The accumulator rows of (b, h) from token i0 on. */
+static fxa_rows state_rows(const fxa_attn_acc *acc, int64_t b, int64_t h, int64_t i0)
+{
+    const fxa_attn_plan *p = acc->p;
+    const int64_t r = (b * p->d.heads_q + h) * p->d.seq_q + i0;
+    return (fxa_rows){
+        .m = acc->m + r,
+        .l = acc->l + r,
+        .o = acc->o + (size_t)r * (size_t)p->d.head_dim,
+        .qk_center = acc->qk_center + r,
+        .online = acc->online + r,
+    };
+}
+
+static fxa_thread_scratch *scratch(const fxa_attn_acc *acc, int thread_id)
+{
+    return (fxa_thread_scratch *)(acc->ws + acc->p->ws_threads) + thread_id;
+}
+
+/* Carve thread t's q, q16, scores and p16 from the workspace (the plan's
+ * per-thread layout; the rest of it is unused here). */
+static void carve(const fxa_attn_plan *p, unsigned char *ws, int t)
+{
+    const size_t dim = (size_t)p->d.head_dim;
+    const size_t rows = (size_t)p->d.heads_per_tile * (size_t)p->d.block_q;
+    fxa_thread_scratch *s = (fxa_thread_scratch *)(ws + p->ws_threads) + t;
+    unsigned char *at = ws + p->ws_scratch + (size_t)t * p->thread_bytes;
+    memset(s, 0, sizeof *s);
+    s->q = (float *)at;
+    at += 2 * fxa_align_up(rows * dim * sizeof(float)) + 4 * fxa_align_up(rows * sizeof(float)) +
+          fxa_align_up(rows);
+    s->scores = (float *)at;
+    at += fxa_align_up((size_t)p->d.block_q * p->kv_tile * sizeof(float));
+    s->q16 = (uint16_t *)at;
+    at += fxa_align_up(rows * (dim + 1) * sizeof(uint16_t));
+    s->p16 = (uint16_t *)at;
+}
+
+fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
+{
+    if (acc_out)
+        *acc_out = NULL;
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_clear_error(plan->ctx);
+    if (!acc_out)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_acc_create");
+    const fxa_attn_plan *p = plan;
+    const size_t n_rows = (size_t)(p->d.batch * p->d.heads_q * p->d.seq_q);
+    const size_t dim = (size_t)p->d.head_dim;
+    const size_t state = 4 * fxa_align_up(n_rows * sizeof(float)) + fxa_align_up(n_rows) +
+                         fxa_align_up(n_rows * dim * sizeof(float));
+    fxa_attn_acc *acc = fxa_calloc_aligned(sizeof *acc);
+    unsigned char *mem = fxa_malloc_aligned(state);
+    unsigned char *ws = fxa_malloc_aligned(p->ws_total);
+    if (!acc || !mem || !ws) {
+        fxa_free_aligned(acc);
+        fxa_free_aligned(mem);
+        fxa_free_aligned(ws);
+        return fxa_ctx_fail(p->ctx, FXA_ERR_NO_MEMORY,
+                            "out of memory for the accumulator (%zu bytes)", state + p->ws_total);
+    }
+    acc->p = p;
+    acc->ws = ws;
+    acc->n_rows = (int64_t)n_rows;
+    acc->m = (float *)mem;
+    acc->l = (float *)(mem + fxa_align_up(n_rows * sizeof(float)));
+    acc->qk_center = (float *)(mem + 2 * fxa_align_up(n_rows * sizeof(float)));
+    acc->bound = (float *)(mem + 3 * fxa_align_up(n_rows * sizeof(float)));
+    acc->online = mem + 4 * fxa_align_up(n_rows * sizeof(float));
+    acc->o = (float *)(mem + 4 * fxa_align_up(n_rows * sizeof(float)) + fxa_align_up(n_rows));
+    for (int t = 0; t < p->ctx->pool.n_threads; t++)
+        carve(p, ws, t);
+    *acc_out = acc;
+    return FXA_OK;
+}
+
+void fxa_attn_acc_destroy(fxa_attn_acc *acc)
+{
+    if (!acc)
+        return;
+    fxa_free_aligned(acc->m);
+    fxa_free_aligned(acc->ws);
+    fxa_free_aligned(acc);
+}
+
+void fxa_attn_acc_set_progress(fxa_attn_acc *acc, void (*fn)(void *arg), void *arg)
+{
+    if (!acc)
+        return;
+    acc->progress = fn;
+    acc->progress_arg = arg;
+}
+
+size_t fxa_kv_summary_len(const fxa_attn_plan *plan)
+{
+    return plan ? (size_t)(plan->d.batch * plan->d.heads_kv) * fxa_summary_head_len(plan) : 0;
+}
+
+fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v,
+                            int64_t n_kv, double *summary_out)
+{
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_clear_error(plan->ctx);
+    if (!summary_out || (n_kv > 0 && (!k || !v)))
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_kv_summarize");
+    if (n_kv < 0 || n_kv > plan->d.seq_kv)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG,
+                            "block of %lld keys is outside 0..%lld (the plan's seq_kv)",
+                            (long long)n_kv, (long long)plan->d.seq_kv);
+    /* The plan's scan scratch holds max(B Hkv, B Hq) entries. */
+    fxa_bad_value *bad = fxa_malloc_aligned((size_t)(plan->d.batch * plan->d.heads_kv) *
+                                            sizeof(fxa_bad_value));
+    if (!bad)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_NO_MEMORY, "out of memory");
+    fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv), summary_out, bad);
+    fxa_free_aligned(bad);
+    return st;
+}
+
+/* Item (b * Hq + h, query block): load the rows and decide their shifts. */
+static void begin_item(void *arg, int64_t item, int thread_id)
+{
+    const acc_job *job = arg;
+    fxa_attn_acc *acc = job->acc;
+    const fxa_attn_plan *p = acc->p;
+    const int64_t bh = item / p->n_q_blocks;
+    const int64_t b = bh / p->d.heads_q;
+    const int64_t h = bh % p->d.heads_q;
+    const int64_t i0 = item % p->n_q_blocks * p->d.block_q;
+    const size_t n = (size_t)(p->d.seq_q - i0 < p->d.block_q ? p->d.seq_q - i0 : p->d.block_q);
+    const int64_t kv_item = b * p->d.heads_kv + h / p->group;
+    const fxa_head_bound *hb = (const fxa_head_bound *)(acc->ws + p->ws_bounds) + kv_item;
+    const float *kbar = (const float *)(acc->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
+    fxa_thread_scratch *s = scratch(acc, thread_id);
+    fxa_rows rows = state_rows(acc, b, h, i0);
+    rows.q = s->q;
+    fxa_load_q(p, acc->q, b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
+               p->q_strides.token, n, s->q, s->q16);
+    s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n,
+                                        acc->bound + (bh * p->d.seq_q + i0));
+}
+
+fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
+                              int64_t n_blocks)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    const fxa_attn_plan *p = acc->p;
+    fxa_ctx_clear_error(p->ctx);
+    acc->begun = 0;
+    if (!q || !summaries || n_blocks < 1)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "fxa_attn_acc_begin needs q, summaries and n_blocks >= 1");
+    const size_t len = fxa_summary_head_len(p);
+    const int64_t n_heads = p->d.batch * p->d.heads_kv;
+    const size_t stride = (size_t)n_heads * len;
+    fxa_head_bound *hb = (fxa_head_bound *)(acc->ws + p->ws_bounds);
+    float *kbar = (float *)(acc->ws + p->ws_kbar);
+    int64_t keys = -1;
+    for (int64_t i = 0; i < n_heads; i++) {
+        double n = 0.0;
+        for (int64_t blk = 0; blk < n_blocks; blk++) {
+            const double *s = summaries + (size_t)blk * stride + (size_t)i * len;
+            for (size_t c = 0; c < len; c++) {
+                if (!isfinite(s[c]))
+                    return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                                        "summary of block %lld is not finite", (long long)blk);
+            }
+            if (s[0] < 0.0 || s[0] > 0x1p52 || s[0] != floor(s[0]) || s[1] < 0.0 || s[2] < 0.0 || s[3] < 0.0)
+                return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                                    "summary of block %lld is malformed", (long long)blk);
+            n += s[0];
+        }
+        if (!fxa_summary_merge(p, summaries + (size_t)i * len, stride, n_blocks, hb + i,
+                               kbar + (size_t)i * (size_t)p->d.head_dim))
+            return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "the blocks hold no keys");
+        if (keys >= 0 && (int64_t)n != keys)
+            return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                                "summaries disagree on the key count across heads");
+        keys = (int64_t)n;
+    }
+    fxa_status st = fxa_scan_q(p, q, acc->ws + p->ws_scan);
+    if (st != FXA_OK)
+        return st;
+    const double t0 = now_seconds();
+    acc->q = q;
+    for (int t = 0; t < p->ctx->pool.n_threads; t++)
+        scratch(acc, t)->fallback_rows = 0;
+    acc_job job = {.acc = acc};
+    fxa_pool_run(&p->ctx->pool, begin_item, &job, p->d.batch * p->d.heads_q * p->n_q_blocks);
+    acc->fallback_rows = 0;
+    for (int t = 0; t < p->ctx->pool.n_threads; t++)
+        acc->fallback_rows += scratch(acc, t)->fallback_rows;
+    acc->keys_expected = keys;
+    acc->keys_added = 0;
+    acc->t_begin = t0;
+    acc->begun = 1;
+    return FXA_OK;
+}
+
+/* Where kv tile `tile` of chunk slot `slot` is packed, in elements of fp32
+ * from the start of the packed K (or V) area. */
+static size_t packed_offset(const fxa_attn_plan *p, size_t slot, size_t tile)
+{
+    return slot * p->packed_head_floats + tile * p->kv_tile * (size_t)p->d.head_dim;
+}
+
+/* Pack item (kv head of the chunk, tile of the block). */
+static void pack_item(void *arg, int64_t item, int thread_id)
+{
+    const acc_job *job = arg;
+    const fxa_attn_plan *p = job->acc->p;
+    const int64_t slot = item / job->n_tiles;
+    const int64_t tile = item % job->n_tiles;
+    const int64_t j0 = tile * (int64_t)p->kv_tile;
+    const size_t n_kv = (size_t)(job->n_kv - j0 < (int64_t)p->kv_tile ? job->n_kv - j0
+                                                                       : (int64_t)p->kv_tile);
+    const int64_t off = job->batch * job->kv_strides.batch +
+                        (job->chunk_kv0 + slot) * job->kv_strides.head + j0 * job->kv_strides.token;
+    const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
+    (void)thread_id;
+    fxa_pack_kv_tile(p, job->k, job->v, off, job->kv_strides.token, n_kv,
+                     (float *)(job->acc->ws + p->ws_packed_k) + at,
+                     (float *)(job->acc->ws + p->ws_packed_v) + at);
+}
+
+/* Item (head tile of the chunk, query block): every tile of the block into
+ * the rows' state. */
+static void add_item(void *arg, int64_t wave_item, int thread_id)
+{
+    const acc_job *job = arg;
+    const fxa_attn_acc *acc = job->acc;
+    const fxa_attn_plan *p = acc->p;
+    const int64_t item = job->item0 + wave_item;
+    const int64_t hpt = p->d.heads_per_tile;
+    const int64_t h0 = job->chunk_kv0 * p->group + item / p->n_q_blocks * hpt;
+    const int64_t i0 = item % p->n_q_blocks * p->d.block_q;
+    const size_t n = (size_t)(p->d.seq_q - i0 < p->d.block_q ? p->d.seq_q - i0 : p->d.block_q);
+    const size_t dim = (size_t)p->d.head_dim;
+    fxa_thread_scratch *s = scratch(acc, thread_id);
+    for (int64_t slot = 0; slot < hpt; slot++) {
+        const int64_t h = h0 + slot;
+        const size_t r = (size_t)slot * (size_t)p->d.block_q;
+        fxa_load_q(p, acc->q,
+                   job->batch * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
+                   p->q_strides.token, n, s->q + r * dim, s->q16 + r * fxa_q16_stride(p));
+    }
+    for (int64_t tile = 0; tile < job->n_tiles; tile++) {
+        const int64_t j0 = tile * (int64_t)p->kv_tile;
+        const size_t n_kv = (size_t)(job->n_kv - j0 < (int64_t)p->kv_tile ? job->n_kv - j0
+                                                                           : (int64_t)p->kv_tile);
+        for (int64_t slot = 0; slot < hpt; slot++) {
+            const size_t r = (size_t)slot * (size_t)p->d.block_q;
+            const size_t kv_slot = (size_t)((h0 + slot) / p->group - job->chunk_kv0);
+            const size_t at = packed_offset(p, kv_slot, (size_t)tile);
+            fxa_rows rows = state_rows(acc, job->batch, h0 + slot, i0);
+            rows.q = s->q + r * dim;
+            rows.q16 = s->q16 + r * fxa_q16_stride(p);
+            fxa_rows_run_tile(p, &rows, n, (const float *)(acc->ws + p->ws_packed_k) + at,
+                              (const float *)(acc->ws + p->ws_packed_v) + at, n_kv, s->scores,
+                              s->p16);
+        }
+    }
+}
+
+static void progress(const fxa_attn_acc *acc)
+{
+    if (acc->progress)
+        acc->progress(acc->progress_arg);
+}
+
+fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    const fxa_attn_plan *p = acc->p;
+    fxa_ctx_clear_error(p->ctx);
+    if (!acc->begun)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "fxa_attn_acc_add before a successful begin");
+    if (n_kv < 0 || n_kv > p->d.seq_kv || (n_kv > 0 && (!k || !v)))
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "block of %lld keys is outside 0..%lld or has NULL k/v",
+                            (long long)n_kv, (long long)p->d.seq_kv);
+    if (acc->keys_added + n_kv > acc->keys_expected)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "blocks add up to more keys (%lld) than were summarised (%lld)",
+                            (long long)(acc->keys_added + n_kv), (long long)acc->keys_expected);
+    acc->keys_added += n_kv;
+    if (n_kv == 0)
+        return FXA_OK;
+    acc_job job = {
+        .acc = acc,
+        .k = k,
+        .v = v,
+        .n_kv = n_kv,
+        .n_tiles = (n_kv + (int64_t)p->kv_tile - 1) / (int64_t)p->kv_tile,
+        .kv_strides = block_strides(p, n_kv),
+    };
+    const int64_t chunk_items = p->chunk_kv_heads * p->group / p->d.heads_per_tile * p->n_q_blocks;
+    /* Waves of a few items per thread keep progress calls milliseconds apart. */
+    const int64_t wave = 2 * (int64_t)p->ctx->pool.n_threads;
+    for (job.batch = 0; job.batch < p->d.batch; job.batch++) {
+        for (job.chunk_kv0 = 0; job.chunk_kv0 < p->d.heads_kv; job.chunk_kv0 += p->chunk_kv_heads) {
+            fxa_pool_run(&p->ctx->pool, pack_item, &job, p->chunk_kv_heads * job.n_tiles);
+            progress(acc);
+            for (job.item0 = 0; job.item0 < chunk_items; job.item0 += wave) {
+                const int64_t n = chunk_items - job.item0 < wave ? chunk_items - job.item0 : wave;
+                fxa_pool_run(&p->ctx->pool, add_item, &job, n);
+                progress(acc);
+            }
+        }
+    }
+    return FXA_OK;
+}
+
+/* Item (b * Hq + h, query block): normalise into out / lse / diagnostics. */
+static void finish_item(void *arg, int64_t item, int thread_id)
+{
+    const acc_job *job = arg;
+    const fxa_attn_acc *acc = job->acc;
+    const fxa_attn_plan *p = acc->p;
+    const fxa_attn_args *a = job->args;
+    const int64_t bh = item / p->n_q_blocks;
+    const int64_t b = bh / p->d.heads_q;
+    const int64_t h = bh % p->d.heads_q;
+    const int64_t i0 = item % p->n_q_blocks * p->d.block_q;
+    const size_t n = (size_t)(p->d.seq_q - i0 < p->d.block_q ? p->d.seq_q - i0 : p->d.block_q);
+    const int64_t diag = bh * p->d.seq_q + i0;
+    const fxa_rows rows = state_rows(acc, b, h, i0);
+    (void)thread_id;
+    fxa_rows_finish(p, &rows, n,
+                    a->out + b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
+                    p->q_strides.token, a->lse ? a->lse + diag : NULL);
+    if (a->row_bound)
+        memcpy(a->row_bound + diag, acc->bound + diag, n * sizeof(float));
+    if (a->row_fallback)
+        memcpy(a->row_fallback + diag, acc->online + diag, n);
+}
+
+fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
+                               fxa_attn_stats *stats_out)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    const fxa_attn_plan *p = acc->p;
+    fxa_ctx_clear_error(p->ctx);
+    if (!acc->begun)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "fxa_attn_acc_finish before a successful begin");
+    if (!args || args->struct_size < sizeof(fxa_attn_args) || !args->out)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args or out missing");
+    if (acc->keys_added != acc->keys_expected)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "blocks added hold %lld keys, the summaries %lld",
+                            (long long)acc->keys_added, (long long)acc->keys_expected);
+    acc_job job = {.acc = acc, .args = args};
+    fxa_pool_run(&p->ctx->pool, finish_item, &job, p->d.batch * p->d.heads_q * p->n_q_blocks);
+    acc->begun = 0;
+    if (!stats_out)
+        return FXA_OK;
+    const fxa_head_bound *hb = (const fxa_head_bound *)(acc->ws + p->ws_bounds);
+    int c_min = hb[0].c;
+    double vmax = 0.0;
+    for (int64_t i = 0; i < p->d.batch * p->d.heads_kv; i++) {
+        c_min = hb[i].c < c_min ? hb[i].c : c_min;
+        vmax = hb[i].vmax > vmax ? hb[i].vmax : vmax;
+    }
+    double max_bound = 0.0;
+    for (int64_t r = 0; r < acc->n_rows; r++)
+        max_bound = acc->bound[r] > max_bound ? acc->bound[r] : max_bound;
+    stats_out->struct_size = sizeof *stats_out;
+    stats_out->rows = acc->n_rows;
+    stats_out->fallback_rows = acc->fallback_rows;
+    stats_out->c_min = c_min;
+    stats_out->gate_strict = fxa_fixed_m_gate_strict(c_min);
+    stats_out->gate_centered = p->d.center ? fxa_fixed_m_gate_centered(c_min, acc->keys_expected) : 0;
+    stats_out->vmax = vmax;
+    stats_out->max_bound = max_bound;
+    stats_out->seconds = now_seconds() - acc->t_begin;
+    return FXA_OK;
+}

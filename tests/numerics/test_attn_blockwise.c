@@ -1,0 +1,338 @@
+/*
+ * Blockwise attention (fxa_kv_summarize / fxa_attn_acc_*), the engine of the
+ * ring: one block is bit-identical to fxa_attn_run; several blocks (uneven,
+ * empty, added in any order) stay within the fp32 envelope of the fp64
+ * reference; a sink or a huge V in one block is handled globally; misuse is
+ * refused.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static fxa_ctx *g_ctx;
+
+/* Copy keys [j0, j0 + n) of K and V (the case's dtype) into block arrays
+ * laid out like the case with seq_kv = n. */
+static void slice_kv(const tcase *t, int64_t j0, int64_t n, void *k_out, void *v_out)
+{
+    const fxa_attn_desc *d = &t->d;
+    const int wide = d->dtype != FXA_F32;
+    const size_t es = wide ? 2 : 4;
+    const size_t row = (size_t)d->head_dim * es;
+    for (int64_t b = 0; b < d->batch; b++) {
+        for (int64_t h = 0; h < d->heads_kv; h++) {
+            for (int64_t j = 0; j < n; j++) {
+                const int64_t src = tcase_kv_off(t, b, h, j0 + j);
+                const int64_t dst = d->layout == FXA_LAYOUT_BSHD
+                                        ? ((b * n + j) * d->heads_kv + h) * d->head_dim
+                                        : ((b * d->heads_kv + h) * n + j) * d->head_dim;
+                memcpy((char *)k_out + (size_t)dst * es,
+                       wide ? (const void *)(t->k16 + src) : (const void *)(t->k + src), row);
+                memcpy((char *)v_out + (size_t)dst * es,
+                       wide ? (const void *)(t->v16 + src) : (const void *)(t->v + src), row);
+            }
+        }
+    }
+}
+
+typedef struct run_out {
+    float *out;
+    float *lse;
+    uint8_t *fb;
+    float *bound;
+    fxa_attn_stats st;
+} run_out;
+
+static void run_out_init(run_out *o, const tcase *t)
+{
+    const size_t rows = (size_t)(t->d.batch * t->d.heads_q * t->d.seq_q);
+    o->out = calloc((size_t)t->nq, sizeof(float));
+    o->lse = calloc(rows, sizeof(float));
+    o->fb = calloc(rows, 1);
+    o->bound = calloc(rows, sizeof(float));
+}
+
+static void run_out_free(run_out *o)
+{
+    free(o->out);
+    free(o->lse);
+    free(o->fb);
+    free(o->bound);
+}
+
+/* Keys split into n_blocks blocks of sizes[b], added in order[]. */
+static fxa_status run_blocks(const tcase *t, const int64_t *sizes, int n_blocks, const int *order,
+                             run_out *o)
+{
+    fxa_attn_desc d = t->d;
+    int64_t max_n = 1;
+    for (int b = 0; b < n_blocks; b++)
+        max_n = sizes[b] > max_n ? sizes[b] : max_n;
+    d.seq_kv = max_n;
+    fxa_attn_plan *plan = NULL;
+    size_t ws = 0;
+    fxa_status st = fxa_attn_plan_create(g_ctx, &d, &plan, &ws);
+    if (st != FXA_OK)
+        return st;
+    const size_t es = d.dtype == FXA_F32 ? 4 : 2;
+    const size_t len = fxa_kv_summary_len(plan);
+    const size_t blk_elems = (size_t)(d.batch * d.heads_kv * max_n * d.head_dim);
+    double *sums = calloc((size_t)n_blocks * len, sizeof(double));
+    char *kb = malloc((size_t)n_blocks * blk_elems * es);
+    char *vb = malloc((size_t)n_blocks * blk_elems * es);
+    int64_t j0 = 0;
+    for (int b = 0; b < n_blocks && st == FXA_OK; b++) {
+        slice_kv(t, j0, sizes[b], kb + (size_t)b * blk_elems * es, vb + (size_t)b * blk_elems * es);
+        st = fxa_kv_summarize(plan, kb + (size_t)b * blk_elems * es,
+                              vb + (size_t)b * blk_elems * es, sizes[b], sums + (size_t)b * len);
+        j0 += sizes[b];
+    }
+    fxa_attn_acc *acc = NULL;
+    if (st == FXA_OK)
+        st = fxa_attn_acc_create(plan, &acc);
+    if (st == FXA_OK)
+        st = fxa_attn_acc_begin(acc, d.dtype == FXA_F32 ? (const void *)t->q : (const void *)t->q16,
+                                sums, n_blocks);
+    for (int i = 0; i < n_blocks && st == FXA_OK; i++) {
+        const int b = order[i];
+        st = fxa_attn_acc_add(acc, kb + (size_t)b * blk_elems * es, vb + (size_t)b * blk_elems * es,
+                              sizes[b]);
+    }
+    if (st == FXA_OK) {
+        const fxa_attn_args a = {.struct_size = sizeof a,
+                                 .out = o->out,
+                                 .lse = o->lse,
+                                 .row_fallback = o->fb,
+                                 .row_bound = o->bound};
+        st = fxa_attn_acc_finish(acc, &a, &o->st);
+    }
+    fxa_attn_acc_destroy(acc);
+    fxa_attn_plan_destroy(plan);
+    free(sums);
+    free(kb);
+    free(vb);
+    return st;
+}
+
+static void fill_normal(tcase *t, trng *r, double qscale)
+{
+    for (int64_t i = 0; i < t->nq; i++)
+        t->q[i] = (float)(qscale * trng_normal(r));
+    for (int64_t i = 0; i < t->nkv; i++) {
+        t->k[i] = (float)trng_normal(r);
+        t->v[i] = (float)trng_normal(r);
+    }
+}
+
+static void desc_for(fxa_attn_desc *d, int64_t b, int64_t hq, int64_t hkv, int64_t sq,
+                     int64_t skv, int64_t dim)
+{
+    fxa_attn_desc_init(d);
+    d->batch = b;
+    d->heads_q = hq;
+    d->heads_kv = hkv;
+    d->seq_q = sq;
+    d->seq_kv = skv;
+    d->head_dim = dim;
+}
+
+static int same_bits(const void *a, const void *b, size_t bytes)
+{
+    return memcmp(a, b, bytes) == 0;
+}
+
+/* One block: the same bits as fxa_attn_run (the run's shape keeps one key
+ * split: 2048 query rows per chunk). */
+static void test_single_block(fxa_layout layout, fxa_dtype dtype, int center)
+{
+    fxa_attn_desc d;
+    tcase t;
+    trng r;
+    trng_seed(&r, 100 + (uint64_t)layout * 10 + (uint64_t)dtype * 3 + (uint64_t)center);
+    desc_for(&d, 1, 4, 2, 512, 300, 24);
+    d.layout = layout;
+    d.dtype = dtype;
+    d.center = center;
+    tcase_init(&t, &d);
+    fill_normal(&t, &r, 1.0);
+    tcase_round(&t);
+    run_out a;
+    run_out b;
+    run_out_init(&a, &t);
+    run_out_init(&b, &t);
+    const size_t rows = (size_t)(d.batch * d.heads_q * d.seq_q);
+    fxa_status s1 = tcase_run(&t, g_ctx, d.mode, NULL, a.out, a.lse, a.fb, a.bound, &a.st);
+    const int64_t sizes[1] = {300};
+    const int order[1] = {0};
+    fxa_status s2 = run_blocks(&t, sizes, 1, order, &b);
+    CHECK(s1 == FXA_OK && s2 == FXA_OK, "runs failed: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(same_bits(a.out, b.out, (size_t)t.nq * 4), "layout %d dtype %d center %d: out bits",
+          layout, dtype, center);
+    CHECK(same_bits(a.lse, b.lse, rows * 4), "lse bits");
+    CHECK(same_bits(a.fb, b.fb, rows), "fallback flags");
+    CHECK(same_bits(a.bound, b.bound, rows * 4), "bounds");
+    CHECK(a.st.fallback_rows == b.st.fallback_rows && a.st.c_min == b.st.c_min &&
+              a.st.max_bound == b.st.max_bound && a.st.gate_centered == b.st.gate_centered,
+          "stats agree");
+    run_out_free(&a);
+    run_out_free(&b);
+    tcase_free(&t);
+}
+
+/* Uneven blocks, one empty, added out of order, GQA, batch 2: within the
+ * envelope, and close to the single run. */
+static void test_uneven_blocks(fxa_dtype dtype, int center)
+{
+    fxa_attn_desc d;
+    tcase t;
+    trng r;
+    trng_seed(&r, 200 + (uint64_t)dtype * 2 + (uint64_t)center);
+    desc_for(&d, 2, 6, 3, 77, 300, 40);
+    d.dtype = dtype;
+    d.center = center;
+    tcase_init(&t, &d);
+    fill_normal(&t, &r, 2.0);
+    tcase_round(&t);
+    const int64_t sizes[4] = {101, 0, 77, 122};
+    const int order[4] = {2, 0, 3, 1};
+    run_out o;
+    run_out_init(&o, &t);
+    fxa_status st = run_blocks(&t, sizes, 4, order, &o);
+    CHECK(st == FXA_OK, "blocks failed: %s", fxa_ctx_last_error(g_ctx));
+    terr e;
+    tcase_errors(&t, o.out, o.lse, &e);
+    terr_print("uneven blocks", &e);
+    CHECK(terr_within_envelope(&e), "uneven blocks (dtype %d, center %d) outside the envelope",
+          dtype, center);
+    CHECK(o.st.fallback_rows == 0, "ordinary rows stay fixed (%lld fell back)",
+          (long long)o.st.fallback_rows);
+    CHECK(o.st.c_min == fxa_fixed_m_c(300, o.st.vmax), "C uses the global key count");
+    run_out_free(&o);
+    tcase_free(&t);
+}
+
+/* A sink in the last block only: exactly the rows that fall back in the
+ * single run fall back here too; a huge V in one block stays exact. */
+static void test_sink_and_huge_v(void)
+{
+    fxa_attn_desc d;
+    tcase t;
+    trng r;
+    trng_seed(&r, 300);
+    desc_for(&d, 1, 2, 2, 256, 256, 64);
+    tcase_init(&t, &d);
+    fill_normal(&t, &r, 1.0);
+    for (int64_t i = 1; i < d.seq_q; i += 2) {
+        float *q = t.q + tcase_q_off(&t, 0, 0, i);
+        for (int64_t c = 0; c < d.head_dim; c++)
+            q[c] *= 1e-3f;
+    }
+    float *sink = t.k + tcase_kv_off(&t, 0, 0, 200);
+    for (int64_t c = 0; c < d.head_dim; c++)
+        sink[c] *= 1000.0f;
+    float *big = t.v + tcase_kv_off(&t, 0, 1, 10);
+    big[3] = 1e30f;
+    const size_t rows = (size_t)(d.heads_q * d.seq_q);
+    run_out a;
+    run_out b;
+    run_out_init(&a, &t);
+    run_out_init(&b, &t);
+    CHECK(tcase_run(&t, g_ctx, d.mode, NULL, a.out, a.lse, a.fb, a.bound, &a.st) == FXA_OK,
+          "single run");
+    const int64_t sizes[4] = {64, 64, 64, 64};
+    const int order[4] = {1, 2, 3, 0};
+    CHECK(run_blocks(&t, sizes, 4, order, &b) == FXA_OK, "blocks: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(same_bits(a.fb, b.fb, rows), "the same rows fall back");
+    CHECK(b.st.fallback_rows == d.seq_q / 2, "the sink head's ordinary rows fall back (%lld)",
+          (long long)b.st.fallback_rows);
+    CHECK(b.st.vmax == 1e30f, "global Vmax");
+    terr e;
+    tcase_errors(&t, b.out, b.lse, &e);
+    terr_print("sink + huge V in blocks", &e);
+    CHECK(terr_within_envelope(&e), "sink + huge V outside the envelope");
+    run_out_free(&a);
+    run_out_free(&b);
+    tcase_free(&t);
+}
+
+static void test_misuse(void)
+{
+    fxa_attn_desc d;
+    desc_for(&d, 1, 1, 1, 8, 16, 8);
+    fxa_attn_plan *plan = NULL;
+    size_t ws = 0;
+    CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws) == FXA_OK, "plan");
+    float q[64];
+    float k[128];
+    float v[128];
+    float out[64];
+    for (int i = 0; i < 128; i++) {
+        k[i] = (float)(i % 7) - 3.0f;
+        v[i] = (float)(i % 5);
+        if (i < 64)
+            q[i] = 0.25f * (float)(i % 3);
+    }
+    const size_t len = fxa_kv_summary_len(plan);
+    CHECK(len == 12, "summary length %zu", len);
+    double sums[2][12];
+    CHECK(fxa_kv_summarize(plan, k, v, 17, sums[0]) == FXA_ERR_INVALID_ARG,
+          "a block larger than seq_kv is refused");
+    CHECK(fxa_kv_summarize(plan, k, v, 16, sums[0]) == FXA_OK, "summarise");
+    CHECK(fxa_kv_summarize(plan, k, v, 8, sums[1]) == FXA_OK, "summarise half");
+    k[3] = NAN;
+    CHECK(fxa_kv_summarize(plan, k, v, 16, sums[1]) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "K has a non-finite") != NULL,
+          "a NaN key is refused: %s", fxa_ctx_last_error(g_ctx));
+    k[3] = 0.0f;
+    CHECK(fxa_kv_summarize(plan, k, v, 8, sums[1]) == FXA_OK, "summarise half again");
+    fxa_attn_acc *acc = NULL;
+    CHECK(fxa_attn_acc_create(plan, &acc) == FXA_OK, "acc");
+    CHECK(fxa_attn_acc_add(acc, k, v, 16) == FXA_ERR_INVALID_ARG, "add before begin");
+    double bad[12];
+    memcpy(bad, sums[0], sizeof bad);
+    bad[0] = 2.5;
+    CHECK(fxa_attn_acc_begin(acc, q, bad, 1) == FXA_ERR_INVALID_ARG, "fractional count refused");
+    bad[0] = 16.0;
+    bad[5] = INFINITY;
+    CHECK(fxa_attn_acc_begin(acc, q, bad, 1) == FXA_ERR_INVALID_ARG, "non-finite summary refused");
+    q[5] = INFINITY;
+    CHECK(fxa_attn_acc_begin(acc, q, &sums[0][0], 2) == FXA_ERR_INVALID_ARG, "non-finite Q refused");
+    q[5] = 0.0f;
+    CHECK(fxa_attn_acc_begin(acc, q, &sums[0][0], 2) == FXA_OK, "begin: %s",
+          fxa_ctx_last_error(g_ctx));
+    CHECK(fxa_attn_acc_add(acc, k, v, 16) == FXA_OK, "add 16");
+    CHECK(fxa_attn_acc_add(acc, k, v, 16) == FXA_ERR_INVALID_ARG, "more keys than summarised");
+    fxa_attn_args a = {.struct_size = sizeof a, .out = out};
+    CHECK(fxa_attn_acc_finish(acc, &a, NULL) == FXA_ERR_INVALID_ARG, "missing keys at finish");
+    CHECK(fxa_attn_acc_add(acc, k, v, 8) == FXA_OK, "add 8");
+    CHECK(fxa_attn_acc_finish(acc, &a, NULL) == FXA_OK, "finish");
+    CHECK(fxa_attn_acc_finish(acc, &a, NULL) == FXA_ERR_INVALID_ARG, "finish twice");
+    fxa_attn_acc_destroy(acc);
+    fxa_attn_plan_destroy(plan);
+}
+
+int main(void)
+{
+    test_require_isa("test_attn_blockwise");
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 2;
+    if (fxa_ctx_create(&cp, &g_ctx) != FXA_OK) {
+        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+        return 1;
+    }
+    for (int layout = 0; layout < 2; layout++)
+        for (int center = 0; center < 2; center++) {
+            test_single_block((fxa_layout)layout, FXA_F32, center);
+            test_single_block((fxa_layout)layout, FXA_BF16, center);
+        }
+    test_uneven_blocks(FXA_F32, 1);
+    test_uneven_blocks(FXA_F32, 0);
+    test_uneven_blocks(FXA_F16, 1);
+    test_sink_and_huge_v();
+    test_misuse();
+    fxa_ctx_destroy(g_ctx);
+    return test_summary("test_attn_blockwise");
+}
