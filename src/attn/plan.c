@@ -133,14 +133,17 @@ static int64_t chunk_kv_heads(const fxa_attn_plan *p)
     return unit * best;
 }
 
-/* Split the keys when a chunk has fewer than SPLIT_ROWS query rows (decode
- * and other short queries), into at most MAX_SPLITS ranges of whole tiles. */
+/* Split the keys when a head has fewer than SPLIT_ROWS query rows (decode
+ * and other short queries), into at most MAX_SPLITS ranges of whole tiles.
+ * Chosen from (Sq, Skv) alone: however the heads are arranged (heads per
+ * tile, chunks, Ulysses head sharding across ranks), every row sums its keys
+ * in the same order, so results stay bit-identical. */
 #define SPLIT_ROWS 2048
 #define MAX_SPLITS 16
 
 static void choose_split(fxa_attn_plan *p)
 {
-    const int64_t rows = p->chunk_kv_heads * p->group * p->d.seq_q;
+    const int64_t rows = p->d.seq_q;
     int64_t want = (SPLIT_ROWS + rows - 1) / rows;
     want = want < MAX_SPLITS ? want : MAX_SPLITS;
     want = want < p->n_kv_tiles ? want : p->n_kv_tiles;

@@ -1,0 +1,123 @@
+/*
+ * fxattn_mpi: context-parallel fixed-max attention on MPI (libfxattn_mpi).
+ *
+ * The global problem is the one fxa_attn_run would compute on one process;
+ * its query and key sequences are split over the P ranks of a communicator
+ * in rank order (fxa_mpi_shard: contiguous shards, the first S mod P ranks
+ * one token longer), and each rank passes its shards of Q, K, V and of the
+ * output. The ranks form a U x R grid (rank = ring_index * U +
+ * ulysses_index): Ulysses all-to-alls inside each row of U adjacent ranks
+ * switch from sequence to head sharding (head counts that U does not divide
+ * are split unevenly; K/V heads are replicated where Hkv < U), and the ring
+ * rotates K/V along each column of R ranks while the queries stay put.
+ * Fixed-max rows add the ring's partials by plain addition and normalise
+ * once; rows that fail the gate run online softmax across the hops. The
+ * bound's global quantities (key count, key sum and radius, max key norm,
+ * Vmax per head) travel in one MPI_Allgather per call.
+ *
+ * Threads: only the thread that calls these functions talks to MPI (MPI
+ * must be initialised with at least MPI_THREAD_FUNNELED when the fxa_ctx has
+ * several threads); compute threads come from the fxa_ctx. The library never
+ * calls MPI_Init or MPI_Finalize, and works on a duplicate of the caller's
+ * communicator with MPI_ERRORS_RETURN, so MPI failures come back as
+ * FXA_ERR_MPI.
+ *
+ * Collective calls must be made by every rank of the communicator in the
+ * same order; misuse (different shapes or options on different ranks, a bad
+ * input on one rank) returns the same error on every rank instead of
+ * hanging. Local calls involve no communication.
+ */
+#ifndef FXATTN_MPI_H
+#define FXATTN_MPI_H
+
+#include <mpi.h>
+
+#include "fxattn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fxa_mpi fxa_mpi;
+
+typedef struct fxa_mpi_params {
+    size_t struct_size; /* sizeof(fxa_mpi_params) */
+    int ulysses;        /* U >= 1 */
+    int ring;           /* R >= 1; U * R must equal the communicator's size */
+    int prefetch;       /* ring blocks in flight ahead of compute, clamped to [1, R-1]; 0 = 1 */
+} fxa_mpi_params;
+
+/* Defaults: U = 1, R = 0 (= the communicator's size: a pure ring), prefetch 1. */
+FXA_API void fxa_mpi_params_init(fxa_mpi_params *p);
+
+/* Collective over comm. Duplicates comm and splits it into the grid's rows
+ * and columns. Every rank gets the same error when U * R != P or the ranks
+ * disagree on the parameters. ctx (not owned) computes; keep it alive. On
+ * error *out is NULL and fxa_mpi_create_error() says why. */
+FXA_API fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p,
+                                  fxa_mpi **out);
+/* Collective (frees the communicators). NULL is a no-op. */
+FXA_API void fxa_mpi_destroy(fxa_mpi *m);
+/* Why the last fxa_mpi_create on this thread failed. Local. */
+FXA_API const char *fxa_mpi_create_error(void);
+/* The last error of a call on m (the same text on every rank). Local. */
+FXA_API const char *fxa_mpi_last_error(const fxa_mpi *m);
+FXA_API int fxa_mpi_rank(const fxa_mpi *m);
+FXA_API int fxa_mpi_size(const fxa_mpi *m);
+
+/* Token range [*start, *start + *len) of shard `rank` of a sequence of seq
+ * tokens over n_ranks ranks. Local. */
+FXA_API void fxa_mpi_shard(int64_t seq, int n_ranks, int rank, int64_t *start, int64_t *len);
+
+/*
+ * Collective error agreement: every rank passes its own status (and a
+ * message when it failed); all ranks return the status of the lowest failing
+ * rank, and fxa_mpi_last_error(m) holds "rank N: <its message>". For callers
+ * that read inputs per rank (the CLI): a bad file on one rank then fails on
+ * every rank.
+ */
+FXA_API fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg);
+
+typedef struct fxa_mpi_attn_plan fxa_mpi_attn_plan;
+
+/* Collective. d describes the global problem (seq_q, seq_kv over all ranks);
+ * layout, dtype and options as in fxa_attn_desc (the scheduling fields apply
+ * to each rank's local work). Every rank must pass the same descriptor: a
+ * hash of it is compared across ranks. */
+FXA_API fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
+                                            fxa_mpi_attn_plan **out);
+FXA_API void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *plan); /* local */
+
+/* What one distributed run did (this rank's view unless said global). */
+typedef struct fxa_mpi_stats {
+    size_t struct_size;
+    int64_t rows;           /* global B * Hq * Sq */
+    int64_t fallback_rows;  /* global */
+    double vmax;            /* global */
+    double max_bound;       /* global */
+    double seconds;         /* wall time of the call on this rank */
+    double a2a_seconds;     /* Ulysses all-to-alls (forward and back) */
+    double ring_compute_seconds; /* summed over ring steps */
+    double ring_wait_seconds;    /* blocked on ring transfers */
+    int ring_steps;
+    /* Optional, caller-owned, ring_steps entries each (may be NULL): */
+    double *step_compute;
+    double *step_wait;
+} fxa_mpi_stats;
+
+/*
+ * Collective. args holds this rank's shards: q [B, Sq_r, Hq, D] (BSHD) or
+ * [B, Hq, Sq_r, D] (BHSD) with Sq_r from fxa_mpi_shard(seq_q, P, rank), k
+ * and v likewise with seq_kv, out like q (fp32), and the optional lse,
+ * row_fallback and row_bound as [B, Hq, Sq_r]. A non-finite input on any
+ * rank fails the call on every rank before any output is written.
+ * stats may be NULL.
+ */
+FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args *args,
+                                    fxa_mpi_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FXATTN_MPI_H */

@@ -1,0 +1,200 @@
+/* The distributed context: communicators, grid, errors that every rank
+ * agrees on. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_internal.h"
+
+static _Thread_local char g_create_error[512];
+
+const char *fxa_mpi_create_error(void)
+{
+    return g_create_error;
+}
+
+void fxa_mpi_params_init(fxa_mpi_params *p)
+{
+    *p = (fxa_mpi_params){.struct_size = sizeof *p, .ulysses = 1, .ring = 0, .prefetch = 0};
+}
+
+fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->last_error, sizeof m->last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *fxa_mpi_last_error(const fxa_mpi *m)
+{
+    return m ? m->last_error : "";
+}
+
+int fxa_mpi_rank(const fxa_mpi *m)
+{
+    return m->rank;
+}
+
+int fxa_mpi_size(const fxa_mpi *m)
+{
+    return m->size;
+}
+
+void fxa_mpi_split(int64_t n, int parts, int i, int64_t *lo, int64_t *hi)
+{
+    const int64_t base = n / parts;
+    const int64_t extra = n % parts;
+    *lo = (int64_t)i * base + (i < extra ? i : extra);
+    *hi = *lo + base + (i < extra ? 1 : 0);
+}
+
+void fxa_mpi_shard(int64_t seq, int n_ranks, int rank, int64_t *start, int64_t *len)
+{
+    int64_t hi;
+    fxa_mpi_split(seq, n_ranks, rank, start, &hi);
+    *len = hi - *start;
+}
+
+uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
+{
+    if (!m)
+        return FXA_ERR_INVALID_ARG;
+    /* MAXLOC on (failed, -rank) picks the lowest failing rank. */
+    int in[2] = {local != FXA_OK, -m->rank};
+    int outv[2] = {0, 0};
+    if (MPI_Allreduce(in, outv, 1, MPI_2INT, MPI_MAXLOC, m->comm) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allreduce failed while agreeing on errors");
+    if (!outv[0])
+        return FXA_OK;
+    const int root = -outv[1];
+    struct {
+        int status;
+        char msg[sizeof m->last_error - 16];
+    } e;
+    memset(&e, 0, sizeof e);
+    if (m->rank == root) {
+        e.status = (int)local;
+        snprintf(e.msg, sizeof e.msg, "%s", local_msg ? local_msg : "");
+    }
+    if (MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, root, m->comm) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Bcast failed while agreeing on errors");
+    e.msg[sizeof e.msg - 1] = '\0';
+    return fxa_mpi_fail(m, (fxa_status)e.status, "rank %d: %s", root, e.msg);
+}
+
+fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what)
+{
+    uint64_t in[2] = {hash, ~hash};
+    uint64_t mx[2];
+    if (MPI_Allreduce(in, mx, 2, MPI_UINT64_T, MPI_MAX, m->comm) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allreduce failed while comparing %s", what);
+    /* max(h) == min(h) exactly when all ranks agree; min(h) = ~max(~h). */
+    if (mx[0] != ~mx[1])
+        return fxa_mpi_fail(m, FXA_ERR_INVALID_ARG, "ranks disagree on %s", what);
+    return FXA_OK;
+}
+
+fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, fxa_mpi **out)
+{
+    g_create_error[0] = '\0';
+    if (out)
+        *out = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        snprintf(g_create_error, sizeof g_create_error, "MPI is not initialised");
+        return FXA_ERR_MPI;
+    }
+    fxa_mpi *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(g_create_error, sizeof g_create_error, "out of memory");
+        return FXA_ERR_NO_MEMORY;
+    }
+    m->comm = m->row_comm = m->col_comm = MPI_COMM_NULL;
+    if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
+        free(m);
+        snprintf(g_create_error, sizeof g_create_error, "MPI_Comm_dup failed");
+        return FXA_ERR_MPI;
+    }
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m->comm, &m->rank);
+    MPI_Comm_size(m->comm, &m->size);
+    m->ctx = ctx;
+    /* Local checks first; the verdict is agreed so every rank fails alike. */
+    fxa_status st = FXA_OK;
+    char msg[256] = "";
+    fxa_mpi_params prm;
+    fxa_mpi_params_init(&prm);
+    if (!ctx || !out || (p && p->struct_size < sizeof *p)) {
+        st = FXA_ERR_INVALID_ARG;
+        snprintf(msg, sizeof msg, "NULL context or output, or params struct_size too small");
+    } else if (p) {
+        prm = *p;
+    }
+    if (st == FXA_OK) {
+        if (prm.ring == 0 && prm.ulysses >= 1)
+            prm.ring = m->size / prm.ulysses;
+        if (prm.ulysses < 1 || prm.ring < 1 || (int64_t)prm.ulysses * prm.ring != m->size) {
+            st = FXA_ERR_INVALID_ARG;
+            snprintf(msg, sizeof msg, "Ulysses %d x ring %d does not match %d ranks", prm.ulysses,
+                     prm.ring, m->size);
+        } else if (prm.prefetch < 0) {
+            st = FXA_ERR_INVALID_ARG;
+            snprintf(msg, sizeof msg, "prefetch %d is negative", prm.prefetch);
+        }
+    }
+    st = fxa_mpi_agree(m, st, msg);
+    if (st == FXA_OK) {
+        int grid[3] = {prm.ulysses, prm.ring, prm.prefetch};
+        st = fxa_mpi_same_everywhere(m, fxa_mpi_hash(0xcbf29ce484222325ull, grid, sizeof grid),
+                                     "the Ulysses x ring grid or prefetch");
+    }
+    if (st == FXA_OK) {
+        m->ulysses = prm.ulysses;
+        m->ring = prm.ring;
+        m->u = m->rank % m->ulysses;
+        m->c = m->rank / m->ulysses;
+        m->prefetch = prm.prefetch < 1 ? 1 : prm.prefetch;
+        if (m->prefetch > m->ring - 1)
+            m->prefetch = m->ring > 1 ? m->ring - 1 : 1;
+        if (MPI_Comm_split(m->comm, m->c, m->u, &m->row_comm) != MPI_SUCCESS ||
+            MPI_Comm_split(m->comm, m->u, m->c, &m->col_comm) != MPI_SUCCESS)
+            st = fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Comm_split failed");
+        else {
+            MPI_Comm_set_errhandler(m->row_comm, MPI_ERRORS_RETURN);
+            MPI_Comm_set_errhandler(m->col_comm, MPI_ERRORS_RETURN);
+        }
+    }
+    if (st != FXA_OK) {
+        snprintf(g_create_error, sizeof g_create_error, "%s", m->last_error);
+        fxa_mpi_destroy(m);
+        return st;
+    }
+    *out = m;
+    return FXA_OK;
+}
+
+void fxa_mpi_destroy(fxa_mpi *m)
+{
+    if (!m)
+        return;
+    if (m->row_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&m->row_comm);
+    if (m->col_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&m->col_comm);
+    if (m->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&m->comm);
+    free(m);
+}

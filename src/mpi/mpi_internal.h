@@ -1,0 +1,114 @@
+/* The distributed context and plan behind the fxattn_mpi handles. */
+#ifndef FXA_MPI_INTERNAL_H
+#define FXA_MPI_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "fxattn_mpi.h"
+
+struct fxa_mpi {
+    MPI_Comm comm;     /* duplicate of the caller's, MPI_ERRORS_RETURN */
+    MPI_Comm row_comm; /* the U ranks of this rank's Ulysses group */
+    MPI_Comm col_comm; /* the R ranks of this rank's ring */
+    fxa_ctx *ctx;
+    int rank;
+    int size;
+    int ulysses; /* U */
+    int ring;    /* R */
+    int u;       /* index in the row: rank % U */
+    int c;       /* index in the ring: rank / U */
+    int prefetch;
+    char last_error[512];
+};
+
+/* One local attention problem after the Ulysses exchange: batches
+ * [batch0, batch0 + n_batch), local q heads [q0, q0 + n_q) and local kv heads
+ * [kv0, kv0 + n_kv) of the local tensors. */
+typedef struct fxa_mpi_segment {
+    int64_t batch0;
+    int64_t n_batch;
+    int64_t q0;
+    int64_t n_q;
+    int64_t kv0;
+    int64_t n_kv;
+    fxa_attn_plan *plan; /* seq_q = local queries, seq_kv = local keys (or largest ring block) */
+    size_t ws_bytes;     /* its workspace (R == 1) */
+} fxa_mpi_segment;
+
+struct fxa_mpi_attn_plan {
+    fxa_mpi *m;
+    fxa_attn_desc d; /* global */
+    size_t es;       /* bytes per input element */
+    int64_t q_len;   /* this rank's query and key shards */
+    int64_t kv_len;
+    /* Ulysses head split: rank u of the row holds q heads [hq_lo[u], hq_hi[u])
+     * and kv heads [hkv_lo[u], hkv_hi[u]). */
+    int64_t *hq_lo, *hq_hi, *hkv_lo, *hkv_hi;
+    /* After the exchange: the row's tokens (its ring block) for those heads. */
+    int64_t loc_sq;     /* queries of this rank's ring block */
+    int64_t *blk_skv;   /* [R] keys of each ring block */
+    int64_t max_blk_skv;
+    fxa_layout loc_layout; /* the user's with U == 1, else BHSD */
+    fxa_mpi_segment *seg;
+    int n_seg;
+};
+
+/* Record an error on m (printf style) and return st. */
+fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* [lo, hi) of part i of n items split over parts (the first n mod parts one
+ * larger). */
+void fxa_mpi_split(int64_t n, int parts, int i, int64_t *lo, int64_t *hi);
+
+/* FNV-1a over bytes, chained. */
+uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
+
+/* Collective over m->comm: fails on every rank unless all ranks pass the
+ * same hash (what names the mismatch). */
+fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what);
+
+/* Local q heads and kv heads of this rank after the Ulysses exchange. */
+static inline int64_t fxa_mpi_loc_hq(const fxa_mpi_attn_plan *p)
+{
+    return p->hq_hi[p->m->u] - p->hq_lo[p->m->u];
+}
+
+static inline int64_t fxa_mpi_loc_hkv(const fxa_mpi_attn_plan *p)
+{
+    return p->hkv_hi[p->m->u] - p->hkv_lo[p->m->u];
+}
+
+/* Where segment s starts in the local tensors, in elements: query rows
+ * (times D for Q and the output), and K/V rows of a block of n keys. With
+ * U == 1 the single segment starts at 0 in the user's layout. */
+static inline int64_t fxa_mpi_seg_row(const fxa_mpi_attn_plan *p, const fxa_mpi_segment *s)
+{
+    return (s->batch0 * fxa_mpi_loc_hq(p) + s->q0) * p->loc_sq;
+}
+
+static inline int64_t fxa_mpi_seg_kv(const fxa_mpi_attn_plan *p, const fxa_mpi_segment *s,
+                                     int64_t n)
+{
+    return (s->batch0 * fxa_mpi_loc_hkv(p) + s->kv0) * n * p->d.head_dim;
+}
+
+/* The local problem's tensors (loc_layout) and outputs. */
+typedef struct fxa_mpi_local {
+    const char *q;
+    const char *k; /* this rank's own ring block */
+    const char *v;
+    float *out;
+    float *lse; /* may be NULL with U == 1 */
+    uint8_t *fb;
+    float *bound;
+} fxa_mpi_local;
+
+/* The ring along this rank's column (ring.c). Returns this rank's own
+ * status; *column_failed is set (and nothing computed) when another rank of
+ * the column failed. accs[i] belongs to segment i; on success they hold the
+ * unnormalised result. */
+fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
+                        int *column_failed, fxa_mpi_stats *stats);
+
+#endif

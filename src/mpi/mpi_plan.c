@@ -1,0 +1,204 @@
+/* Distributed plans: agree on the descriptor, split sequences and heads,
+ * and plan each rank's local attention problems (segments). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_internal.h"
+
+static uint64_t hash_desc(const fxa_attn_desc *d)
+{
+    /* Field by field: padding bytes must not enter the hash. */
+    const int64_t ints[] = {d->batch, d->heads_q, d->heads_kv, d->seq_q, d->seq_kv, d->head_dim,
+                            d->layout, d->dtype, d->mode, d->center, d->compute,
+                            d->heads_per_tile, d->block_q};
+    uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, ints, sizeof ints);
+    return fxa_mpi_hash(h, &d->scale, sizeof d->scale);
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->n_seg; i++)
+        fxa_attn_plan_destroy(p->seg[i].plan);
+    free(p->seg);
+    free(p->hq_lo);
+    free(p->hq_hi);
+    free(p->hkv_lo);
+    free(p->hkv_hi);
+    free(p->blk_skv);
+    free(p);
+}
+
+/* Ulysses head split. With Hkv >= U whole kv heads (and their query heads)
+ * go to each rank; otherwise query heads are split and each rank receives
+ * (replicates) the kv heads its query heads use. */
+static void split_heads(fxa_mpi_attn_plan *p)
+{
+    const fxa_attn_desc *d = &p->d;
+    const int n = p->m->ulysses;
+    const int64_t group = d->heads_q / d->heads_kv;
+    for (int u = 0; u < n; u++) {
+        if (d->heads_kv >= n) {
+            fxa_mpi_split(d->heads_kv, n, u, &p->hkv_lo[u], &p->hkv_hi[u]);
+            p->hq_lo[u] = p->hkv_lo[u] * group;
+            p->hq_hi[u] = p->hkv_hi[u] * group;
+        } else {
+            fxa_mpi_split(d->heads_q, n, u, &p->hq_lo[u], &p->hq_hi[u]);
+            p->hkv_lo[u] = p->hq_lo[u] / group;
+            p->hkv_hi[u] = p->hq_hi[u] > p->hq_lo[u] ? (p->hq_hi[u] - 1) / group + 1 : p->hkv_lo[u];
+        }
+    }
+}
+
+/* Tokens of ring block c: the shards of ranks c*U .. c*U + U - 1. */
+static int64_t block_tokens(int64_t seq, const fxa_mpi *m, int c)
+{
+    int64_t lo;
+    int64_t len;
+    int64_t hi;
+    fxa_mpi_shard(seq, m->size, c * m->ulysses, &lo, &len);
+    fxa_mpi_shard(seq, m->size, c * m->ulysses + m->ulysses - 1, &hi, &len);
+    return hi + len - lo;
+}
+
+/* The local problems: one for the whole local head range, or with
+ * replicated kv heads one per (batch, kv head). */
+static fxa_status make_segments(fxa_mpi_attn_plan *p, char *msg, size_t cap)
+{
+    const fxa_mpi *m = p->m;
+    const fxa_attn_desc *d = &p->d;
+    const int64_t group = d->heads_q / d->heads_kv;
+    const int64_t qa = p->hq_lo[m->u];
+    const int64_t qb = p->hq_hi[m->u];
+    const int64_t ka = p->hkv_lo[m->u];
+    const int64_t kb = p->hkv_hi[m->u];
+    if (qb == qa)
+        return FXA_OK; /* no heads here (Hq < U) */
+    const int aligned = qa == ka * group && qb == kb * group;
+    const int64_t n = aligned ? 1 : d->batch * (kb - ka);
+    p->seg = calloc((size_t)n, sizeof *p->seg);
+    if (!p->seg) {
+        snprintf(msg, cap, "out of memory");
+        return FXA_ERR_NO_MEMORY;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        fxa_mpi_segment *s = &p->seg[i];
+        if (aligned) {
+            *s = (fxa_mpi_segment){0, d->batch, 0, qb - qa, 0, kb - ka, NULL, 0};
+        } else {
+            const int64_t kv = ka + i % (kb - ka);
+            const int64_t h0 = kv * group > qa ? kv * group : qa;
+            const int64_t h1 = (kv + 1) * group < qb ? (kv + 1) * group : qb;
+            *s = (fxa_mpi_segment){i / (kb - ka), 1, h0 - qa, h1 - h0, kv - ka, 1, NULL, 0};
+        }
+        fxa_attn_desc ld = *d;
+        ld.batch = s->n_batch;
+        ld.heads_q = s->n_q;
+        ld.heads_kv = s->n_kv;
+        ld.seq_q = p->loc_sq > 0 ? p->loc_sq : 1;
+        ld.seq_kv = p->max_blk_skv > 0 ? p->max_blk_skv : 1;
+        ld.layout = p->loc_layout;
+        ld.heads_per_tile = (int)gcd64(d->heads_per_tile > 0 ? d->heads_per_tile : 1, s->n_q);
+        size_t ws;
+        fxa_status st = fxa_attn_plan_create(m->ctx, &ld, &s->plan, &ws);
+        s->ws_bytes = ws;
+        p->n_seg = (int)i + 1;
+        if (st != FXA_OK) {
+            snprintf(msg, cap, "%s", fxa_ctx_last_error(m->ctx));
+            return st;
+        }
+    }
+    return FXA_OK;
+}
+
+/* Every per-rank message must count at most INT_MAX elements. */
+static int counts_fit(const fxa_mpi_attn_plan *p)
+{
+    const fxa_attn_desc *d = &p->d;
+    const double lim = (double)INT_MAX;
+    const double row_q = (double)d->batch * (double)d->heads_q * (double)(d->head_dim + 3);
+    const double row_kv = (double)d->batch * (double)d->heads_kv * (double)d->head_dim;
+    return row_q * (double)block_tokens(d->seq_q, p->m, p->m->c) <= lim &&
+           2.0 * row_kv * (double)p->max_blk_skv + row_q * (double)p->loc_sq <= lim;
+}
+
+fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_plan **out)
+{
+    if (!m)
+        return FXA_ERR_INVALID_ARG;
+    m->last_error[0] = '\0';
+    char msg[512] = "";
+    fxa_status st = FXA_OK;
+    fxa_mpi_attn_plan *p = NULL;
+    fxa_attn_plan *check = NULL;
+    size_t ws;
+    if (out)
+        *out = NULL;
+    if (!d || !out || d->struct_size < sizeof *d) {
+        st = FXA_ERR_INVALID_ARG;
+        snprintf(msg, sizeof msg, "NULL descriptor or output, or descriptor too old");
+    } else if ((st = fxa_attn_plan_create(m->ctx, d, &check, &ws)) != FXA_OK) {
+        snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
+    }
+    fxa_attn_plan_destroy(check);
+    st = fxa_mpi_agree(m, st, msg);
+    if (st != FXA_OK)
+        return st;
+    st = fxa_mpi_same_everywhere(m, hash_desc(d), "the attention descriptor (shapes and options)");
+    if (st != FXA_OK)
+        return st;
+    p = calloc(1, sizeof *p);
+    const size_t nu = (size_t)m->ulysses;
+    if (p) {
+        p->hq_lo = calloc(nu, sizeof(int64_t));
+        p->hq_hi = calloc(nu, sizeof(int64_t));
+        p->hkv_lo = calloc(nu, sizeof(int64_t));
+        p->hkv_hi = calloc(nu, sizeof(int64_t));
+        p->blk_skv = calloc((size_t)m->ring, sizeof(int64_t));
+    }
+    if (!p || !p->hq_lo || !p->hq_hi || !p->hkv_lo || !p->hkv_hi || !p->blk_skv) {
+        st = FXA_ERR_NO_MEMORY;
+        snprintf(msg, sizeof msg, "out of memory for the distributed plan");
+    } else {
+        int64_t start;
+        p->m = m;
+        p->d = *d;
+        p->es = d->dtype == FXA_F32 ? 4 : 2;
+        fxa_mpi_shard(d->seq_q, m->size, m->rank, &start, &p->q_len);
+        fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, &p->kv_len);
+        split_heads(p);
+        p->loc_sq = block_tokens(d->seq_q, m, m->c);
+        for (int c = 0; c < m->ring; c++) {
+            p->blk_skv[c] = block_tokens(d->seq_kv, m, c);
+            p->max_blk_skv = p->blk_skv[c] > p->max_blk_skv ? p->blk_skv[c] : p->max_blk_skv;
+        }
+        p->loc_layout = m->ulysses == 1 ? d->layout : FXA_LAYOUT_BHSD;
+        if (!counts_fit(p)) {
+            st = FXA_ERR_UNSUPPORTED;
+            snprintf(msg, sizeof msg,
+                     "a rank's exchange would exceed 2^31 elements; use more ranks");
+        } else {
+            st = make_segments(p, msg, sizeof msg);
+        }
+    }
+    st = fxa_mpi_agree(m, st, msg);
+    if (st != FXA_OK) {
+        fxa_mpi_attn_plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return FXA_OK;
+}

@@ -1,0 +1,177 @@
+/*
+ * One distributed attention call: check the arguments (agreed), Ulysses
+ * exchange in (U > 1), local attention (R == 1) or the ring (R > 1), agree
+ * on the outcome, then write the output: normalise the ring accumulators and
+ * send rows back through the second Ulysses exchange. No output is written
+ * unless every rank succeeded.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_internal.h"
+#include "ulysses.h"
+
+static fxa_status check_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, char *msg,
+                             size_t cap)
+{
+    if (!a || a->struct_size < sizeof *a) {
+        snprintf(msg, cap, "attention args missing or too old");
+        return FXA_ERR_INVALID_ARG;
+    }
+    if ((p->q_len > 0 && (!a->q || !a->out)) || (p->kv_len > 0 && (!a->k || !a->v))) {
+        snprintf(msg, cap, "q, k, v and out must not be NULL");
+        return FXA_ERR_INVALID_ARG;
+    }
+    return FXA_OK;
+}
+
+/* R == 1: each segment is a whole local problem for fxa_attn_run. */
+static fxa_status run_local(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_stats *sum)
+{
+    fxa_mpi *m = p->m;
+    fxa_status st = FXA_OK;
+    for (int i = 0; i < p->n_seg && st == FXA_OK; i++) {
+        const fxa_mpi_segment *s = &p->seg[i];
+        const int64_t row = fxa_mpi_seg_row(p, s);
+        const int64_t kv = fxa_mpi_seg_kv(p, s, p->blk_skv[0]);
+        const fxa_attn_args a = {
+            .struct_size = sizeof a,
+            .q = loc->q + row * p->d.head_dim * (int64_t)p->es,
+            .k = loc->k + kv * (int64_t)p->es,
+            .v = loc->v + kv * (int64_t)p->es,
+            .out = loc->out + row * p->d.head_dim,
+            .lse = loc->lse ? loc->lse + row : NULL,
+            .row_fallback = loc->fb ? loc->fb + row : NULL,
+            .row_bound = loc->bound ? loc->bound + row : NULL,
+        };
+        void *ws = s->ws_bytes ? aligned_alloc(64, (s->ws_bytes + 63) / 64 * 64) : NULL;
+        fxa_attn_stats one;
+        st = s->ws_bytes && !ws ? FXA_ERR_NO_MEMORY : fxa_attn_run(s->plan, &a, ws, &one);
+        free(ws);
+        if (st != FXA_OK) {
+            fxa_mpi_fail(m, st, "%s",
+                         st == FXA_ERR_NO_MEMORY ? "out of memory" : fxa_ctx_last_error(m->ctx));
+            break;
+        }
+        sum->fallback_rows += one.fallback_rows;
+        sum->vmax = one.vmax > sum->vmax ? one.vmax : sum->vmax;
+        sum->max_bound = one.max_bound > sum->max_bound ? one.max_bound : sum->max_bound;
+    }
+    return st;
+}
+
+/* R > 1, after agreement: normalise every accumulator into the outputs. */
+static fxa_status finish_ring(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
+                              fxa_attn_stats *sum)
+{
+    fxa_mpi *m = p->m;
+    for (int i = 0; i < p->n_seg; i++) {
+        const int64_t row = fxa_mpi_seg_row(p, &p->seg[i]);
+        const fxa_attn_args a = {
+            .struct_size = sizeof a,
+            .out = loc->out + row * p->d.head_dim,
+            .lse = loc->lse ? loc->lse + row : NULL,
+            .row_fallback = loc->fb ? loc->fb + row : NULL,
+            .row_bound = loc->bound ? loc->bound + row : NULL,
+        };
+        fxa_attn_stats one;
+        fxa_status st = fxa_attn_acc_finish(accs[i], &a, &one);
+        if (st != FXA_OK)
+            return fxa_mpi_fail(m, FXA_ERR_INTERNAL, "%s", fxa_ctx_last_error(m->ctx));
+        sum->fallback_rows += one.fallback_rows;
+        sum->vmax = one.vmax > sum->vmax ? one.vmax : sum->vmax;
+        sum->max_bound = one.max_bound > sum->max_bound ? one.max_bound : sum->max_bound;
+    }
+    return FXA_OK;
+}
+
+/* Global statistics: every rank calls this, stats or not. */
+static fxa_status reduce_stats(fxa_mpi_attn_plan *p, const fxa_attn_stats *sum,
+                               fxa_mpi_stats *stats)
+{
+    fxa_mpi *m = p->m;
+    /* Fallback rows are counted where they are computed (the head owner). */
+    long long fb = sum->fallback_rows;
+    double mx[2] = {sum->vmax, sum->max_bound};
+    long long fb_all = 0;
+    double mx_all[2] = {0.0, 0.0};
+    if (MPI_Allreduce(&fb, &fb_all, 1, MPI_LONG_LONG, MPI_SUM, m->comm) != MPI_SUCCESS ||
+        MPI_Allreduce(mx, mx_all, 2, MPI_DOUBLE, MPI_MAX, m->comm) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allreduce of the statistics failed");
+    if (stats) {
+        stats->rows = p->d.batch * p->d.heads_q * p->d.seq_q;
+        stats->fallback_rows = fb_all;
+        stats->vmax = mx_all[0];
+        stats->max_bound = mx_all[1];
+    }
+    return FXA_OK;
+}
+
+fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mpi_stats *stats)
+{
+    if (!p)
+        return FXA_ERR_INVALID_ARG;
+    fxa_mpi *m = p->m;
+    const double t0 = MPI_Wtime();
+    char msg[512] = "";
+    m->last_error[0] = '\0';
+    if (stats) {
+        double *sc = stats->step_compute;
+        double *sw = stats->step_wait;
+        *stats = (fxa_mpi_stats){.struct_size = sizeof *stats, .step_compute = sc, .step_wait = sw};
+        stats->ring_steps = m->ring > 1 ? m->ring : 0;
+    }
+    fxa_status st = check_args(p, a, msg, sizeof msg);
+    fxa_ulysses_bufs ub;
+    memset(&ub, 0, sizeof ub);
+    if (st == FXA_OK && m->ulysses > 1 && (st = fxa_ulysses_alloc(p, &ub)) != FXA_OK)
+        snprintf(msg, sizeof msg, "out of memory for the Ulysses buffers");
+    fxa_attn_acc **accs = calloc((size_t)p->n_seg + 1, sizeof *accs);
+    if (st == FXA_OK && !accs) {
+        st = FXA_ERR_NO_MEMORY;
+        snprintf(msg, sizeof msg, "out of memory");
+    }
+    st = fxa_mpi_agree(m, st, msg);
+    fxa_mpi_local loc = {0};
+    if (st == FXA_OK && m->ulysses > 1) {
+        const double ta = MPI_Wtime();
+        st = fxa_ulysses_forward(p, a, &ub);
+        if (stats)
+            stats->a2a_seconds += MPI_Wtime() - ta;
+        loc = (fxa_mpi_local){ub.q, ub.k, ub.v, ub.out, ub.lse, ub.fb, ub.bound};
+    } else if (st == FXA_OK) {
+        loc = (fxa_mpi_local){a->q, a->k, a->v, a->out, a->lse, a->row_fallback, a->row_bound};
+    }
+    /* Local work: this rank's own status; a peer's failure shows up in the
+     * agreement below. */
+    fxa_attn_stats sum = {.struct_size = sizeof sum};
+    fxa_status own = FXA_OK;
+    if (st == FXA_OK) {
+        int column_failed = 0;
+        own = m->ring == 1 ? run_local(p, &loc, &sum)
+                           : fxa_ring_run(p, &loc, accs, &column_failed, stats);
+        snprintf(msg, sizeof msg, "%s", m->last_error);
+        st = fxa_mpi_agree(m, own, msg);
+    }
+    if (st == FXA_OK && m->ring > 1) {
+        own = finish_ring(p, &loc, accs, &sum);
+        snprintf(msg, sizeof msg, "%s", m->last_error);
+        st = fxa_mpi_agree(m, own, msg);
+    }
+    if (st == FXA_OK && m->ulysses > 1) {
+        const double ta = MPI_Wtime();
+        st = fxa_ulysses_backward(p, &ub, a);
+        if (stats)
+            stats->a2a_seconds += MPI_Wtime() - ta;
+    }
+    if (st == FXA_OK)
+        st = reduce_stats(p, &sum, stats);
+    for (int i = 0; accs && i < p->n_seg; i++)
+        fxa_attn_acc_destroy(accs[i]);
+    free(accs);
+    fxa_ulysses_bufs_free(&ub);
+    if (stats)
+        stats->seconds = MPI_Wtime() - t0;
+    return st;
+}

@@ -1,0 +1,203 @@
+/*
+ * The ring along a grid column (R ranks): queries stay, K/V blocks rotate.
+ * One MPI_Allgather brings every block's summary (and every rank's status)
+ * to every rank; each rank then merges them into the global bound and, hop
+ * by hop, adds the block it holds into its accumulators while the next
+ * `prefetch` blocks travel: nonblocking receives into rotating slots, each
+ * block forwarded to the next rank as soon as it has arrived, progress
+ * driven between batches of compute. A rank that fails locally keeps
+ * forwarding (so no peer waits forever) and computes nothing; the caller
+ * agrees on the outcome afterwards.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_internal.h"
+
+typedef struct ring_reqs {
+    MPI_Request *req; /* recv K, recv V, send K, send V per slot */
+    int n;
+} ring_reqs;
+
+static void ring_progress(void *arg)
+{
+    ring_reqs *r = arg;
+    int done;
+    MPI_Testall(r->n, r->req, &done, MPI_STATUSES_IGNORE);
+}
+
+/* Summaries of this rank's own block for every segment, gathered over the
+ * column: all[r * len ...] = rank r's [status, seg 0 summary, seg 1 ...]. */
+static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, double **all_out,
+                                   size_t *len_out, int *column_failed)
+{
+    fxa_mpi *m = p->m;
+    const int64_t own = p->blk_skv[m->c];
+    size_t len = 1;
+    for (int i = 0; i < p->n_seg; i++)
+        len += fxa_kv_summary_len(p->seg[i].plan);
+    double *mine = calloc(len, sizeof(double));
+    double *all = calloc(len * (size_t)p->m->ring, sizeof(double));
+    fxa_status st = FXA_OK;
+    if (!mine || !all) {
+        free(mine);
+        free(all);
+        return fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory for the ring summaries");
+    }
+    size_t at = 1;
+    for (int i = 0; i < p->n_seg && st == FXA_OK; i++) {
+        const fxa_mpi_segment *s = &p->seg[i];
+        const int64_t off = fxa_mpi_seg_kv(p, s, own) * (int64_t)p->es;
+        st = fxa_kv_summarize(s->plan, loc->k + off, loc->v + off, own, mine + at);
+        if (st != FXA_OK)
+            fxa_mpi_fail(m, st, "%s", fxa_ctx_last_error(m->ctx));
+        at += fxa_kv_summary_len(s->plan);
+    }
+    mine[0] = (double)st;
+    if (MPI_Allgather(mine, (int)len, MPI_DOUBLE, all, (int)len, MPI_DOUBLE, m->col_comm) !=
+        MPI_SUCCESS)
+        st = fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allgather of the ring summaries failed");
+    for (int r = 0; r < m->ring; r++)
+        *column_failed |= all[(size_t)r * len] != 0.0;
+    free(mine);
+    *all_out = all;
+    *len_out = len;
+    return st;
+}
+
+/* Begin every segment's accumulator with the column's summaries. */
+static fxa_status begin_all(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
+                            const double *all, size_t len)
+{
+    fxa_mpi *m = p->m;
+    size_t at = 1;
+    for (int i = 0; i < p->n_seg; i++) {
+        const fxa_mpi_segment *s = &p->seg[i];
+        const size_t sl = fxa_kv_summary_len(s->plan);
+        double *sums = malloc(sl * (size_t)m->ring * sizeof(double));
+        fxa_status st = sums ? fxa_attn_acc_create(s->plan, &accs[i]) : FXA_ERR_NO_MEMORY;
+        if (st == FXA_OK) {
+            for (int r = 0; r < m->ring; r++)
+                memcpy(sums + (size_t)r * sl, all + (size_t)r * len + at, sl * sizeof(double));
+            const int64_t q_off = fxa_mpi_seg_row(p, s) * p->d.head_dim * (int64_t)p->es;
+            st = fxa_attn_acc_begin(accs[i], loc->q + q_off, sums, m->ring);
+        }
+        free(sums);
+        if (st != FXA_OK)
+            return fxa_mpi_fail(m, st, "%s",
+                                st == FXA_ERR_NO_MEMORY ? "out of memory for the ring accumulators"
+                                                        : fxa_ctx_last_error(m->ctx));
+        at += sl;
+    }
+    return FXA_OK;
+}
+
+static fxa_status mpi_ok(fxa_mpi *m, int rc, const char *what)
+{
+    return rc == MPI_SUCCESS ? FXA_OK : fxa_mpi_fail(m, FXA_ERR_MPI, "%s failed in the ring", what);
+}
+
+fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
+                        int *column_failed, fxa_mpi_stats *stats)
+{
+    fxa_mpi *m = p->m;
+    const int ring = m->ring;
+    const int nb = m->prefetch + 1;
+    const int next = (m->c + 1) % ring;
+    const int prev = (m->c + ring - 1) % ring;
+    const int64_t per_key = p->d.batch * fxa_mpi_loc_hkv(p) * p->d.head_dim;
+    const MPI_Datatype type = p->es == 4 ? MPI_FLOAT : MPI_UINT16_T;
+    *column_failed = 0;
+    if (p->n_seg == 0)
+        return FXA_OK; /* no heads in this column: nothing to compute or send */
+    double *all = NULL;
+    size_t len = 0;
+    fxa_status st = gather_summaries(p, loc, &all, &len, column_failed);
+    if (st != FXA_OK || *column_failed) {
+        free(all);
+        return st;
+    }
+    /* A local failure here (a non-finite Q) stops compute, not forwarding. */
+    fxa_status own = begin_all(p, loc, accs, all, len);
+    free(all);
+    const size_t slot_bytes = (size_t)(per_key * p->max_blk_skv) * p->es;
+    char *slots = malloc(2 * (size_t)nb * slot_bytes + 1);
+    ring_reqs rq = {calloc(4 * (size_t)nb, sizeof(MPI_Request)), 4 * nb};
+    if (!slots || !rq.req) {
+        free(slots);
+        free(rq.req);
+        return fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory for the ring buffers");
+    }
+    for (int i = 0; i < rq.n; i++)
+        rq.req[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < p->n_seg; i++)
+        if (accs[i])
+            fxa_attn_acc_set_progress(accs[i], ring_progress, &rq);
+    /* Block t is rank (c - t)'s; blocks t >= 1 live in slot t % nb. */
+#define SLOT_K(t) (slots + (size_t)(2 * ((t) % nb)) * slot_bytes)
+#define SLOT_V(t) (slots + (size_t)(2 * ((t) % nb) + 1) * slot_bytes)
+#define REQ(t, i) (&rq.req[4 * ((t) % nb) + (i)])
+    for (int t = 1; t <= m->prefetch && t < ring && st == FXA_OK; t++) {
+        const int n = (int)(per_key * p->blk_skv[(m->c - t + ring) % ring]);
+        st = mpi_ok(m, MPI_Irecv(SLOT_K(t), n, type, prev, 2 * t, m->col_comm, REQ(t, 0)), "MPI_Irecv");
+        if (st == FXA_OK)
+            st = mpi_ok(m, MPI_Irecv(SLOT_V(t), n, type, prev, 2 * t + 1, m->col_comm, REQ(t, 1)),
+                        "MPI_Irecv");
+    }
+    for (int t = 0; t < ring && st == FXA_OK; t++) {
+        const int64_t n_kv = p->blk_skv[(m->c - t + ring) % ring];
+        const char *k = t == 0 ? loc->k : SLOT_K(t);
+        const char *v = t == 0 ? loc->v : SLOT_V(t);
+        double t0 = MPI_Wtime();
+        if (t > 0)
+            st = mpi_ok(m, MPI_Waitall(2, REQ(t, 0), MPI_STATUSES_IGNORE), "MPI_Waitall");
+        const double waited = MPI_Wtime() - t0;
+        /* Forward block t: the next rank's block t + 1. */
+        if (st == FXA_OK && t + 1 < ring) {
+            const int n = (int)(per_key * n_kv);
+            st = mpi_ok(m, MPI_Isend(k, n, type, next, 2 * (t + 1), m->col_comm, REQ(t, 2)), "MPI_Isend");
+            if (st == FXA_OK)
+                st = mpi_ok(m, MPI_Isend(v, n, type, next, 2 * (t + 1) + 1, m->col_comm, REQ(t, 3)),
+                            "MPI_Isend");
+        }
+        const double t1 = MPI_Wtime();
+        for (int i = 0; i < p->n_seg && st == FXA_OK && own == FXA_OK; i++) {
+            const int64_t off = fxa_mpi_seg_kv(p, &p->seg[i], n_kv) * (int64_t)p->es;
+            own = fxa_attn_acc_add(accs[i], k + off, v + off, n_kv);
+            if (own != FXA_OK)
+                fxa_mpi_fail(m, own, "%s", fxa_ctx_last_error(m->ctx));
+        }
+        const double t2 = MPI_Wtime();
+        /* Slot t % nb is reused for block t + nb once its forward is done. */
+        if (st == FXA_OK)
+            st = mpi_ok(m, MPI_Waitall(2, REQ(t, 2), MPI_STATUSES_IGNORE), "MPI_Waitall");
+        if (st == FXA_OK && t + nb < ring) {
+            const int tn = t + nb;
+            const int n = (int)(per_key * p->blk_skv[(m->c - tn + ring) % ring]);
+            st = mpi_ok(m, MPI_Irecv(SLOT_K(tn), n, type, prev, 2 * tn, m->col_comm, REQ(tn, 0)),
+                        "MPI_Irecv");
+            if (st == FXA_OK)
+                st = mpi_ok(m, MPI_Irecv(SLOT_V(tn), n, type, prev, 2 * tn + 1, m->col_comm,
+                                         REQ(tn, 1)),
+                            "MPI_Irecv");
+        }
+        const double wait = waited + (MPI_Wtime() - t2);
+        if (stats) {
+            stats->ring_compute_seconds += t2 - t1;
+            stats->ring_wait_seconds += wait;
+            if (stats->step_compute && t < stats->ring_steps)
+                stats->step_compute[t] = t2 - t1;
+            if (stats->step_wait && t < stats->ring_steps)
+                stats->step_wait[t] = wait;
+        }
+    }
+#undef SLOT_K
+#undef SLOT_V
+#undef REQ
+    for (int i = 0; i < p->n_seg; i++)
+        if (accs[i])
+            fxa_attn_acc_set_progress(accs[i], NULL, NULL);
+    free(slots);
+    free(rq.req);
+    return st != FXA_OK ? st : own;
+}

@@ -1,0 +1,300 @@
+/*
+ * Distributed attention under mpirun: `test_mpi_attn U R` on U * R ranks.
+ * Every rank builds the same global problem, computes the single-process
+ * result with fxa_attn_run, runs fxa_mpi_attn_run on its shards and checks:
+ *   - the assembled global output against the fp64 reference (the envelope
+ *     of testutil.h) and its own shard against the single-process one:
+ *     bit-identical for pure Ulysses (same summation order), within a few
+ *     fp32 roundings otherwise;
+ *   - per-row fallback flags equal to the single process's everywhere
+ *     (a sink on one rank only), a huge V on one rank only, global centring,
+ *     ragged sequences (Sq != Skv, not divisible), GQA with replicated kv
+ *     heads, uneven head splits, bf16.
+ * Any failure on any rank fails the test (the verdict is reduced).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fxattn_mpi.h"
+#include "testutil.h"
+
+static fxa_ctx *g_ctx;
+static fxa_mpi *g_mpi;
+static int g_rank;
+static int g_size;
+static int g_ulysses;
+static int g_ring;
+
+/* Copy the shard [t0, t0 + n) of a [B, H, S, D] tensor (the case's layout,
+ * es bytes per element) into dst laid out with S = n. */
+static void take_shard(const fxa_attn_desc *d, const void *src, int64_t heads, int64_t seq,
+                       int64_t t0, int64_t n, size_t es, void *dst)
+{
+    const size_t row = (size_t)d->head_dim * es;
+    for (int64_t b = 0; b < d->batch; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t from = d->layout == FXA_LAYOUT_BSHD
+                                         ? ((b * seq + t0 + t) * heads + h) * d->head_dim
+                                         : ((b * heads + h) * seq + t0 + t) * d->head_dim;
+                const int64_t to = d->layout == FXA_LAYOUT_BSHD
+                                       ? ((b * n + t) * heads + h) * d->head_dim
+                                       : ((b * heads + h) * n + t) * d->head_dim;
+                memcpy((char *)dst + (size_t)to * es, (const char *)src + (size_t)from * es, row);
+            }
+}
+
+/* The inverse for fp32 outputs: write a shard into a global tensor. */
+static void put_shard(const fxa_attn_desc *d, float *dst, int64_t heads, int64_t seq, int64_t t0,
+                      int64_t n, const float *src)
+{
+    for (int64_t b = 0; b < d->batch; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t to = d->layout == FXA_LAYOUT_BSHD
+                                       ? ((b * seq + t0 + t) * heads + h) * d->head_dim
+                                       : ((b * heads + h) * seq + t0 + t) * d->head_dim;
+                const int64_t from = d->layout == FXA_LAYOUT_BSHD
+                                         ? ((b * n + t) * heads + h) * d->head_dim
+                                         : ((b * heads + h) * n + t) * d->head_dim;
+                memcpy(dst + to, src + from, (size_t)d->head_dim * sizeof(float));
+            }
+}
+
+typedef struct problem {
+    const char *name;
+    fxa_attn_desc d;
+    double q_scale;
+    int sink;       /* a huge key in the last rank's K shard */
+    int huge_v;     /* a 1e30 value in rank 0's V shard */
+    double k_offset; /* common key offset (centring matters) */
+} problem;
+
+static void fill(tcase *t, const problem *pr)
+{
+    trng r;
+    trng_seed(&r, 4242);
+    for (int64_t i = 0; i < t->nq; i++)
+        t->q[i] = (float)(pr->q_scale * trng_normal(&r));
+    for (int64_t i = 0; i < t->nkv; i++) {
+        t->k[i] = (float)(trng_normal(&r) + pr->k_offset * (double)((i % t->d.head_dim) % 3 == 0));
+        t->v[i] = (float)trng_normal(&r);
+    }
+    int64_t start;
+    int64_t len;
+    if (pr->sink) {
+        fxa_mpi_shard(t->d.seq_kv, g_size, g_size - 1, &start, &len);
+        float *k = t->k + tcase_kv_off(t, 0, 0, start + len / 2);
+        for (int64_t c = 0; c < t->d.head_dim; c++)
+            k[c] *= 1000.0f;
+    }
+    if (pr->huge_v) {
+        fxa_mpi_shard(t->d.seq_kv, g_size, 0, &start, &len);
+        t->v[tcase_kv_off(t, 0, t->d.heads_kv - 1, start) + 1] = 1e30f;
+    }
+    tcase_round(t);
+}
+
+static void run_problem(const problem *pr)
+{
+    tcase t;
+    tcase_init(&t, &pr->d);
+    fill(&t, pr);
+    const fxa_attn_desc *d = &t.d;
+    const size_t es = d->dtype == FXA_F32 ? 4 : 2;
+    const int wide = d->dtype != FXA_F32;
+    const int64_t rows = d->batch * d->heads_q * d->seq_q;
+    /* Single process. */
+    float *ref = calloc((size_t)t.nq, sizeof(float));
+    float *ref_lse = calloc((size_t)rows, sizeof(float));
+    uint8_t *ref_fb = calloc((size_t)rows, 1);
+    fxa_attn_stats ref_st;
+    CHECK(tcase_run(&t, g_ctx, d->mode, NULL, ref, ref_lse, ref_fb, NULL, &ref_st) == FXA_OK,
+          "%s: single-process run: %s", pr->name, fxa_ctx_last_error(g_ctx));
+    if (pr->k_offset != 0.0) {
+        /* The case is only a test of global centring if centring matters. */
+        fxa_attn_desc raw = *d;
+        fxa_attn_stats raw_st;
+        raw.center = 0;
+        CHECK(tcase_run(&t, g_ctx, d->mode, &raw, ref, NULL, NULL, NULL, &raw_st) == FXA_OK &&
+                  raw_st.fallback_rows > 0 && ref_st.fallback_rows == 0,
+              "%s: without centring rows must fall back (%lld), with it none (%lld)", pr->name,
+              (long long)raw_st.fallback_rows, (long long)ref_st.fallback_rows);
+        CHECK(tcase_run(&t, g_ctx, d->mode, NULL, ref, NULL, NULL, NULL, NULL) == FXA_OK, "rerun");
+    }
+    /* This rank's shards. */
+    int64_t q0;
+    int64_t qn;
+    int64_t k0;
+    int64_t kn;
+    fxa_mpi_shard(d->seq_q, g_size, g_rank, &q0, &qn);
+    fxa_mpi_shard(d->seq_kv, g_size, g_rank, &k0, &kn);
+    char *q = malloc((size_t)(d->batch * d->heads_q * qn * d->head_dim) * es + 1);
+    char *k = malloc((size_t)(d->batch * d->heads_kv * kn * d->head_dim) * es + 1);
+    char *v = malloc((size_t)(d->batch * d->heads_kv * kn * d->head_dim) * es + 1);
+    float *out = calloc((size_t)(d->batch * d->heads_q * qn * d->head_dim) + 1, sizeof(float));
+    float *lse = calloc((size_t)(d->batch * d->heads_q * qn) + 1, sizeof(float));
+    uint8_t *fb = calloc((size_t)(d->batch * d->heads_q * qn) + 1, 1);
+    take_shard(d, wide ? (void *)t.q16 : (void *)t.q, d->heads_q, d->seq_q, q0, qn, es, q);
+    take_shard(d, wide ? (void *)t.k16 : (void *)t.k, d->heads_kv, d->seq_kv, k0, kn, es, k);
+    take_shard(d, wide ? (void *)t.v16 : (void *)t.v, d->heads_kv, d->seq_kv, k0, kn, es, v);
+    fxa_mpi_attn_plan *plan = NULL;
+    fxa_status st = fxa_mpi_attn_plan_create(g_mpi, d, &plan);
+    CHECK(st == FXA_OK, "%s: plan: %s", pr->name, fxa_mpi_last_error(g_mpi));
+    fxa_mpi_stats ms;
+    double steps[64];
+    double waits[64];
+    ms.step_compute = steps;
+    ms.step_wait = waits;
+    const fxa_attn_args a = {.struct_size = sizeof a,
+                             .q = q,
+                             .k = k,
+                             .v = v,
+                             .out = out,
+                             .lse = lse,
+                             .row_fallback = fb};
+    st = plan ? fxa_mpi_attn_run(plan, &a, &ms) : FXA_ERR_INVALID_ARG;
+    CHECK(st == FXA_OK, "%s: run: %s", pr->name, fxa_mpi_last_error(g_mpi));
+    /* Assemble the global output (disjoint shards: a sum is a concatenation). */
+    float *mine = calloc((size_t)t.nq, sizeof(float));
+    float *full = calloc((size_t)t.nq, sizeof(float));
+    float *lse_mine = calloc((size_t)rows, sizeof(float));
+    float *lse_full = calloc((size_t)rows, sizeof(float));
+    put_shard(d, mine, d->heads_q, d->seq_q, q0, qn, out);
+    for (int64_t b = 0; b < d->batch; b++)
+        for (int64_t h = 0; h < d->heads_q; h++)
+            memcpy(lse_mine + (b * d->heads_q + h) * d->seq_q + q0,
+                   lse + (b * d->heads_q + h) * qn, (size_t)qn * sizeof(float));
+    MPI_Allreduce(mine, full, (int)t.nq, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(lse_mine, lse_full, (int)rows, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    terr e;
+    tcase_errors(&t, full, lse_full, &e);
+    if (g_rank == 0) {
+        char label[96];
+        snprintf(label, sizeof label, "%s U%d R%d", pr->name, g_ulysses, g_ring);
+        terr_print(label, &e);
+        printf("    fallback %lld/%lld (single %lld), a2a %.3f s, ring compute %.3f s, wait %.3f s\n",
+               (long long)ms.fallback_rows, (long long)ms.rows, (long long)ref_st.fallback_rows,
+               ms.a2a_seconds, ms.ring_compute_seconds, ms.ring_wait_seconds);
+    }
+    CHECK(st != FXA_OK || terr_within_envelope(&e), "%s: outside the fp64 envelope", pr->name);
+    /* This rank's shard against the single process. */
+    int fb_same = 1;
+    int bits_same = 1;
+    double max_diff = 0.0;
+    for (int64_t b = 0; b < d->batch; b++)
+        for (int64_t h = 0; h < d->heads_q; h++)
+            for (int64_t i = 0; i < qn; i++) {
+                const int64_t r = (b * d->heads_q + h) * d->seq_q + q0 + i;
+                const int64_t rl = (b * d->heads_q + h) * qn + i;
+                fb_same &= ref_fb[r] == fb[rl];
+                bits_same &= test_f32_bits(ref_lse[r]) == test_f32_bits(lse[rl]);
+                const float *x = full + tcase_q_off(&t, b, h, q0 + i);
+                const float *y = ref + tcase_q_off(&t, b, h, q0 + i);
+                for (int64_t c = 0; c < d->head_dim; c++) {
+                    bits_same &= test_f32_bits(x[c]) == test_f32_bits(y[c]);
+                    const double diff = fabs((double)x[c] - (double)y[c]);
+                    max_diff = diff > max_diff ? diff : max_diff;
+                }
+            }
+    CHECK(st != FXA_OK || fb_same, "%s: fallback rows differ from the single process", pr->name);
+    CHECK(st != FXA_OK || ms.fallback_rows == ref_st.fallback_rows,
+          "%s: %lld fallback rows, single process %lld", pr->name, (long long)ms.fallback_rows,
+          (long long)ref_st.fallback_rows);
+    if (g_ring == 1) {
+        CHECK(st != FXA_OK || bits_same, "%s: pure Ulysses must be bit-identical (max diff %g)",
+              pr->name, max_diff);
+    } else {
+        /* Reordered fp32 sums over Skv terms of |v| <= Vmax: a few ulps of Vmax. */
+        const double tol = 64.0 * 0x1p-24 * (e.vmax > 1.0 ? e.vmax : 1.0);
+        CHECK(st != FXA_OK || max_diff <= tol, "%s: differs from the single process by %g > %g",
+              pr->name, max_diff, tol);
+    }
+    fxa_mpi_attn_plan_destroy(plan);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(lse);
+    free(fb);
+    free(ref);
+    free(ref_lse);
+    free(ref_fb);
+    free(mine);
+    free(full);
+    free(lse_mine);
+    free(lse_full);
+    tcase_free(&t);
+}
+
+static problem make(const char *name, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv,
+                    int64_t dim)
+{
+    problem p = {.name = name, .q_scale = 1.0};
+    fxa_attn_desc_init(&p.d);
+    p.d.batch = b;
+    p.d.heads_q = hq;
+    p.d.heads_kv = hkv;
+    p.d.seq_q = sq;
+    p.d.seq_kv = skv;
+    p.d.head_dim = dim;
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    g_ulysses = argc > 1 ? atoi(argv[1]) : 1;
+    g_ring = argc > 2 ? atoi(argv[2]) : g_size;
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 1;
+    if (fxa_ctx_create(&cp, &g_ctx) != FXA_OK) {
+        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.ulysses = g_ulysses;
+    mp.ring = g_ring;
+    mp.prefetch = argc > 3 ? atoi(argv[3]) : 0;
+    if (fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &mp, &g_mpi) != FXA_OK) {
+        fprintf(stderr, "rank %d: fxa_mpi_create: %s\n", g_rank, fxa_mpi_create_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    problem p = make("ragged GQA", 2, 6, 3, 1001, 777, 40);
+    run_problem(&p);
+    p = make("40 heads", 1, 40, 40, 96, 96, 16);
+    run_problem(&p);
+    p = make("replicated kv heads bf16", 1, 8, 2, 130, 201, 32);
+    p.d.dtype = FXA_BF16;
+    p.d.layout = FXA_LAYOUT_BHSD;
+    run_problem(&p);
+    p = make("sink on the last rank", 1, 2, 2, 256, 256, 64);
+    p.sink = 1;
+    run_problem(&p);
+    p = make("huge V on rank 0", 1, 3, 3, 200, 300, 32);
+    p.huge_v = 1;
+    run_problem(&p);
+    p = make("global centring", 1, 4, 4, 300, 300, 64);
+    p.k_offset = 40.0;
+    p.q_scale = 3.0;
+    run_problem(&p);
+    p = make("2048 tokens", 1, 5, 5, 2048, 2048, 16);
+    run_problem(&p);
+    p = make("online mode, f16", 1, 4, 2, 150, 150, 24);
+    p.d.mode = FXA_MODE_ONLINE;
+    p.d.dtype = FXA_F16;
+    run_problem(&p);
+    fxa_mpi_destroy(g_mpi);
+    fxa_ctx_destroy(g_ctx);
+    int failures = g_failures;
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int rc = test_summary("test_mpi_attn");
+    MPI_Finalize();
+    return all ? 1 : rc;
+}
