@@ -5,12 +5,62 @@
  * send rows back through the second Ulysses exchange. No output is written
  * unless every rank succeeded.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpi_internal.h"
 #include "ulysses.h"
+
+/* Whether element i of a tensor of dtype t is finite (bit tests). */
+static int finite_at(const void *x, fxa_dtype t, size_t i)
+{
+    if (t == FXA_F32)
+        return isfinite(((const float *)x)[i]) != 0;
+    const uint16_t h = ((const uint16_t *)x)[i];
+    return t == FXA_BF16 ? (h & 0x7f80u) != 0x7f80u : (h & 0x7c00u) != 0x7c00u;
+}
+
+static float value_at(const void *x, fxa_dtype t, size_t i)
+{
+    if (t == FXA_F32)
+        return ((const float *)x)[i];
+    const uint16_t h = ((const uint16_t *)x)[i];
+    return t == FXA_BF16 ? fxa_bf16_to_f32(h) : fxa_f16_to_f32(h);
+}
+
+/* The first non-finite element of a shard of n tokens starting at global
+ * token t0, reported in global coordinates (before any exchange moves it). */
+static int report_non_finite(const fxa_mpi_attn_plan *p, const void *x, char name, int64_t heads,
+                             int64_t t0, int64_t n, char *msg, size_t cap)
+{
+    const fxa_attn_desc *d = &p->d;
+    const size_t total = (size_t)(d->batch * heads * n * d->head_dim);
+    for (size_t i = 0; i < total; i++) {
+        if (finite_at(x, d->dtype, i))
+            continue;
+        const int64_t c = (int64_t)i % d->head_dim;
+        const int64_t r = (int64_t)i / d->head_dim;
+        int64_t b;
+        int64_t h;
+        int64_t t;
+        if (d->layout == FXA_LAYOUT_BSHD) {
+            h = r % heads;
+            t = r / heads % n;
+            b = r / heads / n;
+        } else {
+            t = r % n;
+            h = r / n % heads;
+            b = r / n / heads;
+        }
+        snprintf(msg, cap, "%c has a non-finite value (%g) at batch %lld, token %lld, head %lld, dim %lld",
+                 name, (double)value_at(x, d->dtype, i), (long long)b, (long long)(t0 + t),
+                 (long long)h, (long long)c);
+        return 1;
+    }
+    return 0;
+}
 
 static fxa_status check_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, char *msg,
                              size_t cap)
@@ -23,6 +73,15 @@ static fxa_status check_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *a,
         snprintf(msg, cap, "q, k, v and out must not be NULL");
         return FXA_ERR_INVALID_ARG;
     }
+    int64_t q0;
+    int64_t k0;
+    int64_t n;
+    fxa_mpi_shard(p->d.seq_q, p->m->size, p->m->rank, &q0, &n);
+    fxa_mpi_shard(p->d.seq_kv, p->m->size, p->m->rank, &k0, &n);
+    if (report_non_finite(p, a->q, 'Q', p->d.heads_q, q0, p->q_len, msg, cap) ||
+        report_non_finite(p, a->k, 'K', p->d.heads_kv, k0, p->kv_len, msg, cap) ||
+        report_non_finite(p, a->v, 'V', p->d.heads_kv, k0, p->kv_len, msg, cap))
+        return FXA_ERR_INVALID_ARG;
     return FXA_OK;
 }
 

@@ -1,0 +1,209 @@
+/*
+ * Distributed misuse under mpirun (4 ranks): every case must fail on every
+ * rank, with the same message everywhere, within 10 seconds, without
+ * writing output; the library stays usable afterwards. With the argument
+ * `die`, rank 1 exits in the middle of a collective call instead: the test
+ * script then expects mpirun to end the job (non-zero, no hang).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fxattn_mpi.h"
+#include "testutil.h"
+
+static fxa_ctx *g_ctx;
+static int g_rank;
+static int g_size;
+
+/* The same status and message on every rank, and quickly. */
+static void check_everywhere(const char *label, fxa_status st, const char *msg, double t0)
+{
+    const double secs = MPI_Wtime() - t0;
+    const uint64_t h = (uint64_t)st * 0x9E3779B97F4A7C15ull ^ (uint64_t)strlen(msg) * 31u;
+    uint64_t hash = h;
+    for (const char *c = msg; *c; c++)
+        hash = hash * 131u + (unsigned char)*c;
+    uint64_t in[2] = {hash, ~hash};
+    uint64_t mx[2];
+    MPI_Allreduce(in, mx, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(st != FXA_OK, "%s: rank %d did not fail", label, g_rank);
+    CHECK(mx[0] == ~mx[1], "%s: ranks report different errors (rank %d: %s)", label, g_rank, msg);
+    CHECK(secs < 10.0, "%s: took %.1f s", label, secs);
+    if (g_rank == 0)
+        printf("  %-40s -> %s (%.3f s)\n", label, msg, secs);
+}
+
+static fxa_attn_desc base_desc(void)
+{
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = 1;
+    d.heads_q = 4;
+    d.heads_kv = 4;
+    d.seq_q = 64;
+    d.seq_kv = 64;
+    d.head_dim = 16;
+    return d;
+}
+
+static void test_grid(void)
+{
+    fxa_mpi *m = NULL;
+    fxa_mpi_params p;
+    fxa_mpi_params_init(&p);
+    p.ulysses = 3;
+    p.ring = 1;
+    double t0 = MPI_Wtime();
+    fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    check_everywhere("U x R != P", st, fxa_mpi_create_error(), t0);
+    CHECK(m == NULL, "no handle on failure");
+    p.ulysses = g_rank == 0 ? 2 : 4;
+    p.ring = g_rank == 0 ? 2 : 1;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    check_everywhere("ranks disagree on the grid", st, fxa_mpi_create_error(), t0);
+}
+
+static void test_plans(fxa_mpi *m)
+{
+    fxa_attn_desc d = base_desc();
+    fxa_mpi_attn_plan *plan = NULL;
+    if (g_rank == 2)
+        d.seq_q = 65;
+    double t0 = MPI_Wtime();
+    fxa_status st = fxa_mpi_attn_plan_create(m, &d, &plan);
+    check_everywhere("one rank has another shape", st, fxa_mpi_last_error(m), t0);
+    d = base_desc();
+    if (g_rank == 3)
+        d.heads_kv = 3;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_attn_plan_create(m, &d, &plan);
+    check_everywhere("one rank has an invalid descriptor", st, fxa_mpi_last_error(m), t0);
+    d = base_desc();
+    if (g_rank == 1)
+        d.center = 0;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_attn_plan_create(m, &d, &plan);
+    check_everywhere("one rank has other options", st, fxa_mpi_last_error(m), t0);
+    CHECK(plan == NULL, "no plan on failure");
+}
+
+/* Bad inputs on one rank; outputs keep their sentinel everywhere. */
+static void test_runs(fxa_mpi *m, const char *grid)
+{
+    fxa_attn_desc d = base_desc();
+    fxa_mpi_attn_plan *plan = NULL;
+    CHECK(fxa_mpi_attn_plan_create(m, &d, &plan) == FXA_OK, "plan: %s", fxa_mpi_last_error(m));
+    int64_t start;
+    int64_t n;
+    fxa_mpi_shard(d.seq_q, g_size, g_rank, &start, &n);
+    const size_t elems = (size_t)(n * d.heads_q * d.head_dim);
+    float *q = malloc(elems * sizeof(float));
+    float *k = malloc(elems * sizeof(float));
+    float *v = malloc(elems * sizeof(float));
+    float *out = malloc(elems * sizeof(float));
+    trng r;
+    trng_seed(&r, (uint64_t)g_rank + 1);
+    for (size_t i = 0; i < elems; i++) {
+        q[i] = (float)trng_normal(&r);
+        k[i] = (float)trng_normal(&r);
+        v[i] = (float)trng_normal(&r);
+    }
+    const char *tensor[3] = {"Q", "K", "V"};
+    float *which[3] = {q, k, v};
+    for (int t = 0; t < 3; t++) {
+        for (size_t i = 0; i < elems; i++)
+            out[i] = -7.0f;
+        const float keep = which[t][5];
+        if (g_rank == 1)
+            which[t][5] = NAN;
+        fxa_attn_args a = {.struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out};
+        const double t0 = MPI_Wtime();
+        fxa_status st = fxa_mpi_attn_run(plan, &a, NULL);
+        char label[80];
+        snprintf(label, sizeof label, "%s: NaN in %s on rank 1", grid, tensor[t]);
+        check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+        CHECK(strstr(fxa_mpi_last_error(m), "rank 1: ") && strstr(fxa_mpi_last_error(m), "token 16,"),
+              "%s: the owner and the global token are named: %s", label, fxa_mpi_last_error(m));
+        int untouched = 1;
+        for (size_t i = 0; i < elems; i++)
+            untouched &= out[i] == -7.0f;
+        CHECK(untouched, "%s: output written on rank %d", label, g_rank);
+        which[t][5] = keep;
+    }
+    fxa_attn_args a = {.struct_size = sizeof a, .q = q, .k = k, .v = v,
+                       .out = g_rank == 2 ? NULL : out};
+    double t0 = MPI_Wtime();
+    char label[80];
+    snprintf(label, sizeof label, "%s: NULL output on rank 2", grid);
+    check_everywhere(label, fxa_mpi_attn_run(plan, &a, NULL), fxa_mpi_last_error(m), t0);
+    /* Still usable: a good call succeeds on every rank. */
+    a.out = out;
+    fxa_status st = fxa_mpi_attn_run(plan, &a, NULL);
+    CHECK(st == FXA_OK, "%s: a good run after the failures: %s", grid, fxa_mpi_last_error(m));
+    fxa_mpi_attn_plan_destroy(plan);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+}
+
+static void die_midway(fxa_mpi *m)
+{
+    fxa_attn_desc d = base_desc();
+    fxa_mpi_attn_plan *plan = NULL;
+    if (g_rank == 1) {
+        fprintf(stderr, "rank 1 exits on purpose\n");
+        _exit(3);
+    }
+    fxa_mpi_attn_plan_create(m, &d, &plan);
+    fprintf(stderr, "rank %d: the job should have been ended\n", g_rank);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 1;
+    if (g_size != 4 || fxa_ctx_create(&cp, &g_ctx) != FXA_OK) {
+        fprintf(stderr, "run on 4 ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const int grids[3][2] = {{1, 4}, {4, 1}, {2, 2}};
+    fxa_mpi *m = NULL;
+    fxa_mpi_params p;
+    fxa_mpi_params_init(&p);
+    if (argc > 1 && strcmp(argv[1], "die") == 0) {
+        fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+        die_midway(m);
+        MPI_Finalize();
+        return 0; /* not reached on a healthy MPI: the job is ended first */
+    }
+    test_grid();
+    for (int g = 0; g < 3; g++) {
+        p.ulysses = grids[g][0];
+        p.ring = grids[g][1];
+        char name[16];
+        snprintf(name, sizeof name, "U%dxR%d", p.ulysses, p.ring);
+        if (fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m) != FXA_OK) {
+            CHECK(0, "create %s: %s", name, fxa_mpi_create_error());
+            continue;
+        }
+        if (g == 0)
+            test_plans(m);
+        test_runs(m, name);
+        fxa_mpi_destroy(m);
+    }
+    fxa_ctx_destroy(g_ctx);
+    int failures = g_failures;
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int rc = test_summary("test_mpi_misuse");
+    MPI_Finalize();
+    return all ? 1 : rc;
+}
