@@ -865,6 +865,67 @@ static void test_write_all(void)
     close(fds[1]);
 }
 
+/* Slices along each axis read exactly the elements a full read holds. */
+static void test_reader_slices(void)
+{
+    char path[PATH_CAP];
+    char err[ERR_CAP];
+    const int64_t shape[4] = {2, 5, 3, 4};
+    float data[120];
+    for (int i = 0; i < 120; i++)
+        data[i] = (float)i;
+    fxt_staged st;
+    join(path, g_dir, "slices.npy");
+    CHECK(fxt_npy_stage_f32(path, 4, shape, data, &st, err, sizeof err) == FXA_OK &&
+              fxt_staged_commit(&st, err, sizeof err) == FXA_OK,
+          "slices: write failed: %s", err);
+    for (int axis = 0; axis < 4; axis++) {
+        for (int64_t start = 0; start <= shape[axis]; start++) {
+            for (int64_t len = 0; start + len <= shape[axis]; len++) {
+                fxt_npy a;
+                fxa_status rc = fxt_npy_read_slice(path, axis, start, len, &a, err, sizeof err);
+                CHECK(rc == FXA_OK, "slice axis %d [%lld, +%lld): %s", axis, (long long)start,
+                      (long long)len, err);
+                if (rc != FXA_OK)
+                    continue;
+                int64_t sub[4] = {shape[0], shape[1], shape[2], shape[3]};
+                sub[axis] = len;
+                int ok = a.shape[axis] == len && a.count == sub[0] * sub[1] * sub[2] * sub[3];
+                for (int64_t i = 0; ok && i < a.count; i++) {
+                    int64_t idx[4];
+                    int64_t r = i;
+                    for (int d = 3; d >= 0; d--) {
+                        idx[d] = r % sub[d];
+                        r /= sub[d];
+                    }
+                    idx[axis] += start;
+                    const int64_t flat = ((idx[0] * 5 + idx[1]) * 3 + idx[2]) * 4 + idx[3];
+                    ok = ((const float *)a.data)[i] == data[flat];
+                }
+                CHECK(ok, "slice axis %d [%lld, +%lld) holds the wrong elements", axis,
+                      (long long)start, (long long)len);
+                fxt_npy_free(&a);
+            }
+        }
+    }
+    fxt_npy a;
+    CHECK(fxt_npy_read_slice(path, 1, 3, 3, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "cannot take") != NULL,
+          "a slice past the end is refused: %s", err);
+    CHECK(fxt_npy_read_slice(path, 4, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "an axis past the last is refused");
+    CHECK(fxt_npy_read_slice(path, 1, -1, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "a negative start is refused");
+    /* The whole-file checks still apply: a truncated file fails any slice. */
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL && ftruncate(fileno(f), 128 + 100 * 4) == 0, "truncate");
+    if (f)
+        fclose(f);
+    CHECK(fxt_npy_read_slice(path, 1, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "truncated") != NULL,
+          "a truncated file fails a slice it would still cover: %s", err);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/test_npy.XXXXXX");
@@ -878,6 +939,7 @@ int main(void)
     test_reader_shapes();
     test_reader_preamble();
     test_reader_arguments();
+    test_reader_slices();
     test_writer_roundtrip();
     test_writer_failures();
     test_write_all();

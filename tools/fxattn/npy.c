@@ -504,6 +504,12 @@ static int parse_header(header_parser *p, npy_header *hdr)
 
 fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen)
 {
+    return fxt_npy_read_slice(path, -1, 0, 0, out, err, errlen);
+}
+
+fxa_status fxt_npy_read_slice(const char *path, int axis, int64_t start, int64_t len, fxt_npy *out,
+                              char *err, size_t errlen)
+{
     npy_reader reader = {path != NULL ? path : "(null)", err, errlen};
     fxa_status status = FXA_ERR_INVALID_ARG;
     int fd = -1;
@@ -638,6 +644,30 @@ fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen
         goto cleanup;
     }
 
+    /* A slice along `axis`: outer blocks of len * inner contiguous bytes. */
+    int64_t outer = 1;
+    int64_t inner = hdr.itemsize;
+    int64_t stride = 0; /* file bytes from one outer block to the next */
+    if (axis >= 0) {
+        if (axis >= hdr.ndim || start < 0 || len < 0 || start > hdr.shape[axis] ||
+            len > hdr.shape[axis] - start) {
+            char shape_text[SHAPE_TEXT_CAP];
+            format_shape(hdr.shape, hdr.ndim, shape_text);
+            reader_fail(&reader, "cannot take [%" PRId64 ", %" PRId64 ") of axis %d of shape %s",
+                        start, start + len, axis, shape_text);
+            goto cleanup;
+        }
+        for (int i = 0; i < axis; i++)
+            outer *= hdr.shape[i];
+        for (int i = axis + 1; i < hdr.ndim; i++)
+            inner *= hdr.shape[i];
+        /* Both products divide data_bytes, which fits in int64. */
+        stride = hdr.shape[axis] * inner;
+        hdr.shape[axis] = len;
+        count = outer * len * (inner / hdr.itemsize);
+        data_bytes = outer * len * inner;
+    }
+
     /* aligned_alloc wants a multiple of the alignment; keep at least one block so that an
      * empty array still has a valid pointer. */
     if ((uint64_t)data_bytes > (uint64_t)SIZE_MAX - (NPY_ALIGN - 1)) {
@@ -656,7 +686,15 @@ fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen
         goto cleanup;
     }
     memset((unsigned char *)data + data_bytes, 0, alloc_bytes - (size_t)data_bytes);
-    status = read_at(&reader, fd, data, (size_t)data_bytes, data_offset, "the data");
+    if (axis < 0) {
+        status = read_at(&reader, fd, data, (size_t)data_bytes, data_offset, "the data");
+    } else {
+        status = FXA_OK;
+        for (int64_t o = 0; o < outer && status == FXA_OK && len > 0; o++)
+            status = read_at(&reader, fd, (unsigned char *)data + o * len * inner,
+                             (size_t)(len * inner), data_offset + o * stride + start * inner,
+                             "the data");
+    }
     if (status != FXA_OK) {
         goto cleanup;
     }

@@ -55,6 +55,13 @@ typedef struct fxt_npy {
 /* Read a whole .npy file into *out (see the contract above). */
 fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen);
 
+/* Read only [start, start + len) of dimension `axis` (the other dimensions
+ * whole), with every check of fxt_npy_read made against the whole file;
+ * out->shape[axis] is len. axis < 0 reads everything. A range outside the
+ * shape is FXA_ERR_INVALID_ARG. */
+fxa_status fxt_npy_read_slice(const char *path, int axis, int64_t start, int64_t len, fxt_npy *out,
+                              char *err, size_t errlen);
+
 /* Free the data and zero the struct. NULL-safe. */
 void fxt_npy_free(fxt_npy *a);
 
