@@ -100,10 +100,13 @@ typedef struct fxa_mpi_stats {
     double ring_compute_seconds; /* summed over ring steps */
     double ring_wait_seconds;    /* blocked on ring transfers */
     int ring_steps;
-    /* Optional, caller-owned, ring_steps entries each (may be NULL): */
-    double *step_compute;
-    double *step_wait;
 } fxa_mpi_stats;
+
+/* Per ring step of this rank's last fxa_mpi_attn_run: compute seconds and
+ * seconds blocked on the step's transfers (arrays of *n_steps entries, owned
+ * by the plan, valid until the next run). Local. */
+FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps,
+                                     const double **compute, const double **wait);
 
 /*
  * Collective. args holds this rank's shards: q [B, Sq_r, Hq, D] (BSHD) or

@@ -71,14 +71,15 @@ fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
 {
     if (!m)
         return FXA_ERR_INVALID_ARG;
-    /* MAXLOC on (failed, -rank) picks the lowest failing rank. */
-    int in[2] = {local != FXA_OK, -m->rank};
+    /* MAXLOC on (failed, rank) picks the lowest failing rank (ties take the
+     * smallest index). */
+    int in[2] = {local != FXA_OK, m->rank};
     int outv[2] = {0, 0};
     if (MPI_Allreduce(in, outv, 1, MPI_2INT, MPI_MAXLOC, m->comm) != MPI_SUCCESS)
         return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allreduce failed while agreeing on errors");
     if (!outv[0])
         return FXA_OK;
-    const int root = -outv[1];
+    const int root = outv[1];
     struct {
         int status;
         char msg[sizeof m->last_error - 16];

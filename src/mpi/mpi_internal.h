@@ -51,6 +51,8 @@ struct fxa_mpi_attn_plan {
     fxa_layout loc_layout; /* the user's with U == 1, else BHSD */
     fxa_mpi_segment *seg;
     int n_seg;
+    double *step_compute; /* [R]: the last run's ring steps */
+    double *step_wait;
 };
 
 /* Record an error on m (printf style) and return st. */
@@ -110,5 +112,6 @@ typedef struct fxa_mpi_local {
  * unnormalised result. */
 fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
                         int *column_failed, fxa_mpi_stats *stats);
+/* (The per-step times go to p->step_compute / p->step_wait.) */
 
 #endif

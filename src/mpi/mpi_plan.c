@@ -27,6 +27,14 @@ static int64_t gcd64(int64_t a, int64_t b)
     return a;
 }
 
+void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *p, int *n_steps, const double **compute,
+                             const double **wait)
+{
+    *n_steps = p && p->m->ring > 1 ? p->m->ring : 0;
+    *compute = p ? p->step_compute : NULL;
+    *wait = p ? p->step_wait : NULL;
+}
+
 void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *p)
 {
     if (!p)
@@ -39,6 +47,8 @@ void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *p)
     free(p->hkv_lo);
     free(p->hkv_hi);
     free(p->blk_skv);
+    free(p->step_compute);
+    free(p->step_wait);
     free(p);
 }
 
@@ -168,8 +178,11 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
         p->hkv_lo = calloc(nu, sizeof(int64_t));
         p->hkv_hi = calloc(nu, sizeof(int64_t));
         p->blk_skv = calloc((size_t)m->ring, sizeof(int64_t));
+        p->step_compute = calloc((size_t)m->ring, sizeof(double));
+        p->step_wait = calloc((size_t)m->ring, sizeof(double));
     }
-    if (!p || !p->hq_lo || !p->hq_hi || !p->hkv_lo || !p->hkv_hi || !p->blk_skv) {
+    if (!p || !p->hq_lo || !p->hq_hi || !p->hkv_lo || !p->hkv_hi || !p->blk_skv ||
+        !p->step_compute || !p->step_wait) {
         st = FXA_ERR_NO_MEMORY;
         snprintf(msg, sizeof msg, "out of memory for the distributed plan");
     } else {

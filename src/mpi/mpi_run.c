@@ -176,9 +176,7 @@ fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mp
     char msg[512] = "";
     m->last_error[0] = '\0';
     if (stats) {
-        double *sc = stats->step_compute;
-        double *sw = stats->step_wait;
-        *stats = (fxa_mpi_stats){.struct_size = sizeof *stats, .step_compute = sc, .step_wait = sw};
+        *stats = (fxa_mpi_stats){.struct_size = sizeof *stats};
         stats->ring_steps = m->ring > 1 ? m->ring : 0;
     }
     fxa_status st = check_args(p, a, msg, sizeof msg);

@@ -182,13 +182,11 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn
                             "MPI_Irecv");
         }
         const double wait = waited + (MPI_Wtime() - t2);
+        p->step_compute[t] = t2 - t1;
+        p->step_wait[t] = wait;
         if (stats) {
             stats->ring_compute_seconds += t2 - t1;
             stats->ring_wait_seconds += wait;
-            if (stats->step_compute && t < stats->ring_steps)
-                stats->step_compute[t] = t2 - t1;
-            if (stats->step_wait && t < stats->ring_steps)
-                stats->step_wait[t] = wait;
         }
     }
 #undef SLOT_K

@@ -143,10 +143,6 @@ static void run_problem(const problem *pr)
     fxa_status st = fxa_mpi_attn_plan_create(g_mpi, d, &plan);
     CHECK(st == FXA_OK, "%s: plan: %s", pr->name, fxa_mpi_last_error(g_mpi));
     fxa_mpi_stats ms;
-    double steps[64];
-    double waits[64];
-    ms.step_compute = steps;
-    ms.step_wait = waits;
     const fxa_attn_args a = {.struct_size = sizeof a,
                              .q = q,
                              .k = k,
@@ -156,6 +152,17 @@ static void run_problem(const problem *pr)
                              .row_fallback = fb};
     st = plan ? fxa_mpi_attn_run(plan, &a, &ms) : FXA_ERR_INVALID_ARG;
     CHECK(st == FXA_OK, "%s: run: %s", pr->name, fxa_mpi_last_error(g_mpi));
+    int n_steps = -1;
+    const double *step_c = NULL;
+    const double *step_w = NULL;
+    fxa_mpi_attn_step_times(plan, &n_steps, &step_c, &step_w);
+    double sum_c = 0.0;
+    for (int i = 0; i < n_steps; i++)
+        sum_c += step_c[i];
+    CHECK(st != FXA_OK || (n_steps == (g_ring > 1 ? g_ring : 0) && ms.ring_steps == n_steps &&
+                           sum_c == ms.ring_compute_seconds),
+          "%s: %d ring steps timed (stats %d, %g vs %g s)", pr->name, n_steps, ms.ring_steps, sum_c,
+          ms.ring_compute_seconds);
     /* Assemble the global output (disjoint shards: a sum is a concatenation). */
     float *mine = calloc((size_t)t.nq, sizeof(float));
     float *full = calloc((size_t)t.nq, sizeof(float));

@@ -890,7 +890,9 @@ static void test_reader_slices(void)
                     continue;
                 int64_t sub[4] = {shape[0], shape[1], shape[2], shape[3]};
                 sub[axis] = len;
-                int ok = a.shape[axis] == len && a.count == sub[0] * sub[1] * sub[2] * sub[3];
+                int ok = a.shape[axis] == shape[axis] && a.slice_axis == axis &&
+                         a.slice_start == start && a.slice_len == len &&
+                         a.count == sub[0] * sub[1] * sub[2] * sub[3];
                 for (int64_t i = 0; ok && i < a.count; i++) {
                     int64_t idx[4];
                     int64_t r = i;
@@ -909,6 +911,18 @@ static void test_reader_slices(void)
         }
     }
     fxt_npy a;
+    /* Shards: 5 rows over 3 parts are 2, 2, 1. */
+    const int64_t want_start[3] = {0, 2, 4};
+    const int64_t want_len[3] = {2, 2, 1};
+    for (int part = 0; part < 3; part++) {
+        CHECK(fxt_npy_read_shard(path, 1, 3, part, &a, err, sizeof err) == FXA_OK &&
+                  a.slice_start == want_start[part] && a.slice_len == want_len[part] &&
+                  ((const float *)a.data)[0] == data[want_start[part] * 12],
+              "shard %d of 3: %s", part, err);
+        fxt_npy_free(&a);
+    }
+    CHECK(fxt_npy_read_shard(path, 1, 3, 3, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "a shard past the last is refused");
     CHECK(fxt_npy_read_slice(path, 1, 3, 3, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               strstr(err, "cannot take") != NULL,
           "a slice past the end is refused: %s", err);

@@ -36,6 +36,11 @@ int fxt_parse_options(const char *cmd, int argc, char **argv, int first, const f
 /* Print "fxattn: error: <message>" to stderr and return code. */
 int fxt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* While buf is set (cap > 0), fxt_fail stores its first message there
+ * instead of printing: distributed commands agree on one message across
+ * ranks and print it once. fxt_fail_capture(NULL, 0) prints again. */
+void fxt_fail_capture(char *buf, size_t cap);
+
 /* Exit code for a library status: invalid input -> 2, anything else -> 1. */
 int fxt_exit_code(fxa_status st);
 

@@ -9,9 +9,28 @@
 
 #include "cli.h"
 
+static char *g_capture;
+static size_t g_capture_cap;
+
+void fxt_fail_capture(char *buf, size_t cap)
+{
+    g_capture = cap ? buf : NULL;
+    g_capture_cap = cap;
+    if (g_capture)
+        g_capture[0] = '\0';
+}
+
 int fxt_fail(int code, const char *fmt, ...)
 {
     va_list ap;
+    if (g_capture) {
+        if (!g_capture[0]) { /* the first message wins */
+            va_start(ap, fmt);
+            vsnprintf(g_capture, g_capture_cap, fmt, ap);
+            va_end(ap);
+        }
+        return code;
+    }
     fputs("fxattn: error: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);

@@ -8,32 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_opts.h"
 #include "cli.h"
 #include "commands.h"
 #include "inputs.h"
 #include "npy.h"
 #include "runner.h"
 #include "verify.h"
-
-typedef struct attn_opts {
-    const char *q;
-    const char *k;
-    const char *v;
-    const char *out;
-    const char *lse;
-    const char *layout;
-    const char *mode;
-    const char *center;
-    const char *dtype;
-    const char *compute;
-    double scale;
-    int64_t threads;
-    int64_t heads_per_tile;
-    int64_t block_q;
-    int64_t repeats;
-    int stats;
-    int verify;
-} attn_opts;
 
 static void print_stats(const fxa_attn_desc *d, const fxa_attn_stats *st, const fxt_runner *r,
                         const fxt_verify_result *vr)
@@ -57,7 +38,7 @@ static void print_stats(const fxa_attn_desc *d, const fxa_attn_stats *st, const 
 }
 
 /* Compare with the fp64 reference on 64 rows per head. */
-static int verify_output(const fxt_inputs *in, const float *out, const float *lse,
+int fxt_attn_verify(const fxt_inputs *in, const float *out, const float *lse,
                          fxt_verify_result *vr)
 {
     float *q = fxt_inputs_widen(in, 'q');
@@ -99,7 +80,7 @@ static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats,
     return code;
 }
 
-static int write_outputs(const attn_opts *o, const fxt_inputs *in, const float *out,
+int fxt_attn_write_outputs(const attn_opts *o, const fxt_inputs *in, const float *out,
                          const float *lse)
 {
     char err[600];
@@ -123,7 +104,7 @@ static int write_outputs(const attn_opts *o, const fxt_inputs *in, const float *
     return fxt_fail(FXT_EXIT_FAILURE, "%s", err);
 }
 
-static int apply_options(const attn_opts *o, fxa_attn_desc *d)
+int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d)
 {
     if (o->mode && fxt_parse_mode(o->mode, &d->mode))
         return FXT_EXIT_BAD_INPUT;
@@ -139,6 +120,12 @@ static int apply_options(const attn_opts *o, fxa_attn_desc *d)
     d->heads_per_tile = (int)o->heads_per_tile;
     d->block_q = (int)o->block_q;
     return 0;
+}
+
+int fxt_attn_is_distributed(const attn_opts *o)
+{
+    return o->ulysses > 0 || o->ring > 0 || o->prefetch > 0 || getenv("OMPI_COMM_WORLD_SIZE") ||
+           getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
 int fxt_cmd_attn(int argc, char **argv)
@@ -162,6 +149,9 @@ int fxt_cmd_attn(int argc, char **argv)
         {"--repeats", NULL, FXT_OPT_INT, &o.repeats, 1, 101},
         {"--stats", NULL, FXT_OPT_FLAG, &o.stats, 0, 0},
         {"--verify", NULL, FXT_OPT_FLAG, &o.verify, 0, 0},
+        {"--ulysses", NULL, FXT_OPT_INT, &o.ulysses, 1, 1 << 20},
+        {"--ring", NULL, FXT_OPT_INT, &o.ring, 1, 1 << 20},
+        {"--prefetch", NULL, FXT_OPT_INT, &o.prefetch, 1, 1 << 20},
         {0},
     };
     fxt_inputs in;
@@ -178,12 +168,14 @@ int fxt_cmd_attn(int argc, char **argv)
         /* Validate cheap options before reading any file. */
         fxa_attn_desc probe;
         fxa_attn_desc_init(&probe);
-        if ((code = apply_options(&o, &probe)))
+        if ((code = fxt_attn_apply_options(&o, &probe)))
             return code;
     }
+    if (fxt_attn_is_distributed(&o))
+        return fxt_attn_mpi(&o);
     if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))
         return code;
-    if ((code = apply_options(&o, &in.d)))
+    if ((code = fxt_attn_apply_options(&o, &in.d)))
         goto out_inputs;
     if ((code = fxt_runner_init(&r, (int)o.threads, &in.d)))
         goto out_inputs;
@@ -200,9 +192,9 @@ int fxt_cmd_attn(int argc, char **argv)
     fxt_verify_result vr;
     if ((code = run_repeated(&r, &a, o.repeats, &st)))
         goto out_buffers;
-    if (o.verify && (code = verify_output(&in, out, lse, &vr)))
+    if (o.verify && (code = fxt_attn_verify(&in, out, lse, &vr)))
         goto out_buffers;
-    if ((code = write_outputs(&o, &in, out, lse)))
+    if ((code = fxt_attn_write_outputs(&o, &in, out, lse)))
         goto out_buffers;
     if (o.stats)
         print_stats(&in.d, &st, &r, o.verify ? &vr : NULL);

@@ -6,10 +6,15 @@
 
 #include "cli.h"
 
-static int read_tensor(const char *path, const char *what, fxt_npy *a)
+/* The whole file (parts 0) or shard `part` of `parts` along the sequence
+ * axis of the layout. */
+static int read_tensor(const char *path, const char *what, fxa_layout layout, int parts, int part,
+                       fxt_npy *a)
 {
     char err[512];
-    fxa_status st = fxt_npy_read(path, a, err, sizeof err);
+    const int seq_axis = layout == FXA_LAYOUT_BSHD ? 1 : 2;
+    fxa_status st = parts > 0 ? fxt_npy_read_shard(path, seq_axis, parts, part, a, err, sizeof err)
+                              : fxt_npy_read(path, a, err, sizeof err);
     /* A missing or unreadable input is bad input too (exit 2); only running
      * out of memory is a failure of fxattn itself. */
     if (st != FXA_OK)
@@ -112,13 +117,21 @@ static int check_shapes(const fxt_npy *q, const fxt_npy *k, const fxt_npy *v, in
 int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path,
                     fxa_layout layout, const char *dtype_opt, fxt_inputs *in)
 {
+    return fxt_inputs_load_shard(q_path, k_path, v_path, layout, dtype_opt, 0, 0, in);
+}
+
+int fxt_inputs_load_shard(const char *q_path, const char *k_path, const char *v_path,
+                          fxa_layout layout, const char *dtype_opt, int parts, int part,
+                          fxt_inputs *in)
+{
     fxt_npy q = {0};
     fxt_npy k = {0};
     fxt_npy v = {0};
     int code;
     memset(in, 0, sizeof *in);
-    if ((code = read_tensor(q_path, "Q", &q)) || (code = read_tensor(k_path, "K", &k)) ||
-        (v_path && (code = read_tensor(v_path, "V", &v))))
+    if ((code = read_tensor(q_path, "Q", layout, parts, part, &q)) ||
+        (code = read_tensor(k_path, "K", layout, parts, part, &k)) ||
+        (v_path && (code = read_tensor(v_path, "V", layout, parts, part, &v))))
         goto out;
     if ((code = check_shapes(&q, &k, &v, v_path != NULL, layout, &in->d)))
         goto out;
@@ -126,6 +139,10 @@ int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path,
         goto out;
     in->nq = q.count;
     in->nkv = k.count;
+    in->q_start = parts > 0 ? q.slice_start : 0;
+    in->q_len = parts > 0 ? q.slice_len : in->d.seq_q;
+    in->kv_start = parts > 0 ? k.slice_start : 0;
+    in->kv_len = parts > 0 ? k.slice_len : in->d.seq_kv;
     code = 0;
     if (!(in->q = convert_tensor(&q, in->d.dtype, "Q", &code)) ||
         !(in->k = convert_tensor(&k, in->d.dtype, "K", &code)))

@@ -15,14 +15,22 @@ typedef struct fxt_inputs {
     void *q;         /* data in d.dtype */
     void *k;
     void *v;
-    int64_t nq; /* elements */
+    int64_t nq; /* elements held */
     int64_t nkv;
+    /* Tokens held: everything, or this rank's shard (fxt_inputs_load_shard). */
+    int64_t q_start, q_len;
+    int64_t kv_start, kv_len;
 } fxt_inputs;
 
 /* v_path may be NULL: V is then zeros (Vmax taken as 1). dtype_opt may be
  * NULL (use the files' dtype). Returns 0 or an exit code. */
 int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path,
                     fxa_layout layout, const char *dtype_opt, fxt_inputs *in);
+/* The same checks on the whole files' shapes (in->d is the global problem),
+ * but only shard `part` of `parts` of the sequence axis is read. */
+int fxt_inputs_load_shard(const char *q_path, const char *k_path, const char *v_path,
+                          fxa_layout layout, const char *dtype_opt, int parts, int part,
+                          fxt_inputs *in);
 void fxt_inputs_free(fxt_inputs *in);
 
 /* fp32 values of one tensor ('q', 'k' or 'v') exactly as the kernels see

@@ -507,8 +507,33 @@ fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen
     return fxt_npy_read_slice(path, -1, 0, 0, out, err, errlen);
 }
 
+static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t len, int parts,
+                           int part, fxt_npy *out, char *err, size_t errlen);
+
 fxa_status fxt_npy_read_slice(const char *path, int axis, int64_t start, int64_t len, fxt_npy *out,
                               char *err, size_t errlen)
+{
+    return read_npy(path, axis, start, len, 0, 0, out, err, errlen);
+}
+
+fxa_status fxt_npy_read_shard(const char *path, int axis, int parts, int part, fxt_npy *out,
+                              char *err, size_t errlen)
+{
+    if (parts < 1 || part < 0 || part >= parts) {
+        set_error(err, errlen, "%s: shard %d of %d does not exist", path ? path : "(null)", part,
+                  parts);
+        if (out)
+            memset(out, 0, sizeof *out);
+        return FXA_ERR_INVALID_ARG;
+    }
+    return read_npy(path, axis, 0, 0, parts, part, out, err, errlen);
+}
+
+/* Whole file (axis < 0), a slice [start, start + len) of `axis`, or with
+ * parts > 0 shard `part` of `parts` of it (the first shape[axis] mod parts
+ * shards one longer). */
+static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t len, int parts,
+                           int part, fxt_npy *out, char *err, size_t errlen)
 {
     npy_reader reader = {path != NULL ? path : "(null)", err, errlen};
     fxa_status status = FXA_ERR_INVALID_ARG;
@@ -648,6 +673,11 @@ fxa_status fxt_npy_read_slice(const char *path, int axis, int64_t start, int64_t
     int64_t outer = 1;
     int64_t inner = hdr.itemsize;
     int64_t stride = 0; /* file bytes from one outer block to the next */
+    if (axis >= 0 && axis < hdr.ndim && parts > 0) {
+        const int64_t n = hdr.shape[axis];
+        start = part * (n / parts) + (part < n % parts ? part : n % parts);
+        len = n / parts + (part < n % parts ? 1 : 0);
+    }
     if (axis >= 0) {
         if (axis >= hdr.ndim || start < 0 || len < 0 || start > hdr.shape[axis] ||
             len > hdr.shape[axis] - start) {
@@ -663,7 +693,6 @@ fxa_status fxt_npy_read_slice(const char *path, int axis, int64_t start, int64_t
             inner *= hdr.shape[i];
         /* Both products divide data_bytes, which fits in int64. */
         stride = hdr.shape[axis] * inner;
-        hdr.shape[axis] = len;
         count = outer * len * (inner / hdr.itemsize);
         data_bytes = outer * len * inner;
     }
@@ -701,6 +730,9 @@ fxa_status fxt_npy_read_slice(const char *path, int axis, int64_t start, int64_t
 
     out->ndim = hdr.ndim;
     memcpy(out->shape, hdr.shape, sizeof out->shape);
+    out->slice_axis = axis < 0 ? -1 : axis;
+    out->slice_start = axis < 0 ? 0 : start;
+    out->slice_len = axis < 0 ? 0 : len;
     out->dtype = hdr.dtype;
     out->count = count;
     out->data = data;

@@ -48,8 +48,13 @@ typedef struct fxt_npy {
     int ndim;
     int64_t shape[FXT_NPY_MAX_DIMS];
     fxa_dtype dtype; /* FXA_F32 for '<f4', FXA_F16 for '<f2' */
-    int64_t count;   /* product of shape; 1 for a scalar () */
+    int64_t count;   /* elements held: the product of shape (1 for a scalar ()), or of the slice */
     void *data;      /* count elements, 64-byte aligned (aligned_alloc), little-endian */
+    /* A slice holds [slice_start, slice_start + slice_len) of dimension
+     * slice_axis (the other dimensions whole); shape is the file's. */
+    int slice_axis; /* -1: the whole array */
+    int64_t slice_start;
+    int64_t slice_len;
 } fxt_npy;
 
 /* Read a whole .npy file into *out (see the contract above). */
@@ -57,9 +62,14 @@ fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen
 
 /* Read only [start, start + len) of dimension `axis` (the other dimensions
  * whole), with every check of fxt_npy_read made against the whole file;
- * out->shape[axis] is len. axis < 0 reads everything. A range outside the
- * shape is FXA_ERR_INVALID_ARG. */
+ * out->shape stays the file's. axis < 0 reads everything. A range outside
+ * the shape is FXA_ERR_INVALID_ARG. */
 fxa_status fxt_npy_read_slice(const char *path, int axis, int64_t start, int64_t len, fxt_npy *out,
+                              char *err, size_t errlen);
+
+/* Read shard `part` of `parts` of dimension `axis`: contiguous, the first
+ * shape[axis] mod parts shards one longer (fxa_mpi_shard's split). */
+fxa_status fxt_npy_read_shard(const char *path, int axis, int parts, int part, fxt_npy *out,
                               char *err, size_t errlen);
 
 /* Free the data and zero the struct. NULL-safe. */

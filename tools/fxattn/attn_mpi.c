@@ -1,0 +1,279 @@
+/*
+ * `fxattn attn` under mpirun: every rank reads its own shard of the same
+ * .npy files, libfxattn_mpi computes, rank 0 gathers the output and writes
+ * it (staged, committed all or nothing). Every failure, on any rank, is
+ * agreed on: all ranks exit with the same status, and rank 0 prints the
+ * failing rank's message once.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn_opts.h"
+#include "cli.h"
+#include "fxattn_mpi.h"
+
+typedef struct world {
+    int rank;
+    int size;
+    char msg[600]; /* this rank's captured error */
+} world;
+
+/* Agree on an exit code across MPI_COMM_WORLD: the lowest failing rank's
+ * code and message win; rank 0 prints it. Returns the agreed code. */
+static int agree(world *w, int code)
+{
+    int in[2] = {code != 0, w->rank};
+    int out[2];
+    MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    if (!out[0])
+        return 0;
+    const int root = out[1];
+    struct {
+        int code;
+        char msg[600];
+    } e = {code, ""};
+    snprintf(e.msg, sizeof e.msg, "%s", w->msg);
+    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, root, MPI_COMM_WORLD);
+    e.msg[sizeof e.msg - 1] = '\0';
+    fxt_fail_capture(NULL, 0);
+    if (w->rank == 0)
+        fxt_fail(e.code, "rank %d: %s", root, e.msg);
+    fxt_fail_capture(w->msg, sizeof w->msg);
+    return e.code ? e.code : FXT_EXIT_FAILURE;
+}
+
+/* Agree on a library status from a collective call (already the same on
+ * every rank, with the same message). */
+static int lib_fail(world *w, fxa_status st, const char *msg)
+{
+    if (st == FXA_OK)
+        return 0;
+    if (w->rank == 0) {
+        fxt_fail_capture(NULL, 0);
+        fxt_fail(fxt_exit_code(st), "%s", msg);
+        fxt_fail_capture(w->msg, sizeof w->msg);
+    }
+    return fxt_exit_code(st);
+}
+
+/* Threads per rank: --threads, else the cores shared by the ranks of this
+ * node. */
+static int threads_per_rank(const attn_opts *o)
+{
+    if (o->threads > 0)
+        return (int)o->threads;
+    MPI_Comm node;
+    int local = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const long t = cores / (local > 0 ? local : 1);
+    return t > 0 ? (int)t : 1;
+}
+
+/* Rank 0 receives every rank's output shard (rows of D floats, the
+ * layout's order) and places it into the global output. */
+static int gather_rows(world *w, const fxa_attn_desc *d, const float *mine, int64_t rows_per_token,
+                       float *full, int64_t row_len, int lse)
+{
+    const int64_t seq = d->seq_q;
+    int *counts = NULL;
+    int *displs = NULL;
+    float *stage = NULL;
+    MPI_Datatype row;
+    MPI_Type_contiguous((int)row_len, MPI_FLOAT, &row);
+    MPI_Type_commit(&row);
+    int64_t start;
+    int64_t len;
+    fxa_mpi_shard(seq, w->size, w->rank, &start, &len);
+    const int my_rows = (int)(rows_per_token * len);
+    if (w->rank == 0) {
+        counts = malloc((size_t)w->size * sizeof(int));
+        displs = malloc((size_t)w->size * sizeof(int));
+        stage = malloc((size_t)(rows_per_token * seq * row_len) * sizeof(float) + 1);
+        if (counts && displs)
+            for (int r = 0; r < w->size; r++) {
+                fxa_mpi_shard(seq, w->size, r, &start, &len);
+                counts[r] = (int)(rows_per_token * len);
+                displs[r] = (int)(rows_per_token * start);
+            }
+    }
+    int code = w->rank == 0 && (!counts || !displs || !stage) ? FXT_EXIT_FAILURE : 0;
+    if (code)
+        snprintf(w->msg, sizeof w->msg, "out of memory gathering the output");
+    code = agree(w, code);
+    if (!code)
+        MPI_Gatherv(mine, my_rows, row, stage, counts, displs, row, 0, MPI_COMM_WORLD);
+    if (!code && w->rank == 0) {
+        /* stage holds shard r's rows at displs[r]; place them. */
+        const int bshd = d->layout == FXA_LAYOUT_BSHD && !lse;
+        for (int r = 0; r < w->size; r++) {
+            fxa_mpi_shard(seq, w->size, r, &start, &len);
+            const float *src = stage + (size_t)displs[r] * (size_t)row_len;
+            for (int64_t b = 0; b < d->batch; b++)
+                for (int64_t h = 0; h < d->heads_q; h++)
+                    for (int64_t t = 0; t < len; t++) {
+                        const int64_t from = bshd ? (b * len + t) * d->heads_q + h
+                                                  : (b * d->heads_q + h) * len + t;
+                        const int64_t to = bshd ? (b * seq + start + t) * d->heads_q + h
+                                                : (b * d->heads_q + h) * seq + start + t;
+                        memcpy(full + to * row_len, src + from * row_len,
+                               (size_t)row_len * sizeof(float));
+                    }
+        }
+    }
+    MPI_Type_free(&row);
+    free(counts);
+    free(displs);
+    free(stage);
+    return code;
+}
+
+static int run(world *w, const attn_opts *o)
+{
+    fxa_ctx *ctx = NULL;
+    fxa_mpi *m = NULL;
+    fxa_mpi_attn_plan *plan = NULL;
+    fxt_inputs in;
+    memset(&in, 0, sizeof in);
+    float *out = NULL;
+    float *lse = NULL;
+    float *full_out = NULL;
+    float *full_lse = NULL;
+    fxa_layout layout;
+    int code = fxt_parse_layout(o->layout, &layout);
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = threads_per_rank(o);
+    if (!code && fxa_ctx_create(&cp, &ctx) != FXA_OK)
+        code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
+    if ((code = agree(w, code)))
+        goto done;
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.ulysses = o->ulysses > 0 ? (int)o->ulysses : 1;
+    mp.ring = o->ring > 0 ? (int)o->ring : 0;
+    mp.prefetch = (int)o->prefetch;
+    fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
+    if ((code = lib_fail(w, st, fxa_mpi_create_error())))
+        goto done;
+    code = fxt_inputs_load_shard(o->q, o->k, o->v, layout, o->dtype, w->size, w->rank, &in);
+    if (!code)
+        code = fxt_attn_apply_options(o, &in.d);
+    if ((code = agree(w, code)))
+        goto done;
+    st = fxa_mpi_attn_plan_create(m, &in.d, &plan);
+    if ((code = lib_fail(w, st, fxa_mpi_last_error(m))))
+        goto done;
+    const size_t rows = (size_t)(in.d.batch * in.d.heads_q * in.q_len);
+    out = malloc((size_t)in.nq * sizeof(float) + 1);
+    lse = malloc(rows * sizeof(float) + 1);
+    if (!out || !lse)
+        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the output");
+    if ((code = agree(w, code)))
+        goto done;
+    const fxa_attn_args a = {.struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v,
+                             .out = out, .lse = lse};
+    fxa_mpi_stats ms;
+    double secs[101];
+    for (int64_t i = 0; i <= (o->repeats > 1 ? o->repeats : 0); i++) {
+        /* With repeats, the first run warms up and the others are timed. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        st = fxa_mpi_attn_run(plan, &a, &ms);
+        if ((code = lib_fail(w, st, fxa_mpi_last_error(m))))
+            goto done;
+        double slowest = ms.seconds;
+        MPI_Allreduce(&ms.seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (i > 0 || o->repeats <= 1)
+            secs[o->repeats > 1 ? i - 1 : 0] = slowest;
+    }
+    const int n_timed = o->repeats > 1 ? (int)o->repeats : 1;
+    for (int i = 1; i < n_timed; i++) /* insertion sort: at most 101 */
+        for (int j = i; j > 0 && secs[j] < secs[j - 1]; j--) {
+            const double t = secs[j];
+            secs[j] = secs[j - 1];
+            secs[j - 1] = t;
+        }
+    const double seconds = secs[n_timed / 2];
+    /* Rank 0 assembles and writes. */
+    if (w->rank == 0) {
+        full_out = malloc((size_t)(in.d.batch * in.d.heads_q * in.d.seq_q * in.d.head_dim) *
+                              sizeof(float) + 1);
+        full_lse = malloc((size_t)(in.d.batch * in.d.heads_q * in.d.seq_q) * sizeof(float) + 1);
+        if (!full_out || !full_lse)
+            code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the whole output");
+    }
+    if ((code = agree(w, code)))
+        goto done;
+    if ((code = gather_rows(w, &in.d, out, in.d.batch * in.d.heads_q, full_out, in.d.head_dim, 0)) ||
+        (code = gather_rows(w, &in.d, lse, in.d.batch * in.d.heads_q, full_lse, 1, 1)))
+        goto done;
+    fxt_verify_result vr;
+    memset(&vr, 0, sizeof vr);
+    if (w->rank == 0) {
+        fxt_inputs whole;
+        if (o->verify) {
+            code = fxt_inputs_load(o->q, o->k, o->v, layout, o->dtype, &whole);
+            if (!code && !(code = fxt_attn_apply_options(o, &whole.d)))
+                code = fxt_attn_verify(&whole, full_out, full_lse, &vr);
+            if (!code)
+                fxt_inputs_free(&whole);
+        }
+        if (!code)
+            code = fxt_attn_write_outputs(o, &in, full_out, o->lse ? full_lse : NULL);
+    }
+    if ((code = agree(w, code)))
+        goto done;
+    if (w->rank == 0 && o->stats) {
+        const double flops = fxa_attn_flops(&in.d);
+        printf("{\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"rows\": %lld, "
+               "\"fallback_rows\": %lld, \"vmax\": %.9g, \"max_bound\": %.17g, "
+               "\"threads_per_rank\": %d, \"isa\": \"%s\", \"seconds\": %.6f, \"gflops\": %.3f, "
+               "\"a2a_seconds\": %.6f, \"ring_compute_seconds\": %.6f, "
+               "\"ring_wait_seconds\": %.6f",
+               w->size, mp.ulysses, w->size / mp.ulysses, (long long)ms.rows,
+               (long long)ms.fallback_rows, ms.vmax, ms.max_bound, fxa_ctx_threads(ctx),
+               fxa_ctx_isa(ctx), seconds, seconds > 0 ? flops / seconds * 1e-9 : 0.0,
+               ms.a2a_seconds, ms.ring_compute_seconds, ms.ring_wait_seconds);
+        if (o->verify)
+            printf(", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
+                   "\"max_lse_err\": %.6g",
+                   (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
+        printf("}\n");
+    } else if (w->rank == 0 && o->verify) {
+        printf("verify: %lld rows, max abs err %.3g (%.3g of max|v|), max lse err %.3g\n",
+               (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
+    }
+done:
+    free(full_out);
+    free(full_lse);
+    free(out);
+    free(lse);
+    fxt_inputs_free(&in);
+    fxa_mpi_attn_plan_destroy(plan);
+    fxa_mpi_destroy(m);
+    fxa_ctx_destroy(ctx);
+    return code;
+}
+
+int fxt_attn_mpi(const attn_opts *o)
+{
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return fxt_fail(FXT_EXIT_FAILURE, "MPI_Init_thread failed");
+    world w = {0, 1, ""};
+    MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+    fxt_fail_capture(w.msg, sizeof w.msg);
+    const int code = run(&w, o);
+    fxt_fail_capture(NULL, 0);
+    fflush(stdout);
+    MPI_Finalize();
+    return code;
+}

@@ -1,0 +1,56 @@
+/* Options of `fxattn attn`, shared by the single-process and the
+ * distributed (MPI) paths. */
+#ifndef FXT_ATTN_OPTS_H
+#define FXT_ATTN_OPTS_H
+
+#include <stdint.h>
+
+#include "fxattn.h"
+#include "inputs.h"
+#include "verify.h"
+
+typedef struct attn_opts {
+    const char *q;
+    const char *k;
+    const char *v;
+    const char *out;
+    const char *lse;
+    const char *layout;
+    const char *mode;
+    const char *center;
+    const char *dtype;
+    const char *compute;
+    double scale;
+    int64_t threads;
+    int64_t heads_per_tile;
+    int64_t block_q;
+    int64_t repeats;
+    int stats;
+    int verify;
+    int64_t ulysses; /* 0: not given */
+    int64_t ring;
+    int64_t prefetch;
+} attn_opts;
+
+/* Apply mode, centring, compute, scale and scheduling to d. Returns 0 or an
+ * exit code (the error printed). */
+int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d);
+
+/* Compare out/lse with the fp64 reference on 64 rows per head (whole
+ * inputs). Returns 0 or an exit code. */
+int fxt_attn_verify(const fxt_inputs *in, const float *out, const float *lse,
+                    fxt_verify_result *vr);
+
+/* Stage and commit -o (and --lse) all or nothing for the global problem
+ * in->d. Returns 0 or an exit code (the error printed). */
+int fxt_attn_write_outputs(const attn_opts *o, const fxt_inputs *in, const float *out,
+                           const float *lse);
+
+/* Distributed when --ulysses, --ring or --prefetch is given, or when the
+ * process was started by mpirun. */
+int fxt_attn_is_distributed(const attn_opts *o);
+
+/* `fxattn attn` on MPI (attn_mpi.c): initialises and finalises MPI. */
+int fxt_attn_mpi(const attn_opts *o);
+
+#endif
