@@ -44,7 +44,7 @@ typedef struct fxa_mpi_params {
     size_t struct_size; /* sizeof(fxa_mpi_params) */
     int ulysses;        /* U >= 1 */
     int ring;           /* R >= 1; U * R must equal the communicator's size */
-    int prefetch;       /* ring blocks in flight ahead of compute, clamped to [1, R-1]; 0 = 1 */
+    int prefetch;       /* ring blocks in flight ahead of compute, clamped to [1, min(R-1, 64)]; 0 = 1 */
 } fxa_mpi_params;
 
 /* Defaults: U = 1, R = 0 (= the communicator's size: a pure ring), prefetch 1. */

@@ -33,6 +33,7 @@ struct fxa_attn_acc {
     int64_t keys_expected; /* per head, from the summaries */
     int64_t keys_added;
     int64_t fallback_rows;
+    fxa_bad_value *bad; /* [B * Hq * n_q_blocks]: what begin found per item */
     double t_begin;
     void (*progress)(void *);
     void *progress_arg;
@@ -119,18 +120,22 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     const size_t dim = (size_t)p->d.head_dim;
     const size_t state = 4 * fxa_align_up(n_rows * sizeof(float)) + fxa_align_up(n_rows) +
                          fxa_align_up(n_rows * dim * sizeof(float));
+    const size_t n_items = (size_t)(p->d.batch * p->d.heads_q * p->n_q_blocks);
     fxa_attn_acc *acc = fxa_calloc_aligned(sizeof *acc);
     unsigned char *mem = fxa_malloc_aligned(state);
     unsigned char *ws = fxa_malloc_aligned(p->ws_total);
-    if (!acc || !mem || !ws) {
+    fxa_bad_value *bad = fxa_malloc_aligned(n_items * sizeof *bad);
+    if (!acc || !mem || !ws || !bad) {
         fxa_free_aligned(acc);
         fxa_free_aligned(mem);
         fxa_free_aligned(ws);
+        fxa_free_aligned(bad);
         return fxa_ctx_fail(p->ctx, FXA_ERR_NO_MEMORY,
                             "out of memory for the accumulator (%zu bytes)", state + p->ws_total);
     }
     acc->p = p;
     acc->ws = ws;
+    acc->bad = bad;
     acc->n_rows = (int64_t)n_rows;
     acc->m = (float *)mem;
     acc->l = (float *)(mem + fxa_align_up(n_rows * sizeof(float)));
@@ -150,6 +155,7 @@ void fxa_attn_acc_destroy(fxa_attn_acc *acc)
         return;
     fxa_free_aligned(acc->m);
     fxa_free_aligned(acc->ws);
+    fxa_free_aligned(acc->bad);
     fxa_free_aligned(acc);
 }
 
@@ -188,7 +194,8 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
     return st;
 }
 
-/* Item (b * Hq + h, query block): load the rows and decide their shifts. */
+/* Item (b * Hq + h, query block): load the rows, check them (Q is read
+ * once: the check rides on the load) and decide their shifts. */
 static void begin_item(void *arg, int64_t item, int thread_id)
 {
     const acc_job *job = arg;
@@ -207,6 +214,15 @@ static void begin_item(void *arg, int64_t item, int thread_id)
     rows.q = s->q;
     fxa_load_q(p, acc->q, b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
                p->q_strides.token, n, s->q, s->q16);
+    fxa_bad_value *bad = acc->bad + item;
+    bad->bad_row = -1;
+    const size_t dim = (size_t)p->d.head_dim;
+    for (size_t i = 0; i < n * dim; i++) {
+        if (!isfinite(s->q[i])) {
+            *bad = (fxa_bad_value){i0 + (int64_t)(i / dim), (int64_t)(i % dim), s->q[i], 'Q'};
+            return;
+        }
+    }
     s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n,
                                         acc->bound + (bh * p->d.seq_q + i0));
 }
@@ -250,15 +266,24 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
                                 "summaries disagree on the key count across heads");
         keys = (int64_t)n;
     }
-    fxa_status st = fxa_scan_q(p, q, acc->ws + p->ws_scan);
-    if (st != FXA_OK)
-        return st;
     const double t0 = now_seconds();
     acc->q = q;
     for (int t = 0; t < p->ctx->pool.n_threads; t++)
         scratch(acc, t)->fallback_rows = 0;
     acc_job job = {.acc = acc};
-    fxa_pool_run(&p->ctx->pool, begin_item, &job, p->d.batch * p->d.heads_q * p->n_q_blocks);
+    const int64_t n_items = p->d.batch * p->d.heads_q * p->n_q_blocks;
+    fxa_pool_run(&p->ctx->pool, begin_item, &job, n_items);
+    for (int64_t i = 0; i < n_items; i++) { /* the lowest (batch, head, token) wins */
+        const fxa_bad_value *bad = acc->bad + i;
+        if (bad->bad_row >= 0)
+            return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                                "Q has a non-finite value (%g) at batch %lld, token %lld, head "
+                                "%lld, dim %lld",
+                                (double)bad->bad_value, (long long)(i / p->n_q_blocks / p->d.heads_q),
+                                (long long)bad->bad_row,
+                                (long long)(i / p->n_q_blocks % p->d.heads_q),
+                                (long long)bad->bad_col);
+    }
     acc->fallback_rows = 0;
     for (int t = 0; t < p->ctx->pool.n_threads; t++)
         acc->fallback_rows += scratch(acc, t)->fallback_rows;

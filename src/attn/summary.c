@@ -11,12 +11,22 @@ size_t fxa_summary_head_len(const fxa_attn_plan *p)
     return FXA_SUMMARY_FIXED + (size_t)p->d.head_dim;
 }
 
+/* 1 when some x_c is Inf or NaN (exponent bits all ones): a branch-free
+ * test compilers vectorise. */
+static int any_non_finite(const float *x, size_t d)
+{
+    uint32_t bad = 0;
+    for (size_t c = 0; c < d; c++) {
+        uint32_t b;
+        memcpy(&b, x + c, sizeof b);
+        bad |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    return bad != 0;
+}
+
 static int note_bad(fxa_bad_value *bad, char tensor, int64_t row, const float *x, size_t d)
 {
-    int ok = 1;
-    for (size_t c = 0; c < d; c++)
-        ok &= isfinite(x[c]) != 0;
-    if (ok)
+    if (!any_non_finite(x, d))
         return 0;
     for (size_t c = 0; c < d; c++) {
         if (!isfinite(x[c])) {
@@ -30,30 +40,64 @@ static int note_bad(fxa_bad_value *bad, char tensor, int64_t row, const float *x
     return 1;
 }
 
-/* sum_c (x_c - center_c)^2 in double (center may be NULL), four interleaved
- * partial sums: a fixed order that compilers vectorise. */
+/* sum_c (x_c - center_c)^2 in double, four interleaved partial sums
+ * (element c goes to sum c mod 4): a fixed order that compilers vectorise. */
 static double squared_distance(const float *x, const float *center, size_t d)
 {
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    for (size_t c = 0; c < d; c++) {
-        const double diff = (double)x[c] - (center ? (double)center[c] : 0.0);
-        acc[c % 4] += diff * diff;
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    size_t c = 0;
+    for (; c + 4 <= d; c += 4) {
+        const double e0 = (double)x[c] - (double)center[c];
+        const double e1 = (double)x[c + 1] - (double)center[c + 1];
+        const double e2 = (double)x[c + 2] - (double)center[c + 2];
+        const double e3 = (double)x[c + 3] - (double)center[c + 3];
+        a0 += e0 * e0;
+        a1 += e1 * e1;
+        a2 += e2 * e2;
+        a3 += e3 * e3;
     }
-    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    double t[4] = {a0, a1, a2, a3};
+    for (size_t k = 0; c < d; c++, k++) {
+        const double e = (double)x[c] - (double)center[c];
+        t[k] += e * e;
+    }
+    return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
-/* max_c |x_c| (exact in fp32), eight partial maxima. */
+/* ||x||^2 the same way, accumulating the key sum alongside (one pass). */
+static double norm2_and_sum(const float *x, size_t d, double *sum)
+{
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    size_t c = 0;
+    for (; c + 4 <= d; c += 4) {
+        const double e0 = x[c], e1 = x[c + 1], e2 = x[c + 2], e3 = x[c + 3];
+        sum[c] += e0;
+        sum[c + 1] += e1;
+        sum[c + 2] += e2;
+        sum[c + 3] += e3;
+        a0 += e0 * e0;
+        a1 += e1 * e1;
+        a2 += e2 * e2;
+        a3 += e3 * e3;
+    }
+    double t[4] = {a0, a1, a2, a3};
+    for (size_t k = 0; c < d; c++, k++) {
+        const double e = x[c];
+        sum[c] += e;
+        t[k] += e * e;
+    }
+    return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+/* max_c |x_c| (exact in fp32). */
 static float abs_max(const float *x, size_t d)
 {
-    float m[8] = {0.0f};
+    float m = 0.0f;
     for (size_t c = 0; c < d; c++) {
         const float a = fabsf(x[c]);
-        m[c % 8] = a > m[c % 8] ? a : m[c % 8];
+        m = a > m ? a : m;
     }
-    float r = 0.0f;
-    for (int i = 0; i < 8; i++)
-        r = m[i] > r ? m[i] : r;
-    return r;
+    return m;
 }
 
 /* The fp32 mean the kernels subtract: (float)(sum / n) per dimension. */
@@ -77,9 +121,7 @@ void fxa_summarize_head(const fxa_attn_plan *p, const void *k, const void *v, in
         fxa_load_row(p->ctx->kernels, k, p->d.dtype, off + j * token_stride, dim, row);
         if (note_bad(bad, 'K', j, row, dim))
             return;
-        for (size_t c = 0; c < dim; c++)
-            sum[c] += row[c];
-        const double nn = squared_distance(row, NULL, dim);
+        const double nn = norm2_and_sum(row, dim, sum);
         kmax2 = nn > kmax2 ? nn : kmax2;
     }
     for (int64_t j = 0; j < n; j++) {

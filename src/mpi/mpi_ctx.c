@@ -170,6 +170,8 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
         m->prefetch = prm.prefetch < 1 ? 1 : prm.prefetch;
         if (m->prefetch > m->ring - 1)
             m->prefetch = m->ring > 1 ? m->ring - 1 : 1;
+        if (m->prefetch > 64)
+            m->prefetch = 64; /* deeper buys nothing and costs a block of memory each */
         if (MPI_Comm_split(m->comm, m->c, m->u, &m->row_comm) != MPI_SUCCESS ||
             MPI_Comm_split(m->comm, m->u, m->c, &m->col_comm) != MPI_SUCCESS)
             st = fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Comm_split failed");

@@ -53,7 +53,20 @@ struct fxa_mpi_attn_plan {
     int n_seg;
     double *step_compute; /* [R]: the last run's ring steps */
     double *step_wait;
+    /* Buffers kept from run to run (allocated by the first run, so later
+     * runs touch no fresh pages): the ring's accumulators and slots. The
+     * Ulysses buffers live in ulysses.c's struct, kept here as well. */
+    fxa_attn_acc **accs; /* [n_seg] (R > 1) */
+    char *slots;         /* 2 (prefetch + 1) blocks of K/V (R > 1) */
+    size_t slot_bytes;
+    void *ulysses_bufs;  /* fxa_ulysses_bufs (U > 1) */
+    int buffers_ready;
 };
+
+/* Allocate the run buffers once (mpi_run.c). Local; the caller agrees on
+ * the status. */
+fxa_status fxa_mpi_plan_buffers(fxa_mpi_attn_plan *p);
+void fxa_mpi_plan_buffers_free(fxa_mpi_attn_plan *p);
 
 /* Record an error on m (printf style) and return st. */
 fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
@@ -108,10 +121,10 @@ typedef struct fxa_mpi_local {
 
 /* The ring along this rank's column (ring.c). Returns this rank's own
  * status; *column_failed is set (and nothing computed) when another rank of
- * the column failed. accs[i] belongs to segment i; on success they hold the
- * unnormalised result. */
-fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
-                        int *column_failed, fxa_mpi_stats *stats);
+ * the column failed. p->accs[i] belongs to segment i; on success they hold
+ * the unnormalised result. */
+fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *column_failed,
+                        fxa_mpi_stats *stats);
 /* (The per-step times go to p->step_compute / p->step_wait.) */
 
 #endif

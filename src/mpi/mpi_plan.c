@@ -39,6 +39,7 @@ void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *p)
 {
     if (!p)
         return;
+    fxa_mpi_plan_buffers_free(p);
     for (int i = 0; i < p->n_seg; i++)
         fxa_attn_plan_destroy(p->seg[i].plan);
     free(p->seg);

@@ -16,10 +16,32 @@
 /* Whether element i of a tensor of dtype t is finite (bit tests). */
 static int finite_at(const void *x, fxa_dtype t, size_t i)
 {
-    if (t == FXA_F32)
-        return isfinite(((const float *)x)[i]) != 0;
+    if (t == FXA_F32) {
+        uint32_t b;
+        memcpy(&b, (const float *)x + i, sizeof b);
+        return (b & 0x7f800000u) != 0x7f800000u;
+    }
     const uint16_t h = ((const uint16_t *)x)[i];
     return t == FXA_BF16 ? (h & 0x7f80u) != 0x7f80u : (h & 0x7c00u) != 0x7c00u;
+}
+
+/* 1 when elements [i0, i1) are all finite: branch-free, vectorised. */
+static int span_finite(const void *x, fxa_dtype t, size_t i0, size_t i1)
+{
+    unsigned bad = 0;
+    if (t == FXA_F32) {
+        for (size_t i = i0; i < i1; i++) {
+            uint32_t b;
+            memcpy(&b, (const float *)x + i, sizeof b);
+            bad |= (b & 0x7f800000u) == 0x7f800000u;
+        }
+    } else {
+        const uint16_t *h = x;
+        const uint16_t mask = t == FXA_BF16 ? 0x7f80u : 0x7c00u;
+        for (size_t i = i0; i < i1; i++)
+            bad |= (h[i] & mask) == mask;
+    }
+    return !bad;
 }
 
 static float value_at(const void *x, fxa_dtype t, size_t i)
@@ -37,9 +59,15 @@ static int report_non_finite(const fxa_mpi_attn_plan *p, const void *x, char nam
 {
     const fxa_attn_desc *d = &p->d;
     const size_t total = (size_t)(d->batch * heads * n * d->head_dim);
-    for (size_t i = 0; i < total; i++) {
-        if (finite_at(x, d->dtype, i))
+    size_t first = total;
+    for (size_t i0 = 0; i0 < total && first == total; i0 += 4096) {
+        const size_t i1 = i0 + 4096 < total ? i0 + 4096 : total;
+        if (span_finite(x, d->dtype, i0, i1))
             continue;
+        for (first = i0; finite_at(x, d->dtype, first); first++)
+            ;
+    }
+    for (size_t i = first; i < total; i++) {
         const int64_t c = (int64_t)i % d->head_dim;
         const int64_t r = (int64_t)i / d->head_dim;
         int64_t b;
@@ -62,6 +90,24 @@ static int report_non_finite(const fxa_mpi_attn_plan *p, const void *x, char nam
     return 0;
 }
 
+/* The first non-finite input of this rank's shards, in global coordinates. */
+static int find_non_finite(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, char *msg,
+                           size_t cap)
+{
+    int64_t q0;
+    int64_t k0;
+    int64_t n;
+    fxa_mpi_shard(p->d.seq_q, p->m->size, p->m->rank, &q0, &n);
+    fxa_mpi_shard(p->d.seq_kv, p->m->size, p->m->rank, &k0, &n);
+    return report_non_finite(p, a->q, 'Q', p->d.heads_q, q0, p->q_len, msg, cap) ||
+           report_non_finite(p, a->k, 'K', p->d.heads_kv, k0, p->kv_len, msg, cap) ||
+           report_non_finite(p, a->v, 'V', p->d.heads_kv, k0, p->kv_len, msg, cap);
+}
+
+/* Pointers, and with U > 1 finiteness: a non-finite value must be found on
+ * the rank that owns it, before the exchange moves it elsewhere. (With
+ * U == 1 the local passes find it; the error path then names it in global
+ * coordinates with find_non_finite.) */
 static fxa_status check_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, char *msg,
                              size_t cap)
 {
@@ -73,14 +119,7 @@ static fxa_status check_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *a,
         snprintf(msg, cap, "q, k, v and out must not be NULL");
         return FXA_ERR_INVALID_ARG;
     }
-    int64_t q0;
-    int64_t k0;
-    int64_t n;
-    fxa_mpi_shard(p->d.seq_q, p->m->size, p->m->rank, &q0, &n);
-    fxa_mpi_shard(p->d.seq_kv, p->m->size, p->m->rank, &k0, &n);
-    if (report_non_finite(p, a->q, 'Q', p->d.heads_q, q0, p->q_len, msg, cap) ||
-        report_non_finite(p, a->k, 'K', p->d.heads_kv, k0, p->kv_len, msg, cap) ||
-        report_non_finite(p, a->v, 'V', p->d.heads_kv, k0, p->kv_len, msg, cap))
+    if (p->m->ulysses > 1 && find_non_finite(p, a, msg, cap))
         return FXA_ERR_INVALID_ARG;
     return FXA_OK;
 }
@@ -121,8 +160,7 @@ static fxa_status run_local(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_
 }
 
 /* R > 1, after agreement: normalise every accumulator into the outputs. */
-static fxa_status finish_ring(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
-                              fxa_attn_stats *sum)
+static fxa_status finish_ring(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_stats *sum)
 {
     fxa_mpi *m = p->m;
     for (int i = 0; i < p->n_seg; i++) {
@@ -135,7 +173,7 @@ static fxa_status finish_ring(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fx
             .row_bound = loc->bound ? loc->bound + row : NULL,
         };
         fxa_attn_stats one;
-        fxa_status st = fxa_attn_acc_finish(accs[i], &a, &one);
+        fxa_status st = fxa_attn_acc_finish(p->accs[i], &a, &one);
         if (st != FXA_OK)
             return fxa_mpi_fail(m, FXA_ERR_INTERNAL, "%s", fxa_ctx_last_error(m->ctx));
         sum->fallback_rows += one.fallback_rows;
@@ -143,6 +181,51 @@ static fxa_status finish_ring(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fx
         sum->max_bound = one.max_bound > sum->max_bound ? one.max_bound : sum->max_bound;
     }
     return FXA_OK;
+}
+
+fxa_status fxa_mpi_plan_buffers(fxa_mpi_attn_plan *p)
+{
+    const fxa_mpi *m = p->m;
+    if (p->buffers_ready)
+        return FXA_OK;
+    if (m->ulysses > 1) {
+        fxa_ulysses_bufs *ub = calloc(1, sizeof *ub);
+        if (!ub || fxa_ulysses_alloc(p, ub) != FXA_OK) {
+            free(ub);
+            return FXA_ERR_NO_MEMORY;
+        }
+        p->ulysses_bufs = ub;
+    }
+    if (m->ring > 1 && p->n_seg > 0) {
+        p->accs = calloc((size_t)p->n_seg, sizeof *p->accs);
+        if (!p->accs)
+            return FXA_ERR_NO_MEMORY;
+        for (int i = 0; i < p->n_seg; i++)
+            if (fxa_attn_acc_create(p->seg[i].plan, &p->accs[i]) != FXA_OK)
+                return FXA_ERR_NO_MEMORY;
+        const int64_t per_key = p->d.batch * fxa_mpi_loc_hkv(p) * p->d.head_dim;
+        p->slot_bytes = (size_t)(per_key * p->max_blk_skv) * p->es;
+        p->slots = malloc(2 * (size_t)(m->prefetch + 1) * p->slot_bytes + 1);
+        if (!p->slots)
+            return FXA_ERR_NO_MEMORY;
+    }
+    p->buffers_ready = 1;
+    return FXA_OK;
+}
+
+void fxa_mpi_plan_buffers_free(fxa_mpi_attn_plan *p)
+{
+    for (int i = 0; p->accs && i < p->n_seg; i++)
+        fxa_attn_acc_destroy(p->accs[i]);
+    free(p->accs);
+    free(p->slots);
+    if (p->ulysses_bufs)
+        fxa_ulysses_bufs_free(p->ulysses_bufs);
+    free(p->ulysses_bufs);
+    p->accs = NULL;
+    p->slots = NULL;
+    p->ulysses_bufs = NULL;
+    p->buffers_ready = 0;
 }
 
 /* Global statistics: every rank calls this, stats or not. */
@@ -180,23 +263,19 @@ fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mp
         stats->ring_steps = m->ring > 1 ? m->ring : 0;
     }
     fxa_status st = check_args(p, a, msg, sizeof msg);
-    fxa_ulysses_bufs ub;
-    memset(&ub, 0, sizeof ub);
-    if (st == FXA_OK && m->ulysses > 1 && (st = fxa_ulysses_alloc(p, &ub)) != FXA_OK)
-        snprintf(msg, sizeof msg, "out of memory for the Ulysses buffers");
-    fxa_attn_acc **accs = calloc((size_t)p->n_seg + 1, sizeof *accs);
-    if (st == FXA_OK && !accs) {
-        st = FXA_ERR_NO_MEMORY;
-        snprintf(msg, sizeof msg, "out of memory");
+    if (st == FXA_OK && (st = fxa_mpi_plan_buffers(p)) != FXA_OK) {
+        fxa_mpi_plan_buffers_free(p);
+        snprintf(msg, sizeof msg, "out of memory for the distributed buffers");
     }
     st = fxa_mpi_agree(m, st, msg);
+    fxa_ulysses_bufs *ub = p->ulysses_bufs;
     fxa_mpi_local loc = {0};
     if (st == FXA_OK && m->ulysses > 1) {
         const double ta = MPI_Wtime();
-        st = fxa_ulysses_forward(p, a, &ub);
+        st = fxa_ulysses_forward(p, a, ub);
         if (stats)
             stats->a2a_seconds += MPI_Wtime() - ta;
-        loc = (fxa_mpi_local){ub.q, ub.k, ub.v, ub.out, ub.lse, ub.fb, ub.bound};
+        loc = (fxa_mpi_local){ub->q, ub->k, ub->v, ub->out, ub->lse, ub->fb, ub->bound};
     } else if (st == FXA_OK) {
         loc = (fxa_mpi_local){a->q, a->k, a->v, a->out, a->lse, a->row_fallback, a->row_bound};
     }
@@ -207,27 +286,25 @@ fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mp
     if (st == FXA_OK) {
         int column_failed = 0;
         own = m->ring == 1 ? run_local(p, &loc, &sum)
-                           : fxa_ring_run(p, &loc, accs, &column_failed, stats);
+                           : fxa_ring_run(p, &loc, &column_failed, stats);
         snprintf(msg, sizeof msg, "%s", m->last_error);
+        if (own == FXA_ERR_INVALID_ARG && m->ulysses == 1)
+            find_non_finite(p, a, msg, sizeof msg);
         st = fxa_mpi_agree(m, own, msg);
     }
     if (st == FXA_OK && m->ring > 1) {
-        own = finish_ring(p, &loc, accs, &sum);
+        own = finish_ring(p, &loc, &sum);
         snprintf(msg, sizeof msg, "%s", m->last_error);
         st = fxa_mpi_agree(m, own, msg);
     }
     if (st == FXA_OK && m->ulysses > 1) {
         const double ta = MPI_Wtime();
-        st = fxa_ulysses_backward(p, &ub, a);
+        st = fxa_ulysses_backward(p, ub, a);
         if (stats)
             stats->a2a_seconds += MPI_Wtime() - ta;
     }
     if (st == FXA_OK)
         st = reduce_stats(p, &sum, stats);
-    for (int i = 0; accs && i < p->n_seg; i++)
-        fxa_attn_acc_destroy(accs[i]);
-    free(accs);
-    fxa_ulysses_bufs_free(&ub);
     if (stats)
         stats->seconds = MPI_Wtime() - t0;
     return st;

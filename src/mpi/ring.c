@@ -66,8 +66,8 @@ static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *lo
 }
 
 /* Begin every segment's accumulator with the column's summaries. */
-static fxa_status begin_all(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
-                            const double *all, size_t len)
+static fxa_status begin_all(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, const double *all,
+                            size_t len)
 {
     fxa_mpi *m = p->m;
     size_t at = 1;
@@ -75,17 +75,17 @@ static fxa_status begin_all(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_
         const fxa_mpi_segment *s = &p->seg[i];
         const size_t sl = fxa_kv_summary_len(s->plan);
         double *sums = malloc(sl * (size_t)m->ring * sizeof(double));
-        fxa_status st = sums ? fxa_attn_acc_create(s->plan, &accs[i]) : FXA_ERR_NO_MEMORY;
+        fxa_status st = sums ? FXA_OK : FXA_ERR_NO_MEMORY;
         if (st == FXA_OK) {
             for (int r = 0; r < m->ring; r++)
                 memcpy(sums + (size_t)r * sl, all + (size_t)r * len + at, sl * sizeof(double));
             const int64_t q_off = fxa_mpi_seg_row(p, s) * p->d.head_dim * (int64_t)p->es;
-            st = fxa_attn_acc_begin(accs[i], loc->q + q_off, sums, m->ring);
+            st = fxa_attn_acc_begin(p->accs[i], loc->q + q_off, sums, m->ring);
         }
         free(sums);
         if (st != FXA_OK)
             return fxa_mpi_fail(m, st, "%s",
-                                st == FXA_ERR_NO_MEMORY ? "out of memory for the ring accumulators"
+                                st == FXA_ERR_NO_MEMORY ? "out of memory for the ring summaries"
                                                         : fxa_ctx_last_error(m->ctx));
         at += sl;
     }
@@ -97,8 +97,8 @@ static fxa_status mpi_ok(fxa_mpi *m, int rc, const char *what)
     return rc == MPI_SUCCESS ? FXA_OK : fxa_mpi_fail(m, FXA_ERR_MPI, "%s failed in the ring", what);
 }
 
-fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_acc **accs,
-                        int *column_failed, fxa_mpi_stats *stats)
+fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *column_failed,
+                        fxa_mpi_stats *stats)
 {
     fxa_mpi *m = p->m;
     const int ring = m->ring;
@@ -118,16 +118,13 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn
         return st;
     }
     /* A local failure here (a non-finite Q) stops compute, not forwarding. */
-    fxa_status own = begin_all(p, loc, accs, all, len);
+    fxa_status own = begin_all(p, loc, all, len);
     free(all);
-    const size_t slot_bytes = (size_t)(per_key * p->max_blk_skv) * p->es;
-    char *slots = malloc(2 * (size_t)nb * slot_bytes + 1);
-    ring_reqs rq = {calloc(4 * (size_t)nb, sizeof(MPI_Request)), 4 * nb};
-    if (!slots || !rq.req) {
-        free(slots);
-        free(rq.req);
-        return fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory for the ring buffers");
-    }
+    fxa_attn_acc **accs = p->accs;
+    char *slots = p->slots;
+    const size_t slot_bytes = p->slot_bytes;
+    MPI_Request reqs[4 * 65]; /* prefetch is clamped to 64 */
+    ring_reqs rq = {reqs, 4 * nb};
     for (int i = 0; i < rq.n; i++)
         rq.req[i] = MPI_REQUEST_NULL;
     for (int i = 0; i < p->n_seg; i++)
@@ -195,7 +192,5 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn
     for (int i = 0; i < p->n_seg; i++)
         if (accs[i])
             fxa_attn_acc_set_progress(accs[i], NULL, NULL);
-    free(slots);
-    free(rq.req);
     return st != FXA_OK ? st : own;
 }

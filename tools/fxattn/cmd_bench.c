@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_opts.h"
 #include "cli.h"
 #include "commands.h"
 #include "peak.h"
@@ -43,10 +44,14 @@ static int time_once(bench_mode *m, const fxt_workload *w, float *out)
 int fxt_cmd_bench(int argc, char **argv)
 {
     int64_t seq = 4096, heads = 40, dim = 128, threads = 0, repeats = 3;
+    int64_t ulysses = 0, ring = 0, prefetch = 0;
     const char *dtype_s = "f32";
     const char *compute_s = NULL;
     int json = 0;
     const fxt_opt opts[] = {
+        {"--ulysses", NULL, FXT_OPT_INT, &ulysses, 1, 1 << 20},
+        {"--ring", NULL, FXT_OPT_INT, &ring, 1, 1 << 20},
+        {"--prefetch", NULL, FXT_OPT_INT, &prefetch, 1, 1 << 20},
         {"--seq", NULL, FXT_OPT_INT, &seq, 1, 1 << 24},
         {"--heads", NULL, FXT_OPT_INT, &heads, 1, 1024},
         {"--dim", NULL, FXT_OPT_INT, &dim, 6, FXA_MAX_HEAD_DIM},
@@ -69,6 +74,12 @@ int fxt_cmd_bench(int argc, char **argv)
         return FXT_EXIT_BAD_INPUT;
     if (dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
+    if (ulysses || ring || prefetch || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
+        getenv("PMIX_RANK")) {
+        const bench_opts bo = {seq, heads, dim, dtype, compute, threads, repeats, json,
+                               ulysses, ring, prefetch};
+        return fxt_bench_mpi(&bo);
+    }
     fxt_wan_synth p;
     fxt_workload w;
     fxt_wan_synth_defaults(&p);

@@ -1,0 +1,310 @@
+/*
+ * `fxattn bench` under mpirun: context-parallel efficiency on Wan-like
+ * synthetic data, three ways in one run on the same data and threads per
+ * rank:
+ *   single   rank 0 alone on the whole problem (the others wait);
+ *   fxattn   fxa_mpi_attn_run on the U x R grid (per ring step: compute,
+ *            time blocked on transfers, overlap);
+ *   gather   the plain alternative the seeds describe: MPI_Allgatherv of
+ *            K and V, then local attention of each rank's queries.
+ * Efficiency = T_single / (P * T_parallel). Results of fxattn and gather are
+ * compared before timing. Medians of --repeats runs after a warm-up.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_opts.h"
+#include "cli.h"
+#include "fxattn_mpi.h"
+#include "runner.h"
+#include "workload.h"
+
+#define MAX_REPEATS 101
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a;
+    const double y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return x[n / 2];
+}
+
+/* The slowest rank's time of a collective phase. */
+static double slowest(double t)
+{
+    double m = t;
+    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return m;
+}
+
+static int local_threads(int64_t threads)
+{
+    if (threads > 0)
+        return (int)threads;
+    MPI_Comm node;
+    int local = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    const long t = sysconf(_SC_NPROCESSORS_ONLN) / (local > 0 ? local : 1);
+    return t > 0 ? (int)t : 1;
+}
+
+typedef struct dist_bench {
+    int rank;
+    int size;
+    fxt_workload w;   /* the whole problem, on every rank */
+    fxa_attn_desc d;  /* its descriptor with the bench's options */
+    int64_t q0, qn;   /* this rank's shards (B = 1, BSHD: contiguous) */
+    int64_t k0, kn;
+    size_t es;
+    int row;          /* elements per token: heads * dim */
+} dist_bench;
+
+/* All-gather K/V, then this rank's queries against every key. */
+static fxa_status gather_run(dist_bench *b, fxt_runner *r, void *k_all, void *v_all, float *out,
+                             double *t_gather)
+{
+    int *counts = malloc((size_t)b->size * sizeof(int));
+    int *displs = malloc((size_t)b->size * sizeof(int));
+    for (int i = 0; i < b->size; i++) {
+        int64_t s;
+        int64_t n;
+        fxa_mpi_shard(b->d.seq_kv, b->size, i, &s, &n);
+        counts[i] = (int)(n * b->row);
+        displs[i] = (int)(s * b->row);
+    }
+    const MPI_Datatype t = b->es == 4 ? MPI_FLOAT : MPI_UINT16_T;
+    const double t0 = MPI_Wtime();
+    MPI_Allgatherv((const char *)b->w.k + (size_t)(b->k0 * b->row) * b->es, counts[b->rank], t,
+                   k_all, counts, displs, t, MPI_COMM_WORLD);
+    MPI_Allgatherv((const char *)b->w.v + (size_t)(b->k0 * b->row) * b->es, counts[b->rank], t,
+                   v_all, counts, displs, t, MPI_COMM_WORLD);
+    *t_gather = MPI_Wtime() - t0;
+    free(counts);
+    free(displs);
+    const fxa_attn_args a = {.struct_size = sizeof a,
+                             .q = (const char *)b->w.q + (size_t)(b->q0 * b->row) * b->es,
+                             .k = k_all,
+                             .v = v_all,
+                             .out = out};
+    fxa_attn_stats st;
+    return fxa_attn_run(r->plan, &a, r->workspace, &st);
+}
+
+int fxt_bench_mpi(const bench_opts *o)
+{
+    int provided;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    dist_bench b;
+    memset(&b, 0, sizeof b);
+    MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &b.size);
+    int code = 0;
+    fxt_runner single = {0};
+    fxt_runner local = {0};
+    fxa_mpi *m = NULL;
+    fxa_mpi_attn_plan *plan = NULL;
+    void *k_all = NULL;
+    void *v_all = NULL;
+    float *out_single = NULL;
+    float *out_dist = NULL;
+    float *out_gather = NULL;
+    const int threads = local_threads(o->threads);
+    fxt_wan_synth p;
+    fxt_wan_synth_defaults(&p);
+    p.frames = 1;
+    p.height = 1;
+    p.width = (int)o->seq;
+    p.heads = (int)o->heads;
+    p.head_dim = (int)o->dim;
+    code = fxt_workload_make(&p, o->dtype, &b.w);
+    b.d = b.w.d;
+    b.d.compute = o->compute;
+    b.es = o->dtype == FXA_F32 ? 4 : 2;
+    b.row = (int)(o->heads * o->dim);
+    fxa_mpi_shard(b.d.seq_q, b.size, b.rank, &b.q0, &b.qn);
+    fxa_mpi_shard(b.d.seq_kv, b.size, b.rank, &b.k0, &b.kn);
+    fxa_attn_desc dl = b.d; /* this rank's queries, every key */
+    dl.seq_q = b.qn;
+    if (!code)
+        code = fxt_runner_init(&local, threads, &dl);
+    if (!code && b.rank == 0)
+        code = fxt_runner_init(&single, threads, &b.d);
+    {
+        /* Setup failures are local: agree before the first collective. */
+        int any = code != 0;
+        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (any) {
+            code = code ? code : FXT_EXIT_FAILURE;
+            goto done;
+        }
+    }
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.ulysses = o->ulysses > 0 ? (int)o->ulysses : 1;
+    mp.ring = o->ring > 0 ? (int)o->ring : 0;
+    mp.prefetch = (int)o->prefetch;
+    if (fxa_mpi_create(MPI_COMM_WORLD, local.ctx, &mp, &m) != FXA_OK) {
+        code = fxt_fail(FXT_EXIT_BAD_INPUT, "%s", fxa_mpi_create_error());
+        goto done;
+    }
+    if (fxa_mpi_attn_plan_create(m, &b.d, &plan) != FXA_OK) {
+        code = fxt_fail(FXT_EXIT_BAD_INPUT, "%s", fxa_mpi_last_error(m));
+        goto done;
+    }
+    const size_t kv_bytes = (size_t)(b.d.seq_kv * b.row) * b.es;
+    k_all = malloc(kv_bytes);
+    v_all = malloc(kv_bytes);
+    out_single = malloc((size_t)(b.d.seq_q * b.row) * sizeof(float));
+    out_dist = malloc((size_t)(b.qn * b.row) * sizeof(float) + 1);
+    out_gather = malloc((size_t)(b.qn * b.row) * sizeof(float) + 1);
+    if (!k_all || !v_all || !out_single || !out_dist || !out_gather) {
+        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory");
+        goto done;
+    }
+    const fxa_attn_args da = {.struct_size = sizeof da,
+                              .q = (const char *)b.w.q + (size_t)(b.q0 * b.row) * b.es,
+                              .k = (const char *)b.w.k + (size_t)(b.k0 * b.row) * b.es,
+                              .v = (const char *)b.w.v + (size_t)(b.k0 * b.row) * b.es,
+                              .out = out_dist};
+    const int reps = (int)o->repeats;
+    double t_single[MAX_REPEATS];
+    double t_dist[MAX_REPEATS];
+    double t_gather[MAX_REPEATS];
+    double t_gather_comm[MAX_REPEATS];
+    double wait_share[MAX_REPEATS];
+    int n_steps = 0;
+    const double *step_c = NULL;
+    const double *step_w = NULL;
+    double step_c_med[256];
+    double step_w_med[256];
+    double step_hist[256][MAX_REPEATS];
+    double step_whist[256][MAX_REPEATS];
+    fxa_mpi_stats ms;
+    for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up and the result check */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        if (b.rank == 0) {
+            const fxa_attn_args a = {.struct_size = sizeof a, .q = b.w.q, .k = b.w.k, .v = b.w.v,
+                                     .out = out_single};
+            fxa_attn_stats st;
+            if (fxa_attn_run(single.plan, &a, single.workspace, &st) != FXA_OK)
+                code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(single.ctx));
+        }
+        const double ts = MPI_Wtime() - t0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = MPI_Wtime();
+        if (fxa_mpi_attn_run(plan, &da, &ms) != FXA_OK && !code)
+            code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_mpi_last_error(m));
+        const double td = slowest(MPI_Wtime() - t0);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double tg_comm = 0.0;
+        t0 = MPI_Wtime();
+        if (gather_run(&b, &local, k_all, v_all, out_gather, &tg_comm) != FXA_OK && !code)
+            code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(local.ctx));
+        const double tg = slowest(MPI_Wtime() - t0);
+        tg_comm = slowest(tg_comm);
+        int any = code != 0;
+        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (any) {
+            code = code ? code : FXT_EXIT_FAILURE;
+            goto done;
+        }
+        if (rep < 0) {
+            /* Both distributed forms must compute the same attention. */
+            double diff = 0.0;
+            double vmax = 0.0;
+            for (int64_t i = 0; i < b.qn * b.row; i++) {
+                const double e = fabs((double)out_dist[i] - (double)out_gather[i]);
+                diff = e > diff ? e : diff;
+            }
+            for (int64_t i = 0; i < b.d.seq_kv * b.row; i++)
+                vmax = fabs((double)b.w.v32[i]) > vmax ? fabs((double)b.w.v32[i]) : vmax;
+            diff = slowest(diff);
+            const double tol = (b.d.compute == FXA_COMPUTE_BF16 ? 0x1p-7 : 64 * 0x1p-24) * vmax;
+            if (b.rank == 0)
+                printf("check: fxattn vs all-gather max |diff| %.3g (tolerance %.3g)\n", diff, tol);
+            if (!(diff <= tol)) {
+                code = fxt_fail(FXT_EXIT_FAILURE, "the distributed results differ by %g", diff);
+                goto done;
+            }
+            continue;
+        }
+        t_single[rep] = ts;
+        MPI_Bcast(&t_single[rep], 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        t_dist[rep] = td;
+        t_gather[rep] = tg;
+        t_gather_comm[rep] = tg_comm;
+        fxa_mpi_attn_step_times(plan, &n_steps, &step_c, &step_w);
+        double c_sum = 0.0;
+        double w_sum = 0.0;
+        for (int s = 0; s < n_steps && s < 256; s++) {
+            /* The slowest rank per step. */
+            step_hist[s][rep] = slowest(step_c[s]);
+            step_whist[s][rep] = slowest(step_w[s]);
+            c_sum += step_c[s];
+            w_sum += step_w[s];
+        }
+        wait_share[rep] = slowest(c_sum + w_sum > 0 ? w_sum / (c_sum + w_sum) : 0.0);
+    }
+    if (b.rank == 0) {
+        const double gflop = fxa_attn_flops(&b.d) * 1e-9;
+        const double ts = median(t_single, reps);
+        const double td = median(t_dist, reps);
+        const double tg = median(t_gather, reps);
+        const double tgc = median(t_gather_comm, reps);
+        const double ws = median(wait_share, reps);
+        printf("fxattn bench (MPI): S=%lld heads=%lld D=%lld %s, %d ranks (Ulysses %d x ring %d), "
+               "%d threads per rank, kernels %s, median of %d runs\n",
+               (long long)o->seq, (long long)o->heads, (long long)o->dim,
+               fxt_dtype_name(o->dtype), b.size, mp.ulysses, b.size / mp.ulysses, threads,
+               fxa_ctx_isa(local.ctx), reps);
+        for (int s = 0; s < n_steps && s < 256; s++) {
+            step_c_med[s] = median(step_hist[s], reps);
+            step_w_med[s] = median(step_whist[s], reps);
+            printf("  ring step %d: compute %.4f s, waiting on MPI %.4f s (%.1f%% of the step)\n",
+                   s, step_c_med[s], step_w_med[s],
+                   100.0 * step_w_med[s] / (step_c_med[s] + step_w_med[s]));
+        }
+        printf("single rank : %8.3f s  %8.2f GFLOP/s\n", ts, gflop / ts);
+        printf("fxattn      : %8.3f s  %8.2f GFLOP/s  efficiency %.3f  waiting %.1f%% of ring "
+               "steps\n",
+               td, gflop / td, ts / (b.size * td), 100.0 * ws);
+        printf("all-gather  : %8.3f s  %8.2f GFLOP/s  efficiency %.3f  (all-gather %.3f s)\n", tg,
+               gflop / tg, ts / (b.size * tg), tgc);
+        printf("fxattn over all-gather: %.3fx\n", tg / td);
+        if (o->json)
+            printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
+                   "\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"threads_per_rank\": %d, "
+                   "\"single_seconds\": %.6f, \"fxattn_seconds\": %.6f, "
+                   "\"allgather_seconds\": %.6f, \"efficiency\": %.4f, "
+                   "\"allgather_efficiency\": %.4f, \"wait_fraction\": %.4f}\n",
+                   (long long)o->seq, (long long)o->heads, (long long)o->dim,
+                   fxt_dtype_name(o->dtype), b.size, mp.ulysses, b.size / mp.ulysses, threads, ts,
+                   td, tg, ts / (b.size * td), ts / (b.size * tg), ws);
+    }
+done:
+    fxa_mpi_attn_plan_destroy(plan);
+    fxa_mpi_destroy(m);
+    fxt_runner_free(&single);
+    fxt_runner_free(&local);
+    free(k_all);
+    free(v_all);
+    free(out_single);
+    free(out_dist);
+    free(out_gather);
+    fxt_workload_free(&b.w);
+    fflush(stdout);
+    MPI_Finalize();
+    return code;
+}

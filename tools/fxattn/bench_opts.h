@@ -1,0 +1,27 @@
+/* Options of `fxattn bench`, shared by the single-process and the
+ * distributed (MPI) benchmark. */
+#ifndef FXT_BENCH_OPTS_H
+#define FXT_BENCH_OPTS_H
+
+#include <stdint.h>
+
+#include "fxattn.h"
+
+typedef struct bench_opts {
+    int64_t seq;
+    int64_t heads;
+    int64_t dim;
+    fxa_dtype dtype;
+    fxa_compute compute;
+    int64_t threads; /* 0: all cores (per rank: the cores of the node over its ranks) */
+    int64_t repeats;
+    int json;
+    int64_t ulysses; /* 0: not given */
+    int64_t ring;
+    int64_t prefetch;
+} bench_opts;
+
+/* The distributed benchmark (bench_mpi.c): initialises and finalises MPI. */
+int fxt_bench_mpi(const bench_opts *o);
+
+#endif

@@ -1,0 +1,23 @@
+/* The distributed subcommands in a build without MPI (FXA_WITH_MPI=OFF). */
+#include "attn_opts.h"
+#include "bench_opts.h"
+#include "cli.h"
+
+static int no_mpi(void)
+{
+    return fxt_fail(FXT_EXIT_BAD_INPUT,
+                    "this fxattn was built without MPI (FXA_WITH_MPI=OFF): --ulysses, --ring, "
+                    "--prefetch and mpirun need an MPI build");
+}
+
+int fxt_attn_mpi(const attn_opts *o)
+{
+    (void)o;
+    return no_mpi();
+}
+
+int fxt_bench_mpi(const bench_opts *o)
+{
+    (void)o;
+    return no_mpi();
+}
