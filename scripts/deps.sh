@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what fxattn needs to build and test on Debian 12: a C11 compiler,
-# make and CMake (>= 3.25), and clang with libFuzzer for the fuzz targets.
+# make and CMake (>= 3.25), clang with libFuzzer for the fuzz targets, and
+# Open MPI (headers, library and mpirun) for libfxattn_mpi.
 # Skips apt when everything is already there.
 set -euo pipefail
 need=()
@@ -11,6 +12,8 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 # libFuzzer's runtime is only a Recommends of clang-14: ask for it by name.
 ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
     need+=(libclang-rt-14-dev)
+command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi
