@@ -2,10 +2,12 @@
  * Distributed misuse under mpirun (4 ranks): every case must fail on every
  * rank, with the same message everywhere, within 10 seconds, without
  * writing output; the library stays usable afterwards. With the argument
- * `die`, rank 1 exits in the middle of a collective call instead: the test
- * script then expects mpirun to end the job (non-zero, no hang).
+ * `die` (or `kill`), rank 1 exits (or is killed) in the middle of a
+ * collective call instead: tests/mpi/rank_exits.sh then expects mpirun to
+ * end the job (non-zero, no hang).
  */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -150,12 +152,17 @@ static void test_runs(fxa_mpi *m, const char *grid)
     free(out);
 }
 
-static void die_midway(fxa_mpi *m)
+/* Rank 1 leaves in the middle of a collective call: by exiting, or killed
+ * by a signal. */
+static void die_midway(fxa_mpi *m, int killed)
 {
     fxa_attn_desc d = base_desc();
     fxa_mpi_attn_plan *plan = NULL;
     if (g_rank == 1) {
-        fprintf(stderr, "rank 1 exits on purpose\n");
+        fprintf(stderr, "rank 1 %s on purpose\n", killed ? "is killed" : "exits");
+        fflush(stderr);
+        if (killed)
+            raise(SIGKILL);
         _exit(3);
     }
     fxa_mpi_attn_plan_create(m, &d, &plan);
@@ -178,9 +185,9 @@ int main(int argc, char **argv)
     fxa_mpi *m = NULL;
     fxa_mpi_params p;
     fxa_mpi_params_init(&p);
-    if (argc > 1 && strcmp(argv[1], "die") == 0) {
+    if (argc > 1 && (strcmp(argv[1], "die") == 0 || strcmp(argv[1], "kill") == 0)) {
         fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-        die_midway(m);
+        die_midway(m, strcmp(argv[1], "kill") == 0);
         MPI_Finalize();
         return 0; /* not reached on a healthy MPI: the job is ended first */
     }
