@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "attn_opts.h"
 #include "cli.h"
 #include "fxattn_mpi.h"
+#include "mpi_threads.h"
 
 typedef struct world {
     int rank;
@@ -57,24 +57,6 @@ static int lib_fail(world *w, fxa_status st, const char *msg)
         fxt_fail_capture(w->msg, sizeof w->msg);
     }
     return fxt_exit_code(st);
-}
-
-/* Threads per rank: --threads, else the cores shared by the ranks of this
- * node. */
-static int threads_per_rank(const attn_opts *o)
-{
-    if (o->threads > 0)
-        return (int)o->threads;
-    MPI_Comm node;
-    int local = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-        MPI_SUCCESS) {
-        MPI_Comm_size(node, &local);
-        MPI_Comm_free(&node);
-    }
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const long t = cores / (local > 0 ? local : 1);
-    return t > 0 ? (int)t : 1;
 }
 
 /* Rank 0 receives every rank's output shard (rows of D floats, the
@@ -150,7 +132,7 @@ static int run(world *w, const attn_opts *o)
     int code = fxt_parse_layout(o->layout, &layout);
     fxa_ctx_params cp;
     fxa_ctx_params_init(&cp);
-    cp.n_threads = threads_per_rank(o);
+    cp.n_threads = fxt_mpi_threads_per_rank(o->threads);
     if (!code && fxa_ctx_create(&cp, &ctx) != FXA_OK)
         code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
     if ((code = agree(w, code)))

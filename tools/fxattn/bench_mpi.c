@@ -15,11 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench_opts.h"
 #include "cli.h"
 #include "fxattn_mpi.h"
+#include "mpi_threads.h"
 #include "runner.h"
 #include "workload.h"
 
@@ -44,19 +44,6 @@ static double slowest(double t)
     double m = t;
     MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return m;
-}
-
-static int local_threads(int64_t threads)
-{
-    if (threads > 0)
-        return (int)threads;
-    MPI_Comm node;
-    int local = 1;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &local);
-    MPI_Comm_free(&node);
-    const long t = sysconf(_SC_NPROCESSORS_ONLN) / (local > 0 ? local : 1);
-    return t > 0 ? (int)t : 1;
 }
 
 typedef struct dist_bench {
@@ -119,7 +106,7 @@ int fxt_bench_mpi(const bench_opts *o)
     float *out_single = NULL;
     float *out_dist = NULL;
     float *out_gather = NULL;
-    const int threads = local_threads(o->threads);
+    const int threads = fxt_mpi_threads_per_rank(o->threads);
     fxt_wan_synth p;
     fxt_wan_synth_defaults(&p);
     p.frames = 1;
