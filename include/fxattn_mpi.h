@@ -47,7 +47,8 @@ typedef struct fxa_mpi_params {
     int prefetch;       /* ring blocks in flight ahead of compute, clamped to [1, min(R-1, 64)]; 0 = 1 */
 } fxa_mpi_params;
 
-/* Defaults: U = 1, R = 0 (= the communicator's size: a pure ring), prefetch 1. */
+/* Defaults: U = 1, R = 0 (= the communicator's size: a pure ring),
+ * prefetch 1. Local. */
 FXA_API void fxa_mpi_params_init(fxa_mpi_params *p);
 
 /* Collective over comm. Duplicates comm and splits it into the grid's rows
@@ -62,6 +63,7 @@ FXA_API void fxa_mpi_destroy(fxa_mpi *m);
 FXA_API const char *fxa_mpi_create_error(void);
 /* The last error of a call on m (the same text on every rank). Local. */
 FXA_API const char *fxa_mpi_last_error(const fxa_mpi *m);
+/* This rank and the number of ranks in the duplicated communicator. Local. */
 FXA_API int fxa_mpi_rank(const fxa_mpi *m);
 FXA_API int fxa_mpi_size(const fxa_mpi *m);
 
@@ -86,7 +88,10 @@ typedef struct fxa_mpi_attn_plan fxa_mpi_attn_plan;
  * hash of it is compared across ranks. */
 FXA_API fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
                                             fxa_mpi_attn_plan **out);
-FXA_API void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *plan); /* local */
+/* Local. Also frees the buffers the plan keeps from run to run (ring slots
+ * and accumulators, Ulysses buffers: allocated by the first run, so that
+ * later runs touch no fresh memory). NULL is a no-op. */
+FXA_API void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *plan);
 
 /* What one distributed run did (this rank's view unless said global). */
 typedef struct fxa_mpi_stats {
