@@ -90,7 +90,7 @@ warn="-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wmissing-prototypes -Wstri
 target_sources() { # the fuzz target first, then the library files it tests
     case "$1" in
     npy) echo "tests/fuzz/fuzz_npy.c tools/fxattn/npy.c" ;;
-    args) echo "tests/fuzz/fuzz_args.c tools/fxattn/cli_args.c" ;;
+    args) echo "tests/fuzz/fuzz_args.c tools/fxattn/cli_args.c tools/fxattn/cmd_opts.c" ;;
     *) return 1 ;;
     esac
 }

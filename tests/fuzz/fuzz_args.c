@@ -14,10 +14,10 @@
  *  - a stored string is the default or one of argv[2..argc) itself (no copy, no overread);
  *  - each value parser returns 0 with the enum the spelling names, or FXT_EXIT_BAD_INPUT
  *    with its output untouched.
- * The option tables MIRROR tools/fxattn/cmd_{attn,check,bench,demo,info}.c at commit
- * b0949c7 (defaults, names, aliases, kinds, ranges); keep them in sync until the commands
- * expose their tables. fxt_fail writes to stderr: the stderr stream is pointed at /dev/null
- * once at start (libFuzzer and the sanitizers keep writing to file descriptor 2).
+ * The defaults and option tables are the commands' own (tools/fxattn/cmd_opts.c, which
+ * tools/fxattn/cmd_{attn,check,bench,demo,info}.c parse with), so they cannot drift.
+ * fxt_fail writes to stderr: the stderr stream is pointed at /dev/null once at start
+ * (libFuzzer and the sanitizers keep writing to file descriptor 2).
  * Nothing here writes a file.
  */
 #include <errno.h>
@@ -29,10 +29,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_opts.h"
 
 #define MAX_ARGS 32
 #define MAX_ARG_LEN 256
-#define MAX_OPTS 24
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -48,169 +48,45 @@ static FILE *g_report; /* the original stderr, for contract violations */
         }                                                                                       \
     } while (0)
 
-/* ---- the option tables (mirrors of the cmd_*.c tables) ------------------------------ */
-
-/* Mirrors attn_opts in tools/fxattn/cmd_attn.c. */
-typedef struct attn_opts {
-    const char *q;
-    const char *k;
-    const char *v;
-    const char *out;
-    const char *lse;
-    const char *layout;
-    const char *mode;
-    const char *center;
-    const char *dtype;
-    const char *compute;
-    double scale;
-    int64_t threads;
-    int64_t heads_per_tile;
-    int64_t block_q;
-    int64_t repeats;
-    int stats;
-    int verify;
-} attn_opts;
-
-typedef struct check_opts {
-    const char *qp, *kp, *vp, *layout_s, *dtype, *plot;
-    double scale;
-    int64_t threads;
-    int json;
-} check_opts;
-
-typedef struct bench_opts {
-    int64_t seq, heads, dim, threads, repeats;
-    const char *dtype_s, *compute_s;
-    int json;
-} bench_opts;
-
-typedef struct demo_opts {
-    int64_t frames, height, width, heads, dim, seed, threads;
-    int json;
-    const char *save_dir;
-} demo_opts;
+/* ---- the option tables (tools/fxattn/cmd_opts.c) ------------------------------------ */
 
 typedef struct all_opts {
     attn_opts attn;
     check_opts check;
-    bench_opts bench;
+    bench_args bench;
     demo_opts demo;
-    int64_t info_threads;
+    info_opts info;
 } all_opts;
 
 enum { CMD_ATTN, CMD_CHECK, CMD_BENCH, CMD_DEMO, CMD_INFO, CMD_COUNT };
 static const char *const g_cmd_names[CMD_COUNT] = {"attn", "check", "bench", "demo", "info"};
 
-/* Defaults as the commands set them before parsing. */
-static void set_defaults(all_opts *a)
+/* The defaults of cmd and its table (zero-terminated, at most FXT_MAX_OPTS entries) over a,
+ * as the command sets them up before parsing. */
+static void make_table(int cmd, all_opts *a, fxt_opt opts[FXT_MAX_OPTS])
 {
     memset(a, 0, sizeof *a);
-    a->attn.layout = "bshd"; /* cmd_attn.c: {.layout = "bshd", .scale = NAN, .repeats = 1} */
-    a->attn.scale = NAN;
-    a->attn.repeats = 1;
-    a->check.layout_s = "bshd"; /* cmd_check.c */
-    a->check.scale = NAN;
-    a->bench.seq = 4096; /* cmd_bench.c */
-    a->bench.heads = 40;
-    a->bench.dim = 128;
-    a->bench.repeats = 3;
-    a->bench.dtype_s = "f32";
-    a->demo.frames = 4; /* cmd_demo.c */
-    a->demo.height = 32;
-    a->demo.width = 32;
-    a->demo.heads = 40;
-    a->demo.dim = 128;
-    a->demo.seed = 1;
-}
-
-/* Fill opts (zero-terminated, at most MAX_OPTS entries) with the table of cmd over a. */
-static void make_table(int cmd, all_opts *a, fxt_opt opts[MAX_OPTS])
-{
-    memset(opts, 0, MAX_OPTS * sizeof opts[0]);
     switch (cmd) {
-    case CMD_ATTN: { /* tools/fxattn/cmd_attn.c, fxt_cmd_attn */
-        attn_opts *o = &a->attn;
-        const fxt_opt t[] = {
-            {"-q", "--q", FXT_OPT_STRING, &o->q, 0, 0},
-            {"-k", "--k", FXT_OPT_STRING, &o->k, 0, 0},
-            {"-v", "--v", FXT_OPT_STRING, &o->v, 0, 0},
-            {"-o", "--out", FXT_OPT_STRING, &o->out, 0, 0},
-            {"--lse", NULL, FXT_OPT_STRING, &o->lse, 0, 0},
-            {"--layout", NULL, FXT_OPT_STRING, &o->layout, 0, 0},
-            {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
-            {"--mode", NULL, FXT_OPT_STRING, &o->mode, 0, 0},
-            {"--center", NULL, FXT_OPT_STRING, &o->center, 0, 0},
-            {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
-            {"--compute", NULL, FXT_OPT_STRING, &o->compute, 0, 0},
-            {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
-            {"--heads-per-tile", NULL, FXT_OPT_INT, &o->heads_per_tile, 0, 1 << 20},
-            {"--block-q", NULL, FXT_OPT_INT, &o->block_q, 0, 4096},
-            {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, 101},
-            {"--stats", NULL, FXT_OPT_FLAG, &o->stats, 0, 0},
-            {"--verify", NULL, FXT_OPT_FLAG, &o->verify, 0, 0},
-            {0},
-        };
-        memcpy(opts, t, sizeof t);
+    case CMD_ATTN:
+        fxt_attn_opts_defaults(&a->attn);
+        fxt_attn_opts_table(&a->attn, opts);
         break;
-    }
-    case CMD_CHECK: { /* tools/fxattn/cmd_check.c, fxt_cmd_check */
-        check_opts *o = &a->check;
-        const fxt_opt t[] = {
-            {"-q", "--q", FXT_OPT_STRING, &o->qp, 0, 0},
-            {"-k", "--k", FXT_OPT_STRING, &o->kp, 0, 0},
-            {"-v", "--v", FXT_OPT_STRING, &o->vp, 0, 0},
-            {"--layout", NULL, FXT_OPT_STRING, &o->layout_s, 0, 0},
-            {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
-            {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
-            {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
-            {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
-            {"--plot", NULL, FXT_OPT_STRING, &o->plot, 0, 0},
-            {0},
-        };
-        memcpy(opts, t, sizeof t);
+    case CMD_CHECK:
+        fxt_check_opts_defaults(&a->check);
+        fxt_check_opts_table(&a->check, opts);
         break;
-    }
-    case CMD_BENCH: { /* tools/fxattn/cmd_bench.c, fxt_cmd_bench (MAX_REPEATS 101) */
-        bench_opts *o = &a->bench;
-        const fxt_opt t[] = {
-            {"--seq", NULL, FXT_OPT_INT, &o->seq, 1, 1 << 24},
-            {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
-            {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
-            {"--dtype", NULL, FXT_OPT_STRING, &o->dtype_s, 0, 0},
-            {"--compute", NULL, FXT_OPT_STRING, &o->compute_s, 0, 0},
-            {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
-            {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, 101},
-            {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
-            {0},
-        };
-        memcpy(opts, t, sizeof t);
+    case CMD_BENCH:
+        fxt_bench_args_defaults(&a->bench);
+        fxt_bench_args_table(&a->bench, opts);
         break;
-    }
-    case CMD_DEMO: { /* tools/fxattn/cmd_demo.c, fxt_cmd_demo */
-        demo_opts *o = &a->demo;
-        const fxt_opt t[] = {
-            {"--frames", NULL, FXT_OPT_INT, &o->frames, 1, 1024},
-            {"--height", NULL, FXT_OPT_INT, &o->height, 1, 1024},
-            {"--width", NULL, FXT_OPT_INT, &o->width, 1, 1024},
-            {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
-            {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
-            {"--seed", NULL, FXT_OPT_INT, &o->seed, 0, INT64_MAX},
-            {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
-            {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
-            {"--save-inputs", NULL, FXT_OPT_STRING, &o->save_dir, 0, 0},
-            {0},
-        };
-        memcpy(opts, t, sizeof t);
+    case CMD_DEMO:
+        fxt_demo_opts_defaults(&a->demo);
+        fxt_demo_opts_table(&a->demo, opts);
         break;
-    }
-    default: { /* tools/fxattn/cmd_info.c, fxt_cmd_info */
-        const fxt_opt t[] = {
-            {"--threads", NULL, FXT_OPT_INT, &a->info_threads, 0, 1024},
-            {0},
-        };
-        memcpy(opts, t, sizeof t);
+    default:
+        fxt_info_opts_defaults(&a->info);
+        fxt_info_opts_table(&a->info, opts);
         break;
-    }
     }
 }
 
@@ -374,17 +250,17 @@ static void check_value_parsers(const char *s)
 static void run_table(int cmd, int argc, char **argv)
 {
     all_opts a;
-    fxt_opt opts[MAX_OPTS];
-    value before[MAX_OPTS];
-    value expect[MAX_OPTS];
+    fxt_opt opts[FXT_MAX_OPTS];
+    value before[FXT_MAX_OPTS];
+    value expect[FXT_MAX_OPTS];
     int n = 0;
 
-    set_defaults(&a);
     make_table(cmd, &a, opts);
-    for (; opts[n].name != NULL; n++) {
+    for (; n < FXT_MAX_OPTS && opts[n].name != NULL; n++) {
         before[n] = load(&opts[n]);
         expect[n] = before[n];
     }
+    CHECK(n < FXT_MAX_OPTS); /* zero-terminated within its bound */
     const int want = model_parse(argc, argv, 2, opts, expect);
     const int got = fxt_parse_options(g_cmd_names[cmd], argc, argv, 2, opts);
     CHECK(got == want);
@@ -416,8 +292,8 @@ static void run_table(int cmd, int argc, char **argv)
         }
     }
 
-    /* The value parsers on the strings the command hands them (cmd_attn.c apply_options and
-     * settle_dtype, cmd_check.c, cmd_bench.c); here on every stored string, also after a
+    /* The value parsers on the strings the command hands them (cmd_attn.c
+     * fxt_attn_apply_options, inputs.c settle_dtype, cmd_check.c, cmd_bench.c); here on every stored string, also after a
      * failed parse. */
     for (int j = 0; j < n; j++) {
         if (opts[j].kind == FXT_OPT_STRING) {

@@ -255,6 +255,9 @@ static void make_args(void)
          "1e-3", "--layout", "bshd");
     ARGS("attn_bad_range", "attn", "--threads", "1025", "--repeats", "0", "--block-q", "-1");
     ARGS("attn_bad_scale", "attn", "--scale", "nan", "--scale", "inf", "--scale", "0x1p-3");
+    ARGS("attn_grid", "attn", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "-o", "o.npy",
+         "--ulysses", "2", "--ring", "2", "--prefetch", "1");
+    ARGS("attn_bad_grid", "attn", "--ulysses", "0", "--ring", "1048577", "--prefetch", "-3");
     ARGS("attn_missing_value", "attn", "-q");
     ARGS("check_json", "check", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--json",
          "--threads", "2", "--layout", "bshd", "--dtype", "bf16", "--scale", "0.1");
@@ -263,6 +266,8 @@ static void make_args(void)
     ARGS("bench_default", "bench", "--seq", "4096", "--heads", "40", "--dim", "128", "--dtype",
          "bf16", "--compute", "fp32", "--threads", "0", "--repeats", "3", "--json");
     ARGS("bench_bad_int", "bench", "--repeats", "abc", "--dim", "5", "--seq", "16777217");
+    ARGS("bench_grid", "bench", "--seq", "1024", "--ring", "4", "--ulysses", "1", "--prefetch",
+         "3");
     ARGS("demo_all", "demo", "--frames", "4", "--height", "32", "--width", "32", "--heads",
          "40", "--dim", "128", "--seed", "9223372036854775807", "--threads", "1", "--json",
          "--save-inputs", "dir");

@@ -1,36 +1,14 @@
-/* Options of `fxattn attn`, shared by the single-process and the
- * distributed (MPI) paths. */
+/* Options of `fxattn attn` (the attn_opts struct, cmd_opts.h) and the helpers
+ * shared by the single-process and the distributed (MPI) paths. */
 #ifndef FXT_ATTN_OPTS_H
 #define FXT_ATTN_OPTS_H
 
 #include <stdint.h>
 
+#include "cmd_opts.h"
 #include "fxattn.h"
 #include "inputs.h"
 #include "verify.h"
-
-typedef struct attn_opts {
-    const char *q;
-    const char *k;
-    const char *v;
-    const char *out;
-    const char *lse;
-    const char *layout;
-    const char *mode;
-    const char *center;
-    const char *dtype;
-    const char *compute;
-    double scale;
-    int64_t threads;
-    int64_t heads_per_tile;
-    int64_t block_q;
-    int64_t repeats;
-    int stats;
-    int verify;
-    int64_t ulysses; /* 0: not given */
-    int64_t ring;
-    int64_t prefetch;
-} attn_opts;
 
 /* Apply mode, centring, compute, scale and scheduling to d. Returns 0 or an
  * exit code (the error printed). */

@@ -67,7 +67,7 @@ static int cmp_double(const void *x, const void *y)
 static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats,
                         fxa_attn_stats *st)
 {
-    double seconds[101];
+    double seconds[FXT_MAX_REPEATS];
     int code = fxt_runner_run(r, a, st, 0);
     for (int64_t i = 0; i < repeats && repeats > 1 && !code; i++) {
         code = fxt_runner_run(r, a, st, 0);
@@ -130,30 +130,10 @@ int fxt_attn_is_distributed(const attn_opts *o)
 
 int fxt_cmd_attn(int argc, char **argv)
 {
-    attn_opts o = {.layout = "bshd", .scale = NAN, .repeats = 1};
-    const fxt_opt opts[] = {
-        {"-q", "--q", FXT_OPT_STRING, &o.q, 0, 0},
-        {"-k", "--k", FXT_OPT_STRING, &o.k, 0, 0},
-        {"-v", "--v", FXT_OPT_STRING, &o.v, 0, 0},
-        {"-o", "--out", FXT_OPT_STRING, &o.out, 0, 0},
-        {"--lse", NULL, FXT_OPT_STRING, &o.lse, 0, 0},
-        {"--layout", NULL, FXT_OPT_STRING, &o.layout, 0, 0},
-        {"--scale", NULL, FXT_OPT_DOUBLE, &o.scale, 0, 0},
-        {"--mode", NULL, FXT_OPT_STRING, &o.mode, 0, 0},
-        {"--center", NULL, FXT_OPT_STRING, &o.center, 0, 0},
-        {"--dtype", NULL, FXT_OPT_STRING, &o.dtype, 0, 0},
-        {"--compute", NULL, FXT_OPT_STRING, &o.compute, 0, 0},
-        {"--threads", NULL, FXT_OPT_INT, &o.threads, 0, 1024},
-        {"--heads-per-tile", NULL, FXT_OPT_INT, &o.heads_per_tile, 0, 1 << 20},
-        {"--block-q", NULL, FXT_OPT_INT, &o.block_q, 0, 4096},
-        {"--repeats", NULL, FXT_OPT_INT, &o.repeats, 1, 101},
-        {"--stats", NULL, FXT_OPT_FLAG, &o.stats, 0, 0},
-        {"--verify", NULL, FXT_OPT_FLAG, &o.verify, 0, 0},
-        {"--ulysses", NULL, FXT_OPT_INT, &o.ulysses, 1, 1 << 20},
-        {"--ring", NULL, FXT_OPT_INT, &o.ring, 1, 1 << 20},
-        {"--prefetch", NULL, FXT_OPT_INT, &o.prefetch, 1, 1 << 20},
-        {0},
-    };
+    attn_opts o;
+    fxt_opt opts[FXT_MAX_OPTS];
+    fxt_attn_opts_defaults(&o);
+    fxt_attn_opts_table(&o, opts);
     fxt_inputs in;
     fxt_runner r;
     fxa_layout layout;

@@ -10,12 +10,13 @@
 
 #include "bench_opts.h"
 #include "cli.h"
+#include "cmd_opts.h"
 #include "commands.h"
 #include "peak.h"
 #include "runner.h"
 #include "workload.h"
 
-#define MAX_REPEATS 101
+#define MAX_REPEATS FXT_MAX_REPEATS
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -43,43 +44,33 @@ static int time_once(bench_mode *m, const fxt_workload *w, float *out)
 
 int fxt_cmd_bench(int argc, char **argv)
 {
-    int64_t seq = 4096, heads = 40, dim = 128, threads = 0, repeats = 3;
-    int64_t ulysses = 0, ring = 0, prefetch = 0;
-    const char *dtype_s = "f32";
-    const char *compute_s = NULL;
-    int json = 0;
-    const fxt_opt opts[] = {
-        {"--ulysses", NULL, FXT_OPT_INT, &ulysses, 1, 1 << 20},
-        {"--ring", NULL, FXT_OPT_INT, &ring, 1, 1 << 20},
-        {"--prefetch", NULL, FXT_OPT_INT, &prefetch, 1, 1 << 20},
-        {"--seq", NULL, FXT_OPT_INT, &seq, 1, 1 << 24},
-        {"--heads", NULL, FXT_OPT_INT, &heads, 1, 1024},
-        {"--dim", NULL, FXT_OPT_INT, &dim, 6, FXA_MAX_HEAD_DIM},
-        {"--dtype", NULL, FXT_OPT_STRING, &dtype_s, 0, 0},
-        {"--compute", NULL, FXT_OPT_STRING, &compute_s, 0, 0},
-        {"--threads", NULL, FXT_OPT_INT, &threads, 0, 1024},
-        {"--repeats", NULL, FXT_OPT_INT, &repeats, 1, MAX_REPEATS},
-        {"--json", NULL, FXT_OPT_FLAG, &json, 0, 0},
-        {0},
-    };
+    bench_args a;
+    fxt_opt opts[FXT_MAX_OPTS];
+    fxt_bench_args_defaults(&a);
+    fxt_bench_args_table(&a, opts);
     fxa_dtype dtype;
     int code = fxt_parse_options("bench", argc, argv, 2, opts);
     if (code)
         return code;
-    if (fxt_parse_dtype(dtype_s, &dtype))
+    if (fxt_parse_dtype(a.dtype_s, &dtype))
         return FXT_EXIT_BAD_INPUT;
     /* bf16 inputs run the bf16 kernels unless --compute fp32 asks otherwise. */
     fxa_compute compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
-    if (compute_s && fxt_parse_compute(compute_s, &compute))
+    if (a.compute_s && fxt_parse_compute(a.compute_s, &compute))
         return FXT_EXIT_BAD_INPUT;
-    if (dim % 2)
+    if (a.dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
-    if (ulysses || ring || prefetch || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
-        getenv("PMIX_RANK")) {
-        const bench_opts bo = {seq, heads, dim, dtype, compute, threads, repeats, json,
-                               ulysses, ring, prefetch};
+    if (a.ulysses || a.ring || a.prefetch || getenv("OMPI_COMM_WORLD_SIZE") ||
+        getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
+        const bench_opts bo = {.seq = a.seq, .heads = a.heads, .dim = a.dim, .dtype = dtype,
+                               .compute = compute, .threads = a.threads, .repeats = a.repeats,
+                               .json = a.json, .ulysses = a.ulysses, .ring = a.ring,
+                               .prefetch = a.prefetch};
         return fxt_bench_mpi(&bo);
     }
+    const int64_t seq = a.seq, heads = a.heads, dim = a.dim, threads = a.threads;
+    const int64_t repeats = a.repeats;
+    const int json = a.json;
     fxt_wan_synth p;
     fxt_workload w;
     fxt_wan_synth_defaults(&p);

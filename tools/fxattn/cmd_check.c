@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_opts.h"
 #include "commands.h"
 #include "fp64_attn.h"
 #include "inputs.h"
@@ -229,43 +230,26 @@ static void print_json(const fxa_attn_desc *d, const head_report *hr, int has_v,
 
 int fxt_cmd_check(int argc, char **argv)
 {
-    const char *qp = NULL;
-    const char *kp = NULL;
-    const char *vp = NULL;
-    const char *layout_s = "bshd";
-    const char *dtype = NULL;
-    const char *plot = NULL;
-    double scale = NAN;
-    int64_t threads = 0;
-    int json = 0;
-    const fxt_opt opts[] = {
-        {"-q", "--q", FXT_OPT_STRING, &qp, 0, 0},
-        {"-k", "--k", FXT_OPT_STRING, &kp, 0, 0},
-        {"-v", "--v", FXT_OPT_STRING, &vp, 0, 0},
-        {"--layout", NULL, FXT_OPT_STRING, &layout_s, 0, 0},
-        {"--dtype", NULL, FXT_OPT_STRING, &dtype, 0, 0},
-        {"--scale", NULL, FXT_OPT_DOUBLE, &scale, 0, 0},
-        {"--threads", NULL, FXT_OPT_INT, &threads, 0, 1024},
-        {"--json", NULL, FXT_OPT_FLAG, &json, 0, 0},
-        {"--plot", NULL, FXT_OPT_STRING, &plot, 0, 0},
-        {0},
-    };
+    check_opts o;
+    fxt_opt opts[FXT_MAX_OPTS];
+    fxt_check_opts_defaults(&o);
+    fxt_check_opts_table(&o, opts);
     fxa_layout layout;
     fxt_inputs in;
     int code = fxt_parse_options("check", argc, argv, 2, opts);
     if (code)
         return code;
-    if (plot)
+    if (o.plot)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--plot is not available yet; use --json");
-    if (!qp || !kp)
+    if (!o.q || !o.k)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "check needs -q Q.npy -k K.npy [-v V.npy]");
-    if (!isnan(scale) && !(scale > 0.0))
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", scale);
-    if (fxt_parse_layout(layout_s, &layout))
+    if (!isnan(o.scale) && !(o.scale > 0.0))
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o.scale);
+    if (fxt_parse_layout(o.layout, &layout))
         return FXT_EXIT_BAD_INPUT;
-    if ((code = fxt_inputs_load(qp, kp, vp, layout, dtype, &in)))
+    if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))
         return code;
-    in.d.scale = isnan(scale) ? 1.0 / sqrt((double)in.d.head_dim) : scale;
+    in.d.scale = isnan(o.scale) ? 1.0 / sqrt((double)in.d.head_dim) : o.scale;
     const size_t rows = (size_t)(in.d.batch * in.d.heads_q * in.d.seq_q);
     const size_t n = (size_t)(in.d.batch * in.d.seq_q);
     float *bound_c = malloc(rows * sizeof(float));
@@ -281,8 +265,8 @@ int fxt_cmd_check(int argc, char **argv)
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory");
         goto out;
     }
-    if ((code = bound_pass(&in, 1, (int)threads, bound_c, fb_c)) ||
-        (code = bound_pass(&in, 0, (int)threads, bound_r, fb_r)))
+    if ((code = bound_pass(&in, 1, (int)o.threads, bound_c, fb_c)) ||
+        (code = bound_pass(&in, 0, (int)o.threads, bound_r, fb_r)))
         goto out;
     double share_c = 0.0;
     double share_r = 0.0;
@@ -291,10 +275,10 @@ int fxt_cmd_check(int argc, char **argv)
         share_c += hr[h].fallback_centered / (double)in.d.heads_q;
         share_r += hr[h].fallback_raw / (double)in.d.heads_q;
     }
-    if (json)
-        print_json(&in.d, hr, vp != NULL, share_c, share_r);
+    if (o.json)
+        print_json(&in.d, hr, o.v != NULL, share_c, share_r);
     else
-        print_text(&in.d, hr, vp != NULL, share_c, share_r);
+        print_text(&in.d, hr, o.v != NULL, share_c, share_r);
 out:
     free(bound_c);
     free(bound_r);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_opts.h"
 #include "commands.h"
 #include "npy.h"
 #include "runner.h"
@@ -68,39 +69,31 @@ static int save_inputs(const char *dir, const fxt_workload *w)
 int fxt_cmd_demo(int argc, char **argv)
 {
     fxt_wan_synth p;
-    int64_t frames = 4, height = 32, width = 32, heads = 40, dim = 128, seed = 1, threads = 0;
-    int json = 0;
-    const char *save_dir = NULL;
+    demo_opts o;
+    fxt_opt opts[FXT_MAX_OPTS];
+    fxt_demo_opts_defaults(&o);
+    fxt_demo_opts_table(&o, opts);
     fxt_wan_synth_defaults(&p);
-    const fxt_opt opts[] = {
-        {"--frames", NULL, FXT_OPT_INT, &frames, 1, 1024},
-        {"--height", NULL, FXT_OPT_INT, &height, 1, 1024},
-        {"--width", NULL, FXT_OPT_INT, &width, 1, 1024},
-        {"--heads", NULL, FXT_OPT_INT, &heads, 1, 1024},
-        {"--dim", NULL, FXT_OPT_INT, &dim, 6, FXA_MAX_HEAD_DIM},
-        {"--seed", NULL, FXT_OPT_INT, &seed, 0, INT64_MAX},
-        {"--threads", NULL, FXT_OPT_INT, &threads, 0, 1024},
-        {"--json", NULL, FXT_OPT_FLAG, &json, 0, 0},
-        {"--save-inputs", NULL, FXT_OPT_STRING, &save_dir, 0, 0},
-        {0},
-    };
     int code = fxt_parse_options("demo", argc, argv, 2, opts);
     if (code)
         return code;
-    if (dim % 2)
+    if (o.dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even (RoPE rotates pairs)");
+    const int64_t frames = o.frames, height = o.height, width = o.width, heads = o.heads;
+    const int64_t dim = o.dim, threads = o.threads;
+    const int json = o.json;
     p.frames = (int)frames;
     p.height = (int)height;
     p.width = (int)width;
     p.heads = (int)heads;
     p.head_dim = (int)dim;
-    p.seed = (uint64_t)seed;
+    p.seed = (uint64_t)o.seed;
     fxt_workload w;
     const double t0 = fxt_now();
     if ((code = fxt_workload_make(&p, FXA_F32, &w)))
         return code;
     const double t_synth = fxt_now() - t0;
-    if (save_dir && (code = save_inputs(save_dir, &w))) {
+    if (o.save_dir && (code = save_inputs(o.save_dir, &w))) {
         fxt_workload_free(&w);
         return code;
     }

@@ -2,22 +2,22 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "cmd_opts.h"
 #include "commands.h"
 
 int fxt_cmd_info(int argc, char **argv)
 {
-    int64_t threads = 0;
-    const fxt_opt opts[] = {
-        {"--threads", NULL, FXT_OPT_INT, &threads, 0, 1024},
-        {0},
-    };
+    info_opts o;
+    fxt_opt opts[FXT_MAX_OPTS];
+    fxt_info_opts_defaults(&o);
+    fxt_info_opts_table(&o, opts);
     int code = fxt_parse_options("info", argc, argv, 2, opts);
     if (code)
         return code;
     fxa_ctx_params p;
     fxa_ctx *ctx = NULL;
     fxa_ctx_params_init(&p);
-    p.n_threads = (int)threads;
+    p.n_threads = (int)o.threads;
     fxa_status st = fxa_ctx_create(&p, &ctx);
     if (st != FXA_OK)
         return fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_create_error());

@@ -1,0 +1,133 @@
+/* Defaults and option tables of the fxattn subcommands (cmd_opts.h). */
+#include <math.h>
+#include <string.h>
+
+#include "cmd_opts.h"
+
+/* Copy src (n entries, the last one zeroed) into t and zero the rest of t. */
+static void fill(fxt_opt t[FXT_MAX_OPTS], const fxt_opt *src, size_t n)
+{
+    memset(t, 0, FXT_MAX_OPTS * sizeof t[0]);
+    memcpy(t, src, n * sizeof src[0]);
+}
+
+#define FILL(t, src)                                                                            \
+    do {                                                                                        \
+        _Static_assert(sizeof(src) / sizeof((src)[0]) <= FXT_MAX_OPTS, "raise FXT_MAX_OPTS");  \
+        fill(t, src, sizeof(src) / sizeof((src)[0]));                                           \
+    } while (0)
+
+void fxt_attn_opts_defaults(attn_opts *o)
+{
+    *o = (attn_opts){.layout = "bshd", .scale = NAN, .repeats = 1};
+}
+
+void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
+{
+    const fxt_opt src[] = {
+        {"-q", "--q", FXT_OPT_STRING, &o->q, 0, 0},
+        {"-k", "--k", FXT_OPT_STRING, &o->k, 0, 0},
+        {"-v", "--v", FXT_OPT_STRING, &o->v, 0, 0},
+        {"-o", "--out", FXT_OPT_STRING, &o->out, 0, 0},
+        {"--lse", NULL, FXT_OPT_STRING, &o->lse, 0, 0},
+        {"--layout", NULL, FXT_OPT_STRING, &o->layout, 0, 0},
+        {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
+        {"--mode", NULL, FXT_OPT_STRING, &o->mode, 0, 0},
+        {"--center", NULL, FXT_OPT_STRING, &o->center, 0, 0},
+        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
+        {"--compute", NULL, FXT_OPT_STRING, &o->compute, 0, 0},
+        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        {"--heads-per-tile", NULL, FXT_OPT_INT, &o->heads_per_tile, 0, 1 << 20},
+        {"--block-q", NULL, FXT_OPT_INT, &o->block_q, 0, 4096},
+        {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
+        {"--stats", NULL, FXT_OPT_FLAG, &o->stats, 0, 0},
+        {"--verify", NULL, FXT_OPT_FLAG, &o->verify, 0, 0},
+        {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
+        {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
+        {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
+        {0},
+    };
+    FILL(t, src);
+}
+
+void fxt_check_opts_defaults(check_opts *o)
+{
+    *o = (check_opts){.layout = "bshd", .scale = NAN};
+}
+
+void fxt_check_opts_table(check_opts *o, fxt_opt t[FXT_MAX_OPTS])
+{
+    const fxt_opt src[] = {
+        {"-q", "--q", FXT_OPT_STRING, &o->q, 0, 0},
+        {"-k", "--k", FXT_OPT_STRING, &o->k, 0, 0},
+        {"-v", "--v", FXT_OPT_STRING, &o->v, 0, 0},
+        {"--layout", NULL, FXT_OPT_STRING, &o->layout, 0, 0},
+        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
+        {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
+        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
+        {"--plot", NULL, FXT_OPT_STRING, &o->plot, 0, 0},
+        {0},
+    };
+    FILL(t, src);
+}
+
+void fxt_bench_args_defaults(bench_args *o)
+{
+    *o = (bench_args){.seq = 4096, .heads = 40, .dim = 128, .repeats = 3, .dtype_s = "f32"};
+}
+
+void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
+{
+    const fxt_opt src[] = {
+        {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
+        {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
+        {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
+        {"--seq", NULL, FXT_OPT_INT, &o->seq, 1, 1 << 24},
+        {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
+        {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
+        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype_s, 0, 0},
+        {"--compute", NULL, FXT_OPT_STRING, &o->compute_s, 0, 0},
+        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
+        {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
+        {0},
+    };
+    FILL(t, src);
+}
+
+void fxt_demo_opts_defaults(demo_opts *o)
+{
+    *o = (demo_opts){.frames = 4, .height = 32, .width = 32, .heads = 40, .dim = 128, .seed = 1};
+}
+
+void fxt_demo_opts_table(demo_opts *o, fxt_opt t[FXT_MAX_OPTS])
+{
+    const fxt_opt src[] = {
+        {"--frames", NULL, FXT_OPT_INT, &o->frames, 1, 1024},
+        {"--height", NULL, FXT_OPT_INT, &o->height, 1, 1024},
+        {"--width", NULL, FXT_OPT_INT, &o->width, 1, 1024},
+        {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
+        {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
+        {"--seed", NULL, FXT_OPT_INT, &o->seed, 0, INT64_MAX},
+        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
+        {"--save-inputs", NULL, FXT_OPT_STRING, &o->save_dir, 0, 0},
+        {0},
+    };
+    FILL(t, src);
+}
+
+void fxt_info_opts_defaults(info_opts *o)
+{
+    *o = (info_opts){.threads = 0};
+}
+
+void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS])
+{
+    const fxt_opt src[] = {
+        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        {0},
+    };
+    FILL(t, src);
+}

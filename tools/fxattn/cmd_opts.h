@@ -1,0 +1,104 @@
+/*
+ * The option tables of the fxattn subcommands, one per command over an
+ * options struct that holds exactly what fxt_parse_options writes (raw
+ * strings, integers, doubles and flags; the commands validate and convert
+ * them afterwards). The commands and tests/fuzz/fuzz_args.c both use these,
+ * so the fuzzer always sees the tables the CLI parses with.
+ *
+ * Contract: fxt_X_opts_defaults sets every field to the value the command
+ * starts from; fxt_X_opts_table fills t with the command's table (names,
+ * aliases, kinds, ranges) pointing into o, zero-terminated, at most
+ * FXT_MAX_OPTS entries including the terminator. o must outlive t.
+ */
+#ifndef FXT_CMD_OPTS_H
+#define FXT_CMD_OPTS_H
+
+#include <stdint.h>
+
+#include "cli.h"
+
+#define FXT_MAX_OPTS 32     /* entries of a table, the zeroed terminator included */
+#define FXT_MAX_REPEATS 101 /* largest --repeats of attn and bench */
+
+/* `fxattn attn` (also read by attn_mpi.c through attn_opts.h). */
+typedef struct attn_opts {
+    const char *q;
+    const char *k;
+    const char *v;
+    const char *out;
+    const char *lse;
+    const char *layout;
+    const char *mode;
+    const char *center;
+    const char *dtype;
+    const char *compute;
+    double scale; /* NaN: not given */
+    int64_t threads;
+    int64_t heads_per_tile;
+    int64_t block_q;
+    int64_t repeats;
+    int stats;
+    int verify;
+    int64_t ulysses; /* 0: not given */
+    int64_t ring;
+    int64_t prefetch;
+} attn_opts;
+
+/* `fxattn check`. */
+typedef struct check_opts {
+    const char *q;
+    const char *k;
+    const char *v;
+    const char *layout;
+    const char *dtype;
+    const char *plot;
+    double scale; /* NaN: not given */
+    int64_t threads;
+    int json;
+} check_opts;
+
+/* `fxattn bench`, as parsed; cmd_bench.c converts it to bench_opts. */
+typedef struct bench_args {
+    int64_t seq;
+    int64_t heads;
+    int64_t dim;
+    const char *dtype_s;
+    const char *compute_s; /* NULL: follows the dtype */
+    int64_t threads;
+    int64_t repeats;
+    int json;
+    int64_t ulysses; /* 0: not given */
+    int64_t ring;
+    int64_t prefetch;
+} bench_args;
+
+/* `fxattn demo`. */
+typedef struct demo_opts {
+    int64_t frames;
+    int64_t height;
+    int64_t width;
+    int64_t heads;
+    int64_t dim;
+    int64_t seed;
+    int64_t threads;
+    int json;
+    const char *save_dir;
+} demo_opts;
+
+/* `fxattn info`. */
+typedef struct info_opts {
+    int64_t threads;
+} info_opts;
+
+void fxt_attn_opts_defaults(attn_opts *o);
+void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+void fxt_check_opts_defaults(check_opts *o);
+void fxt_check_opts_table(check_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+void fxt_bench_args_defaults(bench_args *o);
+void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS]);
+void fxt_demo_opts_defaults(demo_opts *o);
+void fxt_demo_opts_table(demo_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+void fxt_info_opts_defaults(info_opts *o);
+void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+
+#endif
