@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what fxattn needs to build and test on Debian 12: a C11 compiler,
-# make and CMake (>= 3.25), clang with libFuzzer for the fuzz targets, and
-# Open MPI (headers, library and mpirun) for libfxattn_mpi.
+# make and CMake (>= 3.25), clang with libFuzzer for the fuzz targets,
+# Open MPI (headers, library and mpirun) for libfxattn_mpi, and OpenBLAS for
+# the projection's GEMM.
 # Skips apt when everything is already there.
 set -euo pipefail
 need=()
@@ -14,6 +15,8 @@ ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null
     need+=(libclang-rt-14-dev)
 command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+[ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] ||
+    [ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || need+=(libopenblas-dev)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

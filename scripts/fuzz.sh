@@ -11,8 +11,9 @@
 # Exit status: 0 all targets clean; 1 a target crashed or did not build; 2 bad usage;
 # 77 no clang with libFuzzer here (a skip; FUZZ_REQUIRE_CLANG=1 makes it 1 instead).
 # Environment: FUZZ_CC (compiler; default clang, else clang-14), FUZZ_BUILD_DIR (default
-# build-fuzz), FUZZ_TARGETS (default "npy args"), FUZZ_TMPDIR (where fuzz_npy makes its
-# private folder; default /dev/shm when writable, else the target's work folder).
+# build-fuzz), FUZZ_TARGETS (default "npy args safetensors"; e.g. FUZZ_TARGETS=safetensors
+# scripts/fuzz.sh 60 runs one target), FUZZ_TMPDIR (where fuzz_npy makes its private folder;
+# default /dev/shm when writable, else the target's work folder).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root="$(pwd)"
@@ -40,7 +41,7 @@ esac
 
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
-targets="${FUZZ_TARGETS:-npy args}"
+targets="${FUZZ_TARGETS:-npy args safetensors}"
 
 skip() {
     echo "fuzz.sh: $*" >&2
@@ -91,10 +92,13 @@ target_sources() { # the fuzz target first, then the library files it tests
     case "$1" in
     npy) echo "tests/fuzz/fuzz_npy.c tools/fxattn/npy.c" ;;
     args) echo "tests/fuzz/fuzz_args.c tools/fxattn/cli_args.c tools/fxattn/cmd_opts.c" ;;
+    safetensors)
+        echo "tests/fuzz/fuzz_safetensors.c tools/fxattn/safetensors.c src/core/convert.c"
+        ;;
     *) return 1 ;;
     esac
 }
-max_len() { case "$1" in npy) echo 4096 ;; args) echo 2048 ;; esac; }
+max_len() { case "$1" in npy | safetensors) echo 4096 ;; args) echo 2048 ;; esac; }
 
 build_target() {
     local t="$1" srcs objs="" first=1 src obj extra
@@ -186,7 +190,7 @@ for t in $targets; do
             od -An -tx1 -v "$f" | head -n 64 >&2
         done
     fi
-    summary+=("$(printf '%-10s %12s executions %9s exec/s %7ss wall  %s' "fuzz_$t" "$runs" \
+    summary+=("$(printf '%-16s %12s executions %9s exec/s %7ss wall  %s' "fuzz_$t" "$runs" \
         "$rate" "$wall" "$verdict")")
 done
 

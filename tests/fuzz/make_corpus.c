@@ -1,13 +1,19 @@
 /*
- * Writes the seed corpus of the fuzz targets (tests/fuzz/fuzz_npy.c, fuzz_args.c).
+ * Writes the seed corpus of the fuzz targets (tests/fuzz/fuzz_npy.c, fuzz_args.c,
+ * fuzz_safetensors.c).
  *
- * Usage: make_corpus OUT_DIR   (creates OUT_DIR/npy and OUT_DIR/args, which must exist or be
- * creatable; existing files of the same names are overwritten, others are left alone).
+ * Usage: make_corpus OUT_DIR   (creates OUT_DIR/npy, OUT_DIR/args and OUT_DIR/safetensors,
+ * which must exist or be creatable; existing files of the same names are overwritten, others
+ * are left alone).
  * Contract: the output is deterministic (same bytes on every run and host), every file is
  * under 4 KiB, and the whole corpus is under 100 KiB. npy/ holds valid files (versions 1.0,
  * 2.0 and 3.0; '<f4' and '<f2'; scalar, empty, 1-D to 8-D shapes; NumPy's own header layout
  * and hand-written variants) named ok_*, and files the reader must refuse, named bad_*.
  * args/ holds command lines after "fxattn", each argument ended by a NUL byte.
+ * safetensors/ holds valid files (every supported dtype and some others, scalar, empty and
+ * 8-D shapes, metadata, escaped and UTF-8 names, Wan2.2-style names, out-of-order listings)
+ * named ok_*, and files the reader must refuse (bad lengths, JSON and schema errors,
+ * overlapping, holed or overlong data) named bad_*.
  * Regenerate with tests/fuzz/make_corpus.sh.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -227,6 +233,137 @@ static void make_npy(void)
     write_file("npy", "bad_empty.npy", (const unsigned char *)"", 0);
 }
 
+/* ---- .safetensors files -------------------------------------------------------------- */
+
+/*
+ * A .safetensors file: the 8-byte little-endian length (the padded header's length, or
+ * len_field when it is not UINT64_MAX: a lying length), the header text padded with spaces
+ * to a multiple of 8 bytes when pad is set (as the reference writer does), then data_len
+ * bytes of a fixed pattern.
+ */
+static void st_file(const char *name, const char *header, int pad, size_t data_len,
+                    uint64_t len_field)
+{
+    unsigned char buf[CAP];
+    const size_t hlen = strlen(header);
+    const size_t padded = pad ? (hlen + 7) / 8 * 8 : hlen;
+    if (8 + padded + data_len >= CAP) {
+        fprintf(stderr, "make_corpus: safetensors/%s would be too large\n", name);
+        exit(1);
+    }
+    const uint64_t field = len_field == UINT64_MAX ? (uint64_t)padded : len_field;
+    for (int i = 0; i < 8; i++) {
+        buf[i] = (unsigned char)(field >> (8 * i));
+    }
+    memcpy(buf + 8, header, hlen);
+    memset(buf + 8 + hlen, ' ', padded - hlen);
+    size_t n = 8 + padded;
+    for (size_t i = 0; i < data_len; i++) {
+        buf[n++] = (unsigned char)(i * 37 + 11);
+    }
+    write_file("safetensors", name, buf, n);
+}
+
+#define ST(name, header, data_len) st_file(name, header, 1, data_len, UINT64_MAX)
+/* One tensor entry: "name":{"dtype":"D","shape":S,"data_offsets":[B,E]} */
+#define TS(name, dtype, shape, b, e)                                                            \
+    "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
+
+static void make_safetensors(void)
+{
+    /* Valid. */
+    ST("ok_f32_2x3.safetensors", "{" TS("w", "F32", "[2,3]", 0, 24) "}", 24);
+    ST("ok_wan_block.safetensors",
+       "{\"__metadata__\":{\"format\":\"pt\"},"
+       TS("blocks.0.self_attn.q.weight", "BF16", "[4,4]", 0, 32) ","
+       TS("blocks.0.self_attn.k.weight", "BF16", "[4,4]", 32, 64) ","
+       TS("blocks.0.self_attn.v.weight", "BF16", "[4,4]", 64, 96) ","
+       TS("blocks.0.self_attn.q.bias", "BF16", "[4]", 96, 104) ","
+       TS("blocks.0.self_attn.norm_q.weight", "F32", "[4]", 104, 120) ","
+       TS("blocks.0.self_attn.norm_k.weight", "F32", "[4]", 120, 136) "}",
+       136);
+    ST("ok_f16_scalar.safetensors", "{" TS("s", "F16", "[]", 0, 2) "}", 2);
+    ST("ok_empty_tensors.safetensors",
+       "{" TS("a", "F32", "[0]", 0, 0) "," TS("b", "BF16", "[3,0,2]", 0, 0) ","
+       TS("c", "F16", "[1]", 0, 2) "," TS("d", "F8_E4M3", "[0,9007199254740992]", 2, 2) "}",
+       2);
+    ST("ok_e4m3_and_others.safetensors",
+       "{" TS("e4m3", "F8_E4M3", "[8]", 0, 8) "," TS("i64", "I64", "[1]", 8, 16) ","
+       TS("f4", "F4", "[2]", 16, 17) "," TS("f6", "F6_E2M3", "[4]", 17, 20) ","
+       TS("c64", "C64", "[1]", 20, 28) "," TS("bool", "BOOL", "[3]", 28, 31) "}",
+       31);
+    ST("ok_no_tensors.safetensors", "{}", 0);
+    ST("ok_metadata_keys.safetensors",
+       "{\"__metadata__\":{\"format\":\"pt\",\"b\":\"\",\"a\":\"{\\\"x\\\": 1}\","
+       "\"\":\"empty key\"}," TS("w", "F32", "[1]", 0, 4) "}",
+       4);
+    ST("ok_8d.safetensors", "{" TS("x", "F32", "[1,1,1,2,1,1,1,2]", 0, 16) "}", 16);
+    ST("ok_names_escaped.safetensors",
+       "{\"__metadata__\":{\"k\\n\":\"v \\\"q\\\" \\u00e9\",\"\\u005f\":\"\"},"
+       TS("q\\\"\\\\\\/\\b\\f\\n\\r\\t", "F32", "[1]", 0, 4) ","
+       TS("\\u00e9t\\u00E9 \\ud83d\\ude00", "F32", "[1]", 4, 8) ","
+       TS("\xe5\x90\x8d\xe5\x89\x8d", "F32", "[1]", 8, 12) "," TS("", "F32", "[1]", 12, 16) "}",
+       16);
+    ST("ok_unsorted_spaced.safetensors",
+       " \t\r\n{ \"b\" : { \"data_offsets\" : [ 4 , 12 ] , \"shape\" : [ 2 ] , \"dtype\" : "
+       "\"F32\" } ,\n \"\\u005f_metadata__\" : { } , \"a\" : {\"shape\":[],\"dtype\":\"F32\","
+       "\"data_offsets\":[0,4]}}\n",
+       12);
+
+    /* Refused: the length field. */
+    write_file("safetensors", "bad_short.safetensors", (const unsigned char *)"\x02\0\0\0\0", 5);
+    st_file("bad_len_past_end.safetensors", "{}", 0, 0, 4);
+    st_file("bad_len_huge.safetensors", "{}", 0, 0, 0xffffffffffffull);
+    st_file("bad_len_zero.safetensors", "{}", 0, 0, 0);
+
+    /* Refused: JSON. */
+    st_file("bad_truncated.safetensors", "{" TS("w", "F32", "[2,3]", 0, 24), 0, 24, UINT64_MAX);
+    ST("bad_top_array.safetensors", "[{}]", 0);
+    ST("bad_lone_surrogate.safetensors", "{\"\\ud800x\":{}}", 0);
+    ST("bad_utf8.safetensors", "{\"\xc0\xaf\":{}}", 0);
+    ST("bad_escape.safetensors", "{\"\\x41\":{}}", 0);
+    ST("bad_trailing_garbage.safetensors", "{}\x01", 0);
+    ST("bad_leading_zero.safetensors", "{" TS("w", "F32", "[02]", 0, 8) "}", 8);
+    {
+        char deep[128 + 16];
+        size_t n = (size_t)snprintf(deep, sizeof deep, "{\"w\":");
+        for (int i = 0; i < 100; i++) {
+            deep[n++] = '[';
+        }
+        deep[n] = '\0';
+        ST("bad_deep.safetensors", deep, 0);
+    }
+
+    /* Refused: schema. */
+    ST("bad_dup_name.safetensors",
+       "{" TS("w", "F32", "[1]", 0, 4) "," TS("w", "F32", "[1]", 4, 8) "}", 8);
+    ST("bad_dup_field.safetensors",
+       "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+    ST("bad_extra_field.safetensors",
+       "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":0}}", 4);
+    ST("bad_unknown_dtype.safetensors", "{" TS("w", "F31", "[1]", 0, 4) "}", 4);
+    ST("bad_negative_dim.safetensors", "{" TS("w", "F32", "[-1]", 0, 0) "}", 0);
+    ST("bad_fraction_dim.safetensors", "{" TS("w", "F32", "[1.5]", 0, 4) "}", 4);
+    ST("bad_huge_dim.safetensors", "{" TS("w", "F32", "[9007199254740993]", 0, 4) "}", 4);
+    ST("bad_overflow.safetensors", "{" TS("w", "F64", "[4294967296,4294967296]", 0, 0) "}",
+       0);
+    ST("bad_9d.safetensors", "{" TS("w", "F32", "[1,1,1,1,1,1,1,1,1]", 0, 4) "}", 4);
+    ST("bad_metadata_value.safetensors", "{\"__metadata__\":{\"k\":1}}", 0);
+    ST("bad_dup_metadata.safetensors", "{\"__metadata__\":{},\"__metadata__\":{}}", 0);
+    ST("bad_dup_metadata_key.safetensors",
+       "{\"__metadata__\":{\"b\":\"1\",\"a\":\"2\",\"b\":\"3\"}}", 0);
+
+    /* Refused: data layout. */
+    ST("bad_size_mismatch.safetensors", "{" TS("w", "BF16", "[3]", 0, 8) "}", 8);
+    ST("bad_reversed.safetensors", "{" TS("w", "F32", "[0]", 8, 4) "}", 8);
+    ST("bad_overlap.safetensors",
+       "{" TS("a", "F32", "[4]", 0, 16) "," TS("b", "F32", "[4]", 8, 24) "}", 24);
+    ST("bad_hole.safetensors",
+       "{" TS("a", "F32", "[1]", 0, 4) "," TS("b", "F32", "[1]", 8, 12) "}", 12);
+    ST("bad_past_end.safetensors", "{" TS("w", "F32", "[4]", 0, 16) "}", 12);
+    ST("bad_trailing_data.safetensors", "{" TS("w", "F32", "[1]", 0, 4) "}", 12);
+}
+
 /* ---- command lines ------------------------------------------------------------------- */
 
 static void args(const char *name, const char *const *argv)
@@ -295,8 +432,10 @@ int main(int argc, char **argv)
     make_dir("");
     make_dir("npy");
     make_dir("args");
+    make_dir("safetensors");
     make_npy();
     make_args();
+    make_safetensors();
     if (g_total >= 100 * 1024) {
         fprintf(stderr, "make_corpus: corpus is %zu bytes (limit 100 KiB)\n", g_total);
         return 1;

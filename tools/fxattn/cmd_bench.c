@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "bench_opts.h"
+#include "bench_proj.h"
 #include "cli.h"
 #include "cmd_opts.h"
 #include "commands.h"
@@ -60,6 +61,8 @@ int fxt_cmd_bench(int argc, char **argv)
         return FXT_EXIT_BAD_INPUT;
     if (a.dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
+    if (a.proj)
+        return fxt_bench_proj(&a);
     if (a.ulysses || a.ring || a.prefetch || getenv("OMPI_COMM_WORLD_SIZE") ||
         getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
         const bench_opts bo = {.seq = a.seq, .heads = a.heads, .dim = a.dim, .dtype = dtype,

@@ -91,6 +91,7 @@ void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
         {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
         {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
         {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
+        {"--proj", NULL, FXT_OPT_FLAG, &o->proj, 0, 0},
         {0},
     };
     FILL(t, src);

@@ -70,6 +70,7 @@ typedef struct bench_args {
     int64_t ulysses; /* 0: not given */
     int64_t ring;
     int64_t prefetch;
+    int proj; /* --proj: the QKV projection instead of attention */
 } bench_args;
 
 /* `fxattn demo`. */

@@ -1,0 +1,250 @@
+/*
+ * fxattn_proj: number formats of fxattn's QKV projection.
+ *
+ * The projection takes row-scaled FP8 activations (Trainium's "ROW_MX"
+ * packing) and FP8 weights with one fp32 scale per output channel. Same
+ * conventions as fxattn.h: fallible calls return fxa_status, callers own all
+ * buffers, bad input values are reported (FXA_ERR_INVALID_ARG), never
+ * aborted on, and a call that fails writes no output.
+ */
+#ifndef FXATTN_PROJ_H
+#define FXATTN_PROJ_H
+
+#include <stdint.h>
+
+#include "fxattn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* FP8 E4M3                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * OCP FP8 E4M3 ("e4m3fn"): 1 sign bit, 4 exponent bits with bias 7, 3
+ * mantissa bits, no infinities.
+ *   exponent 1..15: (-1)^s * 2^(e-7) * (1 + m/8)   (S.1111.111 excepted)
+ *   exponent 0:     (-1)^s * 2^-6 * m/8            (subnormals, +-0)
+ *   S.1111.111 (0x7f, 0xff): NaN.
+ * Largest finite value 448 (0x7e), smallest normal 2^-6 (0x08), smallest
+ * subnormal 2^-9 (0x01).
+ *
+ * Every E4M3 value is exactly representable in bf16, fp16 and fp32, so
+ * decoding is exact, and the product of two decoded codes (at most 8
+ * significant bits, magnitude in [2^-18, 448^2]) is exact in fp32.
+ */
+
+#define FXA_E4M3_MAX 448.0f
+
+/* Exact decode of an E4M3 code. The NaN codes 0x7f / 0xff give a quiet
+ * fp32 NaN with the code's sign; the zeros keep their sign. */
+FXA_API float fxa_e4m3_to_f32(uint8_t code);
+
+/*
+ * Round x to E4M3, to nearest with ties to even, saturating:
+ *  - every |x| >= 448, +-Inf included, gives +-448 (0x7e / 0xfe): no
+ *    value rounds to the NaN codes (464 would tie to 448 anyway, anything
+ *    above would round to 480, which E4M3 lacks);
+ *  - NaN (of either sign, any payload) gives 0x7f;
+ *  - |x| <= 2^-10 (half the smallest subnormal; the tie goes to the even
+ *    code, zero) gives a zero with x's sign, so -0.0 gives 0x80.
+ * Hence fxa_f32_to_e4m3(fxa_e4m3_to_f32(c)) == c for every finite code c,
+ * and both NaN codes come back as 0x7f.
+ */
+FXA_API uint8_t fxa_f32_to_e4m3(float x);
+
+/*
+ * Row-scaled activations, packed like Trainium's ROW_MX.
+ *
+ * Each of `rows` rows of `n` fp32 values (x row-major [rows][n]) becomes n
+ * code bytes followed by 4 bytes holding the row's fp32 scale (the
+ * little-endian bytes of its bit pattern: a memcpy of the float on a
+ * little-endian host), so row r occupies bytes [r * (n + 4), (r + 1) * (n + 4))
+ * of `packed`, rows * (n + 4) bytes in all:
+ *   scale  = absmax(row) / 448 (an fp32 division), 1.0f for an all-zero row;
+ *   code_j = fxa_f32_to_e4m3(x_j / scale) (an fp32 division), so the
+ *            largest-magnitude element gets +-448 (0x7e / 0xfe).
+ * Rows whose absmax is below 448 * FLT_MIN (about 5.3e-36) would get a
+ * subnormal or zero fp32 scale, which has too few bits (or none) to carry the
+ * row; their scale is FLT_MIN (2^-126) instead, so x_j / scale is exact and
+ * the error bounds below still hold (the absmax element then gets a code
+ * below 448).
+ * Error of x_j ~ decode(code_j) * scale: at most 2^-4 |x_j| where
+ * |x_j| >= 2^-6 * scale (E4M3's normal range), at most 2^-10 * scale below
+ * (its subnormal range), up to a few fp32 roundings.
+ *
+ * Errors (FXA_ERR_INVALID_ARG, nothing written): a NULL pointer, rows < 0,
+ * n < 1, a size whose byte count does not fit in ptrdiff_t, or a non-finite
+ * value in x. rows == 0 is a no-op.
+ */
+FXA_API fxa_status fxa_e4m3_quantize_rows(const float *x, int64_t rows, int64_t n,
+                                          uint8_t *packed);
+
+/*
+ * Inverse of fxa_e4m3_quantize_rows: x[r][j] = decode(code_j) * scale_r (an
+ * fp32 product) for the packed layout above. Errors (FXA_ERR_INVALID_ARG,
+ * nothing written): a NULL pointer, rows < 0, n < 1, a size that does not
+ * fit, a NaN code, or a scale in the data that is not finite or has its sign
+ * bit set.
+ */
+FXA_API fxa_status fxa_e4m3_dequantize_rows(const uint8_t *packed, int64_t rows, int64_t n,
+                                            float *x);
+
+/*
+ * Weights with one fp32 scale per output channel. w is a PyTorch /
+ * safetensors Linear weight as stored in a checkpoint: [out_channels]
+ * [in_features] row-major (the projection computes y = x W^T + b). Output:
+ * codes [out][in] row-major, scales [out]: w[o][i] ~ decode(codes[o][i]) *
+ * scales[o], where scales[o] = absmax of w[o][.] / 448 (1.0f for an all-zero
+ * row, FLT_MIN for an absmax below 448 * FLT_MIN) and codes[o][i] =
+ * fxa_f32_to_e4m3(w[o][i] / scales[o]): each output channel is quantised
+ * exactly like one row of fxa_e4m3_quantize_rows, with the same error
+ * bounds. Errors (FXA_ERR_INVALID_ARG, nothing written): a NULL pointer,
+ * out_channels < 0, in_features < 1, a size that does not fit in ptrdiff_t,
+ * or a non-finite value in w.
+ */
+FXA_API fxa_status fxa_e4m3_quantize_weights(const float *w, int64_t out_channels,
+                                             int64_t in_features, uint8_t *codes, float *scales);
+
+/* ------------------------------------------------------------------------ */
+/* QKV projection                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fxa_proj_x {
+    FXA_PROJ_X_F32 = 0,      /* x [tokens][in_features] fp32 */
+    FXA_PROJ_X_BF16 = 1,     /* the same, bf16 bits */
+    FXA_PROJ_X_E4M3_ROWS = 2 /* [tokens][in_features + 4]: fxa_e4m3_quantize_rows' layout */
+} fxa_proj_x;
+
+typedef enum fxa_proj_w {
+    FXA_PROJ_W_F32 = 0,  /* w [out][in] fp32 (a Linear weight as stored) */
+    FXA_PROJ_W_BF16 = 1, /* the same, bf16 bits */
+    FXA_PROJ_W_E4M3 = 2  /* codes [out][in] + w_scales [out]: fxa_e4m3_quantize_weights */
+} fxa_proj_w;
+
+typedef enum fxa_proj_layout {
+    FXA_PROJ_TOKEN_MAJOR = 0, /* each output [tokens][heads * head_dim] */
+    FXA_PROJ_HEAD_MAJOR = 1   /* each output [heads][tokens][head_dim] */
+} fxa_proj_layout;
+
+/*
+ * Y = X W^T + b for a fused [Q|K|V] weight (heads_kv > 0: out = (Hq + 2 Hkv)
+ * head_dim channels, Q rows first) or a single segment (heads_kv == 0: out =
+ * Hq head_dim, written to q_out; a cross-attention Q, K or V call), then per
+ * token, in fp32:
+ *   dequantise: y_i = acc_i * x_scale[token] * w_scale[i] + b_i (scales 1 for
+ *     fp32/bf16 operands; the products are left to right);
+ *   RMSNorm across all heads of the Q segment, and of the K segment (norm):
+ *     sum of y^2 in double in index order, mean = (float)(sum / n),
+ *     r = 1.0f / sqrtf(mean + (float)eps), out_i = y_i * (r * gamma_i)
+ *     (that association order; (y * r) * gamma rounds differently);
+ *   rotate-half RoPE on Q and K (rope), with r folded into cos/sin:
+ *     t_i = y_i * gamma_i, out_i = t_i (r c_i) - t_{i+d/2} (r s_i) for
+ *     i < d/2 and t_i (r c_i) + t_{i-d/2} (r s_i) otherwise, with the
+ *     token's tables c = rope_cos[token], s = rope_sin[token] ([tokens][d];
+ *     fxa_wan_rope_tables makes Wan's); without norm, r = gamma = 1.
+ * V is never normalised or rotated.
+ * The GEMM is OpenBLAS sgemm on fp32 copies of the operands (bf16 and FP8
+ * codes are decoded exactly, so only the fp32 accumulation rounds).
+ */
+typedef struct fxa_proj_desc {
+    size_t struct_size; /* sizeof(fxa_proj_desc) */
+    int64_t tokens;
+    int64_t in_features;
+    int64_t heads_q;  /* >= 1 */
+    int64_t heads_kv; /* >= 0; 0: a single-segment call */
+    int64_t head_dim; /* even, <= FXA_MAX_HEAD_DIM */
+    fxa_proj_x x_format;
+    fxa_proj_w w_format;
+    int norm;   /* 1: RMSNorm across heads on Q and K */
+    double eps; /* default 1e-6 */
+    int rope;   /* 1: rotate-half RoPE on Q and K */
+    fxa_proj_layout out_layout;
+} fxa_proj_desc;
+
+/* Defaults: f32 operands, no norm (eps 1e-6), no RoPE, token-major. */
+FXA_API void fxa_proj_desc_init(fxa_proj_desc *d);
+
+typedef struct fxa_proj_args {
+    size_t struct_size; /* sizeof(fxa_proj_args) */
+    const void *x;
+    const void *w;
+    const float *w_scales; /* [out], FP8 weights only */
+    const float *bias;     /* [out] or NULL */
+    const float *gamma_q;  /* [Hq d] (norm) */
+    const float *gamma_k;  /* [Hkv d] (norm, heads_kv > 0) */
+    const float *rope_cos; /* [tokens][d] (rope) */
+    const float *rope_sin;
+    float *q_out; /* fp32, out_layout */
+    float *k_out; /* heads_kv > 0 */
+    float *v_out;
+} fxa_proj_args;
+
+/*
+ * Run the projection on ctx's threads (the GEMM on as many OpenBLAS
+ * threads). Errors (FXA_ERR_INVALID_ARG with fxa_ctx_last_error, outputs
+ * untouched): bad shapes or flags, NULL buffers, a non-finite value in x, w,
+ * bias, gamma or the RoPE tables, a bad scale. FXA_ERR_NO_MEMORY: the fp32
+ * copies of x, w and Y do not fit.
+ */
+FXA_API fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a);
+
+/*
+ * Tensor parallelism: when the ranks of a group hold different heads of the
+ * same tokens, each RMS runs over all ranks' channels. fxa_proj_run_tp does
+ * the local GEMM and dequantisation, fills sums [tokens][2] (the local sum of
+ * y^2 of this rank's Q and K segments, in double) plus one last element (0,
+ * or 1 when this rank failed), and calls reduce(sums, 2 tokens + 1, arg) on
+ * the calling thread, which must replace every element by its sum over the
+ * group (MPI_Allreduce with MPI_SUM: libfxattn_mpi's fxa_mpi_proj_run). The
+ * RMS then uses norm_features_q (all ranks' Hq d) and norm_features_k. reduce
+ * is called on every rank whatever happened locally (with a short buffer of
+ * 3 elements, last one 1, when this rank failed before its GEMM; a group
+ * must agree on tokens first), so a failure on one rank fails every rank
+ * instead of hanging it.
+ */
+typedef fxa_status fxa_proj_reduce_fn(double *sums, int64_t n, void *arg);
+
+typedef struct fxa_proj_tp {
+    size_t struct_size; /* sizeof(fxa_proj_tp) */
+    int64_t norm_features_q;
+    int64_t norm_features_k;
+    fxa_proj_reduce_fn *reduce;
+    void *arg;
+} fxa_proj_tp;
+
+FXA_API fxa_status fxa_proj_run_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
+                                   const fxa_proj_tp *tp);
+
+/*
+ * Wan2.2's 3-D RoPE as rotate-half tables for a (frames, height, width)
+ * latent grid: tokens in (f, h, w) raster order, cos/sin [tokens][head_dim].
+ * The head_dim / 2 pairs split into bands [t | h | w] (fxa_wan_rope_bands:
+ * 22/21/21 for head_dim 128, i.e. 44/42/42 lanes); pair j of a band of n
+ * pairs at position p turns by p * theta^(-j/n) (theta 1e4 in Wan), in
+ * double, rounded once; pair p drives lanes p and p + head_dim/2.
+ */
+FXA_API void fxa_wan_rope_bands(int64_t head_dim, int64_t *t_pairs, int64_t *h_pairs,
+                                int64_t *w_pairs);
+FXA_API fxa_status fxa_wan_rope_tables(int64_t frames, int64_t height, int64_t width,
+                                       int64_t head_dim, double theta, float *cos_out,
+                                       float *sin_out);
+
+/*
+ * Load a checkpoint trained with interleaved RoPE pairs (2j, 2j+1) as it is:
+ * permute, per head, the Q and K output channels of w (rows of [out][in],
+ * in d's w_format), w_scales, bias, gamma_q and gamma_k so that lane i of
+ * rotate-half holds interleaved lane 2i (i < d/2) or 2(i - d/2) + 1. V rows
+ * are never touched; NULL arrays are skipped. Q.K^T is unchanged (the same
+ * permutation on both). With heads_kv == 0 only the single segment moves.
+ */
+FXA_API fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *d, void *w, float *w_scales,
+                                                float *bias, float *gamma_q, float *gamma_k);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FXATTN_PROJ_H */

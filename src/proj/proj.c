@@ -1,0 +1,357 @@
+/*
+ * The QKV projection (fxattn_proj.h): Y = X W^T as one fp32 GEMM (OpenBLAS
+ * sgemm; 16-bit and FP8 operands are decoded exactly into fp32 first, their
+ * scales kept for the epilogue), then a threaded epilogue per token: scales
+ * and bias, RMSNorm across the heads of the Q and of the K segment, rotate-
+ * half RoPE with the inverse RMS folded into the cos/sin products, and the
+ * store in the requested layout.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/alloc.h"
+#include "../core/ctx_internal.h"
+#include "fxattn_proj.h"
+
+void fxa_proj_desc_init(fxa_proj_desc *d)
+{
+    *d = (fxa_proj_desc){0};
+    d->struct_size = sizeof *d;
+    d->x_format = FXA_PROJ_X_F32;
+    d->w_format = FXA_PROJ_W_F32;
+    d->eps = 1e-6;
+    d->out_layout = FXA_PROJ_TOKEN_MAJOR;
+}
+
+static int64_t out_features(const fxa_proj_desc *d)
+{
+    return (d->heads_q + 2 * d->heads_kv) * d->head_dim;
+}
+
+static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
+{
+    if (!d || d->struct_size < sizeof *d)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection descriptor missing or too old");
+    if (!a || a->struct_size < sizeof *a)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection args missing or too old");
+    if (d->tokens < 1 || d->in_features < 1 || d->heads_q < 1 || d->heads_kv < 0 ||
+        d->head_dim < 2 || d->head_dim % 2 || d->head_dim > FXA_MAX_HEAD_DIM)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "projection shape: tokens %lld, in_features %lld, heads %lld/%lld, "
+                            "head_dim %lld (even, 2..%d)",
+                            (long long)d->tokens, (long long)d->in_features, (long long)d->heads_q,
+                            (long long)d->heads_kv, (long long)d->head_dim, FXA_MAX_HEAD_DIM);
+    const double elems = (double)d->tokens * (double)(out_features(d) > d->in_features
+                                                          ? out_features(d)
+                                                          : d->in_features);
+    if (elems * 4.0 > (double)PTRDIFF_MAX / 2 || (double)out_features(d) * (double)d->in_features * 4.0 > (double)PTRDIFF_MAX / 2 ||
+        d->in_features > INT32_MAX || out_features(d) > INT32_MAX || d->tokens > INT32_MAX)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection sizes overflow");
+    if ((unsigned)d->x_format > FXA_PROJ_X_E4M3_ROWS || (unsigned)d->w_format > FXA_PROJ_W_E4M3 ||
+        (unsigned)d->out_layout > FXA_PROJ_HEAD_MAJOR || (d->norm != 0 && d->norm != 1) ||
+        (d->rope != 0 && d->rope != 1))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown projection format, layout or flag");
+    if (d->norm && !(d->eps > 0.0 && isfinite(d->eps)))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RMSNorm eps must be positive and finite");
+    if (!a->x || !a->w || !a->q_out || (d->heads_kv > 0 && (!a->k_out || !a->v_out)))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "x, w and the outputs must not be NULL");
+    if (d->w_format == FXA_PROJ_W_E4M3 && !a->w_scales)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "FP8 weights need w_scales");
+    if (d->norm && (!a->gamma_q || (d->heads_kv > 0 && !a->gamma_k)))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RMSNorm needs gamma_q (and gamma_k)");
+    if (d->rope && (!a->rope_cos || !a->rope_sin))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RoPE needs rope_cos and rope_sin");
+    const int64_t qn = d->heads_q * d->head_dim;
+    const int64_t kn = d->heads_kv * d->head_dim;
+    const int64_t rope_n = d->tokens * d->head_dim;
+    const struct {
+        const float *p;
+        int64_t n;
+        const char *name;
+    } vec[] = {{a->bias, out_features(d), "bias"},
+               {d->norm ? a->gamma_q : NULL, qn, "gamma_q"},
+               {d->norm ? a->gamma_k : NULL, kn, "gamma_k"},
+               {d->rope ? a->rope_cos : NULL, rope_n, "rope_cos"},
+               {d->rope ? a->rope_sin : NULL, rope_n, "rope_sin"}};
+    for (size_t v = 0; v < sizeof vec / sizeof vec[0]; v++)
+        for (int64_t i = 0; vec[v].p && i < vec[v].n; i++)
+            if (!isfinite(vec[v].p[i]))
+                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s[%lld] is not finite",
+                                    vec[v].name, (long long)i);
+    return FXA_OK;
+}
+
+/* fp32 copy of X (codes decoded, scales kept in xs); refuses non-finite. */
+static fxa_status stage_x(fxa_ctx *ctx, const fxa_proj_desc *d, const void *x, float *x32,
+                          float *xs)
+{
+    const int64_t n = d->in_features;
+    for (int64_t s = 0; s < d->tokens; s++) {
+        float *dst = x32 + s * n;
+        xs[s] = 1.0f;
+        if (d->x_format == FXA_PROJ_X_F32) {
+            memcpy(dst, (const float *)x + s * n, (size_t)n * sizeof(float));
+        } else if (d->x_format == FXA_PROJ_X_BF16) {
+            const uint16_t *src = (const uint16_t *)x + s * n;
+            for (int64_t i = 0; i < n; i++)
+                dst[i] = fxa_bf16_to_f32(src[i]);
+        } else {
+            const uint8_t *row = (const uint8_t *)x + s * (n + 4);
+            for (int64_t i = 0; i < n; i++)
+                dst[i] = fxa_e4m3_to_f32(row[i]);
+            memcpy(&xs[s], row + n, sizeof(float));
+            if (!isfinite(xs[s]) || xs[s] < 0.0f)
+                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                    "x row %lld has a bad scale (%g)", (long long)s,
+                                    (double)xs[s]);
+        }
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(dst[i]))
+                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                    "x has a non-finite value at token %lld, feature %lld",
+                                    (long long)s, (long long)i);
+    }
+    return FXA_OK;
+}
+
+/* fp32 copy of W [I][H] (FP8 codes decoded; their scales stay separate). */
+static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, float *w32)
+{
+    const int64_t n = out_features(d) * d->in_features;
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        if (d->w_format == FXA_PROJ_W_F32)
+            v = ((const float *)w)[i];
+        else if (d->w_format == FXA_PROJ_W_BF16)
+            v = fxa_bf16_to_f32(((const uint16_t *)w)[i]);
+        else
+            v = fxa_e4m3_to_f32(((const uint8_t *)w)[i]);
+        if (!isfinite(v))
+            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                "w has a non-finite value at output %lld, input %lld",
+                                (long long)(i / d->in_features), (long long)(i % d->in_features));
+        w32[i] = v;
+    }
+    return FXA_OK;
+}
+
+typedef struct epi_job {
+    const fxa_proj_desc *d;
+    const fxa_proj_args *a;
+    float *y;        /* [S][I] GEMM result; dequantised in place by phase A */
+    const float *xs; /* [S] row scales */
+    double *sums;    /* [S][2]: sum of y^2 over the Q and the K segment */
+    double n_q;      /* channels each RMS is taken over (all ranks) */
+    double n_k;
+    int64_t tokens_per_item;
+} epi_job;
+
+/* Write head h's d values of token s of a segment of `heads` heads. */
+static float *out_row(const fxa_proj_desc *d, float *base, int64_t heads, int64_t s, int64_t h)
+{
+    if (d->out_layout == FXA_PROJ_TOKEN_MAJOR)
+        return base + (s * heads + h) * d->head_dim;
+    return base + (h * d->tokens + s) * d->head_dim;
+}
+
+/* Sum of y^2 in double, in index order. */
+static double sum_squares(const float *y, int64_t n)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)y[i] * (double)y[i];
+    return sum;
+}
+
+/* 1 / sqrt(mean + eps): the mean rounded to fp32, then 1.0f / sqrtf in fp32. */
+static float inv_rms(double sum, double n, double eps)
+{
+    const float mean = (float)(sum / n);
+    return 1.0f / sqrtf(mean + (float)eps);
+}
+
+/* One normalised (r; 1 without norm) and rotated segment of one token. */
+static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads, const float *gamma,
+                           const float *cs, const float *sn, float *out_base, int64_t s, float r)
+{
+    const int64_t dim = d->head_dim;
+    const int64_t half = dim / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        const float *yh = y + h * dim;
+        const float *g = d->norm ? gamma + h * dim : NULL;
+        float *o = out_row(d, out_base, heads, s, h);
+        if (!d->rope) {
+            for (int64_t i = 0; i < dim; i++)
+                o[i] = d->norm ? yh[i] * (r * g[i]) : yh[i];
+            continue;
+        }
+        float t[FXA_MAX_HEAD_DIM];
+        for (int64_t i = 0; i < dim; i++)
+            t[i] = d->norm ? yh[i] * g[i] : yh[i];
+        for (int64_t i = 0; i < dim; i++) {
+            const float rc = r * cs[i];
+            const float rs = r * sn[i];
+            o[i] = i < half ? t[i] * rc - t[i + half] * rs : t[i] * rc + t[i - half] * rs;
+        }
+    }
+}
+
+/* Phase A of token s: y = acc * x_scale * w_scale + b in place, and the
+ * segments' sums of squares. */
+static void dequantise_token(const epi_job *job, int64_t s)
+{
+    const fxa_proj_desc *d = job->d;
+    const fxa_proj_args *a = job->a;
+    const int64_t n_out = out_features(d);
+    float *y = job->y + s * n_out;
+    for (int64_t i = 0; i < n_out; i++) {
+        float v = y[i] * job->xs[s];
+        if (d->w_format == FXA_PROJ_W_E4M3)
+            v *= a->w_scales[i];
+        y[i] = a->bias ? v + a->bias[i] : v;
+    }
+    if (!d->norm)
+        return;
+    const int64_t qn = d->heads_q * d->head_dim;
+    job->sums[2 * s] = sum_squares(y, qn);
+    job->sums[2 * s + 1] = d->heads_kv > 0 ? sum_squares(y + qn, d->heads_kv * d->head_dim) : 0.0;
+}
+
+/* Phase B of token s: normalise, rotate and store every segment. */
+static void finish_token(const epi_job *job, int64_t s)
+{
+    const fxa_proj_desc *d = job->d;
+    const fxa_proj_args *a = job->a;
+    const float *y = job->y + s * out_features(d);
+    const int64_t qn = d->heads_q * d->head_dim;
+    const int64_t kn = d->heads_kv * d->head_dim;
+    const float *cs = d->rope ? a->rope_cos + s * d->head_dim : NULL;
+    const float *sn = d->rope ? a->rope_sin + s * d->head_dim : NULL;
+    const float rq = d->norm ? inv_rms(job->sums[2 * s], job->n_q, d->eps) : 1.0f;
+    finish_segment(d, y, d->heads_q, a->gamma_q, cs, sn, a->q_out, s, rq);
+    if (d->heads_kv == 0)
+        return;
+    const float rk = d->norm ? inv_rms(job->sums[2 * s + 1], job->n_k, d->eps) : 1.0f;
+    finish_segment(d, y + qn, d->heads_kv, a->gamma_k, cs, sn, a->k_out, s, rk);
+    for (int64_t h = 0; h < d->heads_kv; h++)
+        memcpy(out_row(d, a->v_out, d->heads_kv, s, h), y + qn + kn + h * d->head_dim,
+               (size_t)d->head_dim * sizeof(float));
+}
+
+/* Items of tokens_per_item tokens: phase A, phase B, or both (one pass
+ * while the rows are in cache, when no reduction sits between them). */
+enum { PHASE_A = 1, PHASE_B = 2 };
+
+typedef struct phase_job {
+    const epi_job *job;
+    int phases;
+} phase_job;
+
+static void phase_item(void *arg, int64_t item, int thread_id)
+{
+    const phase_job *pj = arg;
+    const epi_job *job = pj->job;
+    const int64_t s0 = item * job->tokens_per_item;
+    const int64_t s1 = s0 + job->tokens_per_item < job->d->tokens ? s0 + job->tokens_per_item
+                                                                   : job->d->tokens;
+    (void)thread_id;
+    for (int64_t s = s0; s < s1; s++) {
+        if (pj->phases & PHASE_A)
+            dequantise_token(job, s);
+        if (pj->phases & PHASE_B)
+            finish_token(job, s);
+    }
+}
+
+/* Local work up to the reduction; then (after tp->reduce, if any) phase B. */
+static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
+                      const fxa_proj_tp *tp)
+{
+    fxa_status st = check(ctx, d, a);
+    if (st == FXA_OK && tp &&
+        (tp->struct_size < sizeof *tp || !tp->reduce || tp->norm_features_q < 1 ||
+         tp->norm_features_k < 0))
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "tensor-parallel settings missing or bad");
+    const int64_t n_out = st == FXA_OK ? out_features(d) : 0;
+    const size_t s = st == FXA_OK ? (size_t)d->tokens : 0;
+    float *x32 = NULL, *xs = NULL, *w32 = NULL, *y = NULL;
+    double *sums = NULL;
+    if (st == FXA_OK) {
+        x32 = fxa_malloc_aligned(s * (size_t)d->in_features * sizeof(float));
+        xs = fxa_malloc_aligned(s * sizeof(float));
+        w32 = fxa_malloc_aligned((size_t)n_out * (size_t)d->in_features * sizeof(float));
+        y = fxa_malloc_aligned(s * (size_t)n_out * sizeof(float));
+        sums = fxa_malloc_aligned((2 * s + 1) * sizeof(double));
+        if (!x32 || !xs || !w32 || !y || !sums)
+            st = fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the projection");
+    }
+    if (st == FXA_OK && (st = stage_x(ctx, d, a->x, x32, xs)) == FXA_OK)
+        st = stage_w(ctx, d, a->w, w32);
+    for (int64_t i = 0; st == FXA_OK && d->w_format == FXA_PROJ_W_E4M3 && i < n_out; i++)
+        if (!isfinite(a->w_scales[i]) || a->w_scales[i] < 0.0f)
+            st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "w_scales[%lld] is %g", (long long)i,
+                              (double)a->w_scales[i]);
+    epi_job job = {d, a, y, xs, sums, 0.0, 0.0, 16};
+    if (st == FXA_OK) {
+        openblas_set_num_threads(ctx->pool.n_threads);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->tokens, (int)n_out,
+                    (int)d->in_features, 1.0f, x32, (int)d->in_features, w32,
+                    (int)d->in_features, 0.0f, y, (int)n_out);
+        job.n_q = (double)(tp ? tp->norm_features_q : d->heads_q * d->head_dim);
+        job.n_k = (double)(tp ? tp->norm_features_k : d->heads_kv * d->head_dim);
+    }
+    const int64_t n_items = st == FXA_OK ? (d->tokens + 15) / 16 : 0;
+    if (!tp) {
+        if (st == FXA_OK) {
+            const phase_job pj = {&job, PHASE_A | PHASE_B};
+            fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
+        }
+    } else {
+        /* Every rank reaches the reduction, failed or not, so none waits
+         * forever; the last element counts the ranks that failed. */
+        double fail_only[3] = {0.0, 0.0, 1.0};
+        double *buf = st == FXA_OK ? sums : fail_only;
+        const int64_t n_tok = st == FXA_OK ? d->tokens : 1;
+        if (st == FXA_OK) {
+            const phase_job pj = {&job, PHASE_A};
+            if (!d->norm)
+                memset(sums, 0, 2 * s * sizeof(double));
+            fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
+            sums[2 * s] = 0.0;
+        }
+        const fxa_status rs = tp->reduce(buf, 2 * n_tok + 1, tp->arg);
+        if (st == FXA_OK && rs != FXA_OK)
+            st = fxa_ctx_fail(ctx, rs, "the tensor-parallel reduction failed");
+        else if (st == FXA_OK && buf[2 * n_tok] != 0.0)
+            st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "another tensor-parallel rank failed");
+        if (st == FXA_OK) {
+            const phase_job pj = {&job, PHASE_B};
+            fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
+        }
+    }
+    fxa_free_aligned(x32);
+    fxa_free_aligned(xs);
+    fxa_free_aligned(w32);
+    fxa_free_aligned(y);
+    fxa_free_aligned(sums);
+    return st;
+}
+
+fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
+{
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_clear_error(ctx);
+    return run(ctx, d, a, NULL);
+}
+
+fxa_status fxa_proj_run_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
+                           const fxa_proj_tp *tp)
+{
+    if (!ctx || !tp)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_clear_error(ctx);
+    return run(ctx, d, a, tp);
+}

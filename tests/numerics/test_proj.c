@@ -1,0 +1,491 @@
+/*
+ * The QKV projection (fxattn_proj.h) against an fp64 evaluation of the same
+ * math, with tolerances derived per element: the fp32 GEMM error is at most
+ * gamma_H = H u (u = 2^-24) times sum_k |x_k w_k| for any summation order or
+ * blocking (Higham), plus a few roundings of the epilogue; RMSNorm and RoPE
+ * propagate it to first order. Also: the RMSNorm association order bit for
+ * bit, interleaved-checkpoint conversion (scores unchanged), FP8 and bf16
+ * operands, single-segment calls, head-major output, errors.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fxattn_proj.h"
+#include "testutil.h"
+
+#define U 0x1p-24
+
+static fxa_ctx *g_ctx;
+
+typedef struct prob {
+    fxa_proj_desc d;
+    int64_t n_out;
+    float *x;   /* [S][H] fp32 values (exact in the operand format) */
+    float *w;   /* [I][H] */
+    float *xs;  /* [S] x scales (1 unless FP8) */
+    float *ws;  /* [I] */
+    float *bias;
+    float *gq;
+    float *gk;
+    float *cs;
+    float *sn;
+} prob;
+
+static void prob_init(prob *p, int64_t tokens, int64_t hin, int64_t hq, int64_t hkv, int64_t dim,
+                      uint64_t seed, double bias_scale)
+{
+    trng r;
+    trng_seed(&r, seed);
+    fxa_proj_desc_init(&p->d);
+    p->d.tokens = tokens;
+    p->d.in_features = hin;
+    p->d.heads_q = hq;
+    p->d.heads_kv = hkv;
+    p->d.head_dim = dim;
+    p->n_out = (hq + 2 * hkv) * dim;
+    p->x = malloc((size_t)(tokens * hin) * sizeof(float));
+    p->w = malloc((size_t)(p->n_out * hin) * sizeof(float));
+    p->xs = malloc((size_t)tokens * sizeof(float));
+    p->ws = malloc((size_t)p->n_out * sizeof(float));
+    p->bias = malloc((size_t)p->n_out * sizeof(float));
+    p->gq = malloc((size_t)(hq * dim) * sizeof(float));
+    p->gk = malloc((size_t)(hkv * dim + 1) * sizeof(float));
+    p->cs = malloc((size_t)(tokens * dim) * sizeof(float));
+    p->sn = malloc((size_t)(tokens * dim) * sizeof(float));
+    for (int64_t i = 0; i < tokens * hin; i++)
+        p->x[i] = (float)trng_normal(&r);
+    for (int64_t i = 0; i < p->n_out * hin; i++)
+        p->w[i] = (float)(trng_normal(&r) / sqrt((double)hin));
+    for (int64_t i = 0; i < tokens; i++)
+        p->xs[i] = 1.0f;
+    for (int64_t i = 0; i < p->n_out; i++) {
+        p->ws[i] = 1.0f;
+        p->bias[i] = (float)(bias_scale * trng_normal(&r));
+    }
+    for (int64_t i = 0; i < hq * dim; i++)
+        p->gq[i] = (float)(0.5 + trng_uniform(&r));
+    for (int64_t i = 0; i < hkv * dim; i++)
+        p->gk[i] = (float)(0.5 + trng_uniform(&r));
+    /* A 1 x 1 x tokens grid gives distinct angles on every band but t. */
+    CHECK(fxa_wan_rope_tables(1, 1, tokens, dim, 1e4, p->cs, p->sn) == FXA_OK, "rope tables");
+}
+
+static void prob_free(prob *p)
+{
+    free(p->x);
+    free(p->w);
+    free(p->xs);
+    free(p->ws);
+    free(p->bias);
+    free(p->gq);
+    free(p->gk);
+    free(p->cs);
+    free(p->sn);
+}
+
+/* fp64 reference of one token: y (pre-norm) and its error bound ey, then
+ * the finished outputs and their bounds, for the whole fused row. */
+static void reference_token(const prob *p, int64_t s, double *y, double *ey, double *out,
+                            double *eout)
+{
+    const fxa_proj_desc *d = &p->d;
+    const int64_t hin = d->in_features;
+    for (int64_t i = 0; i < p->n_out; i++) {
+        double acc = 0.0;
+        double mag = 0.0;
+        for (int64_t k = 0; k < hin; k++) {
+            const double t = (double)p->x[s * hin + k] * (double)p->w[i * hin + k];
+            acc += t;
+            mag += fabs(t);
+        }
+        const double sc = (double)p->xs[s] * (double)p->ws[i];
+        y[i] = acc * sc + (double)p->bias[i];
+        ey[i] = (1.01 * (double)hin * U * mag + 2 * U * fabs(acc)) * sc + 2 * U * fabs(y[i]);
+    }
+    const int64_t dim = d->head_dim;
+    const int64_t half = dim / 2;
+    const int64_t seg_heads[3] = {d->heads_q, d->heads_kv, d->heads_kv};
+    int64_t at = 0;
+    for (int seg = 0; seg < (d->heads_kv > 0 ? 3 : 1); seg++) {
+        const int64_t n = seg_heads[seg] * dim;
+        const int shaped = seg < 2; /* Q and K */
+        const float *g = seg == 0 ? p->gq : p->gk;
+        double r = 1.0;
+        double er = 0.0;
+        if (shaped && d->norm) {
+            double ss = 0.0;
+            double dss = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                ss += y[at + i] * y[at + i];
+                dss += 2.0 * fabs(y[at + i]) * ey[at + i];
+            }
+            r = 1.0 / sqrt(ss / (double)n + d->eps);
+            er = 0.5 * dss / ss + 6 * U; /* relative */
+        }
+        for (int64_t h = 0; h < seg_heads[seg]; h++) {
+            for (int64_t i = 0; i < dim; i++) {
+                const int64_t li = at + h * dim + i;
+                const double gi = shaped && d->norm ? (double)g[h * dim + i] : 1.0;
+                if (!shaped || (!d->norm && !d->rope)) {
+                    out[li] = y[li];
+                    eout[li] = ey[li];
+                    continue;
+                }
+                if (!d->rope) {
+                    out[li] = y[li] * r * gi;
+                    eout[li] = r * gi * ey[li] + fabs(out[li]) * (er + 3 * U);
+                    continue;
+                }
+                const int64_t j = i < half ? i + half : i - half;
+                const int64_t lj = at + h * dim + j;
+                const double gj = shaped && d->norm ? (double)g[h * dim + j] : 1.0;
+                const double c = p->cs[s * dim + i];
+                const double sn = p->sn[s * dim + i];
+                const double a = y[li] * gi * r * c;
+                const double b = y[lj] * gj * r * sn;
+                out[li] = i < half ? a - b : a + b;
+                eout[li] = r * (gi * fabs(c) * ey[li] + gj * fabs(sn) * ey[lj]) +
+                           (fabs(a) + fabs(b)) * (er + 6 * U);
+            }
+        }
+        at += n;
+    }
+}
+
+static const float *seg_out(const prob *p, int seg, const float *q, const float *k, const float *v)
+{
+    (void)p;
+    return seg == 0 ? q : seg == 1 ? k : v;
+}
+
+/* Compare outputs (any layout) with the reference; returns the worst
+ * error / bound ratio. */
+static double compare(const prob *p, const float *q, const float *k, const float *v,
+                      const char *label)
+{
+    const fxa_proj_desc *d = &p->d;
+    double *y = malloc((size_t)p->n_out * sizeof(double));
+    double *ey = malloc((size_t)p->n_out * sizeof(double));
+    double *out = malloc((size_t)p->n_out * sizeof(double));
+    double *eout = malloc((size_t)p->n_out * sizeof(double));
+    double worst = 0.0;
+    int ok = 1;
+    const int64_t seg_heads[3] = {d->heads_q, d->heads_kv, d->heads_kv};
+    for (int64_t s = 0; s < d->tokens; s++) {
+        reference_token(p, s, y, ey, out, eout);
+        int64_t at = 0;
+        for (int seg = 0; seg < (d->heads_kv > 0 ? 3 : 1); seg++) {
+            const float *o = seg_out(p, seg, q, k, v);
+            for (int64_t h = 0; h < seg_heads[seg]; h++)
+                for (int64_t i = 0; i < d->head_dim; i++) {
+                    const int64_t off = d->out_layout == FXA_PROJ_TOKEN_MAJOR
+                                            ? (s * seg_heads[seg] + h) * d->head_dim + i
+                                            : (h * d->tokens + s) * d->head_dim + i;
+                    const int64_t li = at + h * d->head_dim + i;
+                    const double err = fabs((double)o[off] - out[li]);
+                    const double bound = eout[li] + 1e-30;
+                    worst = err / bound > worst ? err / bound : worst;
+                    ok &= err <= bound;
+                }
+            at += seg_heads[seg] * d->head_dim;
+        }
+    }
+    printf("  %-44s worst error / bound %.3f\n", label, worst);
+    CHECK(ok, "%s: an output is outside its derived bound (worst ratio %.3f)", label, worst);
+    free(y);
+    free(ey);
+    free(out);
+    free(eout);
+    return worst;
+}
+
+typedef struct outs {
+    float *q, *k, *v;
+} outs;
+
+static void outs_alloc(outs *o, const prob *p)
+{
+    const size_t s = (size_t)p->d.tokens * (size_t)p->d.head_dim;
+    o->q = malloc(s * (size_t)p->d.heads_q * sizeof(float));
+    o->k = malloc(s * (size_t)(p->d.heads_kv + 1) * sizeof(float));
+    o->v = malloc(s * (size_t)(p->d.heads_kv + 1) * sizeof(float));
+}
+
+static void outs_free(outs *o)
+{
+    free(o->q);
+    free(o->k);
+    free(o->v);
+}
+
+static fxa_status run(const prob *p, const void *x, const void *w, outs *o)
+{
+    const fxa_proj_args a = {.struct_size = sizeof a,
+                             .x = x,
+                             .w = w,
+                             .w_scales = p->ws,
+                             .bias = p->bias,
+                             .gamma_q = p->gq,
+                             .gamma_k = p->gk,
+                             .rope_cos = p->cs,
+                             .rope_sin = p->sn,
+                             .q_out = o->q,
+                             .k_out = o->k,
+                             .v_out = o->v};
+    return fxa_proj_run(g_ctx, &p->d, &a);
+}
+
+/* fp32 operands, every combination of norm, rope and layout. */
+static void test_f32(void)
+{
+    for (int mode = 0; mode < 8; mode++) {
+        prob p;
+        prob_init(&p, 37, 96, 3, 2, 16, 10 + (uint64_t)mode, 0.3);
+        p.d.norm = mode & 1;
+        p.d.rope = (mode >> 1) & 1;
+        p.d.out_layout = (mode >> 2) ? FXA_PROJ_HEAD_MAJOR : FXA_PROJ_TOKEN_MAJOR;
+        outs o;
+        outs_alloc(&o, &p);
+        CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "f32 run: %s", fxa_ctx_last_error(g_ctx));
+        char label[80];
+        snprintf(label, sizeof label, "f32 norm %d rope %d %s", p.d.norm, p.d.rope,
+                 p.d.out_layout ? "head-major" : "token-major");
+        compare(&p, o.q, o.k, o.v, label);
+        outs_free(&o);
+        prob_free(&p);
+    }
+}
+
+/* bf16 and FP8 operands: the reference uses the decoded values and scales. */
+static void test_formats(void)
+{
+    prob p;
+    prob_init(&p, 29, 128, 2, 1, 32, 77, 0.1);
+    p.d.norm = 1;
+    p.d.rope = 1;
+    outs o;
+    outs_alloc(&o, &p);
+    /* bf16: round the fp32 values, then they are the operands. */
+    uint16_t *x16 = malloc((size_t)(p.d.tokens * p.d.in_features) * 2);
+    uint16_t *w16 = malloc((size_t)(p.n_out * p.d.in_features) * 2);
+    for (int64_t i = 0; i < p.d.tokens * p.d.in_features; i++) {
+        x16[i] = fxa_f32_to_bf16(p.x[i]);
+        p.x[i] = fxa_bf16_to_f32(x16[i]);
+    }
+    for (int64_t i = 0; i < p.n_out * p.d.in_features; i++) {
+        w16[i] = fxa_f32_to_bf16(p.w[i]);
+        p.w[i] = fxa_bf16_to_f32(w16[i]);
+    }
+    p.d.x_format = FXA_PROJ_X_BF16;
+    p.d.w_format = FXA_PROJ_W_BF16;
+    CHECK(run(&p, x16, w16, &o) == FXA_OK, "bf16 run: %s", fxa_ctx_last_error(g_ctx));
+    compare(&p, o.q, o.k, o.v, "bf16 x, bf16 w, norm, rope");
+    /* FP8 rows and FP8 weights. */
+    const int64_t hin = p.d.in_features;
+    uint8_t *x8 = malloc((size_t)(p.d.tokens * (hin + 4)));
+    uint8_t *w8 = malloc((size_t)(p.n_out * hin));
+    CHECK(fxa_e4m3_quantize_rows(p.x, p.d.tokens, hin, x8) == FXA_OK, "quantize x");
+    CHECK(fxa_e4m3_quantize_weights(p.w, p.n_out, hin, w8, p.ws) == FXA_OK, "quantize w");
+    for (int64_t s = 0; s < p.d.tokens; s++) {
+        memcpy(&p.xs[s], x8 + s * (hin + 4) + hin, sizeof(float));
+        for (int64_t k = 0; k < hin; k++)
+            p.x[s * hin + k] = fxa_e4m3_to_f32(x8[s * (hin + 4) + k]);
+    }
+    for (int64_t i = 0; i < p.n_out * hin; i++)
+        p.w[i] = fxa_e4m3_to_f32(w8[i]);
+    p.d.x_format = FXA_PROJ_X_E4M3_ROWS;
+    p.d.w_format = FXA_PROJ_W_E4M3;
+    CHECK(run(&p, x8, w8, &o) == FXA_OK, "fp8 run: %s", fxa_ctx_last_error(g_ctx));
+    compare(&p, o.q, o.k, o.v, "FP8 rows x, FP8 w (per-channel scales)");
+    free(x16);
+    free(w16);
+    free(x8);
+    free(w8);
+    outs_free(&o);
+    prob_free(&p);
+}
+
+/* With W = identity the GEMM is exact, so the library's pre-norm y is the
+ * test's: the output must equal x * (r * g) bit for bit, and (x * r) * g is
+ * shown to round differently somewhere. */
+static void test_rmsnorm_association(void)
+{
+    prob p;
+    const int64_t dim = 64;
+    const int64_t heads = 4;
+    prob_init(&p, 64, heads * dim, heads, 0, dim, 5, 0.0);
+    for (int64_t i = 0; i < p.n_out * p.d.in_features; i++)
+        p.w[i] = (i / p.d.in_features == i % p.d.in_features) ? 1.0f : 0.0f;
+    memset(p.bias, 0, (size_t)p.n_out * sizeof(float));
+    p.d.norm = 1;
+    outs o;
+    outs_alloc(&o, &p);
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "identity run: %s", fxa_ctx_last_error(g_ctx));
+    int same = 1;
+    int64_t differ = 0;
+    const int64_t n = heads * dim;
+    for (int64_t s = 0; s < p.d.tokens; s++) {
+        const float *x = p.x + s * n;
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            sum += (double)x[i] * (double)x[i];
+        const float mean = (float)(sum / (double)n);
+        const float r = 1.0f / sqrtf(mean + (float)1e-6);
+        for (int64_t i = 0; i < n; i++) {
+            const float want = x[i] * (r * p.gq[i]);
+            const float other = (x[i] * r) * p.gq[i];
+            same &= test_f32_bits(o.q[s * n + i]) == test_f32_bits(want);
+            differ += test_f32_bits(other) != test_f32_bits(want);
+        }
+    }
+    printf("  RMSNorm: x*(r*g) bit-identical; (x*r)*g differs in %lld of %lld elements\n",
+           (long long)differ, (long long)(p.d.tokens * n));
+    CHECK(same, "RMSNorm is x * (r * gamma), bit for bit");
+    CHECK(differ > 0, "(x * r) * gamma must round differently somewhere");
+    outs_free(&o);
+    prob_free(&p);
+}
+
+/* Interleaved RoPE on the original checkpoint vs rotate-half on the
+ * converted one: every head's q.k score agrees. */
+static void test_interleaved_conversion(void)
+{
+    prob p;
+    const int64_t dim = 16;
+    const int64_t heads = 2;
+    prob_init(&p, 24, 64, heads, heads, dim, 9, 0.2);
+    p.d.norm = 1;
+    p.d.rope = 1;
+    const int64_t n = heads * dim;
+    /* Reference: original weights, norm, interleaved rope, in double. */
+    double *qr = malloc((size_t)(p.d.tokens * n) * sizeof(double));
+    double *kr = malloc((size_t)(p.d.tokens * n) * sizeof(double));
+    int64_t nb[3];
+    fxa_wan_rope_bands(dim, &nb[0], &nb[1], &nb[2]);
+    for (int64_t s = 0; s < p.d.tokens; s++) {
+        for (int seg = 0; seg < 2; seg++) {
+            double y[64];
+            double ss = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                const int64_t row = seg * n + i;
+                double acc = p.bias[row];
+                for (int64_t c = 0; c < p.d.in_features; c++)
+                    acc += (double)p.x[s * p.d.in_features + c] * p.w[row * p.d.in_features + c];
+                y[i] = acc;
+                ss += acc * acc;
+            }
+            const double r = 1.0 / sqrt(ss / (double)n + 1e-6);
+            const float *g = seg ? p.gk : p.gq;
+            double *dst = (seg ? kr : qr) + s * n;
+            for (int64_t h = 0; h < heads; h++) {
+                int64_t pair = 0;
+                const int64_t pos[3] = {0, 0, s};
+                for (int b = 0; b < 3; b++)
+                    for (int64_t j = 0; j < nb[b]; j++, pair++) {
+                        const double ang = (double)pos[b] * pow(1e4, -(double)j / (double)nb[b]);
+                        const double c = cos(ang);
+                        const double sn = sin(ang);
+                        const int64_t i0 = h * dim + 2 * pair;
+                        const double x0 = y[i0] * r * g[i0];
+                        const double x1 = y[i0 + 1] * r * g[i0 + 1];
+                        dst[i0] = x0 * c - x1 * sn;
+                        dst[i0 + 1] = x0 * sn + x1 * c;
+                    }
+            }
+        }
+    }
+    CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) == FXA_OK,
+          "convert");
+    outs o;
+    outs_alloc(&o, &p);
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "converted run: %s", fxa_ctx_last_error(g_ctx));
+    double worst = 0.0;
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t a = 0; a < p.d.tokens; a++)
+            for (int64_t b = 0; b < p.d.tokens; b++) {
+                double ref = 0.0;
+                double got = 0.0;
+                double mag = 0.0;
+                for (int64_t i = 0; i < dim; i++) {
+                    ref += qr[a * n + h * dim + i] * kr[b * n + h * dim + i];
+                    got += (double)o.q[a * n + h * dim + i] * (double)o.k[b * n + h * dim + i];
+                    mag += fabs(qr[a * n + h * dim + i] * kr[b * n + h * dim + i]);
+                }
+                const double e = fabs(got - ref) / mag;
+                worst = e > worst ? e : worst;
+            }
+    printf("  interleaved checkpoint -> rotate-half: scores agree to %.2e of sum|q_i k_i|\n",
+           worst);
+    /* fp32 projection (H = 64 terms) and epilogue: well below 2^-14. */
+    CHECK(worst < 0x1p-14, "scores change after the conversion (%.3g)", worst);
+    free(qr);
+    free(kr);
+    outs_free(&o);
+    prob_free(&p);
+}
+
+/* A cross-attention call (one segment) matches the fused call's Q. */
+static void test_single_segment(void)
+{
+    prob p;
+    prob_init(&p, 40, 64, 3, 0, 16, 21, 0.5);
+    p.d.norm = 1;
+    outs o;
+    outs_alloc(&o, &p);
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "single segment: %s", fxa_ctx_last_error(g_ctx));
+    compare(&p, o.q, o.k, o.v, "single segment (cross-attention Q), norm");
+    outs_free(&o);
+    prob_free(&p);
+}
+
+static void test_errors(void)
+{
+    prob p;
+    prob_init(&p, 4, 8, 1, 1, 6, 3, 0.0);
+    outs o;
+    outs_alloc(&o, &p);
+    for (int64_t i = 0; i < 4 * 6; i++)
+        o.q[i] = -9.0f;
+    p.x[5] = NAN;
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "x has a non-finite value at token 0, feature 5"),
+          "NaN in x: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(o.q[0] == -9.0f, "outputs untouched on error");
+    p.x[5] = 0.0f;
+    p.d.head_dim = 5;
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "odd head_dim");
+    p.d.head_dim = 6;
+    p.d.norm = 1;
+    p.gq[1] = INFINITY;
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "gamma_q[1]"),
+          "Inf gamma: %s", fxa_ctx_last_error(g_ctx));
+    p.gq[1] = 1.0f;
+    const fxa_proj_args a = {.struct_size = sizeof a, .x = p.x, .w = p.w, .q_out = o.q};
+    CHECK(fxa_proj_run(g_ctx, &p.d, &a) == FXA_ERR_INVALID_ARG, "missing k/v outputs and gamma");
+    p.d.w_format = FXA_PROJ_W_E4M3;
+    const fxa_proj_args a2 = {.struct_size = sizeof a2, .x = p.x, .w = p.w, .gamma_q = p.gq,
+                              .gamma_k = p.gk, .q_out = o.q, .k_out = o.k, .v_out = o.v};
+    CHECK(fxa_proj_run(g_ctx, &p.d, &a2) == FXA_ERR_INVALID_ARG, "FP8 without scales");
+    outs_free(&o);
+    prob_free(&p);
+}
+
+int main(void)
+{
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 2;
+    if (fxa_ctx_create(&cp, &g_ctx) != FXA_OK)
+        return 1;
+    test_f32();
+    test_formats();
+    test_rmsnorm_association();
+    test_interleaved_conversion();
+    test_single_segment();
+    test_errors();
+    fxa_ctx_destroy(g_ctx);
+    return test_summary("test_proj");
+}

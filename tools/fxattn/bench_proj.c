@@ -1,0 +1,232 @@
+/*
+ * `fxattn bench --proj`: the fused QKV projection of a Wan-like layer
+ * (tokens --seq, hidden = --heads x --dim, I = 3 hidden), in one process,
+ * medians of --repeats runs after a warm-up:
+ *   sgemm      the bare OpenBLAS GEMM on fp32 operands (the floor);
+ *   separate   sgemm, then bias, RMSNorm and RoPE as separate passes (what a
+ *              user of a BLAS writes);
+ *   fxattn     fxa_proj_run with norm and RoPE, fp32 / bf16 / FP8 operands.
+ * GFLOP/s count 2 S H I; the peak is measured in the same process.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_proj.h"
+#include "cli.h"
+#include "fxattn_proj.h"
+#include "peak.h"
+
+#define N_WAYS 5
+
+static int cmp_double(const void *x, const void *y)
+{
+    const double a = *(const double *)x;
+    const double b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+typedef struct proj_bench {
+    int64_t s, h, i, dim, heads;
+    float *x, *w, *y, *bias, *gq, *gk, *cs, *sn, *q, *k, *v, *ws;
+    uint16_t *x16, *w16;
+    uint8_t *x8, *w8;
+} proj_bench;
+
+/* The separate passes: bias, RMSNorm across the Q and K segments, RoPE. */
+static void separate_passes(const proj_bench *b)
+{
+    const int64_t hd = b->heads * b->dim;
+    for (int64_t s = 0; s < b->s; s++) {
+        float *y = b->y + s * b->i;
+        for (int64_t c = 0; c < b->i; c++)
+            y[c] += b->bias[c];
+    }
+    for (int64_t s = 0; s < b->s; s++)
+        for (int seg = 0; seg < 2; seg++) {
+            float *y = b->y + s * b->i + seg * hd;
+            const float *g = seg ? b->gk : b->gq;
+            double sum = 0.0;
+            for (int64_t c = 0; c < hd; c++)
+                sum += (double)y[c] * y[c];
+            const float r = 1.0f / sqrtf((float)(sum / (double)hd) + 1e-6f);
+            for (int64_t c = 0; c < hd; c++)
+                y[c] = y[c] * (r * g[c]);
+        }
+    const int64_t half = b->dim / 2;
+    for (int64_t s = 0; s < b->s; s++)
+        for (int64_t h = 0; h < 2 * b->heads; h++) {
+            float *x = b->y + s * b->i + h * b->dim;
+            const float *c = b->cs + s * b->dim;
+            const float *sn = b->sn + s * b->dim;
+            float t[FXA_MAX_HEAD_DIM];
+            memcpy(t, x, (size_t)b->dim * sizeof(float));
+            for (int64_t j = 0; j < b->dim; j++)
+                x[j] = j < half ? t[j] * c[j] - t[j + half] * sn[j] : t[j] * c[j] + t[j - half] * sn[j];
+        }
+}
+
+static int run_way(fxa_ctx *ctx, const proj_bench *b, int way, int threads)
+{
+    if (way <= 1) {
+        openblas_set_num_threads(threads);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b->s, (int)b->i, (int)b->h, 1.0f,
+                    b->x, (int)b->h, b->w, (int)b->h, 0.0f, b->y, (int)b->i);
+        if (way == 1)
+            separate_passes(b);
+        return 0;
+    }
+    fxa_proj_desc d;
+    fxa_proj_desc_init(&d);
+    d.tokens = b->s;
+    d.in_features = b->h;
+    d.heads_q = b->heads;
+    d.heads_kv = b->heads;
+    d.head_dim = b->dim;
+    d.norm = 1;
+    d.rope = 1;
+    d.x_format = way == 2 ? FXA_PROJ_X_F32 : way == 3 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_E4M3_ROWS;
+    d.w_format = way == 2 ? FXA_PROJ_W_F32 : way == 3 ? FXA_PROJ_W_BF16 : FXA_PROJ_W_E4M3;
+    const fxa_proj_args a = {
+        .struct_size = sizeof a,
+        .x = way == 2 ? (const void *)b->x : way == 3 ? (const void *)b->x16 : (const void *)b->x8,
+        .w = way == 2 ? (const void *)b->w : way == 3 ? (const void *)b->w16 : (const void *)b->w8,
+        .w_scales = b->ws,
+        .bias = b->bias,
+        .gamma_q = b->gq,
+        .gamma_k = b->gk,
+        .rope_cos = b->cs,
+        .rope_sin = b->sn,
+        .q_out = b->q,
+        .k_out = b->k,
+        .v_out = b->v,
+    };
+    if (fxa_proj_run(ctx, &d, &a) != FXA_OK)
+        return fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(ctx));
+    return 0;
+}
+
+int fxt_bench_proj(const bench_args *ba)
+{
+    proj_bench b = {0};
+    b.s = ba->seq;
+    b.heads = ba->heads;
+    b.dim = ba->dim;
+    b.h = ba->heads * ba->dim;
+    b.i = 3 * b.h;
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = (int)ba->threads;
+    fxa_ctx *ctx = NULL;
+    if (fxa_ctx_create(&cp, &ctx) != FXA_OK)
+        return fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
+    const int threads = fxa_ctx_threads(ctx);
+    const size_t sx = (size_t)(b.s * b.h), sw = (size_t)(b.i * b.h), sy = (size_t)(b.s * b.i);
+    const size_t so = (size_t)(b.s * b.h);
+    int code = 0;
+    b.x = malloc(sx * 4);
+    b.w = malloc(sw * 4);
+    b.y = malloc(sy * 4);
+    b.q = malloc(so * 4);
+    b.k = malloc(so * 4);
+    b.v = malloc(so * 4);
+    b.bias = malloc((size_t)b.i * 4);
+    b.ws = malloc((size_t)b.i * 4);
+    b.gq = malloc((size_t)b.h * 4);
+    b.gk = malloc((size_t)b.h * 4);
+    b.cs = malloc((size_t)(b.s * b.dim) * 4);
+    b.sn = malloc((size_t)(b.s * b.dim) * 4);
+    b.x16 = malloc(sx * 2);
+    b.w16 = malloc(sw * 2);
+    b.x8 = malloc((size_t)(b.s * (b.h + 4)));
+    b.w8 = malloc(sw);
+    if (!b.x || !b.w || !b.y || !b.q || !b.k || !b.v || !b.bias || !b.ws || !b.gq || !b.gk ||
+        !b.cs || !b.sn || !b.x16 || !b.w16 || !b.x8 || !b.w8) {
+        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory");
+        goto done;
+    }
+    uint64_t st = 88172645463325252ull;
+    for (size_t n = 0; n < sx + sw; n++) { /* xorshift uniforms in [-1, 1) */
+        st ^= st << 13;
+        st ^= st >> 7;
+        st ^= st << 17;
+        const float u = (float)((double)(st >> 11) * 0x1p-52 - 1.0);
+        if (n < sx)
+            b.x[n] = u;
+        else
+            b.w[n - sx] = u / sqrtf((float)b.h);
+    }
+    for (int64_t c = 0; c < b.i; c++)
+        b.bias[c] = 0.01f * (float)(c % 7);
+    for (int64_t c = 0; c < b.h; c++)
+        b.gq[c] = b.gk[c] = 1.0f + 0.01f * (float)(c % 5);
+    if (fxa_wan_rope_tables(1, 1, b.s, b.dim, 1e4, b.cs, b.sn) != FXA_OK ||
+        fxa_e4m3_quantize_rows(b.x, b.s, b.h, b.x8) != FXA_OK ||
+        fxa_e4m3_quantize_weights(b.w, b.i, b.h, b.w8, b.ws) != FXA_OK ||
+        fxa_convert_f32(b.x, FXA_BF16, b.x16, sx) != FXA_OK ||
+        fxa_convert_f32(b.w, FXA_BF16, b.w16, sw) != FXA_OK) {
+        code = fxt_fail(FXT_EXIT_FAILURE, "cannot prepare the operands");
+        goto done;
+    }
+    static const char *const names[N_WAYS] = {"sgemm (bare)", "sgemm + separate passes",
+                                              "fxattn f32", "fxattn bf16", "fxattn fp8"};
+    const size_t w_bytes[N_WAYS] = {sw * 4, sw * 4, sw * 4, sw * 2, sw + (size_t)b.i * 4};
+    double secs[N_WAYS][FXT_MAX_REPEATS];
+    const int reps = (int)ba->repeats;
+    for (int rep = -1; rep < reps; rep++)
+        for (int way = 0; way < N_WAYS; way++) {
+            const double t0 = fxt_now();
+            if ((code = run_way(ctx, &b, way, threads)))
+                goto done;
+            if (rep >= 0)
+                secs[way][rep] = fxt_now() - t0;
+        }
+    const char *peak_isa = NULL;
+    const double peak = fxt_peak_gflops(FXT_PEAK_F32_FMA, threads, &peak_isa);
+    const double gflop = 2.0 * (double)b.s * (double)b.h * (double)b.i * 1e-9;
+    double med[N_WAYS];
+    for (int way = 0; way < N_WAYS; way++) {
+        qsort(secs[way], (size_t)reps, sizeof(double), cmp_double);
+        med[way] = secs[way][reps / 2];
+    }
+    if (!ba->json)
+        printf("fxattn bench --proj: S=%lld H=%lld I=%lld (%lld heads x %lld), %d threads, "
+               "median of %d runs; fp32 peak %.1f GFLOP/s (%s)\n",
+               (long long)b.s, (long long)b.h, (long long)b.i, (long long)b.heads,
+               (long long)b.dim, threads, reps, peak, peak_isa);
+    for (int way = 0; way < N_WAYS; way++) {
+        const double gf = gflop / med[way];
+        if (ba->json)
+            printf("{\"proj\": \"%s\", \"seq\": %lld, \"hidden\": %lld, \"out\": %lld, "
+                   "\"threads\": %d, \"seconds\": %.6f, \"gflops\": %.3f, \"fraction_of_fp32_peak\": "
+                   "%.4f, \"over_bare_sgemm\": %.4f, \"weight_bytes\": %zu}\n",
+                   names[way], (long long)b.s, (long long)b.h, (long long)b.i, threads, med[way],
+                   gf, peak > 0 ? gf / peak : 0.0, med[way] / med[0], w_bytes[way]);
+        else
+            printf("%-24s %8.3f s  %8.2f GFLOP/s  %5.1f%% of fp32 peak  %.3fx bare sgemm time  "
+                   "weights %zu MB\n",
+                   names[way], med[way], gf, peak > 0 ? 100 * gf / peak : 0.0, med[way] / med[0],
+                   w_bytes[way] >> 20);
+    }
+done:
+    free(b.x);
+    free(b.w);
+    free(b.y);
+    free(b.q);
+    free(b.k);
+    free(b.v);
+    free(b.bias);
+    free(b.ws);
+    free(b.gq);
+    free(b.gk);
+    free(b.cs);
+    free(b.sn);
+    free(b.x16);
+    free(b.w16);
+    free(b.x8);
+    free(b.w8);
+    fxa_ctx_destroy(ctx);
+    return code;
+}

@@ -1,0 +1,1619 @@
+/*
+ * .safetensors reader (hostile-input safe). See safetensors.h.
+ * Format reference: the README of github.com/huggingface/safetensors and its Rust reader
+ * (safetensors/src/tensor.rs), whose checks this reader makes and tightens (strict JSON,
+ * exactly three fields per tensor, no duplicate keys).
+ *
+ * The header is parsed twice: a syntax pass checks that it is one strict JSON value with only
+ * whitespace around it (and bounds the recursion), then a schema pass walks it again,
+ * decoding the strings it keeps into one arena no larger than the header.
+ */
+#define _POSIX_C_SOURCE 200809L
+#define _FILE_OFFSET_BITS 64
+
+#include "safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c returns data in file order (little-endian) and needs a little-endian host"
+#endif
+
+/* Largest single read; Linux moves at most about 2 GiB per call anyway. */
+#define IO_CHUNK ((size_t)1 << 30)
+/* Longest text copied from a file into a message. */
+#define SNIPPET_CAP 80
+/* "[" + FXT_ST_MAX_DIMS * (up to 20 digits + ", ") + "]" + NUL. */
+#define SHAPE_TEXT_CAP 192
+/* Largest shape entry or offset: integers beyond 2^53 are not exact in JSON readers that use
+ * doubles, so a file holding one is refused. */
+#define MAX_JSON_INT ((int64_t)1 << 53)
+#define LEN_FIELD 8 /* the u64 header length at the start of the file */
+
+/* ------------------------------------------------------------------------ */
+/* Messages                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct st_ctx {
+    const char *path;
+    char *err;
+    size_t errlen;
+} st_ctx;
+
+static void vfail(const st_ctx *c, const char *fmt, va_list args)
+{
+    if (c->err == NULL || c->errlen == 0) {
+        return;
+    }
+    int n = snprintf(c->err, c->errlen, "%s: ", c->path);
+    if (n < 0 || (size_t)n >= c->errlen) {
+        return;
+    }
+    vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, args);
+}
+
+static void fail(const st_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Message "<path>: <fmt...>". */
+static void fail(const st_ctx *c, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    vfail(c, fmt, args);
+    va_end(args);
+}
+
+static void clear_error(char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0) {
+        err[0] = '\0';
+    }
+}
+
+/* Copy file text into a message: printable ASCII kept, other bytes as '?', long text cut. */
+static void snippet(const char *text, size_t len, char out[SNIPPET_CAP])
+{
+    const size_t keep = SNIPPET_CAP - 4; /* room for "..." and NUL */
+    size_t n = len < keep ? len : keep;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (len > keep) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+}
+
+/* A shape as JSON writes it: [], [5], [2, 3]. */
+static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP])
+{
+    size_t len = 0;
+    buf[len++] = '[';
+    for (int i = 0; i < ndim; i++) {
+        int n = snprintf(buf + len, SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64,
+                         shape[i]);
+        len += (size_t)n;
+    }
+    buf[len++] = ']';
+    buf[len] = '\0';
+}
+
+/* ------------------------------------------------------------------------ */
+/* dtypes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dtype_info {
+    const char *name;
+    int bits; /* per element */
+    int supported;
+    fxt_st_dtype dtype;
+} dtype_info;
+
+/* Every dtype of the format (the Dtype enum of the Rust reader). */
+static const dtype_info g_dtypes[] = {
+    {"F32", 32, 1, FXT_ST_F32},     {"BF16", 16, 1, FXT_ST_BF16},
+    {"F16", 16, 1, FXT_ST_F16},     {"F8_E4M3", 8, 1, FXT_ST_F8_E4M3},
+    {"BOOL", 8, 0, FXT_ST_F32},     {"U8", 8, 0, FXT_ST_F32},
+    {"I8", 8, 0, FXT_ST_F32},       {"F8_E5M2", 8, 0, FXT_ST_F32},
+    {"F8_E8M0", 8, 0, FXT_ST_F32},  {"F8_E4M3FNUZ", 8, 0, FXT_ST_F32},
+    {"F8_E5M2FNUZ", 8, 0, FXT_ST_F32}, {"I16", 16, 0, FXT_ST_F32},
+    {"U16", 16, 0, FXT_ST_F32},     {"I32", 32, 0, FXT_ST_F32},
+    {"U32", 32, 0, FXT_ST_F32},     {"I64", 64, 0, FXT_ST_F32},
+    {"U64", 64, 0, FXT_ST_F32},     {"F64", 64, 0, FXT_ST_F32},
+    {"C64", 64, 0, FXT_ST_F32},     {"F4", 4, 0, FXT_ST_F32},
+    {"F6_E2M3", 6, 0, FXT_ST_F32},  {"F6_E3M2", 6, 0, FXT_ST_F32},
+};
+
+static const dtype_info *find_dtype(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof g_dtypes / sizeof g_dtypes[0]; i++) {
+        if (strlen(g_dtypes[i].name) == len && memcmp(g_dtypes[i].name, name, len) == 0) {
+            return &g_dtypes[i];
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The file object                                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct st_meta {
+    const char *key;
+    const char *value;
+} st_meta;
+
+struct fxt_st_file {
+    char *path;                /* for messages */
+    int fd;                    /* -1 for a file in memory */
+    const unsigned char *mem;  /* the whole file when in memory */
+    int64_t data_start;        /* 8 + N */
+    int64_t data_size;         /* bytes after the header */
+    char *arena;               /* every name, key and value, NUL-terminated */
+    fxt_st_tensor *tensors;    /* data order once parsed */
+    int64_t count;
+    size_t cap;
+    const fxt_st_tensor **by_name; /* sorted by strcmp of the names */
+    st_meta *meta;             /* sorted by key */
+    int64_t meta_count;
+    size_t meta_cap;
+    int has_meta;
+};
+
+/* items (*cap elements of size bytes) grown to hold more than used, or NULL (items is then
+ * unchanged and still owned by the caller). */
+static void *grow(void *items, size_t *cap, size_t used, size_t size)
+{
+    if (used < *cap) {
+        return items;
+    }
+    size_t new_cap = *cap == 0 ? 16 : *cap * 2;
+    if (new_cap > SIZE_MAX / size) {
+        return NULL;
+    }
+    void *bigger = realloc(items, new_cap * size);
+    if (bigger != NULL) {
+        *cap = new_cap;
+    }
+    return bigger;
+}
+
+/* ------------------------------------------------------------------------ */
+/* JSON                                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct jp {
+    const st_ctx *ctx;
+    const unsigned char *s; /* the header: any bytes, not NUL-terminated */
+    size_t len;
+    size_t pos;
+    char *arena; /* schema pass: where strings are decoded; NULL in the syntax pass */
+    size_t arena_top;
+    size_t arena_cap;
+    fxa_status status; /* of the first failure */
+} jp;
+
+static int pfail(jp *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Report a bad header (FXA_ERR_INVALID_ARG); returns -1. */
+static int pfail(jp *p, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    vfail(p->ctx, fmt, args);
+    va_end(args);
+    p->status = FXA_ERR_INVALID_ARG;
+    return -1;
+}
+
+static int out_of_memory(jp *p)
+{
+    fail(p->ctx, "out of memory while reading the header (%zu bytes)", p->len);
+    p->status = FXA_ERR_NO_MEMORY;
+    return -1;
+}
+
+static int is_ws(int c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static int is_digit(int c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Next byte as 0..255, or -1 at the end of the header. */
+static int peek(const jp *p)
+{
+    return p->pos < p->len ? p->s[p->pos] : -1;
+}
+
+static void skip_ws(jp *p)
+{
+    while (is_ws(peek(p))) {
+        p->pos++;
+    }
+}
+
+static void describe_byte(int c, char out[32])
+{
+    if (c < 0) {
+        snprintf(out, 32, "the end of the header");
+    } else if (c >= 0x20 && c < 0x7f) {
+        snprintf(out, 32, "'%c'", c);
+    } else {
+        snprintf(out, 32, "byte 0x%02x", (unsigned)c);
+    }
+}
+
+static int syntax_error(jp *p, const char *expected)
+{
+    char found[32];
+    describe_byte(peek(p), found);
+    return pfail(p, "malformed JSON header at byte %zu: expected %s, found %s", p->pos, expected,
+                 found);
+}
+
+/* What kind of JSON value starts with c (the syntax pass has checked it is one). */
+static const char *value_kind(int c)
+{
+    switch (c) {
+    case '{':
+        return "an object";
+    case '[':
+        return "an array";
+    case '"':
+        return "a string";
+    case 't':
+    case 'f':
+        return "a boolean";
+    case 'n':
+        return "null";
+    default:
+        return "a number";
+    }
+}
+
+/* Length (1..4) of the valid UTF-8 sequence at s (avail bytes), or 0: no overlong forms, no
+ * surrogates, nothing above U+10FFFF. */
+static size_t utf8_seq(const unsigned char *s, size_t avail)
+{
+    const unsigned c = s[0];
+    unsigned lo = 0x80;
+    unsigned hi = 0xbf;
+    size_t n;
+    if (c < 0x80) {
+        return 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+    } else if (c == 0xe0) {
+        n = 3;
+        lo = 0xa0;
+    } else if ((c >= 0xe1 && c <= 0xec) || c == 0xee || c == 0xef) {
+        n = 3;
+    } else if (c == 0xed) {
+        n = 3;
+        hi = 0x9f;
+    } else if (c == 0xf0) {
+        n = 4;
+        lo = 0x90;
+    } else if (c >= 0xf1 && c <= 0xf3) {
+        n = 4;
+    } else if (c == 0xf4) {
+        n = 4;
+        hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (avail < n || s[1] < lo || s[1] > hi) {
+        return 0;
+    }
+    for (size_t i = 2; i < n; i++) {
+        if (s[i] < 0x80 || s[i] > 0xbf) {
+            return 0;
+        }
+    }
+    return n;
+}
+
+/* Four hex digits at s[0..4) (caller checked they exist). 0 or -1. */
+static int hex4(const unsigned char *s, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = s[i];
+        unsigned d;
+        if (c >= '0' && c <= '9') {
+            d = c - '0';
+        } else if (c >= 'a' && c <= 'f') {
+            d = c - 'a' + 10;
+        } else if (c >= 'A' && c <= 'F') {
+            d = c - 'A' + 10;
+        } else {
+            return -1;
+        }
+        v = v << 4 | d;
+    }
+    *out = v;
+    return 0;
+}
+
+static size_t utf8_encode(unsigned cp, unsigned char out[4])
+{
+    if (cp < 0x80) {
+        out[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (unsigned char)(0xc0 | cp >> 6);
+        out[1] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (unsigned char)(0xe0 | cp >> 12);
+        out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xf0 | cp >> 18);
+    out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
+    out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/*
+ * The JSON string at p->pos (a '"'). In the schema pass its decoded bytes and a NUL go to the
+ * arena top, *out and *out_len tell where; they stay only if the caller then calls
+ * keep_string. A decoded string and its NUL never take more bytes than the string's text
+ * with its quotes, so an arena of len + 1 bytes holds every string of the header.
+ */
+static int scan_string(jp *p, const char **out, size_t *out_len)
+{
+    const size_t start = p->pos;
+    char *dst = p->arena != NULL ? p->arena + p->arena_top : NULL;
+    size_t n = 0;
+    p->pos++;
+    for (;;) {
+        if (p->pos >= p->len) {
+            return pfail(p, "malformed JSON header at byte %zu: unterminated string", start);
+        }
+        const unsigned c = p->s[p->pos];
+        unsigned char buf[4];
+        size_t used;
+        size_t produced;
+        if (c == '"') {
+            p->pos++;
+            break;
+        }
+        if (c < 0x20) {
+            return pfail(p,
+                         "malformed JSON header at byte %zu: control character 0x%02x in a "
+                         "string (it must be escaped)",
+                         p->pos, c);
+        }
+        if (c == '\\') {
+            const int e = p->pos + 1 < p->len ? p->s[p->pos + 1] : -1;
+            used = 2;
+            produced = 1;
+            switch (e) {
+            case '"':
+            case '\\':
+            case '/':
+                buf[0] = (unsigned char)e;
+                break;
+            case 'b':
+                buf[0] = '\b';
+                break;
+            case 'f':
+                buf[0] = '\f';
+                break;
+            case 'n':
+                buf[0] = '\n';
+                break;
+            case 'r':
+                buf[0] = '\r';
+                break;
+            case 't':
+                buf[0] = '\t';
+                break;
+            case 'u': {
+                unsigned cp;
+                unsigned low;
+                if (p->len - p->pos < 6 || hex4(p->s + p->pos + 2, &cp) != 0) {
+                    return pfail(p,
+                                 "malformed JSON header at byte %zu: \\u must be followed by 4 "
+                                 "hex digits",
+                                 p->pos);
+                }
+                used = 6;
+                if (cp >= 0xdc00 && cp <= 0xdfff) {
+                    return pfail(p,
+                                 "malformed JSON header at byte %zu: unpaired surrogate \\u%04X "
+                                 "(a low surrogate without a high one)",
+                                 p->pos, cp);
+                }
+                if (cp >= 0xd800 && cp <= 0xdbff) {
+                    if (p->len - p->pos < 12 || p->s[p->pos + 6] != '\\' ||
+                        p->s[p->pos + 7] != 'u' || hex4(p->s + p->pos + 8, &low) != 0 ||
+                        low < 0xdc00 || low > 0xdfff) {
+                        return pfail(p,
+                                     "malformed JSON header at byte %zu: unpaired surrogate "
+                                     "\\u%04X (a high surrogate not followed by a low one)",
+                                     p->pos, cp);
+                    }
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+                    used = 12;
+                }
+                produced = utf8_encode(cp, buf);
+                break;
+            }
+            default: {
+                char found[32];
+                describe_byte(e, found);
+                return pfail(p, "malformed JSON header at byte %zu: invalid escape: '\\' "
+                                "followed by %s",
+                             p->pos, found);
+            }
+            }
+        } else {
+            used = utf8_seq(p->s + p->pos, p->len - p->pos);
+            if (used == 0) {
+                return pfail(p,
+                             "malformed JSON header at byte %zu: invalid UTF-8 (byte 0x%02x) "
+                             "in a string",
+                             p->pos, c);
+            }
+            memcpy(buf, p->s + p->pos, used);
+            produced = used;
+        }
+        if (dst != NULL) {
+            if (p->arena_top + n + produced >= p->arena_cap) { /* cannot happen (see above) */
+                return pfail(p, "internal error: string arena overflow at header byte %zu",
+                             p->pos);
+            }
+            memcpy(dst + n, buf, produced);
+        }
+        n += produced;
+        p->pos += used;
+    }
+    if (dst != NULL) {
+        dst[n] = '\0';
+        *out = dst;
+        *out_len = n;
+    }
+    return 0;
+}
+
+/* Keep the string scan_string just decoded (of len bytes). */
+static void keep_string(jp *p, size_t len)
+{
+    p->arena_top += len + 1;
+}
+
+/* A JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int scan_number(jp *p)
+{
+    if (peek(p) == '-') {
+        p->pos++;
+    }
+    if (peek(p) == '0') {
+        p->pos++;
+        if (is_digit(peek(p))) {
+            return pfail(p, "malformed JSON header at byte %zu: number with a leading zero",
+                         p->pos - 1);
+        }
+    } else if (is_digit(peek(p))) {
+        while (is_digit(peek(p))) {
+            p->pos++;
+        }
+    } else {
+        return syntax_error(p, "a digit");
+    }
+    if (peek(p) == '.') {
+        p->pos++;
+        if (!is_digit(peek(p))) {
+            return syntax_error(p, "a digit after '.'");
+        }
+        while (is_digit(peek(p))) {
+            p->pos++;
+        }
+    }
+    if (peek(p) == 'e' || peek(p) == 'E') {
+        p->pos++;
+        if (peek(p) == '+' || peek(p) == '-') {
+            p->pos++;
+        }
+        if (!is_digit(peek(p))) {
+            return syntax_error(p, "a digit in the exponent");
+        }
+        while (is_digit(peek(p))) {
+            p->pos++;
+        }
+    }
+    return 0;
+}
+
+static int scan_literal(jp *p, const char *word)
+{
+    const size_t n = strlen(word);
+    if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0) {
+        return syntax_error(p, "a JSON value");
+    }
+    p->pos += n;
+    return 0;
+}
+
+static int check_value(jp *p, int depth);
+
+/* An object or array at p->pos, itself at nesting level depth (1 for the top level). */
+static int check_container(jp *p, int depth)
+{
+    if (depth > FXT_ST_MAX_DEPTH) {
+        return pfail(p, "malformed JSON header at byte %zu: nesting deeper than %d levels",
+                     p->pos, FXT_ST_MAX_DEPTH);
+    }
+    const int is_object = peek(p) == '{';
+    const int close = is_object ? '}' : ']';
+    p->pos++;
+    skip_ws(p);
+    if (peek(p) == close) {
+        p->pos++;
+        return 0;
+    }
+    for (;;) {
+        if (is_object) {
+            if (peek(p) != '"') {
+                return syntax_error(p, "a string key");
+            }
+            if (scan_string(p, NULL, NULL) != 0) {
+                return -1;
+            }
+            skip_ws(p);
+            if (peek(p) != ':') {
+                return syntax_error(p, "':' after a key");
+            }
+            p->pos++;
+            skip_ws(p);
+        }
+        if (check_value(p, depth) != 0) {
+            return -1;
+        }
+        skip_ws(p);
+        if (peek(p) == ',') {
+            p->pos++;
+            skip_ws(p);
+        } else if (peek(p) == close) {
+            p->pos++;
+            return 0;
+        } else {
+            return syntax_error(p, is_object ? "',' or '}'" : "',' or ']'");
+        }
+    }
+}
+
+/* Any JSON value at p->pos, inside depth levels of objects and arrays. */
+static int check_value(jp *p, int depth)
+{
+    const int c = peek(p);
+    switch (c) {
+    case '{':
+    case '[':
+        return check_container(p, depth + 1);
+    case '"':
+        return scan_string(p, NULL, NULL);
+    case 't':
+        return scan_literal(p, "true");
+    case 'f':
+        return scan_literal(p, "false");
+    case 'n':
+        return scan_literal(p, "null");
+    default:
+        if (c == '-' || is_digit(c)) {
+            return scan_number(p);
+        }
+        return syntax_error(p, "a JSON value");
+    }
+}
+
+/* Syntax pass: the header is one JSON value with only whitespace around it. */
+static int check_syntax(jp *p)
+{
+    skip_ws(p);
+    if (check_value(p, 0) != 0) {
+        return -1;
+    }
+    skip_ws(p);
+    if (p->pos != p->len) {
+        char found[32];
+        describe_byte(peek(p), found);
+        return pfail(p,
+                     "malformed JSON header at byte %zu: %s after the end of the JSON object "
+                     "(only whitespace may pad the header)",
+                     p->pos, found);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Schema                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Expect c (the syntax pass has made sure of it; checked again all the same). */
+static int expect(jp *p, int c, const char *what)
+{
+    skip_ws(p);
+    if (peek(p) != c) {
+        return syntax_error(p, what);
+    }
+    p->pos++;
+    skip_ws(p);
+    return 0;
+}
+
+/* After an entry of an object or array: ',' (returns 1: more follow) or close (returns 0). */
+static int next_entry(jp *p, int close)
+{
+    skip_ws(p);
+    if (peek(p) == ',') {
+        p->pos++;
+        skip_ws(p);
+        return 1;
+    }
+    if (peek(p) == close) {
+        p->pos++;
+        return 0;
+    }
+    return syntax_error(p, close == '}' ? "',' or '}'" : "',' or ']'");
+}
+
+/* A byte of a JSON number token. */
+static int is_number_char(int c)
+{
+    return is_digit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
+/* Entry `index` of a tensor's shape or data_offsets (field): an integer 0..2^53 written
+ * without sign, fraction or exponent. */
+static int parse_count(jp *p, const char *tensor, const char *field, int index, int64_t *out)
+{
+    const int c = peek(p);
+    if (c != '-' && !is_digit(c)) {
+        return pfail(p, "tensor '%s': %s entry %d must be a non-negative integer, found %s",
+                     tensor, field, index, value_kind(c));
+    }
+    const size_t begin = p->pos;
+    int64_t value = 0;
+    int too_large = 0;
+    int integer = 1;
+    while (is_number_char(peek(p))) {
+        const int d = peek(p);
+        if (!is_digit(d)) {
+            integer = 0;
+        } else if (integer && !too_large) {
+            value = value * 10 + (d - '0');
+            too_large = value > MAX_JSON_INT;
+        }
+        p->pos++;
+    }
+    char shown[SNIPPET_CAP];
+    snippet((const char *)p->s + begin, p->pos - begin, shown);
+    if (c == '-') {
+        return pfail(p, "tensor '%s': %s entry %d is negative (%s)", tensor, field, index, shown);
+    }
+    if (!integer) {
+        return pfail(p, "tensor '%s': %s entry %d is not an integer (%s)", tensor, field, index,
+                     shown);
+    }
+    if (too_large) {
+        return pfail(p, "tensor '%s': %s entry %d (%s) is larger than 2^53", tensor, field, index,
+                     shown);
+    }
+    *out = value;
+    return 0;
+}
+
+static int parse_shape(jp *p, const char *tensor, fxt_st_tensor *t)
+{
+    if (peek(p) != '[') {
+        return pfail(p, "tensor '%s': shape must be an array of integers, found %s", tensor,
+                     value_kind(peek(p)));
+    }
+    p->pos++;
+    skip_ws(p);
+    if (peek(p) == ']') {
+        p->pos++;
+        return 0;
+    }
+    int more = 1;
+    while (more == 1) {
+        if (t->ndim == FXT_ST_MAX_DIMS) {
+            return pfail(p, "tensor '%s': shape has more than %d dimensions", tensor,
+                         FXT_ST_MAX_DIMS);
+        }
+        if (parse_count(p, tensor, "shape", t->ndim, &t->shape[t->ndim]) != 0) {
+            return -1;
+        }
+        t->ndim++;
+        more = next_entry(p, ']');
+    }
+    return more;
+}
+
+static int parse_offsets(jp *p, const char *tensor, int64_t offsets[2])
+{
+    if (peek(p) != '[') {
+        return pfail(p, "tensor '%s': data_offsets must be an array [begin, end], found %s",
+                     tensor, value_kind(peek(p)));
+    }
+    p->pos++;
+    skip_ws(p);
+    int n = 0;
+    int more = peek(p) == ']' ? 0 : 1;
+    if (more == 0) {
+        p->pos++;
+    }
+    while (more == 1) {
+        if (n == 2) {
+            return pfail(p, "tensor '%s': data_offsets has more than 2 entries (must be "
+                            "[begin, end])",
+                         tensor);
+        }
+        if (parse_count(p, tensor, "data_offsets", n, &offsets[n]) != 0) {
+            return -1;
+        }
+        n++;
+        more = next_entry(p, ']');
+    }
+    if (more < 0) {
+        return -1;
+    }
+    if (n != 2) {
+        return pfail(p, "tensor '%s': data_offsets has %d entr%s (must be [begin, end])", tensor,
+                     n, n == 1 ? "y" : "ies");
+    }
+    return 0;
+}
+
+enum { FIELD_DTYPE = 1, FIELD_SHAPE = 2, FIELD_OFFSETS = 4 };
+
+/* Sizes of a shape of elements of `bits` bits. -1: the size in bits overflows int64 (so
+ * does any partial product of the non-zero dimensions); 1: not a whole number of bytes. */
+static int shape_size(const int64_t *shape, int ndim, int bits, int64_t *count_out,
+                      int64_t *bytes_out)
+{
+    int64_t nonzero_bits = bits;
+    int has_zero = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) {
+            has_zero = 1;
+        } else if (nonzero_bits > INT64_MAX / shape[i]) {
+            return -1;
+        } else {
+            nonzero_bits *= shape[i];
+        }
+    }
+    const int64_t total_bits = has_zero ? 0 : nonzero_bits;
+    *count_out = total_bits / bits;
+    *bytes_out = total_bits / 8;
+    return total_bits % 8 != 0 ? 1 : 0;
+}
+
+/* The value of tensor `name` (decoded, in the arena). */
+static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len)
+{
+    char shown[SNIPPET_CAP];
+    snippet(name, name_len, shown);
+    if (name_len > FXT_ST_MAX_NAME_LEN) {
+        return pfail(p, "tensor name '%s' is %zu bytes long; the limit is %d", shown, name_len,
+                     FXT_ST_MAX_NAME_LEN);
+    }
+    if (memchr(name, '\0', name_len) != NULL) {
+        return pfail(p, "tensor name '%s' contains the character U+0000", shown);
+    }
+    if (f->count == FXT_ST_MAX_TENSORS) {
+        return pfail(p, "more than %d tensors", FXT_ST_MAX_TENSORS);
+    }
+    if (peek(p) != '{') {
+        return pfail(p, "tensor '%s': expected an object with dtype, shape and data_offsets, "
+                        "found %s",
+                     shown, value_kind(peek(p)));
+    }
+    fxt_st_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = name;
+    const dtype_info *dtype = NULL;
+    int64_t offsets[2] = {0, 0};
+    unsigned seen = 0;
+
+    p->pos++;
+    skip_ws(p);
+    int more = peek(p) == '}' ? 0 : 1;
+    if (more == 0) {
+        p->pos++;
+    }
+    while (more == 1) {
+        const char *field;
+        size_t field_len;
+        char field_shown[SNIPPET_CAP];
+        if (peek(p) != '"') {
+            return syntax_error(p, "a string key");
+        }
+        if (scan_string(p, &field, &field_len) != 0) {
+            return -1;
+        }
+        snippet(field, field_len, field_shown);
+        unsigned bit = 0;
+        if (field_len == 5 && memcmp(field, "dtype", 5) == 0) {
+            bit = FIELD_DTYPE;
+        } else if (field_len == 5 && memcmp(field, "shape", 5) == 0) {
+            bit = FIELD_SHAPE;
+        } else if (field_len == 12 && memcmp(field, "data_offsets", 12) == 0) {
+            bit = FIELD_OFFSETS;
+        } else {
+            return pfail(p, "tensor '%s': unknown field '%s' (a tensor has exactly dtype, shape "
+                            "and data_offsets)",
+                         shown, field_shown);
+        }
+        if (seen & bit) {
+            return pfail(p, "tensor '%s': duplicate field '%s'", shown, field_shown);
+        }
+        seen |= bit;
+        if (expect(p, ':', "':' after a key") != 0) {
+            return -1;
+        }
+        if (bit == FIELD_DTYPE) {
+            const char *text;
+            size_t text_len;
+            char text_shown[SNIPPET_CAP];
+            if (peek(p) != '"') {
+                return pfail(p, "tensor '%s': dtype must be a string, found %s", shown,
+                             value_kind(peek(p)));
+            }
+            if (scan_string(p, &text, &text_len) != 0) {
+                return -1;
+            }
+            dtype = find_dtype(text, text_len);
+            if (dtype == NULL) {
+                snippet(text, text_len, text_shown);
+                return pfail(p, "tensor '%s': unknown dtype '%s'", shown, text_shown);
+            }
+        } else if (bit == FIELD_SHAPE) {
+            if (parse_shape(p, shown, &t) != 0) {
+                return -1;
+            }
+        } else if (parse_offsets(p, shown, offsets) != 0) {
+            return -1;
+        }
+        more = next_entry(p, '}');
+    }
+    if (more < 0) {
+        return -1;
+    }
+    static const char *const field_names[] = {"dtype", "shape", "data_offsets"};
+    for (int i = 0; i < 3; i++) {
+        if (!(seen & (1u << i))) {
+            return pfail(p, "tensor '%s': missing field '%s'", shown, field_names[i]);
+        }
+    }
+
+    char shape_text[SHAPE_TEXT_CAP];
+    format_shape(t.shape, t.ndim, shape_text);
+    const int size_status = shape_size(t.shape, t.ndim, dtype->bits, &t.count, &t.nbytes);
+    if (size_status < 0) {
+        return pfail(p, "tensor '%s': shape %s of %s overflows: its size does not fit in int64",
+                     shown, shape_text, dtype->name);
+    }
+    if (size_status > 0) {
+        return pfail(p, "tensor '%s': %" PRId64 " elements of %s (shape %s) are not a whole "
+                        "number of bytes",
+                     shown, t.count, dtype->name, shape_text);
+    }
+    if (offsets[0] > offsets[1]) {
+        return pfail(p, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] end before they "
+                        "begin",
+                     shown, offsets[0], offsets[1]);
+    }
+    if (offsets[1] - offsets[0] != t.nbytes) {
+        return pfail(p, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] span %" PRId64
+                        " bytes but %s with shape %s needs %" PRId64,
+                     shown, offsets[0], offsets[1], offsets[1] - offsets[0], dtype->name,
+                     shape_text, t.nbytes);
+    }
+    if (offsets[1] > f->data_size) {
+        return pfail(p, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] run past the end "
+                        "of the data buffer (%" PRId64 " bytes)",
+                     shown, offsets[0], offsets[1], f->data_size);
+    }
+    t.dtype_name = dtype->name;
+    t.supported = dtype->supported;
+    t.dtype = dtype->dtype;
+    t.offset = offsets[0];
+    t.file_offset = f->data_start + offsets[0];
+    fxt_st_tensor *tensors = grow(f->tensors, &f->cap, (size_t)f->count, sizeof *f->tensors);
+    if (tensors == NULL) {
+        return out_of_memory(p);
+    }
+    f->tensors = tensors;
+    f->tensors[f->count++] = t;
+    return 0;
+}
+
+
+static int parse_metadata(jp *p, fxt_st_file *f)
+{
+    if (f->has_meta) {
+        return pfail(p, "duplicate key '__metadata__'");
+    }
+    f->has_meta = 1;
+    if (peek(p) != '{') {
+        return pfail(p, "__metadata__ must be an object of strings, found %s",
+                     value_kind(peek(p)));
+    }
+    p->pos++;
+    skip_ws(p);
+    int more = peek(p) == '}' ? 0 : 1;
+    if (more == 0) {
+        p->pos++;
+    }
+    while (more == 1) {
+        const char *key;
+        const char *value;
+        size_t key_len;
+        size_t value_len;
+        char key_shown[SNIPPET_CAP];
+        if (peek(p) != '"') {
+            return syntax_error(p, "a string key");
+        }
+        if (scan_string(p, &key, &key_len) != 0) {
+            return -1;
+        }
+        snippet(key, key_len, key_shown);
+        if (key_len > FXT_ST_MAX_NAME_LEN) {
+            return pfail(p, "__metadata__ key '%s' is %zu bytes long; the limit is %d", key_shown,
+                         key_len, FXT_ST_MAX_NAME_LEN);
+        }
+        if (memchr(key, '\0', key_len) != NULL) {
+            return pfail(p, "__metadata__ key '%s' contains the character U+0000", key_shown);
+        }
+        keep_string(p, key_len);
+        if (expect(p, ':', "':' after a key") != 0) {
+            return -1;
+        }
+        if (peek(p) != '"') {
+            return pfail(p, "__metadata__ value of '%s' must be a string, found %s", key_shown,
+                         value_kind(peek(p)));
+        }
+        if (scan_string(p, &value, &value_len) != 0) {
+            return -1;
+        }
+        if (memchr(value, '\0', value_len) != NULL) {
+            return pfail(p, "__metadata__ value of '%s' contains the character U+0000",
+                         key_shown);
+        }
+        keep_string(p, value_len);
+        st_meta *meta = grow(f->meta, &f->meta_cap, (size_t)f->meta_count, sizeof *f->meta);
+        if (meta == NULL) {
+            return out_of_memory(p);
+        }
+        f->meta = meta;
+        f->meta[f->meta_count].key = key;
+        f->meta[f->meta_count].value = value;
+        f->meta_count++;
+        more = next_entry(p, '}');
+    }
+    return more;
+}
+
+/* Schema pass over the whole header (its syntax already checked). */
+static int parse_top(jp *p, fxt_st_file *f)
+{
+    skip_ws(p);
+    if (peek(p) != '{') {
+        return pfail(p, "header must be a JSON object, found %s", value_kind(peek(p)));
+    }
+    p->pos++;
+    skip_ws(p);
+    int more = peek(p) == '}' ? 0 : 1;
+    if (more == 0) {
+        p->pos++;
+    }
+    while (more == 1) {
+        const char *key;
+        size_t key_len;
+        if (peek(p) != '"') {
+            return syntax_error(p, "a string key");
+        }
+        if (scan_string(p, &key, &key_len) != 0) {
+            return -1;
+        }
+        const int is_meta = key_len == 12 && memcmp(key, "__metadata__", 12) == 0;
+        if (!is_meta) {
+            keep_string(p, key_len);
+        }
+        if (expect(p, ':', "':' after a key") != 0) {
+            return -1;
+        }
+        if (is_meta ? parse_metadata(p, f) : parse_tensor(p, f, key, key_len)) {
+            return -1;
+        }
+        more = next_entry(p, '}');
+    }
+    return more;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    const fxt_st_tensor *const *x = a;
+    const fxt_st_tensor *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+/* Data order: by (begin, end), ties in header order (the array's order). */
+static int by_offsets(const void *a, const void *b)
+{
+    const fxt_st_tensor *const *x = a;
+    const fxt_st_tensor *const *y = b;
+    const int64_t xe = (*x)->offset + (*x)->nbytes;
+    const int64_t ye = (*y)->offset + (*y)->nbytes;
+    if ((*x)->offset != (*y)->offset) {
+        return (*x)->offset < (*y)->offset ? -1 : 1;
+    }
+    if (xe != ye) {
+        return xe < ye ? -1 : 1;
+    }
+    return (*x > *y) - (*x < *y);
+}
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const st_meta *)a)->key, ((const st_meta *)b)->key);
+}
+
+/* Whole-file checks after the schema pass: unique names and keys, tensors tiling the data
+ * buffer. Puts the tensors in data order and builds the name index. */
+static fxa_status finish(const st_ctx *ctx, fxt_st_file *f)
+{
+    char a_shown[SNIPPET_CAP];
+    char b_shown[SNIPPET_CAP];
+    const size_t n = (size_t)f->count;
+    const fxt_st_tensor **order = NULL;
+    fxt_st_tensor *sorted = NULL;
+    fxa_status status = FXA_ERR_INVALID_ARG;
+
+    if (f->meta_count > 1) {
+        qsort(f->meta, (size_t)f->meta_count, sizeof *f->meta, by_key);
+        for (int64_t i = 1; i < f->meta_count; i++) {
+            if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0) {
+                snippet(f->meta[i].key, strlen(f->meta[i].key), a_shown);
+                fail(ctx, "duplicate __metadata__ key '%s'", a_shown);
+                return FXA_ERR_INVALID_ARG;
+            }
+        }
+    }
+
+    order = malloc((n > 0 ? n : 1) * sizeof *order);
+    f->by_name = malloc((n > 0 ? n : 1) * sizeof *f->by_name);
+    sorted = malloc((n > 0 ? n : 1) * sizeof *sorted);
+    if (order == NULL || f->by_name == NULL || sorted == NULL) {
+        fail(ctx, "out of memory for %zu tensors", n);
+        status = FXA_ERR_NO_MEMORY;
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        order[i] = &f->tensors[i];
+    }
+    qsort(order, n, sizeof *order, by_name);
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
+            snippet(order[i]->name, strlen(order[i]->name), a_shown);
+            fail(ctx, "duplicate tensor name '%s'", a_shown);
+            goto done;
+        }
+    }
+
+    qsort(order, n, sizeof *order, by_offsets);
+    int64_t expected = 0; /* where the next tensor must begin */
+    const fxt_st_tensor *prev = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const fxt_st_tensor *t = order[i];
+        if (t->offset != expected) {
+            snippet(t->name, strlen(t->name), b_shown);
+            snippet(prev != NULL ? prev->name : "", prev != NULL ? strlen(prev->name) : 0,
+                    a_shown);
+        }
+        if (t->offset < expected && prev != NULL) { /* prev: the last non-empty tensor */
+            fail(ctx, "tensors '%s' [%" PRId64 ", %" PRId64 ") and '%s' [%" PRId64 ", %" PRId64
+                      ") overlap in the data buffer",
+                 a_shown, prev->offset, prev->offset + prev->nbytes, b_shown, t->offset,
+                 t->offset + t->nbytes);
+            goto done;
+        }
+        if (t->offset != expected) {
+            fail(ctx, "hole in the data buffer: bytes [%" PRId64 ", %" PRId64 ") belong to no "
+                      "tensor (%s%s%s'%s')",
+                 expected, t->offset, prev != NULL ? "between '" : "", prev != NULL ? a_shown : "",
+                 prev != NULL ? "' and " : "before ", b_shown);
+            goto done;
+        }
+        if (t->nbytes > 0 || prev == NULL) {
+            prev = t;
+        }
+        expected = t->offset + t->nbytes;
+    }
+    if (expected != f->data_size) {
+        if (n == 0) {
+            fail(ctx, "the header lists no tensors but %" PRId64 " bytes of data follow it",
+                 f->data_size);
+        } else {
+            fail(ctx,
+                 "%" PRId64 " bytes of data follow the last tensor (the tensors end at %" PRId64
+                 ", the data buffer holds %" PRId64 ")",
+                 f->data_size - expected, expected, f->data_size);
+        }
+        goto done;
+    }
+
+    for (size_t i = 0; i < n; i++) {
+        sorted[i] = *order[i];
+    }
+    free(f->tensors);
+    f->tensors = sorted;
+    f->cap = n;
+    sorted = NULL;
+    for (size_t i = 0; i < n; i++) {
+        f->by_name[i] = &f->tensors[i];
+    }
+    qsort(f->by_name, n, sizeof *f->by_name, by_name);
+    status = FXA_OK;
+
+done:
+    free(order);
+    free(sorted);
+    return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* The header length field against the limit and the file size (at least 8). */
+static int check_header_len(const st_ctx *ctx, uint64_t n, int64_t file_size)
+{
+    if (n > FXT_ST_MAX_HEADER_LEN) {
+        fail(ctx, "header length %" PRIu64 " exceeds the limit of %d bytes", n,
+             FXT_ST_MAX_HEADER_LEN);
+        return -1;
+    }
+    if (n > (uint64_t)(file_size - LEN_FIELD)) {
+        fail(ctx, "header length %" PRIu64 " runs past the end of the file (%" PRId64 " bytes)",
+             n, file_size);
+        return -1;
+    }
+    if (n == 0) {
+        fail(ctx, "header is empty (length 0)");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_file_size(const st_ctx *ctx, int64_t size)
+{
+    if (size < LEN_FIELD) {
+        fail(ctx, "file is %" PRId64 " bytes, too short for the 8-byte header length (not a "
+                  ".safetensors file)",
+             size);
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t load_le64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) {
+        v = v << 8 | b[i];
+    }
+    return v;
+}
+
+/* Read exactly n bytes at offset. A short file (it changed since fstat) is an I/O error. */
+static fxa_status read_at(const st_ctx *ctx, int fd, void *buf, size_t n, int64_t offset,
+                          const char *what)
+{
+    unsigned char *bytes = buf;
+    size_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done < IO_CHUNK ? n - done : IO_CHUNK;
+        ssize_t got = pread(fd, bytes + done, chunk, (off_t)(offset + (int64_t)done));
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            fail(ctx, "read failed (%s): %s", what, strerror(errno));
+            return FXA_ERR_IO;
+        }
+        if (got == 0) {
+            fail(ctx, "unexpected end of file while reading %s (did the file change?)", what);
+            return FXA_ERR_IO;
+        }
+        done += (size_t)got;
+    }
+    return FXA_OK;
+}
+
+static fxt_st_file *new_file(const st_ctx *ctx)
+{
+    fxt_st_file *f = calloc(1, sizeof *f);
+    if (f != NULL) {
+        f->fd = -1;
+        f->path = malloc(strlen(ctx->path) + 1);
+        if (f->path == NULL) {
+            free(f);
+            return NULL;
+        }
+        strcpy(f->path, ctx->path);
+    }
+    if (f == NULL) {
+        fail(ctx, "out of memory");
+    }
+    return f;
+}
+
+/* Both passes over the header; fills f. */
+static fxa_status parse_header(const st_ctx *ctx, const unsigned char *header, size_t len,
+                               fxt_st_file *f)
+{
+    jp p;
+    memset(&p, 0, sizeof p);
+    p.ctx = ctx;
+    p.s = header;
+    p.len = len;
+    p.status = FXA_ERR_INVALID_ARG;
+    if (check_syntax(&p) != 0) {
+        return p.status;
+    }
+    f->arena = malloc(len + 1);
+    if (f->arena == NULL) {
+        fail(ctx, "out of memory for a %zu-byte header", len);
+        return FXA_ERR_NO_MEMORY;
+    }
+    p.pos = 0;
+    p.arena = f->arena;
+    p.arena_cap = len + 1;
+    if (parse_top(&p, f) != 0) {
+        return p.status;
+    }
+    return finish(ctx, f);
+}
+
+fxa_status fxt_st_open(const char *path, fxt_st_file **out, char *err, size_t errlen)
+{
+    const st_ctx ctx = {path != NULL ? path : "(null)", err, errlen};
+    fxt_st_file *f = NULL;
+    unsigned char *header = NULL;
+    fxa_status status = FXA_ERR_INVALID_ARG;
+    struct stat st;
+    unsigned char len_field[LEN_FIELD];
+
+    clear_error(err, errlen);
+    if (out == NULL || path == NULL) {
+        fail(&ctx, "no path or no output given");
+        return FXA_ERR_INVALID_ARG;
+    }
+    *out = NULL;
+    f = new_file(&ctx);
+    if (f == NULL) {
+        return FXA_ERR_NO_MEMORY;
+    }
+    /* O_NONBLOCK: a FIFO must not hang the open; it is refused below as not regular. */
+    f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f->fd < 0) {
+        fail(&ctx, "cannot open: %s", strerror(errno));
+        status = FXA_ERR_IO;
+        goto error;
+    }
+    if (fstat(f->fd, &st) != 0) {
+        fail(&ctx, "cannot stat: %s", strerror(errno));
+        status = FXA_ERR_IO;
+        goto error;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fail(&ctx, "not a regular file");
+        status = FXA_ERR_IO;
+        goto error;
+    }
+    const int64_t file_size = (int64_t)st.st_size;
+    if (check_file_size(&ctx, file_size) != 0) {
+        goto error;
+    }
+    status = read_at(&ctx, f->fd, len_field, LEN_FIELD, 0, "the header length");
+    if (status != FXA_OK) {
+        goto error;
+    }
+    status = FXA_ERR_INVALID_ARG;
+    const uint64_t n = load_le64(len_field);
+    if (check_header_len(&ctx, n, file_size) != 0) {
+        goto error;
+    }
+    header = malloc((size_t)n);
+    if (header == NULL) {
+        fail(&ctx, "out of memory for a %" PRIu64 "-byte header", n);
+        status = FXA_ERR_NO_MEMORY;
+        goto error;
+    }
+    status = read_at(&ctx, f->fd, header, (size_t)n, LEN_FIELD, "the header");
+    if (status != FXA_OK) {
+        goto error;
+    }
+    f->data_start = LEN_FIELD + (int64_t)n;
+    f->data_size = file_size - f->data_start;
+    status = parse_header(&ctx, header, (size_t)n, f);
+    if (status != FXA_OK) {
+        goto error;
+    }
+    free(header);
+    clear_error(err, errlen);
+    *out = f;
+    return FXA_OK;
+
+error:
+    free(header);
+    fxt_st_close(f);
+    return status;
+}
+
+fxa_status fxt_st_parse(const unsigned char *bytes, size_t n, const char *name_for_errors,
+                        fxt_st_file **out, char *err, size_t errlen)
+{
+    const st_ctx ctx = {name_for_errors != NULL ? name_for_errors : "(memory)", err, errlen};
+    clear_error(err, errlen);
+    if (out == NULL || (bytes == NULL && n > 0)) {
+        fail(&ctx, "no bytes or no output given");
+        return FXA_ERR_INVALID_ARG;
+    }
+    *out = NULL;
+    if ((uint64_t)n > (uint64_t)INT64_MAX) {
+        fail(&ctx, "%zu bytes are too many", n);
+        return FXA_ERR_INVALID_ARG;
+    }
+    const int64_t size = (int64_t)n;
+    if (check_file_size(&ctx, size) != 0) {
+        return FXA_ERR_INVALID_ARG;
+    }
+    const uint64_t header_len = load_le64(bytes);
+    if (check_header_len(&ctx, header_len, size) != 0) {
+        return FXA_ERR_INVALID_ARG;
+    }
+    fxt_st_file *f = new_file(&ctx);
+    if (f == NULL) {
+        return FXA_ERR_NO_MEMORY;
+    }
+    f->mem = bytes;
+    f->data_start = LEN_FIELD + (int64_t)header_len;
+    f->data_size = size - f->data_start;
+    fxa_status status = parse_header(&ctx, bytes + LEN_FIELD, (size_t)header_len, f);
+    if (status != FXA_OK) {
+        fxt_st_close(f);
+        return status;
+    }
+    clear_error(err, errlen);
+    *out = f;
+    return FXA_OK;
+}
+
+void fxt_st_close(fxt_st_file *f)
+{
+    if (f == NULL) {
+        return;
+    }
+    if (f->fd >= 0) {
+        close(f->fd);
+    }
+    free(f->path);
+    free(f->arena);
+    free(f->tensors);
+    free(f->by_name);
+    free(f->meta);
+    free(f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Queries                                                                   */
+/* ------------------------------------------------------------------------ */
+
+int64_t fxt_st_count(const fxt_st_file *f)
+{
+    return f != NULL ? f->count : 0;
+}
+
+const fxt_st_tensor *fxt_st_at(const fxt_st_file *f, int64_t i)
+{
+    if (f == NULL || i < 0 || i >= f->count) {
+        return NULL;
+    }
+    return &f->tensors[i];
+}
+
+const fxt_st_tensor *fxt_st_find(const fxt_st_file *f, const char *name)
+{
+    if (f == NULL || name == NULL) {
+        return NULL;
+    }
+    size_t lo = 0;
+    size_t hi = (size_t)f->count;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const int c = strcmp(f->by_name[mid]->name, name);
+        if (c == 0) {
+            return f->by_name[mid];
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return NULL;
+}
+
+const char *fxt_st_metadata(const fxt_st_file *f, const char *key)
+{
+    if (f == NULL || key == NULL) {
+        return NULL;
+    }
+    size_t lo = 0;
+    size_t hi = (size_t)f->meta_count;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const int c = strcmp(f->meta[mid].key, key);
+        if (c == 0) {
+            return f->meta[mid].value;
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return NULL;
+}
+
+int64_t fxt_st_metadata_count(const fxt_st_file *f)
+{
+    return f != NULL ? f->meta_count : 0;
+}
+
+const char *fxt_st_metadata_key(const fxt_st_file *f, int64_t i)
+{
+    if (f == NULL || i < 0 || i >= f->meta_count) {
+        return NULL;
+    }
+    return f->meta[i].key;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* 1 when t points at one of f's tensors. */
+static int owns(const fxt_st_file *f, const fxt_st_tensor *t)
+{
+    const uintptr_t base = (uintptr_t)f->tensors;
+    const uintptr_t at = (uintptr_t)t;
+    if (f->count == 0 || at < base) {
+        return 0;
+    }
+    const uintptr_t delta = at - base;
+    return delta % sizeof *t == 0 && delta / sizeof *t < (uintptr_t)f->count;
+}
+
+/*
+ * Checks shared by the readers: t is f's, of a dtype fxattn supports (and that fp32 reads can
+ * convert when to_f32), and the destination has exactly its size (want == have, counted in
+ * `unit`s). Messages are "<path>: tensor '<name>': ...".
+ */
+static fxa_status check_read(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
+                             const void *dst, uint64_t have, uint64_t want, const char *unit,
+                             int to_f32)
+{
+    char shown[SNIPPET_CAP];
+    if (f == NULL || t == NULL || !owns(f, t)) {
+        fail(ctx, "no file, or a tensor that is not one of this file's");
+        return FXA_ERR_INVALID_ARG;
+    }
+    snippet(t->name, strlen(t->name), shown);
+    if (!t->supported) {
+        fail(ctx, "tensor '%s': dtype %s is not supported (only F32, BF16, F16 and F8_E4M3 are)",
+             shown, t->dtype_name);
+        return FXA_ERR_UNSUPPORTED;
+    }
+    if (to_f32 && t->dtype == FXT_ST_F8_E4M3) {
+        fail(ctx, "tensor '%s': converting F8_E4M3 to fp32 is not supported yet (read it raw)",
+             shown);
+        return FXA_ERR_UNSUPPORTED;
+    }
+    if (have != want) {
+        fail(ctx, "tensor '%s': destination holds %" PRIu64 " %s but the tensor has %" PRIu64,
+             shown, have, unit, want);
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (dst == NULL && want > 0) {
+        fail(ctx, "tensor '%s': no destination given", shown);
+        return FXA_ERR_INVALID_ARG;
+    }
+    return FXA_OK;
+}
+
+/* Copy t's nbytes bytes from the file or memory into dst. */
+static fxa_status copy_bytes(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
+                             void *dst)
+{
+    if (t->nbytes == 0) {
+        return FXA_OK;
+    }
+    if (f->mem != NULL) {
+        memcpy(dst, f->mem + t->file_offset, (size_t)t->nbytes);
+        return FXA_OK;
+    }
+    char what[SNIPPET_CAP + 16];
+    char shown[SNIPPET_CAP];
+    snippet(t->name, strlen(t->name), shown);
+    snprintf(what, sizeof what, "tensor '%s'", shown);
+    return read_at(ctx, f->fd, dst, (size_t)t->nbytes, t->file_offset, what);
+}
+
+fxa_status fxt_st_read(const fxt_st_file *f, const fxt_st_tensor *t, void *dst, size_t dst_bytes,
+                       char *err, size_t errlen)
+{
+    const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    clear_error(err, errlen);
+    fxa_status status = check_read(&ctx, f, t, dst, (uint64_t)dst_bytes,
+                                   t != NULL ? (uint64_t)t->nbytes : 0, "bytes", 0);
+    if (status == FXA_OK) {
+        status = copy_bytes(&ctx, f, t, dst);
+    }
+    return status;
+}
+
+fxa_status fxt_st_read_f32(const fxt_st_file *f, const fxt_st_tensor *t, float *dst,
+                           size_t dst_count, char *err, size_t errlen)
+{
+    const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    clear_error(err, errlen);
+    fxa_status status = check_read(&ctx, f, t, dst, (uint64_t)dst_count,
+                                   t != NULL ? (uint64_t)t->count : 0, "elements", 1);
+    if (status != FXA_OK || t->count == 0) {
+        return status;
+    }
+    if (t->dtype == FXT_ST_F32) {
+        return copy_bytes(&ctx, f, t, dst);
+    }
+    /* 16-bit codes: read them into the upper half of dst, then widen front to back. Element i
+     * lands on bytes [4i, 4i + 4), below the code of element i + 1 at 2 * count + 2i + 2. */
+    const size_t count = (size_t)t->count;
+    unsigned char *codes = (unsigned char *)dst + 2 * count;
+    status = copy_bytes(&ctx, f, t, codes);
+    if (status != FXA_OK) {
+        return status;
+    }
+    const int bf16 = t->dtype == FXT_ST_BF16;
+    for (size_t i = 0; i < count; i++) {
+        uint16_t h;
+        memcpy(&h, codes + 2 * i, sizeof h);
+        dst[i] = bf16 ? fxa_bf16_to_f32(h) : fxa_f16_to_f32(h);
+    }
+    return FXA_OK;
+}
