@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../core/alloc.h"
+#include "../core/convert_inline.h"
 #include "../core/ctx_internal.h"
 #include "fxattn_proj.h"
 
@@ -83,69 +84,152 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
     return FXA_OK;
 }
 
-/* fp32 copy of X (codes decoded, scales kept in xs); refuses non-finite. */
-static fxa_status stage_x(fxa_ctx *ctx, const fxa_proj_desc *d, const void *x, float *x32,
-                          float *xs)
+/* Staging: operands become fp32 rows for the GEMM, threaded over row
+ * blocks; fp32 operands are only checked (the GEMM reads them in place). */
+enum { SRC_F32, SRC_BF16, SRC_E4M3_ROWS, SRC_E4M3 };
+
+#define STAGE_ROWS 64 /* rows per work item */
+
+typedef struct stage_job {
+    const void *src;
+    int kind;
+    int check; /* SRC_F32: scan for non-finite values (else nothing to do) */
+    int64_t rows;
+    int64_t n;      /* values per row */
+    float *dst;     /* [rows][n]; NULL for SRC_F32 */
+    float *scales;  /* SRC_E4M3_ROWS: each row's scale */
+    float lut[256]; /* E4M3 decode table */
+    int64_t *bad;   /* per item: first bad (row, col), or -1; col -1: bad scale */
+} stage_job;
+
+static void stage_item(void *arg, int64_t item, int thread_id)
 {
-    const int64_t n = d->in_features;
-    for (int64_t s = 0; s < d->tokens; s++) {
-        float *dst = x32 + s * n;
-        xs[s] = 1.0f;
-        if (d->x_format == FXA_PROJ_X_F32) {
-            memcpy(dst, (const float *)x + s * n, (size_t)n * sizeof(float));
-        } else if (d->x_format == FXA_PROJ_X_BF16) {
-            const uint16_t *src = (const uint16_t *)x + s * n;
-            for (int64_t i = 0; i < n; i++)
-                dst[i] = fxa_bf16_to_f32(src[i]);
+    stage_job *job = arg;
+    const int64_t r0 = item * STAGE_ROWS;
+    const int64_t r1 = r0 + STAGE_ROWS < job->rows ? r0 + STAGE_ROWS : job->rows;
+    const int64_t n = job->n;
+    int64_t *bad = job->bad + 2 * item;
+    (void)thread_id;
+    bad[0] = -1;
+    if (job->kind == SRC_F32 && !job->check)
+        return;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row;
+        if (job->kind == SRC_F32) {
+            row = (const float *)job->src + r * n;
         } else {
-            const uint8_t *row = (const uint8_t *)x + s * (n + 4);
-            for (int64_t i = 0; i < n; i++)
-                dst[i] = fxa_e4m3_to_f32(row[i]);
-            memcpy(&xs[s], row + n, sizeof(float));
-            if (!isfinite(xs[s]) || xs[s] < 0.0f)
-                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                                    "x row %lld has a bad scale (%g)", (long long)s,
-                                    (double)xs[s]);
+            float *dst = job->dst + r * n;
+            if (job->kind == SRC_BF16) {
+                const uint16_t *src = (const uint16_t *)job->src + r * n;
+                for (int64_t i = 0; i < n; i++)
+                    dst[i] = fxa_bf16_bits_to_f32(src[i]);
+            } else {
+                const int64_t stride = job->kind == SRC_E4M3_ROWS ? n + 4 : n;
+                const uint8_t *src = (const uint8_t *)job->src + r * stride;
+                for (int64_t i = 0; i < n; i++)
+                    dst[i] = job->lut[src[i]];
+                if (job->kind == SRC_E4M3_ROWS) {
+                    memcpy(&job->scales[r], src + n, sizeof(float));
+                    if (!isfinite(job->scales[r]) || job->scales[r] < 0.0f) {
+                        bad[0] = r;
+                        bad[1] = -1;
+                        return;
+                    }
+                }
+            }
+            row = dst;
         }
-        for (int64_t i = 0; i < n; i++)
-            if (!isfinite(dst[i]))
-                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                                    "x has a non-finite value at token %lld, feature %lld",
-                                    (long long)s, (long long)i);
+        uint32_t any = 0;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, row + i, sizeof b);
+            any |= (b & 0x7f800000u) == 0x7f800000u;
+        }
+        if (any) {
+            int64_t i = 0;
+            while (isfinite(row[i]))
+                i++;
+            bad[0] = r;
+            bad[1] = i;
+            return;
+        }
     }
-    return FXA_OK;
 }
 
-/* fp32 copy of W [I][H] (FP8 codes decoded; their scales stay separate). */
-static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, float *w32)
+/* Run a staging job; the first bad row (in row order) becomes the error. */
+static fxa_status stage(fxa_ctx *ctx, stage_job *job, const char *what, const char *row_name,
+                        const char *col_name)
 {
-    const int64_t n = out_features(d) * d->in_features;
-    for (int64_t i = 0; i < n; i++) {
-        float v;
-        if (d->w_format == FXA_PROJ_W_F32)
-            v = ((const float *)w)[i];
-        else if (d->w_format == FXA_PROJ_W_BF16)
-            v = fxa_bf16_to_f32(((const uint16_t *)w)[i]);
+    const int64_t items = (job->rows + STAGE_ROWS - 1) / STAGE_ROWS;
+    job->bad = malloc((size_t)(2 * items + 2) * sizeof(int64_t));
+    if (!job->bad)
+        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory");
+    for (int c = 0; c < 256; c++)
+        job->lut[c] = fxa_e4m3_to_f32((uint8_t)c);
+    fxa_pool_run(&ctx->pool, stage_item, job, items);
+    fxa_status st = FXA_OK;
+    for (int64_t i = 0; i < items && st == FXA_OK; i++) {
+        const int64_t *bad = job->bad + 2 * i;
+        if (bad[0] < 0)
+            continue;
+        if (bad[1] < 0)
+            st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s %s %lld has a bad scale (%g)", what,
+                              row_name, (long long)bad[0], (double)job->scales[bad[0]]);
         else
-            v = fxa_e4m3_to_f32(((const uint8_t *)w)[i]);
-        if (!isfinite(v))
-            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                                "w has a non-finite value at output %lld, input %lld",
-                                (long long)(i / d->in_features), (long long)(i % d->in_features));
-        w32[i] = v;
+            st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                              "%s has a non-finite value at %s %lld, %s %lld", what, row_name,
+                              (long long)bad[0], col_name, (long long)bad[1]);
     }
-    return FXA_OK;
+    free(job->bad);
+    return st;
+}
+
+/* X as fp32 rows (codes decoded, row scales in xs, 1 otherwise); *x_out is
+ * x itself for fp32 input (scanned only with check), else x32. */
+static fxa_status stage_x(fxa_ctx *ctx, const fxa_proj_desc *d, const void *x, float *x32,
+                          float *xs, const float **x_out, int check)
+{
+    stage_job job = {.src = x,
+                     .check = check,
+                     .kind = d->x_format == FXA_PROJ_X_F32    ? SRC_F32
+                             : d->x_format == FXA_PROJ_X_BF16 ? SRC_BF16
+                                                              : SRC_E4M3_ROWS,
+                     .rows = d->tokens,
+                     .n = d->in_features,
+                     .dst = x32,
+                     .scales = xs};
+    for (int64_t s = 0; s < d->tokens; s++)
+        xs[s] = 1.0f;
+    *x_out = job.kind == SRC_F32 ? (const float *)x : x32;
+    return stage(ctx, &job, "x", "token", "feature");
+}
+
+/* W [I][H] as fp32 rows (FP8 codes decoded; their scales stay separate). */
+static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, float *w32,
+                          const float **w_out, int check)
+{
+    stage_job job = {.src = w,
+                     .check = check,
+                     .kind = d->w_format == FXA_PROJ_W_F32    ? SRC_F32
+                             : d->w_format == FXA_PROJ_W_BF16 ? SRC_BF16
+                                                              : SRC_E4M3,
+                     .rows = out_features(d),
+                     .n = d->in_features,
+                     .dst = w32};
+    *w_out = job.kind == SRC_F32 ? (const float *)w : w32;
+    return stage(ctx, &job, "w", "output", "input");
 }
 
 typedef struct epi_job {
     const fxa_proj_desc *d;
     const fxa_proj_args *a;
     float *y;        /* [S][I] GEMM result; dequantised in place by phase A */
-    const float *xs; /* [S] row scales */
+    float *xs;       /* [S] row scales */
     double *sums;    /* [S][2]: sum of y^2 over the Q and the K segment */
     double n_q;      /* channels each RMS is taken over (all ranks) */
     double n_k;
     int64_t tokens_per_item;
+    int64_t *bad; /* per item: first token whose y is not finite, or -1 */
 } epi_job;
 
 /* Write head h's d values of token s of a segment of `heads` heads. */
@@ -199,8 +283,10 @@ static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads
 }
 
 /* Phase A of token s: y = acc * x_scale * w_scale + b in place, and the
- * segments' sums of squares. */
-static void dequantise_token(const epi_job *job, int64_t s)
+ * segments' sums of squares. Returns 0 when some y is not finite (a non-
+ * finite fp32 operand poisons its whole row or column, so this also catches
+ * those without scanning the inputs on every call). */
+static int dequantise_token(const epi_job *job, int64_t s)
 {
     const fxa_proj_desc *d = job->d;
     const fxa_proj_args *a = job->a;
@@ -212,11 +298,18 @@ static void dequantise_token(const epi_job *job, int64_t s)
             v *= a->w_scales[i];
         y[i] = a->bias ? v + a->bias[i] : v;
     }
+    uint32_t any = 0;
+    for (int64_t i = 0; i < n_out; i++) {
+        uint32_t b;
+        memcpy(&b, y + i, sizeof b);
+        any |= (b & 0x7f800000u) == 0x7f800000u;
+    }
     if (!d->norm)
-        return;
+        return !any;
     const int64_t qn = d->heads_q * d->head_dim;
     job->sums[2 * s] = sum_squares(y, qn);
     job->sums[2 * s + 1] = d->heads_kv > 0 ? sum_squares(y + qn, d->heads_kv * d->head_dim) : 0.0;
+    return !any;
 }
 
 /* Phase B of token s: normalise, rotate and store every segment. */
@@ -240,8 +333,9 @@ static void finish_token(const epi_job *job, int64_t s)
                (size_t)d->head_dim * sizeof(float));
 }
 
-/* Items of tokens_per_item tokens: phase A, phase B, or both (one pass
- * while the rows are in cache, when no reduction sits between them). */
+/* Items of tokens_per_item tokens: phase A (dequantise, sums, checks) or
+ * phase B (normalise, rotate, store); all of A runs before any B, so that a
+ * failure leaves the outputs untouched and a reduction can sit between. */
 enum { PHASE_A = 1, PHASE_B = 2 };
 
 typedef struct phase_job {
@@ -257,12 +351,39 @@ static void phase_item(void *arg, int64_t item, int thread_id)
     const int64_t s1 = s0 + job->tokens_per_item < job->d->tokens ? s0 + job->tokens_per_item
                                                                    : job->d->tokens;
     (void)thread_id;
+    if (pj->phases & PHASE_A)
+        job->bad[item] = -1;
     for (int64_t s = s0; s < s1; s++) {
-        if (pj->phases & PHASE_A)
-            dequantise_token(job, s);
+        if ((pj->phases & PHASE_A) && !dequantise_token(job, s) && job->bad[item] < 0)
+            job->bad[item] = s;
         if (pj->phases & PHASE_B)
             finish_token(job, s);
     }
+}
+
+/* Phase A over all tokens; a non-finite y is traced back to its cause:
+ * a non-finite fp32 operand (found by scanning them now), else overflow. */
+static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
+{
+    const fxa_proj_desc *d = job->d;
+    const phase_job pj = {job, PHASE_A};
+    fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
+    int64_t first = -1;
+    for (int64_t i = 0; i < n_items && first < 0; i++)
+        first = job->bad[i];
+    if (first < 0)
+        return FXA_OK;
+    const float *unused;
+    fxa_status st = FXA_OK;
+    if (d->x_format == FXA_PROJ_X_F32)
+        st = stage_x(ctx, d, job->a->x, NULL, job->xs, &unused, 1);
+    if (st == FXA_OK && d->w_format == FXA_PROJ_W_F32)
+        st = stage_w(ctx, d, job->a->w, NULL, &unused, 1);
+    if (st != FXA_OK)
+        return st;
+    return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                        "the projection of token %lld overflows fp32 (inputs too large)",
+                        (long long)first);
 }
 
 /* Local work up to the reduction; then (after tp->reduce, if any) phase B. */
@@ -277,35 +398,45 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
     const int64_t n_out = st == FXA_OK ? out_features(d) : 0;
     const size_t s = st == FXA_OK ? (size_t)d->tokens : 0;
     float *x32 = NULL, *xs = NULL, *w32 = NULL, *y = NULL;
+    const float *xg = NULL, *wg = NULL; /* what the GEMM reads */
     double *sums = NULL;
+    int64_t *bad = NULL;
     if (st == FXA_OK) {
-        x32 = fxa_malloc_aligned(s * (size_t)d->in_features * sizeof(float));
+        if (d->x_format != FXA_PROJ_X_F32)
+            x32 = fxa_malloc_aligned(s * (size_t)d->in_features * sizeof(float));
         xs = fxa_malloc_aligned(s * sizeof(float));
-        w32 = fxa_malloc_aligned((size_t)n_out * (size_t)d->in_features * sizeof(float));
+        if (d->w_format != FXA_PROJ_W_F32)
+            w32 = fxa_malloc_aligned((size_t)n_out * (size_t)d->in_features * sizeof(float));
         y = fxa_malloc_aligned(s * (size_t)n_out * sizeof(float));
         sums = fxa_malloc_aligned((2 * s + 1) * sizeof(double));
-        if (!x32 || !xs || !w32 || !y || !sums)
+        bad = fxa_malloc_aligned(((s + 15) / 16 + 1) * sizeof(int64_t));
+        if ((!x32 && d->x_format != FXA_PROJ_X_F32) || !xs ||
+            (!w32 && d->w_format != FXA_PROJ_W_F32) || !y || !sums || !bad)
             st = fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the projection");
     }
-    if (st == FXA_OK && (st = stage_x(ctx, d, a->x, x32, xs)) == FXA_OK)
-        st = stage_w(ctx, d, a->w, w32);
+    if (st == FXA_OK && (st = stage_x(ctx, d, a->x, x32, xs, &xg, 0)) == FXA_OK)
+        st = stage_w(ctx, d, a->w, w32, &wg, 0);
     for (int64_t i = 0; st == FXA_OK && d->w_format == FXA_PROJ_W_E4M3 && i < n_out; i++)
         if (!isfinite(a->w_scales[i]) || a->w_scales[i] < 0.0f)
             st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "w_scales[%lld] is %g", (long long)i,
                               (double)a->w_scales[i]);
-    epi_job job = {d, a, y, xs, sums, 0.0, 0.0, 16};
+    epi_job job = {d, a, y, xs, sums, 0.0, 0.0, 16, bad};
     if (st == FXA_OK) {
         openblas_set_num_threads(ctx->pool.n_threads);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->tokens, (int)n_out,
-                    (int)d->in_features, 1.0f, x32, (int)d->in_features, w32,
+                    (int)d->in_features, 1.0f, xg, (int)d->in_features, wg,
                     (int)d->in_features, 0.0f, y, (int)n_out);
         job.n_q = (double)(tp ? tp->norm_features_q : d->heads_q * d->head_dim);
         job.n_k = (double)(tp ? tp->norm_features_k : d->heads_kv * d->head_dim);
     }
     const int64_t n_items = st == FXA_OK ? (d->tokens + 15) / 16 : 0;
+    /* Phase A for every token before any output is written: a failure
+     * found there leaves the outputs untouched. */
+    if (st == FXA_OK)
+        st = phase_a(ctx, &job, n_items);
     if (!tp) {
         if (st == FXA_OK) {
-            const phase_job pj = {&job, PHASE_A | PHASE_B};
+            const phase_job pj = {&job, PHASE_B};
             fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
         }
     } else {
@@ -315,10 +446,8 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
         double *buf = st == FXA_OK ? sums : fail_only;
         const int64_t n_tok = st == FXA_OK ? d->tokens : 1;
         if (st == FXA_OK) {
-            const phase_job pj = {&job, PHASE_A};
             if (!d->norm)
                 memset(sums, 0, 2 * s * sizeof(double));
-            fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
             sums[2 * s] = 0.0;
         }
         const fxa_status rs = tp->reduce(buf, 2 * n_tok + 1, tp->arg);
@@ -336,6 +465,7 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
     fxa_free_aligned(w32);
     fxa_free_aligned(y);
     fxa_free_aligned(sums);
+    fxa_free_aligned(bad);
     return st;
 }
 

@@ -454,6 +454,18 @@ static void test_errors(void)
           "NaN in x: %s", fxa_ctx_last_error(g_ctx));
     CHECK(o.q[0] == -9.0f, "outputs untouched on error");
     p.x[5] = 0.0f;
+    p.w[9] = -INFINITY; /* output 1, input 1 (in_features 8) */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "w has a non-finite value at output 1, input 1"),
+          "Inf in w: %s", fxa_ctx_last_error(g_ctx));
+    p.w[9] = 1e30f;
+    p.x[1] = 1e30f; /* finite operands whose product overflows fp32 */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "token 0 overflows fp32"),
+          "overflow: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(o.q[0] == -9.0f, "outputs untouched on overflow");
+    p.w[9] = 0.5f;
+    p.x[1] = 0.5f;
     p.d.head_dim = 5;
     CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "odd head_dim");
     p.d.head_dim = 6;
