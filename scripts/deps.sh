@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what fxattn needs to build and test on Debian 12: a C11 compiler,
 # make and CMake (>= 3.25), clang with libFuzzer for the fuzz targets,
-# Open MPI (headers, library and mpirun) for libfxattn_mpi, and OpenBLAS for
-# the projection's GEMM.
+# Open MPI (headers, library and mpirun) for libfxattn_mpi, and OpenBLAS
+# (fp32) and oneDNN (bf16) for the projection's GEMMs.
 # Skips apt when everything is already there.
 set -euo pipefail
 need=()
@@ -17,6 +17,7 @@ command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
 [ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] ||
     [ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || need+=(libopenblas-dev)
+[ -f /usr/include/oneapi/dnnl/dnnl.h ] || need+=(libdnnl-dev)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

@@ -15,6 +15,7 @@
 #include "../core/convert_inline.h"
 #include "../core/ctx_internal.h"
 #include "fxattn_proj.h"
+#include "gemm_bf16.h"
 
 void fxa_proj_desc_init(fxa_proj_desc *d)
 {
@@ -93,12 +94,15 @@ enum { SRC_F32, SRC_BF16, SRC_E4M3_ROWS, SRC_E4M3 };
 typedef struct stage_job {
     const void *src;
     int kind;
-    int check; /* SRC_F32: scan for non-finite values (else nothing to do) */
+    int check;      /* scan sources that are read in place (fp32, bf16 on the bf16 path) */
     int64_t rows;
     int64_t n;      /* values per row */
-    float *dst;     /* [rows][n]; NULL for SRC_F32 */
+    float *dst;     /* fp32 copy [rows][n], or NULL */
+    uint16_t *dst16; /* bf16 copy of E4M3 codes [rows][n] (exact), or NULL */
     float *scales;  /* SRC_E4M3_ROWS: each row's scale */
-    float lut[256]; /* E4M3 decode table */
+    float *tmp;     /* [n_threads][n]: rows decoded only to be checked */
+    float lut[256]; /* E4M3 decode tables */
+    uint16_t lut16[256];
     int64_t *bad;   /* per item: first bad (row, col), or -1; col -1: bad scale */
 } stage_job;
 
@@ -109,32 +113,33 @@ static void stage_item(void *arg, int64_t item, int thread_id)
     const int64_t r1 = r0 + STAGE_ROWS < job->rows ? r0 + STAGE_ROWS : job->rows;
     const int64_t n = job->n;
     int64_t *bad = job->bad + 2 * item;
-    (void)thread_id;
     bad[0] = -1;
-    if (job->kind == SRC_F32 && !job->check)
-        return;
+    if (!job->dst && !job->dst16 && !job->check)
+        return; /* read in place, unchecked: poisoned outputs reveal it */
     for (int64_t r = r0; r < r1; r++) {
         const float *row;
+        float *dst = job->dst ? job->dst + r * n : job->tmp + (size_t)thread_id * (size_t)n;
         if (job->kind == SRC_F32) {
             row = (const float *)job->src + r * n;
+        } else if (job->kind == SRC_BF16) {
+            const uint16_t *src = (const uint16_t *)job->src + r * n;
+            for (int64_t i = 0; i < n; i++)
+                dst[i] = fxa_bf16_bits_to_f32(src[i]);
+            row = dst;
         } else {
-            float *dst = job->dst + r * n;
-            if (job->kind == SRC_BF16) {
-                const uint16_t *src = (const uint16_t *)job->src + r * n;
+            const int64_t stride = job->kind == SRC_E4M3_ROWS ? n + 4 : n;
+            const uint8_t *src = (const uint8_t *)job->src + r * stride;
+            for (int64_t i = 0; i < n; i++)
+                dst[i] = job->lut[src[i]];
+            if (job->dst16)
                 for (int64_t i = 0; i < n; i++)
-                    dst[i] = fxa_bf16_bits_to_f32(src[i]);
-            } else {
-                const int64_t stride = job->kind == SRC_E4M3_ROWS ? n + 4 : n;
-                const uint8_t *src = (const uint8_t *)job->src + r * stride;
-                for (int64_t i = 0; i < n; i++)
-                    dst[i] = job->lut[src[i]];
-                if (job->kind == SRC_E4M3_ROWS) {
-                    memcpy(&job->scales[r], src + n, sizeof(float));
-                    if (!isfinite(job->scales[r]) || job->scales[r] < 0.0f) {
-                        bad[0] = r;
-                        bad[1] = -1;
-                        return;
-                    }
+                    job->dst16[r * n + i] = job->lut16[src[i]];
+            if (job->kind == SRC_E4M3_ROWS) {
+                memcpy(&job->scales[r], src + n, sizeof(float));
+                if (!isfinite(job->scales[r]) || job->scales[r] < 0.0f) {
+                    bad[0] = r;
+                    bad[1] = -1;
+                    return;
                 }
             }
             row = dst;
@@ -162,10 +167,16 @@ static fxa_status stage(fxa_ctx *ctx, stage_job *job, const char *what, const ch
 {
     const int64_t items = (job->rows + STAGE_ROWS - 1) / STAGE_ROWS;
     job->bad = malloc((size_t)(2 * items + 2) * sizeof(int64_t));
-    if (!job->bad)
+    job->tmp = malloc((size_t)ctx->pool.n_threads * (size_t)job->n * sizeof(float));
+    if (!job->bad || !job->tmp) {
+        free(job->bad);
+        free(job->tmp);
         return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory");
-    for (int c = 0; c < 256; c++)
+    }
+    for (int c = 0; c < 256; c++) {
         job->lut[c] = fxa_e4m3_to_f32((uint8_t)c);
+        job->lut16[c] = fxa_f32_to_bf16(job->lut[c]); /* exact */
+    }
     fxa_pool_run(&ctx->pool, stage_item, job, items);
     fxa_status st = FXA_OK;
     for (int64_t i = 0; i < items && st == FXA_OK; i++) {
@@ -181,13 +192,16 @@ static fxa_status stage(fxa_ctx *ctx, stage_job *job, const char *what, const ch
                               (long long)bad[0], col_name, (long long)bad[1]);
     }
     free(job->bad);
+    free(job->tmp);
     return st;
 }
 
-/* X as fp32 rows (codes decoded, row scales in xs, 1 otherwise); *x_out is
- * x itself for fp32 input (scanned only with check), else x32. */
+/* X for the GEMM, with row scales in xs (1 unless FP8): fp32 and bf16
+ * inputs are read in place (scanned only with check), FP8 codes decoded
+ * exactly into x32 (fp32 path) or x16 (bf16 path). *x_out: what the GEMM
+ * reads. */
 static fxa_status stage_x(fxa_ctx *ctx, const fxa_proj_desc *d, const void *x, float *x32,
-                          float *xs, const float **x_out, int check)
+                          uint16_t *x16, float *xs, const void **x_out, int check)
 {
     stage_job job = {.src = x,
                      .check = check,
@@ -197,16 +211,17 @@ static fxa_status stage_x(fxa_ctx *ctx, const fxa_proj_desc *d, const void *x, f
                      .rows = d->tokens,
                      .n = d->in_features,
                      .dst = x32,
+                     .dst16 = x16,
                      .scales = xs};
     for (int64_t s = 0; s < d->tokens; s++)
         xs[s] = 1.0f;
-    *x_out = job.kind == SRC_F32 ? (const float *)x : x32;
+    *x_out = x32 ? (const void *)x32 : x16 ? (const void *)x16 : x;
     return stage(ctx, &job, "x", "token", "feature");
 }
 
-/* W [I][H] as fp32 rows (FP8 codes decoded; their scales stay separate). */
+/* W [I][H] for the GEMM, the same way (FP8 scales stay separate). */
 static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, float *w32,
-                          const float **w_out, int check)
+                          uint16_t *w16, const void **w_out, int check)
 {
     stage_job job = {.src = w,
                      .check = check,
@@ -215,8 +230,9 @@ static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, f
                                                               : SRC_E4M3,
                      .rows = out_features(d),
                      .n = d->in_features,
-                     .dst = w32};
-    *w_out = job.kind == SRC_F32 ? (const float *)w : w32;
+                     .dst = w32,
+                     .dst16 = w16};
+    *w_out = w32 ? (const void *)w32 : w16 ? (const void *)w16 : w;
     return stage(ctx, &job, "w", "output", "input");
 }
 
@@ -373,12 +389,10 @@ static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
         first = job->bad[i];
     if (first < 0)
         return FXA_OK;
-    const float *unused;
-    fxa_status st = FXA_OK;
-    if (d->x_format == FXA_PROJ_X_F32)
-        st = stage_x(ctx, d, job->a->x, NULL, job->xs, &unused, 1);
-    if (st == FXA_OK && d->w_format == FXA_PROJ_W_F32)
-        st = stage_w(ctx, d, job->a->w, NULL, &unused, 1);
+    const void *unused;
+    fxa_status st = stage_x(ctx, d, job->a->x, NULL, NULL, job->xs, &unused, 1);
+    if (st == FXA_OK)
+        st = stage_w(ctx, d, job->a->w, NULL, NULL, &unused, 1);
     if (st != FXA_OK)
         return st;
     return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
@@ -397,35 +411,55 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "tensor-parallel settings missing or bad");
     const int64_t n_out = st == FXA_OK ? out_features(d) : 0;
     const size_t s = st == FXA_OK ? (size_t)d->tokens : 0;
+    /* 16- and 8-bit operands on both sides multiply as bf16 (exact: every
+     * E4M3 value is a bf16 value); otherwise everything goes through fp32. */
+    const int bf16_path = st == FXA_OK && d->x_format != FXA_PROJ_X_F32 &&
+                          d->w_format != FXA_PROJ_W_F32;
+    const int x_copy = st == FXA_OK && (bf16_path ? d->x_format == FXA_PROJ_X_E4M3_ROWS
+                                                  : d->x_format != FXA_PROJ_X_F32);
+    const int w_copy = st == FXA_OK && (bf16_path ? d->w_format == FXA_PROJ_W_E4M3
+                                                  : d->w_format != FXA_PROJ_W_F32);
+    const size_t x_elems = s * (size_t)(st == FXA_OK ? d->in_features : 0);
+    const size_t w_elems = (size_t)n_out * (size_t)(st == FXA_OK ? d->in_features : 0);
     float *x32 = NULL, *xs = NULL, *w32 = NULL, *y = NULL;
-    const float *xg = NULL, *wg = NULL; /* what the GEMM reads */
+    uint16_t *x16 = NULL, *w16 = NULL;
+    const void *xg = NULL, *wg = NULL; /* what the GEMM reads */
     double *sums = NULL;
     int64_t *bad = NULL;
     if (st == FXA_OK) {
-        if (d->x_format != FXA_PROJ_X_F32)
-            x32 = fxa_malloc_aligned(s * (size_t)d->in_features * sizeof(float));
+        if (x_copy && bf16_path)
+            x16 = fxa_malloc_aligned(x_elems * sizeof(uint16_t));
+        else if (x_copy)
+            x32 = fxa_malloc_aligned(x_elems * sizeof(float));
         xs = fxa_malloc_aligned(s * sizeof(float));
-        if (d->w_format != FXA_PROJ_W_F32)
-            w32 = fxa_malloc_aligned((size_t)n_out * (size_t)d->in_features * sizeof(float));
+        if (w_copy && bf16_path)
+            w16 = fxa_malloc_aligned(w_elems * sizeof(uint16_t));
+        else if (w_copy)
+            w32 = fxa_malloc_aligned(w_elems * sizeof(float));
         y = fxa_malloc_aligned(s * (size_t)n_out * sizeof(float));
         sums = fxa_malloc_aligned((2 * s + 1) * sizeof(double));
         bad = fxa_malloc_aligned(((s + 15) / 16 + 1) * sizeof(int64_t));
-        if ((!x32 && d->x_format != FXA_PROJ_X_F32) || !xs ||
-            (!w32 && d->w_format != FXA_PROJ_W_F32) || !y || !sums || !bad)
+        if ((x_copy && !x32 && !x16) || !xs || (w_copy && !w32 && !w16) || !y || !sums || !bad)
             st = fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the projection");
     }
-    if (st == FXA_OK && (st = stage_x(ctx, d, a->x, x32, xs, &xg, 0)) == FXA_OK)
-        st = stage_w(ctx, d, a->w, w32, &wg, 0);
+    if (st == FXA_OK && (st = stage_x(ctx, d, a->x, x32, x16, xs, &xg, 0)) == FXA_OK)
+        st = stage_w(ctx, d, a->w, w32, w16, &wg, 0);
     for (int64_t i = 0; st == FXA_OK && d->w_format == FXA_PROJ_W_E4M3 && i < n_out; i++)
         if (!isfinite(a->w_scales[i]) || a->w_scales[i] < 0.0f)
             st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "w_scales[%lld] is %g", (long long)i,
                               (double)a->w_scales[i]);
     epi_job job = {d, a, y, xs, sums, 0.0, 0.0, 16, bad};
-    if (st == FXA_OK) {
+    if (st == FXA_OK && bf16_path) {
+        char why[160];
+        if (fxa_gemm_bf16(xg, wg, d->tokens, n_out, d->in_features, y, why, sizeof why) != FXA_OK)
+            st = fxa_ctx_fail(ctx, FXA_ERR_INTERNAL, "%s", why);
+    } else if (st == FXA_OK) {
         openblas_set_num_threads(ctx->pool.n_threads);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->tokens, (int)n_out,
                     (int)d->in_features, 1.0f, xg, (int)d->in_features, wg,
                     (int)d->in_features, 0.0f, y, (int)n_out);
+    }
+    if (st == FXA_OK) {
         job.n_q = (double)(tp ? tp->norm_features_q : d->heads_q * d->head_dim);
         job.n_k = (double)(tp ? tp->norm_features_k : d->heads_kv * d->head_dim);
     }
@@ -461,8 +495,10 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
         }
     }
     fxa_free_aligned(x32);
+    fxa_free_aligned(x16);
     fxa_free_aligned(xs);
     fxa_free_aligned(w32);
+    fxa_free_aligned(w16);
     fxa_free_aligned(y);
     fxa_free_aligned(sums);
     fxa_free_aligned(bad);

@@ -279,9 +279,18 @@ static void test_formats(void)
         p.w[i] = fxa_bf16_to_f32(w16[i]);
     }
     p.d.x_format = FXA_PROJ_X_BF16;
-    p.d.w_format = FXA_PROJ_W_BF16;
+    p.d.w_format = FXA_PROJ_W_F32; /* mixed: the fp32 path */
+    CHECK(run(&p, x16, p.w, &o) == FXA_OK, "bf16/f32 run: %s", fxa_ctx_last_error(g_ctx));
+    compare(&p, o.q, o.k, o.v, "bf16 x, f32 w (fp32 GEMM)");
+    p.d.w_format = FXA_PROJ_W_BF16; /* both 16-bit: the bf16 GEMM */
     CHECK(run(&p, x16, w16, &o) == FXA_OK, "bf16 run: %s", fxa_ctx_last_error(g_ctx));
-    compare(&p, o.q, o.k, o.v, "bf16 x, bf16 w, norm, rope");
+    compare(&p, o.q, o.k, o.v, "bf16 x, bf16 w (bf16 GEMM), norm, rope");
+    x16[3 * p.d.in_features + 5] = 0x7fc0; /* NaN, read in place by the bf16 GEMM */
+    CHECK(run(&p, x16, w16, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "x has a non-finite value at token 3, feature 5"),
+          "bf16 NaN: %s", fxa_ctx_last_error(g_ctx));
+    x16[3 * p.d.in_features + 5] = 0;
+    p.x[3 * p.d.in_features + 5] = 0.0f;
     /* FP8 rows and FP8 weights. */
     const int64_t hin = p.d.in_features;
     uint8_t *x8 = malloc((size_t)(p.d.tokens * (hin + 4)));
@@ -298,7 +307,11 @@ static void test_formats(void)
     p.d.x_format = FXA_PROJ_X_E4M3_ROWS;
     p.d.w_format = FXA_PROJ_W_E4M3;
     CHECK(run(&p, x8, w8, &o) == FXA_OK, "fp8 run: %s", fxa_ctx_last_error(g_ctx));
-    compare(&p, o.q, o.k, o.v, "FP8 rows x, FP8 w (per-channel scales)");
+    compare(&p, o.q, o.k, o.v, "FP8 rows x, FP8 w (bf16 GEMM, per-channel scales)");
+    w8[2 * hin + 7] = 0x7f; /* a NaN code */
+    CHECK(run(&p, x8, w8, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "w has a non-finite value at output 2, input 7"),
+          "FP8 NaN code: %s", fxa_ctx_last_error(g_ctx));
     free(x16);
     free(w16);
     free(x8);
