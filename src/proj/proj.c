@@ -129,11 +129,25 @@ static void stage_item(void *arg, int64_t item, int thread_id)
         } else {
             const int64_t stride = job->kind == SRC_E4M3_ROWS ? n + 4 : n;
             const uint8_t *src = (const uint8_t *)job->src + r * stride;
-            for (int64_t i = 0; i < n; i++)
-                dst[i] = job->lut[src[i]];
-            if (job->dst16)
-                for (int64_t i = 0; i < n; i++)
+            if (job->dst16) {
+                /* bf16 copy; the only non-finite codes are the NaNs S.1111.111. */
+                unsigned nan = 0;
+                for (int64_t i = 0; i < n; i++) {
                     job->dst16[r * n + i] = job->lut16[src[i]];
+                    nan |= (src[i] & 0x7fu) == 0x7fu;
+                }
+                if (nan) {
+                    int64_t i = 0;
+                    while ((src[i] & 0x7fu) != 0x7fu)
+                        i++;
+                    bad[0] = r;
+                    bad[1] = i;
+                    return;
+                }
+            } else {
+                for (int64_t i = 0; i < n; i++)
+                    dst[i] = job->lut[src[i]];
+            }
             if (job->kind == SRC_E4M3_ROWS) {
                 memcpy(&job->scales[r], src + n, sizeof(float));
                 if (!isfinite(job->scales[r]) || job->scales[r] < 0.0f) {
@@ -142,6 +156,8 @@ static void stage_item(void *arg, int64_t item, int thread_id)
                     return;
                 }
             }
+            if (job->dst16)
+                continue; /* codes checked above */
             row = dst;
         }
         uint32_t any = 0;
