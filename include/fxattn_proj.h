@@ -146,8 +146,13 @@ typedef enum fxa_proj_layout {
  *     token's tables c = rope_cos[token], s = rope_sin[token] ([tokens][d];
  *     fxa_wan_rope_tables makes Wan's); without norm, r = gamma = 1.
  * V is never normalised or rotated.
- * The GEMM is OpenBLAS sgemm on fp32 copies of the operands (bf16 and FP8
- * codes are decoded exactly, so only the fp32 accumulation rounds).
+ * The GEMM goes to OpenBLAS sgemm (fp32 or mixed operands, read in place)
+ * or to oneDNN's bf16 matmul (bf16 and FP8 operands; FP8 codes decode
+ * exactly to bf16), so only the fp32 accumulation rounds. Its summation
+ * order is the library's: a token's row can differ in the last bit between
+ * calls with different token counts (OpenBLAS picks other kernels for small
+ * GEMMs), and between the two GEMM paths; within one call and shape,
+ * results are deterministic.
  */
 typedef struct fxa_proj_desc {
     size_t struct_size; /* sizeof(fxa_proj_desc) */

@@ -15,7 +15,7 @@
  *  - each value parser returns 0 with the enum the spelling names, or FXT_EXIT_BAD_INPUT
  *    with its output untouched.
  * The defaults and option tables are the commands' own (tools/fxattn/cmd_opts.c, which
- * tools/fxattn/cmd_{attn,check,bench,demo,info}.c parse with), so they cannot drift.
+ * tools/fxattn/cmd_{attn,check,bench,demo,layer,info}.c parse with), so they cannot drift.
  * fxt_fail writes to stderr: the stderr stream is pointed at /dev/null once at start
  * (libFuzzer and the sanitizers keep writing to file descriptor 2).
  * Nothing here writes a file.
@@ -55,11 +55,13 @@ typedef struct all_opts {
     check_opts check;
     bench_args bench;
     demo_opts demo;
+    layer_opts layer;
     info_opts info;
 } all_opts;
 
-enum { CMD_ATTN, CMD_CHECK, CMD_BENCH, CMD_DEMO, CMD_INFO, CMD_COUNT };
-static const char *const g_cmd_names[CMD_COUNT] = {"attn", "check", "bench", "demo", "info"};
+enum { CMD_ATTN, CMD_CHECK, CMD_BENCH, CMD_DEMO, CMD_LAYER, CMD_INFO, CMD_COUNT };
+static const char *const g_cmd_names[CMD_COUNT] = {"attn", "check", "bench", "demo", "layer",
+                                                   "info"};
 
 /* The defaults of cmd and its table (zero-terminated, at most FXT_MAX_OPTS entries) over a,
  * as the command sets them up before parsing. */
@@ -82,6 +84,10 @@ static void make_table(int cmd, all_opts *a, fxt_opt opts[FXT_MAX_OPTS])
     case CMD_DEMO:
         fxt_demo_opts_defaults(&a->demo);
         fxt_demo_opts_table(&a->demo, opts);
+        break;
+    case CMD_LAYER:
+        fxt_layer_opts_defaults(&a->layer);
+        fxt_layer_opts_table(&a->layer, opts);
         break;
     default:
         fxt_info_opts_defaults(&a->info);

@@ -409,6 +409,12 @@ static void make_args(void)
          "40", "--dim", "128", "--seed", "9223372036854775807", "--threads", "1", "--json",
          "--save-inputs", "dir");
     ARGS("demo_overflow", "demo", "--seed", "9223372036854775808", "--dim", " 64");
+    ARGS("layer_all", "layer", "--weights", "w.safetensors", "--block", "39", "-x", "x.npy",
+         "--grid", "4,32,32", "-o", "y.npy", "--heads", "40", "--dim", "128", "--rope-layout",
+         "half", "--fp8", "--seed", "7", "--threads", "2", "--stats", "--verify");
+    ARGS("layer_parallel", "layer", "--x", "x.npy", "--out", "y.npy", "--grid", "1,2,3", "--tp",
+         "2", "--ulysses", "2", "--ring", "1", "--rope-layout", "interleaved");
+    ARGS("layer_bad", "layer", "--block", "-1", "--heads", "0", "--dim", "5", "--tp", "x");
     ARGS("info_threads", "info", "--threads", "8");
     ARGS("no_command", "--threads", "+12", "--layout", "bhsd");
 }

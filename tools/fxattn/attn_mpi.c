@@ -13,55 +13,11 @@
 #include "attn_opts.h"
 #include "cli.h"
 #include "fxattn_mpi.h"
-#include "mpi_threads.h"
-
-typedef struct world {
-    int rank;
-    int size;
-    char msg[600]; /* this rank's captured error */
-} world;
-
-/* Agree on an exit code across MPI_COMM_WORLD: the lowest failing rank's
- * code and message win; rank 0 prints it. Returns the agreed code. */
-static int agree(world *w, int code)
-{
-    int in[2] = {code != 0, w->rank};
-    int out[2];
-    MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
-    if (!out[0])
-        return 0;
-    const int root = out[1];
-    struct {
-        int code;
-        char msg[600];
-    } e = {code, ""};
-    snprintf(e.msg, sizeof e.msg, "%s", w->msg);
-    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, root, MPI_COMM_WORLD);
-    e.msg[sizeof e.msg - 1] = '\0';
-    fxt_fail_capture(NULL, 0);
-    if (w->rank == 0)
-        fxt_fail(e.code, "rank %d: %s", root, e.msg);
-    fxt_fail_capture(w->msg, sizeof w->msg);
-    return e.code ? e.code : FXT_EXIT_FAILURE;
-}
-
-/* Agree on a library status from a collective call (already the same on
- * every rank, with the same message). */
-static int lib_fail(world *w, fxa_status st, const char *msg)
-{
-    if (st == FXA_OK)
-        return 0;
-    if (w->rank == 0) {
-        fxt_fail_capture(NULL, 0);
-        fxt_fail(fxt_exit_code(st), "%s", msg);
-        fxt_fail_capture(w->msg, sizeof w->msg);
-    }
-    return fxt_exit_code(st);
-}
+#include "mpi_cli.h"
 
 /* Rank 0 receives every rank's output shard (rows of D floats, the
  * layout's order) and places it into the global output. */
-static int gather_rows(world *w, const fxa_attn_desc *d, const float *mine, int64_t rows_per_token,
+static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine, int64_t rows_per_token,
                        float *full, int64_t row_len, int lse)
 {
     const int64_t seq = d->seq_q;
@@ -89,7 +45,7 @@ static int gather_rows(world *w, const fxa_attn_desc *d, const float *mine, int6
     int code = w->rank == 0 && (!counts || !displs || !stage) ? FXT_EXIT_FAILURE : 0;
     if (code)
         snprintf(w->msg, sizeof w->msg, "out of memory gathering the output");
-    code = agree(w, code);
+    code = fxt_world_agree(w, code);
     if (!code)
         MPI_Gatherv(mine, my_rows, row, stage, counts, displs, row, 0, MPI_COMM_WORLD);
     if (!code && w->rank == 0) {
@@ -117,7 +73,7 @@ static int gather_rows(world *w, const fxa_attn_desc *d, const float *mine, int6
     return code;
 }
 
-static int run(world *w, const attn_opts *o)
+static int run(fxt_world *w, const attn_opts *o)
 {
     fxa_ctx *ctx = NULL;
     fxa_mpi *m = NULL;
@@ -135,7 +91,7 @@ static int run(world *w, const attn_opts *o)
     cp.n_threads = fxt_mpi_threads_per_rank(o->threads);
     if (!code && fxa_ctx_create(&cp, &ctx) != FXA_OK)
         code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
-    if ((code = agree(w, code)))
+    if ((code = fxt_world_agree(w, code)))
         goto done;
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
@@ -143,22 +99,22 @@ static int run(world *w, const attn_opts *o)
     mp.ring = o->ring > 0 ? (int)o->ring : 0;
     mp.prefetch = (int)o->prefetch;
     fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
-    if ((code = lib_fail(w, st, fxa_mpi_create_error())))
+    if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
         goto done;
     code = fxt_inputs_load_shard(o->q, o->k, o->v, layout, o->dtype, w->size, w->rank, &in);
     if (!code)
         code = fxt_attn_apply_options(o, &in.d);
-    if ((code = agree(w, code)))
+    if ((code = fxt_world_agree(w, code)))
         goto done;
     st = fxa_mpi_attn_plan_create(m, &in.d, &plan);
-    if ((code = lib_fail(w, st, fxa_mpi_last_error(m))))
+    if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(m))))
         goto done;
     const size_t rows = (size_t)(in.d.batch * in.d.heads_q * in.q_len);
     out = malloc((size_t)in.nq * sizeof(float) + 1);
     lse = malloc(rows * sizeof(float) + 1);
     if (!out || !lse)
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the output");
-    if ((code = agree(w, code)))
+    if ((code = fxt_world_agree(w, code)))
         goto done;
     const fxa_attn_args a = {.struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v,
                              .out = out, .lse = lse};
@@ -168,7 +124,7 @@ static int run(world *w, const attn_opts *o)
         /* With repeats, the first run warms up and the others are timed. */
         MPI_Barrier(MPI_COMM_WORLD);
         st = fxa_mpi_attn_run(plan, &a, &ms);
-        if ((code = lib_fail(w, st, fxa_mpi_last_error(m))))
+        if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(m))))
             goto done;
         double slowest = ms.seconds;
         MPI_Allreduce(&ms.seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -191,7 +147,7 @@ static int run(world *w, const attn_opts *o)
         if (!full_out || !full_lse)
             code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the whole output");
     }
-    if ((code = agree(w, code)))
+    if ((code = fxt_world_agree(w, code)))
         goto done;
     if ((code = gather_rows(w, &in.d, out, in.d.batch * in.d.heads_q, full_out, in.d.head_dim, 0)) ||
         (code = gather_rows(w, &in.d, lse, in.d.batch * in.d.heads_q, full_lse, 1, 1)))
@@ -210,7 +166,7 @@ static int run(world *w, const attn_opts *o)
         if (!code)
             code = fxt_attn_write_outputs(o, &in, full_out, o->lse ? full_lse : NULL);
     }
-    if ((code = agree(w, code)))
+    if ((code = fxt_world_agree(w, code)))
         goto done;
     if (w->rank == 0 && o->stats) {
         const double flops = fxa_attn_flops(&in.d);
@@ -246,16 +202,11 @@ done:
 
 int fxt_attn_mpi(const attn_opts *o)
 {
-    int provided = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return fxt_fail(FXT_EXIT_FAILURE, "MPI_Init_thread failed");
-    world w = {0, 1, ""};
-    MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &w.size);
-    fxt_fail_capture(w.msg, sizeof w.msg);
-    const int code = run(&w, o);
-    fxt_fail_capture(NULL, 0);
-    fflush(stdout);
-    MPI_Finalize();
+    fxt_world w;
+    int code = fxt_world_init(&w);
+    if (code)
+        return code;
+    code = run(&w, o);
+    fxt_world_finalize(&w);
     return code;
 }

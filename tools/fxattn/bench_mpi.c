@@ -19,7 +19,7 @@
 #include "bench_opts.h"
 #include "cli.h"
 #include "fxattn_mpi.h"
-#include "mpi_threads.h"
+#include "mpi_cli.h"
 #include "runner.h"
 #include "workload.h"
 

@@ -31,11 +31,13 @@ int fxt_fail(int code, const char *fmt, ...)
         }
         return code;
     }
-    fputs("fxattn: error: ", stderr);
+    /* One write per message, so lines from several ranks do not interleave. */
+    char line[1024];
+    int len = snprintf(line, sizeof line, "fxattn: error: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line + len, sizeof line - (size_t)len, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "%s\n", line);
     return code;
 }
 

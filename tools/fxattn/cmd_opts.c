@@ -119,6 +119,35 @@ void fxt_demo_opts_table(demo_opts *o, fxt_opt t[FXT_MAX_OPTS])
     FILL(t, src);
 }
 
+void fxt_layer_opts_defaults(layer_opts *o)
+{
+    *o = (layer_opts){.rope_layout = "interleaved", .heads = 40, .seed = 1};
+}
+
+void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS])
+{
+    const fxt_opt src[] = {
+        {"-x", "--x", FXT_OPT_STRING, &o->x, 0, 0},
+        {"-o", "--out", FXT_OPT_STRING, &o->out, 0, 0},
+        {"--weights", NULL, FXT_OPT_STRING, &o->weights, 0, 0},
+        {"--block", NULL, FXT_OPT_INT, &o->block, 0, 1 << 20},
+        {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
+        {"--rope-layout", NULL, FXT_OPT_STRING, &o->rope_layout, 0, 0},
+        {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
+        {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
+        {"--seed", NULL, FXT_OPT_INT, &o->seed, 0, INT64_MAX},
+        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        {"--fp8", NULL, FXT_OPT_FLAG, &o->fp8, 0, 0},
+        {"--stats", NULL, FXT_OPT_FLAG, &o->stats, 0, 0},
+        {"--verify", NULL, FXT_OPT_FLAG, &o->verify, 0, 0},
+        {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
+        {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
+        {"--tp", NULL, FXT_OPT_INT, &o->tp, 1, 1 << 20},
+        {0},
+    };
+    FILL(t, src);
+}
+
 void fxt_info_opts_defaults(info_opts *o)
 {
     *o = (info_opts){.threads = 0};

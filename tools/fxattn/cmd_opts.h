@@ -86,6 +86,26 @@ typedef struct demo_opts {
     const char *save_dir;
 } demo_opts;
 
+/* `fxattn layer` (also read by layer_mpi.c through layer.h). */
+typedef struct layer_opts {
+    const char *x;           /* -x X.npy; NULL: synthetic from --seed */
+    const char *out;         /* -o Y.npy; NULL: nothing written */
+    const char *weights;     /* --weights FILE.safetensors; NULL: synthetic */
+    const char *grid;        /* --grid F,H,W; NULL: 4,32,32 (synthetic x only) */
+    const char *rope_layout; /* "interleaved" (Wan checkpoints) or "half" */
+    int64_t block;
+    int64_t heads;
+    int64_t dim; /* 0: not given (hidden / heads, or 128 without files) */
+    int64_t seed;
+    int64_t threads;
+    int fp8;
+    int stats;
+    int verify;
+    int64_t ulysses; /* 0: not given */
+    int64_t ring;
+    int64_t tp;
+} layer_opts;
+
 /* `fxattn info`. */
 typedef struct info_opts {
     int64_t threads;
@@ -99,6 +119,8 @@ void fxt_bench_args_defaults(bench_args *o);
 void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS]);
 void fxt_demo_opts_defaults(demo_opts *o);
 void fxt_demo_opts_table(demo_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+void fxt_layer_opts_defaults(layer_opts *o);
+void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS]);
 void fxt_info_opts_defaults(info_opts *o);
 void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS]);
 

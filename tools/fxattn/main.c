@@ -20,6 +20,11 @@ static const char g_usage[] =
     "         fixed-max vs online vs fp64 (DIR gets q.npy, k.npy, v.npy)\n"
     "  bench  [--seq S] [--heads H] [--dim D] [--dtype ...] [--threads N] [--repeats R]\n"
     "         [--json]   GFLOP/s, share of measured peak, fixed-max vs online\n"
+    "  layer  [--weights FILE.safetensors --block N] [-x X.npy --grid F,H,W] [-o Y.npy]\n"
+    "         [--heads N] [--dim D] [--rope-layout interleaved|half] [--fp8] [--seed S]\n"
+    "         [--threads N] [--stats] [--verify] [--ulysses U --ring R | --tp T]\n"
+    "         Wan2.2 self-attention layer: QKV projection, RMSNorm, RoPE, attention,\n"
+    "         output projection (synthetic weights and x without files)\n"
     "  info   [--threads N]   the kernels this CPU runs (FXA_ISA=ref|avx2|avx512 forces a set)\n"
     "  help   this text\n"
     "\n"
@@ -40,6 +45,8 @@ int main(int argc, char **argv)
         return fxt_cmd_demo(argc, argv);
     if (strcmp(cmd, "bench") == 0)
         return fxt_cmd_bench(argc, argv);
+    if (strcmp(cmd, "layer") == 0)
+        return fxt_cmd_layer(argc, argv);
     if (strcmp(cmd, "info") == 0)
         return fxt_cmd_info(argc, argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 fxattn layer` against the single process on the same layer
+# (grid 2x3x6 = 36 tokens, 8 heads x 32 = hidden 256, synthetic weights; x
+# synthetic or from a file, which context-parallel ranks read in shards):
+#  - pure Ulysses (--ulysses 2 --ring 1) writes the same bytes: every rank
+#    projects its own tokens with all heads (the projection is per token),
+#    and Ulysses attention is bit-identical to one process. OpenBLAS's
+#    small-matrix sgemm kernels (M N K below about 1e6 on AVX-512 builds)
+#    round differently for different token counts, so this size keeps every
+#    GEMM of an 18-token shard above them.
+#  - the ring (--ulysses 1 --ring 2) and tensor parallelism (--tp 2) sum in
+#    other orders (the ring adds per-block partial sums; --tp joins the
+#    RMSNorm sums of squares over the ranks and sums the output projection's
+#    per-rank partial products), so they are not byte-identical: y must be
+#    within 1e-5 max|y| of the single process (ten times the plain-fp32
+#    error --verify measures at this size, ~1e-6; a shard in the wrong place
+#    or a bias added twice is off by more than 1e-2), and --verify (fp64
+#    reference, plain-fp32 envelope) must pass.
+#  - 5 heads over 2 ranks (uneven splits) for --tp and Ulysses, and --fp8
+#    under --tp.
+#  - errors are agreed on: exit 2 on every rank, one message, no output
+#    (usage errors found before MPI starts are reported by every rank).
+# Usage: layer_mpi.sh MPIRUN FXATTN NPY_CLOSE
+set -u
+mpirun=$1
+fxattn=$2
+npy_close=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+run() { timeout 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2 "$@"; }
+bad() { echo "FAIL: $*"; fail=1; }
+tol=1e-5
+
+# x [36, 256] as a .npy file ('<f4', values from a fixed LCG), stdlib only.
+python3 - "$dir/x.npy" <<'EOF' || { echo "FAIL: cannot write x.npy"; exit 1; }
+import struct, sys
+s, h = 36, 256
+hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (s, h)
+hdr += " " * (64 - (10 + len(hdr) + 1) % 64) + "\n"
+state, vals = 12345, []
+for _ in range(s * h):
+    state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+    vals.append(((state >> 40) / 2**24 - 0.5) * 3.0)
+with open(sys.argv[1], "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+    f.write(struct.pack("<%df" % len(vals), *vals))
+EOF
+
+# name, options (besides the grid and -o), expected: same | close
+check() {
+    local name=$1 opts=$2 how=$3 ref=$4
+    out=$(run "$fxattn" layer $opts -o "$dir/mpi.npy" --verify) || { bad "$name: exit $?"; return; }
+    echo "$name: $out"
+    if [ "$how" = same ]; then
+        cmp -s "$ref" "$dir/mpi.npy" || bad "$name: y differs from the single process"
+    else
+        "$npy_close" "$ref" "$dir/mpi.npy" "$tol" || bad "$name: y not within $tol of one process"
+    fi
+    rm -f "$dir/mpi.npy"
+}
+
+g="--grid 2,3,6 --heads 8 --dim 32 --seed 3"
+"$fxattn" layer $g -o "$dir/ref.npy" --threads 1 || { echo "FAIL: single process"; exit 1; }
+"$fxattn" layer $g -x "$dir/x.npy" -o "$dir/ref_x.npy" --threads 1 ||
+    { echo "FAIL: single process with -x"; exit 1; }
+check "Ulysses 2" "$g --ulysses 2 --ring 1" same "$dir/ref.npy"
+check "Ulysses 2, -x" "$g -x $dir/x.npy --ulysses 2 --ring 1" same "$dir/ref_x.npy"
+check "ring 2" "$g --ulysses 1 --ring 2" close "$dir/ref.npy"
+check "ring 2, -x" "$g -x $dir/x.npy --ring 2" close "$dir/ref_x.npy"
+check "tp 2" "$g --tp 2" close "$dir/ref.npy"
+check "tp 2, -x" "$g -x $dir/x.npy --tp 2" close "$dir/ref_x.npy"
+
+g5="--grid 2,3,6 --heads 5 --dim 32 --seed 4"
+"$fxattn" layer $g5 -o "$dir/ref5.npy" --threads 1 ||
+    { echo "FAIL: single process, 5 heads"; exit 1; }
+"$fxattn" layer $g5 --fp8 -o "$dir/ref5_fp8.npy" --threads 1 ||
+    { echo "FAIL: single process, --fp8"; exit 1; }
+check "tp 2, 5 heads" "$g5 --tp 2" close "$dir/ref5.npy"
+check "Ulysses 2, 5 heads" "$g5 --ulysses 2 --ring 1" close "$dir/ref5.npy"
+check "tp 2, 5 heads, --fp8" "$g5 --fp8 --tp 2" close "$dir/ref5_fp8.npy"
+
+# Errors: exit 2 on every rank, one message from rank 0, no output.
+expect_error() {
+    local name=$1 word=$2
+    shift 2
+    err=$(run "$fxattn" layer "$@" -o "$dir/bad.npy" 2>&1 >/dev/null)
+    rc=$?
+    echo "$name: $err"
+    [ "$rc" -eq 2 ] || bad "$name: exit $rc, expected 2"
+    [ "$(echo "$err" | grep -c "fxattn: error: ")" -eq 1 ] || bad "$name: not one error line"
+    echo "$err" | grep -q -- "$word" || bad "$name: the message does not mention '$word'"
+    [ ! -e "$dir/bad.npy" ] || bad "$name: an output was written"
+}
+expect_error "S != F*H*W under --tp" "36 tokens" -x "$dir/x.npy" --grid 2,3,5 --heads 8 --tp 2
+expect_error "--tp 3 on 2 ranks" "needs 3 ranks" --grid 1,2,3 --heads 4 --dim 8 --tp 3
+expect_error "more ranks than heads" "cannot be split" --grid 1,2,3 --heads 1 --dim 8 --tp 2
+expect_error "a 2 x 2 grid on 2 ranks" "rank" --grid 1,2,3 --heads 4 --dim 8 --ulysses 2 --ring 2
+# A usage error is found before MPI starts, so every rank reports it.
+err=$(run "$fxattn" layer --grid 1,2,3 --heads 4 --dim 8 --tp 2 --ring 2 -o "$dir/bad.npy" 2>&1)
+rc=$?
+echo "--tp with --ring: $err"
+[ "$rc" -eq 2 ] && echo "$err" | grep -q -- "--tp cannot be combined" ||
+    bad "--tp with --ring: exit $rc"
+[ ! -e "$dir/bad.npy" ] || bad "--tp with --ring: an output was written"
+exit $fail

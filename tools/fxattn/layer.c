@@ -1,0 +1,311 @@
+/* The pieces of `fxattn layer` shared by one process and MPI (layer.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "layer.h"
+#include "npy.h"
+
+#define MAX_GRID_SIDE (1 << 20)
+#define MAX_TOKENS (1 << 24)
+
+/* "F,H,W" into g[3]; each side 1..MAX_GRID_SIDE, the product at most
+ * MAX_TOKENS. */
+static int parse_grid(const char *s, int64_t g[3])
+{
+    const char *p = s;
+    for (int i = 0; i < 3; i++) {
+        char *end = NULL;
+        errno = 0;
+        const long long v = strtoll(p, &end, 10);
+        if (errno || end == p || v < 1 || v > MAX_GRID_SIDE || *end != (i < 2 ? ',' : '\0'))
+            return fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "--grid must be F,H,W (three positive integers), not '%s'", s);
+        g[i] = v;
+        p = end + 1;
+    }
+    if (g[0] * g[1] > MAX_TOKENS || g[0] * g[1] * g[2] > MAX_TOKENS)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--grid %s has more than %d tokens", s, MAX_TOKENS);
+    return 0;
+}
+
+int fxt_layer_check_opts(const layer_opts *o)
+{
+    int64_t g[3];
+    if (strcmp(o->rope_layout, "interleaved") != 0 && strcmp(o->rope_layout, "half") != 0)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--rope-layout must be interleaved or half, not '%s'",
+                        o->rope_layout);
+    if (o->grid && parse_grid(o->grid, g))
+        return FXT_EXIT_BAD_INPUT;
+    if (o->tp > 0 && (o->ulysses > 0 || o->ring > 0))
+        return fxt_fail(FXT_EXIT_BAD_INPUT,
+                        "--tp cannot be combined with --ulysses or --ring (tensor and context "
+                        "parallelism together are not supported)");
+    return 0;
+}
+
+/* Shape of -x from its header: tokens, hidden and the token axis. */
+static int probe_x(const char *path, int64_t *tokens, int64_t *hidden, int *axis)
+{
+    char err[600];
+    fxt_npy a;
+    const fxa_status st = fxt_npy_read_slice(path, 0, 0, 0, &a, err, sizeof err);
+    if (st != FXA_OK)
+        return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "x: %s",
+                        err);
+    const int ok = a.ndim == 2 || (a.ndim == 3 && a.shape[0] == 1);
+    if (ok) {
+        *axis = a.ndim - 2;
+        *tokens = a.shape[a.ndim - 2];
+        *hidden = a.shape[a.ndim - 1];
+    }
+    fxt_npy_free(&a);
+    if (!ok)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "x: %s must have shape [S, hidden] or [1, S, hidden]",
+                        path);
+    return 0;
+}
+
+int fxt_layer_setup(const layer_opts *o, fxt_layer_cfg *cfg)
+{
+    int64_t g[3] = {4, 32, 32};
+    int64_t hidden = 0;
+    int64_t x_tokens = 0;
+    memset(cfg, 0, sizeof *cfg);
+    int code = fxt_layer_check_opts(o);
+    if (!code && o->grid)
+        code = parse_grid(o->grid, g);
+    if (!code && o->x && !o->grid)
+        code = fxt_fail(FXT_EXIT_BAD_INPUT,
+                        "-x needs --grid F,H,W (the latent grid of its tokens)");
+    if (!code && o->weights)
+        code = fxt_layer_weights_hidden(o->weights, o->block, &hidden);
+    if (!code && o->x) {
+        int64_t x_hidden = 0;
+        code = probe_x(o->x, &x_tokens, &x_hidden, &cfg->x_axis);
+        if (!code && hidden && x_hidden != hidden)
+            code = fxt_fail(FXT_EXIT_BAD_INPUT, "x has hidden size %lld but the weights have %lld",
+                            (long long)x_hidden, (long long)hidden);
+        hidden = x_hidden;
+    }
+    if (!code && (o->x || o->weights) && hidden < 1)
+        code = fxt_fail(FXT_EXIT_BAD_INPUT, "the hidden size of %s is 0",
+                        o->weights ? o->weights : o->x);
+    if (code)
+        return code;
+    if (!hidden)
+        hidden = o->heads * (o->dim ? o->dim : 128);
+    cfg->frames = g[0];
+    cfg->height = g[1];
+    cfg->width = g[2];
+    cfg->tokens = g[0] * g[1] * g[2];
+    cfg->hidden = hidden;
+    cfg->heads = o->heads;
+    cfg->head_dim = hidden / o->heads;
+    cfg->interleaved = strcmp(o->rope_layout, "interleaved") == 0;
+    if (o->x && x_tokens != cfg->tokens)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "x has %lld tokens but --grid %s has %lld",
+                        (long long)x_tokens, o->grid, (long long)cfg->tokens);
+    if (hidden % o->heads)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--heads %lld does not divide the hidden size %lld",
+                        (long long)o->heads, (long long)hidden);
+    if (o->dim && o->dim != cfg->head_dim)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim %lld does not match hidden %lld / %lld heads",
+                        (long long)o->dim, (long long)hidden, (long long)o->heads);
+    if (cfg->head_dim % 2 || cfg->head_dim < 6 || cfg->head_dim > FXA_MAX_HEAD_DIM)
+        return fxt_fail(FXT_EXIT_BAD_INPUT,
+                        "head_dim %lld (hidden / heads) must be even and in 6..%d for Wan's RoPE",
+                        (long long)cfg->head_dim, FXA_MAX_HEAD_DIM);
+    return 0;
+}
+
+/* x rows from -x (f32 or f16 on disk) into f [len][hidden]. */
+static int read_x(const char *path, const fxt_layer_cfg *cfg, int64_t start, int64_t len, float *f)
+{
+    char err[600];
+    fxt_npy a;
+    const fxa_status st = fxt_npy_read_slice(path, cfg->x_axis, start, len, &a, err, sizeof err);
+    if (st != FXA_OK)
+        return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "x: %s",
+                        err);
+    for (int64_t i = 0; i < a.count; i++)
+        f[i] = a.dtype == FXA_F16 ? fxa_f16_to_f32(((const uint16_t *)a.data)[i])
+                                  : ((const float *)a.data)[i];
+    fxt_npy_free(&a);
+    return 0;
+}
+
+int fxt_layer_load_x(const layer_opts *o, const fxt_layer_cfg *cfg, int64_t start, int64_t len,
+                     fxt_layer_x *x)
+{
+    const int64_t h = cfg->hidden;
+    *x = (fxt_layer_x){.format = FXA_PROJ_X_F32, .start = start, .len = len};
+    float *f = malloc((size_t)(len * h) * sizeof(float) + 1);
+    if (!f)
+        return fxt_fail(FXT_EXIT_FAILURE, "out of memory for x");
+    int code = 0;
+    if (o->x)
+        code = read_x(o->x, cfg, start, len, f);
+    else
+        for (int64_t i = 0; i < len * h; i++)
+            f[i] = fxt_layer_synth((uint64_t)o->seed, FXT_LAYER_STREAM_X,
+                                   (uint64_t)(start * h + i));
+    for (int64_t i = 0; !code && i < len * h; i++)
+        if (!isfinite(f[i]))
+            code = fxt_fail(FXT_EXIT_BAD_INPUT, "x has a non-finite value (%g) at token %lld, "
+                            "channel %lld", (double)f[i], (long long)(start + i / h),
+                            (long long)(i % h));
+    if (!code && o->fp8) {
+        uint8_t *packed = malloc((size_t)(len * (h + 4)) + 1);
+        if (!packed)
+            code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the FP8 x");
+        else if (fxa_e4m3_quantize_rows(f, len, h, packed) != FXA_OK)
+            code = fxt_fail(FXT_EXIT_FAILURE, "internal: cannot quantise x");
+        free(f);
+        f = NULL;
+        x->data = packed;
+        x->format = FXA_PROJ_X_E4M3_ROWS;
+    } else {
+        x->data = f;
+    }
+    if (code)
+        fxt_layer_x_free(x);
+    return code;
+}
+
+void fxt_layer_x_free(fxt_layer_x *x)
+{
+    free(x->data);
+    x->data = NULL;
+}
+
+int fxt_layer_rope(const fxt_layer_cfg *cfg, float **cos_out, float **sin_out)
+{
+    const size_t n = (size_t)(cfg->tokens * cfg->head_dim);
+    *cos_out = malloc(n * sizeof(float));
+    *sin_out = malloc(n * sizeof(float));
+    if (!*cos_out || !*sin_out)
+        return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the RoPE tables");
+    if (fxa_wan_rope_tables(cfg->frames, cfg->height, cfg->width, cfg->head_dim, FXT_LAYER_THETA,
+                            *cos_out, *sin_out) != FXA_OK)
+        return fxt_fail(FXT_EXIT_FAILURE, "internal: cannot build the RoPE tables");
+    return 0;
+}
+
+void fxt_layer_qkv_call(const fxt_layer_cfg *cfg, const fxt_layer_weights *w, int64_t heads,
+                        const fxt_layer_x *x, const float *cs, const float *sn, float *q,
+                        float *k, float *v, fxa_proj_desc *d, fxa_proj_args *a)
+{
+    fxa_proj_desc_init(d);
+    d->tokens = x->len;
+    d->in_features = cfg->hidden;
+    d->heads_q = d->heads_kv = heads;
+    d->head_dim = cfg->head_dim;
+    d->x_format = x->format;
+    d->w_format = w->qkv.format;
+    d->norm = 1;
+    d->eps = FXT_LAYER_EPS;
+    d->rope = 1;
+    *a = (fxa_proj_args){.struct_size = sizeof *a, .x = x->data, .w = w->qkv.w,
+                         .w_scales = w->qkv.scales, .bias = w->qkv.bias, .gamma_q = w->gamma_q,
+                         .gamma_k = w->gamma_k, .rope_cos = cs, .rope_sin = sn, .q_out = q,
+                         .k_out = k, .v_out = v};
+}
+
+fxa_status fxt_layer_out(fxa_ctx *ctx, const fxt_layer_cfg *cfg, const fxt_layer_mat *o,
+                         int64_t tokens, const float *a, float *y)
+{
+    fxa_proj_desc d;
+    fxa_proj_desc_init(&d);
+    d.tokens = tokens;
+    d.in_features = o->cols;
+    d.heads_q = cfg->heads; /* out = heads * head_dim = hidden channels */
+    d.head_dim = cfg->head_dim;
+    d.w_format = o->format;
+    const fxa_proj_args args = {.struct_size = sizeof args, .x = a, .w = o->w,
+                                .w_scales = o->scales, .bias = o->bias, .q_out = y};
+    return fxa_proj_run(ctx, &d, &args);
+}
+
+void fxt_layer_attn_desc(const fxt_layer_cfg *cfg, int64_t heads, fxa_attn_desc *d)
+{
+    fxa_attn_desc_init(d);
+    d->batch = 1;
+    d->heads_q = d->heads_kv = heads;
+    d->seq_q = d->seq_kv = cfg->tokens;
+    d->head_dim = cfg->head_dim;
+}
+
+double fxt_layer_flops(const fxt_layer_cfg *cfg)
+{
+    fxa_attn_desc d;
+    fxt_layer_attn_desc(cfg, cfg->heads, &d);
+    const double sh2 = (double)cfg->tokens * (double)cfg->hidden * (double)cfg->hidden;
+    return 8.0 * sh2 + fxa_attn_flops(&d);
+}
+
+int fxt_layer_check_result(const fxt_layer_check *c)
+{
+    if (c->max_rel_err <= c->tolerance)
+        return 0;
+    return fxt_fail(FXT_EXIT_FAILURE,
+                    "--verify: y differs from the fp64 layer by %.3g of max|y| (at token %lld, "
+                    "channel %lld), above the tolerance %.3g (twice plain fp32's %.3g, plus "
+                    "2^-22)",
+                    c->max_rel_err, (long long)c->worst_token, (long long)c->worst_channel,
+                    c->tolerance, c->fp32_rel_err);
+}
+
+int fxt_layer_write(const char *path, const fxt_layer_cfg *cfg, const float *y)
+{
+    char err[600];
+    fxt_staged st;
+    const int64_t shape[2] = {cfg->tokens, cfg->hidden};
+    if (fxt_npy_stage_f32(path, 2, shape, y, &st, err, sizeof err) != FXA_OK ||
+        fxt_staged_commit(&st, err, sizeof err) != FXA_OK)
+        return fxt_fail(FXT_EXIT_FAILURE, "%s", err);
+    return 0;
+}
+
+void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_layer_report *r)
+{
+    const fxt_layer_check *c = r->check;
+    if (!o->stats) {
+        if (c)
+            printf("verify: %lld tokens, max abs err %.3g (%.3g of max|y|; plain fp32 %.3g, "
+                   "tolerance %.3g)\n",
+                   (long long)c->tokens, c->max_abs_err, c->max_rel_err, c->fp32_rel_err,
+                   c->tolerance);
+        return;
+    }
+    const double seconds = r->qkv_seconds + r->attention_seconds + r->out_seconds;
+    printf("{\"tokens\": %lld, \"hidden\": %lld, \"heads\": %lld, \"head_dim\": %lld, "
+           "\"grid\": [%lld, %lld, %lld], \"weights\": \"%s\", \"rope_layout\": \"%s\", "
+           "\"fp8\": %s, \"mode\": \"%s\", \"ranks\": %d, \"ulysses\": %d, \"ring\": %d, "
+           "\"tp\": %d, \"threads\": %d, \"isa\": \"%s\", \"qkv_seconds\": %.6f, "
+           "\"attention_seconds\": %.6f, \"out_seconds\": %.6f, \"seconds\": %.6f, "
+           "\"rows\": %lld, \"fallback_rows\": %lld, \"gflops\": %.3f",
+           (long long)cfg->tokens, (long long)cfg->hidden, (long long)cfg->heads,
+           (long long)cfg->head_dim, (long long)cfg->frames, (long long)cfg->height,
+           (long long)cfg->width, o->weights ? "file" : "synthetic",
+           cfg->interleaved ? "interleaved" : "half", o->fp8 ? "true" : "false", r->mode,
+           r->ranks, r->ulysses, r->ring, r->tp, r->threads, r->isa, r->qkv_seconds,
+           r->attention_seconds, r->out_seconds, seconds, (long long)r->rows,
+           (long long)r->fallback_rows,
+           seconds > 0 ? fxt_layer_flops(cfg) / seconds * 1e-9 : 0.0);
+    if (c)
+        printf(", \"verify_tokens\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
+               "\"fp32_rel_err\": %.6g, \"tolerance\": %.6g",
+               (long long)c->tokens, c->max_abs_err, c->max_rel_err, c->fp32_rel_err,
+               c->tolerance);
+    printf("}\n");
+}
+
+int fxt_layer_is_distributed(const layer_opts *o)
+{
+    return o->ulysses > 0 || o->ring > 0 || o->tp > 0 || getenv("OMPI_COMM_WORLD_SIZE") ||
+           getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}

@@ -1,0 +1,38 @@
+/* Shared pieces of the distributed subcommands (attn, bench, layer under
+ * mpirun): threads per rank and errors that every rank agrees on. */
+#ifndef FXT_MPI_CLI_H
+#define FXT_MPI_CLI_H
+
+#include <stdint.h>
+
+#include "fxattn.h"
+
+/* This process in MPI_COMM_WORLD, and its captured error: while a command
+ * runs under MPI, fxt_fail stores its message in msg (fxt_fail_capture)
+ * instead of printing it. */
+typedef struct fxt_world {
+    int rank;
+    int size;
+    char msg[600];
+} fxt_world;
+
+/* Initialise MPI (MPI_THREAD_FUNNELED), fill w and start capturing errors.
+ * Returns 0 or an exit code. */
+int fxt_world_init(fxt_world *w);
+/* Stop capturing, flush stdout, MPI_Finalize. */
+void fxt_world_finalize(fxt_world *w);
+
+/* Collective: agree on an exit code across MPI_COMM_WORLD. The lowest
+ * failing rank's code and message win; rank 0 prints "fxattn: error: rank
+ * N: ..." once. Returns the agreed code (0 when every rank passed 0). */
+int fxt_world_agree(fxt_world *w, int code);
+
+/* After a collective library call whose status and message are already the
+ * same on every rank: rank 0 prints it; returns the exit code (0 if OK). */
+int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg);
+
+/* `threads` when > 0, else the cores of this node shared by its ranks
+ * (at least 1). Collective over MPI_COMM_WORLD. */
+int fxt_mpi_threads_per_rank(int64_t threads);
+
+#endif
