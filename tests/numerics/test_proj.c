@@ -453,6 +453,29 @@ static void test_single_segment(void)
     prob_free(&p);
 }
 
+/* Wan's cross-attention shape: 512 context tokens through three separate
+ * single-segment calls: Q (normalised with gamma_q), K (normalised with
+ * its own gamma, passed as the segment's gamma_q), V (no norm). */
+static void test_cross_attention(void)
+{
+    const int64_t ctx_tokens = 512, hin = 64, heads = 2, dim = 16;
+    for (int which = 0; which < 3; which++) {
+        prob p;
+        prob_init(&p, ctx_tokens, hin, heads, 0, dim, 40 + (uint64_t)which, 0.2);
+        p.d.norm = which < 2;
+        outs o;
+        outs_alloc(&o, &p);
+        CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "cross-attention call: %s",
+              fxa_ctx_last_error(g_ctx));
+        static const char *const names[3] = {"cross-attention Q (512 tokens), norm",
+                                             "cross-attention K (512 tokens), norm",
+                                             "cross-attention V (512 tokens), no norm"};
+        compare(&p, o.q, o.k, o.v, names[which]);
+        outs_free(&o);
+        prob_free(&p);
+    }
+}
+
 static void test_errors(void)
 {
     prob p;
@@ -510,6 +533,7 @@ int main(void)
     test_rmsnorm_association();
     test_interleaved_conversion();
     test_single_segment();
+    test_cross_attention();
     test_errors();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_proj");
