@@ -172,6 +172,9 @@ int main(int argc, char **argv)
           "different tokens: '%s'", fxa_mpi_last_error(m));
     /* Still usable. */
     CHECK(fxa_mpi_proj_run(m, &d, &a, f.hq, f.hkv) == FXA_OK, "a good run after misuse");
+    float *const bufs[] = {w, bias, q, k, v, f.x, f.w, f.bias, f.gq, f.gk, f.cs, f.sn, f.q, f.k, f.v};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
     fxa_mpi_destroy(m);
     fxa_ctx_destroy(ctx);
     int failures = g_failures, all = 0;
