@@ -185,7 +185,15 @@ typedef struct fxa_proj_args {
     float *q_out; /* fp32, out_layout */
     float *k_out; /* heads_kv > 0 */
     float *v_out;
+    /* Optional: at least fxa_proj_workspace_bytes(d), 64-byte aligned. Calls
+     * that reuse one workspace touch no fresh memory (the GEMM output alone
+     * is tokens x out floats); NULL: allocated and freed inside the call. */
+    void *workspace;
+    size_t workspace_bytes;
 } fxa_proj_args;
+
+/* Bytes of scratch one fxa_proj_run with d needs (0 for a bad d). */
+FXA_API size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d);
 
 /*
  * Run the projection on ctx's threads (the GEMM on as many OpenBLAS

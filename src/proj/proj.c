@@ -8,6 +8,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -416,6 +417,56 @@ static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
                         (long long)first);
 }
 
+/* Workspace layout (byte offsets; 0 = not used, except xs which is first
+ * only when nothing precedes it: offsets are checked through the flags). */
+typedef struct proj_ws {
+    int bf16_path; /* 16/8-bit operands on both sides multiply as bf16 */
+    size_t x32, x16, w32, w16, xs, y, sums, bad, total;
+} proj_ws;
+
+static size_t take(size_t *at, size_t bytes)
+{
+    const size_t here = *at;
+    *at += fxa_align_up(bytes);
+    return here;
+}
+
+/* 16- and 8-bit operands on both sides multiply as bf16 (exact: every E4M3
+ * value is a bf16 value), read in place when bf16, decoded when E4M3;
+ * otherwise the GEMM is fp32, reading fp32 in place and decoding the rest. */
+static void layout(const fxa_proj_desc *d, proj_ws *l)
+{
+    const size_t s = (size_t)d->tokens;
+    const size_t x_elems = s * (size_t)d->in_features;
+    const size_t w_elems = (size_t)out_features(d) * (size_t)d->in_features;
+    *l = (proj_ws){0};
+    l->bf16_path = d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32;
+    size_t at = FXA_ALIGN; /* offset 0 means "none" */
+    if (l->bf16_path && d->x_format == FXA_PROJ_X_E4M3_ROWS)
+        l->x16 = take(&at, x_elems * sizeof(uint16_t));
+    else if (!l->bf16_path && d->x_format != FXA_PROJ_X_F32)
+        l->x32 = take(&at, x_elems * sizeof(float));
+    if (l->bf16_path && d->w_format == FXA_PROJ_W_E4M3)
+        l->w16 = take(&at, w_elems * sizeof(uint16_t));
+    else if (!l->bf16_path && d->w_format != FXA_PROJ_W_F32)
+        l->w32 = take(&at, w_elems * sizeof(float));
+    l->xs = take(&at, s * sizeof(float));
+    l->y = take(&at, s * (size_t)out_features(d) * sizeof(float));
+    l->sums = take(&at, (2 * s + 1) * sizeof(double));
+    l->bad = take(&at, ((s + 15) / 16 + 1) * sizeof(int64_t));
+    l->total = at;
+}
+
+size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d)
+{
+    if (!d || d->struct_size < sizeof *d || d->tokens < 1 || d->in_features < 1 ||
+        d->heads_q < 1 || d->heads_kv < 0 || d->head_dim < 1)
+        return 0;
+    proj_ws l;
+    layout(d, &l);
+    return l.total;
+}
+
 /* Local work up to the reduction; then (after tp->reduce, if any) phase B. */
 static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
                       const fxa_proj_tp *tp)
@@ -426,38 +477,30 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
          tp->norm_features_k < 0))
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "tensor-parallel settings missing or bad");
     const int64_t n_out = st == FXA_OK ? out_features(d) : 0;
+    proj_ws l = {0};
+    if (st == FXA_OK)
+        layout(d, &l);
+    unsigned char *mem = NULL;
+    if (st == FXA_OK && a->workspace && a->workspace_bytes < l.total)
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes, %zu needed",
+                          a->workspace_bytes, l.total);
+    if (st == FXA_OK && a->workspace && ((uintptr_t)a->workspace % FXA_ALIGN) != 0)
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
+    if (st == FXA_OK && !a->workspace && !(mem = fxa_malloc_aligned(l.total)))
+        st = fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the projection (%zu bytes)",
+                          l.total);
+    unsigned char *ws = a->workspace ? a->workspace : mem;
+    float *x32 = l.x32 ? (float *)(ws + l.x32) : NULL;
+    uint16_t *x16 = l.x16 ? (uint16_t *)(ws + l.x16) : NULL;
+    float *w32 = l.w32 ? (float *)(ws + l.w32) : NULL;
+    uint16_t *w16 = l.w16 ? (uint16_t *)(ws + l.w16) : NULL;
+    float *xs = st == FXA_OK ? (float *)(ws + l.xs) : NULL;
+    float *y = st == FXA_OK ? (float *)(ws + l.y) : NULL;
+    double *sums = st == FXA_OK ? (double *)(ws + l.sums) : NULL;
+    int64_t *bad = st == FXA_OK ? (int64_t *)(ws + l.bad) : NULL;
     const size_t s = st == FXA_OK ? (size_t)d->tokens : 0;
-    /* 16- and 8-bit operands on both sides multiply as bf16 (exact: every
-     * E4M3 value is a bf16 value); otherwise everything goes through fp32. */
-    const int bf16_path = st == FXA_OK && d->x_format != FXA_PROJ_X_F32 &&
-                          d->w_format != FXA_PROJ_W_F32;
-    const int x_copy = st == FXA_OK && (bf16_path ? d->x_format == FXA_PROJ_X_E4M3_ROWS
-                                                  : d->x_format != FXA_PROJ_X_F32);
-    const int w_copy = st == FXA_OK && (bf16_path ? d->w_format == FXA_PROJ_W_E4M3
-                                                  : d->w_format != FXA_PROJ_W_F32);
-    const size_t x_elems = s * (size_t)(st == FXA_OK ? d->in_features : 0);
-    const size_t w_elems = (size_t)n_out * (size_t)(st == FXA_OK ? d->in_features : 0);
-    float *x32 = NULL, *xs = NULL, *w32 = NULL, *y = NULL;
-    uint16_t *x16 = NULL, *w16 = NULL;
+    const int bf16_path = l.bf16_path;
     const void *xg = NULL, *wg = NULL; /* what the GEMM reads */
-    double *sums = NULL;
-    int64_t *bad = NULL;
-    if (st == FXA_OK) {
-        if (x_copy && bf16_path)
-            x16 = fxa_malloc_aligned(x_elems * sizeof(uint16_t));
-        else if (x_copy)
-            x32 = fxa_malloc_aligned(x_elems * sizeof(float));
-        xs = fxa_malloc_aligned(s * sizeof(float));
-        if (w_copy && bf16_path)
-            w16 = fxa_malloc_aligned(w_elems * sizeof(uint16_t));
-        else if (w_copy)
-            w32 = fxa_malloc_aligned(w_elems * sizeof(float));
-        y = fxa_malloc_aligned(s * (size_t)n_out * sizeof(float));
-        sums = fxa_malloc_aligned((2 * s + 1) * sizeof(double));
-        bad = fxa_malloc_aligned(((s + 15) / 16 + 1) * sizeof(int64_t));
-        if ((x_copy && !x32 && !x16) || !xs || (w_copy && !w32 && !w16) || !y || !sums || !bad)
-            st = fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the projection");
-    }
     if (st == FXA_OK && (st = stage_x(ctx, d, a->x, x32, x16, xs, &xg, 0)) == FXA_OK)
         st = stage_w(ctx, d, a->w, w32, w16, &wg, 0);
     for (int64_t i = 0; st == FXA_OK && d->w_format == FXA_PROJ_W_E4M3 && i < n_out; i++)
@@ -510,14 +553,7 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
             fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
         }
     }
-    fxa_free_aligned(x32);
-    fxa_free_aligned(x16);
-    fxa_free_aligned(xs);
-    fxa_free_aligned(w32);
-    fxa_free_aligned(w16);
-    fxa_free_aligned(y);
-    fxa_free_aligned(sums);
-    fxa_free_aligned(bad);
+    fxa_free_aligned(mem);
     return st;
 }
 

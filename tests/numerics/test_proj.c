@@ -476,6 +476,43 @@ static void test_cross_attention(void)
     }
 }
 
+/* A caller's workspace gives the same bits as an internal one; too small
+ * or misaligned is refused. */
+static void test_workspace(void)
+{
+    prob p;
+    prob_init(&p, 21, 64, 2, 1, 16, 55, 0.1);
+    p.d.norm = 1;
+    p.d.rope = 1;
+    outs a;
+    outs b;
+    outs_alloc(&a, &p);
+    outs_alloc(&b, &p);
+    CHECK(run(&p, p.x, p.w, &a) == FXA_OK, "internal workspace");
+    const size_t bytes = fxa_proj_workspace_bytes(&p.d);
+    unsigned char *ws = aligned_alloc(64, (bytes + 64 + 63) / 64 * 64);
+    fxa_proj_args args = {.struct_size = sizeof args, .x = p.x, .w = p.w, .bias = p.bias,
+                          .gamma_q = p.gq, .gamma_k = p.gk, .rope_cos = p.cs, .rope_sin = p.sn,
+                          .q_out = b.q, .k_out = b.k, .v_out = b.v, .workspace = ws,
+                          .workspace_bytes = bytes};
+    CHECK(bytes > 0 && fxa_proj_run(g_ctx, &p.d, &args) == FXA_OK, "caller's workspace: %s",
+          fxa_ctx_last_error(g_ctx));
+    const size_t n = (size_t)(p.d.tokens * p.d.head_dim);
+    CHECK(memcmp(a.q, b.q, n * (size_t)p.d.heads_q * 4) == 0 &&
+              memcmp(a.k, b.k, n * (size_t)p.d.heads_kv * 4) == 0 &&
+              memcmp(a.v, b.v, n * (size_t)p.d.heads_kv * 4) == 0,
+          "the same bits with the caller's workspace");
+    args.workspace_bytes = bytes - 1;
+    CHECK(fxa_proj_run(g_ctx, &p.d, &args) == FXA_ERR_INVALID_ARG, "a small workspace is refused");
+    args.workspace = ws + 8;
+    args.workspace_bytes = bytes;
+    CHECK(fxa_proj_run(g_ctx, &p.d, &args) == FXA_ERR_INVALID_ARG, "a misaligned one too");
+    free(ws);
+    outs_free(&a);
+    outs_free(&b);
+    prob_free(&p);
+}
+
 static void test_errors(void)
 {
     prob p;
@@ -534,6 +571,7 @@ int main(void)
     test_interleaved_conversion();
     test_single_segment();
     test_cross_attention();
+    test_workspace();
     test_errors();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_proj");

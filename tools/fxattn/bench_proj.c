@@ -35,6 +35,8 @@ typedef struct proj_bench {
     float *x, *w, *y, *bias, *gq, *gk, *cs, *sn, *q, *k, *v, *ws;
     uint16_t *x16, *w16;
     uint8_t *x8, *w8;
+    void *work; /* the projection's workspace, reused by every run (as an engine would) */
+    size_t work_bytes;
 } proj_bench;
 
 /* The separate passes: bias, RMSNorm across the Q and K segments, RoPE. */
@@ -70,7 +72,7 @@ static void separate_passes(const proj_bench *b)
         }
 }
 
-static int run_way(fxa_ctx *ctx, const proj_bench *b, int way, int threads)
+static int run_way(fxa_ctx *ctx, proj_bench *b, int way, int threads)
 {
     if (way <= 1) {
         openblas_set_num_threads(threads);
@@ -91,8 +93,17 @@ static int run_way(fxa_ctx *ctx, const proj_bench *b, int way, int threads)
     d.rope = 1;
     d.x_format = way == 2 ? FXA_PROJ_X_F32 : way == 3 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_E4M3_ROWS;
     d.w_format = way == 2 ? FXA_PROJ_W_F32 : way == 3 ? FXA_PROJ_W_BF16 : FXA_PROJ_W_E4M3;
+    if (fxa_proj_workspace_bytes(&d) > b->work_bytes) {
+        free(b->work);
+        b->work_bytes = fxa_proj_workspace_bytes(&d);
+        b->work = aligned_alloc(64, (b->work_bytes + 63) / 64 * 64);
+        if (!b->work)
+            return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the workspace");
+    }
     const fxa_proj_args a = {
         .struct_size = sizeof a,
+        .workspace = b->work,
+        .workspace_bytes = b->work_bytes,
         .x = way == 2 ? (const void *)b->x : way == 3 ? (const void *)b->x16 : (const void *)b->x8,
         .w = way == 2 ? (const void *)b->w : way == 3 ? (const void *)b->w16 : (const void *)b->w8,
         .w_scales = b->ws,
@@ -234,6 +245,7 @@ done:
     free(b.w16);
     free(b.x8);
     free(b.w8);
+    free(b.work);
     fxa_ctx_destroy(ctx);
     return code;
 }
