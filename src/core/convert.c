@@ -5,19 +5,6 @@
 #include "convert_inline.h"
 #include "fxattn.h"
 
-static uint32_t f32_bits(float x)
-{
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
-static float bits_f32(uint32_t b)
-{
-    float x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
 
 float fxa_bf16_to_f32(uint16_t h)
 {
@@ -31,7 +18,7 @@ float fxa_f16_to_f32(uint16_t h)
 
 uint16_t fxa_f32_to_bf16(float x)
 {
-    uint32_t b = f32_bits(x);
+    uint32_t b = fxa_f32_bits(x);
     if ((b & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, keep the sign */
         return (uint16_t)((b >> 16) | 0x0040u);
     b += 0x7fffu + ((b >> 16) & 1u);
@@ -40,7 +27,7 @@ uint16_t fxa_f32_to_bf16(float x)
 
 uint16_t fxa_f32_to_f16(float x)
 {
-    uint32_t b = f32_bits(x);
+    uint32_t b = fxa_f32_bits(x);
     uint16_t sign = (uint16_t)((b >> 16) & 0x8000u);
     uint32_t mag = b & 0x7fffffffu;
     if (mag > 0x7f800000u) /* NaN */
@@ -48,7 +35,7 @@ uint16_t fxa_f32_to_f16(float x)
     if (mag >= 0x477ff000u) /* >= 65520 rounds to Inf (65504 is the largest finite) */
         return (uint16_t)(sign | 0x7c00u);
     if (mag < 0x38800000u) { /* below 2^-14: a subnormal (or zero) in units of 2^-24 */
-        float units = nearbyintf(bits_f32(mag) * 0x1p24f); /* exact scaling, RNE */
+        float units = nearbyintf(fxa_bits_f32(mag) * 0x1p24f); /* exact scaling, RNE */
         return (uint16_t)(sign | (uint16_t)units);
     }
     uint32_t v = mag - (112u << 23); /* rebias the exponent from 127 to 15 */

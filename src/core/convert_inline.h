@@ -1,10 +1,25 @@
 /* Inline bf16/f16 -> fp32 widening for the library's hot loops (the public
- * fxa_bf16_to_f32 / fxa_f16_to_f32 call these). Exact for every input. */
+ * fxa_bf16_to_f32 / fxa_f16_to_f32 call these), exact for every input, and
+ * the bit pattern of a float and back, for the conversions. */
 #ifndef FXA_CONVERT_INLINE_H
 #define FXA_CONVERT_INLINE_H
 
 #include <stdint.h>
 #include <string.h>
+
+static inline uint32_t fxa_f32_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static inline float fxa_bits_f32(uint32_t b)
+{
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
 
 static inline float fxa_bf16_bits_to_f32(uint16_t h)
 {

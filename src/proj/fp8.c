@@ -7,40 +7,28 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../core/convert_inline.h"
 #include "fxattn_proj.h"
 
 #define E4M3_MAX_BITS 0x43e00000u          /* 448.0f = 1.75 * 2^8 */
 #define E4M3_MIN_NORMAL_BITS 0x3c800000u   /* 2^-6 */
 #define E4M3_HALF_MIN_SUB_BITS 0x3a800000u /* 2^-10, half the smallest subnormal */
 
-static uint32_t f32_bits(float x)
-{
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
-static float bits_f32(uint32_t b)
-{
-    float x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
 
 float fxa_e4m3_to_f32(uint8_t code)
 {
     const uint32_t sign = (uint32_t)(code & 0x80u) << 24;
     const uint32_t e = (code >> 3) & 0xfu, m = code & 7u;
     if (e == 0xfu && m == 7u) /* S.1111.111: quiet NaN with the sign */
-        return bits_f32(sign | 0x7fc00000u);
+        return fxa_bits_f32(sign | 0x7fc00000u);
     if (e == 0) /* zero or subnormal: m * 2^-9, exact */
-        return bits_f32(sign | f32_bits((float)m * 0x1p-9f));
-    return bits_f32(sign | ((e + 120u) << 23) | (m << 20)); /* rebias 7 -> 127 */
+        return fxa_bits_f32(sign | fxa_f32_bits((float)m * 0x1p-9f));
+    return fxa_bits_f32(sign | ((e + 120u) << 23) | (m << 20)); /* rebias 7 -> 127 */
 }
 
 uint8_t fxa_f32_to_e4m3(float x)
 {
-    const uint32_t b = f32_bits(x);
+    const uint32_t b = fxa_f32_bits(x);
     const uint32_t sign = (b >> 24) & 0x80u;
     const uint32_t mag = b & 0x7fffffffu;
     if (mag > 0x7f800000u) /* NaN */
@@ -121,7 +109,7 @@ static void quantize_row(const float *x, int64_t n, float scale, uint8_t *codes)
 /* The packed scale: little-endian bytes of the fp32 bit pattern. */
 static void put_f32_le(uint8_t *p, float v)
 {
-    const uint32_t b = f32_bits(v);
+    const uint32_t b = fxa_f32_bits(v);
     p[0] = (uint8_t)b;
     p[1] = (uint8_t)(b >> 8);
     p[2] = (uint8_t)(b >> 16);
@@ -130,7 +118,7 @@ static void put_f32_le(uint8_t *p, float v)
 
 static float get_f32_le(const uint8_t *p)
 {
-    return bits_f32((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+    return fxa_bits_f32((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                     (uint32_t)p[3] << 24);
 }
 

@@ -7,6 +7,8 @@
 
 #include "npy.h"
 
+#include "file_io.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -28,7 +30,6 @@
 /* Preamble: magic, major, minor, then a 2-byte (1.0) or 4-byte (2.0, 3.0) header length. */
 #define NPY_MAX_PREAMBLE_LEN (NPY_MAGIC_LEN + 2 + 4)
 /* Largest single read or write; Linux moves at most about 2 GiB per call anyway. */
-#define IO_CHUNK ((size_t)1 << 30)
 /* Python repr of a shape: "(" + FXT_NPY_MAX_DIMS * (20 characters + ", ") + ",)" + NUL. */
 #define SHAPE_TEXT_CAP 192
 /* Longest text copied from a file into a message. */
@@ -151,30 +152,16 @@ static void reader_fail(const npy_reader *r, const char *fmt, ...)
     va_end(args);
 }
 
-/* Read exactly n bytes at offset. A short file (it changed since fstat) is an I/O error. */
+/* Read exactly n bytes at offset (fxt_pread_all); the reason goes into the
+ * reader's error with the path. */
 static fxa_status read_at(const npy_reader *r, int fd, void *buf, size_t n, int64_t offset,
                           const char *what)
 {
-    unsigned char *bytes = buf;
-    size_t done = 0;
-    while (done < n) {
-        size_t chunk = n - done < IO_CHUNK ? n - done : IO_CHUNK;
-        ssize_t got = pread(fd, bytes + done, chunk, (off_t)(offset + (int64_t)done));
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got < 0) {
-            reader_fail(r, "read failed (%s): %s", what, strerror(errno));
-            return FXA_ERR_IO;
-        }
-        if (got == 0) {
-            reader_fail(r, "unexpected end of file while reading %s (did the file change?)",
-                        what);
-            return FXA_ERR_IO;
-        }
-        done += (size_t)got;
-    }
-    return FXA_OK;
+    char why[256];
+    const fxa_status st = fxt_pread_all(fd, buf, n, offset, what, why, sizeof why);
+    if (st != FXA_OK)
+        reader_fail(r, "%s", why);
+    return st;
 }
 
 typedef struct npy_header {
@@ -761,27 +748,6 @@ void fxt_npy_free(fxt_npy *a)
 /* ------------------------------------------------------------------------ */
 /* Writer                                                                    */
 /* ------------------------------------------------------------------------ */
-
-fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
-                         size_t errlen)
-{
-    const unsigned char *bytes = buf;
-    size_t done = 0;
-    while (done < n) {
-        size_t chunk = n - done < IO_CHUNK ? n - done : IO_CHUNK;
-        ssize_t written = write(fd, bytes + done, chunk);
-        if (written < 0 && errno == EINTR) {
-            continue;
-        }
-        if (written <= 0) {
-            set_error(err, errlen, "%s: write failed after %zu of %zu bytes: %s", what, done, n,
-                      written < 0 ? strerror(errno) : "no progress");
-            return FXA_ERR_IO;
-        }
-        done += (size_t)written;
-    }
-    return FXA_OK;
-}
 
 /* NumPy's version 1.0 header for a '<f4' C-order array; returns its total length. */
 static size_t build_header(int ndim, const int64_t *shape, unsigned char header[WRITE_HEADER_CAP])

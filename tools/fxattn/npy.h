@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "file_io.h"
 #include "fxattn.h"
 
 #define FXT_NPY_MAX_DIMS 8
@@ -102,13 +103,5 @@ void fxt_staged_discard(fxt_staged *st);
 /* Commit n staged files, all or nothing (see the contract above). On
  * failure every staged temporary file is removed. */
 fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t errlen);
-
-/*
- * Write all n bytes of buf to fd, retrying partial writes and EINTR.
- * On failure returns FXA_ERR_IO with "<what>: write failed after K of n
- * bytes: <reason>" in err.
- */
-fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
-                         size_t errlen);
 
 #endif /* FXT_NPY_H */

@@ -13,6 +13,8 @@
 
 #include "safetensors.h"
 
+#include "file_io.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -29,7 +31,6 @@
 #endif
 
 /* Largest single read; Linux moves at most about 2 GiB per call anyway. */
-#define IO_CHUNK ((size_t)1 << 30)
 /* Longest text copied from a file into a message. */
 #define SNIPPET_CAP 80
 /* "[" + FXT_ST_MAX_DIMS * (up to 20 digits + ", ") + "]" + NUL. */
@@ -1229,29 +1230,16 @@ static uint64_t load_le64(const unsigned char *b)
     return v;
 }
 
-/* Read exactly n bytes at offset. A short file (it changed since fstat) is an I/O error. */
+/* Read exactly n bytes at offset (fxt_pread_all); the reason goes into the
+ * reader's error with the path. */
 static fxa_status read_at(const st_ctx *ctx, int fd, void *buf, size_t n, int64_t offset,
                           const char *what)
 {
-    unsigned char *bytes = buf;
-    size_t done = 0;
-    while (done < n) {
-        size_t chunk = n - done < IO_CHUNK ? n - done : IO_CHUNK;
-        ssize_t got = pread(fd, bytes + done, chunk, (off_t)(offset + (int64_t)done));
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got < 0) {
-            fail(ctx, "read failed (%s): %s", what, strerror(errno));
-            return FXA_ERR_IO;
-        }
-        if (got == 0) {
-            fail(ctx, "unexpected end of file while reading %s (did the file change?)", what);
-            return FXA_ERR_IO;
-        }
-        done += (size_t)got;
-    }
-    return FXA_OK;
+    char why[256];
+    const fxa_status st = fxt_pread_all(fd, buf, n, offset, what, why, sizeof why);
+    if (st != FXA_OK)
+        fail(ctx, "%s", why);
+    return st;
 }
 
 static fxt_st_file *new_file(const st_ctx *ctx)

@@ -1,0 +1,56 @@
+/* Reading and writing files exactly (file_io.h). */
+#include "file_io.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define IO_CHUNK ((size_t)1 << 30)
+
+fxa_status fxt_pread_all(int fd, void *buf, size_t n, int64_t offset, const char *what, char *why,
+                         size_t why_len)
+{
+    unsigned char *bytes = buf;
+    size_t done = 0;
+    while (done < n) {
+        const size_t chunk = n - done < IO_CHUNK ? n - done : IO_CHUNK;
+        const ssize_t got = pread(fd, bytes + done, chunk, (off_t)(offset + (int64_t)done));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            snprintf(why, why_len, "read failed (%s): %s", what, strerror(errno));
+            return FXA_ERR_IO;
+        }
+        if (got == 0) {
+            snprintf(why, why_len, "unexpected end of file while reading %s (did the file change?)",
+                     what);
+            return FXA_ERR_IO;
+        }
+        done += (size_t)got;
+    }
+    return FXA_OK;
+}
+
+/* err may be NULL or errlen 0 (npy.h's convention). */
+fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
+                         size_t errlen)
+{
+    const unsigned char *bytes = buf;
+    size_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done < IO_CHUNK ? n - done : IO_CHUNK;
+        ssize_t written = write(fd, bytes + done, chunk);
+        if (written < 0 && errno == EINTR) {
+            continue;
+        }
+        if (written <= 0) {
+            if (err && errlen)
+                snprintf(err, errlen, "%s: write failed after %zu of %zu bytes: %s", what, done,
+                         n, written < 0 ? strerror(errno) : "no progress");
+            return FXA_ERR_IO;
+        }
+        done += (size_t)written;
+    }
+    return FXA_OK;
+}

@@ -1,0 +1,26 @@
+/* Reading and writing files exactly, for the hostile-file readers (npy.c,
+ * safetensors.c) and the staged writer. */
+#ifndef FXT_FILE_IO_H
+#define FXT_FILE_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fxattn.h"
+
+/* Read exactly n bytes at offset, retrying short reads and EINTR, in chunks
+ * of at most 1 GiB. On failure returns FXA_ERR_IO with the reason in why
+ * ("read failed (<what>): <errno text>", or "unexpected end of file while
+ * reading <what> (did the file change?)"). */
+fxa_status fxt_pread_all(int fd, void *buf, size_t n, int64_t offset, const char *what, char *why,
+                         size_t why_len);
+
+/*
+ * Write all n bytes of buf to fd, retrying partial writes and EINTR.
+ * On failure returns FXA_ERR_IO with "<what>: write failed after K of n
+ * bytes: <reason>" in err.
+ */
+fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
+                         size_t errlen);
+
+#endif
