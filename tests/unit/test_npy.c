@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "npy.h"
+#include "testfiles.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PATH_CAP 4096
+#define PATH_CAP TEST_PATH_CAP
 #define ERR_CAP 8192 /* room for the over-long path case */
 
 static int g_checks;
@@ -55,14 +56,6 @@ static _Noreturn void die(const char *what)
     exit(2);
 }
 
-static void join(char out[PATH_CAP], const char *dir, const char *name)
-{
-    if (snprintf(out, PATH_CAP, "%s/%s", dir, name) >= PATH_CAP) {
-        errno = ENAMETOOLONG;
-        die(name);
-    }
-}
-
 static int exists(const char *path)
 {
     struct stat st;
@@ -87,34 +80,9 @@ static int count_entries(const char *dir, const char *part)
     return n;
 }
 
-static void remove_tree(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0) {
-        return;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        chmod(path, 0700);
-        DIR *d = opendir(path);
-        if (d != NULL) {
-            for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
-                if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-                    char child[PATH_CAP];
-                    join(child, path, e->d_name);
-                    remove_tree(child);
-                }
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
 static void make_subdir(char out[PATH_CAP], const char *name)
 {
-    join(out, g_dir, name);
+    test_path_join(out, g_dir, name);
     if (mkdir(out, 0755) != 0) {
         die(out);
     }
@@ -184,7 +152,7 @@ static void write_npy_raw(const char *name, int major, int minor, uint32_t heade
         memcpy(bytes + 8 + len_bytes + text_len, data, data_len);
     }
     char path[PATH_CAP];
-    join(path, g_dir, name);
+    test_path_join(path, g_dir, name);
     write_file(path, bytes, total);
     free(bytes);
 }
@@ -219,7 +187,7 @@ static void expect_array(const char *name, fxa_dtype dtype, int ndim, const int6
     char path[PATH_CAP];
     char err[ERR_CAP] = "untouched";
     fxt_npy a;
-    join(path, g_dir, name);
+    test_path_join(path, g_dir, name);
     fxa_status status = fxt_npy_read(path, &a, err, sizeof err);
     CHECK(status == FXA_OK, "%s: read failed (%d): %s", name, (int)status, err);
     if (status != FXA_OK) {
@@ -255,7 +223,7 @@ static void expect_reject(const char *name, fxa_status want, const char *keyword
     if (name[0] == '/') {
         snprintf(path, sizeof path, "%s", name);
     } else {
-        join(path, g_dir, name);
+        test_path_join(path, g_dir, name);
     }
     memset(&a, 0xa5, sizeof a);
     memset(err, 0, sizeof err);
@@ -483,19 +451,19 @@ static void test_reader_preamble(void)
     const char *dict = dict_text("'<f4'", "False", "(1,)");
     char path[PATH_CAP];
 
-    join(path, g_dir, "empty.npy");
+    test_path_join(path, g_dir, "empty.npy");
     write_file(path, "", 0);
     expect_reject("empty.npy", FXA_ERR_INVALID_ARG, "file is empty");
-    join(path, g_dir, "text.npy");
+    test_path_join(path, g_dir, "text.npy");
     write_file(path, "hello world\n", 12);
     expect_reject("text.npy", FXA_ERR_INVALID_ARG, "magic");
-    join(path, g_dir, "short_magic.npy");
+    test_path_join(path, g_dir, "short_magic.npy");
     write_file(path, "\x93NUM", 4);
     expect_reject("short_magic.npy", FXA_ERR_INVALID_ARG, "magic");
-    join(path, g_dir, "no_version.npy");
+    test_path_join(path, g_dir, "no_version.npy");
     write_file(path, "\x93NUMPY\x01", 7);
     expect_reject("no_version.npy", FXA_ERR_INVALID_ARG, "truncated .npy preamble");
-    join(path, g_dir, "short_len.npy");
+    test_path_join(path, g_dir, "short_len.npy");
     write_file(path, "\x93NUMPY\x02\x00\x10\x00", 10);
     expect_reject("short_len.npy", FXA_ERR_INVALID_ARG, "truncated .npy preamble");
 
@@ -517,10 +485,10 @@ static void test_reader_preamble(void)
     write_npy_raw("header_zero.npy", 1, 0, 0, dict, strlen(dict), &one, sizeof one);
     expect_reject("header_zero.npy", FXA_ERR_INVALID_ARG, "header is empty");
 
-    join(path, g_dir, "does_not_exist.npy");
+    test_path_join(path, g_dir, "does_not_exist.npy");
     expect_reject("does_not_exist.npy", FXA_ERR_IO, strerror(ENOENT));
     expect_reject(g_dir, FXA_ERR_IO, "not a regular file");
-    join(path, g_dir, "fifo.npy");
+    test_path_join(path, g_dir, "fifo.npy");
     if (mkfifo(path, 0600) != 0) {
         die(path);
     }
@@ -532,7 +500,7 @@ static void test_reader_arguments(void)
     char path[PATH_CAP];
     char err[ERR_CAP];
     fxt_npy a;
-    join(path, g_dir, "no_shape.npy");
+    test_path_join(path, g_dir, "no_shape.npy");
 
     /* The message is cut to the buffer, still NUL-terminated. */
     char small[8];
@@ -565,7 +533,7 @@ static void roundtrip(const char *name, int ndim, const int64_t *shape, const ch
     char path[PATH_CAP];
     char err[ERR_CAP];
     fxt_staged st;
-    join(path, g_dir, name);
+    test_path_join(path, g_dir, name);
 
     int64_t count = 1;
     for (int i = 0; i < ndim; i++) {
@@ -661,7 +629,7 @@ static void test_writer_roundtrip(void)
     fxt_staged st;
     const float fresh[2] = {7.0f, 8.0f};
     const int64_t s2[1] = {2};
-    join(path, g_dir, "w_replace.npy");
+    test_path_join(path, g_dir, "w_replace.npy");
     write_file(path, "old contents", 12);
     CHECK(fxt_npy_stage_f32(path, 1, s2, fresh, &st, err, sizeof err) == FXA_OK &&
               fxt_staged_commit(&st, err, sizeof err) == FXA_OK,
@@ -671,7 +639,7 @@ static void test_writer_roundtrip(void)
     /* Staging then discarding leaves nothing behind. */
     char dir[PATH_CAP];
     make_subdir(dir, "discard");
-    join(path, dir, "gone.npy");
+    test_path_join(path, dir, "gone.npy");
     CHECK(fxt_npy_stage_f32(path, 1, s2, fresh, &st, err, sizeof err) == FXA_OK,
           "discard: stage failed: %s", err);
     CHECK(count_entries(dir, ".tmp.") == 1, "discard: no temporary file while staged");
@@ -719,8 +687,8 @@ static void test_writer_failures(void)
 
     /* A missing folder. */
     char missing[PATH_CAP];
-    join(missing, g_dir, "no_such_folder");
-    join(path, missing, "out.npy");
+    test_path_join(missing, g_dir, "no_such_folder");
+    test_path_join(path, missing, "out.npy");
     expect_stage_failure("missing folder", g_dir, path, 1, s4, data, FXA_ERR_IO, path);
     expect_stage_failure("missing folder", g_dir, path, 1, s4, data, FXA_ERR_IO,
                          strerror(ENOENT));
@@ -728,7 +696,7 @@ static void test_writer_failures(void)
 
     /* A read-only folder (root ignores permissions). */
     make_subdir(dir, "read_only");
-    join(path, dir, "out.npy");
+    test_path_join(path, dir, "out.npy");
     if (geteuid() == 0) {
         printf("skipped: read-only folder check (running as root)\n");
     } else {
@@ -742,7 +710,7 @@ static void test_writer_failures(void)
 
     /* Bad arguments. */
     make_subdir(dir, "arguments");
-    join(path, dir, "out.npy");
+    test_path_join(path, dir, "out.npy");
     const int64_t s9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     const int64_t negative[2] = {2, -1};
     const int64_t overflow[2] = {INT64_MAX / 2, 4};
@@ -767,7 +735,7 @@ static void test_writer_failures(void)
 
     /* A write that stops part-way (file size limit): the old file stays, no temp is left. */
     make_subdir(dir, "short_write");
-    join(path, dir, "keep.npy");
+    test_path_join(path, dir, "keep.npy");
     const float old_data[2] = {5.0f, 6.0f};
     const int64_t s2[1] = {2};
     fxt_staged st;
@@ -799,14 +767,14 @@ static void test_writer_failures(void)
 
     /* A failed rename (the final path is a non-empty folder) removes the temporary file. */
     make_subdir(dir, "blocked");
-    join(path, dir, "out.npy");
+    test_path_join(path, dir, "out.npy");
     CHECK(fxt_npy_stage_f32(path, 1, s4, data, &st, err, sizeof err) == FXA_OK,
           "failed commit: stage failed: %s", err);
     char blocker[PATH_CAP];
     if (mkdir(path, 0755) != 0) {
         die(path);
     }
-    join(blocker, path, "occupied");
+    test_path_join(blocker, path, "occupied");
     write_file(blocker, "x", 1);
     fxa_status status = fxt_staged_commit(&st, err, sizeof err);
     CHECK(status == FXA_ERR_IO, "failed commit: status %d, want FXA_ERR_IO", (int)status);
@@ -875,7 +843,7 @@ static void test_reader_slices(void)
     for (int i = 0; i < 120; i++)
         data[i] = (float)i;
     fxt_staged st;
-    join(path, g_dir, "slices.npy");
+    test_path_join(path, g_dir, "slices.npy");
     CHECK(fxt_npy_stage_f32(path, 4, shape, data, &st, err, sizeof err) == FXA_OK &&
               fxt_staged_commit(&st, err, sizeof err) == FXA_OK,
           "slices: write failed: %s", err);
@@ -958,7 +926,7 @@ int main(void)
     test_writer_failures();
     test_write_all();
 
-    remove_tree(g_dir);
+    test_remove_tree(g_dir);
     if (g_failures > 0) {
         printf("FAILED %d of %d checks\n", g_failures, g_checks);
         return 1;

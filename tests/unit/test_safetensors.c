@@ -8,8 +8,8 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "safetensors.h"
+#include "testfiles.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -23,7 +23,7 @@
 
 #include "testutil.h"
 
-#define PATH_CAP 4096
+#define PATH_CAP TEST_PATH_CAP
 #define ERR_CAP 1024
 
 static char g_dir[PATH_CAP];
@@ -33,38 +33,6 @@ static _Noreturn void die(const char *what)
 {
     fprintf(stderr, "test_safetensors: %s: %s\n", what, strerror(errno));
     exit(2);
-}
-
-static void join(char out[PATH_CAP], const char *dir, const char *name)
-{
-    if (snprintf(out, PATH_CAP, "%s/%s", dir, name) >= PATH_CAP) {
-        errno = ENAMETOOLONG;
-        die(name);
-    }
-}
-
-static void remove_tree(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0) {
-        return;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d != NULL) {
-            for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
-                if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-                    char child[PATH_CAP];
-                    join(child, path, e->d_name);
-                    remove_tree(child);
-                }
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 /* ---- building files ------------------------------------------------------------------ */
@@ -140,7 +108,7 @@ static void write_path(const char *path, const void *data, size_t n)
 static void write_bytes(const char *name, const void *data, size_t n)
 {
     char path[PATH_CAP];
-    join(path, g_dir, name);
+    test_path_join(path, g_dir, name);
     write_path(path, data, n);
 }
 
@@ -227,7 +195,7 @@ static fxt_st_file *open_ok(const char *name)
     char path[PATH_CAP];
     char err[ERR_CAP] = "untouched";
     fxt_st_file *f = NULL;
-    join(path, g_dir, name);
+    test_path_join(path, g_dir, name);
     fxa_status status = fxt_st_open(path, &f, err, sizeof err);
     CHECK(status == FXA_OK && f != NULL, "%s: open failed (%d): %s", name, (int)status, err);
     CHECK(err[0] == '\0', "%s: message left on success: %s", name, err);
@@ -254,7 +222,7 @@ static void expect_reject(const char *name, fxa_status want, const char *keyword
     if (name[0] == '/') {
         snprintf(path, sizeof path, "%s", name);
     } else {
-        join(path, g_dir, name);
+        test_path_join(path, g_dir, name);
     }
     fxt_st_file *f = (fxt_st_file *)&f; /* not NULL: the call must clear it */
     fxa_status status = fxt_st_open(path, &f, err, sizeof err);
@@ -468,7 +436,7 @@ static void test_dtypes(void)
     char path[PATH_CAP];
     char err[ERR_CAP];
     size_t n;
-    join(path, g_dir, "dtypes.safetensors");
+    test_path_join(path, g_dir, "dtypes.safetensors");
     unsigned char *data = slurp(path, &n);
     f = NULL;
     CHECK(fxt_st_parse(data, n, "mem", &f, err, sizeof err) == FXA_OK && f != NULL,
@@ -951,10 +919,10 @@ static void test_paths_and_messages(void)
     char err[ERR_CAP];
     fxt_st_file *f = NULL;
 
-    join(path, g_dir, "does_not_exist.safetensors");
+    test_path_join(path, g_dir, "does_not_exist.safetensors");
     expect_reject("does_not_exist.safetensors", FXA_ERR_IO, strerror(ENOENT));
     expect_reject(g_dir, FXA_ERR_IO, "not a regular file");
-    join(path, g_dir, "fifo.safetensors");
+    test_path_join(path, g_dir, "fifo.safetensors");
     if (mkfifo(path, 0600) != 0) {
         die(path);
     }
@@ -971,7 +939,7 @@ static void test_paths_and_messages(void)
     /* Truncated and absent messages: same status, a prefix of the full message. */
     write_raw("msg.safetensors", T("\"dtype\":\"F33\",\"shape\":[0],\"data_offsets\":[0,0]"),
               NULL, 0);
-    join(path, g_dir, "msg.safetensors");
+    test_path_join(path, g_dir, "msg.safetensors");
     char full[ERR_CAP];
     fxa_status want = fxt_st_open(path, &f, full, sizeof full);
     CHECK(want == FXA_ERR_INVALID_ARG, "msg: %s", full);
@@ -993,7 +961,7 @@ static void test_paths_and_messages(void)
     float big[16] = {0};
     const tspec t = {"w", "F32", 1, {16}, big, sizeof big};
     write_st("shrinks.safetensors", &t, 1, NULL);
-    join(path, g_dir, "shrinks.safetensors");
+    test_path_join(path, g_dir, "shrinks.safetensors");
     f = open_ok("shrinks.safetensors");
     if (f != NULL) {
         const fxt_st_tensor *w = fxt_st_find(f, "w");
@@ -1020,6 +988,6 @@ int main(void)
     test_json_syntax();
     test_schema();
     test_paths_and_messages();
-    remove_tree(g_dir);
+    test_remove_tree(g_dir);
     return test_summary("test_safetensors");
 }

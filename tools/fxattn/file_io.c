@@ -1,4 +1,4 @@
-/* Reading and writing files exactly (file_io.h). */
+/* Reading and writing files exactly, quoting them in messages (file_io.h). */
 #include "file_io.h"
 
 #include <errno.h>
@@ -53,4 +53,25 @@ fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, ch
         done += (size_t)written;
     }
     return FXA_OK;
+}
+
+void fxt_clear_error(char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+}
+
+void fxt_snippet(const char *text, size_t len, char *out, size_t cap)
+{
+    const size_t keep = cap - 4; /* room for "..." and NUL */
+    size_t n = len < keep ? len : keep;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)text[i];
+        out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (len > keep) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
 }

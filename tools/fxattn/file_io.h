@@ -1,5 +1,5 @@
-/* Reading and writing files exactly, for the hostile-file readers (npy.c,
- * safetensors.c) and the staged writer. */
+/* Reading and writing files exactly, and quoting their content in messages,
+ * for the hostile-file readers (npy.c, safetensors.c) and the staged writer. */
 #ifndef FXT_FILE_IO_H
 #define FXT_FILE_IO_H
 
@@ -22,5 +22,14 @@ fxa_status fxt_pread_all(int fd, void *buf, size_t n, int64_t offset, const char
  */
 fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
                          size_t errlen);
+
+/* Messages about file content, shared by the readers: */
+
+/* Empty err (when not NULL and errlen > 0). */
+void fxt_clear_error(char *err, size_t errlen);
+
+/* Copy file text into a message of at most cap bytes (cap >= 5): printable
+ * ASCII kept, other bytes as '?', text too long cut and ended with "...". */
+void fxt_snippet(const char *text, size_t len, char *out, size_t cap);
 
 #endif

@@ -55,13 +55,6 @@ static void set_error(char *err, size_t errlen, const char *fmt, ...)
     va_end(args);
 }
 
-static void clear_error(char *err, size_t errlen)
-{
-    if (err != NULL && errlen > 0) {
-        err[0] = '\0';
-    }
-}
-
 /* ------------------------------------------------------------------------ */
 /* Shared helpers                                                            */
 /* ------------------------------------------------------------------------ */
@@ -105,22 +98,6 @@ static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP
     }
     buf[len++] = ')';
     buf[len] = '\0';
-}
-
-/* Copy file text into a message: printable ASCII kept, other bytes as '?', long text cut. */
-static void snippet(const char *text, size_t len, char out[SNIPPET_CAP])
-{
-    const size_t keep = SNIPPET_CAP - 4; /* room for "..." and NUL */
-    size_t n = len < keep ? len : keep;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-    }
-    if (len > keep) {
-        memcpy(out + n, "...", 3);
-        n += 3;
-    }
-    out[n] = '\0';
 }
 
 /* ------------------------------------------------------------------------ */
@@ -279,7 +256,7 @@ static int parse_descr(header_parser *p, npy_header *hdr)
         hdr->itemsize = 2;
         return 0;
     }
-    snippet(name, name_len, shown);
+    fxt_snippet(name, name_len, shown, sizeof shown);
     if (name_len > 0 && name[0] == '>') {
         reader_fail(p->reader, "big-endian dtype '%s' is unsupported; only little-endian <f4 "
                                "and <f2 are supported", shown);
@@ -324,7 +301,7 @@ static int parse_dimension(header_parser *p, int64_t *dim_out)
     const char *token = p->text + begin;
     size_t token_len = p->pos - begin;
     char shown[SNIPPET_CAP];
-    snippet(token, token_len, shown);
+    fxt_snippet(token, token_len, shown, sizeof shown);
     if (token_len == 0) {
         return malformed(p, "a dimension in the shape tuple");
     }
@@ -420,7 +397,7 @@ static int parse_entry(header_parser *p, npy_header *hdr, unsigned *seen_keys)
             bit = keys[i].bit;
         }
     }
-    snippet(key, key_len, shown);
+    fxt_snippet(key, key_len, shown, sizeof shown);
     if (bit == 0) {
         reader_fail(p->reader, "unknown header key '%s'", shown);
         return -1;
@@ -531,7 +508,7 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     struct stat file_stat;
 
     memset(&hdr, 0, sizeof hdr);
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     if (out == NULL || path == NULL) {
         reader_fail(&reader, "no path or no output given");
         return FXA_ERR_INVALID_ARG;
@@ -724,7 +701,7 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     out->count = count;
     out->data = data;
     data = NULL;
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     status = FXA_OK;
 
 cleanup:
@@ -809,7 +786,7 @@ fxa_status fxt_npy_stage_f32(const char *path, int ndim, const int64_t *shape, c
     int fd = -1;
     unsigned char header[WRITE_HEADER_CAP];
 
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     if (path == NULL || st == NULL) {
         set_error(err, errlen, "npy writer: no path or no staging struct given");
         return FXA_ERR_INVALID_ARG;
@@ -900,7 +877,7 @@ fail:
 
 fxa_status fxt_staged_commit(fxt_staged *st, char *err, size_t errlen)
 {
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     if (st != NULL && st->direct) {
         memset(st, 0, sizeof *st);
         return FXA_OK;
@@ -961,7 +938,7 @@ fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t
     char final_path[MAX_FILES][4096];
     int done = 0;
     fxa_status status = FXA_OK;
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     if (n < 0 || n > MAX_FILES) {
         set_error(err, errlen, "npy writer: cannot commit %d files at once", n);
         status = FXA_ERR_INVALID_ARG;

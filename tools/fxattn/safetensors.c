@@ -73,29 +73,6 @@ static void fail(const st_ctx *c, const char *fmt, ...)
     va_end(args);
 }
 
-static void clear_error(char *err, size_t errlen)
-{
-    if (err != NULL && errlen > 0) {
-        err[0] = '\0';
-    }
-}
-
-/* Copy file text into a message: printable ASCII kept, other bytes as '?', long text cut. */
-static void snippet(const char *text, size_t len, char out[SNIPPET_CAP])
-{
-    const size_t keep = SNIPPET_CAP - 4; /* room for "..." and NUL */
-    size_t n = len < keep ? len : keep;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-    }
-    if (len > keep) {
-        memcpy(out + n, "...", 3);
-        n += 3;
-    }
-    out[n] = '\0';
-}
-
 /* A shape as JSON writes it: [], [5], [2, 3]. */
 static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP])
 {
@@ -710,7 +687,7 @@ static int parse_count(jp *p, const char *tensor, const char *field, int index, 
         p->pos++;
     }
     char shown[SNIPPET_CAP];
-    snippet((const char *)p->s + begin, p->pos - begin, shown);
+    fxt_snippet((const char *)p->s + begin, p->pos - begin, shown, sizeof shown);
     if (c == '-') {
         return pfail(p, "tensor '%s': %s entry %d is negative (%s)", tensor, field, index, shown);
     }
@@ -816,7 +793,7 @@ static int shape_size(const int64_t *shape, int ndim, int bits, int64_t *count_o
 static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len)
 {
     char shown[SNIPPET_CAP];
-    snippet(name, name_len, shown);
+    fxt_snippet(name, name_len, shown, sizeof shown);
     if (name_len > FXT_ST_MAX_NAME_LEN) {
         return pfail(p, "tensor name '%s' is %zu bytes long; the limit is %d", shown, name_len,
                      FXT_ST_MAX_NAME_LEN);
@@ -855,7 +832,7 @@ static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len
         if (scan_string(p, &field, &field_len) != 0) {
             return -1;
         }
-        snippet(field, field_len, field_shown);
+        fxt_snippet(field, field_len, field_shown, sizeof field_shown);
         unsigned bit = 0;
         if (field_len == 5 && memcmp(field, "dtype", 5) == 0) {
             bit = FIELD_DTYPE;
@@ -888,7 +865,7 @@ static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len
             }
             dtype = find_dtype(text, text_len);
             if (dtype == NULL) {
-                snippet(text, text_len, text_shown);
+                fxt_snippet(text, text_len, text_shown, sizeof text_shown);
                 return pfail(p, "tensor '%s': unknown dtype '%s'", shown, text_shown);
             }
         } else if (bit == FIELD_SHAPE) {
@@ -981,7 +958,7 @@ static int parse_metadata(jp *p, fxt_st_file *f)
         if (scan_string(p, &key, &key_len) != 0) {
             return -1;
         }
-        snippet(key, key_len, key_shown);
+        fxt_snippet(key, key_len, key_shown, sizeof key_shown);
         if (key_len > FXT_ST_MAX_NAME_LEN) {
             return pfail(p, "__metadata__ key '%s' is %zu bytes long; the limit is %d", key_shown,
                          key_len, FXT_ST_MAX_NAME_LEN);
@@ -1098,7 +1075,7 @@ static fxa_status finish(const st_ctx *ctx, fxt_st_file *f)
         qsort(f->meta, (size_t)f->meta_count, sizeof *f->meta, by_key);
         for (int64_t i = 1; i < f->meta_count; i++) {
             if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0) {
-                snippet(f->meta[i].key, strlen(f->meta[i].key), a_shown);
+                fxt_snippet(f->meta[i].key, strlen(f->meta[i].key), a_shown, sizeof a_shown);
                 fail(ctx, "duplicate __metadata__ key '%s'", a_shown);
                 return FXA_ERR_INVALID_ARG;
             }
@@ -1119,7 +1096,7 @@ static fxa_status finish(const st_ctx *ctx, fxt_st_file *f)
     qsort(order, n, sizeof *order, by_name);
     for (size_t i = 1; i < n; i++) {
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
-            snippet(order[i]->name, strlen(order[i]->name), a_shown);
+            fxt_snippet(order[i]->name, strlen(order[i]->name), a_shown, sizeof a_shown);
             fail(ctx, "duplicate tensor name '%s'", a_shown);
             goto done;
         }
@@ -1131,9 +1108,9 @@ static fxa_status finish(const st_ctx *ctx, fxt_st_file *f)
     for (size_t i = 0; i < n; i++) {
         const fxt_st_tensor *t = order[i];
         if (t->offset != expected) {
-            snippet(t->name, strlen(t->name), b_shown);
-            snippet(prev != NULL ? prev->name : "", prev != NULL ? strlen(prev->name) : 0,
-                    a_shown);
+            fxt_snippet(t->name, strlen(t->name), b_shown, sizeof b_shown);
+            fxt_snippet(prev != NULL ? prev->name : "", prev != NULL ? strlen(prev->name) : 0,
+                        a_shown, sizeof a_shown);
         }
         if (t->offset < expected && prev != NULL) { /* prev: the last non-empty tensor */
             fail(ctx, "tensors '%s' [%" PRId64 ", %" PRId64 ") and '%s' [%" PRId64 ", %" PRId64
@@ -1296,7 +1273,7 @@ fxa_status fxt_st_open(const char *path, fxt_st_file **out, char *err, size_t er
     struct stat st;
     unsigned char len_field[LEN_FIELD];
 
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     if (out == NULL || path == NULL) {
         fail(&ctx, "no path or no output given");
         return FXA_ERR_INVALID_ARG;
@@ -1353,7 +1330,7 @@ fxa_status fxt_st_open(const char *path, fxt_st_file **out, char *err, size_t er
         goto error;
     }
     free(header);
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     *out = f;
     return FXA_OK;
 
@@ -1367,7 +1344,7 @@ fxa_status fxt_st_parse(const unsigned char *bytes, size_t n, const char *name_f
                         fxt_st_file **out, char *err, size_t errlen)
 {
     const st_ctx ctx = {name_for_errors != NULL ? name_for_errors : "(memory)", err, errlen};
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     if (out == NULL || (bytes == NULL && n > 0)) {
         fail(&ctx, "no bytes or no output given");
         return FXA_ERR_INVALID_ARG;
@@ -1397,7 +1374,7 @@ fxa_status fxt_st_parse(const unsigned char *bytes, size_t n, const char *name_f
         fxt_st_close(f);
         return status;
     }
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     *out = f;
     return FXA_OK;
 }
@@ -1522,7 +1499,7 @@ static fxa_status check_read(const st_ctx *ctx, const fxt_st_file *f, const fxt_
         fail(ctx, "no file, or a tensor that is not one of this file's");
         return FXA_ERR_INVALID_ARG;
     }
-    snippet(t->name, strlen(t->name), shown);
+    fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
     if (!t->supported) {
         fail(ctx, "tensor '%s': dtype %s is not supported (only F32, BF16, F16 and F8_E4M3 are)",
              shown, t->dtype_name);
@@ -1558,7 +1535,7 @@ static fxa_status copy_bytes(const st_ctx *ctx, const fxt_st_file *f, const fxt_
     }
     char what[SNIPPET_CAP + 16];
     char shown[SNIPPET_CAP];
-    snippet(t->name, strlen(t->name), shown);
+    fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
     snprintf(what, sizeof what, "tensor '%s'", shown);
     return read_at(ctx, f->fd, dst, (size_t)t->nbytes, t->file_offset, what);
 }
@@ -1567,7 +1544,7 @@ fxa_status fxt_st_read(const fxt_st_file *f, const fxt_st_tensor *t, void *dst, 
                        char *err, size_t errlen)
 {
     const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     fxa_status status = check_read(&ctx, f, t, dst, (uint64_t)dst_bytes,
                                    t != NULL ? (uint64_t)t->nbytes : 0, "bytes", 0);
     if (status == FXA_OK) {
@@ -1580,7 +1557,7 @@ fxa_status fxt_st_read_f32(const fxt_st_file *f, const fxt_st_tensor *t, float *
                            size_t dst_count, char *err, size_t errlen)
 {
     const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    clear_error(err, errlen);
+    fxt_clear_error(err, errlen);
     fxa_status status = check_read(&ctx, f, t, dst, (uint64_t)dst_count,
                                    t != NULL ? (uint64_t)t->count : 0, "elements", 1);
     if (status != FXA_OK || t->count == 0) {
