@@ -148,7 +148,11 @@ typedef enum fxa_proj_layout {
  * V is never normalised or rotated.
  * The GEMM goes to OpenBLAS sgemm (fp32 or mixed operands, read in place)
  * or to oneDNN's bf16 matmul (bf16 and FP8 operands; FP8 codes decode
- * exactly to bf16), so only the fp32 accumulation rounds. Its summation
+ * exactly to bf16), so only the fp32 accumulation rounds. A weight that
+ * needs decoding (FP8, or 16-bit next to fp32 x) is decoded 32 MiB of
+ * output channels at a time, each block multiplied as soon as it is
+ * decoded: an FP8 weight never exists whole in 16 or 32 bits. Both
+ * libraries run on the context's thread count. Its summation
  * order is the library's: a token's row can differ in the last bit between
  * calls with different token counts (OpenBLAS picks other kernels for small
  * GEMMs), and between the two GEMM paths; within one call and shape,

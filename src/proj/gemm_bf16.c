@@ -1,77 +1,161 @@
-/* bf16 GEMM on oneDNN (gemm_bf16.h). A primitive per call: the projection's
- * GEMMs are large, so creating it (~1 ms) is noise next to running it. */
+/* bf16 GEMM on oneDNN (gemm_bf16.h). Creating a primitive costs ~1 ms, so
+ * the object keeps one per distinct block width (a blocked weight has at
+ * most two: the full blocks and the last). oneDNN runs on OpenMP: the
+ * calling thread's OpenMP thread count is set to the context's for the
+ * call and restored after. */
 #include "gemm_bf16.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 
-fxa_status fxa_gemm_bf16(const uint16_t *x, const uint16_t *w, int64_t m, int64_t n, int64_t k,
-                         float *y, char *err, size_t errlen)
+#define N_SLOTS 2
+
+typedef struct prim_slot {
+    int64_t n; /* 0: empty */
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem[3]; /* x, w, y; data handles set per run */
+} prim_slot;
+
+struct fxa_gemm_bf16 {
+    int64_t m, k, ldy;
+    int n_threads;
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    prim_slot slot[N_SLOTS];
+    int next; /* slot to replace next */
+};
+
+static fxa_status fail(dnnl_status_t s, const char *step, char *err, size_t errlen)
 {
-    dnnl_engine_t eng = NULL;
-    dnnl_stream_t stream = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    dnnl_memory_t mem[3] = {NULL, NULL, NULL};
-    const char *step = "engine";
-    dnnl_status_t s = dnnl_engine_create(&eng, dnnl_cpu, 0);
-    if (s == dnnl_success) {
-        step = "stream";
-        s = dnnl_stream_create(&stream, eng, dnnl_stream_default_flags);
+    if (err && errlen)
+        snprintf(err, errlen, "oneDNN bf16 matmul failed at the %s (status %d)", step, (int)s);
+    return FXA_ERR_INTERNAL;
+}
+
+static void clear_slot(prim_slot *p)
+{
+    for (int i = 0; i < 3; i++)
+        if (p->mem[i])
+            dnnl_memory_destroy(p->mem[i]);
+    if (p->prim)
+        dnnl_primitive_destroy(p->prim);
+    *p = (prim_slot){0};
+}
+
+fxa_status fxa_gemm_bf16_create(fxa_gemm_bf16 **g, int64_t m, int64_t k, int64_t ldy,
+                                int n_threads, char *err, size_t errlen)
+{
+    fxa_gemm_bf16 *o = calloc(1, sizeof *o);
+    *g = NULL;
+    if (!o) {
+        if (err && errlen)
+            snprintf(err, errlen, "out of memory");
+        return FXA_ERR_NO_MEMORY;
     }
-    /* x [m][k], w^T as [k][n] with strides (1, k), y [m][n]. */
-    dnnl_dims_t x_dims = {m, k}, w_dims = {k, n}, y_dims = {m, n};
-    dnnl_dims_t x_str = {k, 1}, w_str = {1, k}, y_str = {n, 1};
+    *o = (fxa_gemm_bf16){.m = m, .k = k, .ldy = ldy, .n_threads = n_threads};
+    dnnl_status_t s = dnnl_engine_create(&o->eng, dnnl_cpu, 0);
+    if (s != dnnl_success) {
+        free(o);
+        return fail(s, "engine", err, errlen);
+    }
+    if ((s = dnnl_stream_create(&o->stream, o->eng, dnnl_stream_default_flags)) != dnnl_success) {
+        fxa_gemm_bf16_destroy(o);
+        return fail(s, "stream", err, errlen);
+    }
+    *g = o;
+    return FXA_OK;
+}
+
+/* A primitive for width n: x [m][k], w^T as [k][n] with strides (1, k),
+ * y [m][n] with row stride ldy. */
+static dnnl_status_t make_slot(fxa_gemm_bf16 *g, prim_slot *p, int64_t n, const char **step)
+{
+    dnnl_dims_t x_dims = {g->m, g->k}, w_dims = {g->k, n}, y_dims = {g->m, n};
+    dnnl_dims_t x_str = {g->k, 1}, w_str = {1, g->k}, y_str = {g->ldy, 1};
     dnnl_memory_desc_t x_md, w_md, y_md;
-    if (s == dnnl_success) {
-        step = "memory descriptors";
-        s = dnnl_memory_desc_init_by_strides(&x_md, 2, x_dims, dnnl_bf16, x_str);
-        if (s == dnnl_success)
-            s = dnnl_memory_desc_init_by_strides(&w_md, 2, w_dims, dnnl_bf16, w_str);
-        if (s == dnnl_success)
-            s = dnnl_memory_desc_init_by_strides(&y_md, 2, y_dims, dnnl_f32, y_str);
-    }
+    *step = "memory descriptors";
+    dnnl_status_t s = dnnl_memory_desc_init_by_strides(&x_md, 2, x_dims, dnnl_bf16, x_str);
+    if (s == dnnl_success)
+        s = dnnl_memory_desc_init_by_strides(&w_md, 2, w_dims, dnnl_bf16, w_str);
+    if (s == dnnl_success)
+        s = dnnl_memory_desc_init_by_strides(&y_md, 2, y_dims, dnnl_f32, y_str);
     dnnl_matmul_desc_t md;
     if (s == dnnl_success) {
-        step = "matmul descriptor";
+        *step = "matmul descriptor";
         s = dnnl_matmul_desc_init(&md, &x_md, &w_md, NULL, &y_md);
     }
+    dnnl_primitive_desc_t pd = NULL;
     if (s == dnnl_success) {
-        step = "matmul primitive";
-        s = dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL);
+        *step = "matmul primitive";
+        s = dnnl_primitive_desc_create(&pd, &md, NULL, g->eng, NULL);
         if (s == dnnl_success)
-            s = dnnl_primitive_create(&prim, pd);
+            s = dnnl_primitive_create(&p->prim, pd);
+        if (pd)
+            dnnl_primitive_desc_destroy(pd);
+    }
+    if (s == dnnl_success) {
+        *step = "memory";
+        s = dnnl_memory_create(&p->mem[0], &x_md, g->eng, DNNL_MEMORY_NONE);
+        if (s == dnnl_success)
+            s = dnnl_memory_create(&p->mem[1], &w_md, g->eng, DNNL_MEMORY_NONE);
+        if (s == dnnl_success)
+            s = dnnl_memory_create(&p->mem[2], &y_md, g->eng, DNNL_MEMORY_NONE);
+    }
+    if (s == dnnl_success)
+        p->n = n;
+    else
+        clear_slot(p);
+    return s;
+}
+
+fxa_status fxa_gemm_bf16_run(fxa_gemm_bf16 *g, const uint16_t *x, const uint16_t *w, int64_t n,
+                             float *y, char *err, size_t errlen)
+{
+    prim_slot *p = NULL;
+    for (int i = 0; i < N_SLOTS && !p; i++)
+        if (g->slot[i].n == n)
+            p = &g->slot[i];
+    const char *step = "";
+    dnnl_status_t s = dnnl_success;
+    if (!p) {
+        p = &g->slot[g->next];
+        g->next = (g->next + 1) % N_SLOTS;
+        clear_slot(p);
+        s = make_slot(g, p, n, &step);
     }
     if (s == dnnl_success) {
         step = "memory";
-        s = dnnl_memory_create(&mem[0], &x_md, eng, (void *)x);
+        s = dnnl_memory_set_data_handle(p->mem[0], (void *)x);
         if (s == dnnl_success)
-            s = dnnl_memory_create(&mem[1], &w_md, eng, (void *)w);
+            s = dnnl_memory_set_data_handle(p->mem[1], (void *)w);
         if (s == dnnl_success)
-            s = dnnl_memory_create(&mem[2], &y_md, eng, y);
+            s = dnnl_memory_set_data_handle(p->mem[2], y);
     }
     if (s == dnnl_success) {
         step = "execution";
         const dnnl_exec_arg_t args[3] = {
-            {DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}};
-        s = dnnl_primitive_execute(prim, stream, 3, args);
+            {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
+        const int caller_threads = omp_get_max_threads();
+        omp_set_num_threads(g->n_threads);
+        s = dnnl_primitive_execute(p->prim, g->stream, 3, args);
         if (s == dnnl_success)
-            s = dnnl_stream_wait(stream);
+            s = dnnl_stream_wait(g->stream);
+        omp_set_num_threads(caller_threads);
     }
-    for (int i = 0; i < 3; i++)
-        if (mem[i])
-            dnnl_memory_destroy(mem[i]);
-    if (prim)
-        dnnl_primitive_destroy(prim);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (stream)
-        dnnl_stream_destroy(stream);
-    if (eng)
-        dnnl_engine_destroy(eng);
-    if (s == dnnl_success)
-        return FXA_OK;
-    if (err && errlen)
-        snprintf(err, errlen, "oneDNN bf16 matmul failed at the %s (status %d)", step, (int)s);
-    return FXA_ERR_INTERNAL;
+    return s == dnnl_success ? FXA_OK : fail(s, step, err, errlen);
+}
+
+void fxa_gemm_bf16_destroy(fxa_gemm_bf16 *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < N_SLOTS; i++)
+        clear_slot(&g->slot[i]);
+    if (g->stream)
+        dnnl_stream_destroy(g->stream);
+    if (g->eng)
+        dnnl_engine_destroy(g->eng);
+    free(g);
 }

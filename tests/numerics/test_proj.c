@@ -440,6 +440,58 @@ static void test_interleaved_conversion(void)
 }
 
 /* A cross-attention call (one segment) matches the fused call's Q. */
+/* FP8 weights wide enough to be decoded and multiplied in blocks (32 MiB:
+ * at H 40960, 384 channels per bf16 block, 192 per fp32 block) with a last
+ * partial block: each GEMM path against the reference, a NaN code in the
+ * last block named by its global channel, and a workspace that holds
+ * fewer than 400 of the 448 channels decoded. */
+static void test_blocked_weights(void)
+{
+    prob p;
+    const int64_t hin = 40960;
+    prob_init(&p, 4, hin, 7, 0, 64, 91, 0.1); /* 448 output channels */
+    p.d.norm = 1;
+    p.d.rope = 1;
+    outs o;
+    outs_alloc(&o, &p);
+    uint8_t *x8 = malloc((size_t)(p.d.tokens * (hin + 4)));
+    uint8_t *w8 = malloc((size_t)(p.n_out * hin));
+    CHECK(fxa_e4m3_quantize_rows(p.x, p.d.tokens, hin, x8) == FXA_OK, "quantize x");
+    CHECK(fxa_e4m3_quantize_weights(p.w, p.n_out, hin, w8, p.ws) == FXA_OK, "quantize w");
+    for (int64_t i = 0; i < p.n_out * hin; i++)
+        p.w[i] = fxa_e4m3_to_f32(w8[i]);
+    p.d.w_format = FXA_PROJ_W_E4M3;
+    /* fp32 x: the fp32 GEMM, W decoded to fp32 block by block. */
+    CHECK(run(&p, p.x, w8, &o) == FXA_OK, "f32 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
+    compare(&p, o.q, o.k, o.v, "f32 x, FP8 w in fp32 blocks (fp32 GEMM)");
+    CHECK(fxa_proj_workspace_bytes(&p.d) <
+              (size_t)(p.d.tokens * (p.n_out + 2)) * 8 + (size_t)(400 * hin) * 4,
+          "the fp32 copy of W is a block, not the whole weight");
+    /* FP8 x: the bf16 GEMM, W decoded to bf16 block by block. */
+    for (int64_t s = 0; s < p.d.tokens; s++) {
+        memcpy(&p.xs[s], x8 + s * (hin + 4) + hin, sizeof(float));
+        for (int64_t k = 0; k < hin; k++)
+            p.x[s * hin + k] = fxa_e4m3_to_f32(x8[s * (hin + 4) + k]);
+    }
+    p.d.x_format = FXA_PROJ_X_E4M3_ROWS;
+    CHECK(run(&p, x8, w8, &o) == FXA_OK, "fp8 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
+    compare(&p, o.q, o.k, o.v, "FP8 x, FP8 w in bf16 blocks (bf16 GEMM)");
+    CHECK(fxa_proj_workspace_bytes(&p.d) <
+              (size_t)(p.d.tokens * (hin + p.n_out + 2)) * 8 + (size_t)(400 * hin) * 2,
+          "the bf16 copy of W is a block, not the whole weight");
+    for (int64_t i = 0; i < p.d.tokens * p.d.head_dim * p.d.heads_q; i++)
+        o.q[i] = -9.0f;
+    w8[420 * hin + 30000] = 0xff; /* -NaN, in the last block */
+    CHECK(run(&p, x8, w8, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "w has a non-finite value at output 420, input 30000"),
+          "NaN code in the last block: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(o.q[0] == -9.0f, "outputs untouched when a later block fails");
+    free(x8);
+    free(w8);
+    outs_free(&o);
+    prob_free(&p);
+}
+
 static void test_single_segment(void)
 {
     prob p;
@@ -569,6 +621,7 @@ int main(void)
     test_formats();
     test_rmsnorm_association();
     test_interleaved_conversion();
+    test_blocked_weights();
     test_single_segment();
     test_cross_attention();
     test_workspace();
