@@ -26,6 +26,17 @@ static inline void fxa_load_row(const fxa_kernels *k, const void *base, fxa_dtyp
     }
 }
 
+/* The row as fp32 without a copy when the dtype is fp32 (the row itself),
+ * else converted into scratch (fxa_load_row). */
+static inline const float *fxa_row_f32(const fxa_kernels *k, const void *base, fxa_dtype dtype,
+                                       int64_t off, size_t d, float *scratch)
+{
+    if (dtype == FXA_F32)
+        return (const float *)base + off;
+    fxa_load_row(k, base, dtype, off, d, scratch);
+    return scratch;
+}
+
 /* n rows starting at off, row_stride apart, into dst with leading dim ld. */
 static inline void fxa_load_rows(const fxa_kernels *k, const void *base, fxa_dtype dtype,
                                  int64_t off, int64_t row_stride, size_t n, size_t d, float *dst,

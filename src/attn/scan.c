@@ -40,11 +40,12 @@ static void scan_q_head(void *arg, int64_t item, int thread_id)
     const int64_t h = item % p->d.heads_q;
     const int64_t base = b * p->q_strides.batch + h * p->q_strides.head;
     fxa_bad_value *bad = job->bad + item;
-    float row[FXA_MAX_HEAD_DIM];
+    float scratch[FXA_MAX_HEAD_DIM];
     (void)thread_id;
     bad->bad_row = -1;
     for (int64_t i = 0; i < p->d.seq_q; i++) {
-        fxa_load_row(p->ctx->kernels, job->x, p->d.dtype, base + i * p->q_strides.token, dim, row);
+        const float *row = fxa_row_f32(p->ctx->kernels, job->x, p->d.dtype,
+                                       base + i * p->q_strides.token, dim, scratch);
         for (size_t c = 0; c < dim; c++) {
             if (!isfinite(row[c])) {
                 *bad = (fxa_bad_value){i, (int64_t)c, row[c], 'Q'};

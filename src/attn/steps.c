@@ -85,10 +85,10 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_b
                      int64_t token_stride, size_t n_kv, float *kt, float *v)
 {
     const size_t dim = (size_t)p->d.head_dim;
-    float row[FXA_MAX_HEAD_DIM];
+    float scratch[FXA_MAX_HEAD_DIM];
     for (size_t j = 0; j < n_kv; j++) {
-        fxa_load_row(p->ctx->kernels, k_base, p->d.dtype, off + (int64_t)j * token_stride, dim,
-                     row);
+        const float *row = fxa_row_f32(p->ctx->kernels, k_base, p->d.dtype,
+                                       off + (int64_t)j * token_stride, dim, scratch);
         for (size_t c = 0; c < dim; c++)
             kt[c * p->kv_tile + j] = row[c];
     }
