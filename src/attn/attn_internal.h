@@ -52,6 +52,7 @@ struct fxa_attn_plan {
     fxa_strides q_strides;  /* also the output's */
     fxa_strides kv_strides;
     size_t kv_tile;
+    size_t kt_panel; /* keys per K^T panel (the kernels'; divides kv_tile) */
     int64_t n_kv_tiles;
     int64_t n_q_blocks;
     int64_t n_head_tiles;

@@ -221,10 +221,13 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
     p->group = d->heads_q / d->heads_kv;
     p->q_strides = strides_for(d->layout, d->heads_q, d->seq_q, d->head_dim);
     p->kv_strides = strides_for(d->layout, d->heads_kv, d->seq_kv, d->head_dim);
-    /* Tiles stay a multiple of 16 keys (the kernels' row stride). */
+    /* Tiles stay a multiple of the kernels' K^T panel (itself a multiple
+     * of 16 keys, the scores' row stride). */
+    p->kt_panel = ctx->kernels->kt_panel;
     p->kv_tile = ctx->kernels->kv_tile;
-    if ((int64_t)p->kv_tile > d->seq_kv)
-        p->kv_tile = ((size_t)d->seq_kv + 15) / 16 * 16;
+    const size_t fit = ((size_t)d->seq_kv + p->kt_panel - 1) / p->kt_panel * p->kt_panel;
+    if (fit < p->kv_tile)
+        p->kv_tile = fit;
     p->n_kv_tiles = (d->seq_kv + (int64_t)p->kv_tile - 1) / (int64_t)p->kv_tile;
     p->n_q_blocks = (d->seq_q + p->d.block_q - 1) / p->d.block_q;
     p->n_head_tiles = d->heads_q / p->d.heads_per_tile;

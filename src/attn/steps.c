@@ -80,17 +80,20 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
     return n_online;
 }
 
-/* fp32 compute: K transposed into [D][kv_tile], V rows into [kv_tile][D]. */
+/* fp32 compute: K transposed into panels of kt_panel keys (fxa_attn_tile),
+ * V rows into [kv_tile][D]. */
 static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_base, int64_t off,
                      int64_t token_stride, size_t n_kv, float *kt, float *v)
 {
     const size_t dim = (size_t)p->d.head_dim;
+    const size_t panel = p->kt_panel;
     float scratch[FXA_MAX_HEAD_DIM];
     for (size_t j = 0; j < n_kv; j++) {
         const float *row = fxa_row_f32(p->ctx->kernels, k_base, p->d.dtype,
                                        off + (int64_t)j * token_stride, dim, scratch);
+        float *kj = kt + fxa_kt_offset(panel, dim, 0, j);
         for (size_t c = 0; c < dim; c++)
-            kt[c * p->kv_tile + j] = row[c];
+            kj[c * panel] = row[c];
     }
     fxa_load_rows(p->ctx->kernels, v_base, p->d.dtype, off, token_stride, n_kv, dim, v, dim);
 }
@@ -160,7 +163,7 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, c
         .q = rows->q,
         .ldq = dim,
         .kt = kt,
-        .ldkt = p->kv_tile,
+        .kt_panel = p->kt_panel,
         .v = vp,
         .ldv = dim,
         .qk_center = rows->qk_center,

@@ -27,9 +27,11 @@
  *       l_i = a l_i + sum_j exp2(z_ij - m'), o_i = a o_i + sum_j exp2(z_ij - m') v_j.
  * exp2 flushes results below 2^-126 to zero (the gate's derivation assumes
  * exactly that). Accumulation is fp32, in increasing j within a tile.
- * Layout, row-major: q [n_q, ldq], kt = K transposed [d, ldkt] (n_kv used
- * columns: the driver packs it so that key columns are contiguous), v
- * [n_kv, ldv], o [n_q, ldo]. scores is scratch of n_q rows of ld_scores
+ * Layout, row-major: q [n_q, ldq], v [n_kv, ldv], o [n_q, ldo]; kt = K
+ * transposed in panels of kt_panel keys (a multiple of 16), each panel
+ * [d][kt_panel]: k[j][c] at kt[fxa_kt_offset(kt_panel, d, c, j)], so that a
+ * micro-kernel as wide as a panel streams it contiguously (keys past n_kv in
+ * the last panel are not initialised: kernels never use them). scores is scratch of n_q rows of ld_scores
  * floats (ld_scores >= n_kv rounded up to 16, a multiple of 16). Every
  * score is the dot product summed in increasing c from 0.0f, every o element
  * sums in increasing j: a kernel may block and vectorise, but a row's result
@@ -44,7 +46,7 @@ typedef struct fxa_attn_tile {
     const float *q;
     size_t ldq;
     const float *kt;
-    size_t ldkt;
+    size_t kt_panel;
     const float *v;
     size_t ldv;
     const float *qk_center;
@@ -58,6 +60,12 @@ typedef struct fxa_attn_tile {
 } fxa_attn_tile;
 
 typedef void fxa_attn_tile_fn(const fxa_attn_tile *t);
+
+/* Where k[j][c] lies in a panelled K^T (fxa_attn_tile.kt). */
+static inline size_t fxa_kt_offset(size_t kt_panel, size_t d, size_t c, size_t j)
+{
+    return (j / kt_panel) * kt_panel * d + c * kt_panel + j % kt_panel;
+}
 
 /*
  * The same tile with bf16 compute (FXA_COMPUTE_BF16). Inputs are bf16 bits,
@@ -103,7 +111,8 @@ typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 typedef struct fxa_kernels {
     const char *isa_name;
     const char *description; /* which tile kernels, for logs and `fxattn info` */
-    size_t kv_tile; /* keys per tile the driver hands to attn_tile (multiple of 16) */
+    size_t kv_tile;  /* keys per tile the driver hands to attn_tile (multiple of kt_panel) */
+    size_t kt_panel; /* keys per K^T panel attn_tile reads (multiple of 16) */
     fxa_attn_tile_fn *attn_tile;
     fxa_attn_tile_bf16_fn *attn_tile_bf16;
     fxa_widen_f16_fn *widen_f16; /* used while packing and in the bound pass */
@@ -125,7 +134,9 @@ extern const fxa_kernels fxa_kernels_avx2;
  * the AVX512-BF16 tile for FXA_COMPUTE_BF16. */
 extern const fxa_kernels fxa_kernels_avx512;
 extern const fxa_kernels fxa_kernels_avx512_bf16;
-/* The AVX-512 fp32 tile, shared by both AVX-512 sets. */
+/* The AVX-512 fp32 tile, shared by both AVX-512 sets; it reads K^T in
+ * panels of FXA_AVX512_KT_PANEL keys. */
 void fxa_attn_tile_f32_avx512(const fxa_attn_tile *t);
+#define FXA_AVX512_KT_PANEL 32
 
 #endif

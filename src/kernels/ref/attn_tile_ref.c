@@ -32,7 +32,7 @@ static void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0)
     const float *q2 = q1 + t->ldq;
     const float *q3 = q2 + t->ldq;
     for (size_t c = 0; c < t->d; c++) {
-        const float *kc = t->kt + c * t->ldkt + j0;
+        const float *kc = t->kt + fxa_kt_offset(t->kt_panel, t->d, c, j0);
         for (size_t jj = 0; jj < COLS; jj++) {
             a0[jj] += q0[c] * kc[jj];
             a1[jj] += q1[c] * kc[jj];
@@ -57,7 +57,7 @@ static void scores_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t 
         for (size_t jj = 0; jj < nj; jj++) {
             float s = 0.0f;
             for (size_t c = 0; c < t->d; c++)
-                s += q[c] * t->kt[c * t->ldkt + j0 + jj];
+                s += q[c] * t->kt[fxa_kt_offset(t->kt_panel, t->d, c, j0 + jj)];
             z[jj] = t->lambda * (s - t->qk_center[i0 + r]);
         }
     }
@@ -189,7 +189,7 @@ static void softmax_rows(const fxa_attn_tile *t)
 static void fxa_attn_tile_ref(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
-    assert(t->ldq >= t->d && t->ldkt >= t->n_kv && t->ldv >= t->d && t->ldo >= t->d);
+    assert(t->ldq >= t->d && t->kt_panel % COLS == 0 && t->ldv >= t->d && t->ldo >= t->d);
     scores_tile(t);
     softmax_rows(t);
     pv_tile(t);
@@ -205,6 +205,7 @@ const fxa_kernels fxa_kernels_ref = {
     .isa_name = "ref",
     .description = "portable C tiles (fp32 and bf16 compute), compiler-vectorised",
     .kv_tile = 256,
+    .kt_panel = 16, /* the narrowest panel: the spec walks the general layout */
     .attn_tile = fxa_attn_tile_ref,
     .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
     .widen_f16 = fxa_widen_f16_ref,

@@ -49,12 +49,12 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
         for (size_t v = 0; v < SC_VECS; v++)
             acc[r][v] = _mm256_setzero_ps();
     const float *q = t->q + i0 * t->ldq;
-    const float *kt = t->kt + j0;
+    const float *kt = t->kt + j0; /* one panel holds the whole tile */
     for (size_t c = 0; c < t->d; c++) {
         __m256 kv[SC_VECS];
         UNROLL
         for (size_t v = 0; v < SC_VECS; v++)
-            kv[v] = _mm256_maskload_ps(kt + c * t->ldkt + 8 * v, mask[v]);
+            kv[v] = _mm256_maskload_ps(kt + c * t->kt_panel + 8 * v, mask[v]);
         UNROLL
         for (size_t r = 0; r < mr; r++) {
             const __m256 qb = _mm256_broadcast_ss(q + r * t->ldq + c);
@@ -214,7 +214,7 @@ static void pv_tile(const fxa_attn_tile *t)
 static void attn_tile_f32_avx2(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
-    assert(t->ldkt >= t->n_kv && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
+    assert(t->kt_panel >= t->n_kv && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
     scores_tile(t);
     softmax_rows(t);
     pv_tile(t);
@@ -233,6 +233,7 @@ const fxa_kernels fxa_kernels_avx2 = {
     .isa_name = "avx2",
     .description = "AVX2+FMA fp32 tile (4x24 scores, 6x16 P.V); bf16 compute: portable tile",
     .kv_tile = 256,
+    .kt_panel = 256, /* one panel per tile: 24-key blocks never straddle panels */
     .attn_tile = attn_tile_f32_avx2,
     .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
     .widen_f16 = fxa_widen_f16_f16c,

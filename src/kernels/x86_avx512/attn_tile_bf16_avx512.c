@@ -194,6 +194,7 @@ const fxa_kernels fxa_kernels_avx512_bf16 = {
     .isa_name = "avx512",
     .description = "AVX-512 fp32 tile (8x32 scores, 6x64 P.V); bf16 compute: vdpbf16ps tile (8x32, 6x64)",
     .kv_tile = 256,
+    .kt_panel = FXA_AVX512_KT_PANEL,
     .attn_tile = fxa_attn_tile_f32_avx512,
     .attn_tile_bf16 = attn_tile_bf16_avx512,
     .widen_f16 = fxa_widen_f16_f16c,

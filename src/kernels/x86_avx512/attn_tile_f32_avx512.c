@@ -2,8 +2,9 @@
  * AVX-512 fp32 attention tile (contract: fxa_attn_tile in kernels.h).
  * Built with -mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma (per file).
  *
- *   scores  8 x 32 micro-kernel: 16 zmm accumulators, K^T rows of 32 keys
- *           loaded once per depth step and broadcast q; every score is a
+ *   scores  8 x 32 micro-kernel: 16 zmm accumulators, K^T in 32-key panels
+ *           (one contiguous 32 x d stream per block), a panel row loaded
+ *           once per depth step and broadcast q; every score is a
  *           chain of FMAs over c from 0 (the same chain for any rows-per-
  *           block, so a row's bits never depend on its place in the tile);
  *           the key tail is masked, never over-read.
@@ -28,7 +29,8 @@
  * accumulator arrays live in registers. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-#define SC_ROWS 8 /* score micro-kernel rows */
+#define SC_ROWS 8   /* score micro-kernel rows */
+#define KT_PANEL FXA_AVX512_KT_PANEL /* the score micro-kernel's width */
 #define PV_ROWS 6 /* P.V micro-kernel rows */
 #define PV_VECS 4 /* P.V micro-kernel columns, in zmm (64 floats) */
 
@@ -41,10 +43,10 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
     for (size_t r = 0; r < mr; r++)
         acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     const float *q = t->q + i0 * t->ldq;
-    const float *kt = t->kt + j0;
+    const float *kt = t->kt + fxa_kt_offset(KT_PANEL, t->d, 0, j0);
     for (size_t c = 0; c < t->d; c++) {
-        const __m512 k0 = _mm512_maskz_loadu_ps(m0, kt + c * t->ldkt);
-        const __m512 k1 = _mm512_maskz_loadu_ps(m1, kt + c * t->ldkt + 16);
+        const __m512 k0 = _mm512_maskz_loadu_ps(m0, kt + c * KT_PANEL);
+        const __m512 k1 = _mm512_maskz_loadu_ps(m1, kt + c * KT_PANEL + 16);
         UNROLL
         for (size_t r = 0; r < mr; r++) {
             const __m512 qb = _mm512_set1_ps(q[r * t->ldq + c]);
@@ -172,7 +174,7 @@ static void pv_tile(const fxa_attn_tile *t)
 void fxa_attn_tile_f32_avx512(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
-    assert(t->ldkt >= t->n_kv && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
+    assert(t->kt_panel == KT_PANEL && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
     scores_tile(t);
     softmax_rows(t);
     pv_tile(t);
@@ -182,6 +184,7 @@ const fxa_kernels fxa_kernels_avx512 = {
     .isa_name = "avx512",
     .description = "AVX-512 fp32 tile (8x32 scores, 6x64 P.V); bf16 compute: portable tile (no AVX512-BF16)",
     .kv_tile = 256,
+    .kt_panel = KT_PANEL,
     .attn_tile = fxa_attn_tile_f32_avx512,
     .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
     .widen_f16 = fxa_widen_f16_f16c,
