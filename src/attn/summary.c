@@ -112,20 +112,22 @@ void fxa_summarize_head(const fxa_attn_plan *p, const void *k, const void *v, in
 {
     const size_t dim = (size_t)p->d.head_dim;
     double *sum = summary + FXA_SUMMARY_FIXED;
-    float row[FXA_MAX_HEAD_DIM];
+    float scratch[FXA_MAX_HEAD_DIM];
     double kmax2 = 0.0;
     double vmax = 0.0;
     bad->bad_row = -1;
     memset(summary, 0, fxa_summary_head_len(p) * sizeof(double));
     for (int64_t j = 0; j < n; j++) {
-        fxa_load_row(p->ctx->kernels, k, p->d.dtype, off + j * token_stride, dim, row);
+        const float *row =
+            fxa_row_f32(p->ctx->kernels, k, p->d.dtype, off + j * token_stride, dim, scratch);
         if (note_bad(bad, 'K', j, row, dim))
             return;
         const double nn = norm2_and_sum(row, dim, sum);
         kmax2 = nn > kmax2 ? nn : kmax2;
     }
     for (int64_t j = 0; j < n; j++) {
-        fxa_load_row(p->ctx->kernels, v, p->d.dtype, off + j * token_stride, dim, row);
+        const float *row =
+            fxa_row_f32(p->ctx->kernels, v, p->d.dtype, off + j * token_stride, dim, scratch);
         if (note_bad(bad, 'V', j, row, dim))
             return;
         const double a = abs_max(row, dim);
@@ -142,7 +144,8 @@ void fxa_summarize_head(const fxa_attn_plan *p, const void *k, const void *v, in
         fp32_mean(sum, (double)n, dim, mean);
         double r2 = 0.0;
         for (int64_t j = 0; j < n; j++) {
-            fxa_load_row(p->ctx->kernels, k, p->d.dtype, off + j * token_stride, dim, row);
+            const float *row =
+                fxa_row_f32(p->ctx->kernels, k, p->d.dtype, off + j * token_stride, dim, scratch);
             const double nn = squared_distance(row, mean, dim);
             r2 = nn > r2 ? nn : r2;
         }

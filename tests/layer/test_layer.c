@@ -780,7 +780,6 @@ static void test_errors(void)
     expect_error("bad --grid", "--grid", "--grid", "2,3", "-o", y, NULL);
     expect_error("missing x", "nothere.npy", "-x", path_of("nothere.npy"), "--grid", GRID, "-o",
                  y, NULL);
-    expect_error("--tp with --ulysses", "--tp", "--tp", "2", "--ulysses", "2", "-o", y, NULL);
 #undef FILE_ARGS
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `mpirun -np 2 fxattn layer` against the single process on the same layer
-# (grid 2x3x6 = 36 tokens, 8 heads x 32 = hidden 256, synthetic weights; x
-# synthetic or from a file, which context-parallel ranks read in shards):
+# `mpirun -np 2 fxattn layer` (-np 4 for tensor and context parallelism
+# together) against the single process on the same layer (grid 2x3x6 = 36
+# tokens, 8 heads x 32 = hidden 256, synthetic weights or a .safetensors
+# checkpoint; x synthetic or from a file, which context-parallel ranks read
+# in shards):
 #  - pure Ulysses (--ulysses 2 --ring 1) writes the same bytes: every rank
 #    projects its own tokens with all heads (the projection is per token),
 #    and Ulysses attention is bit-identical to one process. OpenBLAS's
@@ -18,8 +20,15 @@
 #    reference, plain-fp32 envelope) must pass.
 #  - 5 heads over 2 ranks (uneven splits) for --tp and Ulysses, and --fp8
 #    under --tp.
+#  - --tp 2 with --ring 2 or --ulysses 2 on 4 ranks (a rank: 18 tokens and
+#    4 heads; 5 heads split 3 + 2, then over Ulysses), within the same 1e-5
+#    and --verify; also from checkpoints, of which a tensor-parallel rank
+#    reads only its heads' rows of q, k, v and the gammas and o.weight's
+#    columns: BF16/F16/F32 weights (with -x), and F8_E4M3 weights with
+#    scales of every shape ([hidden], [hidden, 1], [], [1]).
 #  - errors are agreed on: exit 2 on every rank, one message, no output
-#    (usage errors found before MPI starts are reported by every rank).
+#    (usage errors found before MPI starts are reported by every rank), also
+#    for a grid whose T x U x R is not the number of ranks.
 # Usage: layer_mpi.sh MPIRUN FXATTN NPY_CLOSE
 set -u
 mpirun=$1
@@ -28,7 +37,8 @@ npy_close=$3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail=0
-run() { timeout 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2 "$@"; }
+np=2 # ranks of run
+run() { timeout 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np "$np" "$@"; }
 bad() { echo "FAIL: $*"; fail=1; }
 tol=1e-5
 
@@ -96,11 +106,93 @@ expect_error "S != F*H*W under --tp" "36 tokens" -x "$dir/x.npy" --grid 2,3,5 --
 expect_error "--tp 3 on 2 ranks" "needs 3 ranks" --grid 1,2,3 --heads 4 --dim 8 --tp 3
 expect_error "more ranks than heads" "cannot be split" --grid 1,2,3 --heads 1 --dim 8 --tp 2
 expect_error "a 2 x 2 grid on 2 ranks" "rank" --grid 1,2,3 --heads 4 --dim 8 --ulysses 2 --ring 2
+expect_error "--tp 2 --ring 2 on 2 ranks" "needs 4 ranks" --grid 1,2,3 --heads 4 --dim 8 --tp 2 \
+    --ring 2
 # A usage error is found before MPI starts, so every rank reports it.
-err=$(run "$fxattn" layer --grid 1,2,3 --heads 4 --dim 8 --tp 2 --ring 2 -o "$dir/bad.npy" 2>&1)
+err=$(run "$fxattn" layer --grid 1,2,3 --heads 4 --dim 8 --tp 2 --rope-layout pairs \
+    -o "$dir/bad.npy" 2>&1)
 rc=$?
-echo "--tp with --ring: $err"
-[ "$rc" -eq 2 ] && echo "$err" | grep -q -- "--tp cannot be combined" ||
-    bad "--tp with --ring: exit $rc"
-[ ! -e "$dir/bad.npy" ] || bad "--tp with --ring: an output was written"
+echo "--rope-layout pairs: $err"
+[ "$rc" -eq 2 ] && [ "$(echo "$err" | grep -c -- "error: --rope-layout")" -eq 2 ] ||
+    bad "--rope-layout pairs: exit $rc"
+[ ! -e "$dir/bad.npy" ] || bad "--rope-layout pairs: an output was written"
+
+# Checkpoints of block 2 (hidden 256) as .safetensors, stdlib only: "float"
+# has q/v BF16, k F32 and o F16 weights, F32 biases, BF16 gammas; "fp8" has
+# F8_E4M3 weights with scales of shape [hidden] (q), [hidden, 1] (k), [] (v)
+# and [1] (o).
+ckpt() {
+    python3 - "$@" <<'PY'
+import json, struct, sys
+path, kind = sys.argv[1], sys.argv[2]
+h = 256
+state = [2024 if kind == "float" else 77]
+def rnd():  # uniform in [-0.5, 0.5) from a fixed LCG
+    state[0] = (state[0] * 6364136223846793005 + 1442695040888963407) % 2**64
+    return (state[0] >> 40) / 2**24 - 0.5
+def pack(dtype, vals):
+    if dtype == "F32":
+        return struct.pack("<%df" % len(vals), *vals)
+    if dtype == "F16":
+        return struct.pack("<%de" % len(vals), *vals)
+    if dtype == "BF16":  # truncated fp32
+        return b"".join(struct.pack("<f", v)[2:] for v in vals)
+    # F8_E4M3 from v in [-0.5, 0.5): its sign, exponent 5..9, a random mantissa
+    return bytes((0x80 if v < 0 else 0) | (5 + int(abs(v) * 8)) << 3 | int(rnd() * 8 + 4)
+                 for v in vals)
+tensors = []
+def add(leaf, dtype, shape, vals):
+    tensors.append(("blocks.2.self_attn." + leaf, dtype, shape, vals))
+scales = {"q": ("weight_scale", [h]), "k": ("scale_weight", [h, 1]),
+          "v": ("weight_scale", []), "o": ("scale_weight", [1])}
+for m in "qkvo":
+    if kind == "fp8":
+        add(m + ".weight", "F8_E4M3", [h, h], [rnd() for _ in range(h * h)])
+        leaf, shape = scales[m]
+        n = shape[0] if shape else 1
+        add(m + "." + leaf, "F32", shape, [0.02 + rnd() * 0.02 for _ in range(n)])
+    else:
+        dtype = {"q": "BF16", "k": "F32", "v": "BF16", "o": "F16"}[m]
+        add(m + ".weight", dtype, [h, h], [rnd() * 3 / h ** 0.5 for _ in range(h * h)])
+    add(m + ".bias", "F32", [h], [rnd() * 0.2 for _ in range(h)])
+for m in "qk":
+    add("norm_%s.weight" % m, "BF16", [h], [1 + rnd() * 0.4 for _ in range(h)])
+header, data = {}, b""
+for name, dtype, shape, vals in tensors:
+    b = pack(dtype, vals)
+    header[name] = {"dtype": dtype, "shape": shape,
+                    "data_offsets": [len(data), len(data) + len(b)]}
+    data += b
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+with open(path, "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text + data)
+PY
+}
+ckpt "$dir/float.safetensors" float && ckpt "$dir/fp8.safetensors" fp8 ||
+    { echo "FAIL: cannot write the checkpoints"; exit 1; }
+cf="--weights $dir/float.safetensors --block 2 --grid 2,3,6 --heads 8"
+ce="--weights $dir/fp8.safetensors --block 2 --grid 2,3,6 --heads 8"
+"$fxattn" layer $cf -x "$dir/x.npy" -o "$dir/ref_cf.npy" --threads 1 ||
+    { echo "FAIL: single process, float checkpoint"; exit 1; }
+"$fxattn" layer $ce -o "$dir/ref_ce.npy" --threads 1 ||
+    { echo "FAIL: single process, FP8 checkpoint"; exit 1; }
+check "tp 2, FP8 checkpoint" "$ce --tp 2" close "$dir/ref_ce.npy"
+
+# Tensor and context parallel together: T x U x R = 4 ranks.
+np=4
+check "tp 2 x ring 2" "$g --tp 2 --ring 2" close "$dir/ref.npy"
+check "tp 2 x Ulysses 2" "$g --tp 2 --ulysses 2" close "$dir/ref.npy"
+check "tp 2 x Ulysses 2, 5 heads, --fp8" "$g5 --fp8 --tp 2 --ulysses 2" close \
+    "$dir/ref5_fp8.npy"
+check "tp 2 x ring 2, float checkpoint, -x" "$cf -x $dir/x.npy --tp 2 --ring 2" close \
+    "$dir/ref_cf.npy"
+check "tp 2 x Ulysses 2, FP8 checkpoint" "$ce --tp 2 --ulysses 2 --ring 1" close \
+    "$dir/ref_ce.npy"
+expect_error "--tp 2 --ring 3 on 4 ranks" "needs 6 ranks" --grid 1,2,3 --heads 4 --dim 8 \
+    --tp 2 --ring 3
+expect_error "--tp 2 --ulysses 3 on 4 ranks" "multiple of 6 ranks" --grid 1,2,3 --heads 4 \
+    --dim 8 --tp 2 --ulysses 3
+expect_error "--tp 2 --ring 2, 1 head" "cannot be split" --grid 1,2,3 --heads 1 --dim 8 --tp 2 \
+    --ring 2
 exit $fail

@@ -407,6 +407,24 @@ static void check_dtypes_file(fxt_st_file *f, const char *what)
     CHECK(fxt_st_read(NULL, t, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "%s: NULL file: %s", what, err);
 
+    /* Row ranges: only those rows, as stored or widened; ranges checked. */
+    CHECK(fxt_st_read_rows(f, t, 1, 1, raw, 12, err, sizeof err) == FXA_OK &&
+              memcmp(raw, k_f32 + 3, 12) == 0,
+          "%s: F32 row 1: %s", what, err);
+    CHECK(fxt_st_read_rows(f, t, 0, 2, raw, 24, err, sizeof err) == FXA_OK &&
+              memcmp(raw, k_f32, 24) == 0,
+          "%s: F32 rows 0..2: %s", what, err);
+    CHECK(fxt_st_read_rows(f, t, 1, 2, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              fxt_st_read_rows(f, t, -1, 1, raw, 12, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              fxt_st_read_rows(f, t, 0, 1, raw, 11, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "%s: F32 rows past the end, negative, or a wrong size are refused", what);
+    const fxt_st_tensor *tb = fxt_st_find(f, "bf16");
+    CHECK(fxt_st_read_rows_f32(f, tb, 2, 2, out, 2, err, sizeof err) == FXA_OK &&
+              out[0] == fxa_bf16_to_f32(k_bf16[2]) && out[1] == fxa_bf16_to_f32(k_bf16[3]),
+          "%s: BF16 rows 2..4 widened: %s", what, err);
+    CHECK(fxt_st_read_rows_f32(f, tb, 4, 2, out, 2, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "%s: BF16 rows past the end: %s", what, err);
+
     /* Metadata. */
     CHECK(fxt_st_metadata_count(f) == 2, "%s: %" PRId64 " metadata entries", what,
           fxt_st_metadata_count(f));

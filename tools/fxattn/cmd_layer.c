@@ -80,7 +80,7 @@ static int run_single(const layer_opts *o)
     memset(&b, 0, sizeof b);
     int code = fxt_layer_setup(o, &cfg);
     if (!code)
-        code = fxt_layer_load_weights(o, &cfg, &w);
+        code = fxt_layer_load_weights(o, &cfg, 0, cfg.heads, &w);
     if (!code)
         code = fxt_layer_load_x(o, &cfg, 0, cfg.tokens, &x);
     if (!code)

@@ -40,10 +40,6 @@ int fxt_layer_check_opts(const layer_opts *o)
                         o->rope_layout);
     if (o->grid && parse_grid(o->grid, g))
         return FXT_EXIT_BAD_INPUT;
-    if (o->tp > 0 && (o->ulysses > 0 || o->ring > 0))
-        return fxt_fail(FXT_EXIT_BAD_INPUT,
-                        "--tp cannot be combined with --ulysses or --ring (tensor and context "
-                        "parallelism together are not supported)");
     return 0;
 }
 

@@ -79,7 +79,7 @@ typedef struct fxt_layer_check {
 
 /* What a run did, for --stats and the --verify line. */
 typedef struct fxt_layer_report {
-    const char *mode; /* "single", "context", "tensor" */
+    const char *mode; /* "single", "context", "tensor", "tensor+context" */
     int ranks, ulysses, ring, tp;
     int threads; /* per rank */
     const char *isa;
@@ -88,8 +88,8 @@ typedef struct fxt_layer_report {
     const fxt_layer_check *check;                       /* NULL without --verify */
 } fxt_layer_report;
 
-/* Checks that need no file: --rope-layout, --grid syntax, --tp against
- * --ulysses/--ring. */
+/* Checks that need no file: --rope-layout, --grid syntax. (The parallel
+ * grid is checked against the ranks under MPI, layer_mpi.c.) */
 int fxt_layer_check_opts(const layer_opts *o);
 
 /* Settle cfg from the options and the shapes of -x and --weights (headers
@@ -107,9 +107,15 @@ int fxt_layer_weights_hidden(const char *path, int64_t block, int64_t *hidden);
 #define FXT_LAYER_STREAM_X 0
 float fxt_layer_synth(uint64_t seed, uint64_t stream, uint64_t i);
 
-/* Weights from --weights (layer_weights.c) or synthetic from --seed;
- * converted to rotate-half when cfg->interleaved, FP8 with --fp8. */
-int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, fxt_layer_weights *w);
+/* Heads [h0, h0 + nh) of the weights (0, cfg->heads: the whole layer) from
+ * --weights (layer_weights.c: only the slice's rows and o's columns are
+ * kept) or synthetic from --seed; converted to rotate-half when
+ * cfg->interleaved, FP8 with --fp8. w->qkv is [3 nh head_dim][hidden] (the
+ * heads' Q, K, V rows), w->o [hidden][nh head_dim] (o.weight's columns of
+ * the heads) with all hidden scales and biases, the gammas [nh head_dim]:
+ * the same bits as those heads have in the whole layer. */
+int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, int64_t h0, int64_t nh,
+                           fxt_layer_weights *w);
 void fxt_layer_weights_free(fxt_layer_weights *w);
 
 /* Tokens [start, start + len) of x: from -x (only those rows are read) or

@@ -14,6 +14,18 @@
  *
  * Synthetic weights (no --weights): deterministic from --seed, W ~ N(0, 1) /
  * sqrt(hidden), biases ~ 0.1 N(0, 1), gammas ~ 1 + 0.2 N(0, 1).
+ *
+ * A range of heads [h0, h0 + nh) (all of them in one process, a tensor-
+ * parallel rank's slice under MPI) is loaded alone, with n = nh head_dim:
+ * only rows [h0 head_dim, + n) of q, k and v (weights, their FP8 scales,
+ * biases) and of the gammas are read from the file, or generated (the
+ * generator is counter-based); o.weight is read in blocks of whole rows of
+ * which only columns [h0 head_dim, + n) are kept (o_columns says why), its
+ * scales and bias whole. The RoPE permutation (per head) and --fp8 (per
+ * output channel) apply to the slice, so a slice holds the bits the same
+ * heads have in the whole layer. Held: 4 n hidden weights (fp32 or E4M3),
+ * 5 n + hidden biases and gammas (E4M3: 3 n + hidden scales too), and while
+ * o is read one block of its rows (about O_BLOCK_BYTES, at least one row).
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +37,7 @@
 #include "safetensors.h"
 
 #define NAME_CAP 128
+#define O_BLOCK_BYTES ((int64_t)4 << 20) /* rows of o.weight read at once */
 
 /* Streams of the synthetic generator (x is FXT_LAYER_STREAM_X). */
 enum { S_WQ = 1, S_WK, S_WV, S_WO, S_BQKV, S_BO, S_GQ, S_GK };
@@ -46,12 +59,12 @@ float fxt_layer_synth(uint64_t seed, uint64_t stream, uint64_t i)
     return (float)(s - 131070) * (1.0f / 37837.23f);
 }
 
-/* n values mean + sd * N(0, 1) of one stream. */
-static void synth_fill(float *dst, int64_t n, uint64_t seed, uint64_t stream, double mean,
-                       double sd)
+/* Values [first, first + n) of one stream as mean + sd * N(0, 1) into dst[n]. */
+static void synth_fill(float *dst, int64_t first, int64_t n, uint64_t seed, uint64_t stream,
+                       double mean, double sd)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = (float)(mean + sd * (double)fxt_layer_synth(seed, stream, (uint64_t)i));
+        dst[i] = (float)(mean + sd * (double)fxt_layer_synth(seed, stream, (uint64_t)(first + i)));
 }
 
 static int mat_alloc(fxt_layer_mat *m, fxa_proj_w format, int64_t rows, int64_t cols)
@@ -83,17 +96,44 @@ void fxt_layer_weights_free(fxt_layer_weights *w)
     memset(w, 0, sizeof *w);
 }
 
-/* ---- checkpoint ------------------------------------------------------------ */
+/* ---- sources: a checkpoint or the generator -------------------------------- */
 
-typedef struct ckpt {
+/* Where the weights come from: checkpoint f (path, block), or the synthetic
+ * generator (f NULL, seed). fp8[m]: weight m (q, k, v, o) is F8_E4M3 in f. */
+typedef struct src {
     fxt_st_file *f;
     const char *path;
     int64_t block;
     int64_t hidden;
-} ckpt;
+    uint64_t seed;
+    int fp8[4];
+} src;
+
+enum { M_Q, M_K, M_V, M_O };
+static const char *const MODS[4] = {"q", "k", "v", "o"};
+
+/* A [hidden] vector of the block: its checkpoint leaf, and its synthetic
+ * values (element i is element first + i of stream, mean + sd N(0, 1)). */
+typedef struct vec {
+    const char *leaf;
+    uint64_t stream;
+    int64_t first;
+    double mean, sd;
+} vec;
+
+/* The bias of module m. */
+static vec bias_vec(int m, int64_t hidden)
+{
+    static const char *const leaves[4] = {"q.bias", "k.bias", "v.bias", "o.bias"};
+    return m == M_O ? (vec){leaves[m], S_BO, 0, 0.0, 0.1}
+                    : (vec){leaves[m], S_BQKV, m * hidden, 0.0, 0.1};
+}
+
+static const vec NORM_Q = {"norm_q.weight", S_GQ, 0, 1.0, 0.2};
+static const vec NORM_K = {"norm_k.weight", S_GK, 0, 1.0, 0.2};
 
 /* "blocks.N.self_attn.<leaf>" */
-static void tensor_name(const ckpt *c, const char *leaf, char name[NAME_CAP])
+static void tensor_name(const src *c, const char *leaf, char name[NAME_CAP])
 {
     snprintf(name, NAME_CAP, "blocks.%lld.self_attn.%s", (long long)c->block, leaf);
 }
@@ -108,7 +148,7 @@ static void shape_text(const fxt_st_tensor *t, char *buf, size_t cap)
 }
 
 /* Tensor `leaf` of the block, which must exist. */
-static int find(const ckpt *c, const char *leaf, const fxt_st_tensor **t)
+static int find(const src *c, const char *leaf, const fxt_st_tensor **t)
 {
     char name[NAME_CAP];
     tensor_name(c, leaf, name);
@@ -119,7 +159,7 @@ static int find(const ckpt *c, const char *leaf, const fxt_st_tensor **t)
 }
 
 /* t has shape [rows] (cols 0) or [rows, cols]. */
-static int check_shape(const ckpt *c, const fxt_st_tensor *t, int64_t rows, int64_t cols)
+static int check_shape(const src *c, const fxt_st_tensor *t, int64_t rows, int64_t cols)
 {
     const int ndim = cols ? 2 : 1;
     if (t->ndim == ndim && t->shape[0] == rows && (!cols || t->shape[1] == cols))
@@ -133,36 +173,57 @@ static int check_shape(const ckpt *c, const fxt_st_tensor *t, int64_t rows, int6
                     t->name, got, (long long)rows);
 }
 
-/* Read an F32, BF16 or F16 tensor as fp32 into dst (t->count elements). */
-static int read_floats(const ckpt *c, const fxt_st_tensor *t, float *dst)
+/* A reader's failure as an exit code (its message names the file). */
+static int read_fail(fxa_status st, const char *err)
 {
-    char err[600];
+    return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "%s", err);
+}
+
+/* t is F32, BF16 or F16. */
+static int check_float(const src *c, const fxt_st_tensor *t)
+{
     if (!t->supported || t->dtype == FXT_ST_F8_E4M3)
         return fxt_fail(FXT_EXIT_BAD_INPUT,
                         "%s: tensor '%s' has dtype %s; expected F32, BF16 or F16", c->path,
                         t->name, t->dtype_name);
-    const fxa_status st = fxt_st_read_f32(c->f, t, dst, (size_t)t->count, err, sizeof err);
-    if (st != FXA_OK)
-        return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "%s", err);
     return 0;
 }
 
-/* Vector `leaf` [hidden] into dst. */
-static int read_vector(const ckpt *c, const char *leaf, float *dst)
+/* Rows [r0, r0 + n) of an F32, BF16 or F16 tensor as fp32 into dst (n rows
+ * of its other dimensions). */
+static int read_float_rows(const src *c, const fxt_st_tensor *t, int64_t r0, int64_t n,
+                           float *dst)
 {
-    const fxt_st_tensor *t = NULL;
-    int code = find(c, leaf, &t);
-    if (!code)
-        code = check_shape(c, t, c->hidden, 0);
-    return code ? code : read_floats(c, t, dst);
+    char err[600];
+    const int code = check_float(c, t);
+    if (code)
+        return code;
+    const int64_t per_row = t->ndim && t->shape[0] ? t->count / t->shape[0] : 0;
+    const fxa_status st =
+        fxt_st_read_rows_f32(c->f, t, r0, n, dst, (size_t)(n * per_row), err, sizeof err);
+    return st != FXA_OK ? read_fail(st, err) : 0;
 }
 
-/* Weight of module `mod` (q, k, v, o): its shape and whether it is FP8. */
-static int weight_kind(const ckpt *c, const char *mod, int *fp8)
+/* Elements [r0, r0 + n) of vector v ([hidden]) into dst. */
+static int vector_rows(const src *c, vec v, int64_t r0, int64_t n, float *dst)
+{
+    if (!c->f) {
+        synth_fill(dst, v.first + r0, n, c->seed, v.stream, v.mean, v.sd);
+        return 0;
+    }
+    const fxt_st_tensor *t = NULL;
+    int code = find(c, v.leaf, &t);
+    if (!code)
+        code = check_shape(c, t, c->hidden, 0);
+    return code ? code : read_float_rows(c, t, r0, n, dst);
+}
+
+/* Weight of module `mod`: its shape and whether it is FP8 (into c->fp8). */
+static int weight_kind(src *c, int mod)
 {
     char leaf[32];
     const fxt_st_tensor *t = NULL;
-    snprintf(leaf, sizeof leaf, "%s.weight", mod);
+    snprintf(leaf, sizeof leaf, "%s.weight", MODS[mod]);
     int code = find(c, leaf, &t);
     if (!code)
         code = check_shape(c, t, c->hidden, c->hidden);
@@ -170,17 +231,17 @@ static int weight_kind(const ckpt *c, const char *mod, int *fp8)
         code = fxt_fail(FXT_EXIT_BAD_INPUT,
                         "%s: tensor '%s' has dtype %s; expected F32, BF16, F16 or F8_E4M3",
                         c->path, t->name, t->dtype_name);
-    *fp8 = !code && t->dtype == FXT_ST_F8_E4M3;
+    c->fp8[mod] = !code && t->dtype == FXT_ST_F8_E4M3;
     return code;
 }
 
 /* The scale tensor of FP8 weight `mod` (see the header comment). */
-static int find_scale(const ckpt *c, const char *mod, const fxt_st_tensor **t)
+static int find_scale(const src *c, int mod, const fxt_st_tensor **t)
 {
     char a[NAME_CAP], b[NAME_CAP], leaf[32];
-    snprintf(leaf, sizeof leaf, "%s.weight_scale", mod);
+    snprintf(leaf, sizeof leaf, "%s.weight_scale", MODS[mod]);
     tensor_name(c, leaf, a);
-    snprintf(leaf, sizeof leaf, "%s.scale_weight", mod);
+    snprintf(leaf, sizeof leaf, "%s.scale_weight", MODS[mod]);
     tensor_name(c, leaf, b);
     const fxt_st_tensor *ta = fxt_st_find(c->f, a);
     const fxt_st_tensor *tb = fxt_st_find(c->f, b);
@@ -191,13 +252,29 @@ static int find_scale(const ckpt *c, const char *mod, const fxt_st_tensor **t)
         return fxt_fail(FXT_EXIT_BAD_INPUT,
                         "%s: blocks.%lld.self_attn.%s.weight is F8_E4M3 but has no scale: "
                         "expected '%s' or '%s' (one value per output channel)",
-                        c->path, (long long)c->block, mod, a, b);
+                        c->path, (long long)c->block, MODS[mod], a, b);
     *t = ta ? ta : tb;
     return 0;
 }
 
-/* Per-output-channel scales of FP8 weight `mod` into dst[hidden]. */
-static int read_scales(const ckpt *c, const char *mod, float *dst)
+/* A single-value scale t (shape [] or [1]) into dst[n]. */
+static int read_one_scale(const src *c, const fxt_st_tensor *t, int64_t n, float *dst)
+{
+    char err[600];
+    const int code = check_float(c, t);
+    if (code)
+        return code;
+    const fxa_status st = fxt_st_read_f32(c->f, t, dst, 1, err, sizeof err);
+    if (st != FXA_OK)
+        return read_fail(st, err);
+    for (int64_t i = 1; i < n; i++)
+        dst[i] = dst[0];
+    return 0;
+}
+
+/* Scales of output channels [r0, r0 + n) of FP8 weight `mod` into dst[n]:
+ * only those rows of a per-channel scale are read. */
+static int read_scales(const src *c, int mod, int64_t r0, int64_t n, float *dst)
 {
     const fxt_st_tensor *t = NULL;
     int code = find_scale(c, mod, &t);
@@ -212,47 +289,113 @@ static int read_scales(const ckpt *c, const char *mod, float *dst)
                         "%s: scale '%s' has shape %s, expected [%lld], [%lld, 1] or one value",
                         c->path, t->name, got, (long long)c->hidden, (long long)c->hidden);
     }
-    if ((code = read_floats(c, t, dst)))
-        return code;
-    for (int64_t i = 1; !per_channel && i < c->hidden; i++)
-        dst[i] = dst[0];
-    for (int64_t i = 0; i < c->hidden; i++)
+    code = per_channel ? read_float_rows(c, t, r0, n, dst) : read_one_scale(c, t, n, dst);
+    for (int64_t i = 0; !code && i < n; i++)
         if (!isfinite(dst[i]) || dst[i] < 0.0f)
-            return fxt_fail(FXT_EXIT_BAD_INPUT,
-                            "%s: scale '%s' has %g at channel %lld (must be finite, not negative)",
-                            c->path, t->name, (double)dst[i], (long long)i);
+            code = fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "%s: scale '%s' has %g at channel %lld (must be finite, not "
+                            "negative)",
+                            c->path, t->name, (double)dst[i], (long long)(r0 + i));
+    return code;
+}
+
+/* Rows [r0, r0 + n) of weight `mod` ([hidden][hidden]) into dst: E4M3 codes
+ * when the checkpoint's weight is F8_E4M3, else fp32. */
+static int weight_rows(const src *c, int mod, int64_t r0, int64_t n, void *dst)
+{
+    const int64_t h = c->hidden;
+    if (!c->f) {
+        synth_fill(dst, r0 * h, n * h, c->seed, S_WQ + (uint64_t)mod, 0.0, 1.0 / sqrt((double)h));
+        return 0;
+    }
+    char leaf[32];
+    const fxt_st_tensor *t = NULL;
+    snprintf(leaf, sizeof leaf, "%s.weight", MODS[mod]);
+    int code = find(c, leaf, &t);
+    if (code || !c->fp8[mod])
+        return code ? code : read_float_rows(c, t, r0, n, dst);
+    char err[600];
+    const fxa_status st = fxt_st_read_rows(c->f, t, r0, n, dst, (size_t)(n * h), err, sizeof err);
+    return st != FXA_OK ? read_fail(st, err) : 0;
+}
+
+/* Output channels [r0, r0 + n) of module `mod` (weight rows, their scales
+ * when FP8, bias) into rows [d0, d0 + n) of m. */
+static int linear_rows(const src *c, int mod, int64_t r0, int64_t n, fxt_layer_mat *m,
+                       int64_t d0)
+{
+    const size_t elem = m->format == FXA_PROJ_W_E4M3 ? 1 : sizeof(float);
+    int code = weight_rows(c, mod, r0, n, (char *)m->w + (size_t)(d0 * m->cols) * elem);
+    if (!code && m->format == FXA_PROJ_W_E4M3)
+        code = read_scales(c, mod, r0, n, m->scales + d0);
+    return code ? code : vector_rows(c, bias_vec(mod, c->hidden), r0, n, m->bias + d0);
+}
+
+/* fp32 rows to E4M3 codes with per-output-channel scales (--fp8). */
+static int quantize(const float *w, int64_t rows, int64_t cols, uint8_t *codes, float *scales)
+{
+    if (fxa_e4m3_quantize_weights(w, rows, cols, codes, scales) != FXA_OK)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--fp8: a weight is not finite");
     return 0;
 }
 
-/* Weight and bias of module `mod` into rows [row0, row0 + hidden) of m. */
-static int read_linear(const ckpt *c, const char *mod, int64_t row0, fxt_layer_mat *m)
+/* Copy columns [c0, c0 + n) of `rows` rows of `cols` elements of elem bytes
+ * from src into dst ([rows][n]). */
+static void copy_columns(void *dst, const void *src_rows, int64_t rows, int64_t cols, int64_t c0,
+                         int64_t n, size_t elem)
 {
-    char leaf[32];
-    const fxt_st_tensor *t = NULL;
-    snprintf(leaf, sizeof leaf, "%s.weight", mod);
-    int code = find(c, leaf, &t);
-    if (!code && m->format == FXA_PROJ_W_E4M3) {
-        char err[600];
-        uint8_t *dst = (uint8_t *)m->w + row0 * m->cols;
-        const fxa_status st = fxt_st_read(c->f, t, dst, (size_t)t->nbytes, err, sizeof err);
-        if (st != FXA_OK)
-            code = fxt_fail(FXT_EXIT_BAD_INPUT, "%s", err);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((char *)dst + (size_t)(r * n) * elem,
+               (const char *)src_rows + (size_t)(r * cols + c0) * elem, (size_t)n * elem);
+}
+
+/*
+ * Columns [c0, c0 + n) of o.weight ([hidden][hidden], [out][in]) into m
+ * ([hidden][n], allocated in its format: E4M3 when the checkpoint's o is,
+ * or when fp8 quantises the fp32 rows), with all hidden scales when E4M3.
+ * o is read in blocks of whole rows, only the columns kept: a rank's
+ * columns are strided (n of every hidden values), and --fp8 scales each
+ * output channel by the absmax of its whole row, so quantising block by
+ * block (per row) gives the bits of quantising the whole weight. Memory: m,
+ * and one block of whole rows (about O_BLOCK_BYTES, at least one row; with
+ * fp8 also its codes).
+ */
+static int o_columns(const src *c, int64_t c0, int64_t n, int fp8, fxt_layer_mat *m)
+{
+    const int64_t h = c->hidden;
+    const int raw8 = c->fp8[M_O];
+    const size_t elem = raw8 ? 1 : sizeof(float); /* as read */
+    const size_t kept = raw8 || fp8 ? 1 : sizeof(float); /* as held in m */
+    int64_t rows = O_BLOCK_BYTES / (h * (int64_t)elem);
+    rows = rows < 1 ? 1 : rows > h ? h : rows;
+    void *block = malloc((size_t)(rows * h) * elem);
+    uint8_t *codes = fp8 ? malloc((size_t)(rows * h)) : NULL;
+    int code = !block || (fp8 && !codes)
+                   ? fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's weights")
+                   : 0;
+    for (int64_t r = 0; !code && r < h; r += rows) {
+        const int64_t b = h - r < rows ? h - r : rows;
+        code = weight_rows(c, M_O, r, b, block);
+        if (!code && fp8)
+            code = quantize(block, b, h, codes, m->scales + r);
         if (!code)
-            code = read_scales(c, mod, m->scales + row0);
-    } else if (!code) {
-        code = read_floats(c, t, (float *)m->w + row0 * m->cols);
+            copy_columns((char *)m->w + (size_t)(r * n) * kept, fp8 ? (void *)codes : block, b, h,
+                         c0, n, kept);
     }
-    snprintf(leaf, sizeof leaf, "%s.bias", mod);
-    return code ? code : read_vector(c, leaf, m->bias + row0);
+    free(block);
+    free(codes);
+    if (!code && raw8)
+        code = read_scales(c, M_O, 0, h, m->scales);
+    return code;
 }
 
 int fxt_layer_weights_hidden(const char *path, int64_t block, int64_t *hidden)
 {
     char err[600];
-    ckpt c = {NULL, path, block, 0};
+    src c = {.path = path, .block = block};
     const fxa_status st = fxt_st_open(path, &c.f, err, sizeof err);
     if (st != FXA_OK)
-        return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "%s", err);
+        return read_fail(st, err);
     const fxt_st_tensor *t = NULL;
     int code = find(&c, "q.weight", &t);
     if (!code && t->ndim != 2) {
@@ -268,86 +411,71 @@ int fxt_layer_weights_hidden(const char *path, int64_t block, int64_t *hidden)
     return code;
 }
 
-static int load_checkpoint(const layer_opts *o, const fxt_layer_cfg *cfg, fxt_layer_weights *w)
+/* Open the source of o (checkpoint headers: every weight's shape and dtype;
+ * q, k and v all FP8 or none), or set up the generator. */
+static int src_open(const layer_opts *o, const fxt_layer_cfg *cfg, src *c)
 {
     char err[600];
-    const int64_t h = cfg->hidden;
-    ckpt c = {NULL, o->weights, o->block, h};
-    fxa_status st = fxt_st_open(o->weights, &c.f, err, sizeof err);
+    *c = (src){.path = o->weights, .block = o->block, .hidden = cfg->hidden,
+               .seed = (uint64_t)o->seed};
+    if (!o->weights)
+        return 0;
+    const fxa_status st = fxt_st_open(o->weights, &c->f, err, sizeof err);
     if (st != FXA_OK)
-        return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "%s", err);
-    int fp8[4] = {0, 0, 0, 0};
-    const char *const mods[4] = {"q", "k", "v", "o"};
+        return read_fail(st, err);
     int code = 0;
-    for (int i = 0; i < 4 && !code; i++)
-        code = weight_kind(&c, mods[i], &fp8[i]);
-    if (!code && (fp8[0] != fp8[1] || fp8[0] != fp8[2]))
+    for (int m = M_Q; m <= M_O && !code; m++)
+        code = weight_kind(c, m);
+    if (!code && (c->fp8[M_Q] != c->fp8[M_K] || c->fp8[M_Q] != c->fp8[M_V]))
         code = fxt_fail(FXT_EXIT_BAD_INPUT,
                         "%s: the q, k and v weights of block %lld must be all F8_E4M3 or none "
                         "(they form one fused weight)",
                         o->weights, (long long)o->block);
-    if (!code)
-        code = mat_alloc(&w->qkv, fp8[0] ? FXA_PROJ_W_E4M3 : FXA_PROJ_W_F32, 3 * h, h);
-    if (!code)
-        code = mat_alloc(&w->o, fp8[3] ? FXA_PROJ_W_E4M3 : FXA_PROJ_W_F32, h, h);
-    w->gamma_q = malloc((size_t)h * sizeof(float));
-    w->gamma_k = malloc((size_t)h * sizeof(float));
-    if (!code && (!w->gamma_q || !w->gamma_k))
-        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's weights");
-    for (int i = 0; i < 3 && !code; i++)
-        code = read_linear(&c, mods[i], i * h, &w->qkv);
-    if (!code)
-        code = read_linear(&c, "o", 0, &w->o);
-    if (!code)
-        code = read_vector(&c, "norm_q.weight", w->gamma_q);
-    if (!code)
-        code = read_vector(&c, "norm_k.weight", w->gamma_k);
-    fxt_st_close(c.f);
     return code;
 }
 
-static int load_synthetic(const layer_opts *o, const fxt_layer_cfg *cfg, fxt_layer_weights *w)
+/* Heads [h0, h0 + nh) of source c into w, as stored (n = nh head_dim): Q, K,
+ * V rows [h0 d, h0 d + n) each, their gammas, o's columns (quantised when
+ * fp8_o), o's scales and bias whole. */
+static int read_heads(const src *c, const fxt_layer_cfg *cfg, int64_t h0, int64_t nh, int fp8_o,
+                      fxt_layer_weights *w)
 {
     const int64_t h = cfg->hidden;
-    const uint64_t seed = (uint64_t)o->seed;
-    const double sd = 1.0 / sqrt((double)h);
-    int code = mat_alloc(&w->qkv, FXA_PROJ_W_F32, 3 * h, h);
+    const int64_t n = nh * cfg->head_dim;
+    const int64_t c0 = h0 * cfg->head_dim;
+    int code = mat_alloc(&w->qkv, c->fp8[M_Q] ? FXA_PROJ_W_E4M3 : FXA_PROJ_W_F32, 3 * n, h);
     if (!code)
-        code = mat_alloc(&w->o, FXA_PROJ_W_F32, h, h);
-    w->gamma_q = malloc((size_t)h * sizeof(float));
-    w->gamma_k = malloc((size_t)h * sizeof(float));
+        code = mat_alloc(&w->o, c->fp8[M_O] || fp8_o ? FXA_PROJ_W_E4M3 : FXA_PROJ_W_F32, h, n);
+    w->gamma_q = malloc((size_t)n * sizeof(float));
+    w->gamma_k = malloc((size_t)n * sizeof(float));
     if (!code && (!w->gamma_q || !w->gamma_k))
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's weights");
-    if (code)
-        return code;
-    float *wqkv = w->qkv.w;
-    synth_fill(wqkv, h * h, seed, S_WQ, 0.0, sd);
-    synth_fill(wqkv + h * h, h * h, seed, S_WK, 0.0, sd);
-    synth_fill(wqkv + 2 * h * h, h * h, seed, S_WV, 0.0, sd);
-    synth_fill(w->o.w, h * h, seed, S_WO, 0.0, sd);
-    synth_fill(w->qkv.bias, 3 * h, seed, S_BQKV, 0.0, 0.1);
-    synth_fill(w->o.bias, h, seed, S_BO, 0.0, 0.1);
-    synth_fill(w->gamma_q, h, seed, S_GQ, 1.0, 0.2);
-    synth_fill(w->gamma_k, h, seed, S_GK, 1.0, 0.2);
-    return 0;
+    for (int m = M_Q; m <= M_V && !code; m++)
+        code = linear_rows(c, m, c0, n, &w->qkv, m * n);
+    if (!code)
+        code = o_columns(c, c0, n, fp8_o, &w->o);
+    if (!code)
+        code = vector_rows(c, bias_vec(M_O, h), 0, h, w->o.bias);
+    if (!code)
+        code = vector_rows(c, NORM_Q, c0, n, w->gamma_q);
+    if (!code)
+        code = vector_rows(c, NORM_K, c0, n, w->gamma_k);
+    return code;
 }
 
-/* fp32 weights to E4M3 codes with per-output-channel scales (--fp8). */
-static int mat_to_fp8(fxt_layer_mat *m)
+/* fp32 QKV weights to E4M3 codes with per-output-channel scales (--fp8). */
+static int qkv_to_fp8(fxt_layer_mat *m)
 {
     if (m->format == FXA_PROJ_W_E4M3)
         return 0;
     uint8_t *codes = malloc((size_t)(m->rows * m->cols));
     float *scales = malloc((size_t)m->rows * sizeof(float));
-    fxa_status st = codes && scales ? fxa_e4m3_quantize_weights(m->w, m->rows, m->cols, codes,
-                                                                 scales)
-                                    : FXA_ERR_NO_MEMORY;
-    if (st != FXA_OK) {
+    int code = codes && scales ? quantize(m->w, m->rows, m->cols, codes, scales)
+                               : fxt_fail(FXT_EXIT_FAILURE, "out of memory for the FP8 weights");
+    if (code) {
         free(codes);
         free(scales);
-        return st == FXA_ERR_NO_MEMORY
-                   ? fxt_fail(FXT_EXIT_FAILURE, "out of memory for the FP8 weights")
-                   : fxt_fail(FXT_EXIT_BAD_INPUT, "--fp8: a weight is not finite");
+        return code;
     }
     free(m->w);
     m->w = codes;
@@ -356,27 +484,36 @@ static int mat_to_fp8(fxt_layer_mat *m)
     return 0;
 }
 
-int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, fxt_layer_weights *w)
+/* Interleaved RoPE pairs to rotate-half in the Q/K rows of nh heads. */
+static int to_rotate_half(const fxt_layer_cfg *cfg, int64_t nh, fxt_layer_weights *w)
 {
+    fxa_proj_desc d;
+    fxa_proj_desc_init(&d);
+    d.in_features = cfg->hidden;
+    d.heads_q = d.heads_kv = nh;
+    d.head_dim = cfg->head_dim;
+    d.w_format = w->qkv.format;
+    const fxa_status st = fxa_rope_interleaved_to_half(&d, w->qkv.w, w->qkv.scales, w->qkv.bias,
+                                                       w->gamma_q, w->gamma_k);
+    if (st != FXA_OK)
+        return fxt_fail(fxt_exit_code(st), "cannot convert the interleaved RoPE weights: %s",
+                        fxa_status_str(st));
+    return 0;
+}
+
+int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, int64_t h0, int64_t nh,
+                           fxt_layer_weights *w)
+{
+    src c;
     memset(w, 0, sizeof *w);
-    int code = o->weights ? load_checkpoint(o, cfg, w) : load_synthetic(o, cfg, w);
-    if (!code && cfg->interleaved) {
-        fxa_proj_desc d;
-        fxa_proj_desc_init(&d);
-        d.in_features = cfg->hidden;
-        d.heads_q = d.heads_kv = cfg->heads;
-        d.head_dim = cfg->head_dim;
-        d.w_format = w->qkv.format;
-        const fxa_status st = fxa_rope_interleaved_to_half(&d, w->qkv.w, w->qkv.scales,
-                                                           w->qkv.bias, w->gamma_q, w->gamma_k);
-        if (st != FXA_OK)
-            code = fxt_fail(fxt_exit_code(st), "cannot convert the interleaved RoPE weights: %s",
-                            fxa_status_str(st));
-    }
+    int code = src_open(o, cfg, &c);
+    if (!code)
+        code = read_heads(&c, cfg, h0, nh, o->fp8 && !c.fp8[M_O], w);
+    fxt_st_close(c.f);
+    if (!code && cfg->interleaved)
+        code = to_rotate_half(cfg, nh, w);
     if (!code && o->fp8)
-        code = mat_to_fp8(&w->qkv);
-    if (!code && o->fp8)
-        code = mat_to_fp8(&w->o);
+        code = qkv_to_fp8(&w->qkv);
     if (code)
         fxt_layer_weights_free(w);
     return code;

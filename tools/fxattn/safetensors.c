@@ -1485,14 +1485,10 @@ static int owns(const fxt_st_file *f, const fxt_st_tensor *t)
     return delta % sizeof *t == 0 && delta / sizeof *t < (uintptr_t)f->count;
 }
 
-/*
- * Checks shared by the readers: t is f's, of a dtype fxattn supports (and that fp32 reads can
- * convert when to_f32), and the destination has exactly its size (want == have, counted in
- * `unit`s). Messages are "<path>: tensor '<name>': ...".
- */
-static fxa_status check_read(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
-                             const void *dst, uint64_t have, uint64_t want, const char *unit,
-                             int to_f32)
+/* The tensor checks shared by the readers: t is f's, of a dtype fxattn supports (and that fp32
+ * reads can convert when to_f32). Messages are "<path>: tensor '<name>': ...". */
+static fxa_status check_tensor(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
+                               int to_f32)
 {
     char shown[SNIPPET_CAP];
     if (f == NULL || t == NULL || !owns(f, t)) {
@@ -1510,9 +1506,19 @@ static fxa_status check_read(const st_ctx *ctx, const fxt_st_file *f, const fxt_
              shown);
         return FXA_ERR_UNSUPPORTED;
     }
+    return FXA_OK;
+}
+
+/* The destination of a read of t (checked by check_tensor) has exactly the size of what is read
+ * (want == have, counted in `unit`s); `what` names it in the message ("the tensor has"). */
+static fxa_status check_size(const st_ctx *ctx, const fxt_st_tensor *t, const void *dst,
+                             uint64_t have, uint64_t want, const char *unit, const char *what)
+{
+    char shown[SNIPPET_CAP];
+    fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
     if (have != want) {
-        fail(ctx, "tensor '%s': destination holds %" PRIu64 " %s but the tensor has %" PRIu64,
-             shown, have, unit, want);
+        fail(ctx, "tensor '%s': destination holds %" PRIu64 " %s but %s %" PRIu64, shown, have,
+             unit, what, want);
         return FXA_ERR_INVALID_ARG;
     }
     if (dst == NULL && want > 0) {
@@ -1522,22 +1528,66 @@ static fxa_status check_read(const st_ctx *ctx, const fxt_st_file *f, const fxt_
     return FXA_OK;
 }
 
-/* Copy t's nbytes bytes from the file or memory into dst. */
-static fxa_status copy_bytes(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
-                             void *dst)
+/* A row read of t (checked by check_tensor): t has rows (ndim >= 1) and [row0, row0 + n_rows)
+ * lies within its shape[0] rows. *per_row: the elements of one row (the product of the other
+ * dimensions; 0 when t has no elements). */
+static fxa_status check_rows(const st_ctx *ctx, const fxt_st_tensor *t, int64_t row0,
+                             int64_t n_rows, int64_t *per_row)
 {
-    if (t->nbytes == 0) {
+    char shown[SNIPPET_CAP];
+    fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
+    if (t->ndim < 1) {
+        fail(ctx, "tensor '%s': a scalar has no rows to read", shown);
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (row0 < 0 || n_rows < 0 || row0 > t->shape[0] - n_rows) {
+        fail(ctx, "tensor '%s': rows [%" PRId64 ", %" PRId64 ") are outside its %" PRId64 " rows",
+             shown, row0, row0 + n_rows, t->shape[0]);
+        return FXA_ERR_INVALID_ARG;
+    }
+    *per_row = t->shape[0] > 0 ? t->count / t->shape[0] : 0;
+    return FXA_OK;
+}
+
+/* Copy bytes [begin, begin + nbytes) of t's data from the file or memory into dst. */
+static fxa_status copy_range(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
+                             int64_t begin, int64_t nbytes, void *dst)
+{
+    if (nbytes == 0) {
         return FXA_OK;
     }
     if (f->mem != NULL) {
-        memcpy(dst, f->mem + t->file_offset, (size_t)t->nbytes);
+        memcpy(dst, f->mem + t->file_offset + begin, (size_t)nbytes);
         return FXA_OK;
     }
     char what[SNIPPET_CAP + 16];
     char shown[SNIPPET_CAP];
     fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
     snprintf(what, sizeof what, "tensor '%s'", shown);
-    return read_at(ctx, f->fd, dst, (size_t)t->nbytes, t->file_offset, what);
+    return read_at(ctx, f->fd, dst, (size_t)nbytes, t->file_offset + begin, what);
+}
+
+/* Elements [first, first + count) of an F32, BF16 or F16 tensor as fp32 into dst[count]. */
+static fxa_status copy_f32(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
+                           int64_t first, int64_t count, float *dst)
+{
+    if (t->dtype == FXT_ST_F32) {
+        return copy_range(ctx, f, t, first * 4, count * 4, dst);
+    }
+    /* 16-bit codes: read them into the upper half of dst, then widen front to back. Element i
+     * lands on bytes [4i, 4i + 4), below the code of element i + 1 at 2 * count + 2i + 2. */
+    unsigned char *codes = (unsigned char *)dst + 2 * (size_t)count;
+    const fxa_status status = copy_range(ctx, f, t, first * 2, count * 2, codes);
+    if (status != FXA_OK) {
+        return status;
+    }
+    const int bf16 = t->dtype == FXT_ST_BF16;
+    for (size_t i = 0; i < (size_t)count; i++) {
+        uint16_t h;
+        memcpy(&h, codes + 2 * i, sizeof h);
+        dst[i] = bf16 ? fxa_bf16_to_f32(h) : fxa_f16_to_f32(h);
+    }
+    return FXA_OK;
 }
 
 fxa_status fxt_st_read(const fxt_st_file *f, const fxt_st_tensor *t, void *dst, size_t dst_bytes,
@@ -1545,10 +1595,13 @@ fxa_status fxt_st_read(const fxt_st_file *f, const fxt_st_tensor *t, void *dst, 
 {
     const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
     fxt_clear_error(err, errlen);
-    fxa_status status = check_read(&ctx, f, t, dst, (uint64_t)dst_bytes,
-                                   t != NULL ? (uint64_t)t->nbytes : 0, "bytes", 0);
+    fxa_status status = check_tensor(&ctx, f, t, 0);
     if (status == FXA_OK) {
-        status = copy_bytes(&ctx, f, t, dst);
+        status = check_size(&ctx, t, dst, (uint64_t)dst_bytes, (uint64_t)t->nbytes, "bytes",
+                            "the tensor has");
+    }
+    if (status == FXA_OK) {
+        status = copy_range(&ctx, f, t, 0, t->nbytes, dst);
     }
     return status;
 }
@@ -1558,27 +1611,56 @@ fxa_status fxt_st_read_f32(const fxt_st_file *f, const fxt_st_tensor *t, float *
 {
     const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
     fxt_clear_error(err, errlen);
-    fxa_status status = check_read(&ctx, f, t, dst, (uint64_t)dst_count,
-                                   t != NULL ? (uint64_t)t->count : 0, "elements", 1);
+    fxa_status status = check_tensor(&ctx, f, t, 1);
+    if (status == FXA_OK) {
+        status = check_size(&ctx, t, dst, (uint64_t)dst_count, (uint64_t)t->count, "elements",
+                            "the tensor has");
+    }
     if (status != FXA_OK || t->count == 0) {
         return status;
     }
-    if (t->dtype == FXT_ST_F32) {
-        return copy_bytes(&ctx, f, t, dst);
+    return copy_f32(&ctx, f, t, 0, t->count, dst);
+}
+
+fxa_status fxt_st_read_rows(const fxt_st_file *f, const fxt_st_tensor *t, int64_t row0,
+                            int64_t n_rows, void *dst, size_t dst_bytes, char *err, size_t errlen)
+{
+    const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    fxt_clear_error(err, errlen);
+    int64_t per_row = 0;
+    fxa_status status = check_tensor(&ctx, f, t, 0);
+    if (status == FXA_OK) {
+        status = check_rows(&ctx, t, row0, n_rows, &per_row);
     }
-    /* 16-bit codes: read them into the upper half of dst, then widen front to back. Element i
-     * lands on bytes [4i, 4i + 4), below the code of element i + 1 at 2 * count + 2i + 2. */
-    const size_t count = (size_t)t->count;
-    unsigned char *codes = (unsigned char *)dst + 2 * count;
-    status = copy_bytes(&ctx, f, t, codes);
-    if (status != FXA_OK) {
+    /* Supported dtypes fill whole bytes: a row is nbytes / shape[0] bytes. */
+    const int64_t row_bytes = status == FXA_OK && per_row ? t->nbytes / t->shape[0] : 0;
+    if (status == FXA_OK) {
+        status = check_size(&ctx, t, dst, (uint64_t)dst_bytes, (uint64_t)(n_rows * row_bytes),
+                            "bytes", "the rows have");
+    }
+    if (status == FXA_OK) {
+        status = copy_range(&ctx, f, t, row0 * row_bytes, n_rows * row_bytes, dst);
+    }
+    return status;
+}
+
+fxa_status fxt_st_read_rows_f32(const fxt_st_file *f, const fxt_st_tensor *t, int64_t row0,
+                                int64_t n_rows, float *dst, size_t dst_count, char *err,
+                                size_t errlen)
+{
+    const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    fxt_clear_error(err, errlen);
+    int64_t per_row = 0;
+    fxa_status status = check_tensor(&ctx, f, t, 1);
+    if (status == FXA_OK) {
+        status = check_rows(&ctx, t, row0, n_rows, &per_row);
+    }
+    if (status == FXA_OK) {
+        status = check_size(&ctx, t, dst, (uint64_t)dst_count, (uint64_t)(n_rows * per_row),
+                            "elements", "the rows have");
+    }
+    if (status != FXA_OK || n_rows * per_row == 0) {
         return status;
     }
-    const int bf16 = t->dtype == FXT_ST_BF16;
-    for (size_t i = 0; i < count; i++) {
-        uint16_t h;
-        memcpy(&h, codes + 2 * i, sizeof h);
-        dst[i] = bf16 ? fxa_bf16_to_f32(h) : fxa_f16_to_f32(h);
-    }
-    return FXA_OK;
+    return copy_f32(&ctx, f, t, row0 * per_row, n_rows * per_row, dst);
 }

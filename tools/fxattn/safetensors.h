@@ -39,10 +39,11 @@
  *  - Tensors are listed in data order (by data_offsets); fxt_st_find looks names up by exact
  *    byte comparison. The file stays open (one descriptor) until fxt_st_close.
  *
- * Reading (fxt_st_read, fxt_st_read_f32)
- *  - Reads one tensor with pread, retrying short reads and EINTR; a file that shrank since it
- *    was opened gives FXA_ERR_IO. dst must hold exactly the tensor (bytes for fxt_st_read,
- *    elements for fxt_st_read_f32), else FXA_ERR_INVALID_ARG; nothing is read then.
+ * Reading (fxt_st_read, fxt_st_read_f32, and fxt_st_read_rows(_f32) for a range of rows)
+ *  - Reads one tensor, or a range of its rows (along the first axis), with pread, retrying
+ *    short reads and EINTR; a file that shrank since it was opened gives FXA_ERR_IO. dst must
+ *    hold exactly what is read (bytes for fxt_st_read(_rows), elements for the _f32 readers),
+ *    and the rows must lie within the tensor, else FXA_ERR_INVALID_ARG; nothing is read then.
  *  - Data comes as stored (little-endian); fxt_st_read_f32 widens BF16 and F16 exactly and
  *    copies F32 bit for bit (NaN payloads kept). F8_E4M3 is read raw only: fxt_st_read_f32
  *    refuses it with FXA_ERR_UNSUPPORTED for now.
@@ -126,6 +127,20 @@ fxa_status fxt_st_read(const fxt_st_file *f, const fxt_st_tensor *t, void *dst, 
  */
 fxa_status fxt_st_read_f32(const fxt_st_file *f, const fxt_st_tensor *t, float *dst,
                            size_t dst_count, char *err, size_t errlen);
+
+/*
+ * Rows [row0, row0 + n_rows) of tensor t along its first axis (a row is the product of the
+ * other dimensions: one element of a 1-D tensor, shape[1] elements of a 2-D one), as
+ * fxt_st_read (dst_bytes must equal the rows' bytes) and fxt_st_read_f32 (dst_count must equal
+ * their elements) read the whole tensor. Only those bytes are read from the file. Errors as the
+ * whole-tensor readers, and FXA_ERR_INVALID_ARG for a scalar (no rows), row0 < 0, n_rows < 0
+ * or row0 + n_rows > shape[0].
+ */
+fxa_status fxt_st_read_rows(const fxt_st_file *f, const fxt_st_tensor *t, int64_t row0,
+                            int64_t n_rows, void *dst, size_t dst_bytes, char *err, size_t errlen);
+fxa_status fxt_st_read_rows_f32(const fxt_st_file *f, const fxt_st_tensor *t, int64_t row0,
+                                int64_t n_rows, float *dst, size_t dst_count, char *err,
+                                size_t errlen);
 
 /* Close the file and free everything. NULL-safe. */
 void fxt_st_close(fxt_st_file *f);
