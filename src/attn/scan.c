@@ -46,6 +46,8 @@ static void scan_q_head(void *arg, int64_t item, int thread_id)
     for (int64_t i = 0; i < p->d.seq_q; i++) {
         const float *row = fxa_row_f32(p->ctx->kernels, job->x, p->d.dtype,
                                        base + i * p->q_strides.token, dim, scratch);
+        if (!fxa_any_non_finite(row, dim))
+            continue;
         for (size_t c = 0; c < dim; c++) {
             if (!isfinite(row[c])) {
                 *bad = (fxa_bad_value){i, (int64_t)c, row[c], 'Q'};

@@ -11,22 +11,9 @@ size_t fxa_summary_head_len(const fxa_attn_plan *p)
     return FXA_SUMMARY_FIXED + (size_t)p->d.head_dim;
 }
 
-/* 1 when some x_c is Inf or NaN (exponent bits all ones): a branch-free
- * test compilers vectorise. */
-static int any_non_finite(const float *x, size_t d)
-{
-    uint32_t bad = 0;
-    for (size_t c = 0; c < d; c++) {
-        uint32_t b;
-        memcpy(&b, x + c, sizeof b);
-        bad |= (b & 0x7f800000u) == 0x7f800000u;
-    }
-    return bad != 0;
-}
-
 static int note_bad(fxa_bad_value *bad, char tensor, int64_t row, const float *x, size_t d)
 {
-    if (!any_non_finite(x, d))
+    if (!fxa_any_non_finite(x, d))
         return 0;
     for (size_t c = 0; c < d; c++) {
         if (!isfinite(x[c])) {
