@@ -111,7 +111,7 @@ static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, const uint16_t 
         const uint16_t *kj = k + off + (int64_t)j * token_stride;
         const uint16_t *vj = v + off + (int64_t)j * token_stride;
         for (size_t c = 0; c < dim; c++) {
-            kp[2 * ((c / 2) * p->kv_tile + j) + c % 2] = kj[c];
+            kp[2 * fxa_kt_offset(p->kt_panel, pairs, c / 2, j) + c % 2] = kj[c];
             vp[2 * ((j / 2) * dim + c) + j % 2] = vj[c];
         }
     }
@@ -139,7 +139,7 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, c
             .q = rows->q16,
             .ldq = fxa_q16_stride(p),
             .kp = kt,
-            .ldkp = p->kv_tile,
+            .kp_panel = p->kt_panel,
             .vp = vp,
             .ldvp = dim,
             .qk_center = rows->qk_center,

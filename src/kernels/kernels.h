@@ -72,7 +72,8 @@ static inline size_t fxa_kt_offset(size_t kt_panel, size_t d, size_t c, size_t j
  * packed in pairs as vdpbf16ps reads them (d_pairs = ceil(d / 2); every pad
  * element is zero):
  *   q  [n_q][ldq]             ldq >= 2 d_pairs
- *   kp [d_pairs][ldkp][2]     (k[j][2c], k[j][2c+1]) at kp + 2 (c ldkp + j)
+ *   kp in panels of kp_panel keys (a multiple of 16), each [d_pairs][kp_panel][2]:
+ *                             (k[j][2c], k[j][2c+1]) at kp + 2 fxa_kt_offset(kp_panel, d_pairs, c, j)
  *   vp [ceil(n_kv/2)][ldvp][2] (v[2j][c], v[2j+1][c]) at vp + 2 (j ldvp + c)
  * Scores: s_ij = sum over pairs c of (s + q[2c+1] k[j][2c+1]) + q[2c] k[j][2c]
  * in fp32 (each bf16 product is exact in fp32), then z = lambda (s - center)
@@ -89,7 +90,7 @@ typedef struct fxa_attn_tile_bf16 {
     const uint16_t *q;
     size_t ldq;
     const uint16_t *kp;
-    size_t ldkp;
+    size_t kp_panel;
     const uint16_t *vp;
     size_t ldvp;
     const float *qk_center;
@@ -137,6 +138,6 @@ extern const fxa_kernels fxa_kernels_avx512_bf16;
 /* The AVX-512 fp32 tile, shared by both AVX-512 sets; it reads K^T in
  * panels of FXA_AVX512_KT_PANEL keys. */
 void fxa_attn_tile_f32_avx512(const fxa_attn_tile *t);
-#define FXA_AVX512_KT_PANEL 32
+#define FXA_AVX512_KT_PANEL 64
 
 #endif

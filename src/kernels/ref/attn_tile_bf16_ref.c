@@ -26,7 +26,7 @@ static void scores_rows(const fxa_attn_tile_bf16 *t)
         for (size_t j = 0; j < t->n_kv; j++) {
             float s = 0.0f;
             for (size_t c = 0; c < pairs; c++) {
-                const uint16_t *k = t->kp + 2 * (c * t->ldkp + j);
+                const uint16_t *k = t->kp + 2 * fxa_kt_offset(t->kp_panel, pairs, c, j);
                 s = (s + bf(q[2 * c + 1]) * bf(k[1])) + bf(q[2 * c]) * bf(k[0]);
             }
             z[j] = t->lambda * (s - t->qk_center[i]);
@@ -97,7 +97,7 @@ static void pv_rows(const fxa_attn_tile_bf16 *t)
 void fxa_attn_tile_bf16_ref(const fxa_attn_tile_bf16 *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
-    assert(t->ldkp >= t->n_kv && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
+    assert(t->kp_panel % 16 == 0 && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
     scores_rows(t);
     softmax_rows(t);
     pv_rows(t);

@@ -3,9 +3,9 @@
  * fxa_attn_tile_bf16 in kernels.h). Built with -mavx512f -mavx512vl
  * -mavx512bw -mavx512dq -mavx512bf16 -mfma (per file).
  *
- *   scores  8 x 32 micro-kernel on vdpbf16ps: per key-dimension pair, two
- *           zmm of packed key pairs and a broadcast query pair; 16 zmm
- *           accumulators in fp32.
+ *   scores  6 x 64 micro-kernel on vdpbf16ps over a 64-key K panel: per
+ *           key-dimension pair, four zmm of packed key pairs (contiguous)
+ *           and a broadcast query pair; 24 zmm accumulators in fp32.
  *   softmax fp32 exp2 (fxa_vexp2_shifted_f32x16), then P rounded to bf16
  *           (vcvtneps2bf16); l sums the rounded P.
  *   P.V     6 x 64 micro-kernel on vdpbf16ps: per key pair, four zmm of
@@ -27,7 +27,9 @@
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
-#define SC_ROWS 8
+#define SC_ROWS 6
+#define SC_VECS 4                    /* 64 keys */
+#define KP_PANEL FXA_AVX512_KT_PANEL /* = 16 SC_VECS: one K panel per block */
 #define PV_ROWS 6
 #define PV_VECS 4
 
@@ -39,24 +41,31 @@ static inline __m512bh broadcast_pair(const uint16_t *pair)
     return (__m512bh)_mm512_set1_epi32(bits);
 }
 
+/* Scores of rows [i0, i0 + mr) x keys [j0, j0 + 64) (one K panel), masked
+ * to the tile. */
 static ALWAYS_INLINE void scores_block(const fxa_attn_tile_bf16 *t, size_t i0, size_t j0,
-                                       const size_t mr, __mmask16 m0, __mmask16 m1)
+                                       const size_t mr, const __mmask16 mask[SC_VECS])
 {
     const size_t pairs = (t->d + 1) / 2;
-    __m512 acc[SC_ROWS][2];
+    __m512 acc[SC_ROWS][SC_VECS];
     UNROLL
     for (size_t r = 0; r < mr; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        UNROLL
+        for (size_t v = 0; v < SC_VECS; v++)
+            acc[r][v] = _mm512_setzero_ps();
     const uint16_t *q = t->q + i0 * t->ldq;
+    const uint16_t *kp = t->kp + 2 * fxa_kt_offset(KP_PANEL, pairs, 0, j0);
     for (size_t c = 0; c < pairs; c++) {
-        const uint16_t *kc = t->kp + 2 * (c * t->ldkp + j0);
-        const __m512bh k0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, kc);
-        const __m512bh k1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, kc + 32);
+        __m512bh kv[SC_VECS];
+        UNROLL
+        for (size_t v = 0; v < SC_VECS; v++)
+            kv[v] = (__m512bh)_mm512_maskz_loadu_epi32(mask[v], kp + 2 * (c * KP_PANEL + 16 * v));
         UNROLL
         for (size_t r = 0; r < mr; r++) {
             const __m512bh qb = broadcast_pair(q + r * t->ldq + 2 * c);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qb, k0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qb, k1);
+            UNROLL
+            for (size_t v = 0; v < SC_VECS; v++)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], qb, kv[v]);
         }
     }
     const __m512 lambda = _mm512_set1_ps(t->lambda);
@@ -64,28 +73,30 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile_bf16 *t, size_t i0, s
     for (size_t r = 0; r < mr; r++) {
         const __m512 center = _mm512_set1_ps(t->qk_center[i0 + r]);
         float *z = t->scores + (i0 + r) * t->ld_scores + j0;
-        _mm512_mask_storeu_ps(z, m0, _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][0], center)));
-        _mm512_mask_storeu_ps(z + 16, m1, _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][1], center)));
+        UNROLL
+        for (size_t v = 0; v < SC_VECS; v++)
+            _mm512_mask_storeu_ps(z + 16 * v, mask[v],
+                                  _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][v], center)));
     }
 }
 
 static void scores_tile(const fxa_attn_tile_bf16 *t)
 {
-    for (size_t j0 = 0; j0 < t->n_kv; j0 += 32) {
-        const ptrdiff_t left = (ptrdiff_t)(t->n_kv - j0);
-        const __mmask16 m0 = fxa_tail_mask16((ptrdiff_t)(left));
-        const __mmask16 m1 = fxa_tail_mask16((ptrdiff_t)(left - 16));
+    for (size_t j0 = 0; j0 < t->n_kv; j0 += KP_PANEL) {
+        __mmask16 mask[SC_VECS];
+        UNROLL
+        for (size_t v = 0; v < SC_VECS; v++)
+            mask[v] = j0 + 16 * v < t->n_kv ? fxa_tail_mask16((ptrdiff_t)(t->n_kv - j0 - 16 * v))
+                                            : 0;
         size_t i0 = 0;
         for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
-            scores_block(t, i0, j0, SC_ROWS, m0, m1);
+            scores_block(t, i0, j0, SC_ROWS, mask);
         switch (t->n_q - i0) {
-        case 7: scores_block(t, i0, j0, 7, m0, m1); break;
-        case 6: scores_block(t, i0, j0, 6, m0, m1); break;
-        case 5: scores_block(t, i0, j0, 5, m0, m1); break;
-        case 4: scores_block(t, i0, j0, 4, m0, m1); break;
-        case 3: scores_block(t, i0, j0, 3, m0, m1); break;
-        case 2: scores_block(t, i0, j0, 2, m0, m1); break;
-        case 1: scores_block(t, i0, j0, 1, m0, m1); break;
+        case 5: scores_block(t, i0, j0, 5, mask); break;
+        case 4: scores_block(t, i0, j0, 4, mask); break;
+        case 3: scores_block(t, i0, j0, 3, mask); break;
+        case 2: scores_block(t, i0, j0, 2, mask); break;
+        case 1: scores_block(t, i0, j0, 1, mask); break;
         default: break;
         }
     }
@@ -184,7 +195,7 @@ static void pv_tile(const fxa_attn_tile_bf16 *t)
 static void attn_tile_bf16_avx512(const fxa_attn_tile_bf16 *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
-    assert(t->ldkp >= t->n_kv && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
+    assert(t->kp_panel == KP_PANEL && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
     scores_tile(t);
     softmax_rows(t);
     pv_tile(t);
@@ -192,7 +203,7 @@ static void attn_tile_bf16_avx512(const fxa_attn_tile_bf16 *t)
 
 const fxa_kernels fxa_kernels_avx512_bf16 = {
     .isa_name = "avx512",
-    .description = "AVX-512 fp32 tile (8x32 scores, 6x64 P.V); bf16 compute: vdpbf16ps tile (8x32, 6x64)",
+    .description = "AVX-512 fp32 tile (6x64 scores, 6x64 P.V); bf16 compute: vdpbf16ps tile (6x64, 6x64)",
     .kv_tile = 256,
     .kt_panel = FXA_AVX512_KT_PANEL,
     .attn_tile = fxa_attn_tile_f32_avx512,

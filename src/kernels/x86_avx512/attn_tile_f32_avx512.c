@@ -2,8 +2,8 @@
  * AVX-512 fp32 attention tile (contract: fxa_attn_tile in kernels.h).
  * Built with -mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma (per file).
  *
- *   scores  8 x 32 micro-kernel: 16 zmm accumulators, K^T in 32-key panels
- *           (one contiguous 32 x d stream per block), a panel row loaded
+ *   scores  6 x 64 micro-kernel: 24 zmm accumulators, K^T in 64-key panels
+ *           (one contiguous 64 x d stream per block), a panel row loaded
  *           once per depth step and broadcast q; every score is a
  *           chain of FMAs over c from 0 (the same chain for any rows-per-
  *           block, so a row's bits never depend on its place in the tile);
@@ -29,29 +29,36 @@
  * accumulator arrays live in registers. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-#define SC_ROWS 8   /* score micro-kernel rows */
-#define KT_PANEL FXA_AVX512_KT_PANEL /* the score micro-kernel's width */
+#define SC_ROWS 6                    /* score micro-kernel rows */
+#define SC_VECS 4                    /* score micro-kernel columns, in zmm (64 keys) */
+#define KT_PANEL FXA_AVX512_KT_PANEL /* = 16 SC_VECS: one panel per block */
 #define PV_ROWS 6 /* P.V micro-kernel rows */
 #define PV_VECS 4 /* P.V micro-kernel columns, in zmm (64 floats) */
 
-/* Scores of rows [i0, i0 + mr) x keys [j0, j0 + 32), masked to the tile. */
+/* Scores of rows [i0, i0 + mr) x keys [j0, j0 + 64) (one K^T panel),
+ * masked to the tile. */
 static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0,
-                                       const size_t mr, __mmask16 m0, __mmask16 m1)
+                                       const size_t mr, const __mmask16 mask[SC_VECS])
 {
-    __m512 acc[SC_ROWS][2];
+    __m512 acc[SC_ROWS][SC_VECS];
     UNROLL
     for (size_t r = 0; r < mr; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        UNROLL
+        for (size_t v = 0; v < SC_VECS; v++)
+            acc[r][v] = _mm512_setzero_ps();
     const float *q = t->q + i0 * t->ldq;
     const float *kt = t->kt + fxa_kt_offset(KT_PANEL, t->d, 0, j0);
     for (size_t c = 0; c < t->d; c++) {
-        const __m512 k0 = _mm512_maskz_loadu_ps(m0, kt + c * KT_PANEL);
-        const __m512 k1 = _mm512_maskz_loadu_ps(m1, kt + c * KT_PANEL + 16);
+        __m512 kv[SC_VECS];
+        UNROLL
+        for (size_t v = 0; v < SC_VECS; v++)
+            kv[v] = _mm512_maskz_loadu_ps(mask[v], kt + c * KT_PANEL + 16 * v);
         UNROLL
         for (size_t r = 0; r < mr; r++) {
             const __m512 qb = _mm512_set1_ps(q[r * t->ldq + c]);
-            acc[r][0] = _mm512_fmadd_ps(qb, k0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(qb, k1, acc[r][1]);
+            UNROLL
+            for (size_t v = 0; v < SC_VECS; v++)
+                acc[r][v] = _mm512_fmadd_ps(qb, kv[v], acc[r][v]);
         }
     }
     const __m512 lambda = _mm512_set1_ps(t->lambda);
@@ -59,28 +66,30 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
     for (size_t r = 0; r < mr; r++) {
         const __m512 center = _mm512_set1_ps(t->qk_center[i0 + r]);
         float *z = t->scores + (i0 + r) * t->ld_scores + j0;
-        _mm512_mask_storeu_ps(z, m0, _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][0], center)));
-        _mm512_mask_storeu_ps(z + 16, m1, _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][1], center)));
+        UNROLL
+        for (size_t v = 0; v < SC_VECS; v++)
+            _mm512_mask_storeu_ps(z + 16 * v, mask[v],
+                                  _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][v], center)));
     }
 }
 
 static void scores_tile(const fxa_attn_tile *t)
 {
-    for (size_t j0 = 0; j0 < t->n_kv; j0 += 32) {
-        const size_t left = t->n_kv - j0;
-        const __mmask16 m0 = fxa_tail_mask16((ptrdiff_t)(left));
-        const __mmask16 m1 = left > 16 ? fxa_tail_mask16((ptrdiff_t)(left - 16)) : 0;
+    for (size_t j0 = 0; j0 < t->n_kv; j0 += KT_PANEL) {
+        __mmask16 mask[SC_VECS];
+        UNROLL
+        for (size_t v = 0; v < SC_VECS; v++)
+            mask[v] = j0 + 16 * v < t->n_kv ? fxa_tail_mask16((ptrdiff_t)(t->n_kv - j0 - 16 * v))
+                                            : 0;
         size_t i0 = 0;
         for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
-            scores_block(t, i0, j0, SC_ROWS, m0, m1);
+            scores_block(t, i0, j0, SC_ROWS, mask);
         switch (t->n_q - i0) {
-        case 7: scores_block(t, i0, j0, 7, m0, m1); break;
-        case 6: scores_block(t, i0, j0, 6, m0, m1); break;
-        case 5: scores_block(t, i0, j0, 5, m0, m1); break;
-        case 4: scores_block(t, i0, j0, 4, m0, m1); break;
-        case 3: scores_block(t, i0, j0, 3, m0, m1); break;
-        case 2: scores_block(t, i0, j0, 2, m0, m1); break;
-        case 1: scores_block(t, i0, j0, 1, m0, m1); break;
+        case 5: scores_block(t, i0, j0, 5, mask); break;
+        case 4: scores_block(t, i0, j0, 4, mask); break;
+        case 3: scores_block(t, i0, j0, 3, mask); break;
+        case 2: scores_block(t, i0, j0, 2, mask); break;
+        case 1: scores_block(t, i0, j0, 1, mask); break;
         default: break;
         }
     }
@@ -182,7 +191,7 @@ void fxa_attn_tile_f32_avx512(const fxa_attn_tile *t)
 
 const fxa_kernels fxa_kernels_avx512 = {
     .isa_name = "avx512",
-    .description = "AVX-512 fp32 tile (8x32 scores, 6x64 P.V); bf16 compute: portable tile (no AVX512-BF16)",
+    .description = "AVX-512 fp32 tile (6x64 scores, 6x64 P.V); bf16 compute: portable tile (no AVX512-BF16)",
     .kv_tile = 256,
     .kt_panel = KT_PANEL,
     .attn_tile = fxa_attn_tile_f32_avx512,
