@@ -77,7 +77,7 @@ def parse_args(argv):
                         "(check tolerance %g); row 'bf16'" % TOL_BF16)
     p.add_argument("--bf16-compute", action="store_true",
                    help="also time fxattn --dtype bf16 --compute bf16 (vdpbf16ps) against ORT fp32 (tolerance %g; "
-                        "%%peak vs the bf16 peak); row 'bf16c'" % TOL_BF16)
+                        "%%%%peak vs the bf16 peak); row 'bf16c'" % TOL_BF16)
     p.add_argument("--ort-unfused", action="store_true",
                    help="set ORT_DISABLE_FLASH_ATTENTION=1: ORT's unfused baseline (materializes H*S*S scores)")
     p.add_argument("--ort-spin", action="store_true",
