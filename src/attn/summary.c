@@ -94,50 +94,69 @@ static void fp32_mean(const double *sum, double n, size_t dim, float *mean)
         mean[c] = (float)(sum[c] / n);
 }
 
-void fxa_summarize_head(const fxa_attn_plan *p, const void *k, const void *v, int64_t off,
-                        int64_t token_stride, int64_t n, double *summary, fxa_bad_value *bad)
+void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, int64_t off,
+                         int64_t head_stride, int64_t token_stride, int64_t n, int64_t n_heads,
+                         double *summaries, fxa_bad_value *bad)
 {
     const size_t dim = (size_t)p->d.head_dim;
-    double *sum = summary + FXA_SUMMARY_FIXED;
+    const size_t len = fxa_summary_head_len(p);
     float scratch[FXA_MAX_HEAD_DIM];
-    double kmax2 = 0.0;
-    double vmax = 0.0;
-    bad->bad_row = -1;
-    memset(summary, 0, fxa_summary_head_len(p) * sizeof(double));
-    for (int64_t j = 0; j < n; j++) {
-        const float *row =
-            fxa_row_f32(p->ctx->kernels, k, p->d.dtype, off + j * token_stride, dim, scratch);
-        if (note_bad(bad, 'K', j, row, dim))
-            return;
-        const double nn = norm2_and_sum(row, dim, sum);
-        kmax2 = nn > kmax2 ? nn : kmax2;
+    double kmax2[FXA_SUMMARY_GROUP] = {0.0};
+    double vmax[FXA_SUMMARY_GROUP] = {0.0};
+    for (int64_t h = 0; h < n_heads; h++) {
+        bad[h].bad_row = -1;
+        memset(summaries + (size_t)h * len, 0, len * sizeof(double));
     }
-    for (int64_t j = 0; j < n; j++) {
-        const float *row =
-            fxa_row_f32(p->ctx->kernels, v, p->d.dtype, off + j * token_stride, dim, scratch);
-        if (note_bad(bad, 'V', j, row, dim))
-            return;
-        const double a = abs_max(row, dim);
-        vmax = a > vmax ? a : vmax;
-    }
-    summary[0] = (double)n;
-    summary[1] = sqrt(kmax2);
-    summary[2] = summary[1];
-    summary[3] = vmax;
-    if (p->d.center && n > 0) {
-        /* The radius around the fp32 mean the kernels subtract: the bound
-         * and the scores must use the same keys. */
-        float mean[FXA_MAX_HEAD_DIM];
-        fp32_mean(sum, (double)n, dim, mean);
-        double r2 = 0.0;
-        for (int64_t j = 0; j < n; j++) {
-            const float *row =
-                fxa_row_f32(p->ctx->kernels, k, p->d.dtype, off + j * token_stride, dim, scratch);
-            const double nn = squared_distance(row, mean, dim);
-            r2 = nn > r2 ? nn : r2;
+    /* Token by token, the group's heads in turn: each pass reads one run of
+     * n_heads D values per token where heads are adjacent in memory. */
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t h = 0; h < n_heads; h++) {
+            if (bad[h].bad_row >= 0)
+                continue;
+            const float *row = fxa_row_f32(p->ctx->kernels, k, p->d.dtype,
+                                           off + h * head_stride + j * token_stride, dim, scratch);
+            if (note_bad(&bad[h], 'K', j, row, dim))
+                continue;
+            const double nn = norm2_and_sum(row, dim, summaries + (size_t)h * len + FXA_SUMMARY_FIXED);
+            kmax2[h] = nn > kmax2[h] ? nn : kmax2[h];
         }
-        summary[2] = sqrt(r2);
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t h = 0; h < n_heads; h++) {
+            if (bad[h].bad_row >= 0)
+                continue;
+            const float *row = fxa_row_f32(p->ctx->kernels, v, p->d.dtype,
+                                           off + h * head_stride + j * token_stride, dim, scratch);
+            if (note_bad(&bad[h], 'V', j, row, dim))
+                continue;
+            const double a = abs_max(row, dim);
+            vmax[h] = a > vmax[h] ? a : vmax[h];
+        }
+    for (int64_t h = 0; h < n_heads; h++) {
+        double *summary = summaries + (size_t)h * len;
+        summary[0] = (double)n;
+        summary[1] = sqrt(kmax2[h]);
+        summary[2] = summary[1];
+        summary[3] = vmax[h];
     }
+    if (!p->d.center || n == 0)
+        return;
+    /* The radius around the fp32 mean the kernels subtract: the bound and
+     * the scores must use the same keys. */
+    float mean[FXA_SUMMARY_GROUP][FXA_MAX_HEAD_DIM];
+    double r2[FXA_SUMMARY_GROUP] = {0.0};
+    for (int64_t h = 0; h < n_heads; h++)
+        fp32_mean(summaries + (size_t)h * len + FXA_SUMMARY_FIXED, (double)n, dim, mean[h]);
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t h = 0; h < n_heads; h++) {
+            if (bad[h].bad_row >= 0)
+                continue;
+            const float *row = fxa_row_f32(p->ctx->kernels, k, p->d.dtype,
+                                           off + h * head_stride + j * token_stride, dim, scratch);
+            const double nn = squared_distance(row, mean[h], dim);
+            r2[h] = nn > r2[h] ? nn : r2[h];
+        }
+    for (int64_t h = 0; h < n_heads; h++)
+        summaries[(size_t)h * len + 2] = sqrt(r2[h]);
 }
 
 int fxa_summary_merge(const fxa_attn_plan *p, const double *summaries, size_t stride,

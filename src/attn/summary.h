@@ -25,10 +25,18 @@ typedef struct fxa_bad_value {
     char tensor; /* 'Q', 'K' or 'V' */
 } fxa_bad_value;
 
-/* Summarise n keys/values of one head starting at element offset off, rows
- * token_stride apart. Stops at the first non-finite value (reported in bad). */
-void fxa_summarize_head(const fxa_attn_plan *p, const void *k, const void *v, int64_t off,
-                        int64_t token_stride, int64_t n, double *summary, fxa_bad_value *bad);
+/* Heads one scan item summarises together (see fxa_summarize_heads). */
+#define FXA_SUMMARY_GROUP 8
+
+/* Summarise n keys/values of n_heads <= FXA_SUMMARY_GROUP heads, head h
+ * starting at element offset off + h head_stride, rows token_stride apart,
+ * into summaries + h fxa_summary_head_len(p). Each head is summed in token
+ * order exactly as if alone; reading the heads token by token keeps the
+ * reads contiguous when heads are adjacent (token-major layouts). A head
+ * stops at its first non-finite value (K before V, reported in bad[h]). */
+void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, int64_t off,
+                         int64_t head_stride, int64_t token_stride, int64_t n, int64_t n_heads,
+                         double *summaries, fxa_bad_value *bad);
 
 /* Merge n_blocks summaries of one head (block b at summaries + b * stride
  * doubles) into its bound quantities and key mean kbar[D]. The radius of the
