@@ -94,13 +94,27 @@ static void fp32_mean(const double *sum, double n, size_t dim, float *mean)
         mean[c] = (float)(sum[c] / n);
 }
 
+/* The rows of a group of heads (fxa_summarize_heads), as fp32. */
+typedef struct group_rows {
+    const fxa_attn_plan *p;
+    int64_t off, head_stride, token_stride;
+    float scratch[FXA_MAX_HEAD_DIM];
+} group_rows;
+
+static const float *group_row(group_rows *g, const void *x, int64_t h, int64_t j)
+{
+    return fxa_row_f32(g->p->ctx->kernels, x, g->p->d.dtype,
+                       g->off + h * g->head_stride + j * g->token_stride,
+                       (size_t)g->p->d.head_dim, g->scratch);
+}
+
 void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, int64_t off,
                          int64_t head_stride, int64_t token_stride, int64_t n, int64_t n_heads,
                          double *summaries, fxa_bad_value *bad)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t len = fxa_summary_head_len(p);
-    float scratch[FXA_MAX_HEAD_DIM];
+    group_rows g = {.p = p, .off = off, .head_stride = head_stride, .token_stride = token_stride};
     double kmax2[FXA_SUMMARY_GROUP] = {0.0};
     double vmax[FXA_SUMMARY_GROUP] = {0.0};
     for (int64_t h = 0; h < n_heads; h++) {
@@ -113,8 +127,7 @@ void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, i
         for (int64_t h = 0; h < n_heads; h++) {
             if (bad[h].bad_row >= 0)
                 continue;
-            const float *row = fxa_row_f32(p->ctx->kernels, k, p->d.dtype,
-                                           off + h * head_stride + j * token_stride, dim, scratch);
+            const float *row = group_row(&g, k, h, j);
             if (note_bad(&bad[h], 'K', j, row, dim))
                 continue;
             const double nn = norm2_and_sum(row, dim, summaries + (size_t)h * len + FXA_SUMMARY_FIXED);
@@ -124,8 +137,7 @@ void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, i
         for (int64_t h = 0; h < n_heads; h++) {
             if (bad[h].bad_row >= 0)
                 continue;
-            const float *row = fxa_row_f32(p->ctx->kernels, v, p->d.dtype,
-                                           off + h * head_stride + j * token_stride, dim, scratch);
+            const float *row = group_row(&g, v, h, j);
             if (note_bad(&bad[h], 'V', j, row, dim))
                 continue;
             const double a = abs_max(row, dim);
@@ -150,8 +162,7 @@ void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, i
         for (int64_t h = 0; h < n_heads; h++) {
             if (bad[h].bad_row >= 0)
                 continue;
-            const float *row = fxa_row_f32(p->ctx->kernels, k, p->d.dtype,
-                                           off + h * head_stride + j * token_stride, dim, scratch);
+            const float *row = group_row(&g, k, h, j);
             const double nn = squared_distance(row, mean[h], dim);
             r2[h] = nn > r2[h] ? nn : r2[h];
         }

@@ -84,10 +84,7 @@ static void scores_tile(const fxa_attn_tile_bf16 *t)
 {
     for (size_t j0 = 0; j0 < t->n_kv; j0 += KP_PANEL) {
         __mmask16 mask[SC_VECS];
-        UNROLL
-        for (size_t v = 0; v < SC_VECS; v++)
-            mask[v] = j0 + 16 * v < t->n_kv ? fxa_tail_mask16((ptrdiff_t)(t->n_kv - j0 - 16 * v))
-                                            : 0;
+        fxa_tail_masks16((ptrdiff_t)(t->n_kv - j0), SC_VECS, mask);
         size_t i0 = 0;
         for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
             scores_block(t, i0, j0, SC_ROWS, mask);
@@ -176,8 +173,7 @@ static void pv_tile(const fxa_attn_tile_bf16 *t)
 {
     for (size_t c0 = 0; c0 < t->d; c0 += 16 * PV_VECS) {
         __mmask16 mask[PV_VECS];
-        for (size_t v = 0; v < PV_VECS; v++)
-            mask[v] = fxa_tail_mask16((ptrdiff_t)t->d - (ptrdiff_t)(c0 + 16 * v));
+        fxa_tail_masks16((ptrdiff_t)(t->d - c0), PV_VECS, mask);
         size_t i0 = 0;
         for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
             pv_block(t, i0, c0, PV_ROWS, mask);

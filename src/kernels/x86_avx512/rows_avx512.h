@@ -17,6 +17,14 @@ static inline __mmask16 fxa_tail_mask16(ptrdiff_t n)
     return (__mmask16)bits;
 }
 
+/* Masks of nvec consecutive vectors covering [0, n): vector v holds lanes
+ * [16 v, 16 v + 16) of it. */
+static inline void fxa_tail_masks16(ptrdiff_t n, size_t nvec, __mmask16 *mask)
+{
+    for (size_t v = 0; v < nvec; v++)
+        mask[v] = fxa_tail_mask16(n - 16 * (ptrdiff_t)v);
+}
+
 /* max_j z[j] over n scores (exact). */
 static inline float fxa_row_max_f32x16(const float *z, size_t n)
 {
