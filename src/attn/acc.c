@@ -301,16 +301,13 @@ static size_t packed_offset(const fxa_attn_plan *p, size_t slot, size_t tile)
     return slot * p->packed_head_floats + tile * p->kv_tile * (size_t)p->d.head_dim;
 }
 
-/* Pack item (group of FXA_PACK_GROUP kv heads of the chunk, tile of the
- * block). */
+/* Pack item (kv head of the chunk, tile of the block). */
 static void pack_item(void *arg, int64_t item, int thread_id)
 {
     const acc_job *job = arg;
     const fxa_attn_plan *p = job->acc->p;
-    const int64_t slot = item / job->n_tiles * FXA_PACK_GROUP;
+    const int64_t slot = item / job->n_tiles;
     const int64_t tile = item % job->n_tiles;
-    const int64_t n_heads = p->chunk_kv_heads - slot < FXA_PACK_GROUP ? p->chunk_kv_heads - slot
-                                                                      : FXA_PACK_GROUP;
     const int64_t j0 = tile * (int64_t)p->kv_tile;
     const size_t n_kv = (size_t)(job->n_kv - j0 < (int64_t)p->kv_tile ? job->n_kv - j0
                                                                        : (int64_t)p->kv_tile);
@@ -318,9 +315,9 @@ static void pack_item(void *arg, int64_t item, int thread_id)
                         (job->chunk_kv0 + slot) * job->kv_strides.head + j0 * job->kv_strides.token;
     const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
     (void)thread_id;
-    fxa_pack_kv_heads(p, job->k, job->v, off, job->kv_strides.head, job->kv_strides.token, n_kv,
-                      n_heads, (float *)(job->acc->ws + p->ws_packed_k) + at,
-                      (float *)(job->acc->ws + p->ws_packed_v) + at);
+    fxa_pack_kv_tile(p, job->k, job->v, off, job->kv_strides.token, n_kv,
+                     (float *)(job->acc->ws + p->ws_packed_k) + at,
+                     (float *)(job->acc->ws + p->ws_packed_v) + at);
 }
 
 /* Item (head tile of the chunk, query block): every tile of the block into
@@ -400,8 +397,7 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
     const int64_t wave = 2 * (int64_t)p->ctx->pool.n_threads;
     for (job.batch = 0; job.batch < p->d.batch; job.batch++) {
         for (job.chunk_kv0 = 0; job.chunk_kv0 < p->d.heads_kv; job.chunk_kv0 += p->chunk_kv_heads) {
-            fxa_pool_run(&p->ctx->pool, pack_item, &job,
-                         (p->chunk_kv_heads + FXA_PACK_GROUP - 1) / FXA_PACK_GROUP * job.n_tiles);
+            fxa_pool_run(&p->ctx->pool, pack_item, &job, p->chunk_kv_heads * job.n_tiles);
             progress(acc);
             for (job.item0 = 0; job.item0 < chunk_items; job.item0 += wave) {
                 const int64_t n = chunk_items - job.item0 < wave ? chunk_items - job.item0 : wave;

@@ -131,16 +131,13 @@ static size_t packed_offset(const fxa_attn_plan *p, size_t slot, size_t tile)
     return slot * p->packed_head_floats + tile * p->kv_tile * (size_t)p->d.head_dim;
 }
 
-/* Pack item (group of FXA_PACK_GROUP kv heads of the chunk, kv tile) at
- * the heads' slots. */
+/* Pack item (kv head of the chunk, kv tile) at the head's slot. */
 static void pack_item(void *arg, int64_t item, int thread_id)
 {
     const run_job *job = arg;
     const fxa_attn_plan *p = job->p;
-    const int64_t slot = item / p->n_kv_tiles * FXA_PACK_GROUP;
+    const int64_t slot = item / p->n_kv_tiles;
     const int64_t tile = item % p->n_kv_tiles;
-    const int64_t n_heads = p->chunk_kv_heads - slot < FXA_PACK_GROUP ? p->chunk_kv_heads - slot
-                                                                      : FXA_PACK_GROUP;
     const int64_t j0 = tile * (int64_t)p->kv_tile;
     const size_t n_kv = (size_t)(p->d.seq_kv - j0 < (int64_t)p->kv_tile ? p->d.seq_kv - j0
                                                                           : (int64_t)p->kv_tile);
@@ -148,9 +145,9 @@ static void pack_item(void *arg, int64_t item, int thread_id)
                         (job->chunk_kv0 + slot) * p->kv_strides.head + j0 * p->kv_strides.token;
     const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
     (void)thread_id;
-    fxa_pack_kv_heads(p, job->a->k, job->a->v, off, p->kv_strides.head, p->kv_strides.token,
-                      n_kv, n_heads, (float *)(job->ws + p->ws_packed_k) + at,
-                      (float *)(job->ws + p->ws_packed_v) + at);
+    fxa_pack_kv_tile(p, job->a->k, job->a->v, off, p->kv_strides.token, n_kv,
+                     (float *)(job->ws + p->ws_packed_k) + at,
+                     (float *)(job->ws + p->ws_packed_v) + at);
 }
 
 /* The partial (m, l, o) of chunk row `row` (head index within the chunk
@@ -320,8 +317,7 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
              job.chunk_kv0 += plan->chunk_kv_heads) {
             if (!bounds_only)
                 fxa_pool_run(&ctx->pool, pack_item, &job,
-                             (plan->chunk_kv_heads + FXA_PACK_GROUP - 1) / FXA_PACK_GROUP *
-                                 plan->n_kv_tiles);
+                             plan->chunk_kv_heads * plan->n_kv_tiles);
             fxa_pool_run(&ctx->pool, work_item, &job, n_blocks * n_splits);
             if (n_splits > 1 && !bounds_only)
                 fxa_pool_run(&ctx->pool, merge_item, &job, n_blocks);

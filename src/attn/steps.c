@@ -80,55 +80,50 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
     return n_online;
 }
 
-/* fp32 compute, key j of one head: K^T into panels of kt_panel keys
- * (fxa_attn_tile), V into row j of [kv_tile][D]. */
-static void pack_f32_row(const fxa_attn_plan *p, const void *k_base, const void *v_base,
-                         int64_t src, size_t j, float *kt, float *v)
+/* fp32 compute: K transposed into panels of kt_panel keys (fxa_attn_tile),
+ * V rows into [kv_tile][D]. */
+static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_base, int64_t off,
+                     int64_t token_stride, size_t n_kv, float *kt, float *v)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t panel = p->kt_panel;
     float scratch[FXA_MAX_HEAD_DIM];
-    const float *row = fxa_row_f32(p->ctx->kernels, k_base, p->d.dtype, src, dim, scratch);
-    float *kj = kt + fxa_kt_offset(panel, dim, 0, j);
-    for (size_t c = 0; c < dim; c++)
-        kj[c * panel] = row[c];
-    fxa_load_row(p->ctx->kernels, v_base, p->d.dtype, src, dim, v + j * dim);
+    for (size_t j = 0; j < n_kv; j++) {
+        const float *row = fxa_row_f32(p->ctx->kernels, k_base, p->d.dtype,
+                                       off + (int64_t)j * token_stride, dim, scratch);
+        float *kj = kt + fxa_kt_offset(panel, dim, 0, j);
+        for (size_t c = 0; c < dim; c++)
+            kj[c * panel] = row[c];
+    }
+    fxa_load_rows(p->ctx->kernels, v_base, p->d.dtype, off, token_stride, n_kv, dim, v, dim);
 }
 
-/* bf16 compute, key j of one head: the pair layouts of fxa_attn_tile_bf16.
+/* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.
  * Inputs are bf16 (the plan checks), so reading their bits is exact. */
-static void pack_bf16_row(const fxa_attn_plan *p, const uint16_t *k, const uint16_t *v,
-                          int64_t src, size_t j, uint16_t *kp, uint16_t *vp)
+static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, const uint16_t *v, int64_t off,
+                      int64_t token_stride, size_t n_kv, uint16_t *kp, uint16_t *vp)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t pairs = (dim + 1) / 2;
-    for (size_t c = 0; c < dim; c++) {
-        kp[2 * fxa_kt_offset(p->kt_panel, pairs, c / 2, j) + c % 2] = k[src + (int64_t)c];
-        vp[2 * ((j / 2) * dim + c) + j % 2] = v[src + (int64_t)c];
+    memset(kp, 0, pairs * p->kv_tile * 2 * sizeof *kp);
+    memset(vp, 0, p->kv_tile * dim * sizeof *vp);
+    for (size_t j = 0; j < n_kv; j++) {
+        const uint16_t *kj = k + off + (int64_t)j * token_stride;
+        const uint16_t *vj = v + off + (int64_t)j * token_stride;
+        for (size_t c = 0; c < dim; c++) {
+            kp[2 * fxa_kt_offset(p->kt_panel, pairs, c / 2, j) + c % 2] = kj[c];
+            vp[2 * ((j / 2) * dim + c) + j % 2] = vj[c];
+        }
     }
 }
 
-void fxa_pack_kv_heads(const fxa_attn_plan *p, const void *k_base, const void *v_base,
-                       int64_t off, int64_t head_stride, int64_t token_stride, size_t n_kv,
-                       int64_t n_heads, float *kt, float *vp)
+void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, const void *v_base,
+                      int64_t off, int64_t token_stride, size_t n_kv, void *kt, void *vp)
 {
-    const size_t dim = (size_t)p->d.head_dim;
-    const size_t step = p->packed_head_floats;
-    const int bf16 = p->d.compute == FXA_COMPUTE_BF16;
-    for (int64_t h = 0; bf16 && h < n_heads; h++) { /* every pad zeroed */
-        memset(kt + (size_t)h * step, 0, (dim + 1) / 2 * p->kv_tile * 2 * sizeof(uint16_t));
-        memset(vp + (size_t)h * step, 0, p->kv_tile * dim * sizeof(uint16_t));
-    }
-    for (size_t j = 0; j < n_kv; j++)
-        for (int64_t h = 0; h < n_heads; h++) {
-            const int64_t src = off + h * head_stride + (int64_t)j * token_stride;
-            float *kt_h = kt + (size_t)h * step;
-            float *vp_h = vp + (size_t)h * step;
-            if (bf16)
-                pack_bf16_row(p, k_base, v_base, src, j, (uint16_t *)kt_h, (uint16_t *)vp_h);
-            else
-                pack_f32_row(p, k_base, v_base, src, j, kt_h, vp_h);
-        }
+    if (p->d.compute == FXA_COMPUTE_BF16)
+        pack_bf16(p, k_base, v_base, off, token_stride, n_kv, kt, vp);
+    else
+        pack_f32(p, k_base, v_base, off, token_stride, n_kv, kt, vp);
 }
 
 void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, const void *kt,

@@ -34,16 +34,11 @@ void fxa_load_q(const fxa_attn_plan *p, const void *q_base, int64_t off, int64_t
 int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const float *kbar,
                         const fxa_rows *rows, size_t n, float *bound);
 
-/* Pack n_kv keys and values of n_heads heads (head h at element offset
- * off + h head_stride, rows token_stride apart) into one kv tile each, head
- * h's at kt / vp + h packed_head_floats: fp32 compute K^T in panels of
- * kt_panel keys and V [kv_tile][D]; bf16 compute the pair layouts of
- * fxa_attn_tile_bf16, pads zeroed. Reads token by token, each token's heads
- * together (one contiguous run where heads are adjacent). */
-#define FXA_PACK_GROUP 8 /* heads per pack item */
-void fxa_pack_kv_heads(const fxa_attn_plan *p, const void *k_base, const void *v_base,
-                       int64_t off, int64_t head_stride, int64_t token_stride, size_t n_kv,
-                       int64_t n_heads, float *kt, float *vp);
+/* Pack n_kv keys and values (element offset off, token stride) into one kv
+ * tile: fp32 compute K^T [D][kv_tile] and V [kv_tile][D]; bf16 compute the
+ * pair layouts of fxa_attn_tile_bf16, pads zeroed. */
+void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, const void *v_base,
+                      int64_t off, int64_t token_stride, size_t n_kv, void *kt, void *vp);
 
 /* Add one packed kv tile of n_kv keys into n rows. scores and p16 are the
  * thread's scratch (sized by the plan). */
