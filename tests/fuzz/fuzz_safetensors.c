@@ -117,6 +117,41 @@ static void check_truncation(const uint8_t *data, size_t size, fxa_status status
     }
 }
 
+/* Rows [shape0 / 2, shape0) give exactly those bytes of the tensor; a range one row past
+ * the end is refused before anything is written; a scalar has no rows. */
+static void check_row_reads(const fxt_st_file *f, const fxt_st_tensor *t, const uint8_t *data)
+{
+    char err[ERR_CAP];
+    unsigned char probe[GUARD];
+    if (t->ndim == 0) {
+        CHECK(fxt_st_read_rows(f, t, 0, 1, probe, 0, err, sizeof err) == FXA_ERR_INVALID_ARG);
+        check_message(err, sizeof err);
+        return;
+    }
+    const int64_t rows = t->shape[0];
+    const size_t row_bytes = rows > 0 ? (size_t)(t->nbytes / rows) : 0;
+    const int64_t row0 = rows / 2;
+    const size_t nbytes = (size_t)(rows - row0) * row_bytes;
+    unsigned char *buf = malloc(nbytes + GUARD);
+    CHECK(buf != NULL);
+    memset(buf, 0xa5, nbytes + GUARD);
+    fxa_status status = fxt_st_read_rows(f, t, row0, rows - row0, buf, nbytes, err, sizeof err);
+    if (t->supported) {
+        CHECK(status == FXA_OK);
+        CHECK(nbytes == 0 || memcmp(buf, data + t->file_offset + (size_t)row0 * row_bytes,
+                                    nbytes) == 0);
+    } else {
+        CHECK(status == FXA_ERR_UNSUPPORTED);
+    }
+    CHECK(is_zero_or(buf + nbytes, GUARD, 0xa5));
+    memset(buf, 0xa5, nbytes + GUARD);
+    status = fxt_st_read_rows(f, t, row0 + 1, rows - row0, buf, nbytes, err, sizeof err);
+    CHECK(status == FXA_ERR_INVALID_ARG || status == FXA_ERR_UNSUPPORTED);
+    check_message(err, sizeof err);
+    CHECK(is_zero_or(buf, nbytes + GUARD, 0xa5));
+    free(buf);
+}
+
 static void check_tensor_reads(const fxt_st_file *f, const fxt_st_tensor *t, const uint8_t *data)
 {
     char err[ERR_CAP];
@@ -173,6 +208,7 @@ static void check_tensor_reads(const fxt_st_file *f, const fxt_st_tensor *t, con
     }
     CHECK(is_zero_or((unsigned char *)out + count * sizeof(float), GUARD, 0xa5));
     free(out);
+    check_row_reads(f, t, data);
 }
 
 static void check_success(const fxt_st_file *f, const uint8_t *data, size_t size,
