@@ -7,8 +7,8 @@
  * matmul when both are 16- or 8-bit (every E4M3 value is a bf16 value).
  * Operands in another format are decoded exactly (FP8 scales kept for the
  * epilogue); a weight is decoded one block of output channels at a time,
- * each block multiplied as soon as it is decoded, so the decoded copy stays
- * cache-sized and an FP8 weight never exists whole in 16 or 32 bits.
+ * each block multiplied as soon as it is decoded, so the decoded copy is
+ * one block and an FP8 weight never exists whole in 16 or 32 bits.
  */
 #include <cblas.h>
 #include <math.h>
