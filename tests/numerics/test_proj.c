@@ -258,6 +258,30 @@ static void test_f32(void)
     }
 }
 
+/* x as FP8 rows ([S][H+4]): p's x and xs become the decoded codes and the
+ * row scales, the operands the reference then sees. */
+static void quantize_x(prob *p, uint8_t *x8)
+{
+    const int64_t hin = p->d.in_features;
+    CHECK(fxa_e4m3_quantize_rows(p->x, p->d.tokens, hin, x8) == FXA_OK, "quantize x");
+    for (int64_t s = 0; s < p->d.tokens; s++) {
+        memcpy(&p->xs[s], x8 + s * (hin + 4) + hin, sizeof(float));
+        for (int64_t k = 0; k < hin; k++)
+            p->x[s * hin + k] = fxa_e4m3_to_f32(x8[s * (hin + 4) + k]);
+    }
+}
+
+/* W as FP8 with per-output-channel scales: p's w and ws become the decoded
+ * codes and the scales. */
+static void quantize_w(prob *p, uint8_t *w8)
+{
+    const int64_t n = p->n_out * p->d.in_features;
+    CHECK(fxa_e4m3_quantize_weights(p->w, p->n_out, p->d.in_features, w8, p->ws) == FXA_OK,
+          "quantize w");
+    for (int64_t i = 0; i < n; i++)
+        p->w[i] = fxa_e4m3_to_f32(w8[i]);
+}
+
 /* bf16 and FP8 operands: the reference uses the decoded values and scales. */
 static void test_formats(void)
 {
@@ -295,15 +319,8 @@ static void test_formats(void)
     const int64_t hin = p.d.in_features;
     uint8_t *x8 = malloc((size_t)(p.d.tokens * (hin + 4)));
     uint8_t *w8 = malloc((size_t)(p.n_out * hin));
-    CHECK(fxa_e4m3_quantize_rows(p.x, p.d.tokens, hin, x8) == FXA_OK, "quantize x");
-    CHECK(fxa_e4m3_quantize_weights(p.w, p.n_out, hin, w8, p.ws) == FXA_OK, "quantize w");
-    for (int64_t s = 0; s < p.d.tokens; s++) {
-        memcpy(&p.xs[s], x8 + s * (hin + 4) + hin, sizeof(float));
-        for (int64_t k = 0; k < hin; k++)
-            p.x[s * hin + k] = fxa_e4m3_to_f32(x8[s * (hin + 4) + k]);
-    }
-    for (int64_t i = 0; i < p.n_out * hin; i++)
-        p.w[i] = fxa_e4m3_to_f32(w8[i]);
+    quantize_x(&p, x8);
+    quantize_w(&p, w8);
     p.d.x_format = FXA_PROJ_X_E4M3_ROWS;
     p.d.w_format = FXA_PROJ_W_E4M3;
     CHECK(run(&p, x8, w8, &o) == FXA_OK, "fp8 run: %s", fxa_ctx_last_error(g_ctx));
@@ -456,10 +473,7 @@ static void test_blocked_weights(void)
     outs_alloc(&o, &p);
     uint8_t *x8 = malloc((size_t)(p.d.tokens * (hin + 4)));
     uint8_t *w8 = malloc((size_t)(p.n_out * hin));
-    CHECK(fxa_e4m3_quantize_rows(p.x, p.d.tokens, hin, x8) == FXA_OK, "quantize x");
-    CHECK(fxa_e4m3_quantize_weights(p.w, p.n_out, hin, w8, p.ws) == FXA_OK, "quantize w");
-    for (int64_t i = 0; i < p.n_out * hin; i++)
-        p.w[i] = fxa_e4m3_to_f32(w8[i]);
+    quantize_w(&p, w8);
     p.d.w_format = FXA_PROJ_W_E4M3;
     /* fp32 x: the fp32 GEMM, W decoded to fp32 block by block. */
     CHECK(run(&p, p.x, w8, &o) == FXA_OK, "f32 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
@@ -468,11 +482,7 @@ static void test_blocked_weights(void)
               (size_t)(p.d.tokens * (p.n_out + 2)) * 8 + (size_t)(400 * hin) * 4,
           "the fp32 copy of W is a block, not the whole weight");
     /* FP8 x: the bf16 GEMM, W decoded to bf16 block by block. */
-    for (int64_t s = 0; s < p.d.tokens; s++) {
-        memcpy(&p.xs[s], x8 + s * (hin + 4) + hin, sizeof(float));
-        for (int64_t k = 0; k < hin; k++)
-            p.x[s * hin + k] = fxa_e4m3_to_f32(x8[s * (hin + 4) + k]);
-    }
+    quantize_x(&p, x8);
     p.d.x_format = FXA_PROJ_X_E4M3_ROWS;
     CHECK(run(&p, x8, w8, &o) == FXA_OK, "fp8 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
     compare(&p, o.q, o.k, o.v, "FP8 x, FP8 w in bf16 blocks (bf16 GEMM)");

@@ -30,7 +30,6 @@
 #error "safetensors.c returns data in file order (little-endian) and needs a little-endian host"
 #endif
 
-/* Largest single read; Linux moves at most about 2 GiB per call anyway. */
 /* Longest text copied from a file into a message. */
 #define SNIPPET_CAP 80
 /* "[" + FXT_ST_MAX_DIMS * (up to 20 digits + ", ") + "]" + NUL. */
