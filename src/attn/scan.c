@@ -76,7 +76,7 @@ static void scan_q_group(void *arg, int64_t item, int thread_id)
                                            b * job->strides.batch + (h0 + h) * job->strides.head +
                                                i * job->strides.token,
                                            dim, scratch);
-            if (!fxa_any_non_finite(row, dim))
+            if (!p->ctx->kernels->row_stats->any_non_finite(row, dim))
                 continue;
             size_t c = 0;
             while (isfinite(row[c]))

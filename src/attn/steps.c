@@ -29,39 +29,18 @@ void fxa_load_q(const fxa_attn_plan *p, const void *q_base, int64_t off, int64_t
     }
 }
 
-/* ||q||^2 and q.kbar in double, four interleaved partial sums (a fixed
- * order that compilers can vectorise). */
-static void norm_and_center(const float *q, const float *kbar, size_t dim, double *qq_out,
-                            double *qk_out)
-{
-    double qq[4] = {0.0, 0.0, 0.0, 0.0};
-    double qk[4] = {0.0, 0.0, 0.0, 0.0};
-    size_t c = 0;
-    for (; c + 4 <= dim; c += 4) {
-        for (size_t k = 0; k < 4; k++) {
-            qq[k] += (double)q[c + k] * q[c + k];
-            qk[k] += (double)q[c + k] * kbar[c + k];
-        }
-    }
-    for (size_t k = 0; c < dim; c++, k++) {
-        qq[k] += (double)q[c] * q[c];
-        qk[k] += (double)q[c] * kbar[c];
-    }
-    *qq_out = (qq[0] + qq[1]) + (qq[2] + qq[3]);
-    *qk_out = (qk[0] + qk[1]) + (qk[2] + qk[3]);
-}
-
 int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const float *kbar,
                         const fxa_rows *rows, size_t n, float *bound)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const int auto_mode = p->d.mode == FXA_MODE_AUTO;
     const int centred = auto_mode && p->d.center;
+    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
     int64_t n_online = 0;
     for (size_t i = 0; i < n; i++) {
         double qq;
         double qk;
-        norm_and_center(rows->q + i * dim, kbar, dim, &qq, &qk);
+        rs->norm2_dot(rows->q + i * dim, kbar, dim, &qq, &qk);
         const double qn = p->lambda * sqrt(qq);
         const double ceil_u = ceil(qn * (hb->radius + hb->eps_radius));
         const int fixed = auto_mode &&

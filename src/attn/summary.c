@@ -11,9 +11,10 @@ size_t fxa_summary_head_len(const fxa_attn_plan *p)
     return FXA_SUMMARY_FIXED + (size_t)p->d.head_dim;
 }
 
-static int note_bad(fxa_bad_value *bad, char tensor, int64_t row, const float *x, size_t d)
+static int note_bad(const fxa_row_stats *rs, fxa_bad_value *bad, char tensor, int64_t row,
+                    const float *x, size_t d)
 {
-    if (!fxa_any_non_finite(x, d))
+    if (!rs->any_non_finite(x, d))
         return 0;
     for (size_t c = 0; c < d; c++) {
         if (!isfinite(x[c])) {
@@ -25,66 +26,6 @@ static int note_bad(fxa_bad_value *bad, char tensor, int64_t row, const float *x
         }
     }
     return 1;
-}
-
-/* sum_c (x_c - center_c)^2 in double, four interleaved partial sums
- * (element c goes to sum c mod 4): a fixed order that compilers vectorise. */
-static double squared_distance(const float *x, const float *center, size_t d)
-{
-    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-    size_t c = 0;
-    for (; c + 4 <= d; c += 4) {
-        const double e0 = (double)x[c] - (double)center[c];
-        const double e1 = (double)x[c + 1] - (double)center[c + 1];
-        const double e2 = (double)x[c + 2] - (double)center[c + 2];
-        const double e3 = (double)x[c + 3] - (double)center[c + 3];
-        a0 += e0 * e0;
-        a1 += e1 * e1;
-        a2 += e2 * e2;
-        a3 += e3 * e3;
-    }
-    double t[4] = {a0, a1, a2, a3};
-    for (size_t k = 0; c < d; c++, k++) {
-        const double e = (double)x[c] - (double)center[c];
-        t[k] += e * e;
-    }
-    return (t[0] + t[1]) + (t[2] + t[3]);
-}
-
-/* ||x||^2 the same way, accumulating the key sum alongside (one pass). */
-static double norm2_and_sum(const float *x, size_t d, double *sum)
-{
-    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-    size_t c = 0;
-    for (; c + 4 <= d; c += 4) {
-        const double e0 = x[c], e1 = x[c + 1], e2 = x[c + 2], e3 = x[c + 3];
-        sum[c] += e0;
-        sum[c + 1] += e1;
-        sum[c + 2] += e2;
-        sum[c + 3] += e3;
-        a0 += e0 * e0;
-        a1 += e1 * e1;
-        a2 += e2 * e2;
-        a3 += e3 * e3;
-    }
-    double t[4] = {a0, a1, a2, a3};
-    for (size_t k = 0; c < d; c++, k++) {
-        const double e = x[c];
-        sum[c] += e;
-        t[k] += e * e;
-    }
-    return (t[0] + t[1]) + (t[2] + t[3]);
-}
-
-/* max_c |x_c| (exact in fp32). */
-static float abs_max(const float *x, size_t d)
-{
-    float m = 0.0f;
-    for (size_t c = 0; c < d; c++) {
-        const float a = fabsf(x[c]);
-        m = a > m ? a : m;
-    }
-    return m;
 }
 
 /* The fp32 mean the kernels subtract: (float)(sum / n) per dimension. */
@@ -114,6 +55,7 @@ void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, i
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t len = fxa_summary_head_len(p);
+    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
     group_rows g = {.p = p, .off = off, .head_stride = head_stride, .token_stride = token_stride};
     double kmax2[FXA_SUMMARY_GROUP] = {0.0};
     double vmax[FXA_SUMMARY_GROUP] = {0.0};
@@ -123,26 +65,28 @@ void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, i
     }
     /* Token by token, the group's heads in turn: each pass reads one run of
      * n_heads D values per token where heads are adjacent in memory. */
-    for (int64_t j = 0; j < n; j++)
+    for (int64_t j = 0; j < n; j++) {
         for (int64_t h = 0; h < n_heads; h++) {
             if (bad[h].bad_row >= 0)
                 continue;
             const float *row = group_row(&g, k, h, j);
-            if (note_bad(&bad[h], 'K', j, row, dim))
+            if (note_bad(rs, &bad[h], 'K', j, row, dim))
                 continue;
-            const double nn = norm2_and_sum(row, dim, summaries + (size_t)h * len + FXA_SUMMARY_FIXED);
+            const double nn = rs->norm2_add(row, dim, summaries + (size_t)h * len + FXA_SUMMARY_FIXED);
             kmax2[h] = nn > kmax2[h] ? nn : kmax2[h];
         }
-    for (int64_t j = 0; j < n; j++)
+    }
+    for (int64_t j = 0; j < n; j++) {
         for (int64_t h = 0; h < n_heads; h++) {
             if (bad[h].bad_row >= 0)
                 continue;
             const float *row = group_row(&g, v, h, j);
-            if (note_bad(&bad[h], 'V', j, row, dim))
+            if (note_bad(rs, &bad[h], 'V', j, row, dim))
                 continue;
-            const double a = abs_max(row, dim);
+            const double a = rs->abs_max(row, dim);
             vmax[h] = a > vmax[h] ? a : vmax[h];
         }
+    }
     for (int64_t h = 0; h < n_heads; h++) {
         double *summary = summaries + (size_t)h * len;
         summary[0] = (double)n;
@@ -158,14 +102,15 @@ void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, i
     double r2[FXA_SUMMARY_GROUP] = {0.0};
     for (int64_t h = 0; h < n_heads; h++)
         fp32_mean(summaries + (size_t)h * len + FXA_SUMMARY_FIXED, (double)n, dim, mean[h]);
-    for (int64_t j = 0; j < n; j++)
+    for (int64_t j = 0; j < n; j++) {
         for (int64_t h = 0; h < n_heads; h++) {
             if (bad[h].bad_row >= 0)
                 continue;
             const float *row = group_row(&g, k, h, j);
-            const double nn = squared_distance(row, mean[h], dim);
+            const double nn = rs->distance2(row, mean[h], dim);
             r2[h] = nn > r2[h] ? nn : r2[h];
         }
+    }
     for (int64_t h = 0; h < n_heads; h++)
         summaries[(size_t)h * len + 2] = sqrt(r2[h]);
 }
@@ -198,7 +143,7 @@ int fxa_summary_merge(const fxa_attn_plan *p, const double *summaries, size_t st
                 continue;
             float mean[FXA_MAX_HEAD_DIM];
             fp32_mean(s + FXA_SUMMARY_FIXED, s[0], dim, mean);
-            const double r = s[2] + sqrt(squared_distance(mean, kbar, dim));
+            const double r = s[2] + sqrt(p->ctx->kernels->row_stats->distance2(mean, kbar, dim));
             hb->radius = r > hb->radius ? r : hb->radius;
         }
     } else {

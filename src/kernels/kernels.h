@@ -109,6 +109,23 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
 /* dst[i] = fp16 bits src[i] widened to fp32 (exact), i < n. */
 typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 
+/*
+ * Row statistics for the bound pass and the row setup, on one fp32 row of d
+ * values. Sums are in double in a fixed order (row_stats_impl.h), so every
+ * ISA's build returns the same bits.
+ */
+typedef struct fxa_row_stats {
+    int (*any_non_finite)(const float *x, size_t d); /* 1 if some x_c is Inf or NaN */
+    double (*norm2_add)(const float *x, size_t d, double *sum); /* ||x||^2; sum[c] += x_c */
+    double (*distance2)(const float *x, const float *center, size_t d); /* ||x - center||^2 */
+    float (*abs_max)(const float *x, size_t d); /* max_c |x_c| of a finite row */
+    void (*norm2_dot)(const float *x, const float *y, size_t d, double *xx,
+                      double *xy); /* ||x||^2 and x.y */
+} fxa_row_stats;
+extern const fxa_row_stats fxa_row_stats_ref;
+extern const fxa_row_stats fxa_row_stats_avx2;
+extern const fxa_row_stats fxa_row_stats_avx512;
+
 typedef struct fxa_kernels {
     const char *isa_name;
     const char *description; /* which tile kernels, for logs and `fxattn info` */
@@ -117,6 +134,7 @@ typedef struct fxa_kernels {
     fxa_attn_tile_fn *attn_tile;
     fxa_attn_tile_bf16_fn *attn_tile_bf16;
     fxa_widen_f16_fn *widen_f16; /* used while packing and in the bound pass */
+    const fxa_row_stats *row_stats;
 } fxa_kernels;
 
 /* Portable fp16 widening (the spec of widen_f16). */

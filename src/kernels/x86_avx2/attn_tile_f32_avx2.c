@@ -237,4 +237,5 @@ const fxa_kernels fxa_kernels_avx2 = {
     .attn_tile = attn_tile_f32_avx2,
     .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
     .widen_f16 = fxa_widen_f16_f16c,
+    .row_stats = &fxa_row_stats_avx2,
 };

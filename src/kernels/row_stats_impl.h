@@ -1,0 +1,110 @@
+/*
+ * The row statistics of fxa_row_stats (kernels.h) in portable C, written so
+ * that compilers vectorise them without changing a bit: every double sum has
+ * FXA_ROW_STATS_LANES interleaved partial sums (element c goes to sum
+ * c mod 8) combined as ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)),
+ * products and sums round separately (-ffp-contract=off), and maxima are
+ * taken on integers. Each ISA's file includes this header under its own
+ * flags (ref/, x86_avx2/, x86_avx512/) and defines its table with
+ * FXA_ROW_STATS_TABLE; all of them give the same results.
+ */
+#ifndef FXA_ROW_STATS_IMPL_H
+#define FXA_ROW_STATS_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define FXA_ROW_STATS_LANES 8
+
+static double combine_lanes(const double s[FXA_ROW_STATS_LANES])
+{
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static int row_any_non_finite(const float *x, size_t d)
+{
+    uint32_t bad = 0;
+    for (size_t c = 0; c < d; c++) {
+        uint32_t b;
+        memcpy(&b, x + c, sizeof b);
+        bad |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    return bad != 0;
+}
+
+static double row_norm2_add(const float *x, size_t d, double *sum)
+{
+    double s[FXA_ROW_STATS_LANES] = {0.0};
+    size_t c = 0;
+    for (; c + FXA_ROW_STATS_LANES <= d; c += FXA_ROW_STATS_LANES)
+        for (size_t k = 0; k < FXA_ROW_STATS_LANES; k++) {
+            const double e = x[c + k];
+            sum[c + k] += e;
+            s[k] += e * e;
+        }
+    for (size_t k = 0; c < d; c++, k++) {
+        const double e = x[c];
+        sum[c] += e;
+        s[k] += e * e;
+    }
+    return combine_lanes(s);
+}
+
+static double row_distance2(const float *x, const float *center, size_t d)
+{
+    double s[FXA_ROW_STATS_LANES] = {0.0};
+    size_t c = 0;
+    for (; c + FXA_ROW_STATS_LANES <= d; c += FXA_ROW_STATS_LANES)
+        for (size_t k = 0; k < FXA_ROW_STATS_LANES; k++) {
+            const double e = (double)x[c + k] - (double)center[c + k];
+            s[k] += e * e;
+        }
+    for (size_t k = 0; c < d; c++, k++) {
+        const double e = (double)x[c] - (double)center[c];
+        s[k] += e * e;
+    }
+    return combine_lanes(s);
+}
+
+/* For finite values, |x| orders like the integer of its bits. */
+static float row_abs_max(const float *x, size_t d)
+{
+    uint32_t m = 0;
+    for (size_t c = 0; c < d; c++) {
+        uint32_t b;
+        memcpy(&b, x + c, sizeof b);
+        b &= 0x7fffffffu;
+        m = b > m ? b : m;
+    }
+    float f;
+    memcpy(&f, &m, sizeof f);
+    return f;
+}
+
+static void row_norm2_dot(const float *x, const float *y, size_t d, double *xx, double *xy)
+{
+    double s[FXA_ROW_STATS_LANES] = {0.0};
+    double t[FXA_ROW_STATS_LANES] = {0.0};
+    size_t c = 0;
+    for (; c + FXA_ROW_STATS_LANES <= d; c += FXA_ROW_STATS_LANES)
+        for (size_t k = 0; k < FXA_ROW_STATS_LANES; k++) {
+            const double e = x[c + k];
+            s[k] += e * e;
+            t[k] += e * (double)y[c + k];
+        }
+    for (size_t k = 0; c < d; c++, k++) {
+        const double e = x[c];
+        s[k] += e * e;
+        t[k] += e * (double)y[c];
+    }
+    *xx = combine_lanes(s);
+    *xy = combine_lanes(t);
+}
+
+#define FXA_ROW_STATS_TABLE(name)                                                                  \
+    const fxa_row_stats name = {row_any_non_finite, row_norm2_add, row_distance2, row_abs_max,     \
+                                row_norm2_dot}
+
+#endif

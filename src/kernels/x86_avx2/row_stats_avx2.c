@@ -1,0 +1,4 @@
+/* Row statistics, built with -mavx2 (row_stats_impl.h; same bits as ref). */
+#include "../row_stats_impl.h"
+
+FXA_ROW_STATS_TABLE(fxa_row_stats_avx2);

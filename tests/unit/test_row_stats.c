@@ -1,0 +1,174 @@
+/*
+ * The bound pass's row statistics (fxa_row_stats in src/kernels/kernels.h):
+ * every ISA's build must return the reference build's bits (one portable
+ * source compiled per ISA, so a vectoriser that reorders a sum or contracts
+ * a product into an FMA fails here), and the reference must be right:
+ * sums against long double, maxima and the finiteness test exactly.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/dispatch.h"
+#include "testutil.h"
+
+#define MAX_D 300
+
+static const size_t g_dims[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 127, 128, 129, 256, 300};
+#define N_DIMS (sizeof g_dims / sizeof g_dims[0])
+
+/* A row of mixed magnitudes: normal values, large and tiny ones, subnormals,
+ * signed zeros. */
+static void fill_row(trng *r, float *x, size_t d)
+{
+    for (size_t c = 0; c < d; c++) {
+        const double u = trng_uniform(r);
+        const double n = trng_normal(r);
+        if (u < 0.05)
+            x[c] = trng_uniform(r) < 0.5 ? 0.0f : -0.0f;
+        else if (u < 0.10)
+            x[c] = (float)(n * 1e-40); /* subnormal */
+        else if (u < 0.15)
+            x[c] = (float)(n * 1e15);
+        else
+            x[c] = (float)(n * 3.0);
+    }
+}
+
+static int same_bits_d(double a, double b)
+{
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* One kernel set against the reference, bit for bit, on `rounds` rows per
+ * dimension. */
+static void compare_to_ref(const char *name, const fxa_row_stats *rs, int rounds)
+{
+    const fxa_row_stats *ref = &fxa_row_stats_ref;
+    trng r;
+    trng_seed(&r, 42);
+    long long mismatches = 0;
+    for (size_t i = 0; i < N_DIMS; i++) {
+        const size_t d = g_dims[i];
+        for (int round = 0; round < rounds; round++) {
+            float x[MAX_D], y[MAX_D];
+            double sum_ref[MAX_D], sum[MAX_D];
+            fill_row(&r, x, d);
+            fill_row(&r, y, d);
+            for (size_t c = 0; c < d; c++)
+                sum_ref[c] = sum[c] = trng_normal(&r);
+            const double n_ref = ref->norm2_add(x, d, sum_ref);
+            const double n = rs->norm2_add(x, d, sum);
+            int ok = same_bits_d(n, n_ref) && memcmp(sum, sum_ref, d * sizeof *sum) == 0;
+            ok &= same_bits_d(rs->distance2(x, y, d), ref->distance2(x, y, d));
+            ok &= test_f32_bits(rs->abs_max(x, d)) == test_f32_bits(ref->abs_max(x, d));
+            double xx, xy, xx_ref, xy_ref;
+            rs->norm2_dot(x, y, d, &xx, &xy);
+            ref->norm2_dot(x, y, d, &xx_ref, &xy_ref);
+            ok &= same_bits_d(xx, xx_ref) && same_bits_d(xy, xy_ref);
+            ok &= rs->any_non_finite(x, d) == 0;
+            if (!ok && mismatches++ < 5)
+                fprintf(stderr, "%s: d = %zu, round %d differs from the reference\n", name, d,
+                        round);
+        }
+    }
+    printf("%s: %zu dimensions x %d rows, %lld differ from the reference bits\n", name, N_DIMS,
+           rounds, mismatches);
+    CHECK(mismatches == 0, "%s: %lld rows differ from the reference build", name, mismatches);
+}
+
+/* The reference against long double: each double sum of d terms is within
+ * d 2^-52 (relative to the sum of magnitudes) of the exact value. */
+static void check_ref_accuracy(void)
+{
+    const fxa_row_stats *ref = &fxa_row_stats_ref;
+    trng r;
+    trng_seed(&r, 7);
+    double worst = 0.0;
+    int max_ok = 1;
+    for (size_t i = 0; i < N_DIMS; i++) {
+        const size_t d = g_dims[i];
+        for (int round = 0; round < 200; round++) {
+            float x[MAX_D], y[MAX_D];
+            double sum[MAX_D] = {0};
+            fill_row(&r, x, d);
+            fill_row(&r, y, d);
+            long double nn = 0, dd = 0, dot = 0, dot_abs = 0;
+            float amax = 0.0f;
+            for (size_t c = 0; c < d; c++) {
+                nn += (long double)x[c] * x[c];
+                const long double e = (long double)x[c] - y[c];
+                dd += e * e;
+                dot += (long double)x[c] * y[c];
+                dot_abs += fabsl((long double)x[c] * y[c]);
+                amax = fabsf(x[c]) > amax ? fabsf(x[c]) : amax;
+            }
+            const double tol = (double)d * 0x1p-52;
+            double xx, xy;
+            ref->norm2_dot(x, y, d, &xx, &xy);
+            const double errs[4] = {
+                fabs((double)(ref->norm2_add(x, d, sum) - nn)) / (double)(nn > 0 ? nn : 1),
+                fabs((double)(ref->distance2(x, y, d) - dd)) / (double)(dd > 0 ? dd : 1),
+                fabs((double)(xx - nn)) / (double)(nn > 0 ? nn : 1),
+                fabs((double)(xy - dot)) / (double)(dot_abs > 0 ? dot_abs : 1)};
+            for (int k = 0; k < 4; k++) {
+                worst = errs[k] / tol > worst ? errs[k] / tol : worst;
+                CHECK(errs[k] <= tol, "d = %zu: statistic %d off by %g (tolerance %g)", d, k,
+                      errs[k], tol);
+            }
+            for (size_t c = 0; c < d; c++)
+                CHECK(sum[c] == (double)x[c], "d = %zu: sum[%zu] = %g, want %g", d, c, sum[c],
+                      (double)x[c]);
+            max_ok &= ref->abs_max(x, d) == amax;
+        }
+    }
+    printf("reference sums: worst error %.3g of the d 2^-52 tolerance\n", worst);
+    CHECK(max_ok, "abs_max differs from the max of fabsf");
+}
+
+/* Inf, -Inf and NaNs (quiet, signalling, negative) at every position, among
+ * extreme finite values that must not count. */
+static void check_non_finite(const char *name, const fxa_row_stats *rs)
+{
+    const float finite[] = {FLT_MAX, -FLT_MAX, FLT_MIN, 0x1p-149f, -0.0f, 0.0f, 1.0f};
+    const uint32_t bad_bits[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                 0xffc00000u, 0x7fffffffu};
+    long long missed = 0, false_alarms = 0;
+    for (size_t i = 0; i < N_DIMS; i++) {
+        const size_t d = g_dims[i];
+        float x[MAX_D];
+        for (size_t c = 0; c < d; c++)
+            x[c] = finite[c % (sizeof finite / sizeof finite[0])];
+        false_alarms += rs->any_non_finite(x, d) != 0;
+        for (size_t c = 0; c < d; c++)
+            for (size_t b = 0; b < sizeof bad_bits / sizeof bad_bits[0]; b++) {
+                const float keep = x[c];
+                x[c] = test_bits_f32(bad_bits[b]);
+                missed += rs->any_non_finite(x, d) != 1;
+                x[c] = keep;
+            }
+    }
+    printf("%s: non-finite test: %lld missed, %lld false alarms\n", name, missed, false_alarms);
+    CHECK(missed == 0 && false_alarms == 0, "%s: any_non_finite missed %lld, false alarms %lld",
+          name, missed, false_alarms);
+}
+
+int main(void)
+{
+    check_ref_accuracy();
+    check_non_finite("ref", &fxa_row_stats_ref);
+    const char *isas[] = {"avx2", "avx512"};
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        const fxa_kernels *k = NULL;
+        char msg[256];
+        if (fxa_kernels_select(isas[i], &k, msg, sizeof msg) != FXA_OK) {
+            printf("%s: not compared (%s)\n", isas[i], msg);
+            continue;
+        }
+        CHECK(k->row_stats != &fxa_row_stats_ref, "%s: the set uses the reference statistics",
+              isas[i]);
+        compare_to_ref(isas[i], k->row_stats, 300);
+        check_non_finite(isas[i], k->row_stats);
+    }
+    return test_summary("test_row_stats");
+}
