@@ -184,13 +184,11 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG,
                             "block of %lld keys is outside 0..%lld (the plan's seq_kv)",
                             (long long)n_kv, (long long)plan->d.seq_kv);
-    /* The plan's scan scratch holds max(B Hkv, B Hq) entries. */
-    fxa_bad_value *bad = fxa_malloc_aligned((size_t)(plan->d.batch * plan->d.heads_kv) *
-                                            sizeof(fxa_bad_value));
-    if (!bad)
+    void *scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(plan, n_kv));
+    if (!scratch)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_NO_MEMORY, "out of memory");
-    fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv), summary_out, bad);
-    fxa_free_aligned(bad);
+    fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv), summary_out, scratch);
+    fxa_free_aligned(scratch);
     return st;
 }
 

@@ -70,7 +70,7 @@ struct fxa_attn_plan {
     size_t ws_bounds;  /* fxa_head_bound[B * Hkv] */
     size_t ws_kbar;    /* float[B * Hkv][D] */
     size_t ws_summary; /* double[B * Hkv][summary_head_len] */
-    size_t ws_scan;    /* fxa_bad_value[max(B * Hkv, B * Hq)] */
+    size_t ws_scan;    /* the bound pass's scratch (scan.h) */
     /* Per kv head of the chunk, n_kv_tiles tiles of packed_head_floats /
      * n_kv_tiles floats each: fp32 compute K^T [D][kv_tile] and V
      * [kv_tile][D]; bf16 compute the pair layouts of fxa_attn_tile_bf16

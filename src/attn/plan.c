@@ -4,6 +4,7 @@
 
 #include "../core/alloc.h"
 #include "attn_internal.h"
+#include "scan.h"
 #include "summary.h"
 
 #define DEFAULT_BLOCK_Q 256 /* K/V stream once per 256 query rows: measured best at S = 4k-8k */
@@ -158,8 +159,8 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     const size_t hpt = (size_t)p->d.heads_per_tile;
     const size_t bq = (size_t)p->d.block_q;
     const size_t n_heads_kv = (size_t)(p->d.batch * p->d.heads_kv);
-    const size_t n_heads_q = (size_t)(p->d.batch * p->d.heads_q);
-    const size_t n_scan = n_heads_kv > n_heads_q ? n_heads_kv : n_heads_q;
+    const size_t scan_kv = fxa_scan_kv_scratch_bytes(p, p->d.seq_kv);
+    const size_t scan_q = fxa_scan_q_scratch_bytes(p);
     size_t off = 0;
     p->ws_bounds = off;
     off += fxa_align_up(n_heads_kv * sizeof(fxa_head_bound));
@@ -168,7 +169,7 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     p->ws_summary = off;
     off += fxa_align_up(n_heads_kv * fxa_summary_head_len(p) * sizeof(double));
     p->ws_scan = off;
-    off += fxa_align_up(n_scan * sizeof(fxa_bad_value));
+    off += scan_kv > scan_q ? scan_kv : scan_q;
     p->ws_packed_k = off;
     off += fxa_align_up((size_t)p->chunk_kv_heads * p->packed_head_floats * sizeof(float));
     p->ws_packed_v = off;

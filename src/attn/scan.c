@@ -1,12 +1,34 @@
-/* The bound pass (see scan.h). Threads over (batch, group of adjacent
- * heads); each head reports its first non-finite element and the lowest
- * (batch, head) wins, so the message does not depend on the thread count. */
+/* The bound pass (see scan.h). Work items are (batch, token block, group of
+ * heads): a token block of all heads is one contiguous run of memory in a
+ * token-major layout, read at full bandwidth. Token blocks depend on the
+ * sequence length alone and their partial sums add in block order, so the
+ * results never depend on the thread count; head groups only spread the
+ * work. Each head reports its first non-finite element (K before V) and
+ * the lowest (batch, head) wins. */
 #include "scan.h"
 
 #include <math.h>
+#include <string.h>
 
-#include "load.h"
+#include "../core/alloc.h"
 #include "summary.h"
+
+#define SCAN_MIN_TOKENS 256 /* tokens per block, at least (unless the sequence is shorter) */
+#define SCAN_MAX_BLOCKS 32  /* blocks per sequence, at most */
+
+/* Tokens per scan block for a sequence of seq tokens (0 when seq is 0). */
+static int64_t block_tokens(int64_t seq)
+{
+    int64_t n_blocks = (seq + SCAN_MIN_TOKENS - 1) / SCAN_MIN_TOKENS;
+    n_blocks = n_blocks < SCAN_MAX_BLOCKS ? n_blocks : SCAN_MAX_BLOCKS;
+    return n_blocks ? (seq + n_blocks - 1) / n_blocks : 0;
+}
+
+static int64_t n_blocks_of(int64_t seq)
+{
+    const int64_t t = block_tokens(seq);
+    return t ? (seq + t - 1) / t : 0;
+}
 
 typedef struct scan_job {
     const fxa_attn_plan *p;
@@ -14,110 +36,201 @@ typedef struct scan_job {
     const void *v;
     int64_t seq;
     fxa_strides strides;
-    int64_t heads;      /* of x */
-    int64_t group;      /* heads per item */
-    double *summaries;  /* per (batch, head) */
-    fxa_bad_value *bad; /* per (batch, head) */
+    int64_t heads;         /* of x */
+    int64_t block_tokens;
+    int64_t n_blocks;
+    int64_t heads_per_item;
+    double *partials;      /* [n_blocks][B heads][len] (K/V) */
+    fxa_bad_value *bad;    /* [n_blocks][B heads][2] (K/V) or [n_blocks][B heads] (Q) */
+    const float *means;    /* [B heads][D] (the radius pass) */
 } scan_job;
 
-/* Heads per item: up to FXA_SUMMARY_GROUP adjacent heads, so that a
- * token-major row is read in runs of several heads, but about two items per
- * thread when heads are few. Grouping never changes a head's results. */
-static int64_t heads_per_item(const fxa_attn_plan *p, int64_t heads)
+/* Enough items for about two per thread: heads are split into groups when
+ * batch x token blocks is smaller. */
+static void plan_items(scan_job *job)
 {
-    const int64_t items_per_batch =
-        (2 * (int64_t)p->ctx->pool.n_threads + p->d.batch - 1) / p->d.batch;
-    const int64_t g = (heads + items_per_batch - 1) / items_per_batch;
-    return g < 1 ? 1 : g > FXA_SUMMARY_GROUP ? FXA_SUMMARY_GROUP : g;
+    const fxa_attn_plan *p = job->p;
+    const int64_t want = 2 * (int64_t)p->ctx->pool.n_threads;
+    const int64_t have = p->d.batch * job->n_blocks;
+    int64_t groups = have == 0 || have >= want ? 1 : (want + have - 1) / have;
+    groups = groups < job->heads ? groups : job->heads;
+    job->heads_per_item = (job->heads + groups - 1) / groups;
 }
 
-/* Item (b, group): the first head and the number of heads. */
-static int64_t item_heads(const scan_job *job, int64_t item, int64_t *b, int64_t *h0)
+static int64_t n_items(const scan_job *job)
 {
-    const int64_t groups = (job->heads + job->group - 1) / job->group;
-    *b = item / groups;
-    *h0 = item % groups * job->group;
-    return job->heads - *h0 < job->group ? job->heads - *h0 : job->group;
+    const int64_t groups = (job->heads + job->heads_per_item - 1) / job->heads_per_item;
+    return job->p->d.batch * job->n_blocks * groups;
 }
 
-static void scan_kv_group(void *arg, int64_t item, int thread_id)
+/* Item (batch, block, head group): its rows, and its first (batch, head)
+ * and block. */
+static fxa_row_block item_rows(const scan_job *job, int64_t item, int64_t *bh, int64_t *block)
+{
+    const int64_t groups = (job->heads + job->heads_per_item - 1) / job->heads_per_item;
+    const int64_t b = item / (job->n_blocks * groups);
+    const int64_t h0 = item % groups * job->heads_per_item;
+    const int64_t j0 = item / groups % job->n_blocks * job->block_tokens;
+    *bh = b * job->heads + h0;
+    *block = j0 / job->block_tokens;
+    return (fxa_row_block){
+        .off = b * job->strides.batch + h0 * job->strides.head + j0 * job->strides.token,
+        .head_stride = job->strides.head,
+        .token_stride = job->strides.token,
+        .n_tokens = job->seq - j0 < job->block_tokens ? job->seq - j0 : job->block_tokens,
+        .n_heads = job->heads - h0 < job->heads_per_item ? job->heads - h0 : job->heads_per_item,
+    };
+}
+
+static size_t partial_index(const scan_job *job, int64_t block, int64_t bh)
+{
+    return (size_t)(block * job->p->d.batch * job->heads + bh);
+}
+
+static void summarize_item(void *arg, int64_t item, int thread_id)
 {
     const scan_job *job = arg;
-    const fxa_attn_plan *p = job->p;
-    int64_t b, h0;
-    const int64_t nh = item_heads(job, item, &b, &h0);
-    const int64_t first = b * job->heads + h0;
+    int64_t bh, block;
+    const fxa_row_block blk = item_rows(job, item, &bh, &block);
+    const size_t at = partial_index(job, block, bh);
     (void)thread_id;
-    fxa_summarize_heads(p, job->x, job->v, b * job->strides.batch + h0 * job->strides.head,
-                        job->strides.head, job->strides.token, job->seq, nh,
-                        job->summaries + (size_t)first * fxa_summary_head_len(p),
-                        job->bad + first);
+    fxa_summarize_block(job->p, job->x, job->v, &blk,
+                        job->partials + at * fxa_summary_head_len(job->p), job->bad + 2 * at);
 }
 
-/* Item (b, group of q heads): Q must be finite; each head reports its
- * first non-finite element, reading the group token by token. */
-static void scan_q_group(void *arg, int64_t item, int thread_id)
+static void radius_item(void *arg, int64_t item, int thread_id)
 {
     const scan_job *job = arg;
-    const fxa_attn_plan *p = job->p;
-    const size_t dim = (size_t)p->d.head_dim;
-    int64_t b, h0;
-    const int64_t nh = item_heads(job, item, &b, &h0);
-    fxa_bad_value *bad = job->bad + b * job->heads + h0;
-    float scratch[FXA_MAX_HEAD_DIM];
+    int64_t bh, block;
+    const fxa_row_block blk = item_rows(job, item, &bh, &block);
     (void)thread_id;
-    for (int64_t h = 0; h < nh; h++)
-        bad[h].bad_row = -1;
-    for (int64_t i = 0; i < p->d.seq_q; i++)
-        for (int64_t h = 0; h < nh; h++) {
-            if (bad[h].bad_row >= 0)
-                continue;
-            const float *row = fxa_row_f32(p->ctx->kernels, job->x, p->d.dtype,
-                                           b * job->strides.batch + (h0 + h) * job->strides.head +
-                                               i * job->strides.token,
-                                           dim, scratch);
-            if (!p->ctx->kernels->row_stats->any_non_finite(row, dim))
-                continue;
-            size_t c = 0;
-            while (isfinite(row[c]))
-                c++;
-            bad[h] = (fxa_bad_value){i, (int64_t)c, row[c], 'Q'};
+    fxa_radius_block(job->p, job->x, &blk, job->means + (size_t)bh * (size_t)job->p->d.head_dim,
+                     job->partials +
+                         partial_index(job, block, bh) * fxa_summary_head_len(job->p));
+}
+
+static void check_item(void *arg, int64_t item, int thread_id)
+{
+    const scan_job *job = arg;
+    int64_t bh, block;
+    const fxa_row_block blk = item_rows(job, item, &bh, &block);
+    (void)thread_id;
+    fxa_check_block(job->p, job->x, &blk, job->bad + partial_index(job, block, bh));
+}
+
+/* The first bad value of (batch, head) bh over the blocks (slot `slot` of
+ * `slots` per block entry), its token made absolute; bad_row -1 if none. */
+static fxa_bad_value first_bad(const scan_job *job, int64_t bh, int slots, int slot)
+{
+    for (int64_t block = 0; block < job->n_blocks; block++) {
+        fxa_bad_value b = job->bad[(size_t)slots * partial_index(job, block, bh) + (size_t)slot];
+        if (b.bad_row >= 0) {
+            b.bad_row += block * job->block_tokens;
+            return b;
         }
+    }
+    return (fxa_bad_value){.bad_row = -1};
 }
 
-static fxa_status report_first_bad(const fxa_attn_plan *p, const fxa_bad_value *bad,
-                                   int64_t n_items, int64_t heads)
+static fxa_status report_bad(const fxa_attn_plan *p, const fxa_bad_value *b, int64_t bh,
+                             int64_t heads)
 {
-    for (int64_t i = 0; i < n_items; i++) {
-        if (bad[i].bad_row < 0)
-            continue;
-        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
-                            "%c has a non-finite value (%g) at batch %lld, token %lld, head %lld, "
-                            "dim %lld",
-                            bad[i].tensor, (double)bad[i].bad_value, (long long)(i / heads),
-                            (long long)bad[i].bad_row, (long long)(i % heads),
-                            (long long)bad[i].bad_col);
+    return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                        "%c has a non-finite value (%g) at batch %lld, token %lld, head %lld, "
+                        "dim %lld",
+                        b->tensor, (double)b->bad_value, (long long)(bh / heads),
+                        (long long)b->bad_row, (long long)(bh % heads), (long long)b->bad_col);
+}
+
+size_t fxa_scan_kv_scratch_bytes(const fxa_attn_plan *p, int64_t seq_kv)
+{
+    const size_t n = (size_t)(n_blocks_of(seq_kv) * p->d.batch * p->d.heads_kv);
+    const size_t heads = (size_t)(p->d.batch * p->d.heads_kv);
+    return fxa_align_up(n * fxa_summary_head_len(p) * sizeof(double)) +
+           fxa_align_up(2 * n * sizeof(fxa_bad_value)) +
+           fxa_align_up(heads * (size_t)p->d.head_dim * sizeof(float));
+}
+
+size_t fxa_scan_q_scratch_bytes(const fxa_attn_plan *p)
+{
+    return fxa_align_up((size_t)(n_blocks_of(p->d.seq_q) * p->d.batch * p->d.heads_q) *
+                        sizeof(fxa_bad_value));
+}
+
+fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
+                       fxa_strides kv_strides, double *summaries, void *scratch)
+{
+    const size_t len = fxa_summary_head_len(p);
+    const size_t dim = (size_t)p->d.head_dim;
+    const int64_t heads = p->d.batch * p->d.heads_kv;
+    scan_job job = {.p = p, .x = k, .v = v, .seq = seq_kv, .strides = kv_strides,
+                    .heads = p->d.heads_kv, .block_tokens = block_tokens(seq_kv),
+                    .n_blocks = n_blocks_of(seq_kv)};
+    const size_t n = (size_t)(job.n_blocks * heads);
+    unsigned char *at = scratch;
+    job.partials = (double *)at;
+    at += fxa_align_up(n * len * sizeof(double));
+    job.bad = (fxa_bad_value *)at;
+    at += fxa_align_up(2 * n * sizeof(fxa_bad_value));
+    float *means = (float *)at;
+    job.means = means;
+    plan_items(&job);
+    fxa_pool_run(&p->ctx->pool, summarize_item, &job, n_items(&job));
+
+    /* Each head: K's first bad value, else V's. */
+    for (int64_t bh = 0; bh < heads; bh++) {
+        fxa_bad_value b = first_bad(&job, bh, 2, 0);
+        if (b.bad_row < 0)
+            b = first_bad(&job, bh, 2, 1);
+        if (b.bad_row >= 0)
+            return report_bad(p, &b, bh, p->d.heads_kv);
+    }
+    /* Add the blocks in order: counts and key sums add, maxima merge. */
+    for (int64_t bh = 0; bh < heads; bh++) {
+        double *s = summaries + (size_t)bh * len;
+        memset(s, 0, len * sizeof(double));
+        for (int64_t block = 0; block < job.n_blocks; block++) {
+            const double *part = job.partials + partial_index(&job, block, bh) * len;
+            s[0] += part[0];
+            s[1] = part[1] > s[1] ? part[1] : s[1];
+            s[3] = part[3] > s[3] ? part[3] : s[3];
+            for (size_t c = 0; c < dim; c++)
+                s[FXA_SUMMARY_FIXED + c] += part[FXA_SUMMARY_FIXED + c];
+        }
+        s[1] = sqrt(s[1]);
+        s[2] = s[1];
+        if (s[0] >= 1.0)
+            fxa_fp32_mean(s + FXA_SUMMARY_FIXED, s[0], dim, means + (size_t)bh * dim);
+    }
+    if (!p->d.center || seq_kv == 0)
+        return FXA_OK;
+    /* The radius around the fp32 mean the kernels subtract: the bound and
+     * the scores must use the same keys. */
+    fxa_pool_run(&p->ctx->pool, radius_item, &job, n_items(&job));
+    for (int64_t bh = 0; bh < heads; bh++) {
+        double r2 = 0.0;
+        for (int64_t block = 0; block < job.n_blocks; block++) {
+            const double r = job.partials[partial_index(&job, block, bh) * len + 2];
+            r2 = r > r2 ? r : r2;
+        }
+        summaries[(size_t)bh * len + 2] = sqrt(r2);
     }
     return FXA_OK;
 }
 
-fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
-                       fxa_strides kv_strides, double *summaries, void *bad)
+fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch)
 {
-    const int64_t group = heads_per_item(p, p->d.heads_kv);
-    scan_job job = {p, k, v, seq_kv, kv_strides, p->d.heads_kv, group, summaries, bad};
-    const int64_t n_items = p->d.batch * ((p->d.heads_kv + group - 1) / group);
-    fxa_pool_run(&p->ctx->pool, scan_kv_group, &job, n_items);
-    return report_first_bad(p, bad, p->d.batch * p->d.heads_kv, p->d.heads_kv);
-}
-
-fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *bad)
-{
-    const int64_t group = heads_per_item(p, p->d.heads_q);
-    scan_job job = {p, q, NULL, p->d.seq_q, p->q_strides, p->d.heads_q, group, NULL, bad};
-    const int64_t n_items = p->d.batch * ((p->d.heads_q + group - 1) / group);
-    fxa_pool_run(&p->ctx->pool, scan_q_group, &job, n_items);
-    return report_first_bad(p, bad, p->d.batch * p->d.heads_q, p->d.heads_q);
+    scan_job job = {.p = p, .x = q, .seq = p->d.seq_q, .strides = p->q_strides,
+                    .heads = p->d.heads_q, .block_tokens = block_tokens(p->d.seq_q),
+                    .n_blocks = n_blocks_of(p->d.seq_q), .bad = scratch};
+    plan_items(&job);
+    fxa_pool_run(&p->ctx->pool, check_item, &job, n_items(&job));
+    for (int64_t bh = 0; bh < p->d.batch * p->d.heads_q; bh++) {
+        const fxa_bad_value b = first_bad(&job, bh, 1, 0);
+        if (b.bad_row >= 0)
+            return report_bad(p, &b, bh, p->d.heads_q);
+    }
+    return FXA_OK;
 }
 
 fxa_status fxa_scan_inputs(const fxa_attn_plan *p, const fxa_attn_args *a, unsigned char *ws)

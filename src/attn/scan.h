@@ -8,16 +8,22 @@
 
 #include "attn_internal.h"
 
+/* Scratch bytes fxa_scan_kv needs for seq_kv keys (64-byte aligned). */
+size_t fxa_scan_kv_scratch_bytes(const fxa_attn_plan *p, int64_t seq_kv);
+
 /* Summarise K/V (seq_kv keys of the plan, strides kv_strides) per (batch, kv
  * head) into summaries [B * Hkv][summary_head_len]. On a non-finite value
  * returns FXA_ERR_INVALID_ARG with the first offending element (lowest
- * head, then token) in the message. bad is scratch of B * Hkv entries. */
+ * head, then token; K before V) in the message. scratch: 64-byte aligned,
+ * fxa_scan_kv_scratch_bytes. */
 fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
-                       fxa_strides kv_strides, double *summaries, void *bad);
+                       fxa_strides kv_strides, double *summaries, void *scratch);
 
-/* Refuse a non-finite Q (seq_q rows of the plan); bad is scratch of B * Hq
- * entries. */
-fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *bad);
+/* Scratch bytes fxa_scan_q needs (64-byte aligned). */
+size_t fxa_scan_q_scratch_bytes(const fxa_attn_plan *p);
+
+/* Refuse a non-finite Q (seq_q rows of the plan). */
+fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch);
 
 /* Single-process bound pass: fxa_scan_kv over the whole K/V, each head's
  * summary merged on its own into ws's head bounds and kbar, then fxa_scan_q. */

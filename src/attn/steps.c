@@ -59,22 +59,29 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
     return n_online;
 }
 
-/* fp32 compute: K transposed into panels of kt_panel keys (fxa_attn_tile),
- * V rows into [kv_tile][D]. */
+/* Keys per pack_kt call: a multiple of 16, so that a group starts where a
+ * panel may. */
+#define PACK_GROUP 16
+
+/* fp32 compute: K transposed into panels of kt_panel keys (fxa_attn_tile) by
+ * the kernel set's pack_kt, a group of keys at a time (fp32 rows read in
+ * place, other dtypes converted into scratch); V rows into [kv_tile][D]. */
 static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_base, int64_t off,
                      int64_t token_stride, size_t n_kv, float *kt, float *v)
 {
+    const fxa_kernels *kernels = p->ctx->kernels;
     const size_t dim = (size_t)p->d.head_dim;
     const size_t panel = p->kt_panel;
-    float scratch[FXA_MAX_HEAD_DIM];
-    for (size_t j = 0; j < n_kv; j++) {
-        const float *row = fxa_row_f32(p->ctx->kernels, k_base, p->d.dtype,
-                                       off + (int64_t)j * token_stride, dim, scratch);
-        float *kj = kt + fxa_kt_offset(panel, dim, 0, j);
-        for (size_t c = 0; c < dim; c++)
-            kj[c * panel] = row[c];
+    float scratch[PACK_GROUP][FXA_MAX_HEAD_DIM];
+    const float *rows[PACK_GROUP];
+    for (size_t j0 = 0; j0 < n_kv; j0 += PACK_GROUP) {
+        const size_t n = n_kv - j0 < PACK_GROUP ? n_kv - j0 : PACK_GROUP;
+        for (size_t j = 0; j < n; j++)
+            rows[j] = fxa_row_f32(kernels, k_base, p->d.dtype,
+                                  off + (int64_t)(j0 + j) * token_stride, dim, scratch[j]);
+        kernels->pack_kt(rows, n, dim, panel, kt + fxa_kt_offset(panel, dim, 0, j0));
     }
-    fxa_load_rows(p->ctx->kernels, v_base, p->d.dtype, off, token_stride, n_kv, dim, v, dim);
+    fxa_load_rows(kernels, v_base, p->d.dtype, off, token_stride, n_kv, dim, v, dim);
 }
 
 /* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.

@@ -28,91 +28,95 @@ static int note_bad(const fxa_row_stats *rs, fxa_bad_value *bad, char tensor, in
     return 1;
 }
 
-/* The fp32 mean the kernels subtract: (float)(sum / n) per dimension. */
-static void fp32_mean(const double *sum, double n, size_t dim, float *mean)
+void fxa_fp32_mean(const double *sum, double n, size_t dim, float *mean)
 {
     for (size_t c = 0; c < dim; c++)
         mean[c] = (float)(sum[c] / n);
 }
 
-/* The rows of a group of heads (fxa_summarize_heads), as fp32. */
-typedef struct group_rows {
-    const fxa_attn_plan *p;
-    int64_t off, head_stride, token_stride;
-    float scratch[FXA_MAX_HEAD_DIM];
-} group_rows;
-
-static const float *group_row(group_rows *g, const void *x, int64_t h, int64_t j)
+/* Head and token of the block's i-th row in memory order. */
+static void row_at(const fxa_row_block *blk, int64_t i, int64_t *h, int64_t *j)
 {
-    return fxa_row_f32(g->p->ctx->kernels, x, g->p->d.dtype,
-                       g->off + h * g->head_stride + j * g->token_stride,
-                       (size_t)g->p->d.head_dim, g->scratch);
+    if (blk->head_stride < blk->token_stride) {
+        *j = i / blk->n_heads;
+        *h = i % blk->n_heads;
+    } else {
+        *h = i / blk->n_tokens;
+        *j = i % blk->n_tokens;
+    }
 }
 
-void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, int64_t off,
-                         int64_t head_stride, int64_t token_stride, int64_t n, int64_t n_heads,
-                         double *summaries, fxa_bad_value *bad)
+/* Row (h, j) of x as fp32 (in place for fp32 inputs, else in scratch). */
+static const float *block_row(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk,
+                              int64_t h, int64_t j, float *scratch)
+{
+    return fxa_row_f32(p->ctx->kernels, x, p->d.dtype,
+                       blk->off + h * blk->head_stride + j * blk->token_stride,
+                       (size_t)p->d.head_dim, scratch);
+}
+
+void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
+                         const fxa_row_block *blk, double *partials, fxa_bad_value *bad)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t len = fxa_summary_head_len(p);
     const fxa_row_stats *rs = p->ctx->kernels->row_stats;
-    group_rows g = {.p = p, .off = off, .head_stride = head_stride, .token_stride = token_stride};
-    double kmax2[FXA_SUMMARY_GROUP] = {0.0};
-    double vmax[FXA_SUMMARY_GROUP] = {0.0};
-    for (int64_t h = 0; h < n_heads; h++) {
-        bad[h].bad_row = -1;
-        memset(summaries + (size_t)h * len, 0, len * sizeof(double));
+    float scratch[FXA_MAX_HEAD_DIM];
+    for (int64_t h = 0; h < blk->n_heads; h++) {
+        memset(partials + (size_t)h * len, 0, len * sizeof(double));
+        partials[(size_t)h * len] = (double)blk->n_tokens;
+        bad[2 * h].bad_row = -1;
+        bad[2 * h + 1].bad_row = -1;
     }
-    /* Token by token, the group's heads in turn: each pass reads one run of
-     * n_heads D values per token where heads are adjacent in memory. */
-    for (int64_t j = 0; j < n; j++) {
-        for (int64_t h = 0; h < n_heads; h++) {
-            if (bad[h].bad_row >= 0)
-                continue;
-            const float *row = group_row(&g, k, h, j);
-            if (note_bad(rs, &bad[h], 'K', j, row, dim))
-                continue;
-            const double nn = rs->norm2_add(row, dim, summaries + (size_t)h * len + FXA_SUMMARY_FIXED);
-            kmax2[h] = nn > kmax2[h] ? nn : kmax2[h];
+    for (int64_t i = 0; i < blk->n_tokens * blk->n_heads; i++) {
+        int64_t h, j;
+        row_at(blk, i, &h, &j);
+        double *part = partials + (size_t)h * len;
+        const float *row = block_row(p, k, blk, h, j, scratch);
+        if (bad[2 * h].bad_row < 0 && !note_bad(rs, &bad[2 * h], 'K', j, row, dim)) {
+            const double nn = rs->norm2_add(row, dim, part + FXA_SUMMARY_FIXED);
+            part[1] = nn > part[1] ? nn : part[1];
         }
-    }
-    for (int64_t j = 0; j < n; j++) {
-        for (int64_t h = 0; h < n_heads; h++) {
-            if (bad[h].bad_row >= 0)
-                continue;
-            const float *row = group_row(&g, v, h, j);
-            if (note_bad(rs, &bad[h], 'V', j, row, dim))
-                continue;
+        row = block_row(p, v, blk, h, j, scratch);
+        if (bad[2 * h + 1].bad_row < 0 && !note_bad(rs, &bad[2 * h + 1], 'V', j, row, dim)) {
             const double a = rs->abs_max(row, dim);
-            vmax[h] = a > vmax[h] ? a : vmax[h];
+            part[3] = a > part[3] ? a : part[3];
         }
     }
-    for (int64_t h = 0; h < n_heads; h++) {
-        double *summary = summaries + (size_t)h * len;
-        summary[0] = (double)n;
-        summary[1] = sqrt(kmax2[h]);
-        summary[2] = summary[1];
-        summary[3] = vmax[h];
+}
+
+void fxa_radius_block(const fxa_attn_plan *p, const void *k, const fxa_row_block *blk,
+                      const float *means, double *partials)
+{
+    const size_t dim = (size_t)p->d.head_dim;
+    const size_t len = fxa_summary_head_len(p);
+    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
+    float scratch[FXA_MAX_HEAD_DIM];
+    for (int64_t h = 0; h < blk->n_heads; h++)
+        partials[(size_t)h * len + 2] = 0.0;
+    for (int64_t i = 0; i < blk->n_tokens * blk->n_heads; i++) {
+        int64_t h, j;
+        row_at(blk, i, &h, &j);
+        const double nn = rs->distance2(block_row(p, k, blk, h, j, scratch), means + (size_t)h * dim, dim);
+        double *r2 = partials + (size_t)h * len + 2;
+        *r2 = nn > *r2 ? nn : *r2;
     }
-    if (!p->d.center || n == 0)
-        return;
-    /* The radius around the fp32 mean the kernels subtract: the bound and
-     * the scores must use the same keys. */
-    float mean[FXA_SUMMARY_GROUP][FXA_MAX_HEAD_DIM];
-    double r2[FXA_SUMMARY_GROUP] = {0.0};
-    for (int64_t h = 0; h < n_heads; h++)
-        fp32_mean(summaries + (size_t)h * len + FXA_SUMMARY_FIXED, (double)n, dim, mean[h]);
-    for (int64_t j = 0; j < n; j++) {
-        for (int64_t h = 0; h < n_heads; h++) {
-            if (bad[h].bad_row >= 0)
-                continue;
-            const float *row = group_row(&g, k, h, j);
-            const double nn = rs->distance2(row, mean[h], dim);
-            r2[h] = nn > r2[h] ? nn : r2[h];
-        }
+}
+
+void fxa_check_block(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk,
+                     fxa_bad_value *bad)
+{
+    const size_t dim = (size_t)p->d.head_dim;
+    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
+    float scratch[FXA_MAX_HEAD_DIM];
+    for (int64_t h = 0; h < blk->n_heads; h++)
+        bad[h].bad_row = -1;
+    for (int64_t i = 0; i < blk->n_tokens * blk->n_heads; i++) {
+        int64_t h, j;
+        row_at(blk, i, &h, &j);
+        if (bad[h].bad_row < 0)
+            note_bad(rs, &bad[h], 'Q', j, block_row(p, x, blk, h, j, scratch), dim);
     }
-    for (int64_t h = 0; h < n_heads; h++)
-        summaries[(size_t)h * len + 2] = sqrt(r2[h]);
 }
 
 int fxa_summary_merge(const fxa_attn_plan *p, const double *summaries, size_t stride,
@@ -135,14 +139,14 @@ int fxa_summary_merge(const fxa_attn_plan *p, const double *summaries, size_t st
         return 0;
     hb->radius = hb->kmax;
     if (p->d.center) {
-        fp32_mean(sum, n, dim, kbar);
+        fxa_fp32_mean(sum, n, dim, kbar);
         hb->radius = 0.0;
         for (int64_t b = 0; b < n_blocks; b++) {
             const double *s = summaries + (size_t)b * stride;
             if (!(s[0] >= 1.0))
                 continue;
             float mean[FXA_MAX_HEAD_DIM];
-            fp32_mean(s + FXA_SUMMARY_FIXED, s[0], dim, mean);
+            fxa_fp32_mean(s + FXA_SUMMARY_FIXED, s[0], dim, mean);
             const double r = s[2] + sqrt(p->ctx->kernels->row_stats->distance2(mean, kbar, dim));
             hb->radius = r > hb->radius ? r : hb->radius;
         }

@@ -25,18 +25,38 @@ typedef struct fxa_bad_value {
     char tensor; /* 'Q', 'K' or 'V' */
 } fxa_bad_value;
 
-/* Heads one scan item summarises together (see fxa_summarize_heads). */
-#define FXA_SUMMARY_GROUP 8
+/* A block of rows of n_heads heads over n_tokens tokens: row (h, j) of a
+ * tensor starts at element off + h head_stride + j token_stride. The scans
+ * visit its rows in memory order (a token's heads together when heads are
+ * adjacent, a head's tokens together otherwise); each head's results are
+ * the same in either order. */
+typedef struct fxa_row_block {
+    int64_t off;
+    int64_t head_stride;
+    int64_t token_stride;
+    int64_t n_tokens;
+    int64_t n_heads;
+} fxa_row_block;
 
-/* Summarise n keys/values of n_heads <= FXA_SUMMARY_GROUP heads, head h
- * starting at element offset off + h head_stride, rows token_stride apart,
- * into summaries + h fxa_summary_head_len(p). Each head is summed in token
- * order exactly as if alone; reading the heads token by token keeps the
- * reads contiguous when heads are adjacent (token-major layouts). A head
- * stops at its first non-finite value (K before V, reported in bad[h]). */
-void fxa_summarize_heads(const fxa_attn_plan *p, const void *k, const void *v, int64_t off,
-                         int64_t head_stride, int64_t token_stride, int64_t n, int64_t n_heads,
-                         double *summaries, fxa_bad_value *bad);
+/* First pass over a block of K/V: head h's partial summary goes to
+ * partials + h fxa_summary_head_len(p), laid out like a summary except
+ * that [1] holds max ||k||^2 and [2] is left for fxa_radius_block; its first
+ * non-finite K element to bad[2 h] and V element to bad[2 h + 1] (bad_row
+ * is the token within the block, -1 when none). */
+void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
+                         const fxa_row_block *blk, double *partials, fxa_bad_value *bad);
+
+/* Second pass: partials[h len + 2] = max_j ||k_j - means_h||^2, means
+ * [n_heads][D] the fp32 key means of the whole sequence. */
+void fxa_radius_block(const fxa_attn_plan *p, const void *k, const fxa_row_block *blk,
+                      const float *means, double *partials);
+
+/* The first non-finite element of each head of a block of Q in bad[h]. */
+void fxa_check_block(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk,
+                     fxa_bad_value *bad);
+
+/* The fp32 mean the kernels subtract: (float)(sum / n) per dimension. */
+void fxa_fp32_mean(const double *sum, double n, size_t dim, float *mean);
 
 /* Merge n_blocks summaries of one head (block b at summaries + b * stride
  * doubles) into its bound quantities and key mean kbar[D]. The radius of the

@@ -110,6 +110,17 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
 typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 
 /*
+ * K^T packing for fxa_attn_tile: rows[j] holds key j's d fp32 values (j < n,
+ * rows anywhere, not aliasing kt); writes rows[j][c] to
+ * kt[fxa_kt_offset(panel, d, c, j)] for every c < d, j < n (panel a multiple
+ * of 16). An exact copy of the bits; nothing else in kt is written (keys past
+ * n in the last panel keep their contents), so a caller may pack a group of
+ * keys starting at a multiple of 16 by passing kt + fxa_kt_offset(panel, d, 0, j0).
+ */
+typedef void fxa_pack_kt_fn(const float *const *rows, size_t n, size_t d, size_t panel,
+                            float *kt);
+
+/*
  * Row statistics for the bound pass and the row setup, on one fp32 row of d
  * values. Sums are in double in a fixed order (row_stats_impl.h), so every
  * ISA's build returns the same bits.
@@ -134,6 +145,7 @@ typedef struct fxa_kernels {
     fxa_attn_tile_fn *attn_tile;
     fxa_attn_tile_bf16_fn *attn_tile_bf16;
     fxa_widen_f16_fn *widen_f16; /* used while packing and in the bound pass */
+    fxa_pack_kt_fn *pack_kt;     /* K^T panels for attn_tile (fp32 compute) */
     const fxa_row_stats *row_stats;
 } fxa_kernels;
 
@@ -141,6 +153,12 @@ typedef struct fxa_kernels {
 void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n);
 /* F16C widening, 8 values per instruction (x86_avx2/). */
 void fxa_widen_f16_f16c(const uint16_t *src, float *dst, size_t n);
+
+/* Portable K^T packing (the spec of pack_kt), and its AVX2 (8 x 8) and
+ * AVX-512 (16 x 16 register transposes) versions. */
+void fxa_pack_kt_ref(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
+void fxa_pack_kt_avx2(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
+void fxa_pack_kt_avx512(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
 
 /* The portable bf16-compute tile: the spec for every attn_tile_bf16. */
 void fxa_attn_tile_bf16_ref(const fxa_attn_tile_bf16 *t);

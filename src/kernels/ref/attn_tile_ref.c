@@ -209,5 +209,6 @@ const fxa_kernels fxa_kernels_ref = {
     .attn_tile = fxa_attn_tile_ref,
     .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
     .widen_f16 = fxa_widen_f16_ref,
+    .pack_kt = fxa_pack_kt_ref,
     .row_stats = &fxa_row_stats_ref,
 };

@@ -205,5 +205,6 @@ const fxa_kernels fxa_kernels_avx512_bf16 = {
     .attn_tile = fxa_attn_tile_f32_avx512,
     .attn_tile_bf16 = attn_tile_bf16_avx512,
     .widen_f16 = fxa_widen_f16_f16c,
+    .pack_kt = fxa_pack_kt_avx512,
     .row_stats = &fxa_row_stats_avx512,
 };

@@ -1,0 +1,124 @@
+/*
+ * K^T packing (fxa_pack_kt_fn in src/kernels/kernels.h): the reference puts
+ * every rows[j][c] where the panel layout says and writes nothing else, and
+ * every kernel set's pack_kt gives the reference's bits for its own panel
+ * width, with the memory around the packed region (pads of the last panel,
+ * guards on both sides) untouched.
+ */
+#include <stdlib.h>
+
+#include "core/dispatch.h"
+#include "testutil.h"
+
+static const size_t g_keys[] = {1, 5, 15, 16, 17, 63, 64, 65, 200, 256};
+static const size_t g_dims[] = {1, 3, 16, 17, 64, 100, 128};
+#define N_KEYS (sizeof g_keys / sizeof g_keys[0])
+#define N_DIMS (sizeof g_dims / sizeof g_dims[0])
+#define MAX_KEYS 256
+#define MAX_D 128
+#define GUARD 64                  /* floats on each side of the packed region */
+#define ROW_STRIDE (MAX_D + 3)    /* rows apart as in a strided input, unaligned */
+#define SENTINEL_BITS 0x7fc0deadu /* a NaN no row holds (rows are finite) */
+
+/* Random finite bits of every magnitude, signed zeros and subnormals included. */
+static void fill_rows(trng *r, float *src, const float **rows, size_t n, size_t d)
+{
+    for (size_t j = 0; j < n; j++) {
+        float *row = src + j * ROW_STRIDE + j % 3;
+        for (size_t c = 0; c < d; c++) {
+            uint32_t bits = (uint32_t)(trng_next(r) >> 32);
+            if ((bits & 0x7f800000u) == 0x7f800000u)
+                bits &= 0xbfffffffu; /* Inf or NaN exponent: one lower */
+            row[c] = test_bits_f32(bits);
+        }
+        rows[j] = row;
+    }
+}
+
+static size_t packed_len(size_t n, size_t d, size_t panel)
+{
+    return (n + panel - 1) / panel * panel * d;
+}
+
+/* A buffer is GUARD floats, the packed region, GUARD floats, all sentinels
+ * before packing. */
+static void fill_sentinels(float *buf, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = test_bits_f32(SENTINEL_BITS);
+}
+
+/* The reference against the layout read backwards: position `at` of the region
+ * is key j = at / (panel d) * panel + at % panel, dimension c = at % (panel d) / panel,
+ * holding rows[j][c] when j < n and untouched otherwise, as are the guards. */
+static void check_ref(const float *const *rows, size_t n, size_t d, size_t panel, float *buf)
+{
+    const size_t len = packed_len(n, d, panel);
+    fill_sentinels(buf, len + 2 * GUARD);
+    fxa_pack_kt_ref(rows, n, d, panel, buf + GUARD);
+    long long wrong = 0;
+    for (size_t i = 0; i < len + 2 * GUARD; i++) {
+        uint32_t want = SENTINEL_BITS;
+        if (i >= GUARD && i < GUARD + len) {
+            const size_t at = i - GUARD;
+            const size_t j = at / (panel * d) * panel + at % panel;
+            const size_t c = at % (panel * d) / panel;
+            if (j < n)
+                want = test_f32_bits(rows[j][c]);
+        }
+        wrong += test_f32_bits(buf[i]) != want;
+    }
+    CHECK(wrong == 0, "ref: n = %zu, d = %zu, panel = %zu: %lld floats wrong", n, d, panel,
+          wrong);
+}
+
+/* One kernel set's pack_kt against the reference, every float of the buffer. */
+static void compare_to_ref(const char *name, const fxa_kernels *k)
+{
+    static float src[MAX_KEYS * ROW_STRIDE + 2];
+    const float *rows[MAX_KEYS];
+    const size_t panel = k->kt_panel;
+    const size_t buf_len = packed_len(MAX_KEYS, MAX_D, panel) + 2 * GUARD;
+    float *want = malloc(buf_len * sizeof *want);
+    float *got = malloc(buf_len * sizeof *got);
+    CHECK(want && got, "out of memory");
+    if (!want || !got)
+        return;
+    trng r;
+    trng_seed(&r, 11);
+    int differing = 0;
+    for (size_t a = 0; a < N_KEYS; a++)
+        for (size_t b = 0; b < N_DIMS; b++) {
+            const size_t n = g_keys[a], d = g_dims[b];
+            const size_t len = packed_len(n, d, panel) + 2 * GUARD;
+            fill_rows(&r, src, rows, n, d);
+            check_ref(rows, n, d, panel, want);
+            fill_sentinels(got, len);
+            k->pack_kt(rows, n, d, panel, got + GUARD);
+            const int same = memcmp(got, want, len * sizeof *got) == 0;
+            differing += !same;
+            CHECK(same, "%s: n = %zu, d = %zu, panel = %zu differs from the reference", name, n,
+                  d, panel);
+        }
+    printf("%s (panel %zu): %zu shapes, %d differ from the reference\n", name, panel,
+           N_KEYS * N_DIMS, differing);
+    free(want);
+    free(got);
+}
+
+int main(void)
+{
+    compare_to_ref("ref", &fxa_kernels_ref);
+    const char *isas[] = {"avx2", "avx512"};
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        const fxa_kernels *k = NULL;
+        char msg[256];
+        if (fxa_kernels_select(isas[i], &k, msg, sizeof msg) != FXA_OK) {
+            printf("%s: not compared (%s)\n", isas[i], msg);
+            continue;
+        }
+        CHECK(k->pack_kt != fxa_pack_kt_ref, "%s: the set uses the reference packing", isas[i]);
+        compare_to_ref(isas[i], k);
+    }
+    return test_summary("test_pack_kt");
+}
