@@ -37,19 +37,6 @@ static inline const float *fxa_row_f32(const fxa_kernels *k, const void *base, f
     return scratch;
 }
 
-/* 1 when some x_c is Inf or NaN (exponent bits all ones): a branch-free
- * test compilers vectorise. */
-static inline int fxa_any_non_finite(const float *x, size_t d)
-{
-    uint32_t bad = 0;
-    for (size_t c = 0; c < d; c++) {
-        uint32_t b;
-        memcpy(&b, x + c, sizeof b);
-        bad |= (b & 0x7f800000u) == 0x7f800000u;
-    }
-    return bad != 0;
-}
-
 /* n rows starting at off, row_stride apart, into dst with leading dim ld. */
 static inline void fxa_load_rows(const fxa_kernels *k, const void *base, fxa_dtype dtype,
                                  int64_t off, int64_t row_stride, size_t n, size_t d, float *dst,
