@@ -1,6 +1,6 @@
 /*
  * Blockwise attention (fxattn.h, "Blockwise attention"): the query rows'
- * unnormalised state (m, l, o, centring term, online flag, bound) lives in
+ * unnormalised state (m, l, o, centring term, row kind, bound) lives in
  * the accumulator for the whole pass; each block is packed chunk by chunk of
  * kv heads like fxa_attn_run does, and work items (head tile, query block)
  * run the block's tiles straight on that state. A row's tiles run in block
@@ -428,7 +428,8 @@ static void finish_item(void *arg, int64_t item, int thread_id)
     if (a->row_bound)
         memcpy(a->row_bound + diag, acc->bound + diag, n * sizeof(float));
     if (a->row_fallback)
-        memcpy(a->row_fallback + diag, acc->online + diag, n);
+        for (size_t i = 0; i < n; i++)
+            a->row_fallback[diag + (int64_t)i] = acc->online[diag + (int64_t)i] == FXA_ROW_ONLINE;
 }
 
 fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,

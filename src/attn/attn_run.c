@@ -109,7 +109,7 @@ static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, i
         if (job->a->row_bound)
             job->a->row_bound[diag + (int64_t)i] = bound[i];
         if (job->a->row_fallback)
-            job->a->row_fallback[diag + (int64_t)i] = rows.online[i];
+            job->a->row_fallback[diag + (int64_t)i] = rows.online[i] == FXA_ROW_ONLINE;
     }
 }
 

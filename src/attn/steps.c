@@ -43,13 +43,15 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
         rs->norm2_dot(rows->q + i * dim, kbar, dim, &qq, &qk);
         const double qn = p->lambda * sqrt(qq);
         const double ceil_u = ceil(qn * (hb->radius + hb->eps_radius));
-        const int fixed = auto_mode &&
-                          (ceil_u <= hb->gate_strict ||
-                           (centred && qn * hb->eps_radius <= 1.0 && ceil_u <= hb->gate_centered));
+        const int strict = auto_mode && ceil_u <= hb->gate_strict;
+        const int fixed =
+            strict || (centred && qn * hb->eps_radius <= 1.0 && ceil_u <= hb->gate_centered);
         /* Centring serves the bound; a row that falls back is the classic
          * online softmax on raw scores (one rounding fewer per score). */
         rows->qk_center[i] = centred && fixed ? (float)qk : 0.0f;
-        rows->online[i] = (uint8_t)!fixed;
+        rows->online[i] = strict  ? FXA_ROW_FIXED
+                          : fixed ? FXA_ROW_FIXED_MAY_FLUSH
+                                  : FXA_ROW_ONLINE;
         rows->m[i] = fixed ? (float)(ceil_u - hb->c) : -INFINITY;
         rows->l[i] = 0.0f;
         memset(rows->o + i * dim, 0, dim * sizeof(float));

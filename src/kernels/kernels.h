@@ -12,6 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Row kinds (fxa_attn_tile.online). */
+#define FXA_ROW_FIXED 0            /* fixed shift, strict gate: no term flushes */
+#define FXA_ROW_ONLINE 1           /* online softmax */
+#define FXA_ROW_FIXED_MAY_FLUSH 2 /* fixed shift, centred gate: small terms may flush */
+
 /*
  * One attention tile: n_q query rows of one head against n_kv keys.
  *
@@ -20,9 +25,12 @@
  * (qk_center_i = q_i . kbar, or 0 without centring). Row i then updates its
  * unnormalised state (m_i, l_i, o_i); shifts m_i are always integers, so the
  * exponent argument z - m is formed exactly and rescales are powers of two:
- *   fixed row (online[i] == 0): m_i is the constant shift from the bound;
- *       p_ij = exp2(z_ij - m_i), l_i += sum_j p_ij, o_i += sum_j p_ij v_j.
- *   online row (online[i] == 1): m_i is the running shift (-INFINITY before
+ *   fixed row (online[i] != FXA_ROW_ONLINE): m_i is the constant shift from
+ *       the bound; p_ij = exp2(z_ij - m_i), l_i += sum_j p_ij,
+ *       o_i += sum_j p_ij v_j. For FXA_ROW_FIXED the bound proves that no
+ *       term flushes (z_ij - m_i >= -125), so a kernel may skip the flush
+ *       test; FXA_ROW_FIXED_MAY_FLUSH rows (the centred gate) need it.
+ *   online row (online[i] == FXA_ROW_ONLINE): m_i is the running shift (-INFINITY before
  *       the first tile); m' = max(m_i, ceil(max_j z_ij)), a = exp2(m_i - m'),
  *       l_i = a l_i + sum_j exp2(z_ij - m'), o_i = a o_i + sum_j exp2(z_ij - m') v_j.
  * exp2 flushes results below 2^-126 to zero (the gate's derivation assumes

@@ -14,4 +14,7 @@
  * Call only on a CPU with AVX-512F/BW/VL/DQ and FMA (__builtin_cpu_supports). */
 void fxa_test_vexp2_avx512(const float *z, const float *m, float *out, size_t n);
 
+/* The same for fxa_vexp2_shifted_noflush_f32x16 (no flush test). */
+void fxa_test_vexp2_noflush_avx512(const float *z, const float *m, float *out, size_t n);
+
 #endif

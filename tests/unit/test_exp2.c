@@ -7,6 +7,8 @@
  *     the build has it (FXA_TEST_EXP2_AVX512, x86-64) and the CPU runs it (AVX-512F/BW/VL/DQ
  *     and FMA, as the library's dispatch requires); otherwise the test says that part was
  *     not run and passes or fails on the scalar checks alone.
+ * The AVX-512 variant without the flush test (fxa_vexp2_shifted_noflush_f32x16, for rows
+ * whose bound proves e >= -125) must match the flushing one bit for bit for e >= -126.
  * Each implementation is an "evaluate a batch" function; the sweeps queue their arguments
  * and evaluate them BATCH at a time, so that the vector path is not measured through a
  * call per point.
@@ -804,6 +806,47 @@ static void test_flush_window(const impl *im)
                               "scalar in zero vs non-zero", im->name, w.dis_outside);
 }
 
+/* fxa_vexp2_shifted_noflush_f32x16 (FXA_ROW_FIXED rows, whose bound proves
+ * e = z - m >= -125) must give the flushing version's bits wherever
+ * e >= -126: random integer m in [-300, 300] and e in [-126, 128), plus every
+ * float in a window just above -126; and it must really lack the flush
+ * (non-zero results just below -126), or this comparison proves nothing. */
+static void test_noflush_matches(void)
+{
+    enum { N = 1 << 20 };
+    static float z[N], m[N], with[N], without[N];
+    trng r;
+    trng_seed(&r, 2024);
+    size_t n = 0;
+    while (n < N / 2) {
+        m[n] = (float)((int)(trng_next(&r) % 601) - 300);
+        z[n] = m[n] + (float)(-126.0 + 254.0 * trng_uniform(&r));
+        n += (double)z[n] - (double)m[n] >= -126.0;
+    }
+    for (float e = -126.0f; n < N; e = nextafterf(e, INFINITY)) {
+        m[n] = 0.0f;
+        z[n++] = e;
+    }
+    fxa_test_vexp2_avx512(z, m, with, N);
+    fxa_test_vexp2_noflush_avx512(z, m, without, N);
+    long long differ = 0;
+    for (size_t i = 0; i < N; i++)
+        differ += test_f32_bits(with[i]) != test_f32_bits(without[i]);
+    const float below[2] = {-126.5f, -130.0f};
+    const float zero[2] = {0.0f, 0.0f};
+    float below_with[2], below_without[2];
+    fxa_test_vexp2_avx512(below, zero, below_with, 2);
+    fxa_test_vexp2_noflush_avx512(below, zero, below_without, 2);
+    printf("no-flush exp2: %d arguments with e >= -126, %lld differ from the flushing version; "
+           "e = -126.5, -130: %g, %g (flushing: %g, %g)\n",
+           N, differ, (double)below_without[0], (double)below_without[1],
+           (double)below_with[0], (double)below_with[1]);
+    CHECK(differ == 0, "the no-flush exp2 differs on %lld arguments with e >= -126", differ);
+    CHECK(below_with[0] == 0.0f && below_with[1] == 0.0f && below_without[0] > 0.0f &&
+              below_without[1] > 0.0f,
+          "the no-flush exp2 should not flush below -126 (it is the variant without the test)");
+}
+
 /* The library's dispatch needs these for its AVX-512 kernels; the probe is compiled with
  * all of them, so all are required here too. */
 static int cpu_has_avx512(void)
@@ -833,6 +876,7 @@ int main(void)
         const impl avx512 = {"fxa_vexp2_shifted_f32x16", fxa_test_vexp2_avx512, 1};
         run_all(&avx512);
         test_flush_window(&avx512);
+        test_noflush_matches();
     } else {
         printf("AVX-512 part not run: this CPU lacks AVX-512F/BW/VL/DQ or FMA "
                "(fxa_vexp2_shifted_f32x16 untested here)\n");

@@ -61,7 +61,7 @@ static void softmax_rows(const fxa_attn_tile_bf16 *t)
     for (size_t i = 0; i < t->n_q; i++) {
         const float *z = t->scores + i * t->ld_scores;
         uint16_t *p16 = t->p16 + i * t->ld_scores;
-        if (!t->online[i]) {
+        if (t->online[i] != FXA_ROW_ONLINE) {
             t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16);
             continue;
         }

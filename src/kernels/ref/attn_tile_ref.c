@@ -167,7 +167,7 @@ static void softmax_rows(const fxa_attn_tile *t)
 {
     for (size_t i = 0; i < t->n_q; i++) {
         float *z = t->scores + i * t->ld_scores;
-        if (!t->online[i]) {
+        if (t->online[i] != FXA_ROW_ONLINE) {
             t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
             continue;
         }

@@ -100,14 +100,18 @@ static void scores_tile(const fxa_attn_tile_bf16 *t)
 }
 
 /* p16 = bf16(exp2(z - shift)) (pad column zeroed); returns the sum of the
- * rounded values. */
-static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
+ * rounded values. may_flush 0 (a constant) leaves out the flush test, for
+ * rows whose bound proves that no term flushes (FXA_ROW_FIXED). */
+static ALWAYS_INLINE float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16,
+                                         const int may_flush)
 {
     const __m512 m = _mm512_set1_ps(shift);
     __m512 sum = _mm512_setzero_ps();
     for (size_t j = 0; j < n; j += 16) {
         const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
-        const __m512 p = fxa_vexp2_shifted_f32x16(_mm512_maskz_loadu_ps(k, z + j), m);
+        const __m512 z16 = _mm512_maskz_loadu_ps(k, z + j);
+        const __m512 p = may_flush ? fxa_vexp2_shifted_f32x16(z16, m)
+                                   : fxa_vexp2_shifted_noflush_f32x16(z16, m);
         const __m256i pb = (__m256i)_mm512_cvtneps_pbh(p);
         _mm256_mask_storeu_epi16(p16 + j, k, pb);
         const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));
@@ -123,13 +127,17 @@ static void softmax_rows(const fxa_attn_tile_bf16 *t)
     for (size_t i = 0; i < t->n_q; i++) {
         const float *z = t->scores + i * t->ld_scores;
         uint16_t *p16 = t->p16 + i * t->ld_scores;
-        if (!t->online[i]) {
-            t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16);
+        if (t->online[i] == FXA_ROW_FIXED) {
+            t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16, 0);
+            continue;
+        }
+        if (t->online[i] == FXA_ROW_FIXED_MAY_FLUSH) {
+            t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16, 1);
             continue;
         }
         const float m_new = fmaxf(t->m[i], ceilf(fxa_row_max_f32x16(z, t->n_kv)));
         const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
-        const float sum = exp2_row_bf16(z, t->n_kv, m_new, p16);
+        const float sum = exp2_row_bf16(z, t->n_kv, m_new, p16, 1);
         if (alpha != 1.0f)
             fxa_scale_row_f32x16(t->o + i * t->ldo, t->d, alpha);
         t->l[i] = t->l[i] * alpha + sum;

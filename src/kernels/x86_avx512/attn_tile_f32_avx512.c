@@ -9,7 +9,8 @@
  *           block, so a row's bits never depend on its place in the tile);
  *           the key tail is masked, never over-read.
  *   softmax per row, 16 lanes at a time: fixed shift or online update with
- *           an integer running shift, exp2 by fxa_vexp2_shifted_f32x16.
+ *           an integer running shift, exp2 by fxa_vexp2_shifted_f32x16
+ *           (without its flush test in FXA_ROW_FIXED rows, which never flush).
  *   P.V     6 x 64 micro-kernel: 24 zmm accumulators, V rows loaded once per
  *           key and broadcast p; FMA chain over j; the column tail masked.
  * Matches the reference kernels to fp32 rounding (FMA and lane-wise sums
@@ -92,14 +93,18 @@ static void scores_tile(const fxa_attn_tile *t)
     }
 }
 
-/* p = exp2(z - shift) in place over n scores; returns the sum of p. */
-static float exp2_row_sum(float *z, size_t n, float shift)
+/* p = exp2(z - shift) in place over n scores; returns the sum of p. With
+ * may_flush 0 (a constant) the flush test is left out: the row's bound
+ * proves that no term flushes (FXA_ROW_FIXED). */
+static ALWAYS_INLINE float exp2_row_sum(float *z, size_t n, float shift, const int may_flush)
 {
     const __m512 m = _mm512_set1_ps(shift);
     __m512 sum = _mm512_setzero_ps();
     for (size_t j = 0; j < n; j += 16) {
         const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
-        const __m512 p = fxa_vexp2_shifted_f32x16(_mm512_maskz_loadu_ps(k, z + j), m);
+        const __m512 z16 = _mm512_maskz_loadu_ps(k, z + j);
+        const __m512 p = may_flush ? fxa_vexp2_shifted_f32x16(z16, m)
+                                   : fxa_vexp2_shifted_noflush_f32x16(z16, m);
         _mm512_mask_storeu_ps(z + j, k, p);
         sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, p));
     }
@@ -110,13 +115,17 @@ static void softmax_rows(const fxa_attn_tile *t)
 {
     for (size_t i = 0; i < t->n_q; i++) {
         float *z = t->scores + i * t->ld_scores;
-        if (!t->online[i]) {
-            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
+        if (t->online[i] == FXA_ROW_FIXED) {
+            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i], 0);
+            continue;
+        }
+        if (t->online[i] == FXA_ROW_FIXED_MAY_FLUSH) {
+            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i], 1);
             continue;
         }
         const float m_new = fmaxf(t->m[i], ceilf(fxa_row_max_f32x16(z, t->n_kv)));
         const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new); /* a power of two */
-        const float sum = exp2_row_sum(z, t->n_kv, m_new);
+        const float sum = exp2_row_sum(z, t->n_kv, m_new, 1);
         if (alpha != 1.0f)
             fxa_scale_row_f32x16(t->o + i * t->ldo, t->d, alpha);
         t->l[i] = t->l[i] * alpha + sum;

@@ -5,7 +5,8 @@
  * (vrndscaleps) and f = z - zi exact; n = zi - m is exact while
  * |zi - m| < 2^24 (larger gaps only occur for terms that flush anyway);
  * 2^n is applied by vscalefps. Results with n + f < -126 are flushed to 0,
- * like the reference. Error: tests/unit/test_exp2.c.
+ * like the reference; a variant skips that test where the caller proves no
+ * lane flushes. Error: tests/unit/test_exp2.c.
  * Include only from files compiled with -mavx512f.
  */
 #ifndef FXA_VEXP2_AVX512_H
@@ -13,11 +14,12 @@
 
 #include <immintrin.h>
 
-static inline __m512 fxa_vexp2_shifted_f32x16(__m512 z, __m512 m)
+/* The reduction and the polynomial: returns p ~ 2^f with n = zi - m and
+ * f = z - zi, so that 2^(z - m) ~ p 2^n. */
+static inline __m512 fxa_vexp2_parts_f32x16(__m512 z, __m512 m, __m512 *n_out, __m512 *f_out)
 {
     const __m512 zi = _mm512_roundscale_ps(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(z, zi);
-    const __m512 n = _mm512_sub_ps(zi, m);
     __m512 p = _mm512_set1_ps(0.0000152527338040598f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.000154035303933816f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00133335581464284f));
@@ -26,10 +28,28 @@ static inline __m512 fxa_vexp2_shifted_f32x16(__m512 z, __m512 m)
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240226506959101f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693147180559945f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    const __m512 r = _mm512_scalef_ps(p, n);
+    *n_out = _mm512_sub_ps(zi, m);
+    *f_out = f;
+    return p;
+}
+
+static inline __m512 fxa_vexp2_shifted_f32x16(__m512 z, __m512 m)
+{
+    __m512 n, f;
+    const __m512 p = fxa_vexp2_parts_f32x16(z, m, &n, &f);
     const __mmask16 keep =
         _mm512_cmp_ps_mask(_mm512_add_ps(n, f), _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
-    return _mm512_maskz_mov_ps(keep, r);
+    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+}
+
+/* The same without the flush test: equal to fxa_vexp2_shifted_f32x16
+ * wherever z - m >= -126, as in the rows whose bound proves it
+ * (FXA_ROW_FIXED: z - m >= -125). */
+static inline __m512 fxa_vexp2_shifted_noflush_f32x16(__m512 z, __m512 m)
+{
+    __m512 n, f;
+    const __m512 p = fxa_vexp2_parts_f32x16(z, m, &n, &f);
+    return _mm512_scalef_ps(p, n);
 }
 
 #endif
