@@ -1,7 +1,8 @@
 /*
  * The bound pass: before any attention work, read every element of Q, K and
- * V once, refuse non-finite values, and collect per (batch, kv head) what the
- * fixed-max bound needs (key mean, key radii, Vmax, C and the gates).
+ * V (K a second time for the centred radius), refuse non-finite values, and
+ * collect per (batch, kv head) what the fixed-max bound needs (key mean, key
+ * radii, Vmax, C and the gates).
  */
 #ifndef FXA_SCAN_H
 #define FXA_SCAN_H
