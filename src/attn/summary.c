@@ -97,7 +97,8 @@ void fxa_radius_block(const fxa_attn_plan *p, const void *k, const fxa_row_block
     for (int64_t i = 0; i < blk->n_tokens * blk->n_heads; i++) {
         int64_t h, j;
         row_at(blk, i, &h, &j);
-        const double nn = rs->distance2(block_row(p, k, blk, h, j, scratch), means + (size_t)h * dim, dim);
+        const float *row = block_row(p, k, blk, h, j, scratch);
+        const double nn = rs->distance2(row, means + (size_t)h * dim, dim);
         double *r2 = partials + (size_t)h * len + 2;
         *r2 = nn > *r2 ? nn : *r2;
     }

@@ -30,8 +30,8 @@
  *       o_i += sum_j p_ij v_j. For FXA_ROW_FIXED the bound proves that no
  *       term flushes (z_ij - m_i >= -125), so a kernel may skip the flush
  *       test; FXA_ROW_FIXED_MAY_FLUSH rows (the centred gate) need it.
- *   online row (online[i] == FXA_ROW_ONLINE): m_i is the running shift (-INFINITY before
- *       the first tile); m' = max(m_i, ceil(max_j z_ij)), a = exp2(m_i - m'),
+ *   online row (online[i] == FXA_ROW_ONLINE): m_i is the running shift
+ *       (-INFINITY before the first tile); m' = max(m_i, ceil(max_j z_ij)), a = exp2(m_i - m'),
  *       l_i = a l_i + sum_j exp2(z_ij - m'), o_i = a o_i + sum_j exp2(z_ij - m') v_j.
  * exp2 flushes results below 2^-126 to zero (the gate's derivation assumes
  * exactly that). Accumulation is fp32, in increasing j within a tile.
@@ -39,8 +39,9 @@
  * transposed in panels of kt_panel keys (a multiple of 16), each panel
  * [d][kt_panel]: k[j][c] at kt[fxa_kt_offset(kt_panel, d, c, j)], so that a
  * micro-kernel as wide as a panel streams it contiguously (keys past n_kv in
- * the last panel are not initialised: kernels never use them). scores is scratch of n_q rows of ld_scores
- * floats (ld_scores >= n_kv rounded up to 16, a multiple of 16). Every
+ * the last panel are not initialised: kernels never use them). scores is
+ * scratch of n_q rows of ld_scores floats (ld_scores >= n_kv rounded up to
+ * 16, a multiple of 16). Every
  * score is the dot product summed in increasing c from 0.0f, every o element
  * sums in increasing j: a kernel may block and vectorise, but a row's result
  * must not depend on its position in the tile (tiles of any n_q give the

@@ -14,7 +14,8 @@
 
 #define MAX_D 300
 
-static const size_t g_dims[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 127, 128, 129, 256, 300};
+static const size_t g_dims[] = {1,  2,  3,  5,   7,   8,   9,   15,  16, 17,
+                                31, 33, 64, 100, 127, 128, 129, 256, 300};
 #define N_DIMS (sizeof g_dims / sizeof g_dims[0])
 
 /* A row of mixed magnitudes: normal values, large and tiny ones, subnormals,

@@ -127,12 +127,11 @@ static void softmax_rows(const fxa_attn_tile_bf16 *t)
     for (size_t i = 0; i < t->n_q; i++) {
         const float *z = t->scores + i * t->ld_scores;
         uint16_t *p16 = t->p16 + i * t->ld_scores;
-        if (t->online[i] == FXA_ROW_FIXED) {
-            t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16, 0);
-            continue;
-        }
-        if (t->online[i] == FXA_ROW_FIXED_MAY_FLUSH) {
-            t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16, 1);
+        if (t->online[i] != FXA_ROW_ONLINE) {
+            /* Constant flags: one specialised loop each. */
+            const int may_flush = t->online[i] == FXA_ROW_FIXED_MAY_FLUSH;
+            t->l[i] += may_flush ? exp2_row_bf16(z, t->n_kv, t->m[i], p16, 1)
+                                 : exp2_row_bf16(z, t->n_kv, t->m[i], p16, 0);
             continue;
         }
         const float m_new = fmaxf(t->m[i], ceilf(fxa_row_max_f32x16(z, t->n_kv)));
