@@ -59,10 +59,16 @@ typedef struct fxa_ctx fxa_ctx;
 
 typedef struct fxa_ctx_params {
     size_t struct_size; /* sizeof(fxa_ctx_params) */
-    int n_threads;      /* worker threads including the caller; 0 = all cores */
+    int n_threads;      /* worker threads including the caller; 0 = fxa_available_cpus() */
 } fxa_ctx_params;
 
-/* Fill *p with defaults (all cores). */
+/* The number of CPUs this process may run on: its affinity mask
+ * (sched_getaffinity, so `taskset -c 0` gives 1), capped by the cgroup CPU
+ * quota where one is set (cgroup v2 cpu.max or v1 cpu.cfs_quota_us, rounded
+ * down), at least 1 and at most 1024. Read afresh on every call. */
+FXA_API int fxa_available_cpus(void);
+
+/* Fill *p with defaults (n_threads 0: fxa_available_cpus()). */
 FXA_API void fxa_ctx_params_init(fxa_ctx_params *p);
 
 /*

@@ -67,6 +67,14 @@ FXA_API const char *fxa_mpi_last_error(const fxa_mpi *m);
 FXA_API int fxa_mpi_rank(const fxa_mpi *m);
 FXA_API int fxa_mpi_size(const fxa_mpi *m);
 
+/* Collective over comm. The thread count this rank should use by default:
+ * its share of the CPUs its affinity mask holds, each CPU divided among the
+ * ranks on the same node (MPI_COMM_TYPE_SHARED) whose masks hold it, so
+ * unbound ranks on N CPUs get N / ranks and ranks bound to their own cores
+ * get those; a cgroup CPU quota is split evenly among the node's ranks.
+ * At least 1. */
+FXA_API int fxa_mpi_default_threads(MPI_Comm comm);
+
 /* Token range [*start, *start + *len) of shard `rank` of a sequence of seq
  * tokens over n_ranks ranks. Local. */
 FXA_API void fxa_mpi_shard(int64_t seq, int n_ranks, int rank, int64_t *start, int64_t *len);

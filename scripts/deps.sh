@@ -1,29 +1,77 @@
 #!/usr/bin/env bash
-# Install what fxattn needs to build and test on Debian 12: a C11 compiler,
-# make and CMake (>= 3.25), clang with libFuzzer for the fuzz targets,
-# Open MPI (headers, library and mpirun) for libfxattn_mpi, and OpenBLAS
-# (fp32) and oneDNN (bf16) for the projection's GEMMs.
-# Skips apt when everything is already there.
+# Install what fxattn needs on Debian 12, deciding from exactly what the
+# build uses: each requirement below is checked by the very file CMake (or
+# a test) needs (a library, its own header, a command), never by a header
+# or package that could stand in for it (the reference BLAS's cblas.h is
+# not OpenBLAS). Missing packages are installed in one apt-get call; a
+# requirement still missing afterwards is named and the script exits 1
+# before CMake runs.
+#
+#   scripts/deps.sh          what the build and the demo need
+#   scripts/deps.sh --test   also what the test suite needs (python3 for
+#                            the test scripts' helpers, debootstrap for the
+#                            fresh-machine check)
+#
+# Uses sudo when not root. Does nothing when everything is there.
 set -euo pipefail
+
+with_tests=0
+case "${1:-}" in
+"") ;;
+--test) with_tests=1 ;;
+*)
+    echo "usage: scripts/deps.sh [--test]" >&2
+    exit 2
+    ;;
+esac
+
+# One line per requirement: what | Debian package | check (a shell test).
+# Libraries are looked for under every multiarch folder, as CMake does.
+lib='/usr/lib/*-linux-gnu'
+inc='/usr/include/*-linux-gnu'
+reqs=(
+    "C compiler (cc) and libc headers|build-essential|command -v cc && test -e /usr/include/stdio.h"
+    "make|make|command -v make"
+    "CMake >= 3.25|cmake|command -v cmake"
+    "clang (the fuzz targets)|clang|command -v clang"
+    "libFuzzer runtime (libclang_rt.fuzzer)|libclang-rt-14-dev|ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
+    "Open MPI compiler wrapper and library (mpicc, libmpi.so)|libopenmpi-dev|command -v mpicc && ls $lib/libmpi.so"
+    "Open MPI launcher (mpirun)|openmpi-bin|command -v mpirun"
+    "OpenBLAS library (libopenblas.so)|libopenblas-dev|ls $lib/libopenblas.so"
+    "OpenBLAS's own cblas.h (openblas_config.h beside it)|libopenblas-dev|ls $inc/openblas*/openblas_config.h $inc/openblas*/cblas.h"
+    "oneDNN library and header (libdnnl.so, dnnl.h)|libdnnl-dev|ls $lib/libdnnl.so && test -e /usr/include/oneapi/dnnl/dnnl.h"
+)
+if [ "$with_tests" = 1 ]; then
+    reqs+=(
+        "python3 (test helpers)|python3|command -v python3"
+        "debootstrap (fresh-machine check)|debootstrap|command -v debootstrap"
+    )
+fi
+
+have() { (eval "$1") >/dev/null 2>&1; }
+
 need=()
-command -v cc >/dev/null 2>&1 || need+=(build-essential)
-command -v make >/dev/null 2>&1 || need+=(make)
-command -v cmake >/dev/null 2>&1 || need+=(cmake)
-command -v clang >/dev/null 2>&1 || need+=(clang)
-# libFuzzer's runtime is only a Recommends of clang-14: ask for it by name.
-ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
-    need+=(libclang-rt-14-dev)
-command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
-command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
-[ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] ||
-    [ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || need+=(libopenblas-dev)
-[ -f /usr/include/oneapi/dnnl/dnnl.h ] || need+=(libdnnl-dev)
-if [ ${#need[@]} -eq 0 ]; then
-    exit 0
-fi
+for r in "${reqs[@]}"; do
+    IFS='|' read -r what pkg check <<<"$r"
+    if ! have "$check"; then
+        echo "deps.sh: missing: $what (package $pkg)"
+        [[ " ${need[*]:-} " == *" $pkg "* ]] || need+=("$pkg")
+    fi
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+
 sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-    sudo="sudo"
-fi
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "deps.sh: apt-get install ${need[*]}"
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+
+missing=0
+for r in "${reqs[@]}"; do
+    IFS='|' read -r what pkg check <<<"$r"
+    if ! have "$check"; then
+        echo "deps.sh: error: $what is still missing after installing $pkg" >&2
+        missing=1
+    fi
+done
+exit "$missing"

@@ -2,7 +2,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "alloc.h"
 #include "ctx_internal.h"
@@ -12,12 +11,6 @@ void fxa_ctx_params_init(fxa_ctx_params *p)
 {
     p->struct_size = sizeof *p;
     p->n_threads = 0;
-}
-
-static int all_cores(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
 }
 
 /* Why the last fxa_ctx_create on this thread failed (no context to hold it). */
@@ -49,7 +42,7 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     }
     if (p->n_threads < 0 || p->n_threads > 1024) {
         snprintf(g_create_error, sizeof g_create_error,
-                 "n_threads %d is outside 0..1024 (0 = all cores)", p->n_threads);
+                 "n_threads %d is outside 0..1024 (0 = the CPUs this process may use)", p->n_threads);
         return FXA_ERR_INVALID_ARG;
     }
     st = fxa_kernels_select(getenv("FXA_ISA"), &kernels, g_create_error, sizeof g_create_error);
@@ -59,7 +52,7 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     if (!ctx)
         return FXA_ERR_NO_MEMORY;
     ctx->kernels = kernels;
-    st = fxa_pool_init(&ctx->pool, p->n_threads == 0 ? all_cores() : p->n_threads);
+    st = fxa_pool_init(&ctx->pool, p->n_threads == 0 ? fxa_available_cpus() : p->n_threads);
     if (st != FXA_OK)
         goto out_free_ctx;
     if (getenv("FXA_VERBOSE"))

@@ -3,9 +3,9 @@
 
 #include <mpi.h>
 #include <stdio.h>
-#include <unistd.h>
 
 #include "cli.h"
+#include "fxattn_mpi.h"
 
 int fxt_world_init(fxt_world *w)
 {
@@ -65,16 +65,7 @@ int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg)
 
 int fxt_mpi_threads_per_rank(int64_t threads)
 {
-    MPI_Comm node;
-    int local = 1;
     /* Collective whatever `threads` is, so that ranks stay in step. */
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-        MPI_SUCCESS) {
-        MPI_Comm_size(node, &local);
-        MPI_Comm_free(&node);
-    }
-    if (threads > 0)
-        return (int)threads;
-    const long t = sysconf(_SC_NPROCESSORS_ONLN) / (local > 0 ? local : 1);
-    return t > 0 ? (int)t : 1;
+    const int share = fxa_mpi_default_threads(MPI_COMM_WORLD);
+    return threads > 0 ? (int)threads : share;
 }

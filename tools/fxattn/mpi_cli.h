@@ -31,8 +31,8 @@ int fxt_world_agree(fxt_world *w, int code);
  * same on every rank: rank 0 prints it; returns the exit code (0 if OK). */
 int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg);
 
-/* `threads` when > 0, else the cores of this node shared by its ranks
- * (at least 1). Collective over MPI_COMM_WORLD. */
+/* `threads` when > 0, else this rank's share of the CPUs it may use
+ * (fxa_mpi_default_threads). Collective over MPI_COMM_WORLD. */
 int fxt_mpi_threads_per_rank(int64_t threads);
 
 #endif
