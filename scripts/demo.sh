@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFXA_BUILD_TESTS=OFF
 cmake --build build -j "$(nproc)"
 ./build/fxattn demo "$@"

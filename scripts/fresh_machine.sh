@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The README's first command on a machine that has never seen the project:
+# a minimal Debian 12 root (debootstrap --variant=minbase), a clone of this
+# checkout's HEAD in it, and `./scripts/demo.sh` run there under chroot
+# (with /proc, /sys, /dev and /dev/pts mounted). The run must install what
+# it needs itself and end with the demo's table.
+#
+#   scripts/fresh_machine.sh [VARIANT ...]      (default: libblas-dev)
+#
+# Variants: `bare` (the minbase root as it is) and `libblas-dev` (the
+# reference BLAS installed first: its cblas.h must not stand in for
+# OpenBLAS). Needs root, debootstrap and Debian's package mirror.
+#
+# Cache (FXA_FRESH_CACHE, default build-fresh/ in the checkout): the
+# bootstrapped root as a tarball, made once, and the .deb files apt
+# downloads, kept between runs so that each package is fetched once per
+# cache. Every root starts again from the tarball, so the check still sees a
+# machine without any of the project's dependencies installed.
+#
+# Every mount is removed and the root deleted on exit, also on failure or
+# interruption; processes still running inside the root (by PID, found by
+# their root folder) are ended first. Exit 0 when every variant printed the
+# demo's table, else 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$(pwd)
+mirror=${FXA_FRESH_MIRROR:-http://deb.debian.org/debian}
+cache=${FXA_FRESH_CACHE:-$src/build-fresh}
+variants=("$@")
+[ ${#variants[@]} -gt 0 ] || variants=(libblas-dev)
+for v in "${variants[@]}"; do
+    case "$v" in bare | libblas-dev) ;; *)
+        echo "fresh_machine.sh: unknown variant '$v' (bare, libblas-dev)" >&2
+        exit 2
+        ;;
+    esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "fresh_machine.sh: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
+command -v debootstrap >/dev/null || { echo "fresh_machine.sh: needs debootstrap" >&2; exit 2; }
+git -C "$src" rev-parse HEAD >/dev/null
+
+mkdir -p "$cache/apt-archives/partial"
+tarball=$cache/debian12-minbase.tar
+
+work=""
+root=""
+# Folders mounted under $root, innermost last (unmounted in reverse).
+mounts=()
+
+in_root_pids() {
+    local p r
+    for p in /proc/[0-9]*; do
+        r=$(readlink "$p/root" 2>/dev/null) || continue
+        [ "$r" = "$root" ] && echo "${p#/proc/}"
+    done
+    return 0
+}
+
+cleanup() {
+    local rc=0 i pids
+    set +e
+    if [ -n "$root" ]; then
+        pids=$(in_root_pids)
+        [ -n "$pids" ] && kill $pids 2>/dev/null && sleep 1
+        pids=$(in_root_pids)
+        [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+        for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+            umount "${mounts[i]}" 2>/dev/null || umount -l "${mounts[i]}"
+        done
+        mounts=()
+        if grep -q " $root[/ ]" /proc/self/mountinfo; then
+            echo "fresh_machine.sh: error: mounts left under $root; not deleting it" >&2
+            rc=1
+        else
+            rm -rf --one-file-system "$work"
+        fi
+        root=""
+    fi
+    set -e
+    return $rc
+}
+trap 'rc=$?; cleanup || rc=1; exit $rc' EXIT
+trap 'exit 130' INT TERM
+
+bootstrap() {
+    [ -s "$tarball" ] && return 0
+    local t0=$SECONDS tmp
+    tmp=$(mktemp -d /var/tmp/fxa-bootstrap.XXXXXX)
+    echo "fresh_machine.sh: debootstrap --variant=minbase bookworm ($mirror)"
+    if ! debootstrap --variant=minbase bookworm "$tmp/root" "$mirror" >"$cache/debootstrap.log" 2>&1; then
+        tail -20 "$cache/debootstrap.log" >&2
+        rm -rf --one-file-system "$tmp"
+        echo "fresh_machine.sh: error: debootstrap failed" >&2
+        return 1
+    fi
+    tar -C "$tmp/root" -cf "$tarball.part" . && mv "$tarball.part" "$tarball"
+    rm -rf --one-file-system "$tmp"
+    echo "fresh_machine.sh: bootstrapped and cached in $((SECONDS - t0)) s"
+}
+
+mount_into() { # mount_into TARGET mount-args...
+    local target=$1
+    shift
+    mkdir -p "$target"
+    mount "$@" "$target"
+    mounts+=("$target")
+}
+
+in_chroot() {
+    chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+}
+
+run_variant() {
+    local v=$1 t0=$SECONDS log
+    work=$(mktemp -d /var/tmp/fxa-fresh.XXXXXX)
+    root=$work/root
+    log=$cache/$v.log
+    mkdir "$root"
+    tar -C "$root" -xf "$tarball"
+    cp /etc/resolv.conf "$root/etc/resolv.conf"
+    printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d" # no daemons start
+    chmod +x "$root/usr/sbin/policy-rc.d"
+    mount_into "$root/proc" -t proc proc
+    mount_into "$root/sys" -t sysfs sysfs
+    mount_into "$root/dev" --bind /dev
+    mount_into "$root/dev/pts" --bind /dev/pts
+    mount_into "$root/var/cache/apt/archives" --bind "$cache/apt-archives"
+    git clone --quiet "$src" "$root/root/fxattn"
+    echo "fresh_machine.sh: [$v] $(git -C "$root/root/fxattn" log --oneline -1)"
+    local rc=0
+    {
+        if [ "$v" = libblas-dev ]; then
+            in_chroot apt-get update -qq &&
+                in_chroot env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libblas-dev
+        fi &&
+            in_chroot bash -c 'cd /root/fxattn && ./scripts/demo.sh'
+    } >"$log" 2>&1 || rc=$?
+    cleanup || return 1
+    tail -12 "$log"
+    if [ $rc -ne 0 ]; then
+        echo "fresh_machine.sh: FAIL [$v]: the README's first command exited $rc (log: $log)"
+        return 1
+    fi
+    # The demo's table: its header and the three rows.
+    if ! grep -q "^mode  *time (s)  *GFLOP/s" "$log" || ! grep -q "^fixed-max (auto) " "$log" ||
+        ! grep -q "^online softmax " "$log" || ! grep -q "^fp64 exact max " "$log"; then
+        echo "fresh_machine.sh: FAIL [$v]: no demo table in the output (log: $log)"
+        return 1
+    fi
+    echo "fresh_machine.sh: ok [$v]: demo table printed, $((SECONDS - t0)) s from a bare root"
+}
+
+bootstrap
+fail=0
+for v in "${variants[@]}"; do
+    run_variant "$v" || fail=1
+done
+exit $fail
