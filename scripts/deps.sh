@@ -8,8 +8,9 @@
 # before CMake runs.
 #
 #   scripts/deps.sh          what the build and the demo need
-#   scripts/deps.sh --test   also what the test suite needs (python3 for
-#                            the test scripts' helpers, debootstrap for the
+#   scripts/deps.sh --test   also what the test suite needs (clang with
+#                            libFuzzer for the fuzz targets, python3 for the
+#                            test scripts' helpers, debootstrap for the
 #                            fresh-machine check)
 #
 # Uses sudo when not root. Does nothing when everything is there.
@@ -33,8 +34,6 @@ reqs=(
     "C compiler (cc) and libc headers|build-essential|command -v cc && test -e /usr/include/stdio.h"
     "make|make|command -v make"
     "CMake >= 3.25|cmake|command -v cmake"
-    "clang (the fuzz targets)|clang|command -v clang"
-    "libFuzzer runtime (libclang_rt.fuzzer)|libclang-rt-14-dev|ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
     "Open MPI compiler wrapper and library (mpicc, libmpi.so)|libopenmpi-dev|command -v mpicc && ls $lib/libmpi.so"
     "Open MPI launcher (mpirun)|openmpi-bin|command -v mpirun"
     "OpenBLAS library (libopenblas.so)|libopenblas-dev|ls $lib/libopenblas.so"
@@ -43,6 +42,8 @@ reqs=(
 )
 if [ "$with_tests" = 1 ]; then
     reqs+=(
+        "clang (the fuzz targets)|clang|command -v clang"
+        "libFuzzer runtime (libclang_rt.fuzzer)|libclang-rt-14-dev|ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
         "python3 (test helpers)|python3|command -v python3"
         "debootstrap (fresh-machine check)|debootstrap|command -v debootstrap"
     )

@@ -17,6 +17,11 @@
 # cache. Every root starts again from the tarball, so the check still sees a
 # machine without any of the project's dependencies installed.
 #
+# Each variant first runs the command with an apt-get that installs
+# nothing: scripts/deps.sh must then name the missing OpenBLAS and fail
+# before CMake runs. Then the real run, which must find OpenBLAS missing
+# (whatever BLAS is there), install it and end with the demo's table.
+#
 # Every mount is removed and the root deleted on exit, also on failure or
 # interruption; processes still running inside the root (by PID, found by
 # their root folder) are ended first. Exit 0 when every variant printed the
@@ -35,7 +40,10 @@ for v in "${variants[@]}"; do
         ;;
     esac
 done
-[ "$(id -u)" -eq 0 ] || { echo "fresh_machine.sh: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
+if [ "$(id -u)" -ne 0 ]; then # debootstrap, chroot and mount need root
+    command -v sudo >/dev/null || { echo "fresh_machine.sh: needs root or sudo" >&2; exit 2; }
+    exec sudo FXA_FRESH_MIRROR="$mirror" FXA_FRESH_CACHE="$cache" "$0" "$@"
+fi
 command -v debootstrap >/dev/null || { echo "fresh_machine.sh: needs debootstrap" >&2; exit 2; }
 git -C "$src" rev-parse HEAD >/dev/null
 
@@ -128,7 +136,24 @@ run_variant() {
     mount_into "$root/var/cache/apt/archives" --bind "$cache/apt-archives"
     git clone --quiet "$src" "$root/root/fxattn"
     echo "fresh_machine.sh: [$v] $(git -C "$root/root/fxattn" log --oneline -1)"
+    # First with an apt-get that installs nothing: deps.sh must name what is
+    # still missing and fail before CMake runs.
+    mkdir -p "$root/root/noapt"
+    printf '#!/bin/sh\nexit 0\n' >"$root/root/noapt/apt-get"
+    chmod +x "$root/root/noapt/apt-get"
     local rc=0
+    in_chroot env PATH=/root/noapt:/usr/sbin:/usr/bin:/sbin:/bin \
+        bash -c 'cd /root/fxattn && ./scripts/demo.sh' >"$log.noapt" 2>&1 || rc=$?
+    if [ $rc -eq 0 ] || ! grep -q "deps.sh: error: OpenBLAS library (libopenblas.so) is still missing" "$log.noapt" ||
+        [ -e "$root/root/fxattn/build/CMakeCache.txt" ]; then
+        cat "$log.noapt"
+        echo "fresh_machine.sh: FAIL [$v]: with nothing installed, demo.sh exited $rc" \
+            "without naming the missing OpenBLAS before CMake"
+        cleanup
+        return 1
+    fi
+    rm -rf "$root/root/noapt"
+    rc=0
     {
         if [ "$v" = libblas-dev ]; then
             in_chroot apt-get update -qq &&
@@ -146,6 +171,11 @@ run_variant() {
     if ! grep -q "^mode  *time (s)  *GFLOP/s" "$log" || ! grep -q "^fixed-max (auto) " "$log" ||
         ! grep -q "^online softmax " "$log" || ! grep -q "^fp64 exact max " "$log"; then
         echo "fresh_machine.sh: FAIL [$v]: no demo table in the output (log: $log)"
+        return 1
+    fi
+    # With the reference BLAS there, OpenBLAS must still have been missing.
+    if ! grep -q "deps.sh: missing: OpenBLAS library" "$log"; then
+        echo "fresh_machine.sh: FAIL [$v]: deps.sh did not find OpenBLAS missing (log: $log)"
         return 1
     fi
     echo "fresh_machine.sh: ok [$v]: demo table printed, $((SECONDS - t0)) s from a bare root"
