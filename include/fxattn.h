@@ -2,7 +2,7 @@
  * fxattn: exact fixed-max attention for long-sequence transformers.
  *
  * Public API of libfxattn (C11, no intrinsics, no MPI). The numerical
- * contract is shared/spec/FIXED_M.md: every query row gets a shift from a
+ * contract is docs/numerics.md: every query row gets a shift from a
  * proven Cauchy-Schwarz bound, partial sums combine by plain addition and are
  * normalised once; a row whose bound fails the gate is computed by ordinary
  * online softmax, so the result is always exact (up to fp32 rounding).
@@ -279,7 +279,7 @@ FXA_API fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *a
 FXA_API double fxa_attn_flops(const fxa_attn_desc *d);
 
 /* ------------------------------------------------------------------------ */
-/* Fixed-max constants (FIXED_M.md), exposed for tools and tests             */
+/* Fixed-max constants (docs/numerics.md), exposed for tools and tests             */
 /* ------------------------------------------------------------------------ */
 
 /* C(N) = 127 - ceil(log2 N) - ceil(log2 max(Vmax,1)). n_keys >= 1. */

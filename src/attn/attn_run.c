@@ -6,7 +6,7 @@
  * order), so the result does not depend on the thread count, heads_per_tile
  * or block_q.
  *
- * Per row i (FIXED_M.md): U_i = lambda ||q_i|| (radius + eps_radius), where
+ * Per row i (docs/numerics.md): U_i = lambda ||q_i|| (radius + eps_radius), where
  * radius is max_j ||k_j - kbar|| (or max ||k_j|| without centring) and
  * eps_radius covers the fp32 rounding of the computed scores (the score
  * error is at most gamma_D ||q|| ||k_j|| plus one rounding of q.kbar, and

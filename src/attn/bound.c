@@ -1,5 +1,5 @@
 /*
- * Fixed-max constants and gates. Notation as in shared/spec/FIXED_M.md:
+ * Fixed-max constants and gates. Notation as in docs/numerics.md:
  * z_ij are base-2 scores, U_i >= |z_ij| the row's bound, N the keys the row
  * attends to, m_i = ceil(U_i) - C the shift, e_ij = z_ij - m_i.
  *

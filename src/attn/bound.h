@@ -1,4 +1,4 @@
-/* Fixed-max constants and gates (shared/spec/FIXED_M.md); see bound.c. */
+/* Fixed-max constants and gates (docs/numerics.md); see bound.c. */
 #ifndef FXA_BOUND_H
 #define FXA_BOUND_H
 

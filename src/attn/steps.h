@@ -28,7 +28,7 @@ size_t fxa_q16_stride(const fxa_attn_plan *p);
 void fxa_load_q(const fxa_attn_plan *p, const void *q_base, int64_t off, int64_t token_stride,
                 size_t n, float *q, uint16_t *q16);
 
-/* Decide each row's shift (FIXED_M.md; see attn_run.c for the bound): sets
+/* Decide each row's shift (docs/numerics.md; see attn_run.c for the bound): sets
  * m, l = 0, o = 0, qk_center and the row kind (online: FXA_ROW_FIXED,
  * _FIXED_MAY_FLUSH or _ONLINE) for rows->q[0..n), and bound[i] = ceil(U_i).
  * Returns the number of rows that run online softmax. */

@@ -1,5 +1,5 @@
 /*
- * End-to-end tests of the fxattn command line against shared/spec/CLI.md.
+ * End-to-end tests of the fxattn command line (README.md, "Command line").
  *
  *   test_cli /path/to/fxattn
  *

@@ -112,7 +112,7 @@ typedef struct terr {
 void tcase_errors(const tcase *t, const float *out, const float *lse, terr *e);
 
 /*
- * The acceptance envelope (FIXED_M.md "What correct means"): fxattn's error
+ * The acceptance envelope (docs/numerics.md, "What correct means"): fxattn's error
  * is at most 1.5x that of fp32 online softmax on the same input, plus a floor
  * of 2^-22 * Vmax for the output (four fp32 roundings at the output's scale:
  * the final division, and p*v products that online softmax performs with

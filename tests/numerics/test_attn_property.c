@@ -13,7 +13,7 @@
  * fp16 cases keep every generated value within +-60000 (no overflow by
  * construction). Both modes (auto, online) run on every case.
  *
- * Properties checked, each of which the contract (FIXED_M.md, fxattn.h)
+ * Properties checked, each of which the contract (docs/numerics.md, fxattn.h)
  * guarantees for finite input:
  *  - the run succeeds (FXA_OK);
  *  - every output and LSE value is finite, and every output lies within the
@@ -36,7 +36,7 @@
  * inputs, though: when a single ill-conditioned row dominates both maxima
  * the ratio of two fp32 errors is heavy-tailed, and at small D with bf16/f16
  * inputs the baseline's products are exact while fxattn rounds the base-2
- * score lambda*q.k at its full magnitude (FIXED_M.md: all work in base 2).
+ * score lambda*q.k at its full magnitude (docs/numerics.md: all work in base 2).
  * So a run outside the plain envelope passes only if every sampled row is
  * within the envelope plus a rigorous bound on what fp32 rounding of that
  * row's scores can do (row_allowance); such runs are printed, counted, and

@@ -10,7 +10,7 @@
 
 #include "fxattn.h"
 
-/* Exit codes (spec/CLI.md): 0 success, 2 bad usage or bad input, 1 other. */
+/* Exit codes (README.md, "Command line"): 0 success, 2 bad usage or bad input, 1 other. */
 enum { FXT_EXIT_OK = 0, FXT_EXIT_FAILURE = 1, FXT_EXIT_BAD_INPUT = 2 };
 
 typedef enum fxt_opt_kind {

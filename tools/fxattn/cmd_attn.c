@@ -1,5 +1,5 @@
 /*
- * `fxattn attn`: attention on .npy files (spec/CLI.md). Outputs are staged
+ * `fxattn attn`: attention on .npy files (README.md, "Command line"). Outputs are staged
  * and committed only after the whole run succeeded, so a failed run leaves
  * no partial or stale file.
  */

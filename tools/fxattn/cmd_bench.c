@@ -1,5 +1,5 @@
 /*
- * `fxattn bench`: attention speed on Wan-like synthetic data (spec/CLI.md).
+ * `fxattn bench`: attention speed on Wan-like synthetic data (README.md, "Command line").
  * Fixed-max (auto) and online runs alternate after a warm-up, so both see
  * the same machine state; each reports the median of its runs as GFLOP/s
  * and as a share of this machine's peak, measured in the same process by an

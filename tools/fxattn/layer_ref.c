@@ -6,7 +6,7 @@
  *   - in plain fp32: the same loops with every operation rounded to fp32
  *     (recursive sums over the hidden and the key dimensions, RMS in fp32,
  *     two-pass softmax): what straightforward fp32 code gets, y32.
- * The tolerance is the project's acceptance envelope (FIXED_M.md): fxattn's
+ * The tolerance is the project's acceptance envelope (docs/numerics.md): fxattn's
  * error is at most twice that of plain fp32 on the same data, plus a floor of
  * 2^-22 max|y64| (four fp32 roundings at the output's scale, for the case
  * where the plain fp32 sums happen to be lucky). Errors are measured over all

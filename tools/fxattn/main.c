@@ -1,4 +1,4 @@
-/* fxattn: the command line (spec/CLI.md). Uses the public API only. */
+/* fxattn: the command line (README.md, "Command line"). Uses the public API only. */
 #include <stdio.h>
 #include <string.h>
 
