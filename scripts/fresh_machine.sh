@@ -23,14 +23,19 @@
 # (whatever BLAS is there), install it and end with the demo's table.
 #
 # Every mount is removed and the root deleted on exit, also on failure or
-# interruption; processes still running inside the root (by PID, found by
+# interruption (each command inside the root runs under FXA_FRESH_TIMEOUT
+# seconds, default 1200, so the script ends a stuck run itself); processes still running inside the root (by PID, found by
 # their root folder) are ended first. Exit 0 when every variant printed the
 # demo's table, else 1.
 set -euo pipefail
+# The whole script is one compound command, read before it runs, so that
+# editing this file while a check runs cannot change what the run does.
+{
 cd "$(dirname "$0")/.."
 src=$(pwd)
 mirror=${FXA_FRESH_MIRROR:-http://deb.debian.org/debian}
 cache=${FXA_FRESH_CACHE:-$src/build-fresh}
+limit=${FXA_FRESH_TIMEOUT:-1200} # seconds for each command run inside the root
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(libblas-dev)
 for v in "${variants[@]}"; do
@@ -42,7 +47,8 @@ for v in "${variants[@]}"; do
 done
 if [ "$(id -u)" -ne 0 ]; then # debootstrap, chroot and mount need root
     command -v sudo >/dev/null || { echo "fresh_machine.sh: needs root or sudo" >&2; exit 2; }
-    exec sudo FXA_FRESH_MIRROR="$mirror" FXA_FRESH_CACHE="$cache" "$0" "$@"
+    exec sudo FXA_FRESH_MIRROR="$mirror" FXA_FRESH_CACHE="$cache" FXA_FRESH_TIMEOUT="$limit" \
+        "$0" "$@"
 fi
 command -v debootstrap >/dev/null || { echo "fresh_machine.sh: needs debootstrap" >&2; exit 2; }
 git -C "$src" rev-parse HEAD >/dev/null
@@ -95,7 +101,8 @@ bootstrap() {
     local t0=$SECONDS tmp
     tmp=$(mktemp -d /var/tmp/fxa-bootstrap.XXXXXX)
     echo "fresh_machine.sh: debootstrap --variant=minbase bookworm ($mirror)"
-    if ! debootstrap --variant=minbase bookworm "$tmp/root" "$mirror" >"$cache/debootstrap.log" 2>&1; then
+    if ! timeout -k 10 "$limit" debootstrap --variant=minbase bookworm "$tmp/root" "$mirror" \
+        >"$cache/debootstrap.log" 2>&1; then
         tail -20 "$cache/debootstrap.log" >&2
         rm -rf --one-file-system "$tmp"
         echo "fresh_machine.sh: error: debootstrap failed" >&2
@@ -114,9 +121,13 @@ mount_into() { # mount_into TARGET mount-args...
     mounts+=("$target")
 }
 
+# A command inside the root, under a deadline (so that this script, not an
+# outer timeout that kills it outright, ends a stuck run and cleans up), in
+# the background so that a signal reaches the traps at once.
 in_chroot() {
-    chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
-        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+    timeout -k 10 "$limit" chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@" &
+    wait $!
 }
 
 run_variant() {
@@ -187,3 +198,4 @@ for v in "${variants[@]}"; do
     run_variant "$v" || fail=1
 done
 exit $fail
+}

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install dependencies, then build and run the whole suite with CTest three
 # ways: the test configuration (optimised, assertions on, warnings are
-# errors), the same under AddressSanitizer + UndefinedBehaviorSanitizer, and
-# the threaded tests under ThreadSanitizer.
+# errors; it includes the fresh-machine check, scripts/fresh_machine.sh, as
+# the test labelled `fresh`), the same under AddressSanitizer +
+# UndefinedBehaviorSanitizer, and the threaded tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh --test
 jobs="$(nproc)"
 export FUZZ_REQUIRE_CLANG=1 # a missing libFuzzer fails the run instead of skipping
 
