@@ -34,6 +34,7 @@ struct fxa_attn_acc {
     int64_t keys_added;
     int64_t fallback_rows;
     fxa_bad_value *bad; /* [B * Hq * n_q_blocks]: what begin found per item */
+    double *qq;         /* [B * Hq * n_q_blocks]: each item's max ||q||^2 */
     double t_begin;
     void (*progress)(void *);
     void *progress_arg;
@@ -125,17 +126,20 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     unsigned char *mem = fxa_malloc_aligned(state);
     unsigned char *ws = fxa_malloc_aligned(p->ws_total);
     fxa_bad_value *bad = fxa_malloc_aligned(n_items * sizeof *bad);
-    if (!acc || !mem || !ws || !bad) {
+    double *qq = fxa_malloc_aligned(n_items * sizeof *qq);
+    if (!acc || !mem || !ws || !bad || !qq) {
         fxa_free_aligned(acc);
         fxa_free_aligned(mem);
         fxa_free_aligned(ws);
         fxa_free_aligned(bad);
+        fxa_free_aligned(qq);
         return fxa_ctx_fail(p->ctx, FXA_ERR_NO_MEMORY,
                             "out of memory for the accumulator (%zu bytes)", state + p->ws_total);
     }
     acc->p = p;
     acc->ws = ws;
     acc->bad = bad;
+    acc->qq = qq;
     acc->n_rows = (int64_t)n_rows;
     acc->m = (float *)mem;
     acc->l = (float *)(mem + fxa_align_up(n_rows * sizeof(float)));
@@ -156,6 +160,7 @@ void fxa_attn_acc_destroy(fxa_attn_acc *acc)
     fxa_free_aligned(acc->m);
     fxa_free_aligned(acc->ws);
     fxa_free_aligned(acc->bad);
+    fxa_free_aligned(acc->qq);
     fxa_free_aligned(acc);
 }
 
@@ -192,24 +197,26 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
     return st;
 }
 
-/* Item (b * Hq + h, query block): load the rows, check them (Q is read
- * once: the check rides on the load) and decide their shifts. */
-static void begin_item(void *arg, int64_t item, int thread_id)
+/* Item (b * Hq + h, query block): its first rows and their count. */
+static size_t item_rows_at(const fxa_attn_plan *p, int64_t item, int64_t *b, int64_t *h, int64_t *i0)
+{
+    const int64_t bh = item / p->n_q_blocks;
+    *b = bh / p->d.heads_q;
+    *h = bh % p->d.heads_q;
+    *i0 = item % p->n_q_blocks * p->d.block_q;
+    return (size_t)(p->d.seq_q - *i0 < p->d.block_q ? p->d.seq_q - *i0 : p->d.block_q);
+}
+
+/* Item (b * Hq + h, query block): load the rows, check them and note their
+ * largest ||q||^2 (for the prescaling). */
+static void check_item(void *arg, int64_t item, int thread_id)
 {
     const acc_job *job = arg;
     fxa_attn_acc *acc = job->acc;
     const fxa_attn_plan *p = acc->p;
-    const int64_t bh = item / p->n_q_blocks;
-    const int64_t b = bh / p->d.heads_q;
-    const int64_t h = bh % p->d.heads_q;
-    const int64_t i0 = item % p->n_q_blocks * p->d.block_q;
-    const size_t n = (size_t)(p->d.seq_q - i0 < p->d.block_q ? p->d.seq_q - i0 : p->d.block_q);
-    const int64_t kv_item = b * p->d.heads_kv + h / p->group;
-    const fxa_head_bound *hb = (const fxa_head_bound *)(acc->ws + p->ws_bounds) + kv_item;
-    const float *kbar = (const float *)(acc->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
+    int64_t b, h, i0;
+    const size_t n = item_rows_at(p, item, &b, &h, &i0);
     fxa_thread_scratch *s = scratch(acc, thread_id);
-    fxa_rows rows = state_rows(acc, b, h, i0);
-    rows.q = s->q;
     fxa_load_q(p, acc->q, b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
                p->q_strides.token, n, s->q, s->q16);
     fxa_bad_value *bad = acc->bad + item;
@@ -221,6 +228,32 @@ static void begin_item(void *arg, int64_t item, int thread_id)
             return;
         }
     }
+    static const float zero[FXA_MAX_HEAD_DIM];
+    double qq = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double nn = p->ctx->kernels->row_stats->distance2(s->q + i * dim, zero, dim);
+        qq = nn > qq ? nn : qq;
+    }
+    acc->qq[item] = qq;
+}
+
+/* Item (b * Hq + h, query block): load the rows and decide their shifts. */
+static void begin_item(void *arg, int64_t item, int thread_id)
+{
+    const acc_job *job = arg;
+    fxa_attn_acc *acc = job->acc;
+    const fxa_attn_plan *p = acc->p;
+    int64_t b, h, i0;
+    const size_t n = item_rows_at(p, item, &b, &h, &i0);
+    const int64_t bh = b * p->d.heads_q + h;
+    const int64_t kv_item = b * p->d.heads_kv + h / p->group;
+    const fxa_head_bound *hb = (const fxa_head_bound *)(acc->ws + p->ws_bounds) + kv_item;
+    const float *kbar = (const float *)(acc->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
+    fxa_thread_scratch *s = scratch(acc, thread_id);
+    fxa_rows rows = state_rows(acc, b, h, i0);
+    rows.q = s->q;
+    fxa_load_q(p, acc->q, b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
+               p->q_strides.token, n, s->q, s->q16);
     s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n,
                                         acc->bound + (bh * p->d.seq_q + i0));
 }
@@ -270,7 +303,7 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
         scratch(acc, t)->fallback_rows = 0;
     acc_job job = {.acc = acc};
     const int64_t n_items = p->d.batch * p->d.heads_q * p->n_q_blocks;
-    fxa_pool_run(&p->ctx->pool, begin_item, &job, n_items);
+    fxa_pool_run(&p->ctx->pool, check_item, &job, n_items);
     for (int64_t i = 0; i < n_items; i++) { /* the lowest (batch, head, token) wins */
         const fxa_bad_value *bad = acc->bad + i;
         if (bad->bad_row >= 0)
@@ -282,6 +315,17 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
                                 (long long)(i / p->n_q_blocks % p->d.heads_q),
                                 (long long)bad->bad_col);
     }
+    for (int64_t i = 0; i < n_items; i++) {
+        fxa_head_bound *h = hb + i / p->n_q_blocks / p->group;
+        const double qn = sqrt(acc->qq[i]);
+        h->qmax = qn > h->qmax ? qn : h->qmax;
+    }
+    for (int64_t i = 0; i < n_heads; i++) {
+        const fxa_status st = fxa_head_prescale(p, hb + i, i);
+        if (st != FXA_OK)
+            return st;
+    }
+    fxa_pool_run(&p->ctx->pool, begin_item, &job, n_items);
     acc->fallback_rows = 0;
     for (int t = 0; t < p->ctx->pool.n_threads; t++)
         acc->fallback_rows += scratch(acc, t)->fallback_rows;
@@ -312,8 +356,10 @@ static void pack_item(void *arg, int64_t item, int thread_id)
     const int64_t off = job->batch * job->kv_strides.batch +
                         (job->chunk_kv0 + slot) * job->kv_strides.head + j0 * job->kv_strides.token;
     const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
+    const fxa_head_bound *hb = (const fxa_head_bound *)(job->acc->ws + p->ws_bounds) +
+                               job->batch * p->d.heads_kv + job->chunk_kv0 + slot;
     (void)thread_id;
-    fxa_pack_kv_tile(p, job->k, job->v, off, job->kv_strides.token, n_kv,
+    fxa_pack_kv_tile(p, job->k, job->v, off, job->kv_strides.token, n_kv, hb->kshift,
                      (float *)(job->acc->ws + p->ws_packed_k) + at,
                      (float *)(job->acc->ws + p->ws_packed_v) + at);
 }
@@ -350,7 +396,9 @@ static void add_item(void *arg, int64_t wave_item, int thread_id)
             fxa_rows rows = state_rows(acc, job->batch, h0 + slot, i0);
             rows.q = s->q + r * dim;
             rows.q16 = s->q16 + r * fxa_q16_stride(p);
-            fxa_rows_run_tile(p, &rows, n, (const float *)(acc->ws + p->ws_packed_k) + at,
+            const fxa_head_bound *hb = (const fxa_head_bound *)(acc->ws + p->ws_bounds) +
+                                       job->batch * p->d.heads_kv + (h0 + slot) / p->group;
+            fxa_rows_run_tile(p, hb, &rows, n, (const float *)(acc->ws + p->ws_packed_k) + at,
                               (const float *)(acc->ws + p->ws_packed_v) + at, n_kv, s->scores,
                               s->p16);
         }
@@ -421,8 +469,10 @@ static void finish_item(void *arg, int64_t item, int thread_id)
     const size_t n = (size_t)(p->d.seq_q - i0 < p->d.block_q ? p->d.seq_q - i0 : p->d.block_q);
     const int64_t diag = bh * p->d.seq_q + i0;
     const fxa_rows rows = state_rows(acc, b, h, i0);
+    const fxa_head_bound *hb =
+        (const fxa_head_bound *)(acc->ws + p->ws_bounds) + b * p->d.heads_kv + h / p->group;
     (void)thread_id;
-    fxa_rows_finish(p, &rows, n,
+    fxa_rows_finish(p, hb, &rows, n,
                     a->out + b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
                     p->q_strides.token, a->lse ? a->lse + diag : NULL);
     if (a->row_bound)
@@ -447,6 +497,13 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "blocks added hold %lld keys, the summaries %lld",
                             (long long)acc->keys_added, (long long)acc->keys_expected);
+    if (args->lse) {
+        const fxa_status st =
+            fxa_lse_check(p, (const fxa_head_bound *)(acc->ws + p->ws_bounds),
+                          p->d.batch * p->d.heads_kv, acc->keys_expected);
+        if (st != FXA_OK)
+            return st;
+    }
     acc_job job = {.acc = acc, .args = args};
     fxa_pool_run(&p->ctx->pool, finish_item, &job, p->d.batch * p->d.heads_q * p->n_q_blocks);
     acc->begun = 0;

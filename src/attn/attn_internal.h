@@ -26,7 +26,22 @@ typedef struct fxa_head_bound {
     int c;             /* C(N) with this head's Vmax */
     int gate_strict;
     int gate_centered; /* used only for centred rows */
+    /* Prescaling (fxa_head_prescale, steps.c): K is packed as k 2^-kshift
+     * and the tiles take lambda_k = lambda 2^kshift, so that the scores
+     * lambda q.k are formed without an fp32 overflow even where q.k alone
+     * would overflow. kshift is 0 (and lambda_k = (float)lambda, eps_abs = 0)
+     * for every ordinary input. */
+    double qmax;       /* max_i ||q_i|| over the query rows of this kv head */
+    double eps_abs;    /* base-2 score allowance for products the shift makes subnormal */
+    float lambda_k;
+    int kshift;
 } fxa_head_bound;
+
+/* Largest base-2 score bound the tiles may form: FLT_MAX (1 - 2^-8), a
+ * margin far above the rounding of lambda and of the final product that the
+ * bound does not count. A head whose scores could exceed it is refused (or,
+ * when its centred scores fit, its online rows use them). */
+#define FXA_SCORE_LIMIT 0x1.fep127
 
 /* Per-thread scratch, carved from the workspace. */
 typedef struct fxa_thread_scratch {

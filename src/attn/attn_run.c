@@ -120,8 +120,10 @@ static void finish_rows(const run_job *job, const fxa_thread_scratch *s, size_t 
     const fxa_attn_plan *p = job->p;
     const int64_t o_off = b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token;
     const fxa_rows rows = scratch_rows(p, s, slot);
+    const fxa_head_bound *hb =
+        (const fxa_head_bound *)(job->ws + p->ws_bounds) + b * p->d.heads_kv + h / p->group;
     float *lse = job->a->lse ? job->a->lse + (b * p->d.heads_q + h) * p->d.seq_q + i0 : NULL;
-    fxa_rows_finish(p, &rows, n_rows, job->a->out + o_off, p->q_strides.token, lse);
+    fxa_rows_finish(p, hb, &rows, n_rows, job->a->out + o_off, p->q_strides.token, lse);
 }
 
 /* Where kv tile `tile` of chunk slot `slot` is packed, in floats from the
@@ -144,8 +146,10 @@ static void pack_item(void *arg, int64_t item, int thread_id)
     const int64_t off = job->batch * p->kv_strides.batch +
                         (job->chunk_kv0 + slot) * p->kv_strides.head + j0 * p->kv_strides.token;
     const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
+    const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) +
+                               job->batch * p->d.heads_kv + job->chunk_kv0 + slot;
     (void)thread_id;
-    fxa_pack_kv_tile(p, job->a->k, job->a->v, off, p->kv_strides.token, n_kv,
+    fxa_pack_kv_tile(p, job->a->k, job->a->v, off, p->kv_strides.token, n_kv, hb->kshift,
                      (float *)(job->ws + p->ws_packed_k) + at,
                      (float *)(job->ws + p->ws_packed_v) + at);
 }
@@ -191,7 +195,9 @@ static void work_item(void *arg, int64_t item, int thread_id)
             const size_t kv_slot = (size_t)((h0 + slot) / p->group - job->chunk_kv0);
             const size_t at = packed_offset(p, kv_slot, (size_t)tile);
             const fxa_rows rows = scratch_rows(p, s, (size_t)slot);
-            fxa_rows_run_tile(p, &rows, n_rows, (const float *)(job->ws + p->ws_packed_k) + at,
+            const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) +
+                                       b * p->d.heads_kv + (h0 + slot) / p->group;
+            fxa_rows_run_tile(p, hb, &rows, n_rows, (const float *)(job->ws + p->ws_packed_k) + at,
                               (const float *)(job->ws + p->ws_packed_v) + at, n_kv, s->scores,
                               s->p16);
         }
@@ -305,6 +311,9 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     const double t0 = now_seconds();
     run_job job = {plan, args, workspace, bounds_only, 0, 0};
     fxa_status st = fxa_scan_inputs(plan, args, workspace);
+    if (st == FXA_OK && !bounds_only && args->lse)
+        st = fxa_lse_check(plan, (const fxa_head_bound *)((unsigned char *)workspace + plan->ws_bounds),
+                           plan->d.batch * plan->d.heads_kv, plan->d.seq_kv);
     if (st != FXA_OK)
         return st;
     for (int t = 0; t < ctx->pool.n_threads; t++)

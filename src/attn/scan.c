@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../core/alloc.h"
+#include "steps.h"
 #include "summary.h"
 
 #define SCAN_MIN_TOKENS 256 /* tokens per block, at least (unless the sequence is shorter) */
@@ -42,6 +43,7 @@ typedef struct scan_job {
     int64_t heads_per_item;
     double *partials;      /* [n_blocks][B heads][len] (K/V) */
     fxa_bad_value *bad;    /* [n_blocks][B heads][2] (K/V) or [n_blocks][B heads] (Q) */
+    double *qq;            /* [n_blocks][B heads]: max ||q||^2 (Q) */
     const float *means;    /* [B heads][D] (the radius pass) */
 } scan_job;
 
@@ -115,7 +117,8 @@ static void check_item(void *arg, int64_t item, int thread_id)
     int64_t bh, block;
     const fxa_row_block blk = item_rows(job, item, &bh, &block);
     (void)thread_id;
-    fxa_check_block(job->p, job->x, &blk, job->bad + partial_index(job, block, bh));
+    fxa_check_block(job->p, job->x, &blk, job->bad + partial_index(job, block, bh),
+                    job->qq + partial_index(job, block, bh));
 }
 
 /* The first bad value of (batch, head) bh over the blocks (slot `slot` of
@@ -153,8 +156,8 @@ size_t fxa_scan_kv_scratch_bytes(const fxa_attn_plan *p, int64_t seq_kv)
 
 size_t fxa_scan_q_scratch_bytes(const fxa_attn_plan *p)
 {
-    return fxa_align_up((size_t)(n_blocks_of(p->d.seq_q) * p->d.batch * p->d.heads_q) *
-                        sizeof(fxa_bad_value));
+    const size_t n = (size_t)(n_blocks_of(p->d.seq_q) * p->d.batch * p->d.heads_q);
+    return fxa_align_up(n * sizeof(fxa_bad_value)) + fxa_align_up(n * sizeof(double));
 }
 
 fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
@@ -218,17 +221,29 @@ fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int
     return FXA_OK;
 }
 
-fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch)
+fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch, fxa_head_bound *hb)
 {
+    const int64_t n_blocks = n_blocks_of(p->d.seq_q);
+    const int64_t heads = p->d.batch * p->d.heads_q;
+    unsigned char *at = scratch;
     scan_job job = {.p = p, .x = q, .seq = p->d.seq_q, .strides = p->q_strides,
                     .heads = p->d.heads_q, .block_tokens = block_tokens(p->d.seq_q),
-                    .n_blocks = n_blocks_of(p->d.seq_q), .bad = scratch};
+                    .n_blocks = n_blocks, .bad = (fxa_bad_value *)at};
+    job.qq = (double *)(at + fxa_align_up((size_t)(n_blocks * heads) * sizeof(fxa_bad_value)));
     plan_items(&job);
     fxa_pool_run(&p->ctx->pool, check_item, &job, n_items(&job));
-    for (int64_t bh = 0; bh < p->d.batch * p->d.heads_q; bh++) {
+    for (int64_t bh = 0; bh < heads; bh++) {
         const fxa_bad_value b = first_bad(&job, bh, 1, 0);
         if (b.bad_row >= 0)
             return report_bad(p, &b, bh, p->d.heads_q);
+    }
+    /* max ||q|| per (batch, kv head): over its query heads and the blocks. */
+    for (int64_t bh = 0; bh < heads; bh++) {
+        fxa_head_bound *h = hb + bh / p->group;
+        for (int64_t block = 0; block < n_blocks; block++) {
+            const double qn = sqrt(job.qq[partial_index(&job, block, bh)]);
+            h->qmax = qn > h->qmax ? qn : h->qmax;
+        }
     }
     return FXA_OK;
 }
@@ -243,8 +258,12 @@ fxa_status fxa_scan_inputs(const fxa_attn_plan *p, const fxa_attn_args *a, unsig
                                 ws + p->ws_scan);
     if (st != FXA_OK)
         return st;
-    for (int64_t i = 0; i < p->d.batch * p->d.heads_kv; i++)
+    const int64_t n_heads = p->d.batch * p->d.heads_kv;
+    for (int64_t i = 0; i < n_heads; i++)
         fxa_summary_merge(p, summaries + (size_t)i * len, len, 1, hb + i,
                           kbar + (size_t)i * (size_t)p->d.head_dim);
-    return fxa_scan_q(p, a->q, ws + p->ws_scan);
+    st = fxa_scan_q(p, a->q, ws + p->ws_scan, hb);
+    for (int64_t i = 0; st == FXA_OK && i < n_heads; i++)
+        st = fxa_head_prescale(p, hb + i, i);
+    return st;
 }

@@ -23,11 +23,13 @@ fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int
 /* Scratch bytes fxa_scan_q needs (64-byte aligned). */
 size_t fxa_scan_q_scratch_bytes(const fxa_attn_plan *p);
 
-/* Refuse a non-finite Q (seq_q rows of the plan). */
-fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch);
+/* Refuse a non-finite Q (seq_q rows of the plan); raise hb[b Hkv + kv
+ * head].qmax to the largest ||q_i|| of the rows that attend that kv head. */
+fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch, fxa_head_bound *hb);
 
 /* Single-process bound pass: fxa_scan_kv over the whole K/V, each head's
- * summary merged on its own into ws's head bounds and kbar, then fxa_scan_q. */
+ * summary merged on its own into ws's head bounds and kbar, then fxa_scan_q,
+ * and each head's prescaling (fxa_head_prescale). */
 fxa_status fxa_scan_inputs(const fxa_attn_plan *p, const fxa_attn_args *a, unsigned char *ws);
 
 #endif

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bound.h"
 #include "load.h"
 
 size_t fxa_q16_stride(const fxa_attn_plan *p)
@@ -29,6 +30,100 @@ void fxa_load_q(const fxa_attn_plan *p, const void *q_base, int64_t off, int64_t
     }
 }
 
+/* ceil(log2 x) for finite x > 0. */
+static int ceil_log2(double x)
+{
+    int e;
+    const double f = frexp(x, &e); /* x = f 2^e, f in [0.5, 1) */
+    return f == 0.5 ? e - 1 : e;
+}
+
+static int imax(int a, int b)
+{
+    return a > b ? a : b;
+}
+
+static int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+/*
+ * Prescaling. The tiles form z = lambda_k (q . k' - q . kbar') in fp32 with
+ * k' = k 2^-b and lambda_k = lambda 2^b, which equals lambda (q.k - q.kbar)
+ * bit for bit wherever no product is subnormal, so b = 0 unless an fp32
+ * quantity would overflow: b must keep max ||k'|| and qmax max ||k'|| (every
+ * partial sum of a dot product, and q.kbar') below 2^125 (lo), and lambda_k
+ * below 2^125 (hi); a tiny lambda is raised towards 2^-100 while the keys
+ * stay above 2^-100. Scaling k down makes some products (and k' elements)
+ * subnormal: each loses at most 2^-150 in k' units, (D + 1) of them per
+ * score, which eps_abs = lambda (D + 2) 2^(b - 149) covers in the bound
+ * (the rounding of subnormal k' elements, |q| sqrt(D) 2^(b - 150), is
+ * already inside eps_radius since 2^b <= 2^127 kmax). Scaling k up is exact.
+ */
+fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t index)
+{
+    const double lam = p->lambda;
+    const double qm = hb->qmax;
+    const double km = hb->kmax;
+    const int64_t batch = index / p->d.heads_kv;
+    const int64_t head = index % p->d.heads_kv;
+    hb->kshift = 0;
+    hb->eps_abs = 0.0;
+    hb->lambda_k = (float)lam;
+    int lo = -100000;
+    if (km > 0.0) {
+        lo = ceil_log2(km) - 125;
+        if (qm > 0.0)
+            lo = imax(lo, ceil_log2(qm * km) - 125);
+    }
+    const int hi = 125 - ceil_log2(lam);
+    int b = lo > 0 ? lo : (hi < 0 ? hi : 0);
+    if (km > 0.0 && ldexp(lam, b) < 0x1p-100)
+        b = imax(b, imin(imin(-99 - ceil_log2(lam), ceil_log2(km) + 99), hi));
+    const double eps_abs = b != 0 ? lam * ldexp((double)p->d.head_dim + 2.0, b - 149) : 0.0;
+    const double z_raw = lam * qm * (km + hb->eps_radius) + eps_abs;
+    const double z_cen = lam * qm * (hb->radius + hb->eps_radius) + eps_abs;
+    if (!(z_raw <= FXA_SCORE_LIMIT) && !(p->d.center && z_cen <= FXA_SCORE_LIMIT))
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "scale * |q| * |k%s| = %.3g exceeds the fp32 range (base-2 scores "
+                            "up to %.3g, above %.3g) at batch %lld, kv head %lld: max |q| %.3g, "
+                            "max |k%s| %.3g, scale %.3g",
+                            p->d.center ? " - kbar" : "",
+                            p->d.scale * qm * (p->d.center ? hb->radius : km),
+                            p->d.center ? z_cen : z_raw, FXA_SCORE_LIMIT, (long long)batch, (long long)head, qm,
+                            p->d.center ? " - kbar" : "", p->d.center ? hb->radius : km,
+                            p->d.scale);
+    if (b < lo || b > hi)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "scale %.3g with max |q| %.3g and max |k| %.3g at batch %lld, kv "
+                            "head %lld: the scores cannot be formed in fp32 (no power-of-two "
+                            "prescaling keeps the keys, q.k and the scale finite)",
+                            p->d.scale, qm, km, (long long)batch, (long long)head);
+    hb->kshift = b;
+    hb->eps_abs = eps_abs;
+    hb->lambda_k = (float)ldexp(lam, b);
+    return FXA_OK;
+}
+
+fxa_status fxa_lse_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64_t n_heads,
+                         int64_t n_keys)
+{
+    const double ln_n = log((double)(n_keys < 1 ? 1 : n_keys));
+    for (int64_t i = 0; i < n_heads; i++) {
+        const double bound = p->d.scale * hb[i].qmax * hb[i].kmax + ln_n;
+        if (!(bound <= (double)FLT_MAX))
+            return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                                "the LSE bound scale * |q| * |k| + ln N = %.3g exceeds the fp32 "
+                                "range at batch %lld, kv head %lld (max |q| %.3g, max |k| %.3g, "
+                                "scale %.3g)",
+                                bound, (long long)(i / p->d.heads_kv),
+                                (long long)(i % p->d.heads_kv), hb[i].qmax, hb[i].kmax,
+                                p->d.scale);
+    }
+    return FXA_OK;
+}
+
 int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const float *kbar,
                         const fxa_rows *rows, size_t n, float *bound)
 {
@@ -42,13 +137,19 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
         double qk;
         rs->norm2_dot(rows->q + i * dim, kbar, dim, &qq, &qk);
         const double qn = p->lambda * sqrt(qq);
-        const double ceil_u = ceil(qn * (hb->radius + hb->eps_radius));
+        const double ceil_u = ceil(qn * (hb->radius + hb->eps_radius) + hb->eps_abs);
         const int strict = auto_mode && ceil_u <= hb->gate_strict;
-        const int fixed =
-            strict || (centred && qn * hb->eps_radius <= 1.0 && ceil_u <= hb->gate_centered);
+        const int fixed = strict || (centred && qn * hb->eps_radius + hb->eps_abs <= 1.0 &&
+                                     ceil_u <= hb->gate_centered);
         /* Centring serves the bound; a row that falls back is the classic
-         * online softmax on raw scores (one rounding fewer per score). */
-        rows->qk_center[i] = centred && fixed ? (float)qk : 0.0f;
+         * online softmax on raw scores (one rounding fewer per score),
+         * unless its raw scores could overflow fp32 while its centred ones
+         * fit (fxa_head_prescale checked that they do). */
+        const int rescue = !fixed && p->d.center &&
+                           !(qn * (hb->kmax + hb->eps_radius) + hb->eps_abs <= FXA_SCORE_LIMIT);
+        rows->qk_center[i] = (centred && fixed) || rescue
+                                 ? (float)(hb->kshift ? ldexp(qk, -hb->kshift) : qk)
+                                 : 0.0f;
         rows->online[i] = strict  ? FXA_ROW_FIXED
                           : fixed ? FXA_ROW_FIXED_MAY_FLUSH
                                   : FXA_ROW_ONLINE;
@@ -69,7 +170,7 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
  * the kernel set's pack_kt, a group of keys at a time (fp32 rows read in
  * place, other dtypes converted into scratch); V rows into [kv_tile][D]. */
 static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_base, int64_t off,
-                     int64_t token_stride, size_t n_kv, float *kt, float *v)
+                     int64_t token_stride, size_t n_kv, int kshift, float *kt, float *v)
 {
     const fxa_kernels *kernels = p->ctx->kernels;
     const size_t dim = (size_t)p->d.head_dim;
@@ -78,9 +179,17 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_b
     const float *rows[PACK_GROUP];
     for (size_t j0 = 0; j0 < n_kv; j0 += PACK_GROUP) {
         const size_t n = n_kv - j0 < PACK_GROUP ? n_kv - j0 : PACK_GROUP;
-        for (size_t j = 0; j < n; j++)
-            rows[j] = fxa_row_f32(kernels, k_base, p->d.dtype,
-                                  off + (int64_t)(j0 + j) * token_stride, dim, scratch[j]);
+        for (size_t j = 0; j < n; j++) {
+            const int64_t at = off + (int64_t)(j0 + j) * token_stride;
+            if (kshift == 0) {
+                rows[j] = fxa_row_f32(kernels, k_base, p->d.dtype, at, dim, scratch[j]);
+                continue;
+            }
+            fxa_load_row(kernels, k_base, p->d.dtype, at, dim, scratch[j]);
+            for (size_t c = 0; c < dim; c++)
+                scratch[j][c] = ldexpf(scratch[j][c], -kshift);
+            rows[j] = scratch[j];
+        }
         kernels->pack_kt(rows, n, dim, panel, kt + fxa_kt_offset(panel, dim, 0, j0));
     }
     fxa_load_rows(kernels, v_base, p->d.dtype, off, token_stride, n_kv, dim, v, dim);
@@ -89,7 +198,7 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_b
 /* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.
  * Inputs are bf16 (the plan checks), so reading their bits is exact. */
 static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, const uint16_t *v, int64_t off,
-                      int64_t token_stride, size_t n_kv, uint16_t *kp, uint16_t *vp)
+                      int64_t token_stride, size_t n_kv, int kshift, uint16_t *kp, uint16_t *vp)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t pairs = (dim + 1) / 2;
@@ -99,23 +208,28 @@ static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, const uint16_t 
         const uint16_t *kj = k + off + (int64_t)j * token_stride;
         const uint16_t *vj = v + off + (int64_t)j * token_stride;
         for (size_t c = 0; c < dim; c++) {
-            kp[2 * fxa_kt_offset(p->kt_panel, pairs, c / 2, j) + c % 2] = kj[c];
+            /* A prescaled key is rounded back to bf16 (exact unless subnormal). */
+            const uint16_t kc =
+                kshift ? fxa_f32_to_bf16(ldexpf(fxa_bf16_bits_to_f32(kj[c]), -kshift)) : kj[c];
+            kp[2 * fxa_kt_offset(p->kt_panel, pairs, c / 2, j) + c % 2] = kc;
             vp[2 * ((j / 2) * dim + c) + j % 2] = vj[c];
         }
     }
 }
 
 void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, const void *v_base,
-                      int64_t off, int64_t token_stride, size_t n_kv, void *kt, void *vp)
+                      int64_t off, int64_t token_stride, size_t n_kv, int kshift, void *kt,
+                      void *vp)
 {
     if (p->d.compute == FXA_COMPUTE_BF16)
-        pack_bf16(p, k_base, v_base, off, token_stride, n_kv, kt, vp);
+        pack_bf16(p, k_base, v_base, off, token_stride, n_kv, kshift, kt, vp);
     else
-        pack_f32(p, k_base, v_base, off, token_stride, n_kv, kt, vp);
+        pack_f32(p, k_base, v_base, off, token_stride, n_kv, kshift, kt, vp);
 }
 
-void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, const void *kt,
-                       const void *vp, size_t n_kv, float *scores, uint16_t *p16)
+void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
+                       size_t n, const void *kt, const void *vp, size_t n_kv, float *scores,
+                       uint16_t *p16)
 {
     const size_t dim = (size_t)p->d.head_dim;
     if (p->d.compute == FXA_COMPUTE_BF16) {
@@ -123,7 +237,7 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, c
             .n_q = n,
             .n_kv = n_kv,
             .d = dim,
-            .lambda = (float)p->lambda,
+            .lambda = hb->lambda_k,
             .q = rows->q16,
             .ldq = fxa_q16_stride(p),
             .kp = kt,
@@ -147,7 +261,7 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, c
         .n_q = n,
         .n_kv = n_kv,
         .d = dim,
-        .lambda = (float)p->lambda,
+        .lambda = hb->lambda_k,
         .q = rows->q,
         .ldq = dim,
         .kt = kt,
@@ -166,8 +280,8 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, c
     p->ctx->kernels->attn_tile(&t);
 }
 
-void fxa_rows_finish(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, float *out,
-                     int64_t token_stride, float *lse)
+void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
+                     size_t n, float *out, int64_t token_stride, float *lse)
 {
     const size_t dim = (size_t)p->d.head_dim;
     for (size_t i = 0; i < n; i++) {
@@ -179,7 +293,7 @@ void fxa_rows_finish(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, flo
         if (lse) {
             const double log2_sum = (double)rows->m[i] + log2((double)l);
             lse[i] = (float)(log2_sum * 0.6931471805599453 +
-                             p->d.scale * (double)rows->qk_center[i]);
+                             p->d.scale * ldexp((double)rows->qk_center[i], hb->kshift));
         }
     }
 }

@@ -28,6 +28,19 @@ size_t fxa_q16_stride(const fxa_attn_plan *p);
 void fxa_load_q(const fxa_attn_plan *p, const void *q_base, int64_t off, int64_t token_stride,
                 size_t n, float *q, uint16_t *q16);
 
+/* Choose the head's prescaling (hb->kshift, lambda_k, eps_abs) from
+ * hb->qmax, its key norms and the plan's lambda, after fxa_summary_merge,
+ * and refuse (FXA_ERR_INVALID_ARG, naming the bound and the head, index =
+ * b Hkv + kv head) a head whose scores cannot be formed in fp32: neither
+ * its raw bound lambda qmax (kmax + eps) nor, with centring, its centred
+ * bound fits FXA_SCORE_LIMIT. */
+fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t index);
+
+/* With an LSE requested: refuse a head whose LSE bound
+ * scale qmax kmax + ln N exceeds FLT_MAX (n_keys keys). */
+fxa_status fxa_lse_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64_t n_heads,
+                         int64_t n_keys);
+
 /* Decide each row's shift (docs/numerics.md; see attn_run.c for the bound): sets
  * m, l = 0, o = 0, qk_center and the row kind (online: FXA_ROW_FIXED,
  * _FIXED_MAY_FLUSH or _ONLINE) for rows->q[0..n), and bound[i] = ceil(U_i).
@@ -37,19 +50,23 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
 
 /* Pack n_kv keys and values (element offset off, token stride) into one kv
  * tile: fp32 compute K^T [D][kv_tile] and V [kv_tile][D]; bf16 compute the
- * pair layouts of fxa_attn_tile_bf16, pads zeroed. */
+ * pair layouts of fxa_attn_tile_bf16, pads zeroed. Keys are scaled by
+ * 2^-kshift (the head's prescaling; 0 copies them as they are). */
 void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, const void *v_base,
-                      int64_t off, int64_t token_stride, size_t n_kv, void *kt, void *vp);
+                      int64_t off, int64_t token_stride, size_t n_kv, int kshift, void *kt,
+                      void *vp);
 
-/* Add one packed kv tile of n_kv keys into n rows. scores and p16 are the
- * thread's scratch (sized by the plan). */
-void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, const void *kt,
-                       const void *vp, size_t n_kv, float *scores, uint16_t *p16);
+/* Add one packed kv tile of n_kv keys into n rows of a head whose bound is
+ * hb (its lambda_k). scores and p16 are the thread's scratch (sized by the
+ * plan). */
+void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
+                       size_t n, const void *kt, const void *vp, size_t n_kv, float *scores,
+                       uint16_t *p16);
 
 /* Normalise once: out_i = o_i / max(l_i, FLT_MIN) (out rows token_stride
  * apart) and, when lse is not NULL, lse_i in natural log of the unshifted,
- * uncentred scores. */
-void fxa_rows_finish(const fxa_attn_plan *p, const fxa_rows *rows, size_t n, float *out,
-                     int64_t token_stride, float *lse);
+ * uncentred scores (qk_center is in the head's prescaled units, 2^-kshift). */
+void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
+                     size_t n, float *out, int64_t token_stride, float *lse);
 
 #endif

@@ -105,18 +105,26 @@ void fxa_radius_block(const fxa_attn_plan *p, const void *k, const fxa_row_block
 }
 
 void fxa_check_block(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk,
-                     fxa_bad_value *bad)
+                     fxa_bad_value *bad, double *norm2_max)
 {
+    static const float zero[FXA_MAX_HEAD_DIM];
     const size_t dim = (size_t)p->d.head_dim;
     const fxa_row_stats *rs = p->ctx->kernels->row_stats;
     float scratch[FXA_MAX_HEAD_DIM];
-    for (int64_t h = 0; h < blk->n_heads; h++)
+    for (int64_t h = 0; h < blk->n_heads; h++) {
         bad[h].bad_row = -1;
+        norm2_max[h] = 0.0;
+    }
     for (int64_t i = 0; i < blk->n_tokens * blk->n_heads; i++) {
         int64_t h, j;
         row_at(blk, i, &h, &j);
-        if (bad[h].bad_row < 0)
-            note_bad(rs, &bad[h], 'Q', j, block_row(p, x, blk, h, j, scratch), dim);
+        if (bad[h].bad_row >= 0)
+            continue;
+        const float *row = block_row(p, x, blk, h, j, scratch);
+        if (!note_bad(rs, &bad[h], 'Q', j, row, dim)) {
+            const double nn = rs->distance2(row, zero, dim);
+            norm2_max[h] = nn > norm2_max[h] ? nn : norm2_max[h];
+        }
     }
 }
 
@@ -128,6 +136,10 @@ int fxa_summary_merge(const fxa_attn_plan *p, const double *summaries, size_t st
     double sum[FXA_MAX_HEAD_DIM] = {0};
     hb->kmax = 0.0;
     hb->vmax = 0.0;
+    hb->qmax = 0.0;
+    hb->eps_abs = 0.0;
+    hb->lambda_k = (float)p->lambda;
+    hb->kshift = 0;
     for (int64_t b = 0; b < n_blocks; b++) {
         const double *s = summaries + (size_t)b * stride;
         n += s[0];

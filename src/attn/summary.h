@@ -51,9 +51,11 @@ void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
 void fxa_radius_block(const fxa_attn_plan *p, const void *k, const fxa_row_block *blk,
                       const float *means, double *partials);
 
-/* The first non-finite element of each head of a block of Q in bad[h]. */
+/* The first non-finite element of each head of a block of Q in bad[h], and
+ * the largest ||q||^2 of its finite rows (before the first bad one) in
+ * norm2_max[h]. */
 void fxa_check_block(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk,
-                     fxa_bad_value *bad);
+                     fxa_bad_value *bad, double *norm2_max);
 
 /* The fp32 mean the kernels subtract: (float)(sum / n) per dimension. */
 void fxa_fp32_mean(const double *sum, double n, size_t dim, float *mean);
@@ -61,8 +63,9 @@ void fxa_fp32_mean(const double *sum, double n, size_t dim, float *mean);
 /* Merge n_blocks summaries of one head (block b at summaries + b * stride
  * doubles) into its bound quantities and key mean kbar[D]. The radius of the
  * union is max_b (radius_b + ||mean_b - kbar||) (triangle inequality), which
- * for one block is that block's radius exactly. Returns 0 if no block has a
- * key. */
+ * for one block is that block's radius exactly. hb->qmax is set to 0 and
+ * the prescaling to none (fxa_head_prescale sets both). Returns 0 if no
+ * block has a key. */
 int fxa_summary_merge(const fxa_attn_plan *p, const double *summaries, size_t stride,
                       int64_t n_blocks, fxa_head_bound *hb, float *kbar);
 
