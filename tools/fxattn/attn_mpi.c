@@ -158,10 +158,11 @@ static int run(fxt_world *w, const attn_opts *o)
         fxt_inputs whole;
         if (o->verify) {
             code = fxt_inputs_load(o->q, o->k, o->v, layout, o->dtype, &whole);
-            if (!code && !(code = fxt_attn_apply_options(o, &whole.d)))
-                code = fxt_attn_verify(&whole, full_out, full_lse, &vr);
-            if (!code)
+            if (!code) {
+                if (!(code = fxt_attn_apply_options(o, &whole.d)))
+                    code = fxt_attn_verify(&whole, full_out, full_lse, &vr);
                 fxt_inputs_free(&whole);
+            }
         }
         if (!code)
             code = fxt_attn_write_outputs(o, &in, full_out, o->lse ? full_lse : NULL);
@@ -170,7 +171,7 @@ static int run(fxt_world *w, const attn_opts *o)
         goto done;
     if (w->rank == 0 && o->stats) {
         const double flops = fxa_attn_flops(&in.d);
-        printf("{\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"rows\": %lld, "
+        fxt_json_printf("{\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"rows\": %lld, "
                "\"fallback_rows\": %lld, \"vmax\": %.9g, \"max_bound\": %.17g, "
                "\"threads_per_rank\": %d, \"isa\": \"%s\", \"seconds\": %.6f, \"gflops\": %.3f, "
                "\"a2a_seconds\": %.6f, \"ring_compute_seconds\": %.6f, "
@@ -180,7 +181,7 @@ static int run(fxt_world *w, const attn_opts *o)
                fxa_ctx_isa(ctx), seconds, seconds > 0 ? flops / seconds * 1e-9 : 0.0,
                ms.a2a_seconds, ms.ring_compute_seconds, ms.ring_wait_seconds);
         if (o->verify)
-            printf(", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
+            fxt_json_printf(", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
                    "\"max_lse_err\": %.6g",
                    (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
         printf("}\n");

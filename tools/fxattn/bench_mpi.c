@@ -271,7 +271,7 @@ int fxt_bench_mpi(const bench_opts *o)
                gflop / tg, ts / (b.size * tg), tgc);
         printf("fxattn over all-gather: %.3fx\n", tg / td);
         if (o->json)
-            printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
+            fxt_json_printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
                    "\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"threads_per_rank\": %d, "
                    "\"single_seconds\": %.6f, \"fxattn_seconds\": %.6f, "
                    "\"allgather_seconds\": %.6f, \"efficiency\": %.4f, "

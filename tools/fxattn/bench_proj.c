@@ -216,7 +216,7 @@ int fxt_bench_proj(const bench_args *ba)
         /* fp32 operands run fp32 FMA; bf16 and FP8 operands run bf16 products. */
         const double pk = way >= 3 ? peak16 : peak;
         if (ba->json)
-            printf("{\"proj\": \"%s\", \"seq\": %lld, \"hidden\": %lld, \"out\": %lld, "
+            fxt_json_printf("{\"proj\": \"%s\", \"seq\": %lld, \"hidden\": %lld, \"out\": %lld, "
                    "\"threads\": %d, \"seconds\": %.6f, \"gflops\": %.3f, \"fraction_of_peak\": "
                    "%.4f, \"peak\": \"%s\", \"over_bare_sgemm\": %.4f, \"weight_bytes\": %zu}\n",
                    names[way], (long long)b.s, (long long)b.h, (long long)b.i, threads, med[way],

@@ -53,6 +53,11 @@ int fxt_parse_dtype(const char *s, fxa_dtype *out);
 int fxt_parse_compute(const char *s, fxa_compute *out);
 const char *fxt_dtype_name(fxa_dtype t);
 
+/* printf to stdout for JSON output: every number printed as inf, -inf, nan
+ * or -nan (outside strings) becomes null, so that --json and --stats stay
+ * valid JSON on any input. */
+void fxt_json_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Monotonic wall clock in seconds. */
 double fxt_now(void);
 

@@ -20,6 +20,57 @@ void fxt_fail_capture(char *buf, size_t cap)
         g_capture[0] = '\0';
 }
 
+static int word_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '.';
+}
+
+void fxt_json_printf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    char *buf = malloc((size_t)n + 1);
+    if (!buf)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    int in_string = 0;
+    for (int i = 0; i < n; i++) {
+        const char c = buf[i];
+        if (in_string) {
+            if (c == '\\' && i + 1 < n)
+                putchar(buf[i++]);
+            else if (c == '"')
+                in_string = 0;
+            putchar(buf[i]);
+            continue;
+        }
+        if (c == '"') {
+            in_string = 1;
+            putchar(c);
+            continue;
+        }
+        if (i == 0 || !word_char(buf[i - 1])) {
+            const int sign = c == '-' || c == '+';
+            const char *w = buf + i + sign;
+            if ((strncmp(w, "inf", 3) == 0 || strncmp(w, "nan", 3) == 0) &&
+                !word_char(w[3])) {
+                fputs("null", stdout);
+                i += sign + 2;
+                continue;
+            }
+        }
+        putchar(c);
+    }
+    free(buf);
+}
+
 int fxt_fail(int code, const char *fmt, ...)
 {
     va_list ap;

@@ -128,7 +128,7 @@ int fxt_cmd_bench(int argc, char **argv)
         const double gf = gflop / modes[i].median;
         const char *name = i ? "online" : "auto";
         if (json)
-            printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
+            fxt_json_printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
                    "\"compute\": \"%s\", \"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", \"seconds_median\": %.6f, "
                    "\"seconds_best\": %.6f, \"gflops\": %.3f, \"peak_gflops\": %.3f, "
                    "\"fraction_of_peak\": %.4f, \"fallback_rows\": %lld, \"rows\": %lld}\n",
@@ -144,7 +144,7 @@ int fxt_cmd_bench(int argc, char **argv)
                    (long long)modes[i].st.rows);
     }
     if (json)
-        printf("{\"fixed_over_online\": %.4f}\n", ratio);
+        fxt_json_printf("{\"fixed_over_online\": %.4f}\n", ratio);
     else
         printf("fixed-max over online: %.3fx\n", ratio);
 out:

@@ -203,7 +203,7 @@ static void print_text(const fxa_attn_desc *d, const head_report *hr, int has_v,
 static void print_json(const fxa_attn_desc *d, const head_report *hr, int has_v, double share_c,
                        double share_r)
 {
-    printf("{\"batch\": %lld, \"heads_q\": %lld, \"heads_kv\": %lld, \"seq_q\": %lld, "
+    fxt_json_printf("{\"batch\": %lld, \"heads_q\": %lld, \"heads_kv\": %lld, \"seq_q\": %lld, "
            "\"seq_kv\": %lld, \"head_dim\": %lld, \"scale\": %.17g, \"has_v\": %s, "
            "\"fallback_share_centered\": %.6g, \"fallback_share_raw\": %.6g, \"heads\": [",
            (long long)d->batch, (long long)d->heads_q, (long long)d->heads_kv,
@@ -211,7 +211,7 @@ static void print_json(const fxa_attn_desc *d, const head_report *hr, int has_v,
            has_v ? "true" : "false", share_c, share_r);
     for (int64_t h = 0; h < d->heads_q; h++) {
         const head_report *r = &hr[h];
-        printf("%s{\"head\": %lld, \"q_norm_min\": %.6g, \"q_norm_median\": %.6g, "
+        fxt_json_printf("%s{\"head\": %lld, \"q_norm_min\": %.6g, \"q_norm_median\": %.6g, "
                "\"q_norm_max\": %.6g, \"k_norm_max\": %.6g, \"k_radius_centered\": %.6g, "
                "\"vmax\": %.6g, \"C\": %d, \"gate\": %d, \"gate_centered\": %d, "
                "\"bound_median\": %.0f, \"bound_max\": %.0f, \"bound_raw_median\": %.0f, "

@@ -117,7 +117,7 @@ int fxt_cmd_demo(int argc, char **argv)
     const double gflop = fxa_attn_flops(&w.d) * 1e-9;
     if (json) {
         for (int i = 0; i < 2; i++)
-            printf("{\"mode\": \"%s\", \"seq\": %lld, \"heads\": %lld, \"dim\": %lld, "
+            fxt_json_printf("{\"mode\": \"%s\", \"seq\": %lld, \"heads\": %lld, \"dim\": %lld, "
                    "\"seconds\": %.4f, \"gflops\": %.3f, \"max_abs_err\": %.4g, "
                    "\"max_rel_err\": %.4g, \"max_lse_err\": %.4g, \"ref_rows\": %lld, "
                    "\"fallback_rows\": %lld, \"rows\": %lld, \"C\": %d, \"max_bound\": %.0f}\n",

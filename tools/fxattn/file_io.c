@@ -2,8 +2,11 @@
 #include "file_io.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define IO_CHUNK ((size_t)1 << 30)
@@ -53,6 +56,40 @@ fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, ch
         done += (size_t)written;
     }
     return FXA_OK;
+}
+
+/* path's directory entry as "<realpath of its folder>/<last component>";
+ * 0 when the folder cannot be resolved. */
+static int entry_path(const char *path, char *out, size_t cap)
+{
+    char dir[PATH_MAX];
+    char real[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!slash) {
+        snprintf(dir, sizeof dir, ".");
+    } else {
+        const size_t n = slash == path ? 1 : (size_t)(slash - path);
+        if (n >= sizeof dir)
+            return 0;
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    if (!realpath(dir, real))
+        return 0;
+    return snprintf(out, cap, "%s/%s", real, base) < (int)cap;
+}
+
+int fxt_same_output(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino)
+        return 1;
+    char ea[PATH_MAX + 256];
+    char eb[PATH_MAX + 256];
+    if (entry_path(a, ea, sizeof ea) && entry_path(b, eb, sizeof eb))
+        return strcmp(ea, eb) == 0;
+    return strcmp(a, b) == 0;
 }
 
 void fxt_clear_error(char *err, size_t errlen)

@@ -23,6 +23,14 @@ fxa_status fxt_pread_all(int fd, void *buf, size_t n, int64_t offset, const char
 fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
                          size_t errlen);
 
+/*
+ * 1 when output paths a and b name the same file: both exist and share
+ * device and inode (a symlink, a hard link, ./x and x), or their directory
+ * entries are the same (the folder resolved with realpath, then the last
+ * component). Two outputs for which this holds are refused up front.
+ */
+int fxt_same_output(const char *a, const char *b);
+
 /* Messages about file content, shared by the readers: */
 
 /* Empty err (when not NULL and errlen > 0). */

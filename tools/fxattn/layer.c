@@ -278,7 +278,7 @@ void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_la
         return;
     }
     const double seconds = r->qkv_seconds + r->attention_seconds + r->out_seconds;
-    printf("{\"tokens\": %lld, \"hidden\": %lld, \"heads\": %lld, \"head_dim\": %lld, "
+    fxt_json_printf("{\"tokens\": %lld, \"hidden\": %lld, \"heads\": %lld, \"head_dim\": %lld, "
            "\"grid\": [%lld, %lld, %lld], \"weights\": \"%s\", \"rope_layout\": \"%s\", "
            "\"fp8\": %s, \"mode\": \"%s\", \"ranks\": %d, \"ulysses\": %d, \"ring\": %d, "
            "\"tp\": %d, \"threads\": %d, \"isa\": \"%s\", \"qkv_seconds\": %.6f, "
@@ -293,7 +293,7 @@ void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_la
            (long long)r->fallback_rows,
            seconds > 0 ? fxt_layer_flops(cfg) / seconds * 1e-9 : 0.0);
     if (c)
-        printf(", \"verify_tokens\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
+        fxt_json_printf(", \"verify_tokens\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
                "\"fp32_rel_err\": %.6g, \"tolerance\": %.6g",
                (long long)c->tokens, c->max_abs_err, c->max_rel_err, c->fp32_rel_err,
                c->tolerance);

@@ -761,9 +761,21 @@ static fxa_status write_in_place(const char *path, const struct stat *target,
         memset(st, 0, sizeof *st);
         return FXA_ERR_IO;
     }
-    int fd = open(path, O_WRONLY);
+    /* Non-blocking open: a FIFO without a reader fails at once (ENXIO)
+     * instead of blocking forever; the writes then block as usual. */
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+        if (errno == ENXIO && S_ISFIFO(target->st_mode))
+            set_error(err, errlen, "%s: is a FIFO with no reader (nothing was written)", path);
+        else
+            set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+        memset(st, 0, sizeof *st);
+        return FXA_ERR_IO;
+    }
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        set_error(err, errlen, "%s: cannot make the output blocking: %s", path, strerror(errno));
+        close(fd);
         memset(st, 0, sizeof *st);
         return FXA_ERR_IO;
     }

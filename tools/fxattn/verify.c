@@ -32,6 +32,8 @@ void fxt_verify(const fxa_attn_desc *d, const float *q, const float *k, const fl
                     const double err = fabs((double)lse[(b * d->heads_q + h) * d->seq_q + i] -
                                             ref_lse);
                     res->max_lse_err = isnan(err) ? INFINITY : fmax(res->max_lse_err, err);
+                    const double rel = err / fmax(1.0, fabs(ref_lse));
+                    res->max_lse_rel = isnan(rel) ? INFINITY : fmax(res->max_lse_rel, rel);
                 }
                 res->rows++;
             }

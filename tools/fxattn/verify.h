@@ -12,7 +12,16 @@ typedef struct fxt_verify_result {
     double max_abs_err; /* max |out - ref| */
     double max_rel_err; /* max_abs_err / max |v| */
     double max_lse_err; /* max |lse - ref lse| (0 without lse) */
+    double max_lse_rel; /* max |lse - ref lse| / max(1, |ref lse|) (0 without lse) */
 } fxt_verify_result;
+
+/* `attn --verify` passes when max_rel_err and max_lse_rel are at most this:
+ * an absolute ceiling against the fp64 reference (2^-12; fp32 results on
+ * ordinary inputs are 1e-7..1e-5 off, README "Numerics"), never relative
+ * to another fp32 computation that could fail the same way. bf16 compute
+ * rounds P to bf16 (error up to ~2^-7 max|v|): 2^-6 there. */
+#define FXT_VERIFY_TOL 0x1p-12
+#define FXT_VERIFY_TOL_BF16 0x1p-6
 
 /* q, k, v: fp32 values as the kernels saw them; lse may be NULL. Compares
  * rows_per_head evenly spaced rows of every (batch, head) (all rows when
