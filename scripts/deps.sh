@@ -11,7 +11,8 @@
 #   scripts/deps.sh --test   also what the test suite needs (clang with
 #                            libFuzzer for the fuzz targets, python3 for the
 #                            test scripts' helpers, debootstrap for the
-#                            fresh-machine check)
+#                            fresh-machine check, iproute2 for the test
+#                            hosts)
 #
 # Uses sudo when not root. Does nothing when everything is there.
 set -euo pipefail
@@ -46,6 +47,7 @@ if [ "$with_tests" = 1 ]; then
         "libFuzzer runtime (libclang_rt.fuzzer)|libclang-rt-14-dev|ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
         "python3 (test helpers)|python3|command -v python3"
         "debootstrap (fresh-machine check)|debootstrap|command -v debootstrap"
+        "ip (test hosts in network namespaces)|iproute2|command -v ip"
     )
 fi
 
