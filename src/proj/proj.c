@@ -295,21 +295,42 @@ static double sum_squares(const float *y, int64_t n)
     return sum;
 }
 
-/* 1 / sqrt(mean + eps): the mean rounded to fp32, then 1.0f / sqrtf in fp32. */
-static float inv_rms(double sum, double n, double eps)
+/* 1 / sqrt(mean + eps): the mean rounded to fp32, then 1.0f / sqrtf in fp32.
+ * A mean of squares at or above 2^126 (every y finite, but y^2 past fp32)
+ * is normalised by a power of two instead: *shift = e with the mean scaled
+ * by 2^-2e into [2^-2, 2) (eps, below 2^-100 of it, does not change the
+ * fp32 sum), and the caller scales y by 2^-e first (exact), so y 2^-e *
+ * (r gamma) equals what an fp32 with a wider exponent would give; *shift =
+ * 0 otherwise, with the ordinary bits. */
+static float inv_rms(double sum, double n, double eps, int *shift)
 {
-    const float mean = (float)(sum / n);
+    const double mean_d = sum / n;
+    *shift = 0;
+    if (mean_d >= 0x1p126) {
+        int ex;
+        frexp(mean_d, &ex); /* mean_d = f 2^ex, f in [0.5, 1) */
+        *shift = ex / 2;
+        return 1.0f / sqrtf((float)ldexp(mean_d, -2 * *shift));
+    }
+    const float mean = (float)mean_d;
     return 1.0f / sqrtf(mean + (float)eps);
 }
 
 /* One normalised (r; 1 without norm) and rotated segment of one token. */
 static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads, const float *gamma,
-                           const float *cs, const float *sn, float *out_base, int64_t s, float r)
+                           const float *cs, const float *sn, float *out_base, int64_t s, float r,
+                           int shift)
 {
     const int64_t dim = d->head_dim;
     const int64_t half = dim / 2;
+    float ys[FXA_MAX_HEAD_DIM];
     for (int64_t h = 0; h < heads; h++) {
         const float *yh = y + h * dim;
+        if (shift) { /* inv_rms's power of two: exact for these large y */
+            for (int64_t i = 0; i < dim; i++)
+                ys[i] = ldexpf(yh[i], -shift);
+            yh = ys;
+        }
         const float *g = d->norm ? gamma + h * dim : NULL;
         float *o = out_row(d, out_base, heads, s, h);
         if (!d->rope) {
@@ -368,12 +389,14 @@ static void finish_token(const epi_job *job, int64_t s)
     const int64_t kn = d->heads_kv * d->head_dim;
     const float *cs = d->rope ? a->rope_cos + s * d->head_dim : NULL;
     const float *sn = d->rope ? a->rope_sin + s * d->head_dim : NULL;
-    const float rq = d->norm ? inv_rms(job->sums[2 * s], job->n_q, d->eps) : 1.0f;
-    finish_segment(d, y, d->heads_q, a->gamma_q, cs, sn, a->q_out, s, rq);
+    int shift = 0;
+    const float rq = d->norm ? inv_rms(job->sums[2 * s], job->n_q, d->eps, &shift) : 1.0f;
+    finish_segment(d, y, d->heads_q, a->gamma_q, cs, sn, a->q_out, s, rq, shift);
     if (d->heads_kv == 0)
         return;
-    const float rk = d->norm ? inv_rms(job->sums[2 * s + 1], job->n_k, d->eps) : 1.0f;
-    finish_segment(d, y + qn, d->heads_kv, a->gamma_k, cs, sn, a->k_out, s, rk);
+    shift = 0;
+    const float rk = d->norm ? inv_rms(job->sums[2 * s + 1], job->n_k, d->eps, &shift) : 1.0f;
+    finish_segment(d, y + qn, d->heads_kv, a->gamma_k, cs, sn, a->k_out, s, rk, shift);
     for (int64_t h = 0; h < d->heads_kv; h++)
         memcpy(out_row(d, a->v_out, d->heads_kv, s, h), y + qn + kn + h * d->head_dim,
                (size_t)d->head_dim * sizeof(float));

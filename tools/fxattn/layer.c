@@ -250,7 +250,7 @@ int fxt_layer_check_result(const fxt_layer_check *c)
     return fxt_fail(FXT_EXIT_FAILURE,
                     "--verify: y differs from the fp64 layer by %.3g of max|y| (at token %lld, "
                     "channel %lld), above the tolerance %.3g (twice plain fp32's %.3g, plus "
-                    "2^-22)",
+                    "2^-22, at most 2^-12)",
                     c->max_rel_err, (long long)c->worst_token, (long long)c->worst_channel,
                     c->tolerance, c->fp32_rel_err);
 }

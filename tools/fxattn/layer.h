@@ -72,7 +72,7 @@ typedef struct fxt_layer_check {
     double max_abs_err;  /* max |y - y64| */
     double max_rel_err;  /* max_abs_err / max |y64| */
     double fp32_rel_err; /* the same for the layer in plain fp32 */
-    double tolerance;    /* 2 fp32_rel_err + 2^-22: max_rel_err must not exceed it */
+    double tolerance;    /* min(2 fp32_rel_err + 2^-22, 2^-12): max_rel_err must not exceed it */
     int64_t worst_token; /* where max_abs_err is */
     int64_t worst_channel;
 } fxt_layer_check;

@@ -201,7 +201,22 @@ static int read_float_rows(const src *c, const fxt_st_tensor *t, int64_t r0, int
     const int64_t per_row = t->ndim && t->shape[0] ? t->count / t->shape[0] : 0;
     const fxa_status st =
         fxt_st_read_rows_f32(c->f, t, r0, n, dst, (size_t)(n * per_row), err, sizeof err);
-    return st != FXA_OK ? read_fail(st, err) : 0;
+    if (st != FXA_OK)
+        return read_fail(st, err);
+    /* Non-finite values are reported here, in the tensor's own coordinates
+     * as stored (before any RoPE permutation or [Q|K|V] fusion). */
+    for (int64_t i = 0; i < n * per_row; i++) {
+        if (isfinite(dst[i]))
+            continue;
+        if (t->ndim >= 2)
+            return fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "%s: tensor '%s' has a non-finite value (%g) at [%lld, %lld]",
+                            c->path, t->name, (double)dst[i], (long long)(r0 + i / per_row),
+                            (long long)(i % per_row));
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: tensor '%s' has a non-finite value (%g) at [%lld]",
+                        c->path, t->name, (double)dst[i], (long long)(r0 + i));
+    }
+    return 0;
 }
 
 /* Elements [r0, r0 + n) of vector v ([hidden]) into dst. */
@@ -267,6 +282,9 @@ static int read_one_scale(const src *c, const fxt_st_tensor *t, int64_t n, float
     const fxa_status st = fxt_st_read_f32(c->f, t, dst, 1, err, sizeof err);
     if (st != FXA_OK)
         return read_fail(st, err);
+    if (!isfinite(dst[0]) || dst[0] < 0.0f)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: scale '%s' is %g (must be finite, not negative)",
+                        c->path, t->name, (double)dst[0]);
     for (int64_t i = 1; i < n; i++)
         dst[i] = dst[0];
     return 0;
@@ -316,7 +334,15 @@ static int weight_rows(const src *c, int mod, int64_t r0, int64_t n, void *dst)
         return code ? code : read_float_rows(c, t, r0, n, dst);
     char err[600];
     const fxa_status st = fxt_st_read_rows(c->f, t, r0, n, dst, (size_t)(n * h), err, sizeof err);
-    return st != FXA_OK ? read_fail(st, err) : 0;
+    if (st != FXA_OK)
+        return read_fail(st, err);
+    const uint8_t *codes = dst; /* E4M3's only non-finite codes: the NaNs S.1111.111 */
+    for (int64_t i = 0; i < n * h; i++)
+        if ((codes[i] & 0x7f) == 0x7f)
+            return fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "%s: tensor '%s' has a NaN code (0x%02x) at [%lld, %lld]", c->path,
+                            t->name, codes[i], (long long)(r0 + i / h), (long long)(i % h));
+    return 0;
 }
 
 /* Output channels [r0, r0 + n) of module `mod` (weight rows, their scales
