@@ -18,6 +18,7 @@
 
 #include "../core/alloc.h"
 #include "../core/convert_inline.h"
+#include "../core/cpu.h"
 #include "../core/ctx_internal.h"
 #include "fxattn_proj.h"
 #include "gemm_bf16.h"
@@ -483,14 +484,17 @@ static size_t take(size_t *at, size_t bytes)
 }
 
 /* 16- and 8-bit operands on both sides multiply as bf16 (exact: every E4M3
- * value is a bf16 value), read in place when bf16, decoded when E4M3;
- * otherwise the GEMM is fp32, reading fp32 in place and decoding the rest. */
+ * value is a bf16 value), read in place when bf16, decoded when E4M3, on
+ * CPUs with AVX512-BF16 (oneDNN has no bf16 matmul without it); otherwise
+ * the GEMM is fp32, reading fp32 in place and decoding the rest (every
+ * bf16 and E4M3 value is an fp32 value: the same products). */
 static void layout(const fxa_proj_desc *d, proj_ws *l)
 {
     const size_t s = (size_t)d->tokens;
     const size_t x_elems = s * (size_t)d->in_features;
     *l = (proj_ws){0};
-    l->bf16_path = d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32;
+    l->bf16_path = d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32 &&
+                   fxa_cpu_get()->avx512bf16;
     const int decode_w16 = l->bf16_path && d->w_format == FXA_PROJ_W_E4M3;
     const int decode_w32 = !l->bf16_path && d->w_format != FXA_PROJ_W_F32;
     l->w_block = decode_w16   ? w_block_rows(d, sizeof(uint16_t))
