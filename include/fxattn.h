@@ -68,6 +68,14 @@ typedef struct fxa_ctx_params {
  * down), at least 1 and at most 1024. Read afresh on every call. */
 FXA_API int fxa_available_cpus(void);
 
+/* Bytes of memory this process may still use: /proc/meminfo's
+ * MemAvailable, capped by a cgroup memory limit where one is set (v2
+ * memory.max - memory.current, v1 memory.limit_in_bytes -
+ * memory.usage_in_bytes, reclaimable inactive file pages counted as free;
+ * the tightest from the process's cgroup up). UINT64_MAX when unknown.
+ * Plans refuse a workspace larger than this (FXA_ERR_NO_MEMORY). */
+FXA_API uint64_t fxa_available_memory(void);
+
 /* Fill *p with defaults (n_threads 0: fxa_available_cpus()). */
 FXA_API void fxa_ctx_params_init(fxa_ctx_params *p);
 

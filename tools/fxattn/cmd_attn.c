@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "attn_opts.h"
 #include "cli.h"
@@ -137,6 +138,26 @@ int fxt_attn_is_distributed(const attn_opts *o)
            getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+/* Before reading anything: the three files (as read; a conversion to
+ * another dtype holds both copies for a moment: counted twice), the output
+ * and the LSE (Q's elements as fp32: at most twice Q's file). */
+static int check_attn_memory(const attn_opts *o)
+{
+    const char *paths[3] = {o->q, o->k, o->v};
+    double files = 0.0, q_bytes = 0.0;
+    for (int i = 0; i < 3; i++) {
+        struct stat sb;
+        if (stat(paths[i], &sb) != 0 || !S_ISREG(sb.st_mode))
+            return 0; /* the loader reports it */
+        files += (double)sb.st_size;
+        q_bytes = i == 0 ? (double)sb.st_size : q_bytes;
+    }
+    /* --verify widens q, k and v to fp32 (at most twice the files). */
+    const double need = files * (o->dtype ? 2.0 : 1.0) + 2.0 * q_bytes +
+                        (o->verify ? 2.0 * files : 0.0);
+    return fxt_check_memory(need, "attn: the inputs, the output and the LSE");
+}
+
 int fxt_cmd_attn(int argc, char **argv)
 {
     attn_opts o;
@@ -164,6 +185,8 @@ int fxt_cmd_attn(int argc, char **argv)
     }
     if (fxt_attn_is_distributed(&o))
         return fxt_attn_mpi(&o);
+    if ((code = check_attn_memory(&o)))
+        return code;
     if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))
         return code;
     if ((code = fxt_attn_apply_options(&o, &in.d)))

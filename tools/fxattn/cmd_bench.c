@@ -74,6 +74,12 @@ int fxt_cmd_bench(int argc, char **argv)
     const int64_t seq = a.seq, heads = a.heads, dim = a.dim, threads = a.threads;
     const int64_t repeats = a.repeats;
     const int json = a.json;
+    /* fp32 q, k, v and the output (16-bit copies of q, k, v besides for
+     * bf16/f16); the plans check their workspaces themselves. */
+    const double n_elems = (double)seq * (double)heads * (double)dim;
+    if ((code = fxt_check_memory(n_elems * (dtype == FXA_F32 ? 16.0 : 22.0),
+                                 "bench: q, k, v and the output")))
+        return code;
     fxt_wan_synth p;
     fxt_workload w;
     fxt_wan_synth_defaults(&p);

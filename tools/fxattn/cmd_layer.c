@@ -79,6 +79,14 @@ static int run_single(const layer_opts *o)
     memset(&r, 0, sizeof r);
     memset(&b, 0, sizeof b);
     int code = fxt_layer_setup(o, &cfg);
+    if (!code) {
+        /* fp32 weights (4 hidden^2; E4M3 codes count as fp32 here, an
+         * overestimate), x, Q|K|V, the attention output and y (7 S hidden
+         * floats with a spare), plus the projection's own copy of the
+         * output (3 S hidden floats). */
+        const double h = (double)cfg.hidden, s = (double)cfg.tokens;
+        code = fxt_check_memory(16.0 * h * h + 40.0 * s * h, "layer: weights and activations");
+    }
     if (!code)
         code = fxt_layer_load_weights(o, &cfg, 0, cfg.heads, &w);
     if (!code)
