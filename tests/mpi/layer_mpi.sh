@@ -4,12 +4,13 @@
 # tokens, 8 heads x 32 = hidden 256, synthetic weights or a .safetensors
 # checkpoint; x synthetic or from a file, which context-parallel ranks read
 # in shards):
-#  - pure Ulysses (--ulysses 2 --ring 1) writes the same bytes: every rank
-#    projects its own tokens with all heads (the projection is per token),
-#    and Ulysses attention is bit-identical to one process. OpenBLAS's
-#    small-matrix sgemm kernels (M N K below about 1e6 on AVX-512 builds)
-#    round differently for different token counts, so this size keeps every
-#    GEMM of an 18-token shard above them.
+#  - pure Ulysses (--ulysses 2 --ring 1): every rank projects its own
+#    tokens with all heads (the projection is per token), and Ulysses
+#    attention is bit-identical to one process (test_mpi_attn), but
+#    OpenBLAS's sgemm rounds a token's row differently depending on how many
+#    rows the GEMM holds (measured: on Zen AVX2 builds rows 12-15 of a
+#    16-row GEMM differ from the same rows of a 32-row one, also at Wan's
+#    shape), so y is held to the same 1e-5 as the ring below.
 #  - the ring (--ulysses 1 --ring 2) and tensor parallelism (--tp 2) sum in
 #    other orders (the ring adds per-block partial sums; --tp joins the
 #    RMSNorm sums of squares over the ranks and sums the output projection's
@@ -74,8 +75,8 @@ g="--grid 2,3,6 --heads 8 --dim 32 --seed 3"
 "$fxattn" layer $g -o "$dir/ref.npy" --threads 1 || { echo "FAIL: single process"; exit 1; }
 "$fxattn" layer $g -x "$dir/x.npy" -o "$dir/ref_x.npy" --threads 1 ||
     { echo "FAIL: single process with -x"; exit 1; }
-check "Ulysses 2" "$g --ulysses 2 --ring 1" same "$dir/ref.npy"
-check "Ulysses 2, -x" "$g -x $dir/x.npy --ulysses 2 --ring 1" same "$dir/ref_x.npy"
+check "Ulysses 2" "$g --ulysses 2 --ring 1" close "$dir/ref.npy"
+check "Ulysses 2, -x" "$g -x $dir/x.npy --ulysses 2 --ring 1" close "$dir/ref_x.npy"
 check "ring 2" "$g --ulysses 1 --ring 2" close "$dir/ref.npy"
 check "ring 2, -x" "$g -x $dir/x.npy --ring 2" close "$dir/ref_x.npy"
 check "tp 2" "$g --tp 2" close "$dir/ref.npy"

@@ -5,9 +5,8 @@
 #  - `fxattn attn`: pure Ulysses on 2 and 4 hosts writes the same bytes;
 #    the ring on 2 and 4 hosts and the 2-D grid (Ulysses 2 x ring 2) on 4
 #    are within 1e-5 max|out| (other summation order) and pass --verify;
-#  - `fxattn layer` (72 tokens, hidden 512): --tp 2 on 2 hosts, --tp 2
-#    --ring 2 on 4 hosts within 1e-5 max|y|, --ulysses 2 on 2 hosts the same
-#    bytes, all with --verify;
+#  - `fxattn layer` (72 tokens, hidden 512): --ulysses 2 and --tp 2 on 2
+#    hosts, --tp 2 --ring 2 on 4 hosts within 1e-5 max|y|, with --verify;
 #  - the links' byte counters show the data crossed them: each host sent at
 #    least what the algorithm must move (Ulysses: its share of Q, K, V and
 #    of the output; ring: its K/V block; both: its output shard to rank 0);
@@ -83,35 +82,30 @@ attn "Ulysses 4 on 4 hosts" 4 4 1 same 1
 attn "ring 4 on 4 hosts" 4 1 4 close 1
 attn "2-D 2x2 on 4 hosts" 4 2 2 close 1
 
-# The layer: 72 tokens, hidden 512, so that every GEMM of a 36-token shard
-# stays above OpenBLAS's small-matrix kernels (whose rounding depends on the
-# token count; at hidden 256 and 18-token shards an AVX2 build rounds
-# differently): pure Ulysses then writes the same bytes as one process.
+# The layer: 72 tokens, hidden 512. Its projections go through OpenBLAS,
+# whose rounding of a token's row depends on the rows in the GEMM (see
+# tests/mpi/layer_mpi.sh), so every grid is held to 1e-5 max|y|.
 g="--grid 2,6,6 --heads 8 --dim 64 --seed 3"
 # shellcheck disable=SC2086
 "$fxattn" layer $g -o "$dir/ref_y.npy" --threads 1 || { echo "FAIL: one process layer"; exit 1; }
-layer() { # NAME HOSTS same|close GRID-OPTIONS
-    local name=$1 n=$2 how=$3 opts=$4 list="" i
+layer() { # NAME HOSTS GRID-OPTIONS
+    local name=$1 n=$2 opts=$3 list="" i
     for ((i = 1; i <= n; i++)); do list+="${list:+,}$(h "$i"):1"; done
     counters_start "$n"
     # shellcheck disable=SC2086
     out=$(hosts_mpirun "$list" -np "$n" "$fxattn" layer $g $opts -o "$dir/y.npy" --threads 1 \
         --verify 2>&1) || { echo "$out"; bad "$name: exit $?"; return; }
     echo "$name: $(echo "$out" | tail -1)"
-    if [ "$how" = same ]; then
-        cmp -s "$dir/ref_y.npy" "$dir/y.npy" || bad "$name: y differs from one process"
-    else
-        "$npy_close" "$dir/ref_y.npy" "$dir/y.npy" 1e-5 || bad "$name: y not within 1e-5 of one process"
-    fi
+    "$npy_close" "$dir/ref_y.npy" "$dir/y.npy" 1e-5 || bad "$name: y not within 1e-5 of one process"
     local tx
     tx=$(sent 2)
     echo "$name: host 2 sent $tx bytes"
     [ "$tx" -gt 0 ] || bad "$name: nothing crossed host 2's link"
     rm -f "$dir/y.npy"
 }
-layer "layer --ulysses 2 on 2 hosts" 2 same "--ulysses 2 --ring 1"
-layer "layer --tp 2 on 2 hosts" 2 close "--tp 2"
-layer "layer --tp 2 --ring 2 on 4 hosts" 4 close "--tp 2 --ring 2"
+layer "layer --ulysses 2 on 2 hosts" 2 "--ulysses 2 --ring 1"
+layer "layer --tp 2 on 2 hosts" 2 "--tp 2"
+layer "layer --tp 2 --ring 2 on 4 hosts" 4 "--tp 2 --ring 2"
 
 prefix=$FXH_PREFIX
 finish
