@@ -43,19 +43,16 @@ static int imax(int a, int b)
     return a > b ? a : b;
 }
 
-static int imin(int a, int b)
-{
-    return a < b ? a : b;
-}
-
 /*
  * Prescaling. The tiles form z = lambda_k (q . k' - q . kbar') in fp32 with
  * k' = k 2^-b and lambda_k = lambda 2^b, which equals lambda (q.k - q.kbar)
  * bit for bit wherever no product is subnormal, so b = 0 unless an fp32
  * quantity would overflow: b must keep max ||k'|| and qmax max ||k'|| (every
- * partial sum of a dot product, and q.kbar') below 2^125 (lo), and lambda_k
- * below 2^125 (hi); a tiny lambda is raised towards 2^-100 while the keys
- * stay above 2^-100. Scaling k down makes some products (and k' elements)
+ * partial sum of a dot product, and q.kbar') below 2^125 (lo), lambda_k
+ * below 2^125 (hi) and above 2^-100, and q.k' away from underflow; b is
+ * then the smallest shift these allow (the largest products, so that tiny
+ * q and k gain precision rather than flush). Scaling k down makes some
+ * products (and k' elements)
  * subnormal: each loses at most 2^-150 in k' units, (D + 1) of them per
  * score, which eps_abs = lambda (D + 2) 2^(b - 149) covers in the bound
  * (the rounding of subnormal k' elements, |q| sqrt(D) 2^(b - 150), is
@@ -78,10 +75,13 @@ fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t
             lo = imax(lo, ceil_log2(qm * km) - 125);
     }
     const int hi = 125 - ceil_log2(lam);
-    int b = lo > 0 ? lo : (hi < 0 ? hi : 0);
-    if (km > 0.0 && ldexp(lam, b) < 0x1p-100)
-        b = imax(b, imin(imin(-99 - ceil_log2(lam), ceil_log2(km) + 99), hi));
-    const double eps_abs = b != 0 ? lam * ldexp((double)p->d.head_dim + 2.0, b - 149) : 0.0;
+    const int lo_lambda = -99 - ceil_log2(lam); /* lambda_k >= 2^-100 */
+    const int ordinary =
+        lo <= 0 && 0 <= hi && 0 >= lo_lambda && !(qm > 0.0 && km > 0.0 && qm * km < 0x1p-60);
+    /* Otherwise the largest products the keys allow (no underflow of the
+     * products of the largest elements), with lambda_k kept normal. */
+    const int b = ordinary ? 0 : imax(lo, lo_lambda);
+    const double eps_abs = b > 0 ? lam * ldexp((double)p->d.head_dim + 2.0, b - 149) : 0.0;
     const double z_raw = lam * qm * (km + hb->eps_radius) + eps_abs;
     const double z_cen = lam * qm * (hb->radius + hb->eps_radius) + eps_abs;
     if (!(z_raw <= FXA_SCORE_LIMIT) && !(p->d.center && z_cen <= FXA_SCORE_LIMIT))
