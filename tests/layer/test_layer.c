@@ -740,6 +740,54 @@ static void expect_error(const char *label, const char *word, const char *first,
     }
 }
 
+/* Issue 17: q and k weights and biases scaled by 2^66 (~7e19): every
+ * projected value is finite but its square is not, and RMSNorm is scale
+ * invariant, so y must be the unscaled layer's (eps = 1e-6 against a mean
+ * square ~1 moves it by ~1e-6 of max|y|: 2^-16 is the bound), with and
+ * without --verify (whose plain-fp32 twin overflows here). */
+static void test_scaled_qk(void)
+{
+    static layer L, B;
+    static operands op;
+    static st_tensor t[12];
+    static double y64[S * H];
+    make_layer(&L, 11);
+    B = L;
+    for (int m = 0; m < 2; m++) {
+        for (int i = 0; i < H * H; i++)
+            B.w[m][i] = ldexpf(L.w[m][i], 66);
+        for (int i = 0; i < H; i++)
+            B.b[m][i] = ldexpf(L.b[m][i], 66);
+    }
+    write_npy(XFILE, "<f4", 2, (const int64_t[]){S, H}, L.x, sizeof L.x);
+    write_safetensors("scaled.safetensors", t, f32_tensors(&B, t, NULL));
+    operands_from(&L, &op);
+    reference(&op, 0, y64);
+    for (int verify = 0; verify < 2; verify++) {
+        result r;
+        const char *label = verify ? "q/k scaled by 2^66, --verify" : "q/k scaled by 2^66";
+        if (!run_ok(label, &r, "scaled.safetensors", XFILE, verify ? "--verify" : NULL, NULL))
+            continue;
+        char err[600];
+        fxt_npy a;
+        if (fxt_npy_read(path_of(YFILE), &a, err, sizeof err) != FXA_OK) {
+            CHECK(0, "[%s] cannot read y: %s", label, err);
+            continue;
+        }
+        double ymax = 0.0, e = 0.0;
+        const int whole = a.count == S * H;
+        for (int i = 0; i < S * H && whole; i++) {
+            const double yi = ((const float *)a.data)[i];
+            ymax = fmax(ymax, fabs(y64[i]));
+            e = isfinite(yi) ? fmax(e, fabs(yi - y64[i])) : INFINITY;
+        }
+        fxt_npy_free(&a);
+        printf("  %-34s error %.3g of max|y| against the unscaled layer\n", label, e / ymax);
+        CHECK(whole && e <= 0x1p-16 * ymax,
+              "[%s] y is %.3g of max|y| away from the unscaled layer's", label, e / ymax);
+    }
+}
+
 static void test_errors(void)
 {
     static layer L;
@@ -757,6 +805,14 @@ static void test_errors(void)
     find(t, n, "q.weight")->data = ints;
     write_safetensors("dtype.safetensors", t, n);
 
+    static layer N;
+    N = L;
+    N.w[0][3 * H + 4] = NAN;
+    write_safetensors("nan_q.safetensors", t, f32_tensors(&N, t, NULL));
+    N = L;
+    N.b[2][2] = -INFINITY;
+    write_safetensors("inf_vbias.safetensors", t, f32_tensors(&N, t, NULL));
+
     const char *y = path_of(YFILE), *x = path_of(XFILE);
 #define FILE_ARGS(w) "--weights", path_of(w), "--block", "3", "-x", x, "--heads", "4", "-o", y
     expect_error("missing tensor", "blocks.3.self_attn.norm_k.weight",
@@ -767,6 +823,12 @@ static void test_errors(void)
                  GRID, NULL);
     expect_error("FP8 mixed with F32", "all F8_E4M3 or none", FILE_ARGS("fp8_mixed.safetensors"),
                  "--grid", GRID, NULL);
+    /* Non-finite values named as stored, before the RoPE permutation and
+     * the [Q|K|V] fusion. */
+    expect_error("NaN in q.weight", "'blocks.3.self_attn.q.weight' has a non-finite value (nan) at [3, 4]",
+                 FILE_ARGS("nan_q.safetensors"), "--grid", GRID, NULL);
+    expect_error("-Inf in v.bias", "'blocks.3.self_attn.v.bias' has a non-finite value (-inf) at [2]",
+                 FILE_ARGS("inf_vbias.safetensors"), "--grid", GRID, NULL);
     expect_error("S != F*H*W", "tokens", FILE_ARGS("f32.safetensors"), "--grid", "2,3,5", NULL);
     expect_error("no --grid with -x", "--grid", FILE_ARGS("f32.safetensors"), NULL);
     expect_error("wrong block", "blocks.4.self_attn.q.weight", "--weights",
@@ -797,6 +859,7 @@ int main(int argc, char **argv)
     test_fp8();
     test_rope_layouts();
     test_verify_stats();
+    test_scaled_qk();
     test_errors();
     const int status = test_summary("test_layer");
     for (int i = 0; i < g_npaths; i++)
