@@ -1500,6 +1500,181 @@ static void test_output_failures(void)
 
 /* ------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------ */
+/* Hostile finite inputs (issue 17): exact or refused                        */
+/* ------------------------------------------------------------------------ */
+
+/* Run args; 1 when it exited `want` (and, for a failure, printed one
+ * "fxattn: error:" line mentioning `mention`) within `seconds`. */
+static int run_expect(const char *label, int want, const char *mention, double seconds,
+                      run_result *r, const char *first, ...)
+{
+    const char *args[MAX_ARGS + 1];
+    char cmd[4096], how[128];
+    va_list ap;
+    va_start(ap, first);
+    collect_args(args, first, ap);
+    va_end(ap);
+    format_cmd(args, cmd, sizeof cmd);
+    const double t0 = now_s();
+    run_tool(args, r);
+    const double took = now_s() - t0;
+    int ok = r->code == want && took <= seconds;
+    CHECK(ok, "[%s] %s\n    expected exit %d within %.0f s, got %s after %.1f s\n    stderr: %s",
+          label, cmd, want, seconds, describe_exit(r, how, sizeof how), took, r->err);
+    if (ok && want != 0) {
+        ok = starts_with(r->err, ERR_PREFIX) && strstr(r->err, mention) &&
+             strchr(r->err, '\n') == strrchr(r->err, '\n');
+        CHECK(ok, "[%s] expected one error line mentioning '%s', got: %s", label, mention,
+              r->err);
+    }
+    return ok;
+}
+
+/* The output (one row of 4) and the LSE (one value) of a 1-query run. */
+static void check_one_row(const char *label, const char *out, const char *lse, float want_out,
+                          double want_lse)
+{
+    fxt_npy a, l;
+    const int64_t os[4] = {1, 1, 1, 4}, ls[3] = {1, 1, 1};
+    if (read_output(label, out, 4, os, &a)) {
+        for (int c = 0; c < 4; c++)
+            CHECK(((const float *)a.data)[c] == want_out, "[%s] out[%d] = %.9g, exact %.9g",
+                  label, c, (double)((const float *)a.data)[c], (double)want_out);
+        fxt_npy_free(&a);
+    }
+    if (lse && read_output(label, lse, 3, ls, &l)) {
+        const double got = ((const float *)l.data)[0];
+        CHECK(fabs(got - want_lse) <= 0x1p-20 * want_lse, "[%s] lse = %.9g, exact %.9g", label,
+              got, want_lse);
+        fxt_npy_free(&l);
+    }
+}
+
+static void test_hostile(void)
+{
+    run_result r;
+    size_t where;
+    /* Item 1: q.k = 4e38 overflows fp32, the scaled scores (2e38, 1e38)
+     * and the LSE (2e38) fit: out = v_0 = 1 exactly. */
+    const int64_t qs[4] = {1, 1, 1, 4}, ks[4] = {1, 2, 1, 4};
+    const float q1[4] = {1e19f, 1e19f, 1e19f, 1e19f};
+    const float k1[8] = {1e19f, 1e19f, 1e19f, 1e19f, 0.5e19f, 0.5e19f, 0.5e19f, 0.5e19f};
+    const float v1[8] = {1, 1, 1, 1, 2, 2, 2, 2};
+    const float q2[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    const float k2[8] = {0.5f, 0.5f, 0.5f, 0.5f, 0.25f, 0.25f, 0.25f, 0.25f};
+    write_f32(IN("h_q1.npy"), 4, qs, q1);
+    write_f32(IN("h_k1.npy"), 4, ks, k1);
+    write_f32(IN("h_v1.npy"), 4, ks, v1);
+    write_f32(IN("h_q2.npy"), 4, qs, q2);
+    write_f32(IN("h_k2.npy"), 4, ks, k2);
+    static const char *const centers[2] = {"on", "off"};
+    static const char *const modes[2] = {"auto", "online"};
+    for (int c = 0; c < 2; c++)
+        for (int m = 0; m < 2; m++) {
+            char label[96];
+            snprintf(label, sizeof label, "q.k overflows fp32 (center %s, mode %s)", centers[c],
+                     modes[m]);
+            clear_dir(g_out_dir);
+            if (run_ok(label, &r, "attn", "-q", IN("h_q1.npy"), "-k", IN("h_k1.npy"), "-v",
+                       IN("h_v1.npy"), "-o", g_out, "--lse", g_lse, "--scale", "0.5", "--center",
+                       centers[c], "--mode", modes[m], "--verify", "--stats", (const char *)NULL)) {
+                check_one_row(label, g_out, g_lse, 1.0f, 0.5 * 4e38);
+                CHECK(json_one_object_line(r.out, &where), "[%s] --stats is not one JSON object: %s",
+                      label, r.out);
+            }
+            run_free(&r);
+        }
+    /* Item 2: --scale 3e38 on q = 0.5: the natural scores (3e38, 1.5e38)
+     * fit, the base-2 ones do not; centring forms them (exact), without
+     * it the run is refused naming the bound; 1e300 is refused. */
+    clear_dir(g_out_dir);
+    if (run_ok("--scale 3e38, centred", &r, "attn", "-q", IN("h_q2.npy"), "-k", IN("h_k2.npy"),
+               "-v", IN("h_v1.npy"), "-o", g_out, "--lse", g_lse, "--scale", "3e38",
+               (const char *)NULL))
+        check_one_row("--scale 3e38, centred", g_out, g_lse, 1.0f, 3e38);
+    run_free(&r);
+    static const char *const big[2][2] = {{"3e38", "off"}, {"1e300", "on"}};
+    for (int i = 0; i < 2; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "--scale %s, center %s", big[i][0], big[i][1]);
+        clear_dir(g_out_dir);
+        run_expect(label, 2, "exceeds the fp32 range", 30.0, &r, "attn", "-q", IN("h_q2.npy"),
+                   "-k", IN("h_k2.npy"), "-v", IN("h_v1.npy"), "-o", g_out, "--scale", big[i][0],
+                   "--center", big[i][1], (const char *)NULL);
+        CHECK(!file_exists(g_out), "[%s] an output was written", label);
+        run_free(&r);
+    }
+    /* check --json on these inputs: valid JSON. */
+    if (run_ok("check --json, q.k past fp32", &r, "check", "-q", IN("h_q1.npy"), "-k",
+               IN("h_k1.npy"), "--scale", "0.5", "--json", (const char *)NULL))
+        CHECK(json_one_object_line(r.out, &where), "[check --json] not one JSON object: %s",
+              r.out);
+    run_free(&r);
+
+    /* Item 4: -o and --lse naming one file, also through other paths. */
+    clear_dir(g_out_dir);
+    write_bytes(g_out, "old", 3);
+    char *link = xjoin(g_out_dir, "link.npy");
+    char *dotted = xjoin(g_out_dir, "./out.npy");
+    char *fresh = xjoin(g_out_dir, "fresh.npy");
+    char *fresh2 = xjoin(g_out_dir, "../out/fresh.npy");
+    CHECK(symlink("out.npy", link) == 0, "symlink: %s", strerror(errno));
+    const char *pairs[4][2] = {{g_out, g_out}, {g_out, dotted}, {g_out, link}, {fresh, fresh2}};
+    for (int i = 0; i < 4; i++) {
+        run_expect("-o and --lse name one file", 2, "name the same file", 30.0, &r, "attn", "-q",
+                   IN("q.npy"), "-k", IN("k.npy"), "-v", IN("v.npy"), "-o", pairs[i][0], "--lse",
+                   pairs[i][1], (const char *)NULL);
+        run_free(&r);
+    }
+    size_t n = 0;
+    unsigned char *old = read_bytes(g_out, &n);
+    CHECK(old && n == 3 && memcmp(old, "old", 3) == 0 && !file_exists(fresh),
+          "[-o and --lse name one file] an output was written");
+    free(old);
+    free(link);
+    free(dotted);
+    free(fresh);
+    free(fresh2);
+
+    /* Item 7: a FIFO with no reader fails at once instead of blocking. */
+    clear_dir(g_out_dir);
+    char *fifo = xjoin(g_out_dir, "fifo");
+    CHECK(mkfifo(fifo, 0644) == 0, "mkfifo: %s", strerror(errno));
+    run_expect("FIFO without a reader", 1, "no reader", 20.0, &r, "attn", "-q", IN("q.npy"), "-k",
+               IN("k.npy"), "-v", IN("v.npy"), "-o", fifo, (const char *)NULL);
+    run_free(&r);
+    free(fifo);
+
+    /* Item 5: more memory than any machine has, refused up front. */
+    run_expect("bench beyond memory", 1, "GiB available", 10.0, &r, "bench", "--seq", "16777216",
+               "--heads", "1024", "--dim", "256", (const char *)NULL);
+    CHECK(strstr(r.err, "needs ") != NULL, "[bench beyond memory] %s", r.err);
+    run_free(&r);
+    run_expect("demo beyond memory", 1, "GiB available", 10.0, &r, "demo", "--frames", "1024",
+               "--height", "1024", "--width", "1024", "--heads", "1024", (const char *)NULL);
+    run_free(&r);
+    run_expect("layer beyond memory", 1, "GiB available", 10.0, &r, "layer", "--heads", "1024",
+               "--dim", "256", (const char *)NULL);
+    run_free(&r);
+    /* Three sparse files of 4 TiB: refused before any is read. */
+    const char *names[3] = {"h_big_q.npy", "h_big_k.npy", "h_big_v.npy"};
+    for (int i = 0; i < 3; i++) {
+        const int fd = open(IN(names[i]), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0 && ftruncate(fd, (off_t)1 << 42) == 0, "sparse file: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+    clear_dir(g_out_dir);
+    run_expect("attn beyond memory", 1, "GiB available", 10.0, &r, "attn", "-q",
+               IN("h_big_q.npy"), "-k", IN("h_big_k.npy"), "-v", IN("h_big_v.npy"), "-o", g_out,
+               (const char *)NULL);
+    CHECK(!file_exists(g_out), "[attn beyond memory] an output was written");
+    run_free(&r);
+    for (int i = 0; i < 3; i++)
+        remove(IN(names[i]));
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1549,6 +1724,7 @@ int main(int argc, char **argv)
     test_good_runs();
     test_bad_input();
     test_output_failures();
+    test_hostile();
     printf("test_cli: %.1f s\n", now_s() - t0);
 
     if (g_failures == 0) {
