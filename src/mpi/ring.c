@@ -8,6 +8,12 @@
  * driven between batches of compute. A rank that fails locally keeps
  * forwarding (so no peer waits forever) and computes nothing; the caller
  * agrees on the outcome afterwards.
+ *
+ * Blocks are added in a fixed order: at step t, rank c adds rank (c - t)'s
+ * block, and only after waiting for all of it; arrival times and the
+ * prefetch depth decide when a step may start, never what it adds, so
+ * repeated runs write the same bytes (tests/mpi/repeat_bytes.sh). A slot is
+ * received into again only after its forward has completed.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Distributed results do not depend on timing: repeated `mpirun` runs of the
+# same ring and 2-D grids write the same bytes, on a quiet machine and under
+# CPU load (busy loops started here, killed by PID). The ring adds its
+# blocks in a fixed order (rank c: its own block, then c - 1, c - 2, ...),
+# whatever the arrival times, so the prefetch depth must not change the
+# bytes either.
+#  - `fxattn attn` (300 tokens, 5 heads x 32, with --lse): ring 2 and the
+#    2 x 2 grid (whose columns are the same rings of 2: the same bytes), ring
+#    3 at prefetch 1 and 2, ring 4 at prefetch 1 and 3.
+#  - `fxattn layer` (36 tokens, 8 heads x 32, x read in shards with -x): ring
+#    2, the 2 x 2 grid and tensor x ring (--tp 2 --ring 2).
+# Each case runs REPEATS times (default 5; the later half under load); every
+# output must equal its key's first run byte for byte.
+# Usage: repeat_bytes.sh MPIRUN FXATTN [REPEATS]
+set -u
+mpirun=$1
+fxattn=$2
+repeats=${3:-5}
+dir=$(mktemp -d)
+load=()
+stop_load() {
+    for pid in "${load[@]}"; do
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    load=()
+}
+trap 'stop_load; rm -rf "$dir"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+run() { timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none "$@"; }
+# One busy loop per CPU, at normal priority, so that ranks are preempted.
+start_load() {
+    for _ in $(seq "$(nproc)"); do
+        (while :; do :; done) &
+        load+=("$!")
+    done
+}
+
+"$fxattn" demo --frames 3 --height 10 --width 10 --heads 5 --dim 32 --save-inputs "$dir" \
+    >/dev/null || { echo "FAIL: demo"; exit 1; }
+# x [36, 256] as a .npy file ('<f4', values from a fixed LCG), stdlib only.
+python3 - "$dir/x.npy" <<'EOF' || { echo "FAIL: cannot write x.npy"; exit 1; }
+import struct, sys
+s, h = 36, 256
+hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (s, h)
+hdr += " " * (64 - (10 + len(hdr) + 1) % 64) + "\n"
+state, vals = 12345, []
+for _ in range(s * h):
+    state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+    vals.append(((state >> 40) / 2**24 - 0.5) * 3.0)
+with open(sys.argv[1], "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+    f.write(struct.pack("<%df" % len(vals), *vals))
+EOF
+
+# key, name, ranks, fxattn arguments (writing $dir/out.npy, maybe
+# $dir/out_lse.npy): every run must write the bytes of the first run of key.
+repeat() {
+    local key=$1 name=$2 np=$3
+    shift 3
+    local i f
+    for i in $(seq "$repeats"); do
+        [ "$i" -gt $((repeats / 2)) ] && [ ${#load[@]} -eq 0 ] && start_load
+        rm -f "$dir/out.npy" "$dir/out_lse.npy"
+        run -np "$np" "$fxattn" "$@" >/dev/null || { bad "$name, run $i: exit $?"; break; }
+        for f in out out_lse; do
+            [ -e "$dir/$f.npy" ] || continue
+            if [ -e "$dir/$key.$f.npy" ]; then
+                cmp -s "$dir/$key.$f.npy" "$dir/$f.npy" ||
+                    bad "$name, run $i: $f.npy differs from the first run of $key"
+            else
+                cp "$dir/$f.npy" "$dir/$key.$f.npy"
+            fi
+        done
+    done
+    stop_load
+    echo "$name: $repeats runs"
+}
+
+a=(attn -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" -o "$dir/out.npy" --lse "$dir/out_lse.npy")
+repeat ring2 "attn ring 2" 2 "${a[@]}" --ring 2
+# The 2 x 2 grid's columns are rings of 2 over the same token blocks.
+repeat ring2 "attn 2 x 2" 4 "${a[@]}" --ulysses 2 --ring 2
+for k in 1 2; do
+    repeat ring3 "attn ring 3, prefetch $k" 3 "${a[@]}" --ring 3 --prefetch "$k"
+done
+for k in 1 3; do
+    repeat ring4 "attn ring 4, prefetch $k" 4 "${a[@]}" --ring 4 --prefetch "$k"
+done
+
+l=(layer --grid 2,3,6 --heads 8 --dim 32 --seed 3 -x "$dir/x.npy" -o "$dir/out.npy")
+repeat layer_ring2 "layer ring 2" 2 "${l[@]}" --ring 2
+repeat layer_2x2 "layer 2 x 2" 4 "${l[@]}" --ulysses 2 --ring 2
+repeat layer_tp2_ring2 "layer tp 2 x ring 2" 4 "${l[@]}" --tp 2 --ring 2
+exit $fail
