@@ -61,7 +61,7 @@ void fxt_json_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 /* Refuse a run that needs more than fxa_available_memory(): prints
  * "fxattn: error: needs X GiB, Y GiB available (what)" and returns
  * FXT_EXIT_FAILURE; 0 when it fits. Commands call it with their estimate
- * before allocating anything large. */
+ * before allocating anything large. (Defined in runner.c.) */
 int fxt_check_memory(double need_bytes, const char *what);
 
 /* Monotonic wall clock in seconds. */

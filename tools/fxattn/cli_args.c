@@ -71,15 +71,6 @@ void fxt_json_printf(const char *fmt, ...)
     free(buf);
 }
 
-int fxt_check_memory(double need_bytes, const char *what)
-{
-    const uint64_t avail = fxa_available_memory();
-    if (avail == UINT64_MAX || need_bytes <= (double)avail)
-        return 0;
-    return fxt_fail(FXT_EXIT_FAILURE, "needs %.1f GiB, %.1f GiB available (%s)",
-                    need_bytes / 1073741824.0, (double)avail / 1073741824.0, what);
-}
-
 int fxt_fail(int code, const char *fmt, ...)
 {
     va_list ap;

@@ -46,3 +46,14 @@ void fxt_runner_free(fxt_runner *r)
     free(r->workspace);
     memset(r, 0, sizeof *r);
 }
+
+/* cli.h; here rather than in cli_args.c, which the option-parser fuzz target
+ * builds without the library. */
+int fxt_check_memory(double need_bytes, const char *what)
+{
+    const uint64_t avail = fxa_available_memory();
+    if (avail == UINT64_MAX || need_bytes <= (double)avail)
+        return 0;
+    return fxt_fail(FXT_EXIT_FAILURE, "needs %.1f GiB, %.1f GiB available (%s)",
+                    need_bytes / 1073741824.0, (double)avail / 1073741824.0, what);
+}
