@@ -119,7 +119,7 @@ static fxa_status make_segments(fxa_mpi_attn_plan *p, char *msg, size_t cap)
         ld.batch = s->n_batch;
         ld.heads_q = s->n_q;
         ld.heads_kv = s->n_kv;
-        ld.seq_q = p->loc_sq > 0 ? p->loc_sq : 1;
+        ld.seq_q = p->loc_sq > 0 ? p->loc_sq : 1; /* no queries: never run */
         ld.seq_kv = p->max_blk_skv > 0 ? p->max_blk_skv : 1;
         ld.layout = p->loc_layout;
         ld.heads_per_tile = (int)gcd64(d->heads_per_tile > 0 ? d->heads_per_tile : 1, s->n_q);

@@ -124,12 +124,13 @@ static fxa_status check_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *a,
     return FXA_OK;
 }
 
-/* R == 1: each segment is a whole local problem for fxa_attn_run. */
+/* R == 1: each segment is a whole local problem for fxa_attn_run (none
+ * when this rank holds no query token: its plans stand for one). */
 static fxa_status run_local(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_stats *sum)
 {
     fxa_mpi *m = p->m;
     fxa_status st = FXA_OK;
-    for (int i = 0; i < p->n_seg && st == FXA_OK; i++) {
+    for (int i = 0; p->loc_sq > 0 && i < p->n_seg && st == FXA_OK; i++) {
         const fxa_mpi_segment *s = &p->seg[i];
         const int64_t row = fxa_mpi_seg_row(p, s);
         const int64_t kv = fxa_mpi_seg_kv(p, s, p->blk_skv[0]);
@@ -159,11 +160,12 @@ static fxa_status run_local(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_
     return st;
 }
 
-/* R > 1, after agreement: normalise every accumulator into the outputs. */
+/* R > 1, after agreement: normalise every accumulator into the outputs
+ * (none without query tokens: fxa_ring_run began none). */
 static fxa_status finish_ring(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_stats *sum)
 {
     fxa_mpi *m = p->m;
-    for (int i = 0; i < p->n_seg; i++) {
+    for (int i = 0; p->loc_sq > 0 && i < p->n_seg; i++) {
         const int64_t row = fxa_mpi_seg_row(p, &p->seg[i]);
         const fxa_attn_args a = {
             .struct_size = sizeof a,

@@ -123,8 +123,10 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
         free(all);
         return st;
     }
-    /* A local failure here (a non-finite Q) stops compute, not forwarding. */
-    fxa_status own = begin_all(p, loc, all, len);
+    /* A local failure here (a non-finite Q) stops compute, not forwarding;
+     * a rank without query tokens (S smaller than the ranks) only forwards. */
+    const int computes = p->loc_sq > 0;
+    fxa_status own = computes ? begin_all(p, loc, all, len) : FXA_OK;
     free(all);
     fxa_attn_acc **accs = p->accs;
     char *slots = p->slots;
@@ -164,7 +166,7 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
                             "MPI_Isend");
         }
         const double t1 = MPI_Wtime();
-        for (int i = 0; i < p->n_seg && st == FXA_OK && own == FXA_OK; i++) {
+        for (int i = 0; computes && i < p->n_seg && st == FXA_OK && own == FXA_OK; i++) {
             const int64_t off = fxa_mpi_seg_kv(p, &p->seg[i], n_kv) * (int64_t)p->es;
             own = fxa_attn_acc_add(accs[i], k + off, v + off, n_kv);
             if (own != FXA_OK)
