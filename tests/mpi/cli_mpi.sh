@@ -3,6 +3,7 @@
 # files as a single-process run: pure Ulysses writes the same bytes, the
 # ring agrees with the fp64 reference (--verify), and a bad value on one
 # rank's shard fails every rank with one message and writes nothing.
+# Runs beyond the node's memory fail on every rank within seconds.
 # Usage: cli_mpi.sh MPIRUN FXATTN
 set -u
 mpirun=$1
@@ -68,4 +69,26 @@ rc=$?
 echo "$err" | grep "fxattn: error"
 [ "$rc" -eq 2 ] || bad "2 x 2 grid on 3 ranks: exit $rc, expected 2"
 [ "$(cat "$dir/bad_out.npy")" = "stale" ] || bad "a failed run touched the output"
+# Runs that need more memory than the node has fail within seconds on every
+# rank, before anything large is allocated: attn on three 4 TiB sparse
+# files, a layer of 160 heads x 256, a bench of 2^21 tokens.
+for t in q k v; do
+    cp "$dir/$t.npy" "$dir/huge_$t.npy" && truncate -s 4T "$dir/huge_$t.npy"
+done
+beyond() { # NAME COMMAND...
+    local name=$1 start=$SECONDS err rc
+    shift
+    err=$(run -np 2 "$fxattn" "$@" 2>&1 >/dev/null)
+    rc=$?
+    echo "$err" | grep "fxattn: error" | head -1
+    [ "$rc" -eq 1 ] || bad "$name beyond memory: exit $rc, expected 1"
+    echo "$err" | grep -q "fxattn: error: .*GiB available" || bad "$name beyond memory: no message"
+    [ $((SECONDS - start)) -le 20 ] || bad "$name beyond memory: took $((SECONDS - start)) s"
+}
+beyond attn attn -q "$dir/huge_q.npy" -k "$dir/huge_k.npy" -v "$dir/huge_v.npy" \
+    -o "$dir/bad_out.npy" --ring 2
+[ "$(cat "$dir/bad_out.npy")" = "stale" ] || bad "attn beyond memory touched the output"
+beyond layer layer --heads 160 --dim 256 --ring 2
+beyond bench bench --seq 2097152 --heads 8 --dim 128
+rm -f "$dir"/huge_*.npy
 exit $fail

@@ -91,6 +91,9 @@ static int run(fxt_world *w, const attn_opts *o)
     cp.n_threads = fxt_mpi_threads_per_rank(o->threads);
     if (!code && fxa_ctx_create(&cp, &ctx) != FXA_OK)
         code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
+    const int node_ranks = fxt_mpi_node_ranks();
+    if (!code)
+        code = fxt_attn_check_memory(o, w->size, node_ranks, w->rank == 0);
     if ((code = fxt_world_agree(w, code)))
         goto done;
     fxa_mpi_params mp;

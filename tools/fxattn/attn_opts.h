@@ -27,6 +27,10 @@ int fxt_attn_write_outputs(const attn_opts *o, const fxt_inputs *in, const float
 /* Distributed when --ulysses, --ring or --prefetch is given, or when the
  * process was started by mpirun. */
 int fxt_attn_is_distributed(const attn_opts *o);
+/* The memory check of `attn` (cmd_attn.c): on one process (1, 1, 1) or on
+ * one of `ranks` MPI ranks, node_ranks of them on this node, the one that
+ * gathers the output with gathers = 1. 0 or an exit code. */
+int fxt_attn_check_memory(const attn_opts *o, int ranks, int node_ranks, int gathers);
 
 /* `fxattn attn` on MPI (attn_mpi.c): initialises and finalises MPI. */
 int fxt_attn_mpi(const attn_opts *o);

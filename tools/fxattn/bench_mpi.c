@@ -114,7 +114,15 @@ int fxt_bench_mpi(const bench_opts *o)
     p.width = (int)o->seq;
     p.heads = (int)o->heads;
     p.head_dim = (int)o->dim;
-    code = fxt_workload_make(&p, o->dtype, &b.w);
+    /* Every rank makes the whole problem (fp32 q, k, v, out and, for 16-bit
+     * runs, their copies), all-gathers K and V, and rank 0 keeps the
+     * single-process output: about (16 + 2 es + 4 + 6) bytes per element. */
+    const double n_elems = (double)o->seq * (double)o->heads * (double)o->dim;
+    const double es = o->dtype == FXA_F32 ? 4.0 : 2.0;
+    code = fxt_check_memory(n_elems * (20.0 + 2.0 * es + (o->dtype == FXA_F32 ? 0.0 : 6.0)),
+                            fxt_mpi_node_ranks(), "bench: this rank's copies of q, k, v and out");
+    if (!code)
+        code = fxt_workload_make(&p, o->dtype, &b.w);
     b.d = b.w.d;
     b.d.compute = o->compute;
     b.es = o->dtype == FXA_F32 ? 4 : 2;

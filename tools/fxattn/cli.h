@@ -58,11 +58,13 @@ const char *fxt_dtype_name(fxa_dtype t);
  * valid JSON on any input. */
 void fxt_json_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Refuse a run that needs more than fxa_available_memory(): prints
- * "fxattn: error: needs X GiB, Y GiB available (what)" and returns
+/* Memory check: when need_bytes (per process) exceeds what this process
+ * may use (fxa_available_memory(), shared evenly by `sharers` processes on
+ * the node, e.g. the MPI ranks of a node; 1 otherwise), prints "fxattn:
+ * error: needs X GiB, Y GiB available (what)" and returns
  * FXT_EXIT_FAILURE; 0 when it fits. Commands call it with their estimate
  * before allocating anything large. (Defined in runner.c.) */
-int fxt_check_memory(double need_bytes, const char *what);
+int fxt_check_memory(double need_bytes, int sharers, const char *what);
 
 /* Monotonic wall clock in seconds. */
 double fxt_now(void);

@@ -140,8 +140,12 @@ int fxt_attn_is_distributed(const attn_opts *o)
 
 /* Before reading anything: the three files (as read; a conversion to
  * another dtype holds both copies for a moment: counted twice), the output
- * and the LSE (Q's elements as fp32: at most twice Q's file). */
-static int check_attn_memory(const attn_opts *o)
+ * and the LSE (Q's elements as fp32: at most twice Q's file). Over `ranks`
+ * MPI ranks each holds about its share of that, three times (its shards,
+ * the Ulysses buffers or ring slots, the accumulators), `node_ranks` of
+ * them sharing the node's memory, and the rank that gathers also holds the
+ * whole output and LSE (and for --verify the whole inputs, widened). */
+int fxt_attn_check_memory(const attn_opts *o, int ranks, int node_ranks, int gathers)
 {
     const char *paths[3] = {o->q, o->k, o->v};
     double files = 0.0, q_bytes = 0.0;
@@ -152,10 +156,11 @@ static int check_attn_memory(const attn_opts *o)
         files += (double)sb.st_size;
         q_bytes = i == 0 ? (double)sb.st_size : q_bytes;
     }
-    /* --verify widens q, k and v to fp32 (at most twice the files). */
-    const double need = files * (o->dtype ? 2.0 : 1.0) + 2.0 * q_bytes +
-                        (o->verify ? 2.0 * files : 0.0);
-    return fxt_check_memory(need, "attn: the inputs, the output and the LSE");
+    const double whole = files * (o->dtype ? 2.0 : 1.0) + 2.0 * q_bytes;
+    const double verify = o->verify ? 2.0 * files : 0.0;
+    const double need = ranks > 1 ? 3.0 * whole / ranks + (gathers ? 2.0 * q_bytes + verify : 0.0)
+                                  : whole + verify;
+    return fxt_check_memory(need, node_ranks, "attn: the inputs, the output and the LSE");
 }
 
 int fxt_cmd_attn(int argc, char **argv)
@@ -185,7 +190,7 @@ int fxt_cmd_attn(int argc, char **argv)
     }
     if (fxt_attn_is_distributed(&o))
         return fxt_attn_mpi(&o);
-    if ((code = check_attn_memory(&o)))
+    if ((code = fxt_attn_check_memory(&o, 1, 1, 1)))
         return code;
     if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))
         return code;

@@ -78,7 +78,7 @@ int fxt_cmd_bench(int argc, char **argv)
      * bf16/f16); the plans check their workspaces themselves. */
     const double n_elems = (double)seq * (double)heads * (double)dim;
     if ((code = fxt_check_memory(n_elems * (dtype == FXA_F32 ? 16.0 : 22.0),
-                                 "bench: q, k, v and the output")))
+                                 1, "bench: q, k, v and the output")))
         return code;
     fxt_wan_synth p;
     fxt_workload w;

@@ -92,7 +92,7 @@ int fxt_cmd_demo(int argc, char **argv)
     /* fp32 q, k, v, the output and the LSE. */
     const double n_tok = (double)frames * (double)height * (double)width;
     if ((code = fxt_check_memory(n_tok * (double)heads * (16.0 * (double)dim + 4.0),
-                                 "demo: q, k, v and the output")))
+                                 1, "demo: q, k, v and the output")))
         return code;
     const double t0 = fxt_now();
     if ((code = fxt_workload_make(&p, FXA_F32, &w)))

@@ -85,7 +85,7 @@ static int run_single(const layer_opts *o)
          * floats with a spare), plus the projection's own copy of the
          * output (3 S hidden floats). */
         const double h = (double)cfg.hidden, s = (double)cfg.tokens;
-        code = fxt_check_memory(16.0 * h * h + 40.0 * s * h, "layer: weights and activations");
+        code = fxt_check_memory(16.0 * h * h + 40.0 * s * h, 1, "layer: weights and activations");
     }
     if (!code)
         code = fxt_layer_load_weights(o, &cfg, 0, cfg.heads, &w);

@@ -425,6 +425,18 @@ static void report(job *j)
     fxt_layer_print(j->o, &j->cfg, &j->rep);
 }
 
+/* This rank's weights (fp32 rows of its heads, as in cmd_layer.c) and
+ * activations of its tokens; rank 0 also gathers y, and for --verify
+ * holds the whole layer and x. node_ranks ranks share the node's memory. */
+static int check_memory(const job *j, int node_ranks)
+{
+    const double h = (double)j->cfg.hidden, s = (double)j->len, all = (double)j->cfg.tokens;
+    double need = 16.0 * h * h / j->T + 40.0 * s * h;
+    if (j->w->rank == 0)
+        need += 4.0 * all * h + (j->o->verify ? 16.0 * h * h + 40.0 * all * h : 0.0);
+    return fxt_check_memory(need, node_ranks, "layer: this rank's weights and activations");
+}
+
 static int run(fxt_world *w, const layer_opts *o)
 {
     job j;
@@ -437,6 +449,9 @@ static int run(fxt_world *w, const layer_opts *o)
     fxa_ctx_params_init(&cp);
     cp.n_threads = fxt_mpi_threads_per_rank(o->threads);
     int code = setup(&j);
+    const int node_ranks = fxt_mpi_node_ranks();
+    if (!code)
+        code = check_memory(&j, node_ranks);
     if (!code && fxa_ctx_create(&cp, &j.ctx) != FXA_OK)
         code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
     if ((code = fxt_world_agree(w, code)) || (code = groups(&j)) ||

@@ -69,3 +69,15 @@ int fxt_mpi_threads_per_rank(int64_t threads)
     const int share = fxa_mpi_default_threads(MPI_COMM_WORLD);
     return threads > 0 ? (int)threads : share;
 }
+
+int fxt_mpi_node_ranks(void)
+{
+    MPI_Comm node;
+    int n = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        return 1;
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+    return n;
+}

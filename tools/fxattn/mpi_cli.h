@@ -35,4 +35,8 @@ int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg);
  * (fxa_mpi_default_threads). Collective over MPI_COMM_WORLD. */
 int fxt_mpi_threads_per_rank(int64_t threads);
 
+/* The ranks of MPI_COMM_WORLD on this node (MPI_COMM_TYPE_SHARED; 1 when
+ * the split fails). Collective over MPI_COMM_WORLD. */
+int fxt_mpi_node_ranks(void);
+
 #endif

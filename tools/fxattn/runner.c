@@ -49,11 +49,19 @@ void fxt_runner_free(fxt_runner *r)
 
 /* cli.h; here rather than in cli_args.c, which the option-parser fuzz target
  * builds without the library. */
-int fxt_check_memory(double need_bytes, const char *what)
+int fxt_check_memory(double need_bytes, int sharers, const char *what)
 {
     const uint64_t avail = fxa_available_memory();
-    if (avail == UINT64_MAX || need_bytes <= (double)avail)
+    if (avail == UINT64_MAX)
         return 0;
+    const double mine = (double)avail / (sharers > 1 ? sharers : 1);
+    if (need_bytes <= mine)
+        return 0;
+    if (sharers > 1)
+        return fxt_fail(FXT_EXIT_FAILURE,
+                        "needs %.1f GiB, %.1f GiB available (%s; %.1f GiB shared by %d ranks)",
+                        need_bytes / 1073741824.0, mine / 1073741824.0, what,
+                        (double)avail / 1073741824.0, sharers);
     return fxt_fail(FXT_EXIT_FAILURE, "needs %.1f GiB, %.1f GiB available (%s)",
-                    need_bytes / 1073741824.0, (double)avail / 1073741824.0, what);
+                    need_bytes / 1073741824.0, mine / 1073741824.0, what);
 }
