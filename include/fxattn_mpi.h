@@ -25,7 +25,12 @@
  * Collective calls must be made by every rank of the communicator in the
  * same order; misuse (different shapes or options on different ranks, a bad
  * input on one rank) returns the same error on every rank instead of
- * hanging. Local calls involve no communication.
+ * hanging. Local calls involve no communication. A peer that stops making
+ * progress (a cut link, a frozen or dead rank) fails the waiting ranks'
+ * calls with FXA_ERR_TIMEOUT after fxa_mpi_params.timeout_seconds ("rank
+ * N: no progress from rank M for T s"); the context is then unusable (every
+ * call fails at once), and the caller should end the job (MPI_Abort): the
+ * communicator holds operations that will never complete.
  */
 #ifndef FXATTN_MPI_H
 #define FXATTN_MPI_H
@@ -45,11 +50,22 @@ typedef struct fxa_mpi_params {
     int ulysses;        /* U >= 1 */
     int ring;           /* R >= 1; U * R must equal the communicator's size */
     int prefetch;       /* ring blocks in flight ahead of compute, clamped to [1, min(R-1, 64)]; 0 = 1 */
+    /* Deadline: a wait on a peer (a ring block, an exchange, a collective)
+     * that sees no progress for this many seconds fails the call with
+     * FXA_ERR_TIMEOUT on this rank, and the context is unusable after.
+     * 0 = the environment's FXA_MPI_TIMEOUT, else 60. Added in 0.1.1: a
+     * struct_size that ends before it takes the default. */
+    double timeout_seconds;
 } fxa_mpi_params;
 
 /* Defaults: U = 1, R = 0 (= the communicator's size: a pure ring),
- * prefetch 1. Local. */
+ * prefetch 1, timeout 0 (FXA_MPI_TIMEOUT or 60 s). Local. */
 FXA_API void fxa_mpi_params_init(fxa_mpi_params *p);
+
+/* The deadline that timeout_seconds = 0 stands for: FXA_MPI_TIMEOUT from
+ * the environment when set (a positive number of seconds), else 60; 0 when
+ * FXA_MPI_TIMEOUT is set but is not a positive number. Local. */
+FXA_API double fxa_mpi_default_timeout(void);
 
 /* Collective over comm. Duplicates comm and splits it into the grid's rows
  * and columns. Every rank gets the same error when U * R != P or the ranks

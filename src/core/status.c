@@ -18,6 +18,8 @@ const char *fxa_status_str(fxa_status s)
         return "internal error";
     case FXA_ERR_IO:
         return "I/O error";
+    case FXA_ERR_TIMEOUT:
+        return "no progress from a peer";
     }
     return "unknown status";
 }

@@ -1,5 +1,6 @@
 /* The distributed context: communicators, grid, errors that every rank
  * agrees on. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,35 @@ const char *fxa_mpi_create_error(void)
 
 void fxa_mpi_params_init(fxa_mpi_params *p)
 {
-    *p = (fxa_mpi_params){.struct_size = sizeof *p, .ulysses = 1, .ring = 0, .prefetch = 0};
+    *p = (fxa_mpi_params){.struct_size = sizeof *p, .ulysses = 1, .ring = 0, .prefetch = 0,
+                          .timeout_seconds = 0.0};
+}
+
+double fxa_mpi_default_timeout(void)
+{
+    const char *env = getenv("FXA_MPI_TIMEOUT");
+    if (!env || !*env)
+        return 60.0;
+    char *end = NULL;
+    const double t = strtod(env, &end);
+    return end != env && *end == '\0' && t > 0.0 && t <= 1e9 ? t : 0.0;
+}
+
+/* The deadline in seconds from the params or fxa_mpi_default_timeout(); 0
+ * with a reason in msg when it is not a positive number of seconds. */
+static double pick_timeout(double param, char *msg, size_t cap)
+{
+    if (param != 0.0) {
+        if (param > 0.0 && param <= 1e9)
+            return param;
+        snprintf(msg, cap, "timeout_seconds %g is not a positive number of seconds", param);
+        return 0.0;
+    }
+    const double t = fxa_mpi_default_timeout();
+    if (t == 0.0)
+        snprintf(msg, cap, "FXA_MPI_TIMEOUT=%s is not a positive number of seconds",
+                 getenv("FXA_MPI_TIMEOUT"));
+    return t;
 }
 
 fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
@@ -71,12 +100,16 @@ fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
 {
     if (!m)
         return FXA_ERR_INVALID_ARG;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
     /* MAXLOC on (failed, rank) picks the lowest failing rank (ties take the
      * smallest index). */
     int in[2] = {local != FXA_OK, m->rank};
     int outv[2] = {0, 0};
-    if (MPI_Allreduce(in, outv, 1, MPI_2INT, MPI_MAXLOC, m->comm) != MPI_SUCCESS)
-        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allreduce failed while agreeing on errors");
+    const fxa_status st =
+        fxa_mpi_allreduce(m, in, outv, 1, MPI_2INT, MPI_MAXLOC, m->comm, "agreeing on errors");
+    if (st != FXA_OK)
+        return st;
     if (!outv[0])
         return FXA_OK;
     const int root = outv[1];
@@ -89,8 +122,10 @@ fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
         e.status = (int)local;
         snprintf(e.msg, sizeof e.msg, "%s", local_msg ? local_msg : "");
     }
-    if (MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, root, m->comm) != MPI_SUCCESS)
-        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Bcast failed while agreeing on errors");
+    const fxa_status sb =
+        fxa_mpi_bcast(m, &e, (int)sizeof e, MPI_BYTE, root, m->comm, "the failing rank's error");
+    if (sb != FXA_OK)
+        return sb;
     e.msg[sizeof e.msg - 1] = '\0';
     return fxa_mpi_fail(m, (fxa_status)e.status, "rank %d: %s", root, e.msg);
 }
@@ -99,8 +134,9 @@ fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what)
 {
     uint64_t in[2] = {hash, ~hash};
     uint64_t mx[2];
-    if (MPI_Allreduce(in, mx, 2, MPI_UINT64_T, MPI_MAX, m->comm) != MPI_SUCCESS)
-        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allreduce failed while comparing %s", what);
+    const fxa_status st = fxa_mpi_allreduce(m, in, mx, 2, MPI_UINT64_T, MPI_MAX, m->comm, what);
+    if (st != FXA_OK)
+        return st;
     /* max(h) == min(h) exactly when all ranks agree; min(h) = ~max(~h). */
     if (mx[0] != ~mx[1])
         return fxa_mpi_fail(m, FXA_ERR_INVALID_ARG, "ranks disagree on %s", what);
@@ -138,11 +174,19 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
     char msg[256] = "";
     fxa_mpi_params prm;
     fxa_mpi_params_init(&prm);
-    if (!ctx || !out || (p && p->struct_size < sizeof *p)) {
+    const size_t before_timeout = offsetof(fxa_mpi_params, timeout_seconds);
+    if (!ctx || !out || (p && p->struct_size < before_timeout)) {
         st = FXA_ERR_INVALID_ARG;
         snprintf(msg, sizeof msg, "NULL context or output, or params struct_size too small");
     } else if (p) {
-        prm = *p;
+        /* An older, smaller struct: its fields, the defaults for the rest. */
+        memcpy(&prm, p, p->struct_size < sizeof prm ? p->struct_size : sizeof prm);
+        prm.struct_size = sizeof prm;
+    }
+    m->timeout = pick_timeout(prm.timeout_seconds, msg, sizeof msg);
+    if (m->timeout == 0.0) {
+        st = FXA_ERR_INVALID_ARG;
+        m->timeout = 60.0; /* for the agreement below */
     }
     if (st == FXA_OK) {
         if (prm.ring == 0 && prm.ulysses >= 1)
@@ -159,8 +203,9 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
     st = fxa_mpi_agree(m, st, msg);
     if (st == FXA_OK) {
         int grid[3] = {prm.ulysses, prm.ring, prm.prefetch};
-        st = fxa_mpi_same_everywhere(m, fxa_mpi_hash(0xcbf29ce484222325ull, grid, sizeof grid),
-                                     "the Ulysses x ring grid or prefetch");
+        const uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, grid, sizeof grid);
+        st = fxa_mpi_same_everywhere(m, fxa_mpi_hash(h, &m->timeout, sizeof m->timeout),
+                                     "the Ulysses x ring grid, prefetch or timeout");
     }
     if (st == FXA_OK) {
         m->ulysses = prm.ulysses;

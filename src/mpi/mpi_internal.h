@@ -18,6 +18,8 @@ struct fxa_mpi {
     int u;       /* index in the row: rank % U */
     int c;       /* index in the ring: rank / U */
     int prefetch;
+    double timeout; /* seconds a wait may see no progress (fxa_mpi_wait) */
+    int broken;     /* a wait timed out: the communicators are unusable */
     char last_error[512];
 };
 
@@ -78,6 +80,26 @@ void fxa_mpi_split(int64_t n, int parts, int i, int64_t *lo, int64_t *hi);
 
 /* FNV-1a over bytes, chained. */
 uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
+
+/* Wait for the n requests, polling (mpi_wait.c): when none completes for
+ * m->timeout seconds, fails with FXA_ERR_TIMEOUT, "rank N: no progress
+ * from rank M for T s (what)" (peer M, or "the other ranks" when peer < 0),
+ * and marks m broken: every later call on m fails at once with that error,
+ * without communicating. n <= FXA_MPI_MAX_WAIT. */
+#define FXA_MPI_MAX_WAIT 272
+fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what);
+
+/* The blocking collectives the library uses, as their nonblocking forms
+ * waited on with fxa_mpi_wait (what names the step in errors). */
+fxa_status fxa_mpi_allreduce(fxa_mpi *m, const void *in, void *out, int n, MPI_Datatype t,
+                             MPI_Op op, MPI_Comm comm, const char *what);
+fxa_status fxa_mpi_bcast(fxa_mpi *m, void *buf, int n, MPI_Datatype t, int root, MPI_Comm comm,
+                         const char *what);
+fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_Datatype t,
+                             MPI_Comm comm, const char *what);
+fxa_status fxa_mpi_alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd,
+                             void *recv, const int *rc, const int *rd, MPI_Datatype t,
+                             MPI_Comm comm, const char *what);
 
 /* Collective over m->comm: fails on every rank unless all ranks pass the
  * same hash (what names the mismatch). */

@@ -150,6 +150,8 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
 {
     if (!m)
         return FXA_ERR_INVALID_ARG;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
     m->last_error[0] = '\0';
     char msg[512] = "";
     fxa_status st = FXA_OK;

@@ -19,17 +19,18 @@ static fxa_status reduce_sums(double *sums, int64_t n, void *arg)
 {
     const tp_reduce *r = arg;
     int failed = sums[n - 1] != 0.0;
-    if (MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, r->m->comm) != MPI_SUCCESS)
-        return FXA_ERR_MPI;
+    fxa_status st = fxa_mpi_allreduce(r->m, MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX,
+                                      r->m->comm, "the tensor-parallel failure flags");
+    if (st != FXA_OK)
+        return st;
     if (failed) {
         sums[n - 1] = 1.0;
         return FXA_OK;
     }
-    if (n - 1 > INT32_MAX ||
-        MPI_Allreduce(MPI_IN_PLACE, sums, (int)(n - 1), MPI_DOUBLE, MPI_SUM, r->m->comm) !=
-            MPI_SUCCESS)
+    if (n - 1 > INT32_MAX)
         return FXA_ERR_MPI;
-    return FXA_OK;
+    return fxa_mpi_allreduce(r->m, MPI_IN_PLACE, sums, (int)(n - 1), MPI_DOUBLE, MPI_SUM,
+                             r->m->comm, "the tensor-parallel RMSNorm sums");
 }
 
 fxa_status fxa_mpi_proj_run(fxa_mpi *m, const fxa_proj_desc *d, const fxa_proj_args *a,
@@ -37,6 +38,8 @@ fxa_status fxa_mpi_proj_run(fxa_mpi *m, const fxa_proj_desc *d, const fxa_proj_a
 {
     if (!m)
         return FXA_ERR_INVALID_ARG;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
     m->last_error[0] = '\0';
     char msg[512] = "";
     fxa_status st = FXA_OK;

@@ -240,9 +240,12 @@ static fxa_status reduce_stats(fxa_mpi_attn_plan *p, const fxa_attn_stats *sum,
     double mx[2] = {sum->vmax, sum->max_bound};
     long long fb_all = 0;
     double mx_all[2] = {0.0, 0.0};
-    if (MPI_Allreduce(&fb, &fb_all, 1, MPI_LONG_LONG, MPI_SUM, m->comm) != MPI_SUCCESS ||
-        MPI_Allreduce(mx, mx_all, 2, MPI_DOUBLE, MPI_MAX, m->comm) != MPI_SUCCESS)
-        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allreduce of the statistics failed");
+    fxa_status st = fxa_mpi_allreduce(m, &fb, &fb_all, 1, MPI_LONG_LONG, MPI_SUM, m->comm,
+                                      "the statistics");
+    if (st == FXA_OK)
+        st = fxa_mpi_allreduce(m, mx, mx_all, 2, MPI_DOUBLE, MPI_MAX, m->comm, "the statistics");
+    if (st != FXA_OK)
+        return st;
     if (stats) {
         stats->rows = p->d.batch * p->d.heads_q * p->d.seq_q;
         stats->fallback_rows = fb_all;
@@ -257,6 +260,8 @@ fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mp
     if (!p)
         return FXA_ERR_INVALID_ARG;
     fxa_mpi *m = p->m;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
     const double t0 = MPI_Wtime();
     char msg[512] = "";
     m->last_error[0] = '\0';

@@ -60,9 +60,9 @@ static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *lo
         at += fxa_kv_summary_len(s->plan);
     }
     mine[0] = (double)st;
-    if (MPI_Allgather(mine, (int)len, MPI_DOUBLE, all, (int)len, MPI_DOUBLE, m->col_comm) !=
-        MPI_SUCCESS)
-        st = fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Allgather of the ring summaries failed");
+    const fxa_status sg =
+        fxa_mpi_allgather(m, mine, (int)len, all, MPI_DOUBLE, m->col_comm, "the ring summaries");
+    st = sg != FXA_OK ? sg : st;
     for (int r = 0; r < m->ring; r++)
         *column_failed |= all[(size_t)r * len] != 0.0;
     free(mine);
@@ -155,7 +155,7 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
         const char *v = t == 0 ? loc->v : SLOT_V(t);
         double t0 = MPI_Wtime();
         if (t > 0)
-            st = mpi_ok(m, MPI_Waitall(2, REQ(t, 0), MPI_STATUSES_IGNORE), "MPI_Waitall");
+            st = fxa_mpi_wait(m, 2, REQ(t, 0), prev, "the ring's K/V block");
         const double waited = MPI_Wtime() - t0;
         /* Forward block t: the next rank's block t + 1. */
         if (st == FXA_OK && t + 1 < ring) {
@@ -175,7 +175,7 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
         const double t2 = MPI_Wtime();
         /* Slot t % nb is reused for block t + nb once its forward is done. */
         if (st == FXA_OK)
-            st = mpi_ok(m, MPI_Waitall(2, REQ(t, 2), MPI_STATUSES_IGNORE), "MPI_Waitall");
+            st = fxa_mpi_wait(m, 2, REQ(t, 2), next, "forwarding the ring's K/V block");
         if (st == FXA_OK && t + nb < ring) {
             const int tn = t + nb;
             const int n = (int)(per_key * p->blk_skv[(m->c - tn + ring) % ring]);

@@ -57,9 +57,8 @@ static char *copy_rows(char *packed, char *tensor, int to_packed, fxa_layout l, 
 static fxa_status alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd, void *recv,
                             const int *rc, const int *rd, MPI_Datatype type)
 {
-    if (MPI_Alltoallv(send, sc, sd, type, recv, rc, rd, type, m->row_comm) != MPI_SUCCESS)
-        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Alltoallv failed in the Ulysses exchange");
-    return FXA_OK;
+    return fxa_mpi_alltoallv(m, send, sc, sd, recv, rc, rd, type, m->row_comm,
+                             "the Ulysses exchange");
 }
 
 /* Counts and displacements (in elements) from per-member counts. */

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -66,6 +67,30 @@ static void test_grid(void)
     t0 = MPI_Wtime();
     st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
     check_everywhere("ranks disagree on the grid", st, fxa_mpi_create_error(), t0);
+    /* Deadlines: not a positive number of seconds, or different on one rank. */
+    fxa_mpi_params_init(&p);
+    p.timeout_seconds = -1.0;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    check_everywhere("timeout_seconds -1", st, fxa_mpi_create_error(), t0);
+    p.timeout_seconds = g_rank == 3 ? 30.0 : 0.0;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    check_everywhere("ranks disagree on the timeout", st, fxa_mpi_create_error(), t0);
+    /* A caller built against 0.1.0 (no timeout_seconds): accepted, the
+     * default deadline applies, nothing past its struct is read. */
+    struct {
+        fxa_mpi_params p; /* only the old part is declared valid */
+    } old;
+    memset(&old, 0xff, sizeof old);
+    old.p.struct_size = offsetof(fxa_mpi_params, timeout_seconds);
+    old.p.ulysses = 1;
+    old.p.ring = 0;
+    old.p.prefetch = 0;
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &old.p, &m);
+    CHECK(st == FXA_OK && m != NULL, "an older params struct is refused: %s", fxa_mpi_create_error());
+    fxa_mpi_destroy(m);
+    m = NULL;
 }
 
 static void test_plans(fxa_mpi *m)

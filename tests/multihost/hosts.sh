@@ -12,7 +12,10 @@
 #   hosts_mpirun LIST OPTS...  mpirun started in the first host (LIST as
 #                     in --host: "HOST:SLOTS,..."), daemons on the others
 #                     through agent.sh, TCP only and only on the test subnet,
-#                     under `timeout -k` (FXH_MPIRUN: the mpirun binary)
+#                     the runtime's TCP keepalive at 3 s + 3 x 1 s (so that
+#                     a cut link ends the job in seconds, not after Linux's
+#                     default of 300 s + 9 x 75 s), under `timeout -k`
+#                     (FXH_MPIRUN: the mpirun binary)
 #   link_bytes HOST   "rx tx" byte counters of HOST's fx0
 #
 # Traffic can only flow between these namespaces: the subnet exists nowhere
@@ -75,7 +78,9 @@ hosts_mpirun() {
         "$(fxh_host 1)" "$FXH_MPIRUN" --allow-run-as-root --oversubscribe --bind-to none \
         --host "$list" --mca plm_rsh_agent "$FXH_HERE/agent.sh" \
         --mca pml ob1 --mca btl tcp,self --mca osc ^ucx \
-        --mca btl_tcp_if_include "$FXH_SUBNET" --mca oob_tcp_if_include "$FXH_SUBNET" "$@"
+        --mca btl_tcp_if_include "$FXH_SUBNET" --mca oob_tcp_if_include "$FXH_SUBNET" \
+        --mca oob_tcp_keepalive_time 3 --mca oob_tcp_keepalive_intvl 1 \
+        --mca oob_tcp_keepalive_probes 3 "$@"
 }
 
 link_bytes() {

@@ -10,6 +10,8 @@
 #  - the links' byte counters show the data crossed them: each host sent at
 #    least what the algorithm must move (Ulysses: its share of Q, K, V and
 #    of the output; ring: its K/V block; both: its output shard to rank 0);
+#  - a cut link (host 2's fx0 down mid-run, --timeout 5) ends the job
+#    within 15 s with an error naming the lost peer, nothing written;
 #  - afterwards no namespace, hosts file or process of the test is left.
 # Needs root (exits 77, skipped, without it).
 # Usage: multihost.sh MPIRUN FXATTN NPY_CLOSE
@@ -106,6 +108,42 @@ layer() { # NAME HOSTS GRID-OPTIONS
 layer "layer --ulysses 2 on 2 hosts" 2 "--ulysses 2 --ring 1"
 layer "layer --tp 2 on 2 hosts" 2 "--tp 2"
 layer "layer --tp 2 --ring 2 on 4 hosts" 4 "--tp 2 --ring 2"
+
+# A cut link: host 2's link goes down 3 s into a long ring run (8192
+# tokens, 50 repeats). With --timeout 5 the job ends within 5 + 10 s with
+# an error naming the lost peer (fxattn's, or the runtime's when its
+# keepalive notices first); no process of the test hosts outlives it by
+# more than 5 s, and nothing is written.
+T=5
+mkdir -p "$dir/big"
+"$fxattn" demo --frames 1 --height 64 --width 128 --heads 8 --dim 64 --save-inputs "$dir/big" \
+    >/dev/null || bad "big demo inputs"
+hosts_mpirun "$(h 1):1,$(h 2):1" -np 2 "$fxattn" attn -q "$dir/big/q.npy" -k "$dir/big/k.npy" \
+    -v "$dir/big/v.npy" -o "$dir/big/out.npy" --ring 2 --threads 1 --repeats 50 --timeout $T \
+    >"$dir/cut.log" 2>&1 &
+cut_pid=$!
+sleep 3
+ip -n "$(h 2)" link set fx0 down
+t0=$SECONDS
+wait $cut_pid
+rc=$? took=$((SECONDS - t0))
+echo "link cut: mpirun exit $rc after $took s"
+grep "no progress" "$dir/cut.log" | head -2
+[ "$rc" -ne 0 ] || bad "link cut: the job reported success"
+[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || bad "link cut: the job hung until the outer timeout"
+[ "$took" -le $((T + 10)) ] || bad "link cut: took $took s after the cut (limit $((T + 10)) s)"
+# Whichever notices first ends the job: fxattn's deadline on rank 0, or the
+# runtime's keepalive (3 s + 3 x 1 s here), which loses host 2's daemon.
+grep -Eq "fxattn: error: rank 0: no progress from .* for $T s|lost communication with a remote daemon" \
+    "$dir/cut.log" || { tail -30 "$dir/cut.log"; bad "link cut: no error names the lost peer"; }
+[ ! -e "$dir/big/out.npy" ] || bad "link cut: an output was written"
+for ((n = 0; n < 50; n++)); do
+    [ -z "$(ip netns pids "$(h 1)")$(ip netns pids "$(h 2)")" ] && break
+    sleep 0.1
+done
+left=$(ip netns pids "$(h 1)")$(ip netns pids "$(h 2)")
+[ -z "$left" ] || bad "link cut: processes left on the test hosts: $left"
+ip -n "$(h 2)" link set fx0 up
 
 prefix=$FXH_PREFIX
 finish

@@ -46,8 +46,11 @@ static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine, 
     if (code)
         snprintf(w->msg, sizeof w->msg, "out of memory gathering the output");
     code = fxt_world_agree(w, code);
-    if (!code)
-        MPI_Gatherv(mine, my_rows, row, stage, counts, displs, row, 0, MPI_COMM_WORLD);
+    if (!code) {
+        MPI_Request req;
+        MPI_Igatherv(mine, my_rows, row, stage, counts, displs, row, 0, MPI_COMM_WORLD, &req);
+        fxt_world_wait(w, &req, "gathering the output");
+    }
     if (!code && w->rank == 0) {
         /* stage holds shard r's rows at displs[r]; place them. */
         const int bshd = d->layout == FXA_LAYOUT_BSHD && !lse;
@@ -101,6 +104,7 @@ static int run(fxt_world *w, const attn_opts *o)
     mp.ulysses = o->ulysses > 0 ? (int)o->ulysses : 1;
     mp.ring = o->ring > 0 ? (int)o->ring : 0;
     mp.prefetch = (int)o->prefetch;
+    mp.timeout_seconds = w->timeout;
     fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
     if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
         goto done;
@@ -125,12 +129,15 @@ static int run(fxt_world *w, const attn_opts *o)
     double secs[101];
     for (int64_t i = 0; i <= (o->repeats > 1 ? o->repeats : 0); i++) {
         /* With repeats, the first run warms up and the others are timed. */
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Request r;
+        MPI_Ibarrier(MPI_COMM_WORLD, &r);
+        fxt_world_wait(w, &r, "the start of a run");
         st = fxa_mpi_attn_run(plan, &a, &ms);
         if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(m))))
             goto done;
         double slowest = ms.seconds;
-        MPI_Allreduce(&ms.seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Iallreduce(&ms.seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &r);
+        fxt_world_wait(w, &r, "the timings");
         if (i > 0 || o->repeats <= 1)
             secs[o->repeats > 1 ? i - 1 : 0] = slowest;
     }
@@ -207,7 +214,7 @@ done:
 int fxt_attn_mpi(const attn_opts *o)
 {
     fxt_world w;
-    int code = fxt_world_init(&w);
+    int code = fxt_world_init(&w, o->timeout);
     if (code)
         return code;
     code = run(&w, o);

@@ -149,6 +149,7 @@ int fxt_bench_mpi(const bench_opts *o)
     mp.ulysses = o->ulysses > 0 ? (int)o->ulysses : 1;
     mp.ring = o->ring > 0 ? (int)o->ring : 0;
     mp.prefetch = (int)o->prefetch;
+    mp.timeout_seconds = o->timeout;
     if (fxa_mpi_create(MPI_COMM_WORLD, local.ctx, &mp, &m) != FXA_OK) {
         code = fxt_fail(FXT_EXIT_BAD_INPUT, "%s", fxa_mpi_create_error());
         goto done;

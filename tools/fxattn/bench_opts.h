@@ -19,6 +19,7 @@ typedef struct bench_opts {
     int64_t ulysses; /* 0: not given */
     int64_t ring;
     int64_t prefetch;
+    double timeout; /* 0: fxa_mpi_default_timeout() */
 } bench_opts;
 
 /* The distributed benchmark (bench_mpi.c): initialises and finalises MPI. */

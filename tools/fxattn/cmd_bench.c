@@ -63,12 +63,12 @@ int fxt_cmd_bench(int argc, char **argv)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
     if (a.proj)
         return fxt_bench_proj(&a);
-    if (a.ulysses || a.ring || a.prefetch || getenv("OMPI_COMM_WORLD_SIZE") ||
+    if (a.ulysses || a.ring || a.prefetch || a.timeout != 0.0 || getenv("OMPI_COMM_WORLD_SIZE") ||
         getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
         const bench_opts bo = {.seq = a.seq, .heads = a.heads, .dim = a.dim, .dtype = dtype,
                                .compute = compute, .threads = a.threads, .repeats = a.repeats,
                                .json = a.json, .ulysses = a.ulysses, .ring = a.ring,
-                               .prefetch = a.prefetch};
+                               .prefetch = a.prefetch, .timeout = a.timeout};
         return fxt_bench_mpi(&bo);
     }
     const int64_t seq = a.seq, heads = a.heads, dim = a.dim, threads = a.threads;

@@ -45,6 +45,7 @@ void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
         {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
         {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
+        {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
         {0},
     };
     FILL(t, src);
@@ -83,6 +84,7 @@ void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
         {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
         {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
         {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
+        {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
         {"--seq", NULL, FXT_OPT_INT, &o->seq, 1, 1 << 24},
         {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
         {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
@@ -143,6 +145,7 @@ void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
         {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
         {"--tp", NULL, FXT_OPT_INT, &o->tp, 1, 1 << 20},
+        {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
         {0},
     };
     FILL(t, src);

@@ -42,6 +42,7 @@ typedef struct attn_opts {
     int64_t ulysses; /* 0: not given */
     int64_t ring;
     int64_t prefetch;
+    double timeout; /* --timeout seconds under mpirun; 0: not given */
 } attn_opts;
 
 /* `fxattn check`. */
@@ -70,7 +71,8 @@ typedef struct bench_args {
     int64_t ulysses; /* 0: not given */
     int64_t ring;
     int64_t prefetch;
-    int proj; /* --proj: the QKV projection instead of attention */
+    double timeout; /* --timeout seconds under mpirun; 0: not given */
+    int proj;       /* --proj: the QKV projection instead of attention */
 } bench_args;
 
 /* `fxattn demo`. */
@@ -104,6 +106,7 @@ typedef struct layer_opts {
     int64_t ulysses; /* 0: not given */
     int64_t ring;
     int64_t tp;
+    double timeout; /* --timeout seconds under mpirun; 0: not given */
 } layer_opts;
 
 /* `fxattn info`. */

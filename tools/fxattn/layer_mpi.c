@@ -106,6 +106,8 @@ static void job_free(job *j)
  * next collective. */
 static int lib_agree(job *j, const char *label, int group_size, fxa_status st, const char *msg)
 {
+    if (st == FXA_ERR_TIMEOUT) /* the group is stuck: no agreement is possible */
+        fxt_world_abort(j->w, msg);
     if (group_size == j->w->size)
         return fxt_world_lib_fail(j->w, st, msg);
     const int code = st == FXA_OK ? 0 : fxt_fail(fxt_exit_code(st), "%s group: %s", label, msg);
@@ -184,6 +186,7 @@ static int groups(job *j)
     MPI_Comm_split(MPI_COMM_WORLD, j->t, j->c, &j->cp_comm);
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
+    mp.timeout_seconds = j->w->timeout;
     int code = 0;
     if (j->tp_mode) {
         const fxa_status st = fxa_mpi_create(j->tp_comm, j->ctx, &mp, &j->m_tp);
@@ -248,8 +251,11 @@ static int qkv(job *j)
  * heads) summed over the TP group, into the report. */
 static void sum_rows(job *j, int64_t rows[2])
 {
-    if (j->tp_mode)
-        MPI_Allreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, j->tp_comm);
+    if (j->tp_mode) {
+        MPI_Request r;
+        MPI_Iallreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, j->tp_comm, &r);
+        fxt_world_wait(j->w, &r, "the tensor-parallel row counts");
+    }
     j->rep.rows = rows[0];
     j->rep.fallback_rows = rows[1];
 }
@@ -322,7 +328,9 @@ static int gather_y(job *j)
         MPI_Datatype row;
         MPI_Type_contiguous((int)j->cfg.hidden, MPI_FLOAT, &row);
         MPI_Type_commit(&row);
-        MPI_Gatherv(j->y, (int)j->len, row, j->y_all, counts, displs, row, 0, j->cp_comm);
+        MPI_Request r;
+        MPI_Igatherv(j->y, (int)j->len, row, j->y_all, counts, displs, row, 0, j->cp_comm, &r);
+        fxt_world_wait(j->w, &r, "gathering y");
         MPI_Type_free(&row);
     }
     free(counts);
@@ -338,8 +346,10 @@ static void reduce_y(job *j)
     const int64_t n = j->len * j->cfg.hidden;
     for (int64_t off = 0; off < n; off += REDUCE_CHUNK) {
         const int64_t c = n - off < REDUCE_CHUNK ? n - off : REDUCE_CHUNK;
-        MPI_Reduce(root ? MPI_IN_PLACE : j->y + off, j->y + off, (int)c, MPI_FLOAT, MPI_SUM, 0,
-                   j->tp_comm);
+        MPI_Request r;
+        MPI_Ireduce(root ? MPI_IN_PLACE : j->y + off, j->y + off, (int)c, MPI_FLOAT, MPI_SUM, 0,
+                    j->tp_comm, &r);
+        fxt_world_wait(j->w, &r, "the output projection's partial sums");
     }
     for (int64_t s = 0; root && s < j->len; s++)
         for (int64_t c = 0; c < j->cfg.hidden; c++)
@@ -381,7 +391,9 @@ static int forward(job *j)
         return code;
     t[3] = fxt_now();
     double secs[3] = {t[1] - t[0], t[2] - t[1], t[3] - t[2]};
-    MPI_Allreduce(MPI_IN_PLACE, secs, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, secs, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &r);
+    fxt_world_wait(j->w, &r, "the timings");
     j->rep.qkv_seconds = secs[0];
     j->rep.attention_seconds = secs[1];
     j->rep.out_seconds = secs[2];
@@ -468,7 +480,7 @@ done:
 int fxt_layer_mpi(const layer_opts *o)
 {
     fxt_world w;
-    int code = fxt_world_init(&w);
+    int code = fxt_world_init(&w, o->timeout);
     if (code)
         return code;
     code = run(&w, o);

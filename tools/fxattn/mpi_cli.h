@@ -3,6 +3,7 @@
 #ifndef FXT_MPI_CLI_H
 #define FXT_MPI_CLI_H
 
+#include <mpi.h>
 #include <stdint.h>
 
 #include "fxattn.h"
@@ -13,12 +14,24 @@
 typedef struct fxt_world {
     int rank;
     int size;
+    double timeout; /* seconds a wait may see no progress (--timeout) */
     char msg[600];
 } fxt_world;
 
 /* Initialise MPI (MPI_THREAD_FUNNELED), fill w and start capturing errors.
+ * timeout: --timeout's value, 0 when not given (fxa_mpi_default_timeout()).
  * Returns 0 or an exit code. */
-int fxt_world_init(fxt_world *w);
+int fxt_world_init(fxt_world *w, double timeout);
+
+/* Wait for a nonblocking collective of the CLI, polling: when it sees no
+ * progress for w->timeout seconds, fxt_world_abort with "rank N: no
+ * progress from the other ranks for T s (what)". */
+void fxt_world_wait(fxt_world *w, MPI_Request *r, const char *what);
+
+/* A peer stopped making progress: print msg on this rank ("fxattn: error:
+ * ..."), give the other ranks, whose deadlines end about now, 2 s to report
+ * theirs, and end the job (MPI_Abort: ranks that are frozen are killed). */
+_Noreturn void fxt_world_abort(fxt_world *w, const char *msg);
 /* Stop capturing, flush stdout, MPI_Finalize. */
 void fxt_world_finalize(fxt_world *w);
 
@@ -28,7 +41,9 @@ void fxt_world_finalize(fxt_world *w);
 int fxt_world_agree(fxt_world *w, int code);
 
 /* After a collective library call whose status and message are already the
- * same on every rank: rank 0 prints it; returns the exit code (0 if OK). */
+ * same on every rank: rank 0 prints it; returns the exit code (0 if OK).
+ * FXA_ERR_TIMEOUT (not agreed: the communicator is stuck) ends the job
+ * through fxt_world_abort. */
 int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg);
 
 /* `threads` when > 0, else this rank's share of the CPUs it may use

@@ -1,0 +1,94 @@
+/* Waits with a deadline (see mpi_internal.h): a peer that stops making
+ * progress (a cut link, a frozen or dead host) fails the call instead of
+ * hanging it. MPI has no timeout of its own on a blocked operation, so
+ * every wait of the library polls its requests. */
+#include <time.h>
+
+#include "mpi_internal.h"
+
+static void pause_briefly(int *us)
+{
+    const struct timespec ts = {0, (long)*us * 1000L};
+    nanosleep(&ts, NULL);
+    if (*us < 1000)
+        *us *= 2; /* 10 us up to 1 ms: quick when the data is about to land */
+}
+
+fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what)
+{
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
+    if (n > FXA_MPI_MAX_WAIT)
+        return fxa_mpi_fail(m, FXA_ERR_INTERNAL, "%d requests in one wait", n);
+    int idx[FXA_MPI_MAX_WAIT];
+    double last = MPI_Wtime();
+    int us = 10;
+    for (;;) {
+        int done = 0;
+        if (MPI_Testsome(n, reqs, &done, idx, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI failed while waiting for %s", what);
+        if (done == MPI_UNDEFINED)
+            return FXA_OK; /* every request complete */
+        const double now = MPI_Wtime();
+        if (done > 0) {
+            last = now;
+            us = 10;
+            continue;
+        }
+        if (now - last > m->timeout) {
+            m->broken = 1;
+            if (peer >= 0)
+                return fxa_mpi_fail(m, FXA_ERR_TIMEOUT, "rank %d: no progress from rank %d for %g s (%s)",
+                                    m->rank, peer, m->timeout, what);
+            return fxa_mpi_fail(m, FXA_ERR_TIMEOUT,
+                                "rank %d: no progress from the other ranks for %g s (%s)", m->rank,
+                                m->timeout, what);
+        }
+        pause_briefly(&us);
+    }
+}
+
+fxa_status fxa_mpi_allreduce(fxa_mpi *m, const void *in, void *out, int n, MPI_Datatype t,
+                             MPI_Op op, MPI_Comm comm, const char *what)
+{
+    MPI_Request r;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
+    if (MPI_Iallreduce(in, out, n, t, op, comm, &r) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Iallreduce failed (%s)", what);
+    return fxa_mpi_wait(m, 1, &r, -1, what);
+}
+
+fxa_status fxa_mpi_bcast(fxa_mpi *m, void *buf, int n, MPI_Datatype t, int root, MPI_Comm comm,
+                         const char *what)
+{
+    MPI_Request r;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
+    if (MPI_Ibcast(buf, n, t, root, comm, &r) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Ibcast failed (%s)", what);
+    return fxa_mpi_wait(m, 1, &r, root, what);
+}
+
+fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_Datatype t,
+                             MPI_Comm comm, const char *what)
+{
+    MPI_Request r;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
+    if (MPI_Iallgather(in, n, t, out, n, t, comm, &r) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Iallgather failed (%s)", what);
+    return fxa_mpi_wait(m, 1, &r, -1, what);
+}
+
+fxa_status fxa_mpi_alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd,
+                             void *recv, const int *rc, const int *rd, MPI_Datatype t,
+                             MPI_Comm comm, const char *what)
+{
+    MPI_Request r;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
+    if (MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, comm, &r) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Ialltoallv failed (%s)", what);
+    return fxa_mpi_wait(m, 1, &r, -1, what);
+}

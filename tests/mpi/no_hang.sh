@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A rank that stops making progress (SIGSTOP mid-run) must not hang the
+# job: with --timeout T every surviving rank reports "rank N: no progress
+# from ... for T s" and the whole job ends within T + 10 s of the freeze,
+# with a failing status and no output written. Ring 2, Ulysses 2 and the
+# 2 x 2 grid of `fxattn attn`; a bad --timeout or FXA_MPI_TIMEOUT is
+# refused on every rank.
+# Usage: no_hang.sh MPIRUN FXATTN
+set -u
+mpirun=$1
+fxattn=$2
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+T=5
+
+# 8192 tokens, 8 heads x 64: a run takes seconds per rank on one thread.
+"$fxattn" demo --frames 1 --height 64 --width 128 --heads 8 --dim 64 --save-inputs "$dir" \
+    >/dev/null || { echo "FAIL: demo inputs"; exit 1; }
+in=(-q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy")
+
+# frozen NAME RANKS ULYSSES RING: freeze the last rank 3 s into the run.
+frozen() {
+    local name=$1 np=$2 u=$3 r=$4
+    rm -f "$dir/out.npy"
+    timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np "$np" \
+        "$fxattn" attn "${in[@]}" -o "$dir/out.npy" --ulysses "$u" --ring "$r" --threads 1 \
+        --repeats 50 --timeout "$T" >"$dir/log" 2>&1 &
+    local tpid=$! mpid="" ranks="" victim=""
+    pids+=("$tpid")
+    sleep 3
+    mpid=$(pgrep -P "$tpid" | head -1)
+    [ -n "$mpid" ] && ranks=$(pgrep -P "$mpid")
+    victim=$(echo "$ranks" | tail -1)
+    if [ -z "$victim" ] || [ "$(echo "$ranks" | wc -l)" -ne "$np" ]; then
+        bad "$name: could not find the $np ranks (mpirun $mpid: $ranks)"
+        wait "$tpid"
+        return
+    fi
+    pids+=("$mpid" $ranks)
+    kill -STOP "$victim"
+    local t0=$SECONDS
+    wait "$tpid"
+    local rc=$? took=$((SECONDS - t0))
+    local reports
+    reports=$(grep -c "fxattn: error: rank [0-9]*: no progress from .* for $T s" "$dir/log")
+    echo "$name: rank PID $victim stopped; mpirun exit $rc after $took s, $reports of $((np - 1)) survivors reported"
+    grep "no progress" "$dir/log" | head -3
+    [ "$rc" -ne 0 ] || bad "$name: the job reported success"
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || bad "$name: the job hung until the outer timeout"
+    [ "$took" -le $((T + 10)) ] || bad "$name: the job took $took s after the freeze (limit $((T + 10)) s)"
+    [ "$reports" -ge 1 ] || { tail -20 "$dir/log"; bad "$name: no rank reported the missing progress"; }
+    [ ! -e "$dir/out.npy" ] || bad "$name: an output was written"
+    local p n
+    for p in $ranks; do # mpirun may exit a moment before its ranks are gone
+        for ((n = 0; n < 50; n++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$p" 2>/dev/null && bad "$name: rank PID $p still alive 5 s after mpirun"
+    done
+}
+frozen "ring 2" 2 1 2
+frozen "Ulysses 2" 2 2 1
+frozen "2 x 2" 4 2 2
+
+# A deadline that is not a positive number of seconds: refused on every rank.
+for bad_t in "--timeout -1" "--timeout nan"; do
+    # shellcheck disable=SC2086
+    err=$(timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2 \
+        "$fxattn" attn "${in[@]}" -o "$dir/out.npy" --ring 2 $bad_t 2>&1 >/dev/null)
+    rc=$?
+    [ "$rc" -eq 2 ] || bad "$bad_t: exit $rc, expected 2"
+    echo "$err" | grep -q "fxattn: error:.*--timeout" || bad "$bad_t: no message"
+done
+err=$(FXA_MPI_TIMEOUT=soon timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root \
+    --bind-to none -x FXA_MPI_TIMEOUT -np 2 "$fxattn" attn "${in[@]}" -o "$dir/out.npy" \
+    --ring 2 2>&1 >/dev/null)
+rc=$?
+[ "$rc" -eq 2 ] || bad "FXA_MPI_TIMEOUT=soon: exit $rc, expected 2"
+echo "$err" | grep -q "FXA_MPI_TIMEOUT=soon is not" || bad "FXA_MPI_TIMEOUT=soon: no message"
+[ ! -e "$dir/out.npy" ] || bad "a refused run wrote its output"
+exit $fail
