@@ -23,4 +23,4 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFXA_WERROR=ON -DFXA
 cmake --build build-tsan -j "$jobs"
 # The thread-pool tests, and every MPI and layer test (Open MPI's own reports
 # suppressed by library name, tests/mpi/tsan.supp).
-ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L 'threads|mpi|layer' -LE multihost
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L 'threads|mpi|layer'
