@@ -43,20 +43,9 @@ run() { timeout 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none
 bad() { echo "FAIL: $*"; fail=1; }
 tol=1e-5
 
-# x [36, 256] as a .npy file ('<f4', values from a fixed LCG), stdlib only.
-python3 - "$dir/x.npy" <<'EOF' || { echo "FAIL: cannot write x.npy"; exit 1; }
-import struct, sys
-s, h = 36, 256
-hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (s, h)
-hdr += " " * (64 - (10 + len(hdr) + 1) % 64) + "\n"
-state, vals = 12345, []
-for _ in range(s * h):
-    state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
-    vals.append(((state >> 40) / 2**24 - 0.5) * 3.0)
-with open(sys.argv[1], "wb") as f:
-    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
-    f.write(struct.pack("<%df" % len(vals), *vals))
-EOF
+# x [36, 256] as a .npy file ('<f4', values from a fixed LCG).
+"$(dirname "$0")/lcg_npy.py" "$dir/x.npy" 12345 3.0 36 256 ||
+    { echo "FAIL: cannot write x.npy"; exit 1; }
 
 # name, options (besides the grid and -o), expected: same | close
 check() {

@@ -40,20 +40,9 @@ start_load() {
 
 "$fxattn" demo --frames 3 --height 10 --width 10 --heads 5 --dim 32 --save-inputs "$dir" \
     >/dev/null || { echo "FAIL: demo"; exit 1; }
-# x [36, 256] as a .npy file ('<f4', values from a fixed LCG), stdlib only.
-python3 - "$dir/x.npy" <<'EOF' || { echo "FAIL: cannot write x.npy"; exit 1; }
-import struct, sys
-s, h = 36, 256
-hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (s, h)
-hdr += " " * (64 - (10 + len(hdr) + 1) % 64) + "\n"
-state, vals = 12345, []
-for _ in range(s * h):
-    state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
-    vals.append(((state >> 40) / 2**24 - 0.5) * 3.0)
-with open(sys.argv[1], "wb") as f:
-    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
-    f.write(struct.pack("<%df" % len(vals), *vals))
-EOF
+# x [36, 256] as a .npy file ('<f4', values from a fixed LCG).
+"$(dirname "$0")/lcg_npy.py" "$dir/x.npy" 12345 3.0 36 256 ||
+    { echo "FAIL: cannot write x.npy"; exit 1; }
 
 # key, name, ranks, fxattn arguments (writing $dir/out.npy, maybe
 # $dir/out_lse.npy): every run must write the bytes of the first run of key.

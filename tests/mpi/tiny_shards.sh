@@ -14,25 +14,14 @@ trap 'rm -rf "$dir"' EXIT
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
-# [1, S, 2 heads, 8] fp32 tensors from a fixed LCG, stdlib only.
-python3 - "$dir" <<'EOF' || { echo "FAIL: cannot write the inputs"; exit 1; }
-import struct, sys
-state = 99
-def npy(path, s):
-    global state
-    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, %d, 2, 8), }" % s
-    hdr += " " * (64 - (10 + len(hdr) + 1) % 64) + "\n"
-    vals = []
-    for _ in range(s * 16):
-        state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
-        vals.append(((state >> 40) / 2**24 - 0.5) * 4.0)
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
-        f.write(struct.pack("<%df" % len(vals), *vals))
-for s in (1, 2, 3, 53):
-    for t in "qkv":
-        npy("%s/%s%d.npy" % (sys.argv[1], t, s), s)
-EOF
+# [1, S, 2 heads, 8] fp32 tensors from a fixed LCG, a seed per file.
+seed=99
+for s in 1 2 3 53; do
+    for t in q k v; do
+        "$(dirname "$0")/lcg_npy.py" "$dir/$t$s.npy" $((seed++)) 4.0 1 "$s" 2 8 ||
+            { echo "FAIL: cannot write the inputs"; exit 1; }
+    done
+done
 
 for sizes in "1 1" "1 53" "3 53" "3 1" "2 2"; do
     read -r sq skv <<<"$sizes"
