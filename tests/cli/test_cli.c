@@ -49,7 +49,7 @@
 
 #include "fp64_attn.h"
 #include "fxattn.h"
-#include "npy.h"
+#include "fxattn_npy.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -309,10 +309,10 @@ static void write_npy(const char *path, int version, const char *descr, int fort
 /* A valid '<f4' file through the tools' own atomic writer. */
 static void write_f32(const char *path, int ndim, const int64_t *shape, const float *data)
 {
-    fxt_staged st;
+    fxa_staged st;
     char err[600];
-    if (fxt_npy_stage_f32(path, ndim, shape, data, &st, err, sizeof err) != FXA_OK ||
-        fxt_staged_commit(&st, err, sizeof err) != FXA_OK)
+    if (fxa_npy_stage_f32(path, ndim, shape, data, &st, err, sizeof err) != FXA_OK ||
+        fxa_staged_commit(&st, err, sizeof err) != FXA_OK)
         die("%s", err);
 }
 
@@ -672,12 +672,12 @@ static void desc_for(fxa_attn_desc *d, fxa_layout layout)
 
 /* Read an output and check its dtype and shape; 1 when it matches. */
 static int read_output(const char *label, const char *path, int ndim, const int64_t *shape,
-                       fxt_npy *a)
+                       fxa_npy *a)
 {
     char err[600];
     char got[256];
     char want[256];
-    fxa_status st = fxt_npy_read(path, a, err, sizeof err);
+    fxa_status st = fxa_npy_read(path, a, err, sizeof err);
     CHECK(st == FXA_OK, "[%s] cannot read the output %s: %s", label, path, err);
     if (st != FXA_OK)
         return 0;
@@ -689,7 +689,7 @@ static int read_output(const char *label, const char *path, int ndim, const int6
     CHECK(same, "[%s] %s has shape %s dtype %s, expected %s <f4", label, path, got,
           a->dtype == FXA_F32 ? "<f4" : "<f2", want);
     if (!same)
-        fxt_npy_free(a);
+        fxa_npy_free(a);
     return same;
 }
 
@@ -702,8 +702,8 @@ static void check_ref(const char *label, const fxa_attn_desc *d, const float *q,
     const int64_t oshape[4] = {d->batch, bshd ? d->seq_q : d->heads_q,
                                bshd ? d->heads_q : d->seq_q, d->head_dim};
     const int64_t lshape[3] = {d->batch, d->heads_q, d->seq_q};
-    fxt_npy o = {0};
-    fxt_npy l = {0};
+    fxa_npy o = {0};
+    fxa_npy l = {0};
     double ref[FXA_MAX_HEAD_DIM];
     double ref_lse;
     double max_out = 0.0;
@@ -735,8 +735,8 @@ static void check_ref(const char *label, const fxa_attn_desc *d, const float *q,
     if (have_lse)
         CHECK(max_lse <= REF_TOL, "[%s] max |lse - fp64 reference| = %.3g, above %.0e", label,
               max_lse, REF_TOL);
-    fxt_npy_free(&o);
-    fxt_npy_free(&l);
+    fxa_npy_free(&o);
+    fxa_npy_free(&l);
 }
 
 /* The --stats line: one JSON object with every key CLI.md promises. */
@@ -874,10 +874,10 @@ static void test_good_runs(void)
                    IN("k_bhsd.npy"), "-v", IN("v_bhsd.npy"), "-o", out_b, "--lse", lse_b,
                    "--layout", "bhsd", "--threads", "2", (const char *)NULL)) {
             check_ref("A2 --layout bhsd", &db, qt, kt, vt, out_b, lse_b);
-            fxt_npy ob = {0};
-            fxt_npy os = {0};
-            fxt_npy lb = {0};
-            fxt_npy ls = {0};
+            fxa_npy ob = {0};
+            fxa_npy os = {0};
+            fxa_npy lb = {0};
+            fxa_npy ls = {0};
             const int64_t lshape[3] = {PB, PHQ, PSQ};
             const int64_t oshape[4] = {PB, PSQ, PHQ, PD};
             if (read_output("A2 --layout bhsd", out_b, 4, qs, &ob) &&
@@ -896,10 +896,10 @@ static void test_good_runs(void)
                 read_output("A2 (bshd lse of A1)", g_lse, 3, lshape, &ls))
                 CHECK(memcmp(lb.data, ls.data, (size_t)PB * PHQ * PSQ * sizeof(float)) == 0,
                       "[A2 --layout bhsd] lse differs (bitwise) from the bshd run's lse");
-            fxt_npy_free(&ob);
-            fxt_npy_free(&os);
-            fxt_npy_free(&lb);
-            fxt_npy_free(&ls);
+            fxa_npy_free(&ob);
+            fxa_npy_free(&os);
+            fxa_npy_free(&lb);
+            fxa_npy_free(&ls);
         }
         run_free(&r);
     }
@@ -1535,19 +1535,19 @@ static int run_expect(const char *label, int want, const char *mention, double s
 static void check_one_row(const char *label, const char *out, const char *lse, float want_out,
                           double want_lse)
 {
-    fxt_npy a, l;
+    fxa_npy a, l;
     const int64_t os[4] = {1, 1, 1, 4}, ls[3] = {1, 1, 1};
     if (read_output(label, out, 4, os, &a)) {
         for (int c = 0; c < 4; c++)
             CHECK(((const float *)a.data)[c] == want_out, "[%s] out[%d] = %.9g, exact %.9g",
                   label, c, (double)((const float *)a.data)[c], (double)want_out);
-        fxt_npy_free(&a);
+        fxa_npy_free(&a);
     }
     if (lse && read_output(label, lse, 3, ls, &l)) {
         const double got = ((const float *)l.data)[0];
         CHECK(fabs(got - want_lse) <= 0x1p-20 * want_lse, "[%s] lse = %.9g, exact %.9g", label,
               got, want_lse);
-        fxt_npy_free(&l);
+        fxa_npy_free(&l);
     }
 }
 

@@ -1,11 +1,11 @@
 /*
- * libFuzzer target for the .npy reader (tools/fxattn/npy.h, fxt_npy_read).
+ * libFuzzer target for the .npy reader (tools/fxattn/npy.h, fxa_npy_read).
  *
  * Contract: each input is the whole content of a .npy file. It is written to one file in a
  * private temporary folder (created once under $TMPDIR or /tmp, removed at exit; one fd kept
- * open, rewritten with pwrite + ftruncate) and read back with fxt_npy_read. Any violation of
+ * open, rewritten with pwrite + ftruncate) and read back with fxa_npy_read. Any violation of
  * the reader's contract stops the run with __builtin_trap:
- *  - success: ndim in 0..FXT_NPY_MAX_DIMS, no negative dimension, count == product of the
+ *  - success: ndim in 0..FXA_NPY_MAX_DIMS, no negative dimension, count == product of the
  *    shape, dtype FXA_F32 or FXA_F16, data non-NULL and 64-byte aligned, the data size equals
  *    the file size minus the preamble and header, the data bytes equal the file's bytes as
  *    stored, err is empty; and the input really starts with a 1.0/2.0/3.0 preamble;
@@ -13,7 +13,7 @@
  *    does not change), *out is all zero bytes, err is one line "<path>: ..." shorter than
  *    errlen; for inputs of size 4k+1 a second read with a small errlen (or err NULL / errlen
  *    0) gives the same status and a prefix of that message and writes nothing past errlen;
- *  - fxt_npy_free zeroes the struct.
+ *  - fxa_npy_free zeroes the struct.
  * The target never writes any file other than its own temporary one.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "fxattn_npy.h"
 
 #define CHECK(cond)                                                                             \
     do {                                                                                        \
@@ -145,10 +145,10 @@ static int64_t data_offset(const uint8_t *data, size_t size)
     return 12 + (int64_t)len;
 }
 
-static void check_success(const fxt_npy *a, const uint8_t *data, size_t size, const char *err)
+static void check_success(const fxa_npy *a, const uint8_t *data, size_t size, const char *err)
 {
     CHECK(err[0] == '\0');
-    CHECK(a->ndim >= 0 && a->ndim <= FXT_NPY_MAX_DIMS);
+    CHECK(a->ndim >= 0 && a->ndim <= FXA_NPY_MAX_DIMS);
     CHECK(a->dtype == FXA_F32 || a->dtype == FXA_F16);
     CHECK(a->data != NULL);
     CHECK(((uintptr_t)a->data & 63u) == 0);
@@ -187,10 +187,10 @@ static void check_truncation(size_t size, fxa_status status, const char *full)
     size_t errlen = size % (g_path_len + 24);
     const int use_null = size % 7 == 3;
     memset(small, 0x5a, sizeof small);
-    fxt_npy a;
+    fxa_npy a;
     memset(&a, 0xa5, sizeof a);
     const size_t cap = errlen < 64 ? errlen : 64;
-    fxa_status again = fxt_npy_read(g_path, &a, use_null ? NULL : small, use_null ? 0 : cap);
+    fxa_status again = fxa_npy_read(g_path, &a, use_null ? NULL : small, use_null ? 0 : cap);
     CHECK(again == status);
     CHECK(is_zero(&a, sizeof a));
     for (size_t i = use_null ? 0 : cap; i < sizeof small; i++) {
@@ -212,9 +212,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     char err[ERR_CAP + GUARD];
     memset(err, 0x5a, sizeof err);
-    fxt_npy a;
+    fxa_npy a;
     memset(&a, 0xa5, sizeof a);
-    const fxa_status status = fxt_npy_read(g_path, &a, err, ERR_CAP);
+    const fxa_status status = fxa_npy_read(g_path, &a, err, ERR_CAP);
     for (size_t i = ERR_CAP; i < sizeof err; i++) {
         CHECK(err[i] == 0x5a);
     }
@@ -228,7 +228,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_truncation(size, status, err);
         }
     }
-    fxt_npy_free(&a);
+    fxa_npy_free(&a);
     CHECK(is_zero(&a, sizeof a));
     return 0;
 }

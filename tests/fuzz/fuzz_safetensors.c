@@ -1,18 +1,18 @@
 /*
- * libFuzzer target for the .safetensors reader (tools/fxattn/safetensors.h, fxt_st_parse).
+ * libFuzzer target for the .safetensors reader (tools/fxattn/safetensors.h, fxa_st_parse).
  *
  * Contract: each input is the whole content of a .safetensors file, parsed from memory (no
  * file is written). Any violation of the reader's contract stops the run with
  * __builtin_trap:
- *  - success: the input holds the 8-byte length N with N <= FXT_ST_MAX_HEADER_LEN and
+ *  - success: the input holds the 8-byte length N with N <= FXA_ST_MAX_HEADER_LEN and
  *    8 + N <= size, its JSON starts with '{' after whitespace; err is empty. Tensors come in
  *    data order and tile the data buffer exactly (the first at offset 0, each where the one
  *    before ended, the last ending at size - 8 - N); each has a non-NULL unique name of at
- *    most FXT_ST_MAX_NAME_LEN bytes that fxt_st_find returns it for, ndim 0..FXT_ST_MAX_DIMS,
+ *    most FXA_ST_MAX_NAME_LEN bytes that fxa_st_find returns it for, ndim 0..FXA_ST_MAX_DIMS,
  *    non-negative dimensions whose product is count, nbytes consistent with its dtype,
- *    file_offset == 8 + N + offset. fxt_st_read of a supported tensor gives exactly the
+ *    file_offset == 8 + N + offset. fxa_st_read of a supported tensor gives exactly the
  *    input's bytes, of another dtype FXA_ERR_UNSUPPORTED; a destination one byte off is
- *    FXA_ERR_INVALID_ARG and left untouched; fxt_st_read_f32 gives the exact widening of
+ *    FXA_ERR_INVALID_ARG and left untouched; fxa_st_read_f32 gives the exact widening of
  *    F32/BF16/F16 and FXA_ERR_UNSUPPORTED for F8_E4M3. Metadata keys come in strictly
  *    increasing byte order and each looks up its value.
  *  - failure: the status is FXA_ERR_INVALID_ARG (inputs are small: no FXA_ERR_NO_MEMORY),
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
+#include "fxattn_safetensors.h"
 
 #define CHECK(cond)                                                                             \
     do {                                                                                        \
@@ -102,8 +102,8 @@ static void check_truncation(const uint8_t *data, size_t size, fxa_status status
     const int use_null = size % 7 == 3;
     const size_t cap = errlen < 64 ? errlen : 64;
     memset(small, 0x5a, sizeof small);
-    fxt_st_file *f = (fxt_st_file *)&f;
-    fxa_status again = fxt_st_parse(data, size, NAME, &f, use_null ? NULL : small,
+    fxa_st_file *f = (fxa_st_file *)&f;
+    fxa_status again = fxa_st_parse(data, size, NAME, &f, use_null ? NULL : small,
                                     use_null ? 0 : cap);
     CHECK(again == status);
     CHECK(f == NULL);
@@ -119,12 +119,12 @@ static void check_truncation(const uint8_t *data, size_t size, fxa_status status
 
 /* Rows [shape0 / 2, shape0) give exactly those bytes of the tensor; a range one row past
  * the end is refused before anything is written; a scalar has no rows. */
-static void check_row_reads(const fxt_st_file *f, const fxt_st_tensor *t, const uint8_t *data)
+static void check_row_reads(const fxa_st_file *f, const fxa_st_tensor *t, const uint8_t *data)
 {
     char err[ERR_CAP];
     unsigned char probe[GUARD];
     if (t->ndim == 0) {
-        CHECK(fxt_st_read_rows(f, t, 0, 1, probe, 0, err, sizeof err) == FXA_ERR_INVALID_ARG);
+        CHECK(fxa_st_read_rows(f, t, 0, 1, probe, 0, err, sizeof err) == FXA_ERR_INVALID_ARG);
         check_message(err, sizeof err);
         return;
     }
@@ -135,7 +135,7 @@ static void check_row_reads(const fxt_st_file *f, const fxt_st_tensor *t, const 
     unsigned char *buf = malloc(nbytes + GUARD);
     CHECK(buf != NULL);
     memset(buf, 0xa5, nbytes + GUARD);
-    fxa_status status = fxt_st_read_rows(f, t, row0, rows - row0, buf, nbytes, err, sizeof err);
+    fxa_status status = fxa_st_read_rows(f, t, row0, rows - row0, buf, nbytes, err, sizeof err);
     if (t->supported) {
         CHECK(status == FXA_OK);
         CHECK(nbytes == 0 || memcmp(buf, data + t->file_offset + (size_t)row0 * row_bytes,
@@ -145,21 +145,21 @@ static void check_row_reads(const fxt_st_file *f, const fxt_st_tensor *t, const 
     }
     CHECK(is_zero_or(buf + nbytes, GUARD, 0xa5));
     memset(buf, 0xa5, nbytes + GUARD);
-    status = fxt_st_read_rows(f, t, row0 + 1, rows - row0, buf, nbytes, err, sizeof err);
+    status = fxa_st_read_rows(f, t, row0 + 1, rows - row0, buf, nbytes, err, sizeof err);
     CHECK(status == FXA_ERR_INVALID_ARG || status == FXA_ERR_UNSUPPORTED);
     check_message(err, sizeof err);
     CHECK(is_zero_or(buf, nbytes + GUARD, 0xa5));
     free(buf);
 }
 
-static void check_tensor_reads(const fxt_st_file *f, const fxt_st_tensor *t, const uint8_t *data)
+static void check_tensor_reads(const fxa_st_file *f, const fxa_st_tensor *t, const uint8_t *data)
 {
     char err[ERR_CAP];
     const size_t nbytes = (size_t)t->nbytes;
     unsigned char *buf = malloc(nbytes + GUARD);
     CHECK(buf != NULL);
     memset(buf, 0xa5, nbytes + GUARD);
-    fxa_status status = fxt_st_read(f, t, buf, nbytes, err, sizeof err);
+    fxa_status status = fxa_st_read(f, t, buf, nbytes, err, sizeof err);
     if (t->supported) {
         CHECK(status == FXA_OK);
         CHECK(err[0] == '\0');
@@ -172,7 +172,7 @@ static void check_tensor_reads(const fxt_st_file *f, const fxt_st_tensor *t, con
 
     /* One byte off: refused before anything is written. */
     memset(buf, 0xa5, nbytes + GUARD);
-    status = fxt_st_read(f, t, buf, nbytes + 1, err, sizeof err);
+    status = fxa_st_read(f, t, buf, nbytes + 1, err, sizeof err);
     CHECK(status == (t->supported ? FXA_ERR_INVALID_ARG : FXA_ERR_UNSUPPORTED));
     check_message(err, sizeof err);
     CHECK(is_zero_or(buf, nbytes + GUARD, 0xa5));
@@ -182,8 +182,8 @@ static void check_tensor_reads(const fxt_st_file *f, const fxt_st_tensor *t, con
     float *out = malloc(count * sizeof(float) + GUARD);
     CHECK(out != NULL);
     memset(out, 0xa5, count * sizeof(float) + GUARD);
-    status = fxt_st_read_f32(f, t, out, count, err, sizeof err);
-    if (!t->supported || t->dtype == FXT_ST_F8_E4M3) {
+    status = fxa_st_read_f32(f, t, out, count, err, sizeof err);
+    if (!t->supported || t->dtype == FXA_ST_F8_E4M3) {
         CHECK(status == FXA_ERR_UNSUPPORTED);
         check_message(err, sizeof err);
     } else {
@@ -193,13 +193,13 @@ static void check_tensor_reads(const fxt_st_file *f, const fxt_st_tensor *t, con
             uint32_t got;
             uint32_t want;
             memcpy(&got, &out[i], sizeof got);
-            if (t->dtype == FXT_ST_F32) {
+            if (t->dtype == FXA_ST_F32) {
                 memcpy(&want, src + 4 * i, sizeof want);
             } else {
                 const uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-                const float w = t->dtype == FXT_ST_BF16 ? fxa_bf16_to_f32(h) : fxa_f16_to_f32(h);
+                const float w = t->dtype == FXA_ST_BF16 ? fxa_bf16_to_f32(h) : fxa_f16_to_f32(h);
                 memcpy(&want, &w, sizeof want);
-                if (t->dtype == FXT_ST_BF16) {
+                if (t->dtype == FXA_ST_BF16) {
                     CHECK(want == (uint32_t)h << 16 || (h & 0x7fffu) > 0x7f80u);
                 }
             }
@@ -211,13 +211,13 @@ static void check_tensor_reads(const fxt_st_file *f, const fxt_st_tensor *t, con
     check_row_reads(f, t, data);
 }
 
-static void check_success(const fxt_st_file *f, const uint8_t *data, size_t size,
+static void check_success(const fxa_st_file *f, const uint8_t *data, size_t size,
                           const char *err)
 {
     CHECK(err[0] == '\0');
     CHECK(size >= 8);
     const uint64_t n = load_le64(data);
-    CHECK(n <= FXT_ST_MAX_HEADER_LEN);
+    CHECK(n <= FXA_ST_MAX_HEADER_LEN);
     CHECK(n >= 2 && n <= size - 8);
     size_t first = 8;
     while (first < 8 + n && (data[first] == ' ' || data[first] == '\t' || data[first] == '\n' ||
@@ -228,17 +228,17 @@ static void check_success(const fxt_st_file *f, const uint8_t *data, size_t size
     const int64_t data_start = 8 + (int64_t)n;
     const int64_t data_size = (int64_t)size - data_start;
 
-    const int64_t count = fxt_st_count(f);
-    CHECK(count >= 0 && count <= FXT_ST_MAX_TENSORS);
-    CHECK(fxt_st_at(f, -1) == NULL);
-    CHECK(fxt_st_at(f, count) == NULL);
+    const int64_t count = fxa_st_count(f);
+    CHECK(count >= 0 && count <= FXA_ST_MAX_TENSORS);
+    CHECK(fxa_st_at(f, -1) == NULL);
+    CHECK(fxa_st_at(f, count) == NULL);
     int64_t expected = 0;
     for (int64_t i = 0; i < count; i++) {
-        const fxt_st_tensor *t = fxt_st_at(f, i);
+        const fxa_st_tensor *t = fxa_st_at(f, i);
         CHECK(t != NULL);
         CHECK(t->name != NULL);
-        CHECK(strlen(t->name) <= FXT_ST_MAX_NAME_LEN);
-        CHECK(fxt_st_find(f, t->name) == t);
+        CHECK(strlen(t->name) <= FXA_ST_MAX_NAME_LEN);
+        CHECK(fxa_st_find(f, t->name) == t);
         CHECK(t->dtype_name != NULL);
         const int bits = bits_of(t->dtype_name);
         CHECK(bits > 0);
@@ -252,7 +252,7 @@ static void check_success(const fxt_st_file *f, const uint8_t *data, size_t size
             CHECK((int)t->dtype >= 0 && (int)t->dtype < 4);
             CHECK(strcmp(names[t->dtype], t->dtype_name) == 0);
         }
-        CHECK(t->ndim >= 0 && t->ndim <= FXT_ST_MAX_DIMS);
+        CHECK(t->ndim >= 0 && t->ndim <= FXA_ST_MAX_DIMS);
         int64_t product = 1;
         for (int d = 0; d < t->ndim; d++) {
             CHECK(t->shape[d] >= 0 && t->shape[d] <= ((int64_t)1 << 53));
@@ -276,27 +276,27 @@ static void check_success(const fxt_st_file *f, const uint8_t *data, size_t size
     static const char *const probes[] = {"",       "w",    "a",
                                          "format", "\xff", "blocks.0.self_attn.q.weight"};
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
-        const fxt_st_tensor *t = fxt_st_find(f, probes[i]);
+        const fxa_st_tensor *t = fxa_st_find(f, probes[i]);
         CHECK(t == NULL || strcmp(t->name, probes[i]) == 0);
-        const char *v = fxt_st_metadata(f, probes[i]);
+        const char *v = fxa_st_metadata(f, probes[i]);
         int listed = 0;
-        for (int64_t k = 0; k < fxt_st_metadata_count(f); k++) {
-            listed |= strcmp(fxt_st_metadata_key(f, k), probes[i]) == 0;
+        for (int64_t k = 0; k < fxa_st_metadata_count(f); k++) {
+            listed |= strcmp(fxa_st_metadata_key(f, k), probes[i]) == 0;
         }
         CHECK((v != NULL) == listed);
     }
 
-    const int64_t m = fxt_st_metadata_count(f);
+    const int64_t m = fxa_st_metadata_count(f);
     CHECK(m >= 0);
     CHECK(m == 0 || m * 6 <= (int64_t)n); /* each entry takes at least "":"", */
-    CHECK(fxt_st_metadata_key(f, -1) == NULL);
-    CHECK(fxt_st_metadata_key(f, m) == NULL);
+    CHECK(fxa_st_metadata_key(f, -1) == NULL);
+    CHECK(fxa_st_metadata_key(f, m) == NULL);
     for (int64_t i = 0; i < m; i++) {
-        const char *key = fxt_st_metadata_key(f, i);
+        const char *key = fxa_st_metadata_key(f, i);
         CHECK(key != NULL);
-        CHECK(fxt_st_metadata(f, key) != NULL);
+        CHECK(fxa_st_metadata(f, key) != NULL);
         if (i > 0) {
-            CHECK(strcmp(fxt_st_metadata_key(f, i - 1), key) < 0);
+            CHECK(strcmp(fxa_st_metadata_key(f, i - 1), key) < 0);
         }
     }
 }
@@ -305,8 +305,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[ERR_CAP + GUARD];
     memset(err, 0x5a, sizeof err);
-    fxt_st_file *f = (fxt_st_file *)&f; /* not NULL: the call must set it */
-    const fxa_status status = fxt_st_parse(data, size, NAME, &f, err, ERR_CAP);
+    fxa_st_file *f = (fxa_st_file *)&f; /* not NULL: the call must set it */
+    const fxa_status status = fxa_st_parse(data, size, NAME, &f, err, ERR_CAP);
     for (size_t i = ERR_CAP; i < sizeof err; i++) {
         CHECK(err[i] == 0x5a);
     }
@@ -321,6 +321,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_truncation(data, size, status, err);
         }
     }
-    fxt_st_close(f);
+    fxa_st_close(f);
     return 0;
 }

@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 #include "fxattn_proj.h"
-#include "npy.h"
+#include "fxattn_npy.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -398,10 +398,10 @@ static int within_envelope(const char *label, const char *y_name, const operands
 {
     static double y64[S * H], y32[S * H];
     char err[600];
-    fxt_npy a;
+    fxa_npy a;
     reference(op, 0, y64);
     reference(op, 1, y32);
-    if (fxt_npy_read(path_of(y_name), &a, err, sizeof err) != FXA_OK) {
+    if (fxa_npy_read(path_of(y_name), &a, err, sizeof err) != FXA_OK) {
         CHECK(0, "[%s] cannot read y: %s", label, err);
         return 0;
     }
@@ -414,7 +414,7 @@ static int within_envelope(const char *label, const char *y_name, const operands
         e = isnan(yi) ? INFINITY : fmax(e, fabs(yi - y64[i]));
         e32 = fmax(e32, fabs(y32[i] - y64[i]));
     }
-    fxt_npy_free(&a);
+    fxa_npy_free(&a);
     const double rel = e / ymax, rel32 = e32 / ymax, tol = 2.0 * rel32 + 0x1p-22;
     printf("  %-34s error %.3g of max|y| (plain fp32 %.3g, tolerance %.3g)\n", label, rel, rel32,
            tol);
@@ -769,8 +769,8 @@ static void test_scaled_qk(void)
         if (!run_ok(label, &r, "scaled.safetensors", XFILE, verify ? "--verify" : NULL, NULL))
             continue;
         char err[600];
-        fxt_npy a;
-        if (fxt_npy_read(path_of(YFILE), &a, err, sizeof err) != FXA_OK) {
+        fxa_npy a;
+        if (fxa_npy_read(path_of(YFILE), &a, err, sizeof err) != FXA_OK) {
             CHECK(0, "[%s] cannot read y: %s", label, err);
             continue;
         }
@@ -781,7 +781,7 @@ static void test_scaled_qk(void)
             ymax = fmax(ymax, fabs(y64[i]));
             e = isfinite(yi) ? fmax(e, fabs(yi - y64[i])) : INFINITY;
         }
-        fxt_npy_free(&a);
+        fxa_npy_free(&a);
         printf("  %-34s error %.3g of max|y| against the unscaled layer\n", label, e / ymax);
         CHECK(whole && e <= 0x1p-16 * ymax,
               "[%s] y is %.3g of max|y| away from the unscaled layer's", label, e / ymax);

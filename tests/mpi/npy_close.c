@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npy.h"
+#include "fxattn_npy.h"
 
-static float value(const fxt_npy *a, int64_t i)
+static float value(const fxa_npy *a, int64_t i)
 {
     return a->dtype == FXA_F16 ? fxa_f16_to_f32(((const uint16_t *)a->data)[i])
                                : ((const float *)a->data)[i];
@@ -21,20 +21,20 @@ static float value(const fxt_npy *a, int64_t i)
 int main(int argc, char **argv)
 {
     char err[600];
-    fxt_npy a, b;
+    fxa_npy a, b;
     char *end = NULL;
     const double rel = argc == 4 ? strtod(argv[3], &end) : -1.0;
     if (argc != 4 || !end || *end || !(rel >= 0.0)) {
         fprintf(stderr, "usage: npy_close A.npy B.npy REL\n");
         return 2;
     }
-    if (fxt_npy_read(argv[1], &a, err, sizeof err) != FXA_OK) {
+    if (fxa_npy_read(argv[1], &a, err, sizeof err) != FXA_OK) {
         fprintf(stderr, "npy_close: %s\n", err);
         return 2;
     }
-    if (fxt_npy_read(argv[2], &b, err, sizeof err) != FXA_OK) {
+    if (fxa_npy_read(argv[2], &b, err, sizeof err) != FXA_OK) {
         fprintf(stderr, "npy_close: %s\n", err);
-        fxt_npy_free(&a);
+        fxa_npy_free(&a);
         return 2;
     }
     int code = 2;
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "npy_close: %s and %s have different shapes\n", argv[1], argv[2]);
     }
-    fxt_npy_free(&a);
-    fxt_npy_free(&b);
+    fxa_npy_free(&a);
+    fxa_npy_free(&b);
     return code;
 }

@@ -5,7 +5,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "npy.h"
+#include "fxattn_npy.h"
+#include "io/file_io.h"
 #include "testfiles.h"
 
 #include <dirent.h>
@@ -173,9 +174,9 @@ static const char *dict_text(const char *descr, const char *fortran, const char 
     return text;
 }
 
-static int is_zeroed(const fxt_npy *a)
+static int is_zeroed(const fxa_npy *a)
 {
-    fxt_npy zero;
+    fxa_npy zero;
     memset(&zero, 0, sizeof zero);
     return memcmp(a, &zero, sizeof zero) == 0;
 }
@@ -186,9 +187,9 @@ static void expect_array(const char *name, fxa_dtype dtype, int ndim, const int6
 {
     char path[PATH_CAP];
     char err[ERR_CAP] = "untouched";
-    fxt_npy a;
+    fxa_npy a;
     test_path_join(path, g_dir, name);
-    fxa_status status = fxt_npy_read(path, &a, err, sizeof err);
+    fxa_status status = fxa_npy_read(path, &a, err, sizeof err);
     CHECK(status == FXA_OK, "%s: read failed (%d): %s", name, (int)status, err);
     if (status != FXA_OK) {
         return;
@@ -210,8 +211,8 @@ static void expect_array(const char *name, fxa_dtype dtype, int ndim, const int6
     if (a.data != NULL && (size_t)a.count * itemsize == data_len && data_len > 0) {
         CHECK(memcmp(a.data, data, data_len) == 0, "%s: data differs", name);
     }
-    fxt_npy_free(&a);
-    CHECK(is_zeroed(&a), "%s: fxt_npy_free did not zero the struct", name);
+    fxa_npy_free(&a);
+    CHECK(is_zeroed(&a), "%s: fxa_npy_free did not zero the struct", name);
 }
 
 /* Read g_dir/name (or an absolute path) and expect a failure whose message holds keyword. */
@@ -219,7 +220,7 @@ static void expect_reject(const char *name, fxa_status want, const char *keyword
 {
     char path[PATH_CAP];
     char err[ERR_CAP];
-    fxt_npy a;
+    fxa_npy a;
     if (name[0] == '/') {
         snprintf(path, sizeof path, "%s", name);
     } else {
@@ -227,7 +228,7 @@ static void expect_reject(const char *name, fxa_status want, const char *keyword
     }
     memset(&a, 0xa5, sizeof a);
     memset(err, 0, sizeof err);
-    fxa_status status = fxt_npy_read(path, &a, err, sizeof err);
+    fxa_status status = fxa_npy_read(path, &a, err, sizeof err);
     size_t path_len = strlen(path);
     CHECK(status == want, "%s: status %d, want %d (message: %s)", name, (int)status, (int)want,
           err);
@@ -239,7 +240,7 @@ static void expect_reject(const char *name, fxa_status want, const char *keyword
     CHECK(strstr(reason, keyword) != NULL, "%s: message lacks \"%s\": %s", name, keyword, err);
     CHECK(is_zeroed(&a), "%s: output not zeroed after a failure", name);
     if (status == FXA_OK) {
-        fxt_npy_free(&a);
+        fxa_npy_free(&a);
     }
 }
 
@@ -479,7 +480,7 @@ static void test_reader_preamble(void)
                   "header length 1000 runs past the end of the file");
     write_npy_raw("header_huge.npy", 2, 0, 0xffffffffu, dict, strlen(dict), &one, sizeof one);
     expect_reject("header_huge.npy", FXA_ERR_INVALID_ARG, "exceeds the limit");
-    write_npy_raw("header_over_limit.npy", 3, 0, FXT_NPY_MAX_HEADER_LEN + 1, dict, strlen(dict),
+    write_npy_raw("header_over_limit.npy", 3, 0, FXA_NPY_MAX_HEADER_LEN + 1, dict, strlen(dict),
                   &one, sizeof one);
     expect_reject("header_over_limit.npy", FXA_ERR_INVALID_ARG, "exceeds the limit");
     write_npy_raw("header_zero.npy", 1, 0, 0, dict, strlen(dict), &one, sizeof one);
@@ -499,28 +500,28 @@ static void test_reader_arguments(void)
 {
     char path[PATH_CAP];
     char err[ERR_CAP];
-    fxt_npy a;
+    fxa_npy a;
     test_path_join(path, g_dir, "no_shape.npy");
 
     /* The message is cut to the buffer, still NUL-terminated. */
     char small[8];
     memset(small, 'x', sizeof small);
-    CHECK(fxt_npy_read(path, &a, small, sizeof small) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_npy_read(path, &a, small, sizeof small) == FXA_ERR_INVALID_ARG,
           "small buffer: wrong status");
     CHECK(memchr(small, '\0', sizeof small) != NULL && strlen(small) == sizeof small - 1,
           "small buffer: message not cut to 7 characters");
-    CHECK(fxt_npy_read(path, &a, NULL, 0) == FXA_ERR_INVALID_ARG, "NULL err: wrong status");
+    CHECK(fxa_npy_read(path, &a, NULL, 0) == FXA_ERR_INVALID_ARG, "NULL err: wrong status");
     CHECK(is_zeroed(&a), "NULL err: output not zeroed");
-    CHECK(fxt_npy_read(NULL, &a, err, sizeof err) == FXA_ERR_INVALID_ARG && err[0] != '\0',
+    CHECK(fxa_npy_read(NULL, &a, err, sizeof err) == FXA_ERR_INVALID_ARG && err[0] != '\0',
           "NULL path: wrong status or no message");
-    CHECK(fxt_npy_read(path, NULL, err, sizeof err) == FXA_ERR_INVALID_ARG && err[0] != '\0',
+    CHECK(fxa_npy_read(path, NULL, err, sizeof err) == FXA_ERR_INVALID_ARG && err[0] != '\0',
           "NULL output: wrong status or no message");
 
-    fxt_npy_free(NULL);
+    fxa_npy_free(NULL);
     memset(&a, 0x5a, sizeof a);
     a.data = NULL;
-    fxt_npy_free(&a);
-    CHECK(is_zeroed(&a), "fxt_npy_free with NULL data did not zero the struct");
+    fxa_npy_free(&a);
+    CHECK(is_zeroed(&a), "fxa_npy_free with NULL data did not zero the struct");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -532,7 +533,7 @@ static void roundtrip(const char *name, int ndim, const int64_t *shape, const ch
 {
     char path[PATH_CAP];
     char err[ERR_CAP];
-    fxt_staged st;
+    fxa_staged st;
     test_path_join(path, g_dir, name);
 
     int64_t count = 1;
@@ -552,7 +553,7 @@ static void roundtrip(const char *name, int ndim, const int64_t *shape, const ch
         data[2] = (float)NAN;
     }
 
-    fxa_status status = fxt_npy_stage_f32(path, ndim, shape, data, &st, err, sizeof err);
+    fxa_status status = fxa_npy_stage_f32(path, ndim, shape, data, &st, err, sizeof err);
     CHECK(status == FXA_OK, "%s: stage failed (%d): %s", name, (int)status, err);
     if (status != FXA_OK) {
         free(data);
@@ -565,7 +566,7 @@ static void roundtrip(const char *name, int ndim, const int64_t *shape, const ch
           "%s: temporary path %s not next to the final path", name, st.tmp_path);
     CHECK(exists(st.tmp_path), "%s: temporary file missing before commit", name);
     CHECK(!exists(path), "%s: final file exists before commit", name);
-    status = fxt_staged_commit(&st, err, sizeof err);
+    status = fxa_staged_commit(&st, err, sizeof err);
     CHECK(status == FXA_OK, "%s: commit failed (%d): %s", name, (int)status, err);
     CHECK(st.active == 0, "%s: staged struct still active after commit", name);
     CHECK(count_entries(g_dir, ".tmp.") == 0, "%s: temporary file left after commit", name);
@@ -626,13 +627,13 @@ static void test_writer_roundtrip(void)
     /* Committing replaces an existing file. */
     char path[PATH_CAP];
     char err[ERR_CAP];
-    fxt_staged st;
+    fxa_staged st;
     const float fresh[2] = {7.0f, 8.0f};
     const int64_t s2[1] = {2};
     test_path_join(path, g_dir, "w_replace.npy");
     write_file(path, "old contents", 12);
-    CHECK(fxt_npy_stage_f32(path, 1, s2, fresh, &st, err, sizeof err) == FXA_OK &&
-              fxt_staged_commit(&st, err, sizeof err) == FXA_OK,
+    CHECK(fxa_npy_stage_f32(path, 1, s2, fresh, &st, err, sizeof err) == FXA_OK &&
+              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
           "replace: stage or commit failed: %s", err);
     expect_array("w_replace.npy", FXA_F32, 1, s2, fresh, sizeof fresh);
 
@@ -640,17 +641,17 @@ static void test_writer_roundtrip(void)
     char dir[PATH_CAP];
     make_subdir(dir, "discard");
     test_path_join(path, dir, "gone.npy");
-    CHECK(fxt_npy_stage_f32(path, 1, s2, fresh, &st, err, sizeof err) == FXA_OK,
+    CHECK(fxa_npy_stage_f32(path, 1, s2, fresh, &st, err, sizeof err) == FXA_OK,
           "discard: stage failed: %s", err);
     CHECK(count_entries(dir, ".tmp.") == 1, "discard: no temporary file while staged");
-    fxt_staged_discard(&st);
+    fxa_staged_discard(&st);
     CHECK(st.active == 0, "discard: struct still active");
     CHECK(count_entries(dir, "") == 0, "discard: files left in the folder");
-    fxt_staged_discard(&st);
-    fxt_staged_discard(NULL);
-    CHECK(fxt_staged_commit(&st, err, sizeof err) == FXA_ERR_INVALID_ARG && err[0] != '\0',
+    fxa_staged_discard(&st);
+    fxa_staged_discard(NULL);
+    CHECK(fxa_staged_commit(&st, err, sizeof err) == FXA_ERR_INVALID_ARG && err[0] != '\0',
           "commit after discard: not refused with a message");
-    CHECK(fxt_staged_commit(NULL, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_staged_commit(NULL, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "commit of NULL: not refused");
 }
 
@@ -660,10 +661,10 @@ static void expect_stage_failure(const char *label, const char *dir, const char 
                                  const char *keyword)
 {
     char err[ERR_CAP] = "";
-    fxt_staged st;
+    fxa_staged st;
     int before = exists(dir) ? count_entries(dir, "") : 0;
     memset(&st, 0x11, sizeof st);
-    fxa_status status = fxt_npy_stage_f32(path, ndim, shape, data, &st, err, sizeof err);
+    fxa_status status = fxa_npy_stage_f32(path, ndim, shape, data, &st, err, sizeof err);
     CHECK(status == want, "%s: status %d, want %d (%s)", label, (int)status, (int)want, err);
     CHECK(strstr(err, keyword) != NULL, "%s: message lacks \"%s\": %s", label, keyword, err);
     CHECK(strchr(err, '\n') == NULL, "%s: message has a newline", label);
@@ -673,7 +674,7 @@ static void expect_stage_failure(const char *label, const char *dir, const char 
         CHECK(count_entries(dir, "") == before, "%s: folder contents changed", label);
     }
     if (status == FXA_OK) {
-        fxt_staged_discard(&st);
+        fxa_staged_discard(&st);
     }
 }
 
@@ -730,7 +731,7 @@ static void test_writer_failures(void)
     long_path[strlen(dir)] = '/';
     expect_stage_failure("long path", dir, long_path, 1, s4, data, FXA_ERR_INVALID_ARG,
                          "too long");
-    CHECK(fxt_npy_stage_f32(path, 1, s4, data, NULL, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_npy_stage_f32(path, 1, s4, data, NULL, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "NULL staging struct: not refused");
 
     /* A write that stops part-way (file size limit): the old file stays, no temp is left. */
@@ -738,9 +739,9 @@ static void test_writer_failures(void)
     test_path_join(path, dir, "keep.npy");
     const float old_data[2] = {5.0f, 6.0f};
     const int64_t s2[1] = {2};
-    fxt_staged st;
-    CHECK(fxt_npy_stage_f32(path, 1, s2, old_data, &st, err, sizeof err) == FXA_OK &&
-              fxt_staged_commit(&st, err, sizeof err) == FXA_OK,
+    fxa_staged st;
+    CHECK(fxa_npy_stage_f32(path, 1, s2, old_data, &st, err, sizeof err) == FXA_OK &&
+              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
           "short write: writing the old file failed: %s", err);
     enum { BIG_COUNT = 4000 };
     float *big = calloc(BIG_COUNT, sizeof(float));
@@ -768,7 +769,7 @@ static void test_writer_failures(void)
     /* A failed rename (the final path is a non-empty folder) removes the temporary file. */
     make_subdir(dir, "blocked");
     test_path_join(path, dir, "out.npy");
-    CHECK(fxt_npy_stage_f32(path, 1, s4, data, &st, err, sizeof err) == FXA_OK,
+    CHECK(fxa_npy_stage_f32(path, 1, s4, data, &st, err, sizeof err) == FXA_OK,
           "failed commit: stage failed: %s", err);
     char blocker[PATH_CAP];
     if (mkdir(path, 0755) != 0) {
@@ -776,7 +777,7 @@ static void test_writer_failures(void)
     }
     test_path_join(blocker, path, "occupied");
     write_file(blocker, "x", 1);
-    fxa_status status = fxt_staged_commit(&st, err, sizeof err);
+    fxa_status status = fxa_staged_commit(&st, err, sizeof err);
     CHECK(status == FXA_ERR_IO, "failed commit: status %d, want FXA_ERR_IO", (int)status);
     CHECK(strstr(err, "cannot rename") != NULL, "failed commit: message: %s", err);
     CHECK(st.active == 0, "failed commit: struct still active");
@@ -797,7 +798,7 @@ static void test_write_all(void)
         printf("skipped: /dev/full check (cannot open /dev/full: %s)\n", strerror(errno));
     } else {
         err[0] = '\0';
-        fxa_status status = fxt_write_all(fd, bytes, 100, "/dev/full", err, sizeof err);
+        fxa_status status = fxa_io_write_all(fd, bytes, 100, "/dev/full", err, sizeof err);
         close(fd);
         CHECK(status == FXA_ERR_IO, "/dev/full: status %d, want FXA_ERR_IO", (int)status);
         CHECK(strstr(err, "/dev/full: write failed after 0 of 100 bytes") == err,
@@ -809,9 +810,9 @@ static void test_write_all(void)
     if (pipe(fds) != 0) {
         die("pipe");
     }
-    CHECK(fxt_write_all(fds[1], bytes, sizeof bytes, "pipe", err, sizeof err) == FXA_OK,
+    CHECK(fxa_io_write_all(fds[1], bytes, sizeof bytes, "pipe", err, sizeof err) == FXA_OK,
           "pipe: write failed: %s", err);
-    CHECK(fxt_write_all(fds[1], bytes, 0, "pipe", err, sizeof err) == FXA_OK,
+    CHECK(fxa_io_write_all(fds[1], bytes, 0, "pipe", err, sizeof err) == FXA_OK,
           "pipe: empty write failed: %s", err);
     unsigned char back[sizeof bytes];
     size_t got = 0;
@@ -827,7 +828,7 @@ static void test_write_all(void)
 
     /* A closed read end: EPIPE (SIGPIPE ignored). */
     signal(SIGPIPE, SIG_IGN);
-    fxa_status status = fxt_write_all(fds[1], bytes, 10, "broken pipe", err, sizeof err);
+    fxa_status status = fxa_io_write_all(fds[1], bytes, 10, "broken pipe", err, sizeof err);
     CHECK(status == FXA_ERR_IO && strstr(err, strerror(EPIPE)) != NULL,
           "broken pipe: status %d, message %s", (int)status, err);
     close(fds[1]);
@@ -842,16 +843,16 @@ static void test_reader_slices(void)
     float data[120];
     for (int i = 0; i < 120; i++)
         data[i] = (float)i;
-    fxt_staged st;
+    fxa_staged st;
     test_path_join(path, g_dir, "slices.npy");
-    CHECK(fxt_npy_stage_f32(path, 4, shape, data, &st, err, sizeof err) == FXA_OK &&
-              fxt_staged_commit(&st, err, sizeof err) == FXA_OK,
+    CHECK(fxa_npy_stage_f32(path, 4, shape, data, &st, err, sizeof err) == FXA_OK &&
+              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
           "slices: write failed: %s", err);
     for (int axis = 0; axis < 4; axis++) {
         for (int64_t start = 0; start <= shape[axis]; start++) {
             for (int64_t len = 0; start + len <= shape[axis]; len++) {
-                fxt_npy a;
-                fxa_status rc = fxt_npy_read_slice(path, axis, start, len, &a, err, sizeof err);
+                fxa_npy a;
+                fxa_status rc = fxa_npy_read_slice(path, axis, start, len, &a, err, sizeof err);
                 CHECK(rc == FXA_OK, "slice axis %d [%lld, +%lld): %s", axis, (long long)start,
                       (long long)len, err);
                 if (rc != FXA_OK)
@@ -874,36 +875,36 @@ static void test_reader_slices(void)
                 }
                 CHECK(ok, "slice axis %d [%lld, +%lld) holds the wrong elements", axis,
                       (long long)start, (long long)len);
-                fxt_npy_free(&a);
+                fxa_npy_free(&a);
             }
         }
     }
-    fxt_npy a;
+    fxa_npy a;
     /* Shards: 5 rows over 3 parts are 2, 2, 1. */
     const int64_t want_start[3] = {0, 2, 4};
     const int64_t want_len[3] = {2, 2, 1};
     for (int part = 0; part < 3; part++) {
-        CHECK(fxt_npy_read_shard(path, 1, 3, part, &a, err, sizeof err) == FXA_OK &&
+        CHECK(fxa_npy_read_shard(path, 1, 3, part, &a, err, sizeof err) == FXA_OK &&
                   a.slice_start == want_start[part] && a.slice_len == want_len[part] &&
                   ((const float *)a.data)[0] == data[want_start[part] * 12],
               "shard %d of 3: %s", part, err);
-        fxt_npy_free(&a);
+        fxa_npy_free(&a);
     }
-    CHECK(fxt_npy_read_shard(path, 1, 3, 3, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_npy_read_shard(path, 1, 3, 3, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "a shard past the last is refused");
-    CHECK(fxt_npy_read_slice(path, 1, 3, 3, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+    CHECK(fxa_npy_read_slice(path, 1, 3, 3, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               strstr(err, "cannot take") != NULL,
           "a slice past the end is refused: %s", err);
-    CHECK(fxt_npy_read_slice(path, 4, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_npy_read_slice(path, 4, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "an axis past the last is refused");
-    CHECK(fxt_npy_read_slice(path, 1, -1, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_npy_read_slice(path, 1, -1, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "a negative start is refused");
     /* The whole-file checks still apply: a truncated file fails any slice. */
     FILE *f = fopen(path, "r+b");
     CHECK(f != NULL && ftruncate(fileno(f), 128 + 100 * 4) == 0, "truncate");
     if (f)
         fclose(f);
-    CHECK(fxt_npy_read_slice(path, 1, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+    CHECK(fxa_npy_read_slice(path, 1, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               strstr(err, "truncated") != NULL,
           "a truncated file fails a slice it would still cover: %s", err);
 }

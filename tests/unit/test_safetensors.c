@@ -1,13 +1,13 @@
 /*
  * Unit test of tools/fxattn/safetensors.c: valid files of every supported dtype (and an
  * unsupported one), shapes, names and metadata, reading and fp32 conversion bit for bit, and
- * one clear error for each kind of hostile file, through both fxt_st_open and fxt_st_parse.
+ * one clear error for each kind of hostile file, through both fxa_st_open and fxa_st_parse.
  * Works in a fresh mkdtemp folder under /tmp, removed at the end. Prints each failed check,
  * then "test_safetensors: ok N checks" when all pass.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "safetensors.h"
+#include "fxattn_safetensors.h"
 #include "testfiles.h"
 
 #include <errno.h>
@@ -127,7 +127,7 @@ typedef struct tspec {
     const char *json_name; /* as written between the quotes (escapes allowed) */
     const char *dtype;
     int ndim;
-    int64_t shape[FXT_ST_MAX_DIMS];
+    int64_t shape[FXA_ST_MAX_DIMS];
     const void *data;
     size_t nbytes;
 } tspec;
@@ -190,13 +190,13 @@ static unsigned char *slurp(const char *path, size_t *len_out)
 
 /* ---- expectations -------------------------------------------------------------------- */
 
-static fxt_st_file *open_ok(const char *name)
+static fxa_st_file *open_ok(const char *name)
 {
     char path[PATH_CAP];
     char err[ERR_CAP] = "untouched";
-    fxt_st_file *f = NULL;
+    fxa_st_file *f = NULL;
     test_path_join(path, g_dir, name);
-    fxa_status status = fxt_st_open(path, &f, err, sizeof err);
+    fxa_status status = fxa_st_open(path, &f, err, sizeof err);
     CHECK(status == FXA_OK && f != NULL, "%s: open failed (%d): %s", name, (int)status, err);
     CHECK(err[0] == '\0', "%s: message left on success: %s", name, err);
     return status == FXA_OK ? f : NULL;
@@ -224,27 +224,27 @@ static void expect_reject(const char *name, fxa_status want, const char *keyword
     } else {
         test_path_join(path, g_dir, name);
     }
-    fxt_st_file *f = (fxt_st_file *)&f; /* not NULL: the call must clear it */
-    fxa_status status = fxt_st_open(path, &f, err, sizeof err);
+    fxa_st_file *f = (fxa_st_file *)&f; /* not NULL: the call must clear it */
+    fxa_status status = fxa_st_open(path, &f, err, sizeof err);
     CHECK(status == want, "%s: status %d, want %d (%s)", name, (int)status, (int)want, err);
     CHECK(f == NULL, "%s: *out not cleared on failure", name);
     check_message(name, err, path, keyword);
     if (status == FXA_OK) {
-        fxt_st_close(f);
+        fxa_st_close(f);
     }
     if (want != FXA_ERR_INVALID_ARG) {
         return;
     }
     size_t n;
     unsigned char *data = slurp(path, &n);
-    f = (fxt_st_file *)&f;
-    status = fxt_st_parse(data, n, "mem.safetensors", &f, err, sizeof err);
+    f = (fxa_st_file *)&f;
+    status = fxa_st_parse(data, n, "mem.safetensors", &f, err, sizeof err);
     CHECK(status == want, "%s (memory): status %d, want %d (%s)", name, (int)status, (int)want,
           err);
     CHECK(f == NULL, "%s (memory): *out not cleared on failure", name);
     check_message(name, err, "mem.safetensors", keyword);
     if (status == FXA_OK) {
-        fxt_st_close(f);
+        fxa_st_close(f);
     }
     free(data);
 }
@@ -256,10 +256,10 @@ static void reject_header(const char *name, const char *header, const char *keyw
     expect_reject(name, FXA_ERR_INVALID_ARG, keyword);
 }
 
-static void expect_tensor(const fxt_st_file *f, const char *name, const char *dtype_name,
+static void expect_tensor(const fxa_st_file *f, const char *name, const char *dtype_name,
                           int supported, int ndim, const int64_t *shape, int64_t nbytes)
 {
-    const fxt_st_tensor *t = fxt_st_find(f, name);
+    const fxa_st_tensor *t = fxa_st_find(f, name);
     CHECK(t != NULL, "tensor '%s' not found", name);
     if (t == NULL) {
         return;
@@ -306,17 +306,17 @@ static void write_dtypes_file(const char *name)
     write_st(name, t, 5, "{\"format\":\"pt\",\"source\":\"test\"}");
 }
 
-static void check_dtypes_file(fxt_st_file *f, const char *what)
+static void check_dtypes_file(fxa_st_file *f, const char *what)
 {
     char err[ERR_CAP];
     unsigned char raw[64];
     float out[8];
 
-    CHECK(fxt_st_count(f) == 5, "%s: %" PRId64 " tensors", what, fxt_st_count(f));
+    CHECK(fxa_st_count(f) == 5, "%s: %" PRId64 " tensors", what, fxa_st_count(f));
     static const char *const order[] = {"f32", "bf16", "f16", "e4m3", "i64"};
     int64_t offset = 0;
     for (int64_t i = 0; i < 5; i++) {
-        const fxt_st_tensor *t = fxt_st_at(f, i);
+        const fxa_st_tensor *t = fxa_st_at(f, i);
         CHECK(t != NULL && strcmp(t->name, order[i]) == 0, "%s: tensor %" PRId64 " is %s", what,
               i, t ? t->name : "NULL");
         if (t != NULL) {
@@ -324,9 +324,9 @@ static void check_dtypes_file(fxt_st_file *f, const char *what)
             offset += t->nbytes;
         }
     }
-    CHECK(fxt_st_at(f, -1) == NULL && fxt_st_at(f, 5) == NULL, "%s: at() out of range", what);
-    CHECK(fxt_st_find(f, "nope") == NULL && fxt_st_find(f, "f3") == NULL &&
-              fxt_st_find(f, NULL) == NULL,
+    CHECK(fxa_st_at(f, -1) == NULL && fxa_st_at(f, 5) == NULL, "%s: at() out of range", what);
+    CHECK(fxa_st_find(f, "nope") == NULL && fxa_st_find(f, "f3") == NULL &&
+              fxa_st_find(f, NULL) == NULL,
           "%s: find of a missing name", what);
 
     expect_tensor(f, "f32", "F32", 1, 2, (const int64_t[]){2, 3}, 24);
@@ -334,26 +334,26 @@ static void check_dtypes_file(fxt_st_file *f, const char *what)
     expect_tensor(f, "f16", "F16", 1, 3, (const int64_t[]){1, 2, 3}, 12);
     expect_tensor(f, "e4m3", "F8_E4M3", 1, 1, (const int64_t[]){3}, 3);
     expect_tensor(f, "i64", "I64", 0, 1, (const int64_t[]){2}, 16);
-    CHECK(fxt_st_find(f, "f32")->dtype == FXT_ST_F32 &&
-              fxt_st_find(f, "bf16")->dtype == FXT_ST_BF16 &&
-              fxt_st_find(f, "f16")->dtype == FXT_ST_F16 &&
-              fxt_st_find(f, "e4m3")->dtype == FXT_ST_F8_E4M3,
+    CHECK(fxa_st_find(f, "f32")->dtype == FXA_ST_F32 &&
+              fxa_st_find(f, "bf16")->dtype == FXA_ST_BF16 &&
+              fxa_st_find(f, "f16")->dtype == FXA_ST_F16 &&
+              fxa_st_find(f, "e4m3")->dtype == FXA_ST_F8_E4M3,
           "%s: dtype enums", what);
 
     /* Raw reads: the bytes as stored. */
-    const fxt_st_tensor *t = fxt_st_find(f, "f32");
-    CHECK(fxt_st_read(f, t, raw, 24, err, sizeof err) == FXA_OK && err[0] == '\0' &&
+    const fxa_st_tensor *t = fxa_st_find(f, "f32");
+    CHECK(fxa_st_read(f, t, raw, 24, err, sizeof err) == FXA_OK && err[0] == '\0' &&
               memcmp(raw, k_f32, 24) == 0,
           "%s: raw F32: %s", what, err);
-    CHECK(fxt_st_read_f32(f, t, out, 6, err, sizeof err) == FXA_OK &&
+    CHECK(fxa_st_read_f32(f, t, out, 6, err, sizeof err) == FXA_OK &&
               memcmp(out, k_f32, 24) == 0,
           "%s: F32 as fp32 not bit-exact: %s", what, err);
 
-    t = fxt_st_find(f, "bf16");
-    CHECK(fxt_st_read(f, t, raw, 10, err, sizeof err) == FXA_OK && memcmp(raw, k_bf16, 10) == 0,
+    t = fxa_st_find(f, "bf16");
+    CHECK(fxa_st_read(f, t, raw, 10, err, sizeof err) == FXA_OK && memcmp(raw, k_bf16, 10) == 0,
           "%s: raw BF16: %s", what, err);
     memset(out, 0xee, sizeof out);
-    CHECK(fxt_st_read_f32(f, t, out, 5, err, sizeof err) == FXA_OK, "%s: BF16: %s", what, err);
+    CHECK(fxa_st_read_f32(f, t, out, 5, err, sizeof err) == FXA_OK, "%s: BF16: %s", what, err);
     for (int i = 0; i < 5; i++) {
         CHECK(test_f32_bits(out[i]) == (uint32_t)k_bf16[i] << 16,
               "%s: BF16 %04x -> %08x, want %08x", what, k_bf16[i], test_f32_bits(out[i]),
@@ -361,93 +361,93 @@ static void check_dtypes_file(fxt_st_file *f, const char *what)
     }
     CHECK(test_f32_bits(out[5]) == 0xeeeeeeeeu, "%s: BF16 read wrote past its elements", what);
 
-    t = fxt_st_find(f, "f16");
-    CHECK(fxt_st_read_f32(f, t, out, 6, err, sizeof err) == FXA_OK, "%s: F16: %s", what, err);
+    t = fxa_st_find(f, "f16");
+    CHECK(fxa_st_read_f32(f, t, out, 6, err, sizeof err) == FXA_OK, "%s: F16: %s", what, err);
     for (int i = 0; i < 6; i++) {
         CHECK(test_f32_bits(out[i]) == k_f16_f32[i], "%s: F16 %04x -> %08x, want %08x", what,
               k_f16[i], test_f32_bits(out[i]), k_f16_f32[i]);
     }
 
     /* F8_E4M3: raw only for now. */
-    t = fxt_st_find(f, "e4m3");
-    CHECK(fxt_st_read(f, t, raw, 3, err, sizeof err) == FXA_OK && memcmp(raw, k_e4m3, 3) == 0,
+    t = fxa_st_find(f, "e4m3");
+    CHECK(fxa_st_read(f, t, raw, 3, err, sizeof err) == FXA_OK && memcmp(raw, k_e4m3, 3) == 0,
           "%s: raw F8_E4M3: %s", what, err);
-    CHECK(fxt_st_read_f32(f, t, out, 3, err, sizeof err) == FXA_ERR_UNSUPPORTED &&
+    CHECK(fxa_st_read_f32(f, t, out, 3, err, sizeof err) == FXA_ERR_UNSUPPORTED &&
               strstr(err, "F8_E4M3") != NULL && strstr(err, "'e4m3'") != NULL,
           "%s: F8_E4M3 as fp32: %s", what, err);
 
     /* A dtype of the format that fxattn does not support. */
-    t = fxt_st_find(f, "i64");
-    CHECK(fxt_st_read(f, t, raw, 16, err, sizeof err) == FXA_ERR_UNSUPPORTED &&
+    t = fxa_st_find(f, "i64");
+    CHECK(fxa_st_read(f, t, raw, 16, err, sizeof err) == FXA_ERR_UNSUPPORTED &&
               strstr(err, "dtype I64 is not supported") != NULL,
           "%s: I64 read: %s", what, err);
-    CHECK(fxt_st_read_f32(f, t, out, 2, err, sizeof err) == FXA_ERR_UNSUPPORTED,
+    CHECK(fxa_st_read_f32(f, t, out, 2, err, sizeof err) == FXA_ERR_UNSUPPORTED,
           "%s: I64 as fp32: %s", what, err);
 
     /* The destination must have exactly the tensor's size. */
-    t = fxt_st_find(f, "f32");
+    t = fxa_st_find(f, "f32");
     memset(raw, 0x5a, sizeof raw);
-    CHECK(fxt_st_read(f, t, raw, 23, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+    CHECK(fxa_st_read(f, t, raw, 23, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               strstr(err, "destination holds 23 bytes but the tensor has 24") != NULL &&
               raw[0] == 0x5a,
           "%s: short destination: %s", what, err);
-    CHECK(fxt_st_read(f, t, raw, 25, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_st_read(f, t, raw, 25, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "%s: long destination: %s", what, err);
-    CHECK(fxt_st_read_f32(f, t, out, 7, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+    CHECK(fxa_st_read_f32(f, t, out, 7, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               strstr(err, "7 elements") != NULL,
           "%s: fp32 destination size: %s", what, err);
-    CHECK(fxt_st_read(f, t, NULL, 24, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_st_read(f, t, NULL, 24, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "%s: NULL destination: %s", what, err);
-    CHECK(fxt_st_read(f, NULL, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_st_read(f, NULL, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "%s: NULL tensor: %s", what, err);
-    fxt_st_tensor copy = *t;
-    CHECK(fxt_st_read(f, &copy, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+    fxa_st_tensor copy = *t;
+    CHECK(fxa_st_read(f, &copy, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               strstr(err, "not one of this file's") != NULL,
           "%s: a tensor of another file: %s", what, err);
-    CHECK(fxt_st_read(NULL, t, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_st_read(NULL, t, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "%s: NULL file: %s", what, err);
 
     /* Row ranges: only those rows, as stored or widened; ranges checked. */
-    CHECK(fxt_st_read_rows(f, t, 1, 1, raw, 12, err, sizeof err) == FXA_OK &&
+    CHECK(fxa_st_read_rows(f, t, 1, 1, raw, 12, err, sizeof err) == FXA_OK &&
               memcmp(raw, k_f32 + 3, 12) == 0,
           "%s: F32 row 1: %s", what, err);
-    CHECK(fxt_st_read_rows(f, t, 0, 2, raw, 24, err, sizeof err) == FXA_OK &&
+    CHECK(fxa_st_read_rows(f, t, 0, 2, raw, 24, err, sizeof err) == FXA_OK &&
               memcmp(raw, k_f32, 24) == 0,
           "%s: F32 rows 0..2: %s", what, err);
-    CHECK(fxt_st_read_rows(f, t, 1, 2, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG &&
-              fxt_st_read_rows(f, t, -1, 1, raw, 12, err, sizeof err) == FXA_ERR_INVALID_ARG &&
-              fxt_st_read_rows(f, t, 0, 1, raw, 11, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_st_read_rows(f, t, 1, 2, raw, 24, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              fxa_st_read_rows(f, t, -1, 1, raw, 12, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              fxa_st_read_rows(f, t, 0, 1, raw, 11, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "%s: F32 rows past the end, negative, or a wrong size are refused", what);
-    const fxt_st_tensor *tb = fxt_st_find(f, "bf16");
-    CHECK(fxt_st_read_rows_f32(f, tb, 2, 2, out, 2, err, sizeof err) == FXA_OK &&
+    const fxa_st_tensor *tb = fxa_st_find(f, "bf16");
+    CHECK(fxa_st_read_rows_f32(f, tb, 2, 2, out, 2, err, sizeof err) == FXA_OK &&
               out[0] == fxa_bf16_to_f32(k_bf16[2]) && out[1] == fxa_bf16_to_f32(k_bf16[3]),
           "%s: BF16 rows 2..4 widened: %s", what, err);
-    CHECK(fxt_st_read_rows_f32(f, tb, 4, 2, out, 2, err, sizeof err) == FXA_ERR_INVALID_ARG,
+    CHECK(fxa_st_read_rows_f32(f, tb, 4, 2, out, 2, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "%s: BF16 rows past the end: %s", what, err);
 
     /* Metadata. */
-    CHECK(fxt_st_metadata_count(f) == 2, "%s: %" PRId64 " metadata entries", what,
-          fxt_st_metadata_count(f));
-    const char *v = fxt_st_metadata(f, "format");
+    CHECK(fxa_st_metadata_count(f) == 2, "%s: %" PRId64 " metadata entries", what,
+          fxa_st_metadata_count(f));
+    const char *v = fxa_st_metadata(f, "format");
     CHECK(v != NULL && strcmp(v, "pt") == 0, "%s: metadata format = %s", what, v ? v : "NULL");
-    v = fxt_st_metadata(f, "source");
+    v = fxa_st_metadata(f, "source");
     CHECK(v != NULL && strcmp(v, "test") == 0, "%s: metadata source", what);
-    CHECK(fxt_st_metadata(f, "missing") == NULL && fxt_st_metadata(f, NULL) == NULL,
+    CHECK(fxa_st_metadata(f, "missing") == NULL && fxa_st_metadata(f, NULL) == NULL,
           "%s: missing metadata key", what);
-    CHECK(fxt_st_metadata_key(f, 0) != NULL && strcmp(fxt_st_metadata_key(f, 0), "format") == 0 &&
-              fxt_st_metadata_key(f, 1) != NULL &&
-              strcmp(fxt_st_metadata_key(f, 1), "source") == 0 &&
-              fxt_st_metadata_key(f, 2) == NULL && fxt_st_metadata_key(f, -1) == NULL,
+    CHECK(fxa_st_metadata_key(f, 0) != NULL && strcmp(fxa_st_metadata_key(f, 0), "format") == 0 &&
+              fxa_st_metadata_key(f, 1) != NULL &&
+              strcmp(fxa_st_metadata_key(f, 1), "source") == 0 &&
+              fxa_st_metadata_key(f, 2) == NULL && fxa_st_metadata_key(f, -1) == NULL,
           "%s: metadata keys in order", what);
 }
 
 static void test_dtypes(void)
 {
     write_dtypes_file("dtypes.safetensors");
-    fxt_st_file *f = open_ok("dtypes.safetensors");
+    fxa_st_file *f = open_ok("dtypes.safetensors");
     if (f != NULL) {
         check_dtypes_file(f, "file");
-        fxt_st_close(f);
+        fxa_st_close(f);
     }
 
     /* The same checks on the bytes in memory. */
@@ -457,18 +457,18 @@ static void test_dtypes(void)
     test_path_join(path, g_dir, "dtypes.safetensors");
     unsigned char *data = slurp(path, &n);
     f = NULL;
-    CHECK(fxt_st_parse(data, n, "mem", &f, err, sizeof err) == FXA_OK && f != NULL,
+    CHECK(fxa_st_parse(data, n, "mem", &f, err, sizeof err) == FXA_OK && f != NULL,
           "parse from memory: %s", err);
     if (f != NULL) {
         check_dtypes_file(f, "memory");
-        fxt_st_close(f);
+        fxa_st_close(f);
     }
     free(data);
 
-    fxt_st_close(NULL);
-    CHECK(fxt_st_count(NULL) == 0 && fxt_st_at(NULL, 0) == NULL &&
-              fxt_st_find(NULL, "a") == NULL && fxt_st_metadata(NULL, "a") == NULL &&
-              fxt_st_metadata_count(NULL) == 0 && fxt_st_metadata_key(NULL, 0) == NULL,
+    fxa_st_close(NULL);
+    CHECK(fxa_st_count(NULL) == 0 && fxa_st_at(NULL, 0) == NULL &&
+              fxa_st_find(NULL, "a") == NULL && fxa_st_metadata(NULL, "a") == NULL &&
+              fxa_st_metadata_count(NULL) == 0 && fxa_st_metadata_key(NULL, 0) == NULL,
           "queries on NULL");
 }
 
@@ -487,14 +487,14 @@ static void test_shapes(void)
         {"empty_last", "F8_E4M3", 2, {0, 7}, NULL, 0},
     };
     write_st("shapes.safetensors", t, 7, NULL);
-    fxt_st_file *f = open_ok("shapes.safetensors");
+    fxa_st_file *f = open_ok("shapes.safetensors");
     if (f == NULL) {
         return;
     }
     char err[ERR_CAP];
     float out[4];
-    CHECK(fxt_st_count(f) == 7, "shapes: %" PRId64 " tensors", fxt_st_count(f));
-    CHECK(fxt_st_metadata_count(f) == 0 && fxt_st_metadata(f, "format") == NULL,
+    CHECK(fxa_st_count(f) == 7, "shapes: %" PRId64 " tensors", fxa_st_count(f));
+    CHECK(fxa_st_metadata_count(f) == 0 && fxa_st_metadata(f, "format") == NULL,
           "shapes: no metadata");
     expect_tensor(f, "scalar", "F32", 1, 0, NULL, 4);
     expect_tensor(f, "empty_first", "F32", 1, 1, (const int64_t[]){0}, 0);
@@ -504,34 +504,34 @@ static void test_shapes(void)
     expect_tensor(f, "huge_but_empty", "F32", 1, 2, (const int64_t[]){9007199254740992, 0}, 0);
     expect_tensor(f, "empty_last", "F8_E4M3", 1, 2, (const int64_t[]){0, 7}, 0);
     /* Data order: the empty tensors at offset 0 first, in header order. */
-    CHECK(strcmp(fxt_st_at(f, 0)->name, "empty_first") == 0 &&
-              strcmp(fxt_st_at(f, 1)->name, "scalar") == 0,
+    CHECK(strcmp(fxa_st_at(f, 0)->name, "empty_first") == 0 &&
+              strcmp(fxa_st_at(f, 1)->name, "scalar") == 0,
           "shapes: data order");
 
-    const fxt_st_tensor *s = fxt_st_find(f, "scalar");
-    CHECK(fxt_st_read_f32(f, s, out, 1, err, sizeof err) == FXA_OK && out[0] == 2.5f,
+    const fxa_st_tensor *s = fxa_st_find(f, "scalar");
+    CHECK(fxa_st_read_f32(f, s, out, 1, err, sizeof err) == FXA_OK && out[0] == 2.5f,
           "scalar read: %s", err);
-    const fxt_st_tensor *e = fxt_st_find(f, "empty_3x0x2");
-    CHECK(fxt_st_read(f, e, NULL, 0, err, sizeof err) == FXA_OK, "empty read: %s", err);
-    CHECK(fxt_st_read_f32(f, e, NULL, 0, err, sizeof err) == FXA_OK, "empty fp32 read: %s", err);
-    CHECK(fxt_st_read_f32(f, fxt_st_find(f, "eight_dims"), out, 4, err, sizeof err) == FXA_OK &&
+    const fxa_st_tensor *e = fxa_st_find(f, "empty_3x0x2");
+    CHECK(fxa_st_read(f, e, NULL, 0, err, sizeof err) == FXA_OK, "empty read: %s", err);
+    CHECK(fxa_st_read_f32(f, e, NULL, 0, err, sizeof err) == FXA_OK, "empty fp32 read: %s", err);
+    CHECK(fxa_st_read_f32(f, fxa_st_find(f, "eight_dims"), out, 4, err, sizeof err) == FXA_OK &&
               out[0] == 1.0f && out[1] == 2.0f && out[2] == 3.0f && out[3] == 4.0f,
           "eight_dims read: %s", err);
-    CHECK(fxt_st_read(f, fxt_st_find(f, "f4"), out, 2, err, sizeof err) == FXA_ERR_UNSUPPORTED,
+    CHECK(fxa_st_read(f, fxa_st_find(f, "f4"), out, 2, err, sizeof err) == FXA_ERR_UNSUPPORTED,
           "F4 read: %s", err);
-    fxt_st_close(f);
+    fxa_st_close(f);
 
     /* No tensors at all, with or without metadata. */
     write_raw("no_tensors.safetensors", "{}", NULL, 0);
     f = open_ok("no_tensors.safetensors");
-    CHECK(f != NULL && fxt_st_count(f) == 0 && fxt_st_at(f, 0) == NULL &&
-              fxt_st_find(f, "") == NULL,
+    CHECK(f != NULL && fxa_st_count(f) == 0 && fxa_st_at(f, 0) == NULL &&
+              fxa_st_find(f, "") == NULL,
           "no tensors");
-    fxt_st_close(f);
+    fxa_st_close(f);
     write_raw("only_metadata.safetensors", "{\"__metadata__\":{}}   ", NULL, 0);
     f = open_ok("only_metadata.safetensors");
-    CHECK(f != NULL && fxt_st_count(f) == 0 && fxt_st_metadata_count(f) == 0, "only metadata");
-    fxt_st_close(f);
+    CHECK(f != NULL && fxa_st_count(f) == 0 && fxa_st_metadata_count(f) == 0, "only metadata");
+    fxa_st_close(f);
 }
 
 static void test_names(void)
@@ -550,7 +550,7 @@ static void test_names(void)
     write_st("names.safetensors", t, 8,
              "{\"\\u005f\\u005f\":\"under\",\"text\":\"line\\none \\\"\\u00e9\\\"\","
              "\"empty\":\"\",\"json\":\"{\\\"a\\\": [1, 2]}\"}");
-    fxt_st_file *f = open_ok("names.safetensors");
+    fxa_st_file *f = open_ok("names.safetensors");
     if (f == NULL) {
         return;
     }
@@ -565,20 +565,20 @@ static void test_names(void)
         "A\xe0\xa0\x80\xef\xbf\xbd\xef\xbf\xbf",
     };
     for (int i = 0; i < 8; i++) {
-        const fxt_st_tensor *x = fxt_st_find(f, decoded[i]);
-        CHECK(x != NULL && x == fxt_st_at(f, i), "name %d (%s) not found in place", i,
+        const fxa_st_tensor *x = fxa_st_find(f, decoded[i]);
+        CHECK(x != NULL && x == fxa_st_at(f, i), "name %d (%s) not found in place", i,
               t[i].json_name);
     }
-    CHECK(fxt_st_find(f, "blocks.0.self_attn.q") == NULL, "no prefix match");
-    const char *v = fxt_st_metadata(f, "__");
+    CHECK(fxa_st_find(f, "blocks.0.self_attn.q") == NULL, "no prefix match");
+    const char *v = fxa_st_metadata(f, "__");
     CHECK(v != NULL && strcmp(v, "under") == 0, "escaped metadata key");
-    v = fxt_st_metadata(f, "text");
+    v = fxa_st_metadata(f, "text");
     CHECK(v != NULL && strcmp(v, "line\none \"\xc3\xa9\"") == 0, "escaped metadata value");
-    v = fxt_st_metadata(f, "empty");
+    v = fxa_st_metadata(f, "empty");
     CHECK(v != NULL && v[0] == '\0', "empty metadata value");
-    v = fxt_st_metadata(f, "json");
+    v = fxa_st_metadata(f, "json");
     CHECK(v != NULL && strcmp(v, "{\"a\": [1, 2]}") == 0, "JSON text in a metadata value");
-    fxt_st_close(f);
+    fxa_st_close(f);
 
     /* Whitespace between every token, other field and key orders, "__metadata__" spelled
      * with escapes, tensors listed out of data order, a longest name. */
@@ -592,28 +592,28 @@ static void test_names(void)
     if (f != NULL) {
         float out[2];
         char err[ERR_CAP];
-        CHECK(fxt_st_count(f) == 2 && strcmp(fxt_st_at(f, 0)->name, "a") == 0 &&
-                  strcmp(fxt_st_at(f, 1)->name, "b") == 0,
+        CHECK(fxa_st_count(f) == 2 && strcmp(fxa_st_at(f, 0)->name, "a") == 0 &&
+                  strcmp(fxa_st_at(f, 1)->name, "b") == 0,
               "spaced: data order");
-        CHECK(fxt_st_metadata(f, "k") != NULL && strcmp(fxt_st_metadata(f, "k"), "v") == 0,
+        CHECK(fxa_st_metadata(f, "k") != NULL && strcmp(fxa_st_metadata(f, "k"), "v") == 0,
               "spaced: escaped __metadata__ key is the metadata");
-        CHECK(fxt_st_read_f32(f, fxt_st_find(f, "b"), out, 2, err, sizeof err) == FXA_OK &&
+        CHECK(fxa_st_read_f32(f, fxa_st_find(f, "b"), out, 2, err, sizeof err) == FXA_OK &&
                   out[0] == 2.0f && out[1] == 3.0f,
               "spaced: read b: %s", err);
-        fxt_st_close(f);
+        fxa_st_close(f);
     }
 
-    char longest[FXT_ST_MAX_NAME_LEN + 2];
-    memset(longest, 'n', FXT_ST_MAX_NAME_LEN);
-    longest[FXT_ST_MAX_NAME_LEN] = '\0';
+    char longest[FXA_ST_MAX_NAME_LEN + 2];
+    memset(longest, 'n', FXA_ST_MAX_NAME_LEN);
+    longest[FXA_ST_MAX_NAME_LEN] = '\0';
     const tspec lt = {longest, "F32", 0, {0}, &one, 4};
     write_st("longest_name.safetensors", &lt, 1, NULL);
     f = open_ok("longest_name.safetensors");
-    CHECK(f != NULL && fxt_st_find(f, longest) != NULL, "a name of %d bytes",
-          FXT_ST_MAX_NAME_LEN);
-    fxt_st_close(f);
-    longest[FXT_ST_MAX_NAME_LEN] = 'n';
-    longest[FXT_ST_MAX_NAME_LEN + 1] = '\0';
+    CHECK(f != NULL && fxa_st_find(f, longest) != NULL, "a name of %d bytes",
+          FXA_ST_MAX_NAME_LEN);
+    fxa_st_close(f);
+    longest[FXA_ST_MAX_NAME_LEN] = 'n';
+    longest[FXA_ST_MAX_NAME_LEN + 1] = '\0';
     write_st("too_long_name.safetensors", &lt, 1, NULL);
     expect_reject("too_long_name.safetensors", FXA_ERR_INVALID_ARG, "is 4097 bytes long");
 }
@@ -640,7 +640,7 @@ static void test_length_field(void)
     expect_reject("past_end_by_one.safetensors", FXA_ERR_INVALID_ARG, "runs past the end");
 
     x.n = 0;
-    add_le64(&x, (uint64_t)FXT_ST_MAX_HEADER_LEN + 1);
+    add_le64(&x, (uint64_t)FXA_ST_MAX_HEADER_LEN + 1);
     add_str(&x, "{}");
     write_bytes("over_limit.safetensors", x.b, x.n);
     expect_reject("over_limit.safetensors", FXA_ERR_INVALID_ARG,
@@ -935,7 +935,7 @@ static void test_paths_and_messages(void)
 {
     char path[PATH_CAP];
     char err[ERR_CAP];
-    fxt_st_file *f = NULL;
+    fxa_st_file *f = NULL;
 
     test_path_join(path, g_dir, "does_not_exist.safetensors");
     expect_reject("does_not_exist.safetensors", FXA_ERR_IO, strerror(ENOENT));
@@ -946,11 +946,11 @@ static void test_paths_and_messages(void)
     }
     expect_reject("fifo.safetensors", FXA_ERR_IO, "not a regular file");
 
-    CHECK(fxt_st_open(NULL, &f, err, sizeof err) == FXA_ERR_INVALID_ARG, "NULL path: %s", err);
-    CHECK(fxt_st_open(path, NULL, err, sizeof err) == FXA_ERR_INVALID_ARG, "NULL out: %s", err);
-    CHECK(fxt_st_parse(NULL, 8, "x", &f, err, sizeof err) == FXA_ERR_INVALID_ARG && f == NULL,
+    CHECK(fxa_st_open(NULL, &f, err, sizeof err) == FXA_ERR_INVALID_ARG, "NULL path: %s", err);
+    CHECK(fxa_st_open(path, NULL, err, sizeof err) == FXA_ERR_INVALID_ARG, "NULL out: %s", err);
+    CHECK(fxa_st_parse(NULL, 8, "x", &f, err, sizeof err) == FXA_ERR_INVALID_ARG && f == NULL,
           "NULL bytes: %s", err);
-    CHECK(fxt_st_parse(NULL, 0, NULL, &f, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+    CHECK(fxa_st_parse(NULL, 0, NULL, &f, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               strncmp(err, "(memory): file is 0 bytes", 25) == 0,
           "no name for errors: %s", err);
 
@@ -959,12 +959,12 @@ static void test_paths_and_messages(void)
               NULL, 0);
     test_path_join(path, g_dir, "msg.safetensors");
     char full[ERR_CAP];
-    fxa_status want = fxt_st_open(path, &f, full, sizeof full);
+    fxa_status want = fxa_st_open(path, &f, full, sizeof full);
     CHECK(want == FXA_ERR_INVALID_ARG, "msg: %s", full);
     for (size_t len = 0; len < 40; len += 7) {
         char small[48];
         memset(small, 0x5a, sizeof small);
-        CHECK(fxt_st_open(path, &f, len ? small : NULL, len) == want && f == NULL,
+        CHECK(fxa_st_open(path, &f, len ? small : NULL, len) == want && f == NULL,
               "errlen %zu: status", len);
         if (len > 0) {
             CHECK(strlen(small) == len - 1 && strncmp(small, full, len - 1) == 0,
@@ -982,14 +982,14 @@ static void test_paths_and_messages(void)
     test_path_join(path, g_dir, "shrinks.safetensors");
     f = open_ok("shrinks.safetensors");
     if (f != NULL) {
-        const fxt_st_tensor *w = fxt_st_find(f, "w");
+        const fxa_st_tensor *w = fxa_st_find(f, "w");
         CHECK(truncate(path, (off_t)(w->file_offset + 10)) == 0, "truncate");
-        CHECK(fxt_st_read(f, w, big, sizeof big, err, sizeof err) == FXA_ERR_IO &&
+        CHECK(fxa_st_read(f, w, big, sizeof big, err, sizeof err) == FXA_ERR_IO &&
                   strstr(err, "unexpected end of file while reading tensor 'w'") != NULL,
               "shrunk file: %s", err);
-        CHECK(fxt_st_read_f32(f, w, big, 16, err, sizeof err) == FXA_ERR_IO, "shrunk fp32: %s",
+        CHECK(fxa_st_read_f32(f, w, big, 16, err, sizeof err) == FXA_ERR_IO, "shrunk fp32: %s",
               err);
-        fxt_st_close(f);
+        fxa_st_close(f);
     }
 }
 

@@ -12,9 +12,9 @@
 #include "attn_opts.h"
 #include "cli.h"
 #include "commands.h"
-#include "file_io.h"
+
 #include "inputs.h"
-#include "npy.h"
+#include "fxattn_npy.h"
 #include "runner.h"
 #include "verify.h"
 
@@ -94,23 +94,23 @@ int fxt_attn_write_outputs(const attn_opts *o, const fxt_inputs *in, const float
                          const float *lse)
 {
     char err[600];
-    fxt_staged so = {0};
-    fxt_staged sl = {0};
+    fxa_staged so = {0};
+    fxa_staged sl = {0};
     const int64_t q_shape[4] = {in->d.batch,
                                 in->d.layout == FXA_LAYOUT_BSHD ? in->d.seq_q : in->d.heads_q,
                                 in->d.layout == FXA_LAYOUT_BSHD ? in->d.heads_q : in->d.seq_q,
                                 in->d.head_dim};
     const int64_t lse_shape[3] = {in->d.batch, in->d.heads_q, in->d.seq_q};
-    fxt_staged *const both[2] = {&so, &sl};
-    fxa_status st = fxt_npy_stage_f32(o->out, 4, q_shape, out, &so, err, sizeof err);
+    fxa_staged *const both[2] = {&so, &sl};
+    fxa_status st = fxa_npy_stage_f32(o->out, 4, q_shape, out, &so, err, sizeof err);
     if (st == FXA_OK && o->lse)
-        st = fxt_npy_stage_f32(o->lse, 3, lse_shape, lse, &sl, err, sizeof err);
+        st = fxa_npy_stage_f32(o->lse, 3, lse_shape, lse, &sl, err, sizeof err);
     if (st == FXA_OK)
-        st = fxt_staged_commit_all(both, o->lse ? 2 : 1, err, sizeof err);
+        st = fxa_staged_commit_all(both, o->lse ? 2 : 1, err, sizeof err);
     if (st == FXA_OK)
         return 0;
-    fxt_staged_discard(&so);
-    fxt_staged_discard(&sl);
+    fxa_staged_discard(&so);
+    fxa_staged_discard(&sl);
     return fxt_fail(FXT_EXIT_FAILURE, "%s", err);
 }
 
@@ -178,7 +178,7 @@ int fxt_cmd_attn(int argc, char **argv)
         return code;
     if (!o.q || !o.k || !o.v || !o.out)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "attn needs -q Q.npy -k K.npy -v V.npy -o OUT.npy");
-    if (o.lse && fxt_same_output(o.out, o.lse))
+    if (o.lse && fxa_same_output(o.out, o.lse))
         return fxt_fail(FXT_EXIT_BAD_INPUT, "-o %s and --lse %s name the same file", o.out, o.lse);
     if (fxt_parse_layout(o.layout, &layout))
         return FXT_EXIT_BAD_INPUT;

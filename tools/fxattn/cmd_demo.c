@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "cmd_opts.h"
 #include "commands.h"
-#include "npy.h"
+#include "fxattn_npy.h"
 #include "runner.h"
 #include "verify.h"
 #include "workload.h"
@@ -49,20 +49,20 @@ static int save_inputs(const char *dir, const fxt_workload *w)
     const int64_t shape[4] = {1, w->d.seq_q, w->d.heads_q, w->d.head_dim};
     const float *data[3] = {w->q32, w->k32, w->v32};
     const char *names[3] = {"q", "k", "v"};
-    fxt_staged st[3];
+    fxa_staged st[3];
     char path[4096];
     char err[600];
     fxa_status s = FXA_OK;
     memset(st, 0, sizeof st);
     for (int i = 0; i < 3 && s == FXA_OK; i++) {
         snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-        s = fxt_npy_stage_f32(path, 4, shape, data[i], &st[i], err, sizeof err);
+        s = fxa_npy_stage_f32(path, 4, shape, data[i], &st[i], err, sizeof err);
     }
-    fxt_staged *const all[3] = {&st[0], &st[1], &st[2]};
+    fxa_staged *const all[3] = {&st[0], &st[1], &st[2]};
     if (s == FXA_OK)
-        s = fxt_staged_commit_all(all, 3, err, sizeof err);
+        s = fxa_staged_commit_all(all, 3, err, sizeof err);
     for (int i = 0; i < 3; i++)
-        fxt_staged_discard(&st[i]);
+        fxa_staged_discard(&st[i]);
     return s == FXA_OK ? 0 : fxt_fail(FXT_EXIT_FAILURE, "%s", err);
 }
 

@@ -9,12 +9,12 @@
 /* The whole file (parts 0) or shard `part` of `parts` along the sequence
  * axis of the layout. */
 static int read_tensor(const char *path, const char *what, fxa_layout layout, int parts, int part,
-                       fxt_npy *a)
+                       fxa_npy *a)
 {
     char err[512];
     const int seq_axis = layout == FXA_LAYOUT_BSHD ? 1 : 2;
-    fxa_status st = parts > 0 ? fxt_npy_read_shard(path, seq_axis, parts, part, a, err, sizeof err)
-                              : fxt_npy_read(path, a, err, sizeof err);
+    fxa_status st = parts > 0 ? fxa_npy_read_shard(path, seq_axis, parts, part, a, err, sizeof err)
+                              : fxa_npy_read(path, a, err, sizeof err);
     /* A missing or unreadable input is bad input too (exit 2); only running
      * out of memory is a failure of fxattn itself. */
     if (st != FXA_OK)
@@ -29,7 +29,7 @@ static int read_tensor(const char *path, const char *what, fxa_layout layout, in
 /* Convert a read tensor (f32 or f16 on disk) to dtype; returns an owned
  * buffer (the file's own when no conversion is needed) or NULL with an
  * error printed (*code set). */
-static void *convert_tensor(fxt_npy *a, fxa_dtype dtype, const char *what, int *code)
+static void *convert_tensor(fxa_npy *a, fxa_dtype dtype, const char *what, int *code)
 {
     const size_t n = (size_t)a->count;
     const size_t elem = dtype == FXA_F32 ? 4 : 2;
@@ -67,7 +67,7 @@ out_of_memory:
     return NULL;
 }
 
-static int settle_dtype(const fxt_npy *q, const fxt_npy *k, const fxt_npy *v, int has_v,
+static int settle_dtype(const fxa_npy *q, const fxa_npy *k, const fxa_npy *v, int has_v,
                         const char *dtype_opt, fxa_dtype *out)
 {
     if (dtype_opt)
@@ -79,7 +79,7 @@ static int settle_dtype(const fxt_npy *q, const fxt_npy *k, const fxt_npy *v, in
     return 0;
 }
 
-static int check_shapes(const fxt_npy *q, const fxt_npy *k, const fxt_npy *v, int has_v,
+static int check_shapes(const fxa_npy *q, const fxa_npy *k, const fxa_npy *v, int has_v,
                         fxa_layout layout, fxa_attn_desc *d)
 {
     const int seq_axis = layout == FXA_LAYOUT_BSHD ? 1 : 2;
@@ -124,9 +124,9 @@ int fxt_inputs_load_shard(const char *q_path, const char *k_path, const char *v_
                           fxa_layout layout, const char *dtype_opt, int parts, int part,
                           fxt_inputs *in)
 {
-    fxt_npy q = {0};
-    fxt_npy k = {0};
-    fxt_npy v = {0};
+    fxa_npy q = {0};
+    fxa_npy k = {0};
+    fxa_npy v = {0};
     int code;
     memset(in, 0, sizeof *in);
     if ((code = read_tensor(q_path, "Q", layout, parts, part, &q)) ||
@@ -155,9 +155,9 @@ int fxt_inputs_load_shard(const char *q_path, const char *k_path, const char *v_
         goto out;
     }
 out:
-    fxt_npy_free(&q);
-    fxt_npy_free(&k);
-    fxt_npy_free(&v);
+    fxa_npy_free(&q);
+    fxa_npy_free(&k);
+    fxa_npy_free(&v);
     if (code)
         fxt_inputs_free(in);
     return code;

@@ -8,7 +8,7 @@
 #define FXT_INPUTS_H
 
 #include "fxattn.h"
-#include "npy.h"
+#include "fxattn_npy.h"
 
 typedef struct fxt_inputs {
     fxa_attn_desc d; /* shapes, layout and dtype filled in */

@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "layer.h"
-#include "npy.h"
+#include "fxattn_npy.h"
 
 #define MAX_GRID_SIDE (1 << 20)
 #define MAX_TOKENS (1 << 24)
@@ -47,8 +47,8 @@ int fxt_layer_check_opts(const layer_opts *o)
 static int probe_x(const char *path, int64_t *tokens, int64_t *hidden, int *axis)
 {
     char err[600];
-    fxt_npy a;
-    const fxa_status st = fxt_npy_read_slice(path, 0, 0, 0, &a, err, sizeof err);
+    fxa_npy a;
+    const fxa_status st = fxa_npy_read_slice(path, 0, 0, 0, &a, err, sizeof err);
     if (st != FXA_OK)
         return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "x: %s",
                         err);
@@ -58,7 +58,7 @@ static int probe_x(const char *path, int64_t *tokens, int64_t *hidden, int *axis
         *tokens = a.shape[a.ndim - 2];
         *hidden = a.shape[a.ndim - 1];
     }
-    fxt_npy_free(&a);
+    fxa_npy_free(&a);
     if (!ok)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "x: %s must have shape [S, hidden] or [1, S, hidden]",
                         path);
@@ -122,15 +122,15 @@ int fxt_layer_setup(const layer_opts *o, fxt_layer_cfg *cfg)
 static int read_x(const char *path, const fxt_layer_cfg *cfg, int64_t start, int64_t len, float *f)
 {
     char err[600];
-    fxt_npy a;
-    const fxa_status st = fxt_npy_read_slice(path, cfg->x_axis, start, len, &a, err, sizeof err);
+    fxa_npy a;
+    const fxa_status st = fxa_npy_read_slice(path, cfg->x_axis, start, len, &a, err, sizeof err);
     if (st != FXA_OK)
         return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "x: %s",
                         err);
     for (int64_t i = 0; i < a.count; i++)
         f[i] = a.dtype == FXA_F16 ? fxa_f16_to_f32(((const uint16_t *)a.data)[i])
                                   : ((const float *)a.data)[i];
-    fxt_npy_free(&a);
+    fxa_npy_free(&a);
     return 0;
 }
 
@@ -258,10 +258,10 @@ int fxt_layer_check_result(const fxt_layer_check *c)
 int fxt_layer_write(const char *path, const fxt_layer_cfg *cfg, const float *y)
 {
     char err[600];
-    fxt_staged st;
+    fxa_staged st;
     const int64_t shape[2] = {cfg->tokens, cfg->hidden};
-    if (fxt_npy_stage_f32(path, 2, shape, y, &st, err, sizeof err) != FXA_OK ||
-        fxt_staged_commit(&st, err, sizeof err) != FXA_OK)
+    if (fxa_npy_stage_f32(path, 2, shape, y, &st, err, sizeof err) != FXA_OK ||
+        fxa_staged_commit(&st, err, sizeof err) != FXA_OK)
         return fxt_fail(FXT_EXIT_FAILURE, "%s", err);
     return 0;
 }

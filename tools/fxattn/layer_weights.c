@@ -34,7 +34,7 @@
 
 #include "cli.h"
 #include "layer.h"
-#include "safetensors.h"
+#include "fxattn_safetensors.h"
 
 #define NAME_CAP 128
 #define O_BLOCK_BYTES ((int64_t)4 << 20) /* rows of o.weight read at once */
@@ -101,7 +101,7 @@ void fxt_layer_weights_free(fxt_layer_weights *w)
 /* Where the weights come from: checkpoint f (path, block), or the synthetic
  * generator (f NULL, seed). fp8[m]: weight m (q, k, v, o) is F8_E4M3 in f. */
 typedef struct src {
-    fxt_st_file *f;
+    fxa_st_file *f;
     const char *path;
     int64_t block;
     int64_t hidden;
@@ -138,7 +138,7 @@ static void tensor_name(const src *c, const char *leaf, char name[NAME_CAP])
     snprintf(name, NAME_CAP, "blocks.%lld.self_attn.%s", (long long)c->block, leaf);
 }
 
-static void shape_text(const fxt_st_tensor *t, char *buf, size_t cap)
+static void shape_text(const fxa_st_tensor *t, char *buf, size_t cap)
 {
     size_t n = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < t->ndim && n < cap; i++)
@@ -148,18 +148,18 @@ static void shape_text(const fxt_st_tensor *t, char *buf, size_t cap)
 }
 
 /* Tensor `leaf` of the block, which must exist. */
-static int find(const src *c, const char *leaf, const fxt_st_tensor **t)
+static int find(const src *c, const char *leaf, const fxa_st_tensor **t)
 {
     char name[NAME_CAP];
     tensor_name(c, leaf, name);
-    *t = fxt_st_find(c->f, name);
+    *t = fxa_st_find(c->f, name);
     if (!*t)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: no tensor '%s'", c->path, name);
     return 0;
 }
 
 /* t has shape [rows] (cols 0) or [rows, cols]. */
-static int check_shape(const src *c, const fxt_st_tensor *t, int64_t rows, int64_t cols)
+static int check_shape(const src *c, const fxa_st_tensor *t, int64_t rows, int64_t cols)
 {
     const int ndim = cols ? 2 : 1;
     if (t->ndim == ndim && t->shape[0] == rows && (!cols || t->shape[1] == cols))
@@ -180,9 +180,9 @@ static int read_fail(fxa_status st, const char *err)
 }
 
 /* t is F32, BF16 or F16. */
-static int check_float(const src *c, const fxt_st_tensor *t)
+static int check_float(const src *c, const fxa_st_tensor *t)
 {
-    if (!t->supported || t->dtype == FXT_ST_F8_E4M3)
+    if (!t->supported || t->dtype == FXA_ST_F8_E4M3)
         return fxt_fail(FXT_EXIT_BAD_INPUT,
                         "%s: tensor '%s' has dtype %s; expected F32, BF16 or F16", c->path,
                         t->name, t->dtype_name);
@@ -191,7 +191,7 @@ static int check_float(const src *c, const fxt_st_tensor *t)
 
 /* Rows [r0, r0 + n) of an F32, BF16 or F16 tensor as fp32 into dst (n rows
  * of its other dimensions). */
-static int read_float_rows(const src *c, const fxt_st_tensor *t, int64_t r0, int64_t n,
+static int read_float_rows(const src *c, const fxa_st_tensor *t, int64_t r0, int64_t n,
                            float *dst)
 {
     char err[600];
@@ -200,7 +200,7 @@ static int read_float_rows(const src *c, const fxt_st_tensor *t, int64_t r0, int
         return code;
     const int64_t per_row = t->ndim && t->shape[0] ? t->count / t->shape[0] : 0;
     const fxa_status st =
-        fxt_st_read_rows_f32(c->f, t, r0, n, dst, (size_t)(n * per_row), err, sizeof err);
+        fxa_st_read_rows_f32(c->f, t, r0, n, dst, (size_t)(n * per_row), err, sizeof err);
     if (st != FXA_OK)
         return read_fail(st, err);
     /* Non-finite values are reported here, in the tensor's own coordinates
@@ -226,7 +226,7 @@ static int vector_rows(const src *c, vec v, int64_t r0, int64_t n, float *dst)
         synth_fill(dst, v.first + r0, n, c->seed, v.stream, v.mean, v.sd);
         return 0;
     }
-    const fxt_st_tensor *t = NULL;
+    const fxa_st_tensor *t = NULL;
     int code = find(c, v.leaf, &t);
     if (!code)
         code = check_shape(c, t, c->hidden, 0);
@@ -237,7 +237,7 @@ static int vector_rows(const src *c, vec v, int64_t r0, int64_t n, float *dst)
 static int weight_kind(src *c, int mod)
 {
     char leaf[32];
-    const fxt_st_tensor *t = NULL;
+    const fxa_st_tensor *t = NULL;
     snprintf(leaf, sizeof leaf, "%s.weight", MODS[mod]);
     int code = find(c, leaf, &t);
     if (!code)
@@ -246,20 +246,20 @@ static int weight_kind(src *c, int mod)
         code = fxt_fail(FXT_EXIT_BAD_INPUT,
                         "%s: tensor '%s' has dtype %s; expected F32, BF16, F16 or F8_E4M3",
                         c->path, t->name, t->dtype_name);
-    c->fp8[mod] = !code && t->dtype == FXT_ST_F8_E4M3;
+    c->fp8[mod] = !code && t->dtype == FXA_ST_F8_E4M3;
     return code;
 }
 
 /* The scale tensor of FP8 weight `mod` (see the header comment). */
-static int find_scale(const src *c, int mod, const fxt_st_tensor **t)
+static int find_scale(const src *c, int mod, const fxa_st_tensor **t)
 {
     char a[NAME_CAP], b[NAME_CAP], leaf[32];
     snprintf(leaf, sizeof leaf, "%s.weight_scale", MODS[mod]);
     tensor_name(c, leaf, a);
     snprintf(leaf, sizeof leaf, "%s.scale_weight", MODS[mod]);
     tensor_name(c, leaf, b);
-    const fxt_st_tensor *ta = fxt_st_find(c->f, a);
-    const fxt_st_tensor *tb = fxt_st_find(c->f, b);
+    const fxa_st_tensor *ta = fxa_st_find(c->f, a);
+    const fxa_st_tensor *tb = fxa_st_find(c->f, b);
     if (ta && tb)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: both '%s' and '%s' are present; keep one",
                         c->path, a, b);
@@ -273,13 +273,13 @@ static int find_scale(const src *c, int mod, const fxt_st_tensor **t)
 }
 
 /* A single-value scale t (shape [] or [1]) into dst[n]. */
-static int read_one_scale(const src *c, const fxt_st_tensor *t, int64_t n, float *dst)
+static int read_one_scale(const src *c, const fxa_st_tensor *t, int64_t n, float *dst)
 {
     char err[600];
     const int code = check_float(c, t);
     if (code)
         return code;
-    const fxa_status st = fxt_st_read_f32(c->f, t, dst, 1, err, sizeof err);
+    const fxa_status st = fxa_st_read_f32(c->f, t, dst, 1, err, sizeof err);
     if (st != FXA_OK)
         return read_fail(st, err);
     if (!isfinite(dst[0]) || dst[0] < 0.0f)
@@ -294,7 +294,7 @@ static int read_one_scale(const src *c, const fxt_st_tensor *t, int64_t n, float
  * only those rows of a per-channel scale are read. */
 static int read_scales(const src *c, int mod, int64_t r0, int64_t n, float *dst)
 {
-    const fxt_st_tensor *t = NULL;
+    const fxa_st_tensor *t = NULL;
     int code = find_scale(c, mod, &t);
     if (code)
         return code;
@@ -327,13 +327,13 @@ static int weight_rows(const src *c, int mod, int64_t r0, int64_t n, void *dst)
         return 0;
     }
     char leaf[32];
-    const fxt_st_tensor *t = NULL;
+    const fxa_st_tensor *t = NULL;
     snprintf(leaf, sizeof leaf, "%s.weight", MODS[mod]);
     int code = find(c, leaf, &t);
     if (code || !c->fp8[mod])
         return code ? code : read_float_rows(c, t, r0, n, dst);
     char err[600];
-    const fxa_status st = fxt_st_read_rows(c->f, t, r0, n, dst, (size_t)(n * h), err, sizeof err);
+    const fxa_status st = fxa_st_read_rows(c->f, t, r0, n, dst, (size_t)(n * h), err, sizeof err);
     if (st != FXA_OK)
         return read_fail(st, err);
     const uint8_t *codes = dst; /* E4M3's only non-finite codes: the NaNs S.1111.111 */
@@ -419,10 +419,10 @@ int fxt_layer_weights_hidden(const char *path, int64_t block, int64_t *hidden)
 {
     char err[600];
     src c = {.path = path, .block = block};
-    const fxa_status st = fxt_st_open(path, &c.f, err, sizeof err);
+    const fxa_status st = fxa_st_open(path, &c.f, err, sizeof err);
     if (st != FXA_OK)
         return read_fail(st, err);
-    const fxt_st_tensor *t = NULL;
+    const fxa_st_tensor *t = NULL;
     int code = find(&c, "q.weight", &t);
     if (!code && t->ndim != 2) {
         char got[160];
@@ -433,7 +433,7 @@ int fxt_layer_weights_hidden(const char *path, int64_t block, int64_t *hidden)
     }
     if (!code)
         *hidden = t->shape[1];
-    fxt_st_close(c.f);
+    fxa_st_close(c.f);
     return code;
 }
 
@@ -446,7 +446,7 @@ static int src_open(const layer_opts *o, const fxt_layer_cfg *cfg, src *c)
                .seed = (uint64_t)o->seed};
     if (!o->weights)
         return 0;
-    const fxa_status st = fxt_st_open(o->weights, &c->f, err, sizeof err);
+    const fxa_status st = fxa_st_open(o->weights, &c->f, err, sizeof err);
     if (st != FXA_OK)
         return read_fail(st, err);
     int code = 0;
@@ -535,7 +535,7 @@ int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, int64_
     int code = src_open(o, cfg, &c);
     if (!code)
         code = read_heads(&c, cfg, h0, nh, o->fp8 && !c.fp8[M_O], w);
-    fxt_st_close(c.f);
+    fxa_st_close(c.f);
     if (!code && cfg->interleaved)
         code = to_rotate_half(cfg, nh, w);
     if (!code && o->fp8)

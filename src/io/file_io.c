@@ -1,5 +1,6 @@
 /* Reading and writing files exactly, quoting them in messages (file_io.h). */
-#include "file_io.h"
+#include "io/file_io.h"
+#include "fxattn_npy.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -11,7 +12,7 @@
 
 #define IO_CHUNK ((size_t)1 << 30)
 
-fxa_status fxt_pread_all(int fd, void *buf, size_t n, int64_t offset, const char *what, char *why,
+fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const char *what, char *why,
                          size_t why_len)
 {
     unsigned char *bytes = buf;
@@ -36,7 +37,7 @@ fxa_status fxt_pread_all(int fd, void *buf, size_t n, int64_t offset, const char
 }
 
 /* err may be NULL or errlen 0 (npy.h's convention). */
-fxa_status fxt_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
+fxa_status fxa_io_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
                          size_t errlen)
 {
     const unsigned char *bytes = buf;
@@ -80,7 +81,7 @@ static int entry_path(const char *path, char *out, size_t cap)
     return snprintf(out, cap, "%s/%s", real, base) < (int)cap;
 }
 
-int fxt_same_output(const char *a, const char *b)
+int fxa_same_output(const char *a, const char *b)
 {
     struct stat sa, sb;
     if (stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino)
@@ -92,13 +93,13 @@ int fxt_same_output(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
-void fxt_clear_error(char *err, size_t errlen)
+void fxa_io_clear_error(char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0)
         err[0] = '\0';
 }
 
-void fxt_snippet(const char *text, size_t len, char *out, size_t cap)
+void fxa_io_snippet(const char *text, size_t len, char *out, size_t cap)
 {
     const size_t keep = cap - 4; /* room for "..." and NUL */
     size_t n = len < keep ? len : keep;

@@ -5,9 +5,9 @@
 #define _POSIX_C_SOURCE 200809L
 #define _FILE_OFFSET_BITS 64
 
-#include "npy.h"
+#include "fxattn_npy.h"
 
-#include "file_io.h"
+#include "io/file_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,12 +30,12 @@
 /* Preamble: magic, major, minor, then a 2-byte (1.0) or 4-byte (2.0, 3.0) header length. */
 #define NPY_MAX_PREAMBLE_LEN (NPY_MAGIC_LEN + 2 + 4)
 /* Largest single read or write; Linux moves at most about 2 GiB per call anyway. */
-/* Python repr of a shape: "(" + FXT_NPY_MAX_DIMS * (20 characters + ", ") + ",)" + NUL. */
+/* Python repr of a shape: "(" + FXA_NPY_MAX_DIMS * (20 characters + ", ") + ",)" + NUL. */
 #define SHAPE_TEXT_CAP 192
 /* Longest text copied from a file into a message. */
 #define SNIPPET_CAP 48
 /*
- * Written header: 10-byte preamble, the dict (under 240 bytes with FXT_NPY_MAX_DIMS
+ * Written header: 10-byte preamble, the dict (under 240 bytes with FXA_NPY_MAX_DIMS
  * dimensions), '\n', padded to a multiple of 64: at most 256 bytes. This is also why the
  * writer never needs version 2.0 (whose only purpose is headers over 65535 bytes).
  */
@@ -129,13 +129,13 @@ static void reader_fail(const npy_reader *r, const char *fmt, ...)
     va_end(args);
 }
 
-/* Read exactly n bytes at offset (fxt_pread_all); the reason goes into the
+/* Read exactly n bytes at offset (fxa_io_pread_all); the reason goes into the
  * reader's error with the path. */
 static fxa_status read_at(const npy_reader *r, int fd, void *buf, size_t n, int64_t offset,
                           const char *what)
 {
     char why[256];
-    const fxa_status st = fxt_pread_all(fd, buf, n, offset, what, why, sizeof why);
+    const fxa_status st = fxa_io_pread_all(fd, buf, n, offset, what, why, sizeof why);
     if (st != FXA_OK)
         reader_fail(r, "%s", why);
     return st;
@@ -145,7 +145,7 @@ typedef struct npy_header {
     fxa_dtype dtype;
     int64_t itemsize;
     int ndim;
-    int64_t shape[FXT_NPY_MAX_DIMS];
+    int64_t shape[FXA_NPY_MAX_DIMS];
 } npy_header;
 
 /* Cursor over the header dict text (not NUL-terminated; may hold any bytes). */
@@ -256,7 +256,7 @@ static int parse_descr(header_parser *p, npy_header *hdr)
         hdr->itemsize = 2;
         return 0;
     }
-    fxt_snippet(name, name_len, shown, sizeof shown);
+    fxa_io_snippet(name, name_len, shown, sizeof shown);
     if (name_len > 0 && name[0] == '>') {
         reader_fail(p->reader, "big-endian dtype '%s' is unsupported; only little-endian <f4 "
                                "and <f2 are supported", shown);
@@ -301,7 +301,7 @@ static int parse_dimension(header_parser *p, int64_t *dim_out)
     const char *token = p->text + begin;
     size_t token_len = p->pos - begin;
     char shown[SNIPPET_CAP];
-    fxt_snippet(token, token_len, shown, sizeof shown);
+    fxa_io_snippet(token, token_len, shown, sizeof shown);
     if (token_len == 0) {
         return malformed(p, "a dimension in the shape tuple");
     }
@@ -348,8 +348,8 @@ static int parse_shape(header_parser *p, npy_header *hdr)
     }
     skip_space(p);
     while (peek(p) != ')') {
-        if (ndim == FXT_NPY_MAX_DIMS) {
-            reader_fail(p->reader, "shape has more than %d dimensions", FXT_NPY_MAX_DIMS);
+        if (ndim == FXA_NPY_MAX_DIMS) {
+            reader_fail(p->reader, "shape has more than %d dimensions", FXA_NPY_MAX_DIMS);
             return -1;
         }
         if (parse_dimension(p, &hdr->shape[ndim]) != 0) {
@@ -397,7 +397,7 @@ static int parse_entry(header_parser *p, npy_header *hdr, unsigned *seen_keys)
             bit = keys[i].bit;
         }
     }
-    fxt_snippet(key, key_len, shown, sizeof shown);
+    fxa_io_snippet(key, key_len, shown, sizeof shown);
     if (bit == 0) {
         reader_fail(p->reader, "unknown header key '%s'", shown);
         return -1;
@@ -466,21 +466,21 @@ static int parse_header(header_parser *p, npy_header *hdr)
     return 0;
 }
 
-fxa_status fxt_npy_read(const char *path, fxt_npy *out, char *err, size_t errlen)
+fxa_status fxa_npy_read(const char *path, fxa_npy *out, char *err, size_t errlen)
 {
-    return fxt_npy_read_slice(path, -1, 0, 0, out, err, errlen);
+    return fxa_npy_read_slice(path, -1, 0, 0, out, err, errlen);
 }
 
 static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t len, int parts,
-                           int part, fxt_npy *out, char *err, size_t errlen);
+                           int part, fxa_npy *out, char *err, size_t errlen);
 
-fxa_status fxt_npy_read_slice(const char *path, int axis, int64_t start, int64_t len, fxt_npy *out,
+fxa_status fxa_npy_read_slice(const char *path, int axis, int64_t start, int64_t len, fxa_npy *out,
                               char *err, size_t errlen)
 {
     return read_npy(path, axis, start, len, 0, 0, out, err, errlen);
 }
 
-fxa_status fxt_npy_read_shard(const char *path, int axis, int parts, int part, fxt_npy *out,
+fxa_status fxa_npy_read_shard(const char *path, int axis, int parts, int part, fxa_npy *out,
                               char *err, size_t errlen)
 {
     if (parts < 1 || part < 0 || part >= parts) {
@@ -497,7 +497,7 @@ fxa_status fxt_npy_read_shard(const char *path, int axis, int parts, int part, f
  * parts > 0 shard `part` of `parts` of it (the first shape[axis] mod parts
  * shards one longer). */
 static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t len, int parts,
-                           int part, fxt_npy *out, char *err, size_t errlen)
+                           int part, fxa_npy *out, char *err, size_t errlen)
 {
     npy_reader reader = {path != NULL ? path : "(null)", err, errlen};
     fxa_status status = FXA_ERR_INVALID_ARG;
@@ -508,7 +508,7 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     struct stat file_stat;
 
     memset(&hdr, 0, sizeof hdr);
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     if (out == NULL || path == NULL) {
         reader_fail(&reader, "no path or no output given");
         return FXA_ERR_INVALID_ARG;
@@ -571,9 +571,9 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     for (size_t i = 0; i < length_bytes; i++) {
         header_len |= (uint32_t)preamble[NPY_MAGIC_LEN + 2 + i] << (8 * i);
     }
-    if (header_len > FXT_NPY_MAX_HEADER_LEN) {
+    if (header_len > FXA_NPY_MAX_HEADER_LEN) {
         reader_fail(&reader, "header length %" PRIu32 " exceeds the limit of %d bytes",
-                    header_len, FXT_NPY_MAX_HEADER_LEN);
+                    header_len, FXA_NPY_MAX_HEADER_LEN);
         goto cleanup;
     }
     if ((int64_t)preamble_len + header_len > file_size) {
@@ -701,7 +701,7 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     out->count = count;
     out->data = data;
     data = NULL;
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     status = FXA_OK;
 
 cleanup:
@@ -713,7 +713,7 @@ cleanup:
     return status;
 }
 
-void fxt_npy_free(fxt_npy *a)
+void fxa_npy_free(fxa_npy *a)
 {
     if (a == NULL) {
         return;
@@ -754,7 +754,7 @@ static size_t build_header(int ndim, const int64_t *shape, unsigned char header[
  * must report its error rather than be replaced by a regular file. */
 static fxa_status write_in_place(const char *path, const struct stat *target,
                                  const unsigned char *header, size_t header_len, const float *data,
-                                 size_t data_bytes, fxt_staged *st, char *err, size_t errlen)
+                                 size_t data_bytes, fxa_staged *st, char *err, size_t errlen)
 {
     if (S_ISDIR(target->st_mode)) {
         set_error(err, errlen, "%s: is a folder", path);
@@ -779,9 +779,9 @@ static fxa_status write_in_place(const char *path, const struct stat *target,
         memset(st, 0, sizeof *st);
         return FXA_ERR_IO;
     }
-    fxa_status status = fxt_write_all(fd, header, header_len, path, err, errlen);
+    fxa_status status = fxa_io_write_all(fd, header, header_len, path, err, errlen);
     if (status == FXA_OK)
-        status = fxt_write_all(fd, data, data_bytes, path, err, errlen);
+        status = fxa_io_write_all(fd, data, data_bytes, path, err, errlen);
     if (close(fd) != 0 && status == FXA_OK) {
         set_error(err, errlen, "%s: close failed: %s", path, strerror(errno));
         status = FXA_ERR_IO;
@@ -791,22 +791,22 @@ static fxa_status write_in_place(const char *path, const struct stat *target,
     return status;
 }
 
-fxa_status fxt_npy_stage_f32(const char *path, int ndim, const int64_t *shape, const float *data,
-                             fxt_staged *st, char *err, size_t errlen)
+fxa_status fxa_npy_stage_f32(const char *path, int ndim, const int64_t *shape, const float *data,
+                             fxa_staged *st, char *err, size_t errlen)
 {
     fxa_status status = FXA_ERR_INVALID_ARG;
     int fd = -1;
     unsigned char header[WRITE_HEADER_CAP];
 
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     if (path == NULL || st == NULL) {
         set_error(err, errlen, "npy writer: no path or no staging struct given");
         return FXA_ERR_INVALID_ARG;
     }
     memset(st, 0, sizeof *st);
-    if (ndim < 0 || ndim > FXT_NPY_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+    if (ndim < 0 || ndim > FXA_NPY_MAX_DIMS || (ndim > 0 && shape == NULL)) {
         set_error(err, errlen, "%s: cannot write %d dimensions (0..%d, with a shape)", path, ndim,
-                  FXT_NPY_MAX_DIMS);
+                  FXA_NPY_MAX_DIMS);
         return FXA_ERR_INVALID_ARG;
     }
     for (int i = 0; i < ndim; i++) {
@@ -856,11 +856,11 @@ fxa_status fxt_npy_stage_f32(const char *path, int ndim, const int64_t *shape, c
                   strerror(errno));
         goto fail;
     }
-    status = fxt_write_all(fd, header, header_total, path, err, errlen);
+    status = fxa_io_write_all(fd, header, header_total, path, err, errlen);
     if (status != FXA_OK) {
         goto fail;
     }
-    status = fxt_write_all(fd, data, (size_t)data_bytes, path, err, errlen);
+    status = fxa_io_write_all(fd, data, (size_t)data_bytes, path, err, errlen);
     if (status != FXA_OK) {
         goto fail;
     }
@@ -887,9 +887,9 @@ fail:
     return status;
 }
 
-fxa_status fxt_staged_commit(fxt_staged *st, char *err, size_t errlen)
+fxa_status fxa_staged_commit(fxa_staged *st, char *err, size_t errlen)
 {
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     if (st != NULL && st->direct) {
         memset(st, 0, sizeof *st);
         return FXA_OK;
@@ -909,7 +909,7 @@ fxa_status fxt_staged_commit(fxt_staged *st, char *err, size_t errlen)
     return status;
 }
 
-void fxt_staged_discard(fxt_staged *st)
+void fxa_staged_discard(fxa_staged *st)
 {
     if (st == NULL) {
         return;
@@ -942,7 +942,7 @@ static int keep_backup(const char *path, char *backup, size_t backup_len)
     return link(path, backup) == 0 ? 1 : -1;
 }
 
-fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t errlen)
+fxa_status fxa_staged_commit_all(fxa_staged *const *st, int n, char *err, size_t errlen)
 {
     enum { MAX_FILES = 8 };
     char backup[MAX_FILES][4096 + 16];
@@ -950,7 +950,7 @@ fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t
     char final_path[MAX_FILES][4096];
     int done = 0;
     fxa_status status = FXA_OK;
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     if (n < 0 || n > MAX_FILES) {
         set_error(err, errlen, "npy writer: cannot commit %d files at once", n);
         status = FXA_ERR_INVALID_ARG;
@@ -959,7 +959,7 @@ fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t
     for (; done < n; done++) {
         if (st[done]->direct) {
             had_old[done] = -1; /* written in place: nothing to roll back */
-            fxt_staged_commit(st[done], err, errlen);
+            fxa_staged_commit(st[done], err, errlen);
             continue;
         }
         snprintf(final_path[done], sizeof final_path[done], "%s", st[done]->final_path);
@@ -970,7 +970,7 @@ fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t
             status = FXA_ERR_IO;
             break;
         }
-        status = fxt_staged_commit(st[done], err, errlen);
+        status = fxa_staged_commit(st[done], err, errlen);
         if (status != FXA_OK) {
             if (had_old[done] == 1)
                 unlink(backup[done]);
@@ -991,6 +991,6 @@ fxa_status fxt_staged_commit_all(fxt_staged *const *st, int n, char *err, size_t
     }
 discard_rest:
     for (int i = done; i < n; i++)
-        fxt_staged_discard(st[i]);
+        fxa_staged_discard(st[i]);
     return status;
 }

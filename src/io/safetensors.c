@@ -11,9 +11,9 @@
 #define _POSIX_C_SOURCE 200809L
 #define _FILE_OFFSET_BITS 64
 
-#include "safetensors.h"
+#include "fxattn_safetensors.h"
 
-#include "file_io.h"
+#include "io/file_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,7 +32,7 @@
 
 /* Longest text copied from a file into a message. */
 #define SNIPPET_CAP 80
-/* "[" + FXT_ST_MAX_DIMS * (up to 20 digits + ", ") + "]" + NUL. */
+/* "[" + FXA_ST_MAX_DIMS * (up to 20 digits + ", ") + "]" + NUL. */
 #define SHAPE_TEXT_CAP 192
 /* Largest shape entry or offset: integers beyond 2^53 are not exact in JSON readers that use
  * doubles, so a file holding one is refused. */
@@ -94,22 +94,22 @@ typedef struct dtype_info {
     const char *name;
     int bits; /* per element */
     int supported;
-    fxt_st_dtype dtype;
+    fxa_st_dtype dtype;
 } dtype_info;
 
 /* Every dtype of the format (the Dtype enum of the Rust reader). */
 static const dtype_info g_dtypes[] = {
-    {"F32", 32, 1, FXT_ST_F32},     {"BF16", 16, 1, FXT_ST_BF16},
-    {"F16", 16, 1, FXT_ST_F16},     {"F8_E4M3", 8, 1, FXT_ST_F8_E4M3},
-    {"BOOL", 8, 0, FXT_ST_F32},     {"U8", 8, 0, FXT_ST_F32},
-    {"I8", 8, 0, FXT_ST_F32},       {"F8_E5M2", 8, 0, FXT_ST_F32},
-    {"F8_E8M0", 8, 0, FXT_ST_F32},  {"F8_E4M3FNUZ", 8, 0, FXT_ST_F32},
-    {"F8_E5M2FNUZ", 8, 0, FXT_ST_F32}, {"I16", 16, 0, FXT_ST_F32},
-    {"U16", 16, 0, FXT_ST_F32},     {"I32", 32, 0, FXT_ST_F32},
-    {"U32", 32, 0, FXT_ST_F32},     {"I64", 64, 0, FXT_ST_F32},
-    {"U64", 64, 0, FXT_ST_F32},     {"F64", 64, 0, FXT_ST_F32},
-    {"C64", 64, 0, FXT_ST_F32},     {"F4", 4, 0, FXT_ST_F32},
-    {"F6_E2M3", 6, 0, FXT_ST_F32},  {"F6_E3M2", 6, 0, FXT_ST_F32},
+    {"F32", 32, 1, FXA_ST_F32},     {"BF16", 16, 1, FXA_ST_BF16},
+    {"F16", 16, 1, FXA_ST_F16},     {"F8_E4M3", 8, 1, FXA_ST_F8_E4M3},
+    {"BOOL", 8, 0, FXA_ST_F32},     {"U8", 8, 0, FXA_ST_F32},
+    {"I8", 8, 0, FXA_ST_F32},       {"F8_E5M2", 8, 0, FXA_ST_F32},
+    {"F8_E8M0", 8, 0, FXA_ST_F32},  {"F8_E4M3FNUZ", 8, 0, FXA_ST_F32},
+    {"F8_E5M2FNUZ", 8, 0, FXA_ST_F32}, {"I16", 16, 0, FXA_ST_F32},
+    {"U16", 16, 0, FXA_ST_F32},     {"I32", 32, 0, FXA_ST_F32},
+    {"U32", 32, 0, FXA_ST_F32},     {"I64", 64, 0, FXA_ST_F32},
+    {"U64", 64, 0, FXA_ST_F32},     {"F64", 64, 0, FXA_ST_F32},
+    {"C64", 64, 0, FXA_ST_F32},     {"F4", 4, 0, FXA_ST_F32},
+    {"F6_E2M3", 6, 0, FXA_ST_F32},  {"F6_E3M2", 6, 0, FXA_ST_F32},
 };
 
 static const dtype_info *find_dtype(const char *name, size_t len)
@@ -131,17 +131,17 @@ typedef struct st_meta {
     const char *value;
 } st_meta;
 
-struct fxt_st_file {
+struct fxa_st_file {
     char *path;                /* for messages */
     int fd;                    /* -1 for a file in memory */
     const unsigned char *mem;  /* the whole file when in memory */
     int64_t data_start;        /* 8 + N */
     int64_t data_size;         /* bytes after the header */
     char *arena;               /* every name, key and value, NUL-terminated */
-    fxt_st_tensor *tensors;    /* data order once parsed */
+    fxa_st_tensor *tensors;    /* data order once parsed */
     int64_t count;
     size_t cap;
-    const fxt_st_tensor **by_name; /* sorted by strcmp of the names */
+    const fxa_st_tensor **by_name; /* sorted by strcmp of the names */
     st_meta *meta;             /* sorted by key */
     int64_t meta_count;
     size_t meta_cap;
@@ -538,9 +538,9 @@ static int check_value(jp *p, int depth);
 /* An object or array at p->pos, itself at nesting level depth (1 for the top level). */
 static int check_container(jp *p, int depth)
 {
-    if (depth > FXT_ST_MAX_DEPTH) {
+    if (depth > FXA_ST_MAX_DEPTH) {
         return pfail(p, "malformed JSON header at byte %zu: nesting deeper than %d levels",
-                     p->pos, FXT_ST_MAX_DEPTH);
+                     p->pos, FXA_ST_MAX_DEPTH);
     }
     const int is_object = peek(p) == '{';
     const int close = is_object ? '}' : ']';
@@ -686,7 +686,7 @@ static int parse_count(jp *p, const char *tensor, const char *field, int index, 
         p->pos++;
     }
     char shown[SNIPPET_CAP];
-    fxt_snippet((const char *)p->s + begin, p->pos - begin, shown, sizeof shown);
+    fxa_io_snippet((const char *)p->s + begin, p->pos - begin, shown, sizeof shown);
     if (c == '-') {
         return pfail(p, "tensor '%s': %s entry %d is negative (%s)", tensor, field, index, shown);
     }
@@ -702,7 +702,7 @@ static int parse_count(jp *p, const char *tensor, const char *field, int index, 
     return 0;
 }
 
-static int parse_shape(jp *p, const char *tensor, fxt_st_tensor *t)
+static int parse_shape(jp *p, const char *tensor, fxa_st_tensor *t)
 {
     if (peek(p) != '[') {
         return pfail(p, "tensor '%s': shape must be an array of integers, found %s", tensor,
@@ -716,9 +716,9 @@ static int parse_shape(jp *p, const char *tensor, fxt_st_tensor *t)
     }
     int more = 1;
     while (more == 1) {
-        if (t->ndim == FXT_ST_MAX_DIMS) {
+        if (t->ndim == FXA_ST_MAX_DIMS) {
             return pfail(p, "tensor '%s': shape has more than %d dimensions", tensor,
-                         FXT_ST_MAX_DIMS);
+                         FXA_ST_MAX_DIMS);
         }
         if (parse_count(p, tensor, "shape", t->ndim, &t->shape[t->ndim]) != 0) {
             return -1;
@@ -789,26 +789,26 @@ static int shape_size(const int64_t *shape, int ndim, int bits, int64_t *count_o
 }
 
 /* The value of tensor `name` (decoded, in the arena). */
-static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len)
+static int parse_tensor(jp *p, fxa_st_file *f, const char *name, size_t name_len)
 {
     char shown[SNIPPET_CAP];
-    fxt_snippet(name, name_len, shown, sizeof shown);
-    if (name_len > FXT_ST_MAX_NAME_LEN) {
+    fxa_io_snippet(name, name_len, shown, sizeof shown);
+    if (name_len > FXA_ST_MAX_NAME_LEN) {
         return pfail(p, "tensor name '%s' is %zu bytes long; the limit is %d", shown, name_len,
-                     FXT_ST_MAX_NAME_LEN);
+                     FXA_ST_MAX_NAME_LEN);
     }
     if (memchr(name, '\0', name_len) != NULL) {
         return pfail(p, "tensor name '%s' contains the character U+0000", shown);
     }
-    if (f->count == FXT_ST_MAX_TENSORS) {
-        return pfail(p, "more than %d tensors", FXT_ST_MAX_TENSORS);
+    if (f->count == FXA_ST_MAX_TENSORS) {
+        return pfail(p, "more than %d tensors", FXA_ST_MAX_TENSORS);
     }
     if (peek(p) != '{') {
         return pfail(p, "tensor '%s': expected an object with dtype, shape and data_offsets, "
                         "found %s",
                      shown, value_kind(peek(p)));
     }
-    fxt_st_tensor t;
+    fxa_st_tensor t;
     memset(&t, 0, sizeof t);
     t.name = name;
     const dtype_info *dtype = NULL;
@@ -831,7 +831,7 @@ static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len
         if (scan_string(p, &field, &field_len) != 0) {
             return -1;
         }
-        fxt_snippet(field, field_len, field_shown, sizeof field_shown);
+        fxa_io_snippet(field, field_len, field_shown, sizeof field_shown);
         unsigned bit = 0;
         if (field_len == 5 && memcmp(field, "dtype", 5) == 0) {
             bit = FIELD_DTYPE;
@@ -864,7 +864,7 @@ static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len
             }
             dtype = find_dtype(text, text_len);
             if (dtype == NULL) {
-                fxt_snippet(text, text_len, text_shown, sizeof text_shown);
+                fxa_io_snippet(text, text_len, text_shown, sizeof text_shown);
                 return pfail(p, "tensor '%s': unknown dtype '%s'", shown, text_shown);
             }
         } else if (bit == FIELD_SHAPE) {
@@ -919,7 +919,7 @@ static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len
     t.dtype = dtype->dtype;
     t.offset = offsets[0];
     t.file_offset = f->data_start + offsets[0];
-    fxt_st_tensor *tensors = grow(f->tensors, &f->cap, (size_t)f->count, sizeof *f->tensors);
+    fxa_st_tensor *tensors = grow(f->tensors, &f->cap, (size_t)f->count, sizeof *f->tensors);
     if (tensors == NULL) {
         return out_of_memory(p);
     }
@@ -929,7 +929,7 @@ static int parse_tensor(jp *p, fxt_st_file *f, const char *name, size_t name_len
 }
 
 
-static int parse_metadata(jp *p, fxt_st_file *f)
+static int parse_metadata(jp *p, fxa_st_file *f)
 {
     if (f->has_meta) {
         return pfail(p, "duplicate key '__metadata__'");
@@ -957,10 +957,10 @@ static int parse_metadata(jp *p, fxt_st_file *f)
         if (scan_string(p, &key, &key_len) != 0) {
             return -1;
         }
-        fxt_snippet(key, key_len, key_shown, sizeof key_shown);
-        if (key_len > FXT_ST_MAX_NAME_LEN) {
+        fxa_io_snippet(key, key_len, key_shown, sizeof key_shown);
+        if (key_len > FXA_ST_MAX_NAME_LEN) {
             return pfail(p, "__metadata__ key '%s' is %zu bytes long; the limit is %d", key_shown,
-                         key_len, FXT_ST_MAX_NAME_LEN);
+                         key_len, FXA_ST_MAX_NAME_LEN);
         }
         if (memchr(key, '\0', key_len) != NULL) {
             return pfail(p, "__metadata__ key '%s' contains the character U+0000", key_shown);
@@ -995,7 +995,7 @@ static int parse_metadata(jp *p, fxt_st_file *f)
 }
 
 /* Schema pass over the whole header (its syntax already checked). */
-static int parse_top(jp *p, fxt_st_file *f)
+static int parse_top(jp *p, fxa_st_file *f)
 {
     skip_ws(p);
     if (peek(p) != '{') {
@@ -1033,16 +1033,16 @@ static int parse_top(jp *p, fxt_st_file *f)
 
 static int by_name(const void *a, const void *b)
 {
-    const fxt_st_tensor *const *x = a;
-    const fxt_st_tensor *const *y = b;
+    const fxa_st_tensor *const *x = a;
+    const fxa_st_tensor *const *y = b;
     return strcmp((*x)->name, (*y)->name);
 }
 
 /* Data order: by (begin, end), ties in header order (the array's order). */
 static int by_offsets(const void *a, const void *b)
 {
-    const fxt_st_tensor *const *x = a;
-    const fxt_st_tensor *const *y = b;
+    const fxa_st_tensor *const *x = a;
+    const fxa_st_tensor *const *y = b;
     const int64_t xe = (*x)->offset + (*x)->nbytes;
     const int64_t ye = (*y)->offset + (*y)->nbytes;
     if ((*x)->offset != (*y)->offset) {
@@ -1061,20 +1061,20 @@ static int by_key(const void *a, const void *b)
 
 /* Whole-file checks after the schema pass: unique names and keys, tensors tiling the data
  * buffer. Puts the tensors in data order and builds the name index. */
-static fxa_status finish(const st_ctx *ctx, fxt_st_file *f)
+static fxa_status finish(const st_ctx *ctx, fxa_st_file *f)
 {
     char a_shown[SNIPPET_CAP];
     char b_shown[SNIPPET_CAP];
     const size_t n = (size_t)f->count;
-    const fxt_st_tensor **order = NULL;
-    fxt_st_tensor *sorted = NULL;
+    const fxa_st_tensor **order = NULL;
+    fxa_st_tensor *sorted = NULL;
     fxa_status status = FXA_ERR_INVALID_ARG;
 
     if (f->meta_count > 1) {
         qsort(f->meta, (size_t)f->meta_count, sizeof *f->meta, by_key);
         for (int64_t i = 1; i < f->meta_count; i++) {
             if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0) {
-                fxt_snippet(f->meta[i].key, strlen(f->meta[i].key), a_shown, sizeof a_shown);
+                fxa_io_snippet(f->meta[i].key, strlen(f->meta[i].key), a_shown, sizeof a_shown);
                 fail(ctx, "duplicate __metadata__ key '%s'", a_shown);
                 return FXA_ERR_INVALID_ARG;
             }
@@ -1095,7 +1095,7 @@ static fxa_status finish(const st_ctx *ctx, fxt_st_file *f)
     qsort(order, n, sizeof *order, by_name);
     for (size_t i = 1; i < n; i++) {
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
-            fxt_snippet(order[i]->name, strlen(order[i]->name), a_shown, sizeof a_shown);
+            fxa_io_snippet(order[i]->name, strlen(order[i]->name), a_shown, sizeof a_shown);
             fail(ctx, "duplicate tensor name '%s'", a_shown);
             goto done;
         }
@@ -1103,12 +1103,12 @@ static fxa_status finish(const st_ctx *ctx, fxt_st_file *f)
 
     qsort(order, n, sizeof *order, by_offsets);
     int64_t expected = 0; /* where the next tensor must begin */
-    const fxt_st_tensor *prev = NULL;
+    const fxa_st_tensor *prev = NULL;
     for (size_t i = 0; i < n; i++) {
-        const fxt_st_tensor *t = order[i];
+        const fxa_st_tensor *t = order[i];
         if (t->offset != expected) {
-            fxt_snippet(t->name, strlen(t->name), b_shown, sizeof b_shown);
-            fxt_snippet(prev != NULL ? prev->name : "", prev != NULL ? strlen(prev->name) : 0,
+            fxa_io_snippet(t->name, strlen(t->name), b_shown, sizeof b_shown);
+            fxa_io_snippet(prev != NULL ? prev->name : "", prev != NULL ? strlen(prev->name) : 0,
                         a_shown, sizeof a_shown);
         }
         if (t->offset < expected && prev != NULL) { /* prev: the last non-empty tensor */
@@ -1169,9 +1169,9 @@ done:
 /* The header length field against the limit and the file size (at least 8). */
 static int check_header_len(const st_ctx *ctx, uint64_t n, int64_t file_size)
 {
-    if (n > FXT_ST_MAX_HEADER_LEN) {
+    if (n > FXA_ST_MAX_HEADER_LEN) {
         fail(ctx, "header length %" PRIu64 " exceeds the limit of %d bytes", n,
-             FXT_ST_MAX_HEADER_LEN);
+             FXA_ST_MAX_HEADER_LEN);
         return -1;
     }
     if (n > (uint64_t)(file_size - LEN_FIELD)) {
@@ -1206,21 +1206,21 @@ static uint64_t load_le64(const unsigned char *b)
     return v;
 }
 
-/* Read exactly n bytes at offset (fxt_pread_all); the reason goes into the
+/* Read exactly n bytes at offset (fxa_io_pread_all); the reason goes into the
  * reader's error with the path. */
 static fxa_status read_at(const st_ctx *ctx, int fd, void *buf, size_t n, int64_t offset,
                           const char *what)
 {
     char why[256];
-    const fxa_status st = fxt_pread_all(fd, buf, n, offset, what, why, sizeof why);
+    const fxa_status st = fxa_io_pread_all(fd, buf, n, offset, what, why, sizeof why);
     if (st != FXA_OK)
         fail(ctx, "%s", why);
     return st;
 }
 
-static fxt_st_file *new_file(const st_ctx *ctx)
+static fxa_st_file *new_file(const st_ctx *ctx)
 {
-    fxt_st_file *f = calloc(1, sizeof *f);
+    fxa_st_file *f = calloc(1, sizeof *f);
     if (f != NULL) {
         f->fd = -1;
         f->path = malloc(strlen(ctx->path) + 1);
@@ -1238,7 +1238,7 @@ static fxt_st_file *new_file(const st_ctx *ctx)
 
 /* Both passes over the header; fills f. */
 static fxa_status parse_header(const st_ctx *ctx, const unsigned char *header, size_t len,
-                               fxt_st_file *f)
+                               fxa_st_file *f)
 {
     jp p;
     memset(&p, 0, sizeof p);
@@ -1263,16 +1263,16 @@ static fxa_status parse_header(const st_ctx *ctx, const unsigned char *header, s
     return finish(ctx, f);
 }
 
-fxa_status fxt_st_open(const char *path, fxt_st_file **out, char *err, size_t errlen)
+fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t errlen)
 {
     const st_ctx ctx = {path != NULL ? path : "(null)", err, errlen};
-    fxt_st_file *f = NULL;
+    fxa_st_file *f = NULL;
     unsigned char *header = NULL;
     fxa_status status = FXA_ERR_INVALID_ARG;
     struct stat st;
     unsigned char len_field[LEN_FIELD];
 
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     if (out == NULL || path == NULL) {
         fail(&ctx, "no path or no output given");
         return FXA_ERR_INVALID_ARG;
@@ -1329,21 +1329,21 @@ fxa_status fxt_st_open(const char *path, fxt_st_file **out, char *err, size_t er
         goto error;
     }
     free(header);
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     *out = f;
     return FXA_OK;
 
 error:
     free(header);
-    fxt_st_close(f);
+    fxa_st_close(f);
     return status;
 }
 
-fxa_status fxt_st_parse(const unsigned char *bytes, size_t n, const char *name_for_errors,
-                        fxt_st_file **out, char *err, size_t errlen)
+fxa_status fxa_st_parse(const unsigned char *bytes, size_t n, const char *name_for_errors,
+                        fxa_st_file **out, char *err, size_t errlen)
 {
     const st_ctx ctx = {name_for_errors != NULL ? name_for_errors : "(memory)", err, errlen};
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     if (out == NULL || (bytes == NULL && n > 0)) {
         fail(&ctx, "no bytes or no output given");
         return FXA_ERR_INVALID_ARG;
@@ -1361,7 +1361,7 @@ fxa_status fxt_st_parse(const unsigned char *bytes, size_t n, const char *name_f
     if (check_header_len(&ctx, header_len, size) != 0) {
         return FXA_ERR_INVALID_ARG;
     }
-    fxt_st_file *f = new_file(&ctx);
+    fxa_st_file *f = new_file(&ctx);
     if (f == NULL) {
         return FXA_ERR_NO_MEMORY;
     }
@@ -1370,15 +1370,15 @@ fxa_status fxt_st_parse(const unsigned char *bytes, size_t n, const char *name_f
     f->data_size = size - f->data_start;
     fxa_status status = parse_header(&ctx, bytes + LEN_FIELD, (size_t)header_len, f);
     if (status != FXA_OK) {
-        fxt_st_close(f);
+        fxa_st_close(f);
         return status;
     }
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     *out = f;
     return FXA_OK;
 }
 
-void fxt_st_close(fxt_st_file *f)
+void fxa_st_close(fxa_st_file *f)
 {
     if (f == NULL) {
         return;
@@ -1398,12 +1398,12 @@ void fxt_st_close(fxt_st_file *f)
 /* Queries                                                                   */
 /* ------------------------------------------------------------------------ */
 
-int64_t fxt_st_count(const fxt_st_file *f)
+int64_t fxa_st_count(const fxa_st_file *f)
 {
     return f != NULL ? f->count : 0;
 }
 
-const fxt_st_tensor *fxt_st_at(const fxt_st_file *f, int64_t i)
+const fxa_st_tensor *fxa_st_at(const fxa_st_file *f, int64_t i)
 {
     if (f == NULL || i < 0 || i >= f->count) {
         return NULL;
@@ -1411,7 +1411,7 @@ const fxt_st_tensor *fxt_st_at(const fxt_st_file *f, int64_t i)
     return &f->tensors[i];
 }
 
-const fxt_st_tensor *fxt_st_find(const fxt_st_file *f, const char *name)
+const fxa_st_tensor *fxa_st_find(const fxa_st_file *f, const char *name)
 {
     if (f == NULL || name == NULL) {
         return NULL;
@@ -1433,7 +1433,7 @@ const fxt_st_tensor *fxt_st_find(const fxt_st_file *f, const char *name)
     return NULL;
 }
 
-const char *fxt_st_metadata(const fxt_st_file *f, const char *key)
+const char *fxa_st_metadata(const fxa_st_file *f, const char *key)
 {
     if (f == NULL || key == NULL) {
         return NULL;
@@ -1455,12 +1455,12 @@ const char *fxt_st_metadata(const fxt_st_file *f, const char *key)
     return NULL;
 }
 
-int64_t fxt_st_metadata_count(const fxt_st_file *f)
+int64_t fxa_st_metadata_count(const fxa_st_file *f)
 {
     return f != NULL ? f->meta_count : 0;
 }
 
-const char *fxt_st_metadata_key(const fxt_st_file *f, int64_t i)
+const char *fxa_st_metadata_key(const fxa_st_file *f, int64_t i)
 {
     if (f == NULL || i < 0 || i >= f->meta_count) {
         return NULL;
@@ -1473,7 +1473,7 @@ const char *fxt_st_metadata_key(const fxt_st_file *f, int64_t i)
 /* ------------------------------------------------------------------------ */
 
 /* 1 when t points at one of f's tensors. */
-static int owns(const fxt_st_file *f, const fxt_st_tensor *t)
+static int owns(const fxa_st_file *f, const fxa_st_tensor *t)
 {
     const uintptr_t base = (uintptr_t)f->tensors;
     const uintptr_t at = (uintptr_t)t;
@@ -1486,7 +1486,7 @@ static int owns(const fxt_st_file *f, const fxt_st_tensor *t)
 
 /* The tensor checks shared by the readers: t is f's, of a dtype fxattn supports (and that fp32
  * reads can convert when to_f32). Messages are "<path>: tensor '<name>': ...". */
-static fxa_status check_tensor(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
+static fxa_status check_tensor(const st_ctx *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
                                int to_f32)
 {
     char shown[SNIPPET_CAP];
@@ -1494,13 +1494,13 @@ static fxa_status check_tensor(const st_ctx *ctx, const fxt_st_file *f, const fx
         fail(ctx, "no file, or a tensor that is not one of this file's");
         return FXA_ERR_INVALID_ARG;
     }
-    fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
+    fxa_io_snippet(t->name, strlen(t->name), shown, sizeof shown);
     if (!t->supported) {
         fail(ctx, "tensor '%s': dtype %s is not supported (only F32, BF16, F16 and F8_E4M3 are)",
              shown, t->dtype_name);
         return FXA_ERR_UNSUPPORTED;
     }
-    if (to_f32 && t->dtype == FXT_ST_F8_E4M3) {
+    if (to_f32 && t->dtype == FXA_ST_F8_E4M3) {
         fail(ctx, "tensor '%s': converting F8_E4M3 to fp32 is not supported yet (read it raw)",
              shown);
         return FXA_ERR_UNSUPPORTED;
@@ -1510,11 +1510,11 @@ static fxa_status check_tensor(const st_ctx *ctx, const fxt_st_file *f, const fx
 
 /* The destination of a read of t (checked by check_tensor) has exactly the size of what is read
  * (want == have, counted in `unit`s); `what` names it in the message ("the tensor has"). */
-static fxa_status check_size(const st_ctx *ctx, const fxt_st_tensor *t, const void *dst,
+static fxa_status check_size(const st_ctx *ctx, const fxa_st_tensor *t, const void *dst,
                              uint64_t have, uint64_t want, const char *unit, const char *what)
 {
     char shown[SNIPPET_CAP];
-    fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
+    fxa_io_snippet(t->name, strlen(t->name), shown, sizeof shown);
     if (have != want) {
         fail(ctx, "tensor '%s': destination holds %" PRIu64 " %s but %s %" PRIu64, shown, have,
              unit, what, want);
@@ -1530,11 +1530,11 @@ static fxa_status check_size(const st_ctx *ctx, const fxt_st_tensor *t, const vo
 /* A row read of t (checked by check_tensor): t has rows (ndim >= 1) and [row0, row0 + n_rows)
  * lies within its shape[0] rows. *per_row: the elements of one row (the product of the other
  * dimensions; 0 when t has no elements). */
-static fxa_status check_rows(const st_ctx *ctx, const fxt_st_tensor *t, int64_t row0,
+static fxa_status check_rows(const st_ctx *ctx, const fxa_st_tensor *t, int64_t row0,
                              int64_t n_rows, int64_t *per_row)
 {
     char shown[SNIPPET_CAP];
-    fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
+    fxa_io_snippet(t->name, strlen(t->name), shown, sizeof shown);
     if (t->ndim < 1) {
         fail(ctx, "tensor '%s': a scalar has no rows to read", shown);
         return FXA_ERR_INVALID_ARG;
@@ -1549,7 +1549,7 @@ static fxa_status check_rows(const st_ctx *ctx, const fxt_st_tensor *t, int64_t 
 }
 
 /* Copy bytes [begin, begin + nbytes) of t's data from the file or memory into dst. */
-static fxa_status copy_range(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
+static fxa_status copy_range(const st_ctx *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
                              int64_t begin, int64_t nbytes, void *dst)
 {
     if (nbytes == 0) {
@@ -1561,16 +1561,16 @@ static fxa_status copy_range(const st_ctx *ctx, const fxt_st_file *f, const fxt_
     }
     char what[SNIPPET_CAP + 16];
     char shown[SNIPPET_CAP];
-    fxt_snippet(t->name, strlen(t->name), shown, sizeof shown);
+    fxa_io_snippet(t->name, strlen(t->name), shown, sizeof shown);
     snprintf(what, sizeof what, "tensor '%s'", shown);
     return read_at(ctx, f->fd, dst, (size_t)nbytes, t->file_offset + begin, what);
 }
 
 /* Elements [first, first + count) of an F32, BF16 or F16 tensor as fp32 into dst[count]. */
-static fxa_status copy_f32(const st_ctx *ctx, const fxt_st_file *f, const fxt_st_tensor *t,
+static fxa_status copy_f32(const st_ctx *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
                            int64_t first, int64_t count, float *dst)
 {
-    if (t->dtype == FXT_ST_F32) {
+    if (t->dtype == FXA_ST_F32) {
         return copy_range(ctx, f, t, first * 4, count * 4, dst);
     }
     /* 16-bit codes: read them into the upper half of dst, then widen front to back. Element i
@@ -1580,7 +1580,7 @@ static fxa_status copy_f32(const st_ctx *ctx, const fxt_st_file *f, const fxt_st
     if (status != FXA_OK) {
         return status;
     }
-    const int bf16 = t->dtype == FXT_ST_BF16;
+    const int bf16 = t->dtype == FXA_ST_BF16;
     for (size_t i = 0; i < (size_t)count; i++) {
         uint16_t h;
         memcpy(&h, codes + 2 * i, sizeof h);
@@ -1589,11 +1589,11 @@ static fxa_status copy_f32(const st_ctx *ctx, const fxt_st_file *f, const fxt_st
     return FXA_OK;
 }
 
-fxa_status fxt_st_read(const fxt_st_file *f, const fxt_st_tensor *t, void *dst, size_t dst_bytes,
+fxa_status fxa_st_read(const fxa_st_file *f, const fxa_st_tensor *t, void *dst, size_t dst_bytes,
                        char *err, size_t errlen)
 {
     const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     fxa_status status = check_tensor(&ctx, f, t, 0);
     if (status == FXA_OK) {
         status = check_size(&ctx, t, dst, (uint64_t)dst_bytes, (uint64_t)t->nbytes, "bytes",
@@ -1605,11 +1605,11 @@ fxa_status fxt_st_read(const fxt_st_file *f, const fxt_st_tensor *t, void *dst, 
     return status;
 }
 
-fxa_status fxt_st_read_f32(const fxt_st_file *f, const fxt_st_tensor *t, float *dst,
+fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t, float *dst,
                            size_t dst_count, char *err, size_t errlen)
 {
     const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     fxa_status status = check_tensor(&ctx, f, t, 1);
     if (status == FXA_OK) {
         status = check_size(&ctx, t, dst, (uint64_t)dst_count, (uint64_t)t->count, "elements",
@@ -1621,11 +1621,11 @@ fxa_status fxt_st_read_f32(const fxt_st_file *f, const fxt_st_tensor *t, float *
     return copy_f32(&ctx, f, t, 0, t->count, dst);
 }
 
-fxa_status fxt_st_read_rows(const fxt_st_file *f, const fxt_st_tensor *t, int64_t row0,
+fxa_status fxa_st_read_rows(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
                             int64_t n_rows, void *dst, size_t dst_bytes, char *err, size_t errlen)
 {
     const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     int64_t per_row = 0;
     fxa_status status = check_tensor(&ctx, f, t, 0);
     if (status == FXA_OK) {
@@ -1643,12 +1643,12 @@ fxa_status fxt_st_read_rows(const fxt_st_file *f, const fxt_st_tensor *t, int64_
     return status;
 }
 
-fxa_status fxt_st_read_rows_f32(const fxt_st_file *f, const fxt_st_tensor *t, int64_t row0,
+fxa_status fxa_st_read_rows_f32(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
                                 int64_t n_rows, float *dst, size_t dst_count, char *err,
                                 size_t errlen)
 {
     const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxt_clear_error(err, errlen);
+    fxa_io_clear_error(err, errlen);
     int64_t per_row = 0;
     fxa_status status = check_tensor(&ctx, f, t, 1);
     if (status == FXA_OK) {
