@@ -93,7 +93,7 @@ target_sources() { # the fuzz target first, then the library files it tests
     npy) echo "tests/fuzz/fuzz_npy.c src/io/npy.c src/io/file_io.c" ;;
     args) echo "tests/fuzz/fuzz_args.c tools/fxattn/cli_args.c tools/fxattn/cmd_opts.c" ;;
     safetensors)
-        echo "tests/fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/file_io.c src/core/convert.c"
+        echo "tests/fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/json.c src/io/file_io.c src/core/convert.c"
         ;;
     *) return 1 ;;
     esac

@@ -4,9 +4,9 @@
  * (safetensors/src/tensor.rs), whose checks this reader makes and tightens (strict JSON,
  * exactly three fields per tensor, no duplicate keys).
  *
- * The header is parsed twice: a syntax pass checks that it is one strict JSON value with only
- * whitespace around it (and bounds the recursion), then a schema pass walks it again,
- * decoding the strings it keeps into one arena no larger than the header.
+ * The header is parsed twice (io/json.h): a syntax pass checks that it is one strict JSON value
+ * with only whitespace around it (and bounds the recursion), then a schema pass walks it
+ * again, decoding the strings it keeps into one arena no larger than the header.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _FILE_OFFSET_BITS 64
@@ -14,11 +14,11 @@
 #include "fxattn_safetensors.h"
 
 #include "io/file_io.h"
+#include "io/json.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,35 +42,6 @@
 /* ------------------------------------------------------------------------ */
 /* Messages                                                                  */
 /* ------------------------------------------------------------------------ */
-
-typedef struct st_ctx {
-    const char *path;
-    char *err;
-    size_t errlen;
-} st_ctx;
-
-static void vfail(const st_ctx *c, const char *fmt, va_list args)
-{
-    if (c->err == NULL || c->errlen == 0) {
-        return;
-    }
-    int n = snprintf(c->err, c->errlen, "%s: ", c->path);
-    if (n < 0 || (size_t)n >= c->errlen) {
-        return;
-    }
-    vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, args);
-}
-
-static void fail(const st_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Message "<path>: <fmt...>". */
-static void fail(const st_ctx *c, const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    vfail(c, fmt, args);
-    va_end(args);
-}
 
 /* A shape as JSON writes it: [], [5], [2, 3]. */
 static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP])
@@ -167,517 +138,31 @@ static void *grow(void *items, size_t *cap, size_t used, size_t size)
 }
 
 /* ------------------------------------------------------------------------ */
-/* JSON                                                                      */
+/* Schema (io/json.h reads the JSON)                                         */
 /* ------------------------------------------------------------------------ */
-
-typedef struct jp {
-    const st_ctx *ctx;
-    const unsigned char *s; /* the header: any bytes, not NUL-terminated */
-    size_t len;
-    size_t pos;
-    char *arena; /* schema pass: where strings are decoded; NULL in the syntax pass */
-    size_t arena_top;
-    size_t arena_cap;
-    fxa_status status; /* of the first failure */
-} jp;
-
-static int pfail(jp *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Report a bad header (FXA_ERR_INVALID_ARG); returns -1. */
-static int pfail(jp *p, const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    vfail(p->ctx, fmt, args);
-    va_end(args);
-    p->status = FXA_ERR_INVALID_ARG;
-    return -1;
-}
-
-static int out_of_memory(jp *p)
-{
-    fail(p->ctx, "out of memory while reading the header (%zu bytes)", p->len);
-    p->status = FXA_ERR_NO_MEMORY;
-    return -1;
-}
-
-static int is_ws(int c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-static int is_digit(int c)
-{
-    return c >= '0' && c <= '9';
-}
-
-/* Next byte as 0..255, or -1 at the end of the header. */
-static int peek(const jp *p)
-{
-    return p->pos < p->len ? p->s[p->pos] : -1;
-}
-
-static void skip_ws(jp *p)
-{
-    while (is_ws(peek(p))) {
-        p->pos++;
-    }
-}
-
-static void describe_byte(int c, char out[32])
-{
-    if (c < 0) {
-        snprintf(out, 32, "the end of the header");
-    } else if (c >= 0x20 && c < 0x7f) {
-        snprintf(out, 32, "'%c'", c);
-    } else {
-        snprintf(out, 32, "byte 0x%02x", (unsigned)c);
-    }
-}
-
-static int syntax_error(jp *p, const char *expected)
-{
-    char found[32];
-    describe_byte(peek(p), found);
-    return pfail(p, "malformed JSON header at byte %zu: expected %s, found %s", p->pos, expected,
-                 found);
-}
-
-/* What kind of JSON value starts with c (the syntax pass has checked it is one). */
-static const char *value_kind(int c)
-{
-    switch (c) {
-    case '{':
-        return "an object";
-    case '[':
-        return "an array";
-    case '"':
-        return "a string";
-    case 't':
-    case 'f':
-        return "a boolean";
-    case 'n':
-        return "null";
-    default:
-        return "a number";
-    }
-}
-
-/* Length (1..4) of the valid UTF-8 sequence at s (avail bytes), or 0: no overlong forms, no
- * surrogates, nothing above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t avail)
-{
-    const unsigned c = s[0];
-    unsigned lo = 0x80;
-    unsigned hi = 0xbf;
-    size_t n;
-    if (c < 0x80) {
-        return 1;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-    } else if (c == 0xe0) {
-        n = 3;
-        lo = 0xa0;
-    } else if ((c >= 0xe1 && c <= 0xec) || c == 0xee || c == 0xef) {
-        n = 3;
-    } else if (c == 0xed) {
-        n = 3;
-        hi = 0x9f;
-    } else if (c == 0xf0) {
-        n = 4;
-        lo = 0x90;
-    } else if (c >= 0xf1 && c <= 0xf3) {
-        n = 4;
-    } else if (c == 0xf4) {
-        n = 4;
-        hi = 0x8f;
-    } else {
-        return 0;
-    }
-    if (avail < n || s[1] < lo || s[1] > hi) {
-        return 0;
-    }
-    for (size_t i = 2; i < n; i++) {
-        if (s[i] < 0x80 || s[i] > 0xbf) {
-            return 0;
-        }
-    }
-    return n;
-}
-
-/* Four hex digits at s[0..4) (caller checked they exist). 0 or -1. */
-static int hex4(const unsigned char *s, unsigned *out)
-{
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned c = s[i];
-        unsigned d;
-        if (c >= '0' && c <= '9') {
-            d = c - '0';
-        } else if (c >= 'a' && c <= 'f') {
-            d = c - 'a' + 10;
-        } else if (c >= 'A' && c <= 'F') {
-            d = c - 'A' + 10;
-        } else {
-            return -1;
-        }
-        v = v << 4 | d;
-    }
-    *out = v;
-    return 0;
-}
-
-static size_t utf8_encode(unsigned cp, unsigned char out[4])
-{
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xc0 | cp >> 6);
-        out[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xe0 | cp >> 12);
-        out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xf0 | cp >> 18);
-    out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
-    out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/*
- * The JSON string at p->pos (a '"'). In the schema pass its decoded bytes and a NUL go to the
- * arena top, *out and *out_len tell where; they stay only if the caller then calls
- * keep_string. A decoded string and its NUL never take more bytes than the string's text
- * with its quotes, so an arena of len + 1 bytes holds every string of the header.
- */
-static int scan_string(jp *p, const char **out, size_t *out_len)
-{
-    const size_t start = p->pos;
-    char *dst = p->arena != NULL ? p->arena + p->arena_top : NULL;
-    size_t n = 0;
-    p->pos++;
-    for (;;) {
-        if (p->pos >= p->len) {
-            return pfail(p, "malformed JSON header at byte %zu: unterminated string", start);
-        }
-        const unsigned c = p->s[p->pos];
-        unsigned char buf[4];
-        size_t used;
-        size_t produced;
-        if (c == '"') {
-            p->pos++;
-            break;
-        }
-        if (c < 0x20) {
-            return pfail(p,
-                         "malformed JSON header at byte %zu: control character 0x%02x in a "
-                         "string (it must be escaped)",
-                         p->pos, c);
-        }
-        if (c == '\\') {
-            const int e = p->pos + 1 < p->len ? p->s[p->pos + 1] : -1;
-            used = 2;
-            produced = 1;
-            switch (e) {
-            case '"':
-            case '\\':
-            case '/':
-                buf[0] = (unsigned char)e;
-                break;
-            case 'b':
-                buf[0] = '\b';
-                break;
-            case 'f':
-                buf[0] = '\f';
-                break;
-            case 'n':
-                buf[0] = '\n';
-                break;
-            case 'r':
-                buf[0] = '\r';
-                break;
-            case 't':
-                buf[0] = '\t';
-                break;
-            case 'u': {
-                unsigned cp;
-                unsigned low;
-                if (p->len - p->pos < 6 || hex4(p->s + p->pos + 2, &cp) != 0) {
-                    return pfail(p,
-                                 "malformed JSON header at byte %zu: \\u must be followed by 4 "
-                                 "hex digits",
-                                 p->pos);
-                }
-                used = 6;
-                if (cp >= 0xdc00 && cp <= 0xdfff) {
-                    return pfail(p,
-                                 "malformed JSON header at byte %zu: unpaired surrogate \\u%04X "
-                                 "(a low surrogate without a high one)",
-                                 p->pos, cp);
-                }
-                if (cp >= 0xd800 && cp <= 0xdbff) {
-                    if (p->len - p->pos < 12 || p->s[p->pos + 6] != '\\' ||
-                        p->s[p->pos + 7] != 'u' || hex4(p->s + p->pos + 8, &low) != 0 ||
-                        low < 0xdc00 || low > 0xdfff) {
-                        return pfail(p,
-                                     "malformed JSON header at byte %zu: unpaired surrogate "
-                                     "\\u%04X (a high surrogate not followed by a low one)",
-                                     p->pos, cp);
-                    }
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-                    used = 12;
-                }
-                produced = utf8_encode(cp, buf);
-                break;
-            }
-            default: {
-                char found[32];
-                describe_byte(e, found);
-                return pfail(p, "malformed JSON header at byte %zu: invalid escape: '\\' "
-                                "followed by %s",
-                             p->pos, found);
-            }
-            }
-        } else {
-            used = utf8_seq(p->s + p->pos, p->len - p->pos);
-            if (used == 0) {
-                return pfail(p,
-                             "malformed JSON header at byte %zu: invalid UTF-8 (byte 0x%02x) "
-                             "in a string",
-                             p->pos, c);
-            }
-            memcpy(buf, p->s + p->pos, used);
-            produced = used;
-        }
-        if (dst != NULL) {
-            if (p->arena_top + n + produced >= p->arena_cap) { /* cannot happen (see above) */
-                return pfail(p, "internal error: string arena overflow at header byte %zu",
-                             p->pos);
-            }
-            memcpy(dst + n, buf, produced);
-        }
-        n += produced;
-        p->pos += used;
-    }
-    if (dst != NULL) {
-        dst[n] = '\0';
-        *out = dst;
-        *out_len = n;
-    }
-    return 0;
-}
-
-/* Keep the string scan_string just decoded (of len bytes). */
-static void keep_string(jp *p, size_t len)
-{
-    p->arena_top += len + 1;
-}
-
-/* A JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int scan_number(jp *p)
-{
-    if (peek(p) == '-') {
-        p->pos++;
-    }
-    if (peek(p) == '0') {
-        p->pos++;
-        if (is_digit(peek(p))) {
-            return pfail(p, "malformed JSON header at byte %zu: number with a leading zero",
-                         p->pos - 1);
-        }
-    } else if (is_digit(peek(p))) {
-        while (is_digit(peek(p))) {
-            p->pos++;
-        }
-    } else {
-        return syntax_error(p, "a digit");
-    }
-    if (peek(p) == '.') {
-        p->pos++;
-        if (!is_digit(peek(p))) {
-            return syntax_error(p, "a digit after '.'");
-        }
-        while (is_digit(peek(p))) {
-            p->pos++;
-        }
-    }
-    if (peek(p) == 'e' || peek(p) == 'E') {
-        p->pos++;
-        if (peek(p) == '+' || peek(p) == '-') {
-            p->pos++;
-        }
-        if (!is_digit(peek(p))) {
-            return syntax_error(p, "a digit in the exponent");
-        }
-        while (is_digit(peek(p))) {
-            p->pos++;
-        }
-    }
-    return 0;
-}
-
-static int scan_literal(jp *p, const char *word)
-{
-    const size_t n = strlen(word);
-    if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0) {
-        return syntax_error(p, "a JSON value");
-    }
-    p->pos += n;
-    return 0;
-}
-
-static int check_value(jp *p, int depth);
-
-/* An object or array at p->pos, itself at nesting level depth (1 for the top level). */
-static int check_container(jp *p, int depth)
-{
-    if (depth > FXA_ST_MAX_DEPTH) {
-        return pfail(p, "malformed JSON header at byte %zu: nesting deeper than %d levels",
-                     p->pos, FXA_ST_MAX_DEPTH);
-    }
-    const int is_object = peek(p) == '{';
-    const int close = is_object ? '}' : ']';
-    p->pos++;
-    skip_ws(p);
-    if (peek(p) == close) {
-        p->pos++;
-        return 0;
-    }
-    for (;;) {
-        if (is_object) {
-            if (peek(p) != '"') {
-                return syntax_error(p, "a string key");
-            }
-            if (scan_string(p, NULL, NULL) != 0) {
-                return -1;
-            }
-            skip_ws(p);
-            if (peek(p) != ':') {
-                return syntax_error(p, "':' after a key");
-            }
-            p->pos++;
-            skip_ws(p);
-        }
-        if (check_value(p, depth) != 0) {
-            return -1;
-        }
-        skip_ws(p);
-        if (peek(p) == ',') {
-            p->pos++;
-            skip_ws(p);
-        } else if (peek(p) == close) {
-            p->pos++;
-            return 0;
-        } else {
-            return syntax_error(p, is_object ? "',' or '}'" : "',' or ']'");
-        }
-    }
-}
-
-/* Any JSON value at p->pos, inside depth levels of objects and arrays. */
-static int check_value(jp *p, int depth)
-{
-    const int c = peek(p);
-    switch (c) {
-    case '{':
-    case '[':
-        return check_container(p, depth + 1);
-    case '"':
-        return scan_string(p, NULL, NULL);
-    case 't':
-        return scan_literal(p, "true");
-    case 'f':
-        return scan_literal(p, "false");
-    case 'n':
-        return scan_literal(p, "null");
-    default:
-        if (c == '-' || is_digit(c)) {
-            return scan_number(p);
-        }
-        return syntax_error(p, "a JSON value");
-    }
-}
-
-/* Syntax pass: the header is one JSON value with only whitespace around it. */
-static int check_syntax(jp *p)
-{
-    skip_ws(p);
-    if (check_value(p, 0) != 0) {
-        return -1;
-    }
-    skip_ws(p);
-    if (p->pos != p->len) {
-        char found[32];
-        describe_byte(peek(p), found);
-        return pfail(p,
-                     "malformed JSON header at byte %zu: %s after the end of the JSON object "
-                     "(only whitespace may pad the header)",
-                     p->pos, found);
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Schema                                                                    */
-/* ------------------------------------------------------------------------ */
-
-/* Expect c (the syntax pass has made sure of it; checked again all the same). */
-static int expect(jp *p, int c, const char *what)
-{
-    skip_ws(p);
-    if (peek(p) != c) {
-        return syntax_error(p, what);
-    }
-    p->pos++;
-    skip_ws(p);
-    return 0;
-}
-
-/* After an entry of an object or array: ',' (returns 1: more follow) or close (returns 0). */
-static int next_entry(jp *p, int close)
-{
-    skip_ws(p);
-    if (peek(p) == ',') {
-        p->pos++;
-        skip_ws(p);
-        return 1;
-    }
-    if (peek(p) == close) {
-        p->pos++;
-        return 0;
-    }
-    return syntax_error(p, close == '}' ? "',' or '}'" : "',' or ']'");
-}
 
 /* A byte of a JSON number token. */
 static int is_number_char(int c)
 {
-    return is_digit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+    return fxa_json_is_digit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
 }
 
 /* Entry `index` of a tensor's shape or data_offsets (field): an integer 0..2^53 written
  * without sign, fraction or exponent. */
-static int parse_count(jp *p, const char *tensor, const char *field, int index, int64_t *out)
+static int parse_count(fxa_jp *p, const char *tensor, const char *field, int index, int64_t *out)
 {
-    const int c = peek(p);
-    if (c != '-' && !is_digit(c)) {
-        return pfail(p, "tensor '%s': %s entry %d must be a non-negative integer, found %s",
-                     tensor, field, index, value_kind(c));
+    const int c = fxa_jp_peek(p);
+    if (c != '-' && !fxa_json_is_digit(c)) {
+        return fxa_jp_fail(p, "tensor '%s': %s entry %d must be a non-negative integer, found %s",
+                           tensor, field, index, fxa_json_value_kind(c));
     }
     const size_t begin = p->pos;
     int64_t value = 0;
     int too_large = 0;
     int integer = 1;
-    while (is_number_char(peek(p))) {
-        const int d = peek(p);
-        if (!is_digit(d)) {
+    while (is_number_char(fxa_jp_peek(p))) {
+        const int d = fxa_jp_peek(p);
+        if (!fxa_json_is_digit(d)) {
             integer = 0;
         } else if (integer && !too_large) {
             value = value * 10 + (d - '0');
@@ -688,78 +173,69 @@ static int parse_count(jp *p, const char *tensor, const char *field, int index, 
     char shown[SNIPPET_CAP];
     fxa_io_snippet((const char *)p->s + begin, p->pos - begin, shown, sizeof shown);
     if (c == '-') {
-        return pfail(p, "tensor '%s': %s entry %d is negative (%s)", tensor, field, index, shown);
+        return fxa_jp_fail(p, "tensor '%s': %s entry %d is negative (%s)", tensor, field, index,
+                           shown);
     }
     if (!integer) {
-        return pfail(p, "tensor '%s': %s entry %d is not an integer (%s)", tensor, field, index,
-                     shown);
+        return fxa_jp_fail(p, "tensor '%s': %s entry %d is not an integer (%s)", tensor, field,
+                           index, shown);
     }
     if (too_large) {
-        return pfail(p, "tensor '%s': %s entry %d (%s) is larger than 2^53", tensor, field, index,
-                     shown);
+        return fxa_jp_fail(p, "tensor '%s': %s entry %d (%s) is larger than 2^53", tensor, field,
+                           index, shown);
     }
     *out = value;
     return 0;
 }
 
-static int parse_shape(jp *p, const char *tensor, fxa_st_tensor *t)
+static int parse_shape(fxa_jp *p, const char *tensor, fxa_st_tensor *t)
 {
-    if (peek(p) != '[') {
-        return pfail(p, "tensor '%s': shape must be an array of integers, found %s", tensor,
-                     value_kind(peek(p)));
+    if (fxa_jp_peek(p) != '[') {
+        return fxa_jp_fail(p, "tensor '%s': shape must be an array of integers, found %s", tensor,
+                           fxa_json_value_kind(fxa_jp_peek(p)));
     }
-    p->pos++;
-    skip_ws(p);
-    if (peek(p) == ']') {
-        p->pos++;
-        return 0;
-    }
-    int more = 1;
+    int more = fxa_jp_open(p, ']');
     while (more == 1) {
         if (t->ndim == FXA_ST_MAX_DIMS) {
-            return pfail(p, "tensor '%s': shape has more than %d dimensions", tensor,
-                         FXA_ST_MAX_DIMS);
+            return fxa_jp_fail(p, "tensor '%s': shape has more than %d dimensions", tensor,
+                               FXA_ST_MAX_DIMS);
         }
         if (parse_count(p, tensor, "shape", t->ndim, &t->shape[t->ndim]) != 0) {
             return -1;
         }
         t->ndim++;
-        more = next_entry(p, ']');
+        more = fxa_jp_next(p, ']');
     }
     return more;
 }
 
-static int parse_offsets(jp *p, const char *tensor, int64_t offsets[2])
+static int parse_offsets(fxa_jp *p, const char *tensor, int64_t offsets[2])
 {
-    if (peek(p) != '[') {
-        return pfail(p, "tensor '%s': data_offsets must be an array [begin, end], found %s",
-                     tensor, value_kind(peek(p)));
+    if (fxa_jp_peek(p) != '[') {
+        return fxa_jp_fail(p, "tensor '%s': data_offsets must be an array [begin, end], found %s",
+                           tensor, fxa_json_value_kind(fxa_jp_peek(p)));
     }
-    p->pos++;
-    skip_ws(p);
     int n = 0;
-    int more = peek(p) == ']' ? 0 : 1;
-    if (more == 0) {
-        p->pos++;
-    }
+    int more = fxa_jp_open(p, ']');
     while (more == 1) {
         if (n == 2) {
-            return pfail(p, "tensor '%s': data_offsets has more than 2 entries (must be "
-                            "[begin, end])",
-                         tensor);
+            return fxa_jp_fail(p,
+                               "tensor '%s': data_offsets has more than 2 entries (must be "
+                               "[begin, end])",
+                               tensor);
         }
         if (parse_count(p, tensor, "data_offsets", n, &offsets[n]) != 0) {
             return -1;
         }
         n++;
-        more = next_entry(p, ']');
+        more = fxa_jp_next(p, ']');
     }
     if (more < 0) {
         return -1;
     }
     if (n != 2) {
-        return pfail(p, "tensor '%s': data_offsets has %d entr%s (must be [begin, end])", tensor,
-                     n, n == 1 ? "y" : "ies");
+        return fxa_jp_fail(p, "tensor '%s': data_offsets has %d entr%s (must be [begin, end])",
+                           tensor, n, n == 1 ? "y" : "ies");
     }
     return 0;
 }
@@ -789,24 +265,25 @@ static int shape_size(const int64_t *shape, int ndim, int bits, int64_t *count_o
 }
 
 /* The value of tensor `name` (decoded, in the arena). */
-static int parse_tensor(jp *p, fxa_st_file *f, const char *name, size_t name_len)
+static int parse_tensor(fxa_jp *p, fxa_st_file *f, const char *name, size_t name_len)
 {
     char shown[SNIPPET_CAP];
     fxa_io_snippet(name, name_len, shown, sizeof shown);
     if (name_len > FXA_ST_MAX_NAME_LEN) {
-        return pfail(p, "tensor name '%s' is %zu bytes long; the limit is %d", shown, name_len,
-                     FXA_ST_MAX_NAME_LEN);
+        return fxa_jp_fail(p, "tensor name '%s' is %zu bytes long; the limit is %d", shown,
+                           name_len, FXA_ST_MAX_NAME_LEN);
     }
     if (memchr(name, '\0', name_len) != NULL) {
-        return pfail(p, "tensor name '%s' contains the character U+0000", shown);
+        return fxa_jp_fail(p, "tensor name '%s' contains the character U+0000", shown);
     }
     if (f->count == FXA_ST_MAX_TENSORS) {
-        return pfail(p, "more than %d tensors", FXA_ST_MAX_TENSORS);
+        return fxa_jp_fail(p, "more than %d tensors", FXA_ST_MAX_TENSORS);
     }
-    if (peek(p) != '{') {
-        return pfail(p, "tensor '%s': expected an object with dtype, shape and data_offsets, "
-                        "found %s",
-                     shown, value_kind(peek(p)));
+    if (fxa_jp_peek(p) != '{') {
+        return fxa_jp_fail(p,
+                           "tensor '%s': expected an object with dtype, shape and data_offsets, "
+                           "found %s",
+                           shown, fxa_json_value_kind(fxa_jp_peek(p)));
     }
     fxa_st_tensor t;
     memset(&t, 0, sizeof t);
@@ -815,20 +292,15 @@ static int parse_tensor(jp *p, fxa_st_file *f, const char *name, size_t name_len
     int64_t offsets[2] = {0, 0};
     unsigned seen = 0;
 
-    p->pos++;
-    skip_ws(p);
-    int more = peek(p) == '}' ? 0 : 1;
-    if (more == 0) {
-        p->pos++;
-    }
+    int more = fxa_jp_open(p, '}');
     while (more == 1) {
         const char *field;
         size_t field_len;
         char field_shown[SNIPPET_CAP];
-        if (peek(p) != '"') {
-            return syntax_error(p, "a string key");
+        if (fxa_jp_peek(p) != '"') {
+            return fxa_jp_syntax_error(p, "a string key");
         }
-        if (scan_string(p, &field, &field_len) != 0) {
+        if (fxa_jp_string(p, &field, &field_len) != 0) {
             return -1;
         }
         fxa_io_snippet(field, field_len, field_shown, sizeof field_shown);
@@ -840,32 +312,33 @@ static int parse_tensor(jp *p, fxa_st_file *f, const char *name, size_t name_len
         } else if (field_len == 12 && memcmp(field, "data_offsets", 12) == 0) {
             bit = FIELD_OFFSETS;
         } else {
-            return pfail(p, "tensor '%s': unknown field '%s' (a tensor has exactly dtype, shape "
-                            "and data_offsets)",
-                         shown, field_shown);
+            return fxa_jp_fail(p,
+                               "tensor '%s': unknown field '%s' (a tensor has exactly dtype, shape "
+                               "and data_offsets)",
+                               shown, field_shown);
         }
         if (seen & bit) {
-            return pfail(p, "tensor '%s': duplicate field '%s'", shown, field_shown);
+            return fxa_jp_fail(p, "tensor '%s': duplicate field '%s'", shown, field_shown);
         }
         seen |= bit;
-        if (expect(p, ':', "':' after a key") != 0) {
+        if (fxa_jp_expect(p, ':', "':' after a key") != 0) {
             return -1;
         }
         if (bit == FIELD_DTYPE) {
             const char *text;
             size_t text_len;
             char text_shown[SNIPPET_CAP];
-            if (peek(p) != '"') {
-                return pfail(p, "tensor '%s': dtype must be a string, found %s", shown,
-                             value_kind(peek(p)));
+            if (fxa_jp_peek(p) != '"') {
+                return fxa_jp_fail(p, "tensor '%s': dtype must be a string, found %s", shown,
+                                   fxa_json_value_kind(fxa_jp_peek(p)));
             }
-            if (scan_string(p, &text, &text_len) != 0) {
+            if (fxa_jp_string(p, &text, &text_len) != 0) {
                 return -1;
             }
             dtype = find_dtype(text, text_len);
             if (dtype == NULL) {
                 fxa_io_snippet(text, text_len, text_shown, sizeof text_shown);
-                return pfail(p, "tensor '%s': unknown dtype '%s'", shown, text_shown);
+                return fxa_jp_fail(p, "tensor '%s': unknown dtype '%s'", shown, text_shown);
             }
         } else if (bit == FIELD_SHAPE) {
             if (parse_shape(p, shown, &t) != 0) {
@@ -874,7 +347,7 @@ static int parse_tensor(jp *p, fxa_st_file *f, const char *name, size_t name_len
         } else if (parse_offsets(p, shown, offsets) != 0) {
             return -1;
         }
-        more = next_entry(p, '}');
+        more = fxa_jp_next(p, '}');
     }
     if (more < 0) {
         return -1;
@@ -882,7 +355,7 @@ static int parse_tensor(jp *p, fxa_st_file *f, const char *name, size_t name_len
     static const char *const field_names[] = {"dtype", "shape", "data_offsets"};
     for (int i = 0; i < 3; i++) {
         if (!(seen & (1u << i))) {
-            return pfail(p, "tensor '%s': missing field '%s'", shown, field_names[i]);
+            return fxa_jp_fail(p, "tensor '%s': missing field '%s'", shown, field_names[i]);
         }
     }
 
@@ -890,29 +363,34 @@ static int parse_tensor(jp *p, fxa_st_file *f, const char *name, size_t name_len
     format_shape(t.shape, t.ndim, shape_text);
     const int size_status = shape_size(t.shape, t.ndim, dtype->bits, &t.count, &t.nbytes);
     if (size_status < 0) {
-        return pfail(p, "tensor '%s': shape %s of %s overflows: its size does not fit in int64",
-                     shown, shape_text, dtype->name);
+        return fxa_jp_fail(p,
+                           "tensor '%s': shape %s of %s overflows: its size does not fit in int64",
+                           shown, shape_text, dtype->name);
     }
     if (size_status > 0) {
-        return pfail(p, "tensor '%s': %" PRId64 " elements of %s (shape %s) are not a whole "
-                        "number of bytes",
-                     shown, t.count, dtype->name, shape_text);
+        return fxa_jp_fail(p,
+                           "tensor '%s': %" PRId64 " elements of %s (shape %s) are not a whole "
+                           "number of bytes",
+                           shown, t.count, dtype->name, shape_text);
     }
     if (offsets[0] > offsets[1]) {
-        return pfail(p, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] end before they "
-                        "begin",
-                     shown, offsets[0], offsets[1]);
+        return fxa_jp_fail(p,
+                           "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] end before they "
+                           "begin",
+                           shown, offsets[0], offsets[1]);
     }
     if (offsets[1] - offsets[0] != t.nbytes) {
-        return pfail(p, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] span %" PRId64
-                        " bytes but %s with shape %s needs %" PRId64,
-                     shown, offsets[0], offsets[1], offsets[1] - offsets[0], dtype->name,
-                     shape_text, t.nbytes);
+        return fxa_jp_fail(p,
+                           "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] span %" PRId64
+                           " bytes but %s with shape %s needs %" PRId64,
+                           shown, offsets[0], offsets[1], offsets[1] - offsets[0], dtype->name,
+                           shape_text, t.nbytes);
     }
     if (offsets[1] > f->data_size) {
-        return pfail(p, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] run past the end "
-                        "of the data buffer (%" PRId64 " bytes)",
-                     shown, offsets[0], offsets[1], f->data_size);
+        return fxa_jp_fail(p,
+                           "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] run past the end "
+                           "of the data buffer (%" PRId64 " bytes)",
+                           shown, offsets[0], offsets[1], f->data_size);
     }
     t.dtype_name = dtype->name;
     t.supported = dtype->supported;
@@ -921,112 +399,102 @@ static int parse_tensor(jp *p, fxa_st_file *f, const char *name, size_t name_len
     t.file_offset = f->data_start + offsets[0];
     fxa_st_tensor *tensors = grow(f->tensors, &f->cap, (size_t)f->count, sizeof *f->tensors);
     if (tensors == NULL) {
-        return out_of_memory(p);
+        return fxa_jp_out_of_memory(p);
     }
     f->tensors = tensors;
     f->tensors[f->count++] = t;
     return 0;
 }
 
-
-static int parse_metadata(jp *p, fxa_st_file *f)
+static int parse_metadata(fxa_jp *p, fxa_st_file *f)
 {
     if (f->has_meta) {
-        return pfail(p, "duplicate key '__metadata__'");
+        return fxa_jp_fail(p, "duplicate key '__metadata__'");
     }
     f->has_meta = 1;
-    if (peek(p) != '{') {
-        return pfail(p, "__metadata__ must be an object of strings, found %s",
-                     value_kind(peek(p)));
+    if (fxa_jp_peek(p) != '{') {
+        return fxa_jp_fail(p, "__metadata__ must be an object of strings, found %s",
+                           fxa_json_value_kind(fxa_jp_peek(p)));
     }
-    p->pos++;
-    skip_ws(p);
-    int more = peek(p) == '}' ? 0 : 1;
-    if (more == 0) {
-        p->pos++;
-    }
+    int more = fxa_jp_open(p, '}');
     while (more == 1) {
         const char *key;
         const char *value;
         size_t key_len;
         size_t value_len;
         char key_shown[SNIPPET_CAP];
-        if (peek(p) != '"') {
-            return syntax_error(p, "a string key");
+        if (fxa_jp_peek(p) != '"') {
+            return fxa_jp_syntax_error(p, "a string key");
         }
-        if (scan_string(p, &key, &key_len) != 0) {
+        if (fxa_jp_string(p, &key, &key_len) != 0) {
             return -1;
         }
         fxa_io_snippet(key, key_len, key_shown, sizeof key_shown);
         if (key_len > FXA_ST_MAX_NAME_LEN) {
-            return pfail(p, "__metadata__ key '%s' is %zu bytes long; the limit is %d", key_shown,
-                         key_len, FXA_ST_MAX_NAME_LEN);
+            return fxa_jp_fail(p, "__metadata__ key '%s' is %zu bytes long; the limit is %d",
+                               key_shown, key_len, FXA_ST_MAX_NAME_LEN);
         }
         if (memchr(key, '\0', key_len) != NULL) {
-            return pfail(p, "__metadata__ key '%s' contains the character U+0000", key_shown);
+            return fxa_jp_fail(p, "__metadata__ key '%s' contains the character U+0000", key_shown);
         }
-        keep_string(p, key_len);
-        if (expect(p, ':', "':' after a key") != 0) {
+        fxa_jp_keep(p, key_len);
+        if (fxa_jp_expect(p, ':', "':' after a key") != 0) {
             return -1;
         }
-        if (peek(p) != '"') {
-            return pfail(p, "__metadata__ value of '%s' must be a string, found %s", key_shown,
-                         value_kind(peek(p)));
+        if (fxa_jp_peek(p) != '"') {
+            return fxa_jp_fail(p, "__metadata__ value of '%s' must be a string, found %s",
+                               key_shown, fxa_json_value_kind(fxa_jp_peek(p)));
         }
-        if (scan_string(p, &value, &value_len) != 0) {
+        if (fxa_jp_string(p, &value, &value_len) != 0) {
             return -1;
         }
         if (memchr(value, '\0', value_len) != NULL) {
-            return pfail(p, "__metadata__ value of '%s' contains the character U+0000",
-                         key_shown);
+            return fxa_jp_fail(p, "__metadata__ value of '%s' contains the character U+0000",
+                               key_shown);
         }
-        keep_string(p, value_len);
+        fxa_jp_keep(p, value_len);
         st_meta *meta = grow(f->meta, &f->meta_cap, (size_t)f->meta_count, sizeof *f->meta);
         if (meta == NULL) {
-            return out_of_memory(p);
+            return fxa_jp_out_of_memory(p);
         }
         f->meta = meta;
         f->meta[f->meta_count].key = key;
         f->meta[f->meta_count].value = value;
         f->meta_count++;
-        more = next_entry(p, '}');
+        more = fxa_jp_next(p, '}');
     }
     return more;
 }
 
 /* Schema pass over the whole header (its syntax already checked). */
-static int parse_top(jp *p, fxa_st_file *f)
+static int parse_top(fxa_jp *p, fxa_st_file *f)
 {
-    skip_ws(p);
-    if (peek(p) != '{') {
-        return pfail(p, "header must be a JSON object, found %s", value_kind(peek(p)));
+    fxa_jp_skip_ws(p);
+    if (fxa_jp_peek(p) != '{') {
+        return fxa_jp_fail(p, "header must be a JSON object, found %s",
+                           fxa_json_value_kind(fxa_jp_peek(p)));
     }
-    p->pos++;
-    skip_ws(p);
-    int more = peek(p) == '}' ? 0 : 1;
-    if (more == 0) {
-        p->pos++;
-    }
+    int more = fxa_jp_open(p, '}');
     while (more == 1) {
         const char *key;
         size_t key_len;
-        if (peek(p) != '"') {
-            return syntax_error(p, "a string key");
+        if (fxa_jp_peek(p) != '"') {
+            return fxa_jp_syntax_error(p, "a string key");
         }
-        if (scan_string(p, &key, &key_len) != 0) {
+        if (fxa_jp_string(p, &key, &key_len) != 0) {
             return -1;
         }
         const int is_meta = key_len == 12 && memcmp(key, "__metadata__", 12) == 0;
         if (!is_meta) {
-            keep_string(p, key_len);
+            fxa_jp_keep(p, key_len);
         }
-        if (expect(p, ':', "':' after a key") != 0) {
+        if (fxa_jp_expect(p, ':', "':' after a key") != 0) {
             return -1;
         }
         if (is_meta ? parse_metadata(p, f) : parse_tensor(p, f, key, key_len)) {
             return -1;
         }
-        more = next_entry(p, '}');
+        more = fxa_jp_next(p, '}');
     }
     return more;
 }
@@ -1061,7 +529,7 @@ static int by_key(const void *a, const void *b)
 
 /* Whole-file checks after the schema pass: unique names and keys, tensors tiling the data
  * buffer. Puts the tensors in data order and builds the name index. */
-static fxa_status finish(const st_ctx *ctx, fxa_st_file *f)
+static fxa_status finish(const fxa_msg *ctx, fxa_st_file *f)
 {
     char a_shown[SNIPPET_CAP];
     char b_shown[SNIPPET_CAP];
@@ -1075,7 +543,7 @@ static fxa_status finish(const st_ctx *ctx, fxa_st_file *f)
         for (int64_t i = 1; i < f->meta_count; i++) {
             if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0) {
                 fxa_io_snippet(f->meta[i].key, strlen(f->meta[i].key), a_shown, sizeof a_shown);
-                fail(ctx, "duplicate __metadata__ key '%s'", a_shown);
+                fxa_msg_fail(ctx, "duplicate __metadata__ key '%s'", a_shown);
                 return FXA_ERR_INVALID_ARG;
             }
         }
@@ -1085,7 +553,7 @@ static fxa_status finish(const st_ctx *ctx, fxa_st_file *f)
     f->by_name = malloc((n > 0 ? n : 1) * sizeof *f->by_name);
     sorted = malloc((n > 0 ? n : 1) * sizeof *sorted);
     if (order == NULL || f->by_name == NULL || sorted == NULL) {
-        fail(ctx, "out of memory for %zu tensors", n);
+        fxa_msg_fail(ctx, "out of memory for %zu tensors", n);
         status = FXA_ERR_NO_MEMORY;
         goto done;
     }
@@ -1096,7 +564,7 @@ static fxa_status finish(const st_ctx *ctx, fxa_st_file *f)
     for (size_t i = 1; i < n; i++) {
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
             fxa_io_snippet(order[i]->name, strlen(order[i]->name), a_shown, sizeof a_shown);
-            fail(ctx, "duplicate tensor name '%s'", a_shown);
+            fxa_msg_fail(ctx, "duplicate tensor name '%s'", a_shown);
             goto done;
         }
     }
@@ -1112,17 +580,19 @@ static fxa_status finish(const st_ctx *ctx, fxa_st_file *f)
                         a_shown, sizeof a_shown);
         }
         if (t->offset < expected && prev != NULL) { /* prev: the last non-empty tensor */
-            fail(ctx, "tensors '%s' [%" PRId64 ", %" PRId64 ") and '%s' [%" PRId64 ", %" PRId64
-                      ") overlap in the data buffer",
-                 a_shown, prev->offset, prev->offset + prev->nbytes, b_shown, t->offset,
-                 t->offset + t->nbytes);
+            fxa_msg_fail(ctx,
+                         "tensors '%s' [%" PRId64 ", %" PRId64 ") and '%s' [%" PRId64 ", %" PRId64
+                         ") overlap in the data buffer",
+                         a_shown, prev->offset, prev->offset + prev->nbytes, b_shown, t->offset,
+                         t->offset + t->nbytes);
             goto done;
         }
         if (t->offset != expected) {
-            fail(ctx, "hole in the data buffer: bytes [%" PRId64 ", %" PRId64 ") belong to no "
-                      "tensor (%s%s%s'%s')",
-                 expected, t->offset, prev != NULL ? "between '" : "", prev != NULL ? a_shown : "",
-                 prev != NULL ? "' and " : "before ", b_shown);
+            fxa_msg_fail(ctx,
+                         "hole in the data buffer: bytes [%" PRId64 ", %" PRId64 ") belong to no "
+                         "tensor (%s%s%s'%s')",
+                         expected, t->offset, prev != NULL ? "between '" : "",
+                         prev != NULL ? a_shown : "", prev != NULL ? "' and " : "before ", b_shown);
             goto done;
         }
         if (t->nbytes > 0 || prev == NULL) {
@@ -1132,13 +602,14 @@ static fxa_status finish(const st_ctx *ctx, fxa_st_file *f)
     }
     if (expected != f->data_size) {
         if (n == 0) {
-            fail(ctx, "the header lists no tensors but %" PRId64 " bytes of data follow it",
-                 f->data_size);
+            fxa_msg_fail(ctx, "the header lists no tensors but %" PRId64 " bytes of data follow it",
+                         f->data_size);
         } else {
-            fail(ctx,
-                 "%" PRId64 " bytes of data follow the last tensor (the tensors end at %" PRId64
-                 ", the data buffer holds %" PRId64 ")",
-                 f->data_size - expected, expected, f->data_size);
+            fxa_msg_fail(ctx,
+                         "%" PRId64
+                         " bytes of data follow the last tensor (the tensors end at %" PRId64
+                         ", the data buffer holds %" PRId64 ")",
+                         f->data_size - expected, expected, f->data_size);
         }
         goto done;
     }
@@ -1167,31 +638,33 @@ done:
 /* ------------------------------------------------------------------------ */
 
 /* The header length field against the limit and the file size (at least 8). */
-static int check_header_len(const st_ctx *ctx, uint64_t n, int64_t file_size)
+static int check_header_len(const fxa_msg *ctx, uint64_t n, int64_t file_size)
 {
     if (n > FXA_ST_MAX_HEADER_LEN) {
-        fail(ctx, "header length %" PRIu64 " exceeds the limit of %d bytes", n,
-             FXA_ST_MAX_HEADER_LEN);
+        fxa_msg_fail(ctx, "header length %" PRIu64 " exceeds the limit of %d bytes", n,
+                     FXA_ST_MAX_HEADER_LEN);
         return -1;
     }
     if (n > (uint64_t)(file_size - LEN_FIELD)) {
-        fail(ctx, "header length %" PRIu64 " runs past the end of the file (%" PRId64 " bytes)",
-             n, file_size);
+        fxa_msg_fail(ctx,
+                     "header length %" PRIu64 " runs past the end of the file (%" PRId64 " bytes)",
+                     n, file_size);
         return -1;
     }
     if (n == 0) {
-        fail(ctx, "header is empty (length 0)");
+        fxa_msg_fail(ctx, "header is empty (length 0)");
         return -1;
     }
     return 0;
 }
 
-static int check_file_size(const st_ctx *ctx, int64_t size)
+static int check_file_size(const fxa_msg *ctx, int64_t size)
 {
     if (size < LEN_FIELD) {
-        fail(ctx, "file is %" PRId64 " bytes, too short for the 8-byte header length (not a "
-                  ".safetensors file)",
-             size);
+        fxa_msg_fail(ctx,
+                     "file is %" PRId64 " bytes, too short for the 8-byte header length (not a "
+                     ".safetensors file)",
+                     size);
         return -1;
     }
     return 0;
@@ -1208,17 +681,17 @@ static uint64_t load_le64(const unsigned char *b)
 
 /* Read exactly n bytes at offset (fxa_io_pread_all); the reason goes into the
  * reader's error with the path. */
-static fxa_status read_at(const st_ctx *ctx, int fd, void *buf, size_t n, int64_t offset,
+static fxa_status read_at(const fxa_msg *ctx, int fd, void *buf, size_t n, int64_t offset,
                           const char *what)
 {
     char why[256];
     const fxa_status st = fxa_io_pread_all(fd, buf, n, offset, what, why, sizeof why);
     if (st != FXA_OK)
-        fail(ctx, "%s", why);
+        fxa_msg_fail(ctx, "%s", why);
     return st;
 }
 
-static fxa_st_file *new_file(const st_ctx *ctx)
+static fxa_st_file *new_file(const fxa_msg *ctx)
 {
     fxa_st_file *f = calloc(1, sizeof *f);
     if (f != NULL) {
@@ -1231,27 +704,23 @@ static fxa_st_file *new_file(const st_ctx *ctx)
         strcpy(f->path, ctx->path);
     }
     if (f == NULL) {
-        fail(ctx, "out of memory");
+        fxa_msg_fail(ctx, "out of memory");
     }
     return f;
 }
 
 /* Both passes over the header; fills f. */
-static fxa_status parse_header(const st_ctx *ctx, const unsigned char *header, size_t len,
+static fxa_status parse_header(const fxa_msg *ctx, const unsigned char *header, size_t len,
                                fxa_st_file *f)
 {
-    jp p;
-    memset(&p, 0, sizeof p);
-    p.ctx = ctx;
-    p.s = header;
-    p.len = len;
-    p.status = FXA_ERR_INVALID_ARG;
-    if (check_syntax(&p) != 0) {
+    fxa_jp p;
+    fxa_jp_init(&p, ctx, "header", FXA_ST_MAX_DEPTH, header, len);
+    if (fxa_jp_check_syntax(&p) != 0) {
         return p.status;
     }
     f->arena = malloc(len + 1);
     if (f->arena == NULL) {
-        fail(ctx, "out of memory for a %zu-byte header", len);
+        fxa_msg_fail(ctx, "out of memory for a %zu-byte header", len);
         return FXA_ERR_NO_MEMORY;
     }
     p.pos = 0;
@@ -1265,7 +734,7 @@ static fxa_status parse_header(const st_ctx *ctx, const unsigned char *header, s
 
 fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t errlen)
 {
-    const st_ctx ctx = {path != NULL ? path : "(null)", err, errlen};
+    const fxa_msg ctx = {path != NULL ? path : "(null)", err, errlen};
     fxa_st_file *f = NULL;
     unsigned char *header = NULL;
     fxa_status status = FXA_ERR_INVALID_ARG;
@@ -1274,7 +743,7 @@ fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t er
 
     fxa_io_clear_error(err, errlen);
     if (out == NULL || path == NULL) {
-        fail(&ctx, "no path or no output given");
+        fxa_msg_fail(&ctx, "no path or no output given");
         return FXA_ERR_INVALID_ARG;
     }
     *out = NULL;
@@ -1285,17 +754,17 @@ fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t er
     /* O_NONBLOCK: a FIFO must not hang the open; it is refused below as not regular. */
     f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (f->fd < 0) {
-        fail(&ctx, "cannot open: %s", strerror(errno));
+        fxa_msg_fail(&ctx, "cannot open: %s", strerror(errno));
         status = FXA_ERR_IO;
         goto error;
     }
     if (fstat(f->fd, &st) != 0) {
-        fail(&ctx, "cannot stat: %s", strerror(errno));
+        fxa_msg_fail(&ctx, "cannot stat: %s", strerror(errno));
         status = FXA_ERR_IO;
         goto error;
     }
     if (!S_ISREG(st.st_mode)) {
-        fail(&ctx, "not a regular file");
+        fxa_msg_fail(&ctx, "not a regular file");
         status = FXA_ERR_IO;
         goto error;
     }
@@ -1314,7 +783,7 @@ fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t er
     }
     header = malloc((size_t)n);
     if (header == NULL) {
-        fail(&ctx, "out of memory for a %" PRIu64 "-byte header", n);
+        fxa_msg_fail(&ctx, "out of memory for a %" PRIu64 "-byte header", n);
         status = FXA_ERR_NO_MEMORY;
         goto error;
     }
@@ -1342,15 +811,15 @@ error:
 fxa_status fxa_st_parse(const unsigned char *bytes, size_t n, const char *name_for_errors,
                         fxa_st_file **out, char *err, size_t errlen)
 {
-    const st_ctx ctx = {name_for_errors != NULL ? name_for_errors : "(memory)", err, errlen};
+    const fxa_msg ctx = {name_for_errors != NULL ? name_for_errors : "(memory)", err, errlen};
     fxa_io_clear_error(err, errlen);
     if (out == NULL || (bytes == NULL && n > 0)) {
-        fail(&ctx, "no bytes or no output given");
+        fxa_msg_fail(&ctx, "no bytes or no output given");
         return FXA_ERR_INVALID_ARG;
     }
     *out = NULL;
     if ((uint64_t)n > (uint64_t)INT64_MAX) {
-        fail(&ctx, "%zu bytes are too many", n);
+        fxa_msg_fail(&ctx, "%zu bytes are too many", n);
         return FXA_ERR_INVALID_ARG;
     }
     const int64_t size = (int64_t)n;
@@ -1486,23 +955,25 @@ static int owns(const fxa_st_file *f, const fxa_st_tensor *t)
 
 /* The tensor checks shared by the readers: t is f's, of a dtype fxattn supports (and that fp32
  * reads can convert when to_f32). Messages are "<path>: tensor '<name>': ...". */
-static fxa_status check_tensor(const st_ctx *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
+static fxa_status check_tensor(const fxa_msg *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
                                int to_f32)
 {
     char shown[SNIPPET_CAP];
     if (f == NULL || t == NULL || !owns(f, t)) {
-        fail(ctx, "no file, or a tensor that is not one of this file's");
+        fxa_msg_fail(ctx, "no file, or a tensor that is not one of this file's");
         return FXA_ERR_INVALID_ARG;
     }
     fxa_io_snippet(t->name, strlen(t->name), shown, sizeof shown);
     if (!t->supported) {
-        fail(ctx, "tensor '%s': dtype %s is not supported (only F32, BF16, F16 and F8_E4M3 are)",
-             shown, t->dtype_name);
+        fxa_msg_fail(ctx,
+                     "tensor '%s': dtype %s is not supported (only F32, BF16, F16 and F8_E4M3 are)",
+                     shown, t->dtype_name);
         return FXA_ERR_UNSUPPORTED;
     }
     if (to_f32 && t->dtype == FXA_ST_F8_E4M3) {
-        fail(ctx, "tensor '%s': converting F8_E4M3 to fp32 is not supported yet (read it raw)",
-             shown);
+        fxa_msg_fail(ctx,
+                     "tensor '%s': converting F8_E4M3 to fp32 is not supported yet (read it raw)",
+                     shown);
         return FXA_ERR_UNSUPPORTED;
     }
     return FXA_OK;
@@ -1510,18 +981,18 @@ static fxa_status check_tensor(const st_ctx *ctx, const fxa_st_file *f, const fx
 
 /* The destination of a read of t (checked by check_tensor) has exactly the size of what is read
  * (want == have, counted in `unit`s); `what` names it in the message ("the tensor has"). */
-static fxa_status check_size(const st_ctx *ctx, const fxa_st_tensor *t, const void *dst,
+static fxa_status check_size(const fxa_msg *ctx, const fxa_st_tensor *t, const void *dst,
                              uint64_t have, uint64_t want, const char *unit, const char *what)
 {
     char shown[SNIPPET_CAP];
     fxa_io_snippet(t->name, strlen(t->name), shown, sizeof shown);
     if (have != want) {
-        fail(ctx, "tensor '%s': destination holds %" PRIu64 " %s but %s %" PRIu64, shown, have,
-             unit, what, want);
+        fxa_msg_fail(ctx, "tensor '%s': destination holds %" PRIu64 " %s but %s %" PRIu64, shown,
+                     have, unit, what, want);
         return FXA_ERR_INVALID_ARG;
     }
     if (dst == NULL && want > 0) {
-        fail(ctx, "tensor '%s': no destination given", shown);
+        fxa_msg_fail(ctx, "tensor '%s': no destination given", shown);
         return FXA_ERR_INVALID_ARG;
     }
     return FXA_OK;
@@ -1530,18 +1001,19 @@ static fxa_status check_size(const st_ctx *ctx, const fxa_st_tensor *t, const vo
 /* A row read of t (checked by check_tensor): t has rows (ndim >= 1) and [row0, row0 + n_rows)
  * lies within its shape[0] rows. *per_row: the elements of one row (the product of the other
  * dimensions; 0 when t has no elements). */
-static fxa_status check_rows(const st_ctx *ctx, const fxa_st_tensor *t, int64_t row0,
+static fxa_status check_rows(const fxa_msg *ctx, const fxa_st_tensor *t, int64_t row0,
                              int64_t n_rows, int64_t *per_row)
 {
     char shown[SNIPPET_CAP];
     fxa_io_snippet(t->name, strlen(t->name), shown, sizeof shown);
     if (t->ndim < 1) {
-        fail(ctx, "tensor '%s': a scalar has no rows to read", shown);
+        fxa_msg_fail(ctx, "tensor '%s': a scalar has no rows to read", shown);
         return FXA_ERR_INVALID_ARG;
     }
     if (row0 < 0 || n_rows < 0 || row0 > t->shape[0] - n_rows) {
-        fail(ctx, "tensor '%s': rows [%" PRId64 ", %" PRId64 ") are outside its %" PRId64 " rows",
-             shown, row0, row0 + n_rows, t->shape[0]);
+        fxa_msg_fail(
+            ctx, "tensor '%s': rows [%" PRId64 ", %" PRId64 ") are outside its %" PRId64 " rows",
+            shown, row0, row0 + n_rows, t->shape[0]);
         return FXA_ERR_INVALID_ARG;
     }
     *per_row = t->shape[0] > 0 ? t->count / t->shape[0] : 0;
@@ -1549,7 +1021,7 @@ static fxa_status check_rows(const st_ctx *ctx, const fxa_st_tensor *t, int64_t 
 }
 
 /* Copy bytes [begin, begin + nbytes) of t's data from the file or memory into dst. */
-static fxa_status copy_range(const st_ctx *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
+static fxa_status copy_range(const fxa_msg *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
                              int64_t begin, int64_t nbytes, void *dst)
 {
     if (nbytes == 0) {
@@ -1567,7 +1039,7 @@ static fxa_status copy_range(const st_ctx *ctx, const fxa_st_file *f, const fxa_
 }
 
 /* Elements [first, first + count) of an F32, BF16 or F16 tensor as fp32 into dst[count]. */
-static fxa_status copy_f32(const st_ctx *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
+static fxa_status copy_f32(const fxa_msg *ctx, const fxa_st_file *f, const fxa_st_tensor *t,
                            int64_t first, int64_t count, float *dst)
 {
     if (t->dtype == FXA_ST_F32) {
@@ -1592,7 +1064,7 @@ static fxa_status copy_f32(const st_ctx *ctx, const fxa_st_file *f, const fxa_st
 fxa_status fxa_st_read(const fxa_st_file *f, const fxa_st_tensor *t, void *dst, size_t dst_bytes,
                        char *err, size_t errlen)
 {
-    const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
     fxa_io_clear_error(err, errlen);
     fxa_status status = check_tensor(&ctx, f, t, 0);
     if (status == FXA_OK) {
@@ -1608,7 +1080,7 @@ fxa_status fxa_st_read(const fxa_st_file *f, const fxa_st_tensor *t, void *dst, 
 fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t, float *dst,
                            size_t dst_count, char *err, size_t errlen)
 {
-    const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
     fxa_io_clear_error(err, errlen);
     fxa_status status = check_tensor(&ctx, f, t, 1);
     if (status == FXA_OK) {
@@ -1624,7 +1096,7 @@ fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t, float *
 fxa_status fxa_st_read_rows(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
                             int64_t n_rows, void *dst, size_t dst_bytes, char *err, size_t errlen)
 {
-    const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
     fxa_io_clear_error(err, errlen);
     int64_t per_row = 0;
     fxa_status status = check_tensor(&ctx, f, t, 0);
@@ -1647,7 +1119,7 @@ fxa_status fxa_st_read_rows_f32(const fxa_st_file *f, const fxa_st_tensor *t, in
                                 int64_t n_rows, float *dst, size_t dst_count, char *err,
                                 size_t errlen)
 {
-    const st_ctx ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
     fxa_io_clear_error(err, errlen);
     int64_t per_row = 0;
     fxa_status status = check_tensor(&ctx, f, t, 1);
