@@ -12,72 +12,46 @@
 #include "layer.h"
 #include "runner.h"
 
-/* Buffers of one run: the projections' outputs, the attention output, y. */
-typedef struct bufs {
-    float *cs, *sn, *q, *k, *v, *a, *y;
-} bufs;
-
-static int bufs_alloc(bufs *b, const fxt_layer_cfg *cfg)
+/* The layer of cfg on x with weights w into y, through libfxattn_wan's
+ * plan; stage times and attention rows into rep. */
+static int forward(fxa_ctx *ctx, const fxt_layer_cfg *cfg, const fxa_wan_weights *w,
+                   const fxt_layer_x *x, float *y, fxt_layer_report *rep)
 {
-    const size_t n = (size_t)(cfg->tokens * cfg->hidden) * sizeof(float);
-    float **const all[] = {&b->q, &b->k, &b->v, &b->a, &b->y};
-    int ok = 1;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        ok &= (*all[i] = malloc(n)) != NULL;
-    return ok ? fxt_layer_rope(cfg, &b->cs, &b->sn)
-              : fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's activations");
-}
-
-static void bufs_free(bufs *b)
-{
-    float *const all[] = {b->cs, b->sn, b->q, b->k, b->v, b->a, b->y};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        free(all[i]);
-}
-
-/* QKV projection, attention, output projection; stage times in rep. */
-static int forward(fxt_runner *r, const fxt_layer_cfg *cfg, const fxt_layer_weights *w,
-                   const fxt_layer_x *x, const bufs *b, fxt_layer_report *rep)
-{
-    fxa_proj_desc pd;
-    fxa_proj_args pa;
-    fxt_layer_qkv_call(cfg, w, cfg->heads, x, b->cs, b->sn, b->q, b->k, b->v, &pd, &pa);
-    const double t0 = fxt_now();
-    fxa_status st = fxa_proj_run(r->ctx, &pd, &pa);
+    char err[700];
+    fxa_wan_plan *plan = NULL;
+    size_t bytes = 0;
+    void *ws = NULL;
+    fxa_wan_stats s;
+    fxa_status st = fxa_wan_plan_create(ctx, &cfg->wan, &plan, &bytes, err, sizeof err);
     if (st != FXA_OK)
-        return fxt_fail(fxt_exit_code(st), "QKV projection: %s", fxa_ctx_last_error(r->ctx));
-    const double t1 = fxt_now();
-    const fxa_attn_args aa = {.struct_size = sizeof aa, .q = b->q, .k = b->k, .v = b->v,
-                              .out = b->a};
-    fxa_attn_stats ast;
-    int code = fxt_runner_run(r, &aa, &ast, 0);
+        return fxt_fail(fxt_exit_code(st), "%s", err);
+    int code = 0;
+    if (!(ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63)))
+        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's activations");
+    else if ((st = fxa_wan_run(plan, w, x->data, y, ws, &s)) != FXA_OK)
+        code = fxt_fail(fxt_exit_code(st), "%s", fxa_wan_last_error(plan));
+    free(ws);
+    fxa_wan_plan_destroy(plan);
     if (code)
         return code;
-    const double t2 = fxt_now();
-    st = fxt_layer_out(r->ctx, cfg, &w->o, cfg->tokens, b->a, b->y);
-    if (st != FXA_OK)
-        return fxt_fail(fxt_exit_code(st), "output projection: %s", fxa_ctx_last_error(r->ctx));
-    rep->qkv_seconds = t1 - t0;
-    rep->attention_seconds = t2 - t1;
-    rep->out_seconds = fxt_now() - t2;
-    rep->rows = ast.rows;
-    rep->fallback_rows = ast.fallback_rows;
+    rep->qkv_seconds = s.qkv_seconds;
+    rep->attention_seconds = s.attention_seconds;
+    rep->out_seconds = s.out_seconds;
+    rep->rows = s.rows;
+    rep->fallback_rows = s.fallback_rows;
     return 0;
 }
 
 static int run_single(const layer_opts *o)
 {
     fxt_layer_cfg cfg;
-    fxt_layer_weights w;
+    fxa_wan_weights w;
     fxt_layer_x x;
-    fxt_runner r;
-    bufs b;
     fxt_layer_check check;
-    fxa_attn_desc d;
+    fxa_ctx *ctx = NULL;
+    float *y = NULL;
     memset(&w, 0, sizeof w);
     memset(&x, 0, sizeof x);
-    memset(&r, 0, sizeof r);
-    memset(&b, 0, sizeof b);
     int code = fxt_layer_setup(o, &cfg);
     if (!code) {
         /* fp32 weights (4 hidden^2; E4M3 codes count as fp32 here, an
@@ -91,30 +65,28 @@ static int run_single(const layer_opts *o)
         code = fxt_layer_load_weights(o, &cfg, 0, cfg.heads, &w);
     if (!code)
         code = fxt_layer_load_x(o, &cfg, 0, cfg.tokens, &x);
+    if (!code && !(y = malloc((size_t)(cfg.tokens * cfg.hidden) * sizeof(float))))
+        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's output");
     if (!code)
-        code = bufs_alloc(&b, &cfg);
-    if (!code) {
-        fxt_layer_attn_desc(&cfg, cfg.heads, &d);
-        code = fxt_runner_init(&r, (int)o->threads, &d);
-    }
+        code = fxt_context(o->threads, &ctx);
     fxt_layer_report rep = {.mode = "single", .ranks = 1, .ulysses = 1, .ring = 1, .tp = 1};
     if (!code)
-        code = forward(&r, &cfg, &w, &x, &b, &rep);
-    if (!code && o->verify && !(code = fxt_layer_verify(&cfg, &w, &x, b.y, &check))) {
+        code = forward(ctx, &cfg, &w, &x, y, &rep);
+    if (!code && o->verify && !(code = fxt_layer_verify(&cfg, &w, &x, y, &check))) {
         rep.check = &check;
         code = fxt_layer_check_result(&check);
     }
     if (!code && o->out)
-        code = fxt_layer_write(o->out, &cfg, b.y);
+        code = fxt_layer_write(o->out, &cfg, y);
     if (!code) {
-        rep.threads = fxa_ctx_threads(r.ctx);
-        rep.isa = fxa_ctx_isa(r.ctx);
+        rep.threads = fxa_ctx_threads(ctx);
+        rep.isa = fxa_ctx_isa(ctx);
         fxt_layer_print(o, &cfg, &rep);
     }
-    bufs_free(&b);
-    fxt_runner_free(&r);
+    free(y);
+    fxa_ctx_destroy(ctx);
     fxt_layer_x_free(&x);
-    fxt_layer_weights_free(&w);
+    fxa_wan_weights_free(&w);
     return code;
 }
 

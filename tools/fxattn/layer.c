@@ -65,8 +65,18 @@ static int probe_x(const char *path, int64_t *tokens, int64_t *hidden, int *axis
     return 0;
 }
 
+/* A libfxattn_wan failure as the CLI's exit code (bad input 2 unless the
+ * memory ran out), its message printed. */
+static int wan_fail(fxa_status st, const char *err)
+{
+    if (st == FXA_OK)
+        return 0;
+    return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "%s", err);
+}
+
 int fxt_layer_setup(const layer_opts *o, fxt_layer_cfg *cfg)
 {
+    char err[700];
     int64_t g[3] = {4, 32, 32};
     int64_t hidden = 0;
     int64_t x_tokens = 0;
@@ -78,7 +88,7 @@ int fxt_layer_setup(const layer_opts *o, fxt_layer_cfg *cfg)
         code = fxt_fail(FXT_EXIT_BAD_INPUT,
                         "-x needs --grid F,H,W (the latent grid of its tokens)");
     if (!code && o->weights)
-        code = fxt_layer_weights_hidden(o->weights, o->block, &hidden);
+        code = wan_fail(fxa_wan_checkpoint_hidden(o->weights, o->block, &hidden, err, sizeof err), err);
     if (!code && o->x) {
         int64_t x_hidden = 0;
         code = probe_x(o->x, &x_tokens, &x_hidden, &cfg->x_axis);
@@ -105,6 +115,13 @@ int fxt_layer_setup(const layer_opts *o, fxt_layer_cfg *cfg)
     if (o->x && x_tokens != cfg->tokens)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "x has %lld tokens but --grid %s has %lld",
                         (long long)x_tokens, o->grid, (long long)cfg->tokens);
+    fxa_wan_desc_init(&cfg->wan);
+    cfg->wan.frames = cfg->frames;
+    cfg->wan.height = cfg->height;
+    cfg->wan.width = cfg->width;
+    cfg->wan.heads = cfg->heads;
+    cfg->wan.head_dim = cfg->head_dim;
+    cfg->wan.x_format = o->fp8 ? FXA_PROJ_X_E4M3_ROWS : FXA_PROJ_X_F32;
     if (hidden % o->heads)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--heads %lld does not divide the hidden size %lld",
                         (long long)o->heads, (long long)hidden);
@@ -147,7 +164,7 @@ int fxt_layer_load_x(const layer_opts *o, const fxt_layer_cfg *cfg, int64_t star
         code = read_x(o->x, cfg, start, len, f);
     else
         for (int64_t i = 0; i < len * h; i++)
-            f[i] = fxt_layer_synth((uint64_t)o->seed, FXT_LAYER_STREAM_X,
+            f[i] = fxa_wan_synth((uint64_t)o->seed, FXA_WAN_SYNTH_X,
                                    (uint64_t)(start * h + i));
     for (int64_t i = 0; !code && i < len * h; i++)
         if (!isfinite(f[i]))
@@ -178,6 +195,23 @@ void fxt_layer_x_free(fxt_layer_x *x)
     x->data = NULL;
 }
 
+int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, int64_t h0, int64_t nh,
+                           fxa_wan_weights *w)
+{
+    char err[700];
+    fxa_wan_load_params p;
+    fxa_wan_load_params_init(&p);
+    p.block = o->block;
+    p.heads = cfg->heads;
+    p.head_begin = h0;
+    p.head_count = nh;
+    p.interleaved = cfg->interleaved;
+    p.fp8 = o->fp8;
+    p.seed = (uint64_t)o->seed;
+    p.hidden = cfg->hidden;
+    return wan_fail(fxa_wan_weights_load(o->weights, &p, w, err, sizeof err), err);
+}
+
 int fxt_layer_rope(const fxt_layer_cfg *cfg, float **cos_out, float **sin_out)
 {
     const size_t n = (size_t)(cfg->tokens * cfg->head_dim);
@@ -185,62 +219,9 @@ int fxt_layer_rope(const fxt_layer_cfg *cfg, float **cos_out, float **sin_out)
     *sin_out = malloc(n * sizeof(float));
     if (!*cos_out || !*sin_out)
         return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the RoPE tables");
-    if (fxa_wan_rope_tables(cfg->frames, cfg->height, cfg->width, cfg->head_dim, FXT_LAYER_THETA,
-                            *cos_out, *sin_out) != FXA_OK)
+    if (fxa_wan_rope(&cfg->wan, *cos_out, *sin_out) != FXA_OK)
         return fxt_fail(FXT_EXIT_FAILURE, "internal: cannot build the RoPE tables");
     return 0;
-}
-
-void fxt_layer_qkv_call(const fxt_layer_cfg *cfg, const fxt_layer_weights *w, int64_t heads,
-                        const fxt_layer_x *x, const float *cs, const float *sn, float *q,
-                        float *k, float *v, fxa_proj_desc *d, fxa_proj_args *a)
-{
-    fxa_proj_desc_init(d);
-    d->tokens = x->len;
-    d->in_features = cfg->hidden;
-    d->heads_q = d->heads_kv = heads;
-    d->head_dim = cfg->head_dim;
-    d->x_format = x->format;
-    d->w_format = w->qkv.format;
-    d->norm = 1;
-    d->eps = FXT_LAYER_EPS;
-    d->rope = 1;
-    *a = (fxa_proj_args){.struct_size = sizeof *a, .x = x->data, .w = w->qkv.w,
-                         .w_scales = w->qkv.scales, .bias = w->qkv.bias, .gamma_q = w->gamma_q,
-                         .gamma_k = w->gamma_k, .rope_cos = cs, .rope_sin = sn, .q_out = q,
-                         .k_out = k, .v_out = v};
-}
-
-fxa_status fxt_layer_out(fxa_ctx *ctx, const fxt_layer_cfg *cfg, const fxt_layer_mat *o,
-                         int64_t tokens, const float *a, float *y)
-{
-    fxa_proj_desc d;
-    fxa_proj_desc_init(&d);
-    d.tokens = tokens;
-    d.in_features = o->cols;
-    d.heads_q = cfg->heads; /* out = heads * head_dim = hidden channels */
-    d.head_dim = cfg->head_dim;
-    d.w_format = o->format;
-    const fxa_proj_args args = {.struct_size = sizeof args, .x = a, .w = o->w,
-                                .w_scales = o->scales, .bias = o->bias, .q_out = y};
-    return fxa_proj_run(ctx, &d, &args);
-}
-
-void fxt_layer_attn_desc(const fxt_layer_cfg *cfg, int64_t heads, fxa_attn_desc *d)
-{
-    fxa_attn_desc_init(d);
-    d->batch = 1;
-    d->heads_q = d->heads_kv = heads;
-    d->seq_q = d->seq_kv = cfg->tokens;
-    d->head_dim = cfg->head_dim;
-}
-
-double fxt_layer_flops(const fxt_layer_cfg *cfg)
-{
-    fxa_attn_desc d;
-    fxt_layer_attn_desc(cfg, cfg->heads, &d);
-    const double sh2 = (double)cfg->tokens * (double)cfg->hidden * (double)cfg->hidden;
-    return 8.0 * sh2 + fxa_attn_flops(&d);
 }
 
 int fxt_layer_check_result(const fxt_layer_check *c)
@@ -291,7 +272,7 @@ void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_la
            r->ranks, r->ulysses, r->ring, r->tp, r->threads, r->isa, r->qkv_seconds,
            r->attention_seconds, r->out_seconds, seconds, (long long)r->rows,
            (long long)r->fallback_rows,
-           seconds > 0 ? fxt_layer_flops(cfg) / seconds * 1e-9 : 0.0);
+           seconds > 0 ? fxa_wan_flops(&cfg->wan) / seconds * 1e-9 : 0.0);
     if (c)
         fxt_json_printf(", \"verify_tokens\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
                "\"fp32_rel_err\": %.6g, \"tolerance\": %.6g",

@@ -1,14 +1,10 @@
 /*
- * The Wan2.2 self-attention layer behind `fxattn layer` (cmd_layer.c, and
- * layer_mpi.c under mpirun):
+ * `fxattn layer` (cmd_layer.c, and layer_mpi.c under mpirun) over the Wan2.2
+ * layer of libfxattn_wan (fxattn_wan.h): the options settled into a
+ * problem, x and the weights loaded, --verify, the output and the report.
  *
- *   x [S, hidden] -> fused QKV projection [Q|K|V] + bias -> RMSNorm across all
- *   heads of Q and of K (gammas norm_q / norm_k, eps 1e-6) -> Wan 3-D RoPE
- *   (rotate-half, theta 1e4, grid F x H x W = S tokens) -> fixed-max
- *   attention (BSHD, Hq = Hkv = heads) -> output projection + bias -> y.
- *
- * Weights come from a .safetensors checkpoint (Wan2.2 names, layer_weights.c)
- * or are synthetic; checkpoints with interleaved RoPE pairs are permuted to
+ * Weights come from a .safetensors checkpoint (fxa_wan_weights_load) or are
+ * synthetic; checkpoints with interleaved RoPE pairs are permuted to
  * rotate-half at load time. FP8 (E4M3) weights keep their codes and one
  * scale per output channel; --fp8 quantises fp32 weights that way and x per
  * row. The attention output enters the output projection in fp32 (never
@@ -25,9 +21,8 @@
 #include "cmd_opts.h"
 #include "fxattn.h"
 #include "fxattn_proj.h"
+#include "fxattn_wan.h"
 
-#define FXT_LAYER_THETA 1e4
-#define FXT_LAYER_EPS 1e-6
 #define FXT_LAYER_VERIFY_TOKENS 16
 
 /* The problem, settled from the options and the files' shapes. */
@@ -39,24 +34,8 @@ typedef struct fxt_layer_cfg {
     int64_t head_dim;
     int interleaved; /* 1: the weights use interleaved RoPE pairs (converted at load) */
     int x_axis;      /* token axis of -x: 0 for [S, hidden], 1 for [1, S, hidden] */
+    fxa_wan_desc wan; /* the layer as libfxattn_wan takes it (x_format E4M3 rows with --fp8) */
 } fxt_layer_cfg;
-
-/* One Linear as fxa_proj_run takes it. */
-typedef struct fxt_layer_mat {
-    fxa_proj_w format; /* FXA_PROJ_W_F32 or FXA_PROJ_W_E4M3 */
-    int64_t rows;      /* output channels */
-    int64_t cols;      /* input features */
-    void *w;           /* [rows][cols]: floats, or E4M3 codes */
-    float *scales;     /* [rows] per output channel (E4M3), else NULL */
-    float *bias;       /* [rows], or NULL */
-} fxt_layer_mat;
-
-typedef struct fxt_layer_weights {
-    fxt_layer_mat qkv; /* [3 hidden][hidden]: Q, K, V rows; Q/K rows in rotate-half order */
-    fxt_layer_mat o;   /* [hidden][hidden] */
-    float *gamma_q;    /* [hidden], rotate-half order */
-    float *gamma_k;
-} fxt_layer_weights;
 
 /* Input tokens [start, start + len) as the projection takes them. */
 typedef struct fxt_layer_x {
@@ -97,26 +76,11 @@ int fxt_layer_check_opts(const layer_opts *o);
  * must divide it; S from x must equal F * H * W. */
 int fxt_layer_setup(const layer_opts *o, fxt_layer_cfg *cfg);
 
-/* hidden of checkpoint `path`: the input size of block's q.weight (its
- * shapes are checked when the weights are loaded). */
-int fxt_layer_weights_hidden(const char *path, int64_t block, int64_t *hidden);
-
-/* Synthetic value i of a stream (stream FXT_LAYER_STREAM_X is x, element
- * token * hidden + channel): approximately N(0, 1), deterministic from the
- * seed and the same on every platform. */
-#define FXT_LAYER_STREAM_X 0
-float fxt_layer_synth(uint64_t seed, uint64_t stream, uint64_t i);
-
 /* Heads [h0, h0 + nh) of the weights (0, cfg->heads: the whole layer) from
- * --weights (layer_weights.c: only the slice's rows and o's columns are
- * kept) or synthetic from --seed; converted to rotate-half when
- * cfg->interleaved, FP8 with --fp8. w->qkv is [3 nh head_dim][hidden] (the
- * heads' Q, K, V rows), w->o [hidden][nh head_dim] (o.weight's columns of
- * the heads) with all hidden scales and biases, the gammas [nh head_dim]:
- * the same bits as those heads have in the whole layer. */
+ * --weights or synthetic from --seed (fxa_wan_weights_load); converted to
+ * rotate-half when cfg->interleaved, FP8 with --fp8. */
 int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, int64_t h0, int64_t nh,
-                           fxt_layer_weights *w);
-void fxt_layer_weights_free(fxt_layer_weights *w);
+                           fxa_wan_weights *w);
 
 /* Tokens [start, start + len) of x: from -x (only those rows are read) or
  * synthetic from --seed; row-quantised with --fp8. */
@@ -127,26 +91,6 @@ void fxt_layer_x_free(fxt_layer_x *x);
 /* Wan RoPE tables of all tokens, [S][head_dim] each (caller frees). */
 int fxt_layer_rope(const fxt_layer_cfg *cfg, float **cos_out, float **sin_out);
 
-/* The fused QKV projection of x's tokens with the `heads` heads of w (all,
- * or a tensor-parallel slice): descriptor and arguments for fxa_proj_run or
- * fxa_mpi_proj_run. cs/sn: RoPE rows of x's first token. q, k, v:
- * [x->len][heads][head_dim]. */
-void fxt_layer_qkv_call(const fxt_layer_cfg *cfg, const fxt_layer_weights *w, int64_t heads,
-                        const fxt_layer_x *x, const float *cs, const float *sn, float *q,
-                        float *k, float *v, fxa_proj_desc *d, fxa_proj_args *a);
-
-/* y [tokens][hidden] = a [tokens][o->cols] o->w^T (+ o->bias): the output
- * projection, or a tensor-parallel partial of it, as one single-segment
- * fxa_proj_run without norm or RoPE. */
-fxa_status fxt_layer_out(fxa_ctx *ctx, const fxt_layer_cfg *cfg, const fxt_layer_mat *o,
-                         int64_t tokens, const float *a, float *y);
-
-/* Attention descriptor of `heads` heads over all S tokens (BSHD, f32). */
-void fxt_layer_attn_desc(const fxt_layer_cfg *cfg, int64_t heads, fxa_attn_desc *d);
-
-/* FLOPs of the layer: QKV 6 S hidden^2, attention, output 2 S hidden^2. */
-double fxt_layer_flops(const fxt_layer_cfg *cfg);
-
 /* --verify: the layer in double and in plain fp32 on FXT_LAYER_VERIFY_TOKENS
  * evenly spaced tokens (all when S is smaller), from the operands the kernels
  * saw (w, and x with all tokens; FP8 decoded), compared with y (layer_ref.c).
@@ -154,7 +98,7 @@ double fxt_layer_flops(const fxt_layer_cfg *cfg);
  * thread, slow for large S (13 s at hidden 5120 and S = 32; about half an
  * hour at S = 4096).
  * Returns 0 or an exit code. */
-int fxt_layer_verify(const fxt_layer_cfg *cfg, const fxt_layer_weights *w, const fxt_layer_x *x,
+int fxt_layer_verify(const fxt_layer_cfg *cfg, const fxa_wan_weights *w, const fxt_layer_x *x,
                      const float *y, fxt_layer_check *res);
 
 /* After --verify: an error (exit 1) when the error exceeds the tolerance. */

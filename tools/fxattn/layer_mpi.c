@@ -27,7 +27,7 @@
  *   --tp T                 tensor parallel (C = 1, T = P)
  *   --tp T --ulysses U --ring R   both, T U R = P (without --ring, R = P / (T U))
  *
- * Each rank reads only its heads' weights (layer_weights.c: the rows of q,
+ * Each rank reads only its heads' weights (fxa_wan_weights_load: the rows of q,
  * k, v and the gammas; o.weight is read in blocks of whole rows of which
  * only its columns are kept; o's scales and bias whole) and its tokens of
  * x; rank 0 also loads the whole layer and x for --verify (never without
@@ -67,8 +67,8 @@ typedef struct job {
     fxa_ctx *ctx;
     fxa_mpi *m_tp;        /* on tp_comm (tp_mode) */
     fxa_mpi *m_cp;        /* on cp_comm (cp_mode) */
-    fxt_layer_weights part; /* this rank's heads (all of them when T = 1) */
-    fxt_layer_weights all;  /* rank 0, --verify, T > 1: the whole layer */
+    fxa_wan_weights part; /* this rank's heads (all of them when T = 1) */
+    fxa_wan_weights all;  /* rank 0, --verify, T > 1: the whole layer */
     fxt_layer_x x;          /* this rank's tokens */
     int64_t start, len;     /* tokens held */
     int64_t h0, nh;         /* heads held */
@@ -86,8 +86,8 @@ static void job_free(job *j)
     if (j->y_all != j->y)
         free(j->y_all);
     fxt_layer_x_free(&j->x);
-    fxt_layer_weights_free(&j->all);
-    fxt_layer_weights_free(&j->part);
+    fxa_wan_weights_free(&j->all);
+    fxa_wan_weights_free(&j->part);
     fxa_mpi_destroy(j->m_cp);
     fxa_mpi_destroy(j->m_tp);
     if (j->cp_comm != MPI_COMM_NULL)
@@ -234,7 +234,7 @@ static int qkv(job *j)
     const int64_t d = j->cfg.head_dim;
     fxa_proj_desc pd;
     fxa_proj_args pa;
-    fxt_layer_qkv_call(&j->cfg, &j->part, j->nh, &j->x, j->cs + j->start * d,
+    fxa_wan_qkv_call(&j->cfg.wan, &j->part, j->x.len, j->x.data, j->cs + j->start * d,
                        j->sn + j->start * d, j->q, j->k, j->v, &pd, &pa);
     if (j->tp_mode) {
         const fxa_status st = fxa_mpi_proj_run(j->m_tp, &pd, &pa, j->cfg.heads, j->cfg.heads);
@@ -266,7 +266,7 @@ static int attention_cp(job *j)
     fxa_attn_desc d;
     fxa_mpi_attn_plan *plan = NULL;
     fxa_mpi_stats ms;
-    fxt_layer_attn_desc(&j->cfg, j->nh, &d);
+    fxa_wan_attn_desc(&j->cfg.wan, j->nh, &d);
     fxa_status st = fxa_mpi_attn_plan_create(j->m_cp, &d, &plan);
     int code = lib_agree(j, "context-parallel", j->C, st, fxa_mpi_last_error(j->m_cp));
     if (!code) {
@@ -289,7 +289,7 @@ static int attention_tp(job *j)
     fxa_attn_stats ast;
     size_t bytes = 0;
     void *ws = NULL;
-    fxt_layer_attn_desc(&j->cfg, j->nh, &d);
+    fxa_wan_attn_desc(&j->cfg.wan, j->nh, &d);
     fxa_status st = fxa_attn_plan_create(j->ctx, &d, &plan, &bytes);
     if (st == FXA_OK && bytes && !(ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63)))
         st = FXA_ERR_NO_MEMORY;
@@ -361,10 +361,10 @@ static void reduce_y(job *j)
  * assembled on rank 0. */
 static int out_proj(job *j)
 {
-    fxt_layer_mat o = j->part.o;
+    fxa_wan_linear o = j->part.o;
     if (j->tp_mode)
         o.bias = NULL;
-    const fxa_status st = fxt_layer_out(j->ctx, &j->cfg, &o, j->len, j->a, j->y);
+    const fxa_status st = fxa_wan_out_proj(j->ctx, &j->cfg.wan, &o, j->len, j->a, j->y);
     int code = st == FXA_OK ? 0
                             : fxt_fail(fxt_exit_code(st), "output projection: %s",
                                        fxa_ctx_last_error(j->ctx));
@@ -408,7 +408,7 @@ static int finish(job *j, fxt_layer_check *check)
     int code = 0;
     if (j->w->rank == 0 && j->o->verify) {
         const int all_tokens = j->len == j->cfg.tokens;
-        const fxt_layer_weights *w = j->nh < j->cfg.heads ? &j->all : &j->part;
+        const fxa_wan_weights *w = j->nh < j->cfg.heads ? &j->all : &j->part;
         if (!all_tokens)
             code = fxt_layer_load_x(j->o, &j->cfg, 0, j->cfg.tokens, &whole);
         if (!code)

@@ -25,7 +25,7 @@
 
 typedef struct ref {
     const fxt_layer_cfg *cfg;
-    const fxt_layer_weights *w;
+    const fxa_wan_weights *w;
     const fxt_layer_x *x;
     int fp32;          /* 1: round every operation to fp32 */
     int64_t n_samples; /* tokens compared */
@@ -87,7 +87,7 @@ static void load_row(ref *r, int64_t s)
 }
 
 /* Channel `row` of linear m on the row xr: sum_k xr[k] w[row][k] + b. */
-static double linear_one(const ref *r, const fxt_layer_mat *m, int64_t row, const double *xr)
+static double linear_one(const ref *r, const fxa_wan_linear *m, int64_t row, const double *xr)
 {
     double acc = 0.0;
     if (m->format == FXA_PROJ_W_F32) {
@@ -104,7 +104,7 @@ static double linear_one(const ref *r, const fxt_layer_mat *m, int64_t row, cons
 }
 
 /* Channels [c0, c0 + n) of linear m on row xr into y. */
-static void linear(const ref *r, const fxt_layer_mat *m, const double *xr, int64_t c0, int64_t n,
+static void linear(const ref *r, const fxa_wan_linear *m, const double *xr, int64_t c0, int64_t n,
                    double *y)
 {
     for (int64_t c = 0; c < n; c++)
@@ -118,7 +118,7 @@ static double rms(const ref *r, const double *y, int64_t n)
     for (int64_t c = 0; c < n; c++)
         ss = rnd(r, ss + rnd(r, y[c] * y[c]));
     const double mean = rnd(r, ss / (double)n);
-    return rnd(r, 1.0 / rnd(r, sqrt(rnd(r, mean + FXT_LAYER_EPS))));
+    return rnd(r, 1.0 / rnd(r, sqrt(rnd(r, mean + FXA_WAN_EPS))));
 }
 
 /* Wan's RoPE of token s (rotate-half lanes) into r->cs / r->sn. */
@@ -133,7 +133,7 @@ static void angles(ref *r, int64_t s)
     int64_t p = 0;
     for (int b = 0; b < 3; b++)
         for (int64_t j = 0; j < n[b]; j++, p++) {
-            const double t = (double)pos[b] * pow(FXT_LAYER_THETA, -(double)j / (double)n[b]);
+            const double t = (double)pos[b] * pow(FXA_WAN_ROPE_THETA, -(double)j / (double)n[b]);
             r->cs[p] = r->cs[p + half] = rnd(r, cos(t));
             r->sn[p] = r->sn[p + half] = rnd(r, sin(t));
         }
@@ -264,7 +264,7 @@ static void compare(const ref *r, const float *y, const double *y64, const doubl
     res->tolerance = fmin(2.0 * res->fp32_rel_err + 0x1p-22, 0x1p-12);
 }
 
-int fxt_layer_verify(const fxt_layer_cfg *cfg, const fxt_layer_weights *w, const fxt_layer_x *x,
+int fxt_layer_verify(const fxt_layer_cfg *cfg, const fxa_wan_weights *w, const fxt_layer_x *x,
                      const float *y, fxt_layer_check *res)
 {
     ref r;

@@ -6,18 +6,26 @@
 
 #include "cli.h"
 
-int fxt_runner_init(fxt_runner *r, int threads, const fxa_attn_desc *d)
+int fxt_context(int64_t threads, fxa_ctx **ctx)
 {
     fxa_ctx_params p;
-    size_t bytes = 0;
-    memset(r, 0, sizeof *r);
     fxa_ctx_params_init(&p);
-    p.n_threads = threads;
-    fxa_status st = fxa_ctx_create(&p, &r->ctx);
+    p.n_threads = (int)threads;
+    const fxa_status st = fxa_ctx_create(&p, ctx);
     if (st != FXA_OK)
         return fxt_fail(fxt_exit_code(st), "cannot create a context: %s%s%s", fxa_status_str(st),
                         *fxa_ctx_create_error() ? ": " : "", fxa_ctx_create_error());
-    st = fxa_attn_plan_create(r->ctx, d, &r->plan, &bytes);
+    return 0;
+}
+
+int fxt_runner_init(fxt_runner *r, int threads, const fxa_attn_desc *d)
+{
+    size_t bytes = 0;
+    memset(r, 0, sizeof *r);
+    const int err = fxt_context(threads, &r->ctx);
+    if (err)
+        return err;
+    fxa_status st = fxa_attn_plan_create(r->ctx, d, &r->plan, &bytes);
     if (st != FXA_OK) {
         int code = fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(r->ctx));
         fxt_runner_free(r);

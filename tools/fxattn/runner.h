@@ -12,6 +12,10 @@ typedef struct fxt_runner {
 } fxt_runner;
 
 /* threads 0 = all cores. Returns 0 or an exit code. */
+/* A context of `threads` threads (0: the default); an error printed and its
+ * exit code returned when it cannot be created. */
+int fxt_context(int64_t threads, fxa_ctx **ctx);
+
 int fxt_runner_init(fxt_runner *r, int threads, const fxa_attn_desc *d);
 /* Run (or only the bound pass when bounds_only); prints the library's
  * message on failure. Returns 0 or an exit code. */

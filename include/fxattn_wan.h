@@ -1,0 +1,214 @@
+/*
+ * fxattn_wan.h (libfxattn_wan): the Wan2.2 self-attention layer, and its
+ * checkpoint loader.
+ *
+ *   x [S, hidden] -> fused QKV projection [Q|K|V] + bias -> RMSNorm across
+ *   all heads of Q and of K (gammas norm_q / norm_k, eps 1e-6) -> Wan 3-D
+ *   RoPE (rotate-half, theta 1e4, latent grid F x H x W = S tokens) ->
+ *   fixed-max attention (BSHD, Hq = Hkv = heads) -> output projection +
+ *   bias -> y [S, hidden]
+ *
+ * The layer plans once (fxa_wan_plan_create: validates, builds the RoPE
+ * tables and the attention plan, reports the workspace bytes) and runs on
+ * caller memory (weights, x, y, workspace). Weights come from the caller
+ * (fxa_wan_weights filled by hand, PyTorch's Linear layout [out][in]) or
+ * from fxa_wan_weights_load (a Wan2.2 checkpoint, or deterministic
+ * synthetic weights). A tensor-parallel rank loads a range of heads alone.
+ *
+ * Errors: a status and a one-line message (err buffers, or
+ * fxa_wan_last_error for runs); nothing is printed and nothing exits.
+ * Threads: the context's pool (and OpenBLAS's/oneDNN's for the
+ * projections, libfxattn_proj); one run per plan at a time.
+ */
+#ifndef FXATTN_WAN_H
+#define FXATTN_WAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fxattn.h"
+#include "fxattn_proj.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FXA_WAN_ROPE_THETA 1e4
+#define FXA_WAN_EPS 1e-6
+
+/* One Linear as fxa_proj_run takes it: w [rows][cols] (fp32, or E4M3 codes
+ * with one scale per output channel), bias [rows] or NULL. */
+typedef struct fxa_wan_linear {
+    fxa_proj_w format; /* FXA_PROJ_W_F32 or FXA_PROJ_W_E4M3 */
+    int64_t rows;      /* output channels */
+    int64_t cols;      /* input features */
+    void *w;
+    float *scales; /* [rows] (E4M3), else NULL */
+    float *bias;
+} fxa_wan_linear;
+
+/*
+ * The weights of heads [head_begin, head_begin + head_count) of one block,
+ * n = head_count * head_dim channels (all heads: head_begin 0, head_count
+ * heads):
+ *   qkv      [3 n][hidden]: the heads' Q, K, V rows, Q and K rows in
+ *            rotate-half RoPE order, with their biases
+ *   o        [hidden][n]: o.weight's columns of the heads, with every
+ *            output channel's scale (E4M3) and the whole bias
+ *   gamma_q, gamma_k  [n]: the RMSNorm gains, rotate-half order
+ * A slice holds the bits the same heads have in the whole layer.
+ */
+typedef struct fxa_wan_weights {
+    int64_t hidden;
+    int64_t heads; /* of the whole layer */
+    int64_t head_dim;
+    int64_t head_begin;
+    int64_t head_count;
+    fxa_wan_linear qkv;
+    fxa_wan_linear o;
+    float *gamma_q;
+    float *gamma_k;
+} fxa_wan_weights;
+
+/* ---- loading ------------------------------------------------------------ */
+
+typedef struct fxa_wan_load_params {
+    size_t struct_size; /* sizeof(fxa_wan_load_params) */
+    int64_t block;      /* transformer block N (checkpoints) */
+    int64_t heads;      /* heads of the layer; must divide hidden */
+    int64_t head_begin; /* the heads to load: [head_begin, head_begin + head_count); */
+    int64_t head_count; /* 0: all heads */
+    int interleaved;    /* 1: the checkpoint pairs RoPE channels (2i, 2i+1), as Wan's
+                         * original weights do; converted to rotate-half at load */
+    int fp8;            /* 1: fp32 weights quantised to E4M3, one scale per output
+                         * channel (F8_E4M3 checkpoints stay as they are) */
+    uint64_t seed;      /* synthetic weights (path NULL): the generator's seed */
+    int64_t hidden;     /* synthetic weights: hidden size (checkpoints: from q.weight) */
+} fxa_wan_load_params;
+
+/* Defaults: block 0, all heads, rotate-half, no FP8; heads must be set. */
+FXA_API void fxa_wan_load_params_init(fxa_wan_load_params *p);
+
+/*
+ * Load the weights of p's heads of block p->block from checkpoint `path`
+ * (a .safetensors file) into *w (allocated here; free with
+ * fxa_wan_weights_free), or synthetic ones when path is NULL: W ~ N(0, 1) /
+ * sqrt(hidden), biases ~ 0.1 N(0, 1), gammas ~ 1 + 0.2 N(0, 1), from a
+ * counter-based generator (any slice is the same bits as in the whole
+ * layer, on every platform).
+ *
+ * Checkpoint tensors of block N (PyTorch Linear layout [out][in]):
+ *   blocks.N.self_attn.{q,k,v,o}.weight  [hidden, hidden]  F32, BF16, F16 or F8_E4M3
+ *   blocks.N.self_attn.{q,k,v,o}.bias    [hidden]          F32, BF16, F16
+ *   blocks.N.self_attn.norm_{q,k}.weight [hidden]          F32, BF16, F16
+ * An F8_E4M3 weight needs one scale per output channel, F32, BF16 or F16,
+ * named blocks.N.self_attn.X.weight_scale or .scale_weight (exactly one),
+ * of shape [hidden] or [hidden, 1], or one value ([] or [1]) for every
+ * channel; q, k and v are all F8_E4M3 or none.
+ * Only the slice's rows of q, k, v (and of their scales, biases and the
+ * gammas) are read; o.weight is read in blocks of whole rows (about 4 MiB)
+ * of which the slice's columns are kept.
+ * Errors: FXA_ERR_INVALID_ARG (bad parameters, a missing or malformed
+ * tensor, a non-finite value: the message names the file and tensor),
+ * FXA_ERR_IO (the file cannot be read), FXA_ERR_NO_MEMORY. On failure *w is
+ * zeroed.
+ */
+FXA_API fxa_status fxa_wan_weights_load(const char *path, const fxa_wan_load_params *p,
+                                        fxa_wan_weights *w, char *err, size_t errlen);
+
+/* Free what fxa_wan_weights_load allocated and zero *w. NULL-safe. */
+FXA_API void fxa_wan_weights_free(fxa_wan_weights *w);
+
+/* Synthetic value i of a stream of the generator that fxa_wan_weights_load
+ * uses without a path (stream FXA_WAN_SYNTH_X, element token * hidden +
+ * channel, is the synthetic x of the tools): approximately N(0, 1),
+ * deterministic from the seed and the same on every platform. */
+#define FXA_WAN_SYNTH_X 0
+FXA_API float fxa_wan_synth(uint64_t seed, uint64_t stream, uint64_t i);
+
+/* The hidden size of checkpoint `path`: the input size of block's
+ * q.weight (its other shapes are checked when the weights are loaded). */
+FXA_API fxa_status fxa_wan_checkpoint_hidden(const char *path, int64_t block, int64_t *hidden,
+                                             char *err, size_t errlen);
+
+/* ---- the layer ---------------------------------------------------------- */
+
+typedef struct fxa_wan_desc {
+    size_t struct_size;            /* sizeof(fxa_wan_desc) */
+    int64_t frames, height, width; /* latent grid: S = frames * height * width tokens */
+    int64_t heads;
+    int64_t head_dim; /* even, 6..FXA_MAX_HEAD_DIM; hidden = heads * head_dim */
+    fxa_proj_x x_format; /* FXA_PROJ_X_F32 [S][hidden], or FXA_PROJ_X_E4M3_ROWS
+                          * (fxa_e4m3_quantize_rows) */
+} fxa_wan_desc;
+
+/* Defaults: grid 0 (must be set), heads 0 (must be set), head_dim 128, fp32 x. */
+FXA_API void fxa_wan_desc_init(fxa_wan_desc *d);
+
+typedef struct fxa_wan_plan fxa_wan_plan;
+
+/*
+ * Validate d and size the workspace of fxa_wan_run: Q, K, V and the
+ * attention output (4 S hidden floats) plus the attention plan's workspace.
+ * The plan holds the RoPE tables (2 S head_dim floats) and a pointer to
+ * ctx; destroy it before the context. Errors: FXA_ERR_INVALID_ARG,
+ * FXA_ERR_NO_MEMORY, with the reason in err.
+ */
+FXA_API fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d,
+                                       fxa_wan_plan **plan_out, size_t *workspace_bytes,
+                                       char *err, size_t errlen);
+FXA_API void fxa_wan_plan_destroy(fxa_wan_plan *plan);
+
+/* What one run did. */
+typedef struct fxa_wan_stats {
+    size_t struct_size; /* sizeof(fxa_wan_stats) */
+    double qkv_seconds, attention_seconds, out_seconds;
+    int64_t rows;          /* attention rows: heads * S */
+    int64_t fallback_rows; /* rows computed by online softmax */
+} fxa_wan_stats;
+
+/*
+ * y [S][hidden] = the layer on x (d->x_format) with weights w, which must
+ * hold all heads of d (shapes checked). workspace: at least the plan's
+ * bytes, 64-byte aligned. A non-finite x or weight gives
+ * FXA_ERR_INVALID_ARG before y is written. stats may be NULL. The message
+ * of a failure: fxa_wan_last_error(plan).
+ */
+FXA_API fxa_status fxa_wan_run(fxa_wan_plan *plan, const fxa_wan_weights *w, const void *x,
+                               float *y, void *workspace, fxa_wan_stats *stats);
+
+/* Detail of the last failed fxa_wan_run ("" when none). */
+FXA_API const char *fxa_wan_last_error(const fxa_wan_plan *plan);
+
+/* FLOPs of the layer: QKV 6 S hidden^2, attention, output 2 S hidden^2. */
+FXA_API double fxa_wan_flops(const fxa_wan_desc *d);
+
+/* ---- pieces, for distributed drivers (token shards, head slices) -------- */
+
+/*
+ * The fused QKV projection of `tokens` tokens of x (d->x_format, starting
+ * at token `first` of the grid, whose RoPE rows cs/sn point at) onto the
+ * heads w holds: descriptor and arguments for fxa_proj_run or
+ * fxa_mpi_proj_run. q, k, v: [tokens][w->head_count][head_dim].
+ */
+FXA_API void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t tokens,
+                              const void *x, const float *cs, const float *sn, float *q, float *k,
+                              float *v, fxa_proj_desc *pd, fxa_proj_args *pa);
+
+/* y [tokens][hidden] = a [tokens][o->cols] o->w^T (+ o->bias, when not
+ * NULL): the output projection, or a tensor-parallel partial of it. */
+FXA_API fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
+                                    int64_t tokens, const float *a, float *y);
+
+/* The attention of `heads` heads over all S tokens (BSHD, f32). */
+FXA_API void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad);
+
+/* The Wan RoPE tables of all S tokens, [S][head_dim] each, into caller
+ * memory. */
+FXA_API fxa_status fxa_wan_rope(const fxa_wan_desc *d, float *cos_out, float *sin_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FXATTN_WAN_H */

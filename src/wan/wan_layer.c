@@ -1,0 +1,244 @@
+/* The Wan2.2 self-attention layer in one process, and its pieces
+ * (fxattn_wan.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fxattn_wan.h"
+
+struct fxa_wan_plan {
+    fxa_ctx *ctx;
+    fxa_wan_desc d;
+    int64_t tokens, hidden;
+    fxa_attn_plan *attn;
+    size_t attn_bytes; /* the attention plan's workspace, after Q, K, V, A */
+    float *cs, *sn;    /* RoPE tables [S][head_dim] */
+    char error[512];
+};
+
+static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void fxa_wan_desc_init(fxa_wan_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->struct_size = sizeof *d;
+    d->head_dim = 128;
+    d->x_format = FXA_PROJ_X_F32;
+}
+
+/* Floats of one [S][hidden] activation, rounded up to 64 bytes. */
+static size_t act_bytes(const fxa_wan_plan *p)
+{
+    return ((size_t)(p->tokens * p->hidden) * sizeof(float) + 63) & ~(size_t)63;
+}
+
+static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
+{
+    if (d->struct_size != sizeof *d)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+                     "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
+                     d->struct_size, sizeof *d);
+    if (d->frames < 1 || d->height < 1 || d->width < 1 ||
+        d->frames > INT64_MAX / d->height / d->width)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG, "the latent grid %lld x %lld x %lld is "
+                     "not positive", (long long)d->frames, (long long)d->height,
+                     (long long)d->width);
+    if (d->heads < 1)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG, "heads must be positive, not %lld",
+                     (long long)d->heads);
+    if (d->head_dim % 2 || d->head_dim < 6 || d->head_dim > FXA_MAX_HEAD_DIM)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+                     "head_dim %lld (hidden / heads) must be even and in 6..%d for Wan's RoPE",
+                     (long long)d->head_dim, FXA_MAX_HEAD_DIM);
+    if (d->x_format != FXA_PROJ_X_F32 && d->x_format != FXA_PROJ_X_E4M3_ROWS)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+                     "x_format must be FXA_PROJ_X_F32 or FXA_PROJ_X_E4M3_ROWS");
+    return FXA_OK;
+}
+
+fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan **plan_out,
+                               size_t *workspace_bytes, char *err, size_t errlen)
+{
+    if (!ctx || !d || !plan_out || !workspace_bytes)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG, "fxa_wan_plan_create: NULL argument");
+    *plan_out = NULL;
+    fxa_status st = check_desc(d, err, errlen);
+    if (st != FXA_OK)
+        return st;
+    fxa_wan_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
+    p->ctx = ctx;
+    p->d = *d;
+    p->tokens = d->frames * d->height * d->width;
+    p->hidden = d->heads * d->head_dim;
+    const size_t table = (size_t)(p->tokens * d->head_dim) * sizeof(float);
+    p->cs = malloc(table);
+    p->sn = malloc(table);
+    if (!p->cs || !p->sn)
+        st = failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the RoPE tables");
+    if (st == FXA_OK && (st = fxa_wan_rope(d, p->cs, p->sn)) != FXA_OK)
+        failf(err, errlen, st, "cannot build the RoPE tables: %s", fxa_status_str(st));
+    if (st == FXA_OK) {
+        fxa_attn_desc ad;
+        fxa_wan_attn_desc(d, d->heads, &ad);
+        st = fxa_attn_plan_create(ctx, &ad, &p->attn, &p->attn_bytes);
+        if (st != FXA_OK)
+            failf(err, errlen, st, "attention: %s", fxa_ctx_last_error(ctx));
+    }
+    if (st != FXA_OK) {
+        fxa_wan_plan_destroy(p);
+        return st;
+    }
+    *workspace_bytes = 4 * act_bytes(p) + p->attn_bytes;
+    *plan_out = p;
+    return FXA_OK;
+}
+
+void fxa_wan_plan_destroy(fxa_wan_plan *p)
+{
+    if (!p)
+        return;
+    fxa_attn_plan_destroy(p->attn);
+    free(p->cs);
+    free(p->sn);
+    free(p);
+}
+
+const char *fxa_wan_last_error(const fxa_wan_plan *p)
+{
+    return p ? p->error : "";
+}
+
+/* w holds the whole layer of p, in the shapes fxa_wan_weights describes. */
+static fxa_status check_weights(fxa_wan_plan *p, const fxa_wan_weights *w)
+{
+    const int64_t h = p->hidden;
+    const int ok = w->hidden == h && w->heads == p->d.heads && w->head_dim == p->d.head_dim &&
+                   w->head_begin == 0 && w->head_count == p->d.heads && w->qkv.rows == 3 * h &&
+                   w->qkv.cols == h && w->o.rows == h && w->o.cols == h && w->qkv.w && w->o.w &&
+                   w->gamma_q && w->gamma_k;
+    if (!ok)
+        return failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
+                     "the weights (hidden %lld, heads [%lld, +%lld) of %lld) are not the "
+                     "whole layer of the plan (%lld heads x %lld)",
+                     (long long)w->hidden, (long long)w->head_begin, (long long)w->head_count,
+                     (long long)w->heads, (long long)p->d.heads, (long long)p->d.head_dim);
+    return FXA_OK;
+}
+
+fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, float *y,
+                       void *workspace, fxa_wan_stats *stats)
+{
+    if (!p)
+        return FXA_ERR_INVALID_ARG;
+    p->error[0] = '\0';
+    if (!w || !x || !y || !workspace)
+        return failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
+                     "fxa_wan_run: NULL argument");
+    fxa_status st = check_weights(p, w);
+    if (st != FXA_OK)
+        return st;
+    const size_t act = act_bytes(p) / sizeof(float);
+    float *q = workspace, *k = q + act, *v = k + act, *a = v + act;
+    fxa_proj_desc pd;
+    fxa_proj_args pa;
+    fxa_wan_qkv_call(&p->d, w, p->tokens, x, p->cs, p->sn, q, k, v, &pd, &pa);
+    const double t0 = now();
+    if ((st = fxa_proj_run(p->ctx, &pd, &pa)) != FXA_OK)
+        return failf(p->error, sizeof p->error, st, "QKV projection: %s",
+                     fxa_ctx_last_error(p->ctx));
+    const double t1 = now();
+    const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
+    fxa_attn_stats ast;
+    if ((st = fxa_attn_run(p->attn, &aa, a + act, &ast)) != FXA_OK)
+        return failf(p->error, sizeof p->error, st, "%s", fxa_ctx_last_error(p->ctx));
+    const double t2 = now();
+    if ((st = fxa_wan_out_proj(p->ctx, &p->d, &w->o, p->tokens, a, y)) != FXA_OK)
+        return failf(p->error, sizeof p->error, st, "output projection: %s",
+                     fxa_ctx_last_error(p->ctx));
+    if (stats)
+        *stats = (fxa_wan_stats){.struct_size = sizeof *stats, .qkv_seconds = t1 - t0,
+                                 .attention_seconds = t2 - t1, .out_seconds = now() - t2,
+                                 .rows = ast.rows, .fallback_rows = ast.fallback_rows};
+    return FXA_OK;
+}
+
+void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t tokens,
+                      const void *x, const float *cs, const float *sn, float *q, float *k,
+                      float *v, fxa_proj_desc *pd, fxa_proj_args *pa)
+{
+    fxa_proj_desc_init(pd);
+    pd->tokens = tokens;
+    pd->in_features = d->heads * d->head_dim;
+    pd->heads_q = pd->heads_kv = w->head_count;
+    pd->head_dim = d->head_dim;
+    pd->x_format = d->x_format;
+    pd->w_format = w->qkv.format;
+    pd->norm = 1;
+    pd->eps = FXA_WAN_EPS;
+    pd->rope = 1;
+    *pa = (fxa_proj_args){.struct_size = sizeof *pa, .x = x, .w = w->qkv.w,
+                          .w_scales = w->qkv.scales, .bias = w->qkv.bias, .gamma_q = w->gamma_q,
+                          .gamma_k = w->gamma_k, .rope_cos = cs, .rope_sin = sn, .q_out = q,
+                          .k_out = k, .v_out = v};
+}
+
+fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
+                            int64_t tokens, const float *a, float *y)
+{
+    fxa_proj_desc pd;
+    fxa_proj_desc_init(&pd);
+    pd.tokens = tokens;
+    pd.in_features = o->cols;
+    pd.heads_q = d->heads; /* out = heads * head_dim = hidden channels */
+    pd.head_dim = d->head_dim;
+    pd.w_format = o->format;
+    const fxa_proj_args args = {.struct_size = sizeof args, .x = a, .w = o->w,
+                                .w_scales = o->scales, .bias = o->bias, .q_out = y};
+    return fxa_proj_run(ctx, &pd, &args);
+}
+
+void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad)
+{
+    fxa_attn_desc_init(ad);
+    ad->batch = 1;
+    ad->heads_q = ad->heads_kv = heads;
+    ad->seq_q = ad->seq_kv = d->frames * d->height * d->width;
+    ad->head_dim = d->head_dim;
+}
+
+fxa_status fxa_wan_rope(const fxa_wan_desc *d, float *cos_out, float *sin_out)
+{
+    return fxa_wan_rope_tables(d->frames, d->height, d->width, d->head_dim, FXA_WAN_ROPE_THETA,
+                               cos_out, sin_out);
+}
+
+double fxa_wan_flops(const fxa_wan_desc *d)
+{
+    fxa_attn_desc ad;
+    fxa_wan_attn_desc(d, d->heads, &ad);
+    const double s = (double)(d->frames * d->height * d->width);
+    const double h = (double)(d->heads * d->head_dim);
+    return 8.0 * s * h * h + fxa_attn_flops(&ad);
+}
