@@ -539,11 +539,14 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
     fxa_gemm_bf16 *g = NULL;
     char why[160];
     fxa_status st = FXA_OK;
+    /* OpenBLAS runs the context's threads for these GEMMs; the host
+     * program's own setting is restored afterwards. */
+    const int host_blas_threads = openblas_get_num_threads();
     if (l->bf16_path) {
         st = fxa_gemm_bf16_create(&g, d->tokens, k, n_out, ctx->pool.n_threads, why, sizeof why);
         if (st != FXA_OK)
             return fxa_ctx_fail(ctx, st, "%s", why);
-    } else {
+    } else if (host_blas_threads != ctx->pool.n_threads) {
         openblas_set_num_threads(ctx->pool.n_threads);
     }
     for (int64_t n0 = 0; st == FXA_OK && n0 < n_out; n0 += l->w_block) {
@@ -558,6 +561,8 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
             st = fxa_ctx_fail(ctx, st, "%s", why);
     }
     fxa_gemm_bf16_destroy(g);
+    if (!l->bf16_path && host_blas_threads != ctx->pool.n_threads)
+        openblas_set_num_threads(host_blas_threads);
     return st;
 }
 

@@ -15,6 +15,8 @@
 #include "fxattn_proj.h"
 #include "testutil.h"
 
+#include <cblas.h>
+
 #define U 0x1p-24
 
 static fxa_ctx *g_ctx;
@@ -515,6 +517,22 @@ static void test_single_segment(void)
     prob_free(&p);
 }
 
+/* The projection runs OpenBLAS on the context's threads but leaves the host
+ * program's OpenBLAS thread setting as it found it. */
+static void test_blas_threads_restored(void)
+{
+    prob p;
+    prob_init(&p, 40, 64, 3, 0, 16, 21, 0.5);
+    outs o;
+    outs_alloc(&o, &p);
+    openblas_set_num_threads(1);
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "blas threads: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(openblas_get_num_threads() == 1,
+          "the projection left OpenBLAS on %d threads; the host set 1", openblas_get_num_threads());
+    outs_free(&o);
+    prob_free(&p);
+}
+
 /* Wan's cross-attention shape: 512 context tokens through three separate
  * single-segment calls: Q (normalised with gamma_q), K (normalised with
  * its own gamma, passed as the segment's gamma_q), V (no norm). */
@@ -633,6 +651,7 @@ int main(void)
     test_interleaved_conversion();
     test_blocked_weights();
     test_single_segment();
+    test_blas_threads_restored();
     test_cross_attention();
     test_workspace();
     test_errors();
