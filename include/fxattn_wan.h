@@ -78,15 +78,16 @@ typedef struct fxa_wan_load_params {
     int64_t heads;      /* heads of the layer; must divide hidden */
     int64_t head_begin; /* the heads to load: [head_begin, head_begin + head_count); */
     int64_t head_count; /* 0: all heads */
-    int interleaved;    /* 1: the checkpoint pairs RoPE channels (2i, 2i+1), as Wan's
-                         * original weights do; converted to rotate-half at load */
+    int rope_half;      /* 0 (default): Q/K channels in RoPE pairs (2i, 2i+1), as Wan2.2
+                         * and diffusers checkpoints store them, permuted to
+                         * rotate-half at load; 1: already rotate-half (no permutation) */
     int fp8;            /* 1: fp32 weights quantised to E4M3, one scale per output
                          * channel (F8_E4M3 checkpoints stay as they are) */
     uint64_t seed;      /* synthetic weights (path NULL): the generator's seed */
     int64_t hidden;     /* synthetic weights: hidden size (checkpoints: from q.weight) */
 } fxa_wan_load_params;
 
-/* Defaults: block 0, all heads, rotate-half, no FP8; heads must be set. */
+/* Defaults: block 0, all heads, interleaved RoPE pairs, no FP8; heads must be set. */
 FXA_API void fxa_wan_load_params_init(fxa_wan_load_params *p);
 
 /*

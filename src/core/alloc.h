@@ -2,6 +2,8 @@
 #ifndef FXA_ALLOC_H
 #define FXA_ALLOC_H
 
+#include "internal_api.h"
+
 #include <stddef.h>
 
 #define FXA_ALIGN 64
@@ -13,8 +15,8 @@ static inline size_t fxa_align_up(size_t n)
 }
 
 /* NULL on failure or when n == 0. Free with fxa_free_aligned. */
-void *fxa_malloc_aligned(size_t n);
+FXA_INTERNAL void *fxa_malloc_aligned(size_t n);
 void *fxa_calloc_aligned(size_t n);
-void fxa_free_aligned(void *p); /* NULL is a no-op */
+FXA_INTERNAL void fxa_free_aligned(void *p); /* NULL is a no-op */
 
 #endif

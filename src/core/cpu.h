@@ -3,6 +3,8 @@
 #ifndef FXA_CPU_H
 #define FXA_CPU_H
 
+#include "internal_api.h"
+
 typedef struct fxa_cpu {
     int sse2;
     int avx2;
@@ -16,6 +18,6 @@ typedef struct fxa_cpu {
 } fxa_cpu;
 
 /* Detected once (pthread_once); later calls return the cached result. */
-const fxa_cpu *fxa_cpu_get(void);
+FXA_INTERNAL const fxa_cpu *fxa_cpu_get(void);
 
 #endif

@@ -2,6 +2,8 @@
 #ifndef FXA_CTX_INTERNAL_H
 #define FXA_CTX_INTERNAL_H
 
+#include "internal_api.h"
+
 #include "../kernels/kernels.h"
 #include "fxattn.h"
 #include "pool.h"
@@ -13,10 +15,10 @@ struct fxa_ctx {
 };
 
 /* Record a printf-style message for fxa_ctx_last_error and return st. */
-fxa_status fxa_ctx_fail(fxa_ctx *ctx, fxa_status st, const char *fmt, ...)
+FXA_INTERNAL fxa_status fxa_ctx_fail(fxa_ctx *ctx, fxa_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Forget the last error (called at the start of each fallible call). */
-void fxa_ctx_clear_error(fxa_ctx *ctx);
+FXA_INTERNAL void fxa_ctx_clear_error(fxa_ctx *ctx);
 
 #endif

@@ -8,6 +8,8 @@
 #ifndef FXA_POOL_H
 #define FXA_POOL_H
 
+#include "internal_api.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,6 +38,6 @@ typedef struct fxa_pool {
 
 fxa_status fxa_pool_init(fxa_pool *pool, int n_threads);
 void fxa_pool_destroy(fxa_pool *pool);
-void fxa_pool_run(fxa_pool *pool, fxa_pool_task_fn *fn, void *arg, int64_t n_items);
+FXA_INTERNAL void fxa_pool_run(fxa_pool *pool, fxa_pool_task_fn *fn, void *arg, int64_t n_items);
 
 #endif

@@ -589,7 +589,7 @@ fxa_status fxa_wan_weights_load(const char *path, const fxa_wan_load_params *p,
     if (!code)
         code = read_heads(&c, w->head_dim, h0, nh, p->fp8 && !c.fp8[M_O], w);
     fxa_st_close(c.f);
-    if (!code && p->interleaved)
+    if (!code && !p->rope_half)
         code = to_rotate_half(&c, w);
     if (!code && p->fp8)
         code = qkv_to_fp8(&c, &w->qkv);

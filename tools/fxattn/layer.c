@@ -205,7 +205,7 @@ int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, int64_
     p.heads = cfg->heads;
     p.head_begin = h0;
     p.head_count = nh;
-    p.interleaved = cfg->interleaved;
+    p.rope_half = !cfg->interleaved;
     p.fp8 = o->fp8;
     p.seed = (uint64_t)o->seed;
     p.hidden = cfg->hidden;
