@@ -18,17 +18,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fxattn_checkpoint.h"
 #include "fxattn_safetensors.h"
 #include "fxattn_wan.h"
 
 #define NAME_CAP 128
 #define O_BLOCK_BYTES ((int64_t)4 << 20) /* rows of o.weight read at once */
 
-/* Where the weights come from: checkpoint f (path, block), or the synthetic
- * generator (f NULL, seed). fp8[m]: weight m (q, k, v, o) is F8_E4M3 in f.
- * A failure's message goes to err. */
+/* Where the weights come from: checkpoint ck (path, block; its naming),
+ * or the synthetic generator (ck NULL, seed). fp8[m]: weight m (q, k, v,
+ * o) is F8_E4M3 in ck. A failure's message goes to err. */
 typedef struct src {
-    fxa_st_file *f;
+    fxa_ckpt *ck;
+    int naming; /* NAMING_ORIGINAL or NAMING_DIFFUSERS */
     const char *path;
     int64_t block;
     int64_t hidden;
@@ -113,32 +115,50 @@ void fxa_wan_weights_free(fxa_wan_weights *w)
 
 
 enum { M_Q, M_K, M_V, M_O };
-static const char *const MODS[4] = {"q", "k", "v", "o"};
+
+/* The two namings of a block's tensors: Wan2.2's original
+ * (blocks.N.self_attn.q.weight, ...) and diffusers'
+ * (blocks.N.attn1.to_q.weight, ..., to_out.0 for o); the gammas are
+ * norm_q / norm_k under either. The same tensors, in the same channel
+ * order. */
+enum { NAMING_ORIGINAL, NAMING_DIFFUSERS };
+static const char *const PREFIX[2] = {"self_attn", "attn1"};
+static const char *const MODS[2][4] = {{"q", "k", "v", "o"}, {"to_q", "to_k", "to_v", "to_out.0"}};
 
 /* A [hidden] vector of the block: its checkpoint leaf, and its synthetic
  * values (element i is element first + i of stream, mean + sd N(0, 1)). */
 typedef struct vec {
-    const char *leaf;
+    const char *leaf; /* after the module's name when mod >= 0 */
+    int mod;
     uint64_t stream;
     int64_t first;
     double mean, sd;
 } vec;
 
-/* The bias of module m. */
+/* The bias of module m (its leaf: MODS[naming][m] + ".bias"). */
 static vec bias_vec(int m, int64_t hidden)
 {
-    static const char *const leaves[4] = {"q.bias", "k.bias", "v.bias", "o.bias"};
-    return m == M_O ? (vec){leaves[m], S_BO, 0, 0.0, 0.1}
-                    : (vec){leaves[m], S_BQKV, m * hidden, 0.0, 0.1};
+    return m == M_O ? (vec){".bias", m, S_BO, 0, 0.0, 0.1}
+                    : (vec){".bias", m, S_BQKV, m * hidden, 0.0, 0.1};
 }
 
-static const vec NORM_Q = {"norm_q.weight", S_GQ, 0, 1.0, 0.2};
-static const vec NORM_K = {"norm_k.weight", S_GK, 0, 1.0, 0.2};
+static const vec NORM_Q = {"norm_q.weight", -1, S_GQ, 0, 1.0, 0.2};
+static const vec NORM_K = {"norm_k.weight", -1, S_GK, 0, 1.0, 0.2};
 
-/* "blocks.N.self_attn.<leaf>" */
-static void tensor_name(const src *c, const char *leaf, char name[NAME_CAP])
+/* "blocks.N.<prefix>.<module><leaf>" (mod >= 0) or "blocks.N.<prefix>.<leaf>" */
+static void tensor_name(const src *c, int mod, const char *leaf, char name[NAME_CAP])
 {
-    snprintf(name, NAME_CAP, "blocks.%lld.self_attn.%s", (long long)c->block, leaf);
+    snprintf(name, NAME_CAP, "blocks.%lld.%s.%s%s", (long long)c->block, PREFIX[c->naming],
+             mod >= 0 ? MODS[c->naming][mod] : "", leaf);
+}
+
+/* Tensor `name` of the checkpoint into *f, *t (both NULL when absent). */
+static fxa_status lookup(const src *c, const char *name, const fxa_st_file **f,
+                         const fxa_st_tensor **t)
+{
+    char why[700];
+    const fxa_status st = fxa_ckpt_find(c->ck, name, f, t, why, sizeof why);
+    return st == FXA_OK ? FXA_OK : failf(c, st, "%s", why);
 }
 
 static void shape_text(const fxa_st_tensor *t, char *buf, size_t cap)
@@ -150,15 +170,16 @@ static void shape_text(const fxa_st_tensor *t, char *buf, size_t cap)
         snprintf(buf + n, cap - n, "]");
 }
 
-/* Tensor `leaf` of the block, which must exist. */
-static fxa_status find(const src *c, const char *leaf, const fxa_st_tensor **t)
+/* Tensor `leaf` of module `mod` (-1: none) of the block, which must exist. */
+static fxa_status find(const src *c, int mod, const char *leaf, const fxa_st_file **f,
+                       const fxa_st_tensor **t)
 {
     char name[NAME_CAP];
-    tensor_name(c, leaf, name);
-    *t = fxa_st_find(c->f, name);
-    if (!*t)
+    tensor_name(c, mod, leaf, name);
+    const fxa_status st = lookup(c, name, f, t);
+    if (st == FXA_OK && !*t)
         return failf(c, FXA_ERR_INVALID_ARG, "%s: no tensor '%s'", c->path, name);
-    return 0;
+    return st;
 }
 
 /* t has shape [rows] (cols 0) or [rows, cols]. */
@@ -194,8 +215,8 @@ static fxa_status check_float(const src *c, const fxa_st_tensor *t)
 
 /* Rows [r0, r0 + n) of an F32, BF16 or F16 tensor as fp32 into dst (n rows
  * of its other dimensions). */
-static fxa_status read_float_rows(const src *c, const fxa_st_tensor *t, int64_t r0, int64_t n,
-                           float *dst)
+static fxa_status read_float_rows(const src *c, const fxa_st_file *f, const fxa_st_tensor *t,
+                                  int64_t r0, int64_t n, float *dst)
 {
     char err[600];
     const fxa_status code = check_float(c, t);
@@ -203,7 +224,7 @@ static fxa_status read_float_rows(const src *c, const fxa_st_tensor *t, int64_t 
         return code;
     const int64_t per_row = t->ndim && t->shape[0] ? t->count / t->shape[0] : 0;
     const fxa_status st =
-        fxa_st_read_rows_f32(c->f, t, r0, n, dst, (size_t)(n * per_row), err, sizeof err);
+        fxa_st_read_rows_f32(f, t, r0, n, dst, (size_t)(n * per_row), err, sizeof err);
     if (st != FXA_OK)
         return read_fail(c, st, err);
     /* Non-finite values are reported here, in the tensor's own coordinates
@@ -225,24 +246,24 @@ static fxa_status read_float_rows(const src *c, const fxa_st_tensor *t, int64_t 
 /* Elements [r0, r0 + n) of vector v ([hidden]) into dst. */
 static fxa_status vector_rows(const src *c, vec v, int64_t r0, int64_t n, float *dst)
 {
-    if (!c->f) {
+    if (!c->ck) {
         synth_fill(dst, v.first + r0, n, c->seed, v.stream, v.mean, v.sd);
         return 0;
     }
+    const fxa_st_file *f = NULL;
     const fxa_st_tensor *t = NULL;
-    fxa_status code = find(c, v.leaf, &t);
+    fxa_status code = find(c, v.mod, v.leaf, &f, &t);
     if (!code)
         code = check_shape(c, t, c->hidden, 0);
-    return code ? code : read_float_rows(c, t, r0, n, dst);
+    return code ? code : read_float_rows(c, f, t, r0, n, dst);
 }
 
 /* Weight of module `mod`: its shape and whether it is FP8 (into c->fp8). */
 static fxa_status weight_kind(src *c, int mod)
 {
-    char leaf[32];
+    const fxa_st_file *f = NULL;
     const fxa_st_tensor *t = NULL;
-    snprintf(leaf, sizeof leaf, "%s.weight", MODS[mod]);
-    fxa_status code = find(c, leaf, &t);
+    fxa_status code = find(c, mod, ".weight", &f, &t);
     if (!code)
         code = check_shape(c, t, c->hidden, c->hidden);
     if (!code && !t->supported)
@@ -254,35 +275,42 @@ static fxa_status weight_kind(src *c, int mod)
 }
 
 /* The scale tensor of FP8 weight `mod` (see the header comment). */
-static fxa_status find_scale(const src *c, int mod, const fxa_st_tensor **t)
+static fxa_status find_scale(const src *c, int mod, const fxa_st_file **f,
+                             const fxa_st_tensor **t)
 {
-    char a[NAME_CAP], b[NAME_CAP], leaf[32];
-    snprintf(leaf, sizeof leaf, "%s.weight_scale", MODS[mod]);
-    tensor_name(c, leaf, a);
-    snprintf(leaf, sizeof leaf, "%s.scale_weight", MODS[mod]);
-    tensor_name(c, leaf, b);
-    const fxa_st_tensor *ta = fxa_st_find(c->f, a);
-    const fxa_st_tensor *tb = fxa_st_find(c->f, b);
+    char a[NAME_CAP], b[NAME_CAP], w[NAME_CAP];
+    tensor_name(c, mod, ".weight_scale", a);
+    tensor_name(c, mod, ".scale_weight", b);
+    tensor_name(c, mod, ".weight", w);
+    const fxa_st_file *fa = NULL, *fb = NULL;
+    const fxa_st_tensor *ta = NULL, *tb = NULL;
+    fxa_status st = lookup(c, a, &fa, &ta);
+    if (st == FXA_OK)
+        st = lookup(c, b, &fb, &tb);
+    if (st != FXA_OK)
+        return st;
     if (ta && tb)
         return failf(c, FXA_ERR_INVALID_ARG, "%s: both '%s' and '%s' are present; keep one",
                         c->path, a, b);
     if (!ta && !tb)
         return failf(c, FXA_ERR_INVALID_ARG,
-                        "%s: blocks.%lld.self_attn.%s.weight is F8_E4M3 but has no scale: "
+                        "%s: %s is F8_E4M3 but has no scale: "
                         "expected '%s' or '%s' (one value per output channel)",
-                        c->path, (long long)c->block, MODS[mod], a, b);
+                        c->path, w, a, b);
+    *f = ta ? fa : fb;
     *t = ta ? ta : tb;
     return 0;
 }
 
 /* A single-value scale t (shape [] or [1]) into dst[n]. */
-static fxa_status read_one_scale(const src *c, const fxa_st_tensor *t, int64_t n, float *dst)
+static fxa_status read_one_scale(const src *c, const fxa_st_file *f, const fxa_st_tensor *t,
+                                 int64_t n, float *dst)
 {
     char err[600];
     const fxa_status code = check_float(c, t);
     if (code)
         return code;
-    const fxa_status st = fxa_st_read_f32(c->f, t, dst, 1, err, sizeof err);
+    const fxa_status st = fxa_st_read_f32(f, t, dst, 1, err, sizeof err);
     if (st != FXA_OK)
         return read_fail(c, st, err);
     if (!isfinite(dst[0]) || dst[0] < 0.0f)
@@ -297,8 +325,9 @@ static fxa_status read_one_scale(const src *c, const fxa_st_tensor *t, int64_t n
  * only those rows of a per-channel scale are read. */
 static fxa_status read_scales(const src *c, int mod, int64_t r0, int64_t n, float *dst)
 {
+    const fxa_st_file *f = NULL;
     const fxa_st_tensor *t = NULL;
-    fxa_status code = find_scale(c, mod, &t);
+    fxa_status code = find_scale(c, mod, &f, &t);
     if (code)
         return code;
     const int per_channel = (t->ndim == 1 && t->shape[0] == c->hidden) ||
@@ -310,7 +339,7 @@ static fxa_status read_scales(const src *c, int mod, int64_t r0, int64_t n, floa
                         "%s: scale '%s' has shape %s, expected [%lld], [%lld, 1] or one value",
                         c->path, t->name, got, (long long)c->hidden, (long long)c->hidden);
     }
-    code = per_channel ? read_float_rows(c, t, r0, n, dst) : read_one_scale(c, t, n, dst);
+    code = per_channel ? read_float_rows(c, f, t, r0, n, dst) : read_one_scale(c, f, t, n, dst);
     for (int64_t i = 0; !code && i < n; i++)
         if (!isfinite(dst[i]) || dst[i] < 0.0f)
             code = failf(c, FXA_ERR_INVALID_ARG,
@@ -325,18 +354,17 @@ static fxa_status read_scales(const src *c, int mod, int64_t r0, int64_t n, floa
 static fxa_status weight_rows(const src *c, int mod, int64_t r0, int64_t n, void *dst)
 {
     const int64_t h = c->hidden;
-    if (!c->f) {
+    if (!c->ck) {
         synth_fill(dst, r0 * h, n * h, c->seed, S_WQ + (uint64_t)mod, 0.0, 1.0 / sqrt((double)h));
         return 0;
     }
-    char leaf[32];
+    const fxa_st_file *f = NULL;
     const fxa_st_tensor *t = NULL;
-    snprintf(leaf, sizeof leaf, "%s.weight", MODS[mod]);
-    fxa_status code = find(c, leaf, &t);
+    fxa_status code = find(c, mod, ".weight", &f, &t);
     if (code || !c->fp8[mod])
-        return code ? code : read_float_rows(c, t, r0, n, dst);
+        return code ? code : read_float_rows(c, f, t, r0, n, dst);
     char err[600];
-    const fxa_status st = fxa_st_read_rows(c->f, t, r0, n, dst, (size_t)(n * h), err, sizeof err);
+    const fxa_status st = fxa_st_read_rows(f, t, r0, n, dst, (size_t)(n * h), err, sizeof err);
     if (st != FXA_OK)
         return read_fail(c, st, err);
     const uint8_t *codes = dst; /* E4M3's only non-finite codes: the NaNs S.1111.111 */
@@ -418,18 +446,48 @@ static fxa_status o_columns(const src *c, int64_t c0, int64_t n, int fp8, fxa_wa
     return code;
 }
 
+/* Open checkpoint c->path (one file, a sharded index or a folder) and
+ * settle its naming from block c->block's q weight: Wan2.2's original
+ * names or diffusers'. */
+static fxa_status ckpt_open(src *c)
+{
+    char why[700], names[2][NAME_CAP];
+    fxa_status st = fxa_ckpt_open(c->path, &c->ck, why, sizeof why);
+    if (st != FXA_OK)
+        return read_fail(c, st, why);
+    const fxa_st_tensor *t[2] = {NULL, NULL};
+    for (int n = NAMING_ORIGINAL; n <= NAMING_DIFFUSERS && st == FXA_OK; n++) {
+        const fxa_st_file *f = NULL;
+        c->naming = n;
+        tensor_name(c, M_Q, ".weight", names[n]);
+        st = lookup(c, names[n], &f, &t[n]);
+    }
+    if (st != FXA_OK)
+        return st;
+    if (t[0] && t[1])
+        return failf(c, FXA_ERR_INVALID_ARG,
+                     "%s: block %lld is named both ways ('%s' and '%s'); keep one naming",
+                     c->path, (long long)c->block, names[0], names[1]);
+    if (!t[0] && !t[1])
+        return failf(c, FXA_ERR_INVALID_ARG,
+                     "%s: no self-attention weights of block %lld: looked for '%s' (Wan2.2's "
+                     "names) and '%s' (diffusers' names)",
+                     c->path, (long long)c->block, names[0], names[1]);
+    c->naming = t[0] ? NAMING_ORIGINAL : NAMING_DIFFUSERS;
+    return FXA_OK;
+}
+
 fxa_status fxa_wan_checkpoint_hidden(const char *path, int64_t block, int64_t *hidden, char *err,
                                      size_t errlen)
 {
-    char why[600];
     src c = {.path = path, .block = block, .err = err, .errlen = errlen};
     if (!path || !hidden)
         return failf(&c, FXA_ERR_INVALID_ARG, "fxa_wan_checkpoint_hidden: NULL argument");
-    fxa_status code = fxa_st_open(path, &c.f, why, sizeof why);
-    if (code != FXA_OK)
-        return read_fail(&c, code, why);
+    fxa_status code = ckpt_open(&c);
+    const fxa_st_file *f = NULL;
     const fxa_st_tensor *t = NULL;
-    code = find(&c, "q.weight", &t);
+    if (!code)
+        code = find(&c, M_Q, ".weight", &f, &t);
     if (!code && t->ndim != 2) {
         char got[160];
         shape_text(t, got, sizeof got);
@@ -438,21 +496,17 @@ fxa_status fxa_wan_checkpoint_hidden(const char *path, int64_t block, int64_t *h
     }
     if (!code)
         *hidden = t->shape[1];
-    fxa_st_close(c.f);
+    fxa_ckpt_close(c.ck);
     return code;
 }
 
-/* Open the checkpoint's headers (every weight's shape and dtype; q, k and
- * v all FP8 or none), or set up the generator. */
+/* Open the checkpoint (every weight's shape and dtype; q, k and v all FP8
+ * or none), or set up the generator. */
 static fxa_status src_open(src *c)
 {
-    char why[600];
     if (!c->path)
         return FXA_OK;
-    const fxa_status st = fxa_st_open(c->path, &c->f, why, sizeof why);
-    if (st != FXA_OK)
-        return read_fail(c, st, why);
-    fxa_status code = FXA_OK;
+    fxa_status code = ckpt_open(c);
     for (int m = M_Q; m <= M_O && !code; m++)
         code = weight_kind(c, m);
     if (!code && (c->fp8[M_Q] != c->fp8[M_K] || c->fp8[M_Q] != c->fp8[M_V]))
@@ -588,7 +642,7 @@ fxa_status fxa_wan_weights_load(const char *path, const fxa_wan_load_params *p,
     code = src_open(&c);
     if (!code)
         code = read_heads(&c, w->head_dim, h0, nh, p->fp8 && !c.fp8[M_O], w);
-    fxa_st_close(c.f);
+    fxa_ckpt_close(c.ck);
     if (!code && !p->rope_half)
         code = to_rotate_half(&c, w);
     if (!code && p->fp8)

@@ -86,3 +86,26 @@ def wan_attention_tensors(hidden, block=0, dtype="F32", seed=7, naming="original
         out[p + norm[m] + ".weight"] = (dtype, (hidden,), [1.0 + v for v in lcg(s, hidden, 0.4)])
         s += 1
     return out
+
+
+def write_sharded(folder, tensors, shard_of, stem="diffusion_pytorch_model", missing=()):
+    """A sharded checkpoint in folder: STEM-0000K-of-0000N.safetensors files
+    and STEM.safetensors.index.json whose weight_map names each tensor's
+    shard. shard_of(name) -> shard number (1-based); shards numbered in
+    `missing` are listed in the index but not written. Returns the index
+    path."""
+    import os
+    groups = {}
+    for name in tensors:
+        groups.setdefault(shard_of(name), {})[name] = tensors[name]
+    n = max(groups)
+    files = {k: "%s-%05d-of-%05d.safetensors" % (stem, k, n) for k in groups}
+    for k, group in groups.items():
+        if k not in missing:
+            write_safetensors(os.path.join(folder, files[k]), group)
+    index = {"metadata": {"total_size": 0},
+             "weight_map": {name: files[shard_of(name)] for name in sorted(tensors)}}
+    path = os.path.join(folder, stem + ".safetensors.index.json")
+    with open(path, "w") as f:
+        json.dump(index, f, indent=2)
+    return path
