@@ -2,10 +2,12 @@
  * The dispatch table. Entries are ordered from the most portable to the
  * fastest; the automatic choice is the last entry the CPU supports and the
  * build provides. The portable reference set is the first entry and always
- * valid. Faster sets (AVX2, AVX-512) register here when they are built.
+ * valid. Faster sets (AVX2, AVX-512) register here by their init function
+ * (fxa_kernels_init_<isa>, kernels.h) when they are built.
  */
 #include "dispatch.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,9 +15,8 @@
 
 typedef struct isa_entry {
     const char *name;
-    const fxa_kernels *kernels; /* NULL: not built yet */
+    void (*init)(fxa_kernels *k, const fxa_cpu *cpu); /* NULL: not in this build */
     int (*cpu_has)(const fxa_cpu *c);
-    const fxa_kernels *kernels_bf16; /* the set to use when the CPU has AVX512-BF16 */
 } isa_entry;
 
 static int has_any(const fxa_cpu *c)
@@ -34,33 +35,56 @@ static int has_avx512(const fxa_cpu *c)
     return c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->fma && c->f16c;
 }
 
-static const isa_entry g_table[] = {
-    {"ref", &fxa_kernels_ref, has_any, NULL},
+static void init_ref(fxa_kernels *k, const fxa_cpu *cpu)
+{
+    (void)cpu;
+    fxa_kernels_init_ref(k);
+}
+
 #if defined(FXA_HAVE_X86_KERNELS)
-    {"avx2", &fxa_kernels_avx2, has_avx2, NULL},
-    {"avx512", &fxa_kernels_avx512, has_avx512, &fxa_kernels_avx512_bf16},
+static void init_avx2(fxa_kernels *k, const fxa_cpu *cpu)
+{
+    (void)cpu;
+    fxa_kernels_init_avx2(k);
+}
+#endif
+
+static const isa_entry g_table[] = {
+    {"ref", init_ref, has_any},
+#if defined(FXA_HAVE_X86_KERNELS)
+    {"avx2", init_avx2, has_avx2},
+    {"avx512", fxa_kernels_init_avx512, has_avx512},
 #else
-    {"avx2", NULL, has_avx2, NULL},
-    {"avx512", NULL, has_avx512, NULL},
+    {"avx2", NULL, has_avx2},
+    {"avx512", NULL, has_avx512},
 #endif
 };
 
 #define N_ENTRIES (sizeof g_table / sizeof g_table[0])
 
-static const fxa_kernels *entry_kernels(const isa_entry *e, const fxa_cpu *cpu)
+/* Every set of this build, built once for this CPU (the init functions are
+ * plain C, so building a set the CPU lacks is harmless). */
+static fxa_kernels g_sets[N_ENTRIES];
+static pthread_once_t g_sets_once = PTHREAD_ONCE_INIT;
+
+static void build_sets(void)
 {
-    return e->kernels_bf16 && cpu->avx512bf16 ? e->kernels_bf16 : e->kernels;
+    const fxa_cpu *cpu = fxa_cpu_get();
+    for (size_t i = 0; i < N_ENTRIES; i++)
+        if (g_table[i].init)
+            g_table[i].init(&g_sets[i], cpu);
 }
 
 fxa_status fxa_kernels_select(const char *isa_env, const fxa_kernels **out, char *msg,
                               size_t msg_len)
 {
     const fxa_cpu *cpu = fxa_cpu_get();
+    pthread_once(&g_sets_once, build_sets);
     if (!isa_env || !*isa_env) {
-        *out = &fxa_kernels_ref;
+        *out = &g_sets[0];
         for (size_t i = 0; i < N_ENTRIES; i++) {
-            if (g_table[i].kernels && g_table[i].cpu_has(cpu))
-                *out = entry_kernels(&g_table[i], cpu);
+            if (g_table[i].init && g_table[i].cpu_has(cpu))
+                *out = &g_sets[i];
         }
         return FXA_OK;
     }
@@ -72,12 +96,12 @@ fxa_status fxa_kernels_select(const char *isa_env, const fxa_kernels **out, char
                      g_table[i].name);
             return FXA_ERR_UNSUPPORTED;
         }
-        if (!g_table[i].kernels) {
+        if (!g_table[i].init) {
             snprintf(msg, msg_len, "FXA_ISA=%s: this build has no %s kernels", isa_env,
                      g_table[i].name);
             return FXA_ERR_UNSUPPORTED;
         }
-        *out = entry_kernels(&g_table[i], cpu);
+        *out = &g_sets[i];
         return FXA_OK;
     }
     snprintf(msg, msg_len, "FXA_ISA=%s: unknown ISA (choose ref, avx2 or avx512)", isa_env);

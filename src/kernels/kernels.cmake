@@ -1,40 +1,48 @@
 # The kernels of libfxattn (included from src/CMakeLists.txt): the portable
 # reference set, and on x86-64 the AVX2 and AVX-512 sets with ISA flags per
 # file, never a global -march, so the build runs on any x86-64 and dispatch
-# picks what the CPU has at run time.
+# picks what the CPU has at run time. The kernels_<isa>.c files (the sets'
+# init functions) take no ISA flags: dispatch builds every set on any CPU.
 set(k ${CMAKE_CURRENT_SOURCE_DIR}/kernels)
 target_sources(fxattn_obj PRIVATE
-  ${k}/ref/attn_tile_ref.c
-  ${k}/ref/attn_tile_bf16_ref.c
-  ${k}/ref/row_stats_ref.c
-  ${k}/ref/pack_kt_ref.c)
-set_source_files_properties(${k}/ref/row_stats_ref.c PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+  ${k}/ref/kernels_ref.c
+  ${k}/ref/f32_tile_ref.c
+  ${k}/ref/bf16_tile_ref.c
+  ${k}/ref/f32_rowstats_ref.c
+  ${k}/ref/f32_packkt_ref.c
+  ${k}/ref/f16_widen_ref.c)
+set_source_files_properties(${k}/ref/f32_rowstats_ref.c PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   target_sources(fxattn_obj PRIVATE
-    ${k}/x86_avx2/attn_tile_f32_avx2.c
-    ${k}/x86_avx512/attn_tile_f32_avx512.c
-    ${k}/x86_avx512/attn_tile_bf16_avx512.c
-    ${k}/x86_avx2/row_stats_avx2.c
-    ${k}/x86_avx512/row_stats_avx512.c
-    ${k}/x86_avx2/pack_kt_avx2.c
-    ${k}/x86_avx512/pack_kt_avx512.c)
+    ${k}/f16_widen_f16c.c
+    ${k}/x86_avx2/kernels_avx2.c
+    ${k}/x86_avx2/f32_tile_4x24_6x16_avx2.c
+    ${k}/x86_avx2/f32_rowstats_avx2.c
+    ${k}/x86_avx2/f32_packkt_8x8_avx2.c
+    ${k}/x86_avx512/kernels_avx512.c
+    ${k}/x86_avx512/f32_tile_6x64_avx512.c
+    ${k}/x86_avx512/bf16_tile_6x64_avx512bf16.c
+    ${k}/x86_avx512/f32_rowstats_avx512.c
+    ${k}/x86_avx512/f32_packkt_16x16_avx512.c)
   set(FXA_AVX2 "-mavx2")
   set(FXA_AVX512 "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq")
-  set_source_files_properties(${k}/x86_avx2/attn_tile_f32_avx2.c PROPERTIES
+  set_source_files_properties(${k}/f16_widen_f16c.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX2};-mfma;-mf16c")
-  set_source_files_properties(${k}/x86_avx512/attn_tile_f32_avx512.c PROPERTIES
+  set_source_files_properties(${k}/x86_avx2/f32_tile_4x24_6x16_avx2.c PROPERTIES
+    COMPILE_OPTIONS "${FXA_AVX2};-mfma;-mf16c")
+  set_source_files_properties(${k}/x86_avx512/f32_tile_6x64_avx512.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX512};-mfma")
-  set_source_files_properties(${k}/x86_avx512/attn_tile_bf16_avx512.c PROPERTIES
+  set_source_files_properties(${k}/x86_avx512/bf16_tile_6x64_avx512bf16.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX512};-mavx512bf16;-mfma")
-  set_source_files_properties(${k}/x86_avx2/pack_kt_avx2.c PROPERTIES
+  set_source_files_properties(${k}/x86_avx2/f32_packkt_8x8_avx2.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX2}")
-  set_source_files_properties(${k}/x86_avx512/pack_kt_avx512.c PROPERTIES
+  set_source_files_properties(${k}/x86_avx512/f32_packkt_16x16_avx512.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX512}")
   # The row statistics: one portable source per ISA; no contraction, so
   # every build gives the reference's bits.
-  set_source_files_properties(${k}/x86_avx2/row_stats_avx2.c PROPERTIES
+  set_source_files_properties(${k}/x86_avx2/f32_rowstats_avx2.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX2};-ffp-contract=off")
-  set_source_files_properties(${k}/x86_avx512/row_stats_avx512.c PROPERTIES
+  set_source_files_properties(${k}/x86_avx512/f32_rowstats_avx512.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX512};-ffp-contract=off")
   target_compile_definitions(fxattn_obj PRIVATE FXA_HAVE_X86_KERNELS)
 endif()

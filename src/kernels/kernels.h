@@ -1,10 +1,28 @@
 /*
- * Kernel contracts and the dispatch table.
+ * Kernel contracts and kernel sets.
  *
- * Drivers (src/attn) reach kernels only through fxa_kernels. A kernel set
- * starts from the portable reference set (kernels/ref, the executable spec)
- * and overrides entries; a faster kernel must match the reference within
- * fp32 reordering, and bit for bit across thread counts.
+ * Drivers (src/attn) reach kernels only through fxa_kernels. A kernel set is
+ * built the BLIS way: fxa_kernels_init_<isa> first fills in the portable
+ * reference set (kernels/ref, the executable spec), then overrides the
+ * entries its ISA has a kernel for; a faster kernel must match the reference
+ * within fp32 reordering, and bit for bit across thread counts. An ISA's
+ * folder never calls into another's: what ISAs share lives in a header here
+ * (row_stats_impl.h, row_update_impl.h), in ref/, or in a file here.
+ *
+ * Names (XNNPACK style): fxa_<type>_<op>[_<shape>]__<isa>
+ *   type   f32 (fp32 compute or data), bf16 (bf16 compute)
+ *   op     tile (a whole fxa_attn_tile: score, softmax, pv), score, pv,
+ *          packkt (fxa_pack_kt_fn), rowstats (an fxa_row_stats table)
+ *   shape  the micro-kernel's rows x columns (MRxNR): for a tile the score
+ *          kernel's, then P.V's where it differs; for packkt the register
+ *          transpose; absent in the reference, whose blocking is a
+ *          vectorisation hint, not a contract
+ *   isa    the instruction set the function needs: ref (portable C), avx2
+ *          (AVX2+FMA), avx512 (F, VL, BW, DQ), avx512bf16
+ * e.g. fxa_f32_tile_4x24_6x16__avx2, fxa_bf16_tile_6x64__avx512bf16. Source
+ * files are named alike, without the double underscore. The fp16 widening
+ * keeps its older names (fxa_widen_f16_ref, fxa_widen_f16_f16c), which
+ * tests/unit/test_convert.c calls.
  */
 #ifndef FXA_KERNELS_H
 #define FXA_KERNELS_H
@@ -142,9 +160,9 @@ typedef struct fxa_row_stats {
     void (*norm2_dot)(const float *x, const float *y, size_t d, double *xx,
                       double *xy); /* ||x||^2 and x.y */
 } fxa_row_stats;
-extern const fxa_row_stats fxa_row_stats_ref;
-extern const fxa_row_stats fxa_row_stats_avx2;
-extern const fxa_row_stats fxa_row_stats_avx512;
+extern const fxa_row_stats fxa_f32_rowstats__ref;
+extern const fxa_row_stats fxa_f32_rowstats__avx2;
+extern const fxa_row_stats fxa_f32_rowstats__avx512;
 
 typedef struct fxa_kernels {
     const char *isa_name;
@@ -158,31 +176,38 @@ typedef struct fxa_kernels {
     const fxa_row_stats *row_stats;
 } fxa_kernels;
 
-/* Portable fp16 widening (the spec of widen_f16). */
+/* The CPU's features (core/cpu.h). */
+struct fxa_cpu;
+
+/* Kernel sets. Each fills in every entry of *k; ISA sets start from
+ * fxa_kernels_init_ref. Plain C (no ISA flags): callable on any CPU, though
+ * a set's kernels run only where its ISA is present. */
+void fxa_kernels_init_ref(fxa_kernels *k);
+/* AVX2+FMA+F16C fp32 kernels (x86_avx2/); bf16 compute stays portable. */
+void fxa_kernels_init_avx2(fxa_kernels *k);
+/* AVX-512F (+VL, BW, DQ) fp32 kernels (x86_avx512/), with the AVX512-BF16
+ * tile for FXA_COMPUTE_BF16 where cpu->avx512bf16. */
+void fxa_kernels_init_avx512(fxa_kernels *k, const struct fxa_cpu *cpu);
+
+/* Reference kernels (ref/): the spec of each entry. */
+void fxa_f32_tile__ref(const fxa_attn_tile *t);
+void fxa_bf16_tile__ref(const fxa_attn_tile_bf16 *t);
+void fxa_f32_packkt__ref(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
 void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n);
-/* F16C widening, 8 values per instruction (x86_avx2/). */
+
+/* x86 kernels (built only on x86-64). F16C widening, 8 values per
+ * instruction, shared by the AVX2 and AVX-512 sets (f16_widen_f16c.c). */
 void fxa_widen_f16_f16c(const uint16_t *src, float *dst, size_t n);
-
-/* Portable K^T packing (the spec of pack_kt), and its AVX2 (8 x 8) and
- * AVX-512 (16 x 16 register transposes) versions. */
-void fxa_pack_kt_ref(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
-void fxa_pack_kt_avx2(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
-void fxa_pack_kt_avx512(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
-
-/* The portable bf16-compute tile: the spec for every attn_tile_bf16. */
-void fxa_attn_tile_bf16_ref(const fxa_attn_tile_bf16 *t);
-
-/* The portable reference set: always valid, first entry of the table. */
-extern const fxa_kernels fxa_kernels_ref;
-/* AVX2+FMA fp32 kernels, x86_avx2/. */
-extern const fxa_kernels fxa_kernels_avx2;
-/* AVX-512F (+VL, BW, DQ) fp32 kernels, x86_avx512/; the second set adds
- * the AVX512-BF16 tile for FXA_COMPUTE_BF16. */
-extern const fxa_kernels fxa_kernels_avx512;
-extern const fxa_kernels fxa_kernels_avx512_bf16;
-/* The AVX-512 fp32 tile, shared by both AVX-512 sets; it reads K^T in
- * panels of FXA_AVX512_KT_PANEL keys. */
-void fxa_attn_tile_f32_avx512(const fxa_attn_tile *t);
+/* AVX2: 4x24 scores and 6x16 P.V on ymm FMA; K^T in one panel per tile. */
+void fxa_f32_tile_4x24_6x16__avx2(const fxa_attn_tile *t);
+void fxa_f32_packkt_8x8__avx2(const float *const *rows, size_t n, size_t d, size_t panel,
+                              float *kt);
+/* AVX-512: 6x64 scores and P.V on zmm FMA; K^T (bf16: K pairs) in panels of
+ * FXA_AVX512_KT_PANEL keys. */
 #define FXA_AVX512_KT_PANEL 64
+void fxa_f32_tile_6x64__avx512(const fxa_attn_tile *t);
+void fxa_bf16_tile_6x64__avx512bf16(const fxa_attn_tile_bf16 *t);
+void fxa_f32_packkt_16x16__avx512(const float *const *rows, size_t n, size_t d, size_t panel,
+                                  float *kt);
 
 #endif

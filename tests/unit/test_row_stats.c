@@ -45,7 +45,7 @@ static int same_bits_d(double a, double b)
  * dimension. */
 static void compare_to_ref(const char *name, const fxa_row_stats *rs, int rounds)
 {
-    const fxa_row_stats *ref = &fxa_row_stats_ref;
+    const fxa_row_stats *ref = &fxa_f32_rowstats__ref;
     trng r;
     trng_seed(&r, 42);
     long long mismatches = 0;
@@ -82,7 +82,7 @@ static void compare_to_ref(const char *name, const fxa_row_stats *rs, int rounds
  * d 2^-52 (relative to the sum of magnitudes) of the exact value. */
 static void check_ref_accuracy(void)
 {
-    const fxa_row_stats *ref = &fxa_row_stats_ref;
+    const fxa_row_stats *ref = &fxa_f32_rowstats__ref;
     trng r;
     trng_seed(&r, 7);
     double worst = 0.0;
@@ -157,7 +157,7 @@ static void check_non_finite(const char *name, const fxa_row_stats *rs)
 int main(void)
 {
     check_ref_accuracy();
-    check_non_finite("ref", &fxa_row_stats_ref);
+    check_non_finite("ref", &fxa_f32_rowstats__ref);
     const char *isas[] = {"avx2", "avx512"};
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
         const fxa_kernels *k = NULL;
@@ -166,7 +166,7 @@ int main(void)
             printf("%s: not compared (%s)\n", isas[i], msg);
             continue;
         }
-        CHECK(k->row_stats != &fxa_row_stats_ref, "%s: the set uses the reference statistics",
+        CHECK(k->row_stats != &fxa_f32_rowstats__ref, "%s: the set uses the reference statistics",
               isas[i]);
         compare_to_ref(isas[i], k->row_stats, 300);
         check_non_finite(isas[i], k->row_stats);

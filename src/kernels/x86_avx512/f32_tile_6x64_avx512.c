@@ -74,7 +74,7 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
     }
 }
 
-static void scores_tile(const fxa_attn_tile *t)
+static void fxa_f32_score_6x64__avx512(const fxa_attn_tile *t)
 {
     for (size_t j0 = 0; j0 < t->n_kv; j0 += KT_PANEL) {
         __mmask16 mask[SC_VECS];
@@ -164,7 +164,7 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0,
             _mm512_mask_storeu_ps(t->o + (i0 + r) * t->ldo + c0 + 16 * v, mask[v], acc[r][v]);
 }
 
-static void pv_tile(const fxa_attn_tile *t)
+static void fxa_f32_pv_6x64__avx512(const fxa_attn_tile *t)
 {
     for (size_t c0 = 0; c0 < t->d; c0 += 16 * PV_VECS) {
         __mmask16 mask[PV_VECS];
@@ -183,23 +183,11 @@ static void pv_tile(const fxa_attn_tile *t)
     }
 }
 
-void fxa_attn_tile_f32_avx512(const fxa_attn_tile *t)
+void fxa_f32_tile_6x64__avx512(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kt_panel == KT_PANEL && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
-    scores_tile(t);
+    fxa_f32_score_6x64__avx512(t);
     softmax_rows(t);
-    pv_tile(t);
+    fxa_f32_pv_6x64__avx512(t);
 }
-
-const fxa_kernels fxa_kernels_avx512 = {
-    .isa_name = "avx512",
-    .description = "AVX-512 fp32 tile (6x64 scores, 6x64 P.V); bf16 compute: portable tile (no AVX512-BF16)",
-    .kv_tile = 256,
-    .kt_panel = KT_PANEL,
-    .attn_tile = fxa_attn_tile_f32_avx512,
-    .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
-    .widen_f16 = fxa_widen_f16_f16c,
-    .pack_kt = fxa_pack_kt_avx512,
-    .row_stats = &fxa_row_stats_avx512,
-};

@@ -1,7 +1,6 @@
 /*
  * AVX2+FMA fp32 attention tile (contract: fxa_attn_tile in kernels.h).
- * Built with -mavx2 -mfma -mf16c (per file); also holds the F16C fp16
- * widening that the AVX2 and AVX-512 sets use while packing.
+ * Built with -mavx2 -mfma -mf16c (per file).
  *
  *   scores  4 x 24 micro-kernel: 12 ymm accumulators, K^T rows of 24 keys
  *           loaded once per depth step and broadcast q; every score is a
@@ -15,10 +14,10 @@
  */
 #include <assert.h>
 #include <immintrin.h>
-#include <math.h>
 
 #include "../kernels.h"
-#include "../ref/exp2_ref.h"
+#include "rows_avx2.h"
+#include "../row_update_impl.h"
 #include "vexp2_avx2.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -30,14 +29,6 @@
 #define SC_VECS 3 /* score micro-kernel keys, in ymm (24) */
 #define PV_ROWS 6 /* P.V micro-kernel rows */
 #define PV_VECS 2 /* P.V micro-kernel columns, in ymm (16) */
-
-/* Lanes [0, n) of a ymm (n may exceed 8 or be <= 0). */
-static inline __m256i tail_mask(ptrdiff_t n)
-{
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const int clamped = n > 8 ? 8 : (n < 0 ? 0 : (int)n);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(clamped), lanes);
-}
 
 static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0,
                                        const size_t mr, const __m256i mask[SC_VECS])
@@ -75,7 +66,7 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
     }
 }
 
-static void scores_tile(const fxa_attn_tile *t)
+static void fxa_f32_score_4x24__avx2(const fxa_attn_tile *t)
 {
     for (size_t j0 = 0; j0 < t->n_kv; j0 += 8 * SC_VECS) {
         __m256i mask[SC_VECS];
@@ -101,14 +92,6 @@ static float hsum(__m256 x)
     return _mm_cvtss_f32(s);
 }
 
-static float hmax(__m256 x)
-{
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* p = exp2(z - shift) in place over n scores; returns the sum of p. */
 static float exp2_row_sum(float *z, size_t n, float shift)
 {
@@ -124,18 +107,6 @@ static float exp2_row_sum(float *z, size_t n, float shift)
     return hsum(sum);
 }
 
-static float row_max(const float *z, size_t n)
-{
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    for (size_t j = 0; j < n; j += 8) {
-        const __m256i k = tail_mask((ptrdiff_t)(n - j));
-        const __m256 x = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(z + j, k),
-                                          _mm256_castsi256_ps(k));
-        mx = _mm256_max_ps(mx, x);
-    }
-    return hmax(mx);
-}
-
 static void softmax_rows(const fxa_attn_tile *t)
 {
     for (size_t i = 0; i < t->n_q; i++) {
@@ -144,19 +115,9 @@ static void softmax_rows(const fxa_attn_tile *t)
             t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
             continue;
         }
-        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
-        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new); /* a power of two */
-        const float sum = exp2_row_sum(z, t->n_kv, m_new);
-        if (alpha != 1.0f) {
-            float *o = t->o + i * t->ldo;
-            const __m256 a = _mm256_set1_ps(alpha);
-            for (size_t c = 0; c < t->d; c += 8) {
-                const __m256i k = tail_mask((ptrdiff_t)(t->d - c));
-                _mm256_maskstore_ps(o + c, k, _mm256_mul_ps(a, _mm256_maskload_ps(o + c, k)));
-            }
-        }
-        t->l[i] = t->l[i] * alpha + sum;
-        t->m[i] = m_new;
+        const fxa_row_shift s = fxa_online_shift(t->m[i], z, t->n_kv);
+        const float sum = exp2_row_sum(z, t->n_kv, s.m);
+        fxa_online_fold(s, sum, t->m + i, t->l + i, t->o + i * t->ldo, t->d);
     }
 }
 
@@ -191,7 +152,7 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0,
             _mm256_maskstore_ps(t->o + (i0 + r) * t->ldo + c0 + 8 * v, mask[v], acc[r][v]);
 }
 
-static void pv_tile(const fxa_attn_tile *t)
+static void fxa_f32_pv_6x16__avx2(const fxa_attn_tile *t)
 {
     for (size_t c0 = 0; c0 < t->d; c0 += 8 * PV_VECS) {
         __m256i mask[PV_VECS];
@@ -211,32 +172,11 @@ static void pv_tile(const fxa_attn_tile *t)
     }
 }
 
-static void attn_tile_f32_avx2(const fxa_attn_tile *t)
+void fxa_f32_tile_4x24_6x16__avx2(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kt_panel >= t->n_kv && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
-    scores_tile(t);
+    fxa_f32_score_4x24__avx2(t);
     softmax_rows(t);
-    pv_tile(t);
+    fxa_f32_pv_6x16__avx2(t);
 }
-
-void fxa_widen_f16_f16c(const uint16_t *src, float *dst, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; i++)
-        dst[i] = _cvtsh_ss(src[i]);
-}
-
-const fxa_kernels fxa_kernels_avx2 = {
-    .isa_name = "avx2",
-    .description = "AVX2+FMA fp32 tile (4x24 scores, 6x16 P.V); bf16 compute: portable tile",
-    .kv_tile = 256,
-    .kt_panel = 256, /* one panel per tile: 24-key blocks never straddle panels */
-    .attn_tile = attn_tile_f32_avx2,
-    .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
-    .widen_f16 = fxa_widen_f16_f16c,
-    .pack_kt = fxa_pack_kt_avx2,
-    .row_stats = &fxa_row_stats_avx2,
-};

@@ -11,11 +11,11 @@
  * run the same order through the generic loops.
  */
 #include <assert.h>
-#include <math.h>
 
 #include "../kernels.h"
-#include "../../core/convert_inline.h"
 #include "exp2_ref.h"
+#include "rows_ref.h"
+#include "../row_update_impl.h"
 
 #define ROWS 4
 #define COLS 16
@@ -63,7 +63,7 @@ static void scores_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t 
     }
 }
 
-static void scores_tile(const fxa_attn_tile *t)
+static void fxa_f32_score__ref(const fxa_attn_tile *t)
 {
     for (size_t i0 = 0; i0 < t->n_q; i0 += ROWS) {
         const size_t ni = t->n_q - i0 < ROWS ? t->n_q - i0 : ROWS;
@@ -128,7 +128,7 @@ static void pv_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t c0, 
     }
 }
 
-static void pv_tile(const fxa_attn_tile *t)
+static void fxa_f32_pv__ref(const fxa_attn_tile *t)
 {
     for (size_t i0 = 0; i0 < t->n_q; i0 += ROWS) {
         const size_t ni = t->n_q - i0 < ROWS ? t->n_q - i0 : ROWS;
@@ -154,14 +154,6 @@ static float exp2_row_sum(float *z, size_t n, float shift)
     return sum;
 }
 
-static float row_max(const float *z, size_t n)
-{
-    float mx = -INFINITY;
-    for (size_t j = 0; j < n; j++)
-        mx = z[j] > mx ? z[j] : mx;
-    return mx;
-}
-
 /* Scores to probabilities, row by row; online rows rescale o and l. */
 static void softmax_rows(const fxa_attn_tile *t)
 {
@@ -173,42 +165,17 @@ static void softmax_rows(const fxa_attn_tile *t)
         }
         /* Integer running shift: the rescale factor is an exact power of
          * two and the largest term lies in (1/2, 1]. */
-        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
-        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
-        const float sum = exp2_row_sum(z, t->n_kv, m_new);
-        if (alpha != 1.0f) {
-            float *o = t->o + i * t->ldo;
-            for (size_t c = 0; c < t->d; c++)
-                o[c] *= alpha;
-        }
-        t->l[i] = t->l[i] * alpha + sum;
-        t->m[i] = m_new;
+        const fxa_row_shift s = fxa_online_shift(t->m[i], z, t->n_kv);
+        const float sum = exp2_row_sum(z, t->n_kv, s.m);
+        fxa_online_fold(s, sum, t->m + i, t->l + i, t->o + i * t->ldo, t->d);
     }
 }
 
-static void fxa_attn_tile_ref(const fxa_attn_tile *t)
+void fxa_f32_tile__ref(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->ldq >= t->d && t->kt_panel % COLS == 0 && t->ldv >= t->d && t->ldo >= t->d);
-    scores_tile(t);
+    fxa_f32_score__ref(t);
     softmax_rows(t);
-    pv_tile(t);
+    fxa_f32_pv__ref(t);
 }
-
-void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = fxa_f16_bits_to_f32(src[i]);
-}
-
-const fxa_kernels fxa_kernels_ref = {
-    .isa_name = "ref",
-    .description = "portable C tiles (fp32 and bf16 compute), compiler-vectorised",
-    .kv_tile = 256,
-    .kt_panel = 16, /* the narrowest panel: the spec walks the general layout */
-    .attn_tile = fxa_attn_tile_ref,
-    .attn_tile_bf16 = fxa_attn_tile_bf16_ref,
-    .widen_f16 = fxa_widen_f16_ref,
-    .pack_kt = fxa_pack_kt_ref,
-    .row_stats = &fxa_row_stats_ref,
-};

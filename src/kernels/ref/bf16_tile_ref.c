@@ -5,19 +5,20 @@
  * rounded to bf16 before P.V and before it is summed into l.
  */
 #include <assert.h>
-#include <math.h>
 #include <string.h>
 
 #include "../kernels.h"
 #include "exp2_ref.h"
 #include "fxattn.h"
+#include "rows_ref.h"
+#include "../row_update_impl.h"
 
 static float bf(uint16_t h)
 {
     return fxa_bf16_to_f32(h);
 }
 
-static void scores_rows(const fxa_attn_tile_bf16 *t)
+static void fxa_bf16_score__ref(const fxa_attn_tile_bf16 *t)
 {
     const size_t pairs = (t->d + 1) / 2;
     for (size_t i = 0; i < t->n_q; i++) {
@@ -48,14 +49,6 @@ static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
     return sum;
 }
 
-static float row_max(const float *z, size_t n)
-{
-    float mx = -INFINITY;
-    for (size_t j = 0; j < n; j++)
-        mx = z[j] > mx ? z[j] : mx;
-    return mx;
-}
-
 static void softmax_rows(const fxa_attn_tile_bf16 *t)
 {
     for (size_t i = 0; i < t->n_q; i++) {
@@ -65,20 +58,13 @@ static void softmax_rows(const fxa_attn_tile_bf16 *t)
             t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16);
             continue;
         }
-        const float m_new = fmaxf(t->m[i], ceilf(row_max(z, t->n_kv)));
-        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
-        const float sum = exp2_row_bf16(z, t->n_kv, m_new, p16);
-        if (alpha != 1.0f) {
-            float *o = t->o + i * t->ldo;
-            for (size_t c = 0; c < t->d; c++)
-                o[c] *= alpha;
-        }
-        t->l[i] = t->l[i] * alpha + sum;
-        t->m[i] = m_new;
+        const fxa_row_shift s = fxa_online_shift(t->m[i], z, t->n_kv);
+        const float sum = exp2_row_bf16(z, t->n_kv, s.m, p16);
+        fxa_online_fold(s, sum, t->m + i, t->l + i, t->o + i * t->ldo, t->d);
     }
 }
 
-static void pv_rows(const fxa_attn_tile_bf16 *t)
+static void fxa_bf16_pv__ref(const fxa_attn_tile_bf16 *t)
 {
     const size_t key_pairs = (t->n_kv + 1) / 2;
     for (size_t i = 0; i < t->n_q; i++) {
@@ -94,11 +80,11 @@ static void pv_rows(const fxa_attn_tile_bf16 *t)
     }
 }
 
-void fxa_attn_tile_bf16_ref(const fxa_attn_tile_bf16 *t)
+void fxa_bf16_tile__ref(const fxa_attn_tile_bf16 *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kp_panel % 16 == 0 && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
-    scores_rows(t);
+    fxa_bf16_score__ref(t);
     softmax_rows(t);
-    pv_rows(t);
+    fxa_bf16_pv__ref(t);
 }

@@ -65,7 +65,8 @@ static ALWAYS_INLINE __mmask16 first_lanes(size_t count)
     return (__mmask16)((1u << count) - 1u);
 }
 
-void fxa_pack_kt_avx512(const float *const *rows, size_t n, size_t d, size_t panel, float *kt)
+void fxa_f32_packkt_16x16__avx512(const float *const *rows, size_t n, size_t d, size_t panel,
+                                  float *kt)
 {
     for (size_t j0 = 0; j0 < n; j0 += 16) {
         const size_t keys = n - j0 < 16 ? n - j0 : 16;

@@ -61,7 +61,7 @@ static ALWAYS_INLINE void store_keys(float *x, size_t keys, __m256i key_mask, __
         _mm256_maskstore_ps(x, key_mask, v);
 }
 
-void fxa_pack_kt_avx2(const float *const *rows, size_t n, size_t d, size_t panel, float *kt)
+void fxa_f32_packkt_8x8__avx2(const float *const *rows, size_t n, size_t d, size_t panel, float *kt)
 {
     for (size_t j0 = 0; j0 < n; j0 += 8) {
         const size_t keys = n - j0 < 8 ? n - j0 : 8;

@@ -2,7 +2,7 @@
  * one scalar store per element, key by key. */
 #include "../kernels.h"
 
-void fxa_pack_kt_ref(const float *const *rows, size_t n, size_t d, size_t panel, float *kt)
+void fxa_f32_packkt__ref(const float *const *rows, size_t n, size_t d, size_t panel, float *kt)
 {
     for (size_t j = 0; j < n; j++) {
         float *kj = kt + fxa_kt_offset(panel, d, 0, j);

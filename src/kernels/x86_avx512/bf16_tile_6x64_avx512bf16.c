@@ -80,7 +80,7 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile_bf16 *t, size_t i0, s
     }
 }
 
-static void scores_tile(const fxa_attn_tile_bf16 *t)
+static void fxa_bf16_score_6x64__avx512bf16(const fxa_attn_tile_bf16 *t)
 {
     for (size_t j0 = 0; j0 < t->n_kv; j0 += KP_PANEL) {
         __mmask16 mask[SC_VECS];
@@ -176,7 +176,7 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile_bf16 *t, size_t i0, size_
             _mm512_mask_storeu_ps(t->o + (i0 + r) * t->ldo + c0 + 16 * v, mask[v], acc[r][v]);
 }
 
-static void pv_tile(const fxa_attn_tile_bf16 *t)
+static void fxa_bf16_pv_6x64__avx512bf16(const fxa_attn_tile_bf16 *t)
 {
     for (size_t c0 = 0; c0 < t->d; c0 += 16 * PV_VECS) {
         __mmask16 mask[PV_VECS];
@@ -195,23 +195,11 @@ static void pv_tile(const fxa_attn_tile_bf16 *t)
     }
 }
 
-static void attn_tile_bf16_avx512(const fxa_attn_tile_bf16 *t)
+void fxa_bf16_tile_6x64__avx512bf16(const fxa_attn_tile_bf16 *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kp_panel == KP_PANEL && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
-    scores_tile(t);
+    fxa_bf16_score_6x64__avx512bf16(t);
     softmax_rows(t);
-    pv_tile(t);
+    fxa_bf16_pv_6x64__avx512bf16(t);
 }
-
-const fxa_kernels fxa_kernels_avx512_bf16 = {
-    .isa_name = "avx512",
-    .description = "AVX-512 fp32 tile (6x64 scores, 6x64 P.V); bf16 compute: vdpbf16ps tile (6x64, 6x64)",
-    .kv_tile = 256,
-    .kt_panel = FXA_AVX512_KT_PANEL,
-    .attn_tile = fxa_attn_tile_f32_avx512,
-    .attn_tile_bf16 = attn_tile_bf16_avx512,
-    .widen_f16 = fxa_widen_f16_f16c,
-    .pack_kt = fxa_pack_kt_avx512,
-    .row_stats = &fxa_row_stats_avx512,
-};

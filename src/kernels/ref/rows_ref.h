@@ -1,0 +1,22 @@
+/* Row primitives of the reference tiles for row_update_impl.h, scalar C. */
+#ifndef FXA_ROWS_REF_H
+#define FXA_ROWS_REF_H
+
+#include <math.h>
+#include <stddef.h>
+
+static float row_max(const float *z, size_t n)
+{
+    float mx = -INFINITY;
+    for (size_t j = 0; j < n; j++)
+        mx = z[j] > mx ? z[j] : mx;
+    return mx;
+}
+
+static void row_scale(float *o, size_t d, float a)
+{
+    for (size_t c = 0; c < d; c++)
+        o[c] *= a;
+}
+
+#endif
