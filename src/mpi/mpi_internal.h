@@ -5,6 +5,7 @@
 #include <stdarg.h>
 
 #include "fxattn_mpi.h"
+#include "core/internal_api.h"
 
 struct fxa_mpi {
     MPI_Comm comm;     /* duplicate of the caller's, MPI_ERRORS_RETURN */
@@ -87,7 +88,8 @@ uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
  * and marks m broken: every later call on m fails at once with that error,
  * without communicating. n <= FXA_MPI_MAX_WAIT. */
 #define FXA_MPI_MAX_WAIT 272
-fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what);
+FXA_INTERNAL fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer,
+                                  const char *what);
 
 /* The blocking collectives the library uses, as their nonblocking forms
  * waited on with fxa_mpi_wait (what names the step in errors). */

@@ -1,0 +1,475 @@
+/* The Wan2.2 layer over MPI ranks, tensor x context parallel
+ * (fxattn_wan_mpi.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fxattn_mpi.h"
+#include "fxattn_wan_mpi.h"
+#include "mpi/mpi_internal.h"
+
+#define REDUCE_CHUNK (1 << 26) /* floats per MPI_Ireduce */
+
+struct fxa_wan_mpi_plan {
+    fxa_ctx *ctx;
+    fxa_wan_desc d;
+    int64_t tokens, hidden;
+    int rank, size;
+    int T, C, U, R; /* T x C ranks, C = U R */
+    int tp_mode;    /* a grid with --tp: the norm and output projection over the TP group */
+    int cp_mode;    /* attention over the CP group; 0 only for pure tensor parallelism */
+    fxa_wan_mpi_shard shard;
+    MPI_Comm tp_comm, cp_comm;
+    fxa_mpi *m_world; /* error agreement and the layer's own waits */
+    fxa_mpi *m_tp, *m_cp;
+    fxa_mpi_attn_plan *cp_plan;
+    fxa_attn_plan *tp_plan; /* pure tensor parallel: this rank's heads over all tokens */
+    size_t tp_bytes;
+    float *cs, *sn; /* RoPE tables of all tokens */
+    char error[600];
+};
+
+static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+void fxa_wan_grid_init(fxa_wan_grid *g)
+{
+    memset(g, 0, sizeof *g);
+    g->struct_size = sizeof *g;
+}
+
+/* Agree over the world on this rank's status st (message msg when it
+ * failed); the agreed message into p->error. */
+static fxa_status agree(fxa_wan_mpi_plan *p, fxa_status st, const char *msg)
+{
+    const fxa_status a = fxa_mpi_agree(p->m_world, st, msg);
+    if (a != FXA_OK)
+        snprintf(p->error, sizeof p->error, "%s", fxa_mpi_last_error(p->m_world));
+    return a;
+}
+
+/* After a collective call on the group `label` of group_size ranks (its
+ * status and message are the same on its ranks): the status of the world.
+ * A group that is the world keeps its message; a smaller one agrees over
+ * the world, so that the other groups stop too instead of waiting in the
+ * next collective. A timeout leaves the group unusable: no agreement. */
+static fxa_status group_agree(fxa_wan_mpi_plan *p, const char *label, int group_size,
+                              fxa_status st, const char *msg)
+{
+    if (st == FXA_ERR_TIMEOUT || group_size == p->size) {
+        if (st != FXA_OK)
+            snprintf(p->error, sizeof p->error, "%s", msg);
+        return st;
+    }
+    char m[sizeof p->error];
+    snprintf(m, sizeof m, "%s group: %s", label, msg);
+    return agree(p, st, m);
+}
+
+/* Wait for one request of the layer's own collectives. */
+static fxa_status wait1(fxa_wan_mpi_plan *p, MPI_Request *r, const char *what)
+{
+    const fxa_status st = fxa_mpi_wait(p->m_world, 1, r, -1, what);
+    if (st != FXA_OK)
+        snprintf(p->error, sizeof p->error, "%s", fxa_mpi_last_error(p->m_world));
+    return st;
+}
+
+/* T, U and R from the grid and P ranks, and the splits: the same on every
+ * rank for the same arguments. */
+static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *err,
+                              size_t errlen)
+{
+    const int64_t P = p->size;
+    p->tp_mode = g->tp > 0;
+    p->T = g->tp > 0 ? g->tp : 1;
+    p->U = g->ulysses > 0 ? g->ulysses : 1;
+    const int64_t tu = (int64_t)p->T * p->U;
+    if (p->tp_mode && g->ulysses == 0 && g->ring == 0 && p->T != P)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG, "--tp %d needs %d ranks, not %d", p->T,
+                     p->T, p->size);
+    if (p->tp_mode && g->ring > 0 && tu * g->ring != P)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+                     "--tp %d x --ulysses %d x --ring %d needs %lld ranks, not %d", p->T, p->U,
+                     g->ring, (long long)(tu * g->ring), p->size);
+    if (p->tp_mode && g->ring == 0 && P % tu)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+                     "--tp %d x --ulysses %d needs a multiple of %lld ranks, not %d", p->T, p->U,
+                     (long long)tu, p->size);
+    /* Without --tp, U R = P is libfxattn_mpi's check. */
+    p->R = p->tp_mode ? (int)(P / tu) : g->ring;
+    p->C = p->size / p->T;
+    p->cp_mode = !p->tp_mode || p->C > 1;
+    if (p->T > 1 && p->d.heads < p->T)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+                     "--tp %d: %lld heads cannot be split over %d ranks", p->T,
+                     (long long)p->d.heads, p->T);
+    if (p->cp_mode && p->tokens < p->C)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG, "%lld tokens cannot be split over %d ranks%s",
+                     (long long)p->tokens, p->C, p->tp_mode ? " (--ulysses x --ring)" : "");
+    fxa_wan_mpi_shard *s = &p->shard;
+    s->tp_index = p->rank % p->T;
+    s->cp_index = p->rank / p->T;
+    s->holds_y = s->tp_index == 0;
+    fxa_mpi_shard(p->d.heads, p->T, s->tp_index, &s->head_begin, &s->head_count);
+    fxa_mpi_shard(p->tokens, p->C, s->cp_index, &s->token_begin, &s->token_count);
+    return FXA_OK;
+}
+
+/* The TP and CP communicators and the libfxattn_mpi contexts on them. */
+static fxa_status groups(fxa_wan_mpi_plan *p, double timeout)
+{
+    MPI_Comm_split(p->m_world->comm, p->shard.cp_index, p->shard.tp_index, &p->tp_comm);
+    MPI_Comm_split(p->m_world->comm, p->shard.tp_index, p->shard.cp_index, &p->cp_comm);
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.timeout_seconds = timeout;
+    fxa_status st = FXA_OK;
+    if (p->tp_mode) {
+        st = fxa_mpi_create(p->tp_comm, p->ctx, &mp, &p->m_tp);
+        st = group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_create_error());
+    }
+    if (st == FXA_OK && p->cp_mode) {
+        mp.ulysses = p->U;
+        mp.ring = p->R;
+        st = fxa_mpi_create(p->cp_comm, p->ctx, &mp, &p->m_cp);
+        st = group_agree(p, "context-parallel", p->C, st, fxa_mpi_create_error());
+    }
+    return st;
+}
+
+/* The attention plan: over the CP group, or local under pure --tp. */
+static fxa_status attention_plan(fxa_wan_mpi_plan *p)
+{
+    fxa_attn_desc ad;
+    fxa_wan_attn_desc(&p->d, p->shard.head_count, &ad);
+    if (p->cp_mode) {
+        const fxa_status st = fxa_mpi_attn_plan_create(p->m_cp, &ad, &p->cp_plan);
+        return group_agree(p, "context-parallel", p->C, st, fxa_mpi_last_error(p->m_cp));
+    }
+    const fxa_status st = fxa_attn_plan_create(p->ctx, &ad, &p->tp_plan, &p->tp_bytes);
+    return agree(p, st, st == FXA_OK ? "" : fxa_ctx_last_error(p->ctx));
+}
+
+/* This rank's RoPE tables (all tokens, [S][head_dim]). */
+static fxa_status rope(fxa_wan_mpi_plan *p)
+{
+    const size_t n = (size_t)(p->tokens * p->d.head_dim) * sizeof(float);
+    fxa_status st = FXA_OK;
+    p->cs = malloc(n);
+    p->sn = malloc(n);
+    if (!p->cs || !p->sn)
+        st = FXA_ERR_NO_MEMORY;
+    else
+        st = fxa_wan_rope(&p->d, p->cs, p->sn);
+    return agree(p, st, st == FXA_OK ? "" : "cannot build the RoPE tables (out of memory?)");
+}
+
+/* Floats of one [token_count][head_count head_dim] activation, rounded up
+ * to 64 bytes. */
+static size_t act_floats(const fxa_wan_mpi_plan *p)
+{
+    const size_t n = (size_t)(p->shard.token_count * p->shard.head_count * p->d.head_dim);
+    return (n + 15) & ~(size_t)15;
+}
+
+fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_desc *d,
+                                   const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
+                                   size_t *workspace_bytes, char *err, size_t errlen)
+{
+    if (!ctx || !d || !g || !plan_out || !workspace_bytes)
+        return failf(err, errlen, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_plan_create: NULL argument");
+    *plan_out = NULL;
+    fxa_wan_mpi_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
+    p->ctx = ctx;
+    p->tp_comm = p->cp_comm = MPI_COMM_NULL;
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.timeout_seconds = g->timeout_seconds;
+    fxa_status st = fxa_mpi_create(comm, ctx, &mp, &p->m_world);
+    if (st != FXA_OK) {
+        failf(err, errlen, st, "%s", fxa_mpi_create_error());
+        free(p);
+        return st;
+    }
+    p->rank = fxa_mpi_rank(p->m_world);
+    p->size = fxa_mpi_size(p->m_world);
+    char why[600] = "";
+    /* Local checks (the descriptor, the grid), agreed on. */
+    fxa_wan_plan *probe = NULL;
+    size_t unused = 0;
+    if (g->struct_size != sizeof *g)
+        st = failf(why, sizeof why, FXA_ERR_INVALID_ARG,
+                   "fxa_wan_grid: struct_size %zu, expected %zu (use fxa_wan_grid_init)",
+                   g->struct_size, sizeof *g);
+    else if (d->struct_size != sizeof *d)
+        st = failf(why, sizeof why, FXA_ERR_INVALID_ARG,
+                   "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
+                   d->struct_size, sizeof *d);
+    if (st == FXA_OK) {
+        p->d = *d;
+        p->tokens = d->frames * d->height * d->width;
+        p->hidden = d->heads * d->head_dim;
+        st = settle_grid(p, g, why, sizeof why);
+    }
+    st = agree(p, st, why);
+    if (st == FXA_OK)
+        st = groups(p, g->timeout_seconds);
+    if (st == FXA_OK)
+        st = attention_plan(p);
+    if (st == FXA_OK)
+        st = rope(p);
+    (void)probe;
+    (void)unused;
+    if (st != FXA_OK) {
+        failf(err, errlen, st, "%s", p->error);
+        fxa_wan_mpi_plan_destroy(p);
+        return st;
+    }
+    *workspace_bytes = 4 * act_floats(p) * sizeof(float) + ((p->tp_bytes + 63) & ~(size_t)63);
+    *plan_out = p;
+    return FXA_OK;
+}
+
+void fxa_wan_mpi_plan_destroy(fxa_wan_mpi_plan *p)
+{
+    if (!p)
+        return;
+    fxa_mpi_attn_plan_destroy(p->cp_plan);
+    fxa_attn_plan_destroy(p->tp_plan);
+    fxa_mpi_destroy(p->m_cp);
+    fxa_mpi_destroy(p->m_tp);
+    if (p->cp_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&p->cp_comm);
+    if (p->tp_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&p->tp_comm);
+    fxa_mpi_destroy(p->m_world);
+    free(p->cs);
+    free(p->sn);
+    free(p);
+}
+
+void fxa_wan_mpi_shard_of(const fxa_wan_mpi_plan *p, fxa_wan_mpi_shard *s)
+{
+    *s = p->shard;
+}
+
+void fxa_wan_mpi_grid_of(const fxa_wan_mpi_plan *p, int *tp, int *ulysses, int *ring)
+{
+    *tp = p->T;
+    *ulysses = p->cp_mode ? p->U : 1;
+    *ring = p->cp_mode ? p->C / p->U : 1;
+}
+
+const char *fxa_wan_mpi_last_error(const fxa_wan_mpi_plan *p)
+{
+    return p ? p->error : "";
+}
+
+/* The weights hold the shard's heads of the plan's layer. */
+static fxa_status check_weights(const fxa_wan_mpi_plan *p, const fxa_wan_weights *w, char *why,
+                                size_t n)
+{
+    const fxa_wan_mpi_shard *s = &p->shard;
+    if (w->hidden == p->hidden && w->heads == p->d.heads && w->head_dim == p->d.head_dim &&
+        w->head_begin == s->head_begin && w->head_count == s->head_count && w->qkv.w && w->o.w)
+        return FXA_OK;
+    return failf(why, n, FXA_ERR_INVALID_ARG,
+                 "the weights hold heads [%lld, +%lld) of %lld x %lld; this rank's shard is "
+                 "heads [%lld, +%lld) of %lld x %lld",
+                 (long long)w->head_begin, (long long)w->head_count, (long long)w->heads,
+                 (long long)w->head_dim, (long long)s->head_begin, (long long)s->head_count,
+                 (long long)p->d.heads, (long long)p->d.head_dim);
+}
+
+/* The QKV projection of this rank's tokens onto its heads. */
+static fxa_status qkv(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x, float *q,
+                      float *k, float *v)
+{
+    const int64_t off = p->shard.token_begin * p->d.head_dim;
+    fxa_proj_desc pd;
+    fxa_proj_args pa;
+    fxa_wan_qkv_call(&p->d, w, p->shard.token_count, x, p->cs + off, p->sn + off, q, k, v, &pd,
+                     &pa);
+    if (p->tp_mode) {
+        const fxa_status st = fxa_mpi_proj_run(p->m_tp, &pd, &pa, p->d.heads, p->d.heads);
+        return group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_last_error(p->m_tp));
+    }
+    const fxa_status st = fxa_proj_run(p->ctx, &pd, &pa);
+    char why[600] = "";
+    if (st != FXA_OK)
+        snprintf(why, sizeof why, "QKV projection: %s", fxa_ctx_last_error(p->ctx));
+    return agree(p, st, why);
+}
+
+/* rows[2] (attention rows, fallback rows of this rank's heads) summed over
+ * the TP group. */
+static fxa_status sum_rows(fxa_wan_mpi_plan *p, int64_t rows[2])
+{
+    if (!p->tp_mode)
+        return FXA_OK;
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, p->tp_comm, &r);
+    return wait1(p, &r, "the tensor-parallel row counts");
+}
+
+/* Attention of this rank's heads: over the CP group, or over all tokens
+ * locally (pure tensor parallelism). */
+static fxa_status attention(fxa_wan_mpi_plan *p, const float *q, const float *k, const float *v,
+                            float *a, void *tp_ws, int64_t rows[2])
+{
+    const fxa_attn_args args = {.struct_size = sizeof args, .q = q, .k = k, .v = v, .out = a};
+    fxa_status st;
+    if (p->cp_mode) {
+        fxa_mpi_stats ms = {.struct_size = sizeof ms};
+        st = fxa_mpi_attn_run(p->cp_plan, &args, &ms);
+        st = group_agree(p, "context-parallel", p->C, st, fxa_mpi_last_error(p->m_cp));
+        rows[0] = ms.rows;
+        rows[1] = ms.fallback_rows;
+    } else {
+        fxa_attn_stats ast = {.struct_size = sizeof ast};
+        st = fxa_attn_run(p->tp_plan, &args, tp_ws, &ast);
+        char why[600] = "";
+        if (st != FXA_OK)
+            snprintf(why, sizeof why, "attention: %s", fxa_ctx_last_error(p->ctx));
+        st = agree(p, st, why);
+        rows[0] = ast.rows;
+        rows[1] = ast.fallback_rows;
+    }
+    return st == FXA_OK ? sum_rows(p, rows) : st;
+}
+
+/* Tensor parallel: the TP group's partial outputs of its tokens summed on
+ * its t = 0 rank, which adds the bias once. */
+static fxa_status reduce_y(fxa_wan_mpi_plan *p, const fxa_wan_linear *o, float *y)
+{
+    const int root = p->shard.holds_y;
+    const int64_t n = p->shard.token_count * p->hidden;
+    for (int64_t off = 0; off < n; off += REDUCE_CHUNK) {
+        const int64_t c = n - off < REDUCE_CHUNK ? n - off : REDUCE_CHUNK;
+        MPI_Request r;
+        MPI_Ireduce(root ? MPI_IN_PLACE : y + off, y + off, (int)c, MPI_FLOAT, MPI_SUM, 0,
+                    p->tp_comm, &r);
+        const fxa_status st = wait1(p, &r, "the output projection's partial sums");
+        if (st != FXA_OK)
+            return st;
+    }
+    for (int64_t s = 0; root && o->bias && s < p->shard.token_count; s++)
+        for (int64_t c = 0; c < p->hidden; c++)
+            y[s * p->hidden + c] += o->bias[c];
+    return FXA_OK;
+}
+
+/* The output projection of this rank's attention output (tensor parallel:
+ * by its heads' columns of o.weight, the bias added after the sum). */
+static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const float *a,
+                           float *y)
+{
+    fxa_wan_linear o = w->o;
+    if (p->tp_mode)
+        o.bias = NULL;
+    fxa_status st = fxa_wan_out_proj(p->ctx, &p->d, &o, p->shard.token_count, a, y);
+    char why[600] = "";
+    if (st != FXA_OK)
+        snprintf(why, sizeof why, "output projection: %s", fxa_ctx_last_error(p->ctx));
+    if ((st = agree(p, st, why)) != FXA_OK)
+        return st;
+    return p->tp_mode ? reduce_y(p, &w->o, y) : FXA_OK;
+}
+
+static double now(void)
+{
+    return MPI_Wtime();
+}
+
+fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x,
+                           float *y, void *workspace, fxa_wan_stats *stats)
+{
+    if (!p)
+        return FXA_ERR_INVALID_ARG;
+    p->error[0] = '\0';
+    char why[600] = "";
+    fxa_status st = !w || !x || !y || !workspace
+                        ? failf(why, sizeof why, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_run: NULL argument")
+                        : check_weights(p, w, why, sizeof why);
+    if ((st = agree(p, st, why)) != FXA_OK)
+        return st;
+    const size_t act = act_floats(p);
+    float *q = workspace, *k = q + act, *v = k + act, *a = v + act;
+    double t[4], secs[3];
+    int64_t rows[2] = {0, 0};
+    t[0] = now();
+    if ((st = qkv(p, w, x, q, k, v)) != FXA_OK)
+        return st;
+    t[1] = now();
+    if ((st = attention(p, q, k, v, a, a + act, rows)) != FXA_OK)
+        return st;
+    t[2] = now();
+    if ((st = out_proj(p, w, a, y)) != FXA_OK)
+        return st;
+    t[3] = now();
+    for (int i = 0; i < 3; i++)
+        secs[i] = t[i + 1] - t[i];
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, secs, 3, MPI_DOUBLE, MPI_MAX, p->m_world->comm, &r);
+    if ((st = wait1(p, &r, "the timings")) != FXA_OK)
+        return st;
+    if (stats)
+        *stats = (fxa_wan_stats){.struct_size = sizeof *stats, .qkv_seconds = secs[0],
+                                 .attention_seconds = secs[1], .out_seconds = secs[2],
+                                 .rows = rows[0], .fallback_rows = rows[1]};
+    return FXA_OK;
+}
+
+fxa_status fxa_wan_mpi_gather(fxa_wan_mpi_plan *p, const float *y, float *y_all)
+{
+    if (!p)
+        return FXA_ERR_INVALID_ARG;
+    p->error[0] = '\0';
+    const int root = p->rank == 0;
+    fxa_status st = root && !y_all ? failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
+                                           "fxa_wan_mpi_gather: rank 0 needs y_all")
+                                   : FXA_OK;
+    int *counts = root ? malloc((size_t)p->C * sizeof(int)) : NULL;
+    int *displs = root ? malloc((size_t)p->C * sizeof(int)) : NULL;
+    if (st == FXA_OK && root && (!counts || !displs))
+        st = FXA_ERR_NO_MEMORY;
+    for (int c = 0; st == FXA_OK && root && c < p->C; c++) {
+        int64_t start, len;
+        fxa_mpi_shard(p->tokens, p->C, c, &start, &len);
+        counts[c] = (int)len;
+        displs[c] = (int)start;
+    }
+    st = agree(p, st, st == FXA_OK ? "" : p->error[0] ? p->error : "out of memory gathering y");
+    if (st == FXA_OK && p->shard.holds_y) {
+        if (!p->cp_mode) {
+            if (root && y_all != y)
+                memcpy(y_all, y, (size_t)(p->tokens * p->hidden) * sizeof(float));
+        } else {
+            MPI_Datatype row;
+            MPI_Type_contiguous((int)p->hidden, MPI_FLOAT, &row);
+            MPI_Type_commit(&row);
+            MPI_Request r;
+            MPI_Igatherv(y, (int)p->shard.token_count, row, y_all, counts, displs, row, 0,
+                         p->cp_comm, &r);
+            st = wait1(p, &r, "gathering y");
+            MPI_Type_free(&row);
+        }
+    }
+    free(counts);
+    free(displs);
+    return st;
+}
