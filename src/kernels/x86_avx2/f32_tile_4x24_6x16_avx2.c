@@ -35,10 +35,11 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
 {
     __m256 acc[SC_ROWS][SC_VECS];
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < SC_VECS; v++)
             acc[r][v] = _mm256_setzero_ps();
+    }
     const float *q = t->q + i0 * t->ldq;
     const float *kt = t->kt + j0; /* one panel holds the whole tile */
     for (size_t c = 0; c < t->d; c++) {
@@ -126,10 +127,11 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0,
 {
     __m256 acc[PV_ROWS][PV_VECS];
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
             acc[r][v] = _mm256_maskload_ps(t->o + (i0 + r) * t->ldo + c0 + 8 * v, mask[v]);
+    }
     const float *p = t->scores + i0 * t->ld_scores;
     for (size_t j = 0; j < t->n_kv; j++) {
         const float *vj = t->v + j * t->ldv + c0;
@@ -146,10 +148,11 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0,
         }
     }
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
             _mm256_maskstore_ps(t->o + (i0 + r) * t->ldo + c0 + 8 * v, mask[v], acc[r][v]);
+    }
 }
 
 static void fxa_f32_pv_6x16__avx2(const fxa_attn_tile *t)

@@ -49,10 +49,11 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile_bf16 *t, size_t i0, s
     const size_t pairs = (t->d + 1) / 2;
     __m512 acc[SC_ROWS][SC_VECS];
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < SC_VECS; v++)
             acc[r][v] = _mm512_setzero_ps();
+    }
     const uint16_t *q = t->q + i0 * t->ldq;
     const uint16_t *kp = t->kp + 2 * fxa_kt_offset(KP_PANEL, pairs, 0, j0);
     for (size_t c = 0; c < pairs; c++) {
@@ -150,10 +151,11 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile_bf16 *t, size_t i0, size_
     const size_t key_pairs = (t->n_kv + 1) / 2;
     __m512 acc[PV_ROWS][PV_VECS];
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
             acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t->o + (i0 + r) * t->ldo + c0 + 16 * v);
+    }
     const uint16_t *p = t->p16 + i0 * t->ld_scores;
     for (size_t j = 0; j < key_pairs; j++) {
         const uint16_t *vj = t->vp + 2 * (j * t->ldvp + c0);
@@ -170,10 +172,11 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile_bf16 *t, size_t i0, size_
         }
     }
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
             _mm512_mask_storeu_ps(t->o + (i0 + r) * t->ldo + c0 + 16 * v, mask[v], acc[r][v]);
+    }
 }
 
 static void fxa_bf16_pv_6x64__avx512bf16(const fxa_attn_tile_bf16 *t)

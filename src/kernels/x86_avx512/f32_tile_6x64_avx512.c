@@ -43,10 +43,11 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
 {
     __m512 acc[SC_ROWS][SC_VECS];
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < SC_VECS; v++)
             acc[r][v] = _mm512_setzero_ps();
+    }
     const float *q = t->q + i0 * t->ldq;
     const float *kt = t->kt + fxa_kt_offset(KT_PANEL, t->d, 0, j0);
     for (size_t c = 0; c < t->d; c++) {
@@ -138,10 +139,11 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0,
 {
     __m512 acc[PV_ROWS][PV_VECS];
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
             acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t->o + (i0 + r) * t->ldo + c0 + 16 * v);
+    }
     const float *p = t->scores + i0 * t->ld_scores;
     for (size_t j = 0; j < t->n_kv; j++) {
         const float *vj = t->v + j * t->ldv + c0;
@@ -158,10 +160,11 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0,
         }
     }
     UNROLL
-    for (size_t r = 0; r < mr; r++)
+    for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
             _mm512_mask_storeu_ps(t->o + (i0 + r) * t->ldo + c0 + 16 * v, mask[v], acc[r][v]);
+    }
 }
 
 static void fxa_f32_pv_6x64__avx512(const fxa_attn_tile *t)
