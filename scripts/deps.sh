@@ -9,7 +9,8 @@
 #
 #   scripts/deps.sh          what the build and the demo need
 #   scripts/deps.sh --test   also what the test suite needs (clang with
-#                            libFuzzer for the fuzz targets, python3 for the
+#                            libFuzzer for the fuzz targets, clang-format
+#                            for the format check, python3 for the
 #                            test scripts' helpers, debootstrap for the
 #                            fresh-machine check, iproute2 for the test
 #                            hosts)
@@ -44,6 +45,7 @@ reqs=(
 if [ "$with_tests" = 1 ]; then
     reqs+=(
         "clang (the fuzz targets)|clang|command -v clang"
+        "clang-format 14 (the format check)|clang-format|command -v clang-format"
         "libFuzzer runtime (libclang_rt.fuzzer)|libclang-rt-14-dev|ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
         "python3 (test helpers)|python3|command -v python3"
         "debootstrap (fresh-machine check)|debootstrap|command -v debootstrap"
