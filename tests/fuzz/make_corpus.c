@@ -398,7 +398,6 @@ static void make_args(void)
     ARGS("attn_missing_value", "attn", "-q");
     ARGS("check_json", "check", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--json",
          "--threads", "2", "--layout", "bshd", "--dtype", "bf16", "--scale", "0.1");
-    ARGS("check_plot", "check", "-q", "q.npy", "-k", "k.npy", "--plot", "p.png");
     ARGS("check_unknown", "check", "--bogus", "1");
     ARGS("bench_default", "bench", "--seq", "4096", "--heads", "40", "--dim", "128", "--dtype",
          "bf16", "--compute", "fp32", "--threads", "0", "--repeats", "3", "--json");

@@ -239,8 +239,6 @@ int fxt_cmd_check(int argc, char **argv)
     int code = fxt_parse_options("check", argc, argv, 2, opts);
     if (code)
         return code;
-    if (o.plot)
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "--plot is not available yet; use --json");
     if (!o.q || !o.k)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "check needs -q Q.npy -k K.npy [-v V.npy]");
     if (!isnan(o.scale) && !(o.scale > 0.0))

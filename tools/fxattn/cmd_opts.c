@@ -67,7 +67,6 @@ void fxt_check_opts_table(check_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
         {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
         {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
-        {"--plot", NULL, FXT_OPT_STRING, &o->plot, 0, 0},
         {0},
     };
     FILL(t, src);

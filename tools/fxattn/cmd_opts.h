@@ -52,7 +52,6 @@ typedef struct check_opts {
     const char *v;
     const char *layout;
     const char *dtype;
-    const char *plot;
     double scale; /* NaN: not given */
     int64_t threads;
     int json;
