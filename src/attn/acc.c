@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "../core/alloc.h"
+#include "../core/struct_size.h"
 #include "attn_internal.h"
 #include "scan.h"
 #include "steps.h"
@@ -46,7 +47,8 @@ typedef struct acc_job {
     const void *v;
     int64_t n_kv;
     int64_t n_tiles;
-    fxa_strides kv_strides;
+    fxa_strides k_strides;
+    fxa_strides v_strides;
     int64_t batch;
     int64_t chunk_kv0;
     int64_t item0; /* first item of this wave */
@@ -60,13 +62,13 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static fxa_strides block_strides(const fxa_attn_plan *p, int64_t n_kv)
+/* The strides of a block of n_kv keys of K (v: of V): the descriptor's
+ * when it set them, else the layout's for n_kv tokens. */
+static fxa_strides block_strides(const fxa_attn_plan *p, int64_t n_kv, int v)
 {
-    const int64_t dim = p->d.head_dim;
-    const int64_t heads = p->d.heads_kv;
-    if (p->d.layout == FXA_LAYOUT_BSHD)
-        return (fxa_strides){n_kv * heads * dim, dim, heads * dim};
-    return (fxa_strides){heads * n_kv * dim, n_kv * dim, dim};
+    if (v ? p->v_set : p->k_set)
+        return v ? p->v_strides : p->k_strides;
+    return fxa_attn_layout_strides(p->d.layout, p->d.heads_kv, n_kv, p->d.head_dim);
 }
 
 /* The accumulator rows of (b, h) from token i0 on. */
@@ -192,7 +194,8 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
     void *scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(plan, n_kv));
     if (!scratch)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_NO_MEMORY, "out of memory");
-    fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv), summary_out, scratch);
+    fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv, 0),
+                                block_strides(plan, n_kv, 1), summary_out, scratch);
     fxa_free_aligned(scratch);
     return st;
 }
@@ -353,13 +356,17 @@ static void pack_item(void *arg, int64_t item, int thread_id)
     const int64_t j0 = tile * (int64_t)p->kv_tile;
     const size_t n_kv = (size_t)(job->n_kv - j0 < (int64_t)p->kv_tile ? job->n_kv - j0
                                                                        : (int64_t)p->kv_tile);
-    const int64_t off = job->batch * job->kv_strides.batch +
-                        (job->chunk_kv0 + slot) * job->kv_strides.head + j0 * job->kv_strides.token;
+    const int64_t kv_head = job->chunk_kv0 + slot;
+    const fxa_strides *ks = &job->k_strides, *vs = &job->v_strides;
+    const fxa_row_at k_at = {job->batch * ks->batch + kv_head * ks->head + j0 * ks->token,
+                             ks->token};
+    const fxa_row_at v_at = {job->batch * vs->batch + kv_head * vs->head + j0 * vs->token,
+                             vs->token};
     const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
     const fxa_head_bound *hb = (const fxa_head_bound *)(job->acc->ws + p->ws_bounds) +
-                               job->batch * p->d.heads_kv + job->chunk_kv0 + slot;
+                               job->batch * p->d.heads_kv + kv_head;
     (void)thread_id;
-    fxa_pack_kv_tile(p, job->k, job->v, off, job->kv_strides.token, n_kv, hb->kshift,
+    fxa_pack_kv_tile(p, job->k, k_at, job->v, v_at, n_kv, hb->kshift,
                      (float *)(job->acc->ws + p->ws_packed_k) + at,
                      (float *)(job->acc->ws + p->ws_packed_v) + at);
 }
@@ -436,7 +443,8 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
         .v = v,
         .n_kv = n_kv,
         .n_tiles = (n_kv + (int64_t)p->kv_tile - 1) / (int64_t)p->kv_tile,
-        .kv_strides = block_strides(p, n_kv),
+        .k_strides = block_strides(p, n_kv, 0),
+        .v_strides = block_strides(p, n_kv, 1),
     };
     const int64_t chunk_items = p->chunk_kv_heads * p->group / p->d.heads_per_tile * p->n_q_blocks;
     /* Waves of a few items per thread keep progress calls milliseconds apart. */
@@ -472,9 +480,9 @@ static void finish_item(void *arg, int64_t item, int thread_id)
     const fxa_head_bound *hb =
         (const fxa_head_bound *)(acc->ws + p->ws_bounds) + b * p->d.heads_kv + h / p->group;
     (void)thread_id;
-    fxa_rows_finish(p, hb, &rows, n,
-                    a->out + b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
-                    p->q_strides.token, a->lse ? a->lse + diag : NULL);
+    fxa_rows_finish(p, hb, &rows, n, a->out,
+                    b * p->o_strides.batch + h * p->o_strides.head + i0 * p->o_strides.token,
+                    p->o_strides.token, a->lse ? a->lse + diag : NULL);
     if (a->row_bound)
         memcpy(a->row_bound + diag, acc->bound + diag, n * sizeof(float));
     if (a->row_fallback)
@@ -491,16 +499,32 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     fxa_ctx_clear_error(p->ctx);
     if (!acc->begun)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "fxa_attn_acc_finish before a successful begin");
-    if (!args || args->struct_size < sizeof(fxa_attn_args) || !args->out)
-        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args or out missing");
+    if (!args)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args missing (NULL)");
+    fxa_attn_args a_full = {.struct_size = sizeof a_full};
+    fxa_status st = fxa_struct_in(&a_full, sizeof a_full, args, FXA_ATTN_ARGS_SIZE_0_1,
+                                  "fxa_attn_args", p->ctx->last_error, sizeof p->ctx->last_error);
+    if (st != FXA_OK)
+        return st;
+    args = &a_full;
+    if (stats_out && (st = fxa_struct_size_check(fxa_struct_size_of(stats_out),
+                                                 FXA_ATTN_STATS_SIZE_0_1, sizeof(fxa_attn_stats),
+                                                 "fxa_attn_stats", p->ctx->last_error,
+                                                 sizeof p->ctx->last_error)) != FXA_OK)
+        return st;
+    if (!args->out)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args: out is NULL");
+    if (fxa_ranges_overlap(args->out, (size_t)p->o_extent * p->out_elem, acc->q,
+                           (size_t)p->q_extent * p->in_elem))
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "out overlaps Q: the output must not share memory with the inputs");
     if (acc->keys_added != acc->keys_expected)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "blocks added hold %lld keys, the summaries %lld",
                             (long long)acc->keys_added, (long long)acc->keys_expected);
     if (args->lse) {
-        const fxa_status st =
-            fxa_lse_check(p, (const fxa_head_bound *)(acc->ws + p->ws_bounds),
-                          p->d.batch * p->d.heads_kv, acc->keys_expected);
+        st = fxa_lse_check(p, (const fxa_head_bound *)(acc->ws + p->ws_bounds),
+                           p->d.batch * p->d.heads_kv, acc->keys_expected);
         if (st != FXA_OK)
             return st;
     }
@@ -519,14 +543,18 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     double max_bound = 0.0;
     for (int64_t r = 0; r < acc->n_rows; r++)
         max_bound = acc->bound[r] > max_bound ? acc->bound[r] : max_bound;
-    stats_out->struct_size = sizeof *stats_out;
-    stats_out->rows = acc->n_rows;
-    stats_out->fallback_rows = acc->fallback_rows;
-    stats_out->c_min = c_min;
-    stats_out->gate_strict = fxa_fixed_m_gate_strict(c_min);
-    stats_out->gate_centered = p->d.center ? fxa_fixed_m_gate_centered(c_min, acc->keys_expected) : 0;
-    stats_out->vmax = vmax;
-    stats_out->max_bound = max_bound;
-    stats_out->seconds = now_seconds() - acc->t_begin;
+    const fxa_attn_stats full = {
+        .struct_size = sizeof full,
+        .rows = acc->n_rows,
+        .fallback_rows = acc->fallback_rows,
+        .c_min = c_min,
+        .gate_strict = fxa_fixed_m_gate_strict(c_min),
+        .gate_centered = p->d.center ? fxa_fixed_m_gate_centered(c_min, acc->keys_expected) : 0,
+        .vmax = vmax,
+        .max_bound = max_bound,
+        .seconds = now_seconds() - acc->t_begin,
+        .keys = acc->keys_expected,
+    };
+    fxa_struct_out(stats_out, &full, sizeof full);
     return FXA_OK;
 }

@@ -10,12 +10,8 @@
 #include "fxattn.h"
 
 /* Where row (b, h, s) of a [B, H, S, D]-shaped tensor starts, in elements:
- * off = b*batch + h*head + s*token. */
-typedef struct fxa_strides {
-    int64_t batch;
-    int64_t head;
-    int64_t token;
-} fxa_strides;
+ * off = b*batch + h*head + s*token (the public fxa_attn_strides). */
+typedef fxa_attn_strides fxa_strides;
 
 /* Per (batch, kv head): the quantities the bound needs. */
 typedef struct fxa_head_bound {
@@ -64,8 +60,21 @@ struct fxa_attn_plan {
     fxa_attn_desc d; /* normalised: scale, heads_per_tile and block_q set */
     double lambda;   /* scale * log2(e) */
     int64_t group;   /* Hq / Hkv */
-    fxa_strides q_strides;  /* also the output's */
-    fxa_strides kv_strides;
+    /* Element strides, the layout's preset where the descriptor left them
+     * 0; k_set / v_set: the descriptor set them (blockwise blocks then use
+     * them as they are, else the layout's for the block's length). */
+    fxa_strides q_strides;
+    fxa_strides k_strides;
+    fxa_strides v_strides;
+    fxa_strides o_strides;
+    int k_set;
+    int v_set;
+    /* Elements from each tensor's pointer to one past its last element. */
+    int64_t q_extent;
+    int64_t kv_extent[2]; /* K, V (whole seq_kv) */
+    int64_t o_extent;
+    size_t in_elem;  /* bytes per element of Q, K, V */
+    size_t out_elem; /* bytes per element of O */
     size_t kv_tile;
     size_t kt_panel; /* keys per K^T panel (the kernels'; divides kv_tile) */
     int64_t n_kv_tiles;

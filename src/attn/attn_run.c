@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "../core/alloc.h"
+#include "../core/struct_size.h"
 #include "attn_internal.h"
 #include "../kernels/ref/exp2_ref.h"
 #include "scan.h"
@@ -118,12 +119,12 @@ static void finish_rows(const run_job *job, const fxa_thread_scratch *s, size_t 
                         int64_t h, int64_t i0, size_t n_rows)
 {
     const fxa_attn_plan *p = job->p;
-    const int64_t o_off = b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token;
+    const int64_t o_off = b * p->o_strides.batch + h * p->o_strides.head + i0 * p->o_strides.token;
     const fxa_rows rows = scratch_rows(p, s, slot);
     const fxa_head_bound *hb =
         (const fxa_head_bound *)(job->ws + p->ws_bounds) + b * p->d.heads_kv + h / p->group;
     float *lse = job->a->lse ? job->a->lse + (b * p->d.heads_q + h) * p->d.seq_q + i0 : NULL;
-    fxa_rows_finish(p, hb, &rows, n_rows, job->a->out + o_off, p->q_strides.token, lse);
+    fxa_rows_finish(p, hb, &rows, n_rows, job->a->out, o_off, p->o_strides.token, lse);
 }
 
 /* Where kv tile `tile` of chunk slot `slot` is packed, in floats from the
@@ -143,13 +144,18 @@ static void pack_item(void *arg, int64_t item, int thread_id)
     const int64_t j0 = tile * (int64_t)p->kv_tile;
     const size_t n_kv = (size_t)(p->d.seq_kv - j0 < (int64_t)p->kv_tile ? p->d.seq_kv - j0
                                                                           : (int64_t)p->kv_tile);
-    const int64_t off = job->batch * p->kv_strides.batch +
-                        (job->chunk_kv0 + slot) * p->kv_strides.head + j0 * p->kv_strides.token;
+    const int64_t kv_head = job->chunk_kv0 + slot;
+    const fxa_row_at k_at = {job->batch * p->k_strides.batch + kv_head * p->k_strides.head +
+                                 j0 * p->k_strides.token,
+                             p->k_strides.token};
+    const fxa_row_at v_at = {job->batch * p->v_strides.batch + kv_head * p->v_strides.head +
+                                 j0 * p->v_strides.token,
+                             p->v_strides.token};
     const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
     const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) +
-                               job->batch * p->d.heads_kv + job->chunk_kv0 + slot;
+                               job->batch * p->d.heads_kv + kv_head;
     (void)thread_id;
-    fxa_pack_kv_tile(p, job->a->k, job->a->v, off, p->kv_strides.token, n_kv, hb->kshift,
+    fxa_pack_kv_tile(p, job->a->k, k_at, job->a->v, v_at, n_kv, hb->kshift,
                      (float *)(job->ws + p->ws_packed_k) + at,
                      (float *)(job->ws + p->ws_packed_v) + at);
 }
@@ -279,6 +285,7 @@ static void fill_stats(const run_job *job, fxa_attn_stats *st)
     }
     st->struct_size = sizeof *st;
     st->rows = p->d.batch * p->d.heads_q * p->d.seq_q;
+    st->keys = p->d.seq_kv;
     st->c_min = c_min;
     st->gate_strict = fxa_fixed_m_gate_strict(c_min);
     st->gate_centered = p->d.center ? fxa_fixed_m_gate_centered(c_min, p->d.seq_kv) : 0;
@@ -299,10 +306,33 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
         return FXA_ERR_INVALID_ARG;
     fxa_ctx *ctx = plan->ctx;
     fxa_ctx_clear_error(ctx);
-    if (!args || args->struct_size < sizeof(fxa_attn_args))
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "attention args missing or too old");
+    if (!args)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "attention args missing (NULL)");
+    fxa_attn_args a_full = {.struct_size = sizeof a_full};
+    fxa_status st = fxa_struct_in(&a_full, sizeof a_full, args, FXA_ATTN_ARGS_SIZE_0_1,
+                                  "fxa_attn_args", ctx->last_error, sizeof ctx->last_error);
+    if (st != FXA_OK)
+        return st;
+    args = &a_full;
+    if (stats_out && (st = fxa_struct_size_check(fxa_struct_size_of(stats_out),
+                                                 FXA_ATTN_STATS_SIZE_0_1, sizeof(fxa_attn_stats),
+                                                 "fxa_attn_stats", ctx->last_error,
+                                                 sizeof ctx->last_error)) != FXA_OK)
+        return st;
     if (!args->q || !args->k || !args->v || (!bounds_only && !args->out))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "q, k, v and out must not be NULL");
+    if (!bounds_only) {
+        const void *in[3] = {args->q, args->k, args->v};
+        const int64_t in_ext[3] = {plan->q_extent, plan->kv_extent[0], plan->kv_extent[1]};
+        for (int i = 0; i < 3; i++) {
+            if (fxa_ranges_overlap(args->out, (size_t)plan->o_extent * plan->out_elem, in[i],
+                                   (size_t)in_ext[i] * plan->in_elem))
+                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                    "out overlaps %c: the output must not share memory with the "
+                                    "inputs",
+                                    "QKV"[i]);
+        }
+    }
     if (!workspace && plan->ws_total > 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes is missing",
                             plan->ws_total);
@@ -310,7 +340,7 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
     const double t0 = now_seconds();
     run_job job = {plan, args, workspace, bounds_only, 0, 0};
-    fxa_status st = fxa_scan_inputs(plan, args, workspace);
+    st = fxa_scan_inputs(plan, args, workspace);
     if (st == FXA_OK && !bounds_only && args->lse)
         st = fxa_lse_check(plan, (const fxa_head_bound *)((unsigned char *)workspace + plan->ws_bounds),
                            plan->d.batch * plan->d.heads_kv, plan->d.seq_kv);
@@ -333,8 +363,10 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
         }
     }
     if (stats_out) {
-        fill_stats(&job, stats_out);
-        stats_out->seconds = now_seconds() - t0;
+        fxa_attn_stats full;
+        fill_stats(&job, &full);
+        full.seconds = now_seconds() - t0;
+        fxa_struct_out(stats_out, &full, sizeof full);
     }
     return FXA_OK;
 }

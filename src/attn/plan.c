@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "../core/alloc.h"
+#include "../core/struct_size.h"
 #include "attn_internal.h"
 #include "scan.h"
 #include "summary.h"
@@ -14,6 +15,7 @@ void fxa_attn_desc_init(fxa_attn_desc *d)
 {
     *d = (fxa_attn_desc){0};
     d->struct_size = sizeof *d;
+    d->out_dtype = FXA_F32; /* strides all 0: the layout's */
     d->layout = FXA_LAYOUT_BSHD;
     d->dtype = FXA_F32;
     d->scale = 0.0;
@@ -28,19 +30,85 @@ double fxa_attn_flops(const fxa_attn_desc *d)
            (double)d->head_dim;
 }
 
-static fxa_strides strides_for(fxa_layout layout, int64_t heads, int64_t seq, int64_t dim)
+fxa_attn_strides fxa_attn_layout_strides(fxa_layout layout, int64_t heads, int64_t seq,
+                                         int64_t head_dim)
 {
-    fxa_strides s;
+    fxa_attn_strides s;
     if (layout == FXA_LAYOUT_BSHD) {
-        s.token = heads * dim;
-        s.head = dim;
-        s.batch = seq * heads * dim;
+        s.token = heads * head_dim;
+        s.head = head_dim;
+        s.batch = seq * heads * head_dim;
     } else {
-        s.token = dim;
-        s.head = seq * dim;
-        s.batch = heads * seq * dim;
+        s.token = head_dim;
+        s.head = seq * head_dim;
+        s.batch = heads * seq * head_dim;
     }
     return s;
+}
+
+static int strides_unset(const fxa_attn_strides *s)
+{
+    return s->batch == 0 && s->token == 0 && s->head == 0;
+}
+
+/* The tensor's strides: the descriptor's, or the layout's preset. */
+static fxa_strides strides_of(const fxa_attn_desc *d, const fxa_attn_strides *set, int64_t heads,
+                              int64_t seq)
+{
+    return strides_unset(set) ? fxa_attn_layout_strides(d->layout, heads, seq, d->head_dim) : *set;
+}
+
+/* Elements from the pointer to one past the last element of a tensor
+ * [B, heads, seq, D] with strides s (non-negative), or -1 when that
+ * overflows int64 or bytes (elem bytes each) overflow size_t. */
+static int64_t strided_extent(const fxa_strides *s, int64_t batch, int64_t heads, int64_t seq,
+                              int64_t dim, size_t elem)
+{
+    const int64_t n[3] = {batch, heads, seq};
+    const int64_t st[3] = {s->batch, s->head, s->token};
+    const int64_t lim = (int64_t)((SIZE_MAX < (size_t)INT64_MAX ? SIZE_MAX : (size_t)INT64_MAX) /
+                                  elem);
+    int64_t ext = dim;
+    for (int i = 0; i < 3; i++) {
+        if (n[i] > 1 && st[i] > (lim - ext) / (n[i] - 1))
+            return -1;
+        ext += (n[i] - 1) * st[i];
+    }
+    return ext;
+}
+
+/* 1 when no two elements of [B, heads, seq, D] with strides s share an
+ * address: sorted by stride, each axis longer than 1 starts past the
+ * extent of the smaller ones (a sufficient test; extents are checked not
+ * to overflow first). */
+static int strides_nested(const fxa_strides *s, int64_t batch, int64_t heads, int64_t seq,
+                          int64_t dim)
+{
+    int64_t n[3] = {batch, heads, seq};
+    int64_t st[3] = {s->batch, s->head, s->token};
+    for (int i = 0; i < 3; i++) { /* insertion sort by stride */
+        for (int j = i; j > 0 && st[j] < st[j - 1]; j--) {
+            const int64_t ts = st[j], tn = n[j];
+            st[j] = st[j - 1];
+            n[j] = n[j - 1];
+            st[j - 1] = ts;
+            n[j - 1] = tn;
+        }
+    }
+    int64_t ext = dim;
+    for (int i = 0; i < 3; i++) {
+        if (n[i] <= 1)
+            continue;
+        if (st[i] < ext)
+            return 0;
+        ext += (n[i] - 1) * st[i];
+    }
+    return 1;
+}
+
+static size_t dtype_bytes(fxa_dtype t)
+{
+    return t == FXA_F32 ? 4 : 2;
 }
 
 /* a * b * c <= limit without overflow (all >= 1). */
@@ -56,9 +124,6 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
     /* Tensors must be addressable in bytes: elements * 4 fit in int64 and size_t. */
     const int64_t limit = (int64_t)((SIZE_MAX < (size_t)INT64_MAX ? SIZE_MAX : (size_t)INT64_MAX) /
                                     (4 * (size_t)FXA_MAX_HEAD_DIM));
-    if (d->struct_size < sizeof(fxa_attn_desc))
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "descriptor struct_size is %zu, expected %zu",
-                            d->struct_size, sizeof(fxa_attn_desc));
     if (d->batch < 1 || d->heads_q < 1 || d->heads_kv < 1 || d->seq_q < 1 || d->seq_kv < 1)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "shape must be positive: batch %lld, heads %lld/%lld, seq %lld/%lld",
@@ -97,6 +162,37 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
     if (d->block_q < 0 || d->block_q > MAX_BLOCK_Q)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "block_q %d is outside 0..%d", d->block_q,
                             MAX_BLOCK_Q);
+    if (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "out_dtype %d is not FXA_F32 or FXA_BF16", (int)d->out_dtype);
+    const struct {
+        const char *name;
+        const fxa_attn_strides *s;
+        int64_t heads, seq;
+    } t[4] = {{"q", &d->q_strides, d->heads_q, d->seq_q},
+              {"k", &d->k_strides, d->heads_kv, d->seq_kv},
+              {"v", &d->v_strides, d->heads_kv, d->seq_kv},
+              {"o", &d->o_strides, d->heads_q, d->seq_q}};
+    for (int i = 0; i < 4; i++) {
+        const fxa_strides s = strides_of(d, t[i].s, t[i].heads, t[i].seq);
+        if (s.batch < 0 || s.token < 0 || s.head < 0)
+            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                "%s_strides {batch %lld, token %lld, head %lld} must not be "
+                                "negative",
+                                t[i].name, (long long)s.batch, (long long)s.token,
+                                (long long)s.head);
+        const size_t elem = i == 3 ? dtype_bytes(d->out_dtype) : dtype_bytes(d->dtype);
+        if (strided_extent(&s, d->batch, t[i].heads, t[i].seq, d->head_dim, elem) < 0)
+            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                "%s_strides reach past the addressable range", t[i].name);
+        if (i == 3 && !strides_nested(&s, d->batch, t[i].heads, t[i].seq, d->head_dim))
+            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                "o_strides {batch %lld, token %lld, head %lld} make distinct "
+                                "output elements alias (each stride of an axis longer than 1 "
+                                "must be at least the extent of the smaller ones, D = %lld)",
+                                (long long)s.batch, (long long)s.token, (long long)s.head,
+                                (long long)d->head_dim);
+    }
     return FXA_OK;
 }
 
@@ -204,7 +300,14 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
     fxa_ctx_clear_error(ctx);
     if (!d || !plan_out || !workspace_bytes_out)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_plan_create");
-    fxa_status st = check_desc(ctx, d);
+    fxa_attn_desc full;
+    fxa_attn_desc_init(&full);
+    fxa_status st = fxa_struct_in(&full, sizeof full, d, FXA_ATTN_DESC_SIZE_0_1, "fxa_attn_desc",
+                                  ctx->last_error, sizeof ctx->last_error);
+    if (st != FXA_OK)
+        return st;
+    d = &full;
+    st = check_desc(ctx, d);
     if (st != FXA_OK)
         return st;
     fxa_attn_plan *p = fxa_calloc_aligned(sizeof *p);
@@ -223,8 +326,20 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
         p->d.block_q = (int)p->d.seq_q;
     p->lambda = p->d.scale * 1.4426950408889634; /* log2(e) */
     p->group = d->heads_q / d->heads_kv;
-    p->q_strides = strides_for(d->layout, d->heads_q, d->seq_q, d->head_dim);
-    p->kv_strides = strides_for(d->layout, d->heads_kv, d->seq_kv, d->head_dim);
+    p->q_strides = strides_of(d, &d->q_strides, d->heads_q, d->seq_q);
+    p->k_strides = strides_of(d, &d->k_strides, d->heads_kv, d->seq_kv);
+    p->v_strides = strides_of(d, &d->v_strides, d->heads_kv, d->seq_kv);
+    p->o_strides = strides_of(d, &d->o_strides, d->heads_q, d->seq_q);
+    p->k_set = !strides_unset(&d->k_strides);
+    p->v_set = !strides_unset(&d->v_strides);
+    p->in_elem = dtype_bytes(d->dtype);
+    p->out_elem = dtype_bytes(d->out_dtype);
+    p->q_extent = strided_extent(&p->q_strides, d->batch, d->heads_q, d->seq_q, d->head_dim, p->in_elem);
+    p->kv_extent[0] =
+        strided_extent(&p->k_strides, d->batch, d->heads_kv, d->seq_kv, d->head_dim, p->in_elem);
+    p->kv_extent[1] =
+        strided_extent(&p->v_strides, d->batch, d->heads_kv, d->seq_kv, d->head_dim, p->in_elem);
+    p->o_extent = strided_extent(&p->o_strides, d->batch, d->heads_q, d->seq_q, d->head_dim, p->out_elem);
     /* Tiles stay a multiple of the kernels' K^T panel (itself a multiple
      * of 16 keys, the scores' row stride). */
     p->kt_panel = ctx->kernels->kt_panel;

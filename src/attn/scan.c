@@ -37,6 +37,7 @@ typedef struct scan_job {
     const void *v;
     int64_t seq;
     fxa_strides strides;
+    fxa_strides v_strides; /* of v (K/V) */
     int64_t heads;         /* of x */
     int64_t block_tokens;
     int64_t n_blocks;
@@ -65,10 +66,12 @@ static int64_t n_items(const scan_job *job)
     return job->p->d.batch * job->n_blocks * groups;
 }
 
-/* Item (batch, block, head group): its rows, and its first (batch, head)
- * and block. */
-static fxa_row_block item_rows(const scan_job *job, int64_t item, int64_t *bh, int64_t *block)
+/* Item (batch, block, head group): its rows (of x, or of v with v_rows),
+ * and its first (batch, head) and block. */
+static fxa_row_block item_rows_of(const scan_job *job, int64_t item, int64_t *bh, int64_t *block,
+                                  int v_rows)
 {
+    const fxa_strides *s = v_rows ? &job->v_strides : &job->strides;
     const int64_t groups = (job->heads + job->heads_per_item - 1) / job->heads_per_item;
     const int64_t b = item / (job->n_blocks * groups);
     const int64_t h0 = item % groups * job->heads_per_item;
@@ -76,12 +79,17 @@ static fxa_row_block item_rows(const scan_job *job, int64_t item, int64_t *bh, i
     *bh = b * job->heads + h0;
     *block = j0 / job->block_tokens;
     return (fxa_row_block){
-        .off = b * job->strides.batch + h0 * job->strides.head + j0 * job->strides.token,
-        .head_stride = job->strides.head,
-        .token_stride = job->strides.token,
+        .off = b * s->batch + h0 * s->head + j0 * s->token,
+        .head_stride = s->head,
+        .token_stride = s->token,
         .n_tokens = job->seq - j0 < job->block_tokens ? job->seq - j0 : job->block_tokens,
         .n_heads = job->heads - h0 < job->heads_per_item ? job->heads - h0 : job->heads_per_item,
     };
+}
+
+static fxa_row_block item_rows(const scan_job *job, int64_t item, int64_t *bh, int64_t *block)
+{
+    return item_rows_of(job, item, bh, block, 0);
 }
 
 static size_t partial_index(const scan_job *job, int64_t block, int64_t bh)
@@ -94,9 +102,10 @@ static void summarize_item(void *arg, int64_t item, int thread_id)
     const scan_job *job = arg;
     int64_t bh, block;
     const fxa_row_block blk = item_rows(job, item, &bh, &block);
+    const fxa_row_block vblk = item_rows_of(job, item, &bh, &block, 1);
     const size_t at = partial_index(job, block, bh);
     (void)thread_id;
-    fxa_summarize_block(job->p, job->x, job->v, &blk,
+    fxa_summarize_block(job->p, job->x, job->v, &blk, &vblk,
                         job->partials + at * fxa_summary_head_len(job->p), job->bad + 2 * at);
 }
 
@@ -161,12 +170,14 @@ size_t fxa_scan_q_scratch_bytes(const fxa_attn_plan *p)
 }
 
 fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
-                       fxa_strides kv_strides, double *summaries, void *scratch)
+                       fxa_strides k_strides, fxa_strides v_strides, double *summaries,
+                       void *scratch)
 {
     const size_t len = fxa_summary_head_len(p);
     const size_t dim = (size_t)p->d.head_dim;
     const int64_t heads = p->d.batch * p->d.heads_kv;
-    scan_job job = {.p = p, .x = k, .v = v, .seq = seq_kv, .strides = kv_strides,
+    scan_job job = {.p = p, .x = k, .v = v, .seq = seq_kv, .strides = k_strides,
+                    .v_strides = v_strides,
                     .heads = p->d.heads_kv, .block_tokens = block_tokens(seq_kv),
                     .n_blocks = n_blocks_of(seq_kv)};
     const size_t n = (size_t)(job.n_blocks * heads);
@@ -254,8 +265,8 @@ fxa_status fxa_scan_inputs(const fxa_attn_plan *p, const fxa_attn_args *a, unsig
     fxa_head_bound *hb = (fxa_head_bound *)(ws + p->ws_bounds);
     float *kbar = (float *)(ws + p->ws_kbar);
     const size_t len = fxa_summary_head_len(p);
-    fxa_status st = fxa_scan_kv(p, a->k, a->v, p->d.seq_kv, p->kv_strides, summaries,
-                                ws + p->ws_scan);
+    fxa_status st = fxa_scan_kv(p, a->k, a->v, p->d.seq_kv, p->k_strides, p->v_strides,
+                                summaries, ws + p->ws_scan);
     if (st != FXA_OK)
         return st;
     const int64_t n_heads = p->d.batch * p->d.heads_kv;

@@ -12,13 +12,14 @@
 /* Scratch bytes fxa_scan_kv needs for seq_kv keys (64-byte aligned). */
 size_t fxa_scan_kv_scratch_bytes(const fxa_attn_plan *p, int64_t seq_kv);
 
-/* Summarise K/V (seq_kv keys of the plan, strides kv_strides) per (batch, kv
+/* Summarise K/V (seq_kv keys of the plan, strides k_strides / v_strides) per (batch, kv
  * head) into summaries [B * Hkv][summary_head_len]. On a non-finite value
  * returns FXA_ERR_INVALID_ARG with the first offending element (lowest
  * head, then token; K before V) in the message. scratch: 64-byte aligned,
  * fxa_scan_kv_scratch_bytes. */
 fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
-                       fxa_strides kv_strides, double *summaries, void *scratch);
+                       fxa_strides k_strides, fxa_strides v_strides, double *summaries,
+                       void *scratch);
 
 /* Scratch bytes fxa_scan_q needs (64-byte aligned). */
 size_t fxa_scan_q_scratch_bytes(const fxa_attn_plan *p);

@@ -169,8 +169,9 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
 /* fp32 compute: K transposed into panels of kt_panel keys (fxa_attn_tile) by
  * the kernel set's pack_kt, a group of keys at a time (fp32 rows read in
  * place, other dtypes converted into scratch); V rows into [kv_tile][D]. */
-static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_base, int64_t off,
-                     int64_t token_stride, size_t n_kv, int kshift, float *kt, float *v)
+static void pack_f32(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_at,
+                     const void *v_base, fxa_row_at v_at, size_t n_kv, int kshift, float *kt,
+                     float *v)
 {
     const fxa_kernels *kernels = p->ctx->kernels;
     const size_t dim = (size_t)p->d.head_dim;
@@ -180,7 +181,7 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_b
     for (size_t j0 = 0; j0 < n_kv; j0 += PACK_GROUP) {
         const size_t n = n_kv - j0 < PACK_GROUP ? n_kv - j0 : PACK_GROUP;
         for (size_t j = 0; j < n; j++) {
-            const int64_t at = off + (int64_t)(j0 + j) * token_stride;
+            const int64_t at = k_at.off + (int64_t)(j0 + j) * k_at.token_stride;
             if (kshift == 0) {
                 rows[j] = fxa_row_f32(kernels, k_base, p->d.dtype, at, dim, scratch[j]);
                 continue;
@@ -192,21 +193,22 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, const void *v_b
         }
         kernels->pack_kt(rows, n, dim, panel, kt + fxa_kt_offset(panel, dim, 0, j0));
     }
-    fxa_load_rows(kernels, v_base, p->d.dtype, off, token_stride, n_kv, dim, v, dim);
+    fxa_load_rows(kernels, v_base, p->d.dtype, v_at.off, v_at.token_stride, n_kv, dim, v, dim);
 }
 
 /* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.
  * Inputs are bf16 (the plan checks), so reading their bits is exact. */
-static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, const uint16_t *v, int64_t off,
-                      int64_t token_stride, size_t n_kv, int kshift, uint16_t *kp, uint16_t *vp)
+static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, fxa_row_at k_at,
+                      const uint16_t *v, fxa_row_at v_at, size_t n_kv, int kshift, uint16_t *kp,
+                      uint16_t *vp)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t pairs = (dim + 1) / 2;
     memset(kp, 0, pairs * p->kv_tile * 2 * sizeof *kp);
     memset(vp, 0, p->kv_tile * dim * sizeof *vp);
     for (size_t j = 0; j < n_kv; j++) {
-        const uint16_t *kj = k + off + (int64_t)j * token_stride;
-        const uint16_t *vj = v + off + (int64_t)j * token_stride;
+        const uint16_t *kj = k + k_at.off + (int64_t)j * k_at.token_stride;
+        const uint16_t *vj = v + v_at.off + (int64_t)j * v_at.token_stride;
         for (size_t c = 0; c < dim; c++) {
             /* A prescaled key is rounded back to bf16 (exact unless subnormal). */
             const uint16_t kc =
@@ -217,14 +219,14 @@ static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, const uint16_t 
     }
 }
 
-void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, const void *v_base,
-                      int64_t off, int64_t token_stride, size_t n_kv, int kshift, void *kt,
+void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_at,
+                      const void *v_base, fxa_row_at v_at, size_t n_kv, int kshift, void *kt,
                       void *vp)
 {
     if (p->d.compute == FXA_COMPUTE_BF16)
-        pack_bf16(p, k_base, v_base, off, token_stride, n_kv, kshift, kt, vp);
+        pack_bf16(p, k_base, k_at, v_base, v_at, n_kv, kshift, kt, vp);
     else
-        pack_f32(p, k_base, v_base, off, token_stride, n_kv, kshift, kt, vp);
+        pack_f32(p, k_base, k_at, v_base, v_at, n_kv, kshift, kt, vp);
 }
 
 void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
@@ -281,15 +283,22 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const f
 }
 
 void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
-                     size_t n, float *out, int64_t token_stride, float *lse)
+                     size_t n, void *out_base, int64_t out_off, int64_t token_stride, float *lse)
 {
     const size_t dim = (size_t)p->d.head_dim;
     for (size_t i = 0; i < n; i++) {
         const float l = fmaxf(rows->l[i], FLT_MIN);
         const float *o = rows->o + i * dim;
-        float *dst = out + (int64_t)i * token_stride;
-        for (size_t c = 0; c < dim; c++)
-            dst[c] = o[c] / l;
+        const int64_t at = out_off + (int64_t)i * token_stride;
+        if (p->d.out_dtype == FXA_BF16) {
+            uint16_t *dst = (uint16_t *)out_base + at;
+            for (size_t c = 0; c < dim; c++)
+                dst[c] = fxa_f32_to_bf16(o[c] / l);
+        } else {
+            float *dst = (float *)out_base + at;
+            for (size_t c = 0; c < dim; c++)
+                dst[c] = o[c] / l;
+        }
         if (lse) {
             const double log2_sum = (double)rows->m[i] + log2((double)l);
             lse[i] = (float)(log2_sum * 0.6931471805599453 +

@@ -20,6 +20,20 @@ typedef struct fxa_rows {
     uint8_t *online;
 } fxa_rows;
 
+/* Where consecutive rows of one head of a tensor are: the first's element
+ * offset and the token stride. */
+typedef struct fxa_row_at {
+    int64_t off;
+    int64_t token_stride;
+} fxa_row_at;
+
+/* 1 when the byte ranges [a, a + na) and [b, b + nb) share a byte. */
+static inline int fxa_ranges_overlap(const void *a, size_t na, const void *b, size_t nb)
+{
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na > 0 && nb > 0 && x < y + nb && y < x + na;
+}
+
 /* Row stride of the bf16 query copy: the dimension padded to pairs. */
 size_t fxa_q16_stride(const fxa_attn_plan *p);
 
@@ -48,12 +62,12 @@ fxa_status fxa_lse_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64
 int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const float *kbar,
                         const fxa_rows *rows, size_t n, float *bound);
 
-/* Pack n_kv keys and values (element offset off, token stride) into one kv
- * tile: fp32 compute K^T [D][kv_tile] and V [kv_tile][D]; bf16 compute the
- * pair layouts of fxa_attn_tile_bf16, pads zeroed. Keys are scaled by
+/* Pack n_kv keys and values (rows k_at of k_base, v_at of v_base) into one
+ * kv tile: fp32 compute K^T [D][kv_tile] and V [kv_tile][D]; bf16 compute
+ * the pair layouts of fxa_attn_tile_bf16, pads zeroed. Keys are scaled by
  * 2^-kshift (the head's prescaling; 0 copies them as they are). */
-void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, const void *v_base,
-                      int64_t off, int64_t token_stride, size_t n_kv, int kshift, void *kt,
+void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_at,
+                      const void *v_base, fxa_row_at v_at, size_t n_kv, int kshift, void *kt,
                       void *vp);
 
 /* Add one packed kv tile of n_kv keys into n rows of a head whose bound is
@@ -63,10 +77,12 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const f
                        size_t n, const void *kt, const void *vp, size_t n_kv, float *scores,
                        uint16_t *p16);
 
-/* Normalise once: out_i = o_i / max(l_i, FLT_MIN) (out rows token_stride
- * apart) and, when lse is not NULL, lse_i in natural log of the unshifted,
- * uncentred scores (qk_center is in the head's prescaled units, 2^-kshift). */
+/* Normalise once: out_i = o_i / max(l_i, FLT_MIN), in the plan's out_dtype
+ * (bf16: that fp32 value rounded once to nearest even), row i at element
+ * out_off + i token_stride of out_base, and, when lse is not NULL, lse_i in
+ * natural log of the unshifted, uncentred scores (qk_center is in the
+ * head's prescaled units, 2^-kshift). */
 void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
-                     size_t n, float *out, int64_t token_stride, float *lse);
+                     size_t n, void *out_base, int64_t out_off, int64_t token_stride, float *lse);
 
 #endif

@@ -56,7 +56,8 @@ static const float *block_row(const fxa_attn_plan *p, const void *x, const fxa_r
 }
 
 void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
-                         const fxa_row_block *blk, double *partials, fxa_bad_value *bad)
+                         const fxa_row_block *blk, const fxa_row_block *vblk, double *partials,
+                         fxa_bad_value *bad)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t len = fxa_summary_head_len(p);
@@ -77,7 +78,7 @@ void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
             const double nn = rs->norm2_add(row, dim, part + FXA_SUMMARY_FIXED);
             part[1] = nn > part[1] ? nn : part[1];
         }
-        row = block_row(p, v, blk, h, j, scratch);
+        row = block_row(p, v, vblk, h, j, scratch);
         if (bad[2 * h + 1].bad_row < 0 && !note_bad(rs, &bad[2 * h + 1], 'V', j, row, dim)) {
             const double a = rs->abs_max(row, dim);
             part[3] = a > part[3] ? a : part[3];

@@ -38,13 +38,15 @@ typedef struct fxa_row_block {
     int64_t n_heads;
 } fxa_row_block;
 
-/* First pass over a block of K/V: head h's partial summary goes to
+/* First pass over a block of K (rows blk) and V (rows vblk: the same heads
+ * and tokens, V's offset and strides): head h's partial summary goes to
  * partials + h fxa_summary_head_len(p), laid out like a summary except
  * that [1] holds max ||k||^2 and [2] is left for fxa_radius_block; its first
  * non-finite K element to bad[2 h] and V element to bad[2 h + 1] (bad_row
  * is the token within the block, -1 when none). */
 void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
-                         const fxa_row_block *blk, double *partials, fxa_bad_value *bad);
+                         const fxa_row_block *blk, const fxa_row_block *vblk, double *partials,
+                         fxa_bad_value *bad);
 
 /* Second pass: partials[h len + 2] = max_j ||k_j - means_h||^2, means
  * [n_heads][D] the fp32 key means of the whole sequence. */

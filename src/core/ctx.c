@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "ctx_internal.h"
 #include "dispatch.h"
+#include "struct_size.h"
 
 void fxa_ctx_params_init(fxa_ctx_params *p)
 {
@@ -30,16 +31,14 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     if (!ctx_out)
         return FXA_ERR_INVALID_ARG;
     *ctx_out = NULL;
-    if (!p) {
-        fxa_ctx_params_init(&defaults);
-        p = &defaults;
+    fxa_ctx_params_init(&defaults);
+    if (p) {
+        st = fxa_struct_in(&defaults, sizeof defaults, p, FXA_CTX_PARAMS_SIZE_0_1,
+                           "fxa_ctx_params", g_create_error, sizeof g_create_error);
+        if (st != FXA_OK)
+            return st;
     }
-    if (p->struct_size < sizeof(fxa_ctx_params)) {
-        snprintf(g_create_error, sizeof g_create_error,
-                 "fxa_ctx_params.struct_size is %zu, expected %zu", p->struct_size,
-                 sizeof(fxa_ctx_params));
-        return FXA_ERR_INVALID_ARG;
-    }
+    p = &defaults;
     if (p->n_threads < 0 || p->n_threads > 1024) {
         snprintf(g_create_error, sizeof g_create_error,
                  "n_threads %d is outside 0..1024 (0 = the CPUs this process may use)", p->n_threads);

@@ -23,3 +23,8 @@ const char *fxa_status_str(fxa_status s)
     }
     return "unknown status";
 }
+
+const char *fxa_version(void)
+{
+    return FXA_VERSION_STRING;
+}

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "mpi_internal.h"
 
 static _Thread_local char g_create_error[512];
@@ -174,14 +175,14 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
     char msg[256] = "";
     fxa_mpi_params prm;
     fxa_mpi_params_init(&prm);
-    const size_t before_timeout = offsetof(fxa_mpi_params, timeout_seconds);
-    if (!ctx || !out || (p && p->struct_size < before_timeout)) {
+    /* 0.1.0's struct ended before timeout_seconds. */
+    const size_t size_0_1_0 = offsetof(fxa_mpi_params, timeout_seconds);
+    if (!ctx || !out) {
         st = FXA_ERR_INVALID_ARG;
-        snprintf(msg, sizeof msg, "NULL context or output, or params struct_size too small");
+        snprintf(msg, sizeof msg, "NULL context or output");
     } else if (p) {
         /* An older, smaller struct: its fields, the defaults for the rest. */
-        memcpy(&prm, p, p->struct_size < sizeof prm ? p->struct_size : sizeof prm);
-        prm.struct_size = sizeof prm;
+        st = fxa_struct_in(&prm, sizeof prm, p, size_0_1_0, "fxa_mpi_params", msg, sizeof msg);
     }
     m->timeout = pick_timeout(prm.timeout_seconds, msg, sizeof msg);
     if (m->timeout == 0.0) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "mpi_internal.h"
 
 static uint64_t hash_desc(const fxa_attn_desc *d)
@@ -160,10 +161,24 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
     size_t ws;
     if (out)
         *out = NULL;
-    if (!d || !out || d->struct_size < sizeof *d) {
+    fxa_attn_desc full;
+    fxa_attn_desc_init(&full);
+    if (!d || !out) {
         st = FXA_ERR_INVALID_ARG;
-        snprintf(msg, sizeof msg, "NULL descriptor or output, or descriptor too old");
-    } else if ((st = fxa_attn_plan_create(m->ctx, d, &check, &ws)) != FXA_OK) {
+        snprintf(msg, sizeof msg, "NULL descriptor or output");
+    } else if ((st = fxa_struct_in(&full, sizeof full, d, FXA_ATTN_DESC_SIZE_0_1, "fxa_attn_desc",
+                                   msg, sizeof msg)) != FXA_OK) {
+        /* msg says why */
+    } else if (full.out_dtype != FXA_F32 ||
+               memcmp(&full.q_strides, &(fxa_attn_strides){0}, sizeof full.q_strides) ||
+               memcmp(&full.k_strides, &(fxa_attn_strides){0}, sizeof full.k_strides) ||
+               memcmp(&full.v_strides, &(fxa_attn_strides){0}, sizeof full.v_strides) ||
+               memcmp(&full.o_strides, &(fxa_attn_strides){0}, sizeof full.o_strides)) {
+        st = FXA_ERR_UNSUPPORTED;
+        snprintf(msg, sizeof msg,
+                 "libfxattn_mpi takes contiguous BSHD or BHSD shards (strides left 0) and fp32 "
+                 "output (out_dtype FXA_F32)");
+    } else if ((st = fxa_attn_plan_create(m->ctx, (d = &full), &check, &ws)) != FXA_OK) {
         snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
     }
     fxa_attn_plan_destroy(check);

@@ -145,7 +145,7 @@ static fxa_status run_local(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_
             .row_bound = loc->bound ? loc->bound + row : NULL,
         };
         void *ws = s->ws_bytes ? aligned_alloc(64, (s->ws_bytes + 63) / 64 * 64) : NULL;
-        fxa_attn_stats one;
+        fxa_attn_stats one = {.struct_size = sizeof one};
         st = s->ws_bytes && !ws ? FXA_ERR_NO_MEMORY : fxa_attn_run(s->plan, &a, ws, &one);
         free(ws);
         if (st != FXA_OK) {
@@ -174,7 +174,7 @@ static fxa_status finish_ring(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fx
             .row_fallback = loc->fb ? loc->fb + row : NULL,
             .row_bound = loc->bound ? loc->bound + row : NULL,
         };
-        fxa_attn_stats one;
+        fxa_attn_stats one = {.struct_size = sizeof one};
         fxa_status st = fxa_attn_acc_finish(p->accs[i], &a, &one);
         if (st != FXA_OK)
             return fxa_mpi_fail(m, FXA_ERR_INTERNAL, "%s", fxa_ctx_last_error(m->ctx));

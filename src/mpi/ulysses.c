@@ -192,7 +192,7 @@ fxa_status fxa_ulysses_backward(fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
             for (int64_t h = p->hq_lo[v]; h < p->hq_hi[v]; h++)
                 for (int64_t t = 0; t < p->q_len; t++) {
                     const int64_t r = (b * d->heads_q + h) * p->q_len + t;
-                    memcpy(a->out + row_off(d->layout, b, h, t, d->heads_q, p->q_len, dim), at,
+                    memcpy((float *)a->out + row_off(d->layout, b, h, t, d->heads_q, p->q_len, dim), at,
                            (size_t)dim * sizeof(float));
                     if (a->lse)
                         a->lse[r] = at[dim];

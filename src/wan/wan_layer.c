@@ -170,7 +170,7 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
                      fxa_ctx_last_error(p->ctx));
     const double t1 = now();
     const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
-    fxa_attn_stats ast;
+    fxa_attn_stats ast = {.struct_size = sizeof ast};
     if ((st = fxa_attn_run(p->attn, &aa, a + act, &ast)) != FXA_OK)
         return failf(p->error, sizeof p->error, st, "%s", fxa_ctx_last_error(p->ctx));
     const double t2 = now();

@@ -168,6 +168,8 @@ fxa_status tcase_run(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn
         .row_fallback = fb,
         .row_bound = bound,
     };
+    if (st) /* a full-size stats struct: the caller's may be uninitialised */
+        st->struct_size = sizeof *st;
     s = fxa_attn_run(plan, &a, ws, st);
     free(ws);
     fxa_attn_plan_destroy(plan);

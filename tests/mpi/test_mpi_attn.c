@@ -109,13 +109,13 @@ static void run_problem(const problem *pr)
     float *ref = calloc((size_t)t.nq, sizeof(float));
     float *ref_lse = calloc((size_t)rows, sizeof(float));
     uint8_t *ref_fb = calloc((size_t)rows, 1);
-    fxa_attn_stats ref_st;
+    fxa_attn_stats ref_st = {.struct_size = sizeof ref_st};
     CHECK(tcase_run(&t, g_ctx, d->mode, NULL, ref, ref_lse, ref_fb, NULL, &ref_st) == FXA_OK,
           "%s: single-process run: %s", pr->name, fxa_ctx_last_error(g_ctx));
     if (pr->k_offset != 0.0) {
         /* The case is only a test of global centring if centring matters. */
         fxa_attn_desc raw = *d;
-        fxa_attn_stats raw_st;
+        fxa_attn_stats raw_st = {.struct_size = sizeof raw_st};
         raw.center = 0;
         CHECK(tcase_run(&t, g_ctx, d->mode, &raw, ref, NULL, NULL, NULL, &raw_st) == FXA_OK &&
                   raw_st.fallback_rows > 0 && ref_st.fallback_rows == 0,

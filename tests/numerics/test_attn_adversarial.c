@@ -30,7 +30,7 @@ static void run_checked(const char *label, tcase *t, float *out_keep, uint8_t *f
     float *out = calloc((size_t)t->nq, sizeof(float));
     float *lse = calloc((size_t)(t->d.batch * t->d.heads_q * t->d.seq_q), sizeof(float));
     uint8_t *fb = calloc((size_t)(t->d.batch * t->d.heads_q * t->d.seq_q), 1);
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     terr e;
     fxa_status rc = tcase_run(t, g_ctx, t->d.mode, NULL, out, lse, fb, NULL, &st);
     CHECK(rc == FXA_OK, "%s: run failed: %s", label, fxa_ctx_last_error(g_ctx));
@@ -125,7 +125,7 @@ static void test_sink(void)
     for (int64_t c = 0; c < dim; c++)
         sink[c] *= 1000.0f;
     uint8_t *fb = calloc((size_t)(2 * s), 1);
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     run_checked("attention sink in head 0", &t, NULL, fb, &st);
     int sink_rows_ok = 1;
     int tiny_rows_ok = 1;
@@ -216,7 +216,7 @@ static void test_anti_aligned(void)
             t.v[j * dim + c] = (float)(2.0 * trng_uniform(&r) - 1.0); /* Vmax <= 1 */
     }
     uint8_t fb[16];
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     run_checked("anti-aligned keys, logits < -100, no centring", &t, NULL, fb, &st);
     CHECK(count_ones(fb, 16) == 0, "anti-aligned rows run fixed-max under the strict gate");
     CHECK(st.max_bound >= gate - 1 && st.max_bound <= gate, "the bound sits at the gate: %.0f vs %d",
@@ -240,7 +240,7 @@ static void test_huge_v(void)
     fxa_attn_desc d;
     tcase t;
     trng r;
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     trng_seed(&r, 17);
     desc_for(&d, 2, 300, 3000, 128);
     tcase_init(&t, &d);
@@ -298,7 +298,7 @@ static void test_fp16_max(void)
         t.v[i] = (float)((trng_uniform(&r) < 0.5 ? -1 : 1) * 65504.0 * trng_uniform(&r));
     }
     tcase_round(&t);
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     run_checked("fp16 inputs near 65504", &t, NULL, NULL, &st);
     CHECK(st.fallback_rows == st.rows, "scores of ~1e10 cannot pass any gate");
     tcase_free(&t);

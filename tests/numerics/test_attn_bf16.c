@@ -93,7 +93,7 @@ static void check_shape(const shape *s, trng *r, fxa_ctx *ctx, fxa_ctx *ref_ctx,
     float *out_ref = calloc((size_t)t.nq, sizeof(float));
     float *lse = calloc(n_rows, sizeof(float));
     float *lse_ref = calloc(n_rows, sizeof(float));
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     char label[128];
     terr e;
     snprintf(label, sizeof label, "bf16 compute Sq %lld Skv %lld H %lld/%lld D %lld %s",

@@ -106,6 +106,7 @@ static fxa_status run_blocks(const tcase *t, const int64_t *sizes, int n_blocks,
                                  .lse = o->lse,
                                  .row_fallback = o->fb,
                                  .row_bound = o->bound};
+        o->st.struct_size = sizeof o->st;
         st = fxa_attn_acc_finish(acc, &a, &o->st);
     }
     fxa_attn_acc_destroy(acc);

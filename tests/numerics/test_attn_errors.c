@@ -287,7 +287,8 @@ static void test_plan_validation(fxa_ctx *ctx)
     BAD_DESC(d.block_q = -1, "block_q");
     BAD_DESC(d.block_q = 4097, "block_q");
     BAD_DESC(d.block_q = 1 << 30, "block_q");
-    BAD_DESC(d.struct_size = sizeof(fxa_attn_desc) - 1, "struct_size");
+    BAD_DESC(d.struct_size = offsetof(fxa_attn_desc, q_strides) - 1, "struct_size");
+    BAD_DESC(d.struct_size = sizeof(fxa_attn_desc) + 1, "struct_size");
     BAD_DESC(d.struct_size = 0, "struct_size");
     BAD_DESC((d.batch = big, d.seq_q = big), "overflow");
     BAD_DESC((d.batch = big, d.seq_kv = big), "overflow");
@@ -515,6 +516,7 @@ static void outbufs_poison(outbufs *o, unsigned seed)
     pattern(o->fb, o->rows, seed + 2);
     pattern(o->bound, o->rows * sizeof(float), seed + 3);
     pattern(&o->stats, sizeof o->stats, seed + 4);
+    o->stats.struct_size = sizeof o->stats; /* the rest stays poisoned */
     memcpy(s, o->out, o->n_out * sizeof(float));
     s += o->n_out * sizeof(float);
     memcpy(s, o->lse, o->rows * sizeof(float));

@@ -121,6 +121,7 @@ static fxa_status run_blockwise(const tcase *t, run_res *r)
         st = fxa_attn_acc_add(acc, k, v, n1);
     if (st == FXA_OK) {
         const fxa_attn_args a = {.struct_size = sizeof a, .out = r->out, .lse = r->lse};
+        r->stats.struct_size = sizeof r->stats;
         st = fxa_attn_acc_finish(acc, &a, &r->stats);
     }
     fxa_attn_acc_destroy(acc);

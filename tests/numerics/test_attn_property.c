@@ -552,7 +552,7 @@ static void check_mode(const pcase *pc, const tcase *t, fxa_ctx *ctx, fxa_mode m
     float *lse = malloc((size_t)n_rows * sizeof(float));
     uint8_t *fb = malloc((size_t)n_rows);
     float *bound = malloc((size_t)n_rows * sizeof(float));
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     if (!out || !lse || !fb || !bound) {
         fprintf(stderr, "test: out of memory\n");
         exit(2);

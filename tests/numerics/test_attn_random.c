@@ -100,7 +100,7 @@ int main(void)
         float *out = calloc((size_t)t.nq, sizeof(float));
         float *lse = calloc((size_t)(d.heads_q * d.seq_q), sizeof(float));
         for (int mode = 0; mode < 2; mode++) {
-            fxa_attn_stats st;
+            fxa_attn_stats st = {.struct_size = sizeof st};
             char label[128];
             terr e;
             fxa_status rc = tcase_run(&t, ctx, (fxa_mode)mode, NULL, out, lse, NULL, NULL, &st);

@@ -84,7 +84,7 @@ static fxa_status gather_run(dist_bench *b, fxt_runner *r, void *k_all, void *v_
                              .k = k_all,
                              .v = v_all,
                              .out = out};
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     return fxa_attn_run(r->plan, &a, r->workspace, &st);
 }
 
@@ -193,7 +193,7 @@ int fxt_bench_mpi(const bench_opts *o)
         if (b.rank == 0) {
             const fxa_attn_args a = {.struct_size = sizeof a, .q = b.w.q, .k = b.w.k, .v = b.w.v,
                                      .out = out_single};
-            fxa_attn_stats st;
+            fxa_attn_stats st = {.struct_size = sizeof st};
             if (fxa_attn_run(single.plan, &a, single.workspace, &st) != FXA_OK)
                 code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(single.ctx));
         }

@@ -210,7 +210,7 @@ int fxt_cmd_attn(int argc, char **argv)
      * (whose LSE bound might refuse inputs whose output is representable). */
     fxa_attn_args a = {.struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v, .out = out,
                        .lse = o.lse ? lse : NULL};
-    fxa_attn_stats st;
+    fxa_attn_stats st = {.struct_size = sizeof st};
     fxt_verify_result vr;
     if ((code = run_repeated(&r, &a, o.repeats, &st)))
         goto out_buffers;

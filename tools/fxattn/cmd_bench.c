@@ -38,6 +38,7 @@ static int time_once(bench_mode *m, const fxt_workload *w, float *out)
 {
     fxa_attn_args a = {.struct_size = sizeof a, .q = w->q, .k = w->k, .v = w->v, .out = out};
     const double t0 = fxt_now();
+    m->st.struct_size = sizeof m->st;
     int code = fxt_runner_run(&m->r, &a, &m->st, 0);
     m->st.seconds = fxt_now() - t0;
     return code;

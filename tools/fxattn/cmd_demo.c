@@ -35,6 +35,7 @@ static int run_mode(const fxt_workload *w, fxa_mode mode, int threads, float *ou
         return code;
     fxa_attn_args a = {.struct_size = sizeof a, .q = w->q, .k = w->k, .v = w->v, .out = out,
                        .lse = lse};
+    row->st.struct_size = sizeof row->st;
     code = fxt_runner_run(&r, &a, &row->st, 0);
     fxt_runner_free(&r);
     if (!code)

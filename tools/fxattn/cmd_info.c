@@ -21,9 +21,8 @@ int fxt_cmd_info(int argc, char **argv)
     fxa_status st = fxa_ctx_create(&p, &ctx);
     if (st != FXA_OK)
         return fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_create_error());
-    printf("fxattn %d.%d.%d\nkernels: %s\n  %s\nthreads: %d\n", FXA_VERSION_MAJOR,
-           FXA_VERSION_MINOR, FXA_VERSION_PATCH, fxa_ctx_isa(ctx), fxa_ctx_kernel_info(ctx),
-           fxa_ctx_threads(ctx));
+    printf("fxattn %s\nkernels: %s\n  %s\nthreads: %d\n", fxa_version(), fxa_ctx_isa(ctx),
+           fxa_ctx_kernel_info(ctx), fxa_ctx_threads(ctx));
     fxa_ctx_destroy(ctx);
     return FXT_EXIT_OK;
 }

@@ -54,7 +54,7 @@ int main(int argc, char **argv)
         return FXT_EXIT_OK;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("fxattn %d.%d.%d\n", FXA_VERSION_MAJOR, FXA_VERSION_MINOR, FXA_VERSION_PATCH);
+        printf("fxattn %s\n", fxa_version());
         return FXT_EXIT_OK;
     }
     return fxt_fail(FXT_EXIT_BAD_INPUT, "unknown command '%s' (see 'fxattn help')", cmd);

@@ -1,0 +1,216 @@
+/*
+ * test_struct_size: versioned structs (fxattn.h, "Conventions";
+ * src/core/struct_size.h).
+ *
+ *  - fxa_attn_desc: a 0.1-sized struct (ending at block_q) is accepted, the
+ *    bytes past it ignored (filled with garbage here) and the 0.2 fields
+ *    defaulted: the output equals the full struct's bit for bit. One byte
+ *    short of 0.1, 0 and one byte past sizeof are refused with a message.
+ *  - fxa_attn_stats: struct_size 0.1 gets the 0.1 fields and no byte past
+ *    them changes (a canary fills the rest of a larger buffer); the full
+ *    struct gets keys too; too small or too large is refused before any
+ *    output is written (out and the stats buffer stay as they were), for
+ *    fxa_attn_run, fxa_attn_bounds and fxa_attn_acc_finish.
+ *  - fxa_attn_args and fxa_ctx_params: smaller than 0.1 or larger than now
+ *    refused with a message naming the struct.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/struct_size.h"
+#include "fxattn.h"
+#include "testutil.h"
+
+enum { B = 1, H = 2, S = 40, D = 16 };
+#define N ((size_t)(B * H * S * D))
+
+static fxa_ctx *g_ctx;
+static float g_q[N], g_k[N], g_v[N];
+
+static void init_desc(fxa_attn_desc *d)
+{
+    fxa_attn_desc_init(d);
+    d->batch = B;
+    d->heads_q = d->heads_kv = H;
+    d->seq_q = d->seq_kv = S;
+    d->head_dim = D;
+}
+
+/* Plan from a desc buffer, run into out with stats buffer st (may be NULL). */
+static fxa_status run(const void *desc, float *out, void *st, int bounds)
+{
+    fxa_attn_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    fxa_status s = fxa_attn_plan_create(g_ctx, desc, &plan, &ws_bytes);
+    if (s != FXA_OK)
+        return s;
+    void *ws = ws_bytes ? aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63) : NULL;
+    const fxa_attn_args a = {.struct_size = sizeof a, .q = g_q, .k = g_k, .v = g_v, .out = out};
+    s = bounds ? fxa_attn_bounds(plan, &a, ws, st) : fxa_attn_run(plan, &a, ws, st);
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+    return s;
+}
+
+static void test_desc(void)
+{
+    static float ref[N], out[N];
+    fxa_attn_desc d;
+    init_desc(&d);
+    CHECK(run(&d, ref, NULL, 0) == FXA_OK, "full desc: %s", fxa_ctx_last_error(g_ctx));
+    /* A 0.1 caller: its struct ends at block_q; what follows is not its. */
+    unsigned char buf[sizeof(fxa_attn_desc) + 32];
+    memset(buf, 0xa5, sizeof buf);
+    const size_t old = offsetof(fxa_attn_desc, q_strides);
+    CHECK(old == FXA_ATTN_DESC_SIZE_0_1, "0.1 size %zu", old);
+    memcpy(buf, &d, old);
+    memcpy(buf, &old, sizeof old);
+    memset(out, 0, sizeof out);
+    CHECK(run(buf, out, NULL, 0) == FXA_OK, "0.1 desc: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(memcmp(ref, out, sizeof out) == 0, "0.1 desc: output differs from the full desc's");
+    const size_t bad[3] = {old - 1, 0, sizeof(fxa_attn_desc) + 1};
+    for (int i = 0; i < 3; i++) {
+        fxa_attn_desc e = d;
+        e.struct_size = bad[i];
+        fxa_attn_plan *plan = NULL;
+        size_t ws = 0;
+        CHECK(fxa_attn_plan_create(g_ctx, &e, &plan, &ws) == FXA_ERR_INVALID_ARG && !plan,
+              "desc struct_size %zu accepted", bad[i]);
+        CHECK(strstr(fxa_ctx_last_error(g_ctx), "fxa_attn_desc.struct_size") != NULL,
+              "desc struct_size %zu: message '%s'", bad[i], fxa_ctx_last_error(g_ctx));
+    }
+}
+
+static void test_stats(void)
+{
+    static float out[N];
+    fxa_attn_desc d;
+    init_desc(&d);
+    const size_t v01 = FXA_ATTN_STATS_SIZE_0_1;
+    CHECK(v01 == offsetof(fxa_attn_stats, keys), "0.1 stats size %zu", v01);
+    for (int bounds = 0; bounds < 2; bounds++) {
+        /* 0.1-sized: fields up to seconds written, the canary untouched. */
+        unsigned char buf[sizeof(fxa_attn_stats) + 64];
+        memset(buf, 0xcd, sizeof buf);
+        memcpy(buf, &v01, sizeof v01);
+        CHECK(run(&d, out, buf, bounds) == FXA_OK, "0.1 stats: %s", fxa_ctx_last_error(g_ctx));
+        fxa_attn_stats got;
+        memcpy(&got, buf, v01);
+        CHECK(got.struct_size == v01, "0.1 stats: struct_size rewritten to %zu", got.struct_size);
+        CHECK(got.rows == B * H * S, "0.1 stats: rows %lld", (long long)got.rows);
+        size_t touched = 0;
+        for (size_t i = v01; i < sizeof buf; i++)
+            touched += buf[i] != 0xcd;
+        CHECK(touched == 0, "0.1 stats (%s): %zu bytes past struct_size written",
+              bounds ? "bounds" : "run", touched);
+        /* Full: keys too. */
+        fxa_attn_stats full = {.struct_size = sizeof full};
+        CHECK(run(&d, out, &full, bounds) == FXA_OK && full.keys == S && full.rows == B * H * S,
+              "full stats: keys %lld rows %lld", (long long)full.keys, (long long)full.rows);
+        /* Out of range: refused before anything is written. */
+        const size_t bad[3] = {v01 - 1, 0, sizeof(fxa_attn_stats) + 8};
+        for (int i = 0; i < 3; i++) {
+            memset(buf, 0xcd, sizeof buf);
+            memcpy(buf, &bad[i], sizeof bad[i]);
+            unsigned char saved[sizeof buf];
+            memcpy(saved, buf, sizeof buf);
+            for (size_t j = 0; j < N; j++)
+                out[j] = -1.0f;
+            CHECK(run(&d, out, buf, bounds) == FXA_ERR_INVALID_ARG,
+                  "stats struct_size %zu accepted", bad[i]);
+            CHECK(strstr(fxa_ctx_last_error(g_ctx), "fxa_attn_stats.struct_size") != NULL,
+                  "stats struct_size %zu: message '%s'", bad[i], fxa_ctx_last_error(g_ctx));
+            CHECK(memcmp(saved, buf, sizeof buf) == 0, "refused stats buffer written");
+            CHECK(out[0] == -1.0f && out[N - 1] == -1.0f, "refused run wrote out");
+        }
+    }
+    /* Blockwise finish. */
+    fxa_attn_plan *plan = NULL;
+    size_t ws = 0;
+    CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws) == FXA_OK, "plan");
+    fxa_attn_acc *acc = NULL;
+    double *sum = malloc(fxa_kv_summary_len(plan) * sizeof(double));
+    CHECK(fxa_kv_summarize(plan, g_k, g_v, S, sum) == FXA_OK, "summary");
+    CHECK(fxa_attn_acc_create(plan, &acc) == FXA_OK, "acc");
+    const fxa_attn_args a = {.struct_size = sizeof a, .out = out};
+    for (int pass = 0; pass < 2; pass++) {
+        CHECK(fxa_attn_acc_begin(acc, g_q, sum, 1) == FXA_OK, "begin");
+        CHECK(fxa_attn_acc_add(acc, g_k, g_v, S) == FXA_OK, "add");
+        unsigned char buf[sizeof(fxa_attn_stats) + 64];
+        memset(buf, 0xcd, sizeof buf);
+        const size_t sz = pass == 0 ? sizeof(fxa_attn_stats) + 1 : v01;
+        memcpy(buf, &sz, sizeof sz);
+        const fxa_status st = fxa_attn_acc_finish(acc, &a, (fxa_attn_stats *)(void *)buf);
+        if (pass == 0) {
+            CHECK(st == FXA_ERR_INVALID_ARG, "acc_finish: stats struct_size %zu accepted", sz);
+            /* still begun: finish again with a good struct */
+            fxa_attn_stats full = {.struct_size = sizeof full};
+            CHECK(fxa_attn_acc_finish(acc, &a, &full) == FXA_OK && full.keys == S,
+                  "acc_finish after a refused one: %s", fxa_ctx_last_error(g_ctx));
+        } else {
+            size_t touched = 0;
+            for (size_t i = v01; i < sizeof buf; i++)
+                touched += buf[i] != 0xcd;
+            CHECK(st == FXA_OK && touched == 0, "acc_finish 0.1 stats: %zu bytes past written",
+                  touched);
+        }
+    }
+    fxa_attn_acc_destroy(acc);
+    free(sum);
+    fxa_attn_plan_destroy(plan);
+}
+
+static void test_args_and_params(void)
+{
+    static float out[N];
+    fxa_attn_desc d;
+    init_desc(&d);
+    fxa_attn_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws_bytes) == FXA_OK, "plan");
+    void *ws = ws_bytes ? aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63) : NULL;
+    const size_t bad[3] = {sizeof(fxa_attn_args) - 1, 0, sizeof(fxa_attn_args) + 1};
+    for (int i = 0; i < 3; i++) {
+        fxa_attn_args a = {.struct_size = bad[i], .q = g_q, .k = g_k, .v = g_v, .out = out};
+        CHECK(fxa_attn_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG,
+              "args struct_size %zu accepted", bad[i]);
+        CHECK(strstr(fxa_ctx_last_error(g_ctx), "fxa_attn_args.struct_size") != NULL,
+              "args: message '%s'", fxa_ctx_last_error(g_ctx));
+    }
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+    const size_t pbad[3] = {sizeof(fxa_ctx_params) - 1, 0, sizeof(fxa_ctx_params) + 1};
+    for (int i = 0; i < 3; i++) {
+        fxa_ctx_params p;
+        fxa_ctx_params_init(&p);
+        p.struct_size = pbad[i];
+        fxa_ctx *ctx = NULL;
+        CHECK(fxa_ctx_create(&p, &ctx) == FXA_ERR_INVALID_ARG && !ctx,
+              "ctx params struct_size %zu accepted", pbad[i]);
+        CHECK(strstr(fxa_ctx_create_error(), "fxa_ctx_params.struct_size") != NULL,
+              "ctx params: message '%s'", fxa_ctx_create_error());
+        fxa_ctx_destroy(ctx);
+    }
+}
+
+int main(void)
+{
+    fxa_ctx_params p;
+    fxa_ctx_params_init(&p);
+    p.n_threads = 2;
+    if (fxa_ctx_create(&p, &g_ctx) != FXA_OK) {
+        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+        return 1;
+    }
+    for (size_t i = 0; i < N; i++) {
+        g_q[i] = (float)((int)(i * 7 % 23) - 11) * 0.0625f;
+        g_k[i] = (float)((int)(i * 5 % 19) - 9) * 0.0625f;
+        g_v[i] = (float)((int)(i * 3 % 17) - 8) * 0.125f;
+    }
+    test_desc();
+    test_stats();
+    test_args_and_params();
+    fxa_ctx_destroy(g_ctx);
+    return test_summary("test_struct_size");
+}
