@@ -85,7 +85,15 @@ if ! "$cc" $san -o "$build/obj/probe" "$build/obj/probe.c" >"$build/obj/probe.lo
 fi
 
 # ---- build --------------------------------------------------------------------------------
-cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -Iinclude -Itools/fxattn -Isrc"
+# fxattn.h includes the generated fxattn_version.h: made here from its template
+# with the version of the top-level CMakeLists.txt, as CMake's configure_file does.
+version=$(sed -n 's/^project(fxattn VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+IFS=. read -r v_major v_minor v_patch <<<"$version"
+mkdir -p "$build/include"
+sed -e "s/@PROJECT_VERSION_MAJOR@/$v_major/; s/@PROJECT_VERSION_MINOR@/$v_minor/" \
+    -e "s/@PROJECT_VERSION_PATCH@/$v_patch/; s/@PROJECT_VERSION@/$version/" \
+    include/fxattn_version.h.in >"$build/include/fxattn_version.h"
+cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -Iinclude -I$build/include -Itools/fxattn -Isrc"
 warn="-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wmissing-prototypes -Wstrict-prototypes"
 
 target_sources() { # the fuzz target first, then the library files it tests
