@@ -347,17 +347,6 @@ FXA_API fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *a
 FXA_API double fxa_attn_flops(const fxa_attn_desc *d);
 
 /* ------------------------------------------------------------------------ */
-/* Fixed-max constants (docs/numerics.md), exposed for tools and tests             */
-/* ------------------------------------------------------------------------ */
-
-/* C(N) = 127 - ceil(log2 N) - ceil(log2 max(Vmax,1)). n_keys >= 1. */
-FXA_API int fxa_fixed_m_c(int64_t n_keys, double vmax);
-/* Strict gate floor(W/2), W = C + 125: sound for any row. */
-FXA_API int fxa_fixed_m_gate_strict(int c);
-/* Looser gate for rows with virtually centred keys (derivation in bound.c). */
-FXA_API int fxa_fixed_m_gate_centered(int c, int64_t n_keys);
-
-/* ------------------------------------------------------------------------ */
 /* Conversions (round to nearest even)                                       */
 /* ------------------------------------------------------------------------ */
 

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fxattn_diag.h"
 #include "../core/alloc.h"
 #include "../core/struct_size.h"
 #include "attn_internal.h"

@@ -31,6 +31,7 @@
  *  The gate is never tighter than the strict one. tests/numerics/
  *  test_attn_gates.c attacks it with rows on both sides of it.
  */
+#include "fxattn_diag.h"
 #include "bound.h"
 
 #include <math.h>

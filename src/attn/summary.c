@@ -1,4 +1,5 @@
 /* Key/value summaries and their merge (see summary.h). */
+#include "fxattn_diag.h"
 #include "summary.h"
 
 #include <math.h>

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fxattn_diag.h"
 #include "testutil.h"
 
 static fxa_ctx *g_ctx;

@@ -52,6 +52,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fxattn_diag.h"
 #include "fp64_attn.h"
 #include "testutil.h"
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fxattn_diag.h"
 #include "cli.h"
 #include "cmd_opts.h"
 #include "commands.h"
