@@ -93,13 +93,13 @@ mkdir -p "$build/include"
 sed -e "s/@PROJECT_VERSION_MAJOR@/$v_major/; s/@PROJECT_VERSION_MINOR@/$v_minor/" \
     -e "s/@PROJECT_VERSION_PATCH@/$v_patch/; s/@PROJECT_VERSION@/$version/" \
     include/fxattn_version.h.in >"$build/include/fxattn_version.h"
-cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -Iinclude -I$build/include -Itools/fxattn -Isrc"
+cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -Iinclude -I$build/include -Itools/fxattn/cli -Itools/fxattn/cmd -Isrc"
 warn="-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wmissing-prototypes -Wstrict-prototypes"
 
 target_sources() { # the fuzz target first, then the library files it tests
     case "$1" in
     npy) echo "tests/fuzz/fuzz_npy.c src/io/npy.c src/io/file_io.c" ;;
-    args) echo "tests/fuzz/fuzz_args.c tools/fxattn/cli_args.c tools/fxattn/cmd_opts.c" ;;
+    args) echo "tests/fuzz/fuzz_args.c tools/fxattn/cli/cli_args.c tools/fxattn/cli/cmd_opts.c" ;;
     safetensors)
         echo "tests/fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/json.c src/io/file_io.c src/core/convert.c"
         ;;

@@ -1704,14 +1704,14 @@ int main(int argc, char **argv)
     write_bytes(g_stdin_path, "", 0);
 
     /* Modest N(0,1) inputs. */
-    trng rng;
-    trng_seed(&rng, 20240917);
+    fxt_rng rng;
+    fxt_rng_seed(&rng, 20240917);
     for (size_t i = 0; i < NQ; i++)
-        g_q[i] = (float)trng_normal(&rng);
+        g_q[i] = (float)fxt_rng_normal(&rng);
     for (size_t i = 0; i < NKV; i++)
-        g_k[i] = (float)trng_normal(&rng);
+        g_k[i] = (float)fxt_rng_normal(&rng);
     for (size_t i = 0; i < NKV; i++)
-        g_v[i] = (float)trng_normal(&rng);
+        g_v[i] = (float)fxt_rng_normal(&rng);
     {
         const int64_t qs[4] = {PB, PSQ, PHQ, PD};
         const int64_t ks[4] = {PB, PSKV, PHKV, PD};

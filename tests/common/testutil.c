@@ -37,50 +37,6 @@ void test_require_isa(const char *name)
     fxa_ctx_destroy(ctx);
 }
 
-void trng_seed(trng *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++) {
-        seed += 0x9e3779b97f4a7c15ull;
-        uint64_t z = seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        r->s[i] = z ^ (z >> 31);
-    }
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t trng_next(trng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-double trng_uniform(trng *r)
-{
-    return (double)(trng_next(r) >> 11) * 0x1p-53;
-}
-
-double trng_normal(trng *r)
-{
-    double u1 = trng_uniform(r);
-    double u2 = trng_uniform(r);
-    if (u1 < 1e-300)
-        u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 static void *xcalloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "fxattn.h"
+#include "rng.h" /* fxt_rng: the tools' generator (tools/common) */
 
 extern int g_checks;
 extern int g_failures;
@@ -61,14 +62,6 @@ static inline double test_now_seconds(void)
  * passed. Call first in main of tests that run the kernels. */
 void test_require_isa(const char *name);
 
-/* splitmix64-seeded xoshiro256**; normal() by Box-Muller in double. */
-typedef struct trng {
-    uint64_t s[4];
-} trng;
-void trng_seed(trng *r, uint64_t seed);
-uint64_t trng_next(trng *r);
-double trng_uniform(trng *r); /* [0, 1) */
-double trng_normal(trng *r);
 
 /* An attention problem. q, k, v hold fp32 values exactly representable in
  * d.dtype; q16/k16/v16 hold the 16-bit encodings when d.dtype is not f32. */

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the fxattn option parser (tools/fxattn/cli_args.c).
+ * libFuzzer target for the fxattn option parser (tools/fxattn/cli/cli_args.c).
  *
  * Contract: an input is a command line after "fxattn", as in /proc/PID/cmdline: arguments
  * each ended by a NUL byte (the last one may lack it); at most MAX_ARGS arguments of at most
@@ -14,8 +14,8 @@
  *  - a stored string is the default or one of argv[2..argc) itself (no copy, no overread);
  *  - each value parser returns 0 with the enum the spelling names, or FXT_EXIT_BAD_INPUT
  *    with its output untouched.
- * The defaults and option tables are the commands' own (tools/fxattn/cmd_opts.c, which
- * tools/fxattn/cmd_{attn,check,bench,demo,layer,info}.c parse with), so they cannot drift.
+ * The defaults and option tables are the commands' own (tools/fxattn/cli/cmd_opts.c, which
+ * tools/fxattn/cmd/cmd_{attn,check,bench,demo,layer,info}.c parse with), so they cannot drift.
  * fxt_fail writes to stderr: the stderr stream is pointed at /dev/null once at start
  * (libFuzzer and the sanitizers keep writing to file descriptor 2).
  * Nothing here writes a file.
@@ -48,7 +48,7 @@ static FILE *g_report; /* the original stderr, for contract violations */
         }                                                                                       \
     } while (0)
 
-/* ---- the option tables (tools/fxattn/cmd_opts.c) ------------------------------------ */
+/* ---- the option tables (tools/fxattn/cli/cmd_opts.c) ------------------------------------ */
 
 typedef struct all_opts {
     attn_opts attn;

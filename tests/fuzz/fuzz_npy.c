@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the .npy reader (tools/fxattn/npy.h, fxa_npy_read).
+ * libFuzzer target for the .npy reader (include/fxattn_npy.h, fxa_npy_read).
  *
  * Contract: each input is the whole content of a .npy file. It is written to one file in a
  * private temporary folder (created once under $TMPDIR or /tmp, removed at exit; one fd kept

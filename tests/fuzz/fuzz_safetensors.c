@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the .safetensors reader (tools/fxattn/safetensors.h, fxa_st_parse).
+ * libFuzzer target for the .safetensors reader (include/fxattn_safetensors.h, fxa_st_parse).
  *
  * Contract: each input is the whole content of a .safetensors file, parsed from memory (no
  * file is written). Any violation of the reader's contract stops the run with

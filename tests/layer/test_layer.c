@@ -183,19 +183,19 @@ static const char *const g_mods[4] = {"q", "k", "v", "o"};
 
 static void make_layer(layer *L, uint64_t seed)
 {
-    trng r;
-    trng_seed(&r, seed);
+    fxt_rng r;
+    fxt_rng_seed(&r, seed);
     for (int i = 0; i < S * H; i++)
-        L->x[i] = (float)trng_normal(&r);
+        L->x[i] = (float)fxt_rng_normal(&r);
     for (int m = 0; m < 4; m++) {
         for (int i = 0; i < H * H; i++)
-            L->w[m][i] = (float)(trng_normal(&r) / sqrt((double)H));
+            L->w[m][i] = (float)(fxt_rng_normal(&r) / sqrt((double)H));
         for (int i = 0; i < H; i++)
-            L->b[m][i] = (float)(0.1 * trng_normal(&r));
+            L->b[m][i] = (float)(0.1 * fxt_rng_normal(&r));
     }
     for (int n = 0; n < 2; n++)
         for (int i = 0; i < H; i++)
-            L->g[n][i] = (float)(1.0 + 0.2 * trng_normal(&r));
+            L->g[n][i] = (float)(1.0 + 0.2 * fxt_rng_normal(&r));
 }
 
 /* Round weights, biases and gammas to bf16 (the values a BF16 file holds). */

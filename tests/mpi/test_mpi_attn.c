@@ -73,13 +73,13 @@ typedef struct problem {
 
 static void fill(tcase *t, const problem *pr)
 {
-    trng r;
-    trng_seed(&r, 4242);
+    fxt_rng r;
+    fxt_rng_seed(&r, 4242);
     for (int64_t i = 0; i < t->nq; i++)
-        t->q[i] = (float)(pr->q_scale * trng_normal(&r));
+        t->q[i] = (float)(pr->q_scale * fxt_rng_normal(&r));
     for (int64_t i = 0; i < t->nkv; i++) {
-        t->k[i] = (float)(trng_normal(&r) + pr->k_offset * (double)((i % t->d.head_dim) % 3 == 0));
-        t->v[i] = (float)trng_normal(&r);
+        t->k[i] = (float)(fxt_rng_normal(&r) + pr->k_offset * (double)((i % t->d.head_dim) % 3 == 0));
+        t->v[i] = (float)fxt_rng_normal(&r);
     }
     int64_t start;
     int64_t len;

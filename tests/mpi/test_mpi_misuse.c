@@ -131,12 +131,12 @@ static void test_runs(fxa_mpi *m, const char *grid)
     float *k = malloc(elems * sizeof(float));
     float *v = malloc(elems * sizeof(float));
     float *out = malloc(elems * sizeof(float));
-    trng r;
-    trng_seed(&r, (uint64_t)g_rank + 1);
+    fxt_rng r;
+    fxt_rng_seed(&r, (uint64_t)g_rank + 1);
     for (size_t i = 0; i < elems; i++) {
-        q[i] = (float)trng_normal(&r);
-        k[i] = (float)trng_normal(&r);
-        v[i] = (float)trng_normal(&r);
+        q[i] = (float)fxt_rng_normal(&r);
+        k[i] = (float)fxt_rng_normal(&r);
+        v[i] = (float)fxt_rng_normal(&r);
     }
     const char *tensor[3] = {"Q", "K", "V"};
     float *which[3] = {q, k, v};

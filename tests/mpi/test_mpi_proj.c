@@ -32,8 +32,8 @@ static void split(int64_t n, int parts, int i, int64_t *lo, int64_t *hi)
 static void make_full(full *f, fxa_ctx *ctx, int64_t tokens, int64_t hin, int64_t hq, int64_t hkv,
                       int64_t dim)
 {
-    trng r;
-    trng_seed(&r, 31337);
+    fxt_rng r;
+    fxt_rng_seed(&r, 31337);
     fxa_proj_desc_init(&f->d);
     f->d.tokens = tokens;
     f->d.in_features = hin;
@@ -58,15 +58,15 @@ static void make_full(full *f, fxa_ctx *ctx, int64_t tokens, int64_t hin, int64_
     f->k = malloc((size_t)(tokens * hkv * dim) * 4);
     f->v = malloc((size_t)(tokens * hkv * dim) * 4);
     for (int64_t i = 0; i < tokens * hin; i++)
-        f->x[i] = (float)trng_normal(&r);
+        f->x[i] = (float)fxt_rng_normal(&r);
     for (int64_t i = 0; i < f->n_out * hin; i++)
-        f->w[i] = (float)(trng_normal(&r) / sqrt((double)hin));
+        f->w[i] = (float)(fxt_rng_normal(&r) / sqrt((double)hin));
     for (int64_t i = 0; i < f->n_out; i++)
-        f->bias[i] = (float)(0.1 * trng_normal(&r));
+        f->bias[i] = (float)(0.1 * fxt_rng_normal(&r));
     for (int64_t i = 0; i < hq * dim; i++)
-        f->gq[i] = (float)(0.5 + trng_uniform(&r));
+        f->gq[i] = (float)(0.5 + fxt_rng_uniform(&r));
     for (int64_t i = 0; i < hkv * dim; i++)
-        f->gk[i] = (float)(0.5 + trng_uniform(&r));
+        f->gk[i] = (float)(0.5 + fxt_rng_uniform(&r));
     CHECK(fxa_wan_rope_tables(1, 1, tokens, dim, 1e4, f->cs, f->sn) == FXA_OK, "rope");
     const fxa_proj_args a = {.struct_size = sizeof a, .x = f->x, .w = f->w, .bias = f->bias,
                              .gamma_q = f->gq, .gamma_k = f->gk, .rope_cos = f->cs,

@@ -103,10 +103,10 @@ static void test_sink(void)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
+    fxt_rng r;
     const int64_t s = 512;
     const int64_t dim = 64;
-    trng_seed(&r, 7);
+    fxt_rng_seed(&r, 7);
     desc_for(&d, 2, s, s, dim);
     tcase_init(&t, &d);
     for (int64_t h = 0; h < 2; h++) {
@@ -116,9 +116,9 @@ static void test_sink(void)
             float *v = t.v + tcase_kv_off(&t, 0, h, i);
             const double qs = (h == 0 && i % 2) ? 1e-3 : 1.0;
             for (int64_t c = 0; c < dim; c++) {
-                q[c] = (float)(qs * trng_normal(&r));
-                k[c] = (float)trng_normal(&r);
-                v[c] = (float)trng_normal(&r);
+                q[c] = (float)(qs * fxt_rng_normal(&r));
+                k[c] = (float)fxt_rng_normal(&r);
+                v[c] = (float)fxt_rng_normal(&r);
             }
         }
     }
@@ -154,10 +154,10 @@ static void test_overshoot(int center)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
+    fxt_rng r;
     const int64_t n = 1024;
     const int64_t dim = 64;
-    trng_seed(&r, 11);
+    fxt_rng_seed(&r, 11);
     desc_for(&d, 1, 64, n, dim);
     d.center = center;
     tcase_init(&t, &d);
@@ -166,7 +166,7 @@ static void test_overshoot(int center)
         float *q = t.q + i * dim;
         double nn = 0.0;
         for (int64_t c = 0; c < 32; c++) {
-            q[c] = (float)trng_normal(&r);
+            q[c] = (float)fxt_rng_normal(&r);
             nn += (double)q[c] * q[c];
         }
         const double want = 2.0 / lambda; /* lambda ||q|| = 2 */
@@ -175,9 +175,9 @@ static void test_overshoot(int center)
     }
     for (int64_t j = 0; j < n; j++) {
         for (int64_t c = 0; c < 32; c++)
-            t.k[j * dim + c] = (float)(0.5 * trng_normal(&r));
+            t.k[j * dim + c] = (float)(0.5 * fxt_rng_normal(&r));
         for (int64_t c = 0; c < dim; c++)
-            t.v[j * dim + c] = (float)trng_normal(&r);
+            t.v[j * dim + c] = (float)fxt_rng_normal(&r);
     }
     t.k[5 * dim + 63] = 81.0f; /* bound ~ 2 * 81 = 162 base-2 units */
     uint8_t fb[64];
@@ -198,10 +198,10 @@ static void test_anti_aligned(void)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
+    fxt_rng r;
     const int64_t n = 4096;
     const int64_t dim = 64;
-    trng_seed(&r, 13);
+    fxt_rng_seed(&r, 13);
     desc_for(&d, 1, 16, n, dim);
     d.center = 0;
     d.scale = log(2.0); /* lambda = 1 */
@@ -210,11 +210,11 @@ static void test_anti_aligned(void)
     for (int64_t i = 0; i < 16; i++)
         t.q[i * dim] = (float)(gate - 1.5); /* q = (gate - 1.5) e1 */
     for (int64_t j = 0; j < n; j++) {
-        t.k[j * dim] = -1.0f + (float)(0.01 * trng_uniform(&r)); /* -1 .. -0.99 */
+        t.k[j * dim] = -1.0f + (float)(0.01 * fxt_rng_uniform(&r)); /* -1 .. -0.99 */
         for (int64_t c = 1; c < dim; c++)
-            t.k[j * dim + c] = (float)(0.001 * trng_normal(&r));
+            t.k[j * dim + c] = (float)(0.001 * fxt_rng_normal(&r));
         for (int64_t c = 0; c < dim; c++)
-            t.v[j * dim + c] = (float)(2.0 * trng_uniform(&r) - 1.0); /* Vmax <= 1 */
+            t.v[j * dim + c] = (float)(2.0 * fxt_rng_uniform(&r) - 1.0); /* Vmax <= 1 */
     }
     uint8_t fb[16];
     fxa_attn_stats st = {.struct_size = sizeof st};
@@ -225,13 +225,13 @@ static void test_anti_aligned(void)
     tcase_free(&t);
 }
 
-static void fill_normal(tcase *t, trng *r, double qs, double ks, double vs)
+static void fill_normal(tcase *t, fxt_rng *r, double qs, double ks, double vs)
 {
     for (int64_t i = 0; i < t->nq; i++)
-        t->q[i] = (float)(qs * trng_normal(r));
+        t->q[i] = (float)(qs * fxt_rng_normal(r));
     for (int64_t i = 0; i < t->nkv; i++) {
-        t->k[i] = (float)(ks * trng_normal(r));
-        t->v[i] = (float)(vs * trng_normal(r));
+        t->k[i] = (float)(ks * fxt_rng_normal(r));
+        t->v[i] = (float)(vs * fxt_rng_normal(r));
     }
 }
 
@@ -240,9 +240,9 @@ static void test_huge_v(void)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
+    fxt_rng r;
     fxa_attn_stats st = {.struct_size = sizeof st};
-    trng_seed(&r, 17);
+    fxt_rng_seed(&r, 17);
     desc_for(&d, 2, 300, 3000, 128);
     tcase_init(&t, &d);
     fill_normal(&t, &r, 1.0, 1.0, 1e30);
@@ -258,9 +258,9 @@ static void test_zero_queries(void)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
+    fxt_rng r;
     const int64_t n = 1001;
-    trng_seed(&r, 19);
+    fxt_rng_seed(&r, 19);
     desc_for(&d, 1, 3, n, 64);
     tcase_init(&t, &d);
     fill_normal(&t, &r, 0.0, 3.0, 1.0);
@@ -287,16 +287,16 @@ static void test_fp16_max(void)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
-    trng_seed(&r, 23);
+    fxt_rng r;
+    fxt_rng_seed(&r, 23);
     desc_for(&d, 2, 40, 500, 64);
     d.dtype = FXA_F16;
     tcase_init(&t, &d);
     for (int64_t i = 0; i < t.nq; i++)
-        t.q[i] = (float)((trng_uniform(&r) < 0.5 ? -1 : 1) * (30000.0 + 35504.0 * trng_uniform(&r)));
+        t.q[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) * (30000.0 + 35504.0 * fxt_rng_uniform(&r)));
     for (int64_t i = 0; i < t.nkv; i++) {
-        t.k[i] = (float)((trng_uniform(&r) < 0.5 ? -1 : 1) * (30000.0 + 35504.0 * trng_uniform(&r)));
-        t.v[i] = (float)((trng_uniform(&r) < 0.5 ? -1 : 1) * 65504.0 * trng_uniform(&r));
+        t.k[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) * (30000.0 + 35504.0 * fxt_rng_uniform(&r)));
+        t.v[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) * 65504.0 * fxt_rng_uniform(&r));
     }
     tcase_round(&t);
     fxa_attn_stats st = {.struct_size = sizeof st};
@@ -310,8 +310,8 @@ static void test_single_query(void)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
-    trng_seed(&r, 29);
+    fxt_rng r;
+    fxt_rng_seed(&r, 29);
     desc_for(&d, 4, 1, 4099, 128);
     tcase_init(&t, &d);
     fill_normal(&t, &r, 3.0, 1.5, 1.0);

@@ -29,7 +29,7 @@ static const shape g_shapes[] = {
     {3, 2049, 2, 2, 96, FXA_LAYOUT_BSHD},
 };
 
-static void fill(tcase *t, trng *r)
+static void fill(tcase *t, fxt_rng *r)
 {
     const fxa_attn_desc *d = &t->d;
     for (int64_t b = 0; b < d->batch; b++) {
@@ -37,13 +37,13 @@ static void fill(tcase *t, trng *r)
             const double qs = h % 3 == 2 ? 12.0 : 1.0; /* hot heads fall back */
             for (int64_t i = 0; i < d->seq_q; i++)
                 for (int64_t c = 0; c < d->head_dim; c++)
-                    t->q[tcase_q_off(t, b, h, i) + c] = (float)(qs * trng_normal(r));
+                    t->q[tcase_q_off(t, b, h, i) + c] = (float)(qs * fxt_rng_normal(r));
         }
         for (int64_t h = 0; h < d->heads_kv; h++)
             for (int64_t j = 0; j < d->seq_kv; j++)
                 for (int64_t c = 0; c < d->head_dim; c++) {
-                    t->k[tcase_kv_off(t, b, h, j) + c] = (float)(trng_normal(r) + 0.5);
-                    t->v[tcase_kv_off(t, b, h, j) + c] = (float)trng_normal(r);
+                    t->k[tcase_kv_off(t, b, h, j) + c] = (float)(fxt_rng_normal(r) + 0.5);
+                    t->v[tcase_kv_off(t, b, h, j) + c] = (float)fxt_rng_normal(r);
                 }
     }
     tcase_round(t);
@@ -71,7 +71,7 @@ static fxa_ctx *make_ctx(int threads, const char *isa)
     return ctx;
 }
 
-static void check_shape(const shape *s, trng *r, fxa_ctx *ctx, fxa_ctx *ref_ctx, int64_t *rows,
+static void check_shape(const shape *s, fxt_rng *r, fxa_ctx *ctx, fxa_ctx *ref_ctx, int64_t *rows,
                         int64_t *fallbacks)
 {
     fxa_attn_desc d;
@@ -133,7 +133,7 @@ static void check_shape(const shape *s, trng *r, fxa_ctx *ctx, fxa_ctx *ref_ctx,
 }
 
 /* Bit-identical across threads and block_q with bf16 compute. */
-static void check_invariance(trng *r)
+static void check_invariance(fxt_rng *r)
 {
     fxa_attn_desc d;
     tcase t;
@@ -182,11 +182,11 @@ static void check_invariance(trng *r)
 
 int main(void)
 {
-    trng r;
+    fxt_rng r;
     int64_t rows = 0;
     int64_t fallbacks = 0;
     test_require_isa("test_attn_bf16");
-    trng_seed(&r, 4242);
+    fxt_rng_seed(&r, 4242);
     fxa_ctx *ctx = make_ctx(0, NULL);
     fxa_ctx *ref_ctx = make_ctx(0, "ref");
     printf("kernels: %s\n", fxa_ctx_isa(ctx));

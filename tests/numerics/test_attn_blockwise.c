@@ -118,13 +118,13 @@ static fxa_status run_blocks(const tcase *t, const int64_t *sizes, int n_blocks,
     return st;
 }
 
-static void fill_normal(tcase *t, trng *r, double qscale)
+static void fill_normal(tcase *t, fxt_rng *r, double qscale)
 {
     for (int64_t i = 0; i < t->nq; i++)
-        t->q[i] = (float)(qscale * trng_normal(r));
+        t->q[i] = (float)(qscale * fxt_rng_normal(r));
     for (int64_t i = 0; i < t->nkv; i++) {
-        t->k[i] = (float)trng_normal(r);
-        t->v[i] = (float)trng_normal(r);
+        t->k[i] = (float)fxt_rng_normal(r);
+        t->v[i] = (float)fxt_rng_normal(r);
     }
 }
 
@@ -151,8 +151,8 @@ static void test_single_block(fxa_layout layout, fxa_dtype dtype, int center)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
-    trng_seed(&r, 100 + (uint64_t)layout * 10 + (uint64_t)dtype * 3 + (uint64_t)center);
+    fxt_rng r;
+    fxt_rng_seed(&r, 100 + (uint64_t)layout * 10 + (uint64_t)dtype * 3 + (uint64_t)center);
     desc_for(&d, 1, 4, 2, 2048, 300, 24);
     d.layout = layout;
     d.dtype = dtype;
@@ -189,8 +189,8 @@ static void test_uneven_blocks(fxa_dtype dtype, int center)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
-    trng_seed(&r, 200 + (uint64_t)dtype * 2 + (uint64_t)center);
+    fxt_rng r;
+    fxt_rng_seed(&r, 200 + (uint64_t)dtype * 2 + (uint64_t)center);
     desc_for(&d, 2, 6, 3, 77, 300, 40);
     d.dtype = dtype;
     d.center = center;
@@ -221,8 +221,8 @@ static void test_sink_and_huge_v(void)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
-    trng_seed(&r, 300);
+    fxt_rng r;
+    fxt_rng_seed(&r, 300);
     desc_for(&d, 1, 2, 2, 256, 256, 64);
     tcase_init(&t, &d);
     fill_normal(&t, &r, 1.0);

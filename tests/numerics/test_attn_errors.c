@@ -176,14 +176,14 @@ static void desc_small(fxa_attn_desc *d, fxa_dtype dtype, fxa_layout layout)
 
 static void fill_case(tcase *t, const fxa_attn_desc *d, uint64_t seed)
 {
-    trng r;
+    fxt_rng r;
     tcase_init(t, d);
-    trng_seed(&r, seed);
+    fxt_rng_seed(&r, seed);
     for (int64_t i = 0; i < t->nq; i++)
-        t->q[i] = (float)trng_normal(&r);
+        t->q[i] = (float)fxt_rng_normal(&r);
     for (int64_t i = 0; i < t->nkv; i++) {
-        t->k[i] = (float)(trng_normal(&r) + 0.5);
-        t->v[i] = (float)trng_normal(&r);
+        t->k[i] = (float)(fxt_rng_normal(&r) + 0.5);
+        t->v[i] = (float)fxt_rng_normal(&r);
     }
     tcase_round(t);
 }

@@ -37,9 +37,9 @@
 static fxa_ctx *g_ctx;
 static int g_refused_b, g_checked_b, g_unverifiable_b;
 
-static double log_uniform(trng *r, double lo_exp10, double hi_exp10)
+static double log_uniform(fxt_rng *r, double lo_exp10, double hi_exp10)
 {
-    return pow(10.0, lo_exp10 + (hi_exp10 - lo_exp10) * trng_uniform(r));
+    return pow(10.0, lo_exp10 + (hi_exp10 - lo_exp10) * fxt_rng_uniform(r));
 }
 
 /* Exact power-of-two scaling of n fp32 values (and their 16-bit copies). */
@@ -130,41 +130,41 @@ static fxa_status run_blockwise(const tcase *t, run_res *r)
     return st;
 }
 
-static void random_desc(trng *r, fxa_attn_desc *d)
+static void random_desc(fxt_rng *r, fxa_attn_desc *d)
 {
     static const int64_t sq[] = {1, 7, 130, 300};
     static const int64_t skv[] = {1, 5, 129, 600};
     static const int64_t dims[] = {4, 16, 64, 128};
     fxa_attn_desc_init(d);
-    d->batch = 1 + (int64_t)(trng_next(r) % 2);
-    d->heads_kv = 1 + (int64_t)(trng_next(r) % 2);
-    d->heads_q = d->heads_kv * (1 + (int64_t)(trng_next(r) % 2));
-    d->seq_q = sq[trng_next(r) % 4];
-    d->seq_kv = skv[trng_next(r) % 4];
-    d->head_dim = dims[trng_next(r) % 4];
-    d->layout = trng_next(r) % 2 ? FXA_LAYOUT_BSHD : FXA_LAYOUT_BHSD;
-    d->dtype = trng_next(r) % 3 == 0 ? FXA_BF16 : FXA_F32;
-    d->compute = d->dtype == FXA_BF16 && trng_next(r) % 2 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
-    d->mode = trng_next(r) % 3 == 0 ? FXA_MODE_ONLINE : FXA_MODE_AUTO;
-    d->center = (int)(trng_next(r) % 4 != 0);
-    d->scale = (0.5 + trng_uniform(r)) / sqrt((double)d->head_dim);
+    d->batch = 1 + (int64_t)(fxt_rng_next(r) % 2);
+    d->heads_kv = 1 + (int64_t)(fxt_rng_next(r) % 2);
+    d->heads_q = d->heads_kv * (1 + (int64_t)(fxt_rng_next(r) % 2));
+    d->seq_q = sq[fxt_rng_next(r) % 4];
+    d->seq_kv = skv[fxt_rng_next(r) % 4];
+    d->head_dim = dims[fxt_rng_next(r) % 4];
+    d->layout = fxt_rng_next(r) % 2 ? FXA_LAYOUT_BSHD : FXA_LAYOUT_BHSD;
+    d->dtype = fxt_rng_next(r) % 3 == 0 ? FXA_BF16 : FXA_F32;
+    d->compute = d->dtype == FXA_BF16 && fxt_rng_next(r) % 2 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+    d->mode = fxt_rng_next(r) % 3 == 0 ? FXA_MODE_ONLINE : FXA_MODE_AUTO;
+    d->center = (int)(fxt_rng_next(r) % 4 != 0);
+    d->scale = (0.5 + fxt_rng_uniform(r)) / sqrt((double)d->head_dim);
 }
 
 /* A. */
 static void case_rescale(uint64_t seed)
 {
-    trng r;
-    trng_seed(&r, seed);
+    fxt_rng r;
+    fxt_rng_seed(&r, seed);
     fxa_attn_desc d;
     random_desc(&r, &d);
     tcase t;
     tcase_init(&t, &d);
-    const double sink = trng_next(&r) % 3 == 0 ? 30.0 : 0.0; /* some rows fall back */
+    const double sink = fxt_rng_next(&r) % 3 == 0 ? 30.0 : 0.0; /* some rows fall back */
     for (int64_t i = 0; i < t.nq; i++)
-        t.q[i] = (float)(trng_normal(&r) * (i < d.head_dim ? 1.0 + sink : 1.0));
+        t.q[i] = (float)(fxt_rng_normal(&r) * (i < d.head_dim ? 1.0 + sink : 1.0));
     for (int64_t i = 0; i < t.nkv; i++) {
-        t.k[i] = (float)(trng_normal(&r) + 0.5);
-        t.v[i] = (float)trng_normal(&r);
+        t.k[i] = (float)(fxt_rng_normal(&r) + 0.5);
+        t.v[i] = (float)fxt_rng_normal(&r);
     }
     tcase_round(&t);
     run_res r0, r1, b0, b1;
@@ -192,8 +192,8 @@ static void case_rescale(uint64_t seed)
     exp_range(t.q, t.nq, &qhi, &qlo);
     exp_range(t.k, t.nkv, &khi, &klo);
     const int a_lo = -120 - qlo, a_hi = 124 - qhi, b_lo = -120 - klo, b_hi = 124 - khi;
-    const int a = a_lo + (int)(trng_next(&r) % (uint64_t)(a_hi - a_lo + 1));
-    const int b = b_lo + (int)(trng_next(&r) % (uint64_t)(b_hi - b_lo + 1));
+    const int a = a_lo + (int)(fxt_rng_next(&r) % (uint64_t)(a_hi - a_lo + 1));
+    const int b = b_lo + (int)(fxt_rng_next(&r) % (uint64_t)(b_hi - b_lo + 1));
     scale_pow2(t.q, t.q16, t.nq, a, d.dtype);
     scale_pow2(t.k, t.k16, t.nkv, b, d.dtype);
     t.d.scale = ldexp(d.scale, -(a + b));
@@ -226,19 +226,19 @@ static void case_rescale(uint64_t seed)
 /* B. */
 static void case_sweep(uint64_t seed)
 {
-    trng r;
-    trng_seed(&r, seed);
+    fxt_rng r;
+    fxt_rng_seed(&r, seed);
     static const int64_t dims[] = {4, 8, 64, 128};
     fxa_attn_desc d;
     fxa_attn_desc_init(&d);
     d.batch = 1;
     d.heads_q = d.heads_kv = 1;
-    d.seq_q = 1 + (int64_t)(trng_next(&r) % 3);
-    d.seq_kv = 1 + (int64_t)(trng_next(&r) % 40);
-    d.head_dim = dims[trng_next(&r) % 4];
-    d.mode = trng_next(&r) % 4 == 0 ? FXA_MODE_ONLINE : FXA_MODE_AUTO;
-    d.center = (int)(trng_next(&r) % 3 != 0);
-    const uint64_t pick = trng_next(&r) % 8;
+    d.seq_q = 1 + (int64_t)(fxt_rng_next(&r) % 3);
+    d.seq_kv = 1 + (int64_t)(fxt_rng_next(&r) % 40);
+    d.head_dim = dims[fxt_rng_next(&r) % 4];
+    d.mode = fxt_rng_next(&r) % 4 == 0 ? FXA_MODE_ONLINE : FXA_MODE_AUTO;
+    d.center = (int)(fxt_rng_next(&r) % 3 != 0);
+    const uint64_t pick = fxt_rng_next(&r) % 8;
     d.scale = pick == 0 ? (double)FLT_MAX : pick == 1 ? 1e300 : log_uniform(&r, -40.0, 40.0);
     const double qmag = log_uniform(&r, -20.0, 20.0);
     const double kmag = log_uniform(&r, -20.0, 20.0);
@@ -247,22 +247,22 @@ static void case_sweep(uint64_t seed)
     tcase_init(&t, &d);
     double u[256], un = 0.0;
     for (int64_t c = 0; c < dim; c++) {
-        u[c] = trng_normal(&r);
+        u[c] = fxt_rng_normal(&r);
         un += u[c] * u[c];
     }
     for (int64_t c = 0; c < dim; c++)
         u[c] /= sqrt(un);
     for (int64_t i = 0; i < d.seq_q; i++) {
-        const double sign = trng_next(&r) % 2 ? 1.0 : -1.0;
+        const double sign = fxt_rng_next(&r) % 2 ? 1.0 : -1.0;
         for (int64_t c = 0; c < dim; c++)
             t.q[i * dim + c] = (float)(sign * qmag * u[c]);
     }
-    const uint64_t rot = trng_next(&r) % (uint64_t)n;
+    const uint64_t rot = fxt_rng_next(&r) % (uint64_t)n;
     for (int64_t j = 0; j < n; j++) {
         const double tj = 0.5 + 0.5 * (double)(((uint64_t)j + rot) % (uint64_t)n) / (double)n;
         for (int64_t c = 0; c < dim; c++) {
             t.k[j * dim + c] = (float)(kmag * tj * u[c]);
-            t.v[j * dim + c] = (float)trng_normal(&r);
+            t.v[j * dim + c] = (float)fxt_rng_normal(&r);
         }
     }
     double qmax = 0.0, kmax = 0.0, vmax = 0.0;
@@ -351,8 +351,8 @@ static void case_sweep(uint64_t seed)
 /* C. */
 static void case_tiny_and_near_overflow(uint64_t seed, int tiny)
 {
-    trng r;
-    trng_seed(&r, seed);
+    fxt_rng r;
+    fxt_rng_seed(&r, seed);
     fxa_attn_desc d;
     random_desc(&r, &d);
     d.dtype = FXA_F32;
@@ -360,10 +360,10 @@ static void case_tiny_and_near_overflow(uint64_t seed, int tiny)
     tcase t;
     tcase_init(&t, &d);
     for (int64_t i = 0; i < t.nq; i++)
-        t.q[i] = tiny ? (float)(trng_normal(&r) * 1e-40) : (float)(0x1p63 * (1.0 + 0.5 * trng_uniform(&r)));
+        t.q[i] = tiny ? (float)(fxt_rng_normal(&r) * 1e-40) : (float)(0x1p63 * (1.0 + 0.5 * fxt_rng_uniform(&r)));
     for (int64_t i = 0; i < t.nkv; i++) {
-        t.k[i] = tiny ? (float)(trng_normal(&r) * 1e-40) : (float)(0x1p63 * (1.0 + 0.5 * trng_uniform(&r)));
-        t.v[i] = (float)trng_normal(&r);
+        t.k[i] = tiny ? (float)(fxt_rng_normal(&r) * 1e-40) : (float)(0x1p63 * (1.0 + 0.5 * fxt_rng_uniform(&r)));
+        t.v[i] = (float)fxt_rng_normal(&r);
     }
     if (!tiny)
         t.d.scale = ldexp(d.scale, -130); /* scores ~ 2^126 D scale 2^-130: ordinary */

@@ -60,7 +60,7 @@ static void test_constants(void)
     CHECK(ok_centred, "the centred gate keeps the flushed mass below 2^-24");
 }
 
-static void fill_keys(tcase *t, trng *r, double offset, double spread)
+static void fill_keys(tcase *t, fxt_rng *r, double offset, double spread)
 {
     const int64_t dim = t->d.head_dim;
     for (int64_t j = 0; j < t->d.seq_kv; j++) {
@@ -68,9 +68,9 @@ static void fill_keys(tcase *t, trng *r, double offset, double spread)
         float *v = t->v + j * dim;
         k[0] = (float)(offset + (j % 2 ? spread : -spread));
         for (int64_t c = 1; c < dim; c++)
-            k[c] = (float)(0.3 * trng_normal(r));
+            k[c] = (float)(0.3 * fxt_rng_normal(r));
         for (int64_t c = 0; c < dim; c++)
-            v[c] = (float)(2.0 * trng_uniform(r) - 1.0);
+            v[c] = (float)(2.0 * fxt_rng_uniform(r) - 1.0);
     }
 }
 
@@ -99,11 +99,11 @@ static void sweep_gate(int center)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
+    fxt_rng r;
     const int64_t n = 2048;
     const int64_t rows = 128; /* all rows are checked against fp64 */
     const int64_t dim = 64;
-    trng_seed(&r, 31 + (uint64_t)center);
+    fxt_rng_seed(&r, 31 + (uint64_t)center);
     fxa_attn_desc_init(&d);
     d.batch = d.heads_q = d.heads_kv = 1;
     d.seq_q = rows;
@@ -170,11 +170,11 @@ static void centred_allowance(double offset, int expect_fallback)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
+    fxt_rng r;
     const int64_t n = 1024;
     const int64_t dim = 64;
     const int64_t rows = 8;
-    trng_seed(&r, 37);
+    fxt_rng_seed(&r, 37);
     fxa_attn_desc_init(&d);
     d.batch = d.heads_q = d.heads_kv = 1;
     d.seq_q = rows;
@@ -224,10 +224,10 @@ static void anti_aligned_between_gates(int center)
 {
     fxa_attn_desc d;
     tcase t;
-    trng r;
+    fxt_rng r;
     const int64_t n = 1024;
     const int64_t dim = 64;
-    trng_seed(&r, 41);
+    fxt_rng_seed(&r, 41);
     fxa_attn_desc_init(&d);
     d.batch = d.heads_q = d.heads_kv = 1;
     d.seq_q = 4;
@@ -237,11 +237,11 @@ static void anti_aligned_between_gates(int center)
     d.scale = log(2.0);
     tcase_init(&t, &d);
     for (int64_t j = 0; j < n; j++) {
-        t.k[j * dim] = -1.0f + (float)(0.05 * trng_uniform(&r));
+        t.k[j * dim] = -1.0f + (float)(0.05 * fxt_rng_uniform(&r));
         for (int64_t c = 1; c < dim; c++)
-            t.k[j * dim + c] = (float)(0.01 * trng_normal(&r));
+            t.k[j * dim + c] = (float)(0.01 * fxt_rng_normal(&r));
         for (int64_t c = 0; c < dim; c++)
-            t.v[j * dim + c] = (float)(2.0 * trng_uniform(&r) - 1.0);
+            t.v[j * dim + c] = (float)(2.0 * fxt_rng_uniform(&r) - 1.0);
     }
     for (int64_t i = 0; i < 4; i++)
         t.q[i * dim] = 160.0f + (float)i;

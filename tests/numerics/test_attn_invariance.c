@@ -47,7 +47,7 @@ static int result_equal(const result *a, const result *b, const tcase *t)
 static void make_case(tcase *t, fxa_dtype dtype, fxa_layout layout, uint64_t seed)
 {
     fxa_attn_desc d;
-    trng r;
+    fxt_rng r;
     fxa_attn_desc_init(&d);
     d.batch = 2;
     d.heads_q = 8;
@@ -58,7 +58,7 @@ static void make_case(tcase *t, fxa_dtype dtype, fxa_layout layout, uint64_t see
     d.dtype = dtype;
     d.layout = layout;
     tcase_init(t, &d);
-    trng_seed(&r, seed);
+    fxt_rng_seed(&r, seed);
     /* Values depend on (b, h, s, c), not on the layout, so the two layouts
      * hold the same problem. */
     for (int64_t b = 0; b < d.batch; b++) {
@@ -66,13 +66,13 @@ static void make_case(tcase *t, fxa_dtype dtype, fxa_layout layout, uint64_t see
             const double qs = (h % 4 == 3) ? 16.0 : 1.0; /* hot heads fall back */
             for (int64_t i = 0; i < d.seq_q; i++)
                 for (int64_t c = 0; c < d.head_dim; c++)
-                    t->q[tcase_q_off(t, b, h, i) + c] = (float)(qs * trng_normal(&r));
+                    t->q[tcase_q_off(t, b, h, i) + c] = (float)(qs * fxt_rng_normal(&r));
         }
         for (int64_t h = 0; h < d.heads_kv; h++) {
             for (int64_t j = 0; j < d.seq_kv; j++) {
                 for (int64_t c = 0; c < d.head_dim; c++) {
-                    t->k[tcase_kv_off(t, b, h, j) + c] = (float)(trng_normal(&r) + 1.0);
-                    t->v[tcase_kv_off(t, b, h, j) + c] = (float)trng_normal(&r);
+                    t->k[tcase_kv_off(t, b, h, j) + c] = (float)(fxt_rng_normal(&r) + 1.0);
+                    t->v[tcase_kv_off(t, b, h, j) + c] = (float)fxt_rng_normal(&r);
                 }
             }
         }

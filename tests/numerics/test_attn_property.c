@@ -124,20 +124,20 @@ static const char *dtype_name(fxa_dtype t)
     return t == FXA_F32 ? "f32" : (t == FXA_BF16 ? "bf16" : "f16");
 }
 
-static int64_t uni_int(trng *r, int64_t lo, int64_t hi)
+static int64_t uni_int(fxt_rng *r, int64_t lo, int64_t hi)
 {
-    return lo + (int64_t)(trng_uniform(r) * (double)(hi - lo + 1));
+    return lo + (int64_t)(fxt_rng_uniform(r) * (double)(hi - lo + 1));
 }
 
-static double log_uniform(trng *r, double lo, double hi)
+static double log_uniform(fxt_rng *r, double lo, double hi)
 {
-    return lo * pow(hi / lo, trng_uniform(r));
+    return lo * pow(hi / lo, fxt_rng_uniform(r));
 }
 
 /* 10^(w * u), u uniform in [-1, 1). */
-static double log_factor(trng *r, double w)
+static double log_factor(fxt_rng *r, double w)
 {
-    return pow(10.0, w * (2.0 * trng_uniform(r) - 1.0));
+    return pow(10.0, w * (2.0 * fxt_rng_uniform(r) - 1.0));
 }
 
 static int is_prime(int64_t n)
@@ -152,7 +152,7 @@ static int is_prime(int64_t n)
 
 /* A sequence length in 1..max: uniform, log-uniform (short ones), multiples
  * of 16, multiples of 256, primes, and tile edges 16k +- 1. */
-static int64_t draw_len(trng *r, int64_t max)
+static int64_t draw_len(fxt_rng *r, int64_t max)
 {
     int64_t n;
     switch (uni_int(r, 0, 5)) {
@@ -174,13 +174,13 @@ static int64_t draw_len(trng *r, int64_t max)
             n--;
         break;
     default:
-        n = 16 * uni_int(r, 1, max / 16) + (trng_uniform(r) < 0.5 ? -1 : 1);
+        n = 16 * uni_int(r, 1, max / 16) + (fxt_rng_uniform(r) < 0.5 ? -1 : 1);
         break;
     }
     return n < 1 ? 1 : (n > max ? max : n);
 }
 
-static void draw_case(pcase *pc, int index, uint64_t seed, trng *r)
+static void draw_case(pcase *pc, int index, uint64_t seed, fxt_rng *r)
 {
     fxa_attn_desc *d = &pc->d;
     memset(pc, 0, sizeof *pc);
@@ -193,29 +193,29 @@ static void draw_case(pcase *pc, int index, uint64_t seed, trng *r)
     d->seq_q = draw_len(r, 300);
     d->seq_kv = draw_len(r, 700);
     d->head_dim = g_dims[uni_int(r, 0, (int64_t)(sizeof g_dims / sizeof g_dims[0]) - 1)];
-    d->layout = trng_uniform(r) < 0.5 ? FXA_LAYOUT_BSHD : FXA_LAYOUT_BHSD;
-    const double u = trng_uniform(r);
+    d->layout = fxt_rng_uniform(r) < 0.5 ? FXA_LAYOUT_BSHD : FXA_LAYOUT_BHSD;
+    const double u = fxt_rng_uniform(r);
     d->dtype = u < 0.4 ? FXA_F32 : (u < 0.75 ? FXA_BF16 : FXA_F16);
-    d->compute = d->dtype == FXA_BF16 && trng_uniform(r) < 0.5 ? FXA_COMPUTE_BF16
+    d->compute = d->dtype == FXA_BF16 && fxt_rng_uniform(r) < 0.5 ? FXA_COMPUTE_BF16
                                                                 : FXA_COMPUTE_FP32;
-    d->center = trng_uniform(r) < 0.5;
-    d->scale = trng_uniform(r) < 0.5 ? 0.0 : log_uniform(r, 1e-3, 10.0);
+    d->center = fxt_rng_uniform(r) < 0.5;
+    d->scale = fxt_rng_uniform(r) < 0.5 ? 0.0 : log_uniform(r, 1e-3, 10.0);
 
     pc->q_mag = log_uniform(r, 1e-3, 1e3);
     pc->k_mag = log_uniform(r, 1e-3, 1e3);
-    pc->q_head_sp = 0.5 * trng_uniform(r);
-    pc->q_row_sp = trng_uniform(r);
-    pc->k_row_sp = trng_uniform(r);
-    pc->zero_row_p = trng_uniform(r) < 0.2 ? 0.1 : 0.0;
-    pc->offset = trng_uniform(r) < 0.3 ? log_uniform(r, 3.0, 30.0) : 0.0;
-    pc->sink = trng_uniform(r) < 0.3 ? log_uniform(r, 10.0, 1000.0) : 0.0;
-    pc->zero_q = trng_uniform(r) < 0.05;
-    pc->zero_k = trng_uniform(r) < 0.05;
-    pc->huge_v = trng_uniform(r) < 0.25;
+    pc->q_head_sp = 0.5 * fxt_rng_uniform(r);
+    pc->q_row_sp = fxt_rng_uniform(r);
+    pc->k_row_sp = fxt_rng_uniform(r);
+    pc->zero_row_p = fxt_rng_uniform(r) < 0.2 ? 0.1 : 0.0;
+    pc->offset = fxt_rng_uniform(r) < 0.3 ? log_uniform(r, 3.0, 30.0) : 0.0;
+    pc->sink = fxt_rng_uniform(r) < 0.3 ? log_uniform(r, 10.0, 1000.0) : 0.0;
+    pc->zero_q = fxt_rng_uniform(r) < 0.05;
+    pc->zero_k = fxt_rng_uniform(r) < 0.05;
+    pc->huge_v = fxt_rng_uniform(r) < 0.25;
     pc->elem_cap = d->dtype == FXA_F16 ? 60000.0 : 1e30;
     const double v_top = d->dtype == FXA_F16 ? 1e4 : 1e30;
     pc->v_mag = pc->huge_v ? log_uniform(r, 1e3, v_top) : log_uniform(r, 1e-2, 1e2);
-    pc->v_head_sp = trng_uniform(r) < 0.5 ? 2.0 * trng_uniform(r) : 0.0;
+    pc->v_head_sp = fxt_rng_uniform(r) < 0.5 ? 2.0 * fxt_rng_uniform(r) : 0.0;
     /* fp32 online softmax sums up to Skv terms of |p v| <= |v|: keep it finite. */
     pc->v_cap = 1e33 / (double)d->seq_kv;
     if (d->dtype == FXA_F16)
@@ -228,11 +228,11 @@ static double clampd(double x, double cap)
 }
 
 /* A random direction of the given norm, into g[0..dim). */
-static void random_vector(trng *r, double *g, int64_t dim, double norm)
+static void random_vector(fxt_rng *r, double *g, int64_t dim, double norm)
 {
     double nn = 0.0;
     for (int64_t c = 0; c < dim; c++) {
-        g[c] = trng_normal(r);
+        g[c] = fxt_rng_normal(r);
         nn += g[c] * g[c];
     }
     const double s = nn > 0.0 ? norm / sqrt(nn) : 0.0;
@@ -240,7 +240,7 @@ static void random_vector(trng *r, double *g, int64_t dim, double norm)
         g[c] *= s;
 }
 
-static void fill_case(const pcase *pc, tcase *t, trng *r)
+static void fill_case(const pcase *pc, tcase *t, fxt_rng *r)
 {
     const fxa_attn_desc *d = &t->d;
     const int64_t dim = d->head_dim;
@@ -251,7 +251,7 @@ static void fill_case(const pcase *pc, tcase *t, trng *r)
             const double head_norm = pc->q_mag * log_factor(r, pc->q_head_sp);
             for (int64_t i = 0; i < d->seq_q; i++) {
                 float *q = t->q + tcase_q_off(t, b, h, i);
-                const int zero = pc->zero_q || trng_uniform(r) < pc->zero_row_p;
+                const int zero = pc->zero_q || fxt_rng_uniform(r) < pc->zero_row_p;
                 random_vector(r, g, dim, zero ? 0.0 : head_norm * log_factor(r, pc->q_row_sp));
                 for (int64_t c = 0; c < dim; c++)
                     q[c] = (float)clampd(g[c], pc->elem_cap);
@@ -259,7 +259,7 @@ static void fill_case(const pcase *pc, tcase *t, trng *r)
         }
         for (int64_t h = 0; h < d->heads_kv; h++) {
             random_vector(r, off, dim, pc->offset * pc->k_mag);
-            const int64_t sink_j = pc->sink > 0.0 && trng_uniform(r) < 0.75
+            const int64_t sink_j = pc->sink > 0.0 && fxt_rng_uniform(r) < 0.75
                                        ? uni_int(r, 0, d->seq_kv - 1)
                                        : -1;
             const double v_head = pc->v_mag * log_factor(r, pc->v_head_sp);
@@ -270,7 +270,7 @@ static void fill_case(const pcase *pc, tcase *t, trng *r)
                 const double f = j == sink_j ? pc->sink : 1.0;
                 for (int64_t c = 0; c < dim; c++) {
                     k[c] = pc->zero_k ? 0.0f : (float)clampd(f * (g[c] + off[c]), pc->elem_cap);
-                    v[c] = (float)clampd(v_head * trng_normal(r), pc->v_cap);
+                    v[c] = (float)clampd(v_head * fxt_rng_normal(r), pc->v_cap);
                 }
             }
         }
@@ -809,10 +809,10 @@ static void run_case(int index, uint64_t seed, fxa_ctx *ctx, totals *tot)
 {
     pcase pc;
     tcase t;
-    trng r;
+    fxt_rng r;
     mode_result ma;
     mode_result mo;
-    trng_seed(&r, seed);
+    fxt_rng_seed(&r, seed);
     draw_case(&pc, index, seed, &r);
     print_case(&pc);
     tcase_init(&t, &pc.d);

@@ -45,7 +45,7 @@ static const char *dtype_name(fxa_dtype t)
 }
 
 /* q, k ~ N(0, s^2) with per-head scales and a common key offset; v ~ N(0,1). */
-static void fill(tcase *t, trng *r)
+static void fill(tcase *t, fxt_rng *r)
 {
     static const double q_scale[] = {0.4, 1.0, 2.0, 3.5, 1.5, 0.7, 5.0, 2.8};
     static const double k_scale[] = {1.0, 2.0, 0.8, 1.5};
@@ -55,7 +55,7 @@ static void fill(tcase *t, trng *r)
             for (int64_t i = 0; i < d->seq_q; i++) {
                 float *q = t->q + tcase_q_off(t, b, h, i);
                 for (int64_t c = 0; c < d->head_dim; c++)
-                    q[c] = (float)(q_scale[h % 8] * trng_normal(r));
+                    q[c] = (float)(q_scale[h % 8] * fxt_rng_normal(r));
             }
         }
         for (int64_t h = 0; h < d->heads_kv; h++) {
@@ -64,8 +64,8 @@ static void fill(tcase *t, trng *r)
                 float *v = t->v + tcase_kv_off(t, b, h, j);
                 for (int64_t c = 0; c < d->head_dim; c++) {
                     const double offset = (c % 5 == 0) ? 2.0 : 0.0;
-                    k[c] = (float)(k_scale[h % 4] * (trng_normal(r) + offset));
-                    v[c] = (float)trng_normal(r);
+                    k[c] = (float)(k_scale[h % 4] * (fxt_rng_normal(r) + offset));
+                    v[c] = (float)fxt_rng_normal(r);
                 }
             }
         }
@@ -77,10 +77,10 @@ int main(void)
 {
     test_require_isa("test_attn_random");
     fxa_ctx *ctx = NULL;
-    trng r;
+    fxt_rng r;
     int64_t rows_total = 0;
     int64_t fallback_total = 0;
-    trng_seed(&r, 12345);
+    fxt_rng_seed(&r, 12345);
     CHECK(fxa_ctx_create(NULL, &ctx) == FXA_OK, "context");
     for (size_t si = 0; si < sizeof g_shapes / sizeof g_shapes[0]; si++) {
         const shape *s = &g_shapes[si];

@@ -38,8 +38,8 @@ typedef struct prob {
 static void prob_init(prob *p, int64_t tokens, int64_t hin, int64_t hq, int64_t hkv, int64_t dim,
                       uint64_t seed, double bias_scale)
 {
-    trng r;
-    trng_seed(&r, seed);
+    fxt_rng r;
+    fxt_rng_seed(&r, seed);
     fxa_proj_desc_init(&p->d);
     p->d.tokens = tokens;
     p->d.in_features = hin;
@@ -57,19 +57,19 @@ static void prob_init(prob *p, int64_t tokens, int64_t hin, int64_t hq, int64_t 
     p->cs = malloc((size_t)(tokens * dim) * sizeof(float));
     p->sn = malloc((size_t)(tokens * dim) * sizeof(float));
     for (int64_t i = 0; i < tokens * hin; i++)
-        p->x[i] = (float)trng_normal(&r);
+        p->x[i] = (float)fxt_rng_normal(&r);
     for (int64_t i = 0; i < p->n_out * hin; i++)
-        p->w[i] = (float)(trng_normal(&r) / sqrt((double)hin));
+        p->w[i] = (float)(fxt_rng_normal(&r) / sqrt((double)hin));
     for (int64_t i = 0; i < tokens; i++)
         p->xs[i] = 1.0f;
     for (int64_t i = 0; i < p->n_out; i++) {
         p->ws[i] = 1.0f;
-        p->bias[i] = (float)(bias_scale * trng_normal(&r));
+        p->bias[i] = (float)(bias_scale * fxt_rng_normal(&r));
     }
     for (int64_t i = 0; i < hq * dim; i++)
-        p->gq[i] = (float)(0.5 + trng_uniform(&r));
+        p->gq[i] = (float)(0.5 + fxt_rng_uniform(&r));
     for (int64_t i = 0; i < hkv * dim; i++)
-        p->gk[i] = (float)(0.5 + trng_uniform(&r));
+        p->gk[i] = (float)(0.5 + fxt_rng_uniform(&r));
     /* A 1 x 1 x tokens grid gives distinct angles on every band but t. */
     CHECK(fxa_wan_rope_tables(1, 1, tokens, dim, 1e4, p->cs, p->sn) == FXA_OK, "rope tables");
 }

@@ -367,12 +367,12 @@ static void test_convert_array(void)
           "Inf/NaN to bf16");
 
     /* Ordinary values: the scalar functions' outputs. */
-    trng r;
-    trng_seed(&r, 77u);
+    fxt_rng r;
+    fxt_rng_seed(&r, 77u);
     int bad = 0;
     for (int rep = 0; rep < 200; rep++) {
         for (int i = 0; i < 64; i++)
-            src[i] = (float)ldexp(trng_normal(&r), (int)(trng_next(&r) % 40u) - 30);
+            src[i] = (float)ldexp(fxt_rng_normal(&r), (int)(fxt_rng_next(&r) % 40u) - 30);
         src[rep % 64] = (rep & 1) ? -0.0f : 0x1p-20f; /* a zero and an f16 subnormal */
         for (int t = 0; t < 2; t++) {
             const fmt *f = t ? &BF16 : &F16;

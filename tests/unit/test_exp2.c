@@ -361,11 +361,11 @@ static void test_accuracy(const impl *im)
     /* Random (z, m) with integer shifts; e < -126 must give +0.0f (checked in the
      * batch), e >= 128 is skipped. */
     batch_begin(b, &s);
-    trng r;
-    trng_seed(&r, 20240611u);
+    fxt_rng r;
+    fxt_rng_seed(&r, 20240611u);
     for (int i = 0; i < 4000000; i++) {
-        const int mi = (int)(trng_next(&r) % 601u) - 300;
-        const double e0 = -126.0 + 254.0 * trng_uniform(&r);
+        const int mi = (int)(fxt_rng_next(&r) % 601u) - 300;
+        const double e0 = -126.0 + 254.0 * fxt_rng_uniform(&r);
         const float m = (float)mi;
         const float z = (float)((double)mi + e0);
         push(b, z, m);
@@ -377,8 +377,8 @@ static void test_accuracy(const impl *im)
     /* Random e near the ends of the range, where clamps and 2^n splitting act. */
     batch_begin(b, &s);
     for (int i = 0; i < 1000000; i++) {
-        const int mi = (int)(trng_next(&r) % 601u) - 300;
-        const double u = trng_uniform(&r);
+        const int mi = (int)(fxt_rng_next(&r) % 601u) - 300;
+        const double u = fxt_rng_uniform(&r);
         const double e0 = (i & 1) ? 128.0 - 1.0 * u : -126.0 + 1.0 * u;
         const float m = (float)mi;
         const float z = (float)((double)mi + e0);
@@ -392,8 +392,8 @@ static void test_accuracy(const impl *im)
      * within 2^-12 below -126 (the few that round up to e >= -126 are measured). */
     batch_begin(b, &s);
     for (int i = 0; i < 1000000; i++) {
-        const int mi = (int)(trng_next(&r) % 601u) - 300;
-        const double u = trng_uniform(&r);
+        const int mi = (int)(fxt_rng_next(&r) % 601u) - 300;
+        const double u = fxt_rng_uniform(&r);
         const double e0 = (i & 1) ? -126.0 - 34.0 * u : -126.0 - 0x1p-12 * u;
         const float m = (float)mi;
         const float z = (float)((double)mi + e0);
@@ -815,12 +815,12 @@ static void test_noflush_matches(void)
 {
     enum { N = 1 << 20 };
     static float z[N], m[N], with[N], without[N];
-    trng r;
-    trng_seed(&r, 2024);
+    fxt_rng r;
+    fxt_rng_seed(&r, 2024);
     size_t n = 0;
     while (n < N / 2) {
-        m[n] = (float)((int)(trng_next(&r) % 601) - 300);
-        z[n] = m[n] + (float)(-126.0 + 254.0 * trng_uniform(&r));
+        m[n] = (float)((int)(fxt_rng_next(&r) % 601) - 300);
+        z[n] = m[n] + (float)(-126.0 + 254.0 * fxt_rng_uniform(&r));
         n += (double)z[n] - (double)m[n] >= -126.0;
     }
     for (float e = -126.0f; n < N; e = nextafterf(e, INFINITY)) {

@@ -263,14 +263,14 @@ static void test_sweeps(void)
         check_enc(&t, test_bits_f32(b));
         check_enc(&t, test_bits_f32(b | 0x80000000u));
     }
-    trng r;
-    trng_seed(&r, 20250131u);
+    fxt_rng r;
+    fxt_rng_seed(&r, 20250131u);
     for (int i = 0; i < 1000000; i++)
-        check_enc(&t, test_bits_f32((uint32_t)(trng_next(&r) >> 32)));
+        check_enc(&t, test_bits_f32((uint32_t)(fxt_rng_next(&r) >> 32)));
     for (int i = 0; i < 1000000; i++) {
-        const int k = (int)(trng_next(&r) % 24u) - 13; /* [2^-13, 2^11) */
-        const double v = ldexp(1.0 + trng_uniform(&r), k);
-        check_enc(&t, (float)((trng_next(&r) & 1u) ? -v : v));
+        const int k = (int)(fxt_rng_next(&r) % 24u) - 13; /* [2^-13, 2^11) */
+        const double v = ldexp(1.0 + fxt_rng_uniform(&r), k);
+        check_enc(&t, (float)((fxt_rng_next(&r) & 1u) ? -v : v));
     }
     printf("encode vs brute force: %lld values (%.2f s)\n", t.n, test_now_seconds() - t0);
     CHECK(t.bad == 0, "%lld of %lld encodings differ from the brute-force reference", t.bad, t.n);
@@ -294,39 +294,39 @@ static float want_scale(const float *x, int64_t n)
 }
 
 /* Row kinds of the generated matrices. */
-static void fill_row(trng *r, int kind, float *x, int64_t n)
+static void fill_row(fxt_rng *r, int kind, float *x, int64_t n)
 {
-    const int e = (int)(trng_next(r) % 41u) - 20;
+    const int e = (int)(fxt_rng_next(r) % 41u) - 20;
     for (int64_t j = 0; j < n; j++) {
         double v;
         switch (kind) {
         case 0: /* gaussian at a random scale */
-            v = ldexp(trng_normal(r), e);
+            v = ldexp(fxt_rng_normal(r), e);
             break;
         case 1: /* zeros */
             v = 0.0;
             break;
         case 2: /* 40 binades of dynamic range and some zeros: E4M3 subnormals and zeros */
-            v = (trng_next(r) % 5u == 0) ? 0.0
-                                          : ldexp(trng_normal(r), (int)(trng_next(r) % 40u) - 30);
+            v = (fxt_rng_next(r) % 5u == 0) ? 0.0
+                                          : ldexp(fxt_rng_normal(r), (int)(fxt_rng_next(r) % 40u) - 30);
             break;
         case 3: /* one negative spike */
             v = j == n / 2 ? -3.75 : 0.0;
             break;
         case 4: /* near FLT_MAX */
-            v = j == 0 ? (double)FLT_MAX : j == 1 ? -(double)FLT_MAX : ldexp(trng_normal(r), 125);
+            v = j == 0 ? (double)FLT_MAX : j == 1 ? -(double)FLT_MAX : ldexp(fxt_rng_normal(r), 125);
             break;
         case 5: /* absmax below 448 * FLT_MIN: fp32 subnormals and tiny normals */
-            v = ldexp(trng_normal(r), -125 - (int)(trng_next(r) % 26u));
+            v = ldexp(fxt_rng_normal(r), -125 - (int)(fxt_rng_next(r) % 26u));
             break;
         case 6: /* +-absmax only */
-            v = (trng_next(r) & 1u) ? 1.5 : -1.5;
+            v = (fxt_rng_next(r) & 1u) ? 1.5 : -1.5;
             break;
         case 7: /* -0 only */
             v = -0.0;
             break;
         default: /* the exact boundary 448 * FLT_MIN and a mix */
-            v = j == 0 ? 448.0 * 0x1p-126 : ldexp(trng_normal(r), -130);
+            v = j == 0 ? 448.0 * 0x1p-126 : ldexp(fxt_rng_normal(r), -130);
             break;
         }
         x[j] = (float)v;
@@ -402,8 +402,8 @@ static void test_quantize_rows(void)
         CHECK(0, "out of memory");
         return;
     }
-    trng r;
-    trng_seed(&r, 4242u);
+    fxt_rng r;
+    fxt_rng_seed(&r, 4242u);
     for (int64_t i = 0; i < rows; i++)
         fill_row(&r, (int)(i % N_KINDS), x + i * n, n);
     packed[rows * stride] = 0x5a; /* guard byte */
@@ -552,8 +552,8 @@ static void test_quantize_weights(void)
         CHECK(0, "out of memory");
         return;
     }
-    trng r;
-    trng_seed(&r, 977u);
+    fxt_rng r;
+    fxt_rng_seed(&r, 977u);
     for (int64_t o = 0; o < out; o++) {
         fill_row(&r, (int)(o % N_KINDS), w + o * in, in);
         if (o % N_KINDS == 0) /* channels of very different magnitudes */

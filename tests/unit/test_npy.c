@@ -1,5 +1,5 @@
 /*
- * Unit test of tools/fxattn/npy.c: valid and hostile .npy files for the reader, roundtrips
+ * Unit test of src/io/npy.c: valid and hostile .npy files for the reader, roundtrips
  * and failure clean-up for the atomic writer. Works in a fresh mkdtemp folder under /tmp,
  * removed at the end. Prints each failed check, then "ok N checks" when all pass.
  */

@@ -21,12 +21,12 @@ static const size_t g_dims[] = {1, 3, 16, 17, 64, 100, 128};
 #define SENTINEL_BITS 0x7fc0deadu /* a NaN no row holds (rows are finite) */
 
 /* Random finite bits of every magnitude, signed zeros and subnormals included. */
-static void fill_rows(trng *r, float *src, const float **rows, size_t n, size_t d)
+static void fill_rows(fxt_rng *r, float *src, const float **rows, size_t n, size_t d)
 {
     for (size_t j = 0; j < n; j++) {
         float *row = src + j * ROW_STRIDE + j % 3;
         for (size_t c = 0; c < d; c++) {
-            uint32_t bits = (uint32_t)(trng_next(r) >> 32);
+            uint32_t bits = (uint32_t)(fxt_rng_next(r) >> 32);
             if ((bits & 0x7f800000u) == 0x7f800000u)
                 bits &= 0xbfffffffu; /* Inf or NaN exponent: one lower */
             row[c] = test_bits_f32(bits);
@@ -84,8 +84,8 @@ static void compare_to_ref(const char *name, const fxa_kernels *k)
     CHECK(want && got, "out of memory");
     if (!want || !got)
         return;
-    trng r;
-    trng_seed(&r, 11);
+    fxt_rng r;
+    fxt_rng_seed(&r, 11);
     int differing = 0;
     for (size_t a = 0; a < N_KEYS; a++)
         for (size_t b = 0; b < N_DIMS; b++) {

@@ -20,13 +20,13 @@ static const size_t g_dims[] = {1,  2,  3,  5,   7,   8,   9,   15,  16, 17,
 
 /* A row of mixed magnitudes: normal values, large and tiny ones, subnormals,
  * signed zeros. */
-static void fill_row(trng *r, float *x, size_t d)
+static void fill_row(fxt_rng *r, float *x, size_t d)
 {
     for (size_t c = 0; c < d; c++) {
-        const double u = trng_uniform(r);
-        const double n = trng_normal(r);
+        const double u = fxt_rng_uniform(r);
+        const double n = fxt_rng_normal(r);
         if (u < 0.05)
-            x[c] = trng_uniform(r) < 0.5 ? 0.0f : -0.0f;
+            x[c] = fxt_rng_uniform(r) < 0.5 ? 0.0f : -0.0f;
         else if (u < 0.10)
             x[c] = (float)(n * 1e-40); /* subnormal */
         else if (u < 0.15)
@@ -46,8 +46,8 @@ static int same_bits_d(double a, double b)
 static void compare_to_ref(const char *name, const fxa_row_stats *rs, int rounds)
 {
     const fxa_row_stats *ref = &fxa_f32_rowstats__ref;
-    trng r;
-    trng_seed(&r, 42);
+    fxt_rng r;
+    fxt_rng_seed(&r, 42);
     long long mismatches = 0;
     for (size_t i = 0; i < N_DIMS; i++) {
         const size_t d = g_dims[i];
@@ -57,7 +57,7 @@ static void compare_to_ref(const char *name, const fxa_row_stats *rs, int rounds
             fill_row(&r, x, d);
             fill_row(&r, y, d);
             for (size_t c = 0; c < d; c++)
-                sum_ref[c] = sum[c] = trng_normal(&r);
+                sum_ref[c] = sum[c] = fxt_rng_normal(&r);
             const double n_ref = ref->norm2_add(x, d, sum_ref);
             const double n = rs->norm2_add(x, d, sum);
             int ok = same_bits_d(n, n_ref) && memcmp(sum, sum_ref, d * sizeof *sum) == 0;
@@ -83,8 +83,8 @@ static void compare_to_ref(const char *name, const fxa_row_stats *rs, int rounds
 static void check_ref_accuracy(void)
 {
     const fxa_row_stats *ref = &fxa_f32_rowstats__ref;
-    trng r;
-    trng_seed(&r, 7);
+    fxt_rng r;
+    fxt_rng_seed(&r, 7);
     double worst = 0.0;
     int max_ok = 1;
     for (size_t i = 0; i < N_DIMS; i++) {

@@ -1,5 +1,5 @@
 /*
- * Unit test of tools/fxattn/safetensors.c: valid files of every supported dtype (and an
+ * Unit test of src/io/safetensors.c: valid files of every supported dtype (and an
  * unsupported one), shapes, names and metadata, reading and fp32 conversion bit for bit, and
  * one clear error for each kind of hostile file, through both fxa_st_open and fxa_st_parse.
  * Works in a fresh mkdtemp folder under /tmp, removed at the end. Prints each failed check,

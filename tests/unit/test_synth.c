@@ -1,5 +1,5 @@
 /*
- * test_synth: checks of the Wan2.2-like synthetic inputs (tools/fxattn/synth_wan.h):
+ * test_synth: checks of the Wan2.2-like synthetic inputs (tools/common/synth_wan.h):
  * argument checks, determinism per seed, finite outputs, the RMSNorm association order,
  * the normalised row norm, the RoPE band split, and RoPE's identity at the origin and its
  * preservation of norms and same-position dot products. Exit status 0 and "ok N checks"

@@ -66,7 +66,4 @@ void fxt_json_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
  * before allocating anything large. (Defined in runner.c.) */
 int fxt_check_memory(double need_bytes, int sharers, const char *what);
 
-/* Monotonic wall clock in seconds. */
-double fxt_now(void);
-
 #endif

@@ -20,15 +20,9 @@
 #include "cli.h"
 #include "fxattn_proj.h"
 #include "peak.h"
+#include "stats.h"
 
 #define N_WAYS 5
-
-static int cmp_double(const void *x, const void *y)
-{
-    const double a = *(const double *)x;
-    const double b = *(const double *)y;
-    return (a > b) - (a < b);
-}
 
 typedef struct proj_bench {
     int64_t s, h, i, dim, heads;
@@ -203,8 +197,7 @@ int fxt_bench_proj(const bench_args *ba)
     const double gflop = 2.0 * (double)b.s * (double)b.h * (double)b.i * 1e-9;
     double med[N_WAYS];
     for (int way = 0; way < N_WAYS; way++) {
-        qsort(secs[way], (size_t)reps, sizeof(double), cmp_double);
-        med[way] = secs[way][reps / 2];
+        med[way] = fxt_median(secs[way], (size_t)reps);
     }
     if (!ba->json)
         printf("fxattn bench --proj: S=%lld H=%lld I=%lld (%lld heads x %lld), %d threads, "

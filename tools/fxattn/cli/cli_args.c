@@ -216,10 +216,3 @@ const char *fxt_dtype_name(fxa_dtype t)
 {
     return t == FXA_F32 ? "f32" : (t == FXA_BF16 ? "bf16" : "f16");
 }
-
-double fxt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}

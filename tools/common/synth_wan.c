@@ -15,10 +15,11 @@
  * N and n are the PRNG's approximate standard normals: the Irwin-Hall sum of four 16-bit
  * uniforms from one xoshiro256** draw, scaled to variance 1 (integer arithmetic and one exact
  * fp32 multiply, so identical bits everywhere; tails stop at +-sqrt(12), so |v| < 7).
- * The PRNG is xoshiro256** (Blackman and Vigna, 2018) seeded through splitmix64.
+ * The PRNG is rng.h's (xoshiro256** seeded through splitmix64).
  * Values are drawn in a fixed order: parameters, then per token q noise, k noise, v.
  */
 #include "synth_wan.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -28,58 +29,6 @@
 #define SW_SQRT2 1.4142135623730950488016887242097
 #define SW_THETA 10000.0
 #define SW_EPS 1e-6f
-
-typedef struct sw_rng {
-    uint64_t s[4];
-} sw_rng;
-
-static uint64_t sw_splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void sw_rng_seed(sw_rng *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++)
-        r->s[i] = sw_splitmix64(&seed);
-}
-
-static uint64_t sw_rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-/* xoshiro256** */
-static uint64_t sw_next(sw_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t out = sw_rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = sw_rotl(s[3], 45);
-    return out;
-}
-
-/* Uniform in [0, 1) with 24 bits. */
-static float sw_uniform(sw_rng *r)
-{
-    return (float)(sw_next(r) >> 40) * 0x1p-24f;
-}
-
-/* Approximate N(0, 1): Irwin-Hall of four 16-bit uniforms, mean 131070, sd 65536/sqrt(3). */
-static float sw_gauss(sw_rng *r)
-{
-    uint64_t x = sw_next(r);
-    int32_t s = (int32_t)((x & 0xffff) + ((x >> 16) & 0xffff) + ((x >> 32) & 0xffff) + (x >> 48));
-    return (float)(s - 131070) * (float)(1.7320508075688772 / 65536.0);
-}
 
 void fxt_wan_synth_defaults(fxt_wan_synth *p)
 {
@@ -157,23 +106,23 @@ typedef struct sw_params {
     double wave[SW_WAVES][4]; /* cycles per extent along f, h, w; phase */
 } sw_params;
 
-static void sw_draw_params(sw_rng *r, int heads, int head_dim, sw_params *pr)
+static void sw_draw_params(fxt_rng *r, int heads, int head_dim, sw_params *pr)
 {
     size_t d = (size_t)head_dim, ch = (size_t)heads * d;
     float amix = 1.0f / sqrtf((float)SW_WAVES);
     for (int m = 0; m < SW_WAVES; m++) {
         for (int a = 0; a < 3; a++)
-            pr->wave[m][a] = 3.0 * (double)sw_uniform(r) - 1.5;
-        pr->wave[m][3] = SW_TWO_PI * (double)sw_uniform(r);
+            pr->wave[m][a] = 3.0 * (double)fxt_rng_uniform24(r) - 1.5;
+        pr->wave[m][3] = SW_TWO_PI * (double)fxt_rng_uniform24(r);
     }
     for (size_t i = 0; i < (size_t)SW_WAVES * ch; i++) {
-        pr->aq[i] = amix * sw_gauss(r);
-        pr->ak[i] = 0.8f * pr->aq[i] + 0.6f * amix * sw_gauss(r);
+        pr->aq[i] = amix * fxt_rng_gauss4(r);
+        pr->ak[i] = 0.8f * pr->aq[i] + 0.6f * amix * fxt_rng_gauss4(r);
     }
     for (size_t c = 0; c < ch; c++) {
-        pr->oq[c] = 0.4f * sw_gauss(r);
-        pr->ok[c] = 1.5f * sw_gauss(r);
-        pr->sv[c] = 0.7f * expf(0.3f * sw_gauss(r));
+        pr->oq[c] = 0.4f * fxt_rng_gauss4(r);
+        pr->ok[c] = 1.5f * fxt_rng_gauss4(r);
+        pr->sv[c] = 0.7f * expf(0.3f * fxt_rng_gauss4(r));
     }
     float *gains[2] = {pr->gq, pr->gk};
     for (int g = 0; g < 2; g++) {
@@ -181,20 +130,20 @@ static void sw_draw_params(sw_rng *r, int heads, int head_dim, sw_params *pr)
             /* Every eighth head is hot (2x gain on q and k), as some heads of
              * real DiT layers are: its sharpest rows exceed the fixed-max
              * gates and exercise the fallback. */
-            float hot = (0.6f + 1.2f * sw_uniform(r)) * (h % 8 == 5 ? 2.0f : 1.0f);
+            float hot = (0.6f + 1.2f * fxt_rng_uniform24(r)) * (h % 8 == 5 ? 2.0f : 1.0f);
             float *gh = gains[g] + (size_t)h * d;
             for (size_t i = 0; i < d; i++)
-                gh[i] = expf(0.5f * sw_gauss(r)) * hot;
+                gh[i] = expf(0.5f * fxt_rng_gauss4(r)) * hot;
         }
     }
 }
 
 /* Raw q or k row: offset + noise + content mix of the token's waves z. */
-static void sw_raw_row(sw_rng *r, const float *off, const float *mix, const float *z,
+static void sw_raw_row(fxt_rng *r, const float *off, const float *mix, const float *z,
                        size_t ch, float *row)
 {
     for (size_t c = 0; c < ch; c++)
-        row[c] = off[c] + 0.5f * sw_gauss(r);
+        row[c] = off[c] + 0.5f * fxt_rng_gauss4(r);
     for (int m = 0; m < SW_WAVES; m++) {
         const float *mm = mix + (size_t)m * ch;
         for (size_t c = 0; c < ch; c++)
@@ -269,8 +218,8 @@ fxa_status fxt_wan_synth_qkv(const fxt_wan_synth *p, float *q, float *k, float *
     }
     float *cs = next, *sn = next + pairs;
 
-    sw_rng rng;
-    sw_rng_seed(&rng, p->seed);
+    fxt_rng rng;
+    fxt_rng_seed(&rng, p->seed);
     sw_draw_params(&rng, p->heads, p->head_dim, &pr);
 
     size_t tok = 0;
@@ -298,7 +247,7 @@ fxa_status fxt_wan_synth_qkv(const fxt_wan_synth *p, float *q, float *k, float *
                 sw_raw_row(&rng, pr.oq, pr.aq, z, ch, qr);
                 sw_raw_row(&rng, pr.ok, pr.ak, z, ch, kr);
                 for (size_t c = 0; c < ch; c++)
-                    vr[c] = pr.sv[c] * sw_gauss(&rng);
+                    vr[c] = pr.sv[c] * fxt_rng_gauss4(&rng);
                 sw_norm_rope_row(qr, pr.gq, ch, p->heads, pairs, cs, sn);
                 sw_norm_rope_row(kr, pr.gk, ch, p->heads, pairs, cs, sn);
             }

@@ -22,21 +22,9 @@
 #include "mpi_cli.h"
 #include "runner.h"
 #include "workload.h"
+#include "stats.h"
 
 #define MAX_REPEATS 101
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a;
-    const double y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return x[n / 2];
-}
 
 /* The slowest rank's time of a collective phase. */
 static double slowest(double t)
@@ -255,19 +243,19 @@ int fxt_bench_mpi(const bench_opts *o)
     }
     if (b.rank == 0) {
         const double gflop = fxa_attn_flops(&b.d) * 1e-9;
-        const double ts = median(t_single, reps);
-        const double td = median(t_dist, reps);
-        const double tg = median(t_gather, reps);
-        const double tgc = median(t_gather_comm, reps);
-        const double ws = median(wait_share, reps);
+        const double ts = fxt_median(t_single, (size_t)(reps));
+        const double td = fxt_median(t_dist, (size_t)(reps));
+        const double tg = fxt_median(t_gather, (size_t)(reps));
+        const double tgc = fxt_median(t_gather_comm, (size_t)(reps));
+        const double ws = fxt_median(wait_share, (size_t)(reps));
         printf("fxattn bench (MPI): S=%lld heads=%lld D=%lld %s, %d ranks (Ulysses %d x ring %d), "
                "%d threads per rank, kernels %s, median of %d runs\n",
                (long long)o->seq, (long long)o->heads, (long long)o->dim,
                fxt_dtype_name(o->dtype), b.size, mp.ulysses, b.size / mp.ulysses, threads,
                fxa_ctx_isa(local.ctx), reps);
         for (int s = 0; s < n_steps && s < 256; s++) {
-            step_c_med[s] = median(step_hist[s], reps);
-            step_w_med[s] = median(step_whist[s], reps);
+            step_c_med[s] = fxt_median(step_hist[s], (size_t)(reps));
+            step_w_med[s] = fxt_median(step_whist[s], (size_t)(reps));
             printf("  ring step %d: compute %.4f s, waiting on MPI %.4f s (%.1f%% of the step)\n",
                    s, step_c_med[s], step_w_med[s],
                    100.0 * step_w_med[s] / (step_c_med[s] + step_w_med[s]));

@@ -16,15 +16,9 @@
 #include "peak.h"
 #include "runner.h"
 #include "workload.h"
+#include "stats.h"
 
 #define MAX_REPEATS FXT_MAX_REPEATS
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a;
-    const double y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct bench_mode {
     fxa_mode mode;
@@ -119,8 +113,7 @@ int fxt_cmd_bench(int argc, char **argv)
     }
     const double gflop = fxa_attn_flops(&w.d) * 1e-9;
     for (int i = 0; i < 2; i++) {
-        qsort(modes[i].seconds, (size_t)repeats, sizeof(double), cmp_double);
-        modes[i].median = modes[i].seconds[repeats / 2];
+        modes[i].median = fxt_median(modes[i].seconds, (size_t)repeats);
     }
     const double ratio = modes[1].median / modes[0].median;
     if (!json) {

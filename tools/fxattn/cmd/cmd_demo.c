@@ -15,6 +15,7 @@
 #include "runner.h"
 #include "verify.h"
 #include "workload.h"
+#include "stats.h"
 
 #define DEMO_REF_ROWS 24 /* fp64 reference rows per head */
 

@@ -17,6 +17,7 @@
 #include "fxattn_npy.h"
 #include "runner.h"
 #include "verify.h"
+#include "stats.h"
 
 static void print_stats(const fxa_attn_desc *d, const fxa_attn_stats *st, const fxt_runner *r,
                         const fxt_verify_result *vr)
@@ -65,13 +66,6 @@ int fxt_attn_verify(const fxt_inputs *in, const float *out, const float *lse,
     return code;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    const double a = *(const double *)x;
-    const double b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
 /* Run once, or with repeats > 1 a warm-up and `repeats` timed runs (plan
  * once, run many: the steady state); st->seconds is then their median. */
 static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats,
@@ -84,8 +78,7 @@ static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats,
         seconds[i] = st->seconds;
     }
     if (!code && repeats > 1) {
-        qsort(seconds, (size_t)repeats, sizeof seconds[0], cmp_double);
-        st->seconds = seconds[repeats / 2];
+        st->seconds = fxt_median(seconds, (size_t)repeats);
     }
     return code;
 }

@@ -18,6 +18,7 @@
 #include "fp64_attn.h"
 #include "inputs.h"
 #include "runner.h"
+#include "stats.h"
 
 #define SAMPLE_ROWS 32 /* rows per (batch, head) for the true-max overshoot */
 
@@ -33,19 +34,6 @@ typedef struct head_report {
     double over_med, over_max;           /* centred overshoot over the true max, base 2 */
     double over_raw_med, over_raw_max;
 } head_report;
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a;
-    const double y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, size_t n)
-{
-    qsort(x, n, sizeof *x, cmp_double);
-    return n ? x[n / 2] : 0.0;
-}
 
 /* The bound pass of one plan (centring on or off): row bounds and flags. */
 static int bound_pass(const fxt_inputs *in, int center, int threads, float *bound, uint8_t *fb)
@@ -165,15 +153,15 @@ static void report_head(const fxt_inputs *in, const float *q, const float *k, co
         hr->bound_max = fmax(hr->bound_max, scratch[n + i]);
         hr->bound_raw_max = fmax(hr->bound_raw_max, scratch[2 * n + i]);
     }
-    hr->q_med = median(scratch, (size_t)n);
-    hr->bound_med = median(scratch + n, (size_t)n);
-    hr->bound_raw_med = median(scratch + 2 * n, (size_t)n);
+    hr->q_med = fxt_median(scratch, (size_t)n);
+    hr->bound_med = fxt_median(scratch + n, (size_t)n);
+    hr->bound_raw_med = fxt_median(scratch + 2 * n, (size_t)n);
     for (int64_t i = 0; i < n_over; i++) {
         hr->over_max = fmax(hr->over_max, over[i]);
         hr->over_raw_max = fmax(hr->over_raw_max, over_raw[i]);
     }
-    hr->over_med = median(over, (size_t)n_over);
-    hr->over_raw_med = median(over_raw, (size_t)n_over);
+    hr->over_med = fxt_median(over, (size_t)n_over);
+    hr->over_raw_med = fxt_median(over_raw, (size_t)n_over);
 }
 
 static void print_text(const fxa_attn_desc *d, const head_report *hr, int has_v, double share_c,
