@@ -19,6 +19,7 @@
 #include "scan.h"
 #include "steps.h"
 #include "summary.h"
+#include "core/clock.h"
 
 struct fxa_attn_acc {
     const fxa_attn_plan *p;
@@ -55,13 +56,6 @@ typedef struct acc_job {
     int64_t item0; /* first item of this wave */
     const fxa_attn_args *args;
 } acc_job;
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The strides of a block of n_kv keys of K (v: of V): the descriptor's
  * when it set them, else the layout's for n_kv tokens. */
@@ -301,7 +295,7 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
                                 "summaries disagree on the key count across heads");
         keys = (int64_t)n;
     }
-    const double t0 = now_seconds();
+    const double t0 = fxa_now_seconds();
     acc->q = q;
     for (int t = 0; t < p->ctx->pool.n_threads; t++)
         scratch(acc, t)->fallback_rows = 0;
@@ -553,7 +547,7 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
         .gate_centered = p->d.center ? fxa_fixed_m_gate_centered(c_min, acc->keys_expected) : 0,
         .vmax = vmax,
         .max_bound = max_bound,
-        .seconds = now_seconds() - acc->t_begin,
+        .seconds = fxa_now_seconds() - acc->t_begin,
         .keys = acc->keys_expected,
     };
     fxa_struct_out(stats_out, &full, sizeof full);

@@ -27,6 +27,7 @@
 #include "../kernels/ref/exp2_ref.h"
 #include "scan.h"
 #include "steps.h"
+#include "core/clock.h"
 
 typedef struct run_job {
     const fxa_attn_plan *p;
@@ -266,13 +267,6 @@ static void merge_item(void *arg, int64_t item, int thread_id)
     }
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void fill_stats(const run_job *job, fxa_attn_stats *st)
 {
     const fxa_attn_plan *p = job->p;
@@ -339,7 +333,7 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
                             plan->ws_total);
     if (((uintptr_t)workspace % FXA_ALIGN) != 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
-    const double t0 = now_seconds();
+    const double t0 = fxa_now_seconds();
     run_job job = {plan, args, workspace, bounds_only, 0, 0};
     st = fxa_scan_inputs(plan, args, workspace);
     if (st == FXA_OK && !bounds_only && args->lse)
@@ -366,7 +360,7 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     if (stats_out) {
         fxa_attn_stats full;
         fill_stats(&job, &full);
-        full.seconds = now_seconds() - t0;
+        full.seconds = fxa_now_seconds() - t0;
         fxa_struct_out(stats_out, &full, sizeof full);
     }
     return FXA_OK;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "fxattn_wan.h"
+#include "core/clock.h"
 
 struct fxa_wan_plan {
     fxa_ctx *ctx;
@@ -29,13 +30,6 @@ static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt
         va_end(ap);
     }
     return st;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 void fxa_wan_desc_init(fxa_wan_desc *d)
@@ -164,22 +158,22 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     fxa_proj_desc pd;
     fxa_proj_args pa;
     fxa_wan_qkv_call(&p->d, w, p->tokens, x, p->cs, p->sn, q, k, v, &pd, &pa);
-    const double t0 = now();
+    const double t0 = fxa_now_seconds();
     if ((st = fxa_proj_run(p->ctx, &pd, &pa)) != FXA_OK)
         return failf(p->error, sizeof p->error, st, "QKV projection: %s",
                      fxa_ctx_last_error(p->ctx));
-    const double t1 = now();
+    const double t1 = fxa_now_seconds();
     const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
     fxa_attn_stats ast = {.struct_size = sizeof ast};
     if ((st = fxa_attn_run(p->attn, &aa, a + act, &ast)) != FXA_OK)
         return failf(p->error, sizeof p->error, st, "%s", fxa_ctx_last_error(p->ctx));
-    const double t2 = now();
+    const double t2 = fxa_now_seconds();
     if ((st = fxa_wan_out_proj(p->ctx, &p->d, &w->o, p->tokens, a, y)) != FXA_OK)
         return failf(p->error, sizeof p->error, st, "output projection: %s",
                      fxa_ctx_last_error(p->ctx));
     if (stats)
         *stats = (fxa_wan_stats){.struct_size = sizeof *stats, .qkv_seconds = t1 - t0,
-                                 .attention_seconds = t2 - t1, .out_seconds = now() - t2,
+                                 .attention_seconds = t2 - t1, .out_seconds = fxa_now_seconds() - t2,
                                  .rows = ast.rows, .fallback_rows = ast.fallback_rows};
     return FXA_OK;
 }
