@@ -91,7 +91,7 @@ typedef struct demo_opts {
 typedef struct layer_opts {
     const char *x;           /* -x X.npy; NULL: synthetic from --seed */
     const char *out;         /* -o Y.npy; NULL: nothing written */
-    const char *weights;     /* --weights FILE.safetensors; NULL: synthetic */
+    const char *weights;     /* --weights CKPT (file, index.json or folder); NULL: synthetic */
     const char *grid;        /* --grid F,H,W; NULL: 4,32,32 (synthetic x only) */
     const char *rope_layout; /* "interleaved" (Wan checkpoints) or "half" */
     int64_t block;
