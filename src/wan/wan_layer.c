@@ -1,12 +1,12 @@
 /* The Wan2.2 self-attention layer in one process, and its pieces
  * (fxattn_wan.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "fxattn_wan.h"
+#include "wan_fail.h"
 #include "core/clock.h"
 
 struct fxa_wan_plan {
@@ -18,19 +18,6 @@ struct fxa_wan_plan {
     float *cs, *sn;    /* RoPE tables [S][head_dim] */
     char error[512];
 };
-
-static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 void fxa_wan_desc_init(fxa_wan_desc *d)
 {
@@ -49,23 +36,23 @@ static size_t act_bytes(const fxa_wan_plan *p)
 static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
 {
     if (d->struct_size != sizeof *d)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                      "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
                      d->struct_size, sizeof *d);
     if (d->frames < 1 || d->height < 1 || d->width < 1 ||
         d->frames > INT64_MAX / d->height / d->width)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG, "the latent grid %lld x %lld x %lld is "
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "the latent grid %lld x %lld x %lld is "
                      "not positive", (long long)d->frames, (long long)d->height,
                      (long long)d->width);
     if (d->heads < 1)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG, "heads must be positive, not %lld",
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "heads must be positive, not %lld",
                      (long long)d->heads);
     if (d->head_dim % 2 || d->head_dim < 6 || d->head_dim > FXA_MAX_HEAD_DIM)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                      "head_dim %lld (hidden / heads) must be even and in 6..%d for Wan's RoPE",
                      (long long)d->head_dim, FXA_MAX_HEAD_DIM);
     if (d->x_format != FXA_PROJ_X_F32 && d->x_format != FXA_PROJ_X_E4M3_ROWS)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                      "x_format must be FXA_PROJ_X_F32 or FXA_PROJ_X_E4M3_ROWS");
     return FXA_OK;
 }
@@ -74,14 +61,14 @@ fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan
                                size_t *workspace_bytes, char *err, size_t errlen)
 {
     if (!ctx || !d || !plan_out || !workspace_bytes)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG, "fxa_wan_plan_create: NULL argument");
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "fxa_wan_plan_create: NULL argument");
     *plan_out = NULL;
     fxa_status st = check_desc(d, err, errlen);
     if (st != FXA_OK)
         return st;
     fxa_wan_plan *p = calloc(1, sizeof *p);
     if (!p)
-        return failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
+        return fxa_wan_failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
     p->ctx = ctx;
     p->d = *d;
     p->tokens = d->frames * d->height * d->width;
@@ -90,15 +77,15 @@ fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan
     p->cs = malloc(table);
     p->sn = malloc(table);
     if (!p->cs || !p->sn)
-        st = failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the RoPE tables");
+        st = fxa_wan_failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the RoPE tables");
     if (st == FXA_OK && (st = fxa_wan_rope(d, p->cs, p->sn)) != FXA_OK)
-        failf(err, errlen, st, "cannot build the RoPE tables: %s", fxa_status_str(st));
+        fxa_wan_failf(err, errlen, st, "cannot build the RoPE tables: %s", fxa_status_str(st));
     if (st == FXA_OK) {
         fxa_attn_desc ad;
         fxa_wan_attn_desc(d, d->heads, &ad);
         st = fxa_attn_plan_create(ctx, &ad, &p->attn, &p->attn_bytes);
         if (st != FXA_OK)
-            failf(err, errlen, st, "attention: %s", fxa_ctx_last_error(ctx));
+            fxa_wan_failf(err, errlen, st, "attention: %s", fxa_ctx_last_error(ctx));
     }
     if (st != FXA_OK) {
         fxa_wan_plan_destroy(p);
@@ -133,7 +120,7 @@ static fxa_status check_weights(fxa_wan_plan *p, const fxa_wan_weights *w)
                    w->qkv.cols == h && w->o.rows == h && w->o.cols == h && w->qkv.w && w->o.w &&
                    w->gamma_q && w->gamma_k;
     if (!ok)
-        return failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
+        return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
                      "the weights (hidden %lld, heads [%lld, +%lld) of %lld) are not the "
                      "whole layer of the plan (%lld heads x %lld)",
                      (long long)w->hidden, (long long)w->head_begin, (long long)w->head_count,
@@ -148,7 +135,7 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
         return FXA_ERR_INVALID_ARG;
     p->error[0] = '\0';
     if (!w || !x || !y || !workspace)
-        return failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
+        return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
                      "fxa_wan_run: NULL argument");
     fxa_status st = check_weights(p, w);
     if (st != FXA_OK)
@@ -160,16 +147,16 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     fxa_wan_qkv_call(&p->d, w, p->tokens, x, p->cs, p->sn, q, k, v, &pd, &pa);
     const double t0 = fxa_now_seconds();
     if ((st = fxa_proj_run(p->ctx, &pd, &pa)) != FXA_OK)
-        return failf(p->error, sizeof p->error, st, "QKV projection: %s",
+        return fxa_wan_failf(p->error, sizeof p->error, st, "QKV projection: %s",
                      fxa_ctx_last_error(p->ctx));
     const double t1 = fxa_now_seconds();
     const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
     fxa_attn_stats ast = {.struct_size = sizeof ast};
     if ((st = fxa_attn_run(p->attn, &aa, a + act, &ast)) != FXA_OK)
-        return failf(p->error, sizeof p->error, st, "%s", fxa_ctx_last_error(p->ctx));
+        return fxa_wan_failf(p->error, sizeof p->error, st, "%s", fxa_ctx_last_error(p->ctx));
     const double t2 = fxa_now_seconds();
     if ((st = fxa_wan_out_proj(p->ctx, &p->d, &w->o, p->tokens, a, y)) != FXA_OK)
-        return failf(p->error, sizeof p->error, st, "output projection: %s",
+        return fxa_wan_failf(p->error, sizeof p->error, st, "output projection: %s",
                      fxa_ctx_last_error(p->ctx));
     if (stats)
         *stats = (fxa_wan_stats){.struct_size = sizeof *stats, .qkv_seconds = t1 - t0,

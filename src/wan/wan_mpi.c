@@ -1,12 +1,12 @@
 /* The Wan2.2 layer over MPI ranks, tensor x context parallel
  * (fxattn_wan_mpi.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fxattn_mpi.h"
 #include "fxattn_wan_mpi.h"
+#include "wan_fail.h"
 #include "mpi/mpi_internal.h"
 
 #define REDUCE_CHUNK (1 << 26) /* floats per MPI_Ireduce */
@@ -29,19 +29,6 @@ struct fxa_wan_mpi_plan {
     float *cs, *sn; /* RoPE tables of all tokens */
     char error[600];
 };
-
-static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static fxa_status failf(char *err, size_t errlen, fxa_status st, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 void fxa_wan_grid_init(fxa_wan_grid *g)
 {
@@ -97,14 +84,14 @@ static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *
     p->U = g->ulysses > 0 ? g->ulysses : 1;
     const int64_t tu = (int64_t)p->T * p->U;
     if (p->tp_mode && g->ulysses == 0 && g->ring == 0 && p->T != P)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG, "--tp %d needs %d ranks, not %d", p->T,
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "--tp %d needs %d ranks, not %d", p->T,
                      p->T, p->size);
     if (p->tp_mode && g->ring > 0 && tu * g->ring != P)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                      "--tp %d x --ulysses %d x --ring %d needs %lld ranks, not %d", p->T, p->U,
                      g->ring, (long long)(tu * g->ring), p->size);
     if (p->tp_mode && g->ring == 0 && P % tu)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                      "--tp %d x --ulysses %d needs a multiple of %lld ranks, not %d", p->T, p->U,
                      (long long)tu, p->size);
     /* Without --tp, U R = P is libfxattn_mpi's check. */
@@ -112,11 +99,11 @@ static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *
     p->C = p->size / p->T;
     p->cp_mode = !p->tp_mode || p->C > 1;
     if (p->T > 1 && p->d.heads < p->T)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG,
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                      "--tp %d: %lld heads cannot be split over %d ranks", p->T,
                      (long long)p->d.heads, p->T);
     if (p->cp_mode && p->tokens < p->C)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG, "%lld tokens cannot be split over %d ranks%s",
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "%lld tokens cannot be split over %d ranks%s",
                      (long long)p->tokens, p->C, p->tp_mode ? " (--ulysses x --ring)" : "");
     fxa_wan_mpi_shard *s = &p->shard;
     s->tp_index = p->rank % p->T;
@@ -189,11 +176,11 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
                                    size_t *workspace_bytes, char *err, size_t errlen)
 {
     if (!ctx || !d || !g || !plan_out || !workspace_bytes)
-        return failf(err, errlen, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_plan_create: NULL argument");
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_plan_create: NULL argument");
     *plan_out = NULL;
     fxa_wan_mpi_plan *p = calloc(1, sizeof *p);
     if (!p)
-        return failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
+        return fxa_wan_failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
     p->ctx = ctx;
     p->tp_comm = p->cp_comm = MPI_COMM_NULL;
     fxa_mpi_params mp;
@@ -201,7 +188,7 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     mp.timeout_seconds = g->timeout_seconds;
     fxa_status st = fxa_mpi_create(comm, ctx, &mp, &p->m_world);
     if (st != FXA_OK) {
-        failf(err, errlen, st, "%s", fxa_mpi_create_error());
+        fxa_wan_failf(err, errlen, st, "%s", fxa_mpi_create_error());
         free(p);
         return st;
     }
@@ -212,11 +199,11 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     fxa_wan_plan *probe = NULL;
     size_t unused = 0;
     if (g->struct_size != sizeof *g)
-        st = failf(why, sizeof why, FXA_ERR_INVALID_ARG,
+        st = fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
                    "fxa_wan_grid: struct_size %zu, expected %zu (use fxa_wan_grid_init)",
                    g->struct_size, sizeof *g);
     else if (d->struct_size != sizeof *d)
-        st = failf(why, sizeof why, FXA_ERR_INVALID_ARG,
+        st = fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
                    "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
                    d->struct_size, sizeof *d);
     if (st == FXA_OK) {
@@ -235,7 +222,7 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     (void)probe;
     (void)unused;
     if (st != FXA_OK) {
-        failf(err, errlen, st, "%s", p->error);
+        fxa_wan_failf(err, errlen, st, "%s", p->error);
         fxa_wan_mpi_plan_destroy(p);
         return st;
     }
@@ -287,7 +274,7 @@ static fxa_status check_weights(const fxa_wan_mpi_plan *p, const fxa_wan_weights
     if (w->hidden == p->hidden && w->heads == p->d.heads && w->head_dim == p->d.head_dim &&
         w->head_begin == s->head_begin && w->head_count == s->head_count && w->qkv.w && w->o.w)
         return FXA_OK;
-    return failf(why, n, FXA_ERR_INVALID_ARG,
+    return fxa_wan_failf(why, n, FXA_ERR_INVALID_ARG,
                  "the weights hold heads [%lld, +%lld) of %lld x %lld; this rank's shard is "
                  "heads [%lld, +%lld) of %lld x %lld",
                  (long long)w->head_begin, (long long)w->head_count, (long long)w->heads,
@@ -403,7 +390,7 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
     p->error[0] = '\0';
     char why[600] = "";
     fxa_status st = !w || !x || !y || !workspace
-                        ? failf(why, sizeof why, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_run: NULL argument")
+                        ? fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_run: NULL argument")
                         : check_weights(p, w, why, sizeof why);
     if ((st = agree(p, st, why)) != FXA_OK)
         return st;
@@ -440,7 +427,7 @@ fxa_status fxa_wan_mpi_gather(fxa_wan_mpi_plan *p, const float *y, float *y_all)
         return FXA_ERR_INVALID_ARG;
     p->error[0] = '\0';
     const int root = p->rank == 0;
-    fxa_status st = root && !y_all ? failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
+    fxa_status st = root && !y_all ? fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
                                            "fxa_wan_mpi_gather: rank 0 needs y_all")
                                    : FXA_OK;
     int *counts = root ? malloc((size_t)p->C * sizeof(int)) : NULL;
