@@ -48,7 +48,7 @@ typedef enum fxa_status {
     FXA_ERR_NO_MEMORY = 3,
     FXA_ERR_MPI = 4,
     FXA_ERR_INTERNAL = 5,
-    FXA_ERR_IO = 6, /* used by file helpers of the tools */
+    FXA_ERR_IO = 6,     /* used by file helpers of the tools */
     FXA_ERR_TIMEOUT = 7 /* a peer made no progress within the deadline (MPI) */
 } fxa_status;
 
@@ -168,16 +168,16 @@ typedef enum fxa_compute {
 typedef struct fxa_attn_desc {
     size_t struct_size; /* sizeof(fxa_attn_desc); 0.1's size (up to block_q) and up */
     int64_t batch;
-    int64_t heads_q;  /* Hq: a multiple of heads_kv (GQA / MQA) */
-    int64_t heads_kv; /* Hkv */
-    int64_t seq_q;    /* Sq */
-    int64_t seq_kv;   /* Skv */
-    int64_t head_dim; /* D, 1..FXA_MAX_HEAD_DIM; V has the same D */
+    int64_t heads_q;   /* Hq: a multiple of heads_kv (GQA / MQA) */
+    int64_t heads_kv;  /* Hkv */
+    int64_t seq_q;     /* Sq */
+    int64_t seq_kv;    /* Skv */
+    int64_t head_dim;  /* D, 1..FXA_MAX_HEAD_DIM; V has the same D */
     fxa_layout layout; /* the preset for strides left all zero */
     fxa_dtype dtype;   /* of Q, K and V (out_dtype is the output's) */
-    double scale;    /* softmax scale tau; 0 means 1/sqrt(D) */
+    double scale;      /* softmax scale tau; 0 means 1/sqrt(D) */
     fxa_mode mode;
-    int center; /* virtual key centring: 1 on (default), 0 off */
+    int center;          /* virtual key centring: 1 on (default), 0 off */
     fxa_compute compute; /* FXA_COMPUTE_FP32 (default) or FXA_COMPUTE_BF16 */
     /* Scheduling (never changes results, bit for bit): */
     int heads_per_tile; /* q heads per work item, divides Hq; 0 = 1 */
@@ -237,7 +237,7 @@ typedef struct fxa_attn_stats {
     double max_bound;      /* largest ceil(U_i) over all rows */
     double seconds;        /* wall time of the run */
     /* Added in 0.2: */
-    int64_t keys;          /* N, the keys each row attends to (the gates' N) */
+    int64_t keys; /* N, the keys each row attends to (the gates' N) */
 } fxa_attn_stats;
 
 /* Tensors of one run. Q, K, V have the descriptor's strides and dtype. */
@@ -333,8 +333,7 @@ FXA_API fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const do
 
 /* Add one block of n_kv keys/values, which must be one of the summarised
  * blocks (each added once). */
-FXA_API fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v,
-                                    int64_t n_kv);
+FXA_API fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv);
 
 /* Normalise once and write args->out (and the optional lse, row_fallback,
  * row_bound; q, k, v are ignored), out in the plan's O strides and

@@ -49,7 +49,7 @@ typedef struct fxa_mpi_params {
     size_t struct_size; /* sizeof(fxa_mpi_params) */
     int ulysses;        /* U >= 1 */
     int ring;           /* R >= 1; U * R must equal the communicator's size */
-    int prefetch;       /* ring blocks in flight ahead of compute, clamped to [1, min(R-1, 64)]; 0 = 1 */
+    int prefetch; /* ring blocks in flight ahead of compute, clamped to [1, min(R-1, 64)]; 0 = 1 */
     /* Deadline: a wait on a peer (a ring block, an exchange, a collective)
      * that sees no progress for this many seconds fails the call with
      * FXA_ERR_TIMEOUT on this rank, and the context is unusable after.
@@ -120,12 +120,12 @@ FXA_API void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *plan);
 /* What one distributed run did (this rank's view unless said global). */
 typedef struct fxa_mpi_stats {
     size_t struct_size;
-    int64_t rows;           /* global B * Hq * Sq */
-    int64_t fallback_rows;  /* global */
-    double vmax;            /* global */
-    double max_bound;       /* global */
-    double seconds;         /* wall time of the call on this rank */
-    double a2a_seconds;     /* Ulysses all-to-alls (forward and back) */
+    int64_t rows;                /* global B * Hq * Sq */
+    int64_t fallback_rows;       /* global */
+    double vmax;                 /* global */
+    double max_bound;            /* global */
+    double seconds;              /* wall time of the call on this rank */
+    double a2a_seconds;          /* Ulysses all-to-alls (forward and back) */
     double ring_compute_seconds; /* summed over ring steps */
     double ring_wait_seconds;    /* blocked on ring transfers */
     int ring_steps;

@@ -64,13 +64,13 @@ FXA_API fxa_status fxa_npy_read(const char *path, fxa_npy *out, char *err, size_
  * whole), with every check of fxa_npy_read made against the whole file;
  * out->shape stays the file's. axis < 0 reads everything. A range outside
  * the shape is FXA_ERR_INVALID_ARG. */
-FXA_API fxa_status fxa_npy_read_slice(const char *path, int axis, int64_t start, int64_t len, fxa_npy *out,
-                              char *err, size_t errlen);
+FXA_API fxa_status fxa_npy_read_slice(const char *path, int axis, int64_t start, int64_t len,
+                                      fxa_npy *out, char *err, size_t errlen);
 
 /* Read shard `part` of `parts` of dimension `axis`: contiguous, the first
  * shape[axis] mod parts shards one longer (fxa_mpi_shard's split). */
 FXA_API fxa_status fxa_npy_read_shard(const char *path, int axis, int parts, int part, fxa_npy *out,
-                              char *err, size_t errlen);
+                                      char *err, size_t errlen);
 
 /* Free the data and zero the struct. NULL-safe. */
 FXA_API void fxa_npy_free(fxa_npy *a);
@@ -88,8 +88,8 @@ typedef struct fxa_staged {
  * FXA_ERR_INVALID_ARG; create, write, fsync or close failures give
  * FXA_ERR_IO. On failure the temporary file is removed and st is inactive.
  */
-FXA_API fxa_status fxa_npy_stage_f32(const char *path, int ndim, const int64_t *shape, const float *data,
-                             fxa_staged *st, char *err, size_t errlen);
+FXA_API fxa_status fxa_npy_stage_f32(const char *path, int ndim, const int64_t *shape,
+                                     const float *data, fxa_staged *st, char *err, size_t errlen);
 
 /* Rename the staged file onto its final path. On failure the temporary file
  * is removed (FXA_ERR_IO); committing an inactive st is FXA_ERR_INVALID_ARG.

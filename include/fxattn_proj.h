@@ -79,8 +79,7 @@ FXA_API uint8_t fxa_f32_to_e4m3(float x);
  * n < 1, a size whose byte count does not fit in ptrdiff_t, or a non-finite
  * value in x. rows == 0 is a no-op.
  */
-FXA_API fxa_status fxa_e4m3_quantize_rows(const float *x, int64_t rows, int64_t n,
-                                          uint8_t *packed);
+FXA_API fxa_status fxa_e4m3_quantize_rows(const float *x, int64_t rows, int64_t n, uint8_t *packed);
 
 /*
  * Inverse of fxa_e4m3_quantize_rows: x[r][j] = decode(code_j) * scale_r (an

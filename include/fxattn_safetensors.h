@@ -93,7 +93,7 @@ FXA_API fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, s
  * unchanged until fxa_st_close.
  */
 FXA_API fxa_status fxa_st_parse(const unsigned char *bytes, size_t n, const char *name_for_errors,
-                        fxa_st_file **out, char *err, size_t errlen);
+                                fxa_st_file **out, char *err, size_t errlen);
 
 /* Number of tensors (0 for NULL). */
 FXA_API int64_t fxa_st_count(const fxa_st_file *f);
@@ -117,8 +117,8 @@ FXA_API const char *fxa_st_metadata_key(const fxa_st_file *f, int64_t i);
  * must equal t->nbytes (dst may be NULL when both are 0). Errors: FXA_ERR_INVALID_ARG (t not
  * from f, wrong size), FXA_ERR_UNSUPPORTED (a dtype that is not fxa_st_dtype), FXA_ERR_IO.
  */
-FXA_API fxa_status fxa_st_read(const fxa_st_file *f, const fxa_st_tensor *t, void *dst, size_t dst_bytes,
-                       char *err, size_t errlen);
+FXA_API fxa_status fxa_st_read(const fxa_st_file *f, const fxa_st_tensor *t, void *dst,
+                               size_t dst_bytes, char *err, size_t errlen);
 
 /*
  * Read an F32, BF16 or F16 tensor as fp32 into dst, which holds exactly dst_count == t->count
@@ -126,7 +126,7 @@ FXA_API fxa_status fxa_st_read(const fxa_st_file *f, const fxa_st_tensor *t, voi
  * errors as fxa_st_read.
  */
 FXA_API fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t, float *dst,
-                           size_t dst_count, char *err, size_t errlen);
+                                   size_t dst_count, char *err, size_t errlen);
 
 /*
  * Rows [row0, row0 + n_rows) of tensor t along its first axis (a row is the product of the
@@ -137,10 +137,11 @@ FXA_API fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t,
  * or row0 + n_rows > shape[0].
  */
 FXA_API fxa_status fxa_st_read_rows(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
-                            int64_t n_rows, void *dst, size_t dst_bytes, char *err, size_t errlen);
+                                    int64_t n_rows, void *dst, size_t dst_bytes, char *err,
+                                    size_t errlen);
 FXA_API fxa_status fxa_st_read_rows_f32(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
-                                int64_t n_rows, float *dst, size_t dst_count, char *err,
-                                size_t errlen);
+                                        int64_t n_rows, float *dst, size_t dst_count, char *err,
+                                        size_t errlen);
 
 /* Close the file and free everything. NULL-safe. */
 FXA_API void fxa_st_close(fxa_st_file *f);

@@ -138,7 +138,7 @@ typedef struct fxa_wan_desc {
     size_t struct_size;            /* sizeof(fxa_wan_desc) */
     int64_t frames, height, width; /* latent grid: S = frames * height * width tokens */
     int64_t heads;
-    int64_t head_dim; /* even, 6..FXA_MAX_HEAD_DIM; hidden = heads * head_dim */
+    int64_t head_dim;    /* even, 6..FXA_MAX_HEAD_DIM; hidden = heads * head_dim */
     fxa_proj_x x_format; /* FXA_PROJ_X_F32 [S][hidden], or FXA_PROJ_X_E4M3_ROWS
                           * (fxa_e4m3_quantize_rows) */
 } fxa_wan_desc;
@@ -155,9 +155,8 @@ typedef struct fxa_wan_plan fxa_wan_plan;
  * ctx; destroy it before the context. Errors: FXA_ERR_INVALID_ARG,
  * FXA_ERR_NO_MEMORY, with the reason in err.
  */
-FXA_API fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d,
-                                       fxa_wan_plan **plan_out, size_t *workspace_bytes,
-                                       char *err, size_t errlen);
+FXA_API fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan **plan_out,
+                                       size_t *workspace_bytes, char *err, size_t errlen);
 FXA_API void fxa_wan_plan_destroy(fxa_wan_plan *plan);
 
 /* What one run did. */

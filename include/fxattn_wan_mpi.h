@@ -42,10 +42,10 @@ extern "C" {
 #endif
 
 typedef struct fxa_wan_grid {
-    size_t struct_size; /* sizeof(fxa_wan_grid) */
-    int tp;             /* T: tensor-parallel ranks (heads split); 0 or 1: none */
-    int ulysses;        /* U; 0: 1 */
-    int ring;           /* R; 0: P / (T U) */
+    size_t struct_size;     /* sizeof(fxa_wan_grid) */
+    int tp;                 /* T: tensor-parallel ranks (heads split); 0 or 1: none */
+    int ulysses;            /* U; 0: 1 */
+    int ring;               /* R; 0: P / (T U) */
     double timeout_seconds; /* no progress for this long fails (0: fxa_mpi_default_timeout()) */
 } fxa_wan_grid;
 
@@ -54,7 +54,7 @@ FXA_API void fxa_wan_grid_init(fxa_wan_grid *g);
 
 /* What this rank holds. */
 typedef struct fxa_wan_mpi_shard {
-    int tp_index, cp_index; /* t, c */
+    int tp_index, cp_index;           /* t, c */
     int64_t token_begin, token_count; /* tokens of x and y */
     int64_t head_begin, head_count;   /* heads of the weights */
     int holds_y; /* 1 on t = 0 ranks: y of its tokens is complete there after a run */
@@ -89,9 +89,8 @@ FXA_API void fxa_wan_mpi_grid_of(const fxa_wan_mpi_plan *plan, int *tp, int *uly
  * complete on holds_y ranks (scratch elsewhere). stats (may be NULL): the
  * slowest rank's stage times, attention rows of all heads and tokens.
  */
-FXA_API fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *plan, const fxa_wan_weights *w,
-                                   const void *x, float *y, void *workspace,
-                                   fxa_wan_stats *stats);
+FXA_API fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *plan, const fxa_wan_weights *w, const void *x,
+                                   float *y, void *workspace, fxa_wan_stats *stats);
 
 /* Collective: y of every token [S][hidden] into y_all on rank 0 of the
  * communicator (other ranks: y_all unused, may be NULL), from the holds_y

@@ -174,8 +174,8 @@ size_t fxa_kv_summary_len(const fxa_attn_plan *plan)
     return plan ? (size_t)(plan->d.batch * plan->d.heads_kv) * fxa_summary_head_len(plan) : 0;
 }
 
-fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v,
-                            int64_t n_kv, double *summary_out)
+fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v, int64_t n_kv,
+                            double *summary_out)
 {
     if (!plan)
         return FXA_ERR_INVALID_ARG;
@@ -196,7 +196,8 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
 }
 
 /* Item (b * Hq + h, query block): its first rows and their count. */
-static size_t item_rows_at(const fxa_attn_plan *p, int64_t item, int64_t *b, int64_t *h, int64_t *i0)
+static size_t item_rows_at(const fxa_attn_plan *p, int64_t item, int64_t *b, int64_t *h,
+                           int64_t *i0)
 {
     const int64_t bh = item / p->n_q_blocks;
     *b = bh / p->d.heads_q;
@@ -246,14 +247,14 @@ static void begin_item(void *arg, int64_t item, int thread_id)
     const int64_t bh = b * p->d.heads_q + h;
     const int64_t kv_item = b * p->d.heads_kv + h / p->group;
     const fxa_head_bound *hb = (const fxa_head_bound *)(acc->ws + p->ws_bounds) + kv_item;
-    const float *kbar = (const float *)(acc->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
+    const float *kbar =
+        (const float *)(acc->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
     fxa_thread_scratch *s = scratch(acc, thread_id);
     fxa_rows rows = state_rows(acc, b, h, i0);
     rows.q = s->q;
     fxa_load_q(p, acc->q, b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
                p->q_strides.token, n, s->q, s->q16);
-    s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n,
-                                        acc->bound + (bh * p->d.seq_q + i0));
+    s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n, acc->bound + (bh * p->d.seq_q + i0));
 }
 
 fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
@@ -282,7 +283,8 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
                     return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                                         "summary of block %lld is not finite", (long long)blk);
             }
-            if (s[0] < 0.0 || s[0] > 0x1p52 || s[0] != floor(s[0]) || s[1] < 0.0 || s[2] < 0.0 || s[3] < 0.0)
+            if (s[0] < 0.0 || s[0] > 0x1p52 || s[0] != floor(s[0]) || s[1] < 0.0 || s[2] < 0.0 ||
+                s[3] < 0.0)
                 return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                                     "summary of block %lld is malformed", (long long)blk);
             n += s[0];
@@ -305,13 +307,13 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
     for (int64_t i = 0; i < n_items; i++) { /* the lowest (batch, head, token) wins */
         const fxa_bad_value *bad = acc->bad + i;
         if (bad->bad_row >= 0)
-            return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
-                                "Q has a non-finite value (%g) at batch %lld, token %lld, head "
-                                "%lld, dim %lld",
-                                (double)bad->bad_value, (long long)(i / p->n_q_blocks / p->d.heads_q),
-                                (long long)bad->bad_row,
-                                (long long)(i / p->n_q_blocks % p->d.heads_q),
-                                (long long)bad->bad_col);
+            return fxa_ctx_fail(
+                p->ctx, FXA_ERR_INVALID_ARG,
+                "Q has a non-finite value (%g) at batch %lld, token %lld, head "
+                "%lld, dim %lld",
+                (double)bad->bad_value, (long long)(i / p->n_q_blocks / p->d.heads_q),
+                (long long)bad->bad_row, (long long)(i / p->n_q_blocks % p->d.heads_q),
+                (long long)bad->bad_col);
     }
     for (int64_t i = 0; i < n_items; i++) {
         fxa_head_bound *h = hb + i / p->n_q_blocks / p->group;
@@ -349,8 +351,8 @@ static void pack_item(void *arg, int64_t item, int thread_id)
     const int64_t slot = item / job->n_tiles;
     const int64_t tile = item % job->n_tiles;
     const int64_t j0 = tile * (int64_t)p->kv_tile;
-    const size_t n_kv = (size_t)(job->n_kv - j0 < (int64_t)p->kv_tile ? job->n_kv - j0
-                                                                       : (int64_t)p->kv_tile);
+    const size_t n_kv =
+        (size_t)(job->n_kv - j0 < (int64_t)p->kv_tile ? job->n_kv - j0 : (int64_t)p->kv_tile);
     const int64_t kv_head = job->chunk_kv0 + slot;
     const fxa_strides *ks = &job->k_strides, *vs = &job->v_strides;
     const fxa_row_at k_at = {job->batch * ks->batch + kv_head * ks->head + j0 * ks->token,
@@ -384,13 +386,14 @@ static void add_item(void *arg, int64_t wave_item, int thread_id)
         const int64_t h = h0 + slot;
         const size_t r = (size_t)slot * (size_t)p->d.block_q;
         fxa_load_q(p, acc->q,
-                   job->batch * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
+                   job->batch * p->q_strides.batch + h * p->q_strides.head +
+                       i0 * p->q_strides.token,
                    p->q_strides.token, n, s->q + r * dim, s->q16 + r * fxa_q16_stride(p));
     }
     for (int64_t tile = 0; tile < job->n_tiles; tile++) {
         const int64_t j0 = tile * (int64_t)p->kv_tile;
-        const size_t n_kv = (size_t)(job->n_kv - j0 < (int64_t)p->kv_tile ? job->n_kv - j0
-                                                                           : (int64_t)p->kv_tile);
+        const size_t n_kv =
+            (size_t)(job->n_kv - j0 < (int64_t)p->kv_tile ? job->n_kv - j0 : (int64_t)p->kv_tile);
         for (int64_t slot = 0; slot < hpt; slot++) {
             const size_t r = (size_t)slot * (size_t)p->d.block_q;
             const size_t kv_slot = (size_t)((h0 + slot) / p->group - job->chunk_kv0);
@@ -420,7 +423,8 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
     const fxa_attn_plan *p = acc->p;
     fxa_ctx_clear_error(p->ctx);
     if (!acc->begun)
-        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "fxa_attn_acc_add before a successful begin");
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "fxa_attn_acc_add before a successful begin");
     if (n_kv < 0 || n_kv > p->d.seq_kv || (n_kv > 0 && (!k || !v)))
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "block of %lld keys is outside 0..%lld or has NULL k/v",
@@ -493,7 +497,8 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     const fxa_attn_plan *p = acc->p;
     fxa_ctx_clear_error(p->ctx);
     if (!acc->begun)
-        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "fxa_attn_acc_finish before a successful begin");
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "fxa_attn_acc_finish before a successful begin");
     if (!args)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args missing (NULL)");
     fxa_attn_args a_full = {.struct_size = sizeof a_full};
@@ -502,10 +507,10 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     if (st != FXA_OK)
         return st;
     args = &a_full;
-    if (stats_out && (st = fxa_struct_size_check(fxa_struct_size_of(stats_out),
-                                                 FXA_ATTN_STATS_SIZE_0_1, sizeof(fxa_attn_stats),
-                                                 "fxa_attn_stats", p->ctx->last_error,
-                                                 sizeof p->ctx->last_error)) != FXA_OK)
+    if (stats_out &&
+        (st = fxa_struct_size_check(fxa_struct_size_of(stats_out), FXA_ATTN_STATS_SIZE_0_1,
+                                    sizeof(fxa_attn_stats), "fxa_attn_stats", p->ctx->last_error,
+                                    sizeof p->ctx->last_error)) != FXA_OK)
         return st;
     if (!args->out)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args: out is NULL");

@@ -27,8 +27,8 @@ typedef struct fxa_head_bound {
      * lambda q.k are formed without an fp32 overflow even where q.k alone
      * would overflow. kshift is 0 (and lambda_k = (float)lambda, eps_abs = 0)
      * for every ordinary input. */
-    double qmax;       /* max_i ||q_i|| over the query rows of this kv head */
-    double eps_abs;    /* base-2 score allowance for products the shift makes subnormal */
+    double qmax;    /* max_i ||q_i|| over the query rows of this kv head */
+    double eps_abs; /* base-2 score allowance for products the shift makes subnormal */
     float lambda_k;
     int kshift;
 } fxa_head_bound;
@@ -41,16 +41,16 @@ typedef struct fxa_head_bound {
 
 /* Per-thread scratch, carved from the workspace. */
 typedef struct fxa_thread_scratch {
-    float *q;          /* [hpt][block_q][D] */
-    float *o;          /* [hpt][block_q][D] */
-    float *m;          /* [hpt][block_q] */
-    float *l;          /* [hpt][block_q] */
-    float *qk_center;  /* [hpt][block_q] */
-    float *bound;      /* [hpt][block_q]: ceil(U_i) */
-    uint8_t *online;   /* [hpt][block_q] */
-    float *scores;     /* [block_q][kv_tile] */
-    uint16_t *q16;     /* [hpt][block_q][2 d_pairs]: bf16 compute only */
-    uint16_t *p16;     /* [block_q][kv_tile]: bf16 compute only */
+    float *q;         /* [hpt][block_q][D] */
+    float *o;         /* [hpt][block_q][D] */
+    float *m;         /* [hpt][block_q] */
+    float *l;         /* [hpt][block_q] */
+    float *qk_center; /* [hpt][block_q] */
+    float *bound;     /* [hpt][block_q]: ceil(U_i) */
+    uint8_t *online;  /* [hpt][block_q] */
+    float *scores;    /* [block_q][kv_tile] */
+    uint16_t *q16;    /* [hpt][block_q][2 d_pairs]: bf16 compute only */
+    uint16_t *p16;    /* [block_q][kv_tile]: bf16 compute only */
     int64_t fallback_rows;
     double max_bound;
 } fxa_thread_scratch;
@@ -102,8 +102,8 @@ struct fxa_attn_plan {
     size_t ws_packed_k;
     size_t ws_packed_v;
     size_t ws_partials; /* n_splits > 1: per split and chunk row, (m, l, o[D]) */
-    size_t ws_threads; /* fxa_thread_scratch[n_threads] */
-    size_t ws_scratch; /* per-thread buffers, thread_bytes each */
+    size_t ws_threads;  /* fxa_thread_scratch[n_threads] */
+    size_t ws_scratch;  /* per-thread buffers, thread_bytes each */
     size_t thread_bytes;
     size_t ws_total;
 };

@@ -90,13 +90,14 @@ static fxa_rows scratch_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s
 
 /* Load one head's query rows and decide, per row, fixed shift or online;
  * with report, count and store the per-row diagnostics. */
-static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, int64_t b,
-                       int64_t h, int64_t i0, size_t n_rows, int report)
+static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, int64_t b, int64_t h,
+                       int64_t i0, size_t n_rows, int report)
 {
     const fxa_attn_plan *p = job->p;
     const int64_t kv_item = b * p->d.heads_kv + h / p->group;
     const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) + kv_item;
-    const float *kbar = (const float *)(job->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
+    const float *kbar =
+        (const float *)(job->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
     const int64_t q_off = b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token;
     const fxa_rows rows = scratch_rows(p, s, slot);
     float *bound = s->bound + slot * (size_t)p->d.block_q;
@@ -144,8 +145,8 @@ static void pack_item(void *arg, int64_t item, int thread_id)
     const int64_t slot = item / p->n_kv_tiles;
     const int64_t tile = item % p->n_kv_tiles;
     const int64_t j0 = tile * (int64_t)p->kv_tile;
-    const size_t n_kv = (size_t)(p->d.seq_kv - j0 < (int64_t)p->kv_tile ? p->d.seq_kv - j0
-                                                                          : (int64_t)p->kv_tile);
+    const size_t n_kv =
+        (size_t)(p->d.seq_kv - j0 < (int64_t)p->kv_tile ? p->d.seq_kv - j0 : (int64_t)p->kv_tile);
     const int64_t kv_head = job->chunk_kv0 + slot;
     const fxa_row_at k_at = {job->batch * p->k_strides.batch + kv_head * p->k_strides.head +
                                  j0 * p->k_strides.token,
@@ -154,8 +155,8 @@ static void pack_item(void *arg, int64_t item, int thread_id)
                                  j0 * p->v_strides.token,
                              p->v_strides.token};
     const size_t at = packed_offset(p, (size_t)slot, (size_t)tile);
-    const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) +
-                               job->batch * p->d.heads_kv + kv_head;
+    const fxa_head_bound *hb =
+        (const fxa_head_bound *)(job->ws + p->ws_bounds) + job->batch * p->d.heads_kv + kv_head;
     (void)thread_id;
     fxa_pack_kv_tile(p, job->a->k, k_at, job->a->v, v_at, n_kv, hb->kshift,
                      (float *)(job->ws + p->ws_packed_k) + at,
@@ -186,9 +187,8 @@ static void work_item(void *arg, int64_t item, int thread_id)
     const int64_t h0 = job->chunk_kv0 * p->group + item / (p->n_splits * p->n_q_blocks) * hpt;
     const int64_t i0 = qb * p->d.block_q;
     const size_t n_rows = (size_t)(p->d.seq_q - i0 < p->d.block_q ? p->d.seq_q - i0 : p->d.block_q);
-    const int64_t tile_end = (split + 1) * p->split_tiles < p->n_kv_tiles
-                                 ? (split + 1) * p->split_tiles
-                                 : p->n_kv_tiles;
+    const int64_t tile_end =
+        (split + 1) * p->split_tiles < p->n_kv_tiles ? (split + 1) * p->split_tiles : p->n_kv_tiles;
     fxa_thread_scratch *s = thread_scratch(job, thread_id);
 
     for (int64_t slot = 0; slot < hpt; slot++)
@@ -198,7 +198,7 @@ static void work_item(void *arg, int64_t item, int thread_id)
     for (int64_t tile = split * p->split_tiles; tile < tile_end; tile++) {
         const int64_t j0 = tile * (int64_t)p->kv_tile;
         const size_t n_kv = (size_t)(p->d.seq_kv - j0 < (int64_t)p->kv_tile ? p->d.seq_kv - j0
-                                                                              : (int64_t)p->kv_tile);
+                                                                            : (int64_t)p->kv_tile);
         for (int64_t slot = 0; slot < hpt; slot++) {
             const size_t kv_slot = (size_t)((h0 + slot) / p->group - job->chunk_kv0);
             const size_t at = packed_offset(p, kv_slot, (size_t)tile);
@@ -294,8 +294,8 @@ static void fill_stats(const run_job *job, fxa_attn_stats *st)
     }
 }
 
-static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *args,
-                             void *workspace, fxa_attn_stats *stats_out, int bounds_only)
+static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
+                             fxa_attn_stats *stats_out, int bounds_only)
 {
     if (!plan)
         return FXA_ERR_INVALID_ARG;
@@ -309,10 +309,10 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     if (st != FXA_OK)
         return st;
     args = &a_full;
-    if (stats_out && (st = fxa_struct_size_check(fxa_struct_size_of(stats_out),
-                                                 FXA_ATTN_STATS_SIZE_0_1, sizeof(fxa_attn_stats),
-                                                 "fxa_attn_stats", ctx->last_error,
-                                                 sizeof ctx->last_error)) != FXA_OK)
+    if (stats_out &&
+        (st = fxa_struct_size_check(fxa_struct_size_of(stats_out), FXA_ATTN_STATS_SIZE_0_1,
+                                    sizeof(fxa_attn_stats), "fxa_attn_stats", ctx->last_error,
+                                    sizeof ctx->last_error)) != FXA_OK)
         return st;
     if (!args->q || !args->k || !args->v || (!bounds_only && !args->out))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "q, k, v and out must not be NULL");
@@ -337,7 +337,8 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     run_job job = {plan, args, workspace, bounds_only, 0, 0};
     st = fxa_scan_inputs(plan, args, workspace);
     if (st == FXA_OK && !bounds_only && args->lse)
-        st = fxa_lse_check(plan, (const fxa_head_bound *)((unsigned char *)workspace + plan->ws_bounds),
+        st = fxa_lse_check(plan,
+                           (const fxa_head_bound *)((unsigned char *)workspace + plan->ws_bounds),
                            plan->d.batch * plan->d.heads_kv, plan->d.seq_kv);
     if (st != FXA_OK)
         return st;
@@ -350,8 +351,7 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
         for (job.chunk_kv0 = 0; job.chunk_kv0 < plan->d.heads_kv;
              job.chunk_kv0 += plan->chunk_kv_heads) {
             if (!bounds_only)
-                fxa_pool_run(&ctx->pool, pack_item, &job,
-                             plan->chunk_kv_heads * plan->n_kv_tiles);
+                fxa_pool_run(&ctx->pool, pack_item, &job, plan->chunk_kv_heads * plan->n_kv_tiles);
             fxa_pool_run(&ctx->pool, work_item, &job, n_blocks * n_splits);
             if (n_splits > 1 && !bounds_only)
                 fxa_pool_run(&ctx->pool, merge_item, &job, n_blocks);

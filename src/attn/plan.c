@@ -66,8 +66,8 @@ static int64_t strided_extent(const fxa_strides *s, int64_t batch, int64_t heads
 {
     const int64_t n[3] = {batch, heads, seq};
     const int64_t st[3] = {s->batch, s->head, s->token};
-    const int64_t lim = (int64_t)((SIZE_MAX < (size_t)INT64_MAX ? SIZE_MAX : (size_t)INT64_MAX) /
-                                  elem);
+    const int64_t lim =
+        (int64_t)((SIZE_MAX < (size_t)INT64_MAX ? SIZE_MAX : (size_t)INT64_MAX) / elem);
     int64_t ext = dim;
     for (int i = 0; i < 3; i++) {
         if (n[i] > 1 && st[i] > (lim - ext) / (n[i] - 1))
@@ -163,8 +163,8 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "block_q %d is outside 0..%d", d->block_q,
                             MAX_BLOCK_Q);
     if (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                            "out_dtype %d is not FXA_F32 or FXA_BF16", (int)d->out_dtype);
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "out_dtype %d is not FXA_F32 or FXA_BF16",
+                            (int)d->out_dtype);
     const struct {
         const char *name;
         const fxa_attn_strides *s;
@@ -280,12 +280,12 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     p->ws_threads = off;
     off += fxa_align_up((size_t)n_threads * sizeof(fxa_thread_scratch));
     p->ws_scratch = off;
-    p->thread_bytes = 2 * fxa_align_up(hpt * bq * dim * sizeof(float)) +     /* q, o */
-                      4 * fxa_align_up(hpt * bq * sizeof(float)) +           /* m, l, center, bound */
-                      fxa_align_up(hpt * bq) +                               /* online */
-                      fxa_align_up(bq * p->kv_tile * sizeof(float)) +        /* scores */
+    p->thread_bytes = 2 * fxa_align_up(hpt * bq * dim * sizeof(float)) + /* q, o */
+                      4 * fxa_align_up(hpt * bq * sizeof(float)) +       /* m, l, center, bound */
+                      fxa_align_up(hpt * bq) +                           /* online */
+                      fxa_align_up(bq * p->kv_tile * sizeof(float)) +    /* scores */
                       fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) + /* q16 */
-                      fxa_align_up(bq * p->kv_tile * sizeof(uint16_t));      /* p16 */
+                      fxa_align_up(bq * p->kv_tile * sizeof(uint16_t));       /* p16 */
     off += (size_t)n_threads * p->thread_bytes;
     return off;
 }
@@ -334,12 +334,14 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
     p->v_set = !strides_unset(&d->v_strides);
     p->in_elem = dtype_bytes(d->dtype);
     p->out_elem = dtype_bytes(d->out_dtype);
-    p->q_extent = strided_extent(&p->q_strides, d->batch, d->heads_q, d->seq_q, d->head_dim, p->in_elem);
+    p->q_extent =
+        strided_extent(&p->q_strides, d->batch, d->heads_q, d->seq_q, d->head_dim, p->in_elem);
     p->kv_extent[0] =
         strided_extent(&p->k_strides, d->batch, d->heads_kv, d->seq_kv, d->head_dim, p->in_elem);
     p->kv_extent[1] =
         strided_extent(&p->v_strides, d->batch, d->heads_kv, d->seq_kv, d->head_dim, p->in_elem);
-    p->o_extent = strided_extent(&p->o_strides, d->batch, d->heads_q, d->seq_q, d->head_dim, p->out_elem);
+    p->o_extent =
+        strided_extent(&p->o_strides, d->batch, d->heads_q, d->seq_q, d->head_dim, p->out_elem);
     /* Tiles stay a multiple of the kernels' K^T panel (itself a multiple
      * of 16 keys, the scores' row stride). */
     p->kt_panel = ctx->kernels->kt_panel;

@@ -42,10 +42,10 @@ typedef struct scan_job {
     int64_t block_tokens;
     int64_t n_blocks;
     int64_t heads_per_item;
-    double *partials;      /* [n_blocks][B heads][len] (K/V) */
-    fxa_bad_value *bad;    /* [n_blocks][B heads][2] (K/V) or [n_blocks][B heads] (Q) */
-    double *qq;            /* [n_blocks][B heads]: max ||q||^2 (Q) */
-    const float *means;    /* [B heads][D] (the radius pass) */
+    double *partials;   /* [n_blocks][B heads][len] (K/V) */
+    fxa_bad_value *bad; /* [n_blocks][B heads][2] (K/V) or [n_blocks][B heads] (Q) */
+    double *qq;         /* [n_blocks][B heads]: max ||q||^2 (Q) */
+    const float *means; /* [B heads][D] (the radius pass) */
 } scan_job;
 
 /* Enough items for about two per thread: heads are split into groups when
@@ -116,8 +116,7 @@ static void radius_item(void *arg, int64_t item, int thread_id)
     const fxa_row_block blk = item_rows(job, item, &bh, &block);
     (void)thread_id;
     fxa_radius_block(job->p, job->x, &blk, job->means + (size_t)bh * (size_t)job->p->d.head_dim,
-                     job->partials +
-                         partial_index(job, block, bh) * fxa_summary_head_len(job->p));
+                     job->partials + partial_index(job, block, bh) * fxa_summary_head_len(job->p));
 }
 
 static void check_item(void *arg, int64_t item, int thread_id)
@@ -176,9 +175,14 @@ fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int
     const size_t len = fxa_summary_head_len(p);
     const size_t dim = (size_t)p->d.head_dim;
     const int64_t heads = p->d.batch * p->d.heads_kv;
-    scan_job job = {.p = p, .x = k, .v = v, .seq = seq_kv, .strides = k_strides,
+    scan_job job = {.p = p,
+                    .x = k,
+                    .v = v,
+                    .seq = seq_kv,
+                    .strides = k_strides,
                     .v_strides = v_strides,
-                    .heads = p->d.heads_kv, .block_tokens = block_tokens(seq_kv),
+                    .heads = p->d.heads_kv,
+                    .block_tokens = block_tokens(seq_kv),
                     .n_blocks = n_blocks_of(seq_kv)};
     const size_t n = (size_t)(job.n_blocks * heads);
     unsigned char *at = scratch;
@@ -237,9 +241,14 @@ fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch, fxa_
     const int64_t n_blocks = n_blocks_of(p->d.seq_q);
     const int64_t heads = p->d.batch * p->d.heads_q;
     unsigned char *at = scratch;
-    scan_job job = {.p = p, .x = q, .seq = p->d.seq_q, .strides = p->q_strides,
-                    .heads = p->d.heads_q, .block_tokens = block_tokens(p->d.seq_q),
-                    .n_blocks = n_blocks, .bad = (fxa_bad_value *)at};
+    scan_job job = {.p = p,
+                    .x = q,
+                    .seq = p->d.seq_q,
+                    .strides = p->q_strides,
+                    .heads = p->d.heads_q,
+                    .block_tokens = block_tokens(p->d.seq_q),
+                    .n_blocks = n_blocks,
+                    .bad = (fxa_bad_value *)at};
     job.qq = (double *)(at + fxa_align_up((size_t)(n_blocks * heads) * sizeof(fxa_bad_value)));
     plan_items(&job);
     fxa_pool_run(&p->ctx->pool, check_item, &job, n_items(&job));
@@ -265,8 +274,8 @@ fxa_status fxa_scan_inputs(const fxa_attn_plan *p, const fxa_attn_args *a, unsig
     fxa_head_bound *hb = (fxa_head_bound *)(ws + p->ws_bounds);
     float *kbar = (float *)(ws + p->ws_kbar);
     const size_t len = fxa_summary_head_len(p);
-    fxa_status st = fxa_scan_kv(p, a->k, a->v, p->d.seq_kv, p->k_strides, p->v_strides,
-                                summaries, ws + p->ws_scan);
+    fxa_status st = fxa_scan_kv(p, a->k, a->v, p->d.seq_kv, p->k_strides, p->v_strides, summaries,
+                                ws + p->ws_scan);
     if (st != FXA_OK)
         return st;
     const int64_t n_heads = p->d.batch * p->d.heads_kv;

@@ -85,15 +85,14 @@ fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t
     const double z_raw = lam * qm * (km + hb->eps_radius) + eps_abs;
     const double z_cen = lam * qm * (hb->radius + hb->eps_radius) + eps_abs;
     if (!(z_raw <= FXA_SCORE_LIMIT) && !(p->d.center && z_cen <= FXA_SCORE_LIMIT))
-        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
-                            "scale * |q| * |k%s| = %.3g exceeds the fp32 range (base-2 scores "
-                            "up to %.3g, above %.3g) at batch %lld, kv head %lld: max |q| %.3g, "
-                            "max |k%s| %.3g, scale %.3g",
-                            p->d.center ? " - kbar" : "",
-                            p->d.scale * qm * (p->d.center ? hb->radius : km),
-                            p->d.center ? z_cen : z_raw, FXA_SCORE_LIMIT, (long long)batch, (long long)head, qm,
-                            p->d.center ? " - kbar" : "", p->d.center ? hb->radius : km,
-                            p->d.scale);
+        return fxa_ctx_fail(
+            p->ctx, FXA_ERR_INVALID_ARG,
+            "scale * |q| * |k%s| = %.3g exceeds the fp32 range (base-2 scores "
+            "up to %.3g, above %.3g) at batch %lld, kv head %lld: max |q| %.3g, "
+            "max |k%s| %.3g, scale %.3g",
+            p->d.center ? " - kbar" : "", p->d.scale * qm * (p->d.center ? hb->radius : km),
+            p->d.center ? z_cen : z_raw, FXA_SCORE_LIMIT, (long long)batch, (long long)head, qm,
+            p->d.center ? " - kbar" : "", p->d.center ? hb->radius : km, p->d.scale);
     if (b < lo || b > hi)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "scale %.3g with max |q| %.3g and max |k| %.3g at batch %lld, kv "
@@ -118,8 +117,7 @@ fxa_status fxa_lse_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64
                                 "range at batch %lld, kv head %lld (max |q| %.3g, max |k| %.3g, "
                                 "scale %.3g)",
                                 bound, (long long)(i / p->d.heads_kv),
-                                (long long)(i % p->d.heads_kv), hb[i].qmax, hb[i].kmax,
-                                p->d.scale);
+                                (long long)(i % p->d.heads_kv), hb[i].qmax, hb[i].kmax, p->d.scale);
     }
     return FXA_OK;
 }
@@ -147,12 +145,9 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
          * fit (fxa_head_prescale checked that they do). */
         const int rescue = !fixed && p->d.center &&
                            !(qn * (hb->kmax + hb->eps_radius) + hb->eps_abs <= FXA_SCORE_LIMIT);
-        rows->qk_center[i] = (centred && fixed) || rescue
-                                 ? (float)(hb->kshift ? ldexp(qk, -hb->kshift) : qk)
-                                 : 0.0f;
-        rows->online[i] = strict  ? FXA_ROW_FIXED
-                          : fixed ? FXA_ROW_FIXED_MAY_FLUSH
-                                  : FXA_ROW_ONLINE;
+        rows->qk_center[i] =
+            (centred && fixed) || rescue ? (float)(hb->kshift ? ldexp(qk, -hb->kshift) : qk) : 0.0f;
+        rows->online[i] = strict ? FXA_ROW_FIXED : fixed ? FXA_ROW_FIXED_MAY_FLUSH : FXA_ROW_ONLINE;
         rows->m[i] = fixed ? (float)(ceil_u - hb->c) : -INFINITY;
         rows->l[i] = 0.0f;
         memset(rows->o + i * dim, 0, dim * sizeof(float));
@@ -198,9 +193,8 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_at
 
 /* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.
  * Inputs are bf16 (the plan checks), so reading their bits is exact. */
-static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, fxa_row_at k_at,
-                      const uint16_t *v, fxa_row_at v_at, size_t n_kv, int kshift, uint16_t *kp,
-                      uint16_t *vp)
+static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, fxa_row_at k_at, const uint16_t *v,
+                      fxa_row_at v_at, size_t n_kv, int kshift, uint16_t *kp, uint16_t *vp)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t pairs = (dim + 1) / 2;

@@ -11,8 +11,8 @@
 /* n consecutive query rows of one head and their unnormalised state; o has
  * a row stride of head_dim. */
 typedef struct fxa_rows {
-    const float *q;        /* [n][D] fp32 */
-    const uint16_t *q16;   /* [n][D rounded up to pairs] bf16 bits: bf16 compute only */
+    const float *q;      /* [n][D] fp32 */
+    const uint16_t *q16; /* [n][D rounded up to pairs] bf16 bits: bf16 compute only */
     float *m;
     float *l;
     float *o;

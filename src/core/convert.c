@@ -5,7 +5,6 @@
 #include "convert_inline.h"
 #include "fxattn.h"
 
-
 float fxa_bf16_to_f32(uint16_t h)
 {
     return fxa_bf16_bits_to_f32(h);

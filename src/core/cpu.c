@@ -36,8 +36,8 @@ static void detect(void)
     int f16c = (c >> 29) & 1;
     if (osxsave) {
         uint64_t xcr0 = read_xcr0();
-        os_ymm = (xcr0 & 0x6) == 0x6;              /* XMM and YMM state */
-        os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0;  /* opmask, ZMM_Hi256, Hi16_ZMM */
+        os_ymm = (xcr0 & 0x6) == 0x6;             /* XMM and YMM state */
+        os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
     }
     if (max_leaf < 7)
         return;

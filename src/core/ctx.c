@@ -33,15 +33,16 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     *ctx_out = NULL;
     fxa_ctx_params_init(&defaults);
     if (p) {
-        st = fxa_struct_in(&defaults, sizeof defaults, p, FXA_CTX_PARAMS_SIZE_0_1,
-                           "fxa_ctx_params", g_create_error, sizeof g_create_error);
+        st = fxa_struct_in(&defaults, sizeof defaults, p, FXA_CTX_PARAMS_SIZE_0_1, "fxa_ctx_params",
+                           g_create_error, sizeof g_create_error);
         if (st != FXA_OK)
             return st;
     }
     p = &defaults;
     if (p->n_threads < 0 || p->n_threads > 1024) {
         snprintf(g_create_error, sizeof g_create_error,
-                 "n_threads %d is outside 0..1024 (0 = the CPUs this process may use)", p->n_threads);
+                 "n_threads %d is outside 0..1024 (0 = the CPUs this process may use)",
+                 p->n_threads);
         return FXA_ERR_INVALID_ARG;
     }
     st = fxa_kernels_select(getenv("FXA_ISA"), &kernels, g_create_error, sizeof g_create_error);

@@ -21,12 +21,12 @@ typedef void fxa_pool_task_fn(void *arg, int64_t item, int thread_id);
 
 typedef struct fxa_pool {
     int n_threads;
-    pthread_t *workers;       /* n_threads - 1 */
-    pthread_mutex_t lock;     /* guards generation, running, stop */
-    pthread_cond_t wake;      /* workers wait here for a new generation */
-    pthread_cond_t done;      /* the caller waits here for running == 0 */
-    uint64_t generation;      /* bumped once per fxa_pool_run */
-    int running;              /* workers still inside the current generation */
+    pthread_t *workers;   /* n_threads - 1 */
+    pthread_mutex_t lock; /* guards generation, running, stop */
+    pthread_cond_t wake;  /* workers wait here for a new generation */
+    pthread_cond_t done;  /* the caller waits here for running == 0 */
+    uint64_t generation;  /* bumped once per fxa_pool_run */
+    int running;          /* workers still inside the current generation */
     int stop;
     fxa_pool_task_fn *fn;
     void *arg;

@@ -4,22 +4,14 @@
 const char *fxa_status_str(fxa_status s)
 {
     switch (s) {
-    case FXA_OK:
-        return "ok";
-    case FXA_ERR_INVALID_ARG:
-        return "invalid argument";
-    case FXA_ERR_UNSUPPORTED:
-        return "unsupported";
-    case FXA_ERR_NO_MEMORY:
-        return "out of memory";
-    case FXA_ERR_MPI:
-        return "MPI error";
-    case FXA_ERR_INTERNAL:
-        return "internal error";
-    case FXA_ERR_IO:
-        return "I/O error";
-    case FXA_ERR_TIMEOUT:
-        return "no progress from a peer";
+    case FXA_OK: return "ok";
+    case FXA_ERR_INVALID_ARG: return "invalid argument";
+    case FXA_ERR_UNSUPPORTED: return "unsupported";
+    case FXA_ERR_NO_MEMORY: return "out of memory";
+    case FXA_ERR_MPI: return "MPI error";
+    case FXA_ERR_INTERNAL: return "internal error";
+    case FXA_ERR_IO: return "I/O error";
+    case FXA_ERR_TIMEOUT: return "no progress from a peer";
     }
     return "unknown status";
 }

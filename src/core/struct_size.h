@@ -53,8 +53,8 @@ static inline fxa_status fxa_struct_size_check(size_t size, size_t min_size, siz
 /* Copy-in: dst (cur_size bytes) holds the defaults; src's first struct_size
  * bytes replace them and dst's struct_size becomes cur_size. Nothing is
  * read from src past its struct_size. */
-static inline fxa_status fxa_struct_in(void *dst, size_t cur_size, const void *src,
-                                       size_t min_size, const char *name, char *msg, size_t cap)
+static inline fxa_status fxa_struct_in(void *dst, size_t cur_size, const void *src, size_t min_size,
+                                       const char *name, char *msg, size_t cap)
 {
     const size_t n = fxa_struct_size_of(src);
     const fxa_status st = fxa_struct_size_check(n, min_size, cur_size, name, msg, cap);

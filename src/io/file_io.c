@@ -12,8 +12,8 @@
 
 #define IO_CHUNK ((size_t)1 << 30)
 
-fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const char *what, char *why,
-                         size_t why_len)
+fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const char *what,
+                            char *why, size_t why_len)
 {
     unsigned char *bytes = buf;
     size_t done = 0;
@@ -38,7 +38,7 @@ fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const c
 
 /* err may be NULL or errlen 0 (npy.h's convention). */
 fxa_status fxa_io_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
-                         size_t errlen)
+                            size_t errlen)
 {
     const unsigned char *bytes = buf;
     size_t done = 0;
@@ -50,8 +50,8 @@ fxa_status fxa_io_write_all(int fd, const void *buf, size_t n, const char *what,
         }
         if (written <= 0) {
             if (err && errlen)
-                snprintf(err, errlen, "%s: write failed after %zu of %zu bytes: %s", what, done,
-                         n, written < 0 ? strerror(errno) : "no progress");
+                snprintf(err, errlen, "%s: write failed after %zu of %zu bytes: %s", what, done, n,
+                         written < 0 ? strerror(errno) : "no progress");
             return FXA_ERR_IO;
         }
         done += (size_t)written;

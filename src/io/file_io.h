@@ -12,8 +12,8 @@
  * of at most 1 GiB. On failure returns FXA_ERR_IO with the reason in why
  * ("read failed (<what>): <errno text>", or "unexpected end of file while
  * reading <what> (did the file change?)"). */
-fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const char *what, char *why,
-                         size_t why_len);
+fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const char *what,
+                            char *why, size_t why_len);
 
 /*
  * Write all n bytes of buf to fd, retrying partial writes and EINTR.
@@ -21,7 +21,7 @@ fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const c
  * bytes: <reason>" in err.
  */
 fxa_status fxa_io_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
-                         size_t errlen);
+                            size_t errlen);
 
 /* Messages about file content, shared by the readers: */
 

@@ -85,19 +85,13 @@ int fxa_jp_syntax_error(fxa_jp *p, const char *expected)
 const char *fxa_json_value_kind(int c)
 {
     switch (c) {
-    case '{':
-        return "an object";
-    case '[':
-        return "an array";
-    case '"':
-        return "a string";
+    case '{': return "an object";
+    case '[': return "an array";
+    case '"': return "a string";
     case 't':
-    case 'f':
-        return "a boolean";
-    case 'n':
-        return "null";
-    default:
-        return "a number";
+    case 'f': return "a boolean";
+    case 'n': return "null";
+    default: return "a number";
     }
 }
 
@@ -227,24 +221,12 @@ int fxa_jp_string(fxa_jp *p, const char **out, size_t *out_len)
             switch (e) {
             case '"':
             case '\\':
-            case '/':
-                buf[0] = (unsigned char)e;
-                break;
-            case 'b':
-                buf[0] = '\b';
-                break;
-            case 'f':
-                buf[0] = '\f';
-                break;
-            case 'n':
-                buf[0] = '\n';
-                break;
-            case 'r':
-                buf[0] = '\r';
-                break;
-            case 't':
-                buf[0] = '\t';
-                break;
+            case '/': buf[0] = (unsigned char)e; break;
+            case 'b': buf[0] = '\b'; break;
+            case 'f': buf[0] = '\f'; break;
+            case 'n': buf[0] = '\n'; break;
+            case 'r': buf[0] = '\r'; break;
+            case 't': buf[0] = '\t'; break;
             case 'u': {
                 unsigned cp;
                 unsigned low;
@@ -426,16 +408,11 @@ static int check_value(fxa_jp *p, int depth)
     const int c = fxa_jp_peek(p);
     switch (c) {
     case '{':
-    case '[':
-        return check_container(p, depth + 1);
-    case '"':
-        return fxa_jp_string(p, NULL, NULL);
-    case 't':
-        return scan_literal(p, "true");
-    case 'f':
-        return scan_literal(p, "false");
-    case 'n':
-        return scan_literal(p, "null");
+    case '[': return check_container(p, depth + 1);
+    case '"': return fxa_jp_string(p, NULL, NULL);
+    case 't': return scan_literal(p, "true");
+    case 'f': return scan_literal(p, "false");
+    case 'n': return scan_literal(p, "null");
     default:
         if (c == '-' || fxa_json_is_digit(c)) {
             return scan_number(p);

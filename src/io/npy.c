@@ -89,8 +89,8 @@ static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP
     size_t len = 0;
     buf[len++] = '(';
     for (int i = 0; i < ndim; i++) {
-        int n = snprintf(buf + len, SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64,
-                         shape[i]);
+        int n =
+            snprintf(buf + len, SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64, shape[i]);
         len += (size_t)n;
     }
     if (ndim == 1) {
@@ -258,8 +258,10 @@ static int parse_descr(header_parser *p, npy_header *hdr)
     }
     fxa_io_snippet(name, name_len, shown, sizeof shown);
     if (name_len > 0 && name[0] == '>') {
-        reader_fail(p->reader, "big-endian dtype '%s' is unsupported; only little-endian <f4 "
-                               "and <f2 are supported", shown);
+        reader_fail(p->reader,
+                    "big-endian dtype '%s' is unsupported; only little-endian <f4 "
+                    "and <f2 are supported",
+                    shown);
     } else {
         reader_fail(p->reader, "dtype '%s' is not supported; only <f4 and <f2 are supported",
                     shown);
@@ -271,8 +273,7 @@ static int parse_fortran_order(header_parser *p)
 {
     size_t begin = p->pos;
     int c = peek(p);
-    while ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '_') {
+    while ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') {
         p->pos++;
         c = peek(p);
     }
@@ -367,8 +368,9 @@ static int parse_shape(header_parser *p, npy_header *hdr)
     }
     p->pos++;
     if (ndim == 1 && !trailing_comma) {
-        reader_fail(p->reader, "shape (%" PRId64 ") is not a tuple; a 1-D shape needs a "
-                               "trailing comma, as in (%" PRId64 ",)",
+        reader_fail(p->reader,
+                    "shape (%" PRId64 ") is not a tuple; a 1-D shape needs a "
+                    "trailing comma, as in (%" PRId64 ",)",
                     hdr->shape[0], hdr->shape[0]);
         return -1;
     }
@@ -414,12 +416,9 @@ static int parse_entry(header_parser *p, npy_header *hdr, unsigned *seen_keys)
     }
     skip_space(p);
     switch (bit) {
-    case KEY_DESCR:
-        return parse_descr(p, hdr);
-    case KEY_FORTRAN_ORDER:
-        return parse_fortran_order(p);
-    default:
-        return parse_shape(p, hdr);
+    case KEY_DESCR: return parse_descr(p, hdr);
+    case KEY_FORTRAN_ORDER: return parse_fortran_order(p);
+    default: return parse_shape(p, hdr);
     }
 }
 
@@ -557,8 +556,8 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     const unsigned major = preamble[NPY_MAGIC_LEN];
     const unsigned minor = preamble[NPY_MAGIC_LEN + 1];
     if (major < 1 || major > 3 || minor != 0) {
-        reader_fail(&reader, "unsupported .npy format version %u.%u (1.0, 2.0 and 3.0 are)",
-                    major, minor);
+        reader_fail(&reader, "unsupported .npy format version %u.%u (1.0, 2.0 and 3.0 are)", major,
+                    minor);
         goto cleanup;
     }
     const size_t length_bytes = major == 1 ? 2 : 4;
@@ -572,14 +571,13 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
         header_len |= (uint32_t)preamble[NPY_MAGIC_LEN + 2 + i] << (8 * i);
     }
     if (header_len > FXA_NPY_MAX_HEADER_LEN) {
-        reader_fail(&reader, "header length %" PRIu32 " exceeds the limit of %d bytes",
-                    header_len, FXA_NPY_MAX_HEADER_LEN);
+        reader_fail(&reader, "header length %" PRIu32 " exceeds the limit of %d bytes", header_len,
+                    FXA_NPY_MAX_HEADER_LEN);
         goto cleanup;
     }
     if ((int64_t)preamble_len + header_len > file_size) {
         reader_fail(&reader,
-                    "header length %" PRIu32 " runs past the end of the file (%" PRId64
-                    " bytes)",
+                    "header length %" PRIu32 " runs past the end of the file (%" PRId64 " bytes)",
                     header_len, file_size);
         goto cleanup;
     }
@@ -620,8 +618,7 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     const int64_t data_offset = (int64_t)preamble_len + header_len;
     const int64_t data_avail = file_size - data_offset;
     if (data_avail < data_bytes) {
-        reader_fail(&reader,
-                    "truncated: header says %" PRId64 " bytes of data, file has %" PRId64,
+        reader_fail(&reader, "truncated: header says %" PRId64 " bytes of data, file has %" PRId64,
                     data_bytes, data_avail);
         goto cleanup;
     }
@@ -684,9 +681,9 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     } else {
         status = FXA_OK;
         for (int64_t o = 0; o < outer && status == FXA_OK && len > 0; o++)
-            status = read_at(&reader, fd, (unsigned char *)data + o * len * inner,
-                             (size_t)(len * inner), data_offset + o * stride + start * inner,
-                             "the data");
+            status =
+                read_at(&reader, fd, (unsigned char *)data + o * len * inner, (size_t)(len * inner),
+                        data_offset + o * stride + start * inner, "the data");
     }
     if (status != FXA_OK) {
         goto cleanup;
@@ -733,8 +730,7 @@ static size_t build_header(int ndim, const int64_t *shape, unsigned char header[
     char shape_text[SHAPE_TEXT_CAP];
     format_shape(shape, ndim, shape_text);
     int dict_len = snprintf((char *)header + prefix_len, WRITE_HEADER_CAP - prefix_len,
-                            "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }",
-                            shape_text);
+                            "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_text);
     size_t dict_end = prefix_len + (size_t)dict_len;
     size_t total = (dict_end + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
     memset(header + dict_end, ' ', total - 1 - dict_end);

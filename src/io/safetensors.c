@@ -49,8 +49,8 @@ static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP
     size_t len = 0;
     buf[len++] = '[';
     for (int i = 0; i < ndim; i++) {
-        int n = snprintf(buf + len, SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64,
-                         shape[i]);
+        int n =
+            snprintf(buf + len, SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64, shape[i]);
         len += (size_t)n;
     }
     buf[len++] = ']';
@@ -70,17 +70,17 @@ typedef struct dtype_info {
 
 /* Every dtype of the format (the Dtype enum of the Rust reader). */
 static const dtype_info g_dtypes[] = {
-    {"F32", 32, 1, FXA_ST_F32},     {"BF16", 16, 1, FXA_ST_BF16},
-    {"F16", 16, 1, FXA_ST_F16},     {"F8_E4M3", 8, 1, FXA_ST_F8_E4M3},
-    {"BOOL", 8, 0, FXA_ST_F32},     {"U8", 8, 0, FXA_ST_F32},
-    {"I8", 8, 0, FXA_ST_F32},       {"F8_E5M2", 8, 0, FXA_ST_F32},
-    {"F8_E8M0", 8, 0, FXA_ST_F32},  {"F8_E4M3FNUZ", 8, 0, FXA_ST_F32},
+    {"F32", 32, 1, FXA_ST_F32},        {"BF16", 16, 1, FXA_ST_BF16},
+    {"F16", 16, 1, FXA_ST_F16},        {"F8_E4M3", 8, 1, FXA_ST_F8_E4M3},
+    {"BOOL", 8, 0, FXA_ST_F32},        {"U8", 8, 0, FXA_ST_F32},
+    {"I8", 8, 0, FXA_ST_F32},          {"F8_E5M2", 8, 0, FXA_ST_F32},
+    {"F8_E8M0", 8, 0, FXA_ST_F32},     {"F8_E4M3FNUZ", 8, 0, FXA_ST_F32},
     {"F8_E5M2FNUZ", 8, 0, FXA_ST_F32}, {"I16", 16, 0, FXA_ST_F32},
-    {"U16", 16, 0, FXA_ST_F32},     {"I32", 32, 0, FXA_ST_F32},
-    {"U32", 32, 0, FXA_ST_F32},     {"I64", 64, 0, FXA_ST_F32},
-    {"U64", 64, 0, FXA_ST_F32},     {"F64", 64, 0, FXA_ST_F32},
-    {"C64", 64, 0, FXA_ST_F32},     {"F4", 4, 0, FXA_ST_F32},
-    {"F6_E2M3", 6, 0, FXA_ST_F32},  {"F6_E3M2", 6, 0, FXA_ST_F32},
+    {"U16", 16, 0, FXA_ST_F32},        {"I32", 32, 0, FXA_ST_F32},
+    {"U32", 32, 0, FXA_ST_F32},        {"I64", 64, 0, FXA_ST_F32},
+    {"U64", 64, 0, FXA_ST_F32},        {"F64", 64, 0, FXA_ST_F32},
+    {"C64", 64, 0, FXA_ST_F32},        {"F4", 4, 0, FXA_ST_F32},
+    {"F6_E2M3", 6, 0, FXA_ST_F32},     {"F6_E3M2", 6, 0, FXA_ST_F32},
 };
 
 static const dtype_info *find_dtype(const char *name, size_t len)
@@ -103,17 +103,17 @@ typedef struct st_meta {
 } st_meta;
 
 struct fxa_st_file {
-    char *path;                /* for messages */
-    int fd;                    /* -1 for a file in memory */
-    const unsigned char *mem;  /* the whole file when in memory */
-    int64_t data_start;        /* 8 + N */
-    int64_t data_size;         /* bytes after the header */
-    char *arena;               /* every name, key and value, NUL-terminated */
-    fxa_st_tensor *tensors;    /* data order once parsed */
+    char *path;               /* for messages */
+    int fd;                   /* -1 for a file in memory */
+    const unsigned char *mem; /* the whole file when in memory */
+    int64_t data_start;       /* 8 + N */
+    int64_t data_size;        /* bytes after the header */
+    char *arena;              /* every name, key and value, NUL-terminated */
+    fxa_st_tensor *tensors;   /* data order once parsed */
     int64_t count;
     size_t cap;
     const fxa_st_tensor **by_name; /* sorted by strcmp of the names */
-    st_meta *meta;             /* sorted by key */
+    st_meta *meta;                 /* sorted by key */
     int64_t meta_count;
     size_t meta_cap;
     int has_meta;
@@ -577,7 +577,7 @@ static fxa_status finish(const fxa_msg *ctx, fxa_st_file *f)
         if (t->offset != expected) {
             fxa_io_snippet(t->name, strlen(t->name), b_shown, sizeof b_shown);
             fxa_io_snippet(prev != NULL ? prev->name : "", prev != NULL ? strlen(prev->name) : 0,
-                        a_shown, sizeof a_shown);
+                           a_shown, sizeof a_shown);
         }
         if (t->offset < expected && prev != NULL) { /* prev: the last non-empty tensor */
             fxa_msg_fail(ctx,

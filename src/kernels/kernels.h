@@ -31,8 +31,8 @@
 #include <stdint.h>
 
 /* Row kinds (fxa_attn_tile.online). */
-#define FXA_ROW_FIXED 0            /* fixed shift, strict gate: no term flushes */
-#define FXA_ROW_ONLINE 1           /* online softmax */
+#define FXA_ROW_FIXED 0           /* fixed shift, strict gate: no term flushes */
+#define FXA_ROW_ONLINE 1          /* online softmax */
 #define FXA_ROW_FIXED_MAY_FLUSH 2 /* fixed shift, centred gate: small terms may flush */
 
 /*
@@ -144,8 +144,7 @@ typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
  * n in the last panel keep their contents), so a caller may pack a group of
  * keys starting at a multiple of 16 by passing kt + fxa_kt_offset(panel, d, 0, j0).
  */
-typedef void fxa_pack_kt_fn(const float *const *rows, size_t n, size_t d, size_t panel,
-                            float *kt);
+typedef void fxa_pack_kt_fn(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
 
 /*
  * Row statistics for the bound pass and the row setup, on one fp32 row of d
@@ -153,7 +152,7 @@ typedef void fxa_pack_kt_fn(const float *const *rows, size_t n, size_t d, size_t
  * ISA's build returns the same bits.
  */
 typedef struct fxa_row_stats {
-    int (*any_non_finite)(const float *x, size_t d); /* 1 if some x_c is Inf or NaN */
+    int (*any_non_finite)(const float *x, size_t d);            /* 1 if some x_c is Inf or NaN */
     double (*norm2_add)(const float *x, size_t d, double *sum); /* ||x||^2; sum[c] += x_c */
     double (*distance2)(const float *x, const float *center, size_t d); /* ||x - center||^2 */
     float (*abs_max)(const float *x, size_t d); /* max_c |x_c| of a finite row */

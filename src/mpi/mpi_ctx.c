@@ -17,8 +17,8 @@ const char *fxa_mpi_create_error(void)
 
 void fxa_mpi_params_init(fxa_mpi_params *p)
 {
-    *p = (fxa_mpi_params){.struct_size = sizeof *p, .ulysses = 1, .ring = 0, .prefetch = 0,
-                          .timeout_seconds = 0.0};
+    *p = (fxa_mpi_params){
+        .struct_size = sizeof *p, .ulysses = 1, .ring = 0, .prefetch = 0, .timeout_seconds = 0.0};
 }
 
 double fxa_mpi_default_timeout(void)

@@ -48,8 +48,8 @@ struct fxa_mpi_attn_plan {
      * and kv heads [hkv_lo[u], hkv_hi[u]). */
     int64_t *hq_lo, *hq_hi, *hkv_lo, *hkv_hi;
     /* After the exchange: the row's tokens (its ring block) for those heads. */
-    int64_t loc_sq;     /* queries of this rank's ring block */
-    int64_t *blk_skv;   /* [R] keys of each ring block */
+    int64_t loc_sq;   /* queries of this rank's ring block */
+    int64_t *blk_skv; /* [R] keys of each ring block */
     int64_t max_blk_skv;
     fxa_layout loc_layout; /* the user's with U == 1, else BHSD */
     fxa_mpi_segment *seg;
@@ -62,7 +62,7 @@ struct fxa_mpi_attn_plan {
     fxa_attn_acc **accs; /* [n_seg] (R > 1) */
     char *slots;         /* 2 (prefetch + 1) blocks of K/V (R > 1) */
     size_t slot_bytes;
-    void *ulysses_bufs;  /* fxa_ulysses_bufs (U > 1) */
+    void *ulysses_bufs; /* fxa_ulysses_bufs (U > 1) */
     int buffers_ready;
 };
 
@@ -89,7 +89,7 @@ uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
  * without communicating. n <= FXA_MPI_MAX_WAIT. */
 #define FXA_MPI_MAX_WAIT 272
 FXA_INTERNAL fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer,
-                                  const char *what);
+                                     const char *what);
 
 /* The blocking collectives the library uses, as their nonblocking forms
  * waited on with fxa_mpi_wait (what names the step in errors). */
@@ -99,9 +99,9 @@ fxa_status fxa_mpi_bcast(fxa_mpi *m, void *buf, int n, MPI_Datatype t, int root,
                          const char *what);
 fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_Datatype t,
                              MPI_Comm comm, const char *what);
-fxa_status fxa_mpi_alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd,
-                             void *recv, const int *rc, const int *rd, MPI_Datatype t,
-                             MPI_Comm comm, const char *what);
+fxa_status fxa_mpi_alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd, void *recv,
+                             const int *rc, const int *rd, MPI_Datatype t, MPI_Comm comm,
+                             const char *what);
 
 /* Collective over m->comm: fails on every rank unless all ranks pass the
  * same hash (what names the mismatch). */

@@ -11,9 +11,9 @@
 static uint64_t hash_desc(const fxa_attn_desc *d)
 {
     /* Field by field: padding bytes must not enter the hash. */
-    const int64_t ints[] = {d->batch, d->heads_q, d->heads_kv, d->seq_q, d->seq_kv, d->head_dim,
-                            d->layout, d->dtype, d->mode, d->center, d->compute,
-                            d->heads_per_tile, d->block_q};
+    const int64_t ints[] = {d->batch,    d->heads_q,        d->heads_kv, d->seq_q, d->seq_kv,
+                            d->head_dim, d->layout,         d->dtype,    d->mode,  d->center,
+                            d->compute,  d->heads_per_tile, d->block_q};
     uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, ints, sizeof ints);
     return fxa_mpi_hash(h, &d->scale, sizeof d->scale);
 }

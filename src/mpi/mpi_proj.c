@@ -19,8 +19,8 @@ static fxa_status reduce_sums(double *sums, int64_t n, void *arg)
 {
     const tp_reduce *r = arg;
     int failed = sums[n - 1] != 0.0;
-    fxa_status st = fxa_mpi_allreduce(r->m, MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX,
-                                      r->m->comm, "the tensor-parallel failure flags");
+    fxa_status st = fxa_mpi_allreduce(r->m, MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, r->m->comm,
+                                      "the tensor-parallel failure flags");
     if (st != FXA_OK)
         return st;
     if (failed) {
@@ -51,8 +51,9 @@ fxa_status fxa_mpi_proj_run(fxa_mpi *m, const fxa_proj_desc *d, const fxa_proj_a
     if (st != FXA_OK)
         return st;
     /* Every rank must project the same tokens the same way. */
-    const int64_t same[] = {d->tokens, d->head_dim, d->x_format, d->w_format, d->norm, d->rope,
-                            d->out_layout, heads_q_total, heads_kv_total, d->heads_kv > 0};
+    const int64_t same[] = {d->tokens,      d->head_dim,    d->x_format,   d->w_format,
+                            d->norm,        d->rope,        d->out_layout, heads_q_total,
+                            heads_kv_total, d->heads_kv > 0};
     uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, same, sizeof same);
     h = fxa_mpi_hash(h, &d->eps, sizeof d->eps);
     st = fxa_mpi_same_everywhere(m, h, "the projection (tokens, head_dim, formats, options)");
@@ -68,10 +69,9 @@ fxa_status fxa_mpi_proj_run(fxa_mpi *m, const fxa_proj_desc *d, const fxa_proj_a
     snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
     /* A failure on one rank shows up on the others as "another rank
      * failed": agree so that every rank reports the failing rank's own. */
-    const fxa_status mine = st == FXA_ERR_INVALID_ARG &&
-                                    strstr(msg, "another tensor-parallel rank failed")
-                                ? FXA_OK
-                                : st;
+    const fxa_status mine =
+        st == FXA_ERR_INVALID_ARG && strstr(msg, "another tensor-parallel rank failed") ? FXA_OK
+                                                                                        : st;
     const fxa_status agreed = fxa_mpi_agree(m, mine, msg);
     return agreed != FXA_OK ? agreed : st;
 }

@@ -82,7 +82,8 @@ static int report_non_finite(const fxa_mpi_attn_plan *p, const void *x, char nam
             h = r / n % heads;
             b = r / n / heads;
         }
-        snprintf(msg, cap, "%c has a non-finite value (%g) at batch %lld, token %lld, head %lld, dim %lld",
+        snprintf(msg, cap,
+                 "%c has a non-finite value (%g) at batch %lld, token %lld, head %lld, dim %lld",
                  name, (double)value_at(x, d->dtype, i), (long long)b, (long long)(t0 + t),
                  (long long)h, (long long)c);
         return 1;
@@ -240,8 +241,8 @@ static fxa_status reduce_stats(fxa_mpi_attn_plan *p, const fxa_attn_stats *sum,
     double mx[2] = {sum->vmax, sum->max_bound};
     long long fb_all = 0;
     double mx_all[2] = {0.0, 0.0};
-    fxa_status st = fxa_mpi_allreduce(m, &fb, &fb_all, 1, MPI_LONG_LONG, MPI_SUM, m->comm,
-                                      "the statistics");
+    fxa_status st =
+        fxa_mpi_allreduce(m, &fb, &fb_all, 1, MPI_LONG_LONG, MPI_SUM, m->comm, "the statistics");
     if (st == FXA_OK)
         st = fxa_mpi_allreduce(m, mx, mx_all, 2, MPI_DOUBLE, MPI_MAX, m->comm, "the statistics");
     if (st != FXA_OK)
@@ -292,8 +293,8 @@ fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mp
     fxa_status own = FXA_OK;
     if (st == FXA_OK) {
         int column_failed = 0;
-        own = m->ring == 1 ? run_local(p, &loc, &sum)
-                           : fxa_ring_run(p, &loc, &column_failed, stats);
+        own =
+            m->ring == 1 ? run_local(p, &loc, &sum) : fxa_ring_run(p, &loc, &column_failed, stats);
         snprintf(msg, sizeof msg, "%s", m->last_error);
         if (own == FXA_ERR_INVALID_ARG && m->ulysses == 1)
             find_non_finite(p, a, msg, sizeof msg);

@@ -38,8 +38,9 @@ fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const ch
         if (now - last > m->timeout) {
             m->broken = 1;
             if (peer >= 0)
-                return fxa_mpi_fail(m, FXA_ERR_TIMEOUT, "rank %d: no progress from rank %d for %g s (%s)",
-                                    m->rank, peer, m->timeout, what);
+                return fxa_mpi_fail(m, FXA_ERR_TIMEOUT,
+                                    "rank %d: no progress from rank %d for %g s (%s)", m->rank,
+                                    peer, m->timeout, what);
             return fxa_mpi_fail(m, FXA_ERR_TIMEOUT,
                                 "rank %d: no progress from the other ranks for %g s (%s)", m->rank,
                                 m->timeout, what);
@@ -81,9 +82,9 @@ fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_D
     return fxa_mpi_wait(m, 1, &r, -1, what);
 }
 
-fxa_status fxa_mpi_alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd,
-                             void *recv, const int *rc, const int *rd, MPI_Datatype t,
-                             MPI_Comm comm, const char *what)
+fxa_status fxa_mpi_alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd, void *recv,
+                             const int *rc, const int *rd, MPI_Datatype t, MPI_Comm comm,
+                             const char *what)
 {
     MPI_Request r;
     if (m->broken)

@@ -138,13 +138,14 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
     for (int i = 0; i < p->n_seg; i++)
         if (accs[i])
             fxa_attn_acc_set_progress(accs[i], ring_progress, &rq);
-    /* Block t is rank (c - t)'s; blocks t >= 1 live in slot t % nb. */
+            /* Block t is rank (c - t)'s; blocks t >= 1 live in slot t % nb. */
 #define SLOT_K(t) (slots + (size_t)(2 * ((t) % nb)) * slot_bytes)
 #define SLOT_V(t) (slots + (size_t)(2 * ((t) % nb) + 1) * slot_bytes)
 #define REQ(t, i) (&rq.req[4 * ((t) % nb) + (i)])
     for (int t = 1; t <= m->prefetch && t < ring && st == FXA_OK; t++) {
         const int n = (int)(per_key * p->blk_skv[(m->c - t + ring) % ring]);
-        st = mpi_ok(m, MPI_Irecv(SLOT_K(t), n, type, prev, 2 * t, m->col_comm, REQ(t, 0)), "MPI_Irecv");
+        st = mpi_ok(m, MPI_Irecv(SLOT_K(t), n, type, prev, 2 * t, m->col_comm, REQ(t, 0)),
+                    "MPI_Irecv");
         if (st == FXA_OK)
             st = mpi_ok(m, MPI_Irecv(SLOT_V(t), n, type, prev, 2 * t + 1, m->col_comm, REQ(t, 1)),
                         "MPI_Irecv");
@@ -160,7 +161,8 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
         /* Forward block t: the next rank's block t + 1. */
         if (st == FXA_OK && t + 1 < ring) {
             const int n = (int)(per_key * n_kv);
-            st = mpi_ok(m, MPI_Isend(k, n, type, next, 2 * (t + 1), m->col_comm, REQ(t, 2)), "MPI_Isend");
+            st = mpi_ok(m, MPI_Isend(k, n, type, next, 2 * (t + 1), m->col_comm, REQ(t, 2)),
+                        "MPI_Isend");
             if (st == FXA_OK)
                 st = mpi_ok(m, MPI_Isend(v, n, type, next, 2 * (t + 1) + 1, m->col_comm, REQ(t, 3)),
                             "MPI_Isend");
@@ -182,9 +184,9 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
             st = mpi_ok(m, MPI_Irecv(SLOT_K(tn), n, type, prev, 2 * tn, m->col_comm, REQ(tn, 0)),
                         "MPI_Irecv");
             if (st == FXA_OK)
-                st = mpi_ok(m, MPI_Irecv(SLOT_V(tn), n, type, prev, 2 * tn + 1, m->col_comm,
-                                         REQ(tn, 1)),
-                            "MPI_Irecv");
+                st = mpi_ok(
+                    m, MPI_Irecv(SLOT_V(tn), n, type, prev, 2 * tn + 1, m->col_comm, REQ(tn, 1)),
+                    "MPI_Irecv");
         }
         const double wait = waited + (MPI_Wtime() - t2);
         p->step_compute[t] = t2 - t1;

@@ -21,8 +21,7 @@ static int64_t row_off(fxa_layout l, int64_t b, int64_t h, int64_t t, int64_t he
 }
 
 /* Shard length and offset within the row of row member v. */
-static void member_shard(const fxa_mpi_attn_plan *p, int64_t seq, int v, int64_t *off,
-                         int64_t *len)
+static void member_shard(const fxa_mpi_attn_plan *p, int64_t seq, int v, int64_t *off, int64_t *len)
 {
     const fxa_mpi *m = p->m;
     int64_t row_start;
@@ -97,7 +96,8 @@ fxa_status fxa_ulysses_forward(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa
         member_shard(p, d->seq_q, v, &off, &qn);
         member_shard(p, d->seq_kv, v, &off, &kn);
         sc[v] = d->batch * dim *
-                ((p->hq_hi[v] - p->hq_lo[v]) * p->q_len + 2 * (p->hkv_hi[v] - p->hkv_lo[v]) * p->kv_len);
+                ((p->hq_hi[v] - p->hq_lo[v]) * p->q_len +
+                 2 * (p->hkv_hi[v] - p->hkv_lo[v]) * p->kv_len);
         sc[n + v] = d->batch * dim * (nq * qn + 2 * nkv * kn);
     }
     char *send = u->send;
@@ -192,8 +192,8 @@ fxa_status fxa_ulysses_backward(fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
             for (int64_t h = p->hq_lo[v]; h < p->hq_hi[v]; h++)
                 for (int64_t t = 0; t < p->q_len; t++) {
                     const int64_t r = (b * d->heads_q + h) * p->q_len + t;
-                    memcpy((float *)a->out + row_off(d->layout, b, h, t, d->heads_q, p->q_len, dim), at,
-                           (size_t)dim * sizeof(float));
+                    memcpy((float *)a->out + row_off(d->layout, b, h, t, d->heads_q, p->q_len, dim),
+                           at, (size_t)dim * sizeof(float));
                     if (a->lse)
                         a->lse[r] = at[dim];
                     if (a->row_bound)

@@ -6,11 +6,11 @@
 
 /* Head-sharded local tensors of one rank (BHSD, the row's tokens). */
 typedef struct fxa_ulysses_bufs {
-    char *q;     /* [B][Hq_loc][loc_sq][D] input dtype */
-    char *k;     /* [B][Hkv_loc][own block keys][D] */
+    char *q; /* [B][Hq_loc][loc_sq][D] input dtype */
+    char *k; /* [B][Hkv_loc][own block keys][D] */
     char *v;
-    float *out;  /* [B][Hq_loc][loc_sq][D] */
-    float *lse;  /* [B][Hq_loc][loc_sq] */
+    float *out; /* [B][Hq_loc][loc_sq][D] */
+    float *lse; /* [B][Hq_loc][loc_sq] */
     float *bound;
     uint8_t *fb;
     char *send; /* staging for both exchanges */

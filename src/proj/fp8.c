@@ -14,7 +14,6 @@
 #define E4M3_MIN_NORMAL_BITS 0x3c800000u   /* 2^-6 */
 #define E4M3_HALF_MIN_SUB_BITS 0x3a800000u /* 2^-10, half the smallest subnormal */
 
-
 float fxa_e4m3_to_f32(uint8_t code)
 {
     const uint32_t sign = (uint32_t)(code & 0x80u) << 24;
@@ -119,7 +118,7 @@ static void put_f32_le(uint8_t *p, float v)
 static float get_f32_le(const uint8_t *p)
 {
     return fxa_bits_f32((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                    (uint32_t)p[3] << 24);
+                        (uint32_t)p[3] << 24);
 }
 
 fxa_status fxa_e4m3_quantize_rows(const float *x, int64_t rows, int64_t n, uint8_t *packed)

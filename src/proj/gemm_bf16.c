@@ -44,8 +44,8 @@ static void clear_slot(prim_slot *p)
     *p = (prim_slot){0};
 }
 
-fxa_status fxa_gemm_bf16_create(fxa_gemm_bf16 **g, int64_t m, int64_t k, int64_t ldy,
-                                int n_threads, char *err, size_t errlen)
+fxa_status fxa_gemm_bf16_create(fxa_gemm_bf16 **g, int64_t m, int64_t k, int64_t ldy, int n_threads,
+                                char *err, size_t errlen)
 {
     fxa_gemm_bf16 *o = calloc(1, sizeof *o);
     *g = NULL;

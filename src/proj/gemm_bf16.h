@@ -15,8 +15,8 @@ typedef struct fxa_gemm_bf16 fxa_gemm_bf16;
 
 /* For x [m][k] and outputs with row stride ldy, on n_threads threads.
  * FXA_ERR_NO_MEMORY or FXA_ERR_INTERNAL (with a reason in err). */
-fxa_status fxa_gemm_bf16_create(fxa_gemm_bf16 **g, int64_t m, int64_t k, int64_t ldy,
-                                int n_threads, char *err, size_t errlen);
+fxa_status fxa_gemm_bf16_create(fxa_gemm_bf16 **g, int64_t m, int64_t k, int64_t ldy, int n_threads,
+                                char *err, size_t errlen);
 
 /* y [m][n] (row stride ldy) = x [m][k] (bf16 bits, row-major) times w
  * [n][k] (bf16 bits, row-major) transposed. Products of bf16 values are

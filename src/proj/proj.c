@@ -51,10 +51,11 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
                             "head_dim %lld (even, 2..%d)",
                             (long long)d->tokens, (long long)d->in_features, (long long)d->heads_q,
                             (long long)d->heads_kv, (long long)d->head_dim, FXA_MAX_HEAD_DIM);
-    const double elems = (double)d->tokens * (double)(out_features(d) > d->in_features
-                                                          ? out_features(d)
-                                                          : d->in_features);
-    if (elems * 4.0 > (double)PTRDIFF_MAX / 2 || (double)out_features(d) * (double)d->in_features * 4.0 > (double)PTRDIFF_MAX / 2 ||
+    const double elems =
+        (double)d->tokens *
+        (double)(out_features(d) > d->in_features ? out_features(d) : d->in_features);
+    if (elems * 4.0 > (double)PTRDIFF_MAX / 2 ||
+        (double)out_features(d) * (double)d->in_features * 4.0 > (double)PTRDIFF_MAX / 2 ||
         d->in_features > INT32_MAX || out_features(d) > INT32_MAX || d->tokens > INT32_MAX)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection sizes overflow");
     if ((unsigned)d->x_format > FXA_PROJ_X_E4M3_ROWS || (unsigned)d->w_format > FXA_PROJ_W_E4M3 ||
@@ -86,8 +87,8 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
     for (size_t v = 0; v < sizeof vec / sizeof vec[0]; v++)
         for (int64_t i = 0; vec[v].p && i < vec[v].n; i++)
             if (!isfinite(vec[v].p[i]))
-                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s[%lld] is not finite",
-                                    vec[v].name, (long long)i);
+                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s[%lld] is not finite", vec[v].name,
+                                    (long long)i);
     return FXA_OK;
 }
 
@@ -100,17 +101,17 @@ enum { SRC_F32, SRC_BF16, SRC_E4M3_ROWS, SRC_E4M3 };
 typedef struct stage_job {
     const void *src;
     int kind;
-    int check;      /* scan sources that are read in place (fp32, bf16 on the bf16 path) */
+    int check; /* scan sources that are read in place (fp32, bf16 on the bf16 path) */
     int64_t rows;
-    int64_t row0;   /* index of the first row, for messages */
-    int64_t n;      /* values per row */
-    float *dst;     /* fp32 copy [rows][n], or NULL */
+    int64_t row0;    /* index of the first row, for messages */
+    int64_t n;       /* values per row */
+    float *dst;      /* fp32 copy [rows][n], or NULL */
     uint16_t *dst16; /* bf16 copy of E4M3 codes [rows][n] (exact), or NULL */
-    float *scales;  /* SRC_E4M3_ROWS: each row's scale */
-    float *tmp;     /* [n_threads][n]: rows decoded only to be checked */
-    float lut[256]; /* E4M3 decode tables */
+    float *scales;   /* SRC_E4M3_ROWS: each row's scale */
+    float *tmp;      /* [n_threads][n]: rows decoded only to be checked */
+    float lut[256];  /* E4M3 decode tables */
     uint16_t lut16[256];
-    int64_t *bad;   /* per item: first bad (row, col), or -1; col -1: bad scale */
+    int64_t *bad; /* per item: first bad (row, col), or -1; col -1: bad scale */
 } stage_job;
 
 static void stage_item(void *arg, int64_t item, int thread_id)
@@ -246,8 +247,7 @@ static fxa_status stage_x(fxa_ctx *ctx, const fxa_proj_desc *d, const void *x, f
 /* Rows [row0, row0 + rows) of W [I][H] for the GEMM, the same way (FP8
  * scales stay separate). */
 static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, int64_t row0,
-                          int64_t rows, float *w32, uint16_t *w16, const void **w_out,
-                          int check)
+                          int64_t rows, float *w32, uint16_t *w16, const void **w_out, int check)
 {
     const size_t elem = d->w_format == FXA_PROJ_W_F32    ? sizeof(float)
                         : d->w_format == FXA_PROJ_W_BF16 ? sizeof(uint16_t)
@@ -270,10 +270,10 @@ static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, i
 typedef struct epi_job {
     const fxa_proj_desc *d;
     const fxa_proj_args *a;
-    float *y;        /* [S][I] GEMM result; dequantised in place by phase A */
-    float *xs;       /* [S] row scales */
-    double *sums;    /* [S][2]: sum of y^2 over the Q and the K segment */
-    double n_q;      /* channels each RMS is taken over (all ranks) */
+    float *y;     /* [S][I] GEMM result; dequantised in place by phase A */
+    float *xs;    /* [S] row scales */
+    double *sums; /* [S][2]: sum of y^2 over the Q and the K segment */
+    double n_q;   /* channels each RMS is taken over (all ranks) */
     double n_k;
     int64_t tokens_per_item;
     int64_t *bad; /* per item: first token whose y is not finite, or -1 */
@@ -318,9 +318,9 @@ static float inv_rms(double sum, double n, double eps, int *shift)
 }
 
 /* One normalised (r; 1 without norm) and rotated segment of one token. */
-static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads, const float *gamma,
-                           const float *cs, const float *sn, float *out_base, int64_t s, float r,
-                           int shift)
+static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads,
+                           const float *gamma, const float *cs, const float *sn, float *out_base,
+                           int64_t s, float r, int shift)
 {
     const int64_t dim = d->head_dim;
     const int64_t half = dim / 2;
@@ -418,8 +418,8 @@ static void phase_item(void *arg, int64_t item, int thread_id)
     const phase_job *pj = arg;
     const epi_job *job = pj->job;
     const int64_t s0 = item * job->tokens_per_item;
-    const int64_t s1 = s0 + job->tokens_per_item < job->d->tokens ? s0 + job->tokens_per_item
-                                                                   : job->d->tokens;
+    const int64_t s1 =
+        s0 + job->tokens_per_item < job->d->tokens ? s0 + job->tokens_per_item : job->d->tokens;
     (void)thread_id;
     if (pj->phases & PHASE_A)
         job->bad[item] = -1;
@@ -457,8 +457,8 @@ static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
 /* Workspace layout (byte offsets; 0 = not used, except xs which is first
  * only when nothing precedes it: offsets are checked through the flags). */
 typedef struct proj_ws {
-    int bf16_path;      /* 16/8-bit operands on both sides multiply as bf16 */
-    int64_t w_block;    /* output channels decoded (w32/w16) per GEMM */
+    int bf16_path;   /* 16/8-bit operands on both sides multiply as bf16 */
+    int64_t w_block; /* output channels decoded (w32/w16) per GEMM */
     size_t x32, x16, w32, w16, xs, y, sums, bad, total;
 } proj_ws;
 
@@ -493,8 +493,8 @@ static void layout(const fxa_proj_desc *d, proj_ws *l)
     const size_t s = (size_t)d->tokens;
     const size_t x_elems = s * (size_t)d->in_features;
     *l = (proj_ws){0};
-    l->bf16_path = d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32 &&
-                   fxa_cpu_get()->avx512bf16;
+    l->bf16_path =
+        d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32 && fxa_cpu_get()->avx512bf16;
     const int decode_w16 = l->bf16_path && d->w_format == FXA_PROJ_W_E4M3;
     const int decode_w32 = !l->bf16_path && d->w_format != FXA_PROJ_W_F32;
     l->w_block = decode_w16   ? w_block_rows(d, sizeof(uint16_t))
@@ -519,8 +519,8 @@ static void layout(const fxa_proj_desc *d, proj_ws *l)
 
 size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d)
 {
-    if (!d || d->struct_size < sizeof *d || d->tokens < 1 || d->in_features < 1 ||
-        d->heads_q < 1 || d->heads_kv < 0 || d->head_dim < 1)
+    if (!d || d->struct_size < sizeof *d || d->tokens < 1 || d->in_features < 1 || d->heads_q < 1 ||
+        d->heads_kv < 0 || d->head_dim < 1)
         return 0;
     proj_ws l;
     layout(d, &l);

@@ -41,8 +41,7 @@ fxa_status fxa_wan_rope_tables(int64_t frames, int64_t height, int64_t width, in
                     for (int64_t j = 0; j < n[b]; j++, pair++) {
                         /* Pair j of a band of n pairs turns by pos * theta^(-j/n)
                          * (= theta^(-2j/band_dim)), in double, rounded once. */
-                        const double angle =
-                            (double)pos[b] * pow(theta, -(double)j / (double)n[b]);
+                        const double angle = (double)pos[b] * pow(theta, -(double)j / (double)n[b]);
                         c[pair] = c[pair + half] = (float)cos(angle);
                         s[pair] = s[pair + half] = (float)sin(angle);
                     }
@@ -82,8 +81,8 @@ static fxa_status permute_rows(unsigned char *base, size_t row_bytes, int64_t ro
 fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *d, void *w, float *w_scales,
                                         float *bias, float *gamma_q, float *gamma_k)
 {
-    if (!d || d->struct_size < sizeof *d || d->head_dim < 2 || d->head_dim % 2 ||
-        d->heads_q < 0 || d->heads_kv < 0 || d->in_features < 1)
+    if (!d || d->struct_size < sizeof *d || d->head_dim < 2 || d->head_dim % 2 || d->heads_q < 0 ||
+        d->heads_kv < 0 || d->in_features < 1)
         return FXA_ERR_INVALID_ARG;
     const int64_t dim = d->head_dim;
     const size_t es = d->w_format == FXA_PROJ_W_F32 ? 4 : d->w_format == FXA_PROJ_W_BF16 ? 2 : 1;

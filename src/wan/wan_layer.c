@@ -37,23 +37,25 @@ static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
 {
     if (d->struct_size != sizeof *d)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                     "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
-                     d->struct_size, sizeof *d);
+                             "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
+                             d->struct_size, sizeof *d);
     if (d->frames < 1 || d->height < 1 || d->width < 1 ||
         d->frames > INT64_MAX / d->height / d->width)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "the latent grid %lld x %lld x %lld is "
-                     "not positive", (long long)d->frames, (long long)d->height,
-                     (long long)d->width);
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
+                             "the latent grid %lld x %lld x %lld is "
+                             "not positive",
+                             (long long)d->frames, (long long)d->height, (long long)d->width);
     if (d->heads < 1)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "heads must be positive, not %lld",
-                     (long long)d->heads);
+                             (long long)d->heads);
     if (d->head_dim % 2 || d->head_dim < 6 || d->head_dim > FXA_MAX_HEAD_DIM)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                     "head_dim %lld (hidden / heads) must be even and in 6..%d for Wan's RoPE",
-                     (long long)d->head_dim, FXA_MAX_HEAD_DIM);
+        return fxa_wan_failf(
+            err, errlen, FXA_ERR_INVALID_ARG,
+            "head_dim %lld (hidden / heads) must be even and in 6..%d for Wan's RoPE",
+            (long long)d->head_dim, FXA_MAX_HEAD_DIM);
     if (d->x_format != FXA_PROJ_X_F32 && d->x_format != FXA_PROJ_X_E4M3_ROWS)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                     "x_format must be FXA_PROJ_X_F32 or FXA_PROJ_X_E4M3_ROWS");
+                             "x_format must be FXA_PROJ_X_F32 or FXA_PROJ_X_E4M3_ROWS");
     return FXA_OK;
 }
 
@@ -61,7 +63,8 @@ fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan
                                size_t *workspace_bytes, char *err, size_t errlen)
 {
     if (!ctx || !d || !plan_out || !workspace_bytes)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "fxa_wan_plan_create: NULL argument");
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
+                             "fxa_wan_plan_create: NULL argument");
     *plan_out = NULL;
     fxa_status st = check_desc(d, err, errlen);
     if (st != FXA_OK)
@@ -121,10 +124,11 @@ static fxa_status check_weights(fxa_wan_plan *p, const fxa_wan_weights *w)
                    w->gamma_q && w->gamma_k;
     if (!ok)
         return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
-                     "the weights (hidden %lld, heads [%lld, +%lld) of %lld) are not the "
-                     "whole layer of the plan (%lld heads x %lld)",
-                     (long long)w->hidden, (long long)w->head_begin, (long long)w->head_count,
-                     (long long)w->heads, (long long)p->d.heads, (long long)p->d.head_dim);
+                             "the weights (hidden %lld, heads [%lld, +%lld) of %lld) are not the "
+                             "whole layer of the plan (%lld heads x %lld)",
+                             (long long)w->hidden, (long long)w->head_begin,
+                             (long long)w->head_count, (long long)w->heads, (long long)p->d.heads,
+                             (long long)p->d.head_dim);
     return FXA_OK;
 }
 
@@ -136,7 +140,7 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     p->error[0] = '\0';
     if (!w || !x || !y || !workspace)
         return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
-                     "fxa_wan_run: NULL argument");
+                             "fxa_wan_run: NULL argument");
     fxa_status st = check_weights(p, w);
     if (st != FXA_OK)
         return st;
@@ -148,7 +152,7 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     const double t0 = fxa_now_seconds();
     if ((st = fxa_proj_run(p->ctx, &pd, &pa)) != FXA_OK)
         return fxa_wan_failf(p->error, sizeof p->error, st, "QKV projection: %s",
-                     fxa_ctx_last_error(p->ctx));
+                             fxa_ctx_last_error(p->ctx));
     const double t1 = fxa_now_seconds();
     const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
     fxa_attn_stats ast = {.struct_size = sizeof ast};
@@ -157,17 +161,20 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     const double t2 = fxa_now_seconds();
     if ((st = fxa_wan_out_proj(p->ctx, &p->d, &w->o, p->tokens, a, y)) != FXA_OK)
         return fxa_wan_failf(p->error, sizeof p->error, st, "output projection: %s",
-                     fxa_ctx_last_error(p->ctx));
+                             fxa_ctx_last_error(p->ctx));
     if (stats)
-        *stats = (fxa_wan_stats){.struct_size = sizeof *stats, .qkv_seconds = t1 - t0,
-                                 .attention_seconds = t2 - t1, .out_seconds = fxa_now_seconds() - t2,
-                                 .rows = ast.rows, .fallback_rows = ast.fallback_rows};
+        *stats = (fxa_wan_stats){.struct_size = sizeof *stats,
+                                 .qkv_seconds = t1 - t0,
+                                 .attention_seconds = t2 - t1,
+                                 .out_seconds = fxa_now_seconds() - t2,
+                                 .rows = ast.rows,
+                                 .fallback_rows = ast.fallback_rows};
     return FXA_OK;
 }
 
 void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t tokens,
-                      const void *x, const float *cs, const float *sn, float *q, float *k,
-                      float *v, fxa_proj_desc *pd, fxa_proj_args *pa)
+                      const void *x, const float *cs, const float *sn, float *q, float *k, float *v,
+                      fxa_proj_desc *pd, fxa_proj_args *pa)
 {
     fxa_proj_desc_init(pd);
     pd->tokens = tokens;
@@ -179,10 +186,18 @@ void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t t
     pd->norm = 1;
     pd->eps = FXA_WAN_EPS;
     pd->rope = 1;
-    *pa = (fxa_proj_args){.struct_size = sizeof *pa, .x = x, .w = w->qkv.w,
-                          .w_scales = w->qkv.scales, .bias = w->qkv.bias, .gamma_q = w->gamma_q,
-                          .gamma_k = w->gamma_k, .rope_cos = cs, .rope_sin = sn, .q_out = q,
-                          .k_out = k, .v_out = v};
+    *pa = (fxa_proj_args){.struct_size = sizeof *pa,
+                          .x = x,
+                          .w = w->qkv.w,
+                          .w_scales = w->qkv.scales,
+                          .bias = w->qkv.bias,
+                          .gamma_q = w->gamma_q,
+                          .gamma_k = w->gamma_k,
+                          .rope_cos = cs,
+                          .rope_sin = sn,
+                          .q_out = q,
+                          .k_out = k,
+                          .v_out = v};
 }
 
 fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
@@ -195,8 +210,12 @@ fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_l
     pd.heads_q = d->heads; /* out = heads * head_dim = hidden channels */
     pd.head_dim = d->head_dim;
     pd.w_format = o->format;
-    const fxa_proj_args args = {.struct_size = sizeof args, .x = a, .w = o->w,
-                                .w_scales = o->scales, .bias = o->bias, .q_out = y};
+    const fxa_proj_args args = {.struct_size = sizeof args,
+                                .x = a,
+                                .w = o->w,
+                                .w_scales = o->scales,
+                                .bias = o->bias,
+                                .q_out = y};
     return fxa_proj_run(ctx, &pd, &args);
 }
 

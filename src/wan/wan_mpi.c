@@ -51,8 +51,8 @@ static fxa_status agree(fxa_wan_mpi_plan *p, fxa_status st, const char *msg)
  * A group that is the world keeps its message; a smaller one agrees over
  * the world, so that the other groups stop too instead of waiting in the
  * next collective. A timeout leaves the group unusable: no agreement. */
-static fxa_status group_agree(fxa_wan_mpi_plan *p, const char *label, int group_size,
-                              fxa_status st, const char *msg)
+static fxa_status group_agree(fxa_wan_mpi_plan *p, const char *label, int group_size, fxa_status st,
+                              const char *msg)
 {
     if (st == FXA_ERR_TIMEOUT || group_size == p->size) {
         if (st != FXA_OK)
@@ -75,8 +75,7 @@ static fxa_status wait1(fxa_wan_mpi_plan *p, MPI_Request *r, const char *what)
 
 /* T, U and R from the grid and P ranks, and the splits: the same on every
  * rank for the same arguments. */
-static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *err,
-                              size_t errlen)
+static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *err, size_t errlen)
 {
     const int64_t P = p->size;
     p->tp_mode = g->tp > 0;
@@ -84,27 +83,28 @@ static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *
     p->U = g->ulysses > 0 ? g->ulysses : 1;
     const int64_t tu = (int64_t)p->T * p->U;
     if (p->tp_mode && g->ulysses == 0 && g->ring == 0 && p->T != P)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "--tp %d needs %d ranks, not %d", p->T,
-                     p->T, p->size);
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "--tp %d needs %d ranks, not %d",
+                             p->T, p->T, p->size);
     if (p->tp_mode && g->ring > 0 && tu * g->ring != P)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                     "--tp %d x --ulysses %d x --ring %d needs %lld ranks, not %d", p->T, p->U,
-                     g->ring, (long long)(tu * g->ring), p->size);
+                             "--tp %d x --ulysses %d x --ring %d needs %lld ranks, not %d", p->T,
+                             p->U, g->ring, (long long)(tu * g->ring), p->size);
     if (p->tp_mode && g->ring == 0 && P % tu)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                     "--tp %d x --ulysses %d needs a multiple of %lld ranks, not %d", p->T, p->U,
-                     (long long)tu, p->size);
+                             "--tp %d x --ulysses %d needs a multiple of %lld ranks, not %d", p->T,
+                             p->U, (long long)tu, p->size);
     /* Without --tp, U R = P is libfxattn_mpi's check. */
     p->R = p->tp_mode ? (int)(P / tu) : g->ring;
     p->C = p->size / p->T;
     p->cp_mode = !p->tp_mode || p->C > 1;
     if (p->T > 1 && p->d.heads < p->T)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                     "--tp %d: %lld heads cannot be split over %d ranks", p->T,
-                     (long long)p->d.heads, p->T);
+                             "--tp %d: %lld heads cannot be split over %d ranks", p->T,
+                             (long long)p->d.heads, p->T);
     if (p->cp_mode && p->tokens < p->C)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "%lld tokens cannot be split over %d ranks%s",
-                     (long long)p->tokens, p->C, p->tp_mode ? " (--ulysses x --ring)" : "");
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
+                             "%lld tokens cannot be split over %d ranks%s", (long long)p->tokens,
+                             p->C, p->tp_mode ? " (--ulysses x --ring)" : "");
     fxa_wan_mpi_shard *s = &p->shard;
     s->tp_index = p->rank % p->T;
     s->cp_index = p->rank / p->T;
@@ -176,7 +176,8 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
                                    size_t *workspace_bytes, char *err, size_t errlen)
 {
     if (!ctx || !d || !g || !plan_out || !workspace_bytes)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_plan_create: NULL argument");
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
+                             "fxa_wan_mpi_plan_create: NULL argument");
     *plan_out = NULL;
     fxa_wan_mpi_plan *p = calloc(1, sizeof *p);
     if (!p)
@@ -200,12 +201,12 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     size_t unused = 0;
     if (g->struct_size != sizeof *g)
         st = fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
-                   "fxa_wan_grid: struct_size %zu, expected %zu (use fxa_wan_grid_init)",
-                   g->struct_size, sizeof *g);
+                           "fxa_wan_grid: struct_size %zu, expected %zu (use fxa_wan_grid_init)",
+                           g->struct_size, sizeof *g);
     else if (d->struct_size != sizeof *d)
         st = fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
-                   "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
-                   d->struct_size, sizeof *d);
+                           "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
+                           d->struct_size, sizeof *d);
     if (st == FXA_OK) {
         p->d = *d;
         p->tokens = d->frames * d->height * d->width;
@@ -274,12 +275,13 @@ static fxa_status check_weights(const fxa_wan_mpi_plan *p, const fxa_wan_weights
     if (w->hidden == p->hidden && w->heads == p->d.heads && w->head_dim == p->d.head_dim &&
         w->head_begin == s->head_begin && w->head_count == s->head_count && w->qkv.w && w->o.w)
         return FXA_OK;
-    return fxa_wan_failf(why, n, FXA_ERR_INVALID_ARG,
-                 "the weights hold heads [%lld, +%lld) of %lld x %lld; this rank's shard is "
-                 "heads [%lld, +%lld) of %lld x %lld",
-                 (long long)w->head_begin, (long long)w->head_count, (long long)w->heads,
-                 (long long)w->head_dim, (long long)s->head_begin, (long long)s->head_count,
-                 (long long)p->d.heads, (long long)p->d.head_dim);
+    return fxa_wan_failf(
+        why, n, FXA_ERR_INVALID_ARG,
+        "the weights hold heads [%lld, +%lld) of %lld x %lld; this rank's shard is "
+        "heads [%lld, +%lld) of %lld x %lld",
+        (long long)w->head_begin, (long long)w->head_count, (long long)w->heads,
+        (long long)w->head_dim, (long long)s->head_begin, (long long)s->head_count,
+        (long long)p->d.heads, (long long)p->d.head_dim);
 }
 
 /* The QKV projection of this rank's tokens onto its heads. */
@@ -362,8 +364,7 @@ static fxa_status reduce_y(fxa_wan_mpi_plan *p, const fxa_wan_linear *o, float *
 
 /* The output projection of this rank's attention output (tensor parallel:
  * by its heads' columns of o.weight, the bias added after the sum). */
-static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const float *a,
-                           float *y)
+static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const float *a, float *y)
 {
     fxa_wan_linear o = w->o;
     if (p->tp_mode)
@@ -382,16 +383,17 @@ static double now(void)
     return MPI_Wtime();
 }
 
-fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x,
-                           float *y, void *workspace, fxa_wan_stats *stats)
+fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x, float *y,
+                           void *workspace, fxa_wan_stats *stats)
 {
     if (!p)
         return FXA_ERR_INVALID_ARG;
     p->error[0] = '\0';
     char why[600] = "";
-    fxa_status st = !w || !x || !y || !workspace
-                        ? fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_run: NULL argument")
-                        : check_weights(p, w, why, sizeof why);
+    fxa_status st =
+        !w || !x || !y || !workspace
+            ? fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_run: NULL argument")
+            : check_weights(p, w, why, sizeof why);
     if ((st = agree(p, st, why)) != FXA_OK)
         return st;
     const size_t act = act_floats(p);
@@ -415,9 +417,12 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
     if ((st = wait1(p, &r, "the timings")) != FXA_OK)
         return st;
     if (stats)
-        *stats = (fxa_wan_stats){.struct_size = sizeof *stats, .qkv_seconds = secs[0],
-                                 .attention_seconds = secs[1], .out_seconds = secs[2],
-                                 .rows = rows[0], .fallback_rows = rows[1]};
+        *stats = (fxa_wan_stats){.struct_size = sizeof *stats,
+                                 .qkv_seconds = secs[0],
+                                 .attention_seconds = secs[1],
+                                 .out_seconds = secs[2],
+                                 .rows = rows[0],
+                                 .fallback_rows = rows[1]};
     return FXA_OK;
 }
 
@@ -428,7 +433,7 @@ fxa_status fxa_wan_mpi_gather(fxa_wan_mpi_plan *p, const float *y, float *y_all)
     p->error[0] = '\0';
     const int root = p->rank == 0;
     fxa_status st = root && !y_all ? fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
-                                           "fxa_wan_mpi_gather: rank 0 needs y_all")
+                                                   "fxa_wan_mpi_gather: rank 0 needs y_all")
                                    : FXA_OK;
     int *counts = root ? malloc((size_t)p->C * sizeof(int)) : NULL;
     int *displs = root ? malloc((size_t)p->C * sizeof(int)) : NULL;

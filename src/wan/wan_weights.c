@@ -69,8 +69,8 @@ float fxa_wan_synth(uint64_t seed, uint64_t stream, uint64_t i)
     /* Counter-based, so that any slice (a rank's shard) is cheap to make:
      * the Irwin-Hall sum of four 16-bit pieces of one hash, variance 1. */
     const uint64_t h = mix64(mix64(seed * 0x9e3779b97f4a7c15ull + stream) + i);
-    const int64_t s = (int64_t)((h & 0xffff) + ((h >> 16) & 0xffff) + ((h >> 32) & 0xffff) +
-                                (h >> 48));
+    const int64_t s =
+        (int64_t)((h & 0xffff) + ((h >> 16) & 0xffff) + ((h >> 32) & 0xffff) + (h >> 48));
     return (float)(s - 131070) * (1.0f / 37837.23f);
 }
 
@@ -82,7 +82,8 @@ static void synth_fill(float *dst, int64_t first, int64_t n, uint64_t seed, uint
         dst[i] = (float)(mean + sd * (double)fxa_wan_synth(seed, stream, (uint64_t)(first + i)));
 }
 
-static fxa_status mat_alloc(const src *c, fxa_wan_linear *m, fxa_proj_w format, int64_t rows, int64_t cols)
+static fxa_status mat_alloc(const src *c, fxa_wan_linear *m, fxa_proj_w format, int64_t rows,
+                            int64_t cols)
 {
     const size_t elem = format == FXA_PROJ_W_E4M3 ? 1 : sizeof(float);
     *m = (fxa_wan_linear){.format = format, .rows = rows, .cols = cols};
@@ -112,7 +113,6 @@ void fxa_wan_weights_free(fxa_wan_weights *w)
 }
 
 /* ---- sources: a checkpoint or the generator -------------------------------- */
-
 
 enum { M_Q, M_K, M_V, M_O };
 
@@ -192,9 +192,9 @@ static fxa_status check_shape(const src *c, const fxa_st_tensor *t, int64_t rows
     shape_text(t, got, sizeof got);
     if (cols)
         return failf(c, FXA_ERR_INVALID_ARG, "%s: tensor '%s' has shape %s, expected [%lld, %lld]",
-                        c->path, t->name, got, (long long)rows, (long long)cols);
+                     c->path, t->name, got, (long long)rows, (long long)cols);
     return failf(c, FXA_ERR_INVALID_ARG, "%s: tensor '%s' has shape %s, expected [%lld]", c->path,
-                    t->name, got, (long long)rows);
+                 t->name, got, (long long)rows);
 }
 
 /* A reader's failure (its message names the file). */
@@ -208,8 +208,8 @@ static fxa_status check_float(const src *c, const fxa_st_tensor *t)
 {
     if (!t->supported || t->dtype == FXA_ST_F8_E4M3)
         return failf(c, FXA_ERR_INVALID_ARG,
-                        "%s: tensor '%s' has dtype %s; expected F32, BF16 or F16", c->path,
-                        t->name, t->dtype_name);
+                     "%s: tensor '%s' has dtype %s; expected F32, BF16 or F16", c->path, t->name,
+                     t->dtype_name);
     return 0;
 }
 
@@ -234,11 +234,12 @@ static fxa_status read_float_rows(const src *c, const fxa_st_file *f, const fxa_
             continue;
         if (t->ndim >= 2)
             return failf(c, FXA_ERR_INVALID_ARG,
-                            "%s: tensor '%s' has a non-finite value (%g) at [%lld, %lld]",
-                            c->path, t->name, (double)dst[i], (long long)(r0 + i / per_row),
-                            (long long)(i % per_row));
-        return failf(c, FXA_ERR_INVALID_ARG, "%s: tensor '%s' has a non-finite value (%g) at [%lld]",
-                        c->path, t->name, (double)dst[i], (long long)(r0 + i));
+                         "%s: tensor '%s' has a non-finite value (%g) at [%lld, %lld]", c->path,
+                         t->name, (double)dst[i], (long long)(r0 + i / per_row),
+                         (long long)(i % per_row));
+        return failf(c, FXA_ERR_INVALID_ARG,
+                     "%s: tensor '%s' has a non-finite value (%g) at [%lld]", c->path, t->name,
+                     (double)dst[i], (long long)(r0 + i));
     }
     return 0;
 }
@@ -268,15 +269,14 @@ static fxa_status weight_kind(src *c, int mod)
         code = check_shape(c, t, c->hidden, c->hidden);
     if (!code && !t->supported)
         code = failf(c, FXA_ERR_INVALID_ARG,
-                        "%s: tensor '%s' has dtype %s; expected F32, BF16, F16 or F8_E4M3",
-                        c->path, t->name, t->dtype_name);
+                     "%s: tensor '%s' has dtype %s; expected F32, BF16, F16 or F8_E4M3", c->path,
+                     t->name, t->dtype_name);
     c->fp8[mod] = !code && t->dtype == FXA_ST_F8_E4M3;
     return code;
 }
 
 /* The scale tensor of FP8 weight `mod` (see the header comment). */
-static fxa_status find_scale(const src *c, int mod, const fxa_st_file **f,
-                             const fxa_st_tensor **t)
+static fxa_status find_scale(const src *c, int mod, const fxa_st_file **f, const fxa_st_tensor **t)
 {
     char a[NAME_CAP], b[NAME_CAP], w[NAME_CAP];
     tensor_name(c, mod, ".weight_scale", a);
@@ -291,12 +291,12 @@ static fxa_status find_scale(const src *c, int mod, const fxa_st_file **f,
         return st;
     if (ta && tb)
         return failf(c, FXA_ERR_INVALID_ARG, "%s: both '%s' and '%s' are present; keep one",
-                        c->path, a, b);
+                     c->path, a, b);
     if (!ta && !tb)
         return failf(c, FXA_ERR_INVALID_ARG,
-                        "%s: %s is F8_E4M3 but has no scale: "
-                        "expected '%s' or '%s' (one value per output channel)",
-                        c->path, w, a, b);
+                     "%s: %s is F8_E4M3 but has no scale: "
+                     "expected '%s' or '%s' (one value per output channel)",
+                     c->path, w, a, b);
     *f = ta ? fa : fb;
     *t = ta ? ta : tb;
     return 0;
@@ -315,7 +315,7 @@ static fxa_status read_one_scale(const src *c, const fxa_st_file *f, const fxa_s
         return read_fail(c, st, err);
     if (!isfinite(dst[0]) || dst[0] < 0.0f)
         return failf(c, FXA_ERR_INVALID_ARG, "%s: scale '%s' is %g (must be finite, not negative)",
-                        c->path, t->name, (double)dst[0]);
+                     c->path, t->name, (double)dst[0]);
     for (int64_t i = 1; i < n; i++)
         dst[i] = dst[0];
     return 0;
@@ -336,16 +336,16 @@ static fxa_status read_scales(const src *c, int mod, int64_t r0, int64_t n, floa
         char got[160];
         shape_text(t, got, sizeof got);
         return failf(c, FXA_ERR_INVALID_ARG,
-                        "%s: scale '%s' has shape %s, expected [%lld], [%lld, 1] or one value",
-                        c->path, t->name, got, (long long)c->hidden, (long long)c->hidden);
+                     "%s: scale '%s' has shape %s, expected [%lld], [%lld, 1] or one value",
+                     c->path, t->name, got, (long long)c->hidden, (long long)c->hidden);
     }
     code = per_channel ? read_float_rows(c, f, t, r0, n, dst) : read_one_scale(c, f, t, n, dst);
     for (int64_t i = 0; !code && i < n; i++)
         if (!isfinite(dst[i]) || dst[i] < 0.0f)
             code = failf(c, FXA_ERR_INVALID_ARG,
-                            "%s: scale '%s' has %g at channel %lld (must be finite, not "
-                            "negative)",
-                            c->path, t->name, (double)dst[i], (long long)(r0 + i));
+                         "%s: scale '%s' has %g at channel %lld (must be finite, not "
+                         "negative)",
+                         c->path, t->name, (double)dst[i], (long long)(r0 + i));
     return code;
 }
 
@@ -371,15 +371,15 @@ static fxa_status weight_rows(const src *c, int mod, int64_t r0, int64_t n, void
     for (int64_t i = 0; i < n * h; i++)
         if ((codes[i] & 0x7f) == 0x7f)
             return failf(c, FXA_ERR_INVALID_ARG,
-                            "%s: tensor '%s' has a NaN code (0x%02x) at [%lld, %lld]", c->path,
-                            t->name, codes[i], (long long)(r0 + i / h), (long long)(i % h));
+                         "%s: tensor '%s' has a NaN code (0x%02x) at [%lld, %lld]", c->path,
+                         t->name, codes[i], (long long)(r0 + i / h), (long long)(i % h));
     return 0;
 }
 
 /* Output channels [r0, r0 + n) of module `mod` (weight rows, their scales
  * when FP8, bias) into rows [d0, d0 + n) of m. */
 static fxa_status linear_rows(const src *c, int mod, int64_t r0, int64_t n, fxa_wan_linear *m,
-                       int64_t d0)
+                              int64_t d0)
 {
     const size_t elem = m->format == FXA_PROJ_W_E4M3 ? 1 : sizeof(float);
     fxa_status code = weight_rows(c, mod, r0, n, (char *)m->w + (size_t)(d0 * m->cols) * elem);
@@ -389,7 +389,8 @@ static fxa_status linear_rows(const src *c, int mod, int64_t r0, int64_t n, fxa_
 }
 
 /* fp32 rows to E4M3 codes with per-output-channel scales (--fp8). */
-static fxa_status quantize(const src *c, const float *w, int64_t rows, int64_t cols, uint8_t *codes, float *scales)
+static fxa_status quantize(const src *c, const float *w, int64_t rows, int64_t cols, uint8_t *codes,
+                           float *scales)
 {
     if (fxa_e4m3_quantize_weights(w, rows, cols, codes, scales) != FXA_OK)
         return failf(c, FXA_ERR_INVALID_ARG, "--fp8: a weight is not finite");
@@ -421,15 +422,15 @@ static fxa_status o_columns(const src *c, int64_t c0, int64_t n, int fp8, fxa_wa
 {
     const int64_t h = c->hidden;
     const int raw8 = c->fp8[M_O];
-    const size_t elem = raw8 ? 1 : sizeof(float); /* as read */
+    const size_t elem = raw8 ? 1 : sizeof(float);        /* as read */
     const size_t kept = raw8 || fp8 ? 1 : sizeof(float); /* as held in m */
     int64_t rows = O_BLOCK_BYTES / (h * (int64_t)elem);
     rows = rows < 1 ? 1 : rows > h ? h : rows;
     void *block = malloc((size_t)(rows * h) * elem);
     uint8_t *codes = fp8 ? malloc((size_t)(rows * h)) : NULL;
     fxa_status code = !block || (fp8 && !codes)
-                   ? failf(c, FXA_ERR_NO_MEMORY, "out of memory for the layer's weights")
-                   : 0;
+                          ? failf(c, FXA_ERR_NO_MEMORY, "out of memory for the layer's weights")
+                          : 0;
     for (int64_t r = 0; !code && r < h; r += rows) {
         const int64_t b = h - r < rows ? h - r : rows;
         code = weight_rows(c, M_O, r, b, block);
@@ -466,8 +467,8 @@ static fxa_status ckpt_open(src *c)
         return st;
     if (t[0] && t[1])
         return failf(c, FXA_ERR_INVALID_ARG,
-                     "%s: block %lld is named both ways ('%s' and '%s'); keep one naming",
-                     c->path, (long long)c->block, names[0], names[1]);
+                     "%s: block %lld is named both ways ('%s' and '%s'); keep one naming", c->path,
+                     (long long)c->block, names[0], names[1]);
     if (!t[0] && !t[1])
         return failf(c, FXA_ERR_INVALID_ARG,
                      "%s: no self-attention weights of block %lld: looked for '%s' (Wan2.2's "
@@ -554,9 +555,9 @@ static fxa_status qkv_to_fp8(const src *c, fxa_wan_linear *m)
         return FXA_OK;
     uint8_t *codes = malloc((size_t)(m->rows * m->cols));
     float *scales = malloc((size_t)m->rows * sizeof(float));
-    const fxa_status code =
-        codes && scales ? quantize(c, m->w, m->rows, m->cols, codes, scales)
-                        : failf(c, FXA_ERR_NO_MEMORY, "out of memory for the FP8 weights");
+    const fxa_status code = codes && scales
+                                ? quantize(c, m->w, m->rows, m->cols, codes, scales)
+                                : failf(c, FXA_ERR_NO_MEMORY, "out of memory for the FP8 weights");
     if (code) {
         free(codes);
         free(scales);
@@ -581,8 +582,7 @@ static fxa_status to_rotate_half(const src *c, fxa_wan_weights *w)
     const fxa_status st = fxa_rope_interleaved_to_half(&d, w->qkv.w, w->qkv.scales, w->qkv.bias,
                                                        w->gamma_q, w->gamma_k);
     if (st != FXA_OK)
-        return failf(c, st, "cannot convert the interleaved RoPE weights: %s",
-                     fxa_status_str(st));
+        return failf(c, st, "cannot convert the interleaved RoPE weights: %s", fxa_status_str(st));
     return FXA_OK;
 }
 
@@ -620,8 +620,8 @@ static fxa_status check_params(src *c, const fxa_wan_load_params *p, int64_t *h0
     return FXA_OK;
 }
 
-fxa_status fxa_wan_weights_load(const char *path, const fxa_wan_load_params *p,
-                                fxa_wan_weights *w, char *err, size_t errlen)
+fxa_status fxa_wan_weights_load(const char *path, const fxa_wan_load_params *p, fxa_wan_weights *w,
+                                char *err, size_t errlen)
 {
     src c = {.path = path, .err = err, .errlen = errlen};
     int64_t h0 = 0, nh = 0;

@@ -233,8 +233,7 @@ static int has_error_line(const char *text)
 
 static int is_word_char(int c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
 /* word occurs in text not glued to other letters/digits (options such as
@@ -278,9 +277,9 @@ static void write_npy(const char *path, int version, const char *descr, int fort
     char dict[512];
     unsigned char *buf;
     format_shape(shape, ndim, shape_text, sizeof shape_text);
-    const int dict_len = snprintf(dict, sizeof dict,
-                                  "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr,
-                                  fortran ? "True" : "False", shape_text);
+    const int dict_len =
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr,
+                 fortran ? "True" : "False", shape_text);
     const size_t pre = version == 1 ? 10 : 12;
     const size_t total = (pre + (size_t)dict_len + 1 + 63) / 64 * 64;
     const size_t header_len = total - pre;
@@ -350,8 +349,8 @@ static void format_cmd(const char *const *args, char *buf, size_t cap)
         const char *a = args[i];
         const int quote = a[0] == 0 || strpbrk(a, " \t'\"") != NULL;
         if (strncmp(a, g_root, root_len) == 0)
-            len += (size_t)snprintf(buf + len, cap - len, " %s$T%s", quote ? "'" : "",
-                                    a + root_len);
+            len +=
+                (size_t)snprintf(buf + len, cap - len, " %s$T%s", quote ? "'" : "", a + root_len);
         else
             len += (size_t)snprintf(buf + len, cap - len, " %s%s", quote ? "'" : "", a);
         if (quote && len < cap)
@@ -388,8 +387,7 @@ static void run_tool(const char *const *args, run_result *r)
         posix_spawn_file_actions_addopen(&fa, 0, g_stdin_path, O_RDONLY, 0) ||
         posix_spawn_file_actions_addopen(&fa, 1, g_stdout_path, O_WRONLY | O_CREAT | O_TRUNC,
                                          0644) ||
-        posix_spawn_file_actions_addopen(&fa, 2, g_stderr_path, O_WRONLY | O_CREAT | O_TRUNC,
-                                         0644))
+        posix_spawn_file_actions_addopen(&fa, 2, g_stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0644))
         die("posix_spawn_file_actions");
     fflush(stdout);
     fflush(stderr);
@@ -580,20 +578,13 @@ static int jp_container(jp *p, char open, char close)
 static int jp_value(jp *p)
 {
     switch (*p->s) {
-    case '{':
-        return jp_container(p, '{', '}');
-    case '[':
-        return jp_container(p, '[', ']');
-    case '"':
-        return jp_string(p);
-    case 't':
-        return strncmp(p->s, "true", 4) == 0 ? (p->s += 4, 1) : 0;
-    case 'f':
-        return strncmp(p->s, "false", 5) == 0 ? (p->s += 5, 1) : 0;
-    case 'n':
-        return strncmp(p->s, "null", 4) == 0 ? (p->s += 4, 1) : 0;
-    default:
-        return jp_number(p);
+    case '{': return jp_container(p, '{', '}');
+    case '[': return jp_container(p, '[', ']');
+    case '"': return jp_string(p);
+    case 't': return strncmp(p->s, "true", 4) == 0 ? (p->s += 4, 1) : 0;
+    case 'f': return strncmp(p->s, "false", 5) == 0 ? (p->s += 5, 1) : 0;
+    case 'n': return strncmp(p->s, "null", 4) == 0 ? (p->s += 4, 1) : 0;
+    default: return jp_number(p);
     }
 }
 
@@ -699,8 +690,8 @@ static void check_ref(const char *label, const fxa_attn_desc *d, const float *q,
                       const float *v, const char *out_path, const char *lse_path)
 {
     const int bshd = d->layout == FXA_LAYOUT_BSHD;
-    const int64_t oshape[4] = {d->batch, bshd ? d->seq_q : d->heads_q,
-                               bshd ? d->heads_q : d->seq_q, d->head_dim};
+    const int64_t oshape[4] = {d->batch, bshd ? d->seq_q : d->heads_q, bshd ? d->heads_q : d->seq_q,
+                               d->head_dim};
     const int64_t lshape[3] = {d->batch, d->heads_q, d->seq_q};
     fxa_npy o = {0};
     fxa_npy l = {0};
@@ -730,8 +721,8 @@ static void check_ref(const char *label, const fxa_attn_desc *d, const float *q,
                         max_lse = e;
                 }
             }
-    CHECK(max_out <= REF_TOL, "[%s] max |out - fp64 reference| = %.3g, above %.0e", label,
-          max_out, REF_TOL);
+    CHECK(max_out <= REF_TOL, "[%s] max |out - fp64 reference| = %.3g, above %.0e", label, max_out,
+          REF_TOL);
     if (have_lse)
         CHECK(max_lse <= REF_TOL, "[%s] max |lse - fp64 reference| = %.3g, above %.0e", label,
               max_lse, REF_TOL);
@@ -744,8 +735,8 @@ static void check_stats(const char *label, const char *out, const char *mode, co
                         double fallback_rows)
 {
     size_t where;
-    static const char *const numeric[] = {"rows", "fallback_rows", "C", "gate", "vmax",
-                                          "max_bound", "seconds", "gflops"};
+    static const char *const numeric[] = {"rows", "fallback_rows", "C",       "gate",
+                                          "vmax", "max_bound",     "seconds", "gflops"};
     CHECK(json_one_object_line(out, &where),
           "[%s] --stats: stdout is not exactly one JSON object on one line (problem at offset "
           "%zu): %s",
@@ -755,8 +746,7 @@ static void check_stats(const char *label, const char *out, const char *mode, co
               numeric[i], out);
     CHECK(json_number_is(out, "rows", (double)(PB * PHQ * PSQ)),
           "[%s] --stats: \"rows\" is not %d: %s", label, PB * PHQ * PSQ, out);
-    CHECK(strstr(out, "\"rows\": 148") != NULL, "[%s] --stats: no \"rows\": 148 in %s", label,
-          out);
+    CHECK(strstr(out, "\"rows\": 148") != NULL, "[%s] --stats: no \"rows\": 148 in %s", label, out);
     CHECK(json_string_is(out, "mode", mode), "[%s] --stats: \"mode\" is not \"%s\": %s", label,
           mode, out);
     CHECK(json_string_is(out, "center", center), "[%s] --stats: \"center\" is not \"%s\": %s",
@@ -775,8 +765,8 @@ static void check_no_tmp(const char *label, const char *dir)
     if (!dp)
         return;
     while ((e = readdir(dp)) != NULL)
-        CHECK(strstr(e->d_name, ".tmp.") == NULL, "[%s] temporary file left behind: %s/%s",
-              label, dir, e->d_name);
+        CHECK(strstr(e->d_name, ".tmp.") == NULL, "[%s] temporary file left behind: %s/%s", label,
+              dir, e->d_name);
     closedir(dp);
 }
 
@@ -784,8 +774,8 @@ static void check_no_tmp(const char *label, const char *dir)
 /* A. Good runs                                                              */
 /* ------------------------------------------------------------------------ */
 
-static void transpose_bshd_to_bhsd(const float *src, float *dst, int64_t b_, int64_t s_,
-                                   int64_t h_, int64_t d_)
+static void transpose_bshd_to_bhsd(const float *src, float *dst, int64_t b_, int64_t s_, int64_t h_,
+                                   int64_t d_)
 {
     for (int64_t b = 0; b < b_; b++)
         for (int64_t s = 0; s < s_; s++)
@@ -812,8 +802,8 @@ static void test_good_runs(void)
 
     /* A1: the main run, GQA, with --lse --stats --threads 2. */
     clear_dir(g_out_dir);
-    if (run_ok("A1 attn --lse --stats", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", g_out,
-               "--lse", g_lse, "--stats", "--threads", "2", (const char *)NULL)) {
+    if (run_ok("A1 attn --lse --stats", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", g_out, "--lse",
+               g_lse, "--stats", "--threads", "2", (const char *)NULL)) {
         check_ref("A1 attn --lse --stats", &d, g_q, g_k, g_v, g_out, g_lse);
         check_stats("A1 attn --lse --stats", r.out, "auto", "on", -1);
         check_no_tmp("A1", g_out_dir);
@@ -832,8 +822,8 @@ static void test_good_runs(void)
         for (size_t i = 0; i < NKV; i++)
             k_half[i] = 0.5f * g_k[i];
         write_f32(IN("k_half.npy"), 4, ks, k_half);
-        if (run_ok("A1b attn on K/2", &r, "attn", "-q", q, "-k", IN("k_half.npy"), "-v", v,
-                   "-o", o, "--lse", l, (const char *)NULL)) {
+        if (run_ok("A1b attn on K/2", &r, "attn", "-q", q, "-k", IN("k_half.npy"), "-v", v, "-o", o,
+                   "--lse", l, (const char *)NULL)) {
             check_ref("A1b attn on K/2", &d, g_q, k_half, g_v, o, l);
             g_old_out = read_bytes(o, &g_old_out_len);
             g_old_lse = read_bytes(l, &g_old_lse_len);
@@ -870,9 +860,9 @@ static void test_good_runs(void)
         write_f32(IN("q_bhsd.npy"), 4, qs, qt);
         write_f32(IN("k_bhsd.npy"), 4, ks, kt);
         write_f32(IN("v_bhsd.npy"), 4, ks, vt);
-        if (run_ok("A2 --layout bhsd", &r, "attn", "-q", IN("q_bhsd.npy"), "-k",
-                   IN("k_bhsd.npy"), "-v", IN("v_bhsd.npy"), "-o", out_b, "--lse", lse_b,
-                   "--layout", "bhsd", "--threads", "2", (const char *)NULL)) {
+        if (run_ok("A2 --layout bhsd", &r, "attn", "-q", IN("q_bhsd.npy"), "-k", IN("k_bhsd.npy"),
+                   "-v", IN("v_bhsd.npy"), "-o", out_b, "--lse", lse_b, "--layout", "bhsd",
+                   "--threads", "2", (const char *)NULL)) {
             check_ref("A2 --layout bhsd", &db, qt, kt, vt, out_b, lse_b);
             fxa_npy ob = {0};
             fxa_npy os = {0};
@@ -908,16 +898,16 @@ static void test_good_runs(void)
     {
         const char *o2 = join(g_out_dir, "out_online.npy");
         const char *l2 = join(g_out_dir, "lse_online.npy");
-        if (run_ok("A3 --mode online", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", o2, "--lse",
-                   l2, "--mode", "online", "--stats", (const char *)NULL)) {
+        if (run_ok("A3 --mode online", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", o2, "--lse", l2,
+                   "--mode", "online", "--stats", (const char *)NULL)) {
             check_ref("A3 --mode online", &d, g_q, g_k, g_v, o2, l2);
             check_stats("A3 --mode online", r.out, "online", "on", (double)(PB * PHQ * PSQ));
         }
         run_free(&r);
         const char *o3 = join(g_out_dir, "out_nocenter.npy");
         const char *l3 = join(g_out_dir, "lse_nocenter.npy");
-        if (run_ok("A4 --center off", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", o3, "--lse",
-                   l3, "--center", "off", "--stats", (const char *)NULL)) {
+        if (run_ok("A4 --center off", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", o3, "--lse", l3,
+                   "--center", "off", "--stats", (const char *)NULL)) {
             check_ref("A4 --center off", &d, g_q, g_k, g_v, o3, l3);
             check_stats("A4 --center off", r.out, "auto", "off", -1);
         }
@@ -946,8 +936,8 @@ static void test_good_runs(void)
         write_f16(IN("v_f16.npy"), 4, ks, v16, NKV);
         const char *o = join(g_out_dir, "out_f16.npy");
         const char *l = join(g_out_dir, "lse_f16.npy");
-        if (run_ok("A5 <f2 inputs", &r, "attn", "-q", IN("q_f16.npy"), "-k", IN("k_f16.npy"),
-                   "-v", IN("v_f16.npy"), "-o", o, "--lse", l, "--stats", (const char *)NULL)) {
+        if (run_ok("A5 <f2 inputs", &r, "attn", "-q", IN("q_f16.npy"), "-k", IN("k_f16.npy"), "-v",
+                   IN("v_f16.npy"), "-o", o, "--lse", l, "--stats", (const char *)NULL)) {
             check_ref("A5 <f2 inputs", &d, qh, kh, vh, o, l);
             check_stats("A5 <f2 inputs", r.out, "auto", "on", -1);
             CHECK(json_string_is(r.out, "dtype", "f16"),
@@ -962,8 +952,8 @@ static void test_good_runs(void)
         round_through(g_k, kb, NKV, FXA_BF16);
         round_through(g_v, vb, NKV, FXA_BF16);
         const char *ob = join(g_out_dir, "out_bf16.npy");
-        if (run_ok("A6 --dtype bf16", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", ob,
-                   "--dtype", "bf16", "--stats", (const char *)NULL)) {
+        if (run_ok("A6 --dtype bf16", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", ob, "--dtype",
+                   "bf16", "--stats", (const char *)NULL)) {
             check_ref("A6 --dtype bf16", &d, qb, kb, vb, ob, NULL);
             CHECK(json_string_is(r.out, "dtype", "bf16"),
                   "[A6 --dtype bf16] --stats does not say \"dtype\": \"bf16\": %s", r.out);
@@ -971,9 +961,8 @@ static void test_good_runs(void)
         run_free(&r);
 
         const char *om = join(g_out_dir, "out_mixed.npy");
-        if (run_ok("A7 mixed <f2/<f4 files with --dtype f32", &r, "attn", "-q",
-                   IN("q_f16.npy"), "-k", k, "-v", v, "-o", om, "--dtype", "f32",
-                   (const char *)NULL))
+        if (run_ok("A7 mixed <f2/<f4 files with --dtype f32", &r, "attn", "-q", IN("q_f16.npy"),
+                   "-k", k, "-v", v, "-o", om, "--dtype", "f32", (const char *)NULL))
             check_ref("A7 mixed <f2/<f4 files with --dtype f32", &d, qh, g_k, g_v, om, NULL);
         run_free(&r);
     }
@@ -985,8 +974,8 @@ static void test_good_runs(void)
         write_npy(IN("q_v2.npy"), 2, "<f4", 0, 4, qs, g_q, sizeof g_q);
         write_npy(IN("k_v3.npy"), 3, "<f4", 0, 4, ks, g_k, sizeof g_k);
         const char *o = join(g_out_dir, "out_v23.npy");
-        if (run_ok("A8 .npy 2.0/3.0 inputs", &r, "attn", "-q", IN("q_v2.npy"), "-k",
-                   IN("k_v3.npy"), "-v", v, "-o", o, "--threads", "2", (const char *)NULL)) {
+        if (run_ok("A8 .npy 2.0/3.0 inputs", &r, "attn", "-q", IN("q_v2.npy"), "-k", IN("k_v3.npy"),
+                   "-v", v, "-o", o, "--threads", "2", (const char *)NULL)) {
             size_t n;
             unsigned char *bytes = read_bytes(o, &n);
             CHECK(bytes && g_run_out && n == g_run_out_len && memcmp(bytes, g_run_out, n) == 0,
@@ -1106,8 +1095,7 @@ static void check_out_dir(const fail_case *fc, int with_old, const char *ctx)
         unsigned char *b1 = read_bytes(g_out, &n1);
         unsigned char *b2 = read_bytes(g_lse, &n2);
         CHECK(b1 && n1 == g_old_out_len && memcmp(b1, g_old_out, n1) == 0,
-              "%s\n    the old out.npy was %s by the failed run", ctx,
-              b1 ? "changed" : "removed");
+              "%s\n    the old out.npy was %s by the failed run", ctx, b1 ? "changed" : "removed");
         CHECK(b2 && n2 == g_old_lse_len && memcmp(b2, g_old_lse, n2) == 0,
               "%s\n    the old lse.npy was %s by the failed run", ctx, b2 ? "changed" : "removed");
         free(b1);
@@ -1137,13 +1125,12 @@ static void expect_fail_args(const fail_case *fc, const char *const *args)
         run_tool(args, &r);
         snprintf(ctx, sizeof ctx, "[%s; %s] %s", fc->label,
                  with_old ? "old output files in place" : "no output files before", cmd);
-        const int code_ok = !r.timed_out && !r.sig &&
-                            (fc->want < 0 ? r.code != 0 : r.code == fc->want);
+        const int code_ok =
+            !r.timed_out && !r.sig && (fc->want < 0 ? r.code != 0 : r.code == fc->want);
         CHECK(code_ok, "%s\n    expected exit %s, got %s\n    stderr: %s", ctx,
               fc->want < 0 ? "non-zero (1)" : "2", describe_exit(&r, how, sizeof how), r.err);
-        CHECK(has_error_line(r.err), "%s\n    stderr has no line starting with \"" ERR_PREFIX
-                                     "\": '%s'",
-              ctx, r.err);
+        CHECK(has_error_line(r.err),
+              "%s\n    stderr has no line starting with \"" ERR_PREFIX "\": '%s'", ctx, r.err);
         if (fc->mention)
             CHECK(mentions(r.err, fc->mention), "%s\n    the error does not mention %s: %s", ctx,
                   fc->mention, r.err);
@@ -1312,8 +1299,8 @@ static void test_bad_input(void)
 
     /* Options. */
     BAD("B34 unknown option", "--bogus", ATTN3(q, k, v), "--bogus");
-    BAD("B35 missing value (-q at the end)", "-q", "attn", "-k", k, "-v", v, "-o", g_out,
-        "--lse", g_lse, "-q");
+    BAD("B35 missing value (-q at the end)", "-q", "attn", "-k", k, "-v", v, "-o", g_out, "--lse",
+        g_lse, "-q");
     BAD("B36 --threads -1", "--threads", ATTN3(q, k, v), "--threads", "-1");
     BAD("B37 --threads abc", "--threads", ATTN3(q, k, v), "--threads", "abc");
     BAD("B38 --scale 0", "--scale", ATTN3(q, k, v), "--scale", "0");
@@ -1346,8 +1333,8 @@ static void devfull_case(const char *label, const char *target, const char *fold
     char cmd[4096];
     char how[128];
     const char *base = strrchr(target, '/') ? strrchr(target, '/') + 1 : target;
-    const char *const args[] = {"attn", "-q", IN("q.npy"), "-k", IN("k.npy"), "-v",
-                                IN("v.npy"), "-o", target, NULL};
+    const char *const args[] = {"attn", "-q",        IN("q.npy"), "-k",   IN("k.npy"),
+                                "-v",   IN("v.npy"), "-o",        target, NULL};
     char tmp_prefix[256];
     snprintf(tmp_prefix, sizeof tmp_prefix, "%s.tmp.", base);
     if (stat(target, &before) != 0 || !S_ISCHR(before.st_mode))
@@ -1358,24 +1345,24 @@ static void devfull_case(const char *label, const char *target, const char *fold
           "[%s] %s\n    expected a non-zero exit (writing fails with ENOSPC), got %s\n"
           "    stdout: %s    stderr: %s",
           label, cmd, describe_exit(&r, how, sizeof how), r.out, r.err);
-    CHECK(has_error_line(r.err), "[%s] %s\n    stderr has no line starting with \"" ERR_PREFIX
-                                 "\": '%s'",
-          label, cmd, r.err);
-    const int still = lstat(target, &after) == 0 && S_ISCHR(after.st_mode) &&
-                      after.st_rdev == before.st_rdev;
+    CHECK(has_error_line(r.err),
+          "[%s] %s\n    stderr has no line starting with \"" ERR_PREFIX "\": '%s'", label, cmd,
+          r.err);
+    const int still =
+        lstat(target, &after) == 0 && S_ISCHR(after.st_mode) && after.st_rdev == before.st_rdev;
     CHECK(still,
           "[%s] %s\n    %s is no longer the character device %u,%u: it is now %s (the tool "
           "renamed its temporary file onto the device)",
           label, cmd, target, major(before.st_rdev), minor(before.st_rdev),
-          lstat(target, &after) != 0      ? "missing"
-          : S_ISREG(after.st_mode)        ? "a regular file"
-          : S_ISCHR(after.st_mode)        ? "another character device"
-                                          : "something else");
+          lstat(target, &after) != 0 ? "missing"
+          : S_ISREG(after.st_mode)   ? "a regular file"
+          : S_ISCHR(after.st_mode)   ? "another character device"
+                                     : "something else");
     DIR *dp = opendir(folder);
     struct dirent *e;
     while (dp && (e = readdir(dp)) != NULL)
-        CHECK(!starts_with(e->d_name, tmp_prefix), "[%s] %s\n    temporary file left: %s/%s",
-              label, cmd, folder, e->d_name);
+        CHECK(!starts_with(e->d_name, tmp_prefix), "[%s] %s\n    temporary file left: %s/%s", label,
+              cmd, folder, e->d_name);
     if (dp)
         closedir(dp);
     if (!still && S_ISREG(after.st_mode))
@@ -1479,12 +1466,11 @@ static void test_output_failures(void)
     const char *missing_out = join(g_out_dir, "no_such_folder/out.npy");
     const char *missing_lse = join(g_out_dir, "no_such_folder/lse.npy");
     const char *lse_dir = join(g_out_dir, "lse_is_a_folder");
-    const char *args1[] = {"attn", "-q", q, "-k", k, "-v", v, "-o", missing_out, "--lse", g_lse,
-                           NULL};
-    const char *args2[] = {"attn", "-q", q, "-k", k, "-v", v, "-o", g_out, "--lse", missing_lse,
-                           NULL};
-    const char *args3[] = {"attn", "-q", q, "-k", k, "-v", v, "-o", g_out, "--lse", lse_dir,
-                           NULL};
+    const char *args1[] = {"attn", "-q", q,           "-k",    k,     "-v",
+                           v,      "-o", missing_out, "--lse", g_lse, NULL};
+    const char *args2[] = {"attn", "-q", q,     "-k",    k,           "-v",
+                           v,      "-o", g_out, "--lse", missing_lse, NULL};
+    const char *args3[] = {"attn", "-q", q, "-k", k, "-v", v, "-o", g_out, "--lse", lse_dir, NULL};
     const fail_case c1 = {"C1 -o into a missing folder", -1, NULL, NULL};
     const fail_case c2 = {"C2 --lse into a missing folder", -1, NULL, NULL};
     const fail_case c4 = {"C4 --lse names an existing folder", -1, NULL, "lse_is_a_folder"};
@@ -1525,8 +1511,7 @@ static int run_expect(const char *label, int want, const char *mention, double s
     if (ok && want != 0) {
         ok = starts_with(r->err, ERR_PREFIX) && strstr(r->err, mention) &&
              strchr(r->err, '\n') == strrchr(r->err, '\n');
-        CHECK(ok, "[%s] expected one error line mentioning '%s', got: %s", label, mention,
-              r->err);
+        CHECK(ok, "[%s] expected one error line mentioning '%s', got: %s", label, mention, r->err);
     }
     return ok;
 }
@@ -1539,14 +1524,14 @@ static void check_one_row(const char *label, const char *out, const char *lse, f
     const int64_t os[4] = {1, 1, 1, 4}, ls[3] = {1, 1, 1};
     if (read_output(label, out, 4, os, &a)) {
         for (int c = 0; c < 4; c++)
-            CHECK(((const float *)a.data)[c] == want_out, "[%s] out[%d] = %.9g, exact %.9g",
-                  label, c, (double)((const float *)a.data)[c], (double)want_out);
+            CHECK(((const float *)a.data)[c] == want_out, "[%s] out[%d] = %.9g, exact %.9g", label,
+                  c, (double)((const float *)a.data)[c], (double)want_out);
         fxa_npy_free(&a);
     }
     if (lse && read_output(label, lse, 3, ls, &l)) {
         const double got = ((const float *)l.data)[0];
-        CHECK(fabs(got - want_lse) <= 0x1p-20 * want_lse, "[%s] lse = %.9g, exact %.9g", label,
-              got, want_lse);
+        CHECK(fabs(got - want_lse) <= 0x1p-20 * want_lse, "[%s] lse = %.9g, exact %.9g", label, got,
+              want_lse);
         fxa_npy_free(&l);
     }
 }
@@ -1580,8 +1565,8 @@ static void test_hostile(void)
                        IN("h_v1.npy"), "-o", g_out, "--lse", g_lse, "--scale", "0.5", "--center",
                        centers[c], "--mode", modes[m], "--verify", "--stats", (const char *)NULL)) {
                 check_one_row(label, g_out, g_lse, 1.0f, 0.5 * 4e38);
-                CHECK(json_one_object_line(r.out, &where), "[%s] --stats is not one JSON object: %s",
-                      label, r.out);
+                CHECK(json_one_object_line(r.out, &where),
+                      "[%s] --stats is not one JSON object: %s", label, r.out);
             }
             run_free(&r);
         }
@@ -1599,8 +1584,8 @@ static void test_hostile(void)
         char label[64];
         snprintf(label, sizeof label, "--scale %s, center %s", big[i][0], big[i][1]);
         clear_dir(g_out_dir);
-        run_expect(label, 2, "exceeds the fp32 range", 30.0, &r, "attn", "-q", IN("h_q2.npy"),
-                   "-k", IN("h_k2.npy"), "-v", IN("h_v1.npy"), "-o", g_out, "--scale", big[i][0],
+        run_expect(label, 2, "exceeds the fp32 range", 30.0, &r, "attn", "-q", IN("h_q2.npy"), "-k",
+                   IN("h_k2.npy"), "-v", IN("h_v1.npy"), "-o", g_out, "--scale", big[i][0],
                    "--center", big[i][1], (const char *)NULL);
         CHECK(!file_exists(g_out), "[%s] an output was written", label);
         run_free(&r);
@@ -1608,8 +1593,7 @@ static void test_hostile(void)
     /* check --json on these inputs: valid JSON. */
     if (run_ok("check --json, q.k past fp32", &r, "check", "-q", IN("h_q1.npy"), "-k",
                IN("h_k1.npy"), "--scale", "0.5", "--json", (const char *)NULL))
-        CHECK(json_one_object_line(r.out, &where), "[check --json] not one JSON object: %s",
-              r.out);
+        CHECK(json_one_object_line(r.out, &where), "[check --json] not one JSON object: %s", r.out);
     run_free(&r);
 
     /* Item 4: -o and --lse naming one file, also through other paths. */
@@ -1666,9 +1650,8 @@ static void test_hostile(void)
             close(fd);
     }
     clear_dir(g_out_dir);
-    run_expect("attn beyond memory", 1, "GiB available", 10.0, &r, "attn", "-q",
-               IN("h_big_q.npy"), "-k", IN("h_big_k.npy"), "-v", IN("h_big_v.npy"), "-o", g_out,
-               (const char *)NULL);
+    run_expect("attn beyond memory", 1, "GiB available", 10.0, &r, "attn", "-q", IN("h_big_q.npy"),
+               "-k", IN("h_big_k.npy"), "-v", IN("h_big_v.npy"), "-o", g_out, (const char *)NULL);
     CHECK(!file_exists(g_out), "[attn beyond memory] an output was written");
     run_free(&r);
     for (int i = 0; i < 3; i++)

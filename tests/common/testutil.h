@@ -18,15 +18,15 @@
 extern int g_checks;
 extern int g_failures;
 
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        g_checks++;                                                                               \
-        if (!(cond)) {                                                                            \
-            g_failures++;                                                                         \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);             \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fprintf(stderr, "\n");                                                                \
-        }                                                                                         \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        g_checks++;                                                                                \
+        if (!(cond)) {                                                                             \
+            g_failures++;                                                                          \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
     } while (0)
 
 /* Print the summary; returns the process exit status. */
@@ -61,7 +61,6 @@ static inline double test_now_seconds(void)
  * exit with TEST_SKIPPED: CTest then reports the test as skipped, never as
  * passed. Call first in main of tests that run the kernels. */
 void test_require_isa(const char *name);
-
 
 /* An attention problem. q, k, v hold fp32 values exactly representable in
  * d.dtype; q16/k16/v16 hold the 16-bit encodings when d.dtype is not f32. */
@@ -98,8 +97,8 @@ typedef struct terr {
     double out_on32; /* independent fp32 online softmax */
     double lse_fxa;
     double lse_on32;
-    double vmax;     /* max |v|: scale of the output */
-    double lse_mag;  /* max |lse| */
+    double vmax;    /* max |v|: scale of the output */
+    double lse_mag; /* max |lse| */
     int64_t rows;
 } terr;
 void tcase_errors(const tcase *t, const float *out, const float *lse, terr *e);

@@ -39,13 +39,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static FILE *g_report; /* the original stderr, for contract violations */
 
-#define CHECK(cond)                                                                             \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            fprintf(g_report ? g_report : stderr, "fuzz_args: contract violated at %s:%d: %s\n", \
-                    __FILE__, __LINE__, #cond);                                                 \
-            __builtin_trap();                                                                   \
-        }                                                                                       \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(g_report ? g_report : stderr, "fuzz_args: contract violated at %s:%d: %s\n",   \
+                    __FILE__, __LINE__, #cond);                                                    \
+            __builtin_trap();                                                                      \
+        }                                                                                          \
     } while (0)
 
 /* ---- the option tables (tools/fxattn/cli/cmd_opts.c) ------------------------------------ */
@@ -60,8 +60,8 @@ typedef struct all_opts {
 } all_opts;
 
 enum { CMD_ATTN, CMD_CHECK, CMD_BENCH, CMD_DEMO, CMD_LAYER, CMD_INFO, CMD_COUNT };
-static const char *const g_cmd_names[CMD_COUNT] = {"attn", "check", "bench", "demo", "layer",
-                                                   "info"};
+static const char *const g_cmd_names[CMD_COUNT] = {"attn", "check", "bench",
+                                                   "demo", "layer", "info"};
 
 /* The defaults of cmd and its table (zero-terminated, at most FXT_MAX_OPTS entries) over a,
  * as the command sets them up before parsing. */
@@ -111,18 +111,10 @@ static value load(const fxt_opt *o)
     value v;
     memset(&v, 0, sizeof v);
     switch (o->kind) {
-    case FXT_OPT_STRING:
-        v.s = *(const char *const *)o->dest;
-        break;
-    case FXT_OPT_INT:
-        v.i = *(const int64_t *)o->dest;
-        break;
-    case FXT_OPT_DOUBLE:
-        v.d = *(const double *)o->dest;
-        break;
-    case FXT_OPT_FLAG:
-        v.flag = *(const int *)o->dest;
-        break;
+    case FXT_OPT_STRING: v.s = *(const char *const *)o->dest; break;
+    case FXT_OPT_INT: v.i = *(const int64_t *)o->dest; break;
+    case FXT_OPT_DOUBLE: v.d = *(const double *)o->dest; break;
+    case FXT_OPT_FLAG: v.flag = *(const int *)o->dest; break;
     }
     return v;
 }
@@ -130,14 +122,11 @@ static value load(const fxt_opt *o)
 static int same_value(fxt_opt_kind kind, value a, value b)
 {
     switch (kind) {
-    case FXT_OPT_STRING:
-        return a.s == b.s;
-    case FXT_OPT_INT:
-        return a.i == b.i;
+    case FXT_OPT_STRING: return a.s == b.s;
+    case FXT_OPT_INT: return a.i == b.i;
     case FXT_OPT_DOUBLE:
         return memcmp(&a.d, &b.d, sizeof a.d) == 0; /* NaN (not given) equals itself */
-    case FXT_OPT_FLAG:
-        return a.flag == b.flag;
+    case FXT_OPT_FLAG: return a.flag == b.flag;
     }
     return 0;
 }
@@ -286,15 +275,9 @@ static void run_table(int cmd, int argc, char **argv)
             CHECK(from_argv);
             break;
         }
-        case FXT_OPT_INT:
-            CHECK(v.i >= o->min && v.i <= o->max);
-            break;
-        case FXT_OPT_DOUBLE:
-            CHECK(isfinite(v.d));
-            break;
-        case FXT_OPT_FLAG:
-            CHECK(v.flag == 1);
-            break;
+        case FXT_OPT_INT: CHECK(v.i >= o->min && v.i <= o->max); break;
+        case FXT_OPT_DOUBLE: CHECK(isfinite(v.d)); break;
+        case FXT_OPT_FLAG: CHECK(v.flag == 1); break;
         }
     }
 

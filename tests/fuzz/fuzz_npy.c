@@ -30,13 +30,13 @@
 
 #include "fxattn_npy.h"
 
-#define CHECK(cond)                                                                             \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            fprintf(stderr, "fuzz_npy: contract violated at %s:%d: %s\n", __FILE__, __LINE__,   \
-                    #cond);                                                                     \
-            __builtin_trap();                                                                   \
-        }                                                                                       \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_npy: contract violated at %s:%d: %s\n", __FILE__, __LINE__,      \
+                    #cond);                                                                        \
+            __builtin_trap();                                                                      \
+        }                                                                                          \
     } while (0)
 
 #define ERR_CAP 1024
@@ -140,8 +140,8 @@ static int64_t data_offset(const uint8_t *data, size_t size)
     if (size < 12) {
         return -1;
     }
-    uint32_t len = data[8] | (uint32_t)data[9] << 8 | (uint32_t)data[10] << 16 |
-                   (uint32_t)data[11] << 24;
+    uint32_t len =
+        data[8] | (uint32_t)data[9] << 8 | (uint32_t)data[10] << 16 | (uint32_t)data[11] << 24;
     return 12 + (int64_t)len;
 }
 

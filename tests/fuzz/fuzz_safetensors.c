@@ -28,13 +28,13 @@
 
 #include "fxattn_safetensors.h"
 
-#define CHECK(cond)                                                                             \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            fprintf(stderr, "fuzz_safetensors: contract violated at %s:%d: %s\n", __FILE__,     \
-                    __LINE__, #cond);                                                           \
-            __builtin_trap();                                                                   \
-        }                                                                                       \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_safetensors: contract violated at %s:%d: %s\n", __FILE__,        \
+                    __LINE__, #cond);                                                              \
+            __builtin_trap();                                                                      \
+        }                                                                                          \
     } while (0)
 
 #define NAME "fuzz.safetensors"
@@ -59,11 +59,11 @@ static int bits_of(const char *dtype)
     static const struct {
         const char *name;
         int bits;
-    } table[] = {{"F32", 32},    {"BF16", 16},    {"F16", 16},         {"F8_E4M3", 8},
-                 {"BOOL", 8},    {"U8", 8},       {"I8", 8},           {"F8_E5M2", 8},
+    } table[] = {{"F32", 32},    {"BF16", 16},       {"F16", 16},        {"F8_E4M3", 8},
+                 {"BOOL", 8},    {"U8", 8},          {"I8", 8},          {"F8_E5M2", 8},
                  {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},
-                 {"U16", 16},    {"I32", 32},     {"U32", 32},         {"I64", 64},
-                 {"U64", 64},    {"F64", 64},     {"C64", 64},         {"F4", 4},
+                 {"U16", 16},    {"I32", 32},        {"U32", 32},        {"I64", 64},
+                 {"U64", 64},    {"F64", 64},        {"C64", 64},        {"F4", 4},
                  {"F6_E2M3", 6}, {"F6_E3M2", 6}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(table[i].name, dtype) == 0) {
@@ -94,8 +94,7 @@ static void check_message(const char *err, size_t errlen)
 
 /* Parse again with a small error buffer (or none): same status, a prefix of the full
  * message, nothing written past errlen. */
-static void check_truncation(const uint8_t *data, size_t size, fxa_status status,
-                             const char *full)
+static void check_truncation(const uint8_t *data, size_t size, fxa_status status, const char *full)
 {
     char small[64 + GUARD];
     const size_t errlen = size % (NAME_LEN + 40);
@@ -103,8 +102,8 @@ static void check_truncation(const uint8_t *data, size_t size, fxa_status status
     const size_t cap = errlen < 64 ? errlen : 64;
     memset(small, 0x5a, sizeof small);
     fxa_st_file *f = (fxa_st_file *)&f;
-    fxa_status again = fxa_st_parse(data, size, NAME, &f, use_null ? NULL : small,
-                                    use_null ? 0 : cap);
+    fxa_status again =
+        fxa_st_parse(data, size, NAME, &f, use_null ? NULL : small, use_null ? 0 : cap);
     CHECK(again == status);
     CHECK(f == NULL);
     for (size_t i = use_null ? 0 : cap; i < sizeof small; i++) {
@@ -138,8 +137,8 @@ static void check_row_reads(const fxa_st_file *f, const fxa_st_tensor *t, const 
     fxa_status status = fxa_st_read_rows(f, t, row0, rows - row0, buf, nbytes, err, sizeof err);
     if (t->supported) {
         CHECK(status == FXA_OK);
-        CHECK(nbytes == 0 || memcmp(buf, data + t->file_offset + (size_t)row0 * row_bytes,
-                                    nbytes) == 0);
+        CHECK(nbytes == 0 ||
+              memcmp(buf, data + t->file_offset + (size_t)row0 * row_bytes, nbytes) == 0);
     } else {
         CHECK(status == FXA_ERR_UNSUPPORTED);
     }
@@ -211,8 +210,7 @@ static void check_tensor_reads(const fxa_st_file *f, const fxa_st_tensor *t, con
     check_row_reads(f, t, data);
 }
 
-static void check_success(const fxa_st_file *f, const uint8_t *data, size_t size,
-                          const char *err)
+static void check_success(const fxa_st_file *f, const uint8_t *data, size_t size, const char *err)
 {
     CHECK(err[0] == '\0');
     CHECK(size >= 8);
@@ -242,11 +240,10 @@ static void check_success(const fxa_st_file *f, const uint8_t *data, size_t size
         CHECK(t->dtype_name != NULL);
         const int bits = bits_of(t->dtype_name);
         CHECK(bits > 0);
-        CHECK(t->supported == (bits_of(t->dtype_name) > 0 &&
-                               (strcmp(t->dtype_name, "F32") == 0 ||
-                                strcmp(t->dtype_name, "BF16") == 0 ||
-                                strcmp(t->dtype_name, "F16") == 0 ||
-                                strcmp(t->dtype_name, "F8_E4M3") == 0)));
+        CHECK(t->supported ==
+              (bits_of(t->dtype_name) > 0 &&
+               (strcmp(t->dtype_name, "F32") == 0 || strcmp(t->dtype_name, "BF16") == 0 ||
+                strcmp(t->dtype_name, "F16") == 0 || strcmp(t->dtype_name, "F8_E4M3") == 0)));
         if (t->supported) {
             static const char *const names[] = {"F32", "BF16", "F16", "F8_E4M3"};
             CHECK((int)t->dtype >= 0 && (int)t->dtype < 4);

@@ -127,29 +127,32 @@ static void npy(const char *name, npy_spec s)
 static void make_npy(void)
 {
     /* Valid: exactly as NumPy writes them (np.save, version 1.0 unless noted). */
-    npy("ok_v1_f4_2x3.npy", (npy_spec){.major = 1, .dict = F4("(2, 3)"), .numpy_padding = 1,
-                                       .count = 6});
-    npy("ok_v1_f4_scalar.npy", (npy_spec){.major = 1, .dict = F4("()"), .numpy_padding = 1,
-                                          .count = 1});
+    npy("ok_v1_f4_2x3.npy",
+        (npy_spec){.major = 1, .dict = F4("(2, 3)"), .numpy_padding = 1, .count = 6});
+    npy("ok_v1_f4_scalar.npy",
+        (npy_spec){.major = 1, .dict = F4("()"), .numpy_padding = 1, .count = 1});
     npy("ok_v1_f4_empty.npy", (npy_spec){.major = 1, .dict = F4("(0,)"), .numpy_padding = 1});
-    npy("ok_v1_f4_2x0x3.npy", (npy_spec){.major = 1, .dict = F4("(2, 0, 3)"),
-                                         .numpy_padding = 1});
-    npy("ok_v1_f4_1x4x2x8.npy", (npy_spec){.major = 1, .dict = F4("(1, 4, 2, 8)"),
-                                           .numpy_padding = 1, .count = 64});
-    npy("ok_v1_f2_5.npy", (npy_spec){.major = 1, .dict = F2("(5,)"), .numpy_padding = 1,
-                                     .itemsize = 2, .count = 5});
-    npy("ok_v1_f2_scalar.npy", (npy_spec){.major = 1, .dict = F2("()"), .numpy_padding = 1,
-                                          .itemsize = 2, .count = 1});
-    npy("ok_v1_f2_1x2x3x4.npy", (npy_spec){.major = 1, .dict = F2("(1, 2, 3, 4)"),
-                                           .numpy_padding = 1, .itemsize = 2, .count = 24});
-    npy("ok_v2_f4_1x2x2x4.npy", (npy_spec){.major = 2, .dict = F4("(1, 2, 2, 4)"),
-                                           .numpy_padding = 1, .count = 16});
-    npy("ok_v2_f2_empty.npy", (npy_spec){.major = 2, .dict = F2("(3, 0)"), .numpy_padding = 1,
-                                         .itemsize = 2});
-    npy("ok_v3_f2_3x2.npy", (npy_spec){.major = 3, .dict = F2("(3, 2)"), .numpy_padding = 1,
-                                       .itemsize = 2, .count = 6});
-    npy("ok_v3_f4_scalar.npy", (npy_spec){.major = 3, .dict = F4("()"), .numpy_padding = 1,
-                                          .count = 1});
+    npy("ok_v1_f4_2x0x3.npy", (npy_spec){.major = 1, .dict = F4("(2, 0, 3)"), .numpy_padding = 1});
+    npy("ok_v1_f4_1x4x2x8.npy",
+        (npy_spec){.major = 1, .dict = F4("(1, 4, 2, 8)"), .numpy_padding = 1, .count = 64});
+    npy("ok_v1_f2_5.npy",
+        (npy_spec){.major = 1, .dict = F2("(5,)"), .numpy_padding = 1, .itemsize = 2, .count = 5});
+    npy("ok_v1_f2_scalar.npy",
+        (npy_spec){.major = 1, .dict = F2("()"), .numpy_padding = 1, .itemsize = 2, .count = 1});
+    npy("ok_v1_f2_1x2x3x4.npy", (npy_spec){.major = 1,
+                                           .dict = F2("(1, 2, 3, 4)"),
+                                           .numpy_padding = 1,
+                                           .itemsize = 2,
+                                           .count = 24});
+    npy("ok_v2_f4_1x2x2x4.npy",
+        (npy_spec){.major = 2, .dict = F4("(1, 2, 2, 4)"), .numpy_padding = 1, .count = 16});
+    npy("ok_v2_f2_empty.npy",
+        (npy_spec){.major = 2, .dict = F2("(3, 0)"), .numpy_padding = 1, .itemsize = 2});
+    npy("ok_v3_f2_3x2.npy",
+        (npy_spec){
+            .major = 3, .dict = F2("(3, 2)"), .numpy_padding = 1, .itemsize = 2, .count = 6});
+    npy("ok_v3_f4_scalar.npy",
+        (npy_spec){.major = 3, .dict = F4("()"), .numpy_padding = 1, .count = 1});
     /* Valid, hand-written: other key order, double quotes, no padding, Python 2 'L',
      * no trailing commas, the most dimensions allowed. */
     npy("ok_v1_f4_keys_reordered.npy",
@@ -160,53 +163,71 @@ static void make_npy(void)
         (npy_spec){.major = 1,
                    .dict = "{'descr':'<f4','fortran_order':False,'shape':(2L, 2L)}\t\r ",
                    .count = 4});
-    npy("ok_v1_f4_8d.npy", (npy_spec){.major = 1, .dict = F4("(1, 1, 1, 2, 1, 1, 1, 2)"),
-                                      .numpy_padding = 1, .count = 4});
+    npy("ok_v1_f4_8d.npy",
+        (npy_spec){
+            .major = 1, .dict = F4("(1, 1, 1, 2, 1, 1, 1, 2)"), .numpy_padding = 1, .count = 4});
 
     /* Refused. */
     npy("bad_fortran.npy",
-        (npy_spec){.major = 1, .dict = "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
-                   .numpy_padding = 1, .count = 6});
+        (npy_spec){.major = 1,
+                   .dict = "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+                   .numpy_padding = 1,
+                   .count = 6});
     npy("bad_big_endian.npy",
-        (npy_spec){.major = 1, .dict = "{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }",
-                   .numpy_padding = 1, .count = 4});
+        (npy_spec){.major = 1,
+                   .dict = "{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }",
+                   .numpy_padding = 1,
+                   .count = 4});
     npy("bad_f8.npy",
-        (npy_spec){.major = 1, .dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
-                   .numpy_padding = 1, .count = 4});
+        (npy_spec){.major = 1,
+                   .dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+                   .numpy_padding = 1,
+                   .count = 4});
     npy("bad_structured.npy",
         (npy_spec){.major = 1,
                    .dict = "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }",
-                   .numpy_padding = 1, .count = 2});
-    npy("bad_truncated_data.npy", (npy_spec){.major = 1, .dict = F4("(4, 4)"),
-                                             .numpy_padding = 1, .count = 16, .extra_bytes = -5});
-    npy("bad_truncated_header.npy", (npy_spec){.major = 1, .dict = F4("(4, 4)"),
-                                               .numpy_padding = 1, .extra_bytes = -40});
-    npy("bad_trailing_bytes.npy", (npy_spec){.major = 1, .dict = F4("(2, 2)"),
-                                             .numpy_padding = 1, .count = 4, .extra_bytes = 3});
-    npy("bad_lying_header_len.npy", (npy_spec){.major = 1, .dict = F4("(2, 2)"),
-                                               .numpy_padding = 1, .count = 4, .len_delta = 700});
-    npy("bad_lying_header_short.npy", (npy_spec){.major = 2, .dict = F4("(2, 2)"),
-                                                 .numpy_padding = 1, .count = 4, .len_delta = -9});
-    npy("bad_header_len_huge.npy", (npy_spec){.major = 2, .dict = F4("(1,)"), .numpy_padding = 1,
-                                              .count = 1, .len_delta = 0x7fffff00});
-    npy("bad_lying_shape.npy", (npy_spec){.major = 1, .dict = F4("(1000000, 1000000)"),
-                                          .numpy_padding = 1, .count = 8});
+                   .numpy_padding = 1,
+                   .count = 2});
+    npy("bad_truncated_data.npy",
+        (npy_spec){
+            .major = 1, .dict = F4("(4, 4)"), .numpy_padding = 1, .count = 16, .extra_bytes = -5});
+    npy("bad_truncated_header.npy",
+        (npy_spec){.major = 1, .dict = F4("(4, 4)"), .numpy_padding = 1, .extra_bytes = -40});
+    npy("bad_trailing_bytes.npy",
+        (npy_spec){
+            .major = 1, .dict = F4("(2, 2)"), .numpy_padding = 1, .count = 4, .extra_bytes = 3});
+    npy("bad_lying_header_len.npy",
+        (npy_spec){
+            .major = 1, .dict = F4("(2, 2)"), .numpy_padding = 1, .count = 4, .len_delta = 700});
+    npy("bad_lying_header_short.npy",
+        (npy_spec){
+            .major = 2, .dict = F4("(2, 2)"), .numpy_padding = 1, .count = 4, .len_delta = -9});
+    npy("bad_header_len_huge.npy", (npy_spec){.major = 2,
+                                              .dict = F4("(1,)"),
+                                              .numpy_padding = 1,
+                                              .count = 1,
+                                              .len_delta = 0x7fffff00});
+    npy("bad_lying_shape.npy",
+        (npy_spec){.major = 1, .dict = F4("(1000000, 1000000)"), .numpy_padding = 1, .count = 8});
     npy("bad_shape_overflow.npy",
         (npy_spec){.major = 1, .dict = F4("(4611686018427387904, 4, 0)"), .numpy_padding = 1});
     npy("bad_dim_too_large.npy",
         (npy_spec){.major = 1, .dict = F4("(99999999999999999999,)"), .numpy_padding = 1});
     npy("bad_negative_dim.npy", (npy_spec){.major = 1, .dict = F4("(-1, 2)"), .numpy_padding = 1});
-    npy("bad_9d.npy", (npy_spec){.major = 1, .dict = F4("(1, 1, 1, 1, 1, 1, 1, 1, 1)"),
-                                 .numpy_padding = 1, .count = 1});
+    npy("bad_9d.npy",
+        (npy_spec){
+            .major = 1, .dict = F4("(1, 1, 1, 1, 1, 1, 1, 1, 1)"), .numpy_padding = 1, .count = 1});
     npy("bad_1d_no_comma.npy",
-        (npy_spec){.major = 1, .dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}",
-                   .numpy_padding = 1, .count = 3});
-    npy("bad_no_newline.npy", (npy_spec){.major = 1, .dict = F4("(2,)"), .no_newline = 1,
-                                         .count = 2});
-    npy("bad_version_4.npy", (npy_spec){.major = 4, .dict = F4("(2,)"), .numpy_padding = 1,
-                                        .count = 2});
-    npy("bad_version_1_1.npy", (npy_spec){.major = 1, .minor = 1, .dict = F4("(2,)"),
-                                          .numpy_padding = 1, .count = 2});
+        (npy_spec){.major = 1,
+                   .dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}",
+                   .numpy_padding = 1,
+                   .count = 3});
+    npy("bad_no_newline.npy",
+        (npy_spec){.major = 1, .dict = F4("(2,)"), .no_newline = 1, .count = 2});
+    npy("bad_version_4.npy",
+        (npy_spec){.major = 4, .dict = F4("(2,)"), .numpy_padding = 1, .count = 2});
+    npy("bad_version_1_1.npy",
+        (npy_spec){.major = 1, .minor = 1, .dict = F4("(2,)"), .numpy_padding = 1, .count = 2});
     npy("bad_duplicate_key.npy",
         (npy_spec){.major = 1,
                    .dict = "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': ()}",
@@ -214,17 +235,21 @@ static void make_npy(void)
     npy("bad_unknown_key.npy",
         (npy_spec){.major = 1,
                    .dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (), 'x': 1}",
-                   .numpy_padding = 1, .count = 1});
-    npy("bad_missing_shape.npy",
-        (npy_spec){.major = 1, .dict = "{'descr': '<f4', 'fortran_order': False}",
-                   .numpy_padding = 1});
+                   .numpy_padding = 1,
+                   .count = 1});
+    npy("bad_missing_shape.npy", (npy_spec){.major = 1,
+                                            .dict = "{'descr': '<f4', 'fortran_order': False}",
+                                            .numpy_padding = 1});
     npy("bad_escape.npy",
-        (npy_spec){.major = 1, .dict = "{'descr': '<f\\x34', 'fortran_order': False, 'shape': ()}",
-                   .numpy_padding = 1, .count = 1});
+        (npy_spec){.major = 1,
+                   .dict = "{'descr': '<f\\x34', 'fortran_order': False, 'shape': ()}",
+                   .numpy_padding = 1,
+                   .count = 1});
     npy("bad_garbage_after_dict.npy",
         (npy_spec){.major = 3,
                    .dict = "{'descr': '<f2', 'fortran_order': False, 'shape': (1,)} x",
-                   .itemsize = 2, .count = 1});
+                   .itemsize = 2,
+                   .count = 1});
 
     static const unsigned char bad_magic[] = "\x93NUMPZ\x01\x00\x04\x00{}  \n";
     write_file("npy", "bad_magic.npy", bad_magic, sizeof bad_magic - 1);
@@ -266,7 +291,7 @@ static void st_file(const char *name, const char *header, int pad, size_t data_l
 
 #define ST(name, header, data_len) st_file(name, header, 1, data_len, UINT64_MAX)
 /* One tensor entry: "name":{"dtype":"D","shape":S,"data_offsets":[B,E]} */
-#define TS(name, dtype, shape, b, e)                                                            \
+#define TS(name, dtype, shape, b, e)                                                               \
     "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
 
 static void make_safetensors(void)
@@ -274,23 +299,28 @@ static void make_safetensors(void)
     /* Valid. */
     ST("ok_f32_2x3.safetensors", "{" TS("w", "F32", "[2,3]", 0, 24) "}", 24);
     ST("ok_wan_block.safetensors",
-       "{\"__metadata__\":{\"format\":\"pt\"},"
-       TS("blocks.0.self_attn.q.weight", "BF16", "[4,4]", 0, 32) ","
-       TS("blocks.0.self_attn.k.weight", "BF16", "[4,4]", 32, 64) ","
-       TS("blocks.0.self_attn.v.weight", "BF16", "[4,4]", 64, 96) ","
-       TS("blocks.0.self_attn.q.bias", "BF16", "[4]", 96, 104) ","
-       TS("blocks.0.self_attn.norm_q.weight", "F32", "[4]", 104, 120) ","
-       TS("blocks.0.self_attn.norm_k.weight", "F32", "[4]", 120, 136) "}",
+       "{\"__metadata__\":{\"format\":\"pt\"}," TS(
+           "blocks.0.self_attn.q.weight", "BF16", "[4,4]", 0,
+           32) "," TS("blocks.0.self_attn.k.weight", "BF16", "[4,4]", 32,
+                      64) "," TS("blocks.0.self_attn.v.weight", "BF16", "[4,4]", 64,
+                                 96) "," TS("blocks.0.self_attn.q.bias", "BF16", "[4]", 96,
+                                            104) "," TS("blocks.0.self_attn.norm_q.weight", "F32",
+                                                        "[4]", 104,
+                                                        120) "," TS("blocks.0.self_attn.norm_k."
+                                                                    "weight",
+                                                                    "F32", "[4]", 120, 136) "}",
        136);
     ST("ok_f16_scalar.safetensors", "{" TS("s", "F16", "[]", 0, 2) "}", 2);
     ST("ok_empty_tensors.safetensors",
-       "{" TS("a", "F32", "[0]", 0, 0) "," TS("b", "BF16", "[3,0,2]", 0, 0) ","
-       TS("c", "F16", "[1]", 0, 2) "," TS("d", "F8_E4M3", "[0,9007199254740992]", 2, 2) "}",
+       "{" TS("a", "F32", "[0]", 0, 0) "," TS("b", "BF16", "[3,0,2]", 0, 0) "," TS(
+           "c", "F16", "[1]", 0, 2) "," TS("d", "F8_E4M3", "[0,9007199254740992]", 2, 2) "}",
        2);
     ST("ok_e4m3_and_others.safetensors",
-       "{" TS("e4m3", "F8_E4M3", "[8]", 0, 8) "," TS("i64", "I64", "[1]", 8, 16) ","
-       TS("f4", "F4", "[2]", 16, 17) "," TS("f6", "F6_E2M3", "[4]", 17, 20) ","
-       TS("c64", "C64", "[1]", 20, 28) "," TS("bool", "BOOL", "[3]", 28, 31) "}",
+       "{" TS("e4m3", "F8_E4M3", "[8]", 0, 8) "," TS("i64", "I64", "[1]", 8, 16) "," TS(
+           "f4", "F4", "[2]", 16, 17) "," TS("f6", "F6_E2M3", "[4]", 17,
+                                             20) "," TS("c64", "C64", "[1]", 20,
+                                                        28) "," TS("bool", "BOOL", "[3]", 28,
+                                                                   31) "}",
        31);
     ST("ok_no_tensors.safetensors", "{}", 0);
     ST("ok_metadata_keys.safetensors",
@@ -299,10 +329,11 @@ static void make_safetensors(void)
        4);
     ST("ok_8d.safetensors", "{" TS("x", "F32", "[1,1,1,2,1,1,1,2]", 0, 16) "}", 16);
     ST("ok_names_escaped.safetensors",
-       "{\"__metadata__\":{\"k\\n\":\"v \\\"q\\\" \\u00e9\",\"\\u005f\":\"\"},"
-       TS("q\\\"\\\\\\/\\b\\f\\n\\r\\t", "F32", "[1]", 0, 4) ","
-       TS("\\u00e9t\\u00E9 \\ud83d\\ude00", "F32", "[1]", 4, 8) ","
-       TS("\xe5\x90\x8d\xe5\x89\x8d", "F32", "[1]", 8, 12) "," TS("", "F32", "[1]", 12, 16) "}",
+       "{\"__metadata__\":{\"k\\n\":\"v \\\"q\\\" \\u00e9\",\"\\u005f\":\"\"}," TS(
+           "q\\\"\\\\\\/\\b\\f\\n\\r\\t", "F32", "[1]", 0,
+           4) "," TS("\\u00e9t\\u00E9 \\ud83d\\ude00", "F32", "[1]", 4,
+                     8) "," TS("\xe5\x90\x8d\xe5\x89\x8d", "F32", "[1]", 8,
+                               12) "," TS("", "F32", "[1]", 12, 16) "}",
        16);
     ST("ok_unsorted_spaced.safetensors",
        " \t\r\n{ \"b\" : { \"data_offsets\" : [ 4 , 12 ] , \"shape\" : [ 2 ] , \"dtype\" : "
@@ -345,8 +376,7 @@ static void make_safetensors(void)
     ST("bad_negative_dim.safetensors", "{" TS("w", "F32", "[-1]", 0, 0) "}", 0);
     ST("bad_fraction_dim.safetensors", "{" TS("w", "F32", "[1.5]", 0, 4) "}", 4);
     ST("bad_huge_dim.safetensors", "{" TS("w", "F32", "[9007199254740993]", 0, 4) "}", 4);
-    ST("bad_overflow.safetensors", "{" TS("w", "F64", "[4294967296,4294967296]", 0, 0) "}",
-       0);
+    ST("bad_overflow.safetensors", "{" TS("w", "F64", "[4294967296,4294967296]", 0, 0) "}", 0);
     ST("bad_9d.safetensors", "{" TS("w", "F32", "[1,1,1,1,1,1,1,1,1]", 0, 4) "}", 4);
     ST("bad_metadata_value.safetensors", "{\"__metadata__\":{\"k\":1}}", 0);
     ST("bad_dup_metadata.safetensors", "{\"__metadata__\":{},\"__metadata__\":{}}", 0);
@@ -358,8 +388,8 @@ static void make_safetensors(void)
     ST("bad_reversed.safetensors", "{" TS("w", "F32", "[0]", 8, 4) "}", 8);
     ST("bad_overlap.safetensors",
        "{" TS("a", "F32", "[4]", 0, 16) "," TS("b", "F32", "[4]", 8, 24) "}", 24);
-    ST("bad_hole.safetensors",
-       "{" TS("a", "F32", "[1]", 0, 4) "," TS("b", "F32", "[1]", 8, 12) "}", 12);
+    ST("bad_hole.safetensors", "{" TS("a", "F32", "[1]", 0, 4) "," TS("b", "F32", "[1]", 8, 12) "}",
+       12);
     ST("bad_past_end.safetensors", "{" TS("w", "F32", "[4]", 0, 16) "}", 12);
     ST("bad_trailing_data.safetensors", "{" TS("w", "F32", "[1]", 0, 4) "}", 12);
 }
@@ -384,28 +414,28 @@ static void make_args(void)
 {
     ARGS("attn_min", "attn", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "-o", "out.npy");
     ARGS("attn_all", "attn", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
-         "--lse", "lse.npy", "--layout", "bhsd", "--scale", "0.125", "--mode", "online",
-         "--center", "off", "--dtype", "f16", "--compute", "bf16", "--threads", "4",
-         "--heads-per-tile", "2", "--block-q", "64", "--repeats", "3", "--stats", "--verify");
-    ARGS("attn_bf16", "attn", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "-o", "o.npy",
-         "--dtype", "bf16", "--mode", "auto", "--center", "on", "--compute", "fp32", "--scale",
-         "1e-3", "--layout", "bshd");
+         "--lse", "lse.npy", "--layout", "bhsd", "--scale", "0.125", "--mode", "online", "--center",
+         "off", "--dtype", "f16", "--compute", "bf16", "--threads", "4", "--heads-per-tile", "2",
+         "--block-q", "64", "--repeats", "3", "--stats", "--verify");
+    ARGS("attn_bf16", "attn", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "-o", "o.npy", "--dtype",
+         "bf16", "--mode", "auto", "--center", "on", "--compute", "fp32", "--scale", "1e-3",
+         "--layout", "bshd");
     ARGS("attn_bad_range", "attn", "--threads", "1025", "--repeats", "0", "--block-q", "-1");
     ARGS("attn_bad_scale", "attn", "--scale", "nan", "--scale", "inf", "--scale", "0x1p-3");
     ARGS("attn_grid", "attn", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "-o", "o.npy",
          "--ulysses", "2", "--ring", "2", "--prefetch", "1");
     ARGS("attn_bad_grid", "attn", "--ulysses", "0", "--ring", "1048577", "--prefetch", "-3");
     ARGS("attn_missing_value", "attn", "-q");
-    ARGS("check_json", "check", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--json",
-         "--threads", "2", "--layout", "bshd", "--dtype", "bf16", "--scale", "0.1");
+    ARGS("check_json", "check", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--json", "--threads",
+         "2", "--layout", "bshd", "--dtype", "bf16", "--scale", "0.1");
     ARGS("check_unknown", "check", "--bogus", "1");
     ARGS("bench_default", "bench", "--seq", "4096", "--heads", "40", "--dim", "128", "--dtype",
          "bf16", "--compute", "fp32", "--threads", "0", "--repeats", "3", "--json");
     ARGS("bench_bad_int", "bench", "--repeats", "abc", "--dim", "5", "--seq", "16777217");
     ARGS("bench_grid", "bench", "--seq", "1024", "--ring", "4", "--ulysses", "1", "--prefetch",
          "3");
-    ARGS("demo_all", "demo", "--frames", "4", "--height", "32", "--width", "32", "--heads",
-         "40", "--dim", "128", "--seed", "9223372036854775807", "--threads", "1", "--json",
+    ARGS("demo_all", "demo", "--frames", "4", "--height", "32", "--width", "32", "--heads", "40",
+         "--dim", "128", "--seed", "9223372036854775807", "--threads", "1", "--json",
          "--save-inputs", "dir");
     ARGS("demo_overflow", "demo", "--seed", "9223372036854775808", "--dim", " 64");
     ARGS("layer_all", "layer", "--weights", "w.safetensors", "--block", "39", "-x", "x.npy",

@@ -527,8 +527,8 @@ static int run_ok(const char *label, result *r, const char *weights, const char 
                   const char *extra1, const char *extra2)
 {
     remove(path_of(YFILE));
-    run(r, "layer", "--weights", path_of(weights), "--block", "3", "-x", path_of(x), "--grid",
-        GRID, "--heads", "4", "-o", path_of(YFILE), "--threads", "1", extra1, extra2, NULL);
+    run(r, "layer", "--weights", path_of(weights), "--block", "3", "-x", path_of(x), "--grid", GRID,
+        "--heads", "4", "-o", path_of(YFILE), "--threads", "1", extra1, extra2, NULL);
     CHECK(r->code == 0, "[%s] exit %d, stderr: %s", label, r->code, r->err);
     return r->code == 0;
 }
@@ -690,9 +690,8 @@ static void test_rope_layouts(void)
 static void test_verify_stats(void)
 {
     result r;
-    run(&r, "layer", "--weights", path_of("f32.safetensors"), "--block", "3", "-x",
-        path_of(XFILE), "--grid", GRID, "--heads", "4", "--threads", "1", "--verify", "--stats",
-        NULL);
+    run(&r, "layer", "--weights", path_of("f32.safetensors"), "--block", "3", "-x", path_of(XFILE),
+        "--grid", GRID, "--heads", "4", "--threads", "1", "--verify", "--stats", NULL);
     CHECK(r.code == 0, "--verify --stats: exit %d: %s", r.code, r.err);
     double rel = -1, tol = -1;
     const char *p = strstr(r.out, "\"max_rel_err\": ");
@@ -703,15 +702,16 @@ static void test_verify_stats(void)
     }
     CHECK(rel >= 0 && rel <= tol && tol < 1e-5, "--verify: rel %g, tolerance %g in %s", rel, tol,
           r.out);
-    const char *keys[] = {"\"qkv_seconds\"", "\"attention_seconds\"", "\"out_seconds\"",
-                          "\"fallback_rows\"", "\"gflops\"", "\"tokens\": 24"};
+    const char *keys[] = {"\"qkv_seconds\"", "\"attention_seconds\"",
+                          "\"out_seconds\"", "\"fallback_rows\"",
+                          "\"gflops\"",      "\"tokens\": 24"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CHECK(strstr(r.out, keys[i]) != NULL, "--stats lacks %s: %s", keys[i], r.out);
     CHECK(r.out[0] == '{' && strchr(r.out, '\n') == strrchr(r.out, '\n'), "--stats: one line");
     run(&r, "layer", "--grid", "2,2,3", "--heads", "3", "--dim", "32", "--seed", "5", "--verify",
         "--fp8", "--threads", "1", NULL);
-    CHECK(r.code == 0 && strstr(r.out, "verify: 12 tokens"), "synthetic --verify: %d %s %s",
-          r.code, r.out, r.err);
+    CHECK(r.code == 0 && strstr(r.out, "verify: 12 tokens"), "synthetic --verify: %d %s %s", r.code,
+          r.out, r.err);
 }
 
 /* One bad run of `fxattn layer ARGS`: exit 2, an error line naming
@@ -735,8 +735,8 @@ static void expect_error(const char *label, const char *word, const char *first,
               "[%s] expected one error line mentioning '%s', got: %s", label, word, r.err);
         char buf[16];
         slurp(YFILE, buf, sizeof buf);
-        CHECK(stale ? strcmp(buf, "stale") == 0 : !exists(YFILE),
-              "[%s] the output was %s", label, stale ? "changed" : "created");
+        CHECK(stale ? strcmp(buf, "stale") == 0 : !exists(YFILE), "[%s] the output was %s", label,
+              stale ? "changed" : "created");
     }
 }
 
@@ -819,15 +819,17 @@ static void test_errors(void)
                  FILE_ARGS("missing.safetensors"), "--grid", GRID, NULL);
     expect_error("wrong shape", "shape", FILE_ARGS("shape.safetensors"), "--grid", GRID, NULL);
     expect_error("bad dtype", "I32", FILE_ARGS("dtype.safetensors"), "--grid", GRID, NULL);
-    expect_error("FP8 without scale", "scale", FILE_ARGS("fp8_noscale.safetensors"), "--grid",
-                 GRID, NULL);
+    expect_error("FP8 without scale", "scale", FILE_ARGS("fp8_noscale.safetensors"), "--grid", GRID,
+                 NULL);
     expect_error("FP8 mixed with F32", "all F8_E4M3 or none", FILE_ARGS("fp8_mixed.safetensors"),
                  "--grid", GRID, NULL);
     /* Non-finite values named as stored, before the RoPE permutation and
      * the [Q|K|V] fusion. */
-    expect_error("NaN in q.weight", "'blocks.3.self_attn.q.weight' has a non-finite value (nan) at [3, 4]",
+    expect_error("NaN in q.weight",
+                 "'blocks.3.self_attn.q.weight' has a non-finite value (nan) at [3, 4]",
                  FILE_ARGS("nan_q.safetensors"), "--grid", GRID, NULL);
-    expect_error("-Inf in v.bias", "'blocks.3.self_attn.v.bias' has a non-finite value (-inf) at [2]",
+    expect_error("-Inf in v.bias",
+                 "'blocks.3.self_attn.v.bias' has a non-finite value (-inf) at [2]",
                  FILE_ARGS("inf_vbias.safetensors"), "--grid", GRID, NULL);
     expect_error("S != F*H*W", "tokens", FILE_ARGS("f32.safetensors"), "--grid", "2,3,5", NULL);
     expect_error("no --grid with -x", "--grid", FILE_ARGS("f32.safetensors"), NULL);
@@ -835,13 +837,13 @@ static void test_errors(void)
                  path_of("f32.safetensors"), "--block", "4", "-o", y, NULL);
     expect_error("heads do not divide hidden", "divide", FILE_ARGS("f32.safetensors"), "--grid",
                  GRID, "--heads", "5", NULL);
-    expect_error("--dim disagrees", "--dim", FILE_ARGS("f32.safetensors"), "--grid", GRID,
-                 "--dim", "32", NULL);
-    expect_error("bad --rope-layout", "--rope-layout", FILE_ARGS("f32.safetensors"), "--grid",
-                 GRID, "--rope-layout", "pairs", NULL);
+    expect_error("--dim disagrees", "--dim", FILE_ARGS("f32.safetensors"), "--grid", GRID, "--dim",
+                 "32", NULL);
+    expect_error("bad --rope-layout", "--rope-layout", FILE_ARGS("f32.safetensors"), "--grid", GRID,
+                 "--rope-layout", "pairs", NULL);
     expect_error("bad --grid", "--grid", "--grid", "2,3", "-o", y, NULL);
-    expect_error("missing x", "nothere.npy", "-x", path_of("nothere.npy"), "--grid", GRID, "-o",
-                 y, NULL);
+    expect_error("missing x", "nothere.npy", "-x", path_of("nothere.npy"), "--grid", GRID, "-o", y,
+                 NULL);
 #undef FILE_ARGS
 }
 

@@ -66,8 +66,8 @@ typedef struct problem {
     const char *name;
     fxa_attn_desc d;
     double q_scale;
-    int sink;       /* a huge key in the last rank's K shard */
-    int huge_v;     /* a 1e30 value in rank 0's V shard */
+    int sink;        /* a huge key in the last rank's K shard */
+    int huge_v;      /* a 1e30 value in rank 0's V shard */
     double k_offset; /* common key offset (centring matters) */
 } problem;
 
@@ -78,7 +78,8 @@ static void fill(tcase *t, const problem *pr)
     for (int64_t i = 0; i < t->nq; i++)
         t->q[i] = (float)(pr->q_scale * fxt_rng_normal(&r));
     for (int64_t i = 0; i < t->nkv; i++) {
-        t->k[i] = (float)(fxt_rng_normal(&r) + pr->k_offset * (double)((i % t->d.head_dim) % 3 == 0));
+        t->k[i] =
+            (float)(fxt_rng_normal(&r) + pr->k_offset * (double)((i % t->d.head_dim) % 3 == 0));
         t->v[i] = (float)fxt_rng_normal(&r);
     }
     int64_t start;
@@ -171,8 +172,8 @@ static void run_problem(const problem *pr)
     put_shard(d, mine, d->heads_q, d->seq_q, q0, qn, out);
     for (int64_t b = 0; b < d->batch; b++)
         for (int64_t h = 0; h < d->heads_q; h++)
-            memcpy(lse_mine + (b * d->heads_q + h) * d->seq_q + q0,
-                   lse + (b * d->heads_q + h) * qn, (size_t)qn * sizeof(float));
+            memcpy(lse_mine + (b * d->heads_q + h) * d->seq_q + q0, lse + (b * d->heads_q + h) * qn,
+                   (size_t)qn * sizeof(float));
     MPI_Allreduce(mine, full, (int)t.nq, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(lse_mine, lse_full, (int)rows, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     terr e;
@@ -181,9 +182,10 @@ static void run_problem(const problem *pr)
         char label[96];
         snprintf(label, sizeof label, "%s U%d R%d", pr->name, g_ulysses, g_ring);
         terr_print(label, &e);
-        printf("    fallback %lld/%lld (single %lld), a2a %.3f s, ring compute %.3f s, wait %.3f s\n",
-               (long long)ms.fallback_rows, (long long)ms.rows, (long long)ref_st.fallback_rows,
-               ms.a2a_seconds, ms.ring_compute_seconds, ms.ring_wait_seconds);
+        printf(
+            "    fallback %lld/%lld (single %lld), a2a %.3f s, ring compute %.3f s, wait %.3f s\n",
+            (long long)ms.fallback_rows, (long long)ms.rows, (long long)ref_st.fallback_rows,
+            ms.a2a_seconds, ms.ring_compute_seconds, ms.ring_wait_seconds);
     }
     CHECK(st != FXA_OK || terr_within_envelope(&e), "%s: outside the fp64 envelope", pr->name);
     /* This rank's shard against the single process. */

@@ -88,7 +88,8 @@ static void test_grid(void)
     old.p.ring = 0;
     old.p.prefetch = 0;
     st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &old.p, &m);
-    CHECK(st == FXA_OK && m != NULL, "an older params struct is refused: %s", fxa_mpi_create_error());
+    CHECK(st == FXA_OK && m != NULL, "an older params struct is refused: %s",
+          fxa_mpi_create_error());
     fxa_mpi_destroy(m);
     m = NULL;
 }
@@ -152,7 +153,8 @@ static void test_runs(fxa_mpi *m, const char *grid)
         char label[80];
         snprintf(label, sizeof label, "%s: NaN in %s on rank 1", grid, tensor[t]);
         check_everywhere(label, st, fxa_mpi_last_error(m), t0);
-        CHECK(strstr(fxa_mpi_last_error(m), "rank 1: ") && strstr(fxa_mpi_last_error(m), "token 16,"),
+        CHECK(strstr(fxa_mpi_last_error(m), "rank 1: ") &&
+                  strstr(fxa_mpi_last_error(m), "token 16,"),
               "%s: the owner and the global token are named: %s", label, fxa_mpi_last_error(m));
         int untouched = 1;
         for (size_t i = 0; i < elems; i++)
@@ -160,8 +162,8 @@ static void test_runs(fxa_mpi *m, const char *grid)
         CHECK(untouched, "%s: output written on rank %d", label, g_rank);
         which[t][5] = keep;
     }
-    fxa_attn_args a = {.struct_size = sizeof a, .q = q, .k = k, .v = v,
-                       .out = g_rank == 2 ? NULL : out};
+    fxa_attn_args a = {
+        .struct_size = sizeof a, .q = q, .k = k, .v = v, .out = g_rank == 2 ? NULL : out};
     double t0 = MPI_Wtime();
     char label[80];
     snprintf(label, sizeof label, "%s: NULL output on rank 2", grid);

@@ -68,9 +68,17 @@ static void make_full(full *f, fxa_ctx *ctx, int64_t tokens, int64_t hin, int64_
     for (int64_t i = 0; i < hkv * dim; i++)
         f->gk[i] = (float)(0.5 + fxt_rng_uniform(&r));
     CHECK(fxa_wan_rope_tables(1, 1, tokens, dim, 1e4, f->cs, f->sn) == FXA_OK, "rope");
-    const fxa_proj_args a = {.struct_size = sizeof a, .x = f->x, .w = f->w, .bias = f->bias,
-                             .gamma_q = f->gq, .gamma_k = f->gk, .rope_cos = f->cs,
-                             .rope_sin = f->sn, .q_out = f->q, .k_out = f->k, .v_out = f->v};
+    const fxa_proj_args a = {.struct_size = sizeof a,
+                             .x = f->x,
+                             .w = f->w,
+                             .bias = f->bias,
+                             .gamma_q = f->gq,
+                             .gamma_k = f->gk,
+                             .rope_cos = f->cs,
+                             .rope_sin = f->sn,
+                             .q_out = f->q,
+                             .k_out = f->k,
+                             .v_out = f->v};
     CHECK(fxa_proj_run(ctx, &f->d, &a) == FXA_OK, "single process: %s", fxa_ctx_last_error(ctx));
 }
 
@@ -108,7 +116,8 @@ int main(int argc, char **argv)
     fxa_mpi *m = NULL;
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
-    if (fxa_ctx_create(&cp, &ctx) != FXA_OK || fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK)
+    if (fxa_ctx_create(&cp, &ctx) != FXA_OK ||
+        fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK)
         MPI_Abort(MPI_COMM_WORLD, 1);
     full f;
     make_full(&f, ctx, 33, 96, 6, 3, 16);
@@ -134,9 +143,17 @@ int main(int argc, char **argv)
     fxa_proj_desc d = f.d;
     d.heads_q = nq;
     d.heads_kv = nk;
-    fxa_proj_args a = {.struct_size = sizeof a, .x = f.x, .w = w, .bias = bias,
-                       .gamma_q = f.gq + qa * dim, .gamma_k = f.gk + ka * dim, .rope_cos = f.cs,
-                       .rope_sin = f.sn, .q_out = q, .k_out = k, .v_out = v};
+    fxa_proj_args a = {.struct_size = sizeof a,
+                       .x = f.x,
+                       .w = w,
+                       .bias = bias,
+                       .gamma_q = f.gq + qa * dim,
+                       .gamma_k = f.gk + ka * dim,
+                       .rope_cos = f.cs,
+                       .rope_sin = f.sn,
+                       .q_out = q,
+                       .k_out = k,
+                       .v_out = v};
     fxa_status st = fxa_mpi_proj_run(m, &d, &a, f.hq, f.hkv);
     CHECK(st == FXA_OK, "TP run: %s", fxa_mpi_last_error(m));
     int64_t same = 0, total = 0;
@@ -146,10 +163,11 @@ int main(int argc, char **argv)
         compare("k", k, f.k, S, f.hkv, ka, kb, dim, &same, &total, &worst);
         compare("v", v, f.v, S, f.hkv, ka, kb, dim, &same, &total, &worst);
     }
-    printf("  rank %d of %d: heads q [%lld,%lld) kv [%lld,%lld): %lld of %lld outputs bit-identical, "
-           "worst |diff| %.2e of max|out|\n",
-           g_rank, g_size, (long long)qa, (long long)qb, (long long)ka, (long long)kb,
-           (long long)same, (long long)total, worst);
+    printf(
+        "  rank %d of %d: heads q [%lld,%lld) kv [%lld,%lld): %lld of %lld outputs bit-identical, "
+        "worst |diff| %.2e of max|out|\n",
+        g_rank, g_size, (long long)qa, (long long)qb, (long long)ka, (long long)kb, (long long)same,
+        (long long)total, worst);
     /* One fp32 ulp of r moves an output by about 2^-23 of its magnitude. */
     CHECK(worst <= 0x1p-21, "TP output differs from the single process by %.3g", worst);
     /* Misuse: a NaN on the last rank fails every rank with its message. */
@@ -167,12 +185,14 @@ int main(int argc, char **argv)
     if (g_rank == 0)
         d2.tokens = S - 1;
     st = fxa_mpi_proj_run(m, &d2, &a, f.hq, f.hkv);
-    CHECK(g_size == 1 ? st == FXA_OK
-                      : st == FXA_ERR_INVALID_ARG && strstr(fxa_mpi_last_error(m), "ranks disagree"),
+    CHECK(g_size == 1
+              ? st == FXA_OK
+              : st == FXA_ERR_INVALID_ARG && strstr(fxa_mpi_last_error(m), "ranks disagree"),
           "different tokens: '%s'", fxa_mpi_last_error(m));
     /* Still usable. */
     CHECK(fxa_mpi_proj_run(m, &d, &a, f.hq, f.hkv) == FXA_OK, "a good run after misuse");
-    float *const bufs[] = {w, bias, q, k, v, f.x, f.w, f.bias, f.gq, f.gk, f.cs, f.sn, f.q, f.k, f.v};
+    float *const bufs[] = {w,    bias, q,    k,    v,   f.x, f.w, f.bias,
+                           f.gq, f.gk, f.cs, f.sn, f.q, f.k, f.v};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     fxa_mpi_destroy(m);

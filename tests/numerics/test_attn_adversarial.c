@@ -220,8 +220,8 @@ static void test_anti_aligned(void)
     fxa_attn_stats st = {.struct_size = sizeof st};
     run_checked("anti-aligned keys, logits < -100, no centring", &t, NULL, fb, &st);
     CHECK(count_ones(fb, 16) == 0, "anti-aligned rows run fixed-max under the strict gate");
-    CHECK(st.max_bound >= gate - 1 && st.max_bound <= gate, "the bound sits at the gate: %.0f vs %d",
-          st.max_bound, gate);
+    CHECK(st.max_bound >= gate - 1 && st.max_bound <= gate,
+          "the bound sits at the gate: %.0f vs %d", st.max_bound, gate);
     tcase_free(&t);
 }
 
@@ -247,8 +247,8 @@ static void test_huge_v(void)
     tcase_init(&t, &d);
     fill_normal(&t, &r, 1.0, 1.0, 1e30);
     run_checked("V of magnitude 1e30", &t, NULL, NULL, &st);
-    CHECK(st.c_min == fxa_fixed_m_c(3000, st.vmax) && st.c_min < 20, "C %d with Vmax %g",
-          st.c_min, st.vmax);
+    CHECK(st.c_min == fxa_fixed_m_c(3000, st.vmax) && st.c_min < 20, "C %d with Vmax %g", st.c_min,
+          st.vmax);
     CHECK(st.fallback_rows < st.rows, "the fixed path still runs with huge V");
     tcase_free(&t);
 }
@@ -293,9 +293,11 @@ static void test_fp16_max(void)
     d.dtype = FXA_F16;
     tcase_init(&t, &d);
     for (int64_t i = 0; i < t.nq; i++)
-        t.q[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) * (30000.0 + 35504.0 * fxt_rng_uniform(&r)));
+        t.q[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) *
+                         (30000.0 + 35504.0 * fxt_rng_uniform(&r)));
     for (int64_t i = 0; i < t.nkv; i++) {
-        t.k[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) * (30000.0 + 35504.0 * fxt_rng_uniform(&r)));
+        t.k[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) *
+                         (30000.0 + 35504.0 * fxt_rng_uniform(&r)));
         t.v[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) * 65504.0 * fxt_rng_uniform(&r));
     }
     tcase_round(&t);

@@ -23,9 +23,9 @@ typedef struct shape {
 } shape;
 
 static const shape g_shapes[] = {
-    {1, 1, 2, 1, 64, FXA_LAYOUT_BSHD},      {7, 33, 4, 2, 128, FXA_LAYOUT_BHSD},
-    {129, 129, 8, 2, 64, FXA_LAYOUT_BSHD},  {200, 1001, 4, 4, 128, FXA_LAYOUT_BSHD},
-    {64, 257, 2, 1, 65, FXA_LAYOUT_BHSD},   {1000, 1000, 4, 1, 128, FXA_LAYOUT_BSHD},
+    {1, 1, 2, 1, 64, FXA_LAYOUT_BSHD},     {7, 33, 4, 2, 128, FXA_LAYOUT_BHSD},
+    {129, 129, 8, 2, 64, FXA_LAYOUT_BSHD}, {200, 1001, 4, 4, 128, FXA_LAYOUT_BSHD},
+    {64, 257, 2, 1, 65, FXA_LAYOUT_BHSD},  {1000, 1000, 4, 1, 128, FXA_LAYOUT_BSHD},
     {3, 2049, 2, 2, 96, FXA_LAYOUT_BSHD},
 };
 
@@ -101,8 +101,7 @@ static void check_shape(const shape *s, fxt_rng *r, fxa_ctx *ctx, fxa_ctx *ref_c
              (long long)s->dim, s->layout == FXA_LAYOUT_BSHD ? "bshd" : "bhsd");
     CHECK(tcase_run(&t, ctx, FXA_MODE_AUTO, NULL, out, lse, NULL, NULL, &st) == FXA_OK, "%s: %s",
           label, fxa_ctx_last_error(ctx));
-    CHECK(tcase_run(&t, ref_ctx, FXA_MODE_AUTO, NULL, out_ref, lse_ref, NULL, NULL, NULL) ==
-              FXA_OK,
+    CHECK(tcase_run(&t, ref_ctx, FXA_MODE_AUTO, NULL, out_ref, lse_ref, NULL, NULL, NULL) == FXA_OK,
           "%s (ref): %s", label, fxa_ctx_last_error(ref_ctx));
     tcase_errors(&t, out, lse, &e);
     terr_print(label, &e);
@@ -118,7 +117,8 @@ static void check_shape(const shape *s, fxt_rng *r, fxa_ctx *ctx, fxa_ctx *ref_c
         diff = fmax(diff, fabs((double)out[i] - out_ref[i]));
         diff_sum += fabs((double)out[i] - out_ref[i]);
     }
-    printf("    vs portable bf16 kernel: max |diff| %.3g, mean %.3g (max|v| %.3g); fallback %lld/%lld\n",
+    printf("    vs portable bf16 kernel: max |diff| %.3g, mean %.3g (max|v| %.3g); fallback "
+           "%lld/%lld\n",
            diff, diff_sum / (double)t.nq, e.vmax, (long long)st.fallback_rows, (long long)st.rows);
     CHECK(diff <= 0x1p-7 * e.vmax, "%s: differs from the portable kernel by %.3g", label, diff);
     CHECK(diff_sum / (double)t.nq <= 0x1p-14 * e.vmax,

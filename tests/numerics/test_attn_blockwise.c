@@ -128,8 +128,8 @@ static void fill_normal(tcase *t, fxt_rng *r, double qscale)
     }
 }
 
-static void desc_for(fxa_attn_desc *d, int64_t b, int64_t hq, int64_t hkv, int64_t sq,
-                     int64_t skv, int64_t dim)
+static void desc_for(fxa_attn_desc *d, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv,
+                     int64_t dim)
 {
     fxa_attn_desc_init(d);
     d->batch = b;
@@ -300,7 +300,8 @@ static void test_misuse(void)
     bad[5] = INFINITY;
     CHECK(fxa_attn_acc_begin(acc, q, bad, 1) == FXA_ERR_INVALID_ARG, "non-finite summary refused");
     q[5] = INFINITY;
-    CHECK(fxa_attn_acc_begin(acc, q, &sums[0][0], 2) == FXA_ERR_INVALID_ARG, "non-finite Q refused");
+    CHECK(fxa_attn_acc_begin(acc, q, &sums[0][0], 2) == FXA_ERR_INVALID_ARG,
+          "non-finite Q refused");
     q[5] = 0.0f;
     CHECK(fxa_attn_acc_begin(acc, q, &sums[0][0], 2) == FXA_OK, "begin: %s",
           fxa_ctx_last_error(g_ctx));

@@ -223,17 +223,17 @@ static void expect_plan_fail(fxa_ctx *ctx, const fxa_attn_desc *d, const char *w
           what, (int)st, fxa_status_str(st));
     CHECK(plan == NULL, "plan with %s: *plan_out is %p, expected NULL", what, (void *)plan);
     CHECK(msg[0] != '\0', "plan with %s: empty error message", what);
-    CHECK(strstr(msg, word) != NULL, "plan with %s: message '%s' does not mention '%s'", what,
-          msg, word);
+    CHECK(strstr(msg, word) != NULL, "plan with %s: message '%s' does not mention '%s'", what, msg,
+          word);
     if (plan && plan != PLAN_SENTINEL)
         fxa_attn_plan_destroy(plan);
 }
 
-#define BAD_DESC(stmt, word)                                                                      \
-    do {                                                                                          \
-        fxa_attn_desc d = good;                                                                   \
-        stmt;                                                                                     \
-        expect_plan_fail(ctx, &d, word, #stmt);                                                   \
+#define BAD_DESC(stmt, word)                                                                       \
+    do {                                                                                           \
+        fxa_attn_desc d = good;                                                                    \
+        stmt;                                                                                      \
+        expect_plan_fail(ctx, &d, word, #stmt);                                                    \
     } while (0)
 
 static void test_plan_validation(fxa_ctx *ctx)
@@ -254,8 +254,8 @@ static void test_plan_validation(fxa_ctx *ctx)
                   layout_name((fxa_layout)lay), fxa_status_str(st), fxa_ctx_last_error(ctx));
             CHECK(plan != NULL, "valid plan: NULL handle");
             CHECK(ws > 0, "valid plan: workspace size %zu", ws);
-            CHECK(fxa_ctx_last_error(ctx)[0] == '\0',
-                  "valid plan: last error not cleared: '%s'", fxa_ctx_last_error(ctx));
+            CHECK(fxa_ctx_last_error(ctx)[0] == '\0', "valid plan: last error not cleared: '%s'",
+                  fxa_ctx_last_error(ctx));
             fxa_attn_plan_destroy(plan);
         }
     }
@@ -329,8 +329,7 @@ static void test_plan_validation(fxa_ctx *ctx)
         char msg[MSG_LEN];
         copy_msg(msg, fxa_ctx_last_error(ctx));
         quiet_end(&q, "plan with NULL workspace_bytes_out");
-        CHECK(st == FXA_ERR_INVALID_ARG, "NULL workspace_bytes_out: status %s",
-              fxa_status_str(st));
+        CHECK(st == FXA_ERR_INVALID_ARG, "NULL workspace_bytes_out: status %s", fxa_status_str(st));
         CHECK(plan == NULL, "NULL workspace_bytes_out: *plan_out is %p, expected NULL",
               (void *)plan);
         CHECK(strstr(msg, "NULL") != NULL, "NULL workspace_bytes_out: message '%s'", msg);
@@ -357,8 +356,7 @@ static void test_plan_validation(fxa_ctx *ctx)
         (void)fxa_attn_plan_create(ctx, &d, &plan, &ws);
         CHECK(fxa_ctx_last_error(ctx)[0] != '\0', "no message after a bad plan");
         fxa_status st = fxa_attn_plan_create(ctx, &good, &plan, &ws);
-        CHECK(st == FXA_OK && plan != NULL, "good plan after a bad one: %s",
-              fxa_status_str(st));
+        CHECK(st == FXA_OK && plan != NULL, "good plan after a bad one: %s", fxa_status_str(st));
         CHECK(fxa_ctx_last_error(ctx)[0] == '\0', "stale message after a good plan: '%s'",
               fxa_ctx_last_error(ctx));
         fxa_attn_plan_destroy(plan);
@@ -378,14 +376,10 @@ typedef enum bad_kind { BAD_NAN, BAD_PINF, BAD_NINF, BAD_SNAN_NEG, N_BAD_KINDS }
 static const char *bad_name(bad_kind k)
 {
     switch (k) {
-    case BAD_NAN:
-        return "NaN";
-    case BAD_PINF:
-        return "+Inf";
-    case BAD_NINF:
-        return "-Inf";
-    default:
-        return "-sNaN";
+    case BAD_NAN: return "NaN";
+    case BAD_PINF: return "+Inf";
+    case BAD_NINF: return "-Inf";
+    default: return "-sNaN";
     }
 }
 
@@ -393,12 +387,9 @@ static const char *bad_name(bad_kind k)
 static const char *bad_text(bad_kind k)
 {
     switch (k) {
-    case BAD_PINF:
-        return "(inf)";
-    case BAD_NINF:
-        return "(-inf)";
-    default:
-        return "nan";
+    case BAD_PINF: return "(inf)";
+    case BAD_NINF: return "(-inf)";
+    default: return "nan";
     }
 }
 
@@ -588,8 +579,8 @@ static void plan_free(planned *p)
 
 /* Run (bounds_only 0) or bound pass (1) on poisoned buffers, expecting an
  * input error; msg receives the message. Checks nothing was written. */
-static fxa_status run_expect_refused(fxa_ctx *ctx, const planned *pl, const tcase *t,
-                                     outbufs *o, int bounds_only, char *msg, const char *what)
+static fxa_status run_expect_refused(fxa_ctx *ctx, const planned *pl, const tcase *t, outbufs *o,
+                                     int bounds_only, char *msg, const char *what)
 {
     fxa_attn_args a = args_for(t, o);
     outbufs_poison(o, (unsigned)bounds_only + 3u);
@@ -599,8 +590,8 @@ static fxa_status run_expect_refused(fxa_ctx *ctx, const planned *pl, const tcas
                                 : fxa_attn_run(pl->plan, &a, pl->ws, &o->stats);
     copy_msg(msg, fxa_ctx_last_error(ctx));
     quiet_end(&q, what);
-    CHECK(st == FXA_ERR_INVALID_ARG, "%s: status %d (%s), expected invalid argument", what,
-          (int)st, fxa_status_str(st));
+    CHECK(st == FXA_ERR_INVALID_ARG, "%s: status %d (%s), expected invalid argument", what, (int)st,
+          fxa_status_str(st));
     const int changed = outbufs_changed(o);
     CHECK(changed == 0,
           "%s: refused run wrote its buffers (mask %d: 1 out, 2 lse, 4 row_fallback, "
@@ -617,11 +608,11 @@ static void expect_position_msg(const char *msg, char tensor, int64_t b, int64_t
     snprintf(head, sizeof head, "%c has a non-finite value", tensor);
     snprintf(pos, sizeof pos, "at batch %lld, token %lld, head %lld, dim %lld", (long long)b,
              (long long)s, (long long)h, (long long)c);
-    CHECK(strncmp(msg, head, strlen(head)) == 0, "%s: message '%s' does not start with '%s'",
-          what, msg, head);
+    CHECK(strncmp(msg, head, strlen(head)) == 0, "%s: message '%s' does not start with '%s'", what,
+          msg, head);
     CHECK(ends_with(msg, pos), "%s: message '%s' does not end with '%s'", what, msg, pos);
-    CHECK(strstr(msg, bad_text(kind)) != NULL, "%s: message '%s' does not show the value %s",
-          what, msg, bad_text(kind));
+    CHECK(strstr(msg, bad_text(kind)) != NULL, "%s: message '%s' does not show the value %s", what,
+          msg, bad_text(kind));
 }
 
 typedef struct bad_site {
@@ -632,9 +623,9 @@ typedef struct bad_site {
 static void test_nonfinite_inputs(fxa_ctx *ctx1, fxa_ctx *ctx3)
 {
     static const bad_site sites[] = {
-        {'Q', 1, 3, 5, 7},  {'K', 1, 1, 5, 7}, {'V', 1, 1, 5, 7},  {'Q', 0, 0, 0, 0},
-        {'Q', 0, 2, 8, 15}, {'K', 0, 0, 10, 0}, {'V', 0, 1, 0, 15}, {'K', 1, 0, 3, 12},
-        {'V', 1, 0, 10, 1},
+        {'Q', 1, 3, 5, 7},  {'K', 1, 1, 5, 7},  {'V', 1, 1, 5, 7},
+        {'Q', 0, 0, 0, 0},  {'Q', 0, 2, 8, 15}, {'K', 0, 0, 10, 0},
+        {'V', 0, 1, 0, 15}, {'K', 1, 0, 3, 12}, {'V', 1, 0, 10, 1},
     };
     const size_t n_sites = sizeof sites / sizeof sites[0];
     for (int dt = 0; dt < 3; dt++) {
@@ -663,8 +654,7 @@ static void test_nonfinite_inputs(fxa_ctx *ctx1, fxa_ctx *ctx3)
                                  layout_name(d.layout), bad_name((bad_kind)k), (long long)bs->b,
                                  (long long)bs->h, (long long)bs->s, (long long)bs->c,
                                  threads3 ? 3 : 1);
-                        poke p = poke_bad(&t, bs->tensor, bs->b, bs->h, bs->s, bs->c,
-                                          (bad_kind)k);
+                        poke p = poke_bad(&t, bs->tensor, bs->b, bs->h, bs->s, bs->c, (bad_kind)k);
                         run_expect_refused(ctx, pl, &t, &o, bounds_only, msg, what);
                         expect_position_msg(msg, bs->tensor, bs->b, bs->s, bs->h, bs->c,
                                             (bad_kind)k, what);
@@ -726,8 +716,8 @@ static void check_deterministic(fxa_ctx *ctx1, fxa_ctx *ctx3, const fxa_attn_des
         snprintf(what, sizeof what, "%s %s/%s 3 threads rep %d%s", label, dtype_name(d->dtype),
                  layout_name(d->layout), rep, bounds_only ? " (bounds)" : "");
         run_expect_refused(ctx3, &pl3, &t, &o, bounds_only, msg, what);
-        CHECK(strcmp(msg, first) == 0, "%s: message '%s' differs from 1 thread's '%s'", what,
-              msg, first);
+        CHECK(strcmp(msg, first) == 0, "%s: message '%s' differs from 1 thread's '%s'", what, msg,
+              first);
     }
     snprintf(what, sizeof what, "%s %s/%s 1 thread again", label, dtype_name(d->dtype),
              layout_name(d->layout));
@@ -832,8 +822,8 @@ static void expect_args_refused(fxa_ctx *ctx, const fxa_attn_plan *plan, const f
                                 : fxa_attn_run(plan, a, ws, &o->stats);
     copy_msg(msg, fxa_ctx_last_error(ctx));
     quiet_end(&q, what);
-    CHECK(st == FXA_ERR_INVALID_ARG, "%s: status %d (%s), expected invalid argument", what,
-          (int)st, fxa_status_str(st));
+    CHECK(st == FXA_ERR_INVALID_ARG, "%s: status %d (%s), expected invalid argument", what, (int)st,
+          fxa_status_str(st));
     CHECK(msg[0] != '\0', "%s: empty error message", what);
     CHECK(strstr(msg, word) != NULL, "%s: message '%s' does not mention '%s'", what, msg, word);
     const int changed = outbufs_changed(o);
@@ -891,8 +881,8 @@ static void test_run_args(fxa_ctx *ctx)
         expect_args_refused(ctx, pl.plan, &good, NULL, &o, bo, "workspace", what);
         for (size_t mis = 8; mis < 64; mis += 24) {
             snprintf(what, sizeof what, "%s with workspace + %zu", fn, mis);
-            expect_args_refused(ctx, pl.plan, &good, (unsigned char *)pl.ws + mis, &o, bo,
-                                "align", what);
+            expect_args_refused(ctx, pl.plan, &good, (unsigned char *)pl.ws + mis, &o, bo, "align",
+                                what);
         }
 
         /* No plan: nothing to hold a message, but the status is right. */
@@ -1142,8 +1132,8 @@ typedef struct result {
     float *bound;
 } result;
 
-static void result_run(result *r, const fxa_attn_plan *plan, void *ws, const tcase *t,
-                       fxa_ctx *ctx, const char *what)
+static void result_run(result *r, const fxa_attn_plan *plan, void *ws, const tcase *t, fxa_ctx *ctx,
+                       const char *what)
 {
     const size_t rows = case_rows(t);
     r->out = xmalloc((size_t)t->nq * sizeof(float));
@@ -1277,8 +1267,7 @@ int main(void)
     test_ctx();
     fxa_ctx *ctx1 = make_ctx(1);
     fxa_ctx *ctx3 = make_ctx(3);
-    CHECK(fxa_ctx_threads(ctx3) == 3, "context asked for 3 threads runs %d",
-          fxa_ctx_threads(ctx3));
+    CHECK(fxa_ctx_threads(ctx3) == 3, "context asked for 3 threads runs %d", fxa_ctx_threads(ctx3));
     test_plan_validation(ctx1);
     test_plan_validation(ctx3);
     test_nonfinite_inputs(ctx1, ctx3);

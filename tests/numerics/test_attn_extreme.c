@@ -185,8 +185,8 @@ static void case_rescale(uint64_t seed)
           "seed %llu: ordinary run outside the envelope: out err %.3g (online32 %.3g), lse err "
           "%.3g (online32 %.3g), D %lld, Sq %lld, Skv %lld, dtype %d, mode %d, center %d",
           (unsigned long long)seed, e.out_fxa, e.out_on32, e.lse_fxa, e.lse_on32,
-          (long long)d.head_dim, (long long)d.seq_q, (long long)d.seq_kv, (int)d.dtype,
-          (int)d.mode, d.center);
+          (long long)d.head_dim, (long long)d.seq_q, (long long)d.seq_kv, (int)d.dtype, (int)d.mode,
+          d.center);
     /* Exponents that keep every element normal and finite. */
     int qhi, qlo, khi, klo;
     exp_range(t.q, t.nq, &qhi, &qlo);
@@ -294,8 +294,8 @@ static void case_sweep(uint64_t seed)
          * the LSE, which needs scale |q| |k| ~ FLT_MAX). */
         CHECK(raw * 1.4426950408889634 > 0x1.fep127 || raw > 0.5 * (double)FLT_MAX ||
                   strstr(msg, "cannot be formed"),
-              "seed %llu: refused although scale |q| |k| = %g fits: %s",
-              (unsigned long long)seed, raw, msg);
+              "seed %llu: refused although scale |q| |k| = %g fits: %s", (unsigned long long)seed,
+              raw, msg);
         res_free(&res);
         tcase_free(&t);
         return;
@@ -341,8 +341,7 @@ static void case_sweep(uint64_t seed)
               "seed %llu row %lld: |q| %.3g |k| %.3g scale %.3g (D %lld, N %lld, center %d, "
               "mode %d): out err %.3g (tol %.3g), lse %.9g vs %.9g (tol %.3g)",
               (unsigned long long)seed, (long long)i, qmax, kmax, d.scale, (long long)dim,
-              (long long)n, d.center, (int)d.mode, err, tol, (double)res.lse[i], ref_lse,
-              lse_tol);
+              (long long)n, d.center, (int)d.mode, err, tol, (double)res.lse[i], ref_lse, lse_tol);
     }
     res_free(&res);
     tcase_free(&t);
@@ -360,9 +359,11 @@ static void case_tiny_and_near_overflow(uint64_t seed, int tiny)
     tcase t;
     tcase_init(&t, &d);
     for (int64_t i = 0; i < t.nq; i++)
-        t.q[i] = tiny ? (float)(fxt_rng_normal(&r) * 1e-40) : (float)(0x1p63 * (1.0 + 0.5 * fxt_rng_uniform(&r)));
+        t.q[i] = tiny ? (float)(fxt_rng_normal(&r) * 1e-40)
+                      : (float)(0x1p63 * (1.0 + 0.5 * fxt_rng_uniform(&r)));
     for (int64_t i = 0; i < t.nkv; i++) {
-        t.k[i] = tiny ? (float)(fxt_rng_normal(&r) * 1e-40) : (float)(0x1p63 * (1.0 + 0.5 * fxt_rng_uniform(&r)));
+        t.k[i] = tiny ? (float)(fxt_rng_normal(&r) * 1e-40)
+                      : (float)(0x1p63 * (1.0 + 0.5 * fxt_rng_uniform(&r)));
         t.v[i] = (float)fxt_rng_normal(&r);
     }
     if (!tiny)
@@ -378,8 +379,9 @@ static void case_tiny_and_near_overflow(uint64_t seed, int tiny)
         /* The independent fp32 online softmax overflows on these q.k: the
          * envelope's floor (2^-22 max|v|, 2^-21 max(1,|lse|)) against fp64
          * plus the fp32 score error of ||q|| ||k|| ~ 2^126 D scale scores. */
-        const double delta = tiny ? 0.0 : t.d.scale * 0x1p126 * 2.25 * (double)d.head_dim *
-                                               (double)(d.head_dim + 2) * 0x1p-23;
+        const double delta = tiny ? 0.0
+                                  : t.d.scale * 0x1p126 * 2.25 * (double)d.head_dim *
+                                        (double)(d.head_dim + 2) * 0x1p-23;
         CHECK(e.out_fxa <= 0x1p-20 * e.vmax + e.vmax * expm1(2.0 * delta) &&
                   e.lse_fxa <= 0x1p-20 * fmax(1.0, e.lse_mag) + delta,
               "seed %llu (%s): out err %.3g, lse err %.3g (max|v| %.3g)", (unsigned long long)seed,

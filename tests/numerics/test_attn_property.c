@@ -66,18 +66,18 @@ typedef struct pcase {
     int index;
     uint64_t seed;
     fxa_attn_desc d;
-    double q_mag;        /* per-tensor query norm */
-    double k_mag;        /* per-tensor key norm (before offset and sink) */
-    double q_head_sp;    /* log10 half-width of per-head query norm factors */
-    double q_row_sp;     /* log10 half-width of per-row query norm factors */
-    double k_row_sp;     /* log10 half-width of per-row key norm factors */
-    double zero_row_p;   /* probability that a query row is all zero */
-    double offset;       /* common key offset, in units of k_mag (0: none) */
-    double sink;         /* sink factor (0: none) */
-    double v_mag;        /* typical |v| */
-    double v_head_sp;    /* log10 half-width of per-head V factors */
-    double v_cap;        /* clamp of |v| */
-    double elem_cap;     /* clamp of every q and k element */
+    double q_mag;      /* per-tensor query norm */
+    double k_mag;      /* per-tensor key norm (before offset and sink) */
+    double q_head_sp;  /* log10 half-width of per-head query norm factors */
+    double q_row_sp;   /* log10 half-width of per-row query norm factors */
+    double k_row_sp;   /* log10 half-width of per-row key norm factors */
+    double zero_row_p; /* probability that a query row is all zero */
+    double offset;     /* common key offset, in units of k_mag (0: none) */
+    double sink;       /* sink factor (0: none) */
+    double v_mag;      /* typical |v| */
+    double v_head_sp;  /* log10 half-width of per-head V factors */
+    double v_cap;      /* clamp of |v| */
+    double elem_cap;   /* clamp of every q and k element */
     int zero_q;
     int zero_k;
     int huge_v;
@@ -156,26 +156,16 @@ static int64_t draw_len(fxt_rng *r, int64_t max)
 {
     int64_t n;
     switch (uni_int(r, 0, 5)) {
-    case 0:
-        n = uni_int(r, 1, max);
-        break;
-    case 1:
-        n = (int64_t)floor(log_uniform(r, 1.0, (double)max + 1.0));
-        break;
-    case 2:
-        n = 16 * uni_int(r, 1, max / 16);
-        break;
-    case 3:
-        n = max >= 256 ? 256 * uni_int(r, 1, max / 256) : 16 * uni_int(r, 1, max / 16);
-        break;
+    case 0: n = uni_int(r, 1, max); break;
+    case 1: n = (int64_t)floor(log_uniform(r, 1.0, (double)max + 1.0)); break;
+    case 2: n = 16 * uni_int(r, 1, max / 16); break;
+    case 3: n = max >= 256 ? 256 * uni_int(r, 1, max / 256) : 16 * uni_int(r, 1, max / 16); break;
     case 4:
         n = uni_int(r, 2, max);
         while (!is_prime(n))
             n--;
         break;
-    default:
-        n = 16 * uni_int(r, 1, max / 16) + (fxt_rng_uniform(r) < 0.5 ? -1 : 1);
-        break;
+    default: n = 16 * uni_int(r, 1, max / 16) + (fxt_rng_uniform(r) < 0.5 ? -1 : 1); break;
     }
     return n < 1 ? 1 : (n > max ? max : n);
 }
@@ -196,8 +186,8 @@ static void draw_case(pcase *pc, int index, uint64_t seed, fxt_rng *r)
     d->layout = fxt_rng_uniform(r) < 0.5 ? FXA_LAYOUT_BSHD : FXA_LAYOUT_BHSD;
     const double u = fxt_rng_uniform(r);
     d->dtype = u < 0.4 ? FXA_F32 : (u < 0.75 ? FXA_BF16 : FXA_F16);
-    d->compute = d->dtype == FXA_BF16 && fxt_rng_uniform(r) < 0.5 ? FXA_COMPUTE_BF16
-                                                                : FXA_COMPUTE_FP32;
+    d->compute =
+        d->dtype == FXA_BF16 && fxt_rng_uniform(r) < 0.5 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
     d->center = fxt_rng_uniform(r) < 0.5;
     d->scale = fxt_rng_uniform(r) < 0.5 ? 0.0 : log_uniform(r, 1e-3, 10.0);
 
@@ -259,9 +249,8 @@ static void fill_case(const pcase *pc, tcase *t, fxt_rng *r)
         }
         for (int64_t h = 0; h < d->heads_kv; h++) {
             random_vector(r, off, dim, pc->offset * pc->k_mag);
-            const int64_t sink_j = pc->sink > 0.0 && fxt_rng_uniform(r) < 0.75
-                                       ? uni_int(r, 0, d->seq_kv - 1)
-                                       : -1;
+            const int64_t sink_j =
+                pc->sink > 0.0 && fxt_rng_uniform(r) < 0.75 ? uni_int(r, 0, d->seq_kv - 1) : -1;
             const double v_head = pc->v_mag * log_factor(r, pc->v_head_sp);
             for (int64_t j = 0; j < d->seq_kv; j++) {
                 float *k = t->k + tcase_kv_off(t, b, h, j);
@@ -604,24 +593,23 @@ static void check_mode(const pcase *pc, const tcase *t, fxa_ctx *ctx, fxa_mode m
     CHECK(bad_out == 0 && bad_lse == 0,
           "case %d %s: %lld non-finite outputs, %lld non-finite LSE values (first row %lld)",
           pc->index, mname, (long long)bad_out, (long long)bad_lse, (long long)first_bad);
-    CHECK(out_of_range == 0,
-          "case %d %s: %lld outputs outside the range of V (first row %lld)", pc->index, mname,
-          (long long)out_of_range, (long long)first_bad);
+    CHECK(out_of_range == 0, "case %d %s: %lld outputs outside the range of V (first row %lld)",
+          pc->index, mname, (long long)out_of_range, (long long)first_bad);
 
     /* Statistics. */
     CHECK(st.rows == n_rows, "case %d %s: stats.rows %lld, expected %lld", pc->index, mname,
           (long long)st.rows, (long long)n_rows);
     CHECK(bad_flags == 0, "case %d %s: %lld row_fallback flags not written as 0/1", pc->index,
           mname, (long long)bad_flags);
-    CHECK(flagged == st.fallback_rows, "case %d %s: %lld rows flagged, stats count %lld",
-          pc->index, mname, (long long)flagged, (long long)st.fallback_rows);
+    CHECK(flagged == st.fallback_rows, "case %d %s: %lld rows flagged, stats count %lld", pc->index,
+          mname, (long long)flagged, (long long)st.fallback_rows);
     if (mode == FXA_MODE_ONLINE) {
-        CHECK(st.fallback_rows == n_rows, "case %d online: fallback_rows %lld of %lld",
-              pc->index, (long long)st.fallback_rows, (long long)n_rows);
+        CHECK(st.fallback_rows == n_rows, "case %d online: fallback_rows %lld of %lld", pc->index,
+              (long long)st.fallback_rows, (long long)n_rows);
     } else {
         CHECK(st.fallback_rows >= 0 && st.fallback_rows <= n_rows,
-              "case %d auto: fallback_rows %lld of %lld", pc->index,
-              (long long)st.fallback_rows, (long long)n_rows);
+              "case %d auto: fallback_rows %lld of %lld", pc->index, (long long)st.fallback_rows,
+              (long long)n_rows);
         CHECK(st.vmax == vmax, "case %d auto: stats.vmax %.9g, max|v| %.9g", pc->index, st.vmax,
               vmax);
         CHECK(st.c_min == fxa_fixed_m_c(d->seq_kv, vmax), "case %d auto: c_min %d, C(%lld, %g) %d",
@@ -707,14 +695,14 @@ static void check_mode(const pcase *pc, const tcase *t, fxa_ctx *ctx, fxa_mode m
                "(%lld, %lld, %lld) out err %.3g <= %.3g + %.3g, (%lld, %lld, %lld) lse err %.3g "
                "<= %.3g + %.3g\n",
                mname, e.out_fxa, e.lse_fxa, out_tol, lse_tol, e.out_on32, e.lse_on32,
-               ar.ok ? "within" : "OUTSIDE", (long long)ar.ob, (long long)ar.oh,
-               (long long)ar.oi, ar.out_err, out_tol, ar.out_allow, (long long)ar.lb,
-               (long long)ar.lh, (long long)ar.li, ar.lse_err, lse_tol, ar.lse_allow);
+               ar.ok ? "within" : "OUTSIDE", (long long)ar.ob, (long long)ar.oh, (long long)ar.oi,
+               ar.out_err, out_tol, ar.out_allow, (long long)ar.lb, (long long)ar.lh,
+               (long long)ar.li, ar.lse_err, lse_tol, ar.lse_allow);
         CHECK(ar.ok,
               "case %d %s: row (%lld, %lld, %lld) out err %.3g > %.3g (envelope, online32 %.3g) "
               "+ %.3g (score rounding), or row (%lld, %lld, %lld) lse err %.3g > %.3g + %.3g",
-              pc->index, mname, (long long)ar.ob, (long long)ar.oh, (long long)ar.oi,
-              ar.out_err, out_tol, e.out_on32, ar.out_allow, (long long)ar.lb, (long long)ar.lh,
+              pc->index, mname, (long long)ar.ob, (long long)ar.oh, (long long)ar.oi, ar.out_err,
+              out_tol, e.out_on32, ar.out_allow, (long long)ar.lb, (long long)ar.lh,
               (long long)ar.li, ar.lse_err, lse_tol, ar.lse_allow);
         res->allowance = 1;
         res->allow_ratio = ar.worst_ratio;
@@ -761,9 +749,9 @@ static void print_case(const pcase *pc)
            pc->index, (unsigned long long)pc->seed, (long long)d->batch, (long long)d->heads_q,
            (long long)d->heads_kv, (long long)d->seq_q, (long long)d->seq_kv,
            (long long)d->head_dim, d->layout == FXA_LAYOUT_BSHD ? "bshd" : "bhsd",
-           dtype_name(d->dtype), d->compute == FXA_COMPUTE_BF16 ? " bf16-compute" : "",
-           d->center, scale, pc->q_mag, pc->q_head_sp, pc->q_row_sp, pc->k_mag, pc->k_row_sp,
-           pc->v_mag, pc->v_head_sp, extras);
+           dtype_name(d->dtype), d->compute == FXA_COMPUTE_BF16 ? " bf16-compute" : "", d->center,
+           scale, pc->q_mag, pc->q_head_sp, pc->q_row_sp, pc->k_mag, pc->k_row_sp, pc->v_mag,
+           pc->v_head_sp, extras);
     fflush(stdout);
 }
 
@@ -891,8 +879,8 @@ int main(int argc, char **argv)
         es = argv[1];
     if (argc > 2)
         ec = argv[2];
-    if ((es && !parse_u64(es, &seed)) || (ec && (!parse_u64(ec, &n_cases) || n_cases == 0 ||
-                                                 n_cases > 1000000))) {
+    if ((es && !parse_u64(es, &seed)) ||
+        (ec && (!parse_u64(ec, &n_cases) || n_cases == 0 || n_cases > 1000000))) {
         fprintf(stderr, "usage: test_attn_property [seed [cases]] (or FXA_PROPERTY_SEED, "
                         "FXA_PROPERTY_CASES)\n");
         return 2;
@@ -921,9 +909,9 @@ int main(int argc, char **argv)
            tot.n_mixed_auto);
     printf("  worst err/tol, fp32 compute: out %.3f (case %d, seed %#llx), lse %.3f (case %d, "
            "seed %#llx); bf16 compute: out %.3f, lse %.3f\n",
-           tot.worst_out, tot.worst_out_case, (unsigned long long)tot.worst_out_seed,
-           tot.worst_lse, tot.worst_lse_case, (unsigned long long)tot.worst_lse_seed,
-           tot.worst_out_bf16, tot.worst_lse_bf16);
+           tot.worst_out, tot.worst_out_case, (unsigned long long)tot.worst_out_seed, tot.worst_lse,
+           tot.worst_lse_case, (unsigned long long)tot.worst_lse_seed, tot.worst_out_bf16,
+           tot.worst_lse_bf16);
     printf("  %d of %d runs were outside the plain envelope (fp32 online softmax x1.5) and within "
            "it plus the fp32 score-rounding allowance; worst err/(envelope + allowance) %.3f "
            "(seed %#llx)\n",
@@ -938,10 +926,9 @@ int main(int argc, char **argv)
     printf("  coverage: f32 %d, bf16 %d (bf16 compute %d), f16 %d; bhsd %d; GQA %d; batch 2 %d; "
            "centring %d; random scale %d; key offset %d; sinks %d; huge V %d; zero rows %d; "
            "zero Q %d; zero K %d; fp32 itself inexact (online32 err > 2^-16 max|v|) %d\n",
-           tot.n_dtype[FXA_F32], tot.n_dtype[FXA_BF16], tot.n_bf16_compute,
-           tot.n_dtype[FXA_F16], tot.n_bhsd, tot.n_gqa, tot.n_batch2, tot.n_center, tot.n_scale,
-           tot.n_offset, tot.n_sink, tot.n_huge_v, tot.n_zero_rows, tot.n_zero_q, tot.n_zero_k,
-           tot.n_fp32_inexact);
+           tot.n_dtype[FXA_F32], tot.n_dtype[FXA_BF16], tot.n_bf16_compute, tot.n_dtype[FXA_F16],
+           tot.n_bhsd, tot.n_gqa, tot.n_batch2, tot.n_center, tot.n_scale, tot.n_offset, tot.n_sink,
+           tot.n_huge_v, tot.n_zero_rows, tot.n_zero_q, tot.n_zero_k, tot.n_fp32_inexact);
     fxa_ctx_destroy(ctx);
     return test_summary("test_attn_property");
 }

@@ -40,8 +40,8 @@ static float value(int which, int64_t b, int64_t h, int64_t s, int64_t c)
     x ^= x >> 31;
     x *= UINT64_C(0xd6e8feb86659fd93);
     x ^= x >> 29;
-    const int m = (int)(x & 0xff) - 128;        /* -128..127 */
-    const int e = (int)((x >> 8) % 4);           /* 2^-7 .. 2^-4 */
+    const int m = (int)(x & 0xff) - 128; /* -128..127 */
+    const int e = (int)((x >> 8) % 4);   /* 2^-7 .. 2^-4 */
     return (float)m * (float)(1.0 / (double)(1 << (7 + e)));
 }
 
@@ -81,8 +81,8 @@ static void fill(void *buf, fxa_dtype t, fxa_attn_strides s, int which, int64_t 
 
 /* Gather [B, H, S, D] from a strided buffer of element size es into a
  * contiguous BSHD copy. */
-static void gather(const void *buf, size_t es, fxa_attn_strides s, int64_t B, int64_t H,
-                   int64_t S, int64_t D, void *dst)
+static void gather(const void *buf, size_t es, fxa_attn_strides s, int64_t B, int64_t H, int64_t S,
+                   int64_t D, void *dst)
 {
     const fxa_attn_strides c = fxa_attn_layout_strides(FXA_LAYOUT_BSHD, H, S, D);
     for (int64_t b = 0; b < B; b++)
@@ -130,10 +130,12 @@ static result run_views(fxa_attn_desc d, const views *w, int n_blocks)
     d.o_strides = w->o;
     const fxa_attn_strides qs =
         w->q.batch || w->q.token || w->q.head ? w->q : fxa_attn_layout_strides(d.layout, Hq, Sq, D);
-    const fxa_attn_strides ks =
-        w->k.batch || w->k.token || w->k.head ? w->k : fxa_attn_layout_strides(d.layout, Hkv, Skv, D);
-    const fxa_attn_strides vs =
-        w->v.batch || w->v.token || w->v.head ? w->v : fxa_attn_layout_strides(d.layout, Hkv, Skv, D);
+    const fxa_attn_strides ks = w->k.batch || w->k.token || w->k.head
+                                    ? w->k
+                                    : fxa_attn_layout_strides(d.layout, Hkv, Skv, D);
+    const fxa_attn_strides vs = w->v.batch || w->v.token || w->v.head
+                                    ? w->v
+                                    : fxa_attn_layout_strides(d.layout, Hkv, Skv, D);
     const fxa_attn_strides os =
         w->o.batch || w->o.token || w->o.head ? w->o : fxa_attn_layout_strides(d.layout, Hq, Sq, D);
     const size_t es = esize(d.dtype), oes = esize(d.out_dtype);
@@ -169,8 +171,14 @@ static result run_views(fxa_attn_desc d, const views *w, int n_blocks)
     void *ws = NULL;
     if (r.st == FXA_OK && ws_bytes)
         ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
-    const fxa_attn_args a = {.struct_size = sizeof a, .q = qb, .k = kb, .v = vb, .out = ob,
-                             .lse = r.lse, .row_fallback = r.fb, .row_bound = r.bound};
+    const fxa_attn_args a = {.struct_size = sizeof a,
+                             .q = qb,
+                             .k = kb,
+                             .v = vb,
+                             .out = ob,
+                             .lse = r.lse,
+                             .row_fallback = r.fb,
+                             .row_bound = r.bound};
     if (r.st == FXA_OK && n_blocks <= 1) {
         r.st = fxa_attn_run(plan, &a, ws, &r.stats);
     } else if (r.st == FXA_OK) {
@@ -194,8 +202,10 @@ static result run_views(fxa_attn_desc d, const views *w, int n_blocks)
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t h = 0; h < Hkv; h++)
                         for (int64_t j = 0; j < nb[i]; j++)
-                            memcpy((char *)own[2 * i] + (size_t)(b * bs.batch + h * bs.head + j * bs.token) * es,
-                                   kb + (size_t)(b * ks.batch + h * ks.head + (j0 + j) * ks.token) * es,
+                            memcpy((char *)own[2 * i] +
+                                       (size_t)(b * bs.batch + h * bs.head + j * bs.token) * es,
+                                   kb + (size_t)(b * ks.batch + h * ks.head + (j0 + j) * ks.token) *
+                                            es,
                                    (size_t)D * es);
                 kp[i] = own[2 * i];
             } else {
@@ -207,8 +217,10 @@ static result run_views(fxa_attn_desc d, const views *w, int n_blocks)
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t h = 0; h < Hkv; h++)
                         for (int64_t j = 0; j < nb[i]; j++)
-                            memcpy((char *)own[2 * i + 1] + (size_t)(b * bs.batch + h * bs.head + j * bs.token) * es,
-                                   vb + (size_t)(b * vs.batch + h * vs.head + (j0 + j) * vs.token) * es,
+                            memcpy((char *)own[2 * i + 1] +
+                                       (size_t)(b * bs.batch + h * bs.head + j * bs.token) * es,
+                                   vb + (size_t)(b * vs.batch + h * vs.head + (j0 + j) * vs.token) *
+                                            es,
                                    (size_t)D * es);
                 vp[i] = own[2 * i + 1];
             } else {
@@ -281,8 +293,8 @@ static void expect_bf16_of(const char *what, const fxa_attn_desc *d, const resul
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
         bad += ((const uint16_t *)bf->out)[i] != fxa_f32_to_bf16(((const float *)f32->out)[i]);
-    CHECK(bad == 0, "[%s] %zu of %zu bf16 outputs are not fxa_f32_to_bf16 of the fp32 output",
-          what, bad, n);
+    CHECK(bad == 0, "[%s] %zu of %zu bf16 outputs are not fxa_f32_to_bf16 of the fp32 output", what,
+          bad, n);
 }
 
 static fxa_attn_desc base_desc(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv,
@@ -387,8 +399,8 @@ static void test_fused(fxa_dtype t)
     w.k = w.q;
     w.v = w.q;
     result got = run_views(d, &w, 1);
-    expect_same(t == FXA_F32 ? "fused QKV [B,S,3,H,D] f32" : "fused QKV [B,S,3,H,D] bf16", &d,
-                &ref, &got);
+    expect_same(t == FXA_F32 ? "fused QKV [B,S,3,H,D] f32" : "fused QKV [B,S,3,H,D] bf16", &d, &ref,
+                &got);
     result_free(&ref);
     result_free(&got);
 }
@@ -452,18 +464,21 @@ static void test_validation(void)
     for (int i = 0; i < 3; i++) {
         float *saved = malloc(4 * n * sizeof(float));
         memcpy(saved, buf, 4 * n * sizeof(float));
-        fxa_attn_args a = {.struct_size = sizeof a, .q = buf, .k = buf + n, .v = buf + 2 * n,
+        fxa_attn_args a = {.struct_size = sizeof a,
+                           .q = buf,
+                           .k = buf + n,
+                           .v = buf + 2 * n,
                            .out = buf + (size_t)i * n + n / 2};
         const fxa_status st = fxa_attn_run(plan, &a, ws, NULL);
         CHECK(st == FXA_ERR_INVALID_ARG, "out overlapping %s: status %d", names[i], st);
         CHECK(strstr(fxa_ctx_last_error(g_ctx), names[i]) != NULL,
               "out overlapping %s: message '%s'", names[i], fxa_ctx_last_error(g_ctx));
-        CHECK(memcmp(saved, buf, 4 * n * sizeof(float)) == 0,
-              "out overlapping %s: memory written", names[i]);
+        CHECK(memcmp(saved, buf, 4 * n * sizeof(float)) == 0, "out overlapping %s: memory written",
+              names[i]);
         free(saved);
     }
-    fxa_attn_args a = {.struct_size = sizeof a, .q = buf, .k = buf + n, .v = buf + 2 * n,
-                       .out = buf + 3 * n};
+    fxa_attn_args a = {
+        .struct_size = sizeof a, .q = buf, .k = buf + n, .v = buf + 2 * n, .out = buf + 3 * n};
     CHECK(fxa_attn_run(plan, &a, ws, NULL) == FXA_OK, "adjacent, non-overlapping out: %s",
           fxa_ctx_last_error(g_ctx));
     free(ws);

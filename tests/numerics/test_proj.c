@@ -24,10 +24,10 @@ static fxa_ctx *g_ctx;
 typedef struct prob {
     fxa_proj_desc d;
     int64_t n_out;
-    float *x;   /* [S][H] fp32 values (exact in the operand format) */
-    float *w;   /* [I][H] */
-    float *xs;  /* [S] x scales (1 unless FP8) */
-    float *ws;  /* [I] */
+    float *x;  /* [S][H] fp32 values (exact in the operand format) */
+    float *w;  /* [I][H] */
+    float *xs; /* [S] x scales (1 unless FP8) */
+    float *ws; /* [I] */
     float *bias;
     float *gq;
     float *gk;
@@ -428,8 +428,7 @@ static void test_interleaved_conversion(void)
             }
         }
     }
-    CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) == FXA_OK,
-          "convert");
+    CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) == FXA_OK, "convert");
     outs o;
     outs_alloc(&o, &p);
     CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "converted run: %s", fxa_ctx_last_error(g_ctx));
@@ -495,7 +494,8 @@ static void test_blocked_weights(void)
         o.q[i] = -9.0f;
     w8[420 * hin + 30000] = 0xff; /* -NaN, in the last block */
     CHECK(run(&p, x8, w8, &o) == FXA_ERR_INVALID_ARG &&
-              strstr(fxa_ctx_last_error(g_ctx), "w has a non-finite value at output 420, input 30000"),
+              strstr(fxa_ctx_last_error(g_ctx),
+                     "w has a non-finite value at output 420, input 30000"),
           "NaN code in the last block: %s", fxa_ctx_last_error(g_ctx));
     CHECK(o.q[0] == -9.0f, "outputs untouched when a later block fails");
     free(x8);
@@ -571,9 +571,18 @@ static void test_workspace(void)
     CHECK(run(&p, p.x, p.w, &a) == FXA_OK, "internal workspace");
     const size_t bytes = fxa_proj_workspace_bytes(&p.d);
     unsigned char *ws = aligned_alloc(64, (bytes + 64 + 63) / 64 * 64);
-    fxa_proj_args args = {.struct_size = sizeof args, .x = p.x, .w = p.w, .bias = p.bias,
-                          .gamma_q = p.gq, .gamma_k = p.gk, .rope_cos = p.cs, .rope_sin = p.sn,
-                          .q_out = b.q, .k_out = b.k, .v_out = b.v, .workspace = ws,
+    fxa_proj_args args = {.struct_size = sizeof args,
+                          .x = p.x,
+                          .w = p.w,
+                          .bias = p.bias,
+                          .gamma_q = p.gq,
+                          .gamma_k = p.gk,
+                          .rope_cos = p.cs,
+                          .rope_sin = p.sn,
+                          .q_out = b.q,
+                          .k_out = b.k,
+                          .v_out = b.v,
+                          .workspace = ws,
                           .workspace_bytes = bytes};
     CHECK(bytes > 0 && fxa_proj_run(g_ctx, &p.d, &args) == FXA_OK, "caller's workspace: %s",
           fxa_ctx_last_error(g_ctx));
@@ -631,8 +640,14 @@ static void test_errors(void)
     const fxa_proj_args a = {.struct_size = sizeof a, .x = p.x, .w = p.w, .q_out = o.q};
     CHECK(fxa_proj_run(g_ctx, &p.d, &a) == FXA_ERR_INVALID_ARG, "missing k/v outputs and gamma");
     p.d.w_format = FXA_PROJ_W_E4M3;
-    const fxa_proj_args a2 = {.struct_size = sizeof a2, .x = p.x, .w = p.w, .gamma_q = p.gq,
-                              .gamma_k = p.gk, .q_out = o.q, .k_out = o.k, .v_out = o.v};
+    const fxa_proj_args a2 = {.struct_size = sizeof a2,
+                              .x = p.x,
+                              .w = p.w,
+                              .gamma_q = p.gq,
+                              .gamma_k = p.gk,
+                              .q_out = o.q,
+                              .k_out = o.k,
+                              .v_out = o.v};
     CHECK(fxa_proj_run(g_ctx, &p.d, &a2) == FXA_ERR_INVALID_ARG, "FP8 without scales");
     outs_free(&o);
     prob_free(&p);

@@ -28,7 +28,6 @@
 #include "kernels/kernels.h"
 #include "testutil.h"
 
-
 /* ------------------------------------------------------------------------ */
 /* Independent reference                                                     */
 /* ------------------------------------------------------------------------ */
@@ -37,8 +36,8 @@
 typedef struct fmt {
     const char *name;
     int ebits, mbits;
-    uint16_t inf;  /* code of +Inf */
-    double *tab;   /* tab[c] = value of positive code c for c <= inf (tab[inf] = 2^emax+1) */
+    uint16_t inf; /* code of +Inf */
+    double *tab;  /* tab[c] = value of positive code c for c <= inf (tab[inf] = 2^emax+1) */
     uint16_t (*enc)(float);
     float (*dec)(uint16_t);
 } fmt;
@@ -120,8 +119,8 @@ static void check_enc(const fmt *f, tally *t, float x)
     const uint16_t got = f->enc(x);
     t->n++;
     if (!enc_ok(f, x, got, &want) && t->bad++ < 5)
-        fprintf(stderr, "  fxa_f32_to_%s(%a = %.9g) = 0x%04x, want 0x%04x\n", f->name,
-                (double)x, (double)x, got, want);
+        fprintf(stderr, "  fxa_f32_to_%s(%a = %.9g) = 0x%04x, want 0x%04x\n", f->name, (double)x,
+                (double)x, got, want);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -271,8 +270,8 @@ static void test_halfway(const fmt *f)
                     fprintf(stderr,
                             "  %s halfway 0x%04x|0x%04x at %a: got 0x%04x (0x%04x above, 0x%04x "
                             "below), want 0x%04x (0x%04x, 0x%04x)\n",
-                            f->name, c, c + 1, (double)sx, g0, g1, g2, sg | even,
-                            sg | (c + 1), sg | c);
+                            f->name, c, c + 1, (double)sx, g0, g1, g2, sg | even, sg | (c + 1),
+                            sg | c);
             }
             /* The reference agrees (a check of the reference itself). */
             if (ref_encode(f, sx) != (sg | even) && bad++ < 5)
@@ -382,19 +381,18 @@ static void test_convert_array(void)
             for (int i = 0; i < 64; i++)
                 ok = ok && dst[i] == f->enc(src[i]);
             if (!ok && bad++ < 3)
-                fprintf(stderr, "  fxa_convert_f32 to %s: status %d or outputs differ\n",
-                        f->name, (int)s);
+                fprintf(stderr, "  fxa_convert_f32 to %s: status %d or outputs differ\n", f->name,
+                        (int)s);
         }
     }
     CHECK(bad == 0, "%d array conversions differ from the scalar functions", bad);
 
     /* FXA_F32 copies bit for bit (NaN payloads, -0, subnormals). */
-    float fsrc[6] = {-0.0f,     test_bits_f32(0x7fa00001u), test_bits_f32(0xffc12345u),
-                     0x1p-149f, -INFINITY,                  3.25f};
+    float fsrc[6] = {
+        -0.0f, test_bits_f32(0x7fa00001u), test_bits_f32(0xffc12345u), 0x1p-149f, -INFINITY, 3.25f};
     float fdst[6];
     memset(fdst, 0, sizeof fdst);
-    CHECK(fxa_convert_f32(fsrc, FXA_F32, fdst, 6) == FXA_OK &&
-              memcmp(fsrc, fdst, sizeof fsrc) == 0,
+    CHECK(fxa_convert_f32(fsrc, FXA_F32, fdst, 6) == FXA_OK && memcmp(fsrc, fdst, sizeof fsrc) == 0,
           "FXA_F32 copies exactly");
 
     /* Bad arguments. */
@@ -443,8 +441,8 @@ static void test_widen_f16(void)
         }
         fns[f](codes, got, 65536);
         for (uint32_t i = 0; i < 65536; i++) {
-            const int same = isnan(ref[i]) ? isnan(got[i]) != 0
-                                           : memcmp(&ref[i], &got[i], sizeof(float)) == 0;
+            const int same =
+                isnan(ref[i]) ? isnan(got[i]) != 0 : memcmp(&ref[i], &got[i], sizeof(float)) == 0;
             bad += !same;
         }
         CHECK(bad == 0, "%s fp16 widening differs from fxa_f16_to_f32 in %d values", names[f], bad);

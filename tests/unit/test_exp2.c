@@ -73,7 +73,6 @@
 #define FLUSH_WINDOW 0x1p-17
 #define BATCH 4096
 
-
 /* ULP of the fp32 grid at the (positive, finite) double value r: 2^(floor(log2 r) - 23),
  * built from r's exponent field (frexp/ldexp cost a sixth of the run time). */
 static double ulp_at(double r)
@@ -118,11 +117,11 @@ static float eval1(const impl *im, float z, float m)
 /* Running maximum of the ULP error over one region of e. */
 typedef struct errstat {
     double max_ulp;
-    float z, m;   /* argument of the maximum */
+    float z, m; /* argument of the maximum */
     double e;
     float got;
     double ref;
-    long long n;  /* points measured */
+    long long n;         /* points measured */
     long long nonfinite; /* non-finite results (other than the overflows below) */
     long long overflow;  /* +inf where 2^e > FLT_MAX (vector version near e = 128) */
 } errstat;
@@ -438,29 +437,33 @@ static void test_accuracy(const impl *im)
           im->name, g_core.nonfinite + g_core.overflow, g_core.e);
     if (im->vector)
         /* No clamp: +inf is allowed only where 2^e itself exceeds FLT_MAX. */
-        CHECK(all.nonfinite == 0, "%s: %lld arguments with e in [-126, 128) gave a non-finite "
-                                  "result other than overflow (e.g. e = %.17g)",
+        CHECK(all.nonfinite == 0,
+              "%s: %lld arguments with e in [-126, 128) gave a non-finite "
+              "result other than overflow (e.g. e = %.17g)",
               im->name, all.nonfinite, all.e);
     else
         /* The scalar saturates: finite everywhere below 128. */
         CHECK(all.nonfinite == 0 && all.overflow == 0,
               "%s: %lld arguments with e in [-126, 128) gave a non-finite result (e.g. e = "
-              "%.17g)", im->name, all.nonfinite + all.overflow, all.e);
+              "%.17g)",
+              im->name, all.nonfinite + all.overflow, all.e);
     CHECK(g_core.max_ulp <= MAX_ULP,
           "%s: e <= 127.99: max error %.6f ULP > %.1f at e = %.17g (z = %a, m = %a): got %a, "
-          "exp2 = %a", im->name, g_core.max_ulp, MAX_ULP, g_core.e, (double)g_core.z,
-          (double)g_core.m, (double)g_core.got, g_core.ref);
+          "exp2 = %a",
+          im->name, g_core.max_ulp, MAX_ULP, g_core.e, (double)g_core.z, (double)g_core.m,
+          (double)g_core.got, g_core.ref);
     CHECK(g_zero.n > 900000, "%s: only %lld arguments with e < -126", im->name, g_zero.n);
-    CHECK(g_zero.bad == 0, "%s: %lld arguments with e < -126 did not give +0.0f (e.g. z = %a, "
-                           "m = %a: %a)", im->name, g_zero.bad, (double)g_zero.bad_z,
-          (double)g_zero.bad_m, (double)g_zero.bad_got);
+    CHECK(g_zero.bad == 0,
+          "%s: %lld arguments with e < -126 did not give +0.0f (e.g. z = %a, "
+          "m = %a: %a)",
+          im->name, g_zero.bad, (double)g_zero.bad_z, (double)g_zero.bad_m, (double)g_zero.bad_got);
     if (im->vector) {
         CHECK(g_agree.n == g_core.n, "%s: compared %lld of %lld points", im->name, g_agree.n,
               g_core.n);
         CHECK(g_agree.max_steps <= MAX_AGREE_STEPS,
               "%s: differs from the scalar by %lld fp32 steps at z = %a, m = %a: %a vs %a",
-              im->name, g_agree.max_steps, (double)g_agree.z, (double)g_agree.m,
-              (double)g_agree.v, (double)g_agree.s);
+              im->name, g_agree.max_steps, (double)g_agree.z, (double)g_agree.m, (double)g_agree.v,
+              (double)g_agree.s);
     }
     /* Above 127.99 the scalar's contract is saturation (callers keep e <= C + 1 <= 128 - 1),
      * so only finiteness is asserted there (above). */
@@ -470,8 +473,11 @@ static void test_accuracy(const impl *im)
 
 static void test_underflow(const impl *im)
 {
-    const float zs[] = {-126.0001f, nextafterf(-126.0f, -INFINITY), -127.0f, -127.5f, -128.0f,
-                        -150.0f, -1000.0f, -1e30f, -FLT_MAX, -INFINITY};
+    const float zs[] = {-126.0001f, nextafterf(-126.0f, -INFINITY),
+                        -127.0f,    -127.5f,
+                        -128.0f,    -150.0f,
+                        -1000.0f,   -1e30f,
+                        -FLT_MAX,   -INFINITY};
     for (size_t i = 0; i < sizeof zs / sizeof zs[0]; i++) {
         const float got = eval1(im, zs[i], 0.0f);
         CHECK(test_f32_bits(got) == 0u, "%s: exp2(%a - 0) = %a, want +0.0f", im->name,
@@ -495,20 +501,22 @@ static void test_underflow(const impl *im)
     /* e = -126 exactly is not flushed. */
     CHECK(test_f32_bits(eval1(im, -126.0f, 0.0f)) == 0x00800000u, "%s: e = -126 gives 2^-126",
           im->name);
-    CHECK(test_f32_bits(eval1(im, 0.0f, 126.0f)) == 0x00800000u, "%s: e = -126 via m = 126 gives "
-          "2^-126", im->name);
+    CHECK(test_f32_bits(eval1(im, 0.0f, 126.0f)) == 0x00800000u,
+          "%s: e = -126 via m = 126 gives "
+          "2^-126",
+          im->name);
 }
 
 static void test_exact_points(const impl *im)
 {
     /* e = 0: exactly 1. */
-    const float ms[] = {0.0f,     1.0f,      -1.0f,     127.0f,     -300.0f,  300.0f,
-                        0x1p23f,  0x1p24f,   0x1p30f,   -0x1p30f,   1e9f,     -1e9f,
-                        2147483520.0f /* largest float below 2^31 */};
+    const float ms[] = {
+        0.0f,    1.0f,    -1.0f,    127.0f, -300.0f, 300.0f,       0x1p23f,
+        0x1p24f, 0x1p30f, -0x1p30f, 1e9f,   -1e9f,   2147483520.0f /* largest float below 2^31 */};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         const float got = eval1(im, ms[i], ms[i]);
-        CHECK(got == 1.0f, "%s: exp2(%a - %a) = %a, want 1", im->name, (double)ms[i],
-              (double)ms[i], (double)got);
+        CHECK(got == 1.0f, "%s: exp2(%a - %a) = %a, want 1", im->name, (double)ms[i], (double)ms[i],
+              (double)got);
     }
     /* Integer e in [-126, 127]: exactly 2^e, with and without a shift (one batch of
      * 254 * 5 arguments: full vectors and a tail). */
@@ -528,8 +536,8 @@ static void test_exact_points(const impl *im)
             const float want = ldexpf(1.0f, (int)(z[i] - m[i]));
             if (test_f32_bits(got[i]) != test_f32_bits(want)) {
                 if (bad++ < 5)
-                    fprintf(stderr, "  %s: exp2(%g - %g) = %a, want %a\n", im->name,
-                            (double)z[i], (double)m[i], (double)got[i], (double)want);
+                    fprintf(stderr, "  %s: exp2(%g - %g) = %a, want %a\n", im->name, (double)z[i],
+                            (double)m[i], (double)got[i], (double)want);
             }
         }
         CHECK(bad == 0, "%s: %d integer arguments did not give exactly 2^e", im->name, bad);
@@ -538,16 +546,13 @@ static void test_exact_points(const impl *im)
     /* Large magnitudes with the shift. 1e9f is an integer-valued float but its
      * neighbours are 64 apart, so e = 3 needs z, m below 2^24. */
     CHECK(eval1(im, 8388611.0f, 8388608.0f) == 8.0f, "%s: z = 2^23 + 3, m = 2^23: 8", im->name);
-    CHECK(eval1(im, 16777222.0f, 16777216.0f) == 64.0f, "%s: z = 2^24 + 6, m = 2^24: 64",
-          im->name);
+    CHECK(eval1(im, 16777222.0f, 16777216.0f) == 64.0f, "%s: z = 2^24 + 6, m = 2^24: 64", im->name);
     CHECK(eval1(im, 1e9f, 1e9f - 64.0f) == 0x1p64f, "%s: z = 1e9, m = 1e9 - 64: 2^64", im->name);
-    CHECK(eval1(im, 1e9f, 1e9f + 64.0f) == 0x1p-64f, "%s: z = 1e9, m = 1e9 + 64: 2^-64",
-          im->name);
+    CHECK(eval1(im, 1e9f, 1e9f + 64.0f) == 0x1p-64f, "%s: z = 1e9, m = 1e9 + 64: 2^-64", im->name);
     CHECK(eval1(im, 1e9f + 64.0f, 1e9f) == 0x1p64f, "%s: z = 1e9 + 64, m = 1e9: 2^64", im->name);
     CHECK(test_f32_bits(eval1(im, 1e9f - 64.0f, 1e9f + 64.0f)) == 0u,
           "%s: z = 1e9 - 64, m = 1e9 + 64: e = -128 flushes to 0", im->name);
-    CHECK(eval1(im, 8388735.0f, 8388608.0f) == 0x1p127f, "%s: z = 2^23 + 127, m = 2^23",
-          im->name);
+    CHECK(eval1(im, 8388735.0f, 8388608.0f) == 0x1p127f, "%s: z = 2^23 + 127, m = 2^23", im->name);
     CHECK(eval1(im, -1e9f, -1e9f + 64.0f) == 0x1p-64f, "%s: z = -1e9, m = -1e9 + 64", im->name);
     {
         /* e = 128: the scalar saturates (finite); the vector version has no clamp and may
@@ -555,17 +560,16 @@ static void test_exact_points(const impl *im)
          * non-finite. */
         const float got = eval1(im, 0x1p30f, 0x1p30f - 128.0f);
         if (im->vector)
-            printf("  %s: e = 128 (z = 2^30, m = 2^30 - 128) gives %a\n", im->name,
-                   (double)got);
-        CHECK(got < INFINITY || (im->vector && got == INFINITY),
-              "%s: e = 128 at 2^30 gives %a", im->name, (double)got);
+            printf("  %s: e = 128 (z = 2^30, m = 2^30 - 128) gives %a\n", im->name, (double)got);
+        CHECK(got < INFINITY || (im->vector && got == INFINITY), "%s: e = 128 at 2^30 gives %a",
+              im->name, (double)got);
     }
     /* Fractional e with a large shift: z = 2^23 - 0.5, m = 2^23 - 8 -> e = 7.5. */
     {
         const float got = eval1(im, 8388607.5f, 8388600.0f);
         const double ref = exp2(7.5);
-        CHECK(fabs((double)got - ref) <= MAX_ULP * ulp_at(ref),
-              "%s: e = 7.5 at m = 2^23 - 8: %a", im->name, (double)got);
+        CHECK(fabs((double)got - ref) <= MAX_ULP * ulp_at(ref), "%s: e = 7.5 at m = 2^23 - 8: %a",
+              im->name, (double)got);
     }
 }
 
@@ -599,10 +603,11 @@ static void mono_flush(mono *s)
             if (!(r >= s->prev)) {
                 const double drop = ((double)s->prev - (double)r) / ulp_at((double)s->prev);
                 if (s->decreases++ < 3)
-                    fprintf(stderr, "  %s: not monotone (m = %g): exp2(%a) = %a < exp2(%a) = "
-                                    "%a\n",
-                            s->im->name, (double)s->mv[i], (double)z, (double)r,
-                            (double)s->prev_z, (double)s->prev);
+                    fprintf(stderr,
+                            "  %s: not monotone (m = %g): exp2(%a) = %a < exp2(%a) = "
+                            "%a\n",
+                            s->im->name, (double)s->mv[i], (double)z, (double)r, (double)s->prev_z,
+                            (double)s->prev);
                 if (!(drop <= s->max_drop_ulp)) {
                     s->max_drop_ulp = drop;
                     s->worst_z = z;
@@ -723,8 +728,8 @@ static void window_flush(wstat *w)
         w->n++;
         w->in_window += inwin;
         if (sz != (e < -126.0) && w->scalar_bad++ < 3)
-            fprintf(stderr, "  scalar: exp2(%a - %a) = %a\n", (double)w->z[i],
-                    (double)w->m[i], (double)w->s[i]);
+            fprintf(stderr, "  scalar: exp2(%a - %a) = %a\n", (double)w->z[i], (double)w->m[i],
+                    (double)w->s[i]);
         if (sz == vz)
             continue;
         if (!inwin) {
@@ -797,13 +802,13 @@ static void test_flush_window(const impl *im)
            "scalar on %lld inside",
            im->name, w.n, w.in_window, w.dis_window);
     if (w.dis_window)
-        printf(" (e in [%.17g, %.17g], vector up to %a)", w.dis_lo, w.dis_hi,
-               (double)w.dis_max);
+        printf(" (e in [%.17g, %.17g], vector up to %a)", w.dis_lo, w.dis_hi, (double)w.dis_max);
     printf(" and %lld outside (%.2f s)\n", w.dis_outside, test_now_seconds() - t0);
-    CHECK(w.scalar_bad == 0, "scalar: %lld arguments near e = -126 flushed wrongly",
-          w.scalar_bad);
-    CHECK(w.dis_outside == 0, "%s: %lld arguments outside the flush window differ from the "
-                              "scalar in zero vs non-zero", im->name, w.dis_outside);
+    CHECK(w.scalar_bad == 0, "scalar: %lld arguments near e = -126 flushed wrongly", w.scalar_bad);
+    CHECK(w.dis_outside == 0,
+          "%s: %lld arguments outside the flush window differ from the "
+          "scalar in zero vs non-zero",
+          im->name, w.dis_outside);
 }
 
 /* fxa_vexp2_shifted_noflush_f32x16 (FXA_ROW_FIXED rows, whose bound proves
@@ -839,8 +844,8 @@ static void test_noflush_matches(void)
     fxa_test_vexp2_noflush_avx512(below, zero, below_without, 2);
     printf("no-flush exp2: %d arguments with e >= -126, %lld differ from the flushing version; "
            "e = -126.5, -130: %g, %g (flushing: %g, %g)\n",
-           N, differ, (double)below_without[0], (double)below_without[1],
-           (double)below_with[0], (double)below_with[1]);
+           N, differ, (double)below_without[0], (double)below_without[1], (double)below_with[0],
+           (double)below_with[1]);
     CHECK(differ == 0, "the no-flush exp2 differs on %lld arguments with e >= -126", differ);
     CHECK(below_with[0] == 0.0f && below_with[1] == 0.0f && below_without[0] > 0.0f &&
               below_without[1] > 0.0f,

@@ -215,9 +215,8 @@ static void test_halfway(void)
 
 static void test_named_values(void)
 {
-    const float big[] = {448.0f,     448.0001f, 463.99f, 464.0f,  465.0f,
-                         479.99f,    480.0f,    1000.0f, 65536.0f, 1e30f,
-                         FLT_MAX,    INFINITY};
+    const float big[] = {448.0f, 448.0001f, 463.99f,  464.0f, 465.0f,  479.99f,
+                         480.0f, 1000.0f,   65536.0f, 1e30f,  FLT_MAX, INFINITY};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
         CHECK(fxa_f32_to_e4m3(big[i]) == 0x7eu, "%.9g saturates to 448", (double)big[i]);
         CHECK(fxa_f32_to_e4m3(-big[i]) == 0xfeu, "-%.9g saturates to -448", (double)big[i]);
@@ -300,31 +299,24 @@ static void fill_row(fxt_rng *r, int kind, float *x, int64_t n)
     for (int64_t j = 0; j < n; j++) {
         double v;
         switch (kind) {
-        case 0: /* gaussian at a random scale */
-            v = ldexp(fxt_rng_normal(r), e);
-            break;
-        case 1: /* zeros */
-            v = 0.0;
-            break;
+        case 0: /* gaussian at a random scale */ v = ldexp(fxt_rng_normal(r), e); break;
+        case 1: /* zeros */ v = 0.0; break;
         case 2: /* 40 binades of dynamic range and some zeros: E4M3 subnormals and zeros */
-            v = (fxt_rng_next(r) % 5u == 0) ? 0.0
-                                          : ldexp(fxt_rng_normal(r), (int)(fxt_rng_next(r) % 40u) - 30);
+            v = (fxt_rng_next(r) % 5u == 0)
+                    ? 0.0
+                    : ldexp(fxt_rng_normal(r), (int)(fxt_rng_next(r) % 40u) - 30);
             break;
-        case 3: /* one negative spike */
-            v = j == n / 2 ? -3.75 : 0.0;
-            break;
+        case 3: /* one negative spike */ v = j == n / 2 ? -3.75 : 0.0; break;
         case 4: /* near FLT_MAX */
-            v = j == 0 ? (double)FLT_MAX : j == 1 ? -(double)FLT_MAX : ldexp(fxt_rng_normal(r), 125);
+            v = j == 0   ? (double)FLT_MAX
+                : j == 1 ? -(double)FLT_MAX
+                         : ldexp(fxt_rng_normal(r), 125);
             break;
         case 5: /* absmax below 448 * FLT_MIN: fp32 subnormals and tiny normals */
             v = ldexp(fxt_rng_normal(r), -125 - (int)(fxt_rng_next(r) % 26u));
             break;
-        case 6: /* +-absmax only */
-            v = (fxt_rng_next(r) & 1u) ? 1.5 : -1.5;
-            break;
-        case 7: /* -0 only */
-            v = -0.0;
-            break;
+        case 6: /* +-absmax only */ v = (fxt_rng_next(r) & 1u) ? 1.5 : -1.5; break;
+        case 7: /* -0 only */ v = -0.0; break;
         default: /* the exact boundary 448 * FLT_MIN and a mix */
             v = j == 0 ? 448.0 * 0x1p-126 : ldexp(fxt_rng_normal(r), -130);
             break;
@@ -456,9 +448,9 @@ static void test_quantize_rows(void)
     {
         const float x1[4] = {2.0f, -1e-20f, 0.0f, 1e30f};
         uint8_t p1[20];
-        CHECK(fxa_e4m3_quantize_rows(x1, 4, 1, p1) == FXA_OK && p1[0] == 0x7eu &&
-                  p1[5] == 0xfeu && p1[10] == 0x00u && read_scale_le(p1 + 11) == 1.0f &&
-                  p1[15] == 0x7eu && read_scale_le(p1 + 1) == 2.0f / 448.0f,
+        CHECK(fxa_e4m3_quantize_rows(x1, 4, 1, p1) == FXA_OK && p1[0] == 0x7eu && p1[5] == 0xfeu &&
+                  p1[10] == 0x00u && read_scale_le(p1 + 11) == 1.0f && p1[15] == 0x7eu &&
+                  read_scale_le(p1 + 1) == 2.0f / 448.0f,
               "n = 1 rows");
     }
     /* A true fp32 division: 5.46875 / 7 is exactly 0.78125, the midpoint of 0.75 (0x34)
@@ -582,8 +574,8 @@ static void test_quantize_weights(void)
     CHECK(same, "weights quantise like rows of quantize_rows");
     /* A 2 x 3 matrix by hand: one scale per output channel (row), not per input. */
     {
-        const float w2[6] = {1.0f, -2.0f, 0.5f, /* out 0: absmax 2 */
-                             0.0f, 0.0f, 896.0f};  /* out 1: absmax 896 */
+        const float w2[6] = {1.0f, -2.0f, 0.5f,    /* out 0: absmax 2 */
+                             0.0f, 0.0f,  896.0f}; /* out 1: absmax 896 */
         uint8_t c2[6];
         float s2[2];
         CHECK(fxa_e4m3_quantize_weights(w2, 2, 3, c2, s2) == FXA_OK && s2[0] == 2.0f / 448.0f &&
@@ -606,10 +598,8 @@ static void test_quantize_weights(void)
     CHECK(fxa_e4m3_quantize_weights(w, out, in, codes, scales) == FXA_ERR_INVALID_ARG, "-Inf");
     w[count / 2] = 1.0f;
     CHECK(fxa_e4m3_quantize_weights(NULL, out, in, codes, scales) == FXA_ERR_INVALID_ARG, "NULL w");
-    CHECK(fxa_e4m3_quantize_weights(w, out, in, NULL, scales) == FXA_ERR_INVALID_ARG,
-          "NULL codes");
-    CHECK(fxa_e4m3_quantize_weights(w, out, in, codes, NULL) == FXA_ERR_INVALID_ARG,
-          "NULL scales");
+    CHECK(fxa_e4m3_quantize_weights(w, out, in, NULL, scales) == FXA_ERR_INVALID_ARG, "NULL codes");
+    CHECK(fxa_e4m3_quantize_weights(w, out, in, codes, NULL) == FXA_ERR_INVALID_ARG, "NULL scales");
     CHECK(fxa_e4m3_quantize_weights(w, -1, in, codes, scales) == FXA_ERR_INVALID_ARG, "out < 0");
     CHECK(fxa_e4m3_quantize_weights(w, out, 0, codes, scales) == FXA_ERR_INVALID_ARG, "in = 0");
     CHECK(fxa_e4m3_quantize_weights(w, INT64_MAX / 2, 3, codes, scales) == FXA_ERR_INVALID_ARG,

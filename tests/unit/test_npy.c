@@ -270,8 +270,8 @@ static void test_reader_valid(void)
     /* Keys in any order, double quotes, odd whitespace, no trailing comma, padding. */
     const int64_t shape21[2] = {2, 1};
     write_npy("loose.npy", 1,
-              "{ \"shape\" :\t( 2 , 1 ) ,\n 'fortran_order':False,'descr':\"<f4\" }     \n",
-              three, 2 * sizeof(float));
+              "{ \"shape\" :\t( 2 , 1 ) ,\n 'fortran_order':False,'descr':\"<f4\" }     \n", three,
+              2 * sizeof(float));
     expect_array("loose.npy", FXA_F32, 2, shape21, three, 2 * sizeof(float));
 
     const float scalar = 42.0f;
@@ -279,8 +279,7 @@ static void test_reader_valid(void)
     expect_array("scalar.npy", FXA_F32, 0, NULL, &scalar, sizeof scalar);
 
     const int64_t shape31[2] = {3, 1};
-    write_npy("trailing_comma.npy", 1, dict_text("'<f4'", "False", "(3, 1,)"), three,
-              sizeof three);
+    write_npy("trailing_comma.npy", 1, dict_text("'<f4'", "False", "(3, 1,)"), three, sizeof three);
     expect_array("trailing_comma.npy", FXA_F32, 2, shape31, three, sizeof three);
 
     write_npy("py2_long.npy", 1, dict_text("'<f4'", "False", "(3L,)"), three, sizeof three);
@@ -328,8 +327,7 @@ static void test_reader_dtypes(void)
         expect_reject("other_dtype.npy", FXA_ERR_INVALID_ARG, "only <f4 and <f2 are supported");
     }
 
-    write_npy("structured.npy", 1, dict_text("[('a', '<f4')]", "False", "(1,)"), &one,
-              sizeof one);
+    write_npy("structured.npy", 1, dict_text("[('a', '<f4')]", "False", "(1,)"), &one, sizeof one);
     expect_reject("structured.npy", FXA_ERR_INVALID_ARG, "structured");
     write_npy("descr_number.npy", 1, dict_text("5", "False", "(1,)"), &one, sizeof one);
     expect_reject("descr_number.npy", FXA_ERR_INVALID_ARG, "'descr'");
@@ -377,27 +375,26 @@ static void test_reader_dict(void)
     expect_reject("open_dict.npy", FXA_ERR_INVALID_ARG, "malformed header");
     write_npy("open_string.npy", 1, "{'descr': '<f4\n", &one, sizeof one);
     expect_reject("open_string.npy", FXA_ERR_INVALID_ARG, "closing quote");
-    write_npy("escape.npy", 1,
-              "{'descr': '<f\\x34', 'fortran_order': False, 'shape': (1,)}\n", &one, sizeof one);
+    write_npy("escape.npy", 1, "{'descr': '<f\\x34', 'fortran_order': False, 'shape': (1,)}\n",
+              &one, sizeof one);
     expect_reject("escape.npy", FXA_ERR_INVALID_ARG, "escape");
-    write_npy("no_colon.npy", 1, "{'descr' '<f4', 'fortran_order': False, 'shape': (1,)}\n",
-              &one, sizeof one);
+    write_npy("no_colon.npy", 1, "{'descr' '<f4', 'fortran_order': False, 'shape': (1,)}\n", &one,
+              sizeof one);
     expect_reject("no_colon.npy", FXA_ERR_INVALID_ARG, "expected ':'");
-    write_npy("no_comma.npy", 1, "{'descr': '<f4' 'fortran_order': False, 'shape': (1,)}\n",
-              &one, sizeof one);
+    write_npy("no_comma.npy", 1, "{'descr': '<f4' 'fortran_order': False, 'shape': (1,)}\n", &one,
+              sizeof one);
     expect_reject("no_comma.npy", FXA_ERR_INVALID_ARG, "expected ',' or '}'");
-    write_npy("after_dict.npy", 1,
-              "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x\n", &one, sizeof one);
+    write_npy("after_dict.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x\n",
+              &one, sizeof one);
     expect_reject("after_dict.npy", FXA_ERR_INVALID_ARG, "only padding after");
-    write_npy("vertical_tab.npy", 1,
-              "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}\v\n", &one, sizeof one);
+    write_npy("vertical_tab.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}\v\n",
+              &one, sizeof one);
     expect_reject("vertical_tab.npy", FXA_ERR_INVALID_ARG, "found byte 0x0b");
     write_npy("only_spaces.npy", 1, "                \n", &one, sizeof one);
     expect_reject("only_spaces.npy", FXA_ERR_INVALID_ARG, "expected '{'");
 
     const unsigned char garbage[] = {0xff, 0x00, 0x13, 'A', 0x80, '{', 0xfe, 0x7f, '\n'};
-    write_npy_raw("garbage.npy", 1, 0, sizeof garbage, garbage, sizeof garbage, &one,
-                  sizeof one);
+    write_npy_raw("garbage.npy", 1, 0, sizeof garbage, garbage, sizeof garbage, &one, sizeof one);
     expect_reject("garbage.npy", FXA_ERR_INVALID_ARG, "found byte 0xff");
 }
 
@@ -581,10 +578,9 @@ static void roundtrip(const char *name, int ndim, const int64_t *shape, const ch
              "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_repr);
     size_t dict_len = strlen(expected_dict);
     CHECK(memcmp(bytes, "\x93NUMPY\x01\x00", 8) == 0, "%s: magic or version wrong", name);
-    CHECK(header_total % 64 == 0, "%s: header of %zu bytes is not 64-aligned", name,
-          header_total);
-    CHECK(file_len == header_total + data_len, "%s: file has %zu bytes, want %zu", name,
-          file_len, header_total + data_len);
+    CHECK(header_total % 64 == 0, "%s: header of %zu bytes is not 64-aligned", name, header_total);
+    CHECK(file_len == header_total + data_len, "%s: file has %zu bytes, want %zu", name, file_len,
+          header_total + data_len);
     if (file_len >= header_total && header_total >= 10 + dict_len + 1) {
         CHECK(memcmp(bytes + 10, expected_dict, dict_len) == 0, "%s: header is not %s", name,
               expected_dict);
@@ -691,8 +687,7 @@ static void test_writer_failures(void)
     test_path_join(missing, g_dir, "no_such_folder");
     test_path_join(path, missing, "out.npy");
     expect_stage_failure("missing folder", g_dir, path, 1, s4, data, FXA_ERR_IO, path);
-    expect_stage_failure("missing folder", g_dir, path, 1, s4, data, FXA_ERR_IO,
-                         strerror(ENOENT));
+    expect_stage_failure("missing folder", g_dir, path, 1, s4, data, FXA_ERR_IO, strerror(ENOENT));
     CHECK(!exists(missing), "missing folder: it was created");
 
     /* A read-only folder (root ignores permissions). */
@@ -717,8 +712,7 @@ static void test_writer_failures(void)
     const int64_t overflow[2] = {INT64_MAX / 2, 4};
     expect_stage_failure("9 dims", dir, path, 9, s9, data, FXA_ERR_INVALID_ARG, "dimensions");
     expect_stage_failure("ndim -1", dir, path, -1, s4, data, FXA_ERR_INVALID_ARG, "dimensions");
-    expect_stage_failure("NULL shape", dir, path, 1, NULL, data, FXA_ERR_INVALID_ARG,
-                         "dimensions");
+    expect_stage_failure("NULL shape", dir, path, 1, NULL, data, FXA_ERR_INVALID_ARG, "dimensions");
     expect_stage_failure("negative dim", dir, path, 2, negative, data, FXA_ERR_INVALID_ARG,
                          "negative");
     expect_stage_failure("overflowing shape", dir, path, 2, overflow, data, FXA_ERR_INVALID_ARG,
@@ -729,8 +723,7 @@ static void test_writer_failures(void)
     long_path[sizeof long_path - 1] = '\0';
     memcpy(long_path, dir, strlen(dir));
     long_path[strlen(dir)] = '/';
-    expect_stage_failure("long path", dir, long_path, 1, s4, data, FXA_ERR_INVALID_ARG,
-                         "too long");
+    expect_stage_failure("long path", dir, long_path, 1, s4, data, FXA_ERR_INVALID_ARG, "too long");
     CHECK(fxa_npy_stage_f32(path, 1, s4, data, NULL, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "NULL staging struct: not refused");
 

@@ -68,8 +68,7 @@ static void check_ref(const float *const *rows, size_t n, size_t d, size_t panel
         }
         wrong += test_f32_bits(buf[i]) != want;
     }
-    CHECK(wrong == 0, "ref: n = %zu, d = %zu, panel = %zu: %lld floats wrong", n, d, panel,
-          wrong);
+    CHECK(wrong == 0, "ref: n = %zu, d = %zu, panel = %zu: %lld floats wrong", n, d, panel, wrong);
 }
 
 /* One kernel set's pack_kt against the reference, every float of the buffer. */
@@ -97,8 +96,8 @@ static void compare_to_ref(const char *name, const fxa_kernels *k)
             k->pack_kt(rows, n, d, panel, got + GUARD);
             const int same = memcmp(got, want, len * sizeof *got) == 0;
             differing += !same;
-            CHECK(same, "%s: n = %zu, d = %zu, panel = %zu differs from the reference", name, n,
-                  d, panel);
+            CHECK(same, "%s: n = %zu, d = %zu, panel = %zu differs from the reference", name, n, d,
+                  panel);
         }
     printf("%s (panel %zu): %zu shapes, %d differ from the reference\n", name, panel,
            N_KEYS * N_DIMS, differing);

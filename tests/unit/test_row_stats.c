@@ -132,8 +132,8 @@ static void check_ref_accuracy(void)
 static void check_non_finite(const char *name, const fxa_row_stats *rs)
 {
     const float finite[] = {FLT_MAX, -FLT_MAX, FLT_MIN, 0x1p-149f, -0.0f, 0.0f, 1.0f};
-    const uint32_t bad_bits[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
-                                 0xffc00000u, 0x7fffffffu};
+    const uint32_t bad_bits[] = {0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                 0x7f800001u, 0xffc00000u, 0x7fffffffu};
     long long missed = 0, false_alarms = 0;
     for (size_t i = 0; i < N_DIMS; i++) {
         const size_t d = g_dims[i];

@@ -147,8 +147,8 @@ static void write_st(const char *name, const tspec *t, int n, const char *meta_j
         add_fmt(&header, "\"__metadata__\":%s%s", meta_json, n > 0 ? "," : "");
     }
     for (int i = 0; i < n; i++) {
-        add_fmt(&header, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i > 0 ? "," : "",
-                t[i].json_name, t[i].dtype);
+        add_fmt(&header, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i > 0 ? "," : "", t[i].json_name,
+                t[i].dtype);
         for (int d = 0; d < t[i].ndim; d++) {
             add_fmt(&header, "%s%" PRId64, d > 0 ? "," : "", t[i].shape[d]);
         }
@@ -276,8 +276,8 @@ static void expect_tensor(const fxa_st_file *f, const char *name, const char *dt
     }
     CHECK(t->count == count, "tensor '%s': count %" PRId64 ", want %" PRId64, name, t->count,
           count);
-    CHECK(t->nbytes == nbytes, "tensor '%s': nbytes %" PRId64 ", want %" PRId64, name,
-          t->nbytes, nbytes);
+    CHECK(t->nbytes == nbytes, "tensor '%s': nbytes %" PRId64 ", want %" PRId64, name, t->nbytes,
+          nbytes);
 }
 
 /* ---- valid files --------------------------------------------------------------------- */
@@ -317,8 +317,8 @@ static void check_dtypes_file(fxa_st_file *f, const char *what)
     int64_t offset = 0;
     for (int64_t i = 0; i < 5; i++) {
         const fxa_st_tensor *t = fxa_st_at(f, i);
-        CHECK(t != NULL && strcmp(t->name, order[i]) == 0, "%s: tensor %" PRId64 " is %s", what,
-              i, t ? t->name : "NULL");
+        CHECK(t != NULL && strcmp(t->name, order[i]) == 0, "%s: tensor %" PRId64 " is %s", what, i,
+              t ? t->name : "NULL");
         if (t != NULL) {
             CHECK(t->offset == offset, "%s: %s at %" PRId64, what, t->name, t->offset);
             offset += t->nbytes;
@@ -345,8 +345,7 @@ static void check_dtypes_file(fxa_st_file *f, const char *what)
     CHECK(fxa_st_read(f, t, raw, 24, err, sizeof err) == FXA_OK && err[0] == '\0' &&
               memcmp(raw, k_f32, 24) == 0,
           "%s: raw F32: %s", what, err);
-    CHECK(fxa_st_read_f32(f, t, out, 6, err, sizeof err) == FXA_OK &&
-              memcmp(out, k_f32, 24) == 0,
+    CHECK(fxa_st_read_f32(f, t, out, 6, err, sizeof err) == FXA_OK && memcmp(out, k_f32, 24) == 0,
           "%s: F32 as fp32 not bit-exact: %s", what, err);
 
     t = fxa_st_find(f, "bf16");
@@ -466,9 +465,9 @@ static void test_dtypes(void)
     free(data);
 
     fxa_st_close(NULL);
-    CHECK(fxa_st_count(NULL) == 0 && fxa_st_at(NULL, 0) == NULL &&
-              fxa_st_find(NULL, "a") == NULL && fxa_st_metadata(NULL, "a") == NULL &&
-              fxa_st_metadata_count(NULL) == 0 && fxa_st_metadata_key(NULL, 0) == NULL,
+    CHECK(fxa_st_count(NULL) == 0 && fxa_st_at(NULL, 0) == NULL && fxa_st_find(NULL, "a") == NULL &&
+              fxa_st_metadata(NULL, "a") == NULL && fxa_st_metadata_count(NULL) == 0 &&
+              fxa_st_metadata_key(NULL, 0) == NULL,
           "queries on NULL");
 }
 
@@ -609,8 +608,7 @@ static void test_names(void)
     const tspec lt = {longest, "F32", 0, {0}, &one, 4};
     write_st("longest_name.safetensors", &lt, 1, NULL);
     f = open_ok("longest_name.safetensors");
-    CHECK(f != NULL && fxa_st_find(f, longest) != NULL, "a name of %d bytes",
-          FXA_ST_MAX_NAME_LEN);
+    CHECK(f != NULL && fxa_st_find(f, longest) != NULL, "a name of %d bytes", FXA_ST_MAX_NAME_LEN);
     fxa_st_close(f);
     longest[FXA_ST_MAX_NAME_LEN] = 'n';
     longest[FXA_ST_MAX_NAME_LEN + 1] = '\0';
@@ -694,8 +692,7 @@ static void test_json_syntax(void)
     reject_header("plus_sign.safetensors", "{\"a\":[+1]}", "expected a JSON value, found '+'");
 
     /* Escapes and UTF-8. */
-    reject_header("bad_escape.safetensors", "{\"a\\x\":1}",
-                  "invalid escape: '\\' followed by 'x'");
+    reject_header("bad_escape.safetensors", "{\"a\\x\":1}", "invalid escape: '\\' followed by 'x'");
     reject_header("bad_escape_end.safetensors", "{\"a\\", "invalid escape");
     reject_header("short_u_escape.safetensors", "{\"\\u12\":1}",
                   "\\u must be followed by 4 hex digits");
@@ -805,8 +802,7 @@ static void test_schema(void)
                   T("\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":{}"),
                   "data_offsets must be an array [begin, end], found an object");
     reject_header("offsets_null.safetensors",
-                  T("\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":null"),
-                  "found null");
+                  T("\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":null"), "found null");
     reject_header("offsets_one.safetensors",
                   T("\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0]"),
                   "data_offsets has 1 entry");
@@ -835,8 +831,7 @@ static void test_schema(void)
     reject_header("lowercase_dtype.safetensors",
                   T("\"dtype\":\"bf16\",\"shape\":[0],\"data_offsets\":[0,0]"),
                   "unknown dtype 'bf16'");
-    reject_header("f4_odd.safetensors",
-                  T("\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,1]"),
+    reject_header("f4_odd.safetensors", T("\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,1]"),
                   "3 elements of F4 (shape [3]) are not a whole number of bytes");
 
     /* Shape entries. */
@@ -917,12 +912,12 @@ static void test_schema(void)
     expect_reject("hole.safetensors", FXA_ERR_INVALID_ARG,
                   "hole in the data buffer: bytes [4, 8) belong to no tensor (between 'a' and "
                   "'b')");
-    write_raw("hole_first.safetensors",
-              T("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]"), zeros, 8);
+    write_raw("hole_first.safetensors", T("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]"),
+              zeros, 8);
     expect_reject("hole_first.safetensors", FXA_ERR_INVALID_ARG,
                   "bytes [0, 4) belong to no tensor (before 't')");
-    write_raw("extra_data.safetensors",
-              T("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]"), zeros, 9);
+    write_raw("extra_data.safetensors", T("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]"),
+              zeros, 9);
     expect_reject("extra_data.safetensors", FXA_ERR_INVALID_ARG,
                   "5 bytes of data follow the last tensor (the tensors end at 4, the data buffer "
                   "holds 9)");
@@ -955,8 +950,8 @@ static void test_paths_and_messages(void)
           "no name for errors: %s", err);
 
     /* Truncated and absent messages: same status, a prefix of the full message. */
-    write_raw("msg.safetensors", T("\"dtype\":\"F33\",\"shape\":[0],\"data_offsets\":[0,0]"),
-              NULL, 0);
+    write_raw("msg.safetensors", T("\"dtype\":\"F33\",\"shape\":[0],\"data_offsets\":[0,0]"), NULL,
+              0);
     test_path_join(path, g_dir, "msg.safetensors");
     char full[ERR_CAP];
     fxa_status want = fxa_st_open(path, &f, full, sizeof full);

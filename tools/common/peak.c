@@ -16,7 +16,7 @@
 #include <time.h>
 
 #define PEAK_SECONDS 0.2
-#define PEAK_REPS 6 /* best of: a noisy neighbour can hold a core for a second */
+#define PEAK_REPS 6      /* best of: a noisy neighbour can hold a core for a second */
 #define PEAK_CHUNK 16384 /* iterations between clock reads: tens of microseconds */
 #define PEAK_A 0.999999f
 #define PEAK_B 1e-6f

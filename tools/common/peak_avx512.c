@@ -55,8 +55,7 @@ static float bf16_run(uint64_t iters, float a, float b)
 }
 
 /* FMA: 16 lanes x 2 FLOP; vdpbf16ps: 16 lanes x 2 products x 2 FLOP. */
-const fxt_peak_loop fxt_peak_loop_avx512_f32 = {f32_run, PEAK_ACC * 16.0 * 2.0,
-                                                "avx512f zmm fma"};
+const fxt_peak_loop fxt_peak_loop_avx512_f32 = {f32_run, PEAK_ACC * 16.0 * 2.0, "avx512f zmm fma"};
 const fxt_peak_loop fxt_peak_loop_avx512_bf16 = {bf16_run, PEAK_ACC * 16.0 * 4.0,
                                                  "avx512_bf16 zmm vdpbf16ps"};
 

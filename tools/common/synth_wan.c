@@ -139,8 +139,8 @@ static void sw_draw_params(fxt_rng *r, int heads, int head_dim, sw_params *pr)
 }
 
 /* Raw q or k row: offset + noise + content mix of the token's waves z. */
-static void sw_raw_row(fxt_rng *r, const float *off, const float *mix, const float *z,
-                       size_t ch, float *row)
+static void sw_raw_row(fxt_rng *r, const float *off, const float *mix, const float *z, size_t ch,
+                       float *row)
 {
     for (size_t c = 0; c < ch; c++)
         row[c] = off[c] + 0.5f * fxt_rng_gauss4(r);

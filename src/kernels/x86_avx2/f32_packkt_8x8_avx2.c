@@ -73,8 +73,8 @@ void fxa_f32_packkt_8x8__avx2(const float *const *rows, size_t n, size_t d, size
             __m256 in[8], out[8];
             UNROLL
             for (size_t r = 0; r < 8; r++)
-                in[r] = r < keys ? load_dims(rows[j0 + r] + c0, dims, dim_mask)
-                                 : _mm256_setzero_ps();
+                in[r] =
+                    r < keys ? load_dims(rows[j0 + r] + c0, dims, dim_mask) : _mm256_setzero_ps();
             transpose_8x8(in, out);
             UNROLL
             for (size_t c = 0; c < 8; c++)

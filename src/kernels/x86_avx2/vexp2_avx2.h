@@ -25,10 +25,10 @@ static inline __m256 fxa_vexp2_shifted_f32x8(__m256 z, __m256 m)
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.693147180559945f));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     /* Clamp before converting: NaN (z = -inf) and huge gaps become -127. */
-    const __m256 nc = _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)),
-                                    _mm256_set1_ps(127.0f));
-    const __m256i bits = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(nc), _mm256_set1_epi32(127)), 23);
+    const __m256 nc =
+        _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nc), _mm256_set1_epi32(127)), 23);
     const __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
     const __m256 keep = _mm256_cmp_ps(_mm256_add_ps(n, f), _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
     return _mm256_and_ps(keep, r);

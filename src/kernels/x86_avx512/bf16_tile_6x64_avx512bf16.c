@@ -111,8 +111,8 @@ static ALWAYS_INLINE float exp2_row_bf16(const float *z, size_t n, float shift, 
     for (size_t j = 0; j < n; j += 16) {
         const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
         const __m512 z16 = _mm512_maskz_loadu_ps(k, z + j);
-        const __m512 p = may_flush ? fxa_vexp2_shifted_f32x16(z16, m)
-                                   : fxa_vexp2_shifted_noflush_f32x16(z16, m);
+        const __m512 p =
+            may_flush ? fxa_vexp2_shifted_f32x16(z16, m) : fxa_vexp2_shifted_noflush_f32x16(z16, m);
         const __m256i pb = (__m256i)_mm512_cvtneps_pbh(p);
         _mm256_mask_storeu_epi16(p16 + j, k, pb);
         const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));

@@ -33,8 +33,8 @@
 #define SC_ROWS 6                    /* score micro-kernel rows */
 #define SC_VECS 4                    /* score micro-kernel columns, in zmm (64 keys) */
 #define KT_PANEL FXA_AVX512_KT_PANEL /* = 16 SC_VECS: one panel per block */
-#define PV_ROWS 6 /* P.V micro-kernel rows */
-#define PV_VECS 4 /* P.V micro-kernel columns, in zmm (64 floats) */
+#define PV_ROWS 6                    /* P.V micro-kernel rows */
+#define PV_VECS 4                    /* P.V micro-kernel columns, in zmm (64 floats) */
 
 /* Scores of rows [i0, i0 + mr) x keys [j0, j0 + 64) (one K^T panel),
  * masked to the tile. */
@@ -104,8 +104,8 @@ static ALWAYS_INLINE float exp2_row_sum(float *z, size_t n, float shift, const i
     for (size_t j = 0; j < n; j += 16) {
         const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
         const __m512 z16 = _mm512_maskz_loadu_ps(k, z + j);
-        const __m512 p = may_flush ? fxa_vexp2_shifted_f32x16(z16, m)
-                                   : fxa_vexp2_shifted_noflush_f32x16(z16, m);
+        const __m512 p =
+            may_flush ? fxa_vexp2_shifted_f32x16(z16, m) : fxa_vexp2_shifted_noflush_f32x16(z16, m);
         _mm512_mask_storeu_ps(z + j, k, p);
         sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, p));
     }

@@ -22,8 +22,8 @@ void fxt_fail_capture(char *buf, size_t cap)
 
 static int word_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.';
 }
 
 void fxt_json_printf(const char *fmt, ...)
@@ -59,8 +59,7 @@ void fxt_json_printf(const char *fmt, ...)
         if (i == 0 || !word_char(buf[i - 1])) {
             const int sign = c == '-' || c == '+';
             const char *w = buf + i + sign;
-            if ((strncmp(w, "inf", 3) == 0 || strncmp(w, "nan", 3) == 0) &&
-                !word_char(w[3])) {
+            if ((strncmp(w, "inf", 3) == 0 || strncmp(w, "nan", 3) == 0) && !word_char(w[3])) {
                 fputs("null", stdout);
                 i += sign + 2;
                 continue;
@@ -111,27 +110,24 @@ static int store_value(const char *cmd, const fxt_opt *o, const char *val)
     char *end = NULL;
     errno = 0;
     switch (o->kind) {
-    case FXT_OPT_STRING:
-        *(const char **)o->dest = val;
-        return 0;
+    case FXT_OPT_STRING: *(const char **)o->dest = val; return 0;
     case FXT_OPT_INT: {
         long long v = strtoll(val, &end, 10);
         if (errno || end == val || *end || v < o->min || v > o->max)
-            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' is not an integer in %lld..%lld",
-                            cmd, o->name, val, (long long)o->min, (long long)o->max);
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' is not an integer in %lld..%lld", cmd,
+                            o->name, val, (long long)o->min, (long long)o->max);
         *(int64_t *)o->dest = v;
         return 0;
     }
     case FXT_OPT_DOUBLE: {
         double v = strtod(val, &end);
         if (errno || end == val || *end || !isfinite(v))
-            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' is not a finite number", cmd,
-                            o->name, val);
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' is not a finite number", cmd, o->name,
+                            val);
         *(double *)o->dest = v;
         return 0;
     }
-    case FXT_OPT_FLAG:
-        break;
+    case FXT_OPT_FLAG: break;
     }
     return fxt_fail(FXT_EXIT_FAILURE, "internal: bad option kind");
 }
@@ -141,8 +137,8 @@ int fxt_parse_options(const char *cmd, int argc, char **argv, int first, const f
     for (int i = first; i < argc; i++) {
         const fxt_opt *o = find_opt(opts, argv[i]);
         if (!o)
-            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: unknown option '%s' (see 'fxattn help')",
-                            cmd, argv[i]);
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: unknown option '%s' (see 'fxattn help')", cmd,
+                            argv[i]);
         if (o->kind == FXT_OPT_FLAG) {
             *(int *)o->dest = 1;
             continue;

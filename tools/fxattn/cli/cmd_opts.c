@@ -11,10 +11,10 @@ static void fill(fxt_opt t[FXT_MAX_OPTS], const fxt_opt *src, size_t n)
     memcpy(t, src, n * sizeof src[0]);
 }
 
-#define FILL(t, src)                                                                            \
-    do {                                                                                        \
-        _Static_assert(sizeof(src) / sizeof((src)[0]) <= FXT_MAX_OPTS, "raise FXT_MAX_OPTS");  \
-        fill(t, src, sizeof(src) / sizeof((src)[0]));                                           \
+#define FILL(t, src)                                                                               \
+    do {                                                                                           \
+        _Static_assert(sizeof(src) / sizeof((src)[0]) <= FXT_MAX_OPTS, "raise FXT_MAX_OPTS");      \
+        fill(t, src, sizeof(src) / sizeof((src)[0]));                                              \
     } while (0)
 
 void fxt_attn_opts_defaults(attn_opts *o)

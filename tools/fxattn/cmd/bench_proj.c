@@ -62,7 +62,8 @@ static void separate_passes(const proj_bench *b)
             float t[FXA_MAX_HEAD_DIM];
             memcpy(t, x, (size_t)b->dim * sizeof(float));
             for (int64_t j = 0; j < b->dim; j++)
-                x[j] = j < half ? t[j] * c[j] - t[j + half] * sn[j] : t[j] * c[j] + t[j - half] * sn[j];
+                x[j] = j < half ? t[j] * c[j] - t[j + half] * sn[j]
+                                : t[j] * c[j] + t[j - half] * sn[j];
         }
 }
 
@@ -98,8 +99,12 @@ static int run_way(fxa_ctx *ctx, proj_bench *b, int way, int threads)
         .struct_size = sizeof a,
         .workspace = b->work,
         .workspace_bytes = b->work_bytes,
-        .x = way == 2 ? (const void *)b->x : way == 3 ? (const void *)b->x16 : (const void *)b->x8,
-        .w = way == 2 ? (const void *)b->w : way == 3 ? (const void *)b->w16 : (const void *)b->w8,
+        .x = way == 2   ? (const void *)b->x
+             : way == 3 ? (const void *)b->x16
+                        : (const void *)b->x8,
+        .w = way == 2   ? (const void *)b->w
+             : way == 3 ? (const void *)b->w16
+                        : (const void *)b->w8,
         .w_scales = b->ws,
         .bias = b->bias,
         .gamma_q = b->gq,
@@ -202,19 +207,20 @@ int fxt_bench_proj(const bench_args *ba)
     if (!ba->json)
         printf("fxattn bench --proj: S=%lld H=%lld I=%lld (%lld heads x %lld), %d threads, "
                "median of %d runs; peaks: fp32 %.1f GFLOP/s (%s), bf16 %.1f GFLOP/s (%s)\n",
-               (long long)b.s, (long long)b.h, (long long)b.i, (long long)b.heads,
-               (long long)b.dim, threads, reps, peak, peak_isa, peak16, peak16_isa);
+               (long long)b.s, (long long)b.h, (long long)b.i, (long long)b.heads, (long long)b.dim,
+               threads, reps, peak, peak_isa, peak16, peak16_isa);
     for (int way = 0; way < N_WAYS; way++) {
         const double gf = gflop / med[way];
         /* fp32 operands run fp32 FMA; bf16 and FP8 operands run bf16 products. */
         const double pk = way >= 3 ? peak16 : peak;
         if (ba->json)
-            fxt_json_printf("{\"proj\": \"%s\", \"seq\": %lld, \"hidden\": %lld, \"out\": %lld, "
-                   "\"threads\": %d, \"seconds\": %.6f, \"gflops\": %.3f, \"fraction_of_peak\": "
-                   "%.4f, \"peak\": \"%s\", \"over_bare_sgemm\": %.4f, \"weight_bytes\": %zu}\n",
-                   names[way], (long long)b.s, (long long)b.h, (long long)b.i, threads, med[way],
-                   gf, pk > 0 ? gf / pk : 0.0, way >= 3 ? "bf16" : "fp32", med[way] / med[0],
-                   w_bytes[way]);
+            fxt_json_printf(
+                "{\"proj\": \"%s\", \"seq\": %lld, \"hidden\": %lld, \"out\": %lld, "
+                "\"threads\": %d, \"seconds\": %.6f, \"gflops\": %.3f, \"fraction_of_peak\": "
+                "%.4f, \"peak\": \"%s\", \"over_bare_sgemm\": %.4f, \"weight_bytes\": %zu}\n",
+                names[way], (long long)b.s, (long long)b.h, (long long)b.i, threads, med[way], gf,
+                pk > 0 ? gf / pk : 0.0, way >= 3 ? "bf16" : "fp32", med[way] / med[0],
+                w_bytes[way]);
         else
             printf("%-24s %8.3f s  %8.2f GFLOP/s  %5.1f%% of %s peak  %.3fx bare sgemm time  "
                    "weights %zu MB\n",

@@ -23,27 +23,27 @@ static void print_stats(const fxa_attn_desc *d, const fxa_attn_stats *st, const 
                         const fxt_verify_result *vr)
 {
     const double flops = fxa_attn_flops(d);
-    fxt_json_printf("{\"rows\": %lld, \"fallback_rows\": %lld, \"C\": %d, \"gate\": %d, "
-           "\"gate_centered\": %d, \"vmax\": %.9g, \"max_bound\": %.17g, \"mode\": \"%s\", "
-           "\"center\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
-           "\"seconds\": %.6f, \"gflops\": %.3f",
-           (long long)st->rows, (long long)st->fallback_rows, st->c_min, st->gate_strict,
-           st->gate_centered, st->vmax, st->max_bound,
-           d->mode == FXA_MODE_AUTO ? "auto" : "online", d->center ? "on" : "off",
-           fxt_dtype_name(d->dtype), d->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32",
-           fxa_ctx_threads(r->ctx), fxa_ctx_isa(r->ctx), st->seconds,
-           st->seconds > 0 ? flops / st->seconds * 1e-9 : 0.0);
+    fxt_json_printf(
+        "{\"rows\": %lld, \"fallback_rows\": %lld, \"C\": %d, \"gate\": %d, "
+        "\"gate_centered\": %d, \"vmax\": %.9g, \"max_bound\": %.17g, \"mode\": \"%s\", "
+        "\"center\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"threads\": %d, \"isa\": "
+        "\"%s\", "
+        "\"seconds\": %.6f, \"gflops\": %.3f",
+        (long long)st->rows, (long long)st->fallback_rows, st->c_min, st->gate_strict,
+        st->gate_centered, st->vmax, st->max_bound, d->mode == FXA_MODE_AUTO ? "auto" : "online",
+        d->center ? "on" : "off", fxt_dtype_name(d->dtype),
+        d->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", fxa_ctx_threads(r->ctx),
+        fxa_ctx_isa(r->ctx), st->seconds, st->seconds > 0 ? flops / st->seconds * 1e-9 : 0.0);
     if (vr)
         fxt_json_printf(", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
-               "\"max_lse_err\": %.6g",
-               (long long)vr->rows, vr->max_abs_err, vr->max_rel_err, vr->max_lse_err);
+                        "\"max_lse_err\": %.6g",
+                        (long long)vr->rows, vr->max_abs_err, vr->max_rel_err, vr->max_lse_err);
     printf("}\n");
 }
 
 /* Compare with the fp64 reference on 64 rows per head; outside
  * FXT_VERIFY_TOL an error (exit 1). */
-int fxt_attn_verify(const fxt_inputs *in, const float *out, const float *lse,
-                         fxt_verify_result *vr)
+int fxt_attn_verify(const fxt_inputs *in, const float *out, const float *lse, fxt_verify_result *vr)
 {
     float *q = fxt_inputs_widen(in, 'q');
     float *k = fxt_inputs_widen(in, 'k');
@@ -68,8 +68,7 @@ int fxt_attn_verify(const fxt_inputs *in, const float *out, const float *lse,
 
 /* Run once, or with repeats > 1 a warm-up and `repeats` timed runs (plan
  * once, run many: the steady state); st->seconds is then their median. */
-static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats,
-                        fxa_attn_stats *st)
+static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats, fxa_attn_stats *st)
 {
     double seconds[FXT_MAX_REPEATS];
     int code = fxt_runner_run(r, a, st, 0);
@@ -84,15 +83,14 @@ static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats,
 }
 
 int fxt_attn_write_outputs(const attn_opts *o, const fxt_inputs *in, const float *out,
-                         const float *lse)
+                           const float *lse)
 {
     char err[600];
     fxa_staged so = {0};
     fxa_staged sl = {0};
-    const int64_t q_shape[4] = {in->d.batch,
-                                in->d.layout == FXA_LAYOUT_BSHD ? in->d.seq_q : in->d.heads_q,
-                                in->d.layout == FXA_LAYOUT_BSHD ? in->d.heads_q : in->d.seq_q,
-                                in->d.head_dim};
+    const int64_t q_shape[4] = {
+        in->d.batch, in->d.layout == FXA_LAYOUT_BSHD ? in->d.seq_q : in->d.heads_q,
+        in->d.layout == FXA_LAYOUT_BSHD ? in->d.heads_q : in->d.seq_q, in->d.head_dim};
     const int64_t lse_shape[3] = {in->d.batch, in->d.heads_q, in->d.seq_q};
     fxa_staged *const both[2] = {&so, &sl};
     fxa_status st = fxa_npy_stage_f32(o->out, 4, q_shape, out, &so, err, sizeof err);
@@ -128,8 +126,7 @@ int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d)
 int fxt_attn_is_distributed(const attn_opts *o)
 {
     return o->ulysses > 0 || o->ring > 0 || o->prefetch > 0 || o->timeout != 0.0 ||
-           getenv("OMPI_COMM_WORLD_SIZE") ||
-           getenv("PMI_SIZE") || getenv("PMIX_RANK");
+           getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
 /* Before reading anything: the three files (as read; a conversion to
@@ -152,8 +149,8 @@ int fxt_attn_check_memory(const attn_opts *o, int ranks, int node_ranks, int gat
     }
     const double whole = files * (o->dtype ? 2.0 : 1.0) + 2.0 * q_bytes;
     const double verify = o->verify ? 2.0 * files : 0.0;
-    const double need = ranks > 1 ? 3.0 * whole / ranks + (gathers ? 2.0 * q_bytes + verify : 0.0)
-                                  : whole + verify;
+    const double need =
+        ranks > 1 ? 3.0 * whole / ranks + (gathers ? 2.0 * q_bytes + verify : 0.0) : whole + verify;
     return fxt_check_memory(need, node_ranks, "attn: the inputs, the output and the LSE");
 }
 
@@ -201,7 +198,11 @@ int fxt_cmd_attn(int argc, char **argv)
     }
     /* --verify alone checks the output only: no LSE is asked of the library
      * (whose LSE bound might refuse inputs whose output is representable). */
-    fxa_attn_args a = {.struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v, .out = out,
+    fxa_attn_args a = {.struct_size = sizeof a,
+                       .q = in.q,
+                       .k = in.k,
+                       .v = in.v,
+                       .out = out,
                        .lse = o.lse ? lse : NULL};
     fxa_attn_stats st = {.struct_size = sizeof st};
     fxt_verify_result vr;

@@ -60,10 +60,18 @@ int fxt_cmd_bench(int argc, char **argv)
         return fxt_bench_proj(&a);
     if (a.ulysses || a.ring || a.prefetch || a.timeout != 0.0 || getenv("OMPI_COMM_WORLD_SIZE") ||
         getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
-        const bench_opts bo = {.seq = a.seq, .heads = a.heads, .dim = a.dim, .dtype = dtype,
-                               .compute = compute, .threads = a.threads, .repeats = a.repeats,
-                               .json = a.json, .ulysses = a.ulysses, .ring = a.ring,
-                               .prefetch = a.prefetch, .timeout = a.timeout};
+        const bench_opts bo = {.seq = a.seq,
+                               .heads = a.heads,
+                               .dim = a.dim,
+                               .dtype = dtype,
+                               .compute = compute,
+                               .threads = a.threads,
+                               .repeats = a.repeats,
+                               .json = a.json,
+                               .ulysses = a.ulysses,
+                               .ring = a.ring,
+                               .prefetch = a.prefetch,
+                               .timeout = a.timeout};
         return fxt_bench_mpi(&bo);
     }
     const int64_t seq = a.seq, heads = a.heads, dim = a.dim, threads = a.threads;
@@ -72,8 +80,8 @@ int fxt_cmd_bench(int argc, char **argv)
     /* fp32 q, k, v and the output (16-bit copies of q, k, v besides for
      * bf16/f16); the plans check their workspaces themselves. */
     const double n_elems = (double)seq * (double)heads * (double)dim;
-    if ((code = fxt_check_memory(n_elems * (dtype == FXA_F32 ? 16.0 : 22.0),
-                                 1, "bench: q, k, v and the output")))
+    if ((code = fxt_check_memory(n_elems * (dtype == FXA_F32 ? 16.0 : 22.0), 1,
+                                 "bench: q, k, v and the output")))
         return code;
     fxt_wan_synth p;
     fxt_workload w;
@@ -100,9 +108,8 @@ int fxt_cmd_bench(int argc, char **argv)
     }
     const int n_threads = fxa_ctx_threads(modes[0].r.ctx);
     const char *peak_isa = NULL;
-    const double peak = fxt_peak_gflops(compute == FXA_COMPUTE_FP32 ? FXT_PEAK_F32_FMA
-                                                                    : FXT_PEAK_BF16_DOT,
-                                        n_threads, &peak_isa);
+    const double peak = fxt_peak_gflops(
+        compute == FXA_COMPUTE_FP32 ? FXT_PEAK_F32_FMA : FXT_PEAK_BF16_DOT, n_threads, &peak_isa);
     for (int rep = -1; rep < repeats; rep++) { /* rep -1: warm-up */
         for (int i = 0; i < 2; i++) {
             if ((code = time_once(&modes[i], &w, out)))
@@ -120,28 +127,30 @@ int fxt_cmd_bench(int argc, char **argv)
         printf("fxattn bench: S=%lld heads=%lld D=%lld %s (compute %s), %d threads, kernels %s, "
                "median of %lld runs\n",
                (long long)seq, (long long)heads, (long long)dim, fxt_dtype_name(dtype),
-               compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32",
-               n_threads, fxa_ctx_isa(modes[0].r.ctx), (long long)repeats);
+               compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", n_threads,
+               fxa_ctx_isa(modes[0].r.ctx), (long long)repeats);
         printf("measured peak: %.1f GFLOP/s (%s)\n", peak, peak_isa);
     }
     for (int i = 0; i < 2; i++) {
         const double gf = gflop / modes[i].median;
         const char *name = i ? "online" : "auto";
         if (json)
-            fxt_json_printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
-                   "\"compute\": \"%s\", \"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", \"seconds_median\": %.6f, "
-                   "\"seconds_best\": %.6f, \"gflops\": %.3f, \"peak_gflops\": %.3f, "
-                   "\"fraction_of_peak\": %.4f, \"fallback_rows\": %lld, \"rows\": %lld}\n",
-                   (long long)seq, (long long)heads, (long long)dim, fxt_dtype_name(dtype),
-                   compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", n_threads, name, fxa_ctx_isa(modes[i].r.ctx), modes[i].median,
-                   modes[i].seconds[0], gf, peak, peak > 0 ? gf / peak : 0.0,
-                   (long long)modes[i].st.fallback_rows, (long long)modes[i].st.rows);
+            fxt_json_printf(
+                "{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
+                "\"compute\": \"%s\", \"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", "
+                "\"seconds_median\": %.6f, "
+                "\"seconds_best\": %.6f, \"gflops\": %.3f, \"peak_gflops\": %.3f, "
+                "\"fraction_of_peak\": %.4f, \"fallback_rows\": %lld, \"rows\": %lld}\n",
+                (long long)seq, (long long)heads, (long long)dim, fxt_dtype_name(dtype),
+                compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", n_threads, name,
+                fxa_ctx_isa(modes[i].r.ctx), modes[i].median, modes[i].seconds[0], gf, peak,
+                peak > 0 ? gf / peak : 0.0, (long long)modes[i].st.fallback_rows,
+                (long long)modes[i].st.rows);
         else
             printf("%-7s median %8.3f s  best %8.3f s  %8.2f GFLOP/s  %5.1f%% of peak  "
                    "fallback rows %lld/%lld\n",
-                   name, modes[i].median, modes[i].seconds[0], gf,
-                   peak > 0 ? 100 * gf / peak : 0.0, (long long)modes[i].st.fallback_rows,
-                   (long long)modes[i].st.rows);
+                   name, modes[i].median, modes[i].seconds[0], gf, peak > 0 ? 100 * gf / peak : 0.0,
+                   (long long)modes[i].st.fallback_rows, (long long)modes[i].st.rows);
     }
     if (json)
         fxt_json_printf("{\"fixed_over_online\": %.4f}\n", ratio);

@@ -28,10 +28,10 @@ typedef struct head_report {
     double k_radius;            /* max ||k_j - kbar|| */
     double vmax;
     int c, gate, gate_centered;
-    double bound_med, bound_max;         /* centred ceil(U_i) */
-    double bound_raw_med, bound_raw_max; /* uncentred */
+    double bound_med, bound_max;            /* centred ceil(U_i) */
+    double bound_raw_med, bound_raw_max;    /* uncentred */
     double fallback_centered, fallback_raw; /* shares of rows */
-    double over_med, over_max;           /* centred overshoot over the true max, base 2 */
+    double over_med, over_max;              /* centred overshoot over the true max, base 2 */
     double over_raw_med, over_raw_max;
 } head_report;
 
@@ -44,8 +44,12 @@ static int bound_pass(const fxt_inputs *in, int center, int threads, float *boun
     int code = fxt_runner_init(&r, threads, &d);
     if (code)
         return code;
-    fxa_attn_args a = {.struct_size = sizeof a, .q = in->q, .k = in->k, .v = in->v,
-                       .row_bound = bound, .row_fallback = fb};
+    fxa_attn_args a = {.struct_size = sizeof a,
+                       .q = in->q,
+                       .k = in->k,
+                       .v = in->v,
+                       .row_bound = bound,
+                       .row_fallback = fb};
     code = fxt_runner_run(&r, &a, NULL, 1);
     fxt_runner_free(&r);
     return code;
@@ -168,22 +172,21 @@ static void print_text(const fxa_attn_desc *d, const head_report *hr, int has_v,
                        double share_r)
 {
     printf("fxattn check: B=%lld Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld scale=%.6g%s\n",
-           (long long)d->batch, (long long)d->heads_q, (long long)d->heads_kv,
-           (long long)d->seq_q, (long long)d->seq_kv, (long long)d->head_dim, d->scale,
+           (long long)d->batch, (long long)d->heads_q, (long long)d->heads_kv, (long long)d->seq_q,
+           (long long)d->seq_kv, (long long)d->head_dim, d->scale,
            has_v ? "" : " (no V given: Vmax taken as 1)");
     printf("bounds in base-2 units; overshoot = bound - true row max on %d sampled rows/head\n",
            SAMPLE_ROWS);
-    printf("%4s %23s %9s %9s %4s %8s %15s %15s %15s %15s\n", "head", "|q| min/med/max",
-           "|k| max", "|k-kbar|", "C", "gates", "bound med/max", "fallback c/raw",
-           "over med/max", "over raw med/max");
+    printf("%4s %23s %9s %9s %4s %8s %15s %15s %15s %15s\n", "head", "|q| min/med/max", "|k| max",
+           "|k-kbar|", "C", "gates", "bound med/max", "fallback c/raw", "over med/max",
+           "over raw med/max");
     for (int64_t h = 0; h < d->heads_q; h++) {
         const head_report *r = &hr[h];
         printf("%4lld %7.3g/%7.3g/%7.3g %9.4g %9.4g %4d %3d/%4d %7.0f/%7.0f %6.1f%%/%6.1f%% "
                "%7.1f/%7.1f %7.1f/%7.1f\n",
                (long long)h, r->q_min, r->q_med, r->q_max, r->k_max, r->k_radius, r->c, r->gate,
                r->gate_centered, r->bound_med, r->bound_max, 100 * r->fallback_centered,
-               100 * r->fallback_raw, r->over_med, r->over_max, r->over_raw_med,
-               r->over_raw_max);
+               100 * r->fallback_raw, r->over_med, r->over_max, r->over_raw_med, r->over_raw_max);
     }
     printf("predicted fallback rows: %.2f%% with centring, %.2f%% without\n", 100 * share_c,
            100 * share_r);
@@ -193,26 +196,26 @@ static void print_json(const fxa_attn_desc *d, const head_report *hr, int has_v,
                        double share_r)
 {
     fxt_json_printf("{\"batch\": %lld, \"heads_q\": %lld, \"heads_kv\": %lld, \"seq_q\": %lld, "
-           "\"seq_kv\": %lld, \"head_dim\": %lld, \"scale\": %.17g, \"has_v\": %s, "
-           "\"fallback_share_centered\": %.6g, \"fallback_share_raw\": %.6g, \"heads\": [",
-           (long long)d->batch, (long long)d->heads_q, (long long)d->heads_kv,
-           (long long)d->seq_q, (long long)d->seq_kv, (long long)d->head_dim, d->scale,
-           has_v ? "true" : "false", share_c, share_r);
+                    "\"seq_kv\": %lld, \"head_dim\": %lld, \"scale\": %.17g, \"has_v\": %s, "
+                    "\"fallback_share_centered\": %.6g, \"fallback_share_raw\": %.6g, \"heads\": [",
+                    (long long)d->batch, (long long)d->heads_q, (long long)d->heads_kv,
+                    (long long)d->seq_q, (long long)d->seq_kv, (long long)d->head_dim, d->scale,
+                    has_v ? "true" : "false", share_c, share_r);
     for (int64_t h = 0; h < d->heads_q; h++) {
         const head_report *r = &hr[h];
         fxt_json_printf("%s{\"head\": %lld, \"q_norm_min\": %.6g, \"q_norm_median\": %.6g, "
-               "\"q_norm_max\": %.6g, \"k_norm_max\": %.6g, \"k_radius_centered\": %.6g, "
-               "\"vmax\": %.6g, \"C\": %d, \"gate\": %d, \"gate_centered\": %d, "
-               "\"bound_median\": %.0f, \"bound_max\": %.0f, \"bound_raw_median\": %.0f, "
-               "\"bound_raw_max\": %.0f, \"fallback_share_centered\": %.6g, "
-               "\"fallback_share_raw\": %.6g, \"overshoot_median\": %.4g, "
-               "\"overshoot_max\": %.4g, \"overshoot_raw_median\": %.4g, "
-               "\"overshoot_raw_max\": %.4g, \"overshoot_max_nats\": %.4g}",
-               h ? ", " : "", (long long)h, r->q_min, r->q_med, r->q_max, r->k_max, r->k_radius,
-               r->vmax, r->c, r->gate, r->gate_centered, r->bound_med, r->bound_max,
-               r->bound_raw_med, r->bound_raw_max, r->fallback_centered, r->fallback_raw,
-               r->over_med, r->over_max, r->over_raw_med, r->over_raw_max,
-               r->over_max * 0.6931471805599453);
+                        "\"q_norm_max\": %.6g, \"k_norm_max\": %.6g, \"k_radius_centered\": %.6g, "
+                        "\"vmax\": %.6g, \"C\": %d, \"gate\": %d, \"gate_centered\": %d, "
+                        "\"bound_median\": %.0f, \"bound_max\": %.0f, \"bound_raw_median\": %.0f, "
+                        "\"bound_raw_max\": %.0f, \"fallback_share_centered\": %.6g, "
+                        "\"fallback_share_raw\": %.6g, \"overshoot_median\": %.4g, "
+                        "\"overshoot_max\": %.4g, \"overshoot_raw_median\": %.4g, "
+                        "\"overshoot_raw_max\": %.4g, \"overshoot_max_nats\": %.4g}",
+                        h ? ", " : "", (long long)h, r->q_min, r->q_med, r->q_max, r->k_max,
+                        r->k_radius, r->vmax, r->c, r->gate, r->gate_centered, r->bound_med,
+                        r->bound_max, r->bound_raw_med, r->bound_raw_max, r->fallback_centered,
+                        r->fallback_raw, r->over_med, r->over_max, r->over_raw_med, r->over_raw_max,
+                        r->over_max * 0.6931471805599453);
     }
     printf("]}\n");
 }

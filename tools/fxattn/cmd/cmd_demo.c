@@ -34,8 +34,8 @@ static int run_mode(const fxt_workload *w, fxa_mode mode, int threads, float *ou
     int code = fxt_runner_init(&r, threads, &d);
     if (code)
         return code;
-    fxa_attn_args a = {.struct_size = sizeof a, .q = w->q, .k = w->k, .v = w->v, .out = out,
-                       .lse = lse};
+    fxa_attn_args a = {
+        .struct_size = sizeof a, .q = w->q, .k = w->k, .v = w->v, .out = out, .lse = lse};
     row->st.struct_size = sizeof row->st;
     code = fxt_runner_run(&r, &a, &row->st, 0);
     fxt_runner_free(&r);
@@ -93,8 +93,8 @@ int fxt_cmd_demo(int argc, char **argv)
     fxt_workload w;
     /* fp32 q, k, v, the output and the LSE. */
     const double n_tok = (double)frames * (double)height * (double)width;
-    if ((code = fxt_check_memory(n_tok * (double)heads * (16.0 * (double)dim + 4.0),
-                                 1, "demo: q, k, v and the output")))
+    if ((code = fxt_check_memory(n_tok * (double)heads * (16.0 * (double)dim + 4.0), 1,
+                                 "demo: q, k, v and the output")))
         return code;
     const double t0 = fxt_now();
     if ((code = fxt_workload_make(&p, FXA_F32, &w)))
@@ -124,19 +124,20 @@ int fxt_cmd_demo(int argc, char **argv)
     const double gflop = fxa_attn_flops(&w.d) * 1e-9;
     if (json) {
         for (int i = 0; i < 2; i++)
-            fxt_json_printf("{\"mode\": \"%s\", \"seq\": %lld, \"heads\": %lld, \"dim\": %lld, "
-                   "\"seconds\": %.4f, \"gflops\": %.3f, \"max_abs_err\": %.4g, "
-                   "\"max_rel_err\": %.4g, \"max_lse_err\": %.4g, \"ref_rows\": %lld, "
-                   "\"fallback_rows\": %lld, \"rows\": %lld, \"C\": %d, \"max_bound\": %.0f}\n",
-                   i ? "online" : "auto", (long long)s, (long long)heads, (long long)dim,
-                   rows[i].st.seconds, gflop / rows[i].st.seconds, rows[i].err.max_abs_err,
-                   rows[i].err.max_rel_err, rows[i].err.max_lse_err, (long long)rows[i].err.rows,
-                   (long long)rows[i].st.fallback_rows, (long long)rows[i].st.rows,
-                   rows[i].st.c_min, rows[i].st.max_bound);
+            fxt_json_printf(
+                "{\"mode\": \"%s\", \"seq\": %lld, \"heads\": %lld, \"dim\": %lld, "
+                "\"seconds\": %.4f, \"gflops\": %.3f, \"max_abs_err\": %.4g, "
+                "\"max_rel_err\": %.4g, \"max_lse_err\": %.4g, \"ref_rows\": %lld, "
+                "\"fallback_rows\": %lld, \"rows\": %lld, \"C\": %d, \"max_bound\": %.0f}\n",
+                i ? "online" : "auto", (long long)s, (long long)heads, (long long)dim,
+                rows[i].st.seconds, gflop / rows[i].st.seconds, rows[i].err.max_abs_err,
+                rows[i].err.max_rel_err, rows[i].err.max_lse_err, (long long)rows[i].err.rows,
+                (long long)rows[i].st.fallback_rows, (long long)rows[i].st.rows, rows[i].st.c_min,
+                rows[i].st.max_bound);
         goto out;
     }
-    printf("\n%-18s %9s %9s %13s %13s %11s %15s\n", "mode", "time (s)", "GFLOP/s",
-           "max |err|", "err / max|v|", "lse err", "fallback rows");
+    printf("\n%-18s %9s %9s %13s %13s %11s %15s\n", "mode", "time (s)", "GFLOP/s", "max |err|",
+           "err / max|v|", "lse err", "fallback rows");
     for (int i = 0; i < 2; i++)
         printf("%-18s %9.3f %9.2f %13.3g %13.3g %11.3g %7lld/%lld\n", rows[i].name,
                rows[i].st.seconds, gflop / rows[i].st.seconds, rows[i].err.max_abs_err,

@@ -18,8 +18,8 @@ static int read_tensor(const char *path, const char *what, fxa_layout layout, in
     /* A missing or unreadable input is bad input too (exit 2); only running
      * out of memory is a failure of fxattn itself. */
     if (st != FXA_OK)
-        return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT,
-                        "%s: %s", what, err);
+        return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT, "%s: %s",
+                        what, err);
     if (a->ndim != 4)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "%s: %s has %d dimensions, expected 4", what, path,
                         a->ndim);
@@ -85,7 +85,8 @@ static int check_shapes(const fxa_npy *q, const fxa_npy *k, const fxa_npy *v, in
     const int seq_axis = layout == FXA_LAYOUT_BSHD ? 1 : 2;
     const int head_axis = layout == FXA_LAYOUT_BSHD ? 2 : 1;
     if (has_v && memcmp(k->shape, v->shape, sizeof k->shape) != 0)
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "K and V shapes differ: [%lld,%lld,%lld,%lld] vs "
+        return fxt_fail(FXT_EXIT_BAD_INPUT,
+                        "K and V shapes differ: [%lld,%lld,%lld,%lld] vs "
                         "[%lld,%lld,%lld,%lld]",
                         (long long)k->shape[0], (long long)k->shape[1], (long long)k->shape[2],
                         (long long)k->shape[3], (long long)v->shape[0], (long long)v->shape[1],
@@ -114,8 +115,8 @@ static int check_shapes(const fxa_npy *q, const fxa_npy *k, const fxa_npy *v, in
     return 0;
 }
 
-int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path,
-                    fxa_layout layout, const char *dtype_opt, fxt_inputs *in)
+int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path, fxa_layout layout,
+                    const char *dtype_opt, fxt_inputs *in)
 {
     return fxt_inputs_load_shard(q_path, k_path, v_path, layout, dtype_opt, 0, 0, in);
 }

@@ -24,8 +24,8 @@ typedef struct fxt_inputs {
 
 /* v_path may be NULL: V is then zeros (Vmax taken as 1). dtype_opt may be
  * NULL (use the files' dtype). Returns 0 or an exit code. */
-int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path,
-                    fxa_layout layout, const char *dtype_opt, fxt_inputs *in);
+int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path, fxa_layout layout,
+                    const char *dtype_opt, fxt_inputs *in);
 /* The same checks on the whole files' shapes (in->d is the global problem),
  * but only shard `part` of `parts` of the sequence axis is read. */
 int fxt_inputs_load_shard(const char *q_path, const char *k_path, const char *v_path,

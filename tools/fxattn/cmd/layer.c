@@ -85,10 +85,11 @@ int fxt_layer_setup(const layer_opts *o, fxt_layer_cfg *cfg)
     if (!code && o->grid)
         code = parse_grid(o->grid, g);
     if (!code && o->x && !o->grid)
-        code = fxt_fail(FXT_EXIT_BAD_INPUT,
-                        "-x needs --grid F,H,W (the latent grid of its tokens)");
+        code =
+            fxt_fail(FXT_EXIT_BAD_INPUT, "-x needs --grid F,H,W (the latent grid of its tokens)");
     if (!code && o->weights)
-        code = wan_fail(fxa_wan_checkpoint_hidden(o->weights, o->block, &hidden, err, sizeof err), err);
+        code = wan_fail(fxa_wan_checkpoint_hidden(o->weights, o->block, &hidden, err, sizeof err),
+                        err);
     if (!code && o->x) {
         int64_t x_hidden = 0;
         code = probe_x(o->x, &x_tokens, &x_hidden, &cfg->x_axis);
@@ -164,13 +165,13 @@ int fxt_layer_load_x(const layer_opts *o, const fxt_layer_cfg *cfg, int64_t star
         code = read_x(o->x, cfg, start, len, f);
     else
         for (int64_t i = 0; i < len * h; i++)
-            f[i] = fxa_wan_synth((uint64_t)o->seed, FXA_WAN_SYNTH_X,
-                                   (uint64_t)(start * h + i));
+            f[i] = fxa_wan_synth((uint64_t)o->seed, FXA_WAN_SYNTH_X, (uint64_t)(start * h + i));
     for (int64_t i = 0; !code && i < len * h; i++)
         if (!isfinite(f[i]))
-            code = fxt_fail(FXT_EXIT_BAD_INPUT, "x has a non-finite value (%g) at token %lld, "
-                            "channel %lld", (double)f[i], (long long)(start + i / h),
-                            (long long)(i % h));
+            code = fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "x has a non-finite value (%g) at token %lld, "
+                            "channel %lld",
+                            (double)f[i], (long long)(start + i / h), (long long)(i % h));
     if (!code && o->fp8) {
         uint8_t *packed = malloc((size_t)(len * (h + 4)) + 1);
         if (!packed)
@@ -260,24 +261,24 @@ void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_la
     }
     const double seconds = r->qkv_seconds + r->attention_seconds + r->out_seconds;
     fxt_json_printf("{\"tokens\": %lld, \"hidden\": %lld, \"heads\": %lld, \"head_dim\": %lld, "
-           "\"grid\": [%lld, %lld, %lld], \"weights\": \"%s\", \"rope_layout\": \"%s\", "
-           "\"fp8\": %s, \"mode\": \"%s\", \"ranks\": %d, \"ulysses\": %d, \"ring\": %d, "
-           "\"tp\": %d, \"threads\": %d, \"isa\": \"%s\", \"qkv_seconds\": %.6f, "
-           "\"attention_seconds\": %.6f, \"out_seconds\": %.6f, \"seconds\": %.6f, "
-           "\"rows\": %lld, \"fallback_rows\": %lld, \"gflops\": %.3f",
-           (long long)cfg->tokens, (long long)cfg->hidden, (long long)cfg->heads,
-           (long long)cfg->head_dim, (long long)cfg->frames, (long long)cfg->height,
-           (long long)cfg->width, o->weights ? "file" : "synthetic",
-           cfg->interleaved ? "interleaved" : "half", o->fp8 ? "true" : "false", r->mode,
-           r->ranks, r->ulysses, r->ring, r->tp, r->threads, r->isa, r->qkv_seconds,
-           r->attention_seconds, r->out_seconds, seconds, (long long)r->rows,
-           (long long)r->fallback_rows,
-           seconds > 0 ? fxa_wan_flops(&cfg->wan) / seconds * 1e-9 : 0.0);
+                    "\"grid\": [%lld, %lld, %lld], \"weights\": \"%s\", \"rope_layout\": \"%s\", "
+                    "\"fp8\": %s, \"mode\": \"%s\", \"ranks\": %d, \"ulysses\": %d, \"ring\": %d, "
+                    "\"tp\": %d, \"threads\": %d, \"isa\": \"%s\", \"qkv_seconds\": %.6f, "
+                    "\"attention_seconds\": %.6f, \"out_seconds\": %.6f, \"seconds\": %.6f, "
+                    "\"rows\": %lld, \"fallback_rows\": %lld, \"gflops\": %.3f",
+                    (long long)cfg->tokens, (long long)cfg->hidden, (long long)cfg->heads,
+                    (long long)cfg->head_dim, (long long)cfg->frames, (long long)cfg->height,
+                    (long long)cfg->width, o->weights ? "file" : "synthetic",
+                    cfg->interleaved ? "interleaved" : "half", o->fp8 ? "true" : "false", r->mode,
+                    r->ranks, r->ulysses, r->ring, r->tp, r->threads, r->isa, r->qkv_seconds,
+                    r->attention_seconds, r->out_seconds, seconds, (long long)r->rows,
+                    (long long)r->fallback_rows,
+                    seconds > 0 ? fxa_wan_flops(&cfg->wan) / seconds * 1e-9 : 0.0);
     if (c)
         fxt_json_printf(", \"verify_tokens\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
-               "\"fp32_rel_err\": %.6g, \"tolerance\": %.6g",
-               (long long)c->tokens, c->max_abs_err, c->max_rel_err, c->fp32_rel_err,
-               c->tolerance);
+                        "\"fp32_rel_err\": %.6g, \"tolerance\": %.6g",
+                        (long long)c->tokens, c->max_abs_err, c->max_rel_err, c->fp32_rel_err,
+                        c->tolerance);
     printf("}\n");
 }
 

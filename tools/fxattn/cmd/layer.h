@@ -32,8 +32,8 @@ typedef struct fxt_layer_cfg {
     int64_t hidden; /* heads * head_dim */
     int64_t heads;
     int64_t head_dim;
-    int interleaved; /* 1: the weights use interleaved RoPE pairs (converted at load) */
-    int x_axis;      /* token axis of -x: 0 for [S, hidden], 1 for [1, S, hidden] */
+    int interleaved;  /* 1: the weights use interleaved RoPE pairs (converted at load) */
+    int x_axis;       /* token axis of -x: 0 for [S, hidden], 1 for [1, S, hidden] */
     fxa_wan_desc wan; /* the layer as libfxattn_wan takes it (x_format E4M3 rows with --fp8) */
 } fxt_layer_cfg;
 

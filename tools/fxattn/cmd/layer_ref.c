@@ -51,8 +51,8 @@ static int ref_alloc(ref *r)
     const size_t sq = (size_t)r->cfg->tokens;
     const size_t d = (size_t)r->cfg->head_dim;
     const size_t n = (size_t)r->n_samples;
-    double **const arrays[] = {&r->xrow, &r->y, &r->rk, &r->q, &r->a,
-                               &r->k, &r->v, &r->p, &r->cs, &r->sn};
+    double **const arrays[] = {&r->xrow, &r->y, &r->rk, &r->q,  &r->a,
+                               &r->k,    &r->v, &r->p,  &r->cs, &r->sn};
     const size_t sizes[] = {h, h, sq, n * h, n * h, sq * d, sq * d, sq, d, d};
     int ok = 1;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -277,8 +277,8 @@ int fxt_layer_verify(const fxt_layer_cfg *cfg, const fxa_wan_weights *w, const f
     const size_t n = (size_t)(r.n_samples * cfg->hidden);
     double *y64 = malloc(n * sizeof(double));
     double *y32 = malloc(n * sizeof(double));
-    int code = y64 && y32 ? ref_alloc(&r)
-                          : fxt_fail(FXT_EXIT_FAILURE, "out of memory for --verify");
+    int code =
+        y64 && y32 ? ref_alloc(&r) : fxt_fail(FXT_EXIT_FAILURE, "out of memory for --verify");
     if (!code) {
         evaluate(&r, y64);
         r.fp32 = 1;

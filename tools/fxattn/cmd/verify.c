@@ -7,8 +7,7 @@
 #include "fp64_attn.h"
 
 void fxt_verify(const fxa_attn_desc *d, const float *q, const float *k, const float *v,
-                const float *out, const float *lse, int64_t rows_per_head,
-                fxt_verify_result *res)
+                const float *out, const float *lse, int64_t rows_per_head, fxt_verify_result *res)
 {
     double ref[FXA_MAX_HEAD_DIM];
     double vmax = 0.0;
@@ -29,8 +28,8 @@ void fxt_verify(const fxa_attn_desc *d, const float *q, const float *k, const fl
                     res->max_abs_err = isnan(err) ? INFINITY : fmax(res->max_abs_err, err);
                 }
                 if (lse) {
-                    const double err = fabs((double)lse[(b * d->heads_q + h) * d->seq_q + i] -
-                                            ref_lse);
+                    const double err =
+                        fabs((double)lse[(b * d->heads_q + h) * d->seq_q + i] - ref_lse);
                     res->max_lse_err = isnan(err) ? INFINITY : fmax(res->max_lse_err, err);
                     const double rel = err / fmax(1.0, fabs(ref_lse));
                     res->max_lse_rel = isnan(rel) ? INFINITY : fmax(res->max_lse_rel, rel);

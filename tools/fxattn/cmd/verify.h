@@ -27,7 +27,6 @@ typedef struct fxt_verify_result {
  * rows_per_head evenly spaced rows of every (batch, head) (all rows when
  * Sq is smaller). */
 void fxt_verify(const fxa_attn_desc *d, const float *q, const float *k, const float *v,
-                const float *out, const float *lse, int64_t rows_per_head,
-                fxt_verify_result *res);
+                const float *out, const float *lse, int64_t rows_per_head, fxt_verify_result *res);
 
 #endif

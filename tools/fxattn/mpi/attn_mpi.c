@@ -17,8 +17,8 @@
 
 /* Rank 0 receives every rank's output shard (rows of D floats, the
  * layout's order) and places it into the global output. */
-static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine, int64_t rows_per_token,
-                       float *full, int64_t row_len, int lse)
+static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine,
+                       int64_t rows_per_token, float *full, int64_t row_len, int lse)
 {
     const int64_t seq = d->seq_q;
     int *counts = NULL;
@@ -60,8 +60,8 @@ static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine, 
             for (int64_t b = 0; b < d->batch; b++)
                 for (int64_t h = 0; h < d->heads_q; h++)
                     for (int64_t t = 0; t < len; t++) {
-                        const int64_t from = bshd ? (b * len + t) * d->heads_q + h
-                                                  : (b * d->heads_q + h) * len + t;
+                        const int64_t from =
+                            bshd ? (b * len + t) * d->heads_q + h : (b * d->heads_q + h) * len + t;
                         const int64_t to = bshd ? (b * seq + start + t) * d->heads_q + h
                                                 : (b * d->heads_q + h) * seq + start + t;
                         memcpy(full + to * row_len, src + from * row_len,
@@ -123,8 +123,8 @@ static int run(fxt_world *w, const attn_opts *o)
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the output");
     if ((code = fxt_world_agree(w, code)))
         goto done;
-    const fxa_attn_args a = {.struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v,
-                             .out = out, .lse = lse};
+    const fxa_attn_args a = {
+        .struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v, .out = out, .lse = lse};
     fxa_mpi_stats ms;
     double secs[101];
     for (int64_t i = 0; i <= (o->repeats > 1 ? o->repeats : 0); i++) {
@@ -151,15 +151,16 @@ static int run(fxt_world *w, const attn_opts *o)
     const double seconds = secs[n_timed / 2];
     /* Rank 0 assembles and writes. */
     if (w->rank == 0) {
-        full_out = malloc((size_t)(in.d.batch * in.d.heads_q * in.d.seq_q * in.d.head_dim) *
-                              sizeof(float) + 1);
+        full_out = malloc(
+            (size_t)(in.d.batch * in.d.heads_q * in.d.seq_q * in.d.head_dim) * sizeof(float) + 1);
         full_lse = malloc((size_t)(in.d.batch * in.d.heads_q * in.d.seq_q) * sizeof(float) + 1);
         if (!full_out || !full_lse)
             code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the whole output");
     }
     if ((code = fxt_world_agree(w, code)))
         goto done;
-    if ((code = gather_rows(w, &in.d, out, in.d.batch * in.d.heads_q, full_out, in.d.head_dim, 0)) ||
+    if ((code =
+             gather_rows(w, &in.d, out, in.d.batch * in.d.heads_q, full_out, in.d.head_dim, 0)) ||
         (code = gather_rows(w, &in.d, lse, in.d.batch * in.d.heads_q, full_lse, 1, 1)))
         goto done;
     fxt_verify_result vr;
@@ -181,19 +182,21 @@ static int run(fxt_world *w, const attn_opts *o)
         goto done;
     if (w->rank == 0 && o->stats) {
         const double flops = fxa_attn_flops(&in.d);
-        fxt_json_printf("{\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"rows\": %lld, "
-               "\"fallback_rows\": %lld, \"vmax\": %.9g, \"max_bound\": %.17g, "
-               "\"threads_per_rank\": %d, \"isa\": \"%s\", \"seconds\": %.6f, \"gflops\": %.3f, "
-               "\"a2a_seconds\": %.6f, \"ring_compute_seconds\": %.6f, "
-               "\"ring_wait_seconds\": %.6f",
-               w->size, mp.ulysses, w->size / mp.ulysses, (long long)ms.rows,
-               (long long)ms.fallback_rows, ms.vmax, ms.max_bound, fxa_ctx_threads(ctx),
-               fxa_ctx_isa(ctx), seconds, seconds > 0 ? flops / seconds * 1e-9 : 0.0,
-               ms.a2a_seconds, ms.ring_compute_seconds, ms.ring_wait_seconds);
+        fxt_json_printf(
+            "{\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"rows\": %lld, "
+            "\"fallback_rows\": %lld, \"vmax\": %.9g, \"max_bound\": %.17g, "
+            "\"threads_per_rank\": %d, \"isa\": \"%s\", \"seconds\": %.6f, \"gflops\": %.3f, "
+            "\"a2a_seconds\": %.6f, \"ring_compute_seconds\": %.6f, "
+            "\"ring_wait_seconds\": %.6f",
+            w->size, mp.ulysses, w->size / mp.ulysses, (long long)ms.rows,
+            (long long)ms.fallback_rows, ms.vmax, ms.max_bound, fxa_ctx_threads(ctx),
+            fxa_ctx_isa(ctx), seconds, seconds > 0 ? flops / seconds * 1e-9 : 0.0, ms.a2a_seconds,
+            ms.ring_compute_seconds, ms.ring_wait_seconds);
         if (o->verify)
-            fxt_json_printf(", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
-                   "\"max_lse_err\": %.6g",
-                   (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
+            fxt_json_printf(
+                ", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
+                "\"max_lse_err\": %.6g",
+                (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
         printf("}\n");
     } else if (w->rank == 0 && o->verify) {
         printf("verify: %lld rows, max abs err %.3g (%.3g of max|v|), max lse err %.3g\n",

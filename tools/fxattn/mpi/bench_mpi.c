@@ -37,12 +37,12 @@ static double slowest(double t)
 typedef struct dist_bench {
     int rank;
     int size;
-    fxt_workload w;   /* the whole problem, on every rank */
-    fxa_attn_desc d;  /* its descriptor with the bench's options */
-    int64_t q0, qn;   /* this rank's shards (B = 1, BSHD: contiguous) */
+    fxt_workload w;  /* the whole problem, on every rank */
+    fxa_attn_desc d; /* its descriptor with the bench's options */
+    int64_t q0, qn;  /* this rank's shards (B = 1, BSHD: contiguous) */
     int64_t k0, kn;
     size_t es;
-    int row;          /* elements per token: heads * dim */
+    int row; /* elements per token: heads * dim */
 } dist_bench;
 
 /* All-gather K/V, then this rank's queries against every key. */
@@ -179,8 +179,8 @@ int fxt_bench_mpi(const bench_opts *o)
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         if (b.rank == 0) {
-            const fxa_attn_args a = {.struct_size = sizeof a, .q = b.w.q, .k = b.w.k, .v = b.w.v,
-                                     .out = out_single};
+            const fxa_attn_args a = {
+                .struct_size = sizeof a, .q = b.w.q, .k = b.w.k, .v = b.w.v, .out = out_single};
             fxa_attn_stats st = {.struct_size = sizeof st};
             if (fxa_attn_run(single.plan, &a, single.workspace, &st) != FXA_OK)
                 code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(single.ctx));
@@ -250,9 +250,8 @@ int fxt_bench_mpi(const bench_opts *o)
         const double ws = fxt_median(wait_share, (size_t)(reps));
         printf("fxattn bench (MPI): S=%lld heads=%lld D=%lld %s, %d ranks (Ulysses %d x ring %d), "
                "%d threads per rank, kernels %s, median of %d runs\n",
-               (long long)o->seq, (long long)o->heads, (long long)o->dim,
-               fxt_dtype_name(o->dtype), b.size, mp.ulysses, b.size / mp.ulysses, threads,
-               fxa_ctx_isa(local.ctx), reps);
+               (long long)o->seq, (long long)o->heads, (long long)o->dim, fxt_dtype_name(o->dtype),
+               b.size, mp.ulysses, b.size / mp.ulysses, threads, fxa_ctx_isa(local.ctx), reps);
         for (int s = 0; s < n_steps && s < 256; s++) {
             step_c_med[s] = fxt_median(step_hist[s], (size_t)(reps));
             step_w_med[s] = fxt_median(step_whist[s], (size_t)(reps));
@@ -268,14 +267,15 @@ int fxt_bench_mpi(const bench_opts *o)
                gflop / tg, ts / (b.size * tg), tgc);
         printf("fxattn over all-gather: %.3fx\n", tg / td);
         if (o->json)
-            fxt_json_printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
-                   "\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"threads_per_rank\": %d, "
-                   "\"single_seconds\": %.6f, \"fxattn_seconds\": %.6f, "
-                   "\"allgather_seconds\": %.6f, \"efficiency\": %.4f, "
-                   "\"allgather_efficiency\": %.4f, \"wait_fraction\": %.4f}\n",
-                   (long long)o->seq, (long long)o->heads, (long long)o->dim,
-                   fxt_dtype_name(o->dtype), b.size, mp.ulysses, b.size / mp.ulysses, threads, ts,
-                   td, tg, ts / (b.size * td), ts / (b.size * tg), ws);
+            fxt_json_printf(
+                "{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
+                "\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"threads_per_rank\": %d, "
+                "\"single_seconds\": %.6f, \"fxattn_seconds\": %.6f, "
+                "\"allgather_seconds\": %.6f, \"efficiency\": %.4f, "
+                "\"allgather_efficiency\": %.4f, \"wait_fraction\": %.4f}\n",
+                (long long)o->seq, (long long)o->heads, (long long)o->dim, fxt_dtype_name(o->dtype),
+                b.size, mp.ulysses, b.size / mp.ulysses, threads, ts, td, tg, ts / (b.size * td),
+                ts / (b.size * tg), ws);
     }
 done:
     fxa_mpi_attn_plan_destroy(plan);

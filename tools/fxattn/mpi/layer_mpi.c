@@ -70,8 +70,8 @@ static int plan(job *j)
     g.ulysses = (int)j->o->ulysses;
     g.ring = (int)j->o->ring;
     g.timeout_seconds = j->w->timeout;
-    const fxa_status st = fxa_wan_mpi_plan_create(MPI_COMM_WORLD, j->ctx, &j->cfg.wan, &g,
-                                                  &j->plan, &j->ws_bytes, err, sizeof err);
+    const fxa_status st = fxa_wan_mpi_plan_create(MPI_COMM_WORLD, j->ctx, &j->cfg.wan, &g, &j->plan,
+                                                  &j->ws_bytes, err, sizeof err);
     const int code = fxt_world_lib_fail(j->w, st, err);
     if (!code) {
         fxa_wan_mpi_shard_of(j->plan, &j->s);
@@ -106,9 +106,8 @@ static int load(job *j)
         return code;
     j->ws = aligned_alloc(64, (j->ws_bytes + 63) & ~(size_t)63);
     j->y = malloc((size_t)(s->token_count * j->cfg.hidden) * sizeof(float) + 1);
-    j->y_all = j->w->rank != 0
-                   ? NULL
-                   : malloc((size_t)(j->cfg.tokens * j->cfg.hidden) * sizeof(float));
+    j->y_all =
+        j->w->rank != 0 ? NULL : malloc((size_t)(j->cfg.tokens * j->cfg.hidden) * sizeof(float));
     if (!j->ws || !j->y || (j->w->rank == 0 && !j->y_all))
         return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's activations");
     return 0;

@@ -19,7 +19,8 @@ int fxt_world_init(fxt_world *w, double timeout)
                         timeout);
     const double t = timeout > 0.0 ? timeout : fxa_mpi_default_timeout();
     if (t == 0.0)
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "FXA_MPI_TIMEOUT=%s is not a positive number of seconds",
+        return fxt_fail(FXT_EXIT_BAD_INPUT,
+                        "FXA_MPI_TIMEOUT=%s is not a positive number of seconds",
                         getenv("FXA_MPI_TIMEOUT"));
     int provided = 0;
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
