@@ -150,7 +150,10 @@ typedef struct fxa_wan_plan fxa_wan_plan;
 
 /*
  * Validate d and size the workspace of fxa_wan_run: Q, K, V and the
- * attention output (4 S hidden floats) plus the attention plan's workspace.
+ * attention output (4 S hidden floats), the attention plan's workspace and
+ * the projections' (fxa_wan_proj_workspace_bytes): every large buffer of a run is
+ * the caller's (the projection's input check still allocates a few bytes per
+ * thread).
  * The plan holds the RoPE tables (2 S head_dim floats) and a pointer to
  * ctx; destroy it before the context. Errors: FXA_ERR_INVALID_ARG,
  * FXA_ERR_NO_MEMORY, with the reason in err.
@@ -196,9 +199,18 @@ FXA_API void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, i
                               float *v, fxa_proj_desc *pd, fxa_proj_args *pa);
 
 /* y [tokens][hidden] = a [tokens][o->cols] o->w^T (+ o->bias, when not
- * NULL): the output projection, or a tensor-parallel partial of it. */
+ * NULL): the output projection, or a tensor-parallel partial of it, with
+ * workspace bytes of scratch (64-byte aligned; NULL, 0: allocated by the
+ * call). */
 FXA_API fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
-                                    int64_t tokens, const float *a, float *y);
+                                    int64_t tokens, const float *a, float *y, void *workspace,
+                                    size_t workspace_bytes);
+
+/* The scratch bytes (a multiple of 64) that the QKV and the output
+ * projections of `tokens` tokens onto `heads` heads need at most, for
+ * either weight format: what fxa_proj_args.workspace of fxa_wan_qkv_call's
+ * call and fxa_wan_out_proj's workspace take. */
+FXA_API size_t fxa_wan_proj_workspace_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads);
 
 /* The attention of `heads` heads over all S tokens (BSHD, f32). */
 FXA_API void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad);

@@ -15,6 +15,7 @@ struct fxa_wan_plan {
     int64_t tokens, hidden;
     fxa_attn_plan *attn;
     size_t attn_bytes; /* the attention plan's workspace, after Q, K, V, A */
+    size_t proj_bytes; /* the projections' workspace, after the attention's */
     float *cs, *sn;    /* RoPE tables [S][head_dim] */
     char error[512];
 };
@@ -94,7 +95,9 @@ fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan
         fxa_wan_plan_destroy(p);
         return st;
     }
-    *workspace_bytes = 4 * act_bytes(p) + p->attn_bytes;
+    p->attn_bytes = (p->attn_bytes + 63) & ~(size_t)63;
+    p->proj_bytes = fxa_wan_proj_workspace_bytes(d, p->tokens, d->heads);
+    *workspace_bytes = 4 * act_bytes(p) + p->attn_bytes + p->proj_bytes;
     *plan_out = p;
     return FXA_OK;
 }
@@ -148,7 +151,10 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     float *q = workspace, *k = q + act, *v = k + act, *a = v + act;
     fxa_proj_desc pd;
     fxa_proj_args pa;
+    void *proj_ws = (char *)(a + act) + p->attn_bytes;
     fxa_wan_qkv_call(&p->d, w, p->tokens, x, p->cs, p->sn, q, k, v, &pd, &pa);
+    pa.workspace = proj_ws;
+    pa.workspace_bytes = p->proj_bytes;
     const double t0 = fxa_now_seconds();
     if ((st = fxa_proj_run(p->ctx, &pd, &pa)) != FXA_OK)
         return fxa_wan_failf(p->error, sizeof p->error, st, "QKV projection: %s",
@@ -159,7 +165,8 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     if ((st = fxa_attn_run(p->attn, &aa, a + act, &ast)) != FXA_OK)
         return fxa_wan_failf(p->error, sizeof p->error, st, "%s", fxa_ctx_last_error(p->ctx));
     const double t2 = fxa_now_seconds();
-    if ((st = fxa_wan_out_proj(p->ctx, &p->d, &w->o, p->tokens, a, y)) != FXA_OK)
+    if ((st = fxa_wan_out_proj(p->ctx, &p->d, &w->o, p->tokens, a, y, proj_ws, p->proj_bytes)) !=
+        FXA_OK)
         return fxa_wan_failf(p->error, sizeof p->error, st, "output projection: %s",
                              fxa_ctx_last_error(p->ctx));
     if (stats)
@@ -200,22 +207,52 @@ void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t t
                           .v_out = v};
 }
 
+/* The output projection's descriptor: tokens x o->cols onto hidden channels. */
+static void out_desc(const fxa_wan_desc *d, const fxa_wan_linear *o, int64_t tokens,
+                     fxa_proj_desc *pd)
+{
+    fxa_proj_desc_init(pd);
+    pd->tokens = tokens;
+    pd->in_features = o->cols;
+    pd->heads_q = d->heads; /* out = heads * head_dim = hidden channels */
+    pd->head_dim = d->head_dim;
+    pd->w_format = o->format;
+}
+
+size_t fxa_wan_proj_workspace_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads)
+{
+    static const fxa_proj_w formats[2] = {FXA_PROJ_W_F32, FXA_PROJ_W_E4M3};
+    size_t most = 0;
+    for (int f = 0; f < 2; f++) {
+        fxa_wan_weights w = {.head_count = heads};
+        w.qkv.format = formats[f];
+        const fxa_wan_linear o = {.format = formats[f], .cols = heads * d->head_dim};
+        fxa_proj_desc pd;
+        fxa_proj_args pa;
+        fxa_wan_qkv_call(d, &w, tokens, NULL, NULL, NULL, NULL, NULL, NULL, &pd, &pa);
+        const size_t qkv = fxa_proj_workspace_bytes(&pd);
+        out_desc(d, &o, tokens, &pd);
+        const size_t out = fxa_proj_workspace_bytes(&pd);
+        most = qkv > most ? qkv : most;
+        most = out > most ? out : most;
+    }
+    return (most + 63) & ~(size_t)63;
+}
+
 fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
-                            int64_t tokens, const float *a, float *y)
+                            int64_t tokens, const float *a, float *y, void *workspace,
+                            size_t workspace_bytes)
 {
     fxa_proj_desc pd;
-    fxa_proj_desc_init(&pd);
-    pd.tokens = tokens;
-    pd.in_features = o->cols;
-    pd.heads_q = d->heads; /* out = heads * head_dim = hidden channels */
-    pd.head_dim = d->head_dim;
-    pd.w_format = o->format;
+    out_desc(d, o, tokens, &pd);
     const fxa_proj_args args = {.struct_size = sizeof args,
                                 .x = a,
                                 .w = o->w,
                                 .w_scales = o->scales,
                                 .bias = o->bias,
-                                .q_out = y};
+                                .q_out = y,
+                                .workspace = workspace,
+                                .workspace_bytes = workspace_bytes};
     return fxa_proj_run(ctx, &pd, &args);
 }
 

@@ -25,8 +25,9 @@ struct fxa_wan_mpi_plan {
     fxa_mpi *m_tp, *m_cp;
     fxa_mpi_attn_plan *cp_plan;
     fxa_attn_plan *tp_plan; /* pure tensor parallel: this rank's heads over all tokens */
-    size_t tp_bytes;
-    float *cs, *sn; /* RoPE tables of all tokens */
+    size_t tp_bytes;        /* (rounded up to 64) */
+    size_t proj_bytes;      /* the projections' workspace, after tp_bytes */
+    float *cs, *sn;         /* RoPE tables of all tokens */
     char error[600];
 };
 
@@ -197,8 +198,6 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     p->size = fxa_mpi_size(p->m_world);
     char why[600] = "";
     /* Local checks (the descriptor, the grid), agreed on. */
-    fxa_wan_plan *probe = NULL;
-    size_t unused = 0;
     if (g->struct_size != sizeof *g)
         st = fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
                            "fxa_wan_grid: struct_size %zu, expected %zu (use fxa_wan_grid_init)",
@@ -220,14 +219,14 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
         st = attention_plan(p);
     if (st == FXA_OK)
         st = rope(p);
-    (void)probe;
-    (void)unused;
     if (st != FXA_OK) {
         fxa_wan_failf(err, errlen, st, "%s", p->error);
         fxa_wan_mpi_plan_destroy(p);
         return st;
     }
-    *workspace_bytes = 4 * act_floats(p) * sizeof(float) + ((p->tp_bytes + 63) & ~(size_t)63);
+    p->tp_bytes = (p->tp_bytes + 63) & ~(size_t)63;
+    p->proj_bytes = fxa_wan_proj_workspace_bytes(&p->d, p->shard.token_count, p->shard.head_count);
+    *workspace_bytes = 4 * act_floats(p) * sizeof(float) + p->tp_bytes + p->proj_bytes;
     *plan_out = p;
     return FXA_OK;
 }
@@ -286,13 +285,15 @@ static fxa_status check_weights(const fxa_wan_mpi_plan *p, const fxa_wan_weights
 
 /* The QKV projection of this rank's tokens onto its heads. */
 static fxa_status qkv(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x, float *q,
-                      float *k, float *v)
+                      float *k, float *v, void *proj_ws)
 {
     const int64_t off = p->shard.token_begin * p->d.head_dim;
     fxa_proj_desc pd;
     fxa_proj_args pa;
     fxa_wan_qkv_call(&p->d, w, p->shard.token_count, x, p->cs + off, p->sn + off, q, k, v, &pd,
                      &pa);
+    pa.workspace = proj_ws;
+    pa.workspace_bytes = p->proj_bytes;
     if (p->tp_mode) {
         const fxa_status st = fxa_mpi_proj_run(p->m_tp, &pd, &pa, p->d.heads, p->d.heads);
         return group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_last_error(p->m_tp));
@@ -364,12 +365,14 @@ static fxa_status reduce_y(fxa_wan_mpi_plan *p, const fxa_wan_linear *o, float *
 
 /* The output projection of this rank's attention output (tensor parallel:
  * by its heads' columns of o.weight, the bias added after the sum). */
-static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const float *a, float *y)
+static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const float *a, float *y,
+                           void *proj_ws)
 {
     fxa_wan_linear o = w->o;
     if (p->tp_mode)
         o.bias = NULL;
-    fxa_status st = fxa_wan_out_proj(p->ctx, &p->d, &o, p->shard.token_count, a, y);
+    fxa_status st =
+        fxa_wan_out_proj(p->ctx, &p->d, &o, p->shard.token_count, a, y, proj_ws, p->proj_bytes);
     char why[600] = "";
     if (st != FXA_OK)
         snprintf(why, sizeof why, "output projection: %s", fxa_ctx_last_error(p->ctx));
@@ -398,16 +401,17 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
         return st;
     const size_t act = act_floats(p);
     float *q = workspace, *k = q + act, *v = k + act, *a = v + act;
+    void *proj_ws = (char *)(a + act) + p->tp_bytes;
     double t[4], secs[3];
     int64_t rows[2] = {0, 0};
     t[0] = now();
-    if ((st = qkv(p, w, x, q, k, v)) != FXA_OK)
+    if ((st = qkv(p, w, x, q, k, v, proj_ws)) != FXA_OK)
         return st;
     t[1] = now();
     if ((st = attention(p, q, k, v, a, a + act, rows)) != FXA_OK)
         return st;
     t[2] = now();
-    if ((st = out_proj(p, w, a, y)) != FXA_OK)
+    if ((st = out_proj(p, w, a, y, proj_ws)) != FXA_OK)
         return st;
     t[3] = now();
     for (int i = 0; i < 3; i++)

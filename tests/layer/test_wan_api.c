@@ -1,0 +1,224 @@
+/*
+ * libfxattn_wan in-process (fxattn_wan.h): the layer through plan/run on
+ * the loader's synthetic weights gives the bytes of `fxattn layer` on the
+ * same seed (the CLI is a thin caller of the same library); a head slice
+ * holds the bits of those heads in the whole layer; every misuse returns a
+ * status and a message and leaves y untouched.
+ *
+ * Usage: test_wan_api /path/to/fxattn
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fxattn_npy.h"
+#include "fxattn_wan.h"
+#include "testutil.h"
+
+#define HEADS 8
+#define DIM 32
+#define HIDDEN (HEADS * DIM)
+#define TOKENS 36 /* grid 2 x 3 x 6 */
+#define SEED 3
+
+static char g_err[700];
+
+static void desc(fxa_wan_desc *d)
+{
+    fxa_wan_desc_init(d);
+    d->frames = 2;
+    d->height = 3;
+    d->width = 6;
+    d->heads = HEADS;
+    d->head_dim = DIM;
+}
+
+static fxa_status load(int64_t h0, int64_t nh, fxa_wan_weights *w)
+{
+    fxa_wan_load_params p;
+    fxa_wan_load_params_init(&p);
+    p.heads = HEADS;
+    p.hidden = HIDDEN;
+    p.seed = SEED;
+    p.head_begin = h0;
+    p.head_count = nh;
+    return fxa_wan_weights_load(NULL, &p, w, g_err, sizeof g_err);
+}
+
+/* The CLI's synthetic x: stream FXA_WAN_SYNTH_X, element token * hidden + c. */
+static void synth_x(float *x)
+{
+    for (int64_t i = 0; i < TOKENS * HIDDEN; i++)
+        x[i] = fxa_wan_synth(SEED, FXA_WAN_SYNTH_X, (uint64_t)i);
+}
+
+/* plan + run; y and the status. */
+static fxa_status run(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_weights *w, const float *x,
+                      float *y, char *msg, size_t cap)
+{
+    fxa_wan_plan *plan = NULL;
+    size_t bytes = 0;
+    fxa_status st = fxa_wan_plan_create(ctx, d, &plan, &bytes, msg, cap);
+    if (st != FXA_OK)
+        return st;
+    void *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    fxa_wan_stats s = {.struct_size = sizeof s};
+    st = ws ? fxa_wan_run(plan, w, x, y, ws, &s) : FXA_ERR_NO_MEMORY;
+    if (st != FXA_OK)
+        snprintf(msg, cap, "%s", fxa_wan_last_error(plan));
+    else
+        CHECK(s.rows == (int64_t)HEADS * TOKENS, "stats: %lld attention rows, expected %d",
+              (long long)s.rows, HEADS * TOKENS);
+    free(ws);
+    fxa_wan_plan_destroy(plan);
+    return st;
+}
+
+static void test_cli_bytes(fxa_ctx *ctx, const char *fxattn)
+{
+    fxa_wan_desc d;
+    fxa_wan_weights w;
+    desc(&d);
+    CHECK(load(0, 0, &w) == FXA_OK, "synthetic weights: %s", g_err);
+    float *x = malloc(sizeof(float) * TOKENS * HIDDEN);
+    float *y = malloc(sizeof(float) * TOKENS * HIDDEN);
+    float *y2 = malloc(sizeof(float) * TOKENS * HIDDEN);
+    synth_x(x);
+    char msg[700] = "";
+    CHECK(run(ctx, &d, &w, x, y, msg, sizeof msg) == FXA_OK, "run: %s", msg);
+    CHECK(run(ctx, &d, &w, x, y2, msg, sizeof msg) == FXA_OK, "second run: %s", msg);
+    CHECK(memcmp(y, y2, sizeof(float) * TOKENS * HIDDEN) == 0, "two runs differ");
+
+    char dir[] = "/tmp/test_wan_api.XXXXXX", cmd[1200], out[64];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(out, sizeof out, "%s/y.npy", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' layer --grid 2,3,6 --heads %d --dim %d --seed %d --threads %d -o %s", fxattn,
+             HEADS, DIM, SEED, fxa_ctx_threads(ctx), out);
+    CHECK(system(cmd) == 0, "fxattn layer failed: %s", cmd);
+    fxa_npy a;
+    if (fxa_npy_read(out, &a, g_err, sizeof g_err) == FXA_OK) {
+        CHECK(a.count == TOKENS * HIDDEN && memcmp(a.data, y, sizeof(float) * TOKENS * HIDDEN) == 0,
+              "the library's y differs from fxattn layer's");
+        fxa_npy_free(&a);
+    } else {
+        CHECK(0, "cannot read the CLI's y: %s", g_err);
+    }
+    remove(out);
+    remove(dir);
+    free(x);
+    free(y);
+    free(y2);
+    fxa_wan_weights_free(&w);
+}
+
+static void test_slice_bits(void)
+{
+    fxa_wan_weights all, part;
+    CHECK(load(0, 0, &all) == FXA_OK, "whole layer: %s", g_err);
+    CHECK(load(2, 3, &part) == FXA_OK, "heads [2, 5): %s", g_err);
+    const int64_t n = 3 * DIM, c0 = 2 * DIM;
+    int same = part.head_begin == 2 && part.head_count == 3 && part.qkv.rows == 3 * n;
+    for (int m = 0; same && m < 3; m++) /* Q, K, V rows of the slice */
+        same = memcmp((float *)part.qkv.w + m * n * HIDDEN,
+                      (float *)all.qkv.w + (m * HIDDEN + c0) * HIDDEN,
+                      sizeof(float) * (size_t)(n * HIDDEN)) == 0;
+    for (int64_t r = 0; same && r < HIDDEN; r++) /* o's columns of the slice */
+        same = memcmp((float *)part.o.w + r * n, (float *)all.o.w + r * HIDDEN + c0,
+                      sizeof(float) * (size_t)n) == 0;
+    same = same && memcmp(part.gamma_q, all.gamma_q + c0, sizeof(float) * (size_t)n) == 0 &&
+           memcmp(part.o.bias, all.o.bias, sizeof(float) * HIDDEN) == 0;
+    CHECK(same, "heads [2, 5) do not hold the whole layer's bits of those heads");
+    fxa_wan_weights_free(&all);
+    fxa_wan_weights_free(&part);
+}
+
+/* st must be `want` with a message containing `word`. */
+static void expect(const char *what, fxa_status st, fxa_status want, const char *msg,
+                   const char *word)
+{
+    CHECK(st == want, "%s: status %s, expected %s", what, fxa_status_str(st), fxa_status_str(want));
+    CHECK(strstr(msg, word) != NULL, "%s: message '%s' lacks '%s'", what, msg, word);
+}
+
+static void test_errors(fxa_ctx *ctx)
+{
+    fxa_wan_desc d;
+    fxa_wan_weights w, part;
+    fxa_wan_plan *plan = NULL;
+    size_t bytes = 0;
+    char msg[700];
+
+    desc(&d);
+    d.struct_size -= 8;
+    expect("small desc", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
+           FXA_ERR_INVALID_ARG, msg, "struct_size");
+    desc(&d);
+    d.width = 0;
+    expect("empty grid", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
+           FXA_ERR_INVALID_ARG, msg, "grid");
+    desc(&d);
+    d.head_dim = 7;
+    expect("odd head_dim", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
+           FXA_ERR_INVALID_ARG, msg, "even");
+    CHECK(plan == NULL, "a failed plan was returned");
+
+    fxa_wan_load_params p;
+    fxa_wan_load_params_init(&p);
+    p.heads = 7;
+    p.hidden = HIDDEN;
+    expect("7 heads of 256", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg),
+           FXA_ERR_INVALID_ARG, msg, "divide");
+    p.heads = HEADS;
+    p.head_begin = 6;
+    p.head_count = 3;
+    expect("heads past the end", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg),
+           FXA_ERR_INVALID_ARG, msg, "not within");
+    p.head_begin = p.head_count = 0;
+    expect("missing checkpoint",
+           fxa_wan_weights_load("/nonexistent/wan.safetensors", &p, &w, msg, sizeof msg),
+           FXA_ERR_IO, msg, "/nonexistent/wan.safetensors");
+
+    CHECK(load(0, 0, &w) == FXA_OK && load(0, 4, &part) == FXA_OK, "weights: %s", g_err);
+    float *x = malloc(sizeof(float) * TOKENS * HIDDEN);
+    float *y = malloc(sizeof(float) * TOKENS * HIDDEN);
+    synth_x(x);
+    for (int i = 0; i < TOKENS * HIDDEN; i++)
+        y[i] = -7.0f;
+    desc(&d);
+    expect("a head slice for the whole layer", run(ctx, &d, &part, x, y, msg, sizeof msg),
+           FXA_ERR_INVALID_ARG, msg, "not the whole layer");
+    x[5 * HIDDEN + 17] = NAN;
+    expect("NaN in x", run(ctx, &d, &w, x, y, msg, sizeof msg), FXA_ERR_INVALID_ARG, msg,
+           "QKV projection");
+    int untouched = 1;
+    for (int i = 0; i < TOKENS * HIDDEN; i++)
+        untouched &= y[i] == -7.0f;
+    CHECK(untouched, "a failed run wrote y");
+    CHECK(fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    CHECK(fxa_wan_run(plan, &w, NULL, y, y, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_wan_last_error(plan), "NULL") != NULL,
+          "NULL x: '%s'", fxa_wan_last_error(plan));
+    fxa_wan_plan_destroy(plan);
+    free(x);
+    free(y);
+    fxa_wan_weights_free(&w);
+    fxa_wan_weights_free(&part);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s /path/to/fxattn\n", argv[0]);
+        return 2;
+    }
+    fxa_ctx *ctx = NULL;
+    if (fxa_ctx_create(NULL, &ctx) != FXA_OK)
+        return 1;
+    test_cli_bytes(ctx, argv[1]);
+    test_slice_bits();
+    test_errors(ctx);
+    fxa_ctx_destroy(ctx);
+    return test_summary("test_wan_api");
+}
