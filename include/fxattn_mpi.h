@@ -119,7 +119,7 @@ FXA_API void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *plan);
 
 /* What one distributed run did (this rank's view unless said global). */
 typedef struct fxa_mpi_stats {
-    size_t struct_size;
+    size_t struct_size;          /* set by the caller (sizeof); written within it only */
     int64_t rows;                /* global B * Hq * Sq */
     int64_t fallback_rows;       /* global */
     double vmax;                 /* global */

@@ -2,7 +2,7 @@
  * Versioned public structs (fxattn.h, "Conventions"): every one starts with
  * size_t struct_size, and the library accepts any size from the first
  * released version's to the current one. One set of helpers for all of
- * them (fxa_ctx_params, fxa_attn_desc, fxa_attn_args, fxa_attn_stats,
+ * them (fxa_ctx_params, fxa_attn_desc, fxa_attn_args, fxa_attn_stats, fxa_mpi_stats,
  * fxa_mpi_params):
  *  - copy-in: the caller's first struct_size bytes over a struct that holds
  *    the defaults, so fields a smaller (older) struct lacks keep them;
@@ -27,6 +27,8 @@
 #define FXA_ATTN_ARGS_SIZE_0_1 sizeof(fxa_attn_args)
 #define FXA_ATTN_DESC_SIZE_0_1 offsetof(fxa_attn_desc, q_strides)
 #define FXA_ATTN_STATS_SIZE_0_1 offsetof(fxa_attn_stats, keys)
+/* (fxa_mpi_stats: fxattn_mpi.h, which this header does not include.) */
+#define FXA_MPI_STATS_SIZE_0_1 sizeof(fxa_mpi_stats)
 
 /* The caller's struct_size (the first member of every versioned struct). */
 static inline size_t fxa_struct_size_of(const void *s)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "mpi_internal.h"
 #include "ulysses.h"
 
@@ -256,7 +257,7 @@ static fxa_status reduce_stats(fxa_mpi_attn_plan *p, const fxa_attn_stats *sum,
     return FXA_OK;
 }
 
-fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mpi_stats *stats)
+fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mpi_stats *user_stats)
 {
     if (!p)
         return FXA_ERR_INVALID_ARG;
@@ -266,11 +267,18 @@ fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mp
     const double t0 = MPI_Wtime();
     char msg[512] = "";
     m->last_error[0] = '\0';
-    if (stats) {
-        *stats = (fxa_mpi_stats){.struct_size = sizeof *stats};
-        stats->ring_steps = m->ring > 1 ? m->ring : 0;
-    }
-    fxa_status st = check_args(p, a, msg, sizeof msg);
+    /* The statistics gather in `local` and reach the caller's struct within
+     * its struct_size at the end. */
+    fxa_mpi_stats local = {.struct_size = sizeof local};
+    fxa_mpi_stats *stats = user_stats ? &local : NULL;
+    local.ring_steps = m->ring > 1 ? m->ring : 0;
+    fxa_status st =
+        user_stats ? fxa_struct_size_check(fxa_struct_size_of(user_stats), FXA_MPI_STATS_SIZE_0_1,
+                                           sizeof local, "fxa_mpi_stats", msg, sizeof msg)
+                   : FXA_OK;
+    const int stats_ok = user_stats && st == FXA_OK; /* one of unknown size is not written */
+    if (st == FXA_OK)
+        st = check_args(p, a, msg, sizeof msg);
     if (st == FXA_OK && (st = fxa_mpi_plan_buffers(p)) != FXA_OK) {
         fxa_mpi_plan_buffers_free(p);
         snprintf(msg, sizeof msg, "out of memory for the distributed buffers");
@@ -313,7 +321,8 @@ fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mp
     }
     if (st == FXA_OK)
         st = reduce_stats(p, &sum, stats);
-    if (stats)
-        stats->seconds = MPI_Wtime() - t0;
+    local.seconds = MPI_Wtime() - t0;
+    if (stats_ok)
+        fxa_struct_out(user_stats, &local, sizeof local);
     return st;
 }

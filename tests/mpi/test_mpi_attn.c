@@ -143,7 +143,7 @@ static void run_problem(const problem *pr)
     fxa_mpi_attn_plan *plan = NULL;
     fxa_status st = fxa_mpi_attn_plan_create(g_mpi, d, &plan);
     CHECK(st == FXA_OK, "%s: plan: %s", pr->name, fxa_mpi_last_error(g_mpi));
-    fxa_mpi_stats ms;
+    fxa_mpi_stats ms = {.struct_size = sizeof ms};
     const fxa_attn_args a = {.struct_size = sizeof a,
                              .q = q,
                              .k = k,
@@ -151,8 +151,17 @@ static void run_problem(const problem *pr)
                              .out = out,
                              .lse = lse,
                              .row_fallback = fb};
+    /* A stats struct of a size this library does not know is refused (on
+     * every rank: they all pass it) and left as it is. */
+    fxa_mpi_stats bad = {.struct_size = sizeof bad + 8, .rows = -5};
+    st = plan ? fxa_mpi_attn_run(plan, &a, &bad) : FXA_ERR_INVALID_ARG;
+    CHECK(st == FXA_ERR_INVALID_ARG && bad.rows == -5 &&
+              strstr(fxa_mpi_last_error(g_mpi), "fxa_mpi_stats.struct_size") != NULL,
+          "%s: stats of an unknown size: %s, '%s'", pr->name, fxa_status_str(st),
+          fxa_mpi_last_error(g_mpi));
     st = plan ? fxa_mpi_attn_run(plan, &a, &ms) : FXA_ERR_INVALID_ARG;
     CHECK(st == FXA_OK, "%s: run: %s", pr->name, fxa_mpi_last_error(g_mpi));
+    CHECK(ms.struct_size == sizeof ms, "%s: the run changed stats.struct_size", pr->name);
     int n_steps = -1;
     const double *step_c = NULL;
     const double *step_w = NULL;

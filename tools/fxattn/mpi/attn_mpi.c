@@ -125,7 +125,7 @@ static int run(fxt_world *w, const attn_opts *o)
         goto done;
     const fxa_attn_args a = {
         .struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v, .out = out, .lse = lse};
-    fxa_mpi_stats ms;
+    fxa_mpi_stats ms = {.struct_size = sizeof ms};
     double secs[101];
     for (int64_t i = 0; i <= (o->repeats > 1 ? o->repeats : 0); i++) {
         /* With repeats, the first run warms up and the others are timed. */

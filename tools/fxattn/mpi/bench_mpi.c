@@ -174,7 +174,7 @@ int fxt_bench_mpi(const bench_opts *o)
     double step_w_med[256];
     double step_hist[256][MAX_REPEATS];
     double step_whist[256][MAX_REPEATS];
-    fxa_mpi_stats ms;
+    fxa_mpi_stats ms = {.struct_size = sizeof ms};
     for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up and the result check */
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
