@@ -19,7 +19,10 @@ function(fxa_library name)
   target_compile_definitions(${name}_obj PRIVATE _GNU_SOURCE)
   add_library(${name}_static STATIC $<TARGET_OBJECTS:${name}_obj>)
   add_library(${name}_shared SHARED $<TARGET_OBJECTS:${name}_obj>)
-  set_target_properties(${name}_shared PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION 0)
+  # RUNPATH $ORIGIN: an installed prefix (or the Python wheel) finds its own
+  # fxattn libraries wherever it is moved.
+  set_target_properties(${name}_shared PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION 0
+                        INSTALL_RPATH "$ORIGIN")
   foreach(kind static shared)
     set(t ${name}_${kind})
     set_target_properties(${t} PROPERTIES OUTPUT_NAME ${name})

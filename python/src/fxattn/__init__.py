@@ -1,0 +1,63 @@
+"""fxattn: exact fixed-max attention for long-sequence diffusion transformers.
+
+Python bindings of the C libraries (ctypes; no second implementation):
+
+    fxattn.attention(q, k, v, ...)   numpy arrays or torch tensors
+    fxattn.check(q, k, v)            does the fixed-max bound suit these inputs?
+    fxattn.wan                       the Wan2.2 self-attention layer
+    fxattn.diffusers                 an attention processor for diffusers' Wan
+    fxattn.mpi                       context parallelism with mpi4py
+
+Errors raise fxattn.FxattnError subclasses carrying the library's message;
+bad input raises InvalidArgumentError, which is a ValueError.
+"""
+
+import sys as _sys
+
+from ._lib import (
+    FxattnError,
+    FxattnIOError,
+    InvalidArgumentError,
+    MPIError,
+    OutOfMemoryError,
+    PeerTimeoutError,
+    UnsupportedError,
+)
+from ._lib import core as _core
+from .attention import attention
+
+__version__ = "0.2.0"
+#: The C library's version (the same as __version__ in a consistent install).
+library_version = _core.fxa_version().decode()
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (affinity mask and cgroup quota)."""
+    return _core.fxa_available_cpus()
+
+
+def kernel_info(threads=None) -> str:
+    """One line naming the kernel set and tiles a context of `threads` runs."""
+    from ._context import context
+
+    return context(threads).kernel_info
+
+
+# torch users get the custom operator registered at import, outside any
+# torch.compile trace.
+if "torch" in _sys.modules:
+    from . import _torch  # noqa: F401
+
+__all__ = [
+    "FxattnError",
+    "FxattnIOError",
+    "InvalidArgumentError",
+    "MPIError",
+    "OutOfMemoryError",
+    "PeerTimeoutError",
+    "UnsupportedError",
+    "attention",
+    "available_cpus",
+    "kernel_info",
+    "library_version",
+]

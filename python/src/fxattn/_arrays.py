@@ -1,0 +1,92 @@
+"""numpy arrays and torch tensors as the C API sees them: a data pointer, a
+dtype code and element strides, with no copy where the C API can take the
+memory as it is (any non-negative strides with a unit last-axis stride)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _lib
+
+_NUMPY_DTYPES = {"float32": _lib.F32, "bfloat16": _lib.BF16, "float16": _lib.F16}
+DTYPE_NAMES = {_lib.F32: "float32", _lib.BF16: "bfloat16", _lib.F16: "float16"}
+
+
+def torch_module():
+    """torch when it is already imported (a tensor exists only then), else None."""
+    return sys.modules.get("torch")
+
+
+def is_torch(x) -> bool:
+    torch = torch_module()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+@dataclass
+class Operand:
+    """One input tensor: the object kept alive, its dtype code, shape,
+    element strides and data address."""
+
+    obj: object
+    dtype: int
+    shape: tuple
+    strides: tuple
+    ptr: int
+
+
+def _bad(message: str):
+    return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+
+
+def _usable(shape, strides) -> bool:
+    """The C API takes non-negative strides with the last axis contiguous."""
+    return all(s >= 0 for s in strides) and (shape[-1] <= 1 or strides[-1] == 1)
+
+
+def numpy_operand(x, name: str) -> Operand:
+    a = np.asarray(x)
+    code = _NUMPY_DTYPES.get(a.dtype.name)
+    if code is None:
+        raise _bad(f"{name} has dtype {a.dtype.name}; fxattn takes float32, bfloat16 or float16")
+    item = a.itemsize
+    if a.ndim == 0 or any(s % item for s in a.strides) or not _usable(a.shape, [s // item for s in a.strides]):
+        a = np.ascontiguousarray(a)
+    strides = tuple(0 if n == 1 else s // item for n, s in zip(a.shape, a.strides))
+    return Operand(a, code, a.shape, strides, a.ctypes.data)
+
+
+def torch_dtype_code(torch, dtype) -> int | None:
+    return {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}.get(dtype)
+
+
+def torch_operand(t, name: str) -> Operand:
+    torch = torch_module()
+    if t.device.type != "cpu":
+        raise _bad(f"{name} is on {t.device}; fxattn runs on the CPU")
+    code = torch_dtype_code(torch, t.dtype)
+    if code is None:
+        raise _bad(f"{name} has dtype {t.dtype}; fxattn takes torch.float32, torch.bfloat16 or torch.float16")
+    if t.dim() == 0 or not _usable(t.shape, t.stride()):
+        t = t.contiguous()
+    strides = tuple(0 if n == 1 else s for n, s in zip(t.shape, t.stride()))
+    return Operand(t, code, tuple(t.shape), strides, t.data_ptr())
+
+
+def operand(x, name: str) -> Operand:
+    return torch_operand(x, name) if is_torch(x) else numpy_operand(x, name)
+
+
+def dtype_code(dtype) -> int:
+    """The code of a numpy or torch dtype, or of its name ('float32', ...)."""
+    torch = torch_module()
+    if torch is not None and isinstance(dtype, torch.dtype):
+        code = torch_dtype_code(torch, dtype)
+    else:
+        name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+        code = _NUMPY_DTYPES.get(name)
+    if code is None:
+        raise _bad(f"out_dtype {dtype} is not float32, bfloat16 or float16")
+    return code

@@ -1,0 +1,119 @@
+"""Contexts (thread pools) and their cached plans.
+
+One fxa_ctx per thread count, created on first use. The C API allows one
+caller thread per context at a time, so each context has a lock that every
+call holds; calls on contexts of different thread counts run concurrently
+(ctypes releases the GIL). Plans are cached per descriptor (shapes, strides,
+dtypes, options), least recently used first out; one workspace per context
+grows to the largest plan's size.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from . import _lib
+from ._lib import core
+
+_PLAN_CACHE = 16
+
+
+class Plan:
+    """An fxa_attn_plan; destroyed with its context or when evicted."""
+
+    def __init__(self, ctx: "Context", desc: _lib.AttnDesc):
+        handle = ctypes.c_void_p()
+        ws = ctypes.c_size_t()
+        status = core.fxa_attn_plan_create(ctx.handle, ctypes.byref(desc), ctypes.byref(handle), ctypes.byref(ws))
+        _lib.raise_status(status, ctx.last_error())
+        self.handle = handle
+        self.workspace_bytes = ws.value
+        self.desc = desc
+
+    def destroy(self) -> None:
+        if self.handle:
+            core.fxa_attn_plan_destroy(self.handle)
+            self.handle = None
+
+
+class Context:
+    """An fxa_ctx and its plans. Use `with ctx.lock:` around every call."""
+
+    def __init__(self, threads: int):
+        params = _lib.new(_lib.CtxParams, n_threads=threads)
+        handle = ctypes.c_void_p()
+        status = core.fxa_ctx_create(ctypes.byref(params), ctypes.byref(handle))
+        _lib.raise_status(status, core.fxa_ctx_create_error().decode())
+        self.handle = handle
+        self.lock = threading.Lock()
+        self._plans: OrderedDict[bytes, Plan] = OrderedDict()
+        self._workspace = np.empty(0, np.uint8)
+
+    @property
+    def threads(self) -> int:
+        return core.fxa_ctx_threads(self.handle)
+
+    @property
+    def isa(self) -> str:
+        return core.fxa_ctx_isa(self.handle).decode()
+
+    @property
+    def kernel_info(self) -> str:
+        return core.fxa_ctx_kernel_info(self.handle).decode()
+
+    def last_error(self) -> str:
+        return core.fxa_ctx_last_error(self.handle).decode()
+
+    def plan(self, desc: _lib.AttnDesc) -> Plan:
+        """The cached plan of desc, or a new one (caller holds the lock)."""
+        key = bytes(desc)
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._plans.move_to_end(key)
+            return plan
+        plan = Plan(self, desc)
+        self._plans[key] = plan
+        if len(self._plans) > _PLAN_CACHE:
+            self._plans.popitem(last=False)[1].destroy()
+        return plan
+
+    def workspace(self, nbytes: int) -> int:
+        """Address of nbytes of 64-byte aligned scratch (caller holds the lock)."""
+        if nbytes == 0:
+            return 0
+        if self._workspace.nbytes < nbytes + 64:
+            self._workspace = np.empty(nbytes + 64, np.uint8)
+        addr = self._workspace.ctypes.data
+        return addr + (-addr) % 64
+
+    def __del__(self):
+        try:
+            for plan in self._plans.values():
+                plan.destroy()
+            self._plans.clear()
+            if self.handle:
+                core.fxa_ctx_destroy(self.handle)
+                self.handle = None
+        except Exception:  # interpreter shutdown: the process frees it
+            pass
+
+
+_contexts: dict[int, Context] = {}
+_contexts_lock = threading.Lock()
+
+
+def context(threads: int | None) -> Context:
+    """The shared context of `threads` worker threads (None or 0: the CPUs
+    this process may use, fxa_available_cpus())."""
+    n = int(threads or 0)
+    if n < 0:
+        raise _lib.InvalidArgumentError(f"threads must be >= 0, not {n}", _lib.INVALID_ARG)
+    with _contexts_lock:
+        ctx = _contexts.get(n)
+        if ctx is None:
+            ctx = _contexts[n] = Context(n)
+        return ctx

@@ -1,0 +1,211 @@
+"""The C libraries through ctypes: loading, the public structs, statuses.
+
+The structs mirror include/fxattn.h field for field (their layout is checked
+against the C compiler's in tests/test_abi.py). Every versioned struct
+carries struct_size = ctypes.sizeof(...), so a library of another version
+refuses or defaults what it does not know. ctypes releases the GIL for the
+length of every call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import (
+    POINTER,
+    c_char_p,
+    c_double,
+    c_int,
+    c_int64,
+    c_size_t,
+    c_uint16,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+
+# ---- errors -----------------------------------------------------------------
+
+
+class FxattnError(RuntimeError):
+    """A failed fxattn call; .status is the library's fxa_status code."""
+
+    def __init__(self, message: str, status: int = 5):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidArgumentError(FxattnError, ValueError):
+    """Bad shapes, options or input values (FXA_ERR_INVALID_ARG)."""
+
+
+class UnsupportedError(FxattnError, NotImplementedError):
+    """A valid request this build or CPU cannot do (FXA_ERR_UNSUPPORTED)."""
+
+
+class OutOfMemoryError(FxattnError, MemoryError):
+    """FXA_ERR_NO_MEMORY: the plan's workspace exceeds the memory available."""
+
+
+class FxattnIOError(FxattnError, OSError):
+    """FXA_ERR_IO: a file could not be read."""
+
+
+class MPIError(FxattnError):
+    """FXA_ERR_MPI: an MPI call failed."""
+
+
+class PeerTimeoutError(FxattnError, TimeoutError):
+    """FXA_ERR_TIMEOUT: a peer made no progress within the deadline."""
+
+
+OK, INVALID_ARG, UNSUPPORTED, NO_MEMORY, ERR_MPI, INTERNAL, ERR_IO, TIMEOUT = range(8)
+_ERRORS = {
+    INVALID_ARG: InvalidArgumentError,
+    UNSUPPORTED: UnsupportedError,
+    NO_MEMORY: OutOfMemoryError,
+    ERR_MPI: MPIError,
+    ERR_IO: FxattnIOError,
+    TIMEOUT: PeerTimeoutError,
+}
+
+
+def raise_status(status: int, message: str) -> None:
+    """Raise the exception class of a non-zero status with the library's message."""
+    if status == OK:
+        return
+    text = message or core.fxa_status_str(status).decode()
+    raise _ERRORS.get(status, FxattnError)(text, status)
+
+
+# ---- enums (fxattn.h; explicit values, append-only) ---------------------------
+
+F32, BF16, F16 = 0, 1, 2
+LAYOUT_BSHD, LAYOUT_BHSD = 0, 1
+MODE_AUTO, MODE_ONLINE = 0, 1
+COMPUTE_FP32, COMPUTE_BF16 = 0, 1
+
+# ---- structs ------------------------------------------------------------------
+
+
+class CtxParams(ctypes.Structure):
+    _fields_ = [("struct_size", c_size_t), ("n_threads", c_int)]
+
+
+class AttnStrides(ctypes.Structure):
+    _fields_ = [("batch", c_int64), ("token", c_int64), ("head", c_int64)]
+
+
+class AttnDesc(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("batch", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("seq_q", c_int64),
+        ("seq_kv", c_int64),
+        ("head_dim", c_int64),
+        ("layout", c_int),
+        ("dtype", c_int),
+        ("scale", c_double),
+        ("mode", c_int),
+        ("center", c_int),
+        ("compute", c_int),
+        ("heads_per_tile", c_int),
+        ("block_q", c_int),
+        ("q_strides", AttnStrides),
+        ("k_strides", AttnStrides),
+        ("v_strides", AttnStrides),
+        ("o_strides", AttnStrides),
+        ("out_dtype", c_int),
+    ]
+
+
+class AttnStats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("rows", c_int64),
+        ("fallback_rows", c_int64),
+        ("c_min", c_int),
+        ("gate_strict", c_int),
+        ("gate_centered", c_int),
+        ("vmax", c_double),
+        ("max_bound", c_double),
+        ("seconds", c_double),
+        ("keys", c_int64),
+    ]
+
+
+class AttnArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("q", c_void_p),
+        ("k", c_void_p),
+        ("v", c_void_p),
+        ("out", c_void_p),
+        ("lse", c_void_p),
+        ("row_fallback", c_void_p),
+        ("row_bound", c_void_p),
+    ]
+
+
+def new(struct_type, **fields):
+    """A struct of struct_type with struct_size set and the given fields."""
+    s = struct_type(**fields)
+    s.struct_size = ctypes.sizeof(struct_type)
+    return s
+
+
+# ---- loading --------------------------------------------------------------------
+
+
+def _lib_dir() -> Path:
+    """Where the shared libraries are: $FXATTN_LIBRARY_PATH (a build tree's
+    folder holding libfxattn.so), else the wheel's fxattn/lib."""
+    env = os.environ.get("FXATTN_LIBRARY_PATH")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent / "lib"
+
+
+def load(name: str) -> ctypes.CDLL:
+    """Open lib<name>.so.0 from the library folder. By its soname: the file
+    that its fxattn dependents name (found through their RUNPATH, $ORIGIN),
+    so that each library is loaded once."""
+    path = _lib_dir() / f"lib{name}.so.0"
+    if not path.exists():
+        raise ImportError(
+            f"fxattn: {path} not found; install the package with `pip install ./python` "
+            "or point FXATTN_LIBRARY_PATH at a folder holding the built libraries"
+        )
+    return ctypes.CDLL(str(path))
+
+
+def _declare(lib, name, restype, *argtypes):
+    fn = getattr(lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+
+
+core = load("fxattn")
+_d = _declare
+_d(core, "fxa_version", c_char_p)
+_d(core, "fxa_status_str", c_char_p, c_int)
+_d(core, "fxa_available_cpus", c_int)
+_d(core, "fxa_available_memory", c_uint64)
+_d(core, "fxa_ctx_create", c_int, POINTER(CtxParams), POINTER(c_void_p))
+_d(core, "fxa_ctx_destroy", None, c_void_p)
+_d(core, "fxa_ctx_create_error", c_char_p)
+_d(core, "fxa_ctx_threads", c_int, c_void_p)
+_d(core, "fxa_ctx_isa", c_char_p, c_void_p)
+_d(core, "fxa_ctx_kernel_info", c_char_p, c_void_p)
+_d(core, "fxa_ctx_last_error", c_char_p, c_void_p)
+_d(core, "fxa_attn_desc_init", None, POINTER(AttnDesc))
+_d(core, "fxa_attn_plan_create", c_int, c_void_p, POINTER(AttnDesc), POINTER(c_void_p), POINTER(c_size_t))
+_d(core, "fxa_attn_plan_destroy", None, c_void_p)
+_d(core, "fxa_attn_run", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(AttnStats))
+_d(core, "fxa_attn_bounds", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(AttnStats))
+_d(core, "fxa_attn_flops", c_double, POINTER(AttnDesc))
+_d(core, "fxa_f32_to_bf16", c_uint16, ctypes.c_float)
+_d(core, "fxa_bf16_to_f32", ctypes.c_float, c_uint16)
+

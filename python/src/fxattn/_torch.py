@@ -1,0 +1,81 @@
+"""fxattn attention as a torch custom operator, `torch.ops.fxattn.attention`.
+
+The operator has a fake (meta) implementation that gives the outputs'
+shapes and dtypes, so torch.compile traces a call without running it and
+without a graph break. It has no autograd formula (inference only): a
+backward through it raises. Imported by fxattn when torch is.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from . import _arrays, _lib
+from .attention import Options, lse_shape, operands, run
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _out_dtype(q: torch.Tensor, out_dtype: str) -> torch.dtype:
+    return q.dtype if out_dtype == "" else _DTYPES[out_dtype]
+
+
+@torch.library.custom_op("fxattn::attention", mutates_args=(), device_types="cpu")
+def attention_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    layout: str,
+    mode: str,
+    center: bool,
+    compute: str,
+    return_lse: bool,
+    out_dtype: str,
+    threads: int,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fxattn.attention on CPU tensors. scale 0: 1/sqrt(D); out_dtype "":
+    q's dtype; threads 0: the CPUs this process may use. Returns (out, lse),
+    lse empty [0] unless return_lse."""
+    opts = Options(scale, layout, mode, center, compute, threads)
+    qo, ko, vo = operands(q, k, v, layout)
+    dtype = _out_dtype(q, out_dtype)
+    out_code = _arrays.torch_dtype_code(torch, dtype)
+    # fp16 outputs are written as fp32 and rounded once by torch.
+    out = torch.empty(qo.shape, dtype=torch.float32 if out_code == _lib.F16 else dtype)
+    lse = torch.empty(lse_shape(layout, qo.shape) if return_lse else (0,), dtype=torch.float32)
+    run(qo, ko, vo, opts, out_code, out.data_ptr(), lse.data_ptr() if return_lse else None)
+    return out.to(dtype), lse
+
+
+@attention_op.register_fake
+def _(q, k, v, scale, layout, mode, center, compute, return_lse, out_dtype, threads):
+    out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
+    lse = q.new_empty(lse_shape(layout, q.shape) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+def _dtype_name(out_dtype) -> str:
+    if out_dtype is None:
+        return ""
+    return _arrays.DTYPE_NAMES[_arrays.dtype_code(out_dtype)]
+
+
+def attention(q, k, v, opts: Options, return_lse: bool, out_dtype):
+    """fxattn.attention's torch path: one call of the custom operator."""
+    out, lse = torch.ops.fxattn.attention(
+        q,
+        k,
+        v,
+        opts.scale,
+        opts.layout,
+        opts.mode,
+        opts.center,
+        opts.compute,
+        return_lse,
+        _dtype_name(out_dtype),
+        opts.threads,
+    )
+    return (out, lse) if return_lse else out

@@ -1,0 +1,205 @@
+"""fxattn.attention: exact fixed-max attention on numpy arrays and torch tensors."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _arrays, _lib
+from ._context import context
+from ._lib import core
+
+_LAYOUTS = {"bshd": _lib.LAYOUT_BSHD, "bhsd": _lib.LAYOUT_BHSD}
+_MODES = {"auto": _lib.MODE_AUTO, "online": _lib.MODE_ONLINE}
+_COMPUTES = {"fp32": _lib.COMPUTE_FP32, "bf16": _lib.COMPUTE_BF16}
+
+
+def _bad(message: str):
+    return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+
+
+def _choice(name: str, value, table: dict) -> int:
+    if value not in table:
+        raise _bad(f"{name}={value!r}: expected one of {', '.join(map(repr, table))}")
+    return table[value]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The keyword options of attention(), checked once."""
+
+    scale: float  # 0: 1/sqrt(D)
+    layout: str
+    mode: str
+    center: bool
+    compute: str
+    threads: int  # 0: the CPUs this process may use
+
+    @staticmethod
+    def parse(scale, layout, mode, center, compute, threads) -> "Options":
+        _choice("layout", layout, _LAYOUTS)
+        _choice("mode", mode, _MODES)
+        _choice("compute", compute, _COMPUTES)
+        if scale is None:
+            scale = 0.0
+        elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            raise _bad(f"scale must be a positive finite number, not {scale!r}")
+        if threads is None:
+            threads = 0
+        elif not (isinstance(threads, int) and threads >= 1):
+            raise _bad(f"threads must be a positive int or None, not {threads!r}")
+        return Options(float(scale), layout, mode, bool(center), compute, int(threads))
+
+
+def _shapes(layout: str, shape) -> tuple:
+    """(batch, seq, heads, head_dim) of a 4-D shape in layout."""
+    b, x, y, d = shape
+    return (b, x, y, d) if layout == "bshd" else (b, y, x, d)
+
+
+def _strides(layout: str, strides) -> _lib.AttnStrides:
+    b, x, y, _ = strides
+    token, head = (x, y) if layout == "bshd" else (y, x)
+    return _lib.AttnStrides(batch=b, token=token, head=head)
+
+
+def _check(q, k, v, layout: str):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if len(t.shape) != 4:
+            want = "[B, S, H, D]" if layout == "bshd" else "[B, H, S, D]"
+            raise _bad(f"{name} has shape {list(t.shape)}; layout {layout!r} takes 4-D {want}")
+    if tuple(k.shape) != tuple(v.shape):
+        raise _bad(f"k has shape {list(k.shape)} but v has {list(v.shape)}; they must match")
+    if not (q.dtype == k.dtype == v.dtype):
+        names = [_arrays.DTYPE_NAMES[t.dtype] for t in (q, k, v)]
+        raise _bad(f"q, k and v have dtypes {', '.join(names)}; they must match")
+    bq, _, _, dq = _shapes(layout, q.shape)
+    bk, _, _, dk = _shapes(layout, k.shape)
+    if bq != bk:
+        raise _bad(f"q has batch {bq} but k and v have {bk}")
+    if dq != dk:
+        raise _bad(f"q has head_dim {dq} but k and v have {dk}")
+
+
+def _broadcast_safe(op: _arrays.Operand, layout: str) -> _arrays.Operand:
+    """All three strides 0 means 'the layout's preset' to the C API: a
+    broadcast view of one row with more than one row gets copied."""
+    b, s, h, _ = _shapes(layout, op.shape)
+    st = _strides(layout, op.strides)
+    if st.batch == st.token == st.head == 0 and b * s * h > 1:
+        obj = op.obj.contiguous() if _arrays.is_torch(op.obj) else np.ascontiguousarray(op.obj)
+        return _arrays.operand(obj, "")
+    return op
+
+
+def descriptor(q, k, v, opts: Options, out_code: int) -> _lib.AttnDesc:
+    """The fxa_attn_desc of operands q, k, v (checked) with options opts."""
+    _check(q, k, v, opts.layout)
+    b, sq, hq, dim = _shapes(opts.layout, q.shape)
+    _, skv, hkv, _ = _shapes(opts.layout, k.shape)
+    d = _lib.AttnDesc()
+    core.fxa_attn_desc_init(ctypes.byref(d))
+    d.batch, d.heads_q, d.heads_kv, d.seq_q, d.seq_kv, d.head_dim = b, hq, hkv, sq, skv, dim
+    d.layout = _LAYOUTS[opts.layout]
+    d.dtype = q.dtype
+    d.scale = opts.scale
+    d.mode = _MODES[opts.mode]
+    d.center = int(opts.center)
+    d.compute = _COMPUTES[opts.compute]
+    d.q_strides = _strides(opts.layout, q.strides)
+    d.k_strides = _strides(opts.layout, k.strides)
+    d.v_strides = _strides(opts.layout, v.strides)
+    d.out_dtype = _lib.BF16 if out_code == _lib.BF16 else _lib.F32
+    return d
+
+
+def operands(q, k, v, layout: str):
+    """q, k, v as operands the C API takes as they are (copied only when it cannot)."""
+    return tuple(_broadcast_safe(_arrays.operand(t, n), layout) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+
+
+def run(q, k, v, opts: Options, out_code: int, out_ptr: int, lse_ptr: int | None) -> None:
+    """fxa_attn_run on operands into caller memory: out (contiguous, q's shape,
+    fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 or None."""
+    d = descriptor(q, k, v, opts, out_code)
+    ctx = context(opts.threads)
+    with ctx.lock:
+        plan = ctx.plan(d)
+        ws = ctx.workspace(plan.workspace_bytes)
+        args = _lib.new(_lib.AttnArgs, q=q.ptr, k=k.ptr, v=v.ptr, out=out_ptr, lse=lse_ptr)
+        status = core.fxa_attn_run(plan.handle, ctypes.byref(args), ws, None)
+        _lib.raise_status(status, ctx.last_error())
+
+
+def lse_shape(layout: str, q_shape) -> tuple:
+    b, s, h, _ = _shapes(layout, q_shape)
+    return (b, h, s)
+
+
+def _numpy_bf16():
+    try:
+        import ml_dtypes
+    except ImportError as e:
+        raise _lib.UnsupportedError("a bfloat16 numpy output needs the ml_dtypes package", _lib.UNSUPPORTED) from e
+    return ml_dtypes.bfloat16
+
+
+def _attention_numpy(q, k, v, opts: Options, return_lse: bool, out_dtype):
+    qo, ko, vo = operands(q, k, v, opts.layout)
+    out_code = qo.dtype if out_dtype is None else _arrays.dtype_code(out_dtype)
+    if out_code == _lib.BF16:
+        bf16 = qo.obj.dtype if qo.dtype == _lib.BF16 else _numpy_bf16()
+        out = np.empty(qo.shape, np.uint16).view(bf16)
+    else:
+        out = np.empty(qo.shape, np.float32)
+    lse = np.empty(lse_shape(opts.layout, qo.shape), np.float32) if return_lse else None
+    run(qo, ko, vo, opts, out_code, out.ctypes.data, lse.ctypes.data if return_lse else None)
+    if out_code == _lib.F16:
+        out = out.astype(np.float16)
+    return (out, lse) if return_lse else out
+
+
+def attention(
+    q,
+    k,
+    v,
+    *,
+    scale=None,
+    layout="bshd",
+    mode="auto",
+    center=True,
+    compute="fp32",
+    return_lse=False,
+    out_dtype=None,
+    threads=None,
+):
+    """Exact softmax attention softmax(scale q k^T) v, with fixed-max shifts.
+
+    q: [B, Sq, Hq, D] (layout "bshd") or [B, Hq, Sq, D] ("bhsd"); k, v:
+    [B, Skv, Hkv, D] or [B, Hkv, Skv, D], Hq a multiple of Hkv (GQA/MQA).
+    numpy arrays or CPU torch tensors of float32, bfloat16 or float16, all
+    three of one dtype, with any non-negative strides whose last axis is
+    contiguous (a transposed torch view runs without a copy).
+
+    scale: softmax scale (None: 1/sqrt(D)). mode: "auto" (fixed-max, rows
+    that fail the gate run online softmax) or "online". center: virtual key
+    centring. compute: "fp32" (exact to fp32 rounding) or "bf16" (bf16
+    inputs only: bf16 products, P rounded to bf16). out_dtype: the output's
+    dtype (default: the input's, like torch's scaled_dot_product_attention).
+    threads: worker threads (None: the CPUs this process may use).
+
+    Returns the output (q's shape, contiguous, the same kind as q) or, with
+    return_lse=True, (out, lse) where lse [B, Hq, Sq] is the fp32
+    natural-log log-sum-exp of the scaled scores. Raises
+    fxattn.InvalidArgumentError (a ValueError) with the library's message on
+    bad input (shapes, dtypes, NaN or Inf in q, k or v).
+    """
+    opts = Options.parse(scale, layout, mode, center, compute, threads)
+    if _arrays.is_torch(q):
+        from . import _torch
+
+        return _torch.attention(q, k, v, opts, bool(return_lse), out_dtype)
+    return _attention_numpy(q, k, v, opts, bool(return_lse), out_dtype)
