@@ -1,0 +1,69 @@
+"""libfxattn_mpi through ctypes: its structs (mirroring include/fxattn_mpi.h)
+and function declarations, and mpi4py communicators as C MPI_Comm handles.
+
+Importing this module imports mpi4py (which initialises MPI, by default with
+MPI_THREAD_MULTIPLE, enough for the library's MPI_THREAD_FUNNELED need).
+libfxattn_mpi is linked against the same libmpi that mpi4py loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import POINTER, c_char_p, c_double, c_int, c_int64, c_size_t, c_void_p
+
+from mpi4py import MPI
+
+from . import _lib
+
+# MPI_Comm is an int (MPICH) or a pointer (Open MPI): its C size says which.
+MPI_Comm = c_int if MPI._sizeof(MPI.Comm) == ctypes.sizeof(c_int) else c_void_p
+
+
+def comm_handle(comm) -> MPI_Comm:
+    """The C MPI_Comm of an mpi4py communicator (the mpi4py ctypes idiom)."""
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError(f"comm must be an mpi4py MPI.Comm, not {type(comm).__name__}")
+    return MPI_Comm.from_address(MPI._addressof(comm))
+
+
+class MpiParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("ulysses", c_int),
+        ("ring", c_int),
+        ("prefetch", c_int),
+        ("timeout_seconds", c_double),
+    ]
+
+
+class MpiStats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("rows", c_int64),
+        ("fallback_rows", c_int64),
+        ("vmax", c_double),
+        ("max_bound", c_double),
+        ("seconds", c_double),
+        ("a2a_seconds", c_double),
+        ("ring_compute_seconds", c_double),
+        ("ring_wait_seconds", c_double),
+        ("ring_steps", c_int),
+    ]
+
+
+mpi = _lib.load("fxattn_mpi")
+_d = _lib._declare
+_d(mpi, "fxa_mpi_params_init", None, POINTER(MpiParams))
+_d(mpi, "fxa_mpi_default_timeout", c_double)
+_d(mpi, "fxa_mpi_create", c_int, MPI_Comm, c_void_p, POINTER(MpiParams), POINTER(c_void_p))
+_d(mpi, "fxa_mpi_destroy", None, c_void_p)
+_d(mpi, "fxa_mpi_create_error", c_char_p)
+_d(mpi, "fxa_mpi_last_error", c_char_p, c_void_p)
+_d(mpi, "fxa_mpi_rank", c_int, c_void_p)
+_d(mpi, "fxa_mpi_size", c_int, c_void_p)
+_d(mpi, "fxa_mpi_default_threads", c_int, MPI_Comm)
+_d(mpi, "fxa_mpi_shard", None, c_int64, c_int, c_int, POINTER(c_int64), POINTER(c_int64))
+_d(mpi, "fxa_mpi_agree", c_int, c_void_p, c_int, c_char_p)
+_d(mpi, "fxa_mpi_attn_plan_create", c_int, c_void_p, POINTER(_lib.AttnDesc), POINTER(c_void_p))
+_d(mpi, "fxa_mpi_attn_plan_destroy", None, c_void_p)
+_d(mpi, "fxa_mpi_attn_run", c_int, c_void_p, POINTER(_lib.AttnArgs), POINTER(MpiStats))

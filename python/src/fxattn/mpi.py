@@ -1,0 +1,296 @@
+"""fxattn.mpi: context-parallel attention over an mpi4py communicator.
+
+Bindings of libfxattn_mpi (include/fxattn_mpi.h): each rank holds its
+contiguous token shard of q, k and v (fxattn.mpi.shard's split: the first
+S mod P ranks one token longer), the ranks form a U x R grid (rank =
+ring_index * U + ulysses_index: Ulysses all-to-alls within rows of U
+adjacent ranks, the ring along columns of R), and each rank gets its shard
+of the output of the global problem that fxattn.attention would compute on
+one process: bit for bit for pure Ulysses, within fp32 summation order for
+the ring.
+
+Every function here except shard() is collective over the communicator:
+every rank calls it, in the same order, with the same options. A bad
+argument on one rank (a wrong shard length, a dtype, a NaN) raises the same
+exception with the same message on every rank instead of hanging.
+
+Handles (fxa_mpi, one per communicator, grid, prefetch, timeout and thread
+count) and their plans (one per descriptor) are cached; release() frees
+them, collectively.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from . import _arrays, _lib
+from ._context import context
+from ._mpilib import MPI, MpiParams, comm_handle, mpi
+from .attention import Options, descriptor, lse_shape
+
+__all__ = ["attention", "shard", "default_threads", "release"]
+
+_PLAN_CACHE = 16
+_lock = threading.RLock()
+
+
+def shard(n: int, rank: int, size: int) -> tuple:
+    """(start, length) of shard `rank` of n tokens over `size` ranks
+    (fxa_mpi_shard: contiguous, the first n mod size shards one longer). Local."""
+    if not (int(size) >= 1 and 0 <= int(rank) < int(size) and int(n) >= 0):
+        raise _lib.InvalidArgumentError(
+            f"shard({n}, {rank}, {size}): need n >= 0, size >= 1 and 0 <= rank < size", _lib.INVALID_ARG
+        )
+    start, length = ctypes.c_int64(), ctypes.c_int64()
+    mpi.fxa_mpi_shard(int(n), int(size), int(rank), ctypes.byref(start), ctypes.byref(length))
+    return start.value, length.value
+
+
+# ---- handles and plans -------------------------------------------------------
+
+
+class _Handle:
+    """An fxa_mpi on a duplicate of comm, with its plans (LRU)."""
+
+    def __init__(self, comm, ctx, ulysses: int, ring: int, prefetch: int, timeout: float):
+        params = MpiParams()
+        mpi.fxa_mpi_params_init(ctypes.byref(params))
+        params.ulysses, params.ring, params.prefetch, params.timeout_seconds = ulysses, ring, prefetch, timeout
+        handle = ctypes.c_void_p()
+        status = mpi.fxa_mpi_create(comm_handle(comm), ctx.handle, ctypes.byref(params), ctypes.byref(handle))
+        _lib.raise_status(status, mpi.fxa_mpi_create_error().decode())
+        self.comm = comm  # kept alive: the key holds its handle value
+        self.ctx = ctx
+        self.handle = handle
+        self.plans: OrderedDict[bytes, ctypes.c_void_p] = OrderedDict()
+
+    def last_error(self) -> str:
+        return mpi.fxa_mpi_last_error(self.handle).decode()
+
+    def plan(self, desc: _lib.AttnDesc) -> ctypes.c_void_p:
+        """The cached plan of desc or a new one (collective when new: every
+        rank makes the same cache decisions, since all pass the same desc)."""
+        key = bytes(desc)
+        plan = self.plans.get(key)
+        if plan is not None:
+            self.plans.move_to_end(key)
+            return plan
+        plan = ctypes.c_void_p()
+        status = mpi.fxa_mpi_attn_plan_create(self.handle, ctypes.byref(desc), ctypes.byref(plan))
+        _lib.raise_status(status, self.last_error())
+        self.plans[key] = plan
+        if len(self.plans) > _PLAN_CACHE:
+            mpi.fxa_mpi_attn_plan_destroy(self.plans.popitem(last=False)[1])
+        return plan
+
+    def destroy(self) -> None:
+        """Collective (fxa_mpi_destroy frees communicators)."""
+        for plan in self.plans.values():
+            mpi.fxa_mpi_attn_plan_destroy(plan)
+        self.plans.clear()
+        if self.handle:
+            mpi.fxa_mpi_destroy(self.handle)
+            self.handle = None
+
+
+_handles: dict[tuple, _Handle] = {}
+_default_threads: dict[int, int] = {}
+
+
+def _comm_key(comm) -> int:
+    return int(comm_handle(comm).value or 0)
+
+
+def default_threads(comm) -> int:
+    """Collective on the first call per communicator: this rank's share of
+    the node's CPUs (fxa_mpi_default_threads), cached after."""
+    key = _comm_key(comm)
+    with _lock:
+        if key not in _default_threads:
+            _default_threads[key] = int(mpi.fxa_mpi_default_threads(comm_handle(comm)))
+        return _default_threads[key]
+
+
+def release(comm=None) -> None:
+    """Collective: destroy the cached handles and plans of comm (None: all),
+    in the order they were created on every rank. Call before freeing a
+    communicator that attention() used."""
+    key = None if comm is None else _comm_key(comm)
+    with _lock:
+        for k in [k for k in _handles if key is None or k[0] == key]:
+            _handles.pop(k).destroy()
+        if key is None:
+            _default_threads.clear()
+        else:
+            _default_threads.pop(key, None)
+
+
+# ---- attention ---------------------------------------------------------------
+
+
+def _bad(message: str):
+    return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+
+
+def _contiguous(x, name: str) -> _arrays.Operand:
+    """x as a C-contiguous operand: libfxattn_mpi takes no strides."""
+    if _arrays.is_torch(x):
+        return _arrays.operand(x.detach().contiguous(), name)
+    return _arrays.operand(np.ascontiguousarray(x), name)
+
+
+def _check_grid(ulysses, ring, prefetch, timeout, size):
+    if not (isinstance(ulysses, int) and ulysses >= 1):
+        raise _bad(f"ulysses must be a positive int, not {ulysses!r}")
+    if ring is None:
+        ring = size // ulysses if size % ulysses == 0 else 0  # 0: the library says why
+    elif not (isinstance(ring, int) and ring >= 1):
+        raise _bad(f"ring must be a positive int or None, not {ring!r}")
+    if not (isinstance(prefetch, int) and prefetch >= 1):
+        raise _bad(f"prefetch must be a positive int, not {prefetch!r}")
+    if timeout is None:
+        timeout = 0.0
+    elif not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise _bad(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+    return ulysses, ring, prefetch, float(timeout)
+
+
+def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, opts_args, out_dtype):
+    """This rank's checked inputs (local; may raise)."""
+    opts = Options.parse(*opts_args)
+    grid = _check_grid(ulysses, ring, prefetch, timeout, size)
+    ops = tuple(_contiguous(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    d = descriptor(*ops, opts, _lib.F32)  # checks ranks, dtypes, batch, head_dim
+    out_code = ops[0].dtype if out_dtype is None else _arrays.dtype_code(out_dtype)
+    same = dataclasses.replace(opts, threads=0)  # ranks may run different thread counts
+    info = (d.batch, d.heads_q, d.heads_kv, d.head_dim, d.dtype, out_code, same, grid)
+    return opts, grid, ops, d, out_code, info
+
+
+def _agree(comm, local_error, seq_q, seq_kv, info):
+    """One allgather: every rank raises the lowest failing rank's error, or
+    the same shard/shape mismatch message; returns (global Sq, global Skv)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    everyone = comm.allgather((local_error, seq_q, seq_kv, info))
+    for r, (err, *_rest) in enumerate(everyone):
+        if err is not None:
+            cls, status, message = err
+            raise cls(f"rank {r}: {message}", status)
+    sq = sum(e[1] for e in everyone)
+    skv = sum(e[2] for e in everyone)
+    for what, n, i in (("query", sq, 1), ("key/value", skv, 2)):
+        lengths = [e[i] for e in everyone]
+        wanted = [shard(n, r, size)[1] for r in range(size)]
+        if lengths != wanted:
+            r = next(r for r in range(size) if lengths[r] != wanted[r])
+            raise _bad(
+                f"the ranks' {what} shard lengths {lengths} are not fxattn.mpi.shard's split of "
+                f"their sum {n} over {size} ranks, {wanted}: rank {r} holds {lengths[r]} {what} "
+                f"tokens, fxattn.mpi.shard({n}, {r}, {size}) = {shard(n, r, size)}"
+            )
+    names = ("batch", "heads_q", "heads_kv", "head_dim", "dtype", "out_dtype", "options", "grid")
+    for r, e in enumerate(everyone):
+        for name, mine, theirs in zip(names, info, e[3]):
+            if mine != theirs:
+                raise _bad(f"ranks disagree on {name}: rank {rank} has {mine!r}, rank {r} has {theirs!r}")
+    return sq, skv
+
+
+def attention(
+    q,
+    k,
+    v,
+    comm,
+    *,
+    ulysses=1,
+    ring=None,
+    scale=None,
+    layout="bshd",
+    mode="auto",
+    center=True,
+    compute="fp32",
+    return_lse=False,
+    out_dtype=None,
+    threads=None,
+    prefetch=1,
+    timeout=None,
+):
+    """Collective: this rank's shard of attention over the whole sequence.
+
+    q, k, v: this rank's contiguous token shards, as fxattn.attention takes
+    them (layout "bshd" [B, S_r, H, D] or "bhsd" [B, H, S_r, D]; numpy or
+    CPU torch; float32, bfloat16 or float16). The global S is the sum of
+    the ranks' S_r, and S_r must be fxattn.mpi.shard(S, rank, size)[1] (for
+    q and for k/v separately). comm: an mpi4py communicator of P = U * R
+    ranks. ulysses: U; ring: R (None: P // U). prefetch: ring blocks in
+    flight; timeout: seconds without progress from a peer before
+    fxattn.PeerTimeoutError (None: $FXA_MPI_TIMEOUT or 60; after a timeout
+    end the job). threads: worker threads of this rank (None: its share of
+    the node, fxa_mpi_default_threads). Other options as fxattn.attention.
+
+    Returns this rank's output shard (q's shape, out_dtype or q's dtype, the
+    same kind as q) or (out, lse) with lse [B, Hq, S_r] fp32. Inputs are
+    copied when not C-contiguous (the library takes no strides); the library
+    writes fp32 and other output dtypes are rounded once from it. Raises the
+    package's exceptions with the same message on every rank.
+    """
+    comm_handle(comm)  # a TypeError, locally, for a non-communicator
+    size = comm.Get_size()
+    opts_args = (scale, layout, mode, center, compute, threads)
+    local_error, prepared, seq_q, seq_kv, info = None, None, -1, -1, None
+    try:
+        prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, opts_args, out_dtype)
+        _, _, _, d, _, info = prepared
+        seq_q, seq_kv = d.seq_q, d.seq_kv
+    except _lib.FxattnError as e:
+        local_error = (type(e), e.status, str(e))
+    except (TypeError, ValueError) as e:
+        local_error = (_lib.InvalidArgumentError, _lib.INVALID_ARG, f"{type(e).__name__}: {e}")
+    sq, skv = _agree(comm, local_error, seq_q, seq_kv, info)
+    opts, (u, r, pf, to), (qo, ko, vo), d, out_code, _ = prepared
+
+    n_threads = opts.threads or default_threads(comm)
+    ctx = context(n_threads)
+    key = (_comm_key(comm), u, r, pf, to, n_threads)
+    d.seq_q, d.seq_kv = sq, skv
+    zero = _lib.AttnStrides(0, 0, 0)
+    d.q_strides = d.k_strides = d.v_strides = d.o_strides = zero
+    d.out_dtype = _lib.F32
+
+    torch_in = _arrays.is_torch(q)
+    shape_lse = lse_shape(opts.layout, qo.shape)
+    if torch_in:
+        torch = _arrays.torch_module()
+        out = torch.empty(qo.shape, dtype=torch.float32)
+        lse = torch.empty(shape_lse, dtype=torch.float32) if return_lse else None
+        out_ptr, lse_ptr = out.data_ptr(), (lse.data_ptr() if return_lse else None)
+    else:
+        out = np.empty(qo.shape, np.float32)
+        lse = np.empty(shape_lse, np.float32) if return_lse else None
+        out_ptr, lse_ptr = out.ctypes.data, (lse.ctypes.data if return_lse else None)
+
+    with _lock, ctx.lock:
+        h = _handles.get(key)
+        if h is None:
+            h = _handles[key] = _Handle(comm, ctx, u, r, pf, to)
+        plan = h.plan(d)
+        args = _lib.new(_lib.AttnArgs, q=qo.ptr, k=ko.ptr, v=vo.ptr, out=out_ptr, lse=lse_ptr)
+        status = mpi.fxa_mpi_attn_run(plan, ctypes.byref(args), None)
+        _lib.raise_status(status, h.last_error())
+
+    if out_code != _lib.F32:
+        if torch_in:
+            out = out.to(torch.bfloat16 if out_code == _lib.BF16 else torch.float16)
+        elif out_code == _lib.F16:
+            out = out.astype(np.float16)
+        else:
+            from .attention import _numpy_bf16
+
+            out = out.astype(qo.obj.dtype if qo.dtype == _lib.BF16 else _numpy_bf16())
+    return (out, lse) if return_lse else out
+
