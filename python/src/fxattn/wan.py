@@ -1,0 +1,316 @@
+"""fxattn.wan: the Wan2.2 self-attention layer of libfxattn_wan (fxattn_wan.h).
+
+    layer = fxattn.wan.WanSelfAttention.load("Wan2.2-T2V-A14B/high_noise_model", block=0, heads=40)
+    y = layer(x, (frames, height, width))      # x [S, 5120] fp32, S = F H W
+
+One call runs, in C, the fused QKV projection + bias, RMSNorm across heads
+(eps FXA_WAN_EPS = 1e-6), Wan's 3-D RoPE (rotate-half, theta 1e4),
+fixed-max attention and the output projection + bias. Weights come from a
+checkpoint (fxa_wan_weights_load: a .safetensors file, a sharded index or a
+folder, Wan2.2 or diffusers names), from the loader's synthetic generator,
+or from tensors / a diffusers WanAttention (fp32 copies owned by the
+object, Q/K rows permuted from interleaved RoPE pairs to rotate-half as the
+C loader does). Plans are cached per latent grid; the workspace is the
+context's 64-byte aligned numpy buffer. Errors raise fxattn.FxattnError
+subclasses with the library's message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _arrays, _lib
+from . import _wanlib as W
+from ._context import context
+
+__all__ = ["WanSelfAttention", "WanLayerStats", "rope_tables", "synth"]
+
+_ERRLEN = 1024
+_PLAN_CACHE = 8
+
+
+def _bad(message: str):
+    return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+
+
+@dataclass(frozen=True)
+class WanLayerStats:
+    """fxa_wan_stats of one run: seconds per stage, attention rows
+    (heads * S) and the rows computed by online softmax."""
+
+    qkv_seconds: float
+    attention_seconds: float
+    out_seconds: float
+    rows: int
+    fallback_rows: int
+
+
+def synth(seed: int, count: int, stream: int = W.SYNTH_X) -> np.ndarray:
+    """Values 0..count-1 of the loader's generator stream (fxa_wan_synth;
+    stream 0 is the CLI's synthetic x, element token * hidden + channel), fp32."""
+    f = W.wan.fxa_wan_synth
+    return np.fromiter((f(seed, stream, i) for i in range(count)), np.float32, count)
+
+
+def rope_tables(grid, head_dim: int):
+    """Wan's rotate-half RoPE tables of grid (frames, height, width): cos, sin
+    [S, head_dim] fp32 numpy arrays (fxa_wan_rope_tables, theta 1e4)."""
+    f, h, w = (int(g) for g in grid)
+    cs = np.empty((f * h * w, head_dim), np.float32)
+    sn = np.empty_like(cs)
+    st = W.proj.fxa_wan_rope_tables(f, h, w, head_dim, W.ROPE_THETA, cs.ctypes.data, sn.ctypes.data)
+    _lib.raise_status(st, f"no Wan RoPE tables for grid {f} x {h} x {w} and head_dim {head_dim}")
+    return cs, sn
+
+
+def _rotate_half_rows(heads: int, head_dim: int) -> np.ndarray:
+    """Row order of the rotate-half layout: lane i of each head takes the
+    interleaved lane 2i (i < d/2) or 2(i - d/2) + 1 (fxa_rope_interleaved_to_half)."""
+    lanes = np.concatenate([np.arange(0, head_dim, 2), np.arange(1, head_dim, 2)])
+    return (np.arange(heads)[:, None] * head_dim + lanes[None, :]).reshape(-1)
+
+
+def _f32(t, name: str) -> np.ndarray:
+    """A torch tensor or array as a contiguous fp32 numpy copy."""
+    if _arrays.is_torch(t):
+        t = t.detach().to("cpu").float().numpy()
+    a = np.array(t, dtype=np.float32, copy=True, order="C")
+    if not np.all(np.isfinite(a)):
+        raise _bad(f"{name} holds a NaN or an infinity")
+    return a
+
+
+def _fptr(a):
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if a is not None else None
+
+
+class WanSelfAttention:
+    """One Wan self-attention layer (all heads) on the CPU.
+
+    Build with load(), synthetic(), from_tensors() or from_module(); call
+    layer(x, grid). Attributes: hidden, heads, head_dim, fp8 (E4M3 QKV
+    weights), threads, last_stats (WanLayerStats of the last run, or None).
+    One run at a time per context (calls hold the context's lock).
+    """
+
+    def __init__(self, weights: W.WanWeights, owned, loaded: bool, threads):
+        # Private: use the constructors below.
+        self._w = weights
+        self._owned = owned  # numpy arrays the struct points into
+        self._loaded = loaded  # weights allocated by fxa_wan_weights_load
+        self._ctx = context(threads)
+        self._plans: OrderedDict[tuple, tuple] = OrderedDict()
+        self.last_stats: WanLayerStats | None = None
+
+    # ---- constructors --------------------------------------------------
+
+    @classmethod
+    def _from_loader(cls, path, heads, block, fp8, rope_half, seed, hidden, threads):
+        p = W.WanLoadParams()
+        W.wan.fxa_wan_load_params_init(ctypes.byref(p))
+        p.block, p.heads, p.rope_half, p.fp8 = int(block), int(heads), int(bool(rope_half)), int(bool(fp8))
+        p.seed, p.hidden = int(seed), int(hidden)
+        w = W.WanWeights()
+        err = ctypes.create_string_buffer(_ERRLEN)
+        cpath = None if path is None else os.fsencode(os.fspath(path))
+        st = W.wan.fxa_wan_weights_load(cpath, ctypes.byref(p), ctypes.byref(w), err, _ERRLEN)
+        _lib.raise_status(st, err.value.decode(errors="replace"))
+        return cls(w, None, True, threads)
+
+    @classmethod
+    def load(cls, path, block: int = 0, heads: int = 40, fp8: bool = False, rope_half: bool = False, threads=None):
+        """The self-attention of transformer block `block` of checkpoint
+        `path` (a .safetensors file, an index .json or a folder; Wan2.2
+        names blocks.N.self_attn.* or diffusers names blocks.N.attn1.*),
+        `heads` heads. fp8: QKV weights quantised to E4M3 (F8_E4M3
+        checkpoints stay as they are). rope_half: Q/K rows already in
+        rotate-half order (default: interleaved pairs, permuted at load).
+        threads: worker threads (None: the CPUs available). Raises
+        FxattnIOError (unreadable file) or InvalidArgumentError (missing or
+        malformed tensor, bad heads) with the library's message."""
+        return cls._from_loader(path, heads, block, fp8, rope_half, 0, 0, threads)
+
+    @classmethod
+    def synthetic(cls, hidden: int, heads: int, seed: int = 0, fp8: bool = False, threads=None):
+        """The loader's deterministic synthetic weights (the CLI's `fxattn
+        layer --seed`): W ~ N(0,1)/sqrt(hidden), biases ~ 0.1 N(0,1), gammas
+        ~ 1 + 0.2 N(0,1), already in rotate-half order."""
+        return cls._from_loader(None, heads, 0, fp8, False, seed, hidden, threads)
+
+    @classmethod
+    def from_tensors(cls, q, k, v, o, norm_q, norm_k, heads: int, rope_half: bool = False, threads=None):
+        """A layer from PyTorch-layout tensors (torch or numpy, any float
+        dtype): q, k, v, o are (weight [hidden, hidden], bias [hidden])
+        pairs, norm_q / norm_k the RMSNorm gains [hidden]. The object owns
+        fp32 copies (4 hidden^2 + 6 hidden floats); Q/K rows and gains are
+        permuted from interleaved RoPE pairs to rotate-half unless
+        rope_half."""
+        (qw, qb), (kw, kb), (vw, vb), (ow, ob) = ((_f32(a, n + ".weight"), _f32(b, n + ".bias")) for n, (a, b) in zip("qkvo", (q, k, v, o)))
+        gq, gk = _f32(norm_q, "norm_q"), _f32(norm_k, "norm_k")
+        hidden = qw.shape[1] if qw.ndim == 2 else -1
+        heads = int(heads)
+        if heads < 1 or hidden < 1 or hidden % heads:
+            raise _bad(f"{heads} heads do not divide the hidden size {hidden}")
+        shapes = {"q.weight": qw, "k.weight": kw, "v.weight": vw, "o.weight": ow}
+        for name, a in shapes.items():
+            if a.shape != (hidden, hidden):
+                raise _bad(f"{name} has shape {list(a.shape)}, expected [{hidden}, {hidden}]")
+        for name, a in {"q.bias": qb, "k.bias": kb, "v.bias": vb, "o.bias": ob, "norm_q": gq, "norm_k": gk}.items():
+            if a.shape != (hidden,):
+                raise _bad(f"{name} has shape {list(a.shape)}, expected [{hidden}]")
+        head_dim = hidden // heads
+        if not rope_half:
+            if head_dim % 2:
+                raise _bad(f"head_dim {head_dim} is odd: no RoPE pairs")
+            rows = _rotate_half_rows(heads, head_dim)
+            qw, kw, qb, kb, gq, gk = (a[rows] for a in (qw, kw, qb, kb, gq, gk))
+        qkv = np.ascontiguousarray(np.concatenate([qw, kw, vw]))
+        qkv_b = np.ascontiguousarray(np.concatenate([qb, kb, vb]))
+        gq, gk = np.ascontiguousarray(gq), np.ascontiguousarray(gk)
+        w = W.WanWeights(hidden=hidden, heads=heads, head_dim=head_dim, head_begin=0, head_count=heads)
+        w.qkv = W.WanLinear(format=W.PROJ_W_F32, rows=3 * hidden, cols=hidden, w=qkv.ctypes.data, scales=None, bias=_fptr(qkv_b))
+        w.o = W.WanLinear(format=W.PROJ_W_F32, rows=hidden, cols=hidden, w=ow.ctypes.data, scales=None, bias=_fptr(ob))
+        w.gamma_q, w.gamma_k = _fptr(gq), _fptr(gk)
+        return cls(w, (qkv, qkv_b, ow, ob, gq, gk), False, threads)
+
+    @classmethod
+    def from_module(cls, attn, threads=None):
+        """A layer from a diffusers WanAttention self-attention module
+        (to_q, to_k, to_v, to_out[0], norm_q, norm_k; interleaved RoPE
+        pairs as diffusers uses them): fp32 copies of its weights. The
+        layer's RMSNorm eps is FXA_WAN_EPS (1e-6); a module whose norm_q
+        eps differs raises InvalidArgumentError."""
+        if getattr(attn, "add_k_proj", None) is not None or getattr(attn, "is_cross_attention", False):
+            raise _bad("from_module takes a self-attention WanAttention (attn1), not a cross-attention one")
+        for name in ("norm_q", "norm_k"):
+            norm = getattr(attn, name)
+            eps = getattr(norm, "eps", None)
+            if eps is None or abs(eps - W.EPS) > 1e-12 or getattr(norm, "weight", None) is None:
+                raise _bad(f"{name} is not an RMSNorm with eps {W.EPS} and a gain (eps {eps})")
+        lin = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
+        return cls.from_tensors(*((m.weight, m.bias) for m in lin), attn.norm_q.weight, attn.norm_k.weight, attn.heads, False, threads)
+
+    # ---- properties ------------------------------------------------------
+
+    @property
+    def hidden(self) -> int:
+        return self._w.hidden
+
+    @property
+    def heads(self) -> int:
+        return self._w.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self._w.head_dim
+
+    @property
+    def fp8(self) -> bool:
+        return self._w.qkv.format == W.PROJ_W_E4M3
+
+    @property
+    def threads(self) -> int:
+        return self._ctx.threads
+
+    def _desc(self, grid) -> W.WanDesc:
+        try:
+            f, h, w = (int(g) for g in grid)
+        except (TypeError, ValueError):
+            raise _bad(f"grid must be (frames, height, width), not {grid!r}") from None
+        d = W.WanDesc()
+        W.wan.fxa_wan_desc_init(ctypes.byref(d))
+        d.frames, d.height, d.width = f, h, w
+        d.heads, d.head_dim = self.heads, self.head_dim
+        return d
+
+    def flops(self, grid) -> float:
+        """FLOPs of one run on grid: 8 S hidden^2 + the attention's 4 S^2 hidden."""
+        return W.wan.fxa_wan_flops(ctypes.byref(self._desc(grid)))
+
+    def _plan(self, d: W.WanDesc):
+        """The cached plan of d's grid (caller holds the context's lock)."""
+        key = (d.frames, d.height, d.width)
+        hit = self._plans.get(key)
+        if hit is not None:
+            self._plans.move_to_end(key)
+            return hit
+        handle, ws = ctypes.c_void_p(), ctypes.c_size_t()
+        err = ctypes.create_string_buffer(_ERRLEN)
+        st = W.wan.fxa_wan_plan_create(self._ctx.handle, ctypes.byref(d), ctypes.byref(handle), ctypes.byref(ws), err, _ERRLEN)
+        _lib.raise_status(st, err.value.decode(errors="replace"))
+        hit = self._plans[key] = (handle, ws.value)
+        if len(self._plans) > _PLAN_CACHE:
+            W.wan.fxa_wan_plan_destroy(self._plans.popitem(last=False)[1][0])
+        return hit
+
+    # ---- running -----------------------------------------------------------
+
+    def __call__(self, x, grid):
+        """y = the layer on x: [S, hidden] or [1, S, hidden] float32 (a numpy
+        array or a CPU torch tensor; copied only when not contiguous), S =
+        frames * height * width of grid (tokens in (f, h, w) raster order).
+        Returns y of x's shape and kind, float32; sets last_stats. Raises
+        InvalidArgumentError for a bad shape, dtype or grid, or a NaN/Inf in
+        x (the library's message)."""
+        d = self._desc(grid)
+        s = d.frames * d.height * d.width
+        torch = _arrays.torch_module() if _arrays.is_torch(x) else None
+        shape = tuple(x.shape)
+        ok_shape = len(shape) in (2, 3) and shape[-1] == self.hidden and shape[-2] == s and (len(shape) == 2 or shape[0] == 1)
+        if not ok_shape:
+            raise _bad(
+                f"x has shape {list(shape)}; the layer takes [S, {self.hidden}] or [1, S, {self.hidden}] "
+                f"with S = {d.frames} x {d.height} x {d.width} = {s}"
+            )
+        if torch is not None:
+            if x.device.type != "cpu" or x.dtype != torch.float32:
+                raise _bad(f"x is {x.dtype} on {x.device}; the layer takes torch.float32 on the CPU")
+            x = x.detach().contiguous()
+            y = torch.empty(shape, dtype=torch.float32)
+            xp, yp = x.data_ptr(), y.data_ptr()
+        else:
+            x = np.asarray(x)
+            if x.dtype != np.float32:
+                raise _bad(f"x has dtype {x.dtype}; the layer takes float32")
+            x = np.ascontiguousarray(x)
+            y = np.empty(shape, np.float32)
+            xp, yp = x.ctypes.data, y.ctypes.data
+        stats = _lib.new(W.WanStats)
+        ctx = self._ctx
+        with ctx.lock:
+            plan, nbytes = self._plan(d)
+            ws = ctx.workspace(nbytes)
+            st = W.wan.fxa_wan_run(plan, ctypes.byref(self._w), xp, yp, ws, ctypes.byref(stats))
+            if st != _lib.OK:
+                _lib.raise_status(st, W.wan.fxa_wan_last_error(plan).decode(errors="replace"))
+        self.last_stats = WanLayerStats(stats.qkv_seconds, stats.attention_seconds, stats.out_seconds, stats.rows, stats.fallback_rows)
+        return y
+
+    run = __call__
+
+    def close(self) -> None:
+        """Free the plans and the loader's weights (also done when collected)."""
+        ctx = getattr(self, "_ctx", None)
+        for handle, _ in getattr(self, "_plans", {}).values():
+            W.wan.fxa_wan_plan_destroy(handle)
+        if ctx is not None:
+            self._plans.clear()
+        if getattr(self, "_loaded", False):
+            W.wan.fxa_wan_weights_free(ctypes.byref(self._w))
+            self._loaded = False
+        self._w = W.WanWeights()
+        self._owned = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        return f"WanSelfAttention(hidden={self.hidden}, heads={self.heads}, head_dim={self.head_dim}, fp8={self.fp8})"
