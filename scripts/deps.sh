@@ -7,7 +7,8 @@
 # requirement still missing afterwards is named and the script exits 1
 # before CMake runs.
 #
-#   scripts/deps.sh          what the build and the demo need
+#   scripts/deps.sh          what the build, the demo and the Python
+#                            package's virtual environment need
 #   scripts/deps.sh --test   also what the test suite needs (clang with
 #                            libFuzzer for the fuzz targets, clang-format
 #                            for the format check, python3 for the
@@ -41,13 +42,13 @@ reqs=(
     "OpenBLAS library (libopenblas.so)|libopenblas-dev|ls $lib/libopenblas.so"
     "OpenBLAS's own cblas.h (openblas_config.h beside it)|libopenblas-dev|ls $inc/openblas*/openblas_config.h $inc/openblas*/cblas.h"
     "oneDNN library and header (libdnnl.so, dnnl.h)|libdnnl-dev|ls $lib/libdnnl.so && test -e /usr/include/oneapi/dnnl/dnnl.h"
+    "python3 with venv and ensurepip (the Python package's environment)|python3-venv|python3 -c 'import venv, ensurepip'"
 )
 if [ "$with_tests" = 1 ]; then
     reqs+=(
         "clang (the fuzz targets)|clang|command -v clang"
         "clang-format 14 (the format check)|clang-format|command -v clang-format"
         "libFuzzer runtime (libclang_rt.fuzzer)|libclang-rt-14-dev|ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
-        "python3 (test helpers)|python3|command -v python3"
         "debootstrap (fresh-machine check)|debootstrap|command -v debootstrap"
         "ip (test hosts in network namespaces)|iproute2|command -v ip"
     )

@@ -3,7 +3,8 @@
 # a minimal Debian 12 root (debootstrap --variant=minbase), a clone of this
 # checkout's HEAD in it, and `./scripts/demo.sh` run there under chroot
 # (with /proc, /sys, /dev and /dev/pts mounted). The run must install what
-# it needs itself and end with the demo's table.
+# it needs itself and end with the demo's table and the Python package's
+# call from .venv.
 #
 #   scripts/fresh_machine.sh [VARIANT ...]      (default: libblas-dev)
 #
@@ -124,9 +125,17 @@ mount_into() { # mount_into TARGET mount-args...
 # A command inside the root, under a deadline (so that this script, not an
 # outer timeout that kills it outright, ends a stuck run and cleans up), in
 # the background so that a signal reaches the traps at once.
+# The host's pip settings travel with its resolv.conf (the network's, not
+# the project's): PIP_* variables, with a CA bundle that PIP_CERT names
+# copied in (a registry that re-signs TLS), so that the demo's
+# `pip install ./python` reaches PyPI from the root as from the host.
+pip_env=()
+while IFS= read -r line; do
+    case "$line" in PIP_CERT=*) pip_env+=("PIP_CERT=/etc/fxa-host-pip-ca.crt") ;; *) pip_env+=("$line") ;; esac
+done < <(env | grep '^PIP_[A-Z_]*=' || true)
 in_chroot() {
     timeout -k 10 "$limit" chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
-        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@" &
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${pip_env[@]}" "$@" &
     wait $!
 }
 
@@ -138,6 +147,7 @@ run_variant() {
     mkdir "$root"
     tar -C "$root" -xf "$tarball"
     cp /etc/resolv.conf "$root/etc/resolv.conf"
+    [ -z "${PIP_CERT:-}" ] || cp "$PIP_CERT" "$root/etc/fxa-host-pip-ca.crt"
     printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d" # no daemons start
     chmod +x "$root/usr/sbin/policy-rc.d"
     mount_into "$root/proc" -t proc proc
@@ -182,6 +192,11 @@ run_variant() {
     if ! grep -q "^mode  *time (s)  *GFLOP/s" "$log" || ! grep -q "^fixed-max (auto) " "$log" ||
         ! grep -q "^online softmax " "$log" || ! grep -q "^fp64 exact max " "$log"; then
         echo "fresh_machine.sh: FAIL [$v]: no demo table in the output (log: $log)"
+        return 1
+    fi
+    # Then the Python package, installed into .venv, called once.
+    if ! grep -q "^python: fxattn .* in .venv: attention (1, 256, 8, 64) float32, lse (1, 8, 256)" "$log"; then
+        echo "fresh_machine.sh: FAIL [$v]: the Python package did not run from .venv (log: $log)"
         return 1
     fi
     # With the reference BLAS there, OpenBLAS must still have been missing.

@@ -2,15 +2,23 @@
 # Install dependencies, then build and run the whole suite with CTest three
 # ways: the test configuration (optimised, assertions on, warnings are
 # errors; it includes the fresh-machine check, scripts/fresh_machine.sh, as
-# the test labelled `fresh`), the same under AddressSanitizer +
-# UndefinedBehaviorSanitizer, and the threaded tests under ThreadSanitizer.
+# the test labelled `fresh`, and the Python package's pytest files, label
+# `python`, on the package installed with every extra in .venv), the same
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded
+# tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test
 jobs="$(nproc)"
 export FUZZ_REQUIRE_CLANG=1 # a missing libFuzzer fails the run instead of skipping
 
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFXA_WERROR=ON
+# The Python package with all its extras (torch, diffusers, mpi4py) and the
+# test tools, as a user installs it.
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install --quiet "./python[torch,diffusers,mpi,test]"
+
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFXA_WERROR=ON \
+      -DFXA_PYTHON="$PWD/.venv/bin/python"
 cmake --build build-test -j "$jobs"
 ctest --test-dir build-test --output-on-failure -j "$jobs"
 

@@ -1,7 +1,8 @@
 """The C libraries through ctypes: loading, the public structs, statuses.
 
-The structs mirror include/fxattn.h field for field (their layout is checked
-against the C compiler's in tests/test_abi.py). Every versioned struct
+The structs mirror include/fxattn.h field for field; each names its C type
+in _c_name_, and tests/test_abi.py checks every such struct of the package
+against the C compiler's sizeof and offsetof. Every versioned struct
 carries struct_size = ctypes.sizeof(...), so a library of another version
 refuses or defaults what it does not know. ctypes releases the GIL for the
 length of every call.
@@ -89,14 +90,17 @@ COMPUTE_FP32, COMPUTE_BF16 = 0, 1
 
 
 class CtxParams(ctypes.Structure):
+    _c_name_ = "fxa_ctx_params"
     _fields_ = [("struct_size", c_size_t), ("n_threads", c_int)]
 
 
 class AttnStrides(ctypes.Structure):
+    _c_name_ = "fxa_attn_strides"
     _fields_ = [("batch", c_int64), ("token", c_int64), ("head", c_int64)]
 
 
 class AttnDesc(ctypes.Structure):
+    _c_name_ = "fxa_attn_desc"
     _fields_ = [
         ("struct_size", c_size_t),
         ("batch", c_int64),
@@ -122,6 +126,7 @@ class AttnDesc(ctypes.Structure):
 
 
 class AttnStats(ctypes.Structure):
+    _c_name_ = "fxa_attn_stats"
     _fields_ = [
         ("struct_size", c_size_t),
         ("rows", c_int64),
@@ -137,6 +142,7 @@ class AttnStats(ctypes.Structure):
 
 
 class AttnArgs(ctypes.Structure):
+    _c_name_ = "fxa_attn_args"
     _fields_ = [
         ("struct_size", c_size_t),
         ("q", c_void_p),

@@ -96,8 +96,7 @@ def _broadcast_safe(op: _arrays.Operand, layout: str) -> _arrays.Operand:
 
 
 def descriptor(q, k, v, opts: Options, out_code: int) -> _lib.AttnDesc:
-    """The fxa_attn_desc of operands q, k, v (checked) with options opts."""
-    _check(q, k, v, opts.layout)
+    """The fxa_attn_desc of operands q, k, v (from operands()) with options opts."""
     b, sq, hq, dim = _shapes(opts.layout, q.shape)
     _, skv, hkv, _ = _shapes(opts.layout, k.shape)
     d = _lib.AttnDesc()
@@ -117,8 +116,11 @@ def descriptor(q, k, v, opts: Options, out_code: int) -> _lib.AttnDesc:
 
 
 def operands(q, k, v, layout: str):
-    """q, k, v as operands the C API takes as they are (copied only when it cannot)."""
-    return tuple(_broadcast_safe(_arrays.operand(t, n), layout) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    """q, k, v as checked operands the C API takes as they are (copied only
+    when it cannot)."""
+    ops = tuple(_arrays.operand(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    _check(*ops, layout)
+    return tuple(_broadcast_safe(op, layout) for op in ops)
 
 
 def run(q, k, v, opts: Options, out_code: int, out_ptr: int, lse_ptr: int | None) -> None:

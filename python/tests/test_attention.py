@@ -1,0 +1,218 @@
+"""fxattn.attention on numpy arrays: against an fp64 reference, options,
+strides, dtypes and errors.
+
+Tolerances. fp32 compute is exact to fp32 rounding: each output is a
+normalised sum of Skv products, so its error is a few ulps of max|v| times
+a slowly growing factor of Skv (the C suite's bound); at the sizes here
+(Skv <= 300) the errors seen are below 1e-6 max|v|, and FP32_TOL = 2^-16
+max|v| leaves a 10x margin while catching any wrong shift, scale, head
+mapping or stride (those give errors of order max|v|). A bf16 or fp16
+output adds one rounding of the output: 2^-8 (bf16) or 2^-11 (fp16)
+relative to |out| (half an ulp, with margin).
+"""
+
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fxattn
+from fxattn import _arrays
+
+FP32_TOL = 2.0**-16
+
+
+def reference(q, k, v, scale=None, layout="bshd", lse=False):
+    """fp64 softmax(scale q k^T) v with GQA, in q's layout, and the LSE [B, H, S]."""
+    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+    if layout == "bshd":
+        q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
+    hq, hkv = q.shape[1], k.shape[1]
+    k = np.repeat(k, hq // hkv, axis=1)
+    v = np.repeat(v, hq // hkv, axis=1)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * q @ k.transpose(0, 1, 3, 2)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - m)
+    out = (p @ v) / p.sum(axis=-1, keepdims=True)
+    lse_v = (m + np.log(p.sum(axis=-1, keepdims=True)))[..., 0]
+    if layout == "bshd":
+        out = out.transpose(0, 2, 1, 3)
+    return (out, lse_v) if lse else out
+
+
+def make(shape_q, shape_kv, seed=0, dtype=np.float32, spread=1.0):
+    rng = np.random.default_rng(seed)
+    q = (spread * rng.standard_normal(shape_q)).astype(dtype)
+    k = (spread * rng.standard_normal(shape_kv)).astype(dtype)
+    v = rng.standard_normal(shape_kv).astype(dtype)
+    return q, k, v
+
+
+def max_err(out, ref, v):
+    return float(np.abs(np.asarray(out, np.float64) - ref).max() / np.abs(np.asarray(v, np.float64)).max())
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (6, 1)])
+def test_fp32_matches_fp64(layout, hq, hkv):
+    if layout == "bshd":
+        q, k, v = make((2, 70, hq, 32), (2, 300, hkv, 32), seed=hq + hkv)
+    else:
+        q, k, v = make((2, hq, 70, 32), (2, hkv, 300, 32), seed=hq + hkv)
+    out = fxattn.attention(q, k, v, layout=layout)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == q.shape
+    assert max_err(out, reference(q, k, v, layout=layout), v) < FP32_TOL
+
+
+def test_lse_and_scale():
+    q, k, v = make((1, 50, 3, 16), (1, 90, 3, 16), seed=3)
+    out, lse = fxattn.attention(q, k, v, scale=0.3, return_lse=True)
+    ref, ref_lse = reference(q, k, v, scale=0.3, lse=True)
+    assert lse.dtype == np.float32 and lse.shape == (1, 3, 50)
+    assert max_err(out, ref, v) < FP32_TOL
+    # The LSE is a log of a sum of Skv terms: fp32 rounding of values ~ |lse|.
+    assert np.abs(lse - ref_lse).max() < FP32_TOL * max(1.0, np.abs(ref_lse).max())
+
+
+@pytest.mark.parametrize("mode,center", [("auto", True), ("auto", False), ("online", True)])
+def test_modes_agree_with_reference(mode, center):
+    # Large norms: some rows fail the gate and run online softmax in "auto".
+    q, k, v = make((1, 64, 2, 64), (1, 128, 2, 64), seed=5, spread=6.0)
+    out = fxattn.attention(q, k, v, mode=mode, center=center)
+    assert max_err(out, reference(q, k, v), v) < FP32_TOL
+
+
+def test_threads_bit_identical():
+    q, k, v = make((1, 600, 2, 32), (1, 600, 2, 32), seed=7)
+    a = fxattn.attention(q, k, v, threads=1)
+    b = fxattn.attention(q, k, v, threads=2)
+    assert a.tobytes() == b.tobytes()
+
+
+def test_strided_views_run_without_copy_and_same_bits():
+    q, k, v = make((1, 40, 8, 32), (1, 60, 8, 32), seed=9)
+    # Every second head: a strided view (head stride 64 elements), no copy.
+    qs, ks, vs = q[:, :, ::2], k[:, :, ::2], v[:, :, ::2]
+    op = _arrays.operand(qs, "q")
+    assert op.ptr == qs.ctypes.data and op.strides == (0, 8 * 32, 64, 1)  # batch 1: stride unused
+    strided = fxattn.attention(qs, ks, vs)
+    dense = fxattn.attention(*(np.ascontiguousarray(t) for t in (qs, ks, vs)))
+    assert strided.tobytes() == dense.tobytes()
+    # A BHSD view of BSHD memory (transpose, no copy) gives the same bits too.
+    bhsd = fxattn.attention(*(t.transpose(0, 2, 1, 3) for t in (qs, ks, vs)), layout="bhsd")
+    assert bhsd.transpose(0, 2, 1, 3).tobytes() == dense.tobytes()
+
+
+def test_non_unit_last_stride_is_copied_and_right():
+    q, k, v = make((1, 20, 2, 64), (1, 30, 2, 64), seed=11)
+    qs, ks, vs = q[..., ::2], k[..., ::2], v[..., ::2]
+    assert _arrays.operand(qs, "q").ptr != qs.ctypes.data  # a copy: the C API needs dim stride 1
+    out = fxattn.attention(qs, ks, vs)
+    assert max_err(out, reference(qs, ks, vs), vs) < FP32_TOL
+
+
+def test_broadcast_row_is_not_taken_for_a_preset():
+    q, k, v = make((1, 1, 1, 16), (1, 1, 1, 16), seed=12)
+    qb = np.broadcast_to(q, (1, 5, 3, 16))  # all strides 0
+    kb, vb = np.broadcast_to(k, (1, 7, 3, 16)), np.broadcast_to(v, (1, 7, 3, 16))
+    out = fxattn.attention(qb, kb, vb)
+    assert max_err(out, reference(qb, kb, vb), vb) < FP32_TOL
+
+
+def test_float16_inputs_and_output():
+    q, k, v = make((1, 33, 2, 16), (1, 65, 2, 16), seed=13, dtype=np.float16)
+    out = fxattn.attention(q, k, v)
+    assert out.dtype == np.float16
+    ref = reference(q, k, v)  # of the fp16 values, widened exactly
+    assert np.all(np.abs(out - ref) <= 2.0**-11 * np.abs(ref) + FP32_TOL * np.abs(v.astype(float)).max())
+    out32 = fxattn.attention(q, k, v, out_dtype=np.float32)
+    assert out32.dtype == np.float32 and max_err(out32, ref, v) < FP32_TOL
+
+
+def test_bfloat16_numpy():
+    bf16 = ml_dtypes.bfloat16
+    q, k, v = (t.astype(bf16) for t in make((1, 40, 2, 32), (1, 50, 2, 32), seed=14))
+    out = fxattn.attention(q, k, v)
+    assert out.dtype == bf16
+    ref = reference(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32))
+    out32 = fxattn.attention(q, k, v, out_dtype="float32")
+    assert max_err(out32, ref, v.astype(np.float32)) < FP32_TOL
+    # The bf16 output is the fp32 output rounded once to nearest even.
+    assert out.tobytes() == out32.astype(bf16).tobytes()
+
+
+def test_bf16_compute_error_budget():
+    q, k, v = (t.astype(ml_dtypes.bfloat16) for t in make((1, 64, 2, 64), (1, 256, 2, 64), seed=15))
+    out = fxattn.attention(q, k, v, compute="bf16", out_dtype="float32")
+    ref = reference(*(t.astype(np.float32) for t in (q, k, v)))
+    # bf16 products and P rounded to bf16: at most about 2^-7 max|v| (docs/numerics.md).
+    assert max_err(out, ref, v.astype(np.float32)) < 2.0**-7
+
+
+def test_concurrent_calls_from_threads():
+    q, k, v = make((1, 300, 2, 32), (1, 300, 2, 32), seed=16)
+    want = fxattn.attention(q, k, v)
+    results = [None] * 4
+
+    def work(i):
+        results[i] = fxattn.attention(q, k, v)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.tobytes() == want.tobytes() for r in results)
+
+
+def test_gil_released_during_the_call():
+    q, k, v = make((1, 2048, 8, 64), (1, 2048, 8, 64), seed=17)
+    fxattn.attention(q, k, v, threads=1)  # plan cached; the timed call only runs
+    ticks = [0]
+    running = [True]
+
+    def spin():
+        while running[0]:
+            ticks[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    fxattn.attention(q, k, v, threads=1)
+    running[0] = False
+    t.join()
+    # With the GIL held for the whole C call the spinning thread would stall
+    # (a few switch intervals at most); released, it counts freely.
+    assert ticks[0] > 10000
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda q, k, v: fxattn.attention(q * np.nan, k, v), "non-finite"),
+        (lambda q, k, v: fxattn.attention(q[0], k, v), "4-D"),
+        (lambda q, k, v: fxattn.attention(q, k, v[:, :-1]), "must match"),
+        (lambda q, k, v: fxattn.attention(q.astype(np.float16), k, v), "dtypes"),
+        (lambda q, k, v: fxattn.attention(q.astype(np.float64), k, v), "float64"),
+        (lambda q, k, v: fxattn.attention(q[:, :, :3], k, v), "multiple"),
+        (lambda q, k, v: fxattn.attention(q, k, v, layout="sbhd"), "layout"),
+        (lambda q, k, v: fxattn.attention(q, k, v, mode="fast"), "mode"),
+        (lambda q, k, v: fxattn.attention(q, k, v, scale=-1.0), "scale"),
+        (lambda q, k, v: fxattn.attention(q, k, v, threads=0), "threads"),
+        (lambda q, k, v: fxattn.attention(q, k, v, compute="bf16"), "bf16"),
+        (lambda q, k, v: fxattn.attention(q, k, v, out_dtype="int8"), "out_dtype"),
+    ],
+)
+def test_bad_input_raises_value_error_with_message(call, message):
+    q, k, v = make((1, 8, 4, 16), (1, 8, 2, 16), seed=18)
+    with pytest.raises(ValueError) as e:
+        call(q, k, v)
+    assert isinstance(e.value, fxattn.InvalidArgumentError) and e.value.status == 1
+    assert message in str(e.value), str(e.value)
+
+
+def test_library_version_matches_package():
+    assert fxattn.library_version == fxattn.__version__
+    assert fxattn.available_cpus() >= 1
+    assert fxattn.kernel_info()
