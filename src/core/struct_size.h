@@ -3,7 +3,7 @@
  * size_t struct_size, and the library accepts any size from the first
  * released version's to the current one. One set of helpers for all of
  * them (fxa_ctx_params, fxa_attn_desc, fxa_attn_args, fxa_attn_stats, fxa_mpi_stats,
- * fxa_mpi_params):
+ * fxa_mpi_params, fxa_check_head):
  *  - copy-in: the caller's first struct_size bytes over a struct that holds
  *    the defaults, so fields a smaller (older) struct lacks keep them;
  *  - copy-out: only the caller's first struct_size bytes are written (its
@@ -29,6 +29,9 @@
 #define FXA_ATTN_STATS_SIZE_0_1 offsetof(fxa_attn_stats, keys)
 /* (fxa_mpi_stats: fxattn_mpi.h, which this header does not include.) */
 #define FXA_MPI_STATS_SIZE_0_1 sizeof(fxa_mpi_stats)
+/* Structs added later: their first version's size. (fxa_check_head:
+ * fxattn_diag.h, new in 0.2.) */
+#define FXA_CHECK_HEAD_SIZE_0_2 sizeof(fxa_check_head)
 
 /* The caller's struct_size (the first member of every versioned struct). */
 static inline size_t fxa_struct_size_of(const void *s)
