@@ -1,0 +1,251 @@
+"""fxattn.diffusers: an attention processor for diffusers' Wan transformers.
+
+    from fxattn.diffusers import WanAttnProcessor
+    transformer.set_attn_processor(WanAttnProcessor())
+
+WanAttnProcessor computes what diffusers' WanAttnProcessor computes (same
+projections, RMSNorms, interleaved-pair RoPE, I2V image branch, output
+projection) with the attention itself in fxattn.attention (BSHD CPU
+tensors, no copies, output in the input's dtype). Self-attention layers
+can instead run fxattn's fused Wan layer (fxattn.wan: projection + norm +
+RoPE + attention + output projection in C), when that computes the same
+thing; see WanAttnProcessor.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+
+import fxattn as _fx
+
+from . import _wanlib
+from . import wan as _wan
+
+__all__ = ["WanAttnProcessor", "rope_grid"]
+
+#: Diffusers' text context length in Wan's I2V cross-attention (hard-coded there too).
+TEXT_CONTEXT = 512
+
+# The auto default (fused=None), measured with bench/python_wan.py: one Wan
+# self-attention layer, S = 4096 tokens, hidden 5120 = 40 heads x 128, fp32,
+# 2 threads (AMD EPYC, 2 cores): see WanAttnProcessor's docstring.
+_FUSED_AUTO = True
+
+
+def _apply_rotary_emb(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
+    """Diffusers' Wan RoPE on interleaved pairs (2i, 2i+1), verbatim."""
+    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    cos = freqs_cos[..., 0::2]
+    sin = freqs_sin[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out.type_as(x)
+
+
+def _bands(head_dim: int):
+    """Pairs per RoPE band (t, h, w): fxa_wan_rope_bands' split, which is
+    diffusers' WanRotaryPosEmbed split (h_dim = w_dim = 2 (D // 6))."""
+    pairs = head_dim // 2
+    return pairs - 2 * (pairs // 3), pairs // 3, pairs // 3
+
+
+def rope_grid(rotary_emb, tokens: int):
+    """The latent grid (frames, height, width) whose Wan 3-D RoPE (theta
+    1e4, tokens in raster order) is rotary_emb = (cos, sin) [1, S, 1, D]
+    as diffusers' WanRotaryPosEmbed gives it, or None when rotary_emb is
+    not such a table. Verified: every cos/sin value the RoPE uses is
+    within 1e-6 of fxattn's table of that grid (the C tables round a
+    double to fp32, an error <= 3e-8; a wrong position, grid or band
+    split moves some value by more than 1e-4)."""
+    cos, sin = rotary_emb
+    if cos.shape != sin.shape or cos.dim() != 4 or cos.shape[0] != 1 or cos.shape[2] != 1 or cos.shape[1] != tokens:
+        return None
+    d = cos.shape[3]
+    if d % 2 or d < 6:
+        return None
+    c = cos[0, :, 0, 0::2].detach().to("cpu", torch.float64).numpy()  # [S, D/2]: pair p
+    s = sin[0, :, 0, 1::2].detach().to("cpu", torch.float64).numpy()
+    grid, p0 = [], 0
+    for n in _bands(d):
+        # The band's slowest pair turns by pos * theta^(-(n-1)/n): its angle
+        # gives the position unambiguously while below pi.
+        freq = _wanlib.ROPE_THETA ** (-(n - 1) / n)
+        pos = np.rint(np.arctan2(s[:, p0 + n - 1], c[:, p0 + n - 1]) / freq)
+        if not np.all(np.isfinite(pos)) or pos.min() < 0:
+            return None
+        grid.append(int(pos.max()) + 1)
+        p0 += n
+    f, h, w = grid
+    if f * h * w != tokens:
+        return None
+    ref_c, ref_s = _wan.rope_tables((f, h, w), d)
+    half = d // 2
+    if np.max(np.abs(ref_c[:, :half] - c)) > 1e-6 or np.max(np.abs(ref_s[:, :half] - s)) > 1e-6:
+        return None
+    return f, h, w
+
+
+def _projections(attn, hidden_states, encoder_hidden_states):
+    """Q, K, V as diffusers' _get_qkv_projections computes them."""
+    context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
+    if getattr(attn, "fused_projections", False):
+        if not attn.is_cross_attention:
+            return attn.to_qkv(hidden_states).chunk(3, dim=-1)
+        return (attn.to_q(hidden_states), *attn.to_kv(context).chunk(2, dim=-1))
+    return attn.to_q(hidden_states), attn.to_k(context), attn.to_v(context)
+
+
+def _added_projections(attn, context_img):
+    if getattr(attn, "fused_projections", False):
+        return attn.to_added_kv(context_img).chunk(2, dim=-1)
+    return attn.add_k_proj(context_img), attn.add_v_proj(context_img)
+
+
+class WanAttnProcessor:
+    """diffusers' WanAttnProcessor with fxattn's attention (CPU tensors).
+
+    WanAttnProcessor(fused=None, threads=None); use it with
+    transformer.set_attn_processor(...) or attn.set_processor(...).
+    Self-attention, cross-attention with the text context and the I2V image
+    branch (first encoder tokens minus 512 through add_k_proj/add_v_proj,
+    norm_added_k) follow diffusers' semantics; each attention is one
+    fxattn.attention call on the BSHD views (no copies), output in the
+    input's dtype (fp32, bf16 or fp16). attention_mask must be None
+    (fxattn has no masks): anything else raises ValueError.
+
+    fused: a self-attention call runs fxattn.wan's fused layer on fp32
+    copies of the module's weights (cached per module: 4 hidden^2 floats
+    each, rebuilt when a weight changes) when that is the same computation:
+    fp32 CPU input, no mask, norm_q/norm_k RMSNorms with eps 1e-6, no
+    dropout, and rotary_emb equal to Wan's 3-D RoPE of some latent grid
+    (rope_grid). True forces it on every self-attention (raises ValueError
+    when not valid; cross-attention always runs per op), False
+    never uses it, None (auto) uses it when valid: measured on one Wan
+    layer, S = 4096, hidden 5120 (40 x 128), fp32, 2 threads (AMD EPYC, 2
+    cores; bench/python_wan.py), the fused layer is faster than the
+    per-op path (see the benchmark's output in the commit message).
+    threads: fxattn's worker threads (None: the CPUs available).
+    .calls counts the calls, .fused_calls those that ran the fused layer.
+    """
+
+    # Attributes diffusers sets on its processors (attention backend,
+    # context parallelism); fxattn ignores the backend.
+    _attention_backend = None
+    _parallel_config = None
+
+    def __init__(self, fused: bool | None = None, threads: int | None = None):
+        if fused not in (None, True, False):
+            raise ValueError(f"fused must be None, True or False, not {fused!r}")
+        self.fused = fused
+        self.threads = threads
+        self.calls = 0
+        self.fused_calls = 0
+        self._layers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._rope_key = None  # (cos, sin, versions, S) of the last checked rotary_emb
+        self._rope_result = None
+
+    # ---- the fused self-attention ----------------------------------------
+
+    def _grid(self, rotary_emb, tokens):
+        cos, sin = rotary_emb
+        key = (cos._version, sin._version, tokens)
+        last = self._rope_key
+        if last is not None and last[0] is cos and last[1] is sin and last[2] == key:
+            return self._rope_result
+        grid = rope_grid(rotary_emb, tokens)
+        self._rope_key, self._rope_result = (cos, sin, key), grid
+        return grid
+
+    def _fused_reason(self, attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb):
+        """Why the fused layer cannot run this call ("" when it can), and the grid."""
+        if attention_mask is not None:
+            return "an attention_mask", None
+        if hidden_states.dtype != torch.float32 or hidden_states.device.type != "cpu" or hidden_states.dim() != 3:
+            return f"hidden_states {hidden_states.dtype} on {hidden_states.device}, not fp32 [B, S, hidden] on the CPU", None
+        for name in ("norm_q", "norm_k"):
+            norm = getattr(attn, name)
+            if not isinstance(norm, torch.nn.RMSNorm) or norm.weight is None or norm.eps is None or abs(norm.eps - _wanlib.EPS) > 1e-12:
+                return f"{name} is not an RMSNorm with a gain and eps {_wanlib.EPS}", None
+        drop = attn.to_out[1]
+        if attn.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0:
+            return "dropout in training mode", None
+        if rotary_emb is None:
+            return "no rotary_emb", None
+        grid = self._grid(rotary_emb, hidden_states.shape[1])
+        if grid is None:
+            return "rotary_emb is not Wan's 3-D RoPE of a latent grid", None
+        return "", grid
+
+    def _layer(self, attn) -> _wan.WanSelfAttention:
+        params = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
+        sig = tuple((p.data_ptr(), p._version) for m in params for p in (m.weight, m.bias))
+        sig += tuple((p.data_ptr(), p._version) for p in (attn.norm_q.weight, attn.norm_k.weight))
+        hit = self._layers.get(attn)
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+        layer = _wan.WanSelfAttention.from_module(attn, threads=self.threads)
+        self._layers[attn] = (sig, layer)
+        return layer
+
+    def _run_fused(self, attn, hidden_states, grid):
+        layer = self._layer(attn)
+        if hidden_states.shape[0] == 1:
+            return layer(hidden_states, grid)
+        return torch.stack([layer(x, grid) for x in hidden_states])
+
+    # ---- diffusers' processor ---------------------------------------------
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
+        """Diffusers' WanAttnProcessor.__call__ contract: returns the block's
+        attention output [B, S, hidden] in hidden_states' dtype."""
+        if attention_mask is not None:
+            raise ValueError("fxattn.diffusers.WanAttnProcessor: attention_mask must be None (fxattn has no masks)")
+        self.calls += 1
+        self_attention = encoder_hidden_states is None and getattr(attn, "add_k_proj", None) is None and not attn.is_cross_attention
+        if self.fused is not False and self_attention:
+            reason, grid = self._fused_reason(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+            if not reason and (self.fused or _FUSED_AUTO):
+                self.fused_calls += 1
+                with torch.no_grad():
+                    return self._run_fused(attn, hidden_states, grid)
+            if self.fused and reason:
+                raise ValueError(f"WanAttnProcessor(fused=True): the fused layer cannot run this call: {reason}")
+        return self._per_op(attn, hidden_states, encoder_hidden_states, rotary_emb)
+
+    def _per_op(self, attn, hidden_states, encoder_hidden_states, rotary_emb):
+        encoder_hidden_states_img = None
+        if attn.add_k_proj is not None:
+            image_context_length = encoder_hidden_states.shape[1] - TEXT_CONTEXT
+            encoder_hidden_states_img = encoder_hidden_states[:, :image_context_length]
+            encoder_hidden_states = encoder_hidden_states[:, image_context_length:]
+
+        query, key, value = _projections(attn, hidden_states, encoder_hidden_states)
+        query = attn.norm_q(query)
+        key = attn.norm_k(key)
+        query = query.unflatten(2, (attn.heads, -1))
+        key = key.unflatten(2, (attn.heads, -1))
+        value = value.unflatten(2, (attn.heads, -1))
+        if rotary_emb is not None:
+            query = _apply_rotary_emb(query, *rotary_emb)
+            key = _apply_rotary_emb(key, *rotary_emb)
+
+        hidden_states_img = None
+        if encoder_hidden_states_img is not None:
+            key_img, value_img = _added_projections(attn, encoder_hidden_states_img)
+            key_img = attn.norm_added_k(key_img)
+            key_img = key_img.unflatten(2, (attn.heads, -1))
+            value_img = value_img.unflatten(2, (attn.heads, -1))
+            hidden_states_img = _fx.attention(query, key_img, value_img, threads=self.threads)
+            hidden_states_img = hidden_states_img.flatten(2, 3).type_as(query)
+
+        hidden_states = _fx.attention(query, key, value, threads=self.threads)
+        hidden_states = hidden_states.flatten(2, 3).type_as(query)
+        if hidden_states_img is not None:
+            hidden_states = hidden_states + hidden_states_img
+        hidden_states = attn.to_out[0](hidden_states)
+        hidden_states = attn.to_out[1](hidden_states)
+        return hidden_states
