@@ -1,0 +1,103 @@
+"""fxattn.mpi and fxattn.diffusers.parallelize under mpirun.
+
+Each test launches a script of mpi_scripts/ under
+`timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe -np P` with
+this interpreter (which must have mpi4py: a missing mpi4py or mpirun fails,
+it does not skip) and FXATTN_LIBRARY_PATH / PYTHONPATH passed through; the
+scripts compare every rank's shard with one process (their tolerances are
+justified in their docstrings) and exit non-zero (MPI_Abort) on the first
+mismatch. 1 thread per rank, small sizes: np 2 runs take ~6 s, np 4 ~20 s on
+2 cores.
+"""
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent / "mpi_scripts"
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _mpirun() -> str:
+    path = os.environ.get("MPIRUN") or shutil.which("mpirun") or shutil.which("mpiexec")
+    if not path:
+        for cand in ("/usr/bin/mpirun", "/usr/local/bin/mpirun", "/opt/openmpi/bin/mpirun"):
+            if os.access(cand, os.X_OK):
+                path = cand
+                break
+    if not path:
+        pytest.fail("mpirun not found (set MPIRUN or put Open MPI's mpirun on PATH)")
+    return path
+
+
+def _require_mpi4py():
+    if importlib.util.find_spec("mpi4py") is None:
+        pytest.fail(f"mpi4py is not installed in {sys.executable}; `pip install mpi4py` (fxattn[mpi])")
+
+
+def run_mpi(script: str, np_: int, *args, timeout: int = 120) -> subprocess.CompletedProcess:
+    """Run mpi_scripts/<script> on np_ ranks; the outer timeout -k bounds a hang."""
+    _require_mpi4py()
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("FXA_MPI_TIMEOUT", "60")
+    if importlib.util.find_spec("fxattn") is None or "PYTHONPATH" in env:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+    exports = []
+    for name in ("FXATTN_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS", "FXA_MPI_TIMEOUT"):
+        if name in env:
+            exports += ["-x", name]
+    cmd = ["timeout", "-k", "5", str(timeout), _mpirun(), "--allow-run-as-root", "--oversubscribe",
+           "-np", str(np_), *exports, sys.executable, str(SCRIPTS / script), *args]
+    # a working directory without stray modules that could shadow the stdlib
+    proc = subprocess.run(cmd, env=env, cwd=str(SCRIPTS), capture_output=True, text=True, timeout=timeout + 30)
+    assert proc.returncode not in (124, 137), f"mpirun hung (timeout):\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_mpi4py_present():
+    _require_mpi4py()
+    from mpi4py import MPI  # noqa: F401
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_attention_grids(np_):
+    """Every U x R grid of np_ ranks (np 4: 1x4, 2x2, 4x1): uneven S, GQA/MQA,
+    Skv != Sq, both layouts, numpy and torch, fp32/bf16/fp16, strided views,
+    an empty shard; LSE too; then the collective errors."""
+    out = run_mpi("attn.py", np_).stdout
+    # the ranks' lines may run together in mpirun's merged stdout
+    ok = re.findall(r"OK rank (\d+) cases (\d+)", out)
+    assert sorted(int(r) for r, _ in ok) == list(range(np_)), out
+    # 8 cases on every grid: np 2 has 2 grids, np 4 has 3
+    assert all(int(n) == 8 * (2 if np_ == 2 else 3) for _, n in ok), out
+    for what in ("wrong shard length", "wrong k/v shard length", "dtype on one rank", "NaN on one rank", "grid"):
+        assert f"error [{what}]" in out, out
+    assert "are not fxattn.mpi.shard's split of their sum" in out, out
+
+
+def test_shard_matches_c_split():
+    """fxattn.mpi.shard is fxa_mpi_shard: contiguous, covering, the first
+    n mod size shards one token longer."""
+    _require_mpi4py()
+    import fxattn
+    import fxattn.mpi as fm
+
+    for n in (0, 1, 5, 13, 64, 1001):
+        for size in (1, 2, 3, 4, 7):
+            pos = 0
+            for r in range(size):
+                start, length = fm.shard(n, r, size)
+                assert start == pos
+                assert length == n // size + (1 if r < n % size else 0)
+                pos += length
+            assert pos == n
+    with pytest.raises(fxattn.InvalidArgumentError):
+        fm.shard(10, 2, 2)
