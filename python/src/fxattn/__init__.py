@@ -25,6 +25,7 @@ from ._lib import (
 )
 from ._lib import core as _core
 from .attention import attention
+from .check import CheckReport, check
 
 __version__ = "0.2.0"
 #: The C library's version (the same as __version__ in a consistent install).
@@ -56,7 +57,9 @@ __all__ = [
     "OutOfMemoryError",
     "PeerTimeoutError",
     "UnsupportedError",
+    "CheckReport",
     "attention",
+    "check",
     "available_cpus",
     "kernel_info",
     "library_version",

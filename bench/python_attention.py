@@ -1,0 +1,145 @@
+"""fxattn's Python binding against the C library and against torch's
+scaled_dot_product_attention, side by side in one process.
+
+    .venv/bin/python bench/python_attention.py [--seq 4096] [--heads 40] [--repeats 5] [--threads 2]
+
+(.venv is the environment scripts/test.sh makes, with the torch extra.)
+
+Rows, each the median of --repeats timed calls after a warm-up, on the same
+q, k, v ~ N(0, 1) [1, S, H, 128] (BSHD memory; torch gets the [B, H, S, D]
+transposed views, which fxattn takes without a copy):
+  - C library: fxa_attn_run on a prepared plan and workspace (ctypes, the
+    library's own timer), the floor the binding adds to;
+  - fxattn.attention on numpy arrays and on torch tensors: the whole
+    Python call (checks, plan cache lookup, output allocation), whose
+    overhead over the C row is reported;
+  - torch SDPA fp32 and bf16 (torch.set_num_threads(--threads)) and
+    fxattn on the same bf16 tensors (fp32 compute, and bf16 compute).
+GFLOP/s = 4 S^2 H D / seconds; % of the machine's peak from the `fxattn
+bench` probe the wheel ships (fp32 FMA peak; the bf16 rows' vdpbf16ps peak
+on CPUs that have it, else the FMA peak). The outputs are checked against
+each other before anything is timed.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import fxattn
+from fxattn import _lib
+from fxattn.attention import Options, descriptor, operands
+from fxattn._context import context
+
+
+def median_seconds(fn, repeats):
+    fn()  # warm-up: plans, workspaces, pages
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def peak_gflops(threads, dtype):
+    cli = Path(fxattn.__file__).parent / "bin" / "fxattn"  # the wheel's CLI
+    if not cli.exists():  # a build tree's (FXATTN_LIBRARY_PATH=build/lib)
+        cli = Path(os.environ["FXATTN_LIBRARY_PATH"]).parent / "fxattn"
+    args = [str(cli), "bench", "--seq", "256", "--heads", "1", "--repeats", "1", "--json", "--threads", str(threads)]
+    if dtype == "bf16":
+        args += ["--dtype", "bf16", "--compute", "bf16"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return next(r["peak_gflops"] for r in rows if "peak_gflops" in r)
+
+
+def c_library_seconds(q, k, v, threads, repeats):
+    """fxa_attn_run alone on a prepared plan: the library's stats.seconds."""
+    opts = Options.parse(None, "bshd", "auto", True, "fp32", threads)
+    qo, ko, vo = operands(q, k, v, "bshd")
+    d = descriptor(qo, ko, vo, opts, _lib.F32)
+    out = np.empty(q.shape, np.float32)
+    ctx = context(threads)
+    with ctx.lock:
+        plan = ctx.plan(d)
+        ws = ctx.workspace(plan.workspace_bytes)
+        args = _lib.new(_lib.AttnArgs, q=qo.ptr, k=ko.ptr, v=vo.ptr, out=out.ctypes.data)
+        times = []
+        for i in range(repeats + 1):
+            stats = _lib.new(_lib.AttnStats)
+            status = _lib.core.fxa_attn_run(plan.handle, ctypes.byref(args), ws, ctypes.byref(stats))
+            _lib.raise_status(status, ctx.last_error())
+            if i:
+                times.append(stats.seconds)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--heads", type=int, default=40)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    s, h, d, t = a.seq, a.heads, a.dim, a.threads
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, s, h, d), dtype=np.float32) for _ in range(3))
+    tq, tk, tv = (torch.from_numpy(x).transpose(1, 2) for x in (q, k, v))  # [B, H, S, D] views
+    bq, bk, bv = (x.to(torch.bfloat16) for x in (tq, tk, tv))
+    flops = 4.0 * s * s * h * d
+
+    def fx(qq, kk, vv, **kw):
+        return fxattn.attention(qq, kk, vv, layout="bhsd", threads=t, **kw)
+
+    # Agreement first (fp32 rounding for fp32; bf16 output rounding and bf16 products for bf16).
+    ref = F.scaled_dot_product_attention(tq, tk, tv)
+    assert float((fx(tq, tk, tv) - ref).abs().max()) < 1e-4
+    ref_b = F.scaled_dot_product_attention(bq, bk, bv).float()
+    assert float((fx(bq, bk, bv).float() - ref_b).abs().max()) < 2e-2
+    assert float((fx(bq, bk, bv, compute="bf16").float() - ref_b).abs().max()) < 2e-2
+
+    rows = [
+        ("C library fxa_attn_run (fp32)", "fp32", c_library_seconds(q, k, v, t, a.repeats)),
+        ("fxattn.attention numpy fp32", "fp32", median_seconds(lambda: fxattn.attention(q, k, v, threads=t), a.repeats)),
+        ("fxattn.attention torch fp32", "fp32", median_seconds(lambda: fx(tq, tk, tv), a.repeats)),
+        ("torch SDPA fp32", "fp32", median_seconds(lambda: F.scaled_dot_product_attention(tq, tk, tv), a.repeats)),
+        ("fxattn.attention torch bf16", "fp32", median_seconds(lambda: fx(bq, bk, bv), a.repeats)),
+        (
+            "fxattn.attention torch bf16, compute bf16",
+            "bf16",
+            median_seconds(lambda: fx(bq, bk, bv, compute="bf16"), a.repeats),
+        ),
+        ("torch SDPA bf16", "bf16", median_seconds(lambda: F.scaled_dot_product_attention(bq, bk, bv), a.repeats)),
+    ]
+    peaks = {"fp32": peak_gflops(t, "fp32")}
+    peaks["bf16"] = peak_gflops(t, "bf16") or peaks["fp32"]  # 0: no vdpbf16ps on this CPU
+    print(f"# fxattn {fxattn.__version__} ({fxattn.kernel_info(t)}), torch {torch.__version__}, numpy {np.__version__}")
+    print(f"# python {platform.python_version()}, {platform.processor() or platform.machine()}")
+    print(f"# S={s} H={h} D={d} threads={t}, median of {a.repeats} after a warm-up; peaks {peaks} GFLOP/s")
+    print(f"{'what':44s} {'seconds':>8s} {'GFLOP/s':>8s} {'% peak':>7s}")
+    for name, kind, sec in rows:
+        gf = flops / sec / 1e9
+        print(f"{name:44s} {sec:8.3f} {gf:8.1f} {100 * gf / peaks[kind]:6.1f}%")
+    sec = {name: x for name, _, x in rows}
+    c = sec["C library fxa_attn_run (fp32)"]
+    print(f"python overhead over the C library: numpy {100 * (sec['fxattn.attention numpy fp32'] / c - 1):+.2f}%, "
+          f"torch {100 * (sec['fxattn.attention torch fp32'] / c - 1):+.2f}%")
+    print(f"SDPA / fxattn: fp32 {sec['torch SDPA fp32'] / sec['fxattn.attention torch fp32']:.2f}x, "
+          f"bf16 {sec['torch SDPA bf16'] / sec['fxattn.attention torch bf16']:.2f}x "
+          f"(bf16 compute {sec['torch SDPA bf16'] / sec['fxattn.attention torch bf16, compute bf16']:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""fxattn.check: does the fixed-max bound suit these q, k, v?
+
+The per-head report of `fxattn check`, computed by the C library
+(fxa_attn_check in libfxattn): the spread of query and key norms, the bound
+ceil(U_i) against the two gates, the predicted share of rows that fall back
+to online softmax with and without key centring (from the library's own
+bound pass, so exactly what attention would do), and the overshoot of the
+bound over each sampled row's true maximum score. Base-2 units.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import POINTER, c_double, c_int, c_int64, c_size_t, c_void_p
+
+from . import _lib
+from ._context import context
+from ._lib import core
+from .attention import Options, descriptor, operands
+
+
+class CheckHead(ctypes.Structure):
+    _c_name_ = "fxa_check_head"
+    _fields_ = [("struct_size", c_size_t)]
+    _fields_ += [
+        (name, c_double)
+        for name in (
+            "q_norm_min",
+            "q_norm_median",
+            "q_norm_max",
+            "k_norm_max",
+            "k_radius_centered",
+            "vmax",
+            "bound_median",
+            "bound_max",
+            "bound_raw_median",
+            "bound_raw_max",
+            "fallback_share_centered",
+            "fallback_share_raw",
+            "overshoot_median",
+            "overshoot_max",
+            "overshoot_raw_median",
+            "overshoot_raw_max",
+        )
+    ]
+    _fields_ += [(n, c_int64) for n in ("rows", "fallback_rows_centered", "fallback_rows_raw", "sampled_rows")]
+    _fields_ += [(n, c_int) for n in ("c", "gate", "gate_centered")]
+
+
+core.fxa_attn_check.restype = c_int
+core.fxa_attn_check.argtypes = [
+    c_void_p,
+    POINTER(_lib.AttnDesc),
+    c_void_p,
+    c_void_p,
+    c_void_p,
+    c_int,
+    POINTER(CheckHead),
+    c_size_t,
+]
+
+LN2 = 0.6931471805599453
+
+
+class CheckReport:
+    """What fxattn.check found. .heads: one dict per query head with the
+    keys of `fxattn check --json`; .to_dict(): that whole JSON object;
+    .plot(path): a PNG of it (matplotlib)."""
+
+    def __init__(self, shape: dict, has_v: bool, heads: list):
+        self.shape = shape
+        self.has_v = has_v
+        self.heads = heads
+        n = len(heads)
+        # The mean of the heads' shares, summed in head order (as the CLI does).
+        self.fallback_share_centered = sum(h["fallback_share_centered"] / n for h in heads)
+        self.fallback_share_raw = sum(h["fallback_share_raw"] / n for h in heads)
+
+    def to_dict(self) -> dict:
+        return {
+            **self.shape,
+            "has_v": self.has_v,
+            "fallback_share_centered": self.fallback_share_centered,
+            "fallback_share_raw": self.fallback_share_raw,
+            "heads": [dict(h) for h in self.heads],
+        }
+
+    def plot(self, path) -> None:
+        """Per head: the bound against the two gates, and the predicted
+        fallback share, into a PNG at path (needs matplotlib)."""
+        from .plot import plot_report
+
+        plot_report(self.to_dict(), path)
+
+    def __repr__(self) -> str:
+        return (
+            f"CheckReport(heads={len(self.heads)}, fallback_share_centered={self.fallback_share_centered:.4g}, "
+            f"fallback_share_raw={self.fallback_share_raw:.4g})"
+        )
+
+
+def _head_dict(h: int, r: CheckHead) -> dict:
+    d = {"head": h}
+    for name in ("q_norm_min", "q_norm_median", "q_norm_max", "k_norm_max", "k_radius_centered", "vmax"):
+        d[name] = getattr(r, name)
+    d.update(C=r.c, gate=r.gate, gate_centered=r.gate_centered)
+    for name in (
+        "bound_median",
+        "bound_max",
+        "bound_raw_median",
+        "bound_raw_max",
+        "fallback_share_centered",
+        "fallback_share_raw",
+        "overshoot_median",
+        "overshoot_max",
+        "overshoot_raw_median",
+        "overshoot_raw_max",
+    ):
+        d[name] = getattr(r, name)
+    d["overshoot_max_nats"] = r.overshoot_max * LN2
+    d.update(rows=r.rows, sampled_rows=r.sampled_rows)
+    return d
+
+
+def check(q, k, v=None, *, scale=None, layout="bshd", sample_rows=32, threads=None) -> CheckReport:
+    """The bound report of q, k (and v: None takes Vmax as 1), numpy arrays
+    or torch tensors as fxattn.attention takes them. sample_rows: rows per
+    (batch, head) whose true maximum score measures the overshoot. Raises
+    InvalidArgumentError (a ValueError) on bad input, with the library's
+    message."""
+    opts = Options.parse(scale, layout, "auto", True, "fp32", threads)
+    if not (isinstance(sample_rows, int) and sample_rows >= 1):
+        raise _lib.InvalidArgumentError(f"sample_rows must be a positive int, not {sample_rows!r}", _lib.INVALID_ARG)
+    qo, ko, vo = operands(q, k, k if v is None else v, layout)
+    d = descriptor(qo, ko, vo, opts, _lib.F32)
+    heads = (CheckHead * d.heads_q)()
+    ctx = context(opts.threads)
+    with ctx.lock:
+        status = core.fxa_attn_check(
+            ctx.handle,
+            ctypes.byref(d),
+            qo.ptr,
+            ko.ptr,
+            None if v is None else vo.ptr,
+            sample_rows,
+            heads,
+            ctypes.sizeof(CheckHead),
+        )
+        _lib.raise_status(status, ctx.last_error())
+    scale_used = d.scale if d.scale > 0 else d.head_dim**-0.5
+    shape = {
+        "batch": d.batch,
+        "heads_q": d.heads_q,
+        "heads_kv": d.heads_kv,
+        "seq_q": d.seq_q,
+        "seq_kv": d.seq_kv,
+        "head_dim": d.head_dim,
+        "scale": scale_used,
+    }
+    return CheckReport(shape, v is not None, [_head_dict(h, heads[h]) for h in range(d.heads_q)])
