@@ -194,3 +194,17 @@ def test_mask_and_bad_fused_raise():
         fd.WanAttnProcessor(fused="yes")
     with pytest.raises(ValueError, match="not fp32"):
         fd.WanAttnProcessor(fused=True)(attn, hs.bfloat16(), None, None, rotary_emb)
+
+
+def test_fused_projections_model():
+    """diffusers' fuse_qkv_projections (to_qkv, to_kv, to_added_kv) runs
+    through the processor the same way."""
+    m = model(True)
+    args = inputs(True)
+    ref = forward(m, DefaultProcessor(), args)
+    m.fuse_qkv_projections()
+    assert m.blocks[0].attn1.fused_projections and m.blocks[0].attn2.fused_projections
+    for fused in (None, False):
+        p = fd.WanAttnProcessor(fused=fused, threads=2)
+        assert rel(forward(m, p, args), ref) < FP32_TOL
+        assert p.calls == 2 * LAYERS

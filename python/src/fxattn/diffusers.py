@@ -31,7 +31,8 @@ TEXT_CONTEXT = 512
 
 # The auto default (fused=None), measured with bench/python_wan.py: one Wan
 # self-attention layer, S = 4096 tokens, hidden 5120 = 40 heads x 128, fp32,
-# 2 threads (AMD EPYC, 2 cores): see WanAttnProcessor's docstring.
+# 2 threads (AMD EPYC, 2 cores): fused 19.5 s, per op 25.3 s (medians of
+# 3), see WanAttnProcessor's docstring.
 _FUSED_AUTO = True
 
 
@@ -126,8 +127,9 @@ class WanAttnProcessor:
     when not valid; cross-attention always runs per op), False
     never uses it, None (auto) uses it when valid: measured on one Wan
     layer, S = 4096, hidden 5120 (40 x 128), fp32, 2 threads (AMD EPYC, 2
-    cores; bench/python_wan.py), the fused layer is faster than the
-    per-op path (see the benchmark's output in the commit message).
+    cores, a machine shared with other jobs; bench/python_wan.py,
+    medians of 3): fused 19.5 s (61.5 GFLOP/s), per op 25.3 s (47.4
+    GFLOP/s), diffusers' default 31.1 s (38.6 GFLOP/s), so auto is fused.
     threads: fxattn's worker threads (None: the CPUs available).
     .calls counts the calls, .fused_calls those that ran the fused layer.
     """
