@@ -251,3 +251,6 @@ class WanAttnProcessor:
         hidden_states = attn.to_out[0](hidden_states)
         hidden_states = attn.to_out[1](hidden_states)
         return hidden_states
+
+
+from ._parallel import parallelize  # noqa: E402,F401
