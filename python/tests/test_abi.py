@@ -35,7 +35,8 @@ def include_dirs():
 
 def test_structs_match_the_c_headers(tmp_path):
     structs = mirrored_structs()
-    assert {"fxa_attn_desc", "fxa_attn_args", "fxa_attn_stats", "fxa_ctx_params"} <= set(structs)
+    assert {"fxa_attn_desc", "fxa_attn_args", "fxa_attn_stats", "fxa_ctx_params", "fxa_check_head",
+            "fxa_wan_desc", "fxa_wan_weights", "fxa_mpi_params", "fxa_mpi_stats"} <= set(structs)
     lines = ["#include <stddef.h>", "#include <stdio.h>"]
     for h in sorted(p.name for d in include_dirs() for p in d.glob("fxattn*.h")):
         lines.append(f'#include "{h}"')

@@ -27,6 +27,7 @@ def comm_handle(comm) -> MPI_Comm:
 
 
 class MpiParams(ctypes.Structure):
+    _c_name_ = "fxa_mpi_params"
     _fields_ = [
         ("struct_size", c_size_t),
         ("ulysses", c_int),
@@ -37,6 +38,7 @@ class MpiParams(ctypes.Structure):
 
 
 class MpiStats(ctypes.Structure):
+    _c_name_ = "fxa_mpi_stats"
     _fields_ = [
         ("struct_size", c_size_t),
         ("rows", c_int64),

@@ -18,6 +18,7 @@ ROPE_THETA = 1e4
 
 
 class WanLinear(ctypes.Structure):
+    _c_name_ = "fxa_wan_linear"
     _fields_ = [
         ("format", c_int),
         ("rows", c_int64),
@@ -29,6 +30,7 @@ class WanLinear(ctypes.Structure):
 
 
 class WanWeights(ctypes.Structure):
+    _c_name_ = "fxa_wan_weights"
     _fields_ = [
         ("hidden", c_int64),
         ("heads", c_int64),
@@ -43,6 +45,7 @@ class WanWeights(ctypes.Structure):
 
 
 class WanLoadParams(ctypes.Structure):
+    _c_name_ = "fxa_wan_load_params"
     _fields_ = [
         ("struct_size", c_size_t),
         ("block", c_int64),
@@ -57,6 +60,7 @@ class WanLoadParams(ctypes.Structure):
 
 
 class WanDesc(ctypes.Structure):
+    _c_name_ = "fxa_wan_desc"
     _fields_ = [
         ("struct_size", c_size_t),
         ("frames", c_int64),
@@ -69,6 +73,7 @@ class WanDesc(ctypes.Structure):
 
 
 class WanStats(ctypes.Structure):
+    _c_name_ = "fxa_wan_stats"
     _fields_ = [
         ("struct_size", c_size_t),
         ("qkv_seconds", c_double),
