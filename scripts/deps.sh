@@ -11,8 +11,8 @@
 #                            package's virtual environment need
 #   scripts/deps.sh --test   also what the test suite needs (clang with
 #                            libFuzzer for the fuzz targets, clang-format
-#                            for the format check, python3 for the
-#                            test scripts' helpers, debootstrap for the
+#                            for the format check, Python's headers (the
+#                            Python tests build mpi4py), debootstrap for the
 #                            fresh-machine check, iproute2 for the test
 #                            hosts)
 #
@@ -49,6 +49,7 @@ if [ "$with_tests" = 1 ]; then
         "clang (the fuzz targets)|clang|command -v clang"
         "clang-format 14 (the format check)|clang-format|command -v clang-format"
         "libFuzzer runtime (libclang_rt.fuzzer)|libclang-rt-14-dev|ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
+        "Python headers (Python.h: mpi4py built against Open MPI)|python3-dev|python3 -c 'import os, sysconfig; assert os.path.exists(sysconfig.get_paths()[\"include\"] + \"/Python.h\")'"
         "debootstrap (fresh-machine check)|debootstrap|command -v debootstrap"
         "ip (test hosts in network namespaces)|iproute2|command -v ip"
     )

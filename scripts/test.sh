@@ -13,9 +13,10 @@ jobs="$(nproc)"
 export FUZZ_REQUIRE_CLANG=1 # a missing libFuzzer fails the run instead of skipping
 
 # The Python package with all its extras (torch, diffusers, mpi4py) and the
-# test tools, as a user installs it.
+# test tools, as a user installs it; mpi4py built from source against the
+# system's Open MPI (mpicc).
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install --quiet "./python[torch,diffusers,mpi,test]"
+PIP_NO_BINARY=mpi4py .venv/bin/pip install --quiet "./python[torch,diffusers,mpi,test]"
 
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFXA_WERROR=ON \
       -DFXA_PYTHON="$PWD/.venv/bin/python"

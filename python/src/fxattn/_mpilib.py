@@ -3,7 +3,10 @@ and function declarations, and mpi4py communicators as C MPI_Comm handles.
 
 Importing this module imports mpi4py (which initialises MPI, by default with
 MPI_THREAD_MULTIPLE, enough for the library's MPI_THREAD_FUNNELED need).
-libfxattn_mpi is linked against the same libmpi that mpi4py loaded.
+libfxattn_mpi is linked against the system's Open MPI; mpi4py must run on
+that one too (checked here): its wheel picks Open MPI's libmpi.so.40 at run
+time, and `pip install --no-binary mpi4py mpi4py` builds it against the
+`mpicc` on PATH.
 """
 
 from __future__ import annotations
@@ -14,6 +17,14 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int64, c_size_t, c_void
 from mpi4py import MPI
 
 from . import _lib
+
+if not MPI.Get_library_version().startswith("Open MPI"):
+    raise ImportError(
+        "fxattn.mpi: mpi4py runs on "
+        + MPI.Get_library_version().splitlines()[0]
+        + ", but libfxattn_mpi is built on Open MPI; install mpi4py for the system's Open MPI "
+        "(pip install --no-binary mpi4py mpi4py, with Open MPI's mpicc on PATH)"
+    )
 
 # MPI_Comm is an int (MPICH) or a pointer (Open MPI): its C size says which.
 MPI_Comm = c_int if MPI._sizeof(MPI.Comm) == ctypes.sizeof(c_int) else c_void_p
