@@ -129,12 +129,12 @@ def test_image_branch_matters():
     args = inputs(True)
     ref = forward(m, DefaultProcessor(), args)
     p = fd.WanAttnProcessor(fused=False)
-    saved = fd._added_projections
+    saved = fd._get_added_kv_projections
     try:
-        fd._added_projections = lambda attn, c: tuple(torch.zeros_like(t) for t in saved(attn, c))
+        fd._get_added_kv_projections = lambda attn, c: tuple(torch.zeros_like(t) for t in saved(attn, c))
         y = forward(m, p, args)
     finally:
-        fd._added_projections = saved
+        fd._get_added_kv_projections = saved
     assert rel(y, ref) > 100 * FP32_TOL
 
 

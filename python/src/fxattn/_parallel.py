@@ -31,18 +31,6 @@ from . import mpi as _fm
 __all__ = ["parallelize", "Parallelized", "ShardedWanAttnProcessor"]
 
 
-def _apply_rotary(x, cos, sin):
-    """Wan's RoPE (interleaved pairs), as diffusers' WanAttnProcessor applies it."""
-    import torch
-
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-    c, s = cos[..., 0::2], sin[..., 1::2]
-    out = torch.empty_like(x)
-    out[..., 0::2] = x1 * c - x2 * s
-    out[..., 1::2] = x1 * s + x2 * c
-    return out.type_as(x)
-
-
 def _gather_tokens(comm, x, seq: int):
     """All-gather the token shards (dim 1) of x [B, S_r, ...] into [B, seq, ...]."""
     import torch
@@ -73,14 +61,9 @@ class ShardedWanAttnProcessor:
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
             raise NotImplementedError("ShardedWanAttnProcessor runs self-attention without a mask only")
-        from diffusers.models.transformers.transformer_wan import _get_qkv_projections
+        from .diffusers import heads_qkv  # imported here: fxattn.diffusers imports this module
 
-        query, key, value = _get_qkv_projections(attn, hidden_states, None)  # fused or not
-        query, key = attn.norm_q(query), attn.norm_k(key)
-        query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))
-        if rotary_emb is not None:
-            query = _apply_rotary(query, *rotary_emb)
-            key = _apply_rotary(key, *rotary_emb)
+        query, key, value = heads_qkv(attn, hidden_states, None, rotary_emb)
         out = _fm.attention(query, key, value, self.comm, layout="bshd", out_dtype=query.dtype, **self.kwargs)
         out = out.flatten(2, 3).type_as(query)
         out = attn.to_out[0](out)

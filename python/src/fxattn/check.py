@@ -100,25 +100,10 @@ class CheckReport:
 
 
 def _head_dict(h: int, r: CheckHead) -> dict:
+    """One head as `fxattn check --json` names it (C for c), with the counts."""
     d = {"head": h}
-    for name in ("q_norm_min", "q_norm_median", "q_norm_max", "k_norm_max", "k_radius_centered", "vmax"):
-        d[name] = getattr(r, name)
-    d.update(C=r.c, gate=r.gate, gate_centered=r.gate_centered)
-    for name in (
-        "bound_median",
-        "bound_max",
-        "bound_raw_median",
-        "bound_raw_max",
-        "fallback_share_centered",
-        "fallback_share_raw",
-        "overshoot_median",
-        "overshoot_max",
-        "overshoot_raw_median",
-        "overshoot_raw_max",
-    ):
-        d[name] = getattr(r, name)
+    d.update({"C" if name == "c" else name: getattr(r, name) for name, _ in CheckHead._fields_[1:]})
     d["overshoot_max_nats"] = r.overshoot_max * LN2
-    d.update(rows=r.rows, sampled_rows=r.sampled_rows)
     return d
 
 

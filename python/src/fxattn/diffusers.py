@@ -18,6 +18,7 @@ import weakref
 
 import numpy as np
 import torch
+from diffusers.models.transformers.transformer_wan import _get_added_kv_projections, _get_qkv_projections
 
 import fxattn as _fx
 
@@ -90,20 +91,18 @@ def rope_grid(rotary_emb, tokens: int):
     return f, h, w
 
 
-def _projections(attn, hidden_states, encoder_hidden_states):
-    """Q, K, V as diffusers' _get_qkv_projections computes them."""
-    context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
-    if getattr(attn, "fused_projections", False):
-        if not attn.is_cross_attention:
-            return attn.to_qkv(hidden_states).chunk(3, dim=-1)
-        return (attn.to_q(hidden_states), *attn.to_kv(context).chunk(2, dim=-1))
-    return attn.to_q(hidden_states), attn.to_k(context), attn.to_v(context)
-
-
-def _added_projections(attn, context_img):
-    if getattr(attn, "fused_projections", False):
-        return attn.to_added_kv(context_img).chunk(2, dim=-1)
-    return attn.add_k_proj(context_img), attn.add_v_proj(context_img)
+def heads_qkv(attn, hidden_states, context, rotary_emb):
+    """Q, K, V [B, S, heads, D] of a WanAttention as diffusers' processor
+    makes them: its projections (fused or not), norm_q/norm_k, and the RoPE
+    of rotary_emb (None: none) on Q and K. context: the K/V source (None:
+    hidden_states)."""
+    query, key, value = _get_qkv_projections(attn, hidden_states, context)
+    query, key = attn.norm_q(query), attn.norm_k(key)
+    query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))
+    if rotary_emb is not None:
+        query = _apply_rotary_emb(query, *rotary_emb)
+        key = _apply_rotary_emb(key, *rotary_emb)
+    return query, key, value
 
 
 class WanAttnProcessor:
@@ -225,19 +224,11 @@ class WanAttnProcessor:
             encoder_hidden_states_img = encoder_hidden_states[:, :image_context_length]
             encoder_hidden_states = encoder_hidden_states[:, image_context_length:]
 
-        query, key, value = _projections(attn, hidden_states, encoder_hidden_states)
-        query = attn.norm_q(query)
-        key = attn.norm_k(key)
-        query = query.unflatten(2, (attn.heads, -1))
-        key = key.unflatten(2, (attn.heads, -1))
-        value = value.unflatten(2, (attn.heads, -1))
-        if rotary_emb is not None:
-            query = _apply_rotary_emb(query, *rotary_emb)
-            key = _apply_rotary_emb(key, *rotary_emb)
+        query, key, value = heads_qkv(attn, hidden_states, encoder_hidden_states, rotary_emb)
 
         hidden_states_img = None
         if encoder_hidden_states_img is not None:
-            key_img, value_img = _added_projections(attn, encoder_hidden_states_img)
+            key_img, value_img = _get_added_kv_projections(attn, encoder_hidden_states_img)
             key_img = attn.norm_added_k(key_img)
             key_img = key_img.unflatten(2, (attn.heads, -1))
             value_img = value_img.unflatten(2, (attn.heads, -1))
