@@ -10,6 +10,33 @@
 int g_checks;
 int g_failures;
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define FXT_BUILT_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define FXT_BUILT_SANITIZED 1
+#endif
+
+int fxt_sanitized(void)
+{
+#ifdef FXT_BUILT_SANITIZED
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int fxt_skip_under_sanitizer(int64_t work, const char *label)
+{
+    if (!fxt_sanitized() || work <= FXT_SANITIZED_MAX_WORK)
+        return 0;
+    printf("  %s: skipped in this sanitizer build (work %lld > %d; the plain build runs it)\n",
+           label, (long long)work, FXT_SANITIZED_MAX_WORK);
+    return 1;
+}
+
 int test_summary(const char *name)
 {
     if (g_failures) {

@@ -32,6 +32,16 @@ extern int g_failures;
 /* Print the summary; returns the process exit status. */
 int test_summary(const char *name);
 
+/* Sanitizer builds (ASan, TSan) run the numerics 10-50x slower than the
+ * plain build. There, and only there, the long shape sweeps skip the shapes
+ * whose work (batch x heads x Sq x Skv) exceeds FXT_SANITIZED_MAX_WORK and
+ * say so: the plain build runs every shape, and the sanitizers still see
+ * every code path (tails, multi-tile rows, fallback) on the smaller ones.
+ * Returns 1 (after printing the skip) when the shape is to be skipped. */
+#define FXT_SANITIZED_MAX_WORK 4000000
+int fxt_sanitized(void);
+int fxt_skip_under_sanitizer(int64_t work, const char *label);
+
 /* The bits of a float and back; a monotonic-enough wall clock for reports. */
 static inline uint32_t test_f32_bits(float x)
 {
