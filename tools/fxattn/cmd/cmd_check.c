@@ -102,9 +102,10 @@ int fxt_cmd_check(int argc, char **argv)
     }
     if ((code = fxt_context(o.threads, &ctx)))
         goto out;
-    /* V is zeros without -v (fxt_inputs_load), as the report's vmax 0 says. */
+    /* Without -v no V is passed (fxt_inputs_load's zeros are not data): vmax
+     * reads 1 and C is that of Vmax 1, as for every caller without V. */
     const fxa_status st =
-        fxa_attn_check(ctx, &in.d, in.q, in.k, in.v, 0, hr, sizeof(fxa_check_head));
+        fxa_attn_check(ctx, &in.d, in.q, in.k, o.v ? in.v : NULL, 0, hr, sizeof(fxa_check_head));
     if (st != FXA_OK) {
         code = fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
         goto out;
