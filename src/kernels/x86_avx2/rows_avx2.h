@@ -1,6 +1,6 @@
 /*
  * Row primitives of the AVX2 tile for row_update_impl.h, 8 lanes at a time
- * (tails masked, never over-read). Include only from files compiled with
+ * (plain loads and stores, the tail masked, never over-read). Include only from files compiled with
  * -mavx2.
  */
 #ifndef FXA_ROWS_AVX2_H
@@ -29,7 +29,10 @@ static float hmax(__m256 x)
 static float row_max(const float *z, size_t n)
 {
     __m256 mx = _mm256_set1_ps(-INFINITY);
-    for (size_t j = 0; j < n; j += 8) {
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        mx = _mm256_max_ps(mx, _mm256_loadu_ps(z + j));
+    if (j < n) {
         const __m256i k = tail_mask((ptrdiff_t)(n - j));
         const __m256 x = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(z + j, k),
                                           _mm256_castsi256_ps(k));
@@ -41,7 +44,10 @@ static float row_max(const float *z, size_t n)
 static void row_scale(float *o, size_t d, float a)
 {
     const __m256 av = _mm256_set1_ps(a);
-    for (size_t c = 0; c < d; c += 8) {
+    size_t c = 0;
+    for (; c + 8 <= d; c += 8)
+        _mm256_storeu_ps(o + c, _mm256_mul_ps(av, _mm256_loadu_ps(o + c)));
+    if (c < d) {
         const __m256i k = tail_mask((ptrdiff_t)(d - c));
         _mm256_maskstore_ps(o + c, k, _mm256_mul_ps(av, _mm256_maskload_ps(o + c, k)));
     }
