@@ -1,9 +1,11 @@
 /*
- * One distributed attention call: check the arguments (agreed), Ulysses
- * exchange in (U > 1), local attention (R == 1) or the ring (R > 1), agree
- * on the outcome, then write the output: normalise the ring accumulators and
- * send rows back through the second Ulysses exchange. No output is written
- * unless every rank succeeded.
+ * One distributed attention call: check the arguments (agreed), then
+ *   - pure Ulysses (R == 1, U > 1): the pipelined run of ulysses_run.c
+ *     (heads travel in and back by groups while other groups compute);
+ *   - otherwise: the Ulysses way in (U > 1), local attention (R == 1) or
+ *     the ring (R > 1), normalisation of the ring accumulators, the way back;
+ * agree on the outcome, then write the output. No output is written unless
+ * every rank succeeded.
  */
 #include <math.h>
 #include <stdio.h>
@@ -257,6 +259,91 @@ static fxa_status reduce_stats(fxa_mpi_attn_plan *p, const fxa_attn_stats *sum,
     return FXA_OK;
 }
 
+/* Pure Ulysses: the pipelined run, agreed on, then the output written. */
+static fxa_status run_ulysses(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_attn_stats *sum,
+                              fxa_mpi_stats *stats)
+{
+    fxa_mpi *m = p->m;
+    fxa_ulysses_bufs *ub = p->ulysses_bufs;
+    double a2a = 0.0;
+    const fxa_status own = fxa_ulysses_run(p, a, ub, sum, &a2a);
+    if (stats)
+        stats->a2a_seconds += a2a;
+    const fxa_status st = fxa_mpi_agree(m, own, m->last_error);
+    if (st == FXA_OK)
+        fxa_ulysses_write(p, ub, a);
+    return st;
+}
+
+/* Every group's way in (U > 1), one after the other, sends included. */
+static fxa_status ulysses_in(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_ulysses_bufs *ub)
+{
+    fxa_status st = FXA_OK;
+    for (int g = 0; g < ub->groups && st == FXA_OK; g++) {
+        st = fxa_ulysses_in_post(p, a, ub, g);
+        if (st == FXA_OK)
+            st = fxa_ulysses_in_wait(p, ub);
+    }
+    return st == FXA_OK ? fxa_ulysses_pending_wait(p, ub) : st;
+}
+
+/* Every group's way back (U > 1), agreed on, then the output written. */
+static fxa_status ulysses_back(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_ulysses_bufs *ub)
+{
+    fxa_status st = FXA_OK;
+    for (int g = 0; g < ub->groups && st == FXA_OK; g++)
+        st = fxa_ulysses_back_post(p, ub, g);
+    if (st == FXA_OK)
+        st = fxa_ulysses_pending_wait(p, ub);
+    st = fxa_mpi_agree(p->m, st, p->m->last_error);
+    if (st == FXA_OK)
+        fxa_ulysses_write(p, ub, a);
+    return st;
+}
+
+/* U == 1, or R > 1: the Ulysses way in, local attention or the ring
+ * (agreed on), the ring's normalisation (agreed on), the way back. */
+static fxa_status run_grid(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_attn_stats *sum,
+                           fxa_mpi_stats *stats)
+{
+    fxa_mpi *m = p->m;
+    fxa_ulysses_bufs *ub = p->ulysses_bufs;
+    char msg[512];
+    fxa_mpi_local loc;
+    fxa_status st = FXA_OK;
+    if (m->ulysses > 1) {
+        const double ta = MPI_Wtime();
+        st = ulysses_in(p, a, ub);
+        if (stats)
+            stats->a2a_seconds += MPI_Wtime() - ta;
+        loc = (fxa_mpi_local){ub->q, ub->k, ub->v, ub->out, ub->lse, ub->fb, ub->bound};
+    } else {
+        loc = (fxa_mpi_local){a->q, a->k, a->v, a->out, a->lse, a->row_fallback, a->row_bound};
+    }
+    /* Local work: this rank's own status; a peer's failure shows up in the
+     * agreement below. */
+    if (st == FXA_OK) {
+        int column_failed = 0;
+        const fxa_status own =
+            m->ring == 1 ? run_local(p, &loc, sum) : fxa_ring_run(p, &loc, &column_failed, stats);
+        snprintf(msg, sizeof msg, "%s", m->last_error);
+        if (own == FXA_ERR_INVALID_ARG && m->ulysses == 1)
+            find_non_finite(p, a, msg, sizeof msg);
+        st = fxa_mpi_agree(m, own, msg);
+    }
+    if (st == FXA_OK && m->ring > 1) {
+        const fxa_status own = finish_ring(p, &loc, sum);
+        st = fxa_mpi_agree(m, own, m->last_error);
+    }
+    if (st == FXA_OK && m->ulysses > 1) {
+        const double ta = MPI_Wtime();
+        st = ulysses_back(p, a, ub);
+        if (stats)
+            stats->a2a_seconds += MPI_Wtime() - ta;
+    }
+    return st;
+}
+
 fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mpi_stats *user_stats)
 {
     if (!p)
@@ -284,41 +371,11 @@ fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_mp
         snprintf(msg, sizeof msg, "out of memory for the distributed buffers");
     }
     st = fxa_mpi_agree(m, st, msg);
-    fxa_ulysses_bufs *ub = p->ulysses_bufs;
-    fxa_mpi_local loc = {0};
-    if (st == FXA_OK && m->ulysses > 1) {
-        const double ta = MPI_Wtime();
-        st = fxa_ulysses_forward(p, a, ub);
-        if (stats)
-            stats->a2a_seconds += MPI_Wtime() - ta;
-        loc = (fxa_mpi_local){ub->q, ub->k, ub->v, ub->out, ub->lse, ub->fb, ub->bound};
-    } else if (st == FXA_OK) {
-        loc = (fxa_mpi_local){a->q, a->k, a->v, a->out, a->lse, a->row_fallback, a->row_bound};
-    }
-    /* Local work: this rank's own status; a peer's failure shows up in the
-     * agreement below. */
     fxa_attn_stats sum = {.struct_size = sizeof sum};
-    fxa_status own = FXA_OK;
-    if (st == FXA_OK) {
-        int column_failed = 0;
-        own =
-            m->ring == 1 ? run_local(p, &loc, &sum) : fxa_ring_run(p, &loc, &column_failed, stats);
-        snprintf(msg, sizeof msg, "%s", m->last_error);
-        if (own == FXA_ERR_INVALID_ARG && m->ulysses == 1)
-            find_non_finite(p, a, msg, sizeof msg);
-        st = fxa_mpi_agree(m, own, msg);
-    }
-    if (st == FXA_OK && m->ring > 1) {
-        own = finish_ring(p, &loc, &sum);
-        snprintf(msg, sizeof msg, "%s", m->last_error);
-        st = fxa_mpi_agree(m, own, msg);
-    }
-    if (st == FXA_OK && m->ulysses > 1) {
-        const double ta = MPI_Wtime();
-        st = fxa_ulysses_backward(p, ub, a);
-        if (stats)
-            stats->a2a_seconds += MPI_Wtime() - ta;
-    }
+    if (st == FXA_OK && m->ulysses > 1 && m->ring == 1)
+        st = run_ulysses(p, a, &sum, stats);
+    else if (st == FXA_OK)
+        st = run_grid(p, a, &sum, stats);
     if (st == FXA_OK)
         st = reduce_stats(p, &sum, stats);
     local.seconds = MPI_Wtime() - t0;

@@ -1,15 +1,34 @@
 /*
- * Ulysses exchanges inside a row of the grid (U ranks): one all-to-all
- * turns sequence-sharded Q, K, V (each rank: its tokens, all heads, the
- * user's layout) into head-sharded ones (each rank: the row's tokens, its
- * heads, BHSD), and one turns the output rows (o, lse, bound, fallback)
- * back. Uneven head splits and replicated kv heads are just different
- * counts per destination.
+ * Ulysses exchanges inside a row of the grid (U ranks), by groups of heads.
+ * Every member's local heads are split into G groups by kv head (each q
+ * head goes with its kv head), and group g of every member travels as one
+ * step, so that with R == 1 group g + 1 is on its way while group g
+ * computes (ulysses_run.c). The bytes between two ranks are those of one
+ * all-to-all each way:
+ *   in    sequence-sharded Q, K, V (each rank: its tokens, all heads, the
+ *         user's layout) to head-sharded ones (each rank: the row's tokens,
+ *         its heads, BHSD). The sender packs; each (tensor, batch, head)
+ *         block from a member is received straight into its place in the
+ *         local tensors, and a rank's own rows are copied there directly.
+ *   back  output rows (o, lse, bound, fallback: D + 3 floats), one message
+ *         per (group, member), written to the user's output only once
+ *         every rank agreed (fxa_ulysses_write).
+ * Every message goes as pieces of at most u->piece elements (MPI counts are
+ * int). Messages are matched by order: one tag per direction, and MPI keeps
+ * the order of the messages between two ranks. Uneven head splits and
+ * replicated kv heads are just different counts per member.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ulysses.h"
+
+enum { TAG_IN = 1, TAG_BACK = 2 };
+
+/* Groups with R == 1 when FXA_TEST_ULYSSES_GROUPS is unset (at most the
+ * local kv heads): measured on 40 heads x 128 over 2 ranks (docs/numerics.md). */
+#define DEFAULT_GROUPS 4
 
 /* Element offset of row (b, h, t) of a [B, H, S, D] tensor in layout l. */
 static int64_t row_off(fxa_layout l, int64_t b, int64_t h, int64_t t, int64_t heads, int64_t seq,
@@ -32,114 +51,186 @@ static void member_shard(const fxa_mpi_attn_plan *p, int64_t seq, int v, int64_t
     *off = start - row_start;
 }
 
-/* Copy rows (b, h in [h0, h1), t in [0, n)) between a tensor and a packed
- * run of rows (row bytes each), in (b, h, t) order. to_packed selects the
- * direction. */
-static char *copy_rows(char *packed, char *tensor, int to_packed, fxa_layout l, int64_t batch,
-                       int64_t h0, int64_t h1, int64_t heads, int64_t t0, int64_t n, int64_t seq,
-                       int64_t dim, size_t es)
+void fxa_ulysses_group(const fxa_mpi_attn_plan *p, int groups, int v, int g, int64_t *q0,
+                       int64_t *nq, int64_t *k0, int64_t *nk)
 {
+    const int64_t per_kv = p->d.heads_q / p->d.heads_kv;
+    int64_t a;
+    int64_t b;
+    fxa_mpi_split(p->hkv_hi[v] - p->hkv_lo[v], groups, g, &a, &b);
+    int64_t qa = (p->hkv_lo[v] + a) * per_kv;
+    int64_t qb = (p->hkv_lo[v] + b) * per_kv;
+    qa = qa > p->hq_lo[v] ? qa : p->hq_lo[v];
+    qb = qb < p->hq_hi[v] ? qb : p->hq_hi[v];
+    *k0 = a;
+    *nk = b - a;
+    *q0 = qa - p->hq_lo[v];
+    *nq = qb > qa ? qb - qa : 0;
+}
+
+/* A [B, heads, seq, D] tensor in layout l. */
+typedef struct tview {
+    char *base;
+    fxa_layout l;
+    int64_t heads;
+    int64_t seq;
+} tview;
+
+/* Copy rows (b, h, t), b < batch, h < nh, t < nt, from src's head sh0 + h,
+ * token st0 + t to dst's head dh0 + h, token dt0 + t. */
+static void copy_block(tview dst, int64_t dh0, int64_t dt0, tview src, int64_t sh0, int64_t st0,
+                       int64_t batch, int64_t nh, int64_t nt, int64_t dim, size_t es)
+{
+    if (batch == 0 || nh == 0 || nt == 0)
+        return;
     const size_t row = (size_t)dim * es;
+    const int runs = dst.l == FXA_LAYOUT_BHSD && src.l == FXA_LAYOUT_BHSD; /* nt rows in a run */
     for (int64_t b = 0; b < batch; b++)
-        for (int64_t h = h0; h < h1; h++)
-            for (int64_t t = 0; t < n; t++) {
-                char *x = tensor + (size_t)row_off(l, b, h, t0 + t, heads, seq, dim) * es;
-                if (to_packed)
-                    memcpy(packed, x, row);
-                else
-                    memcpy(x, packed, row);
-                packed += row;
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t t = 0; t < (runs ? 1 : nt); t++) {
+                const int64_t to = row_off(dst.l, b, dh0 + h, dt0 + t, dst.heads, dst.seq, dim);
+                const int64_t from = row_off(src.l, b, sh0 + h, st0 + t, src.heads, src.seq, dim);
+                memcpy(dst.base + (size_t)to * es, src.base + (size_t)from * es,
+                       runs ? row * (size_t)nt : row);
             }
-    return packed;
 }
 
-static fxa_status alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd, void *recv,
-                            const int *rc, const int *rd, MPI_Datatype type)
+static int64_t n_pieces(int64_t n, int64_t piece)
 {
-    return fxa_mpi_alltoallv(m, send, sc, sd, recv, rc, rd, type, m->row_comm,
-                             "the Ulysses exchange");
+    return (n + piece - 1) / piece;
 }
 
-/* Counts and displacements (in elements) from per-member counts. */
-static void displs(const int64_t *count, int n, int *c, int *dsp)
+/* Post a send (or receive) of n elements at buf with row member v as
+ * pieces of at most u->piece elements, into reqs[*at], reqs[*at + 1], ... */
+static fxa_status post(fxa_mpi *m, const fxa_ulysses_bufs *u, int send, void *buf, int64_t n,
+                       size_t es, int v, int tag, MPI_Request *reqs, int *at)
 {
-    int64_t at = 0;
-    for (int i = 0; i < n; i++) {
-        c[i] = (int)count[i];
-        dsp[i] = (int)at;
-        at += count[i];
+    const MPI_Datatype t = es == 4 ? MPI_FLOAT : MPI_UINT16_T;
+    for (int64_t i = 0; i < n; i += u->piece) {
+        const int c = (int)(n - i < u->piece ? n - i : u->piece);
+        char *x = (char *)buf + (size_t)i * es;
+        const int rc = send ? MPI_Isend(x, c, t, v, tag, m->row_comm, &reqs[*at])
+                            : MPI_Irecv(x, c, t, v, tag, m->row_comm, &reqs[*at]);
+        if (rc != MPI_SUCCESS)
+            return fxa_mpi_fail(m, FXA_ERR_MPI, "%s failed in the Ulysses exchange",
+                                send ? "MPI_Isend" : "MPI_Irecv");
+        (*at)++;
     }
+    return FXA_OK;
 }
 
-fxa_status fxa_ulysses_forward(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_ulysses_bufs *u)
+/* Wait for requests [at[v], at[v] + n[v]) of every member v (n NULL:
+ * up to at[v + 1]), naming the member in a timeout. */
+static fxa_status wait_members(fxa_mpi *m, MPI_Request *reqs, const int *at, const int *n,
+                               const char *what)
+{
+    for (int v = 0; v < m->ulysses; v++) {
+        const int end = n ? at[v] + n[v] : at[v + 1];
+        for (int i = at[v]; i < end;) {
+            const int c = end - i < FXA_MPI_MAX_WAIT ? end - i : FXA_MPI_MAX_WAIT;
+            const fxa_status st = fxa_mpi_wait(m, c, reqs + i, m->c * m->ulysses + v, what);
+            if (st != FXA_OK)
+                return st;
+            i += c;
+        }
+    }
+    return FXA_OK;
+}
+
+/* One tensor of group g's way in with member v: receive v's rows (its n
+ * tokens at t0) of this rank's local heads [h0, h0 + nh) in place in loc
+ * (requests at u->in_req[*at]); pack this rank's rows of v's heads
+ * [vh, vh + vnh) of user (global head numbers) at *send and send them, one
+ * block per (batch, head) (requests at u->pend_req[*send_at]). */
+static fxa_status in_tensor(fxa_mpi *m, fxa_ulysses_bufs *u, int v, tview loc, int64_t h0,
+                            int64_t nh, int64_t t0, int64_t n, tview user, int64_t vh, int64_t vnh,
+                            int64_t batch, int64_t dim, size_t es, char **send, int *at,
+                            int *send_at)
+{
+    fxa_status st = FXA_OK;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < nh && st == FXA_OK; h++)
+            st = post(m, u, 0,
+                      loc.base +
+                          (size_t)row_off(FXA_LAYOUT_BHSD, b, h0 + h, t0, loc.heads, loc.seq, dim) *
+                              es,
+                      n * dim, es, v, TAG_IN, u->in_req, at);
+    const int64_t block = user.seq * dim;
+    const tview packed = {*send, FXA_LAYOUT_BHSD, vnh, user.seq};
+    copy_block(packed, 0, 0, user, vh, 0, batch, vnh, user.seq, dim, es);
+    for (int64_t i = 0; i < batch * vnh && st == FXA_OK; i++)
+        st = post(m, u, 1, *send + (size_t)(i * block) * es, block, es, v, TAG_IN, u->pend_req,
+                  send_at);
+    *send += (size_t)(batch * vnh * block) * es;
+    return st;
+}
+
+fxa_status fxa_ulysses_in_post(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_ulysses_bufs *u,
+                               int g)
 {
     fxa_mpi *m = p->m;
     const fxa_attn_desc *d = &p->d;
-    const int n = m->ulysses;
     const int me = m->u;
     const int64_t dim = d->head_dim;
-    const int64_t nq = p->hq_hi[me] - p->hq_lo[me];
-    const int64_t nkv = p->hkv_hi[me] - p->hkv_lo[me];
+    const int64_t nb = d->batch;
+    const size_t es = p->es;
     const int64_t own_kv = p->blk_skv[m->c];
-    int64_t *sc = calloc((size_t)n * 2, sizeof(int64_t));
-    int *ic = calloc((size_t)n * 4, sizeof(int));
+    const tview lq = {u->q, FXA_LAYOUT_BHSD, fxa_mpi_loc_hq(p), p->loc_sq};
+    const tview lk = {u->k, FXA_LAYOUT_BHSD, fxa_mpi_loc_hkv(p), own_kv};
+    const tview lv = {u->v, FXA_LAYOUT_BHSD, fxa_mpi_loc_hkv(p), own_kv};
+    const tview uq = {(char *)a->q, d->layout, d->heads_q, p->q_len};
+    const tview uk = {(char *)a->k, d->layout, d->heads_kv, p->kv_len};
+    const tview uv = {(char *)a->v, d->layout, d->heads_kv, p->kv_len};
+    int64_t q0;
+    int64_t nq;
+    int64_t k0;
+    int64_t nk;
+    fxa_ulysses_group(p, u->groups, me, g, &q0, &nq, &k0, &nk);
+    char *send = u->in_send + (size_t)u->in_send_at[g] * es;
+    int at = 0;
+    if (g == 0) /* a new run (a failed one may have left requests behind) */
+        memset(u->pend_n, 0, (size_t)m->ulysses * sizeof(int));
     fxa_status st = FXA_OK;
-    if (!sc || !ic) {
-        free(sc);
-        free(ic);
-        return fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory for the Ulysses exchange");
-    }
-    for (int v = 0; v < n; v++) {
-        int64_t off;
-        int64_t qn;
-        int64_t kn;
-        member_shard(p, d->seq_q, v, &off, &qn);
-        member_shard(p, d->seq_kv, v, &off, &kn);
-        sc[v] = d->batch * dim *
-                ((p->hq_hi[v] - p->hq_lo[v]) * p->q_len +
-                 2 * (p->hkv_hi[v] - p->hkv_lo[v]) * p->kv_len);
-        sc[n + v] = d->batch * dim * (nq * qn + 2 * nkv * kn);
-    }
-    char *send = u->send;
-    char *recv = u->recv;
-    char *at = send;
-    for (int v = 0; v < n; v++) {
-        at = copy_rows(at, (char *)a->q, 1, d->layout, d->batch, p->hq_lo[v], p->hq_hi[v],
-                       d->heads_q, 0, p->q_len, p->q_len, dim, p->es);
-        at = copy_rows(at, (char *)a->k, 1, d->layout, d->batch, p->hkv_lo[v], p->hkv_hi[v],
-                       d->heads_kv, 0, p->kv_len, p->kv_len, dim, p->es);
-        at = copy_rows(at, (char *)a->v, 1, d->layout, d->batch, p->hkv_lo[v], p->hkv_hi[v],
-                       d->heads_kv, 0, p->kv_len, p->kv_len, dim, p->es);
-    }
-    displs(sc, n, ic, ic + n);
-    displs(sc + n, n, ic + 2 * n, ic + 3 * n);
-    st = alltoallv(m, send, ic, ic + n, recv, ic + 2 * n, ic + 3 * n,
-                   p->es == 4 ? MPI_FLOAT : MPI_UINT16_T);
-    if (st != FXA_OK)
-        goto done;
-    at = recv;
-    for (int v = 0; v < n; v++) {
+    for (int v = 0; v < m->ulysses && st == FXA_OK; v++) {
         int64_t qoff;
         int64_t qn;
         int64_t koff;
         int64_t kn;
         member_shard(p, d->seq_q, v, &qoff, &qn);
         member_shard(p, d->seq_kv, v, &koff, &kn);
-        at = copy_rows(at, u->q, 0, FXA_LAYOUT_BHSD, d->batch, 0, nq, nq, qoff, qn, p->loc_sq, dim,
-                       p->es);
-        at = copy_rows(at, u->k, 0, FXA_LAYOUT_BHSD, d->batch, 0, nkv, nkv, koff, kn, own_kv, dim,
-                       p->es);
-        at = copy_rows(at, u->v, 0, FXA_LAYOUT_BHSD, d->batch, 0, nkv, nkv, koff, kn, own_kv, dim,
-                       p->es);
+        u->in_req_at[v] = at;
+        if (v == me) {
+            copy_block(lq, q0, qoff, uq, p->hq_lo[me] + q0, 0, nb, nq, qn, dim, es);
+            copy_block(lk, k0, koff, uk, p->hkv_lo[me] + k0, 0, nb, nk, kn, dim, es);
+            copy_block(lv, k0, koff, uv, p->hkv_lo[me] + k0, 0, nb, nk, kn, dim, es);
+            continue;
+        }
+        int64_t vq0;
+        int64_t vnq;
+        int64_t vk0;
+        int64_t vnk;
+        fxa_ulysses_group(p, u->groups, v, g, &vq0, &vnq, &vk0, &vnk);
+        int sent = u->pend_at[v] + u->pend_n[v];
+        st = in_tensor(m, u, v, lq, q0, nq, qoff, qn, uq, p->hq_lo[v] + vq0, vnq, nb, dim, es,
+                       &send, &at, &sent);
+        if (st == FXA_OK)
+            st = in_tensor(m, u, v, lk, k0, nk, koff, kn, uk, p->hkv_lo[v] + vk0, vnk, nb, dim, es,
+                           &send, &at, &sent);
+        if (st == FXA_OK)
+            st = in_tensor(m, u, v, lv, k0, nk, koff, kn, uv, p->hkv_lo[v] + vk0, vnk, nb, dim, es,
+                           &send, &at, &sent);
+        u->pend_n[v] = sent - u->pend_at[v];
     }
-done:
-    free(sc);
-    free(ic);
+    u->in_req_at[m->ulysses] = at; /* (after a failure nothing waits on these) */
     return st;
 }
 
-fxa_status fxa_ulysses_backward(fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
-                                const fxa_attn_args *a)
+fxa_status fxa_ulysses_in_wait(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
+{
+    return wait_members(p->m, u->in_req, u->in_req_at, NULL, "the Ulysses exchange");
+}
+
+fxa_status fxa_ulysses_back_post(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u, int g)
 {
     fxa_mpi *m = p->m;
     const fxa_attn_desc *d = &p->d;
@@ -147,98 +238,208 @@ fxa_status fxa_ulysses_backward(fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
     const int me = m->u;
     const int64_t dim = d->head_dim;
     const int64_t row = dim + 3;
-    const int64_t nq = p->hq_hi[me] - p->hq_lo[me];
-    int64_t *sc = calloc((size_t)n * 2, sizeof(int64_t));
-    int *ic = calloc((size_t)n * 4, sizeof(int));
-    if (!sc || !ic) {
-        free(sc);
-        free(ic);
-        return fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory for the Ulysses exchange");
-    }
-    for (int v = 0; v < n; v++) {
-        int64_t off;
-        int64_t qn;
-        member_shard(p, d->seq_q, v, &off, &qn);
-        sc[v] = d->batch * nq * qn * row;
-        sc[n + v] = d->batch * (p->hq_hi[v] - p->hq_lo[v]) * p->q_len * row;
-    }
-    float *send = (float *)u->send;
-    float *recv = (float *)u->recv;
+    const int64_t nq_loc = fxa_mpi_loc_hq(p);
+    int64_t q0;
+    int64_t nq;
+    int64_t k0;
+    int64_t nk;
+    fxa_ulysses_group(p, u->groups, me, g, &q0, &nq, &k0, &nk);
     fxa_status st = FXA_OK;
-    float *at = send;
-    for (int v = 0; v < n; v++) {
+    for (int v = 0; v < n && st == FXA_OK; v++) {
+        if (v == me)
+            continue;
         int64_t off;
         int64_t qn;
         member_shard(p, d->seq_q, v, &off, &qn);
+        float *at = u->back_send + u->back_at[g * n + v];
         for (int64_t b = 0; b < d->batch; b++)
-            for (int64_t h = 0; h < nq; h++)
+            for (int64_t h = q0; h < q0 + nq; h++)
                 for (int64_t t = off; t < off + qn; t++) {
-                    const int64_t r = (b * nq + h) * p->loc_sq + t;
+                    const int64_t r = (b * nq_loc + h) * p->loc_sq + t;
                     memcpy(at, u->out + r * dim, (size_t)dim * sizeof(float));
                     at[dim] = u->lse[r];
                     at[dim + 1] = u->bound[r];
                     at[dim + 2] = (float)u->fb[r];
                     at += row;
                 }
+        int i = u->pend_at[v] + u->pend_n[v];
+        st = post(m, u, 1, u->back_send + u->back_at[g * n + v],
+                  u->back_at[g * n + v + 1] - u->back_at[g * n + v], sizeof(float), v, TAG_BACK,
+                  u->pend_req, &i);
+        if (st == FXA_OK)
+            st = post(m, u, 0, u->back_recv + u->back_from[g * n + v],
+                      u->back_from[g * n + v + 1] - u->back_from[g * n + v], sizeof(float), v,
+                      TAG_BACK, u->pend_req, &i);
+        u->pend_n[v] = i - u->pend_at[v];
     }
-    displs(sc, n, ic, ic + n);
-    displs(sc + n, n, ic + 2 * n, ic + 3 * n);
-    st = alltoallv(m, send, ic, ic + n, recv, ic + 2 * n, ic + 3 * n, MPI_FLOAT);
-    if (st != FXA_OK)
-        goto done;
-    at = recv;
-    for (int v = 0; v < n; v++) {
-        for (int64_t b = 0; b < d->batch; b++)
-            for (int64_t h = p->hq_lo[v]; h < p->hq_hi[v]; h++)
-                for (int64_t t = 0; t < p->q_len; t++) {
-                    const int64_t r = (b * d->heads_q + h) * p->q_len + t;
-                    memcpy((float *)a->out + row_off(d->layout, b, h, t, d->heads_q, p->q_len, dim),
-                           at, (size_t)dim * sizeof(float));
-                    if (a->lse)
-                        a->lse[r] = at[dim];
-                    if (a->row_bound)
-                        a->row_bound[r] = at[dim + 1];
-                    if (a->row_fallback)
-                        a->row_fallback[r] = (uint8_t)at[dim + 2];
-                    at += row;
-                }
-    }
-done:
-    free(sc);
-    free(ic);
     return st;
+}
+
+fxa_status fxa_ulysses_pending_wait(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
+{
+    return wait_members(p->m, u->pend_req, u->pend_at, u->pend_n, "the Ulysses exchange");
+}
+
+/* One output row (b, global head h, token t) of a: o and, where asked, lse,
+ * bound and the fallback flag. */
+static void write_row(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, int64_t b, int64_t h,
+                      int64_t t, const float *o, float lse, float bound, uint8_t fb)
+{
+    const fxa_attn_desc *d = &p->d;
+    const int64_t r = (b * d->heads_q + h) * p->q_len + t;
+    memcpy((float *)a->out + row_off(d->layout, b, h, t, d->heads_q, p->q_len, d->head_dim), o,
+           (size_t)d->head_dim * sizeof(float));
+    if (a->lse)
+        a->lse[r] = lse;
+    if (a->row_bound)
+        a->row_bound[r] = bound;
+    if (a->row_fallback)
+        a->row_fallback[r] = fb;
+}
+
+void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
+                       const fxa_attn_args *a)
+{
+    const fxa_mpi *m = p->m;
+    const fxa_attn_desc *d = &p->d;
+    const int n = m->ulysses;
+    const int64_t dim = d->head_dim;
+    const int64_t nq_loc = fxa_mpi_loc_hq(p);
+    int64_t off;
+    int64_t qn;
+    member_shard(p, d->seq_q, m->u, &off, &qn);
+    for (int64_t b = 0; b < d->batch; b++)
+        for (int64_t h = 0; h < nq_loc; h++)
+            for (int64_t t = 0; t < p->q_len; t++) {
+                const int64_t r = (b * nq_loc + h) * p->loc_sq + off + t;
+                write_row(p, a, b, p->hq_lo[m->u] + h, t, u->out + r * dim, u->lse[r], u->bound[r],
+                          u->fb[r]);
+            }
+    for (int v = 0; v < n; v++)
+        for (int g = 0; g < u->groups && v != m->u; g++) {
+            int64_t q0;
+            int64_t nq;
+            int64_t k0;
+            int64_t nk;
+            fxa_ulysses_group(p, u->groups, v, g, &q0, &nq, &k0, &nk);
+            const float *at = u->back_recv + u->back_from[g * n + v];
+            for (int64_t b = 0; b < d->batch; b++)
+                for (int64_t h = q0; h < q0 + nq; h++)
+                    for (int64_t t = 0; t < p->q_len; t++, at += dim + 3)
+                        write_row(p, a, b, p->hq_lo[v] + h, t, at, at[dim], at[dim + 1],
+                                  (uint8_t)at[dim + 2]);
+        }
+}
+
+/* A positive integer from the environment variable name, else fallback. */
+static int64_t env_count(const char *name, int64_t fallback, int64_t most)
+{
+    const char *s = getenv(name);
+    char *end = NULL;
+    const long long x = s ? strtoll(s, &end, 10) : 0;
+    return s && end != s && *end == '\0' && x > 0 ? (x < most ? x : most) : fallback;
+}
+
+/* G: the same on every member (it depends on the plan only). With R > 1
+ * nothing overlaps the exchange (the ring follows it), so one group. */
+static int choose_groups(const fxa_mpi_attn_plan *p)
+{
+    int64_t most_kv = 1;
+    for (int v = 0; v < p->m->ulysses; v++) {
+        const int64_t nkv = p->hkv_hi[v] - p->hkv_lo[v];
+        most_kv = nkv > most_kv ? nkv : most_kv;
+    }
+    const int64_t g =
+        env_count("FXA_TEST_ULYSSES_GROUPS", p->m->ring == 1 ? DEFAULT_GROUPS : 1, most_kv);
+    return (int)(g < most_kv ? g : most_kv);
+}
+
+/* Sizes of every group's messages: staging offsets of the way in and back,
+ * the most receives of one group's way in, pending requests per member. */
+static void size_exchanges(const fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u, int *in_reqs)
+{
+    const fxa_mpi *m = p->m;
+    const fxa_attn_desc *d = &p->d;
+    const int n = m->ulysses;
+    const int64_t dim = d->head_dim;
+    const int64_t row = dim + 3;
+    const int64_t nb = d->batch;
+    const int64_t pc = u->piece;
+    *in_reqs = 0;
+    u->in_send_at[0] = 0;
+    u->back_at[0] = 0;
+    u->back_from[0] = 0;
+    for (int v = 0; v < n; v++)
+        u->pend_at[v + 1] = 0;
+    for (int g = 0; g < u->groups; g++) {
+        int64_t q0;
+        int64_t nq;
+        int64_t k0;
+        int64_t nk;
+        fxa_ulysses_group(p, u->groups, m->u, g, &q0, &nq, &k0, &nk);
+        int64_t send = 0;
+        int64_t reqs = 0;
+        for (int v = 0; v < n; v++) {
+            const int i = g * n + v;
+            int64_t off;
+            int64_t qn;
+            int64_t kn;
+            member_shard(p, d->seq_q, v, &off, &qn);
+            member_shard(p, d->seq_kv, v, &off, &kn);
+            int64_t vq0;
+            int64_t vnq;
+            int64_t vk0;
+            int64_t vnk;
+            fxa_ulysses_group(p, u->groups, v, g, &vq0, &vnq, &vk0, &vnk);
+            const int other = v != m->u;
+            const int64_t out = other ? nb * nq * qn * row : 0;
+            const int64_t back = other ? nb * vnq * p->q_len * row : 0;
+            u->back_at[i + 1] = u->back_at[i] + out;
+            u->back_from[i + 1] = u->back_from[i] + back;
+            if (!other)
+                continue;
+            const int64_t sends =
+                nb * (vnq * n_pieces(p->q_len * dim, pc) + 2 * vnk * n_pieces(p->kv_len * dim, pc));
+            u->pend_at[v + 1] += (int)(sends + n_pieces(out, pc) + n_pieces(back, pc));
+            send += nb * dim * (vnq * p->q_len + 2 * vnk * p->kv_len);
+            reqs += nb * (nq * n_pieces(qn * dim, pc) + 2 * nk * n_pieces(kn * dim, pc));
+        }
+        u->in_send_at[g + 1] = u->in_send_at[g] + send;
+        *in_reqs = (int)reqs > *in_reqs ? (int)reqs : *in_reqs;
+    }
+    for (int v = 0; v < n; v++)
+        u->pend_at[v + 1] += u->pend_at[v];
 }
 
 fxa_status fxa_ulysses_alloc(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
 {
     const fxa_mpi *m = p->m;
     const fxa_attn_desc *d = &p->d;
-    const int me = m->u;
+    const int n = m->ulysses;
     const size_t dim = (size_t)d->head_dim;
     const size_t b = (size_t)d->batch;
-    const size_t nq = (size_t)(p->hq_hi[me] - p->hq_lo[me]);
-    const size_t nkv = (size_t)(p->hkv_hi[me] - p->hkv_lo[me]);
+    const size_t nkv = (size_t)fxa_mpi_loc_hkv(p);
     const size_t own_kv = (size_t)p->blk_skv[m->c];
-    const size_t rows = b * nq * (size_t)p->loc_sq;
-    size_t send = 0;
-    size_t recv = 0;
-    for (int v = 0; v < m->ulysses; v++) {
-        int64_t off;
-        int64_t qn;
-        int64_t kn;
-        member_shard(p, d->seq_q, v, &off, &qn);
-        member_shard(p, d->seq_kv, v, &off, &kn);
-        const size_t vq = (size_t)(p->hq_hi[v] - p->hq_lo[v]);
-        const size_t vkv = (size_t)(p->hkv_hi[v] - p->hkv_lo[v]);
-        send += b * dim * (vq * (size_t)p->q_len + 2 * vkv * (size_t)p->kv_len) * p->es;
-        recv += b * dim * (nq * (size_t)qn + 2 * nkv * (size_t)kn) * p->es;
-    }
-    /* The way back: output rows of D + 3 floats. */
-    const size_t back_send = rows * (dim + 3) * sizeof(float);
-    const size_t back_recv = b * (size_t)d->heads_q * (size_t)p->q_len * (dim + 3) * sizeof(float);
-    send = send > back_send ? send : back_send;
-    recv = recv > back_recv ? recv : back_recv;
+    const size_t rows = b * (size_t)fxa_mpi_loc_hq(p) * (size_t)p->loc_sq;
     memset(u, 0, sizeof *u);
+    u->groups = choose_groups(p);
+    /* Pieces: MPI counts are int. FXA_TEST_ULYSSES_PIECE (tests only) makes
+     * them smaller, so that the piece path runs on small problems. */
+    u->piece = env_count("FXA_TEST_ULYSSES_PIECE", INT_MAX, INT_MAX);
+    const size_t pairs = (size_t)u->groups * (size_t)n + 1;
+    u->in_send_at = malloc(((size_t)u->groups + 1) * sizeof(int64_t));
+    u->back_at = malloc(pairs * sizeof(int64_t));
+    u->back_from = malloc(pairs * sizeof(int64_t));
+    u->in_req_at = calloc((size_t)n + 1, sizeof(int));
+    u->pend_at = calloc((size_t)n + 1, sizeof(int));
+    u->pend_n = calloc((size_t)n, sizeof(int));
+    if (!u->in_send_at || !u->back_at || !u->back_from || !u->in_req_at || !u->pend_at ||
+        !u->pend_n) {
+        fxa_ulysses_bufs_free(u);
+        return FXA_ERR_NO_MEMORY;
+    }
+    int in_reqs;
+    size_exchanges(p, u, &in_reqs);
     u->q = malloc(rows * dim * p->es + 1);
     u->k = malloc(b * nkv * own_kv * dim * p->es + 1);
     u->v = malloc(b * nkv * own_kv * dim * p->es + 1);
@@ -246,10 +447,14 @@ fxa_status fxa_ulysses_alloc(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
     u->lse = malloc(rows * sizeof(float) + 1);
     u->bound = malloc(rows * sizeof(float) + 1);
     u->fb = malloc(rows + 1);
-    u->send = malloc(send + 1);
-    u->recv = malloc(recv + 1);
-    if (!u->q || !u->k || !u->v || !u->out || !u->lse || !u->bound || !u->fb || !u->send ||
-        !u->recv) {
+    u->in_send = malloc((size_t)u->in_send_at[u->groups] * p->es + 1);
+    u->back_send = malloc((size_t)u->back_at[pairs - 1] * sizeof(float) + 1);
+    u->back_recv = malloc((size_t)u->back_from[pairs - 1] * sizeof(float) + 1);
+    u->in_req = malloc((size_t)in_reqs * sizeof(MPI_Request) + 1);
+    u->pend_req = malloc((size_t)u->pend_at[n] * sizeof(MPI_Request) + 1);
+    if (!u->q || !u->k || !u->v || !u->out || !u->lse || !u->bound || !u->fb || !u->in_send ||
+        !u->back_send || !u->back_recv || !u->in_req || !u->pend_req ||
+        (m->ring == 1 && fxa_ulysses_stages(p, u) != FXA_OK)) {
         fxa_ulysses_bufs_free(u);
         return FXA_ERR_NO_MEMORY;
     }
@@ -258,8 +463,23 @@ fxa_status fxa_ulysses_alloc(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
 
 void fxa_ulysses_bufs_free(fxa_ulysses_bufs *u)
 {
-    free(u->send);
-    free(u->recv);
+    for (int g = 0; u->plans && g < u->groups; g++)
+        fxa_attn_plan_destroy(u->plans[g]);
+    free(u->plans);
+    free(u->stage);
+    free(u->stage_at);
+    free(u->ws);
+    free(u->in_send);
+    free(u->back_send);
+    free(u->back_recv);
+    free(u->back_at);
+    free(u->back_from);
+    free(u->in_req);
+    free(u->in_req_at);
+    free(u->pend_req);
+    free(u->pend_at);
+    free(u->pend_n);
+    free(u->in_send_at);
     free(u->q);
     free(u->k);
     free(u->v);
