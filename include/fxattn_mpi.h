@@ -3,9 +3,10 @@
  *
  * The global problem is the one fxa_attn_run would compute on one process;
  * its query and key sequences are split over the P ranks of a communicator
- * in rank order (fxa_mpi_shard: contiguous shards, the first S mod P ranks
- * one token longer), and each rank passes its shards of Q, K, V and of the
- * output. The ranks form a U x R grid (rank = ring_index * U +
+ * in grid-rank order (fxa_mpi_shard: contiguous shards, the first S mod P
+ * ranks one token longer; the grid rank fxa_mpi_rank places ranks by host,
+ * see fxa_mpi_placement), and each rank passes its shards of Q, K, V and of
+ * the output. The ranks form a U x R grid (grid rank = ring_index * U +
  * ulysses_index): Ulysses all-to-alls inside each row of U adjacent ranks
  * switch from sequence to head sharding (head counts that U does not divide
  * are split unevenly; K/V heads are replicated where Hkv < U), and the ring
@@ -22,10 +23,11 @@
  * communicator with MPI_ERRORS_RETURN, so MPI failures come back as
  * FXA_ERR_MPI.
  *
- * Collective calls must be made by every rank of the communicator in the
- * same order; misuse (different shapes or options on different ranks, a bad
- * input on one rank) returns the same error on every rank instead of
- * hanging. Local calls involve no communication. A peer that stops making
+ * Rank numbers in the library's messages ("rank N: ...") are grid ranks
+ * (fxa_mpi_rank). Collective calls must be made by every rank of the
+ * communicator in the same order; misuse (different shapes or options on
+ * different ranks, a bad input on one rank) returns the same error on
+ * every rank instead of hanging. Local calls involve no communication. A peer that stops making
  * progress (a cut link, a frozen or dead rank) fails the waiting ranks'
  * calls with FXA_ERR_TIMEOUT after fxa_mpi_params.timeout_seconds ("rank
  * N: no progress from rank M for T s"); the context is then unusable (every
@@ -56,10 +58,34 @@ typedef struct fxa_mpi_params {
      * 0 = the environment's FXA_MPI_TIMEOUT, else 60. Added in 0.1.1: a
      * struct_size that ends before it takes the default. */
     double timeout_seconds;
+    /* Where each rank sits in the grid (fxa_mpi_placement). Added in 0.2: a
+     * struct_size that ends before it takes FXA_MPI_PLACE_HOSTS. */
+    int placement;
 } fxa_mpi_params;
 
+/*
+ * Grid placement. The grid's rank (fxa_mpi_rank) is the rank to shard by:
+ * the user's shards of a rank are fxa_mpi_shard(seq, P, fxa_mpi_rank(m)),
+ * which differs from MPI_Comm_rank(comm) when the placement reorders.
+ *
+ * FXA_MPI_PLACE_HOSTS (0, the default): the ranks are grouped by host (the
+ * MPI_COMM_TYPE_SHARED groups of comm), hosts in the order of their lowest
+ * rank, and in rank order within a host. Whatever order the launcher gave
+ * the ranks (mpirun --map-by node interleaves hosts), each Ulysses row of
+ * U ranks then lies inside one host when U divides every host's rank
+ * count, and the ring runs across hosts. The order is the same on every
+ * rank; comm's rank 0 stays grid rank 0; ranks already grouped by host (one
+ * host, --map-by slot) keep their order.
+ * FXA_MPI_PLACE_RANKS: grid rank = MPI_Comm_rank(comm).
+ */
+typedef enum fxa_mpi_placement {
+    FXA_MPI_PLACE_HOSTS = 0,
+    FXA_MPI_PLACE_RANKS = 1,
+} fxa_mpi_placement;
+
 /* Defaults: U = 1, R = 0 (= the communicator's size: a pure ring),
- * prefetch 1, timeout 0 (FXA_MPI_TIMEOUT or 60 s). Local. */
+ * prefetch 1, timeout 0 (FXA_MPI_TIMEOUT or 60 s), placement by hosts.
+ * Local. */
 FXA_API void fxa_mpi_params_init(fxa_mpi_params *p);
 
 /* The deadline that timeout_seconds = 0 stands for: FXA_MPI_TIMEOUT from
@@ -67,8 +93,8 @@ FXA_API void fxa_mpi_params_init(fxa_mpi_params *p);
  * FXA_MPI_TIMEOUT is set but is not a positive number. Local. */
 FXA_API double fxa_mpi_default_timeout(void);
 
-/* Collective over comm. Duplicates comm and splits it into the grid's rows
- * and columns. Every rank gets the same error when U * R != P or the ranks
+/* Collective over comm. Duplicates comm (reordered by the placement) and
+ * splits it into the grid's rows and columns. Every rank gets the same error when U * R != P or the ranks
  * disagree on the parameters. ctx (not owned) computes; keep it alive. On
  * error *out is NULL and fxa_mpi_create_error() says why. */
 FXA_API fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p,
@@ -79,9 +105,16 @@ FXA_API void fxa_mpi_destroy(fxa_mpi *m);
 FXA_API const char *fxa_mpi_create_error(void);
 /* The last error of a call on m (the same text on every rank). Local. */
 FXA_API const char *fxa_mpi_last_error(const fxa_mpi *m);
-/* This rank and the number of ranks in the duplicated communicator. Local. */
+/* This rank's grid rank (its place in the duplicated, placed
+ * communicator: the rank to shard by) and the number of ranks. Local. */
 FXA_API int fxa_mpi_rank(const fxa_mpi *m);
 FXA_API int fxa_mpi_size(const fxa_mpi *m);
+
+/* Collective over comm: the grid rank fxa_mpi_create(comm, ...) with this
+ * placement gives this rank (the same for any grid shape), for callers
+ * that shard before creating a context. FXA_ERR_INVALID_ARG for an unknown
+ * placement, FXA_ERR_MPI when MPI fails; fxa_mpi_create_error() says why. */
+FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_rank);
 
 /* Collective over comm. The thread count this rank should use by default:
  * its share of the CPUs its affinity mask holds, each CPU divided among the

@@ -8,6 +8,10 @@
  *
  *   rank = c T + t    (t in [0, T): a head slice; c in [0, C): a token shard)
  *
+ * where rank is the grid rank of fxa_mpi_create's default placement by
+ * hosts (fxattn_mpi.h, fxa_mpi_placement; comm's rank 0 stays rank 0), so
+ * that TP groups and Ulysses rows stay inside hosts whatever the launcher's
+ * rank order. fxa_wan_mpi_shard_of gives each rank its part.
  * so the T ranks of a TP group (the same tokens, all heads between them)
  * are adjacent, on one node where the node allows it: they exchange the
  * most (the RMSNorm sums of squares and the output projection's partial

@@ -41,16 +41,20 @@ def _require_mpi4py():
         pytest.fail(f"mpi4py is not installed in {sys.executable}; `pip install mpi4py` (fxattn[mpi])")
 
 
-def run_mpi(script: str, np_: int, *args, timeout: int = 120) -> subprocess.CompletedProcess:
-    """Run mpi_scripts/<script> on np_ ranks; the outer timeout -k bounds a hang."""
+def run_mpi(script: str, np_: int, *args, timeout: int = 120, hosts: str = "") -> subprocess.CompletedProcess:
+    """Run mpi_scripts/<script> on np_ ranks; the outer timeout -k bounds a hang.
+    hosts: libfxattn_mpi's test-only FXA_MPI_TEST_HOSTS (host labels by rank)."""
     _require_mpi4py()
     env = dict(os.environ)
+    env.pop("FXA_MPI_TEST_HOSTS", None)
+    if hosts:
+        env["FXA_MPI_TEST_HOSTS"] = hosts
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("FXA_MPI_TIMEOUT", "60")
     if importlib.util.find_spec("fxattn") is None or "PYTHONPATH" in env:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
     exports = []
-    for name in ("FXATTN_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS", "FXA_MPI_TIMEOUT"):
+    for name in ("FXATTN_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS", "FXA_MPI_TIMEOUT", "FXA_MPI_TEST_HOSTS"):
         if name in env:
             exports += ["-x", name]
     cmd = ["timeout", "-k", "5", str(timeout), _mpirun(), "--allow-run-as-root", "--oversubscribe",
@@ -83,6 +87,19 @@ def test_attention_grids(np_):
     assert "are not fxattn.mpi.shard's split of their sum" in out, out
 
 
+def test_attention_hosts_interleaved():
+    """Placement by hosts with the ranks of two hosts interleaved (as
+    mpirun --map-by node gives; faked by FXA_MPI_TEST_HOSTS=0,1,0,1): every
+    grid of 4 ranks still matches one process when each rank shards by
+    fxattn.mpi.rank(comm), which puts world ranks 0, 2 (host 0) before 1, 3.
+    ~20 s."""
+    out = run_mpi("attn.py", 4, hosts="0,1,0,1").stdout
+    assert "placement by hosts [0, 1, 0, 1]: grid ranks [0, 2, 1, 3]" in out, out
+    ok = re.findall(r"OK rank (\d+) cases (\d+)", out)
+    assert sorted(int(r) for r, _ in ok) == list(range(4)), out
+    assert "error [placement]" in out, out
+
+
 def test_shard_matches_c_split():
     """fxattn.mpi.shard is fxa_mpi_shard: contiguous, covering, the first
     n mod size shards one token longer."""
@@ -103,14 +120,17 @@ def test_shard_matches_c_split():
         fm.shard(10, 2, 2)
 
 
-@pytest.mark.parametrize("np_,ulysses,ring", [(2, 1, 2), (2, 2, 1), (4, 2, 2)])
-def test_parallelize_wan(np_, ulysses, ring):
+@pytest.mark.parametrize("np_,ulysses,ring,hosts", [(2, 1, 2, ""), (2, 2, 1, ""), (4, 2, 2, ""),
+                                                    (3, 1, 3, "0,1,0")])
+def test_parallelize_wan(np_, ulysses, ring, hosts):
     """fxattn.diffusers.parallelize on a tiny random WanTransformer3DModel
     (9 tokens, uneven over 2 and 4 ranks) equals one process's forward with
     diffusers' default processor (rtol 1e-4, justified in mpi_scripts/wan.py),
     every rank returns the same output, attn1 sees only the rank's shard,
-    and remove() restores the model bit for bit. ~25 s (np 2), ~50 s (np 4)."""
-    out = run_mpi("wan.py", np_, str(ulysses), str(ring), timeout=240).stdout
+    and remove() restores the model bit for bit; with hosts (FXA_MPI_TEST_HOSTS)
+    the ranks shard and gather by their grid ranks, 0, 2, 1 for "0,1,0".
+    ~25 s (np 2), ~50 s (np 4)."""
+    out = run_mpi("wan.py", np_, str(ulysses), str(ring), timeout=240, hosts=hosts).stdout
     ok = re.findall(r"OK rank (\d+) err ([0-9.e+-]+) tol ([0-9.e+-]+)", out)
     assert sorted(int(r) for r, _, _ in ok) == list(range(np_)), out
     assert all(float(e) <= float(t) for _, e, t in ok), out

@@ -1,5 +1,6 @@
 /* The distributed context: communicators, grid, errors that every rank
  * agrees on. */
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,12 @@ const char *fxa_mpi_create_error(void)
 
 void fxa_mpi_params_init(fxa_mpi_params *p)
 {
-    *p = (fxa_mpi_params){
-        .struct_size = sizeof *p, .ulysses = 1, .ring = 0, .prefetch = 0, .timeout_seconds = 0.0};
+    *p = (fxa_mpi_params){.struct_size = sizeof *p,
+                          .ulysses = 1,
+                          .ring = 0,
+                          .prefetch = 0,
+                          .timeout_seconds = 0.0,
+                          .placement = FXA_MPI_PLACE_HOSTS};
 }
 
 double fxa_mpi_default_timeout(void)
@@ -144,6 +149,133 @@ fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what)
     return FXA_OK;
 }
 
+/* Test only: FXA_MPI_TEST_HOSTS="L0,L1,..." gives each MPI_COMM_WORLD rank
+ * r the host label Lr (an integer >= 0) in place of its shared-memory
+ * group, so that one machine can test placement by hosts (give it to every
+ * rank). -1 when unset; a rank past the list (or with a bad entry) is a
+ * host of its own. */
+static int test_host_label(void)
+{
+    const char *s = getenv("FXA_MPI_TEST_HOSTS");
+    if (!s || !*s)
+        return -1;
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    for (int i = 0; i < world_rank && s; i++)
+        if ((s = strchr(s, ',')))
+            s++;
+    const long label = s ? strtol(s, NULL, 10) : -1;
+    const int own = 1 << 20; /* labels of ranks with a host of their own */
+    return label >= 0 && label < own ? (int)label : own + world_rank % own;
+}
+
+/* Collective over m->comm: the grid rank of every rank under placement by
+ * hosts (see fxa_mpi_placement), into grid[m->size]: ranks sorted by (the
+ * lowest rank of their host, rank). The same array on every rank. */
+static fxa_status place_by_hosts(fxa_mpi *m, int *grid)
+{
+    MPI_Comm host = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &host) !=
+        MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "cannot group the ranks by host (MPI_Comm_split_type)");
+    MPI_Comm_set_errhandler(host, MPI_ERRORS_RETURN);
+    /* mine = {the lowest rank of this host, the test's host label or -1} */
+    int mine[2] = {m->rank, test_host_label()};
+    fxa_status st =
+        fxa_mpi_allreduce(m, &m->rank, &mine[0], 1, MPI_INT, MPI_MIN, host, "the ranks' hosts");
+    MPI_Comm_free(&host);
+    int *all = malloc(2 * (size_t)m->size * sizeof(int));
+    int *key = malloc((size_t)m->size * sizeof(int));
+    if (st == FXA_OK && (!all || !key))
+        st = fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory placing the ranks");
+    st = fxa_mpi_agree(m, st, m->last_error);
+    if (st == FXA_OK)
+        st = fxa_mpi_allgather(m, mine, 2, all, MPI_INT, m->comm, "the ranks' hosts");
+    /* A host's key: its lowest rank (by the test's labels where given). */
+    for (int r = 0; st == FXA_OK && r < m->size; r++) {
+        key[r] = all[2 * r];
+        for (int o = 0; all[2 * r + 1] >= 0 && o < m->size; o++)
+            if (all[2 * o + 1] == all[2 * r + 1]) {
+                key[r] = o;
+                break;
+            }
+    }
+    for (int r = 0; st == FXA_OK && r < m->size; r++) {
+        grid[r] = 0;
+        for (int o = 0; o < m->size; o++)
+            grid[r] += key[o] < key[r] || (key[o] == key[r] && o < r);
+    }
+    free(all);
+    free(key);
+    return st;
+}
+
+/* Collective over m->comm: reorder m->comm to the placement's grid ranks
+ * (nothing to do when they are already in rank order). */
+static fxa_status place(fxa_mpi *m, int placement)
+{
+    if (placement == FXA_MPI_PLACE_RANKS || m->size == 1)
+        return FXA_OK;
+    int *grid = malloc((size_t)m->size * sizeof(int));
+    fxa_status st =
+        fxa_mpi_agree(m, grid ? FXA_OK : FXA_ERR_NO_MEMORY, "out of memory placing the ranks");
+    if (st == FXA_OK)
+        st = place_by_hosts(m, grid);
+    int identity = 1;
+    for (int r = 0; st == FXA_OK && r < m->size; r++)
+        identity &= grid[r] == r;
+    MPI_Comm placed = MPI_COMM_NULL;
+    if (st == FXA_OK && !identity) {
+        if (MPI_Comm_split(m->comm, 0, grid[m->rank], &placed) != MPI_SUCCESS)
+            st = fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Comm_split failed placing the ranks");
+        else {
+            MPI_Comm_free(&m->comm);
+            m->comm = placed;
+            MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+            MPI_Comm_rank(m->comm, &m->rank);
+        }
+    }
+    free(grid);
+    return st;
+}
+
+static int placement_known(int placement)
+{
+    return placement == FXA_MPI_PLACE_HOSTS || placement == FXA_MPI_PLACE_RANKS;
+}
+
+fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_rank)
+{
+    g_create_error[0] = '\0';
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited || !grid_rank || !placement_known(placement)) {
+        snprintf(g_create_error, sizeof g_create_error, "%s",
+                 !inited      ? "MPI is not initialised"
+                 : !grid_rank ? "NULL output"
+                              : "placement is not FXA_MPI_PLACE_HOSTS or FXA_MPI_PLACE_RANKS");
+        return inited ? FXA_ERR_INVALID_ARG : FXA_ERR_MPI;
+    }
+    fxa_mpi m;
+    memset(&m, 0, sizeof m);
+    if (MPI_Comm_dup(comm, &m.comm) != MPI_SUCCESS) {
+        snprintf(g_create_error, sizeof g_create_error, "MPI_Comm_dup failed");
+        return FXA_ERR_MPI;
+    }
+    MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m.comm, &m.rank);
+    MPI_Comm_size(m.comm, &m.size);
+    m.timeout = fxa_mpi_default_timeout();
+    m.timeout = m.timeout > 0.0 ? m.timeout : 60.0;
+    const fxa_status st = place(&m, placement);
+    if (st != FXA_OK)
+        snprintf(g_create_error, sizeof g_create_error, "%s", m.last_error);
+    else
+        *grid_rank = m.rank;
+    MPI_Comm_free(&m.comm);
+    return st;
+}
+
 fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, fxa_mpi **out)
 {
     g_create_error[0] = '\0';
@@ -199,15 +331,22 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
         } else if (prm.prefetch < 0) {
             st = FXA_ERR_INVALID_ARG;
             snprintf(msg, sizeof msg, "prefetch %d is negative", prm.prefetch);
+        } else if (!placement_known(prm.placement)) {
+            st = FXA_ERR_INVALID_ARG;
+            snprintf(msg, sizeof msg,
+                     "placement %d is not FXA_MPI_PLACE_HOSTS (0) or FXA_MPI_PLACE_RANKS (1)",
+                     prm.placement);
         }
     }
     st = fxa_mpi_agree(m, st, msg);
     if (st == FXA_OK) {
-        int grid[3] = {prm.ulysses, prm.ring, prm.prefetch};
+        int grid[4] = {prm.ulysses, prm.ring, prm.prefetch, prm.placement};
         const uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, grid, sizeof grid);
         st = fxa_mpi_same_everywhere(m, fxa_mpi_hash(h, &m->timeout, sizeof m->timeout),
-                                     "the Ulysses x ring grid, prefetch or timeout");
+                                     "the Ulysses x ring grid, prefetch, placement or timeout");
     }
+    if (st == FXA_OK)
+        st = place(m, prm.placement);
     if (st == FXA_OK) {
         m->ulysses = prm.ulysses;
         m->ring = prm.ring;

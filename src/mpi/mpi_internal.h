@@ -8,11 +8,11 @@
 #include "core/internal_api.h"
 
 struct fxa_mpi {
-    MPI_Comm comm;     /* duplicate of the caller's, MPI_ERRORS_RETURN */
+    MPI_Comm comm;     /* duplicate of the caller's in grid order, MPI_ERRORS_RETURN */
     MPI_Comm row_comm; /* the U ranks of this rank's Ulysses group */
     MPI_Comm col_comm; /* the R ranks of this rank's ring */
     fxa_ctx *ctx;
-    int rank;
+    int rank; /* the grid rank (placed: fxa_mpi_placement) */
     int size;
     int ulysses; /* U */
     int ring;    /* R */
@@ -86,7 +86,7 @@ uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
  * m->timeout seconds, fails with FXA_ERR_TIMEOUT, "rank N: no progress
  * from rank M for T s (what)" (peer M, or "the other ranks" when peer < 0),
  * and marks m broken: every later call on m fails at once with that error,
- * without communicating. n <= FXA_MPI_MAX_WAIT. */
+ * without communicating. Any n: polled in windows of FXA_MPI_MAX_WAIT. */
 #define FXA_MPI_MAX_WAIT 272
 FXA_INTERNAL fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer,
                                      const char *what);
@@ -99,9 +99,6 @@ fxa_status fxa_mpi_bcast(fxa_mpi *m, void *buf, int n, MPI_Datatype t, int root,
                          const char *what);
 fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_Datatype t,
                              MPI_Comm comm, const char *what);
-fxa_status fxa_mpi_alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd, void *recv,
-                             const int *rc, const int *rd, MPI_Datatype t, MPI_Comm comm,
-                             const char *what);
 
 /* Collective over m->comm: fails on every rank unless all ranks pass the
  * same hash (what names the mismatch). */

@@ -1,6 +1,5 @@
 /* Distributed plans: agree on the descriptor, split sequences and heads,
  * and plan each rank's local attention problems (segments). */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,17 +135,6 @@ static fxa_status make_segments(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     return FXA_OK;
 }
 
-/* Every per-rank message must count at most INT_MAX elements. */
-static int counts_fit(const fxa_mpi_attn_plan *p)
-{
-    const fxa_attn_desc *d = &p->d;
-    const double lim = (double)INT_MAX;
-    const double row_q = (double)d->batch * (double)d->heads_q * (double)(d->head_dim + 3);
-    const double row_kv = (double)d->batch * (double)d->heads_kv * (double)d->head_dim;
-    return row_q * (double)block_tokens(d->seq_q, p->m, p->m->c) <= lim &&
-           2.0 * row_kv * (double)p->max_blk_skv + row_q * (double)p->loc_sq <= lim;
-}
-
 fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_plan **out)
 {
     if (!m)
@@ -217,13 +205,9 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
             p->max_blk_skv = p->blk_skv[c] > p->max_blk_skv ? p->blk_skv[c] : p->max_blk_skv;
         }
         p->loc_layout = m->ulysses == 1 ? d->layout : FXA_LAYOUT_BHSD;
-        if (!counts_fit(p)) {
-            st = FXA_ERR_UNSUPPORTED;
-            snprintf(msg, sizeof msg,
-                     "a rank's exchange would exceed 2^31 elements; use more ranks");
-        } else {
-            st = make_segments(p, msg, sizeof msg);
-        }
+        /* No size limit from MPI's int counts: the ring and the Ulysses
+         * exchange send in pieces of at most INT_MAX elements. */
+        st = make_segments(p, msg, sizeof msg);
     }
     st = fxa_mpi_agree(m, st, msg);
     if (st != FXA_OK) {

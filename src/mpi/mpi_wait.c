@@ -18,19 +18,28 @@ fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const ch
 {
     if (m->broken)
         return FXA_ERR_TIMEOUT;
-    if (n > FXA_MPI_MAX_WAIT)
-        return fxa_mpi_fail(m, FXA_ERR_INTERNAL, "%d requests in one wait", n);
     int idx[FXA_MPI_MAX_WAIT];
     double last = MPI_Wtime();
     int us = 10;
     for (;;) {
-        int done = 0;
-        if (MPI_Testsome(n, reqs, &done, idx, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI failed while waiting for %s", what);
-        if (done == MPI_UNDEFINED)
-            return FXA_OK; /* every request complete */
+        /* Windows of at most FXA_MPI_MAX_WAIT requests (MPI_Testsome's
+         * index array lives on the stack). */
+        int pending = 0;
+        int progressed = 0;
+        for (int at = 0; at < n; at += FXA_MPI_MAX_WAIT) {
+            const int len = n - at < FXA_MPI_MAX_WAIT ? n - at : FXA_MPI_MAX_WAIT;
+            int done = 0;
+            if (MPI_Testsome(len, reqs + at, &done, idx, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+                return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI failed while waiting for %s", what);
+            if (done == MPI_UNDEFINED)
+                continue; /* every request of the window complete */
+            pending = 1;
+            progressed |= done > 0;
+        }
+        if (!pending)
+            return FXA_OK;
         const double now = MPI_Wtime();
-        if (done > 0) {
+        if (progressed) {
             last = now;
             us = 10;
             continue;
@@ -79,17 +88,5 @@ fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_D
         return FXA_ERR_TIMEOUT;
     if (MPI_Iallgather(in, n, t, out, n, t, comm, &r) != MPI_SUCCESS)
         return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Iallgather failed (%s)", what);
-    return fxa_mpi_wait(m, 1, &r, -1, what);
-}
-
-fxa_status fxa_mpi_alltoallv(fxa_mpi *m, const void *send, const int *sc, const int *sd, void *recv,
-                             const int *rc, const int *rd, MPI_Datatype t, MPI_Comm comm,
-                             const char *what)
-{
-    MPI_Request r;
-    if (m->broken)
-        return FXA_ERR_TIMEOUT;
-    if (MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, comm, &r) != MPI_SUCCESS)
-        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Ialltoallv failed (%s)", what);
     return fxa_mpi_wait(m, 1, &r, -1, what);
 }

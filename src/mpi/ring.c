@@ -14,16 +14,48 @@
  * prefetch depth decide when a step may start, never what it adds, so
  * repeated runs write the same bytes (tests/mpi/repeat_bytes.sh). A slot is
  * received into again only after its forward has completed.
+ *
+ * A block's K (and V) goes as pieces of at most INT_MAX elements (MPI
+ * counts are ints), all with the block's tag: MPI does not let messages of
+ * one sender and tag overtake each other, so piece i lands in receive i.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpi_internal.h"
 
 typedef struct ring_reqs {
-    MPI_Request *req; /* recv K, recv V, send K, send V per slot */
+    MPI_Request *req; /* per slot: recv K, recv V, send K, send V pieces */
     int n;
 } ring_reqs;
+
+/* Elements per message: INT_MAX. Test only: FXA_MPI_TEST_MAX_ELEMENTS (a
+ * positive count below that) forces small pieces, so that tests of the
+ * pieces need no 8 GB blocks. */
+static int64_t piece_elems(void)
+{
+    const char *env = getenv("FXA_MPI_TEST_MAX_ELEMENTS");
+    const long long cap = env ? strtoll(env, NULL, 10) : 0;
+    return cap > 0 && cap < INT_MAX ? (int64_t)cap : INT_MAX;
+}
+
+/* Post the receives (recv = 1) or sends of n elements at buf (es bytes
+ * each) as pieces of at most cap elements, into reqs[0 ...]. */
+static fxa_status post_pieces(fxa_mpi *m, int recv, char *buf, int64_t n, size_t es,
+                              MPI_Datatype type, int peer, int tag, int64_t cap, MPI_Request *reqs)
+{
+    for (int64_t at = 0, i = 0; at < n; at += cap, i++) {
+        const int c = (int)(n - at < cap ? n - at : cap);
+        char *p = buf + (size_t)at * es;
+        const int rc = recv ? MPI_Irecv(p, c, type, peer, tag, m->col_comm, &reqs[i])
+                            : MPI_Isend(p, c, type, peer, tag, m->col_comm, &reqs[i]);
+        if (rc != MPI_SUCCESS)
+            return fxa_mpi_fail(m, FXA_ERR_MPI, "%s failed in the ring",
+                                recv ? "MPI_Irecv" : "MPI_Isend");
+    }
+    return FXA_OK;
+}
 
 static void ring_progress(void *arg)
 {
@@ -33,9 +65,10 @@ static void ring_progress(void *arg)
 }
 
 /* Summaries of this rank's own block for every segment, gathered over the
- * column: all[r * len ...] = rank r's [status, seg 0 summary, seg 1 ...]. */
-static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, double **all_out,
-                                   size_t *len_out, int *column_failed)
+ * column: all[r * len ...] = rank r's [status, seg 0 summary, seg 1 ...].
+ * pre: this rank's status so far (a failure is sent instead of summaries). */
+static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_status pre,
+                                   double **all_out, size_t *len_out, int *column_failed)
 {
     fxa_mpi *m = p->m;
     const int64_t own = p->blk_skv[m->c];
@@ -44,7 +77,7 @@ static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *lo
         len += fxa_kv_summary_len(p->seg[i].plan);
     double *mine = calloc(len, sizeof(double));
     double *all = calloc(len * (size_t)p->m->ring, sizeof(double));
-    fxa_status st = FXA_OK;
+    fxa_status st = pre;
     if (!mine || !all) {
         free(mine);
         free(all);
@@ -98,11 +131,6 @@ static fxa_status begin_all(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, cons
     return FXA_OK;
 }
 
-static fxa_status mpi_ok(fxa_mpi *m, int rc, const char *what)
-{
-    return rc == MPI_SUCCESS ? FXA_OK : fxa_mpi_fail(m, FXA_ERR_MPI, "%s failed in the ring", what);
-}
-
 fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *column_failed,
                         fxa_mpi_stats *stats)
 {
@@ -113,14 +141,23 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
     const int prev = (m->c + ring - 1) % ring;
     const int64_t per_key = p->d.batch * fxa_mpi_loc_hkv(p) * p->d.head_dim;
     const MPI_Datatype type = p->es == 4 ? MPI_FLOAT : MPI_UINT16_T;
+    const size_t es = p->es;
+    const int64_t cap = piece_elems();
+    const int64_t most = per_key * p->max_blk_skv;
+    const int np = (int)(most > cap ? (most + cap - 1) / cap : 1); /* pieces per tensor */
     *column_failed = 0;
     if (p->n_seg == 0)
         return FXA_OK; /* no heads in this column: nothing to compute or send */
+    ring_reqs rq = {malloc((size_t)(4 * nb) * (size_t)np * sizeof(MPI_Request)), 4 * nb * np};
+    fxa_status st =
+        rq.req ? FXA_OK
+               : fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory for the ring's requests");
     double *all = NULL;
     size_t len = 0;
-    fxa_status st = gather_summaries(p, loc, &all, &len, column_failed);
+    st = gather_summaries(p, loc, st, &all, &len, column_failed);
     if (st != FXA_OK || *column_failed) {
         free(all);
+        free(rq.req);
         return st;
     }
     /* A local failure here (a non-finite Q) stops compute, not forwarding;
@@ -131,8 +168,6 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
     fxa_attn_acc **accs = p->accs;
     char *slots = p->slots;
     const size_t slot_bytes = p->slot_bytes;
-    MPI_Request reqs[4 * 65]; /* prefetch is clamped to 64 */
-    ring_reqs rq = {reqs, 4 * nb};
     for (int i = 0; i < rq.n; i++)
         rq.req[i] = MPI_REQUEST_NULL;
     for (int i = 0; i < p->n_seg; i++)
@@ -141,14 +176,12 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
             /* Block t is rank (c - t)'s; blocks t >= 1 live in slot t % nb. */
 #define SLOT_K(t) (slots + (size_t)(2 * ((t) % nb)) * slot_bytes)
 #define SLOT_V(t) (slots + (size_t)(2 * ((t) % nb) + 1) * slot_bytes)
-#define REQ(t, i) (&rq.req[4 * ((t) % nb) + (i)])
+#define REQ(t, i) (&rq.req[(size_t)(4 * ((t) % nb) + (i)) * (size_t)np])
     for (int t = 1; t <= m->prefetch && t < ring && st == FXA_OK; t++) {
-        const int n = (int)(per_key * p->blk_skv[(m->c - t + ring) % ring]);
-        st = mpi_ok(m, MPI_Irecv(SLOT_K(t), n, type, prev, 2 * t, m->col_comm, REQ(t, 0)),
-                    "MPI_Irecv");
+        const int64_t n = per_key * p->blk_skv[(m->c - t + ring) % ring];
+        st = post_pieces(m, 1, SLOT_K(t), n, es, type, prev, 2 * t, cap, REQ(t, 0));
         if (st == FXA_OK)
-            st = mpi_ok(m, MPI_Irecv(SLOT_V(t), n, type, prev, 2 * t + 1, m->col_comm, REQ(t, 1)),
-                        "MPI_Irecv");
+            st = post_pieces(m, 1, SLOT_V(t), n, es, type, prev, 2 * t + 1, cap, REQ(t, 1));
     }
     for (int t = 0; t < ring && st == FXA_OK; t++) {
         const int64_t n_kv = p->blk_skv[(m->c - t + ring) % ring];
@@ -156,16 +189,16 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
         const char *v = t == 0 ? loc->v : SLOT_V(t);
         double t0 = MPI_Wtime();
         if (t > 0)
-            st = fxa_mpi_wait(m, 2, REQ(t, 0), prev, "the ring's K/V block");
+            st = fxa_mpi_wait(m, 2 * np, REQ(t, 0), prev, "the ring's K/V block");
         const double waited = MPI_Wtime() - t0;
         /* Forward block t: the next rank's block t + 1. */
         if (st == FXA_OK && t + 1 < ring) {
-            const int n = (int)(per_key * n_kv);
-            st = mpi_ok(m, MPI_Isend(k, n, type, next, 2 * (t + 1), m->col_comm, REQ(t, 2)),
-                        "MPI_Isend");
+            const int64_t n = per_key * n_kv;
+            /* (MPI_Isend does not write its buffer: the casts drop const only.) */
+            st = post_pieces(m, 0, (char *)k, n, es, type, next, 2 * (t + 1), cap, REQ(t, 2));
             if (st == FXA_OK)
-                st = mpi_ok(m, MPI_Isend(v, n, type, next, 2 * (t + 1) + 1, m->col_comm, REQ(t, 3)),
-                            "MPI_Isend");
+                st = post_pieces(m, 0, (char *)v, n, es, type, next, 2 * (t + 1) + 1, cap,
+                                 REQ(t, 3));
         }
         const double t1 = MPI_Wtime();
         for (int i = 0; computes && i < p->n_seg && st == FXA_OK && own == FXA_OK; i++) {
@@ -177,16 +210,13 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
         const double t2 = MPI_Wtime();
         /* Slot t % nb is reused for block t + nb once its forward is done. */
         if (st == FXA_OK)
-            st = fxa_mpi_wait(m, 2, REQ(t, 2), next, "forwarding the ring's K/V block");
+            st = fxa_mpi_wait(m, 2 * np, REQ(t, 2), next, "forwarding the ring's K/V block");
         if (st == FXA_OK && t + nb < ring) {
             const int tn = t + nb;
-            const int n = (int)(per_key * p->blk_skv[(m->c - tn + ring) % ring]);
-            st = mpi_ok(m, MPI_Irecv(SLOT_K(tn), n, type, prev, 2 * tn, m->col_comm, REQ(tn, 0)),
-                        "MPI_Irecv");
+            const int64_t n = per_key * p->blk_skv[(m->c - tn + ring) % ring];
+            st = post_pieces(m, 1, SLOT_K(tn), n, es, type, prev, 2 * tn, cap, REQ(tn, 0));
             if (st == FXA_OK)
-                st = mpi_ok(
-                    m, MPI_Irecv(SLOT_V(tn), n, type, prev, 2 * tn + 1, m->col_comm, REQ(tn, 1)),
-                    "MPI_Irecv");
+                st = post_pieces(m, 1, SLOT_V(tn), n, es, type, prev, 2 * tn + 1, cap, REQ(tn, 1));
         }
         const double wait = waited + (MPI_Wtime() - t2);
         p->step_compute[t] = t2 - t1;
@@ -202,5 +232,6 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
     for (int i = 0; i < p->n_seg; i++)
         if (accs[i])
             fxa_attn_acc_set_progress(accs[i], NULL, NULL);
+    free(rq.req);
     return st != FXA_OK ? st : own;
 }

@@ -123,6 +123,10 @@ static fxa_status groups(fxa_wan_mpi_plan *p, double timeout)
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
     mp.timeout_seconds = timeout;
+    /* The groups come from m_world's communicator, already placed by hosts:
+     * their ranks keep that order, so that the shards settle_grid gave by
+     * cp_index are the CP context's grid ranks. */
+    mp.placement = FXA_MPI_PLACE_RANKS;
     fxa_status st = FXA_OK;
     if (p->tp_mode) {
         st = fxa_mpi_create(p->tp_comm, p->ctx, &mp, &p->m_tp);

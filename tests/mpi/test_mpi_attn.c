@@ -10,6 +10,13 @@
  *     (a sink on one rank only), a huge V on one rank only, global centring,
  *     ragged sequences (Sq != Skv, not divisible), GQA with replicated kv
  *     heads, uneven head splits, bf16.
+ * Each rank shards by its grid rank (fxa_mpi_rank). With FXA_MPI_TEST_HOSTS
+ * (the library's test-only host labels per world rank, e.g. "0,1,0,1": the
+ * hosts of mpirun --map-by node) it also checks the placement: the grid
+ * ranks are a permutation, world rank 0 is grid rank 0, every Ulysses row
+ * lies on one host (when U divides each host's ranks), ranks of a host
+ * keep their order, fxa_mpi_grid_rank agrees, and FXA_MPI_PLACE_RANKS
+ * keeps the world's order.
  * Any failure on any rank fails the test (the verdict is reduced).
  */
 #include <math.h>
@@ -21,7 +28,8 @@
 
 static fxa_ctx *g_ctx;
 static fxa_mpi *g_mpi;
-static int g_rank;
+static int g_rank;      /* in MPI_COMM_WORLD */
+static int g_grid_rank; /* in the grid: the rank to shard by */
 static int g_size;
 static int g_ulysses;
 static int g_ring;
@@ -129,8 +137,8 @@ static void run_problem(const problem *pr)
     int64_t qn;
     int64_t k0;
     int64_t kn;
-    fxa_mpi_shard(d->seq_q, g_size, g_rank, &q0, &qn);
-    fxa_mpi_shard(d->seq_kv, g_size, g_rank, &k0, &kn);
+    fxa_mpi_shard(d->seq_q, g_size, g_grid_rank, &q0, &qn);
+    fxa_mpi_shard(d->seq_kv, g_size, g_grid_rank, &k0, &kn);
     char *q = malloc((size_t)(d->batch * d->heads_q * qn * d->head_dim) * es + 1);
     char *k = malloc((size_t)(d->batch * d->heads_kv * kn * d->head_dim) * es + 1);
     char *v = malloc((size_t)(d->batch * d->heads_kv * kn * d->head_dim) * es + 1);
@@ -246,6 +254,72 @@ static void run_problem(const problem *pr)
     tcase_free(&t);
 }
 
+/* FXA_MPI_TEST_HOSTS's label of world rank r (the test sets every entry). */
+static int host_label(const char *list, int r)
+{
+    for (int i = 0; i < r && list; i++)
+        if ((list = strchr(list, ',')))
+            list++;
+    return list ? atoi(list) : -1;
+}
+
+/* The placement by the test's host labels (see the top of the file). */
+static void check_placement(const char *list)
+{
+    int *grid = malloc((size_t)g_size * sizeof(int));
+    int *seen = calloc((size_t)g_size, sizeof(int));
+    MPI_Allgather(&g_grid_rank, 1, MPI_INT, grid, 1, MPI_INT, MPI_COMM_WORLD);
+    int *label_at = malloc((size_t)g_size * sizeof(int)); /* by grid rank */
+    int *count = calloc((size_t)g_size + 1, sizeof(int)); /* ranks per label */
+    int perm = 1;
+    for (int r = 0; r < g_size; r++) {
+        perm &= grid[r] >= 0 && grid[r] < g_size && !seen[grid[r]];
+        if (perm) {
+            seen[grid[r]] = 1;
+            label_at[grid[r]] = host_label(list, r);
+        }
+        const int l = host_label(list, r);
+        count[l >= 0 && l < g_size ? l : g_size]++;
+    }
+    CHECK(perm && grid[0] == 0, "the grid ranks are not a permutation keeping rank 0");
+    int divides = 1;
+    for (int l = 0; l < g_size; l++)
+        divides &= count[l] % g_ulysses == 0;
+    for (int gr = 0; perm && divides && gr < g_size; gr++)
+        CHECK(label_at[gr] == label_at[gr - gr % g_ulysses],
+              "grid rank %d (host %d) is in a Ulysses row of host %d", gr, label_at[gr],
+              label_at[gr - gr % g_ulysses]);
+    for (int a = 0; perm && a < g_size; a++)
+        for (int b = a + 1; b < g_size; b++)
+            CHECK(host_label(list, a) != host_label(list, b) || grid[a] < grid[b],
+                  "world ranks %d < %d of one host are grid ranks %d > %d", a, b, grid[a], grid[b]);
+    int alone = -1;
+    CHECK(fxa_mpi_grid_rank(MPI_COMM_WORLD, FXA_MPI_PLACE_HOSTS, &alone) == FXA_OK &&
+              alone == g_grid_rank,
+          "fxa_mpi_grid_rank %d, the context's %d: %s", alone, g_grid_rank, fxa_mpi_create_error());
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.ulysses = g_ulysses;
+    mp.ring = g_ring;
+    mp.placement = FXA_MPI_PLACE_RANKS;
+    fxa_mpi *in_order = NULL;
+    CHECK(fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &mp, &in_order) == FXA_OK &&
+              fxa_mpi_rank(in_order) == g_rank,
+          "FXA_MPI_PLACE_RANKS: grid rank %d for world rank %d (%s)",
+          in_order ? fxa_mpi_rank(in_order) : -1, g_rank, fxa_mpi_create_error());
+    fxa_mpi_destroy(in_order);
+    if (g_rank == 0)
+        printf("placement by hosts %s: world rank r -> grid rank", list);
+    for (int r = 0; g_rank == 0 && r < g_size; r++)
+        printf(" %d", grid[r]);
+    if (g_rank == 0)
+        printf("\n");
+    free(grid);
+    free(seen);
+    free(label_at);
+    free(count);
+}
+
 static problem make(const char *name, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv,
                     int64_t dim)
 {
@@ -283,6 +357,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: fxa_mpi_create: %s\n", g_rank, fxa_mpi_create_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    g_grid_rank = fxa_mpi_rank(g_mpi);
+    const char *hosts = getenv("FXA_MPI_TEST_HOSTS");
+    if (hosts && *hosts)
+        check_placement(hosts);
+    else
+        CHECK(g_grid_rank == g_rank, "one host: grid rank %d for world rank %d", g_grid_rank,
+              g_rank);
     problem p = make("ragged GQA", 2, 6, 3, 1001, 777, 40);
     run_problem(&p);
     p = make("40 heads", 1, 40, 40, 96, 96, 16);

@@ -77,6 +77,37 @@ static void test_grid(void)
     t0 = MPI_Wtime();
     st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
     check_everywhere("ranks disagree on the timeout", st, fxa_mpi_create_error(), t0);
+    /* Placement: an unknown value, or different on one rank. */
+    fxa_mpi_params_init(&p);
+    p.placement = 7;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    check_everywhere("placement 7", st, fxa_mpi_create_error(), t0);
+    p.placement = g_rank == 1 ? FXA_MPI_PLACE_RANKS : FXA_MPI_PLACE_HOSTS;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    check_everywhere("ranks disagree on the placement", st, fxa_mpi_create_error(), t0);
+    int grid_rank = -1;
+    st = fxa_mpi_grid_rank(MPI_COMM_WORLD, 7, &grid_rank);
+    CHECK(st == FXA_ERR_INVALID_ARG && grid_rank == -1 &&
+              strstr(fxa_mpi_create_error(), "placement"),
+          "fxa_mpi_grid_rank with placement 7: %s, %s", fxa_status_str(st), fxa_mpi_create_error());
+    /* A caller built against 0.1.1 (no placement): accepted, placed by
+     * hosts, nothing past its struct is read. */
+    struct {
+        fxa_mpi_params p;
+    } v011;
+    memset(&v011, 0xff, sizeof v011);
+    v011.p.struct_size = offsetof(fxa_mpi_params, placement);
+    v011.p.ulysses = 1;
+    v011.p.ring = 0;
+    v011.p.prefetch = 0;
+    v011.p.timeout_seconds = 0.0;
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &v011.p, &m);
+    CHECK(st == FXA_OK && m != NULL, "a 0.1.1 params struct is refused: %s",
+          fxa_mpi_create_error());
+    fxa_mpi_destroy(m);
+    m = NULL;
     /* A caller built against 0.1.0 (no timeout_seconds): accepted, the
      * default deadline applies, nothing past its struct is read. */
     struct {

@@ -45,7 +45,12 @@ class MpiParams(ctypes.Structure):
         ("ring", c_int),
         ("prefetch", c_int),
         ("timeout_seconds", c_double),
+        ("placement", c_int),
     ]
+
+
+# fxa_mpi_placement
+PLACE_HOSTS, PLACE_RANKS = 0, 1
 
 
 class MpiStats(ctypes.Structure):
@@ -74,6 +79,7 @@ _d(mpi, "fxa_mpi_create_error", c_char_p)
 _d(mpi, "fxa_mpi_last_error", c_char_p, c_void_p)
 _d(mpi, "fxa_mpi_rank", c_int, c_void_p)
 _d(mpi, "fxa_mpi_size", c_int, c_void_p)
+_d(mpi, "fxa_mpi_grid_rank", c_int, MPI_Comm, c_int, POINTER(c_int))
 _d(mpi, "fxa_mpi_default_threads", c_int, MPI_Comm)
 _d(mpi, "fxa_mpi_shard", None, c_int64, c_int, c_int, POINTER(c_int64), POINTER(c_int64))
 _d(mpi, "fxa_mpi_agree", c_int, c_void_p, c_int, c_char_p)

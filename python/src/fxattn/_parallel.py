@@ -2,8 +2,8 @@
 (fxattn.diffusers.parallelize).
 
 Every rank runs the same forward on the same inputs; hooks make each rank
-keep only its token shard (fxattn.mpi.shard's split) from the first block
-on:
+keep only its token shard (fxattn.mpi.shard's split, by its grid rank
+fxattn.mpi.rank(comm, placement)) from the first block on:
 
 - transformer.rope (forward hook): the rotary tables (cos, sin), [1, S, 1, D],
   are cut to this rank's tokens;
@@ -31,12 +31,15 @@ from . import mpi as _fm
 __all__ = ["parallelize", "Parallelized", "ShardedWanAttnProcessor"]
 
 
-def _gather_tokens(comm, x, seq: int):
-    """All-gather the token shards (dim 1) of x [B, S_r, ...] into [B, seq, ...]."""
+def _gather_tokens(comm, x, seq: int, placement: str = "hosts"):
+    """All-gather the token shards (dim 1) of x [B, S_r, ...] into [B, seq, ...]
+    (rank r holds the shard of its grid rank)."""
     import torch
 
     size = comm.Get_size()
-    lengths = [_fm.shard(seq, r, size)[1] for r in range(size)]
+    grid = _fm._grid_ranks(comm, placement)
+    shards = [_fm.shard(seq, grid[r], size) for r in range(size)]
+    lengths = [n for _, n in shards]
     if x.shape[1] != lengths[comm.Get_rank()]:
         raise ValueError(f"rank {comm.Get_rank()} holds {x.shape[1]} tokens, expected {lengths[comm.Get_rank()]}")
     moved = x.detach().transpose(0, 1).contiguous()  # [S_r, B, ...]: a rank's tokens are one block
@@ -44,7 +47,7 @@ def _gather_tokens(comm, x, seq: int):
     send = moved.reshape(-1).view(torch.uint8).numpy() if moved.numel() else np.empty(0, np.uint8)
     recv = np.empty(seq * row, np.uint8)
     counts = [n * row for n in lengths]
-    displs = [0] + list(np.cumsum(counts)[:-1])
+    displs = [start * row for start, _ in shards]
     comm.Allgatherv(send, [recv, (counts, displs), _fm.MPI.BYTE])
     full = torch.from_numpy(recv).view(x.dtype).view(seq, *moved.shape[1:])
     return full.transpose(0, 1).contiguous()
@@ -54,9 +57,12 @@ class ShardedWanAttnProcessor:
     """WanAttnProcessor for self-attention on this rank's token shard, with
     the attention over the whole sequence through fxattn.mpi.attention."""
 
-    def __init__(self, comm, ulysses=1, ring=None, threads=None, prefetch=1, timeout=None, **options):
+    def __init__(self, comm, ulysses=1, ring=None, threads=None, prefetch=1, timeout=None, placement="hosts",
+                 **options):
         self.comm = comm
-        self.kwargs = dict(ulysses=ulysses, ring=ring, threads=threads, prefetch=prefetch, timeout=timeout, **options)
+        self.placement = placement
+        self.kwargs = dict(ulysses=ulysses, ring=ring, threads=threads, prefetch=prefetch, timeout=timeout,
+                           placement=placement, **options)
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
@@ -79,7 +85,7 @@ class Parallelized:
         self.seq = None  # the global token count of the current forward
         self._hooks = []
         self._processors = []
-        rank, size = comm.Get_rank(), comm.Get_size()
+        rank, size = _fm.rank(comm, processor.placement), comm.Get_size()
 
         def local(x):
             start, n = _fm.shard(self.seq, rank, size)
@@ -109,7 +115,7 @@ class Parallelized:
             return tuple(args), kwargs
 
         def gather_hook(module, args):
-            return (_gather_tokens(comm, args[0], self.seq),) + tuple(args[1:])
+            return (_gather_tokens(comm, args[0], self.seq, processor.placement),) + tuple(args[1:])
 
         self._hooks.append(transformer.rope.register_forward_hook(rope_hook))
         for block in transformer.blocks:
@@ -134,13 +140,16 @@ class Parallelized:
         self.remove()
 
 
-def parallelize(transformer, comm, *, ulysses=1, ring=None, threads=None, prefetch=1, timeout=None, **options):
+def parallelize(transformer, comm, *, ulysses=1, ring=None, threads=None, prefetch=1, timeout=None,
+                placement="hosts", **options):
     """Sequence-parallel forward of a diffusers WanTransformer3DModel over comm.
 
-    In place: installs hooks on transformer.rope, its blocks and norm_out and
-    replaces every block's attn1 processor with a ShardedWanAttnProcessor
+    Collective over comm (the grid ranks are agreed on). In place: installs
+    hooks on transformer.rope, its blocks and norm_out and replaces every
+    block's attn1 processor with a ShardedWanAttnProcessor
     (fxattn.mpi.attention on a U x R grid: ulysses=U, ring=R, R None:
-    P // U). Every rank must then call the forward collectively with the
+    P // U; placement: "hosts" or "ranks", as fxattn.mpi.rank). Every rank
+    must then call the forward collectively with the
     same inputs; each returns the whole output, equal to one process's
     within fp32 rounding. options (scale, mode, center, compute) go to
     fxattn.mpi.attention. Returns a Parallelized handle: .remove() (or
@@ -149,5 +158,5 @@ def parallelize(transformer, comm, *, ulysses=1, ring=None, threads=None, prefet
     if not (hasattr(transformer, "rope") and hasattr(transformer, "blocks") and hasattr(transformer, "norm_out")):
         raise TypeError(f"parallelize takes a diffusers WanTransformer3DModel, not {type(transformer).__name__}")
     proc = ShardedWanAttnProcessor(comm, ulysses=ulysses, ring=ring, threads=threads, prefetch=prefetch,
-                                   timeout=timeout, **options)
+                                   timeout=timeout, placement=placement, **options)
     return Parallelized(transformer, comm, proc)

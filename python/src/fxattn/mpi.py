@@ -2,9 +2,12 @@
 
 Bindings of libfxattn_mpi (include/fxattn_mpi.h): each rank holds its
 contiguous token shard of q, k and v (fxattn.mpi.shard's split: the first
-S mod P ranks one token longer), the ranks form a U x R grid (rank =
-ring_index * U + ulysses_index: Ulysses all-to-alls within rows of U
-adjacent ranks, the ring along columns of R), and each rank gets its shard
+S mod P ranks one token longer) by its grid rank, fxattn.mpi.rank(comm)
+(the communicator's ranks grouped by host, so that Ulysses rows stay inside
+a host whatever mpirun's rank order; placement="ranks": comm's order), the
+ranks form a U x R grid (grid rank = ring_index * U + ulysses_index:
+Ulysses all-to-alls within rows of U adjacent grid ranks, the ring along
+columns of R), and each rank gets its shard
 of the output of the global problem that fxattn.attention would compute on
 one process: bit for bit for pure Ulysses, within fp32 summation order for
 the ring.
@@ -30,10 +33,10 @@ import numpy as np
 
 from . import _arrays, _lib
 from ._context import context
-from ._mpilib import MPI, MpiParams, comm_handle, mpi
+from ._mpilib import MPI, PLACE_HOSTS, PLACE_RANKS, MpiParams, comm_handle, mpi
 from .attention import Options, descriptor, lse_shape
 
-__all__ = ["attention", "shard", "default_threads", "release"]
+__all__ = ["attention", "shard", "rank", "default_threads", "release"]
 
 _PLAN_CACHE = 16
 _lock = threading.RLock()
@@ -51,16 +54,51 @@ def shard(n: int, rank: int, size: int) -> tuple:
     return start.value, length.value
 
 
+_PLACEMENTS = {"hosts": PLACE_HOSTS, "ranks": PLACE_RANKS}
+
+
+def _placement_code(placement) -> int:
+    if placement not in _PLACEMENTS:
+        raise _bad(f"placement must be 'hosts' or 'ranks', not {placement!r}")
+    return _PLACEMENTS[placement]
+
+
+def _grid_ranks(comm, placement: str) -> list:
+    """Collective on the first call per (communicator, placement): the grid
+    rank of every rank of comm (fxa_mpi_grid_rank), cached after."""
+    code = _placement_code(placement)
+    key = (_comm_key(comm), code)
+    with _lock:
+        if key not in _grid:
+            mine = ctypes.c_int(-1)
+            status = mpi.fxa_mpi_grid_rank(comm_handle(comm), code, ctypes.byref(mine))
+            _lib.raise_status(status, mpi.fxa_mpi_create_error().decode())
+            _grid[key] = comm.allgather(mine.value)
+        return _grid[key]
+
+
+def rank(comm, placement: str = "hosts") -> int:
+    """This rank's grid rank in comm: the rank to shard by (fxattn.mpi.shard(S,
+    rank(comm), size)), as attention() with the same placement lays out the
+    grid. "hosts" (the default): comm's ranks grouped by host (hosts in the
+    order of their lowest rank, rank order within a host; rank 0 stays 0);
+    "ranks": comm.Get_rank(). Collective on the first call per communicator
+    and placement, cached after."""
+    comm_handle(comm)
+    return _grid_ranks(comm, placement)[comm.Get_rank()]
+
+
 # ---- handles and plans -------------------------------------------------------
 
 
 class _Handle:
     """An fxa_mpi on a duplicate of comm, with its plans (LRU)."""
 
-    def __init__(self, comm, ctx, ulysses: int, ring: int, prefetch: int, timeout: float):
+    def __init__(self, comm, ctx, ulysses: int, ring: int, prefetch: int, timeout: float, placement: int):
         params = MpiParams()
         mpi.fxa_mpi_params_init(ctypes.byref(params))
         params.ulysses, params.ring, params.prefetch, params.timeout_seconds = ulysses, ring, prefetch, timeout
+        params.placement = placement
         handle = ctypes.c_void_p()
         status = mpi.fxa_mpi_create(comm_handle(comm), ctx.handle, ctypes.byref(params), ctypes.byref(handle))
         _lib.raise_status(status, mpi.fxa_mpi_create_error().decode())
@@ -100,6 +138,7 @@ class _Handle:
 
 _handles: dict[tuple, _Handle] = {}
 _default_threads: dict[int, int] = {}
+_grid: dict[tuple, list] = {}
 
 
 def _comm_key(comm) -> int:
@@ -126,8 +165,11 @@ def release(comm=None) -> None:
             _handles.pop(k).destroy()
         if key is None:
             _default_threads.clear()
+            _grid.clear()
         else:
             _default_threads.pop(key, None)
+            for k in [k for k in _grid if k[0] == key]:
+                del _grid[k]
 
 
 # ---- attention ---------------------------------------------------------------
@@ -144,7 +186,7 @@ def _contiguous(x, name: str) -> _arrays.Operand:
     return _arrays.operand(np.ascontiguousarray(x), name)
 
 
-def _check_grid(ulysses, ring, prefetch, timeout, size):
+def _check_grid(ulysses, ring, prefetch, timeout, placement, size):
     if not (isinstance(ulysses, int) and ulysses >= 1):
         raise _bad(f"ulysses must be a positive int, not {ulysses!r}")
     if ring is None:
@@ -157,13 +199,14 @@ def _check_grid(ulysses, ring, prefetch, timeout, size):
         timeout = 0.0
     elif not (isinstance(timeout, (int, float)) and timeout > 0):
         raise _bad(f"timeout must be a positive number of seconds or None, not {timeout!r}")
-    return ulysses, ring, prefetch, float(timeout)
+    _placement_code(placement)
+    return ulysses, ring, prefetch, float(timeout), placement
 
 
-def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, opts_args, out_dtype):
+def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype):
     """This rank's checked inputs (local; may raise)."""
     opts = Options.parse(*opts_args)
-    grid = _check_grid(ulysses, ring, prefetch, timeout, size)
+    grid = _check_grid(ulysses, ring, prefetch, timeout, placement, size)
     ops = tuple(_contiguous(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     d = descriptor(*ops, opts, _lib.F32)  # checks ranks, dtypes, batch, head_dim
     out_code = ops[0].dtype if out_dtype is None else _arrays.dtype_code(out_dtype)
@@ -174,30 +217,33 @@ def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, opts_args, out_dty
 
 def _agree(comm, local_error, seq_q, seq_kv, info):
     """One allgather: every rank raises the lowest failing rank's error, or
-    the same shard/shape mismatch message; returns (global Sq, global Skv)."""
-    rank, size = comm.Get_rank(), comm.Get_size()
+    the same shard/shape mismatch message (shards by grid rank, of the
+    agreed placement); returns (global Sq, global Skv)."""
+    me, size = comm.Get_rank(), comm.Get_size()
     everyone = comm.allgather((local_error, seq_q, seq_kv, info))
     for r, (err, *_rest) in enumerate(everyone):
         if err is not None:
             cls, status, message = err
             raise cls(f"rank {r}: {message}", status)
-    sq = sum(e[1] for e in everyone)
-    skv = sum(e[2] for e in everyone)
-    for what, n, i in (("query", sq, 1), ("key/value", skv, 2)):
-        lengths = [e[i] for e in everyone]
-        wanted = [shard(n, r, size)[1] for r in range(size)]
-        if lengths != wanted:
-            r = next(r for r in range(size) if lengths[r] != wanted[r])
-            raise _bad(
-                f"the ranks' {what} shard lengths {lengths} are not fxattn.mpi.shard's split of "
-                f"their sum {n} over {size} ranks, {wanted}: rank {r} holds {lengths[r]} {what} "
-                f"tokens, fxattn.mpi.shard({n}, {r}, {size}) = {shard(n, r, size)}"
-            )
     names = ("batch", "heads_q", "heads_kv", "head_dim", "dtype", "out_dtype", "options", "grid")
     for r, e in enumerate(everyone):
         for name, mine, theirs in zip(names, info, e[3]):
             if mine != theirs:
-                raise _bad(f"ranks disagree on {name}: rank {rank} has {mine!r}, rank {r} has {theirs!r}")
+                raise _bad(f"ranks disagree on {name}: rank {me} has {mine!r}, rank {r} has {theirs!r}")
+    grid = _grid_ranks(comm, info[-1][-1])  # the same placement everywhere (checked above)
+    sq = sum(e[1] for e in everyone)
+    skv = sum(e[2] for e in everyone)
+    for what, n, i in (("query", sq, 1), ("key/value", skv, 2)):
+        lengths = [e[i] for e in everyone]
+        wanted = [shard(n, grid[r], size)[1] for r in range(size)]
+        if lengths != wanted:
+            r = next(r for r in range(size) if lengths[r] != wanted[r])
+            g = grid[r]
+            raise _bad(
+                f"the ranks' {what} shard lengths {lengths} are not fxattn.mpi.shard's split of "
+                f"their sum {n} over {size} ranks by grid rank, {wanted}: rank {r} (grid rank {g}) "
+                f"holds {lengths[r]} {what} tokens, fxattn.mpi.shard({n}, {g}, {size}) = {shard(n, g, size)}"
+            )
     return sq, skv
 
 
@@ -219,16 +265,19 @@ def attention(
     threads=None,
     prefetch=1,
     timeout=None,
+    placement="hosts",
 ):
     """Collective: this rank's shard of attention over the whole sequence.
 
     q, k, v: this rank's contiguous token shards, as fxattn.attention takes
     them (layout "bshd" [B, S_r, H, D] or "bhsd" [B, H, S_r, D]; numpy or
     CPU torch; float32, bfloat16 or float16). The global S is the sum of
-    the ranks' S_r, and S_r must be fxattn.mpi.shard(S, rank, size)[1] (for
-    q and for k/v separately). comm: an mpi4py communicator of P = U * R
-    ranks. ulysses: U; ring: R (None: P // U). prefetch: ring blocks in
-    flight; timeout: seconds without progress from a peer before
+    the ranks' S_r, and S_r must be fxattn.mpi.shard(S, fxattn.mpi.rank(comm,
+    placement), size)[1] (for q and for k/v separately). comm: an mpi4py
+    communicator of P = U * R ranks. placement: "hosts" (Ulysses rows inside
+    a host, the ring across hosts; see rank()) or "ranks" (comm's order).
+    ulysses: U; ring: R (None: P // U). prefetch: ring blocks in flight;
+    timeout: seconds without progress from a peer before
     fxattn.PeerTimeoutError (None: $FXA_MPI_TIMEOUT or 60; after a timeout
     end the job). threads: worker threads of this rank (None: its share of
     the node, fxa_mpi_default_threads). Other options as fxattn.attention.
@@ -244,7 +293,7 @@ def attention(
     opts_args = (scale, layout, mode, center, compute, threads)
     local_error, prepared, seq_q, seq_kv, info = None, None, -1, -1, None
     try:
-        prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, opts_args, out_dtype)
+        prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype)
         _, _, _, d, _, info = prepared
         seq_q, seq_kv = d.seq_q, d.seq_kv
     except _lib.FxattnError as e:
@@ -252,11 +301,11 @@ def attention(
     except (TypeError, ValueError) as e:
         local_error = (_lib.InvalidArgumentError, _lib.INVALID_ARG, f"{type(e).__name__}: {e}")
     sq, skv = _agree(comm, local_error, seq_q, seq_kv, info)
-    opts, (u, r, pf, to), (qo, ko, vo), d, out_code, _ = prepared
+    opts, (u, r, pf, to, pl), (qo, ko, vo), d, out_code, _ = prepared
 
     n_threads = opts.threads or default_threads(comm)
     ctx = context(n_threads)
-    key = (_comm_key(comm), u, r, pf, to, n_threads)
+    key = (_comm_key(comm), u, r, pf, to, pl, n_threads)
     d.seq_q, d.seq_kv = sq, skv
     zero = _lib.AttnStrides(0, 0, 0)
     d.q_strides = d.k_strides = d.v_strides = d.o_strides = zero
@@ -277,7 +326,7 @@ def attention(
     with _lock, ctx.lock:
         h = _handles.get(key)
         if h is None:
-            h = _handles[key] = _Handle(comm, ctx, u, r, pf, to)
+            h = _handles[key] = _Handle(comm, ctx, u, r, pf, to, _placement_code(pl))
         plan = h.plan(d)
         args = _lib.new(_lib.AttnArgs, q=qo.ptr, k=ko.ptr, v=vo.ptr, out=out_ptr, lse=lse_ptr)
         status = mpi.fxa_mpi_attn_run(plan, ctypes.byref(args), None)

@@ -32,6 +32,7 @@ import fxattn.mpi as fm
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
+grid_rank = fm.rank(comm)  # the rank to shard by (placed by hosts; FXA_MPI_TEST_HOSTS fakes hosts)
 EPS = 2.0**-24
 cases = 0
 
@@ -105,8 +106,8 @@ def case(kind, layout, sq, skv, hq, hkv, d, dtype="float32", compute="fp32", str
 
     Q, K, V = conv(q), conv(k), conv(v)
     one, one_lse = fxattn.attention(Q, K, V, layout=layout, compute=compute, return_lse=True, threads=1)
-    q0, nq = fm.shard(sq, rank, P)
-    k0, nk = fm.shard(skv, rank, P)
+    q0, nq = fm.shard(sq, grid_rank, P)
+    k0, nk = fm.shard(skv, grid_rank, P)
     qs, ks, vs = cut(Q, q0, nq, layout), cut(K, k0, nk, layout), cut(V, k0, nk, layout)
     if strided:  # a non-contiguous view of the shard: copied inside
         qs = qs.transpose(1, 2).contiguous().transpose(1, 2)
@@ -164,7 +165,7 @@ def errors():
     rng = np.random.default_rng(1)
     s = 4 * P + 1
     x = rng.standard_normal((1, s, 2, 8)).astype(np.float32)
-    q0, n = fm.shard(s, rank, P)
+    q0, n = fm.shard(s, grid_rank, P)
     good = x[:, q0:q0 + n]
     # rank P-1 drops two tokens: the sum and the split no longer agree
     bad = good[:, :-2] if rank == P - 1 else good
@@ -186,12 +187,35 @@ def errors():
     # a grid that does not match the communicator (from fxa_mpi_create)
     expect_error("grid", lambda: fm.attention(good, good, good, comm, ulysses=P, ring=2, threads=1),
                  fxattn.InvalidArgumentError, "")
+    # an unknown placement on one rank
+    where = "nowhere" if rank == P - 1 else "hosts"
+    expect_error("placement", lambda: fm.attention(good, good, good, comm, threads=1, placement=where),
+                 fxattn.InvalidArgumentError, "placement must be 'hosts' or 'ranks'")
     # the handle still works after all that
     out = fm.attention(good, good, good, comm, threads=1)
     check("after errors", out, cut(fxattn.attention(x, x, x, threads=1), q0, n, "bshd"), 4 * s * EPS * 4)
 
 
+def check_placement():
+    """fm.rank: comm's order with placement "ranks"; with "hosts", the order
+    of FXA_MPI_TEST_HOSTS's labels (by world rank): hosts by their lowest
+    rank, rank order within a host; comm's order when the variable is unset
+    (one host)."""
+    import os
+
+    assert fm.rank(comm, "ranks") == rank, f"placement ranks: {fm.rank(comm, 'ranks')} on rank {rank}"
+    labels = [int(x) for x in os.environ.get("FXA_MPI_TEST_HOSTS", ",".join(["0"] * P)).split(",")]
+    first = {lab: labels.index(lab) for lab in labels}
+    order = sorted(range(P), key=lambda r: (first[labels[r]], r))
+    assert grid_rank == order.index(rank), f"rank {rank}: grid rank {grid_rank}, expected {order.index(rank)}"
+    if rank == 0:
+        print(f"placement by hosts {labels}: grid ranks {comm.allgather(grid_rank)}", flush=True)
+    else:
+        comm.allgather(grid_rank)
+
+
 def main():
+    check_placement()
     s = 3 * P + 1  # S % P != 0 for P = 2, 4
     case("numpy", "bshd", s, s, 4, 4, 16)
     case("numpy", "bhsd", s, 2 * P - 1, 4, 2, 16, seed=1)  # GQA, Skv != Sq
@@ -204,7 +228,7 @@ def main():
     errors()
     # default threads (fxa_mpi_default_threads) and the handle cache
     x = np.random.default_rng(8).standard_normal((1, 2 * P, 2, 8)).astype(np.float32)
-    q0, n = fm.shard(2 * P, rank, P)
+    q0, n = fm.shard(2 * P, grid_rank, P)
     a = fm.attention(x[:, q0:q0 + n], x[:, q0:q0 + n], x[:, q0:q0 + n], comm, ulysses=P)
     b = fm.attention(x[:, q0:q0 + n], x[:, q0:q0 + n], x[:, q0:q0 + n], comm, ulysses=P)
     assert fm.default_threads(comm) >= 1

@@ -65,7 +65,9 @@ def main(u, r):
     hook.remove()
     from fxattn.mpi import shard
 
-    assert seen == [shard(9, rank, P)[1]], f"attn1 saw {seen} tokens on rank {rank}"
+    from fxattn.mpi import rank as grid_rank
+
+    assert seen == [shard(9, grid_rank(comm), P)[1]], f"attn1 saw {seen} tokens on rank {rank}"
     print(f"OK rank {rank} err {err:.3g} tol {tol:.3g}", flush=True)
 
 
