@@ -56,12 +56,13 @@ typedef struct all_opts {
     bench_args bench;
     demo_opts demo;
     layer_opts layer;
+    plan_opts plan;
     info_opts info;
 } all_opts;
 
-enum { CMD_ATTN, CMD_CHECK, CMD_BENCH, CMD_DEMO, CMD_LAYER, CMD_INFO, CMD_COUNT };
-static const char *const g_cmd_names[CMD_COUNT] = {"attn", "check", "bench",
-                                                   "demo", "layer", "info"};
+enum { CMD_ATTN, CMD_CHECK, CMD_BENCH, CMD_DEMO, CMD_LAYER, CMD_PLAN, CMD_INFO, CMD_COUNT };
+static const char *const g_cmd_names[CMD_COUNT] = {"attn",  "check", "bench", "demo",
+                                                   "layer", "plan",  "info"};
 
 /* The defaults of cmd and its table (zero-terminated, at most FXT_MAX_OPTS entries) over a,
  * as the command sets them up before parsing. */
@@ -88,6 +89,10 @@ static void make_table(int cmd, all_opts *a, fxt_opt opts[FXT_MAX_OPTS])
     case CMD_LAYER:
         fxt_layer_opts_defaults(&a->layer);
         fxt_layer_opts_table(&a->layer, opts);
+        break;
+    case CMD_PLAN:
+        fxt_plan_opts_defaults(&a->plan);
+        fxt_plan_opts_table(&a->plan, opts);
         break;
     default:
         fxt_info_opts_defaults(&a->info);

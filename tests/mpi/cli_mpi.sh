@@ -11,7 +11,7 @@ fxattn=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail=0
-run() { timeout 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none "$@"; }
+run() { timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none "$@"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
 "$fxattn" demo --frames 3 --height 10 --width 10 --heads 5 --dim 32 --save-inputs "$dir" \

@@ -39,7 +39,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail=0
 np=2 # ranks of run
-run() { timeout 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np "$np" "$@"; }
+run() { timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np "$np" "$@"; }
 bad() { echo "FAIL: $*"; fail=1; }
 tol=1e-5
 

@@ -10,7 +10,7 @@ log=$(mktemp)
 fail=0
 for how in die kill; do
     start=$(date +%s)
-    timeout 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 4 "$binary" \
+    timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 4 "$binary" \
         "$how" >"$log" 2>&1
     rc=$?
     elapsed=$(($(date +%s) - start))

@@ -19,7 +19,8 @@ typedef struct bench_opts {
     int64_t ulysses; /* 0: not given */
     int64_t ring;
     int64_t prefetch;
-    double timeout; /* 0: fxa_mpi_default_timeout() */
+    double timeout;   /* 0: fxa_mpi_default_timeout() */
+    const char *grid; /* "auto": the planner's U x R (plan.h); NULL: --ulysses / --ring */
 } bench_opts;
 
 /* The distributed benchmark (bench_mpi.c): initialises and finalises MPI. */

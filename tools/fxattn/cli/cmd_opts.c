@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cmd_opts.h"
+#include "plan.h"
 
 /* Copy src (n entries, the last one zeroed) into t and zero the rest of t. */
 static void fill(fxt_opt t[FXT_MAX_OPTS], const fxt_opt *src, size_t n)
@@ -46,6 +47,9 @@ void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
         {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
         {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
+        {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
+        {"--placement", NULL, FXT_OPT_STRING, &o->placement, 0, 0},
+        {"--inputs-on", NULL, FXT_OPT_STRING, &o->inputs_on, 0, 0},
         {0},
     };
     FILL(t, src);
@@ -93,6 +97,7 @@ void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
         {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
         {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
         {"--proj", NULL, FXT_OPT_FLAG, &o->proj, 0, 0},
+        {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
         {0},
     };
     FILL(t, src);
@@ -145,6 +150,43 @@ void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
         {"--tp", NULL, FXT_OPT_INT, &o->tp, 1, 1 << 20},
         {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
+        {0},
+    };
+    FILL(t, src);
+}
+
+void fxt_plan_opts_defaults(plan_opts *o)
+{
+    *o = (plan_opts){.seq = 4096,
+                     .heads = 40,
+                     .dim = 128,
+                     .dtype = "f32",
+                     .link_gbps = NAN,
+                     .latency_us = NAN,
+                     .intra_gbps = NAN,
+                     .intra_latency_us = NAN,
+                     .gflops = NAN,
+                     .ulysses_groups = FXT_PLAN_ULYSSES_GROUPS};
+}
+
+void fxt_plan_opts_table(plan_opts *o, fxt_opt t[FXT_MAX_OPTS])
+{
+    const fxt_opt src[] = {
+        {"--seq", NULL, FXT_OPT_INT, &o->seq, 1, 1 << 24},
+        {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
+        {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
+        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
+        {"--ranks", NULL, FXT_OPT_INT, &o->ranks, 1, 4096},
+        {"--hosts", NULL, FXT_OPT_INT, &o->hosts, 1, 4096},
+        {"--link-gbps", NULL, FXT_OPT_DOUBLE, &o->link_gbps, 0, 0},
+        {"--latency-us", NULL, FXT_OPT_DOUBLE, &o->latency_us, 0, 0},
+        {"--intra-gbps", NULL, FXT_OPT_DOUBLE, &o->intra_gbps, 0, 0},
+        {"--intra-latency-us", NULL, FXT_OPT_DOUBLE, &o->intra_latency_us, 0, 0},
+        {"--gflops", NULL, FXT_OPT_DOUBLE, &o->gflops, 0, 0},
+        {"--ulysses-groups", NULL, FXT_OPT_INT, &o->ulysses_groups, 1, 64},
+        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
+        {"--measure", NULL, FXT_OPT_FLAG, &o->measure, 0, 0},
         {0},
     };
     FILL(t, src);

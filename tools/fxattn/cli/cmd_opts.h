@@ -42,7 +42,10 @@ typedef struct attn_opts {
     int64_t ulysses; /* 0: not given */
     int64_t ring;
     int64_t prefetch;
-    double timeout; /* --timeout seconds under mpirun; 0: not given */
+    double timeout;        /* --timeout seconds under mpirun; 0: not given */
+    const char *grid;      /* --grid auto: the planner's U x R (plan.h); NULL: not given */
+    const char *placement; /* --placement hosts|ranks under mpirun; NULL: hosts */
+    const char *inputs_on; /* --inputs-on all|rank0 under mpirun; NULL: all */
 } attn_opts;
 
 /* `fxattn check`. */
@@ -70,8 +73,9 @@ typedef struct bench_args {
     int64_t ulysses; /* 0: not given */
     int64_t ring;
     int64_t prefetch;
-    double timeout; /* --timeout seconds under mpirun; 0: not given */
-    int proj;       /* --proj: the QKV projection instead of attention */
+    double timeout;   /* --timeout seconds under mpirun; 0: not given */
+    int proj;         /* --proj: the QKV projection instead of attention */
+    const char *grid; /* --grid auto under mpirun; NULL: not given */
 } bench_args;
 
 /* `fxattn demo`. */
@@ -108,6 +112,25 @@ typedef struct layer_opts {
     double timeout; /* --timeout seconds under mpirun; 0: not given */
 } layer_opts;
 
+/* `fxattn plan` (cmd_plan.c). NaN: not given. */
+typedef struct plan_opts {
+    int64_t seq;
+    int64_t heads;
+    int64_t dim;
+    const char *dtype;
+    int64_t ranks; /* 0: not given (the job's size under --measure) */
+    int64_t hosts; /* 0: not given (1, or the job's hosts under --measure) */
+    double link_gbps;
+    double latency_us;
+    double intra_gbps;
+    double intra_latency_us;
+    double gflops; /* one host's compute rate, all its cores */
+    int64_t ulysses_groups;
+    int64_t threads; /* threads of the compute measurement (per rank under --measure) */
+    int json;
+    int measure; /* --measure under mpirun: ping-pong and per-rank compute */
+} plan_opts;
+
 /* `fxattn info`. */
 typedef struct info_opts {
     int64_t threads;
@@ -123,6 +146,8 @@ void fxt_demo_opts_defaults(demo_opts *o);
 void fxt_demo_opts_table(demo_opts *o, fxt_opt t[FXT_MAX_OPTS]);
 void fxt_layer_opts_defaults(layer_opts *o);
 void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+void fxt_plan_opts_defaults(plan_opts *o);
+void fxt_plan_opts_table(plan_opts *o, fxt_opt t[FXT_MAX_OPTS]);
 void fxt_info_opts_defaults(info_opts *o);
 void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS]);
 

@@ -29,6 +29,12 @@ static const char g_usage[] =
     "         RoPE, attention, output projection (synthetic weights and x without files);\n"
     "         CKPT: a .safetensors file, a sharded *.safetensors.index.json or its folder,\n"
     "         Wan2.2's or diffusers' tensor names\n"
+    "  plan   --ranks P [--hosts N] [--seq S] [--heads H] [--dim D] [--dtype ...]\n"
+    "         [--link-gbps B] [--latency-us L] [--intra-gbps B] [--intra-latency-us L]\n"
+    "         [--gflops G] [--ulysses-groups G] [--threads N] [--json]   predicted step\n"
+    "         time of every Ulysses x ring grid and of all-gather + local attention, and\n"
+    "         the best grid; under mpirun --measure measures the links and compute rate\n"
+    "         (attn and bench: --grid auto runs the planner's choice)\n"
     "  info   [--threads N]   the kernels this CPU runs (FXA_ISA=ref|avx2|avx512 forces a set)\n"
     "  help   this text (--version: the version)\n"
     "\n"
@@ -51,6 +57,8 @@ int main(int argc, char **argv)
         return fxt_cmd_bench(argc, argv);
     if (strcmp(cmd, "layer") == 0)
         return fxt_cmd_layer(argc, argv);
+    if (strcmp(cmd, "plan") == 0)
+        return fxt_cmd_plan(argc, argv);
     if (strcmp(cmd, "info") == 0)
         return fxt_cmd_info(argc, argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -58,8 +58,8 @@ int fxt_cmd_bench(int argc, char **argv)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
     if (a.proj)
         return fxt_bench_proj(&a);
-    if (a.ulysses || a.ring || a.prefetch || a.timeout != 0.0 || getenv("OMPI_COMM_WORLD_SIZE") ||
-        getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
+    if (a.ulysses || a.ring || a.prefetch || a.timeout != 0.0 || a.grid ||
+        getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
         const bench_opts bo = {.seq = a.seq,
                                .heads = a.heads,
                                .dim = a.dim,
@@ -71,7 +71,8 @@ int fxt_cmd_bench(int argc, char **argv)
                                .ulysses = a.ulysses,
                                .ring = a.ring,
                                .prefetch = a.prefetch,
-                               .timeout = a.timeout};
+                               .timeout = a.timeout,
+                               .grid = a.grid};
         return fxt_bench_mpi(&bo);
     }
     const int64_t seq = a.seq, heads = a.heads, dim = a.dim, threads = a.threads;

@@ -1,9 +1,11 @@
 /*
  * `fxattn attn` under mpirun: every rank reads its own shard of the same
- * .npy files, libfxattn_mpi computes, rank 0 gathers the output and writes
- * it (staged, committed all or nothing). Every failure, on any rank, is
- * agreed on: all ranks exit with the same status, and rank 0 prints the
- * failing rank's message once.
+ * .npy files (the shard of its grid rank, fxa_mpi_rank: placed by hosts
+ * unless --placement ranks; with --inputs-on rank0 only rank 0 reads and
+ * sends the shards), libfxattn_mpi computes, rank 0 gathers the output and
+ * writes it (staged, committed all or nothing). Every failure, on any
+ * rank, is agreed on: all ranks exit with the same status, and rank 0
+ * prints the failing rank's message once.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -13,11 +15,13 @@
 #include "attn_opts.h"
 #include "cli.h"
 #include "fxattn_mpi.h"
+#include "inputs_mpi.h"
 #include "mpi_cli.h"
 
 /* Rank 0 receives every rank's output shard (rows of D floats, the
- * layout's order) and places it into the global output. */
-static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine,
+ * layout's order; world rank r holds shard grid_of[r]) and places it into
+ * the global output. */
+static int gather_rows(fxt_world *w, const int *grid_of, const fxa_attn_desc *d, const float *mine,
                        int64_t rows_per_token, float *full, int64_t row_len, int lse)
 {
     const int64_t seq = d->seq_q;
@@ -29,7 +33,7 @@ static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine,
     MPI_Type_commit(&row);
     int64_t start;
     int64_t len;
-    fxa_mpi_shard(seq, w->size, w->rank, &start, &len);
+    fxa_mpi_shard(seq, w->size, grid_of[w->rank], &start, &len);
     const int my_rows = (int)(rows_per_token * len);
     if (w->rank == 0) {
         counts = malloc((size_t)w->size * sizeof(int));
@@ -37,7 +41,7 @@ static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine,
         stage = malloc((size_t)(rows_per_token * seq * row_len) * sizeof(float) + 1);
         if (counts && displs)
             for (int r = 0; r < w->size; r++) {
-                fxa_mpi_shard(seq, w->size, r, &start, &len);
+                fxa_mpi_shard(seq, w->size, grid_of[r], &start, &len);
                 counts[r] = (int)(rows_per_token * len);
                 displs[r] = (int)(rows_per_token * start);
             }
@@ -55,7 +59,7 @@ static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine,
         /* stage holds shard r's rows at displs[r]; place them. */
         const int bshd = d->layout == FXA_LAYOUT_BSHD && !lse;
         for (int r = 0; r < w->size; r++) {
-            fxa_mpi_shard(seq, w->size, r, &start, &len);
+            fxa_mpi_shard(seq, w->size, grid_of[r], &start, &len);
             const float *src = stage + (size_t)displs[r] * (size_t)row_len;
             for (int64_t b = 0; b < d->batch; b++)
                 for (int64_t h = 0; h < d->heads_q; h++)
@@ -76,6 +80,64 @@ static int gather_rows(fxt_world *w, const fxa_attn_desc *d, const float *mine,
     return code;
 }
 
+/* --placement: hosts (the default) or ranks. 0 or an exit code. */
+static int parse_placement(const char *s, int *placement)
+{
+    *placement = FXA_MPI_PLACE_HOSTS;
+    if (!s || !strcmp(s, "hosts"))
+        return 0;
+    if (!strcmp(s, "ranks")) {
+        *placement = FXA_MPI_PLACE_RANKS;
+        return 0;
+    }
+    return fxt_fail(FXT_EXIT_BAD_INPUT, "--placement must be hosts or ranks, not '%s'", s);
+}
+
+/* --inputs-on: all (every rank reads its shard, the default) or rank0
+ * (only rank 0 opens the files and sends the shards). 0 or an exit code. */
+static int parse_inputs_on(const char *s, int *rank0)
+{
+    *rank0 = s && !strcmp(s, "rank0");
+    if (!s || *rank0 || !strcmp(s, "all"))
+        return 0;
+    return fxt_fail(FXT_EXIT_BAD_INPUT, "--inputs-on must be all or rank0, not '%s'", s);
+}
+
+/* Collective: grid_of[r] = the grid rank of world rank r. */
+static int grid_ranks(fxt_world *w, const fxa_mpi *m, int **grid_of)
+{
+    *grid_of = malloc((size_t)w->size * sizeof(int));
+    int code = *grid_of ? 0 : fxt_fail(FXT_EXIT_FAILURE, "out of memory for the grid ranks");
+    if ((code = fxt_world_agree(w, code)))
+        return code;
+    const int me = fxa_mpi_rank(m);
+    MPI_Request r;
+    MPI_Iallgather(&me, 1, MPI_INT, *grid_of, 1, MPI_INT, MPI_COMM_WORLD, &r);
+    fxt_world_wait(w, &r, "the grid ranks");
+    return 0;
+}
+
+/* Collective: rank 0 gets the host name (MPI_Get_processor_name) of each
+ * grid rank, names[grid rank * MPI_MAX_PROCESSOR_NAME] (NULL elsewhere or
+ * out of memory: then the report leaves them out). */
+static char *grid_hosts(fxt_world *w, const int *grid_of)
+{
+    char mine[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    MPI_Get_processor_name(mine, &len);
+    char *by_world = w->rank == 0 ? calloc((size_t)w->size, sizeof mine) : NULL;
+    MPI_Request r;
+    MPI_Igather(mine, (int)sizeof mine, MPI_CHAR, by_world, (int)sizeof mine, MPI_CHAR, 0,
+                MPI_COMM_WORLD, &r);
+    fxt_world_wait(w, &r, "the host names");
+    char *by_grid = by_world ? calloc((size_t)w->size, sizeof mine) : NULL;
+    for (int i = 0; by_grid && i < w->size; i++)
+        memcpy(by_grid + (size_t)grid_of[i] * sizeof mine, by_world + (size_t)i * sizeof mine,
+               sizeof mine);
+    free(by_world);
+    return by_grid;
+}
+
 static int run(fxt_world *w, const attn_opts *o)
 {
     fxa_ctx *ctx = NULL;
@@ -87,8 +149,15 @@ static int run(fxt_world *w, const attn_opts *o)
     float *lse = NULL;
     float *full_out = NULL;
     float *full_lse = NULL;
+    int *grid_of = NULL;
     fxa_layout layout;
+    int placement;
+    int rank0_reads;
     int code = fxt_parse_layout(o->layout, &layout);
+    if (!code)
+        code = parse_placement(o->placement, &placement);
+    if (!code)
+        code = parse_inputs_on(o->inputs_on, &rank0_reads);
     fxa_ctx_params cp;
     fxa_ctx_params_init(&cp);
     cp.n_threads = fxt_mpi_threads_per_rank(o->threads);
@@ -105,14 +174,36 @@ static int run(fxt_world *w, const attn_opts *o)
     mp.ring = o->ring > 0 ? (int)o->ring : 0;
     mp.prefetch = (int)o->prefetch;
     mp.timeout_seconds = w->timeout;
+    mp.placement = placement;
     fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
-    if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
+    if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())) ||
+        (code = grid_ranks(w, m, &grid_of)))
         goto done;
-    code = fxt_inputs_load_shard(o->q, o->k, o->v, layout, o->dtype, w->size, w->rank, &in);
+    if (rank0_reads) {
+        if ((code = fxt_inputs_scatter(w, grid_of, o->q, o->k, o->v, layout, o->dtype, &in)))
+            goto done;
+    } else {
+        code = fxt_inputs_load_shard(o->q, o->k, o->v, layout, o->dtype, w->size, fxa_mpi_rank(m),
+                                     &in);
+    }
     if (!code)
         code = fxt_attn_apply_options(o, &in.d);
     if ((code = fxt_world_agree(w, code)))
         goto done;
+    if (o->grid) {
+        /* --grid auto, now that the shapes are known: the grid rank (so
+         * the shard just read) is the same for every grid shape. */
+        int u = (int)o->ulysses, r = (int)o->ring;
+        if ((code = fxt_mpi_grid_auto(w, o->grid, &in.d, cp.n_threads, &u, &r)))
+            goto done;
+        fxa_mpi_destroy(m);
+        m = NULL;
+        mp.ulysses = u;
+        mp.ring = r;
+        st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
+        if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
+            goto done;
+    }
     st = fxa_mpi_attn_plan_create(m, &in.d, &plan);
     if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(m))))
         goto done;
@@ -159,9 +250,9 @@ static int run(fxt_world *w, const attn_opts *o)
     }
     if ((code = fxt_world_agree(w, code)))
         goto done;
-    if ((code =
-             gather_rows(w, &in.d, out, in.d.batch * in.d.heads_q, full_out, in.d.head_dim, 0)) ||
-        (code = gather_rows(w, &in.d, lse, in.d.batch * in.d.heads_q, full_lse, 1, 1)))
+    const int64_t rows_per_token = in.d.batch * in.d.heads_q;
+    if ((code = gather_rows(w, grid_of, &in.d, out, rows_per_token, full_out, in.d.head_dim, 0)) ||
+        (code = gather_rows(w, grid_of, &in.d, lse, rows_per_token, full_lse, 1, 1)))
         goto done;
     fxt_verify_result vr;
     memset(&vr, 0, sizeof vr);
@@ -180,6 +271,7 @@ static int run(fxt_world *w, const attn_opts *o)
     }
     if ((code = fxt_world_agree(w, code)))
         goto done;
+    char *hosts = o->stats ? grid_hosts(w, grid_of) : NULL;
     if (w->rank == 0 && o->stats) {
         const double flops = fxa_attn_flops(&in.d);
         fxt_json_printf(
@@ -197,12 +289,19 @@ static int run(fxt_world *w, const attn_opts *o)
                 ", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
                 "\"max_lse_err\": %.6g",
                 (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
-        printf("}\n");
+        fxt_json_printf(", \"placement\": \"%s\"",
+                        placement == FXA_MPI_PLACE_HOSTS ? "hosts" : "ranks");
+        for (int i = 0; hosts && i < w->size; i++)
+            fxt_json_printf("%s\"%s\"", i ? ", " : ", \"grid_hosts\": [",
+                            hosts + (size_t)i * MPI_MAX_PROCESSOR_NAME);
+        printf("%s}\n", hosts ? "]" : "");
     } else if (w->rank == 0 && o->verify) {
         printf("verify: %lld rows, max abs err %.3g (%.3g of max|v|), max lse err %.3g\n",
                (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
     }
+    free(hosts);
 done:
+    free(grid_of);
     free(full_out);
     free(full_lse);
     free(out);

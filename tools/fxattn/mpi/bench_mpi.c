@@ -27,14 +27,15 @@
 #define MAX_REPEATS 101
 
 /* The slowest rank's time of a collective phase. */
-static double slowest(double t)
+static double slowest(MPI_Comm comm, double t)
 {
     double m = t;
-    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, comm);
     return m;
 }
 
 typedef struct dist_bench {
+    MPI_Comm comm; /* the world in grid-rank order (fxa_mpi_grid_rank): shards follow it */
     int rank;
     int size;
     fxt_workload w;  /* the whole problem, on every rank */
@@ -61,9 +62,9 @@ static fxa_status gather_run(dist_bench *b, fxt_runner *r, void *k_all, void *v_
     const MPI_Datatype t = b->es == 4 ? MPI_FLOAT : MPI_UINT16_T;
     const double t0 = MPI_Wtime();
     MPI_Allgatherv((const char *)b->w.k + (size_t)(b->k0 * b->row) * b->es, counts[b->rank], t,
-                   k_all, counts, displs, t, MPI_COMM_WORLD);
+                   k_all, counts, displs, t, b->comm);
     MPI_Allgatherv((const char *)b->w.v + (size_t)(b->k0 * b->row) * b->es, counts[b->rank], t,
-                   v_all, counts, displs, t, MPI_COMM_WORLD);
+                   v_all, counts, displs, t, b->comm);
     *t_gather = MPI_Wtime() - t0;
     free(counts);
     free(displs);
@@ -82,8 +83,15 @@ int fxt_bench_mpi(const bench_opts *o)
     MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     dist_bench b;
     memset(&b, 0, sizeof b);
-    MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &b.size);
+    int grid_rank = 0;
+    if (fxa_mpi_grid_rank(MPI_COMM_WORLD, FXA_MPI_PLACE_HOSTS, &grid_rank) != FXA_OK) {
+        const int failed = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_mpi_create_error());
+        MPI_Finalize();
+        return failed;
+    }
+    MPI_Comm_split(MPI_COMM_WORLD, 0, grid_rank, &b.comm);
+    MPI_Comm_rank(b.comm, &b.rank);
+    MPI_Comm_size(b.comm, &b.size);
     int code = 0;
     fxt_runner single = {0};
     fxt_runner local = {0};
@@ -126,7 +134,7 @@ int fxt_bench_mpi(const bench_opts *o)
     {
         /* Setup failures are local: agree before the first collective. */
         int any = code != 0;
-        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, b.comm);
         if (any) {
             code = code ? code : FXT_EXIT_FAILURE;
             goto done;
@@ -134,11 +142,21 @@ int fxt_bench_mpi(const bench_opts *o)
     }
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
-    mp.ulysses = o->ulysses > 0 ? (int)o->ulysses : 1;
-    mp.ring = o->ring > 0 ? (int)o->ring : 0;
+    mp.ulysses = (int)o->ulysses;
+    mp.ring = (int)o->ring;
+    if (o->grid) {
+        /* Collective; its errors are the same on every rank. */
+        fxt_world w = {b.rank, b.size, o->timeout > 0 ? o->timeout : fxa_mpi_default_timeout(), ""};
+        fxt_fail_capture(w.msg, sizeof w.msg);
+        code = fxt_mpi_grid_auto(&w, o->grid, &b.d, threads, &mp.ulysses, &mp.ring);
+        fxt_fail_capture(NULL, 0);
+        if (code)
+            goto done;
+    }
+    mp.ulysses = mp.ulysses > 0 ? mp.ulysses : 1;
     mp.prefetch = (int)o->prefetch;
     mp.timeout_seconds = o->timeout;
-    if (fxa_mpi_create(MPI_COMM_WORLD, local.ctx, &mp, &m) != FXA_OK) {
+    if (fxa_mpi_create(b.comm, local.ctx, &mp, &m) != FXA_OK) {
         code = fxt_fail(FXT_EXIT_BAD_INPUT, "%s", fxa_mpi_create_error());
         goto done;
     }
@@ -176,7 +194,7 @@ int fxt_bench_mpi(const bench_opts *o)
     double step_whist[256][MAX_REPEATS];
     fxa_mpi_stats ms = {.struct_size = sizeof ms};
     for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up and the result check */
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Barrier(b.comm);
         double t0 = MPI_Wtime();
         if (b.rank == 0) {
             const fxa_attn_args a = {
@@ -186,20 +204,20 @@ int fxt_bench_mpi(const bench_opts *o)
                 code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(single.ctx));
         }
         const double ts = MPI_Wtime() - t0;
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Barrier(b.comm);
         t0 = MPI_Wtime();
         if (fxa_mpi_attn_run(plan, &da, &ms) != FXA_OK && !code)
             code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_mpi_last_error(m));
-        const double td = slowest(MPI_Wtime() - t0);
-        MPI_Barrier(MPI_COMM_WORLD);
+        const double td = slowest(b.comm, MPI_Wtime() - t0);
+        MPI_Barrier(b.comm);
         double tg_comm = 0.0;
         t0 = MPI_Wtime();
         if (gather_run(&b, &local, k_all, v_all, out_gather, &tg_comm) != FXA_OK && !code)
             code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(local.ctx));
-        const double tg = slowest(MPI_Wtime() - t0);
-        tg_comm = slowest(tg_comm);
+        const double tg = slowest(b.comm, MPI_Wtime() - t0);
+        tg_comm = slowest(b.comm, tg_comm);
         int any = code != 0;
-        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, b.comm);
         if (any) {
             code = code ? code : FXT_EXIT_FAILURE;
             goto done;
@@ -214,7 +232,7 @@ int fxt_bench_mpi(const bench_opts *o)
             }
             for (int64_t i = 0; i < b.d.seq_kv * b.row; i++)
                 vmax = fabs((double)b.w.v32[i]) > vmax ? fabs((double)b.w.v32[i]) : vmax;
-            diff = slowest(diff);
+            diff = slowest(b.comm, diff);
             const double tol = (b.d.compute == FXA_COMPUTE_BF16 ? 0x1p-7 : 64 * 0x1p-24) * vmax;
             if (b.rank == 0)
                 printf("check: fxattn vs all-gather max |diff| %.3g (tolerance %.3g)\n", diff, tol);
@@ -225,7 +243,7 @@ int fxt_bench_mpi(const bench_opts *o)
             continue;
         }
         t_single[rep] = ts;
-        MPI_Bcast(&t_single[rep], 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(&t_single[rep], 1, MPI_DOUBLE, 0, b.comm);
         t_dist[rep] = td;
         t_gather[rep] = tg;
         t_gather_comm[rep] = tg_comm;
@@ -234,12 +252,12 @@ int fxt_bench_mpi(const bench_opts *o)
         double w_sum = 0.0;
         for (int s = 0; s < n_steps && s < 256; s++) {
             /* The slowest rank per step. */
-            step_hist[s][rep] = slowest(step_c[s]);
-            step_whist[s][rep] = slowest(step_w[s]);
+            step_hist[s][rep] = slowest(b.comm, step_c[s]);
+            step_whist[s][rep] = slowest(b.comm, step_w[s]);
             c_sum += step_c[s];
             w_sum += step_w[s];
         }
-        wait_share[rep] = slowest(c_sum + w_sum > 0 ? w_sum / (c_sum + w_sum) : 0.0);
+        wait_share[rep] = slowest(b.comm, c_sum + w_sum > 0 ? w_sum / (c_sum + w_sum) : 0.0);
     }
     if (b.rank == 0) {
         const double gflop = fxa_attn_flops(&b.d) * 1e-9;
@@ -288,6 +306,7 @@ done:
     free(out_dist);
     free(out_gather);
     fxt_workload_free(&b.w);
+    MPI_Comm_free(&b.comm);
     fflush(stdout);
     MPI_Finalize();
     return code;

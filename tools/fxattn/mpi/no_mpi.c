@@ -3,6 +3,7 @@
 #include "bench_opts.h"
 #include "cli.h"
 #include "layer.h"
+#include "plan.h"
 
 static int no_mpi(void)
 {
@@ -18,6 +19,12 @@ int fxt_attn_mpi(const attn_opts *o)
 }
 
 int fxt_bench_mpi(const bench_opts *o)
+{
+    (void)o;
+    return no_mpi();
+}
+
+int fxt_plan_mpi(const plan_opts *o)
 {
     (void)o;
     return no_mpi();

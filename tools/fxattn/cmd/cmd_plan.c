@@ -1,0 +1,58 @@
+/*
+ * `fxattn plan`: the predicted step time of every U x R grid of --ranks
+ * ranks on --hosts hosts and of all-gather + local attention, and the best
+ * grid (docs/cluster.md). The compute rate is --gflops (one host, all its
+ * cores) or a short measured run on this node, split among the host's
+ * ranks; the links are given or assumed. Under mpirun, --measure measures
+ * the links and each rank's compute rate over the job's own communicator
+ * (plan_mpi.c).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "cmd_opts.h"
+#include "commands.h"
+#include "plan.h"
+
+int fxt_cmd_plan(int argc, char **argv)
+{
+    plan_opts o;
+    fxt_opt opts[FXT_MAX_OPTS];
+    fxt_plan_opts_defaults(&o);
+    fxt_plan_opts_table(&o, opts);
+    int code = fxt_parse_options("plan", argc, argv, 2, opts);
+    if (code)
+        return code;
+    if (o.measure)
+        return fxt_plan_mpi(&o);
+    if (o.ranks == 0)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "plan: --ranks P is required (or --measure under "
+                                            "mpirun)");
+    if (o.hosts > 0 && o.ranks % o.hosts)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "plan: --hosts %lld does not divide --ranks %lld",
+                        (long long)o.hosts, (long long)o.ranks);
+    fxt_cost_model m;
+    fxt_plan_source src;
+    if ((code = fxt_plan_model_from_opts(&o, &m, &src)))
+        return code;
+    const int per_host = m.ranks / m.hosts;
+    if (isnan(o.gflops)) {
+        fxa_dtype dtype;
+        fxt_parse_dtype(o.dtype, &dtype);
+        double node = 0.0;
+        if ((code = fxt_plan_measure_flops(&m, dtype, (int)o.threads, NULL, &node)))
+            return code;
+        m.rank_flops = node / per_host;
+        src.compute = "measured on this node, split among a host's ranks";
+    } else {
+        m.rank_flops = o.gflops * 1e9 / per_host;
+        src.compute = "--gflops split among a host's ranks";
+    }
+    char err[200];
+    if (fxt_cost_model_check(&m, err, sizeof err))
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "plan: %s", err);
+    fxt_plan_print(&m, &src, o.json);
+    return FXT_EXIT_OK;
+}

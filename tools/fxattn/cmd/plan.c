@@ -1,0 +1,168 @@
+/* The planner's shared pieces (plan.h). */
+#include "plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "runner.h"
+#include "stats.h"
+#include "workload.h"
+
+#define MAX_GRIDS 128 /* divisors of at most 4096 ranks */
+
+int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_source *src)
+{
+    fxa_dtype dtype;
+    if (fxt_parse_dtype(o->dtype, &dtype))
+        return FXT_EXIT_BAD_INPUT;
+    const struct {
+        const char *name;
+        double v;
+        double min; /* exclusive for rates, inclusive (0) for latencies */
+    } num[] = {{"--link-gbps", o->link_gbps, 0.0},
+               {"--intra-gbps", o->intra_gbps, 0.0},
+               {"--gflops", o->gflops, 0.0},
+               {"--latency-us", o->latency_us, -1.0},
+               {"--intra-latency-us", o->intra_latency_us, -1.0}};
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
+        if (!isnan(num[i].v) && (num[i].min == 0.0 ? !(num[i].v > 0.0) : !(num[i].v >= 0.0)))
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "plan %s %g: must be %s", num[i].name, num[i].v,
+                            num[i].min == 0.0 ? "positive" : "non-negative");
+    const int given_inter = !isnan(o->link_gbps) || !isnan(o->latency_us);
+    const int given_intra = !isnan(o->intra_gbps) || !isnan(o->intra_latency_us);
+    src->inter = given_inter ? "given" : "assumed";
+    src->intra = given_intra ? "given" : "assumed";
+    const double gbps = isnan(o->link_gbps) ? FXT_PLAN_LINK_GBPS : o->link_gbps;
+    const double lat = isnan(o->latency_us) ? FXT_PLAN_LATENCY_US : o->latency_us;
+    const double igbps = isnan(o->intra_gbps) ? FXT_PLAN_INTRA_GBPS : o->intra_gbps;
+    const double ilat =
+        isnan(o->intra_latency_us) ? FXT_PLAN_INTRA_LATENCY_US : o->intra_latency_us;
+    *m = (fxt_cost_model){.seq = o->seq,
+                          .heads = o->heads,
+                          .dim = o->dim,
+                          .elem_bytes = dtype == FXA_F32 ? 4.0 : 2.0,
+                          .ranks = (int)o->ranks,
+                          .hosts = o->hosts > 0 ? (int)o->hosts : 1,
+                          .rank_flops = 0.0,
+                          .inter = {lat * 1e-6, gbps * 1e9 / 8.0},
+                          .intra = {ilat * 1e-6, igbps * 1e9 / 8.0},
+                          .ulysses_groups = (int)o->ulysses_groups};
+    return 0;
+}
+
+int fxt_plan_measure_flops(const fxt_cost_model *m, fxa_dtype dtype, int threads,
+                           void (*barrier)(void), double *flops)
+{
+    /* Rank 0's queries against every key, as in all-gather + local (on the
+     * same synthetic sequence as `bench`: its speed depends on the data). */
+    const int64_t kv = m->seq < 8192 ? m->seq : 8192;
+    int64_t tokens = (m->seq + m->ranks - 1) / m->ranks;
+    tokens = tokens < kv ? tokens : kv;
+    const double per_head = 4.0 * (double)tokens * (double)kv * (double)m->dim;
+    int64_t heads = (int64_t)ceil(1e9 / per_head);
+    heads = heads < 1 ? 1 : heads > m->heads ? m->heads : heads;
+    fxt_wan_synth p;
+    fxt_wan_synth_defaults(&p);
+    p.frames = 1;
+    p.height = 1;
+    p.width = (int)kv;
+    p.heads = (int)heads;
+    p.head_dim = (int)m->dim;
+    fxt_workload w;
+    fxt_runner r = {0};
+    float *out = NULL;
+    int code = fxt_workload_make(&p, dtype, &w);
+    if (code)
+        return code;
+    w.d.compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+    w.d.seq_q = tokens;
+    code = fxt_runner_init(&r, threads, &w.d);
+    out = malloc((size_t)(tokens * heads * m->dim) * sizeof(float));
+    if (!code && !out)
+        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory measuring the compute rate");
+    /* A warm-up, then 3 runs timed together (between barriers when ranks
+     * measure at once, so that every rank's runs overlap the others'). */
+    double t0 = 0.0;
+    for (int i = 0; !code && i < 4; i++) {
+        if (i < 2 && barrier)
+            barrier();
+        if (i == 1)
+            t0 = fxt_now();
+        const fxa_attn_args a = {.struct_size = sizeof a, .q = w.q, .k = w.k, .v = w.v, .out = out};
+        fxa_attn_stats st = {.struct_size = sizeof st};
+        code = fxt_runner_run(&r, &a, &st, 0);
+    }
+    if (!code)
+        *flops = 3.0 * fxa_attn_flops(&w.d) / (fxt_now() - t0);
+    free(out);
+    fxt_runner_free(&r);
+    fxt_workload_free(&w);
+    return code;
+}
+
+static const char *kind_of(const fxt_grid_time *g)
+{
+    if (g->ulysses == 0)
+        return "allgather";
+    if (g->ulysses > 1 && g->ring > 1)
+        return "2d";
+    return g->ulysses > 1 ? "ulysses" : g->ring > 1 ? "ring" : "single";
+}
+
+int fxt_plan_print(const fxt_cost_model *m, const fxt_plan_source *src, int json)
+{
+    fxt_grid_time g[MAX_GRIDS + 1];
+    int best = 0;
+    const int n = fxt_grid_plan(m, g, MAX_GRIDS, &best);
+    g[n] = fxt_allgather_cost(m);
+    const int per_host = m->ranks / m->hosts;
+    const int inside = fxt_grid_rows_in_host(m, g[best].ulysses);
+    if (json) {
+        printf("[\n");
+        for (int i = 0; i <= n; i++)
+            fxt_json_printf("{\"kind\": \"%s\", \"ulysses\": %d, \"ring\": %d, \"seconds\": %.6g, "
+                            "\"compute_seconds\": %.6g, \"comm_seconds\": %.6g, "
+                            "\"rows_in_host\": %s},\n",
+                            kind_of(&g[i]), g[i].ulysses, g[i].ring, g[i].seconds,
+                            g[i].compute_seconds, g[i].comm_seconds,
+                            i < n && fxt_grid_rows_in_host(m, g[i].ulysses) ? "true" : "false");
+        fxt_json_printf(
+            "{\"best\": {\"ulysses\": %d, \"ring\": %d}, \"seconds\": %.6g, \"seq\": %lld, "
+            "\"heads\": %lld, \"dim\": %lld, \"ranks\": %d, \"hosts\": %d, \"ranks_per_host\": %d, "
+            "\"rank_gflops\": %.6g, \"link_gbps\": %.6g, \"latency_us\": %.6g, "
+            "\"intra_gbps\": %.6g, \"intra_latency_us\": %.6g, \"ulysses_groups\": %d, "
+            "\"call_ms\": %.6g, "
+            "\"compute_source\": \"%s\", \"link_source\": \"%s\", \"intra_source\": \"%s\"}\n]\n",
+            g[best].ulysses, g[best].ring, g[best].seconds, (long long)m->seq, (long long)m->heads,
+            (long long)m->dim, m->ranks, m->hosts, per_host, m->rank_flops * 1e-9,
+            m->inter.bandwidth * 8e-9, m->inter.latency * 1e6, m->intra.bandwidth * 8e-9,
+            m->intra.latency * 1e6, m->ulysses_groups, m->call_seconds * 1e3, src->compute,
+            src->inter, src->intra);
+        return g[best].ulysses;
+    }
+    printf("fxattn plan: S=%lld heads=%lld D=%lld, %d ranks on %d hosts (%d per host)\n"
+           "  compute %.2f GFLOP/s per rank (%s)\n"
+           "  between hosts %.4g Gbit/s, %.3g us (%s); inside a host %.4g Gbit/s, %.3g us (%s)\n"
+           "  pure Ulysses pipelined by %d head groups; %.3g ms per call\n",
+           (long long)m->seq, (long long)m->heads, (long long)m->dim, m->ranks, m->hosts, per_host,
+           m->rank_flops * 1e-9, src->compute, m->inter.bandwidth * 8e-9, m->inter.latency * 1e6,
+           src->inter, m->intra.bandwidth * 8e-9, m->intra.latency * 1e6, src->intra,
+           m->ulysses_groups, m->call_seconds * 1e3);
+    printf("  %-22s %10s %10s %10s\n", "grid", "seconds", "compute", "comm");
+    for (int i = 0; i <= n; i++) {
+        char name[64];
+        if (i < n)
+            snprintf(name, sizeof name, "Ulysses %d x ring %d%s", g[i].ulysses, g[i].ring,
+                     i == best ? " *" : "");
+        else
+            snprintf(name, sizeof name, "all-gather + local");
+        printf("  %-22s %10.4f %10.4f %10.4f\n", name, g[i].seconds, g[i].compute_seconds,
+               g[i].comm_seconds);
+    }
+    printf("best: Ulysses %d x ring %d (%.4f s): grid ranks grouped by host, %d per host, %s\n",
+           g[best].ulysses, g[best].ring, g[best].seconds, per_host,
+           inside ? "each Ulysses group inside one host" : "Ulysses groups span hosts");
+    return g[best].ulysses;
+}
