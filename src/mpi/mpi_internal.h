@@ -140,6 +140,13 @@ typedef struct fxa_mpi_local {
     float *bound;
 } fxa_mpi_local;
 
+/* Segment s of the local problem loc (R == 1: a whole problem) by
+ * fxa_attn_run with workspace ws (s's bytes, 64-byte aligned); its fallback
+ * rows, vmax and bound go into sum. A failure is recorded on p->m
+ * (fxa_mpi_fail). (mpi_run.c) */
+fxa_status fxa_mpi_run_segment(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc,
+                               const fxa_mpi_segment *s, void *ws, fxa_attn_stats *sum);
+
 /* The ring along this rank's column (ring.c). Returns this rank's own
  * status; *column_failed is set (and nothing computed) when another rank of
  * the column failed. p->accs[i] belongs to segment i; on success they hold

@@ -128,38 +128,42 @@ static fxa_status check_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *a,
     return FXA_OK;
 }
 
+fxa_status fxa_mpi_run_segment(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc,
+                               const fxa_mpi_segment *s, void *ws, fxa_attn_stats *sum)
+{
+    const int64_t row = fxa_mpi_seg_row(p, s);
+    const int64_t kv = fxa_mpi_seg_kv(p, s, p->blk_skv[0]);
+    const fxa_attn_args a = {
+        .struct_size = sizeof a,
+        .q = loc->q + row * p->d.head_dim * (int64_t)p->es,
+        .k = loc->k + kv * (int64_t)p->es,
+        .v = loc->v + kv * (int64_t)p->es,
+        .out = loc->out + row * p->d.head_dim,
+        .lse = loc->lse ? loc->lse + row : NULL,
+        .row_fallback = loc->fb ? loc->fb + row : NULL,
+        .row_bound = loc->bound ? loc->bound + row : NULL,
+    };
+    fxa_attn_stats one = {.struct_size = sizeof one};
+    const fxa_status st = fxa_attn_run(s->plan, &a, ws, &one);
+    if (st != FXA_OK)
+        return fxa_mpi_fail(p->m, st, "%s", fxa_ctx_last_error(p->m->ctx));
+    sum->fallback_rows += one.fallback_rows;
+    sum->vmax = one.vmax > sum->vmax ? one.vmax : sum->vmax;
+    sum->max_bound = one.max_bound > sum->max_bound ? one.max_bound : sum->max_bound;
+    return FXA_OK;
+}
+
 /* R == 1: each segment is a whole local problem for fxa_attn_run (none
  * when this rank holds no query token: its plans stand for one). */
 static fxa_status run_local(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_attn_stats *sum)
 {
-    fxa_mpi *m = p->m;
     fxa_status st = FXA_OK;
     for (int i = 0; p->loc_sq > 0 && i < p->n_seg && st == FXA_OK; i++) {
         const fxa_mpi_segment *s = &p->seg[i];
-        const int64_t row = fxa_mpi_seg_row(p, s);
-        const int64_t kv = fxa_mpi_seg_kv(p, s, p->blk_skv[0]);
-        const fxa_attn_args a = {
-            .struct_size = sizeof a,
-            .q = loc->q + row * p->d.head_dim * (int64_t)p->es,
-            .k = loc->k + kv * (int64_t)p->es,
-            .v = loc->v + kv * (int64_t)p->es,
-            .out = loc->out + row * p->d.head_dim,
-            .lse = loc->lse ? loc->lse + row : NULL,
-            .row_fallback = loc->fb ? loc->fb + row : NULL,
-            .row_bound = loc->bound ? loc->bound + row : NULL,
-        };
         void *ws = s->ws_bytes ? aligned_alloc(64, (s->ws_bytes + 63) / 64 * 64) : NULL;
-        fxa_attn_stats one = {.struct_size = sizeof one};
-        st = s->ws_bytes && !ws ? FXA_ERR_NO_MEMORY : fxa_attn_run(s->plan, &a, ws, &one);
+        st = s->ws_bytes && !ws ? fxa_mpi_fail(p->m, FXA_ERR_NO_MEMORY, "out of memory")
+                                : fxa_mpi_run_segment(p, loc, s, ws, sum);
         free(ws);
-        if (st != FXA_OK) {
-            fxa_mpi_fail(m, st, "%s",
-                         st == FXA_ERR_NO_MEMORY ? "out of memory" : fxa_ctx_last_error(m->ctx));
-            break;
-        }
-        sum->fallback_rows += one.fallback_rows;
-        sum->vmax = one.vmax > sum->vmax ? one.vmax : sum->vmax;
-        sum->max_bound = one.max_bound > sum->max_bound ? one.max_bound : sum->max_bound;
     }
     return st;
 }

@@ -84,36 +84,11 @@ fxa_status fxa_ulysses_stages(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
     return ws_most && !u->ws ? FXA_ERR_NO_MEMORY : FXA_OK;
 }
 
-/* One local problem on the head-sharded tensors. */
-static fxa_status run_stage(fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
-                            const fxa_mpi_segment *s, fxa_attn_stats *sum)
-{
-    fxa_mpi *m = p->m;
-    const int64_t row = fxa_mpi_seg_row(p, s);
-    const int64_t kv = fxa_mpi_seg_kv(p, s, p->blk_skv[0]);
-    const fxa_attn_args a = {
-        .struct_size = sizeof a,
-        .q = u->q + row * p->d.head_dim * (int64_t)p->es,
-        .k = u->k + kv * (int64_t)p->es,
-        .v = u->v + kv * (int64_t)p->es,
-        .out = u->out + row * p->d.head_dim,
-        .lse = u->lse + row,
-        .row_fallback = u->fb + row,
-        .row_bound = u->bound + row,
-    };
-    fxa_attn_stats one = {.struct_size = sizeof one};
-    const fxa_status st = fxa_attn_run(s->plan, &a, u->ws, &one);
-    if (st != FXA_OK)
-        return fxa_mpi_fail(m, st, "%s", fxa_ctx_last_error(m->ctx));
-    sum->fallback_rows += one.fallback_rows;
-    sum->vmax = one.vmax > sum->vmax ? one.vmax : sum->vmax;
-    sum->max_bound = one.max_bound > sum->max_bound ? one.max_bound : sum->max_bound;
-    return FXA_OK;
-}
-
 fxa_status fxa_ulysses_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_ulysses_bufs *u,
                            fxa_attn_stats *sum, double *a2a_seconds)
 {
+    /* The head-sharded tensors are the local problem. */
+    const fxa_mpi_local loc = {u->q, u->k, u->v, u->out, u->lse, u->fb, u->bound};
     double t0 = MPI_Wtime();
     fxa_status st = fxa_ulysses_in_post(p, a, u, 0);
     /* A local failure stops compute, not the exchanges: the peers wait on
@@ -127,7 +102,7 @@ fxa_status fxa_ulysses_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_uly
         const double t1 = MPI_Wtime();
         *a2a_seconds += t1 - t0;
         for (int i = u->stage_at[g]; computes && st == FXA_OK && i < u->stage_at[g + 1]; i++)
-            own = own == FXA_OK ? run_stage(p, u, &u->stage[i], sum) : own;
+            own = own == FXA_OK ? fxa_mpi_run_segment(p, &loc, &u->stage[i], u->ws, sum) : own;
         t0 = MPI_Wtime();
         if (st == FXA_OK)
             st = fxa_ulysses_back_post(p, u, g);
