@@ -145,9 +145,13 @@ typedef enum fxa_proj_layout {
  *     token's tables c = rope_cos[token], s = rope_sin[token] ([tokens][d];
  *     fxa_wan_rope_tables makes Wan's); without norm, r = gamma = 1.
  * V is never normalised or rotated.
- * The GEMM goes to OpenBLAS sgemm (fp32 or mixed operands, read in place)
- * or to oneDNN's bf16 matmul (bf16 and FP8 operands; FP8 codes decode
- * exactly to bf16), so only the fp32 accumulation rounds. A weight that
+ * The GEMM goes to oneDNN's bf16 matmul when both operands are bf16 or FP8
+ * (FP8 codes decode exactly to bf16) and the CPU has AVX512-BF16, else to
+ * an fp32 GEMM (fp32 or mixed operands, fp32 read in place): OpenBLAS
+ * sgemm, or oneDNN's fp32 matmul on AVX-512 CPUs for which the OpenBLAS
+ * found at run time has no AVX-512 kernels (OpenBLAS 0.3.21 runs its
+ * Haswell kernels on Zen 5, at about half the speed). Every product of two
+ * operands is exact in fp32, so only the fp32 accumulation rounds. A weight that
  * needs decoding (FP8, or 16-bit next to fp32 x) is decoded 32 MiB of
  * output channels at a time, each block multiplied as soon as it is
  * decoded: an FP8 weight never exists whole in 16 or 32 bits. Both
@@ -170,9 +174,14 @@ typedef struct fxa_proj_desc {
     double eps; /* default 1e-6 */
     int rope;   /* 1: rotate-half RoPE on Q and K */
     fxa_proj_layout out_layout;
+    /* FXA_F32 (default): q_out, k_out, v_out are float. FXA_BF16: they are
+     * uint16_t bfloat16 bits, each the fp32 value above rounded once to
+     * nearest even (fxa_f32_to_bf16 of what FXA_F32 writes). */
+    fxa_dtype out_dtype;
 } fxa_proj_desc;
 
-/* Defaults: f32 operands, no norm (eps 1e-6), no RoPE, token-major. */
+/* Defaults: f32 operands and outputs, no norm (eps 1e-6), no RoPE,
+ * token-major. */
 FXA_API void fxa_proj_desc_init(fxa_proj_desc *d);
 
 typedef struct fxa_proj_args {
@@ -185,9 +194,9 @@ typedef struct fxa_proj_args {
     const float *gamma_k;  /* [Hkv d] (norm, heads_kv > 0) */
     const float *rope_cos; /* [tokens][d] (rope) */
     const float *rope_sin;
-    float *q_out; /* fp32, out_layout */
-    float *k_out; /* heads_kv > 0 */
-    float *v_out;
+    void *q_out; /* out_dtype, out_layout */
+    void *k_out; /* heads_kv > 0 */
+    void *v_out;
     /* Optional: at least fxa_proj_workspace_bytes(d), 64-byte aligned. Calls
      * that reuse one workspace touch no fresh memory (the GEMM output alone
      * is tokens x out floats); NULL: allocated and freed inside the call. */

@@ -36,10 +36,10 @@ extern "C" {
 #define FXA_WAN_ROPE_THETA 1e4
 #define FXA_WAN_EPS 1e-6
 
-/* One Linear as fxa_proj_run takes it: w [rows][cols] (fp32, or E4M3 codes
- * with one scale per output channel), bias [rows] or NULL. */
+/* One Linear as fxa_proj_run takes it: w [rows][cols] (fp32, bf16 bits, or
+ * E4M3 codes with one scale per output channel), bias [rows] or NULL. */
 typedef struct fxa_wan_linear {
-    fxa_proj_w format; /* FXA_PROJ_W_F32 or FXA_PROJ_W_E4M3 */
+    fxa_proj_w format; /* FXA_PROJ_W_F32, FXA_PROJ_W_BF16 or FXA_PROJ_W_E4M3 */
     int64_t rows;      /* output channels */
     int64_t cols;      /* input features */
     void *w;
@@ -85,9 +85,15 @@ typedef struct fxa_wan_load_params {
                          * channel (F8_E4M3 checkpoints stay as they are) */
     uint64_t seed;      /* synthetic weights (path NULL): the generator's seed */
     int64_t hidden;     /* synthetic weights: hidden size (checkpoints: from q.weight) */
+    fxa_dtype dtype;    /* the weights' format when not FP8: FXA_F32 (default; BF16 and
+                         * F16 tensors are widened exactly) or FXA_BF16 (BF16 tensors
+                         * keep their bits, F32 and F16 ones are rounded once to
+                         * nearest even), for a layer of fxa_wan_desc.dtype FXA_BF16;
+                         * biases and gammas stay fp32 */
 } fxa_wan_load_params;
 
-/* Defaults: block 0, all heads, interleaved RoPE pairs, no FP8; heads must be set. */
+/* Defaults: block 0, all heads, interleaved RoPE pairs, no FP8, fp32 weights;
+ * heads must be set. */
 FXA_API void fxa_wan_load_params_init(fxa_wan_load_params *p);
 
 /*
@@ -139,18 +145,31 @@ typedef struct fxa_wan_desc {
     int64_t frames, height, width; /* latent grid: S = frames * height * width tokens */
     int64_t heads;
     int64_t head_dim;    /* even, 6..FXA_MAX_HEAD_DIM; hidden = heads * head_dim */
-    fxa_proj_x x_format; /* FXA_PROJ_X_F32 [S][hidden], or FXA_PROJ_X_E4M3_ROWS
-                          * (fxa_e4m3_quantize_rows) */
+    fxa_proj_x x_format; /* FXA_PROJ_X_F32 [S][hidden], FXA_PROJ_X_BF16 (bf16 bits), or
+                          * FXA_PROJ_X_E4M3_ROWS (fxa_e4m3_quantize_rows) */
+    /* The activations between stages (docs/numerics.md, "The bf16 layer"):
+     *  FXA_F32 (default): Q, K, V and the attention output in fp32, attention
+     *    computed in fp32;
+     *  FXA_BF16: an fp32 x rounded once to bf16; Q, K and V rounded once to
+     *    bf16 after the fused epilogue (bias, RMSNorm, RoPE in fp32); attention
+     *    with FXA_COMPUTE_BF16 writing bf16; the output projection on that bf16
+     *    with fp32 accumulation. With bf16 (or FP8) weights every GEMM runs
+     *    on oneDNN's bf16 matmul (AVX512-BF16); fp32 weights are read as they
+     *    are by an fp32 GEMM (the same products, slower).
+     * y is fp32 either way. */
+    fxa_dtype dtype;
 } fxa_wan_desc;
 
-/* Defaults: grid 0 (must be set), heads 0 (must be set), head_dim 128, fp32 x. */
+/* Defaults: grid 0 (must be set), heads 0 (must be set), head_dim 128, fp32 x
+ * and activations. */
 FXA_API void fxa_wan_desc_init(fxa_wan_desc *d);
 
 typedef struct fxa_wan_plan fxa_wan_plan;
 
 /*
  * Validate d and size the workspace of fxa_wan_run: Q, K, V and the
- * attention output (4 S hidden floats), the attention plan's workspace and
+ * attention output (4 S hidden values of d->dtype; with FXA_BF16 and an fp32
+ * x also x's bf16 copy), the attention plan's workspace and
  * the projections' (fxa_wan_proj_workspace_bytes): every large buffer of a run is
  * the caller's (the projection's input check still allocates a few bytes per
  * thread).
@@ -192,18 +211,21 @@ FXA_API double fxa_wan_flops(const fxa_wan_desc *d);
  * The fused QKV projection of `tokens` tokens of x (d->x_format, starting
  * at token `first` of the grid, whose RoPE rows cs/sn point at) onto the
  * heads w holds: descriptor and arguments for fxa_proj_run or
- * fxa_mpi_proj_run. q, k, v: [tokens][w->head_count][head_dim].
+ * fxa_mpi_proj_run. q, k, v: [tokens][w->head_count][head_dim] of
+ * d->dtype. With d->dtype FXA_BF16 an fp32 x_format means x rounded to
+ * bf16 bits (fxa_f32_to_bf16 of each value), as the layer's runs do in
+ * their workspace.
  */
 FXA_API void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t tokens,
-                              const void *x, const float *cs, const float *sn, float *q, float *k,
-                              float *v, fxa_proj_desc *pd, fxa_proj_args *pa);
+                              const void *x, const float *cs, const float *sn, void *q, void *k,
+                              void *v, fxa_proj_desc *pd, fxa_proj_args *pa);
 
 /* y [tokens][hidden] = a [tokens][o->cols] o->w^T (+ o->bias, when not
- * NULL): the output projection, or a tensor-parallel partial of it, with
- * workspace bytes of scratch (64-byte aligned; NULL, 0: allocated by the
- * call). */
+ * NULL): the output projection, or a tensor-parallel partial of it, with a
+ * of d->dtype (fp32, or bf16 bits) and workspace bytes of scratch (64-byte
+ * aligned; NULL, 0: allocated by the call). */
 FXA_API fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
-                                    int64_t tokens, const float *a, float *y, void *workspace,
+                                    int64_t tokens, const void *a, float *y, void *workspace,
                                     size_t workspace_bytes);
 
 /* The scratch bytes (a multiple of 64) that the QKV and the output
@@ -212,7 +234,8 @@ FXA_API fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const f
  * call and fxa_wan_out_proj's workspace take. */
 FXA_API size_t fxa_wan_proj_workspace_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads);
 
-/* The attention of `heads` heads over all S tokens (BSHD, f32). */
+/* The attention of `heads` heads over all S tokens (BSHD; f32, or bf16 in and
+ * out with FXA_COMPUTE_BF16 when d->dtype is FXA_BF16). */
 FXA_API void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad);
 
 /* The Wan RoPE tables of all S tokens, [S][head_dim] each, into caller

@@ -17,11 +17,7 @@ float fxa_f16_to_f32(uint16_t h)
 
 uint16_t fxa_f32_to_bf16(float x)
 {
-    uint32_t b = fxa_f32_bits(x);
-    if ((b & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, keep the sign */
-        return (uint16_t)((b >> 16) | 0x0040u);
-    b += 0x7fffu + ((b >> 16) & 1u);
-    return (uint16_t)(b >> 16);
+    return fxa_f32_to_bf16_bits(x);
 }
 
 uint16_t fxa_f32_to_f16(float x)

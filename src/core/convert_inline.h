@@ -1,6 +1,7 @@
 /* Inline bf16/f16 -> fp32 widening for the library's hot loops (the public
- * fxa_bf16_to_f32 / fxa_f16_to_f32 call these), exact for every input, and
- * the bit pattern of a float and back, for the conversions. */
+ * fxa_bf16_to_f32 / fxa_f16_to_f32 call these), exact for every input, fp32
+ * -> bf16 rounding (fxa_f32_to_bf16), and the bit pattern of a float and
+ * back, for the conversions. */
 #ifndef FXA_CONVERT_INLINE_H
 #define FXA_CONVERT_INLINE_H
 
@@ -27,6 +28,16 @@ static inline float fxa_bf16_bits_to_f32(uint16_t h)
     float x;
     memcpy(&x, &b, sizeof x);
     return x;
+}
+
+/* Round to nearest even; NaN stays a quiet NaN with its sign. */
+static inline uint16_t fxa_f32_to_bf16_bits(float x)
+{
+    uint32_t b = fxa_f32_bits(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((b >> 16) | 0x0040u);
+    b += 0x7fffu + ((b >> 16) & 1u);
+    return (uint16_t)(b >> 16);
 }
 
 static inline float fxa_f16_bits_to_f32(uint16_t h)

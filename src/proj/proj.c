@@ -3,8 +3,10 @@
  * per token: scales and bias, RMSNorm across the heads of the Q and of the
  * K segment, rotate-half RoPE with the inverse RMS folded into the cos/sin
  * products, and the store in the requested layout.
- * The GEMM is OpenBLAS sgemm when either operand is fp32 and oneDNN's bf16
- * matmul when both are 16- or 8-bit (every E4M3 value is a bf16 value).
+ * The GEMM is oneDNN's bf16 matmul when both operands are 16- or 8-bit
+ * (every E4M3 value is a bf16 value), else an fp32 GEMM: OpenBLAS sgemm, or
+ * oneDNN's fp32 matmul where OpenBLAS lacks AVX-512 kernels for an AVX-512
+ * CPU (gemm_f32_on_onednn).
  * Operands in another format are decoded exactly (FP8 scales kept for the
  * epilogue); a weight is decoded one block of output channels at a time,
  * each block multiplied as soon as it is decoded, so the decoded copy is
@@ -21,7 +23,7 @@
 #include "../core/cpu.h"
 #include "../core/ctx_internal.h"
 #include "fxattn_proj.h"
-#include "gemm_bf16.h"
+#include "gemm_onednn.h"
 
 void fxa_proj_desc_init(fxa_proj_desc *d)
 {
@@ -31,6 +33,7 @@ void fxa_proj_desc_init(fxa_proj_desc *d)
     d->w_format = FXA_PROJ_W_F32;
     d->eps = 1e-6;
     d->out_layout = FXA_PROJ_TOKEN_MAJOR;
+    d->out_dtype = FXA_F32;
 }
 
 static int64_t out_features(const fxa_proj_desc *d)
@@ -59,9 +62,11 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
         d->in_features > INT32_MAX || out_features(d) > INT32_MAX || d->tokens > INT32_MAX)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection sizes overflow");
     if ((unsigned)d->x_format > FXA_PROJ_X_E4M3_ROWS || (unsigned)d->w_format > FXA_PROJ_W_E4M3 ||
-        (unsigned)d->out_layout > FXA_PROJ_HEAD_MAJOR || (d->norm != 0 && d->norm != 1) ||
+        (unsigned)d->out_layout > FXA_PROJ_HEAD_MAJOR ||
+        (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16) || (d->norm != 0 && d->norm != 1) ||
         (d->rope != 0 && d->rope != 1))
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown projection format, layout or flag");
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "unknown projection format, layout, output dtype or flag");
     if (d->norm && !(d->eps > 0.0 && isfinite(d->eps)))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RMSNorm eps must be positive and finite");
     if (!a->x || !a->w || !a->q_out || (d->heads_kv > 0 && (!a->k_out || !a->v_out)))
@@ -279,12 +284,19 @@ typedef struct epi_job {
     int64_t *bad; /* per item: first token whose y is not finite, or -1 */
 } epi_job;
 
-/* Write head h's d values of token s of a segment of `heads` heads. */
-static float *out_row(const fxa_proj_desc *d, float *base, int64_t heads, int64_t s, int64_t h)
+/* Store head h's head_dim values of token s of a segment of `heads` heads
+ * in d's layout and output dtype. */
+static void store_row(const fxa_proj_desc *d, void *base, int64_t heads, int64_t s, int64_t h,
+                      const float *v)
 {
-    if (d->out_layout == FXA_PROJ_TOKEN_MAJOR)
-        return base + (s * heads + h) * d->head_dim;
-    return base + (h * d->tokens + s) * d->head_dim;
+    const int64_t row = d->out_layout == FXA_PROJ_TOKEN_MAJOR ? s * heads + h : h * d->tokens + s;
+    if (d->out_dtype == FXA_F32) {
+        memcpy((float *)base + row * d->head_dim, v, (size_t)d->head_dim * sizeof(float));
+        return;
+    }
+    uint16_t *o = (uint16_t *)base + row * d->head_dim;
+    for (int64_t i = 0; i < d->head_dim; i++)
+        o[i] = fxa_f32_to_bf16_bits(v[i]);
 }
 
 /* Sum of y^2 in double, in index order. */
@@ -319,12 +331,12 @@ static float inv_rms(double sum, double n, double eps, int *shift)
 
 /* One normalised (r; 1 without norm) and rotated segment of one token. */
 static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads,
-                           const float *gamma, const float *cs, const float *sn, float *out_base,
+                           const float *gamma, const float *cs, const float *sn, void *out_base,
                            int64_t s, float r, int shift)
 {
     const int64_t dim = d->head_dim;
     const int64_t half = dim / 2;
-    float ys[FXA_MAX_HEAD_DIM];
+    float ys[FXA_MAX_HEAD_DIM], o[FXA_MAX_HEAD_DIM];
     for (int64_t h = 0; h < heads; h++) {
         const float *yh = y + h * dim;
         if (shift) { /* inv_rms's power of two: exact for these large y */
@@ -333,10 +345,10 @@ static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads
             yh = ys;
         }
         const float *g = d->norm ? gamma + h * dim : NULL;
-        float *o = out_row(d, out_base, heads, s, h);
         if (!d->rope) {
             for (int64_t i = 0; i < dim; i++)
                 o[i] = d->norm ? yh[i] * (r * g[i]) : yh[i];
+            store_row(d, out_base, heads, s, h, o);
             continue;
         }
         float t[FXA_MAX_HEAD_DIM];
@@ -347,6 +359,7 @@ static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads
             const float rs = r * sn[i];
             o[i] = i < half ? t[i] * rc - t[i + half] * rs : t[i] * rc + t[i - half] * rs;
         }
+        store_row(d, out_base, heads, s, h, o);
     }
 }
 
@@ -399,8 +412,7 @@ static void finish_token(const epi_job *job, int64_t s)
     const float rk = d->norm ? inv_rms(job->sums[2 * s + 1], job->n_k, d->eps, &shift) : 1.0f;
     finish_segment(d, y + qn, d->heads_kv, a->gamma_k, cs, sn, a->k_out, s, rk, shift);
     for (int64_t h = 0; h < d->heads_kv; h++)
-        memcpy(out_row(d, a->v_out, d->heads_kv, s, h), y + qn + kn + h * d->head_dim,
-               (size_t)d->head_dim * sizeof(float));
+        store_row(d, a->v_out, d->heads_kv, s, h, y + qn + kn + h * d->head_dim);
 }
 
 /* Items of tokens_per_item tokens: phase A (dequantise, sums, checks) or
@@ -458,6 +470,7 @@ static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
  * only when nothing precedes it: offsets are checked through the flags). */
 typedef struct proj_ws {
     int bf16_path;   /* 16/8-bit operands on both sides multiply as bf16 */
+    int f32_onednn;  /* the fp32 GEMM runs on oneDNN instead of OpenBLAS */
     int64_t w_block; /* output channels decoded (w32/w16) per GEMM */
     size_t x32, x16, w32, w16, xs, y, sums, bad, total;
 } proj_ws;
@@ -483,6 +496,28 @@ static size_t take(size_t *at, size_t bytes)
     return here;
 }
 
+/* Whether fp32 GEMMs go to oneDNN's matmul: on AVX-512 CPUs when the
+ * OpenBLAS loaded at run time picked a kernel set without AVX-512 (a
+ * DYNAMIC_ARCH OpenBLAS older than the CPU: 0.3.21 runs its Haswell kernels
+ * on Zen 5, 136 GFLOP/s against 255 with its SkylakeX ones and ~235 on
+ * oneDNN, S 4096 x 5120 x 15360 on 2 threads). Decided once per process. */
+static int gemm_f32_on_onednn(void)
+{
+    static int decided = -1;
+    if (decided < 0) {
+        static const char *const avx512_cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
+        const char *core = openblas_get_corename();
+        char lower[32] = "";
+        for (size_t i = 0; core && core[i] && i + 1 < sizeof lower; i++)
+            lower[i] = (char)(core[i] >= 'A' && core[i] <= 'Z' ? core[i] - 'A' + 'a' : core[i]);
+        int known = 0;
+        for (size_t i = 0; i < sizeof avx512_cores / sizeof avx512_cores[0]; i++)
+            known |= strstr(lower, avx512_cores[i]) != NULL;
+        decided = fxa_cpu_get()->avx512f && !known;
+    }
+    return decided;
+}
+
 /* 16- and 8-bit operands on both sides multiply as bf16 (exact: every E4M3
  * value is a bf16 value), read in place when bf16, decoded when E4M3, on
  * CPUs with AVX512-BF16 (oneDNN has no bf16 matmul without it); otherwise
@@ -495,6 +530,7 @@ static void layout(const fxa_proj_desc *d, proj_ws *l)
     *l = (proj_ws){0};
     l->bf16_path =
         d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32 && fxa_cpu_get()->avx512bf16;
+    l->f32_onednn = !l->bf16_path && gemm_f32_on_onednn();
     const int decode_w16 = l->bf16_path && d->w_format == FXA_PROJ_W_E4M3;
     const int decode_w32 = !l->bf16_path && d->w_format != FXA_PROJ_W_F32;
     l->w_block = decode_w16   ? w_block_rows(d, sizeof(uint16_t))
@@ -536,14 +572,16 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
     const int64_t k = d->in_features;
     float *w32 = l->w32 ? (float *)(ws + l->w32) : NULL;
     uint16_t *w16 = l->w16 ? (uint16_t *)(ws + l->w16) : NULL;
-    fxa_gemm_bf16 *g = NULL;
+    fxa_gemm_onednn *g = NULL;
     char why[160];
     fxa_status st = FXA_OK;
     /* OpenBLAS runs the context's threads for these GEMMs; the host
      * program's own setting is restored afterwards. */
     const int host_blas_threads = openblas_get_num_threads();
-    if (l->bf16_path) {
-        st = fxa_gemm_bf16_create(&g, d->tokens, k, n_out, ctx->pool.n_threads, why, sizeof why);
+    const int blas = !l->bf16_path && !l->f32_onednn;
+    if (!blas) {
+        st = fxa_gemm_onednn_create(&g, l->bf16_path ? FXA_BF16 : FXA_F32, d->tokens, k, n_out,
+                                    ctx->pool.n_threads, why, sizeof why);
         if (st != FXA_OK)
             return fxa_ctx_fail(ctx, st, "%s", why);
     } else if (host_blas_threads != ctx->pool.n_threads) {
@@ -554,14 +592,14 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
         const void *wg = NULL;
         if ((st = stage_w(ctx, d, w, n0, nb, w32, w16, &wg, 0)) != FXA_OK)
             break;
-        if (!l->bf16_path)
+        if (blas)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->tokens, (int)nb, (int)k,
                         1.0f, xg, (int)k, wg, (int)k, 0.0f, y + n0, (int)n_out);
-        else if ((st = fxa_gemm_bf16_run(g, xg, wg, nb, y + n0, why, sizeof why)) != FXA_OK)
+        else if ((st = fxa_gemm_onednn_run(g, xg, wg, nb, y + n0, why, sizeof why)) != FXA_OK)
             st = fxa_ctx_fail(ctx, st, "%s", why);
     }
-    fxa_gemm_bf16_destroy(g);
-    if (!l->bf16_path && host_blas_threads != ctx->pool.n_threads)
+    fxa_gemm_onednn_destroy(g);
+    if (blas && host_blas_threads != ctx->pool.n_threads)
         openblas_set_num_threads(host_blas_threads);
     return st;
 }

@@ -7,14 +7,18 @@
 
 #include "fxattn_wan.h"
 #include "wan_fail.h"
+#include "wan_internal.h"
 #include "core/clock.h"
+#include "core/convert_inline.h"
+#include "core/ctx_internal.h"
 
 struct fxa_wan_plan {
     fxa_ctx *ctx;
     fxa_wan_desc d;
     int64_t tokens, hidden;
     fxa_attn_plan *attn;
-    size_t attn_bytes; /* the attention plan's workspace, after Q, K, V, A */
+    size_t x16_bytes;  /* x rounded to bf16 (dtype bf16, fp32 x), after Q, K, V, A */
+    size_t attn_bytes; /* the attention plan's workspace, after x16 */
     size_t proj_bytes; /* the projections' workspace, after the attention's */
     float *cs, *sn;    /* RoPE tables [S][head_dim] */
     char error[512];
@@ -26,12 +30,75 @@ void fxa_wan_desc_init(fxa_wan_desc *d)
     d->struct_size = sizeof *d;
     d->head_dim = 128;
     d->x_format = FXA_PROJ_X_F32;
+    d->dtype = FXA_F32;
 }
 
-/* Floats of one [S][hidden] activation, rounded up to 64 bytes. */
-static size_t act_bytes(const fxa_wan_plan *p)
+size_t fxa_wan_act_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads)
 {
-    return ((size_t)(p->tokens * p->hidden) * sizeof(float) + 63) & ~(size_t)63;
+    const size_t elem = d->dtype == FXA_BF16 ? sizeof(uint16_t) : sizeof(float);
+    return ((size_t)(tokens * heads * d->head_dim) * elem + 63) & ~(size_t)63;
+}
+
+size_t fxa_wan_x16_bytes(const fxa_wan_desc *d, int64_t tokens)
+{
+    if (d->dtype != FXA_BF16 || d->x_format != FXA_PROJ_X_F32)
+        return 0;
+    return ((size_t)(tokens * d->heads * d->head_dim) * sizeof(uint16_t) + 63) & ~(size_t)63;
+}
+
+/* Rounding x to bf16 in items of ROUND_ROWS tokens; bad[item]: the first
+ * element whose rounding is not finite (of a finite or a non-finite x), or
+ * -1. */
+#define ROUND_ROWS 64
+
+typedef struct round_job {
+    const float *x;
+    uint16_t *x16;
+    int64_t tokens, n;
+    int64_t *bad;
+} round_job;
+
+static void round_item(void *arg, int64_t item, int thread_id)
+{
+    const round_job *j = arg;
+    const int64_t i0 = item * ROUND_ROWS * j->n;
+    const int64_t r1 = (item + 1) * ROUND_ROWS < j->tokens ? (item + 1) * ROUND_ROWS : j->tokens;
+    const int64_t i1 = r1 * j->n;
+    uint32_t any = 0;
+    (void)thread_id;
+    for (int64_t i = i0; i < i1; i++) {
+        const uint16_t h = fxa_f32_to_bf16_bits(j->x[i]);
+        j->x16[i] = h;
+        any |= (h & 0x7f80u) == 0x7f80u;
+    }
+    j->bad[item] = -1;
+    for (int64_t i = i0; any && i < i1; i++)
+        if ((j->x16[i] & 0x7f80u) == 0x7f80u) {
+            j->bad[item] = i;
+            break;
+        }
+}
+
+fxa_status fxa_wan_round_x(fxa_ctx *ctx, const fxa_wan_desc *d, const float *x, int64_t tokens,
+                           uint16_t *x16, char *err, size_t errlen)
+{
+    const int64_t n = d->heads * d->head_dim;
+    const int64_t items = (tokens + ROUND_ROWS - 1) / ROUND_ROWS;
+    int64_t *bad = malloc((size_t)(items + 1) * sizeof(int64_t));
+    if (!bad)
+        return fxa_wan_failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory");
+    round_job j = {x, x16, tokens, n, bad};
+    fxa_pool_run(&ctx->pool, round_item, &j, items);
+    int64_t first = -1;
+    for (int64_t i = 0; i < items && first < 0; i++)
+        first = bad[i];
+    free(bad);
+    if (first < 0)
+        return FXA_OK;
+    return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
+                         "x has a value (%g) at token %lld, feature %lld that is not finite in "
+                         "bf16",
+                         (double)x[first], (long long)(first / n), (long long)(first % n));
 }
 
 static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
@@ -54,10 +121,20 @@ static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
             err, errlen, FXA_ERR_INVALID_ARG,
             "head_dim %lld (hidden / heads) must be even and in 6..%d for Wan's RoPE",
             (long long)d->head_dim, FXA_MAX_HEAD_DIM);
-    if (d->x_format != FXA_PROJ_X_F32 && d->x_format != FXA_PROJ_X_E4M3_ROWS)
+    if (d->x_format != FXA_PROJ_X_F32 && d->x_format != FXA_PROJ_X_BF16 &&
+        d->x_format != FXA_PROJ_X_E4M3_ROWS)
+        return fxa_wan_failf(
+            err, errlen, FXA_ERR_INVALID_ARG,
+            "x_format must be FXA_PROJ_X_F32, FXA_PROJ_X_BF16 or FXA_PROJ_X_E4M3_ROWS");
+    if (d->dtype != FXA_F32 && d->dtype != FXA_BF16)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                             "x_format must be FXA_PROJ_X_F32 or FXA_PROJ_X_E4M3_ROWS");
+                             "dtype must be FXA_F32 or FXA_BF16, not %d", (int)d->dtype);
     return FXA_OK;
+}
+
+fxa_status fxa_wan_check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
+{
+    return check_desc(d, err, errlen);
 }
 
 fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan **plan_out,
@@ -96,8 +173,10 @@ fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan
         return st;
     }
     p->attn_bytes = (p->attn_bytes + 63) & ~(size_t)63;
+    p->x16_bytes = fxa_wan_x16_bytes(d, p->tokens);
     p->proj_bytes = fxa_wan_proj_workspace_bytes(d, p->tokens, d->heads);
-    *workspace_bytes = 4 * act_bytes(p) + p->attn_bytes + p->proj_bytes;
+    *workspace_bytes = 4 * fxa_wan_act_bytes(d, p->tokens, d->heads) + p->x16_bytes +
+                       p->attn_bytes + p->proj_bytes;
     *plan_out = p;
     return FXA_OK;
 }
@@ -125,6 +204,13 @@ static fxa_status check_weights(fxa_wan_plan *p, const fxa_wan_weights *w)
                    w->head_begin == 0 && w->head_count == p->d.heads && w->qkv.rows == 3 * h &&
                    w->qkv.cols == h && w->o.rows == h && w->o.cols == h && w->qkv.w && w->o.w &&
                    w->gamma_q && w->gamma_k;
+    const int formats =
+        (unsigned)w->qkv.format <= FXA_PROJ_W_E4M3 && (unsigned)w->o.format <= FXA_PROJ_W_E4M3;
+    if (ok && !formats)
+        return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
+                             "the weights' formats (qkv %d, o %d) are not FXA_PROJ_W_F32, "
+                             "FXA_PROJ_W_BF16 or FXA_PROJ_W_E4M3",
+                             (int)w->qkv.format, (int)w->o.format);
     if (!ok)
         return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
                              "the weights (hidden %lld, heads [%lld, +%lld) of %lld) are not the "
@@ -147,22 +233,28 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     fxa_status st = check_weights(p, w);
     if (st != FXA_OK)
         return st;
-    const size_t act = act_bytes(p) / sizeof(float);
-    float *q = workspace, *k = q + act, *v = k + act, *a = v + act;
+    const size_t act = fxa_wan_act_bytes(&p->d, p->tokens, p->d.heads);
+    char *q = workspace, *k = q + act, *v = k + act, *a = v + act;
+    uint16_t *x16 = p->x16_bytes ? (uint16_t *)(a + act) : NULL;
+    void *attn_ws = a + act + p->x16_bytes;
+    void *proj_ws = (char *)attn_ws + p->attn_bytes;
+    const double t0 = fxa_now_seconds();
+    if (x16 && (st = fxa_wan_round_x(p->ctx, &p->d, x, p->tokens, x16, p->error,
+                                     sizeof p->error)) != FXA_OK)
+        return st;
     fxa_proj_desc pd;
     fxa_proj_args pa;
-    void *proj_ws = (char *)(a + act) + p->attn_bytes;
-    fxa_wan_qkv_call(&p->d, w, p->tokens, x, p->cs, p->sn, q, k, v, &pd, &pa);
+    fxa_wan_qkv_call(&p->d, w, p->tokens, x16 ? (const void *)x16 : x, p->cs, p->sn, q, k, v, &pd,
+                     &pa);
     pa.workspace = proj_ws;
     pa.workspace_bytes = p->proj_bytes;
-    const double t0 = fxa_now_seconds();
     if ((st = fxa_proj_run(p->ctx, &pd, &pa)) != FXA_OK)
         return fxa_wan_failf(p->error, sizeof p->error, st, "QKV projection: %s",
                              fxa_ctx_last_error(p->ctx));
     const double t1 = fxa_now_seconds();
     const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
     fxa_attn_stats ast = {.struct_size = sizeof ast};
-    if ((st = fxa_attn_run(p->attn, &aa, a + act, &ast)) != FXA_OK)
+    if ((st = fxa_attn_run(p->attn, &aa, attn_ws, &ast)) != FXA_OK)
         return fxa_wan_failf(p->error, sizeof p->error, st, "%s", fxa_ctx_last_error(p->ctx));
     const double t2 = fxa_now_seconds();
     if ((st = fxa_wan_out_proj(p->ctx, &p->d, &w->o, p->tokens, a, y, proj_ws, p->proj_bytes)) !=
@@ -180,7 +272,7 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
 }
 
 void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t tokens,
-                      const void *x, const float *cs, const float *sn, float *q, float *k, float *v,
+                      const void *x, const float *cs, const float *sn, void *q, void *k, void *v,
                       fxa_proj_desc *pd, fxa_proj_args *pa)
 {
     fxa_proj_desc_init(pd);
@@ -188,11 +280,13 @@ void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t t
     pd->in_features = d->heads * d->head_dim;
     pd->heads_q = pd->heads_kv = w->head_count;
     pd->head_dim = d->head_dim;
-    pd->x_format = d->x_format;
+    pd->x_format =
+        d->dtype == FXA_BF16 && d->x_format == FXA_PROJ_X_F32 ? FXA_PROJ_X_BF16 : d->x_format;
     pd->w_format = w->qkv.format;
     pd->norm = 1;
     pd->eps = FXA_WAN_EPS;
     pd->rope = 1;
+    pd->out_dtype = d->dtype;
     *pa = (fxa_proj_args){.struct_size = sizeof *pa,
                           .x = x,
                           .w = w->qkv.w,
@@ -216,14 +310,15 @@ static void out_desc(const fxa_wan_desc *d, const fxa_wan_linear *o, int64_t tok
     pd->in_features = o->cols;
     pd->heads_q = d->heads; /* out = heads * head_dim = hidden channels */
     pd->head_dim = d->head_dim;
+    pd->x_format = d->dtype == FXA_BF16 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_F32;
     pd->w_format = o->format;
 }
 
 size_t fxa_wan_proj_workspace_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads)
 {
-    static const fxa_proj_w formats[2] = {FXA_PROJ_W_F32, FXA_PROJ_W_E4M3};
+    static const fxa_proj_w formats[3] = {FXA_PROJ_W_F32, FXA_PROJ_W_BF16, FXA_PROJ_W_E4M3};
     size_t most = 0;
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < 3; f++) {
         fxa_wan_weights w = {.head_count = heads};
         w.qkv.format = formats[f];
         const fxa_wan_linear o = {.format = formats[f], .cols = heads * d->head_dim};
@@ -240,7 +335,7 @@ size_t fxa_wan_proj_workspace_bytes(const fxa_wan_desc *d, int64_t tokens, int64
 }
 
 fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
-                            int64_t tokens, const float *a, float *y, void *workspace,
+                            int64_t tokens, const void *a, float *y, void *workspace,
                             size_t workspace_bytes)
 {
     fxa_proj_desc pd;
@@ -263,6 +358,10 @@ void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad)
     ad->heads_q = ad->heads_kv = heads;
     ad->seq_q = ad->seq_kv = d->frames * d->height * d->width;
     ad->head_dim = d->head_dim;
+    if (d->dtype == FXA_BF16) {
+        ad->dtype = ad->out_dtype = FXA_BF16;
+        ad->compute = FXA_COMPUTE_BF16;
+    }
 }
 
 fxa_status fxa_wan_rope(const fxa_wan_desc *d, float *cos_out, float *sin_out)

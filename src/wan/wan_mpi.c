@@ -7,6 +7,7 @@
 #include "fxattn_mpi.h"
 #include "fxattn_wan_mpi.h"
 #include "wan_fail.h"
+#include "wan_internal.h"
 #include "mpi/mpi_internal.h"
 
 #define REDUCE_CHUNK (1 << 26) /* floats per MPI_Ireduce */
@@ -25,7 +26,9 @@ struct fxa_wan_mpi_plan {
     fxa_mpi *m_tp, *m_cp;
     fxa_mpi_attn_plan *cp_plan;
     fxa_attn_plan *tp_plan; /* pure tensor parallel: this rank's heads over all tokens */
-    size_t tp_bytes;        /* (rounded up to 64) */
+    size_t act_bytes;       /* one activation of this rank's tokens and heads (d.dtype) */
+    size_t x16_bytes;       /* x rounded to bf16 (dtype bf16, fp32 x), after Q, K, V, A */
+    size_t tp_bytes;        /* (rounded up to 64), after x16 */
     size_t proj_bytes;      /* the projections' workspace, after tp_bytes */
     float *cs, *sn;         /* RoPE tables of all tokens */
     char error[600];
@@ -168,14 +171,6 @@ static fxa_status rope(fxa_wan_mpi_plan *p)
     return agree(p, st, st == FXA_OK ? "" : "cannot build the RoPE tables (out of memory?)");
 }
 
-/* Floats of one [token_count][head_count head_dim] activation, rounded up
- * to 64 bytes. */
-static size_t act_floats(const fxa_wan_mpi_plan *p)
-{
-    const size_t n = (size_t)(p->shard.token_count * p->shard.head_count * p->d.head_dim);
-    return (n + 15) & ~(size_t)15;
-}
-
 fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_desc *d,
                                    const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
                                    size_t *workspace_bytes, char *err, size_t errlen)
@@ -206,10 +201,8 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
         st = fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
                            "fxa_wan_grid: struct_size %zu, expected %zu (use fxa_wan_grid_init)",
                            g->struct_size, sizeof *g);
-    else if (d->struct_size != sizeof *d)
-        st = fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
-                           "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
-                           d->struct_size, sizeof *d);
+    else
+        st = fxa_wan_check_desc(d, why, sizeof why);
     if (st == FXA_OK) {
         p->d = *d;
         p->tokens = d->frames * d->height * d->width;
@@ -230,7 +223,9 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     }
     p->tp_bytes = (p->tp_bytes + 63) & ~(size_t)63;
     p->proj_bytes = fxa_wan_proj_workspace_bytes(&p->d, p->shard.token_count, p->shard.head_count);
-    *workspace_bytes = 4 * act_floats(p) * sizeof(float) + p->tp_bytes + p->proj_bytes;
+    p->act_bytes = fxa_wan_act_bytes(&p->d, p->shard.token_count, p->shard.head_count);
+    p->x16_bytes = fxa_wan_x16_bytes(&p->d, p->shard.token_count);
+    *workspace_bytes = 4 * p->act_bytes + p->x16_bytes + p->tp_bytes + p->proj_bytes;
     *plan_out = p;
     return FXA_OK;
 }
@@ -288,10 +283,18 @@ static fxa_status check_weights(const fxa_wan_mpi_plan *p, const fxa_wan_weights
 }
 
 /* The QKV projection of this rank's tokens onto its heads. */
-static fxa_status qkv(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x, float *q,
-                      float *k, float *v, void *proj_ws)
+static fxa_status qkv(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x, void *q,
+                      void *k, void *v, uint16_t *x16, void *proj_ws)
 {
     const int64_t off = p->shard.token_begin * p->d.head_dim;
+    if (x16) {
+        char why[600] = "";
+        const fxa_status st = agree(
+            p, fxa_wan_round_x(p->ctx, &p->d, x, p->shard.token_count, x16, why, sizeof why), why);
+        if (st != FXA_OK)
+            return st;
+        x = x16;
+    }
     fxa_proj_desc pd;
     fxa_proj_args pa;
     fxa_wan_qkv_call(&p->d, w, p->shard.token_count, x, p->cs + off, p->sn + off, q, k, v, &pd,
@@ -322,8 +325,8 @@ static fxa_status sum_rows(fxa_wan_mpi_plan *p, int64_t rows[2])
 
 /* Attention of this rank's heads: over the CP group, or over all tokens
  * locally (pure tensor parallelism). */
-static fxa_status attention(fxa_wan_mpi_plan *p, const float *q, const float *k, const float *v,
-                            float *a, void *tp_ws, int64_t rows[2])
+static fxa_status attention(fxa_wan_mpi_plan *p, const void *q, const void *k, const void *v,
+                            void *a, void *tp_ws, int64_t rows[2])
 {
     const fxa_attn_args args = {.struct_size = sizeof args, .q = q, .k = k, .v = v, .out = a};
     fxa_status st;
@@ -369,7 +372,7 @@ static fxa_status reduce_y(fxa_wan_mpi_plan *p, const fxa_wan_linear *o, float *
 
 /* The output projection of this rank's attention output (tensor parallel:
  * by its heads' columns of o.weight, the bias added after the sum). */
-static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const float *a, float *y,
+static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *a, float *y,
                            void *proj_ws)
 {
     fxa_wan_linear o = w->o;
@@ -403,16 +406,18 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
             : check_weights(p, w, why, sizeof why);
     if ((st = agree(p, st, why)) != FXA_OK)
         return st;
-    const size_t act = act_floats(p);
-    float *q = workspace, *k = q + act, *v = k + act, *a = v + act;
-    void *proj_ws = (char *)(a + act) + p->tp_bytes;
+    const size_t act = p->act_bytes;
+    char *q = workspace, *k = q + act, *v = k + act, *a = v + act;
+    uint16_t *x16 = p->x16_bytes ? (uint16_t *)(a + act) : NULL;
+    char *tp_ws = a + act + p->x16_bytes;
+    void *proj_ws = tp_ws + p->tp_bytes;
     double t[4], secs[3];
     int64_t rows[2] = {0, 0};
     t[0] = now();
-    if ((st = qkv(p, w, x, q, k, v, proj_ws)) != FXA_OK)
+    if ((st = qkv(p, w, x, q, k, v, x16, proj_ws)) != FXA_OK)
         return st;
     t[1] = now();
-    if ((st = attention(p, q, k, v, a, a + act, rows)) != FXA_OK)
+    if ((st = attention(p, q, k, v, a, tp_ws, rows)) != FXA_OK)
         return st;
     t[2] = now();
     if ((st = out_proj(p, w, a, y, proj_ws)) != FXA_OK)

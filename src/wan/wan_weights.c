@@ -570,6 +570,26 @@ static fxa_status qkv_to_fp8(const src *c, fxa_wan_linear *m)
     return FXA_OK;
 }
 
+/* fp32 weights to bf16 bits, each rounded once to nearest even (a BF16
+ * checkpoint's values, widened exactly when read, get their own bits back). */
+static fxa_status to_bf16(const src *c, fxa_wan_linear *m)
+{
+    if (m->format != FXA_PROJ_W_F32)
+        return FXA_OK;
+    const size_t n = (size_t)(m->rows * m->cols);
+    uint16_t *h = malloc(n * sizeof(uint16_t) + 1);
+    if (!h)
+        return failf(c, FXA_ERR_NO_MEMORY, "out of memory for the bf16 weights");
+    if (fxa_convert_f32(m->w, FXA_BF16, h, n) != FXA_OK) {
+        free(h);
+        return failf(c, FXA_ERR_INVALID_ARG, "a weight is beyond bf16's range");
+    }
+    free(m->w);
+    m->w = h;
+    m->format = FXA_PROJ_W_BF16;
+    return FXA_OK;
+}
+
 /* Interleaved RoPE pairs to rotate-half in the Q/K rows of the held heads. */
 static fxa_status to_rotate_half(const src *c, fxa_wan_weights *w)
 {
@@ -601,6 +621,10 @@ static fxa_status check_params(src *c, const fxa_wan_load_params *p, int64_t *h0
                      "fxa_wan_load_params: struct_size %zu, expected %zu (use "
                      "fxa_wan_load_params_init)",
                      p->struct_size, sizeof *p);
+    if (p->dtype != FXA_F32 && p->dtype != FXA_BF16)
+        return failf(c, FXA_ERR_INVALID_ARG,
+                     "fxa_wan_load_params.dtype must be FXA_F32 or FXA_BF16, not %d",
+                     (int)p->dtype);
     fxa_status code = FXA_OK;
     if (c->path)
         code = fxa_wan_checkpoint_hidden(c->path, p->block, &c->hidden, c->err, c->errlen);
@@ -647,6 +671,10 @@ fxa_status fxa_wan_weights_load(const char *path, const fxa_wan_load_params *p, 
         code = to_rotate_half(&c, w);
     if (!code && p->fp8)
         code = qkv_to_fp8(&c, &w->qkv);
+    if (!code && p->dtype == FXA_BF16)
+        code = to_bf16(&c, &w->qkv);
+    if (!code && p->dtype == FXA_BF16)
+        code = to_bf16(&c, &w->o);
     if (code)
         fxa_wan_weights_free(w);
     return code;

@@ -127,7 +127,7 @@ void fxt_demo_opts_table(demo_opts *o, fxt_opt t[FXT_MAX_OPTS])
 
 void fxt_layer_opts_defaults(layer_opts *o)
 {
-    *o = (layer_opts){.rope_layout = "interleaved", .heads = 40, .seed = 1};
+    *o = (layer_opts){.rope_layout = "interleaved", .dtype = "f32", .heads = 40, .seed = 1};
 }
 
 void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS])
@@ -139,6 +139,7 @@ void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--block", NULL, FXT_OPT_INT, &o->block, 0, 1 << 20},
         {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
         {"--rope-layout", NULL, FXT_OPT_STRING, &o->rope_layout, 0, 0},
+        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
         {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
         {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
         {"--seed", NULL, FXT_OPT_INT, &o->seed, 0, INT64_MAX},

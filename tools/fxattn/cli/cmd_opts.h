@@ -98,6 +98,7 @@ typedef struct layer_opts {
     const char *weights;     /* --weights CKPT (file, index.json or folder); NULL: synthetic */
     const char *grid;        /* --grid F,H,W; NULL: 4,32,32 (synthetic x only) */
     const char *rope_layout; /* "interleaved" (Wan checkpoints) or "half" */
+    const char *dtype;       /* "f32" or "bf16": the layer's activations (and weights) */
     int64_t block;
     int64_t heads;
     int64_t dim; /* 0: not given (hidden / heads, or 128 without files) */

@@ -38,6 +38,9 @@ int fxt_layer_check_opts(const layer_opts *o)
     if (strcmp(o->rope_layout, "interleaved") != 0 && strcmp(o->rope_layout, "half") != 0)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--rope-layout must be interleaved or half, not '%s'",
                         o->rope_layout);
+    if (strcmp(o->dtype, "f32") != 0 && strcmp(o->dtype, "bf16") != 0)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "layer: --dtype must be f32 or bf16, not '%s'",
+                        o->dtype);
     if (o->grid && parse_grid(o->grid, g))
         return FXT_EXIT_BAD_INPUT;
     return 0;
@@ -123,6 +126,7 @@ int fxt_layer_setup(const layer_opts *o, fxt_layer_cfg *cfg)
     cfg->wan.heads = cfg->heads;
     cfg->wan.head_dim = cfg->head_dim;
     cfg->wan.x_format = o->fp8 ? FXA_PROJ_X_E4M3_ROWS : FXA_PROJ_X_F32;
+    cfg->wan.dtype = strcmp(o->dtype, "bf16") == 0 ? FXA_BF16 : FXA_F32;
     if (hidden % o->heads)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--heads %lld does not divide the hidden size %lld",
                         (long long)o->heads, (long long)hidden);
@@ -208,6 +212,7 @@ int fxt_layer_load_weights(const layer_opts *o, const fxt_layer_cfg *cfg, int64_
     p.head_count = nh;
     p.rope_half = !cfg->interleaved;
     p.fp8 = o->fp8;
+    p.dtype = cfg->wan.dtype;
     p.seed = (uint64_t)o->seed;
     p.hidden = cfg->hidden;
     return wan_fail(fxa_wan_weights_load(o->weights, &p, w, err, sizeof err), err);
@@ -229,6 +234,13 @@ int fxt_layer_check_result(const fxt_layer_check *c)
 {
     if (c->max_rel_err <= c->tolerance)
         return 0;
+    if (c->bf16_rel_err > 0.0)
+        return fxt_fail(FXT_EXIT_FAILURE,
+                        "--verify: y differs from the fp64 layer by %.3g of max|y| (at token "
+                        "%lld, channel %lld), above the tolerance %.3g (twice plain bf16's %.3g, "
+                        "plus 2^-12, at most 2^-5)",
+                        c->max_rel_err, (long long)c->worst_token, (long long)c->worst_channel,
+                        c->tolerance, c->bf16_rel_err);
     return fxt_fail(FXT_EXIT_FAILURE,
                     "--verify: y differs from the fp64 layer by %.3g of max|y| (at token %lld, "
                     "channel %lld), above the tolerance %.3g (twice plain fp32's %.3g, plus "
@@ -252,33 +264,38 @@ void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_la
 {
     const fxt_layer_check *c = r->check;
     if (!o->stats) {
-        if (c)
-            printf("verify: %lld tokens, max abs err %.3g (%.3g of max|y|; plain fp32 %.3g, "
+        if (c) {
+            char bf16[48] = "";
+            if (c->bf16_rel_err > 0.0)
+                snprintf(bf16, sizeof bf16, ", plain bf16 %.3g", c->bf16_rel_err);
+            printf("verify: %lld tokens, max abs err %.3g (%.3g of max|y|; plain fp32 %.3g%s, "
                    "tolerance %.3g)\n",
-                   (long long)c->tokens, c->max_abs_err, c->max_rel_err, c->fp32_rel_err,
+                   (long long)c->tokens, c->max_abs_err, c->max_rel_err, c->fp32_rel_err, bf16,
                    c->tolerance);
+        }
         return;
     }
     const double seconds = r->qkv_seconds + r->attention_seconds + r->out_seconds;
     fxt_json_printf("{\"tokens\": %lld, \"hidden\": %lld, \"heads\": %lld, \"head_dim\": %lld, "
                     "\"grid\": [%lld, %lld, %lld], \"weights\": \"%s\", \"rope_layout\": \"%s\", "
-                    "\"fp8\": %s, \"mode\": \"%s\", \"ranks\": %d, \"ulysses\": %d, \"ring\": %d, "
+                    "\"fp8\": %s, \"dtype\": \"%s\", \"mode\": \"%s\", \"ranks\": %d, \"ulysses\": "
+                    "%d, \"ring\": %d, "
                     "\"tp\": %d, \"threads\": %d, \"isa\": \"%s\", \"qkv_seconds\": %.6f, "
                     "\"attention_seconds\": %.6f, \"out_seconds\": %.6f, \"seconds\": %.6f, "
                     "\"rows\": %lld, \"fallback_rows\": %lld, \"gflops\": %.3f",
                     (long long)cfg->tokens, (long long)cfg->hidden, (long long)cfg->heads,
                     (long long)cfg->head_dim, (long long)cfg->frames, (long long)cfg->height,
                     (long long)cfg->width, o->weights ? "file" : "synthetic",
-                    cfg->interleaved ? "interleaved" : "half", o->fp8 ? "true" : "false", r->mode,
-                    r->ranks, r->ulysses, r->ring, r->tp, r->threads, r->isa, r->qkv_seconds,
-                    r->attention_seconds, r->out_seconds, seconds, (long long)r->rows,
-                    (long long)r->fallback_rows,
+                    cfg->interleaved ? "interleaved" : "half", o->fp8 ? "true" : "false",
+                    cfg->wan.dtype == FXA_BF16 ? "bf16" : "f32", r->mode, r->ranks, r->ulysses,
+                    r->ring, r->tp, r->threads, r->isa, r->qkv_seconds, r->attention_seconds,
+                    r->out_seconds, seconds, (long long)r->rows, (long long)r->fallback_rows,
                     seconds > 0 ? fxa_wan_flops(&cfg->wan) / seconds * 1e-9 : 0.0);
     if (c)
         fxt_json_printf(", \"verify_tokens\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
-                        "\"fp32_rel_err\": %.6g, \"tolerance\": %.6g",
+                        "\"fp32_rel_err\": %.6g, \"bf16_rel_err\": %.6g, \"tolerance\": %.6g",
                         (long long)c->tokens, c->max_abs_err, c->max_rel_err, c->fp32_rel_err,
-                        c->tolerance);
+                        c->bf16_rel_err, c->tolerance);
     printf("}\n");
 }
 

@@ -51,7 +51,9 @@ typedef struct fxt_layer_check {
     double max_abs_err;  /* max |y - y64| */
     double max_rel_err;  /* max_abs_err / max |y64| */
     double fp32_rel_err; /* the same for the layer in plain fp32 */
-    double tolerance;    /* min(2 fp32_rel_err + 2^-22, 2^-12): max_rel_err must not exceed it */
+    double bf16_rel_err; /* bf16 layer: the same in plain bf16 storage (else 0) */
+    double tolerance;    /* fp32: min(2 fp32_rel_err + 2^-22, 2^-12); bf16: min(2
+                          * bf16_rel_err + 2^-12, 2^-5). max_rel_err must not exceed it */
     int64_t worst_token; /* where max_abs_err is */
     int64_t worst_channel;
 } fxt_layer_check;
@@ -91,7 +93,8 @@ void fxt_layer_x_free(fxt_layer_x *x);
 /* Wan RoPE tables of all tokens, [S][head_dim] each (caller frees). */
 int fxt_layer_rope(const fxt_layer_cfg *cfg, float **cos_out, float **sin_out);
 
-/* --verify: the layer in double and in plain fp32 on FXT_LAYER_VERIFY_TOKENS
+/* --verify: the layer in double, in plain fp32 (and in plain bf16 storage
+ * for a bf16 layer) on FXT_LAYER_VERIFY_TOKENS
  * evenly spaced tokens (all when S is smaller), from the operands the kernels
  * saw (w, and x with all tokens; FP8 decoded), compared with y (layer_ref.c).
  * Needs the keys and values of every token: O(S hidden^2) work on one

@@ -1,16 +1,21 @@
 /*
- * --verify for `fxattn layer` (layer.h): the layer evaluated twice on
- * sampled tokens from the operands the kernels saw (fp32 values, or E4M3
- * codes times their fp32 scales):
+ * --verify for `fxattn layer` (layer.h): the layer evaluated on sampled
+ * tokens from the operands the kernels saw (fp32 or bf16 values, E4M3 codes
+ * times their fp32 scales; x rounded to bf16 in a bf16 layer):
  *   - in double: the reference y64;
  *   - in plain fp32: the same loops with every operation rounded to fp32
  *     (recursive sums over the hidden and the key dimensions, RMS in fp32,
- *     two-pass softmax): what straightforward fp32 code gets, y32.
+ *     two-pass softmax): what straightforward fp32 code gets, y32;
+ *   - for a bf16 layer, in plain bf16: the fp32 loops with q, k, v, the
+ *     probabilities and the attention output rounded to bf16 where the bf16
+ *     layer rounds them: what straightforward bf16 storage gets, y16.
  * The tolerance is the project's acceptance envelope (docs/numerics.md): fxattn's
- * error is at most twice that of plain fp32 on the same data, plus a floor of
- * 2^-22 max|y64| (four fp32 roundings at the output's scale, for the case
- * where the plain fp32 sums happen to be lucky). Errors are measured over all
- * compared elements, relative to max|y64|.
+ * error is at most twice that of the plain twin of its precision on the same
+ * data, plus a floor (2^-22 max|y64| in fp32: four fp32 roundings at the
+ * output's scale, for the case where the plain fp32 sums happen to be lucky;
+ * 2^-12 in bf16: eight bf16 roundings' worth of 2^-9 at 1/64 of the output's
+ * scale), and never above an absolute ceiling (2^-12 in fp32, 2^-5 in bf16).
+ * Errors are measured over all compared elements, relative to max|y64|.
  *
  * Cost: the keys and values of every token, per head, in both precisions:
  * about 6 S hidden^2 multiply-adds (the K segment twice: once for its RMS)
@@ -28,6 +33,8 @@ typedef struct ref {
     const fxa_wan_weights *w;
     const fxt_layer_x *x;
     int fp32;          /* 1: round every operation to fp32 */
+    int bf16;          /* 1 (with fp32): also round q, k, v, p and a to bf16 */
+    int x_bf16;        /* x was rounded to bf16 before the projection (bf16 layer) */
     int64_t n_samples; /* tokens compared */
     double dec[256];   /* E4M3 codes decoded */
     double *xrow;      /* [hidden]: the current token of x */
@@ -43,6 +50,12 @@ typedef struct ref {
 static double rnd(const ref *r, double v)
 {
     return r->fp32 ? (double)(float)v : v;
+}
+
+/* A value the bf16 layer stores in bf16: rounded to bf16 in the bf16 twin. */
+static double rnd16(const ref *r, double v)
+{
+    return r->bf16 ? (double)fxa_bf16_to_f32(fxa_f32_to_bf16((float)v)) : v;
 }
 
 static int ref_alloc(ref *r)
@@ -76,7 +89,8 @@ static void load_row(ref *r, int64_t s)
     if (r->x->format == FXA_PROJ_X_F32) {
         const float *src = (const float *)r->x->data + s * h;
         for (int64_t i = 0; i < h; i++)
-            r->xrow[i] = (double)src[i];
+            r->xrow[i] =
+                r->x_bf16 ? (double)fxa_bf16_to_f32(fxa_f32_to_bf16(src[i])) : (double)src[i];
         return;
     }
     const uint8_t *row = (const uint8_t *)r->x->data + s * (h + 4);
@@ -94,6 +108,10 @@ static double linear_one(const ref *r, const fxa_wan_linear *m, int64_t row, con
         const float *w = (const float *)m->w + row * m->cols;
         for (int64_t k = 0; k < m->cols; k++)
             acc = rnd(r, acc + rnd(r, xr[k] * (double)w[k]));
+    } else if (m->format == FXA_PROJ_W_BF16) {
+        const uint16_t *w = (const uint16_t *)m->w + row * m->cols;
+        for (int64_t k = 0; k < m->cols; k++)
+            acc = rnd(r, acc + rnd(r, xr[k] * (double)fxa_bf16_to_f32(w[k])));
     } else {
         const uint8_t *w = (const uint8_t *)m->w + row * m->cols;
         for (int64_t k = 0; k < m->cols; k++)
@@ -148,7 +166,7 @@ static void rope_head(const ref *r, const double *y, const float *g, double rr, 
         const int64_t j = i < half ? i + half : i - half;
         const double a = rnd(r, rnd(r, y[i] * (double)g[i]) * rnd(r, rr * r->cs[i]));
         const double b = rnd(r, rnd(r, y[j] * (double)g[j]) * rnd(r, rr * r->sn[i]));
-        out[i] = rnd(r, i < half ? a - b : a + b);
+        out[i] = rnd16(r, rnd(r, i < half ? a - b : a + b));
     }
 }
 
@@ -191,6 +209,8 @@ static void head_kv(ref *r, int64_t hh)
         angles(r, s);
         rope_head(r, r->y, r->w->gamma_k + hh * d, r->rk[s], r->k + s * d);
         linear(r, &r->w->qkv, r->xrow, 2 * h + hh * d, d, r->v + s * d);
+        for (int64_t c = 0; r->bf16 && c < d; c++)
+            r->v[s * d + c] = rnd16(r, r->v[s * d + c]);
     }
 }
 
@@ -211,12 +231,13 @@ static void attend(ref *r, const double *q, double *a)
     for (int64_t j = 0; j < n; j++) {
         r->p[j] = rnd(r, exp(rnd(r, r->p[j] - mx)));
         sum = rnd(r, sum + r->p[j]);
+        r->p[j] = rnd16(r, r->p[j]); /* P.V on bf16 probabilities */
     }
     for (int64_t c = 0; c < d; c++) {
         double acc = 0.0;
         for (int64_t j = 0; j < n; j++)
             acc = rnd(r, acc + rnd(r, r->p[j] * r->v[j * d + c]));
-        a[c] = rnd(r, acc / sum);
+        a[c] = rnd16(r, rnd(r, acc / sum));
     }
 }
 
@@ -235,12 +256,13 @@ static void evaluate(ref *r, double *y)
         linear(r, &r->w->o, r->a + i * h, 0, h, y + i * h);
 }
 
-/* Errors of y and of the plain fp32 y32 against y64 over the samples. */
+/* Errors of y, of the plain fp32 y32 and of the plain bf16 y16 (bf16
+ * layer; else NULL) against y64 over the samples. */
 static void compare(const ref *r, const float *y, const double *y64, const double *y32,
-                    fxt_layer_check *res)
+                    const double *y16, fxt_layer_check *res)
 {
     const int64_t h = r->cfg->hidden;
-    double ymax = 0.0, err32 = 0.0;
+    double ymax = 0.0, err32 = 0.0, err16 = 0.0;
     for (int64_t i = 0; i < r->n_samples; i++) {
         const int64_t s = sample_token(r, i);
         for (int64_t o = 0; o < h; o++) {
@@ -248,6 +270,8 @@ static void compare(const ref *r, const float *y, const double *y64, const doubl
             const double err = fabs((double)y[s * h + o] - ref64);
             ymax = fabs(ref64) > ymax ? fabs(ref64) : ymax;
             err32 = fabs(y32[i * h + o] - ref64) > err32 ? fabs(y32[i * h + o] - ref64) : err32;
+            if (y16)
+                err16 = fmax(err16, fabs(y16[i * h + o] - ref64));
             if (err > res->max_abs_err || isnan(err)) {
                 res->max_abs_err = isnan(err) ? INFINITY : err;
                 res->worst_token = s;
@@ -259,9 +283,11 @@ static void compare(const ref *r, const float *y, const double *y64, const doubl
     res->tokens = r->n_samples;
     res->max_rel_err = res->max_abs_err / scale;
     res->fp32_rel_err = err32 / scale;
-    /* Capped by an absolute ceiling: a plain-fp32 twin that fails the same
-     * way (or a NaN in it) can never widen the tolerance beyond 2^-12. */
-    res->tolerance = fmin(2.0 * res->fp32_rel_err + 0x1p-22, 0x1p-12);
+    res->bf16_rel_err = y16 ? err16 / scale : 0.0;
+    /* Capped by an absolute ceiling: a plain twin that fails the same way
+     * (or a NaN in it) can never widen the tolerance beyond it. */
+    res->tolerance = y16 ? fmin(2.0 * res->bf16_rel_err + 0x1p-12, 0x1p-5)
+                         : fmin(2.0 * res->fp32_rel_err + 0x1p-22, 0x1p-12);
 }
 
 int fxt_layer_verify(const fxt_layer_cfg *cfg, const fxa_wan_weights *w, const fxt_layer_x *x,
@@ -273,20 +299,27 @@ int fxt_layer_verify(const fxt_layer_cfg *cfg, const fxa_wan_weights *w, const f
     r.cfg = cfg;
     r.w = w;
     r.x = x;
+    r.x_bf16 = cfg->wan.dtype == FXA_BF16;
     r.n_samples = cfg->tokens < FXT_LAYER_VERIFY_TOKENS ? cfg->tokens : FXT_LAYER_VERIFY_TOKENS;
     const size_t n = (size_t)(r.n_samples * cfg->hidden);
     double *y64 = malloc(n * sizeof(double));
     double *y32 = malloc(n * sizeof(double));
-    int code =
-        y64 && y32 ? ref_alloc(&r) : fxt_fail(FXT_EXIT_FAILURE, "out of memory for --verify");
+    double *y16 = r.x_bf16 ? malloc(n * sizeof(double)) : NULL;
+    int code = y64 && y32 && (y16 || !r.x_bf16)
+                   ? ref_alloc(&r)
+                   : fxt_fail(FXT_EXIT_FAILURE, "out of memory for --verify");
     if (!code) {
         evaluate(&r, y64);
         r.fp32 = 1;
         evaluate(&r, y32);
-        compare(&r, y, y64, y32, res);
+        r.bf16 = r.x_bf16;
+        if (y16)
+            evaluate(&r, y16);
+        compare(&r, y, y64, y32, y16, res);
     }
     ref_free(&r);
     free(y64);
     free(y32);
+    free(y16);
     return code;
 }

@@ -1,9 +1,9 @@
-/* bf16 GEMM on oneDNN (gemm_bf16.h). Creating a primitive costs ~1 ms, so
+/* GEMM on oneDNN's matmul (gemm_onednn.h). Creating a primitive costs ~1 ms, so
  * the object keeps one per distinct block width (a blocked weight has at
  * most two: the full blocks and the last). oneDNN runs on OpenMP: the
  * calling thread's OpenMP thread count is set to the context's for the
  * call and restored after. */
-#include "gemm_bf16.h"
+#include "gemm_onednn.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -18,7 +18,8 @@ typedef struct prim_slot {
     dnnl_memory_t mem[3]; /* x, w, y; data handles set per run */
 } prim_slot;
 
-struct fxa_gemm_bf16 {
+struct fxa_gemm_onednn {
+    dnnl_data_type_t type; /* of x and w */
     int64_t m, k, ldy;
     int n_threads;
     dnnl_engine_t eng;
@@ -30,7 +31,7 @@ struct fxa_gemm_bf16 {
 static fxa_status fail(dnnl_status_t s, const char *step, char *err, size_t errlen)
 {
     if (err && errlen)
-        snprintf(err, errlen, "oneDNN bf16 matmul failed at the %s (status %d)", step, (int)s);
+        snprintf(err, errlen, "oneDNN matmul failed at the %s (status %d)", step, (int)s);
     return FXA_ERR_INTERNAL;
 }
 
@@ -44,24 +45,28 @@ static void clear_slot(prim_slot *p)
     *p = (prim_slot){0};
 }
 
-fxa_status fxa_gemm_bf16_create(fxa_gemm_bf16 **g, int64_t m, int64_t k, int64_t ldy, int n_threads,
-                                char *err, size_t errlen)
+fxa_status fxa_gemm_onednn_create(fxa_gemm_onednn **g, fxa_dtype type, int64_t m, int64_t k,
+                                  int64_t ldy, int n_threads, char *err, size_t errlen)
 {
-    fxa_gemm_bf16 *o = calloc(1, sizeof *o);
+    fxa_gemm_onednn *o = calloc(1, sizeof *o);
     *g = NULL;
     if (!o) {
         if (err && errlen)
             snprintf(err, errlen, "out of memory");
         return FXA_ERR_NO_MEMORY;
     }
-    *o = (fxa_gemm_bf16){.m = m, .k = k, .ldy = ldy, .n_threads = n_threads};
+    *o = (fxa_gemm_onednn){.type = type == FXA_BF16 ? dnnl_bf16 : dnnl_f32,
+                           .m = m,
+                           .k = k,
+                           .ldy = ldy,
+                           .n_threads = n_threads};
     dnnl_status_t s = dnnl_engine_create(&o->eng, dnnl_cpu, 0);
     if (s != dnnl_success) {
         free(o);
         return fail(s, "engine", err, errlen);
     }
     if ((s = dnnl_stream_create(&o->stream, o->eng, dnnl_stream_default_flags)) != dnnl_success) {
-        fxa_gemm_bf16_destroy(o);
+        fxa_gemm_onednn_destroy(o);
         return fail(s, "stream", err, errlen);
     }
     *g = o;
@@ -70,15 +75,15 @@ fxa_status fxa_gemm_bf16_create(fxa_gemm_bf16 **g, int64_t m, int64_t k, int64_t
 
 /* A primitive for width n: x [m][k], w^T as [k][n] with strides (1, k),
  * y [m][n] with row stride ldy. */
-static dnnl_status_t make_slot(fxa_gemm_bf16 *g, prim_slot *p, int64_t n, const char **step)
+static dnnl_status_t make_slot(fxa_gemm_onednn *g, prim_slot *p, int64_t n, const char **step)
 {
     dnnl_dims_t x_dims = {g->m, g->k}, w_dims = {g->k, n}, y_dims = {g->m, n};
     dnnl_dims_t x_str = {g->k, 1}, w_str = {1, g->k}, y_str = {g->ldy, 1};
     dnnl_memory_desc_t x_md, w_md, y_md;
     *step = "memory descriptors";
-    dnnl_status_t s = dnnl_memory_desc_init_by_strides(&x_md, 2, x_dims, dnnl_bf16, x_str);
+    dnnl_status_t s = dnnl_memory_desc_init_by_strides(&x_md, 2, x_dims, g->type, x_str);
     if (s == dnnl_success)
-        s = dnnl_memory_desc_init_by_strides(&w_md, 2, w_dims, dnnl_bf16, w_str);
+        s = dnnl_memory_desc_init_by_strides(&w_md, 2, w_dims, g->type, w_str);
     if (s == dnnl_success)
         s = dnnl_memory_desc_init_by_strides(&y_md, 2, y_dims, dnnl_f32, y_str);
     dnnl_matmul_desc_t md;
@@ -110,8 +115,8 @@ static dnnl_status_t make_slot(fxa_gemm_bf16 *g, prim_slot *p, int64_t n, const 
     return s;
 }
 
-fxa_status fxa_gemm_bf16_run(fxa_gemm_bf16 *g, const uint16_t *x, const uint16_t *w, int64_t n,
-                             float *y, char *err, size_t errlen)
+fxa_status fxa_gemm_onednn_run(fxa_gemm_onednn *g, const void *x, const void *w, int64_t n,
+                               float *y, char *err, size_t errlen)
 {
     prim_slot *p = NULL;
     for (int i = 0; i < N_SLOTS && !p; i++)
@@ -147,7 +152,7 @@ fxa_status fxa_gemm_bf16_run(fxa_gemm_bf16 *g, const uint16_t *x, const uint16_t
     return s == dnnl_success ? FXA_OK : fail(s, step, err, errlen);
 }
 
-void fxa_gemm_bf16_destroy(fxa_gemm_bf16 *g)
+void fxa_gemm_onednn_destroy(fxa_gemm_onednn *g)
 {
     if (!g)
         return;
