@@ -17,6 +17,11 @@
  * project's acceptance envelope; at this size plain fp32 errs by a few 1e-7
  * of max|y|. With FP8 operands the reference uses the decoded operands (the
  * quantisation error is the input's, not the kernels').
+ * The bf16 layer (--dtype bf16) is held to the same envelope around its own
+ * plain twin: the fp32 reference with q, k, v, the probabilities and the
+ * attention output rounded to bf16 (y16), from the operands it saw (bf16
+ * weights, x rounded to bf16): error within twice plain bf16's plus 2^-12,
+ * at most 2^-5 of max|y64|.
  * Also: the interleaved checkpoint gives the same bytes as the equivalent
  * rotate-half one run with --rope-layout half (and the wrong layout is far
  * outside the tolerance), --verify and --stats, and errors (missing tensor,
@@ -300,10 +305,16 @@ static void operands_from(const layer *L, operands *op)
 }
 
 static int g_fp32; /* 1: the reference rounds every operation to fp32 */
+static int g_bf16; /* 1 (with g_fp32): q, k, v, p and a stored in bf16 too */
 
 static double R(double v)
 {
     return g_fp32 ? (double)(float)v : v;
+}
+
+static double B(double v)
+{
+    return g_bf16 ? (double)fxa_bf16_to_f32(fxa_f32_to_bf16((float)v)) : v;
 }
 
 /* out[s][o] = sum_i in[s][i] w[o][i] + b[o], recursive sums. */
@@ -365,21 +376,24 @@ static void attention(const double *q, const double *k, const double *v, double 
             for (int j = 0; j < S; j++) {
                 p[j] = R(exp(R(p[j] - mx)));
                 sum = R(sum + p[j]);
+                p[j] = B(p[j]);
             }
             for (int c = 0; c < D; c++) {
                 double acc = 0.0;
                 for (int j = 0; j < S; j++)
                     acc = R(acc + R(p[j] * v[j * H + h * D + c]));
-                a[i * H + h * D + c] = R(acc / sum);
+                a[i * H + h * D + c] = B(R(acc / sum));
             }
         }
 }
 
-/* y [S][H] of the layer, in double (fp32 = 0) or plain fp32 (1). */
-static void reference(const operands *op, int fp32, double *y)
+/* y [S][H] of the layer, in double (prec 0), plain fp32 (1) or plain bf16
+ * storage (2: fp32 operations, q, k, v, p and a rounded to bf16). */
+static void reference(const operands *op, int prec, double *y)
 {
     static double xr[S * H], q[S * H], k[S * H], v[S * H], a[S * H];
-    g_fp32 = fp32;
+    g_fp32 = prec >= 1;
+    g_bf16 = prec == 2;
     for (int i = 0; i < S * H; i++)
         xr[i] = R(op->x[i]);
     linear(xr, op->w[0], op->b[0], q);
@@ -387,20 +401,26 @@ static void reference(const operands *op, int fp32, double *y)
     linear(xr, op->w[2], op->b[2], v);
     norm_rope(q, op->g[0]);
     norm_rope(k, op->g[1]);
+    for (int i = 0; i < S * H; i++) {
+        q[i] = B(q[i]);
+        k[i] = B(k[i]);
+        v[i] = B(v[i]);
+    }
     attention(q, k, v, a);
     linear(a, op->w[3], op->b[3], y);
 }
 
-/* Errors of y (read from a .npy) against y64, and plain fp32's, relative
- * to max|y64|; returns 1 when y is within the envelope. */
-static int within_envelope(const char *label, const char *y_name, const operands *op,
-                           double *rel_out)
+/* Errors of y (read from a .npy) against y64, and plain fp32's (plain
+ * bf16's with bf16), relative to max|y64|; returns 1 when y is within the
+ * envelope. rel_out: the error over the tolerance. */
+static int within_envelope_of(const char *label, const char *y_name, const operands *op, int bf16,
+                              double *rel_out)
 {
     static double y64[S * H], y32[S * H];
     char err[600];
     fxa_npy a;
     reference(op, 0, y64);
-    reference(op, 1, y32);
+    reference(op, bf16 ? 2 : 1, y32);
     if (fxa_npy_read(path_of(y_name), &a, err, sizeof err) != FXA_OK) {
         CHECK(0, "[%s] cannot read y: %s", label, err);
         return 0;
@@ -415,12 +435,19 @@ static int within_envelope(const char *label, const char *y_name, const operands
         e32 = fmax(e32, fabs(y32[i] - y64[i]));
     }
     fxa_npy_free(&a);
-    const double rel = e / ymax, rel32 = e32 / ymax, tol = 2.0 * rel32 + 0x1p-22;
-    printf("  %-34s error %.3g of max|y| (plain fp32 %.3g, tolerance %.3g)\n", label, rel, rel32,
-           tol);
+    const double rel = e / ymax, rel32 = e32 / ymax;
+    const double tol = bf16 ? fmin(2.0 * rel32 + 0x1p-12, 0x1p-5) : 2.0 * rel32 + 0x1p-22;
+    printf("  %-34s error %.3g of max|y| (plain %s %.3g, tolerance %.3g)\n", label, rel,
+           bf16 ? "bf16" : "fp32", rel32, tol);
     if (rel_out)
         *rel_out = rel / tol;
     return rel <= tol;
+}
+
+static int within_envelope(const char *label, const char *y_name, const operands *op,
+                           double *rel_out)
+{
+    return within_envelope_of(label, y_name, op, 0, rel_out);
 }
 
 /* ---- running the tool ----------------------------------------------------------------- */
@@ -714,6 +741,60 @@ static void test_verify_stats(void)
           r.out, r.err);
 }
 
+/* The bf16 layer: a BF16 checkpoint (its bits used as they are) and an F32
+ * one (weights rounded once at load; biases and gammas stay fp32), x rounded
+ * to bf16, within the bf16 envelope and visibly not the fp32 layer; the
+ * synthetic layer's --verify and --stats report dtype and the bf16 twin. */
+static void test_bf16(void)
+{
+    static layer L, B16;
+    static operands op;
+    static uint16_t w16[4][H * H], b16[4][H], g16[2][H];
+    make_layer(&L, 11); /* the layer of test_float_checkpoints' files */
+    B16 = L;
+    round_bf16(&B16, w16, b16, g16);
+    for (int i = 0; i < S * H; i++)
+        B16.x[i] = fxa_bf16_to_f32(fxa_f32_to_bf16(L.x[i]));
+    result r;
+    double ratio = 0.0;
+    operands_from(&B16, &op);
+    if (run_ok("bf16 layer, BF16 checkpoint", &r, "bf16.safetensors", XFILE, "--dtype", "bf16")) {
+        CHECK(within_envelope_of("bf16 layer, BF16 checkpoint", YFILE, &op, 1, &ratio),
+              "bf16 layer (BF16 checkpoint) outside the bf16 envelope");
+        /* fp32 storage would be ~1e-7 of max|y|, far below 2^-4 of this tolerance. */
+        CHECK(ratio > 0x1p-4, "the bf16 layer's error is only %.3g of its tolerance: fp32 ran?",
+              ratio);
+    }
+    layer F = L;
+    for (int m = 0; m < 4; m++)
+        for (int i = 0; i < H * H; i++)
+            F.w[m][i] = B16.w[m][i];
+    memcpy(F.x, B16.x, sizeof F.x);
+    operands_from(&F, &op);
+    if (run_ok("bf16 layer, F32 checkpoint", &r, "f32.safetensors", XFILE, "--dtype", "bf16"))
+        CHECK(within_envelope_of("bf16 layer, F32 checkpoint", YFILE, &op, 1, NULL),
+              "bf16 layer (F32 checkpoint rounded at load) outside the bf16 envelope");
+    run(&r, "layer", "--grid", "2,2,3", "--heads", "3", "--dim", "32", "--seed", "5", "--verify",
+        "--stats", "--dtype", "bf16", "--threads", "1", NULL);
+    double rel = -1, tol = -1, twin = -1;
+    const char *p = strstr(r.out, "\"max_rel_err\": ");
+    const char *q = strstr(r.out, "\"tolerance\": ");
+    const char *t = strstr(r.out, "\"bf16_rel_err\": ");
+    if (p && q && t) {
+        rel = strtod(p + 15, NULL);
+        tol = strtod(q + 13, NULL);
+        twin = strtod(t + 16, NULL);
+    }
+    CHECK(r.code == 0 && strstr(r.out, "\"dtype\": \"bf16\"") && rel >= 0 && rel <= tol &&
+              twin > 0 && tol <= 0x1p-5,
+          "synthetic bf16 --verify --stats: exit %d, rel %g, twin %g, tolerance %g: %s %s", r.code,
+          rel, twin, tol, r.out, r.err);
+    run(&r, "layer", "--grid", "2,2,3", "--heads", "3", "--dim", "32", "--verify", "--fp8",
+        "--dtype", "bf16", "--threads", "1", NULL);
+    CHECK(r.code == 0 && strstr(r.out, "plain bf16"), "--fp8 --dtype bf16 --verify: %d %s %s",
+          r.code, r.out, r.err);
+}
+
 /* One bad run of `fxattn layer ARGS`: exit 2, an error line naming
  * `word`, y.npy neither created nor changed. */
 static void expect_error(const char *label, const char *word, const char *first, ...)
@@ -842,6 +923,8 @@ static void test_errors(void)
     expect_error("bad --rope-layout", "--rope-layout", FILE_ARGS("f32.safetensors"), "--grid", GRID,
                  "--rope-layout", "pairs", NULL);
     expect_error("bad --grid", "--grid", "--grid", "2,3", "-o", y, NULL);
+    expect_error("bad --dtype", "--dtype", FILE_ARGS("f32.safetensors"), "--grid", GRID, "--dtype",
+                 "f16", NULL);
     expect_error("missing x", "nothere.npy", "-x", path_of("nothere.npy"), "--grid", GRID, "-o", y,
                  NULL);
 #undef FILE_ARGS
@@ -861,6 +944,7 @@ int main(int argc, char **argv)
     test_fp8();
     test_rope_layouts();
     test_verify_stats();
+    test_bf16();
     test_scaled_qk();
     test_errors();
     const int status = test_summary("test_layer");

@@ -2,8 +2,10 @@
  * libfxattn_wan in-process (fxattn_wan.h): the layer through plan/run on
  * the loader's synthetic weights gives the bytes of `fxattn layer` on the
  * same seed (the CLI is a thin caller of the same library); a head slice
- * holds the bits of those heads in the whole layer; every misuse returns a
- * status and a message and leaves y untouched.
+ * holds the bits of those heads in the whole layer; the bf16 layer loads
+ * its weights as the fp32 ones rounded once, gives the CLI's bytes, and the
+ * same bytes from an fp32 x as from that x rounded to bf16 by the caller;
+ * every misuse returns a status and a message and leaves y untouched.
  *
  * Usage: test_wan_api /path/to/fxattn
  */
@@ -34,16 +36,35 @@ static void desc(fxa_wan_desc *d)
     d->head_dim = DIM;
 }
 
-static fxa_status load(int64_t h0, int64_t nh, fxa_wan_weights *w)
+/* st must be `want` with a message containing `word`. */
+static void expect(const char *what, fxa_status st, fxa_status want, const char *msg,
+                   const char *word)
+{
+    CHECK(st == want, "%s: status %s, expected %s", what, fxa_status_str(st), fxa_status_str(want));
+    CHECK(strstr(msg, word) != NULL, "%s: message '%s' lacks '%s'", what, msg, word);
+}
+
+static void expect_msg(const char *what, fxa_status st, const char *msg, const char *word)
+{
+    expect(what, st, FXA_ERR_INVALID_ARG, msg, word);
+}
+
+static fxa_status load_as(int64_t h0, int64_t nh, fxa_dtype dtype, fxa_wan_weights *w)
 {
     fxa_wan_load_params p;
     fxa_wan_load_params_init(&p);
+    p.dtype = dtype;
     p.heads = HEADS;
     p.hidden = HIDDEN;
     p.seed = SEED;
     p.head_begin = h0;
     p.head_count = nh;
     return fxa_wan_weights_load(NULL, &p, w, g_err, sizeof g_err);
+}
+
+static fxa_status load(int64_t h0, int64_t nh, fxa_wan_weights *w)
+{
+    return load_as(h0, nh, FXA_F32, w);
 }
 
 /* The CLI's synthetic x: stream FXA_WAN_SYNTH_X, element token * hidden + c. */
@@ -54,7 +75,7 @@ static void synth_x(float *x)
 }
 
 /* plan + run; y and the status. */
-static fxa_status run(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_weights *w, const float *x,
+static fxa_status run(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_weights *w, const void *x,
                       float *y, char *msg, size_t cap)
 {
     fxa_wan_plan *plan = NULL;
@@ -113,6 +134,116 @@ static void test_cli_bytes(fxa_ctx *ctx, const char *fxattn)
     fxa_wan_weights_free(&w);
 }
 
+/* n weights of a bf16 load against the fp32 load's, rounded once. */
+static int rounded(const uint16_t *h, const float *f, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (h[i] != fxa_f32_to_bf16(f[i]))
+            return 0;
+    return 1;
+}
+
+/* Reads `fxattn layer ... -o` into y; 1 on success. */
+static int cli_y(const char *fxattn, int threads, const char *extra, float *y)
+{
+    char dir[] = "/tmp/test_wan_api.XXXXXX", cmd[1200], out[64];
+    if (!mkdtemp(dir))
+        return 0;
+    snprintf(out, sizeof out, "%s/y.npy", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' layer --grid 2,3,6 --heads %d --dim %d --seed %d --threads %d %s -o %s", fxattn,
+             HEADS, DIM, SEED, threads, extra, out);
+    int ok = system(cmd) == 0;
+    fxa_npy a;
+    if (ok && fxa_npy_read(out, &a, g_err, sizeof g_err) == FXA_OK) {
+        ok = a.count == TOKENS * HIDDEN;
+        if (ok)
+            memcpy(y, a.data, sizeof(float) * TOKENS * HIDDEN);
+        fxa_npy_free(&a);
+    } else {
+        ok = 0;
+    }
+    remove(out);
+    remove(dir);
+    return ok;
+}
+
+static void test_bf16(fxa_ctx *ctx, const char *fxattn)
+{
+    fxa_wan_weights w32, w16;
+    CHECK(load(0, 0, &w32) == FXA_OK && load_as(0, 0, FXA_BF16, &w16) == FXA_OK, "weights: %s",
+          g_err);
+    CHECK(w16.qkv.format == FXA_PROJ_W_BF16 && w16.o.format == FXA_PROJ_W_BF16 &&
+              rounded(w16.qkv.w, w32.qkv.w, 3 * HIDDEN * HIDDEN) &&
+              rounded(w16.o.w, w32.o.w, HIDDEN * HIDDEN),
+          "bf16 weights are not the fp32 ones rounded once");
+    CHECK(memcmp(w16.qkv.bias, w32.qkv.bias, sizeof(float) * 3 * HIDDEN) == 0 &&
+              memcmp(w16.gamma_k, w32.gamma_k, sizeof(float) * HIDDEN) == 0,
+          "biases and gammas stay fp32");
+    fxa_wan_desc d;
+    desc(&d);
+    d.dtype = FXA_BF16;
+    float *x = malloc(sizeof(float) * TOKENS * HIDDEN);
+    uint16_t *x16 = malloc(sizeof(uint16_t) * TOKENS * HIDDEN);
+    float *y = malloc(sizeof(float) * TOKENS * HIDDEN);
+    float *y2 = malloc(sizeof(float) * TOKENS * HIDDEN);
+    float *y32 = malloc(sizeof(float) * TOKENS * HIDDEN);
+    synth_x(x);
+    for (int i = 0; i < TOKENS * HIDDEN; i++)
+        x16[i] = fxa_f32_to_bf16(x[i]);
+    char msg[700] = "";
+    CHECK(run(ctx, &d, &w16, x, y, msg, sizeof msg) == FXA_OK, "bf16 run: %s", msg);
+    d.x_format = FXA_PROJ_X_BF16;
+    CHECK(run(ctx, &d, &w16, x16, y2, msg, sizeof msg) == FXA_OK, "bf16 x: %s", msg);
+    CHECK(memcmp(y, y2, sizeof(float) * TOKENS * HIDDEN) == 0,
+          "fp32 x rounded by the layer differs from the caller's bf16 x");
+    CHECK(cli_y(fxattn, fxa_ctx_threads(ctx), "--dtype bf16", y2) &&
+              memcmp(y, y2, sizeof(float) * TOKENS * HIDDEN) == 0,
+          "the library's bf16 y differs from fxattn layer --dtype bf16's");
+    desc(&d);
+    CHECK(run(ctx, &d, &w32, x, y32, msg, sizeof msg) == FXA_OK, "fp32 run: %s", msg);
+    double diff = 0.0, ymax = 0.0;
+    for (int i = 0; i < TOKENS * HIDDEN; i++) {
+        diff = fmax(diff, fabs((double)y[i] - (double)y32[i]));
+        ymax = fmax(ymax, fabs((double)y32[i]));
+    }
+    CHECK(diff > 0x1p-14 * ymax && diff < 0x1p-5 * ymax,
+          "bf16 layer vs fp32: %.3g of max|y| (bf16 storage, not fp32, within 2^-5)", diff / ymax);
+    size_t b32 = 0, b16 = 0;
+    fxa_wan_plan *p32 = NULL, *p16 = NULL;
+    desc(&d);
+    CHECK(fxa_wan_plan_create(ctx, &d, &p32, &b32, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    d.dtype = FXA_BF16;
+    d.x_format = FXA_PROJ_X_BF16;
+    CHECK(fxa_wan_plan_create(ctx, &d, &p16, &b16, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    CHECK(b16 < b32, "the bf16 layer's workspace (%zu B) is not below the fp32 one's (%zu B)", b16,
+          b32);
+    fxa_wan_plan_destroy(p32);
+    fxa_wan_plan_destroy(p16);
+
+    /* A finite fp32 x beyond bf16's range, and a NaN: refused, y untouched. */
+    d.x_format = FXA_PROJ_X_F32;
+    for (int i = 0; i < TOKENS * HIDDEN; i++)
+        y[i] = -7.0f;
+    x[3 * HIDDEN + 9] = 3.4e38f;
+    expect_msg("x beyond bf16", run(ctx, &d, &w16, x, y, msg, sizeof msg), msg,
+               "token 3, feature 9");
+    x[3 * HIDDEN + 9] = NAN;
+    expect_msg("NaN x in a bf16 layer", run(ctx, &d, &w16, x, y, msg, sizeof msg), msg,
+               "token 3, feature 9");
+    int untouched = 1;
+    for (int i = 0; i < TOKENS * HIDDEN; i++)
+        untouched &= y[i] == -7.0f;
+    CHECK(untouched, "a failed bf16 run wrote y");
+    free(x);
+    free(x16);
+    free(y);
+    free(y2);
+    free(y32);
+    fxa_wan_weights_free(&w32);
+    fxa_wan_weights_free(&w16);
+}
+
 static void test_slice_bits(void)
 {
     fxa_wan_weights all, part;
@@ -132,14 +263,6 @@ static void test_slice_bits(void)
     CHECK(same, "heads [2, 5) do not hold the whole layer's bits of those heads");
     fxa_wan_weights_free(&all);
     fxa_wan_weights_free(&part);
-}
-
-/* st must be `want` with a message containing `word`. */
-static void expect(const char *what, fxa_status st, fxa_status want, const char *msg,
-                   const char *word)
-{
-    CHECK(st == want, "%s: status %s, expected %s", what, fxa_status_str(st), fxa_status_str(want));
-    CHECK(strstr(msg, word) != NULL, "%s: message '%s' lacks '%s'", what, msg, word);
 }
 
 static void test_errors(fxa_ctx *ctx)
@@ -163,6 +286,10 @@ static void test_errors(fxa_ctx *ctx)
     expect("odd head_dim", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
            FXA_ERR_INVALID_ARG, msg, "even");
     CHECK(plan == NULL, "a failed plan was returned");
+    desc(&d);
+    d.dtype = FXA_F16;
+    expect("f16 activations", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
+           FXA_ERR_INVALID_ARG, msg, "dtype");
 
     fxa_wan_load_params p;
     fxa_wan_load_params_init(&p);
@@ -176,6 +303,10 @@ static void test_errors(fxa_ctx *ctx)
     expect("heads past the end", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg),
            FXA_ERR_INVALID_ARG, msg, "not within");
     p.head_begin = p.head_count = 0;
+    p.dtype = FXA_F16;
+    expect("f16 weights", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg), FXA_ERR_INVALID_ARG,
+           msg, "dtype");
+    p.dtype = FXA_F32;
     expect("missing checkpoint",
            fxa_wan_weights_load("/nonexistent/wan.safetensors", &p, &w, msg, sizeof msg),
            FXA_ERR_IO, msg, "/nonexistent/wan.safetensors");
@@ -218,6 +349,7 @@ int main(int argc, char **argv)
         return 1;
     test_cli_bytes(ctx, argv[1]);
     test_slice_bits();
+    test_bf16(ctx, argv[1]);
     test_errors(ctx);
     fxa_ctx_destroy(ctx);
     return test_summary("test_wan_api");

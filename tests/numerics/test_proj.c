@@ -517,6 +517,47 @@ static void test_single_segment(void)
     prob_free(&p);
 }
 
+/* out_dtype FXA_BF16 writes each fp32 output rounded once to bf16: the
+ * bits of fxa_f32_to_bf16 of the FXA_F32 call's outputs, in both layouts;
+ * an output dtype other than FXA_F32 / FXA_BF16 is refused. */
+static void test_out_bf16(void)
+{
+    for (int mode = 0; mode < 4; mode++) {
+        prob p;
+        prob_init(&p, 29, 80, 3, 2, 16, 40 + (uint64_t)mode, 0.3);
+        p.d.norm = p.d.rope = mode & 1;
+        p.d.out_layout = (mode >> 1) ? FXA_PROJ_HEAD_MAJOR : FXA_PROJ_TOKEN_MAJOR;
+        outs o32, o16;
+        outs_alloc(&o32, &p);
+        outs_alloc(&o16, &p);
+        CHECK(run(&p, p.x, p.w, &o32) == FXA_OK, "f32 out: %s", fxa_ctx_last_error(g_ctx));
+        p.d.out_dtype = FXA_BF16;
+        CHECK(run(&p, p.x, p.w, &o16) == FXA_OK, "bf16 out: %s", fxa_ctx_last_error(g_ctx));
+        const size_t s = (size_t)p.d.tokens * (size_t)p.d.head_dim;
+        const struct {
+            const float *f;
+            const uint16_t *h;
+            size_t n;
+        } seg[3] = {{o32.q, (const uint16_t *)o16.q, s * (size_t)p.d.heads_q},
+                    {o32.k, (const uint16_t *)o16.k, s * (size_t)p.d.heads_kv},
+                    {o32.v, (const uint16_t *)o16.v, s * (size_t)p.d.heads_kv}};
+        size_t bad = 0;
+        for (int g = 0; g < 3; g++)
+            for (size_t i = 0; i < seg[g].n; i++)
+                bad += seg[g].h[i] != fxa_f32_to_bf16(seg[g].f[i]);
+        CHECK(bad == 0, "bf16 outputs (mode %d): %zu differ from the rounded fp32 outputs", mode,
+              bad);
+        p.d.out_dtype = FXA_F16;
+        o16.q[0] = -9.0f;
+        CHECK(run(&p, p.x, p.w, &o16) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(g_ctx), "output dtype") && o16.q[0] == -9.0f,
+              "out_dtype FXA_F16 is refused, outputs untouched: %s", fxa_ctx_last_error(g_ctx));
+        outs_free(&o32);
+        outs_free(&o16);
+        prob_free(&p);
+    }
+}
+
 /* The projection runs OpenBLAS on the context's threads but leaves the host
  * program's OpenBLAS thread setting as it found it. */
 static void test_blas_threads_restored(void)
@@ -667,6 +708,7 @@ int main(void)
     test_blocked_weights();
     test_single_segment();
     test_blas_threads_restored();
+    test_out_bf16();
     test_cross_attention();
     test_workspace();
     test_errors();
