@@ -8,6 +8,7 @@
 #include "fxattn_wan_mpi.h"
 #include "wan_fail.h"
 #include "wan_internal.h"
+#include "core/convert_inline.h"
 #include "mpi/mpi_internal.h"
 
 #define REDUCE_CHUNK (1 << 26) /* floats per MPI_Ireduce */
@@ -27,6 +28,9 @@ struct fxa_wan_mpi_plan {
     fxa_mpi_attn_plan *cp_plan;
     fxa_attn_plan *tp_plan; /* pure tensor parallel: this rank's heads over all tokens */
     size_t act_bytes;       /* one activation of this rank's tokens and heads (d.dtype) */
+    size_t a_bytes;         /* the attention output: act_bytes, or fp32 under a_f32 */
+    int a_f32;              /* bf16 layer over a CP group: attention writes fp32 (what
+                             * libfxattn_mpi writes), rounded to bf16 in place after */
     size_t x16_bytes;       /* x rounded to bf16 (dtype bf16, fp32 x), after Q, K, V, A */
     size_t tp_bytes;        /* (rounded up to 64), after x16 */
     size_t proj_bytes;      /* the projections' workspace, after tp_bytes */
@@ -150,6 +154,8 @@ static fxa_status attention_plan(fxa_wan_mpi_plan *p)
     fxa_attn_desc ad;
     fxa_wan_attn_desc(&p->d, p->shard.head_count, &ad);
     if (p->cp_mode) {
+        p->a_f32 = ad.out_dtype == FXA_BF16;
+        ad.out_dtype = FXA_F32;
         const fxa_status st = fxa_mpi_attn_plan_create(p->m_cp, &ad, &p->cp_plan);
         return group_agree(p, "context-parallel", p->C, st, fxa_mpi_last_error(p->m_cp));
     }
@@ -224,8 +230,12 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     p->tp_bytes = (p->tp_bytes + 63) & ~(size_t)63;
     p->proj_bytes = fxa_wan_proj_workspace_bytes(&p->d, p->shard.token_count, p->shard.head_count);
     p->act_bytes = fxa_wan_act_bytes(&p->d, p->shard.token_count, p->shard.head_count);
+    fxa_wan_desc d32 = p->d;
+    d32.dtype = FXA_F32;
+    p->a_bytes = p->a_f32 ? fxa_wan_act_bytes(&d32, p->shard.token_count, p->shard.head_count)
+                          : p->act_bytes;
     p->x16_bytes = fxa_wan_x16_bytes(&p->d, p->shard.token_count);
-    *workspace_bytes = 4 * p->act_bytes + p->x16_bytes + p->tp_bytes + p->proj_bytes;
+    *workspace_bytes = 3 * p->act_bytes + p->a_bytes + p->x16_bytes + p->tp_bytes + p->proj_bytes;
     *plan_out = p;
     return FXA_OK;
 }
@@ -336,6 +346,11 @@ static fxa_status attention(fxa_wan_mpi_plan *p, const void *q, const void *k, c
         st = group_agree(p, "context-parallel", p->C, st, fxa_mpi_last_error(p->m_cp));
         rows[0] = ms.rows;
         rows[1] = ms.fallback_rows;
+        /* In place, in index order: element i's bf16 lands at or below its
+         * own fp32, never on one not yet read. */
+        const size_t n = (size_t)(p->shard.token_count * p->shard.head_count * p->d.head_dim);
+        for (size_t i = 0; st == FXA_OK && p->a_f32 && i < n; i++)
+            ((uint16_t *)a)[i] = fxa_f32_to_bf16_bits(((const float *)a)[i]);
     } else {
         fxa_attn_stats ast = {.struct_size = sizeof ast};
         st = fxa_attn_run(p->tp_plan, &args, tp_ws, &ast);
@@ -408,8 +423,8 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
         return st;
     const size_t act = p->act_bytes;
     char *q = workspace, *k = q + act, *v = k + act, *a = v + act;
-    uint16_t *x16 = p->x16_bytes ? (uint16_t *)(a + act) : NULL;
-    char *tp_ws = a + act + p->x16_bytes;
+    uint16_t *x16 = p->x16_bytes ? (uint16_t *)(a + p->a_bytes) : NULL;
+    char *tp_ws = a + p->a_bytes + p->x16_bytes;
     void *proj_ws = tp_ws + p->tp_bytes;
     double t[4], secs[3];
     int64_t rows[2] = {0, 0};
