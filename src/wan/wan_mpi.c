@@ -349,8 +349,13 @@ static fxa_status attention(fxa_wan_mpi_plan *p, const void *q, const void *k, c
         /* In place, in index order: element i's bf16 lands at or below its
          * own fp32, never on one not yet read. */
         const size_t n = (size_t)(p->shard.token_count * p->shard.head_count * p->d.head_dim);
-        for (size_t i = 0; st == FXA_OK && p->a_f32 && i < n; i++)
-            ((uint16_t *)a)[i] = fxa_f32_to_bf16_bits(((const float *)a)[i]);
+        unsigned char *bytes = a;
+        for (size_t i = 0; st == FXA_OK && p->a_f32 && i < n; i++) {
+            float f;
+            memcpy(&f, bytes + 4 * i, sizeof f);
+            const uint16_t h = fxa_f32_to_bf16_bits(f);
+            memcpy(bytes + 2 * i, &h, sizeof h);
+        }
     } else {
         fxa_attn_stats ast = {.struct_size = sizeof ast};
         st = fxa_attn_run(p->tp_plan, &args, tp_ws, &ast);
