@@ -10,6 +10,8 @@ from ._lib import _declare, load
 
 PROJ_X_F32, PROJ_X_BF16, PROJ_X_E4M3_ROWS = 0, 1, 2
 PROJ_W_F32, PROJ_W_BF16, PROJ_W_E4M3 = 0, 1, 2
+#: fxa_dtype of fxa_wan_desc.dtype and fxa_wan_load_params.dtype.
+F32, BF16 = 0, 1
 SYNTH_X = 0
 #: FXA_WAN_EPS: the RMSNorm epsilon of the fused layer.
 EPS = 1e-6
@@ -56,6 +58,7 @@ class WanLoadParams(ctypes.Structure):
         ("fp8", c_int),
         ("seed", c_uint64),
         ("hidden", c_int64),
+        ("dtype", c_int),
     ]
 
 
@@ -69,6 +72,7 @@ class WanDesc(ctypes.Structure):
         ("heads", c_int64),
         ("head_dim", c_int64),
         ("x_format", c_int),
+        ("dtype", c_int),
     ]
 
 

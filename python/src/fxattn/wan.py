@@ -2,17 +2,27 @@
 
     layer = fxattn.wan.WanSelfAttention.load("Wan2.2-T2V-A14B/high_noise_model", block=0, heads=40)
     y = layer(x, (frames, height, width))      # x [S, 5120] fp32, S = F H W
+    bf16 = fxattn.wan.WanSelfAttention.load(path, heads=40, dtype="bf16")   # the bf16 layer
 
 One call runs, in C, the fused QKV projection + bias, RMSNorm across heads
 (eps FXA_WAN_EPS = 1e-6), Wan's 3-D RoPE (rotate-half, theta 1e4),
 fixed-max attention and the output projection + bias. Weights come from a
 checkpoint (fxa_wan_weights_load: a .safetensors file, a sharded index or a
 folder, Wan2.2 or diffusers names), from the loader's synthetic generator,
-or from tensors / a diffusers WanAttention (fp32 copies owned by the
-object, Q/K rows permuted from interleaved RoPE pairs to rotate-half as the
-C loader does). Plans are cached per latent grid; the workspace is the
+or from tensors / a diffusers WanAttention (copies owned by the object,
+Q/K rows permuted from interleaved RoPE pairs to rotate-half as the C
+loader does). Plans are cached per latent grid; the workspace is the
 context's 64-byte aligned numpy buffer. Errors raise fxattn.FxattnError
 subclasses with the library's message.
+
+dtype (every constructor; default "fp32"): "fp32" keeps fp32 weights and
+runs every stage in fp32 (fxa_wan_desc.dtype FXA_F32). "bf16" keeps the
+weights as bf16 bits (FXA_PROJ_W_BF16: bf16 tensors as they are, fp32 ones
+rounded once to nearest even; biases and gains fp32) and runs the bf16
+layer (FXA_BF16): an fp32 x rounded once to bf16, Q, K, V rounded to bf16
+after the fused bias/RMSNorm/RoPE epilogue, attention in bf16 (vdpbf16ps
+where the CPU has AVX512-BF16) writing bf16, the output projection on that
+with fp32 accumulation; y fp32 (docs/numerics.md, "The bf16 layer").
 """
 
 from __future__ import annotations
@@ -32,10 +42,32 @@ __all__ = ["WanSelfAttention", "WanLayerStats", "rope_tables", "synth"]
 
 _ERRLEN = 1024
 _PLAN_CACHE = 8
+_DTYPES = {"fp32": W.F32, "f32": W.F32, "float32": W.F32, "bf16": W.BF16, "bfloat16": W.BF16}
+_DTYPE_NAMES = {W.F32: "fp32", W.BF16: "bf16"}
 
 
 def _bad(message: str):
     return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+
+
+def _dtype_code(dtype) -> int:
+    """FXA_F32 or FXA_BF16 of a layer dtype: "fp32" / "bf16" (also "f32",
+    "float32", "bfloat16"), torch.float32 / torch.bfloat16 or a numpy
+    float32 / bfloat16 dtype. Anything else raises InvalidArgumentError (a
+    ValueError)."""
+    name = dtype
+    torch = _arrays.torch_module()
+    if torch is not None and isinstance(dtype, torch.dtype):
+        name = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype)
+    elif not isinstance(dtype, str):
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+    code = _DTYPES.get(name) if isinstance(name, str) else None
+    if code is None:
+        raise _bad(f"dtype must be 'fp32' or 'bf16' (or torch.float32 / torch.bfloat16), not {dtype!r}")
+    return code
 
 
 @dataclass(frozen=True)
@@ -85,6 +117,29 @@ def _f32(t, name: str) -> np.ndarray:
     return a
 
 
+def _round_bf16(a: np.ndarray) -> np.ndarray:
+    """fp32 values rounded once to nearest even bf16: uint16 bits (fxa_f32_to_bf16
+    on finite values)."""
+    b = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    return ((b + (np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)).astype(np.uint16)
+
+
+def _bf16(t, name: str) -> np.ndarray:
+    """A torch tensor or array as contiguous uint16 bfloat16 bits, owned:
+    bf16 values keep their bits, any other float dtype goes through fp32
+    (exact for fp32, fp16 and bf16) and is rounded once to nearest even."""
+    if _arrays.is_torch(t) and t.dtype == _arrays.torch_module().bfloat16:
+        torch = _arrays.torch_module()
+        a = np.array(t.detach().to("cpu").contiguous().view(torch.int16).numpy().view(np.uint16), copy=True, order="C")
+    elif not _arrays.is_torch(t) and np.asarray(t).dtype.name == "bfloat16":  # ml_dtypes
+        a = np.array(np.asarray(t).view(np.uint16), copy=True, order="C")
+    else:
+        return _round_bf16(_f32(t, name))
+    if np.any((a & 0x7F80) == 0x7F80):
+        raise _bad(f"{name} holds a NaN or an infinity")
+    return a
+
+
 def _fptr(a):
     return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if a is not None else None
 
@@ -92,17 +147,20 @@ def _fptr(a):
 class WanSelfAttention:
     """One Wan self-attention layer (all heads) on the CPU.
 
-    Build with load(), synthetic(), from_tensors() or from_module(); call
-    layer(x, grid). Attributes: hidden, heads, head_dim, fp8 (E4M3 QKV
-    weights), threads, last_stats (WanLayerStats of the last run, or None).
-    One run at a time per context (calls hold the context's lock).
+    Build with load(), synthetic(), from_tensors() or from_module(), each
+    with dtype="fp32" (default) or "bf16" (module docstring); call
+    layer(x, grid). Attributes: hidden, heads, head_dim, dtype ("fp32" or
+    "bf16"), fp8 (E4M3 QKV weights), threads, last_stats (WanLayerStats of
+    the last run, or None). One run at a time per context (calls hold the
+    context's lock).
     """
 
-    def __init__(self, weights: W.WanWeights, owned, loaded: bool, threads):
+    def __init__(self, weights: W.WanWeights, owned, loaded: bool, threads, dtype: int = W.F32):
         # Private: use the constructors below.
         self._w = weights
         self._owned = owned  # numpy arrays the struct points into
         self._loaded = loaded  # weights allocated by fxa_wan_weights_load
+        self._dtype = dtype  # fxa_wan_desc.dtype of every run
         self._ctx = context(threads)
         self._plans: OrderedDict[tuple, tuple] = OrderedDict()
         self.last_stats: WanLayerStats | None = None
@@ -110,47 +168,57 @@ class WanSelfAttention:
     # ---- constructors --------------------------------------------------
 
     @classmethod
-    def _from_loader(cls, path, heads, block, fp8, rope_half, seed, hidden, threads):
+    def _from_loader(cls, path, heads, block, fp8, rope_half, seed, hidden, threads, dtype):
+        code = _dtype_code(dtype)
         p = W.WanLoadParams()
         W.wan.fxa_wan_load_params_init(ctypes.byref(p))
         p.block, p.heads, p.rope_half, p.fp8 = int(block), int(heads), int(bool(rope_half)), int(bool(fp8))
         p.seed, p.hidden = int(seed), int(hidden)
+        p.dtype = code
         w = W.WanWeights()
         err = ctypes.create_string_buffer(_ERRLEN)
         cpath = None if path is None else os.fsencode(os.fspath(path))
         st = W.wan.fxa_wan_weights_load(cpath, ctypes.byref(p), ctypes.byref(w), err, _ERRLEN)
         _lib.raise_status(st, err.value.decode(errors="replace"))
-        return cls(w, None, True, threads)
+        return cls(w, None, True, threads, code)
 
     @classmethod
-    def load(cls, path, block: int = 0, heads: int = 40, fp8: bool = False, rope_half: bool = False, threads=None):
+    def load(cls, path, block: int = 0, heads: int = 40, fp8: bool = False, rope_half: bool = False, threads=None, dtype="fp32"):
         """The self-attention of transformer block `block` of checkpoint
         `path` (a .safetensors file, an index .json or a folder; Wan2.2
         names blocks.N.self_attn.* or diffusers names blocks.N.attn1.*),
         `heads` heads. fp8: QKV weights quantised to E4M3 (F8_E4M3
         checkpoints stay as they are). rope_half: Q/K rows already in
         rotate-half order (default: interleaved pairs, permuted at load).
-        threads: worker threads (None: the CPUs available). Raises
-        FxattnIOError (unreadable file) or InvalidArgumentError (missing or
-        malformed tensor, bad heads) with the library's message."""
-        return cls._from_loader(path, heads, block, fp8, rope_half, 0, 0, threads)
+        threads: worker threads (None: the CPUs available). dtype: "fp32"
+        (BF16 and F16 tensors widened exactly) or "bf16" (BF16 tensors keep
+        their bits, F32 and F16 ones are rounded once; the bf16 layer).
+        Raises FxattnIOError (unreadable file) or InvalidArgumentError
+        (missing or malformed tensor, bad heads, bad dtype) with the
+        library's message."""
+        return cls._from_loader(path, heads, block, fp8, rope_half, 0, 0, threads, dtype)
 
     @classmethod
-    def synthetic(cls, hidden: int, heads: int, seed: int = 0, fp8: bool = False, threads=None):
+    def synthetic(cls, hidden: int, heads: int, seed: int = 0, fp8: bool = False, threads=None, dtype="fp32"):
         """The loader's deterministic synthetic weights (the CLI's `fxattn
-        layer --seed`): W ~ N(0,1)/sqrt(hidden), biases ~ 0.1 N(0,1), gammas
-        ~ 1 + 0.2 N(0,1), already in rotate-half order."""
-        return cls._from_loader(None, heads, 0, fp8, False, seed, hidden, threads)
+        layer --seed [--dtype bf16]`): W ~ N(0,1)/sqrt(hidden), biases ~ 0.1
+        N(0,1), gammas ~ 1 + 0.2 N(0,1), already in rotate-half order;
+        dtype "bf16": the same weights rounded once to bf16."""
+        return cls._from_loader(None, heads, 0, fp8, False, seed, hidden, threads, dtype)
 
     @classmethod
-    def from_tensors(cls, q, k, v, o, norm_q, norm_k, heads: int, rope_half: bool = False, threads=None):
+    def from_tensors(cls, q, k, v, o, norm_q, norm_k, heads: int, rope_half: bool = False, threads=None, dtype="fp32"):
         """A layer from PyTorch-layout tensors (torch or numpy, any float
         dtype): q, k, v, o are (weight [hidden, hidden], bias [hidden])
         pairs, norm_q / norm_k the RMSNorm gains [hidden]. The object owns
-        fp32 copies (4 hidden^2 + 6 hidden floats); Q/K rows and gains are
-        permuted from interleaved RoPE pairs to rotate-half unless
-        rope_half."""
-        (qw, qb), (kw, kb), (vw, vb), (ow, ob) = ((_f32(a, n + ".weight"), _f32(b, n + ".bias")) for n, (a, b) in zip("qkvo", (q, k, v, o)))
+        copies: dtype "fp32", fp32 weights (4 hidden^2 floats); "bf16",
+        bf16 weights (4 hidden^2 uint16: bf16 tensors' bits as they are,
+        others rounded once to nearest even). Biases and gains are fp32
+        either way (6 hidden floats). Q/K rows and gains are permuted from
+        interleaved RoPE pairs to rotate-half unless rope_half."""
+        code = _dtype_code(dtype)
+        wconv = _bf16 if code == W.BF16 else _f32
+        (qw, qb), (kw, kb), (vw, vb), (ow, ob) = ((wconv(a, n + ".weight"), _f32(b, n + ".bias")) for n, (a, b) in zip("qkvo", (q, k, v, o)))
         gq, gk = _f32(norm_q, "norm_q"), _f32(norm_k, "norm_k")
         hidden = qw.shape[1] if qw.ndim == 2 else -1
         heads = int(heads)
@@ -172,19 +240,21 @@ class WanSelfAttention:
         qkv = np.ascontiguousarray(np.concatenate([qw, kw, vw]))
         qkv_b = np.ascontiguousarray(np.concatenate([qb, kb, vb]))
         gq, gk = np.ascontiguousarray(gq), np.ascontiguousarray(gk)
+        fmt = W.PROJ_W_BF16 if code == W.BF16 else W.PROJ_W_F32
         w = W.WanWeights(hidden=hidden, heads=heads, head_dim=head_dim, head_begin=0, head_count=heads)
-        w.qkv = W.WanLinear(format=W.PROJ_W_F32, rows=3 * hidden, cols=hidden, w=qkv.ctypes.data, scales=None, bias=_fptr(qkv_b))
-        w.o = W.WanLinear(format=W.PROJ_W_F32, rows=hidden, cols=hidden, w=ow.ctypes.data, scales=None, bias=_fptr(ob))
+        w.qkv = W.WanLinear(format=fmt, rows=3 * hidden, cols=hidden, w=qkv.ctypes.data, scales=None, bias=_fptr(qkv_b))
+        w.o = W.WanLinear(format=fmt, rows=hidden, cols=hidden, w=ow.ctypes.data, scales=None, bias=_fptr(ob))
         w.gamma_q, w.gamma_k = _fptr(gq), _fptr(gk)
-        return cls(w, (qkv, qkv_b, ow, ob, gq, gk), False, threads)
+        return cls(w, (qkv, qkv_b, ow, ob, gq, gk), False, threads, code)
 
     @classmethod
-    def from_module(cls, attn, threads=None):
+    def from_module(cls, attn, threads=None, dtype="fp32"):
         """A layer from a diffusers WanAttention self-attention module
         (to_q, to_k, to_v, to_out[0], norm_q, norm_k; interleaved RoPE
-        pairs as diffusers uses them): fp32 copies of its weights. The
-        layer's RMSNorm eps is FXA_WAN_EPS (1e-6); a module whose norm_q
-        eps differs raises InvalidArgumentError."""
+        pairs as diffusers uses them): copies of its weights, fp32 or, with
+        dtype "bf16", bf16 (a bf16 module's bits as they are). The layer's
+        RMSNorm eps is FXA_WAN_EPS (1e-6); a module whose norm_q eps
+        differs raises InvalidArgumentError."""
         if getattr(attn, "add_k_proj", None) is not None or getattr(attn, "is_cross_attention", False):
             raise _bad("from_module takes a self-attention WanAttention (attn1), not a cross-attention one")
         for name in ("norm_q", "norm_k"):
@@ -193,7 +263,7 @@ class WanSelfAttention:
             if eps is None or abs(eps - W.EPS) > 1e-12 or getattr(norm, "weight", None) is None:
                 raise _bad(f"{name} is not an RMSNorm with eps {W.EPS} and a gain (eps {eps})")
         lin = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
-        return cls.from_tensors(*((m.weight, m.bias) for m in lin), attn.norm_q.weight, attn.norm_k.weight, attn.heads, False, threads)
+        return cls.from_tensors(*((m.weight, m.bias) for m in lin), attn.norm_q.weight, attn.norm_k.weight, attn.heads, False, threads, dtype)
 
     # ---- properties ------------------------------------------------------
 
@@ -214,10 +284,15 @@ class WanSelfAttention:
         return self._w.qkv.format == W.PROJ_W_E4M3
 
     @property
+    def dtype(self) -> str:
+        """"fp32" or "bf16": the layer's weights and activations."""
+        return _DTYPE_NAMES[self._dtype]
+
+    @property
     def threads(self) -> int:
         return self._ctx.threads
 
-    def _desc(self, grid) -> W.WanDesc:
+    def _desc(self, grid, x_format: int = W.PROJ_X_F32) -> W.WanDesc:
         try:
             f, h, w = (int(g) for g in grid)
         except (TypeError, ValueError):
@@ -226,6 +301,7 @@ class WanSelfAttention:
         W.wan.fxa_wan_desc_init(ctypes.byref(d))
         d.frames, d.height, d.width = f, h, w
         d.heads, d.head_dim = self.heads, self.head_dim
+        d.x_format, d.dtype = x_format, self._dtype
         return d
 
     def flops(self, grid) -> float:
@@ -233,8 +309,8 @@ class WanSelfAttention:
         return W.wan.fxa_wan_flops(ctypes.byref(self._desc(grid)))
 
     def _plan(self, d: W.WanDesc):
-        """The cached plan of d's grid (caller holds the context's lock)."""
-        key = (d.frames, d.height, d.width)
+        """The cached plan of d's grid and x format (caller holds the context's lock)."""
+        key = (d.frames, d.height, d.width, d.x_format)
         hit = self._plans.get(key)
         if hit is not None:
             self._plans.move_to_end(key)
@@ -251,15 +327,28 @@ class WanSelfAttention:
     # ---- running -----------------------------------------------------------
 
     def __call__(self, x, grid):
-        """y = the layer on x: [S, hidden] or [1, S, hidden] float32 (a numpy
-        array or a CPU torch tensor; copied only when not contiguous), S =
-        frames * height * width of grid (tokens in (f, h, w) raster order).
-        Returns y of x's shape and kind, float32; sets last_stats. Raises
-        InvalidArgumentError for a bad shape, dtype or grid, or a NaN/Inf in
-        x (the library's message)."""
-        d = self._desc(grid)
-        s = d.frames * d.height * d.width
+        """y = the layer on x: [S, hidden] or [1, S, hidden] float32 or
+        bfloat16 (a numpy array, bfloat16 through ml_dtypes, or a CPU torch
+        tensor; copied only when not contiguous), S = frames * height *
+        width of grid (tokens in (f, h, w) raster order). Either dtype runs
+        on either layer: the fp32 layer widens a bf16 x exactly (its
+        products are the same), the bf16 layer rounds an fp32 x once to
+        bf16 (a bf16 x is taken as it is). Returns y of x's shape, kind and
+        dtype (the library's fp32 y, rounded once to nearest even for a
+        bf16 x); sets last_stats. Raises InvalidArgumentError for a bad
+        shape, dtype or grid, or a NaN/Inf in x (the library's message)."""
         torch = _arrays.torch_module() if _arrays.is_torch(x) else None
+        if torch is not None:
+            if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16):
+                raise _bad(f"x is {x.dtype} on {x.device}; the layer takes torch.float32 or torch.bfloat16 on the CPU")
+            bf16_x = x.dtype == torch.bfloat16
+        else:
+            x = np.asarray(x)
+            if x.dtype != np.float32 and x.dtype.name != "bfloat16":
+                raise _bad(f"x has dtype {x.dtype}; the layer takes float32 or bfloat16")
+            bf16_x = x.dtype.name == "bfloat16"
+        d = self._desc(grid, W.PROJ_X_BF16 if bf16_x else W.PROJ_X_F32)
+        s = d.frames * d.height * d.width
         shape = tuple(x.shape)
         ok_shape = len(shape) in (2, 3) and shape[-1] == self.hidden and shape[-2] == s and (len(shape) == 2 or shape[0] == 1)
         if not ok_shape:
@@ -268,15 +357,10 @@ class WanSelfAttention:
                 f"with S = {d.frames} x {d.height} x {d.width} = {s}"
             )
         if torch is not None:
-            if x.device.type != "cpu" or x.dtype != torch.float32:
-                raise _bad(f"x is {x.dtype} on {x.device}; the layer takes torch.float32 on the CPU")
             x = x.detach().contiguous()
             y = torch.empty(shape, dtype=torch.float32)
             xp, yp = x.data_ptr(), y.data_ptr()
         else:
-            x = np.asarray(x)
-            if x.dtype != np.float32:
-                raise _bad(f"x has dtype {x.dtype}; the layer takes float32")
             x = np.ascontiguousarray(x)
             y = np.empty(shape, np.float32)
             xp, yp = x.ctypes.data, y.ctypes.data
@@ -289,6 +373,8 @@ class WanSelfAttention:
             if st != _lib.OK:
                 _lib.raise_status(st, W.wan.fxa_wan_last_error(plan).decode(errors="replace"))
         self.last_stats = WanLayerStats(stats.qkv_seconds, stats.attention_seconds, stats.out_seconds, stats.rows, stats.fallback_rows)
+        if bf16_x:
+            y = y.to(x.dtype) if torch is not None else _round_bf16(y).view(x.dtype)
         return y
 
     run = __call__
@@ -313,4 +399,5 @@ class WanSelfAttention:
             pass
 
     def __repr__(self) -> str:
-        return f"WanSelfAttention(hidden={self.hidden}, heads={self.heads}, head_dim={self.head_dim}, fp8={self.fp8})"
+        return (f"WanSelfAttention(hidden={self.hidden}, heads={self.heads}, head_dim={self.head_dim}, "
+                f"dtype={self.dtype!r}, fp8={self.fp8})")
