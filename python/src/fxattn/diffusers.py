@@ -8,8 +8,8 @@ projections, RMSNorms, interleaved-pair RoPE, I2V image branch, output
 projection) with the attention itself in fxattn.attention (BSHD CPU
 tensors, no copies, output in the input's dtype). Self-attention layers
 can instead run fxattn's fused Wan layer (fxattn.wan: projection + norm +
-RoPE + attention + output projection in C), when that computes the same
-thing; see WanAttnProcessor.
+RoPE + attention + output projection in C; fp32, or the bf16 layer for bf16
+models), when that computes the same thing; see WanAttnProcessor.
 """
 
 from __future__ import annotations
@@ -35,6 +35,15 @@ TEXT_CONTEXT = 512
 # 2 threads (AMD EPYC, 2 cores): fused 19.5 s, per op 25.3 s (medians of
 # 3), see WanAttnProcessor's docstring.
 _FUSED_AUTO = True
+# hidden_states dtypes the fused layer runs on, and its dtype for each.
+_FUSED_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def _fused_params(attn):
+    """The tensors the fused layer copies: weights and biases of to_q, to_k,
+    to_v, to_out[0], and the norm gains."""
+    lin = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
+    return tuple(p for m in lin for p in (m.weight, m.bias)) + (attn.norm_q.weight, attn.norm_k.weight)
 
 
 def _apply_rotary_emb(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
@@ -117,13 +126,23 @@ class WanAttnProcessor:
     input's dtype (fp32, bf16 or fp16). attention_mask must be None
     (fxattn has no masks): anything else raises ValueError.
 
-    fused: a self-attention call runs fxattn.wan's fused layer on fp32
-    copies of the module's weights (cached per module: 4 hidden^2 floats
-    each, rebuilt when a weight changes) when that is the same computation:
-    fp32 CPU input, no mask, norm_q/norm_k RMSNorms with eps 1e-6, no
+    fused: a self-attention call runs fxattn.wan's fused layer on copies of
+    the module's weights (cached per module, rebuilt when a weight changes)
+    when that is the same computation: fp32 or bf16 CPU input in the
+    module's dtype, no mask, norm_q/norm_k RMSNorms with eps 1e-6, no
     dropout, and rotary_emb equal to Wan's 3-D RoPE of some latent grid
-    (rope_grid). True forces it on every self-attention (raises ValueError
-    when not valid; cross-attention always runs per op), False
+    (rope_grid: fp32 or fp64 tables, as diffusers makes them and
+    from_pretrained(torch_dtype=torch.bfloat16) keeps them; a model cast
+    whole with .to(torch.bfloat16) has bf16 tables, a coarser RoPE, and
+    runs per op). The layer's dtype is the input's: fp32 input runs the
+    fp32 layer on fp32 copies (4 hidden^2 floats per module), within fp32
+    rounding of diffusers' processor; bf16 input runs the bf16 layer
+    (WanSelfAttention dtype "bf16": x, Q, K, V, the probabilities and the
+    attention output rounded to bf16, fp32 accumulation) on the module's
+    bf16 weights (their bits, 4 hidden^2 uint16 per module), output bf16,
+    as accurate as diffusers' own bf16 processor (python/tests/test_wan.py,
+    test_diffusers.py). True forces it on every self-attention (raises
+    ValueError when not valid; cross-attention always runs per op), False
     never uses it, None (auto) uses it when valid: measured on one Wan
     layer, S = 4096, hidden 5120 (40 x 128), fp32, 2 threads (AMD EPYC, 2
     cores, a machine shared with other jobs; bench/python_wan.py,
@@ -165,12 +184,18 @@ class WanAttnProcessor:
         """Why the fused layer cannot run this call ("" when it can), and the grid."""
         if attention_mask is not None:
             return "an attention_mask", None
-        if hidden_states.dtype != torch.float32 or hidden_states.device.type != "cpu" or hidden_states.dim() != 3:
-            return f"hidden_states {hidden_states.dtype} on {hidden_states.device}, not fp32 [B, S, hidden] on the CPU", None
+        dtype = hidden_states.dtype
+        if dtype not in _FUSED_DTYPES or hidden_states.device.type != "cpu" or hidden_states.dim() != 3:
+            return f"hidden_states {dtype} on {hidden_states.device}, not fp32 or bf16 [B, S, hidden] on the CPU", None
         for name in ("norm_q", "norm_k"):
             norm = getattr(attn, name)
             if not isinstance(norm, torch.nn.RMSNorm) or norm.weight is None or norm.eps is None or abs(norm.eps - _wanlib.EPS) > 1e-12:
                 return f"{name} is not an RMSNorm with a gain and eps {_wanlib.EPS}", None
+        for p in _fused_params(attn):
+            if p is None:
+                return "a projection without a bias", None
+            if p.dtype != dtype or p.device.type != "cpu":
+                return f"a weight of {p.dtype} on {p.device} next to hidden_states of {dtype} (the fused layer runs in the module's dtype)", None
         drop = attn.to_out[1]
         if attn.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0:
             return "dropout in training mode", None
@@ -181,19 +206,18 @@ class WanAttnProcessor:
             return "rotary_emb is not Wan's 3-D RoPE of a latent grid", None
         return "", grid
 
-    def _layer(self, attn) -> _wan.WanSelfAttention:
-        params = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
-        sig = tuple((p.data_ptr(), p._version) for m in params for p in (m.weight, m.bias))
-        sig += tuple((p.data_ptr(), p._version) for p in (attn.norm_q.weight, attn.norm_k.weight))
+    def _layer(self, attn, dtype) -> _wan.WanSelfAttention:
+        sig = (dtype,) + tuple((p.data_ptr(), p._version) for p in _fused_params(attn))
         hit = self._layers.get(attn)
         if hit is not None and hit[0] == sig:
             return hit[1]
-        layer = _wan.WanSelfAttention.from_module(attn, threads=self.threads)
+        self._layers.pop(attn, None)  # the old copies go before the new ones are made
+        layer = _wan.WanSelfAttention.from_module(attn, threads=self.threads, dtype=_FUSED_DTYPES[dtype])
         self._layers[attn] = (sig, layer)
         return layer
 
     def _run_fused(self, attn, hidden_states, grid):
-        layer = self._layer(attn)
+        layer = self._layer(attn, hidden_states.dtype)
         if hidden_states.shape[0] == 1:
             return layer(hidden_states, grid)
         return torch.stack([layer(x, grid) for x in hidden_states])
