@@ -1,9 +1,11 @@
-"""fxattn's Python binding against the C library and against torch's
-scaled_dot_product_attention, side by side in one process.
+"""fxattn's Python binding against the C library, torch's
+scaled_dot_product_attention and ONNX Runtime, side by side in one process.
 
-    .venv/bin/python bench/python_attention.py [--seq 4096] [--heads 40] [--repeats 5] [--threads 2]
+    .venv/bin/python bench/python_attention.py [--seqs 1024,4096] [--heads 40] [--repeats 5] [--threads 2]
 
-(.venv is the environment scripts/test.sh makes, with the torch extra.)
+(.venv is the environment scripts/test.sh makes, with the torch extra;
+onnxruntime and onnx are optional: bench/requirements.txt pins the versions
+bench/peers uses.) Each S in --seqs gets its own table.
 
 Rows, each the median of --repeats rounds (every round times each row once,
 in turn, after one warm-up each), on the same
@@ -16,7 +18,11 @@ transposed views, which fxattn takes without a copy):
     overhead over the C row is reported;
   - torch SDPA fp32 and bf16 (torch.set_num_threads(--threads)) and
     fxattn on the same bf16 tensors (fp32 compute, and bf16 compute on
-    CPUs with vdpbf16ps: elsewhere that runs a portable tile).
+    CPUs with vdpbf16ps: elsewhere that runs a portable tile);
+  - ONNX Runtime's fused com.microsoft MultiHeadAttention (CPU, fp32: its
+    CPU kernel takes float only) on [1, S, H D] views of the same q, k, v,
+    with --threads intra-op threads and spinning off (as bench/peers runs
+    it), when onnxruntime and onnx are installed.
 GFLOP/s = 4 S^2 H D / seconds; % of the machine's peak from the `fxattn
 bench` probe the wheel ships (fp32 FMA peak; the bf16 rows' vdpbf16ps peak
 on CPUs that have it, else the FMA peak). The outputs are checked against
@@ -59,6 +65,14 @@ def interleaved_medians(calls, repeats):
     return {name: statistics.median(x) for name, x in times.items()}
 
 
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def peak_gflops(threads, dtype):
     cli = Path(fxattn.__file__).parent / "bin" / "fxattn"  # the wheel's CLI
     if not cli.exists():  # a build tree's (FXATTN_LIBRARY_PATH=build/lib)
@@ -95,16 +109,48 @@ def c_library_call(q, k, v, threads):
     return call
 
 
+def onnxruntime_mha(s, h, d, threads):
+    """(onnxruntime module, a call running com.microsoft MultiHeadAttention
+    on fp32 [1, S, H D] feeds), or (None, the reason) when onnxruntime or
+    onnx is missing."""
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError as e:
+        return None, str(e)
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, s, h * d])  # noqa: E731
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=h)
+    graph = helper.make_graph([node], "mha", [vi("q"), vi("k"), vi("v")], [vi("o")])
+    model = helper.make_model(graph, ir_version=8,
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    ort.onnx_version = onnx.__version__
+    return ort, sess
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--seqs", "--seq", default="1024,4096", help="sequence lengths S (comma list)")
     ap.add_argument("--heads", type=int, default=40)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    s, h, d, t = a.seq, a.heads, a.dim, a.threads
+    peaks = {"fp32": peak_gflops(a.threads, "fp32")}
+    peaks["bf16"] = peak_gflops(a.threads, "bf16") or peaks["fp32"]  # 0: no vdpbf16ps on this CPU
+    for s in (int(x) for x in str(a.seqs).split(",") if x):
+        run_seq(a, s, peaks)
+
+
+def run_seq(a, s, peaks):
+    h, d, t = a.heads, a.dim, a.threads
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, s, h, d), dtype=np.float32) for _ in range(3))
     tq, tk, tv = (torch.from_numpy(x).transpose(1, 2) for x in (q, k, v))  # [B, H, S, D] views
@@ -123,6 +169,12 @@ def main():
     if vdpbf16ps:
         assert float((fx(bq, bk, bv, compute="bf16").float() - ref_b).abs().max()) < 2e-2
 
+    ort, sess = onnxruntime_mha(s, h, d, t)
+    if ort is not None:
+        feeds = {n: x.reshape(1, s, h * d) for n, x in zip("qkv", (q, k, v))}  # views, same memory
+        o = sess.run(None, feeds)[0].reshape(q.shape)
+        assert float(np.abs(o - ref.transpose(1, 2).numpy()).max()) < 1e-4
+
     sdpa = F.scaled_dot_product_attention
     calls = {
         "C library fxa_attn_run (fp32)": ("fp32", c_library_call(q, k, v, t)),
@@ -134,12 +186,13 @@ def main():
     if vdpbf16ps:  # elsewhere bf16 compute runs a portable tile, far slower than fp32
         calls["fxattn.attention torch bf16, compute bf16"] = ("bf16", lambda: fx(bq, bk, bv, compute="bf16"))
     calls["torch SDPA bf16"] = ("bf16", lambda: sdpa(bq, bk, bv))
+    if ort is not None:
+        calls["ONNX Runtime MultiHeadAttention fp32"] = ("fp32", lambda: sess.run(None, feeds))
     medians = interleaved_medians({name: fn for name, (_, fn) in calls.items()}, a.repeats)
     rows = [(name, kind, medians[name]) for name, (kind, _) in calls.items()]
-    peaks = {"fp32": peak_gflops(t, "fp32")}
-    peaks["bf16"] = peak_gflops(t, "bf16") or peaks["fp32"]  # 0: no vdpbf16ps on this CPU
-    print(f"# fxattn {fxattn.__version__} ({fxattn.kernel_info(t)}), torch {torch.__version__}, numpy {np.__version__}")
-    print(f"# python {platform.python_version()}, {platform.processor() or platform.machine()}")
+    versions = f"onnxruntime {ort.__version__}, onnx {ort.onnx_version}" if ort is not None else f"no ONNX Runtime ({sess})"
+    print(f"\n# fxattn {fxattn.__version__} ({fxattn.kernel_info(t)}), torch {torch.__version__}, {versions}, numpy {np.__version__}")
+    print(f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs")
     print(f"# S={s} H={h} D={d} threads={t}, median of {a.repeats} interleaved rounds; peaks {peaks} GFLOP/s")
     print(f"{'what':44s} {'seconds':>8s} {'GFLOP/s':>8s} {'% peak':>7s}")
     for name, kind, sec in rows:
@@ -154,6 +207,11 @@ def main():
     if vdpbf16ps:
         line += f" (bf16 compute {sec['torch SDPA bf16'] / sec['fxattn.attention torch bf16, compute bf16']:.2f}x)"
     print(line)
+    if ort is not None:
+        line = f"ONNX Runtime fp32 / fxattn: fp32 {sec['ONNX Runtime MultiHeadAttention fp32'] / sec['fxattn.attention torch fp32']:.2f}x"
+        if vdpbf16ps:
+            line += f", bf16 compute {sec['ONNX Runtime MultiHeadAttention fp32'] / sec['fxattn.attention torch bf16, compute bf16']:.2f}x"
+        print(line)
 
 
 if __name__ == "__main__":
