@@ -470,7 +470,8 @@ static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
  * only when nothing precedes it: offsets are checked through the flags). */
 typedef struct proj_ws {
     int bf16_path;   /* 16/8-bit operands on both sides multiply as bf16 */
-    int f32_onednn;  /* the fp32 GEMM runs on oneDNN instead of OpenBLAS */
+    int f32_onednn;  /* the fp32 GEMM runs on oneDNN instead of OpenBLAS; -1: bad
+                      * FXA_PROJ_GEMM */
     int64_t w_block; /* output channels decoded (w32/w16) per GEMM */
     size_t x32, x16, w32, w16, xs, y, sums, bad, total;
 } proj_ws;
@@ -496,14 +497,24 @@ static size_t take(size_t *at, size_t bytes)
     return here;
 }
 
-/* Whether fp32 GEMMs go to oneDNN's matmul: on AVX-512 CPUs when the
- * OpenBLAS loaded at run time picked a kernel set without AVX-512 (a
- * DYNAMIC_ARCH OpenBLAS older than the CPU: 0.3.21 runs its Haswell kernels
- * on Zen 5, 136 GFLOP/s against 255 with its SkylakeX ones and ~235 on
- * oneDNN, S 4096 x 5120 x 15360 on 2 threads). Decided once per process. */
+/* Whether fp32 GEMMs go to oneDNN's matmul (1), OpenBLAS (0), or neither
+ * (-1: FXA_PROJ_GEMM names no backend). FXA_PROJ_GEMM=openblas|onednn
+ * forces one (tests pin OpenBLAS's bytes; benchmarks compare the two);
+ * unset or "auto": oneDNN on AVX-512 CPUs when the OpenBLAS loaded at run
+ * time picked a kernel set without AVX-512 (a DYNAMIC_ARCH OpenBLAS older
+ * than the CPU: 0.3.21 runs its Haswell kernels on Zen 5, 136 GFLOP/s
+ * against 255 with its SkylakeX ones and ~235 on oneDNN, S 4096 x 5120 x
+ * 15360 on 2 threads), OpenBLAS otherwise. */
 static int gemm_f32_on_onednn(void)
 {
-    static int decided = -1;
+    const char *force = getenv("FXA_PROJ_GEMM");
+    if (force && strcmp(force, "openblas") == 0)
+        return 0;
+    if (force && strcmp(force, "onednn") == 0)
+        return 1;
+    if (force && *force && strcmp(force, "auto") != 0)
+        return -1;
+    static int decided = -1; /* the CPU and the loaded OpenBLAS do not change */
     if (decided < 0) {
         static const char *const avx512_cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
         const char *core = openblas_get_corename();
@@ -530,7 +541,7 @@ static void layout(const fxa_proj_desc *d, proj_ws *l)
     *l = (proj_ws){0};
     l->bf16_path =
         d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32 && fxa_cpu_get()->avx512bf16;
-    l->f32_onednn = !l->bf16_path && gemm_f32_on_onednn();
+    l->f32_onednn = l->bf16_path ? 0 : gemm_f32_on_onednn();
     const int decode_w16 = l->bf16_path && d->w_format == FXA_PROJ_W_E4M3;
     const int decode_w32 = !l->bf16_path && d->w_format != FXA_PROJ_W_F32;
     l->w_block = decode_w16   ? w_block_rows(d, sizeof(uint16_t))
@@ -617,6 +628,10 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
     proj_ws l = {0};
     if (st == FXA_OK)
         layout(d, &l);
+    if (st == FXA_OK && l.f32_onednn < 0)
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                          "FXA_PROJ_GEMM=%s: unknown GEMM (choose openblas, onednn or auto)",
+                          getenv("FXA_PROJ_GEMM"));
     unsigned char *mem = NULL;
     if (st == FXA_OK && a->workspace && a->workspace_bytes < l.total)
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes, %zu needed",

@@ -558,6 +558,34 @@ static void test_out_bf16(void)
     }
 }
 
+/* FXA_PROJ_GEMM forces the fp32 GEMM's library: OpenBLAS and oneDNN both
+ * within the derived bounds; an unknown name is refused, outputs untouched. */
+static void test_gemm_choice(void)
+{
+    static const char *const names[2] = {"openblas", "onednn"};
+    for (int i = 0; i < 2; i++) {
+        prob p;
+        prob_init(&p, 37, 96, 3, 2, 16, 50 + (uint64_t)i, 0.3);
+        p.d.norm = p.d.rope = 1;
+        outs o;
+        outs_alloc(&o, &p);
+        setenv("FXA_PROJ_GEMM", names[i], 1);
+        CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "FXA_PROJ_GEMM=%s: %s", names[i],
+              fxa_ctx_last_error(g_ctx));
+        char label[80];
+        snprintf(label, sizeof label, "f32 GEMM on %s", names[i]);
+        compare(&p, o.q, o.k, o.v, label);
+        setenv("FXA_PROJ_GEMM", "blis", 1);
+        o.q[0] = -9.0f;
+        CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(g_ctx), "FXA_PROJ_GEMM=blis") && o.q[0] == -9.0f,
+              "an unknown FXA_PROJ_GEMM is refused: %s", fxa_ctx_last_error(g_ctx));
+        unsetenv("FXA_PROJ_GEMM");
+        outs_free(&o);
+        prob_free(&p);
+    }
+}
+
 /* The projection runs OpenBLAS on the context's threads but leaves the host
  * program's OpenBLAS thread setting as it found it. */
 static void test_blas_threads_restored(void)
@@ -566,10 +594,12 @@ static void test_blas_threads_restored(void)
     prob_init(&p, 40, 64, 3, 0, 16, 21, 0.5);
     outs o;
     outs_alloc(&o, &p);
+    setenv("FXA_PROJ_GEMM", "openblas", 1); /* OpenBLAS even where auto picks oneDNN */
     openblas_set_num_threads(1);
     CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "blas threads: %s", fxa_ctx_last_error(g_ctx));
     CHECK(openblas_get_num_threads() == 1,
           "the projection left OpenBLAS on %d threads; the host set 1", openblas_get_num_threads());
+    unsetenv("FXA_PROJ_GEMM");
     outs_free(&o);
     prob_free(&p);
 }
@@ -709,6 +739,7 @@ int main(void)
     test_single_segment();
     test_blas_threads_restored();
     test_out_bf16();
+    test_gemm_choice();
     test_cross_attention();
     test_workspace();
     test_errors();

@@ -5,8 +5,9 @@ libraries were split by purpose (commit 82a4a45). A moved or refactored code
 path that changes any bit of a result fails here.
 
 The kernels are forced (FXA_ISA=ref and avx2: what every x86-64 CPU with
-AVX2 runs the same way) and so is OpenBLAS's (OPENBLAS_CORETYPE=Haswell),
-with fixed thread counts, so the bytes do not depend on the CPU the test
+AVX2 runs the same way) and so is the fp32 GEMM (FXA_PROJ_GEMM=openblas,
+which AVX-512 CPUs would otherwise run on oneDNN under Haswell kernels) and
+OpenBLAS's kernels (OPENBLAS_CORETYPE=Haswell), with fixed thread counts, so the bytes do not depend on the CPU the test
 runs on. The bf16/FP8 projection multiplies on oneDNN's bf16 kernels where
 the CPU has AVX512-BF16 (fp32 elsewhere), so `layer --fp8` is pinned only on
 CPUs without it.
@@ -93,7 +94,8 @@ def main():
         print("note: this CPU has AVX512-BF16, so `layer --fp8` multiplies on oneDNN's bf16 "
               "kernels, whose bytes were not recorded; not pinned here")
 
-    env = dict(os.environ, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="2")
+    env = dict(os.environ, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="2",
+               FXA_PROJ_GEMM="openblas")
     fail = 0
     for name, isa, args in cases:
         out = p("out.npy")

@@ -39,7 +39,8 @@
 /* Scores of rows [i0, i0 + mr) x keys [j0, j0 + 64) (one K^T panel),
  * masked to the tile. */
 static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0,
-                                       const size_t mr, const __mmask16 mask[SC_VECS])
+                                       const size_t mr, const __mmask16 mask[SC_VECS],
+                                       const int full)
 {
     __m512 acc[SC_ROWS][SC_VECS];
     UNROLL
@@ -54,7 +55,8 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
         __m512 kv[SC_VECS];
         UNROLL
         for (size_t v = 0; v < SC_VECS; v++)
-            kv[v] = _mm512_maskz_loadu_ps(mask[v], kt + c * KT_PANEL + 16 * v);
+            kv[v] = full ? _mm512_loadu_ps(kt + c * KT_PANEL + 16 * v)
+                         : _mm512_maskz_loadu_ps(mask[v], kt + c * KT_PANEL + 16 * v);
         UNROLL
         for (size_t r = 0; r < mr; r++) {
             const __m512 qb = _mm512_set1_ps(q[r * t->ldq + c]);
@@ -69,9 +71,13 @@ static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t
         const __m512 center = _mm512_set1_ps(t->qk_center[i0 + r]);
         float *z = t->scores + (i0 + r) * t->ld_scores + j0;
         UNROLL
-        for (size_t v = 0; v < SC_VECS; v++)
-            _mm512_mask_storeu_ps(z + 16 * v, mask[v],
-                                  _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][v], center)));
+        for (size_t v = 0; v < SC_VECS; v++) {
+            const __m512 zv = _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][v], center));
+            if (full)
+                _mm512_storeu_ps(z + 16 * v, zv);
+            else
+                _mm512_mask_storeu_ps(z + 16 * v, mask[v], zv);
+        }
     }
 }
 
@@ -81,14 +87,17 @@ static void fxa_f32_score_6x64__avx512(const fxa_attn_tile *t)
         __mmask16 mask[SC_VECS];
         fxa_tail_masks16((ptrdiff_t)(t->n_kv - j0), SC_VECS, mask);
         size_t i0 = 0;
+        if (j0 + KT_PANEL <= t->n_kv) /* a full panel: plain loads and stores */
+            for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
+                scores_block(t, i0, j0, SC_ROWS, mask, 1);
         for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
-            scores_block(t, i0, j0, SC_ROWS, mask);
+            scores_block(t, i0, j0, SC_ROWS, mask, 0);
         switch (t->n_q - i0) {
-        case 5: scores_block(t, i0, j0, 5, mask); break;
-        case 4: scores_block(t, i0, j0, 4, mask); break;
-        case 3: scores_block(t, i0, j0, 3, mask); break;
-        case 2: scores_block(t, i0, j0, 2, mask); break;
-        case 1: scores_block(t, i0, j0, 1, mask); break;
+        case 5: scores_block(t, i0, j0, 5, mask, 0); break;
+        case 4: scores_block(t, i0, j0, 4, mask, 0); break;
+        case 3: scores_block(t, i0, j0, 3, mask, 0); break;
+        case 2: scores_block(t, i0, j0, 2, mask, 0); break;
+        case 1: scores_block(t, i0, j0, 1, mask, 0); break;
         default: break;
         }
     }
@@ -133,24 +142,29 @@ static void softmax_rows(const fxa_attn_tile *t)
     }
 }
 
-/* o[rows i0..i0+mr, cols c0..c0+64) += P V, masks per column vector. */
-static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0, const size_t mr,
-                                   const __mmask16 mask[PV_VECS])
+/* o[rows i0..i0+mr, cols c0..c0+64) += P V over keys [j0, j1), masks per
+ * column vector. */
+static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0, size_t j0,
+                                   size_t j1, const size_t mr, const __mmask16 mask[PV_VECS],
+                                   const int full)
 {
     __m512 acc[PV_ROWS][PV_VECS];
     UNROLL
     for (size_t r = 0; r < mr; r++) {
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
-            acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t->o + (i0 + r) * t->ldo + c0 + 16 * v);
+            acc[r][v] =
+                full ? _mm512_loadu_ps(t->o + (i0 + r) * t->ldo + c0 + 16 * v)
+                     : _mm512_maskz_loadu_ps(mask[v], t->o + (i0 + r) * t->ldo + c0 + 16 * v);
     }
     const float *p = t->scores + i0 * t->ld_scores;
-    for (size_t j = 0; j < t->n_kv; j++) {
+    for (size_t j = j0; j < j1; j++) {
         const float *vj = t->v + j * t->ldv + c0;
         __m512 vv[PV_VECS];
         UNROLL
         for (size_t v = 0; v < PV_VECS; v++)
-            vv[v] = _mm512_maskz_loadu_ps(mask[v], vj + 16 * v);
+            vv[v] =
+                full ? _mm512_loadu_ps(vj + 16 * v) : _mm512_maskz_loadu_ps(mask[v], vj + 16 * v);
         UNROLL
         for (size_t r = 0; r < mr; r++) {
             const __m512 pb = _mm512_set1_ps(p[r * t->ld_scores + j]);
@@ -162,26 +176,43 @@ static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0,
     UNROLL
     for (size_t r = 0; r < mr; r++) {
         UNROLL
-        for (size_t v = 0; v < PV_VECS; v++)
-            _mm512_mask_storeu_ps(t->o + (i0 + r) * t->ldo + c0 + 16 * v, mask[v], acc[r][v]);
+        for (size_t v = 0; v < PV_VECS; v++) {
+            float *o = t->o + (i0 + r) * t->ldo + c0 + 16 * v;
+            if (full)
+                _mm512_storeu_ps(o, acc[r][v]);
+            else
+                _mm512_mask_storeu_ps(o, mask[v], acc[r][v]);
+        }
     }
 }
 
+/* Keys per pass of P.V: 64 columns of PV_KEYS V rows (32 KiB) stay in L1
+ * while every row block of the tile reads them. Each o element's FMA chain
+ * still runs over j in order (a pass continues from o), so the bits do not
+ * depend on PV_KEYS. */
+#define PV_KEYS 128
+
 static void fxa_f32_pv_6x64__avx512(const fxa_attn_tile *t)
 {
-    for (size_t c0 = 0; c0 < t->d; c0 += 16 * PV_VECS) {
-        __mmask16 mask[PV_VECS];
-        fxa_tail_masks16((ptrdiff_t)(t->d - c0), PV_VECS, mask);
-        size_t i0 = 0;
-        for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
-            pv_block(t, i0, c0, PV_ROWS, mask);
-        switch (t->n_q - i0) {
-        case 5: pv_block(t, i0, c0, 5, mask); break;
-        case 4: pv_block(t, i0, c0, 4, mask); break;
-        case 3: pv_block(t, i0, c0, 3, mask); break;
-        case 2: pv_block(t, i0, c0, 2, mask); break;
-        case 1: pv_block(t, i0, c0, 1, mask); break;
-        default: break;
+    for (size_t j0 = 0; j0 < t->n_kv; j0 += PV_KEYS) {
+        const size_t j1 = j0 + PV_KEYS < t->n_kv ? j0 + PV_KEYS : t->n_kv;
+        for (size_t c0 = 0; c0 < t->d; c0 += 16 * PV_VECS) {
+            __mmask16 mask[PV_VECS];
+            fxa_tail_masks16((ptrdiff_t)(t->d - c0), PV_VECS, mask);
+            size_t i0 = 0;
+            if (c0 + 16 * PV_VECS <= t->d) /* full columns: plain loads and stores */
+                for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
+                    pv_block(t, i0, c0, j0, j1, PV_ROWS, mask, 1);
+            for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
+                pv_block(t, i0, c0, j0, j1, PV_ROWS, mask, 0);
+            switch (t->n_q - i0) {
+            case 5: pv_block(t, i0, c0, j0, j1, 5, mask, 0); break;
+            case 4: pv_block(t, i0, c0, j0, j1, 4, mask, 0); break;
+            case 3: pv_block(t, i0, c0, j0, j1, 3, mask, 0); break;
+            case 2: pv_block(t, i0, c0, j0, j1, 2, mask, 0); break;
+            case 1: pv_block(t, i0, c0, j0, j1, 1, mask, 0); break;
+            default: break;
+            }
         }
     }
 }
