@@ -11,9 +11,9 @@ checkpoint (fxa_wan_weights_load: a .safetensors file, a sharded index or a
 folder, Wan2.2 or diffusers names), from the loader's synthetic generator,
 or from tensors / a diffusers WanAttention (copies owned by the object,
 Q/K rows permuted from interleaved RoPE pairs to rotate-half as the C
-loader does). Plans are cached per latent grid; the workspace is the
-context's 64-byte aligned numpy buffer. Errors raise fxattn.FxattnError
-subclasses with the library's message.
+loader does). Plans are cached per latent grid and x dtype; the workspace
+is the context's 64-byte aligned numpy buffer. Errors raise
+fxattn.FxattnError subclasses with the library's message.
 
 dtype (every constructor; default "fp32"): "fp32" keeps fp32 weights and
 runs every stage in fp32 (fxa_wan_desc.dtype FXA_F32). "bf16" keeps the
