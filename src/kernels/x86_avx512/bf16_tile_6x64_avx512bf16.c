@@ -7,7 +7,7 @@
  *           key-dimension pair, four zmm of packed key pairs (contiguous)
  *           and a broadcast query pair; 24 zmm accumulators in fp32.
  *   softmax fp32 exp2 (fxa_vexp2_shifted_f32x16), then P rounded to bf16
- *           (vcvtneps2bf16); l sums the rounded P.
+ *           (vcvtne2ps2bf16, 32 at a time); l sums the rounded P.
  *   P.V     6 x 64 micro-kernel on vdpbf16ps: per key pair, four zmm of
  *           packed value pairs and a broadcast pair of p; 24 accumulators.
  * The hardware flushes subnormal bf16 products (DAZ/FTZ); P itself is never
@@ -102,13 +102,29 @@ static void fxa_bf16_score_6x64__avx512bf16(const fxa_attn_tile_bf16 *t)
 
 /* p16 = bf16(exp2(z - shift)) (pad column zeroed); returns the sum of the
  * rounded values. may_flush 0 (a constant) leaves out the flush test, for
- * rows whose bound proves that no term flushes (FXA_ROW_FIXED). */
+ * rows whose bound proves that no term flushes (FXA_ROW_FIXED). Whole
+ * groups of 32 scores round two vectors into one (vcvtne2ps2bf16), store it
+ * whole and add the rounded pairs into the sum with one vdpbf16ps by ones
+ * (each p times 1 is exact: lane k adds p_2k, then p_2k+1); the tail goes 16
+ * at a time under masks. */
 static ALWAYS_INLINE float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16,
                                          const int may_flush)
 {
     const __m512 m = _mm512_set1_ps(shift);
+    const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80); /* bf16 1.0 */
     __m512 sum = _mm512_setzero_ps();
-    for (size_t j = 0; j < n; j += 16) {
+    size_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        const __m512 z0 = _mm512_loadu_ps(z + j), z1 = _mm512_loadu_ps(z + j + 16);
+        const __m512 p0 =
+            may_flush ? fxa_vexp2_shifted_f32x16(z0, m) : fxa_vexp2_shifted_noflush_f32x16(z0, m);
+        const __m512 p1 =
+            may_flush ? fxa_vexp2_shifted_f32x16(z1, m) : fxa_vexp2_shifted_noflush_f32x16(z1, m);
+        const __m512bh pb = _mm512_cvtne2ps_pbh(p1, p0); /* p0 in the low half */
+        _mm512_storeu_si512(p16 + j, (__m512i)pb);
+        sum = _mm512_dpbf16_ps(sum, pb, ones);
+    }
+    for (; j < n; j += 16) {
         const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
         const __m512 z16 = _mm512_maskz_loadu_ps(k, z + j);
         const __m512 p =

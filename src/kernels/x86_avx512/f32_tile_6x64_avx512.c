@@ -110,7 +110,14 @@ static ALWAYS_INLINE float exp2_row_sum(float *z, size_t n, float shift, const i
 {
     const __m512 m = _mm512_set1_ps(shift);
     __m512 sum = _mm512_setzero_ps();
-    for (size_t j = 0; j < n; j += 16) {
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) { /* whole vectors: plain loads and stores */
+        const __m512 p = may_flush ? fxa_vexp2_shifted_f32x16(_mm512_loadu_ps(z + j), m)
+                                   : fxa_vexp2_shifted_noflush_f32x16(_mm512_loadu_ps(z + j), m);
+        _mm512_storeu_ps(z + j, p);
+        sum = _mm512_add_ps(sum, p);
+    }
+    for (; j < n; j += 16) {
         const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
         const __m512 z16 = _mm512_maskz_loadu_ps(k, z + j);
         const __m512 p =
