@@ -198,17 +198,29 @@ static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, fxa_row_at k_at
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t pairs = (dim + 1) / 2;
+    const size_t panel = p->kt_panel;
     memset(kp, 0, pairs * p->kv_tile * 2 * sizeof *kp);
     memset(vp, 0, p->kv_tile * dim * sizeof *vp);
     for (size_t j = 0; j < n_kv; j++) {
         const uint16_t *kj = k + k_at.off + (int64_t)j * k_at.token_stride;
-        const uint16_t *vj = v + v_at.off + (int64_t)j * v_at.token_stride;
-        for (size_t c = 0; c < dim; c++) {
+        uint16_t *kpj = kp + 2 * fxa_kt_offset(panel, pairs, 0, j); /* pair c at 2 c panel */
+        for (size_t c = 0; c < dim; c++)
             /* A prescaled key is rounded back to bf16 (exact unless subnormal). */
-            const uint16_t kc =
+            kpj[2 * (c / 2) * panel + c % 2] =
                 kshift ? fxa_f32_to_bf16(ldexpf(fxa_bf16_bits_to_f32(kj[c]), -kshift)) : kj[c];
-            kp[2 * fxa_kt_offset(p->kt_panel, pairs, c / 2, j) + c % 2] = kc;
-            vp[2 * ((j / 2) * dim + c) + j % 2] = vj[c];
+    }
+    for (size_t j = 0; j < n_kv; j += 2) { /* V rows j and j + 1 interleaved */
+        const uint16_t *v0 = v + v_at.off + (int64_t)j * v_at.token_stride;
+        uint16_t *out = vp + j * dim;
+        if (j + 1 < n_kv) {
+            const uint16_t *v1 = v0 + v_at.token_stride;
+            for (size_t c = 0; c < dim; c++) {
+                out[2 * c] = v0[c];
+                out[2 * c + 1] = v1[c];
+            }
+        } else {
+            for (size_t c = 0; c < dim; c++)
+                out[2 * c] = v0[c];
         }
     }
 }
