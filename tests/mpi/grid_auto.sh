@@ -3,7 +3,9 @@
 # rank 0 as "grid auto: Ulysses U x ring R") and writes the same bytes as
 # the explicit --ulysses U --ring R run; bench runs it too and reports that
 # grid; `plan --measure` measures the job (one host here: the link inside
-# it); --grid with another value or with --ulysses / --ring fails on every
+# it); `layer --cp-grid auto` runs its choice for the layer's attention and
+# writes the bytes of the explicit grid; --grid (--cp-grid) with another
+# value or with --ulysses / --ring, and --cp-grid with --tp, fail on every
 # rank with one error, exit 2, nothing written.
 # Usage: grid_auto.sh MPIRUN FXATTN
 set -u
@@ -69,6 +71,31 @@ for args in "--grid auto --ring 2" "--grid auto --ulysses 2" "--grid 1x2"; do
     rc=$?
     [ "$rc" -eq 2 ] || bad "bench $args: exit $rc, expected 2"
     echo "$err" | grep -q "^fxattn: error: .*--grid" || bad "bench $args: no error naming --grid"
+done
+lg="--grid 2,3,6 --heads 8 --dim 32 --seed 3 --threads 1"
+# shellcheck disable=SC2086
+out=$(run -np 2 "$fxattn" layer $lg --cp-grid auto -o "$dir/layer_auto.npy") ||
+    bad "layer --cp-grid auto exited $?"
+echo "$out"
+lpick=$(echo "$out" | sed -n 's/^grid auto: Ulysses \([0-9]*\) x ring \([0-9]*\) .*/\1 \2/p')
+# shellcheck disable=SC2086
+set -- $lpick
+if [ $# -eq 2 ] && [ $(($1 * $2)) -eq 2 ]; then
+    # shellcheck disable=SC2086
+    run -np 2 "$fxattn" layer $lg --ulysses "$1" --ring "$2" -o "$dir/layer_explicit.npy" \
+        >/dev/null || bad "layer --ulysses $1 --ring $2 exited $?"
+    cmp -s "$dir/layer_auto.npy" "$dir/layer_explicit.npy" ||
+        bad "layer --cp-grid auto differs from --ulysses $1 --ring $2"
+else
+    bad "layer --cp-grid auto named no grid for 2 ranks: '$lpick'"
+fi
+for args in "--cp-grid auto --ring 2" "--cp-grid 2x1" "--cp-grid auto --tp 2"; do
+    # shellcheck disable=SC2086
+    err=$(run -np 2 "$fxattn" layer $lg -o "$dir/bad.npy" $args 2>&1 >/dev/null)
+    rc=$?
+    [ "$rc" -eq 2 ] || bad "layer $args: exit $rc, expected 2"
+    n=$(echo "$err" | grep -c "^fxattn: error: .*--cp-grid")
+    [ "$n" -eq 1 ] || bad "layer $args: expected one error naming --cp-grid, got: $err"
 done
 [ "$(cat "$dir/bad.npy")" = "stale" ] || bad "a failed run touched the output"
 [ "$fail" -eq 0 ] && echo "grid auto: all checks passed"

@@ -140,6 +140,7 @@ void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
         {"--rope-layout", NULL, FXT_OPT_STRING, &o->rope_layout, 0, 0},
         {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
+        {"--cp-grid", NULL, FXT_OPT_STRING, &o->cp_grid, 0, 0},
         {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
         {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
         {"--seed", NULL, FXT_OPT_INT, &o->seed, 0, INT64_MAX},

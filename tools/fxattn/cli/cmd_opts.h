@@ -99,6 +99,7 @@ typedef struct layer_opts {
     const char *grid;        /* --grid F,H,W; NULL: 4,32,32 (synthetic x only) */
     const char *rope_layout; /* "interleaved" (Wan checkpoints) or "half" */
     const char *dtype;       /* "f32" or "bf16": the layer's activations (and weights) */
+    const char *cp_grid;     /* --cp-grid auto: the planner picks --ulysses x --ring */
     int64_t block;
     int64_t heads;
     int64_t dim; /* 0: not given (hidden / heads, or 128 without files) */

@@ -301,6 +301,6 @@ void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_la
 
 int fxt_layer_is_distributed(const layer_opts *o)
 {
-    return o->ulysses > 0 || o->ring > 0 || o->tp > 0 || getenv("OMPI_COMM_WORLD_SIZE") ||
-           getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    return o->ulysses > 0 || o->ring > 0 || o->tp > 0 || o->cp_grid ||
+           getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }

@@ -194,7 +194,7 @@ static int run(fxt_world *w, const attn_opts *o)
         /* --grid auto, now that the shapes are known: the grid rank (so
          * the shard just read) is the same for every grid shape. */
         int u = (int)o->ulysses, r = (int)o->ring;
-        if ((code = fxt_mpi_grid_auto(w, o->grid, &in.d, cp.n_threads, &u, &r)))
+        if ((code = fxt_mpi_grid_auto(w, "--grid", o->grid, &in.d, cp.n_threads, &u, &r)))
             goto done;
         fxa_mpi_destroy(m);
         m = NULL;

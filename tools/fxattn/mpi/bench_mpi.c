@@ -148,7 +148,7 @@ int fxt_bench_mpi(const bench_opts *o)
         /* Collective; its errors are the same on every rank. */
         fxt_world w = {b.rank, b.size, o->timeout > 0 ? o->timeout : fxa_mpi_default_timeout(), ""};
         fxt_fail_capture(w.msg, sizeof w.msg);
-        code = fxt_mpi_grid_auto(&w, o->grid, &b.d, threads, &mp.ulysses, &mp.ring);
+        code = fxt_mpi_grid_auto(&w, "--grid", o->grid, &b.d, threads, &mp.ulysses, &mp.ring);
         fxt_fail_capture(NULL, 0);
         if (code)
             goto done;

@@ -70,6 +70,20 @@ static int plan(job *j)
     g.ulysses = (int)j->o->ulysses;
     g.ring = (int)j->o->ring;
     g.timeout_seconds = j->w->timeout;
+    if (j->o->cp_grid) {
+        /* --cp-grid auto: the planner's grid for the layer's attention over
+         * every rank (so not with --tp, whose groups would change it). */
+        int code = j->o->tp > 0 ? fxt_fail(FXT_EXIT_BAD_INPUT,
+                                           "--cp-grid auto plans context parallelism over "
+                                           "every rank: not with --tp")
+                                : 0;
+        fxa_attn_desc ad;
+        fxa_wan_attn_desc(&j->cfg.wan, j->cfg.heads, &ad);
+        if ((code = fxt_world_agree(j->w, code)) ||
+            (code = fxt_mpi_grid_auto(j->w, "--cp-grid", j->o->cp_grid, &ad,
+                                      fxa_ctx_threads(j->ctx), &g.ulysses, &g.ring)))
+            return code;
+    }
     const fxa_status st = fxa_wan_mpi_plan_create(MPI_COMM_WORLD, j->ctx, &j->cfg.wan, &g, &j->plan,
                                                   &j->ws_bytes, err, sizeof err);
     const int code = fxt_world_lib_fail(j->w, st, err);

@@ -54,13 +54,14 @@ int fxt_mpi_threads_per_rank(int64_t threads);
  * the split fails). Collective over MPI_COMM_WORLD. */
 int fxt_mpi_node_ranks(void);
 
-/* --grid: NULL (nothing to do) or "auto": measure this job's links and
- * compute rate (plan_mpi.c), plan d's attention over the job's ranks and
- * set *ulysses and *ring to the best grid (printed on rank 0). Bad values
- * or --grid with --ulysses / --ring: the same error on every rank.
- * Collective over MPI_COMM_WORLD. Returns 0 or the agreed exit code (the
- * error printed once by rank 0, fxt_world_agree). */
-int fxt_mpi_grid_auto(fxt_world *w, const char *grid, const fxa_attn_desc *d, int threads,
-                      int *ulysses, int *ring);
+/* The option `opt` (attn and bench: "--grid", layer: "--cp-grid") with
+ * value `grid`: NULL (nothing to do) or "auto": measure this job's links
+ * and compute rate (plan_mpi.c), plan d's attention over the job's ranks
+ * and set *ulysses and *ring to the best grid (printed on rank 0). Bad
+ * values or the option with --ulysses / --ring: the same error on every
+ * rank. Collective over MPI_COMM_WORLD. Returns 0 or the agreed exit code
+ * (the error printed once by rank 0, fxt_world_agree). */
+int fxt_mpi_grid_auto(fxt_world *w, const char *opt, const char *grid, const fxa_attn_desc *d,
+                      int threads, int *ulysses, int *ring);
 
 #endif

@@ -297,18 +297,18 @@ done:
     return code;
 }
 
-int fxt_mpi_grid_auto(fxt_world *w, const char *grid, const fxa_attn_desc *d, int threads,
-                      int *ulysses, int *ring)
+int fxt_mpi_grid_auto(fxt_world *w, const char *opt, const char *grid, const fxa_attn_desc *d,
+                      int threads, int *ulysses, int *ring)
 {
     if (!grid)
         return 0;
     int code = 0;
     if (strcmp(grid, "auto") != 0)
         code =
-            fxt_fail(FXT_EXIT_BAD_INPUT, "--grid '%s': only 'auto' (the planner's choice)", grid);
+            fxt_fail(FXT_EXIT_BAD_INPUT, "%s '%s': only 'auto' (the planner's choice)", opt, grid);
     else if (*ulysses > 0 || *ring > 0)
         code = fxt_fail(FXT_EXIT_BAD_INPUT,
-                        "--grid auto picks --ulysses and --ring: give one or the other");
+                        "%s auto picks --ulysses and --ring: give one or the other", opt);
     plan_opts o;
     fxt_plan_opts_defaults(&o);
     o.seq = d->seq_kv;
@@ -327,7 +327,7 @@ int fxt_mpi_grid_auto(fxt_world *w, const char *grid, const fxa_attn_desc *d, in
     int best = 0;
     char err[200];
     if (fxt_cost_model_check(&m, err, sizeof err))
-        code = fxt_fail(FXT_EXIT_BAD_INPUT, "--grid auto: %s", err);
+        code = fxt_fail(FXT_EXIT_BAD_INPUT, "%s auto: %s", opt, err);
     if ((code = fxt_world_agree(w, code)))
         return code;
     /* Every rank holds the same model (measurements shared): the same pick. */
