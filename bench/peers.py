@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import ort_mha_session
+
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
 BUILD_HINT = ("cd %s && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2" % ROOT)
@@ -262,7 +264,6 @@ def main(argv):
     try:
         import numpy as np
         import onnxruntime as ort
-        from onnx import TensorProto, helper
         import onnx
     except ImportError as e:
         log("error: %s (the venv is incomplete; delete bench/.venv and rerun bench/peers)" % e)
@@ -308,19 +309,7 @@ def main(argv):
             log("peak %s, %d thread(s): %.1f GFLOP/s" % (dt, T, peaks[(T, dt)][0]))
 
     def make_session(S, T):
-        vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [B, S, E])
-        node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft",
-                                num_heads=H)
-        graph = helper.make_graph([node], "mha", [vi("q"), vi("k"), vi("v")], [vi("o")])
-        model = helper.make_model(graph, ir_version=8,
-                                  opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = T
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        if not a.ort_spin:
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return ort_mha_session(B, S, H, D, T, spin=a.ort_spin)
 
     meter = CpuMeter()
     rows_out = []

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 import fxattn
+from benchlib import cpu_name, ort_mha_session
 from fxattn import _lib
 from fxattn.attention import Options, descriptor, operands
 from fxattn._context import context
@@ -63,14 +64,6 @@ def interleaved_medians(calls, repeats):
             own = fn()
             times[name].append(own if isinstance(own, float) else time.perf_counter() - t)
     return {name: statistics.median(x) for name, x in times.items()}
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def peak_gflops(threads, dtype):
@@ -116,20 +109,9 @@ def onnxruntime_mha(s, h, d, threads):
     try:
         import onnx
         import onnxruntime as ort
-        from onnx import TensorProto, helper
+        sess = ort_mha_session(1, s, h, d, threads)
     except ImportError as e:
         return None, str(e)
-    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, s, h * d])  # noqa: E731
-    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=h)
-    graph = helper.make_graph([node], "mha", [vi("q"), vi("k"), vi("v")], [vi("o")])
-    model = helper.make_model(graph, ir_version=8,
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     ort.onnx_version = onnx.__version__
     return ort, sess
 

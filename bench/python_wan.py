@@ -42,6 +42,7 @@ from diffusers import WanTransformer3DModel
 from diffusers.models.transformers.transformer_wan import WanAttention, WanAttnProcessor, WanRotaryPosEmbed
 
 import fxattn
+from benchlib import cpu_name
 from fxattn.diffusers import WanAttnProcessor as FxProcessor
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -60,14 +61,6 @@ def interleaved_medians(calls, rounds):
             times[name].append(time.perf_counter() - t0)
         print(f"# round {r + 1}/{rounds}: " + ", ".join(f"{' '.join(n)} {times[n][-1]:.2f} s" for n in calls), flush=True)
     return {name: (statistics.median(times[name]), outs[name]) for name in calls}
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def keep_fp32_cast(model, dtype):

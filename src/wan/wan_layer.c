@@ -41,9 +41,8 @@ size_t fxa_wan_act_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads)
 
 size_t fxa_wan_x16_bytes(const fxa_wan_desc *d, int64_t tokens)
 {
-    if (d->dtype != FXA_BF16 || d->x_format != FXA_PROJ_X_F32)
-        return 0;
-    return ((size_t)(tokens * d->heads * d->head_dim) * sizeof(uint16_t) + 63) & ~(size_t)63;
+    const int rounds_x = d->dtype == FXA_BF16 && d->x_format == FXA_PROJ_X_F32;
+    return rounds_x ? fxa_wan_act_bytes(d, tokens, d->heads) : 0; /* a bf16 activation */
 }
 
 /* Rounding x to bf16 in items of ROUND_ROWS tokens; bad[item]: the first
