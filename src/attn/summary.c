@@ -12,21 +12,23 @@ size_t fxa_summary_head_len(const fxa_attn_plan *p)
     return FXA_SUMMARY_FIXED + (size_t)p->d.head_dim;
 }
 
-static int note_bad(const fxa_row_stats *rs, fxa_bad_value *bad, char tensor, int64_t row,
-                    const float *x, size_t d)
+/* The bound pass needs no separate finiteness scan: a row's ||x||^2 (and
+ * ||x - 0||^2) in fp64 is finite exactly when all its values are (the
+ * square of a finite fp32 value is below 2^256, far inside fp64, and the
+ * squares are never negative, so no Inf - Inf can hide one), and its
+ * abs_max is Inf or NaN exactly when one of its values is. Only a row whose
+ * statistic is not finite is searched for its first bad value. */
+static void note_bad(fxa_bad_value *bad, char tensor, int64_t row, const float *x, size_t d)
 {
-    if (!rs->any_non_finite(x, d))
-        return 0;
     for (size_t c = 0; c < d; c++) {
         if (!isfinite(x[c])) {
             bad->tensor = tensor;
             bad->bad_row = row;
             bad->bad_col = (int64_t)c;
             bad->bad_value = x[c];
-            break;
+            return;
         }
     }
-    return 1;
 }
 
 void fxa_fp32_mean(const double *sum, double n, size_t dim, float *mean)
@@ -75,14 +77,20 @@ void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
         row_at(blk, i, &h, &j);
         double *part = partials + (size_t)h * len;
         const float *row = block_row(p, k, blk, h, j, scratch);
-        if (bad[2 * h].bad_row < 0 && !note_bad(rs, &bad[2 * h], 'K', j, row, dim)) {
+        if (bad[2 * h].bad_row < 0) {
             const double nn = rs->norm2_add(row, dim, part + FXA_SUMMARY_FIXED);
-            part[1] = nn > part[1] ? nn : part[1];
+            if (isfinite(nn))
+                part[1] = nn > part[1] ? nn : part[1];
+            else
+                note_bad(&bad[2 * h], 'K', j, row, dim);
         }
         row = block_row(p, v, vblk, h, j, scratch);
-        if (bad[2 * h + 1].bad_row < 0 && !note_bad(rs, &bad[2 * h + 1], 'V', j, row, dim)) {
-            const double a = rs->abs_max(row, dim);
-            part[3] = a > part[3] ? a : part[3];
+        if (bad[2 * h + 1].bad_row < 0) {
+            const float a = rs->abs_max(row, dim);
+            if (isfinite(a))
+                part[3] = a > part[3] ? a : part[3];
+            else
+                note_bad(&bad[2 * h + 1], 'V', j, row, dim);
         }
     }
 }
@@ -123,10 +131,11 @@ void fxa_check_block(const fxa_attn_plan *p, const void *x, const fxa_row_block 
         if (bad[h].bad_row >= 0)
             continue;
         const float *row = block_row(p, x, blk, h, j, scratch);
-        if (!note_bad(rs, &bad[h], 'Q', j, row, dim)) {
-            const double nn = rs->distance2(row, zero, dim);
+        const double nn = rs->distance2(row, zero, dim);
+        if (isfinite(nn))
             norm2_max[h] = nn > norm2_max[h] ? nn : norm2_max[h];
-        }
+        else
+            note_bad(&bad[h], 'Q', j, row, dim);
     }
 }
 

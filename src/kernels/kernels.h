@@ -149,13 +149,14 @@ typedef void fxa_pack_kt_fn(const float *const *rows, size_t n, size_t d, size_t
 /*
  * Row statistics for the bound pass and the row setup, on one fp32 row of d
  * values. Sums are in double in a fixed order (row_stats_impl.h), so every
- * ISA's build returns the same bits.
+ * ISA's build returns the same bits. A non-finite x_c makes norm2_add,
+ * distance2 (finite center) and abs_max non-finite, and nothing else does
+ * (fp32 squares stay far inside fp64): the bound pass's finiteness test.
  */
 typedef struct fxa_row_stats {
-    int (*any_non_finite)(const float *x, size_t d);            /* 1 if some x_c is Inf or NaN */
-    double (*norm2_add)(const float *x, size_t d, double *sum); /* ||x||^2; sum[c] += x_c */
+    double (*norm2_add)(const float *x, size_t d, double *sum);         /* ||x||^2; sum[c] += x_c */
     double (*distance2)(const float *x, const float *center, size_t d); /* ||x - center||^2 */
-    float (*abs_max)(const float *x, size_t d); /* max_c |x_c| of a finite row */
+    float (*abs_max)(const float *x, size_t d); /* max_c |x_c|; Inf or NaN if some x_c is */
     void (*norm2_dot)(const float *x, const float *y, size_t d, double *xx,
                       double *xy); /* ||x||^2 and x.y */
 } fxa_row_stats;

@@ -23,17 +23,6 @@ static double combine_lanes(const double s[FXA_ROW_STATS_LANES])
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
-static int row_any_non_finite(const float *x, size_t d)
-{
-    uint32_t bad = 0;
-    for (size_t c = 0; c < d; c++) {
-        uint32_t b;
-        memcpy(&b, x + c, sizeof b);
-        bad |= (b & 0x7f800000u) == 0x7f800000u;
-    }
-    return bad != 0;
-}
-
 static double row_norm2_add(const float *x, size_t d, double *sum)
 {
     double s[FXA_ROW_STATS_LANES] = {0.0};
@@ -68,7 +57,8 @@ static double row_distance2(const float *x, const float *center, size_t d)
     return combine_lanes(s);
 }
 
-/* For finite values, |x| orders like the integer of its bits. */
+/* |x| orders like the integer of its bits; Inf and NaN bits lie above every
+ * finite value's, so the result is Inf or NaN when some x_c is. */
 static float row_abs_max(const float *x, size_t d)
 {
     uint32_t m = 0;
@@ -104,7 +94,6 @@ static void row_norm2_dot(const float *x, const float *y, size_t d, double *xx, 
 }
 
 #define FXA_ROW_STATS_TABLE(name)                                                                  \
-    const fxa_row_stats name = {row_any_non_finite, row_norm2_add, row_distance2, row_abs_max,     \
-                                row_norm2_dot}
+    const fxa_row_stats name = {row_norm2_add, row_distance2, row_abs_max, row_norm2_dot}
 
 #endif
