@@ -172,7 +172,7 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_at
     const size_t dim = (size_t)p->d.head_dim;
     const size_t panel = p->kt_panel;
     float scratch[PACK_GROUP][FXA_MAX_HEAD_DIM];
-    const float *rows[PACK_GROUP];
+    const void *rows[PACK_GROUP];
     for (size_t j0 = 0; j0 < n_kv; j0 += PACK_GROUP) {
         const size_t n = n_kv - j0 < PACK_GROUP ? n_kv - j0 : PACK_GROUP;
         for (size_t j = 0; j < n; j++) {
@@ -192,22 +192,42 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_at
 }
 
 /* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.
- * Inputs are bf16 (the plan checks), so reading their bits is exact. */
+ * Inputs are bf16 (the plan checks), so reading their bits is exact. K rows
+ * whose pairs are 4-byte aligned 32-bit words (an even head_dim and even
+ * offsets from an aligned base) go through the kernel set's pack_kt, which
+ * places a pair of K exactly where the pair layout wants it; the rest (odd
+ * dims, odd strides, prescaled keys) is copied one value at a time. A full
+ * tile of aligned pairs has no pads to zero. */
 static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, fxa_row_at k_at, const uint16_t *v,
                       fxa_row_at v_at, size_t n_kv, int kshift, uint16_t *kp, uint16_t *vp)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t pairs = (dim + 1) / 2;
     const size_t panel = p->kt_panel;
-    memset(kp, 0, pairs * p->kv_tile * 2 * sizeof *kp);
-    memset(vp, 0, p->kv_tile * dim * sizeof *vp);
-    for (size_t j = 0; j < n_kv; j++) {
-        const uint16_t *kj = k + k_at.off + (int64_t)j * k_at.token_stride;
-        uint16_t *kpj = kp + 2 * fxa_kt_offset(panel, pairs, 0, j); /* pair c at 2 c panel */
-        for (size_t c = 0; c < dim; c++)
-            /* A prescaled key is rounded back to bf16 (exact unless subnormal). */
-            kpj[2 * (c / 2) * panel + c % 2] =
-                kshift ? fxa_f32_to_bf16(ldexpf(fxa_bf16_bits_to_f32(kj[c]), -kshift)) : kj[c];
+    const int words = kshift == 0 && dim % 2 == 0 && k_at.off % 2 == 0 &&
+                      k_at.token_stride % 2 == 0 && (uintptr_t)k % 4 == 0;
+    if (!words || n_kv < p->kv_tile) {
+        memset(kp, 0, pairs * p->kv_tile * 2 * sizeof *kp);
+        memset(vp, 0, p->kv_tile * dim * sizeof *vp);
+    }
+    if (words) {
+        const void *rows[PACK_GROUP];
+        for (size_t j0 = 0; j0 < n_kv; j0 += PACK_GROUP) {
+            const size_t n = n_kv - j0 < PACK_GROUP ? n_kv - j0 : PACK_GROUP;
+            for (size_t j = 0; j < n; j++)
+                rows[j] = k + k_at.off + (int64_t)(j0 + j) * k_at.token_stride;
+            p->ctx->kernels->pack_kt(rows, n, pairs, panel,
+                                     (uint32_t *)kp + fxa_kt_offset(panel, pairs, 0, j0));
+        }
+    } else {
+        for (size_t j = 0; j < n_kv; j++) {
+            const uint16_t *kj = k + k_at.off + (int64_t)j * k_at.token_stride;
+            uint16_t *kpj = kp + 2 * fxa_kt_offset(panel, pairs, 0, j); /* pair c at 2 c panel */
+            for (size_t c = 0; c < dim; c++)
+                /* A prescaled key is rounded back to bf16 (exact unless subnormal). */
+                kpj[2 * (c / 2) * panel + c % 2] =
+                    kshift ? fxa_f32_to_bf16(ldexpf(fxa_bf16_bits_to_f32(kj[c]), -kshift)) : kj[c];
+        }
     }
     for (size_t j = 0; j < n_kv; j += 2) { /* V rows j and j + 1 interleaved */
         const uint16_t *v0 = v + v_at.off + (int64_t)j * v_at.token_stride;

@@ -137,14 +137,16 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
 typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 
 /*
- * K^T packing for fxa_attn_tile: rows[j] holds key j's d fp32 values (j < n,
- * rows anywhere, not aliasing kt); writes rows[j][c] to
- * kt[fxa_kt_offset(panel, d, c, j)] for every c < d, j < n (panel a multiple
- * of 16). An exact copy of the bits; nothing else in kt is written (keys past
- * n in the last panel keep their contents), so a caller may pack a group of
- * keys starting at a multiple of 16 by passing kt + fxa_kt_offset(panel, d, 0, j0).
+ * K^T packing for the tiles, on 32-bit words: rows[j] holds key j's d words
+ * (fp32 values for fxa_attn_tile, bf16 pairs for fxa_attn_tile_bf16; j < n,
+ * rows 4-byte aligned anywhere, not aliasing kt); writes word c of rows[j]
+ * to word fxa_kt_offset(panel, d, c, j) of kt for every c < d, j < n (panel
+ * a multiple of 16). An exact copy of the bits, whatever they are; nothing
+ * else in kt is written (keys past n in the last panel keep their contents),
+ * so a caller may pack a group of keys starting at a multiple of 16 by
+ * passing kt + fxa_kt_offset(panel, d, 0, j0) words.
  */
-typedef void fxa_pack_kt_fn(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
+typedef void fxa_pack_kt_fn(const void *const *rows, size_t n, size_t d, size_t panel, void *kt);
 
 /*
  * Row statistics for the bound pass and the row setup, on one fp32 row of d
@@ -172,7 +174,7 @@ typedef struct fxa_kernels {
     fxa_attn_tile_fn *attn_tile;
     fxa_attn_tile_bf16_fn *attn_tile_bf16;
     fxa_widen_f16_fn *widen_f16; /* used while packing and in the bound pass */
-    fxa_pack_kt_fn *pack_kt;     /* K^T panels for attn_tile (fp32 compute) */
+    fxa_pack_kt_fn *pack_kt;     /* K^T panels (K pairs for bf16 compute) */
     const fxa_row_stats *row_stats;
 } fxa_kernels;
 
@@ -192,7 +194,7 @@ void fxa_kernels_init_avx512(fxa_kernels *k, const struct fxa_cpu *cpu);
 /* Reference kernels (ref/): the spec of each entry. */
 void fxa_f32_tile__ref(const fxa_attn_tile *t);
 void fxa_bf16_tile__ref(const fxa_attn_tile_bf16 *t);
-void fxa_f32_packkt__ref(const float *const *rows, size_t n, size_t d, size_t panel, float *kt);
+void fxa_f32_packkt__ref(const void *const *rows, size_t n, size_t d, size_t panel, void *kt);
 void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n);
 
 /* x86 kernels (built only on x86-64). F16C widening, 8 values per
@@ -200,14 +202,13 @@ void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n);
 void fxa_widen_f16_f16c(const uint16_t *src, float *dst, size_t n);
 /* AVX2: 4x24 scores and 6x16 P.V on ymm FMA; K^T in one panel per tile. */
 void fxa_f32_tile_4x24_6x16__avx2(const fxa_attn_tile *t);
-void fxa_f32_packkt_8x8__avx2(const float *const *rows, size_t n, size_t d, size_t panel,
-                              float *kt);
+void fxa_f32_packkt_8x8__avx2(const void *const *rows, size_t n, size_t d, size_t panel, void *kt);
 /* AVX-512: 6x64 scores and P.V on zmm FMA; K^T (bf16: K pairs) in panels of
  * FXA_AVX512_KT_PANEL keys. */
 #define FXA_AVX512_KT_PANEL 64
 void fxa_f32_tile_6x64__avx512(const fxa_attn_tile *t);
 void fxa_bf16_tile_6x64__avx512bf16(const fxa_attn_tile_bf16 *t);
-void fxa_f32_packkt_16x16__avx512(const float *const *rows, size_t n, size_t d, size_t panel,
-                                  float *kt);
+void fxa_f32_packkt_16x16__avx512(const void *const *rows, size_t n, size_t d, size_t panel,
+                                  void *kt);
 
 #endif

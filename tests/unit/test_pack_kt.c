@@ -1,9 +1,11 @@
 /*
  * K^T packing (fxa_pack_kt_fn in src/kernels/kernels.h): the reference puts
- * every rows[j][c] where the panel layout says and writes nothing else, and
- * every kernel set's pack_kt gives the reference's bits for its own panel
- * width, with the memory around the packed region (pads of the last panel,
- * guards on both sides) untouched.
+ * every 32-bit word rows[j][c] where the panel layout says and writes
+ * nothing else, and every kernel set's pack_kt gives the reference's bits
+ * for its own panel width, with the memory around the packed region (pads
+ * of the last panel, guards on both sides) untouched. Words are random
+ * bits, NaN and Inf patterns included: bf16 compute packs pairs of bf16
+ * values through the same kernels.
  */
 #include <stdlib.h>
 
@@ -16,20 +18,18 @@ static const size_t g_dims[] = {1, 3, 16, 17, 64, 100, 128};
 #define N_DIMS (sizeof g_dims / sizeof g_dims[0])
 #define MAX_KEYS 256
 #define MAX_D 128
-#define GUARD 64                  /* floats on each side of the packed region */
+#define GUARD 64                  /* words on each side of the packed region */
 #define ROW_STRIDE (MAX_D + 3)    /* rows apart as in a strided input, unaligned */
-#define SENTINEL_BITS 0x7fc0deadu /* a NaN no row holds (rows are finite) */
+#define SENTINEL_BITS 0x7fc0deadu /* a NaN pattern no row holds */
 
-/* Random finite bits of every magnitude, signed zeros and subnormals included. */
-static void fill_rows(fxt_rng *r, float *src, const float **rows, size_t n, size_t d)
+/* Random bits (any pattern but the sentinel's). */
+static void fill_rows(fxt_rng *r, uint32_t *src, const void **rows, size_t n, size_t d)
 {
     for (size_t j = 0; j < n; j++) {
-        float *row = src + j * ROW_STRIDE + j % 3;
+        uint32_t *row = src + j * ROW_STRIDE + j % 3;
         for (size_t c = 0; c < d; c++) {
             uint32_t bits = (uint32_t)(fxt_rng_next(r) >> 32);
-            if ((bits & 0x7f800000u) == 0x7f800000u)
-                bits &= 0xbfffffffu; /* Inf or NaN exponent: one lower */
-            row[c] = test_bits_f32(bits);
+            row[c] = bits == SENTINEL_BITS ? bits ^ 1u : bits;
         }
         rows[j] = row;
     }
@@ -42,16 +42,16 @@ static size_t packed_len(size_t n, size_t d, size_t panel)
 
 /* A buffer is GUARD floats, the packed region, GUARD floats, all sentinels
  * before packing. */
-static void fill_sentinels(float *buf, size_t len)
+static void fill_sentinels(uint32_t *buf, size_t len)
 {
     for (size_t i = 0; i < len; i++)
-        buf[i] = test_bits_f32(SENTINEL_BITS);
+        buf[i] = SENTINEL_BITS;
 }
 
 /* The reference against the layout read backwards: position `at` of the region
  * is key j = at / (panel d) * panel + at % panel, dimension c = at % (panel d) / panel,
  * holding rows[j][c] when j < n and untouched otherwise, as are the guards. */
-static void check_ref(const float *const *rows, size_t n, size_t d, size_t panel, float *buf)
+static void check_ref(const void *const *rows, size_t n, size_t d, size_t panel, uint32_t *buf)
 {
     const size_t len = packed_len(n, d, panel);
     fill_sentinels(buf, len + 2 * GUARD);
@@ -64,22 +64,22 @@ static void check_ref(const float *const *rows, size_t n, size_t d, size_t panel
             const size_t j = at / (panel * d) * panel + at % panel;
             const size_t c = at % (panel * d) / panel;
             if (j < n)
-                want = test_f32_bits(rows[j][c]);
+                want = ((const uint32_t *)rows[j])[c];
         }
-        wrong += test_f32_bits(buf[i]) != want;
+        wrong += buf[i] != want;
     }
-    CHECK(wrong == 0, "ref: n = %zu, d = %zu, panel = %zu: %lld floats wrong", n, d, panel, wrong);
+    CHECK(wrong == 0, "ref: n = %zu, d = %zu, panel = %zu: %lld words wrong", n, d, panel, wrong);
 }
 
-/* One kernel set's pack_kt against the reference, every float of the buffer. */
+/* One kernel set's pack_kt against the reference, every word of the buffer. */
 static void compare_to_ref(const char *name, const fxa_kernels *k)
 {
-    static float src[MAX_KEYS * ROW_STRIDE + 2];
-    const float *rows[MAX_KEYS];
+    static uint32_t src[MAX_KEYS * ROW_STRIDE + 2];
+    const void *rows[MAX_KEYS];
     const size_t panel = k->kt_panel;
     const size_t buf_len = packed_len(MAX_KEYS, MAX_D, panel) + 2 * GUARD;
-    float *want = malloc(buf_len * sizeof *want);
-    float *got = malloc(buf_len * sizeof *got);
+    uint32_t *want = malloc(buf_len * sizeof *want);
+    uint32_t *got = malloc(buf_len * sizeof *got);
     CHECK(want && got, "out of memory");
     if (!want || !got)
         return;

@@ -61,8 +61,11 @@ static ALWAYS_INLINE void store_keys(float *x, size_t keys, __m256i key_mask, __
         _mm256_maskstore_ps(x, key_mask, v);
 }
 
-void fxa_f32_packkt_8x8__avx2(const float *const *rows, size_t n, size_t d, size_t panel, float *kt)
+void fxa_f32_packkt_8x8__avx2(const void *const *rows, size_t n, size_t d, size_t panel,
+                              void *kt_out)
 {
+    /* Moved as fp32 lanes: loads, shuffles and stores keep every bit. */
+    float *kt = kt_out;
     for (size_t j0 = 0; j0 < n; j0 += 8) {
         const size_t keys = n - j0 < 8 ? n - j0 : 8;
         const __m256i key_mask = first_lanes(keys);
@@ -73,8 +76,8 @@ void fxa_f32_packkt_8x8__avx2(const float *const *rows, size_t n, size_t d, size
             __m256 in[8], out[8];
             UNROLL
             for (size_t r = 0; r < 8; r++)
-                in[r] =
-                    r < keys ? load_dims(rows[j0 + r] + c0, dims, dim_mask) : _mm256_setzero_ps();
+                in[r] = r < keys ? load_dims((const float *)rows[j0 + r] + c0, dims, dim_mask)
+                                 : _mm256_setzero_ps();
             transpose_8x8(in, out);
             UNROLL
             for (size_t c = 0; c < 8; c++)

@@ -65,9 +65,11 @@ static ALWAYS_INLINE __mmask16 first_lanes(size_t count)
     return (__mmask16)((1u << count) - 1u);
 }
 
-void fxa_f32_packkt_16x16__avx512(const float *const *rows, size_t n, size_t d, size_t panel,
-                                  float *kt)
+void fxa_f32_packkt_16x16__avx512(const void *const *rows, size_t n, size_t d, size_t panel,
+                                  void *kt_out)
 {
+    /* Moved as fp32 lanes: loads, shuffles and stores keep every bit. */
+    float *kt = kt_out;
     for (size_t j0 = 0; j0 < n; j0 += 16) {
         const size_t keys = n - j0 < 16 ? n - j0 : 16;
         const __mmask16 key_mask = first_lanes(keys);
@@ -78,7 +80,7 @@ void fxa_f32_packkt_16x16__avx512(const float *const *rows, size_t n, size_t d, 
             __m512 in[16], out[16];
             UNROLL
             for (size_t r = 0; r < 16; r++)
-                in[r] = r < keys ? _mm512_maskz_loadu_ps(dim_mask, rows[j0 + r] + c0)
+                in[r] = r < keys ? _mm512_maskz_loadu_ps(dim_mask, (const float *)rows[j0 + r] + c0)
                                  : _mm512_setzero_ps();
             transpose_16x16(in, out);
             UNROLL
