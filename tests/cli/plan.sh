@@ -2,8 +2,8 @@
 # `fxattn plan`: the JSON parses, holds every U x R grid of P ranks and the
 # all-gather alternative, names the fastest grid as `best`, and matches the
 # model's equations (docs/cluster.md) on a case worked by hand; less
-# bandwidth or latency never makes a grid faster; the compute rate is
-# measured when --gflops is not given; bad arguments fail with the CLI's
+# bandwidth or latency never makes a grid faster; the compute rates are
+# measured when --gflops is not given (one per grid's step shape); bad arguments fail with the CLI's
 # error prefix, exit 2 and print nothing on stdout.
 # Usage: plan.sh FXATTN
 set -u
@@ -85,13 +85,30 @@ for x, y in zip(a, b):
     done
 done
 
-# No --gflops: a short measured run on this node.
+# No --gflops: short measured runs on this node, at the all-gather shape
+# (rank_gflops, all-gather's rate) and at each grid's step shape (its own
+# rate, its compute seconds = 4 ceil(H/U) ceil(S/R)^2 D R / rate).
 out=$(plan --ranks 2 --seq 512 --heads 2 --threads 1) || bad "plan (measured): exit $?"
 echo "$out" | python3 -c '
-import json, sys
-last = json.load(sys.stdin)[-1]
+import json, math, sys
+g = json.load(sys.stdin)
+grids, last = g[:-1], g[-1]
 assert last["rank_gflops"] > 0 and last["compute_source"].startswith("measured"), last
-' || bad "plan (measured): no measured rate"
+for x in grids:
+    assert x["gflops"] > 0, x
+    if x["kind"] == "allgather":
+        assert x["gflops"] == last["rank_gflops"], (x, last)
+        continue
+    u, r = x["ulysses"], x["ring"]
+    flop = 4 * math.ceil(2 / u) * math.ceil(512 / r) ** 2 * 128 * r
+    assert abs(x["compute_seconds"] - flop / (x["gflops"] * 1e9)) <= 1e-4 * x["compute_seconds"], x
+' || bad "plan (measured): no measured rates, or compute not at them"
+# --gflops: one rate for every grid (the host's 50 among its 4 ranks).
+plan --ranks 4 --seq 4096 --heads 8 --gflops 50 | python3 -c '
+import json, sys
+g = json.load(sys.stdin)
+assert g[-1]["rank_gflops"] == 12.5 and all(x["gflops"] == 12.5 for x in g[:-1]), g
+' || bad "plan --gflops: the grids do not all use the given rate"
 "$fxattn" plan --ranks 4 --hosts 2 --gflops 100 | grep -q "^best: Ulysses [0-9]* x ring [0-9]*" ||
     bad "plan: the text output names no best grid"
 

@@ -42,9 +42,12 @@ int fxt_cmd_plan(int argc, char **argv)
         fxa_dtype dtype;
         fxt_parse_dtype(o.dtype, &dtype);
         double node = 0.0;
-        if ((code = fxt_plan_measure_flops(&m, dtype, (int)o.threads, NULL, &node)))
+        if ((code = fxt_plan_measure_flops(&m, dtype, (int)o.threads, NULL, &node)) ||
+            (code = fxt_plan_measure_steps(&m, dtype, (int)o.threads, NULL)))
             return code;
         m.rank_flops = node / per_host;
+        for (int i = 0; i < m.n_step_rates; i++)
+            m.step_flops[i] /= per_host;
         src.compute = "measured on this node, split among a host's ranks";
     } else {
         m.rank_flops = o.gflops * 1e9 / per_host;

@@ -38,6 +38,11 @@ int fxt_cost_model_check(const fxt_cost_model *m, char *err, size_t cap)
         why = "the call overhead must be non-negative";
     else if (m->ulysses_groups < 1 || m->ulysses_groups > 64)
         why = "the Ulysses head groups must be in [1, 64]";
+    else if (m->n_step_rates < 0 || m->n_step_rates > FXT_MAX_STEP_RATES)
+        why = "too many ring step rates";
+    for (int i = 0; !why && i < m->n_step_rates; i++)
+        if (!(m->step_flops[i] > 0.0) || !isfinite(m->step_flops[i]))
+            why = "the compute rate must be a positive number of GFLOP/s";
     if (why)
         snprintf(err, cap, "%s", why);
     return why != NULL;
@@ -122,6 +127,15 @@ static double sync_seconds(const fxt_cost_model *m)
     return m->ranks > 1 ? ceil(log2((double)m->ranks)) * lat : 0.0;
 }
 
+/* The rate of a ring step of R: measured at its shape, else rank_flops. */
+static double step_flops(const fxt_cost_model *m, int r)
+{
+    for (int i = 0; i < m->n_step_rates; i++)
+        if (m->step_ring[i] == r)
+            return m->step_flops[i];
+    return m->rank_flops;
+}
+
 fxt_grid_time fxt_grid_cost(const fxt_cost_model *m, int u, int r)
 {
     const double d = (double)m->dim, h = (double)m->heads;
@@ -129,7 +143,8 @@ fxt_grid_time fxt_grid_cost(const fxt_cost_model *m, int u, int r)
     const double tokens = (double)ceil_div(m->seq, m->ranks);
     const double block = (double)ceil_div(m->seq, r);
     const double my_heads = (double)ceil_div(m->heads, u);
-    const double step_compute = 4.0 * my_heads * block * block * d / m->rank_flops;
+    const double flops = step_flops(m, r);
+    const double step_compute = 4.0 * my_heads * block * block * d / flops;
     double ring = step_compute;
     if (r > 1) {
         const double kv_bytes = 2.0 * block * my_heads * d * m->elem_bytes;
@@ -146,7 +161,7 @@ fxt_grid_time fxt_grid_cost(const fxt_cost_model *m, int u, int r)
     const double back = alltoall_seconds(m, u, tokens * h * (4.0 * d + 12.0) / g);
     const double by_compute = in + ring + back;
     const double by_link = g * (in + back) + ring / g;
-    fxt_grid_time t = {u, r, 0.0, r * step_compute, 0.0};
+    fxt_grid_time t = {u, r, 0.0, r * step_compute, 0.0, flops};
     t.seconds = (by_compute > by_link ? by_compute : by_link) + sync_seconds(m) + m->call_seconds;
     t.comm_seconds = t.seconds - t.compute_seconds;
     return t;
@@ -168,7 +183,7 @@ fxt_grid_time fxt_allgather_cost(const fxt_cost_model *m)
     const double gather = 2.0 * (rounds * lat + (t_out > t_in ? t_out : t_in));
     const double compute =
         4.0 * (double)m->heads * tokens * (double)m->seq * (double)m->dim / m->rank_flops;
-    fxt_grid_time t = {0, 0, compute + gather, compute, gather};
+    fxt_grid_time t = {0, 0, compute + gather, compute, gather, m->rank_flops};
     return t;
 }
 

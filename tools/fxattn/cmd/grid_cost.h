@@ -19,6 +19,8 @@ typedef struct fxt_link {
     double bandwidth; /* bytes per second out of one host (inter) or one rank (intra) */
 } fxt_link;
 
+#define FXT_MAX_STEP_RATES 64 /* divisors of at most 4096 ranks: 48 at most */
+
 typedef struct fxt_cost_model {
     int64_t seq;       /* S: query and key tokens (self-attention) */
     int64_t heads;     /* H: query and kv heads */
@@ -27,8 +29,15 @@ typedef struct fxt_cost_model {
     int ranks;         /* P */
     int hosts;         /* N, divides P */
     double rank_flops; /* FLOP/s of one rank while every rank of its host computes */
-    fxt_link inter;    /* between hosts */
-    fxt_link intra;    /* between ranks of one host */
+    /* Optional rates at the shape of one ring step (ceil(S/R) queries against
+     * as many keys, ceil(H/U) heads), which smaller blocks run more slowly:
+     * step_flops[i] for grids with R = step_ring[i]; other grids (and every
+     * grid when n_step_rates is 0) use rank_flops. */
+    int n_step_rates;
+    int step_ring[FXT_MAX_STEP_RATES];
+    double step_flops[FXT_MAX_STEP_RATES];
+    fxt_link inter; /* between hosts */
+    fxt_link intra; /* between ranks of one host */
     /* Head groups of pure Ulysses (R == 1), in [1, 64], capped by a rank's
      * heads: group g + 1 travels while group g computes. 1: blocking
      * exchanges (forward, compute, back). With R > 1 the exchanges do not
@@ -45,6 +54,7 @@ typedef struct fxt_grid_time {
     double seconds;         /* predicted wall time of one call (the slowest rank) */
     double compute_seconds; /* attention arithmetic of one rank */
     double comm_seconds;    /* the rest: exposed transfers and latencies */
+    double flops;           /* the compute rate it assumed (FLOP/s of one rank) */
 } fxt_grid_time;
 
 /* 0 when m is usable, else 1 with the reason in err ("--hosts 3 does not

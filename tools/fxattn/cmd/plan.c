@@ -52,14 +52,12 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
     return 0;
 }
 
-int fxt_plan_measure_flops(const fxt_cost_model *m, fxa_dtype dtype, int threads,
-                           void (*barrier)(void), double *flops)
+/* The FLOP/s of `tokens` queries against kv keys (on the same synthetic
+ * sequence as `bench`: its speed depends on the data), with as many of m's
+ * heads as make about 1 GFLOP. */
+static int measure_shape(const fxt_cost_model *m, fxa_dtype dtype, int threads,
+                         void (*barrier)(void), int64_t tokens, int64_t kv, double *flops)
 {
-    /* Rank 0's queries against every key, as in all-gather + local (on the
-     * same synthetic sequence as `bench`: its speed depends on the data). */
-    const int64_t kv = m->seq < 8192 ? m->seq : 8192;
-    int64_t tokens = (m->seq + m->ranks - 1) / m->ranks;
-    tokens = tokens < kv ? tokens : kv;
     const double per_head = 4.0 * (double)tokens * (double)kv * (double)m->dim;
     int64_t heads = (int64_t)ceil(1e9 / per_head);
     heads = heads < 1 ? 1 : heads > m->heads ? m->heads : heads;
@@ -102,6 +100,33 @@ int fxt_plan_measure_flops(const fxt_cost_model *m, fxa_dtype dtype, int threads
     return code;
 }
 
+int fxt_plan_measure_flops(const fxt_cost_model *m, fxa_dtype dtype, int threads,
+                           void (*barrier)(void), double *flops)
+{
+    /* Rank 0's queries against every key, as in all-gather + local. */
+    const int64_t kv = m->seq < 8192 ? m->seq : 8192;
+    const int64_t tokens = (m->seq + m->ranks - 1) / m->ranks;
+    return measure_shape(m, dtype, threads, barrier, tokens < kv ? tokens : kv, kv, flops);
+}
+
+int fxt_plan_measure_steps(fxt_cost_model *m, fxa_dtype dtype, int threads, void (*barrier)(void))
+{
+    m->n_step_rates = 0;
+    for (int r = 1; r <= m->ranks && m->n_step_rates < FXT_MAX_STEP_RATES; r++) {
+        if (m->ranks % r)
+            continue;
+        int64_t block = (m->seq + r - 1) / r;
+        block = block < 8192 ? block : 8192;
+        double flops = 0.0;
+        const int code = measure_shape(m, dtype, threads, barrier, block, block, &flops);
+        if (code)
+            return code;
+        m->step_ring[m->n_step_rates] = r;
+        m->step_flops[m->n_step_rates++] = flops;
+    }
+    return 0;
+}
+
 static const char *kind_of(const fxt_grid_time *g)
 {
     if (g->ulysses == 0)
@@ -124,9 +149,9 @@ int fxt_plan_print(const fxt_cost_model *m, const fxt_plan_source *src, int json
         for (int i = 0; i <= n; i++)
             fxt_json_printf("{\"kind\": \"%s\", \"ulysses\": %d, \"ring\": %d, \"seconds\": %.6g, "
                             "\"compute_seconds\": %.6g, \"comm_seconds\": %.6g, "
-                            "\"rows_in_host\": %s},\n",
+                            "\"gflops\": %.6g, \"rows_in_host\": %s},\n",
                             kind_of(&g[i]), g[i].ulysses, g[i].ring, g[i].seconds,
-                            g[i].compute_seconds, g[i].comm_seconds,
+                            g[i].compute_seconds, g[i].comm_seconds, g[i].flops * 1e-9,
                             i < n && fxt_grid_rows_in_host(m, g[i].ulysses) ? "true" : "false");
         fxt_json_printf(
             "{\"best\": {\"ulysses\": %d, \"ring\": %d}, \"seconds\": %.6g, \"seq\": %lld, "
@@ -150,6 +175,12 @@ int fxt_plan_print(const fxt_cost_model *m, const fxt_plan_source *src, int json
            m->rank_flops * 1e-9, src->compute, m->inter.bandwidth * 8e-9, m->inter.latency * 1e6,
            src->inter, m->intra.bandwidth * 8e-9, m->intra.latency * 1e6, src->intra,
            m->ulysses_groups, m->call_seconds * 1e3);
+    if (m->n_step_rates > 0) {
+        printf("  at each grid's step shape (ceil(S/R) queries and keys):");
+        for (int i = 0; i < m->n_step_rates; i++)
+            printf("%s R=%d %.2f", i ? "," : "", m->step_ring[i], m->step_flops[i] * 1e-9);
+        printf(" GFLOP/s per rank\n");
+    }
     printf("  %-22s %10s %10s %10s\n", "grid", "seconds", "compute", "comm");
     for (int i = 0; i <= n; i++) {
         char name[64];

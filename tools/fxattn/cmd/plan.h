@@ -42,6 +42,12 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
 int fxt_plan_measure_flops(const fxt_cost_model *m, fxa_dtype dtype, int threads,
                            void (*barrier)(void), double *flops);
 
+/* The same at the shape of one ring step of every grid of m->ranks (ceil(S/R)
+ * queries against as many keys, capped at 8192), into m->step_ring and
+ * m->step_flops (the rates of this process; callers scale them as they
+ * scale rank_flops). Returns 0 or an exit code (the error printed). */
+int fxt_plan_measure_steps(fxt_cost_model *m, fxa_dtype dtype, int threads, void (*barrier)(void));
+
 /* Print every grid of m, the all-gather alternative and the best grid
  * (text, or with json a JSON array: one object per grid, the last one
  * naming the best). Returns the best grid's U. */

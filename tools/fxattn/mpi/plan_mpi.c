@@ -148,6 +148,7 @@ static int measure_call(fxt_world *w, fxa_dtype dtype, int threads, fxt_cost_mod
     c.seq = m->seq < 256 * (int64_t)w->size ? m->seq : 256 * (int64_t)w->size;
     c.heads = 1;
     c.call_seconds = 0.0;
+    c.n_step_rates = 0; /* the small problem at the one rate, as before */
     fxt_wan_synth p;
     fxt_wan_synth_defaults(&p);
     p.frames = 1;
@@ -252,12 +253,18 @@ static int plan_measure(fxt_world *w, const plan_opts *o, fxa_dtype dtype, int t
     }
     double flops = 0.0;
     code = fxt_plan_measure_flops(m, dtype, threads, world_barrier, &flops);
+    if (!code)
+        code = fxt_plan_measure_steps(m, dtype, threads, world_barrier);
     if ((code = fxt_world_agree(w, code)))
         return code;
     MPI_Allreduce(MPI_IN_PLACE, &flops, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, m->step_flops, m->n_step_rates, MPI_DOUBLE, MPI_MIN,
+                  MPI_COMM_WORLD);
     /* Measured with job_per_host ranks computing on each host; a plan for
      * another count shares the host's rate among its own. */
     m->rank_flops = flops * job_per_host / per_host;
+    for (int i = 0; i < m->n_step_rates; i++)
+        m->step_flops[i] = m->step_flops[i] * job_per_host / per_host;
     src->compute = "measured per rank, all ranks at once (the slowest)";
     return w->size > 1 ? measure_call(w, dtype, threads, m) : 0;
 }
