@@ -128,7 +128,7 @@ static double sync_seconds(const fxt_cost_model *m)
 }
 
 /* The rate of a ring step of R: measured at its shape, else rank_flops. */
-static double step_flops(const fxt_cost_model *m, int r)
+static double ring_step_rate(const fxt_cost_model *m, int r)
 {
     for (int i = 0; i < m->n_step_rates; i++)
         if (m->step_ring[i] == r)
@@ -143,7 +143,7 @@ fxt_grid_time fxt_grid_cost(const fxt_cost_model *m, int u, int r)
     const double tokens = (double)ceil_div(m->seq, m->ranks);
     const double block = (double)ceil_div(m->seq, r);
     const double my_heads = (double)ceil_div(m->heads, u);
-    const double flops = step_flops(m, r);
+    const double flops = ring_step_rate(m, r);
     const double step_compute = 4.0 * my_heads * block * block * d / flops;
     double ring = step_compute;
     if (r > 1) {
