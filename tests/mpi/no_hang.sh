@@ -3,8 +3,9 @@
 # job: with --timeout T every surviving rank reports "rank N: no progress
 # from ... for T s" and the whole job ends within T + 10 s of the freeze,
 # with a failing status and no output written. Ring 2, Ulysses 2 and the
-# 2 x 2 grid of `fxattn attn`; a bad --timeout or FXA_MPI_TIMEOUT is
-# refused on every rank.
+# 2 x 2 grid of `fxattn attn`, and `attn --grid auto` frozen while it
+# measures for the planner; a bad --timeout or FXA_MPI_TIMEOUT is refused
+# on every rank.
 # Usage: no_hang.sh MPIRUN FXATTN
 set -u
 mpirun=$1
@@ -67,6 +68,54 @@ frozen() {
 frozen "ring 2" 2 1 2
 frozen "Ulysses 2" 2 2 1
 frozen "2 x 2" 4 2 2
+
+# A rank frozen while `attn --grid auto` measures for the planner (its
+# compute rates take ~1.5 s of CPU per rank here): the job must end within
+# T + 10 s too. The victim stops once it has used 0.5 s of CPU, after MPI's
+# start and the input files, in the middle of the measurements; rank 0
+# prints "grid auto: ..." only after them, so its absence shows where the
+# freeze landed.
+mkdir "$dir/p"
+"$fxattn" demo --frames 1 --height 64 --width 128 --heads 8 --dim 128 --save-inputs "$dir/p" \
+    >/dev/null || { echo "FAIL: demo inputs (planner)"; exit 1; }
+rm -f "$dir/out.npy"
+timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2 \
+    "$fxattn" attn -q "$dir/p/q.npy" -k "$dir/p/k.npy" -v "$dir/p/v.npy" -o "$dir/out.npy" \
+    --grid auto --threads 1 --timeout "$T" >"$dir/log" 2>&1 &
+tpid=$!
+pids+=("$tpid")
+victim="" ranks=""
+for ((n = 0; n < 400; n++)); do # up to 20 s
+    mpid=$(pgrep -P "$tpid" | head -1)
+    [ -n "$mpid" ] && ranks=$(pgrep -P "$mpid")
+    victim=$(echo "$ranks" | tail -1)
+    # utime + stime in clock ticks (fields 14 and 15 of /proc/PID/stat)
+    if [ -n "$victim" ] && [ "$(echo "$ranks" | wc -l)" -eq 2 ]; then
+        ticks=$(awk '{print $14 + $15}' "/proc/$victim/stat" 2>/dev/null || echo 0)
+        [ "$ticks" -ge $(($(getconf CLK_TCK) / 2)) ] && break
+    fi
+    victim=""
+    sleep 0.05
+done
+if [ -z "$victim" ]; then
+    bad "planner: no rank used 0.5 s of CPU within 20 s"
+    wait "$tpid"
+else
+    pids+=("$mpid" $ranks)
+    kill -STOP "$victim"
+    t0=$SECONDS
+    wait "$tpid"
+    rc=$? took=$((SECONDS - t0))
+    echo "planner: rank PID $victim stopped; mpirun exit $rc after $took s"
+    grep "no progress" "$dir/log" | head -3
+    ! grep -q "^grid auto:" "$dir/log" || bad "planner: the freeze landed after the planning"
+    [ "$rc" -ne 0 ] || bad "planner: the job reported success"
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || bad "planner: the job hung until the outer timeout"
+    [ "$took" -le $((T + 10)) ] || bad "planner: the job took $took s after the freeze"
+    grep -q "fxattn: error: rank [0-9]*: no progress from .* for $T s" "$dir/log" ||
+        { tail -20 "$dir/log"; bad "planner: no rank reported the missing progress"; }
+    [ ! -e "$dir/out.npy" ] || bad "planner: an output was written"
+fi
 
 # A deadline that is not a positive number of seconds: refused on every rank.
 for bad_t in "--timeout -1" "--timeout nan"; do

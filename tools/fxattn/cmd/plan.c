@@ -55,8 +55,13 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
 /* The FLOP/s of `tokens` queries against kv keys (on the same synthetic
  * sequence as `bench`: its speed depends on the data), with as many of m's
  * heads as make about 1 GFLOP. */
+static int agree(const fxt_plan_sync *sync, int code)
+{
+    return sync ? sync->agree(sync->arg, code) : code;
+}
+
 static int measure_shape(const fxt_cost_model *m, fxa_dtype dtype, int threads,
-                         void (*barrier)(void), int64_t tokens, int64_t kv, double *flops)
+                         const fxt_plan_sync *sync, int64_t tokens, int64_t kv, double *flops)
 {
     const double per_head = 4.0 * (double)tokens * (double)kv * (double)m->dim;
     int64_t heads = (int64_t)ceil(1e9 / per_head);
@@ -68,32 +73,33 @@ static int measure_shape(const fxt_cost_model *m, fxa_dtype dtype, int threads,
     p.width = (int)kv;
     p.heads = (int)heads;
     p.head_dim = (int)m->dim;
-    fxt_workload w;
+    fxt_workload w = {0};
     fxt_runner r = {0};
     float *out = NULL;
     int code = fxt_workload_make(&p, dtype, &w);
-    if (code)
-        return code;
-    w.d.compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
-    w.d.seq_q = tokens;
-    code = fxt_runner_init(&r, threads, &w.d);
-    out = malloc((size_t)(tokens * heads * m->dim) * sizeof(float));
+    if (!code) {
+        w.d.compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+        w.d.seq_q = tokens;
+        code = fxt_runner_init(&r, threads, &w.d);
+    }
+    out = code ? NULL : malloc((size_t)(tokens * heads * m->dim) * sizeof(float));
     if (!code && !out)
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory measuring the compute rate");
-    /* A warm-up, then 3 runs timed together (between barriers when ranks
-     * measure at once, so that every rank's runs overlap the others'). */
-    double t0 = 0.0;
-    for (int i = 0; !code && i < 4; i++) {
-        if (i < 2 && barrier)
-            barrier();
-        if (i == 1)
-            t0 = fxt_now();
-        const fxa_attn_args a = {.struct_size = sizeof a, .q = w.q, .k = w.k, .v = w.v, .out = out};
-        fxa_attn_stats st = {.struct_size = sizeof st};
-        code = fxt_runner_run(&r, &a, &st, 0);
-    }
+    /* A warm-up, then 3 runs timed together (ranks that measure at once
+     * start each phase together, so that their runs overlap). */
+    const fxa_attn_args a = {.struct_size = sizeof a, .q = w.q, .k = w.k, .v = w.v, .out = out};
+    fxa_attn_stats st = {.struct_size = sizeof st};
+    code = agree(sync, code);
     if (!code)
-        *flops = 3.0 * fxa_attn_flops(&w.d) / (fxt_now() - t0);
+        code = fxt_runner_run(&r, &a, &st, 0);
+    code = agree(sync, code);
+    const double t0 = fxt_now();
+    for (int i = 0; !code && i < 3; i++)
+        code = fxt_runner_run(&r, &a, &st, 0);
+    const double t = fxt_now() - t0;
+    code = agree(sync, code);
+    if (!code)
+        *flops = 3.0 * fxa_attn_flops(&w.d) / t;
     free(out);
     fxt_runner_free(&r);
     fxt_workload_free(&w);
@@ -101,15 +107,16 @@ static int measure_shape(const fxt_cost_model *m, fxa_dtype dtype, int threads,
 }
 
 int fxt_plan_measure_flops(const fxt_cost_model *m, fxa_dtype dtype, int threads,
-                           void (*barrier)(void), double *flops)
+                           const fxt_plan_sync *sync, double *flops)
 {
     /* Rank 0's queries against every key, as in all-gather + local. */
     const int64_t kv = m->seq < 8192 ? m->seq : 8192;
     const int64_t tokens = (m->seq + m->ranks - 1) / m->ranks;
-    return measure_shape(m, dtype, threads, barrier, tokens < kv ? tokens : kv, kv, flops);
+    return measure_shape(m, dtype, threads, sync, tokens < kv ? tokens : kv, kv, flops);
 }
 
-int fxt_plan_measure_steps(fxt_cost_model *m, fxa_dtype dtype, int threads, void (*barrier)(void))
+int fxt_plan_measure_steps(fxt_cost_model *m, fxa_dtype dtype, int threads,
+                           const fxt_plan_sync *sync)
 {
     m->n_step_rates = 0;
     for (int r = 1; r <= m->ranks && m->n_step_rates < FXT_MAX_STEP_RATES; r++) {
@@ -118,7 +125,7 @@ int fxt_plan_measure_steps(fxt_cost_model *m, fxa_dtype dtype, int threads, void
         int64_t block = (m->seq + r - 1) / r;
         block = block < 8192 ? block : 8192;
         double flops = 0.0;
-        const int code = measure_shape(m, dtype, threads, barrier, block, block, &flops);
+        const int code = measure_shape(m, dtype, threads, sync, block, block, &flops);
         if (code)
             return code;
         m->step_ring[m->n_step_rates] = r;

@@ -33,20 +33,30 @@ typedef struct fxt_plan_source {
  * "assumed". Returns 0 or an exit code (the error printed). */
 int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_source *src);
 
+/* Ranks that measure together: agree(arg, code) is a collective barrier
+ * that also agrees on failures (every rank returns the same code: 0 when
+ * all passed 0). */
+typedef struct fxt_plan_sync {
+    int (*agree)(void *arg, int code);
+    void *arg;
+} fxt_plan_sync;
+
 /* The FLOP/s of fxa_attn_run on `threads` threads (0: all cores) on the
  * Wan-like data of `bench`: the first ceil(S / P) queries against every key
  * (all-gather + local's work; S capped at 8192), as many heads as make
- * about 1 GFLOP, 3 runs timed together after a warm-up. When `barrier` is
- * set it is called before the warm-up and before the timed runs (ranks
- * that measure together). Returns 0 or an exit code (the error printed). */
+ * about 1 GFLOP, 3 runs timed together after a warm-up. With `sync` (ranks
+ * that measure together), every rank takes the same path: sync agrees
+ * before the warm-up, before the timed runs and after them. Returns 0 or
+ * an exit code (the error printed, or agreed through sync). */
 int fxt_plan_measure_flops(const fxt_cost_model *m, fxa_dtype dtype, int threads,
-                           void (*barrier)(void), double *flops);
+                           const fxt_plan_sync *sync, double *flops);
 
 /* The same at the shape of one ring step of every grid of m->ranks (ceil(S/R)
  * queries against as many keys, capped at 8192), into m->step_ring and
  * m->step_flops (the rates of this process; callers scale them as they
  * scale rank_flops). Returns 0 or an exit code (the error printed). */
-int fxt_plan_measure_steps(fxt_cost_model *m, fxa_dtype dtype, int threads, void (*barrier)(void));
+int fxt_plan_measure_steps(fxt_cost_model *m, fxa_dtype dtype, int threads,
+                           const fxt_plan_sync *sync);
 
 /* Print every grid of m, the all-gather alternative and the best grid
  * (text, or with json a JSON array: one object per grid, the last one

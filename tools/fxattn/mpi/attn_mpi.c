@@ -220,15 +220,12 @@ static int run(fxt_world *w, const attn_opts *o)
     double secs[101];
     for (int64_t i = 0; i <= (o->repeats > 1 ? o->repeats : 0); i++) {
         /* With repeats, the first run warms up and the others are timed. */
-        MPI_Request r;
-        MPI_Ibarrier(MPI_COMM_WORLD, &r);
-        fxt_world_wait(w, &r, "the start of a run");
+        fxt_world_barrier(w, "the start of a run");
         st = fxa_mpi_attn_run(plan, &a, &ms);
         if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(m))))
             goto done;
         double slowest = ms.seconds;
-        MPI_Iallreduce(&ms.seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &r);
-        fxt_world_wait(w, &r, "the timings");
+        fxt_world_allreduce(w, &slowest, 1, MPI_DOUBLE, MPI_MAX, "the timings");
         if (i > 0 || o->repeats <= 1)
             secs[o->repeats > 1 ? i - 1 : 0] = slowest;
     }

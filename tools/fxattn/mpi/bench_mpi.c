@@ -26,16 +26,9 @@
 
 #define MAX_REPEATS 101
 
-/* The slowest rank's time of a collective phase. */
-static double slowest(MPI_Comm comm, double t)
-{
-    double m = t;
-    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, comm);
-    return m;
-}
-
 typedef struct dist_bench {
-    MPI_Comm comm; /* the world in grid-rank order (fxa_mpi_grid_rank): shards follow it */
+    fxt_world world; /* its waits: no progress for world.timeout ends the job */
+    MPI_Comm comm;   /* the world in grid-rank order (fxa_mpi_grid_rank): shards follow it */
     int rank;
     int size;
     fxt_workload w;  /* the whole problem, on every rank */
@@ -45,6 +38,13 @@ typedef struct dist_bench {
     size_t es;
     int row; /* elements per token: heads * dim */
 } dist_bench;
+
+/* The largest t of all ranks (the slowest rank's time of a phase). */
+static double slowest(dist_bench *b, double t)
+{
+    fxt_world_allreduce(&b->world, &t, 1, MPI_DOUBLE, MPI_MAX, "the timings");
+    return t;
+}
 
 /* All-gather K/V, then this rank's queries against every key. */
 static fxa_status gather_run(dist_bench *b, fxt_runner *r, void *k_all, void *v_all, float *out,
@@ -61,10 +61,13 @@ static fxa_status gather_run(dist_bench *b, fxt_runner *r, void *k_all, void *v_
     }
     const MPI_Datatype t = b->es == 4 ? MPI_FLOAT : MPI_UINT16_T;
     const double t0 = MPI_Wtime();
-    MPI_Allgatherv((const char *)b->w.k + (size_t)(b->k0 * b->row) * b->es, counts[b->rank], t,
-                   k_all, counts, displs, t, b->comm);
-    MPI_Allgatherv((const char *)b->w.v + (size_t)(b->k0 * b->row) * b->es, counts[b->rank], t,
-                   v_all, counts, displs, t, b->comm);
+    MPI_Request req;
+    MPI_Iallgatherv((const char *)b->w.k + (size_t)(b->k0 * b->row) * b->es, counts[b->rank], t,
+                    k_all, counts, displs, t, b->comm, &req);
+    fxt_world_spin(&b->world, &req, "the all-gather of K");
+    MPI_Iallgatherv((const char *)b->w.v + (size_t)(b->k0 * b->row) * b->es, counts[b->rank], t,
+                    v_all, counts, displs, t, b->comm, &req);
+    fxt_world_spin(&b->world, &req, "the all-gather of V");
     *t_gather = MPI_Wtime() - t0;
     free(counts);
     free(displs);
@@ -92,6 +95,8 @@ int fxt_bench_mpi(const bench_opts *o)
     MPI_Comm_split(MPI_COMM_WORLD, 0, grid_rank, &b.comm);
     MPI_Comm_rank(b.comm, &b.rank);
     MPI_Comm_size(b.comm, &b.size);
+    b.world = (fxt_world){b.rank, b.size,
+                          o->timeout > 0 ? o->timeout : fxa_mpi_default_timeout(), ""};
     int code = 0;
     fxt_runner single = {0};
     fxt_runner local = {0};
@@ -134,7 +139,7 @@ int fxt_bench_mpi(const bench_opts *o)
     {
         /* Setup failures are local: agree before the first collective. */
         int any = code != 0;
-        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, b.comm);
+        fxt_world_allreduce(&b.world, &any, 1, MPI_INT, MPI_MAX, "agreeing on errors");
         if (any) {
             code = code ? code : FXT_EXIT_FAILURE;
             goto done;
@@ -146,9 +151,9 @@ int fxt_bench_mpi(const bench_opts *o)
     mp.ring = (int)o->ring;
     if (o->grid) {
         /* Collective; its errors are the same on every rank. */
-        fxt_world w = {b.rank, b.size, o->timeout > 0 ? o->timeout : fxa_mpi_default_timeout(), ""};
-        fxt_fail_capture(w.msg, sizeof w.msg);
-        code = fxt_mpi_grid_auto(&w, "--grid", o->grid, &b.d, threads, &mp.ulysses, &mp.ring);
+        fxt_fail_capture(b.world.msg, sizeof b.world.msg);
+        code = fxt_mpi_grid_auto(&b.world, "--grid", o->grid, &b.d, threads, &mp.ulysses,
+                                 &mp.ring);
         fxt_fail_capture(NULL, 0);
         if (code)
             goto done;
@@ -194,7 +199,7 @@ int fxt_bench_mpi(const bench_opts *o)
     double step_whist[256][MAX_REPEATS];
     fxa_mpi_stats ms = {.struct_size = sizeof ms};
     for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up and the result check */
-        MPI_Barrier(b.comm);
+        fxt_world_barrier(&b.world, "the single-rank run");
         double t0 = MPI_Wtime();
         if (b.rank == 0) {
             const fxa_attn_args a = {
@@ -204,20 +209,20 @@ int fxt_bench_mpi(const bench_opts *o)
                 code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(single.ctx));
         }
         const double ts = MPI_Wtime() - t0;
-        MPI_Barrier(b.comm);
+        fxt_world_barrier(&b.world, "the start of a run");
         t0 = MPI_Wtime();
         if (fxa_mpi_attn_run(plan, &da, &ms) != FXA_OK && !code)
             code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_mpi_last_error(m));
-        const double td = slowest(b.comm, MPI_Wtime() - t0);
-        MPI_Barrier(b.comm);
+        const double td = slowest(&b, MPI_Wtime() - t0);
+        fxt_world_barrier(&b.world, "the start of the all-gather run");
         double tg_comm = 0.0;
         t0 = MPI_Wtime();
         if (gather_run(&b, &local, k_all, v_all, out_gather, &tg_comm) != FXA_OK && !code)
             code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(local.ctx));
-        const double tg = slowest(b.comm, MPI_Wtime() - t0);
-        tg_comm = slowest(b.comm, tg_comm);
+        const double tg = slowest(&b, MPI_Wtime() - t0);
+        tg_comm = slowest(&b, tg_comm);
         int any = code != 0;
-        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, b.comm);
+        fxt_world_allreduce(&b.world, &any, 1, MPI_INT, MPI_MAX, "agreeing on errors");
         if (any) {
             code = code ? code : FXT_EXIT_FAILURE;
             goto done;
@@ -232,7 +237,7 @@ int fxt_bench_mpi(const bench_opts *o)
             }
             for (int64_t i = 0; i < b.d.seq_kv * b.row; i++)
                 vmax = fabs((double)b.w.v32[i]) > vmax ? fabs((double)b.w.v32[i]) : vmax;
-            diff = slowest(b.comm, diff);
+            diff = slowest(&b, diff);
             const double tol = (b.d.compute == FXA_COMPUTE_BF16 ? 0x1p-7 : 64 * 0x1p-24) * vmax;
             if (b.rank == 0)
                 printf("check: fxattn vs all-gather max |diff| %.3g (tolerance %.3g)\n", diff, tol);
@@ -243,7 +248,9 @@ int fxt_bench_mpi(const bench_opts *o)
             continue;
         }
         t_single[rep] = ts;
-        MPI_Bcast(&t_single[rep], 1, MPI_DOUBLE, 0, b.comm);
+        MPI_Request r;
+        MPI_Ibcast(&t_single[rep], 1, MPI_DOUBLE, 0, b.comm, &r);
+        fxt_world_wait(&b.world, &r, "the timings");
         t_dist[rep] = td;
         t_gather[rep] = tg;
         t_gather_comm[rep] = tg_comm;
@@ -252,12 +259,12 @@ int fxt_bench_mpi(const bench_opts *o)
         double w_sum = 0.0;
         for (int s = 0; s < n_steps && s < 256; s++) {
             /* The slowest rank per step. */
-            step_hist[s][rep] = slowest(b.comm, step_c[s]);
-            step_whist[s][rep] = slowest(b.comm, step_w[s]);
+            step_hist[s][rep] = slowest(&b, step_c[s]);
+            step_whist[s][rep] = slowest(&b, step_w[s]);
             c_sum += step_c[s];
             w_sum += step_w[s];
         }
-        wait_share[rep] = slowest(b.comm, c_sum + w_sum > 0 ? w_sum / (c_sum + w_sum) : 0.0);
+        wait_share[rep] = slowest(&b, c_sum + w_sum > 0 ? w_sum / (c_sum + w_sum) : 0.0);
     }
     if (b.rank == 0) {
         const double gflop = fxa_attn_flops(&b.d) * 1e-9;

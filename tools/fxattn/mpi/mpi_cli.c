@@ -53,6 +53,17 @@ _Noreturn void fxt_world_abort(fxt_world *w, const char *msg)
     _exit(FXT_EXIT_FAILURE);
 }
 
+/* No progress for w->timeout seconds since start: end the job. */
+static void check_deadline(fxt_world *w, double start, const char *what)
+{
+    if (MPI_Wtime() - start <= w->timeout)
+        return;
+    char msg[300];
+    snprintf(msg, sizeof msg, "rank %d: no progress from the other ranks for %g s (%s)", w->rank,
+             w->timeout, what);
+    fxt_world_abort(w, msg);
+}
+
 void fxt_world_wait(fxt_world *w, MPI_Request *r, const char *what)
 {
     const double start = MPI_Wtime();
@@ -61,16 +72,34 @@ void fxt_world_wait(fxt_world *w, MPI_Request *r, const char *what)
         int done = 0;
         if (MPI_Test(r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done)
             return; /* an MPI error shows up in what the caller does next */
-        if (MPI_Wtime() - start > w->timeout) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "rank %d: no progress from the other ranks for %g s (%s)",
-                     w->rank, w->timeout, what);
-            fxt_world_abort(w, msg);
-        }
+        check_deadline(w, start, what);
         const struct timespec ts = {0, us * 1000L};
         nanosleep(&ts, NULL);
         us = us < 1000 ? 2 * us : us;
     }
+}
+
+void fxt_world_spin(fxt_world *w, MPI_Request *r, const char *what)
+{
+    const double start = MPI_Wtime();
+    int done = 0;
+    while (MPI_Test(r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
+        check_deadline(w, start, what);
+}
+
+void fxt_world_barrier(fxt_world *w, const char *what)
+{
+    MPI_Request r;
+    MPI_Ibarrier(MPI_COMM_WORLD, &r);
+    fxt_world_spin(w, &r, what);
+}
+
+void fxt_world_allreduce(fxt_world *w, void *buf, int count, MPI_Datatype type, MPI_Op op,
+                         const char *what)
+{
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, MPI_COMM_WORLD, &r);
+    fxt_world_wait(w, &r, what);
 }
 
 int fxt_world_agree(fxt_world *w, int code)

@@ -28,6 +28,20 @@ int fxt_world_init(fxt_world *w, double timeout);
  * progress from the other ranks for T s (what)". */
 void fxt_world_wait(fxt_world *w, MPI_Request *r, const char *what);
 
+/* The same without sleeping between polls, for waits that are timed or
+ * start a timed section (a sleep would count as time or skew the start). */
+void fxt_world_spin(fxt_world *w, MPI_Request *r, const char *what);
+
+/* A barrier over MPI_COMM_WORLD, waited with fxt_world_spin: ranks leave it
+ * together, and a peer that never arrives ends the job instead of hanging
+ * it. */
+void fxt_world_barrier(fxt_world *w, const char *what);
+
+/* An in-place MPI_Iallreduce over MPI_COMM_WORLD, waited with
+ * fxt_world_wait. */
+void fxt_world_allreduce(fxt_world *w, void *buf, int count, MPI_Datatype type, MPI_Op op,
+                         const char *what);
+
 /* A peer stopped making progress: print msg on this rank ("fxattn: error:
  * ..."), give the other ranks, whose deadlines end about now, 2 s to report
  * theirs, and end the job (MPI_Abort: ranks that are frozen are killed). */

@@ -41,16 +41,24 @@ static int map_hosts(fxt_world *w, host_map *hm)
     MPI_Comm_rank(node, &local);
     int leader = local == 0;
     int index = 0;
-    MPI_Exscan(&leader, &index, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Request req;
+    MPI_Iexscan(&leader, &index, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+    fxt_world_wait(w, &req, "numbering the hosts");
     if (w->rank == 0)
         index = 0;
-    MPI_Bcast(&index, 1, MPI_INT, 0, node);
+    MPI_Ibcast(&index, 1, MPI_INT, 0, node, &req);
+    fxt_world_wait(w, &req, "numbering the hosts");
     MPI_Comm_free(&node);
     int *host = malloc((size_t)w->size * sizeof *host);
-    if (!host)
-        return fxt_fail(FXT_EXIT_FAILURE, "out of memory");
-    MPI_Allgather(&index, 1, MPI_INT, host, 1, MPI_INT, MPI_COMM_WORLD);
-    MPI_Allreduce(&leader, &hm->hosts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int code = host ? 0 : fxt_fail(FXT_EXIT_FAILURE, "out of memory");
+    if ((code = fxt_world_agree(w, code))) {
+        free(host);
+        return code;
+    }
+    MPI_Iallgather(&index, 1, MPI_INT, host, 1, MPI_INT, MPI_COMM_WORLD, &req);
+    fxt_world_wait(w, &req, "numbering the hosts");
+    hm->hosts = leader;
+    fxt_world_allreduce(w, &hm->hosts, 1, MPI_INT, MPI_SUM, "numbering the hosts");
     hm->host0_other = hm->host0_peer = -1;
     hm->even = w->size % hm->hosts == 0;
     for (int r = 1; r < w->size; r++) {
@@ -69,22 +77,6 @@ static int map_hosts(fxt_world *w, host_map *hm)
     return 0;
 }
 
-/* Wait for a ping-pong message without sleeping (a sleep would count as
- * latency); no progress for w->timeout seconds ends the job as
- * fxt_world_wait does. */
-static void spin_wait(fxt_world *w, MPI_Request *r, const char *what)
-{
-    const double start = MPI_Wtime();
-    int done = 0;
-    while (MPI_Test(r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
-        if (MPI_Wtime() - start > w->timeout) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "rank %d: no progress from the other ranks for %g s (%s)",
-                     w->rank, w->timeout, what);
-            fxt_world_abort(w, msg);
-        }
-}
-
 /* One-way seconds of `bytes` between ranks a and b: the minimum (small)
  * or median (large) over reps round trips after a warm-up. Other ranks
  * return 0 at once. */
@@ -99,14 +91,14 @@ static double ping_pong(fxt_world *w, int a, int b, int bytes, int reps, char *b
         const double t0 = MPI_Wtime();
         if (w->rank == a) {
             MPI_Isend(buf, bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &req);
-            spin_wait(w, &req, "the planner's ping");
+            fxt_world_spin(w, &req, "the planner's ping");
             MPI_Irecv(buf, bytes, MPI_BYTE, peer, 8, MPI_COMM_WORLD, &req);
-            spin_wait(w, &req, "the planner's pong");
+            fxt_world_spin(w, &req, "the planner's pong");
         } else {
             MPI_Irecv(buf, bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &req);
-            spin_wait(w, &req, "the planner's ping");
+            fxt_world_spin(w, &req, "the planner's ping");
             MPI_Isend(buf, bytes, MPI_BYTE, peer, 8, MPI_COMM_WORLD, &req);
-            spin_wait(w, &req, "the planner's pong");
+            fxt_world_spin(w, &req, "the planner's pong");
         }
         if (i >= 0)
             t[i] = (MPI_Wtime() - t0) / 2.0;
@@ -133,9 +125,15 @@ static void measure_link(fxt_world *w, int a, int b, char *buf, fxt_link *l)
     l->bandwidth = v[1];
 }
 
-static void world_barrier(void)
+/* The compute measurements' agreement (fxt_plan_sync): errors agreed,
+ * then a spinning barrier so that every rank's runs start together. */
+static int measure_agree(void *arg, int code)
 {
-    MPI_Barrier(MPI_COMM_WORLD);
+    fxt_world *w = arg;
+    if ((code = fxt_world_agree(w, code)))
+        return code;
+    fxt_world_barrier(w, "the planner's compute measurement");
+    return 0;
 }
 
 /* The fixed cost of one distributed call: fxa_mpi_attn_run on the ring of
@@ -192,13 +190,13 @@ static int measure_call(fxt_world *w, fxa_dtype dtype, int threads, fxt_cost_mod
                              .out = out};
     double t[4];
     for (int i = 0; i < 4; i++) {
-        MPI_Barrier(MPI_COMM_WORLD);
+        fxt_world_barrier(w, "the planner's call measurement");
         const double t0 = MPI_Wtime();
         st = fxa_mpi_attn_run(plan, &a, NULL);
         if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(mpi))))
             goto done;
         t[i] = MPI_Wtime() - t0;
-        MPI_Allreduce(MPI_IN_PLACE, &t[i], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        fxt_world_allreduce(w, &t[i], 1, MPI_DOUBLE, MPI_MAX, "the planner's call measurement");
     }
     const double extra = fxt_median(t + 1, 3) - fxt_grid_cost(&c, 1, w->size).seconds;
     m->call_seconds = extra > 0.0 ? extra : 0.0;
@@ -252,14 +250,15 @@ static int plan_measure(fxt_world *w, const plan_opts *o, fxa_dtype dtype, int t
         return w->size > 1 ? measure_call(w, dtype, threads, m) : 0;
     }
     double flops = 0.0;
-    code = fxt_plan_measure_flops(m, dtype, threads, world_barrier, &flops);
+    const fxt_plan_sync sync = {measure_agree, w};
+    code = fxt_plan_measure_flops(m, dtype, threads, &sync, &flops);
     if (!code)
-        code = fxt_plan_measure_steps(m, dtype, threads, world_barrier);
-    if ((code = fxt_world_agree(w, code)))
+        code = fxt_plan_measure_steps(m, dtype, threads, &sync);
+    if (code) /* agreed: every rank fails here */
         return code;
-    MPI_Allreduce(MPI_IN_PLACE, &flops, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, m->step_flops, m->n_step_rates, MPI_DOUBLE, MPI_MIN,
-                  MPI_COMM_WORLD);
+    fxt_world_allreduce(w, &flops, 1, MPI_DOUBLE, MPI_MIN, "the planner's compute rates");
+    fxt_world_allreduce(w, m->step_flops, m->n_step_rates, MPI_DOUBLE, MPI_MIN,
+                        "the planner's compute rates");
     /* Measured with job_per_host ranks computing on each host; a plan for
      * another count shares the host's rate among its own. */
     m->rank_flops = flops * job_per_host / per_host;
