@@ -52,14 +52,14 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
     return 0;
 }
 
-/* The FLOP/s of `tokens` queries against kv keys (on the same synthetic
- * sequence as `bench`: its speed depends on the data), with as many of m's
- * heads as make about 1 GFLOP. */
 static int agree(const fxt_plan_sync *sync, int code)
 {
     return sync ? sync->agree(sync->arg, code) : code;
 }
 
+/* The FLOP/s of `tokens` queries against kv keys (on the same synthetic
+ * sequence as `bench`: its speed depends on the data), with as many of m's
+ * heads as make about 1 GFLOP. */
 static int measure_shape(const fxt_cost_model *m, fxa_dtype dtype, int threads,
                          const fxt_plan_sync *sync, int64_t tokens, int64_t kv, double *flops)
 {
