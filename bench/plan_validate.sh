@@ -96,7 +96,9 @@ print(f"  plan (median of {len(plans)} rounds): Ulysses {best[0]} x ring {best[1
       f"measured); fastest measured: Ulysses {fu} x ring {fr} ({meas[(fu, fr)]:.4f} s); choice "
       f"within {100 * (choice / meas[(fu, fr)] - 1):.1f}%; worst grid error {100 * worst:.1f}%; "
       f"rates per rank {', '.join('%.1f' % p[-1]['rank_gflops'] for p in plans)} GFLOP/s, link "
-      f"{last['link_gbps']:.3g} Gbit/s {last['latency_us']:.3g} us, intra {last['intra_gbps']:.3g} Gbit/s")
+      f"{last['link_gbps']:.3g} Gbit/s {last['latency_us']:.3g} us "
+      f"{last['link_cpu_us_per_mb']:.3g} CPU us/MB, intra {last['intra_gbps']:.3g} Gbit/s "
+      f"{last['intra_cpu_us_per_mb']:.3g} CPU us/MB, call {', '.join('%.3g' % p[-1]['call_ms'] for p in plans)} ms")
 PY
     done
 done

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `fxattn plan`: the JSON parses, holds every U x R grid of P ranks and the
 # all-gather alternative, names the fastest grid as `best`, and matches the
-# model's equations (docs/cluster.md) on a case worked by hand; less
-# bandwidth or latency never makes a grid faster; the compute rates are
+# model's equations (docs/cluster.md) on cases worked by hand (the links'
+# CPU time per byte included); less bandwidth, more latency or more CPU
+# time per byte never makes a grid faster; the compute rates are
 # measured when --gflops is not given (one per grid's step shape); bad arguments fail with the CLI's
 # error prefix, exit 2 and print nothing on stdout.
 # Usage: plan.sh FXATTN
@@ -60,11 +61,35 @@ for k, w in want.items():
     assert abs(g[k]["seconds"] - w) <= 1e-5 * w, (k, g[k]["seconds"], w)
 ' || bad "plan by hand: not the documented equations"
 
-# Monotone: every grid (and all-gather) at lower bandwidth or higher
-# latency, between or inside hosts, is never faster.
+# CPU time per byte (--intra-cpu-us-per-mb 10000 = 1e-8 s/B) slows only the
+# compute that transfers overlap, by 2 (bytes out and in) x 1e-8 s/B: 2 ranks
+# on 1 host, S=1024, H=8, D=64, compute-bound at 5 GFLOP/s per rank.
+#   ring 1 x 2: one overlapped step with a block of 2*512*8*64*4 = 2097152
+#     B: + 2 * 2097152 * 1e-8 = 4.194304e-2 s
+#   Ulysses 2 x 1 (4 heads each: 4 groups, 3 travel during compute): in
+#     3*512*8*64*4/4 = 786432 B and back 512*8*(4*64+12)/4 = 274432 B per
+#     group, half of each crossing: + 2 * 3 * (786432 + 274432) / 2 * 1e-8
+#     = 3.182592e-2 s
+#   all-gather: no overlap, + 0
+hand=(--ranks 2 --seq 1024 --heads 8 --dim 64 --gflops 10 --intra-gbps 8 --intra-latency-us 10)
+a=$(plan "${hand[@]}") || bad "plan (no CPU per byte): exit $?"
+b=$(plan "${hand[@]}" --intra-cpu-us-per-mb 10000) ||
+    bad "plan --intra-cpu-us-per-mb 10000: exit $?"
+python3 -c '
+import json, sys
+a, b = ({(x["ulysses"], x["ring"]): x["seconds"] for x in json.loads(t)[:-1]} for t in sys.argv[1:3])
+want = {(1, 2): 4.194304e-2, (2, 1): 3.182592e-2, (0, 0): 0.0}
+for k, w in want.items():  # seconds printed to 6 digits
+    assert abs(b[k] - a[k] - w) <= 1e-5 * (a[k] + b[k]), (k, b[k] - a[k], w)
+assert json.loads(sys.argv[2])[-1]["intra_cpu_us_per_mb"] == 10000
+' "$a" "$b" || bad "plan --intra-cpu-us-per-mb: not the documented overlap cost"
+
+# Monotone: every grid (and all-gather) at lower bandwidth, higher latency
+# or more CPU time per byte, between or inside hosts, is never faster.
 base=(--ranks 8 --hosts 2 --seq 16384 --heads 40 --gflops 400)
 for sweep in "--link-gbps 400 100 10 1 0.1" "--intra-gbps 800 100 10 1" \
-    "--latency-us 0 10 100 1000 10000" "--intra-latency-us 0 1 100 10000"; do
+    "--latency-us 0 10 100 1000 10000" "--intra-latency-us 0 1 100 10000" \
+    "--link-cpu-us-per-mb 0 10 100 1000 10000" "--intra-cpu-us-per-mb 0 100 1000 100000"; do
     # shellcheck disable=SC2086
     set -- $sweep
     opt=$1
@@ -116,6 +141,7 @@ assert g[-1]["rank_gflops"] == 12.5 and all(x["gflops"] == 12.5 for x in g[:-1])
 for args in "" "--ranks 0" "--ranks 4 --hosts 3" "--ranks 4 --hosts 0" \
     "--ranks 4 --link-gbps 0" "--ranks 4 --gflops -1" "--ranks 4 --latency-us -1" \
     "--ranks 4 --intra-gbps nan" "--ranks 4 --ulysses-groups 0" "--ranks 4 --seq 0" \
+    "--ranks 4 --link-cpu-us-per-mb -1" "--ranks 4 --intra-cpu-us-per-mb inf" \
     "--ranks 4 --dtype f64" "--ranks 4 --frobnicate" "--ranks x"; do
     # shellcheck disable=SC2086
     stdout=$("$fxattn" plan --gflops 1 $args 2>/tmp/plan_err.$$)

@@ -54,6 +54,7 @@ g = json.loads(sys.stdin.read())
 last = g[-1]
 assert last["ranks"] == 2 and last["hosts"] == 1, last
 assert last["intra_source"] == "measured" and last["intra_gbps"] > 0, last
+assert last["intra_cpu_us_per_mb"] > 0 and last["link_cpu_us_per_mb"] == 0, last
 assert last["compute_source"].startswith("measured") and last["rank_gflops"] > 0, last
 assert sorted((x["ulysses"], x["ring"]) for x in g[:-1]) == [(0, 0), (1, 2), (2, 1)]
 ' || bad "plan --measure: wrong JSON"

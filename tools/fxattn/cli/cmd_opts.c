@@ -167,6 +167,8 @@ void fxt_plan_opts_defaults(plan_opts *o)
                      .latency_us = NAN,
                      .intra_gbps = NAN,
                      .intra_latency_us = NAN,
+                     .link_cpu_us_per_mb = NAN,
+                     .intra_cpu_us_per_mb = NAN,
                      .gflops = NAN,
                      .ulysses_groups = FXT_PLAN_ULYSSES_GROUPS};
 }
@@ -184,6 +186,8 @@ void fxt_plan_opts_table(plan_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--latency-us", NULL, FXT_OPT_DOUBLE, &o->latency_us, 0, 0},
         {"--intra-gbps", NULL, FXT_OPT_DOUBLE, &o->intra_gbps, 0, 0},
         {"--intra-latency-us", NULL, FXT_OPT_DOUBLE, &o->intra_latency_us, 0, 0},
+        {"--link-cpu-us-per-mb", NULL, FXT_OPT_DOUBLE, &o->link_cpu_us_per_mb, 0, 0},
+        {"--intra-cpu-us-per-mb", NULL, FXT_OPT_DOUBLE, &o->intra_cpu_us_per_mb, 0, 0},
         {"--gflops", NULL, FXT_OPT_DOUBLE, &o->gflops, 0, 0},
         {"--ulysses-groups", NULL, FXT_OPT_INT, &o->ulysses_groups, 1, 64},
         {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},

@@ -126,6 +126,8 @@ typedef struct plan_opts {
     double latency_us;
     double intra_gbps;
     double intra_latency_us;
+    double link_cpu_us_per_mb;  /* CPU us a rank spends per MB sent or received between hosts */
+    double intra_cpu_us_per_mb; /* the same inside a host */
     double gflops; /* one host's compute rate, all its cores */
     int64_t ulysses_groups;
     int64_t threads; /* threads of the compute measurement (per rank under --measure) */

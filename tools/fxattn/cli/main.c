@@ -32,6 +32,7 @@ static const char g_usage[] =
     "         tensor names\n"
     "  plan   --ranks P [--hosts N] [--seq S] [--heads H] [--dim D] [--dtype ...]\n"
     "         [--link-gbps B] [--latency-us L] [--intra-gbps B] [--intra-latency-us L]\n"
+    "         [--link-cpu-us-per-mb C] [--intra-cpu-us-per-mb C]\n"
     "         [--gflops G] [--ulysses-groups G] [--threads N] [--json]   predicted step\n"
     "         time of every Ulysses x ring grid and of all-gather + local attention, and\n"
     "         the best grid; under mpirun --measure measures the links and compute rate\n"

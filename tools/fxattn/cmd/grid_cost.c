@@ -34,6 +34,9 @@ int fxt_cost_model_check(const fxt_cost_model *m, char *err, size_t cap)
     else if (!(m->inter.latency >= 0.0) || !(m->intra.latency >= 0.0) ||
              !isfinite(m->inter.latency) || !isfinite(m->intra.latency))
         why = "link latencies must be non-negative";
+    else if (!(m->inter.cpu_per_byte >= 0.0) || !(m->intra.cpu_per_byte >= 0.0) ||
+             !isfinite(m->inter.cpu_per_byte) || !isfinite(m->intra.cpu_per_byte))
+        why = "the links' CPU time per byte must be non-negative";
     else if (!(m->call_seconds >= 0.0) || !isfinite(m->call_seconds))
         why = "the call overhead must be non-negative";
     else if (m->ulysses_groups < 1 || m->ulysses_groups > 64)
@@ -59,9 +62,11 @@ int fxt_grid_rows_in_host(const fxt_cost_model *m, int ulysses)
 /* One all-to-all inside every row of U ranks at once, each rank sending
  * `bytes` split evenly over the row: the latency of U - 1 messages, then
  * the busiest host's outgoing bytes over the inter-host link or the
- * busiest rank's bytes over the intra-host link, whichever is slower. */
-static double alltoall_seconds(const fxt_cost_model *m, int u, double bytes)
+ * busiest rank's bytes over the intra-host link, whichever is slower.
+ * *cpu: the CPU seconds per byte of the slowest link a row uses. */
+static double alltoall_seconds(const fxt_cost_model *m, int u, double bytes, double *cpu)
 {
+    *cpu = 0.0;
     if (u == 1)
         return 0.0;
     double *egress = calloc((size_t)m->hosts, sizeof *egress);
@@ -89,6 +94,8 @@ static double alltoall_seconds(const fxt_cost_model *m, int u, double bytes)
         out = egress[h] > out ? egress[h] : out;
     free(egress);
     const double lat = (u - 1) * (crosses ? m->inter.latency : m->intra.latency);
+    *cpu = crosses && m->inter.cpu_per_byte > m->intra.cpu_per_byte ? m->inter.cpu_per_byte
+                                                                   : m->intra.cpu_per_byte;
     const double t_out = out / m->inter.bandwidth;
     const double t_in = intra / m->intra.bandwidth;
     return lat + (t_out > t_in ? t_out : t_in);
@@ -96,8 +103,8 @@ static double alltoall_seconds(const fxt_cost_model *m, int u, double bytes)
 
 /* One ring step on every column at once: each rank sends its K/V block
  * (`bytes`) to the next rank of its column; hops between hosts share the
- * sending host's link. */
-static double ring_step_seconds(const fxt_cost_model *m, int u, int r, double bytes)
+ * sending host's link. *cpu: the CPU seconds per byte of the slowest hop. */
+static double ring_step_seconds(const fxt_cost_model *m, int u, int r, double bytes, double *cpu)
 {
     double *egress = calloc((size_t)m->hosts, sizeof *egress);
     int crosses = 0;
@@ -117,6 +124,8 @@ static double ring_step_seconds(const fxt_cost_model *m, int u, int r, double by
     free(egress);
     const double t_out = crosses ? m->inter.latency + out / m->inter.bandwidth : 0.0;
     const double t_in = m->intra.latency + bytes / m->intra.bandwidth;
+    *cpu = crosses && m->inter.cpu_per_byte > m->intra.cpu_per_byte ? m->inter.cpu_per_byte
+                                                                   : m->intra.cpu_per_byte;
     return t_out > t_in ? t_out : t_in;
 }
 
@@ -147,9 +156,13 @@ fxt_grid_time fxt_grid_cost(const fxt_cost_model *m, int u, int r)
     const double step_compute = 4.0 * my_heads * block * block * d / flops;
     double ring = step_compute;
     if (r > 1) {
+        /* A step computes while its block goes out and the next comes in:
+         * their CPU work adds to the compute. */
         const double kv_bytes = 2.0 * block * my_heads * d * m->elem_bytes;
-        const double step = ring_step_seconds(m, u, r, kv_bytes);
-        ring += (r - 1) * (step > step_compute ? step : step_compute);
+        double cpu;
+        const double step = ring_step_seconds(m, u, r, kv_bytes, &cpu);
+        const double busy = step_compute + 2.0 * kv_bytes * cpu;
+        ring += (r - 1) * (step > busy ? step : busy);
     }
     /* Ulysses: Q, K, V shards in; o (fp32) and 3 floats of row data back,
      * by G groups of heads. Compute-bound: the first group in, all the
@@ -157,9 +170,15 @@ fxt_grid_time fxt_grid_cost(const fxt_cost_model *m, int u, int r)
      * and the last group's compute. */
     const int g =
         r == 1 && u > 1 ? (int)(my_heads < m->ulysses_groups ? my_heads : m->ulysses_groups) : 1;
-    const double in = alltoall_seconds(m, u, 3.0 * tokens * h * d * m->elem_bytes / g);
-    const double back = alltoall_seconds(m, u, tokens * h * (4.0 * d + 12.0) / g);
-    const double by_compute = in + ring + back;
+    const double in_bytes = 3.0 * tokens * h * d * m->elem_bytes / g;
+    const double back_bytes = tokens * h * (4.0 * d + 12.0) / g;
+    double cpu;
+    const double in = alltoall_seconds(m, u, in_bytes, &cpu);
+    const double back = alltoall_seconds(m, u, back_bytes, &cpu);
+    /* The g - 1 groups that travel during compute: a rank sends and
+     * receives (U - 1) / U of each exchange. */
+    const double overlapped = 2.0 * (g - 1) * (in_bytes + back_bytes) * (u - 1) / u;
+    const double by_compute = in + ring + overlapped * cpu + back;
     const double by_link = g * (in + back) + ring / g;
     fxt_grid_time t = {u, r, 0.0, r * step_compute, 0.0, flops};
     t.seconds = (by_compute > by_link ? by_compute : by_link) + sync_seconds(m) + m->call_seconds;

@@ -17,6 +17,10 @@
 typedef struct fxt_link {
     double latency;   /* seconds per message */
     double bandwidth; /* bytes per second out of one host (inter) or one rank (intra) */
+    /* CPU seconds a rank spends per byte it sends or receives (copies and
+     * protocol work: TCP costs this on the rank's own cores); a transfer
+     * that overlaps compute slows it by that much. 0: free (offloaded). */
+    double cpu_per_byte;
 } fxt_link;
 
 #define FXT_MAX_STEP_RATES 64 /* divisors of at most 4096 ranks: 48 at most */

@@ -25,7 +25,9 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
                {"--intra-gbps", o->intra_gbps, 0.0},
                {"--gflops", o->gflops, 0.0},
                {"--latency-us", o->latency_us, -1.0},
-               {"--intra-latency-us", o->intra_latency_us, -1.0}};
+               {"--intra-latency-us", o->intra_latency_us, -1.0},
+               {"--link-cpu-us-per-mb", o->link_cpu_us_per_mb, -1.0},
+               {"--intra-cpu-us-per-mb", o->intra_cpu_us_per_mb, -1.0}};
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
         if (!isnan(num[i].v) && (num[i].min == 0.0 ? !(num[i].v > 0.0) : !(num[i].v >= 0.0)))
             return fxt_fail(FXT_EXIT_BAD_INPUT, "plan %s %g: must be %s", num[i].name, num[i].v,
@@ -39,6 +41,9 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
     const double igbps = isnan(o->intra_gbps) ? FXT_PLAN_INTRA_GBPS : o->intra_gbps;
     const double ilat =
         isnan(o->intra_latency_us) ? FXT_PLAN_INTRA_LATENCY_US : o->intra_latency_us;
+    /* CPU time per byte: 0 unless given (or measured under mpirun). */
+    const double cpu = isnan(o->link_cpu_us_per_mb) ? 0.0 : o->link_cpu_us_per_mb * 1e-12;
+    const double icpu = isnan(o->intra_cpu_us_per_mb) ? 0.0 : o->intra_cpu_us_per_mb * 1e-12;
     *m = (fxt_cost_model){.seq = o->seq,
                           .heads = o->heads,
                           .dim = o->dim,
@@ -46,11 +51,13 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
                           .ranks = (int)o->ranks,
                           .hosts = o->hosts > 0 ? (int)o->hosts : 1,
                           .rank_flops = 0.0,
-                          .inter = {lat * 1e-6, gbps * 1e9 / 8.0},
-                          .intra = {ilat * 1e-6, igbps * 1e9 / 8.0},
+                          .inter = {lat * 1e-6, gbps * 1e9 / 8.0, cpu},
+                          .intra = {ilat * 1e-6, igbps * 1e9 / 8.0, icpu},
                           .ulysses_groups = (int)o->ulysses_groups};
     return 0;
 }
+
+#define MEASURE_RUNS 5 /* timed runs of a compute rate, after a warm-up */
 
 static int agree(const fxt_plan_sync *sync, int code)
 {
@@ -85,21 +92,24 @@ static int measure_shape(const fxt_cost_model *m, fxa_dtype dtype, int threads,
     out = code ? NULL : malloc((size_t)(tokens * heads * m->dim) * sizeof(float));
     if (!code && !out)
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory measuring the compute rate");
-    /* A warm-up, then 3 runs timed together (ranks that measure at once
-     * start each phase together, so that their runs overlap). */
+    /* A warm-up, then 5 runs timed one by one, their median (ranks that
+     * measure at once start each phase together, so that their runs
+     * overlap). */
     const fxa_attn_args a = {.struct_size = sizeof a, .q = w.q, .k = w.k, .v = w.v, .out = out};
     fxa_attn_stats st = {.struct_size = sizeof st};
+    double t[MEASURE_RUNS];
     code = agree(sync, code);
     if (!code)
         code = fxt_runner_run(&r, &a, &st, 0);
     code = agree(sync, code);
-    const double t0 = fxt_now();
-    for (int i = 0; !code && i < 3; i++)
+    for (int i = 0; !code && i < MEASURE_RUNS; i++) {
+        const double t0 = fxt_now();
         code = fxt_runner_run(&r, &a, &st, 0);
-    const double t = fxt_now() - t0;
+        t[i] = fxt_now() - t0;
+    }
     code = agree(sync, code);
     if (!code)
-        *flops = 3.0 * fxa_attn_flops(&w.d) / t;
+        *flops = fxa_attn_flops(&w.d) / fxt_median(t, MEASURE_RUNS);
     free(out);
     fxt_runner_free(&r);
     fxt_workload_free(&w);
@@ -164,23 +174,26 @@ int fxt_plan_print(const fxt_cost_model *m, const fxt_plan_source *src, int json
             "{\"best\": {\"ulysses\": %d, \"ring\": %d}, \"seconds\": %.6g, \"seq\": %lld, "
             "\"heads\": %lld, \"dim\": %lld, \"ranks\": %d, \"hosts\": %d, \"ranks_per_host\": %d, "
             "\"rank_gflops\": %.6g, \"link_gbps\": %.6g, \"latency_us\": %.6g, "
-            "\"intra_gbps\": %.6g, \"intra_latency_us\": %.6g, \"ulysses_groups\": %d, "
-            "\"call_ms\": %.6g, "
+            "\"intra_gbps\": %.6g, \"intra_latency_us\": %.6g, \"link_cpu_us_per_mb\": %.6g, "
+            "\"intra_cpu_us_per_mb\": %.6g, \"ulysses_groups\": %d, \"call_ms\": %.6g, "
             "\"compute_source\": \"%s\", \"link_source\": \"%s\", \"intra_source\": \"%s\"}\n]\n",
             g[best].ulysses, g[best].ring, g[best].seconds, (long long)m->seq, (long long)m->heads,
             (long long)m->dim, m->ranks, m->hosts, per_host, m->rank_flops * 1e-9,
             m->inter.bandwidth * 8e-9, m->inter.latency * 1e6, m->intra.bandwidth * 8e-9,
-            m->intra.latency * 1e6, m->ulysses_groups, m->call_seconds * 1e3, src->compute,
+            m->intra.latency * 1e6, m->inter.cpu_per_byte * 1e12, m->intra.cpu_per_byte * 1e12,
+            m->ulysses_groups, m->call_seconds * 1e3, src->compute,
             src->inter, src->intra);
         return g[best].ulysses;
     }
     printf("fxattn plan: S=%lld heads=%lld D=%lld, %d ranks on %d hosts (%d per host)\n"
            "  compute %.2f GFLOP/s per rank (%s)\n"
-           "  between hosts %.4g Gbit/s, %.3g us (%s); inside a host %.4g Gbit/s, %.3g us (%s)\n"
+           "  between hosts %.4g Gbit/s, %.3g us, %.3g CPU us per MB (%s); inside a host %.4g "
+           "Gbit/s, %.3g us, %.3g CPU us per MB (%s)\n"
            "  pure Ulysses pipelined by %d head groups; %.3g ms per call\n",
            (long long)m->seq, (long long)m->heads, (long long)m->dim, m->ranks, m->hosts, per_host,
            m->rank_flops * 1e-9, src->compute, m->inter.bandwidth * 8e-9, m->inter.latency * 1e6,
-           src->inter, m->intra.bandwidth * 8e-9, m->intra.latency * 1e6, src->intra,
+           m->inter.cpu_per_byte * 1e12, src->inter, m->intra.bandwidth * 8e-9,
+           m->intra.latency * 1e6, m->intra.cpu_per_byte * 1e12, src->intra,
            m->ulysses_groups, m->call_seconds * 1e3);
     if (m->n_step_rates > 0) {
         printf("  at each grid's step shape (ceil(S/R) queries and keys):");

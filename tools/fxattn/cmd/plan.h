@@ -44,7 +44,7 @@ typedef struct fxt_plan_sync {
 /* The FLOP/s of fxa_attn_run on `threads` threads (0: all cores) on the
  * Wan-like data of `bench`: the first ceil(S / P) queries against every key
  * (all-gather + local's work; S capped at 8192), as many heads as make
- * about 1 GFLOP, 3 runs timed together after a warm-up. With `sync` (ranks
+ * about 1 GFLOP, the median of 5 runs after a warm-up. With `sync` (ranks
  * that measure together), every rank takes the same path: sync agrees
  * before the warm-up, before the timed runs and after them. Returns 0 or
  * an exit code (the error printed, or agreed through sync). */

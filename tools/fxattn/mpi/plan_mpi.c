@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "fxattn_mpi.h"
@@ -112,17 +113,51 @@ static double ping_pong(fxt_world *w, int a, int b, int bytes, int reps, char *b
     return fxt_median(t, (size_t)reps);
 }
 
-/* Latency and bandwidth between a and b, known on every rank. */
+static double process_cpu_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* CPU seconds per byte a rank spends while a and b send each other
+ * PING_LARGE bytes at once (as a ring step sends and receives), waiting
+ * asleep so that only the transfer's own work counts: the median of 3
+ * after a warm-up on a and b; other ranks return 0 at once. buf holds
+ * 2 PING_LARGE bytes. */
+static double exchange_cpu(fxt_world *w, int a, int b, char *buf)
+{
+    if (w->rank != a && w->rank != b)
+        return 0.0;
+    const int peer = w->rank == a ? b : a;
+    double t[3];
+    for (int i = -1; i < 3; i++) {
+        MPI_Request req[2];
+        const double c0 = process_cpu_seconds();
+        MPI_Irecv(buf + PING_LARGE, PING_LARGE, MPI_BYTE, peer, 9, MPI_COMM_WORLD, &req[0]);
+        MPI_Isend(buf, PING_LARGE, MPI_BYTE, peer, 9, MPI_COMM_WORLD, &req[1]);
+        fxt_world_wait(w, &req[0], "the planner's exchange");
+        fxt_world_wait(w, &req[1], "the planner's exchange");
+        if (i >= 0)
+            t[i] = (process_cpu_seconds() - c0) / (2.0 * PING_LARGE);
+    }
+    return fxt_median(t, 3);
+}
+
+/* Latency, bandwidth and CPU time per byte between a and b (a's
+ * measurements), known on every rank. */
 static void measure_link(fxt_world *w, int a, int b, char *buf, fxt_link *l)
 {
     const double lat = ping_pong(w, a, b, PING_SMALL, 20, buf);
     const double big = ping_pong(w, a, b, PING_LARGE, 3, buf);
-    double v[2] = {lat, big > 2.0 * lat ? PING_LARGE / (big - lat) : PING_LARGE / big};
+    const double cpu = exchange_cpu(w, a, b, buf);
+    double v[3] = {lat, big > 2.0 * lat ? PING_LARGE / (big - lat) : PING_LARGE / big, cpu};
     MPI_Request req;
-    MPI_Ibcast(v, 2, MPI_DOUBLE, a, MPI_COMM_WORLD, &req);
+    MPI_Ibcast(v, 3, MPI_DOUBLE, a, MPI_COMM_WORLD, &req);
     fxt_world_wait(w, &req, "the planner's link measurement");
     l->latency = v[0];
     l->bandwidth = v[1];
+    l->cpu_per_byte = v[2];
 }
 
 /* The compute measurements' agreement (fxt_plan_sync): errors agreed,
@@ -219,7 +254,7 @@ static int plan_measure(fxt_world *w, const plan_opts *o, fxa_dtype dtype, int t
     if ((code = fxt_world_agree(w, code)))
         return code;
     *even = hm.even;
-    char *buf = calloc(1, PING_LARGE);
+    char *buf = calloc(2, PING_LARGE);
     code = buf ? 0 : fxt_fail(FXT_EXIT_FAILURE, "out of memory for the ping-pong");
     if ((code = fxt_world_agree(w, code))) {
         free(buf);
@@ -233,13 +268,20 @@ static int plan_measure(fxt_world *w, const plan_opts *o, fxa_dtype dtype, int t
         measure_link(w, 0, hm.host0_other, buf, &inter);
     free(buf);
     if (isnan(o->link_gbps) && isnan(o->latency_us) && hm.host0_other > 0) {
-        m->inter = inter;
+        m->inter.latency = inter.latency;
+        m->inter.bandwidth = inter.bandwidth;
         src->inter = "measured";
     }
     if (isnan(o->intra_gbps) && isnan(o->intra_latency_us) && hm.host0_peer > 0) {
-        m->intra = intra;
+        m->intra.latency = intra.latency;
+        m->intra.bandwidth = intra.bandwidth;
         src->intra = "measured";
     }
+    /* CPU time per byte: given, else measured (links this job has). */
+    if (isnan(o->link_cpu_us_per_mb) && hm.host0_other > 0)
+        m->inter.cpu_per_byte = inter.cpu_per_byte;
+    if (isnan(o->intra_cpu_us_per_mb) && hm.host0_peer > 0)
+        m->intra.cpu_per_byte = intra.cpu_per_byte;
     const int job_per_host = w->size / hm.hosts;
     m->ranks = o->ranks > 0 ? (int)o->ranks : w->size;
     m->hosts = o->hosts > 0 ? (int)o->hosts : hm.hosts;
