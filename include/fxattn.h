@@ -268,6 +268,12 @@ typedef struct fxa_attn_args {
 FXA_API fxa_status fxa_attn_run(const fxa_attn_plan *plan, const fxa_attn_args *args,
                                 void *workspace, fxa_attn_stats *stats_out);
 
+/* Optional: fn(arg) is called on the calling thread between batches of
+ * work inside fxa_attn_run (a few milliseconds apart), so that a caller can
+ * drive communication progress (MPI_Test) while the plan computes; NULL
+ * turns it off. Results do not change. */
+FXA_API void fxa_attn_plan_set_progress(fxa_attn_plan *plan, void (*fn)(void *arg), void *arg);
+
 /*
  * The bound pass alone (what `fxattn check` reports): validates the inputs,
  * then fills args->row_bound / args->row_fallback (either may be NULL) and

@@ -106,6 +106,8 @@ struct fxa_attn_plan {
     size_t ws_scratch;  /* per-thread buffers, thread_bytes each */
     size_t thread_bytes;
     size_t ws_total;
+    void (*progress)(void *arg); /* fxa_attn_plan_set_progress (NULL: none) */
+    void *progress_arg;
 };
 
 #endif

@@ -36,6 +36,7 @@ typedef struct run_job {
     int bounds_only;
     int64_t batch;     /* the chunk being computed */
     int64_t chunk_kv0; /* its first kv head */
+    int64_t item0;     /* the first work item of this pool run */
 } run_job;
 
 static fxa_thread_scratch *thread_scratch(const run_job *job, int thread_id)
@@ -173,10 +174,11 @@ static float *partial_at(const run_job *job, int64_t split, int64_t row)
            (size_t)(split * chunk_rows + row) * ((size_t)p->d.head_dim + 2);
 }
 
-/* Work item (head tile of the chunk, query block, key split). */
+/* Work item (head tile of the chunk, query block, key split), item0 on. */
 static void work_item(void *arg, int64_t item, int thread_id)
 {
     const run_job *job = arg;
+    item += job->item0;
     const fxa_attn_plan *p = job->p;
     const size_t dim = (size_t)p->d.head_dim;
     const size_t bq = (size_t)p->d.block_q;
@@ -267,6 +269,25 @@ static void merge_item(void *arg, int64_t item, int thread_id)
     }
 }
 
+static void progress(const fxa_attn_plan *p)
+{
+    if (p->progress)
+        p->progress(p->progress_arg);
+}
+
+/* The work items of a chunk; with a progress hook, in waves of a few items
+ * per thread with progress calls between them. */
+static void run_work(const fxa_attn_plan *p, run_job *job, int64_t n_items)
+{
+    const int64_t wave = p->progress ? 2 * (int64_t)p->ctx->pool.n_threads : n_items;
+    for (job->item0 = 0; job->item0 < n_items; job->item0 += wave) {
+        const int64_t n = n_items - job->item0 < wave ? n_items - job->item0 : wave;
+        fxa_pool_run(&p->ctx->pool, work_item, job, n);
+        progress(p);
+    }
+    job->item0 = 0;
+}
+
 static void fill_stats(const run_job *job, fxa_attn_stats *st)
 {
     const fxa_attn_plan *p = job->p;
@@ -334,8 +355,9 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     if (((uintptr_t)workspace % FXA_ALIGN) != 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
     const double t0 = fxa_now_seconds();
-    run_job job = {plan, args, workspace, bounds_only, 0, 0};
+    run_job job = {plan, args, workspace, bounds_only, 0, 0, 0};
     st = fxa_scan_inputs(plan, args, workspace);
+    progress(plan);
     if (st == FXA_OK && !bounds_only && args->lse)
         st = fxa_lse_check(plan,
                            (const fxa_head_bound *)((unsigned char *)workspace + plan->ws_bounds),
@@ -350,11 +372,15 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     for (job.batch = 0; job.batch < plan->d.batch; job.batch++) {
         for (job.chunk_kv0 = 0; job.chunk_kv0 < plan->d.heads_kv;
              job.chunk_kv0 += plan->chunk_kv_heads) {
-            if (!bounds_only)
+            if (!bounds_only) {
                 fxa_pool_run(&ctx->pool, pack_item, &job, plan->chunk_kv_heads * plan->n_kv_tiles);
-            fxa_pool_run(&ctx->pool, work_item, &job, n_blocks * n_splits);
-            if (n_splits > 1 && !bounds_only)
+                progress(plan);
+            }
+            run_work(plan, &job, n_blocks * n_splits);
+            if (n_splits > 1 && !bounds_only) {
                 fxa_pool_run(&ctx->pool, merge_item, &job, n_blocks);
+                progress(plan);
+            }
         }
     }
     if (stats_out) {

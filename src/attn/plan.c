@@ -368,6 +368,14 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
     return FXA_OK;
 }
 
+void fxa_attn_plan_set_progress(fxa_attn_plan *plan, void (*fn)(void *arg), void *arg)
+{
+    if (!plan)
+        return;
+    plan->progress = fn;
+    plan->progress_arg = arg;
+}
+
 void fxa_attn_plan_destroy(fxa_attn_plan *plan)
 {
     fxa_free_aligned(plan);

@@ -84,6 +84,32 @@ fxa_status fxa_ulysses_stages(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
     return ws_most && !u->ws ? FXA_ERR_NO_MEMORY : FXA_OK;
 }
 
+typedef struct exchanges {
+    const fxa_mpi_attn_plan *p;
+    fxa_ulysses_bufs *u;
+} exchanges;
+
+/* While a group computes, drive the exchanges in flight (the next group's
+ * way in, every pending send and way back): over TCP, MPI moves data only
+ * inside MPI calls, so without these the next group would travel only once
+ * this one is done. */
+static void exchange_progress(void *arg)
+{
+    const exchanges *x = arg;
+    const int n = x->p->m->ulysses;
+    int done;
+    MPI_Testall(x->u->in_req_at[n], x->u->in_req, &done, MPI_STATUSES_IGNORE);
+    for (int v = 0; v < n; v++)
+        MPI_Testall(x->u->pend_n[v], x->u->pend_req + x->u->pend_at[v], &done,
+                    MPI_STATUSES_IGNORE);
+}
+
+static void set_progress(fxa_ulysses_bufs *u, void (*fn)(void *), void *arg)
+{
+    for (int i = 0; i < u->stage_at[u->groups]; i++)
+        fxa_attn_plan_set_progress(u->stage[i].plan, fn, arg);
+}
+
 fxa_status fxa_ulysses_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_ulysses_bufs *u,
                            fxa_attn_stats *sum, double *a2a_seconds)
 {
@@ -95,6 +121,8 @@ fxa_status fxa_ulysses_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_uly
      * this rank's rows; the caller agrees on the outcome afterwards. */
     fxa_status own = FXA_OK;
     const int computes = p->loc_sq > 0; /* no query tokens: exchanges only */
+    exchanges x = {p, u};
+    set_progress(u, exchange_progress, &x);
     for (int g = 0; g < u->groups && st == FXA_OK; g++) {
         st = fxa_ulysses_in_wait(p, u);
         if (st == FXA_OK && g + 1 < u->groups)
@@ -107,6 +135,7 @@ fxa_status fxa_ulysses_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_uly
         if (st == FXA_OK)
             st = fxa_ulysses_back_post(p, u, g);
     }
+    set_progress(u, NULL, NULL);
     if (st == FXA_OK)
         st = fxa_ulysses_pending_wait(p, u);
     *a2a_seconds += MPI_Wtime() - t0;

@@ -2,7 +2,7 @@
  * Scheduling must never change results: outputs, LSE and fallback flags are
  * bit-identical for any thread count, heads_per_tile and block_q, and for
  * the two layouts (same values, transposed), and across repeated runs on
- * poisoned output buffers. Head dim 96 and ragged sequence lengths keep every
+ * poisoned output buffers, and with a progress hook. Head dim 96 and ragged sequence lengths keep every
  * tail path in play; hot and cold heads keep both the fixed path and the
  * fallback in play.
  */
@@ -95,6 +95,52 @@ static void run_into(const tcase *t, int threads, int hpt, int block_q, result *
     fxa_ctx_destroy(ctx);
 }
 
+static void count_call(void *arg)
+{
+    ++*(int *)arg;
+}
+
+/* A progress hook (fxa_attn_plan_set_progress): called between batches of
+ * work on the calling thread, results bit for bit those without it; turned
+ * off again by NULL. */
+static void run_with_progress(const tcase *t, const result *ref, const char *name)
+{
+    fxa_ctx_params cp;
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 2;
+    CHECK(fxa_ctx_create(&cp, &ctx) == FXA_OK, "context");
+    fxa_attn_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    CHECK(fxa_attn_plan_create(ctx, &t->d, &plan, &ws_bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(ctx));
+    void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
+    const int wide = t->d.dtype != FXA_F32;
+    result r;
+    result_alloc(&r, t);
+    const fxa_attn_args a = {.struct_size = sizeof a,
+                             .q = wide ? (const void *)t->q16 : (const void *)t->q,
+                             .k = wide ? (const void *)t->k16 : (const void *)t->k,
+                             .v = wide ? (const void *)t->v16 : (const void *)t->v,
+                             .out = r.out,
+                             .lse = r.lse,
+                             .row_fallback = r.fb};
+    int calls = 0;
+    fxa_attn_plan_set_progress(plan, count_call, &calls);
+    CHECK(fxa_attn_run(plan, &a, ws, NULL) == FXA_OK, "run: %s", fxa_ctx_last_error(ctx));
+    /* The scan, each chunk's packing and at least one wave of work. */
+    CHECK(calls >= 3, "%s: the progress hook ran %d times", name, calls);
+    CHECK(result_equal(ref, &r, t), "%s: a progress hook changed the results", name);
+    const int before = calls;
+    fxa_attn_plan_set_progress(plan, NULL, NULL);
+    CHECK(fxa_attn_run(plan, &a, ws, NULL) == FXA_OK, "run: %s", fxa_ctx_last_error(ctx));
+    CHECK(calls == before, "%s: a removed progress hook still ran", name);
+    result_free(&r);
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+    fxa_ctx_destroy(ctx);
+}
+
 static void check_dtype(fxa_dtype dtype, const char *name)
 {
     static const int threads[] = {2, 3, 7};
@@ -131,6 +177,7 @@ static void check_dtype(fxa_dtype dtype, const char *name)
         CHECK(result_equal(&ref, &r, &t), "%s: block_q %d differs", name, blocks[i]);
         result_free(&r);
     }
+    run_with_progress(&t, &ref, name);
     /* Same plan twice on a poisoned buffer: no state carried between runs. */
     {
         result r;
