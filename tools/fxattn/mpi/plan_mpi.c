@@ -3,8 +3,10 @@
  * job's own MPI_COMM_WORLD: which host each rank is on
  * (MPI_COMM_TYPE_SHARED), a ping-pong between rank 0 and the first rank
  * on another host and on rank 0's host (latency from 8-byte messages,
- * bandwidth from 4 MiB ones), and every rank's compute rate measured by all
- * ranks at once (so ranks that share cores measure their share). Used by
+ * bandwidth from 4 MiB ones, CPU time per byte from a 4 MiB exchange both
+ * ways), every rank's compute rate measured by all ranks at once (so ranks
+ * that share cores measure their share) and the fixed cost of a call. Every
+ * wait polls against the job's deadline (--timeout). Used by
  * `fxattn plan --measure` and by `--grid auto` of attn and bench.
  */
 #include <math.h>
