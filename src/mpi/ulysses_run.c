@@ -100,8 +100,7 @@ static void exchange_progress(void *arg)
     int done;
     MPI_Testall(x->u->in_req_at[n], x->u->in_req, &done, MPI_STATUSES_IGNORE);
     for (int v = 0; v < n; v++)
-        MPI_Testall(x->u->pend_n[v], x->u->pend_req + x->u->pend_at[v], &done,
-                    MPI_STATUSES_IGNORE);
+        MPI_Testall(x->u->pend_n[v], x->u->pend_req + x->u->pend_at[v], &done, MPI_STATUSES_IGNORE);
 }
 
 static void set_progress(fxa_ulysses_bufs *u, void (*fn)(void *), void *arg)

@@ -128,7 +128,7 @@ typedef struct plan_opts {
     double intra_latency_us;
     double link_cpu_us_per_mb;  /* CPU us a rank spends per MB sent or received between hosts */
     double intra_cpu_us_per_mb; /* the same inside a host */
-    double gflops; /* one host's compute rate, all its cores */
+    double gflops;              /* one host's compute rate, all its cores */
     int64_t ulysses_groups;
     int64_t threads; /* threads of the compute measurement (per rank under --measure) */
     int json;

@@ -95,7 +95,7 @@ static double alltoall_seconds(const fxt_cost_model *m, int u, double bytes, dou
     free(egress);
     const double lat = (u - 1) * (crosses ? m->inter.latency : m->intra.latency);
     *cpu = crosses && m->inter.cpu_per_byte > m->intra.cpu_per_byte ? m->inter.cpu_per_byte
-                                                                   : m->intra.cpu_per_byte;
+                                                                    : m->intra.cpu_per_byte;
     const double t_out = out / m->inter.bandwidth;
     const double t_in = intra / m->intra.bandwidth;
     return lat + (t_out > t_in ? t_out : t_in);
@@ -125,7 +125,7 @@ static double ring_step_seconds(const fxt_cost_model *m, int u, int r, double by
     const double t_out = crosses ? m->inter.latency + out / m->inter.bandwidth : 0.0;
     const double t_in = m->intra.latency + bytes / m->intra.bandwidth;
     *cpu = crosses && m->inter.cpu_per_byte > m->intra.cpu_per_byte ? m->inter.cpu_per_byte
-                                                                   : m->intra.cpu_per_byte;
+                                                                    : m->intra.cpu_per_byte;
     return t_out > t_in ? t_out : t_in;
 }
 

@@ -181,8 +181,7 @@ int fxt_plan_print(const fxt_cost_model *m, const fxt_plan_source *src, int json
             (long long)m->dim, m->ranks, m->hosts, per_host, m->rank_flops * 1e-9,
             m->inter.bandwidth * 8e-9, m->inter.latency * 1e6, m->intra.bandwidth * 8e-9,
             m->intra.latency * 1e6, m->inter.cpu_per_byte * 1e12, m->intra.cpu_per_byte * 1e12,
-            m->ulysses_groups, m->call_seconds * 1e3, src->compute,
-            src->inter, src->intra);
+            m->ulysses_groups, m->call_seconds * 1e3, src->compute, src->inter, src->intra);
         return g[best].ulysses;
     }
     printf("fxattn plan: S=%lld heads=%lld D=%lld, %d ranks on %d hosts (%d per host)\n"
@@ -193,8 +192,8 @@ int fxt_plan_print(const fxt_cost_model *m, const fxt_plan_source *src, int json
            (long long)m->seq, (long long)m->heads, (long long)m->dim, m->ranks, m->hosts, per_host,
            m->rank_flops * 1e-9, src->compute, m->inter.bandwidth * 8e-9, m->inter.latency * 1e6,
            m->inter.cpu_per_byte * 1e12, src->inter, m->intra.bandwidth * 8e-9,
-           m->intra.latency * 1e6, m->intra.cpu_per_byte * 1e12, src->intra,
-           m->ulysses_groups, m->call_seconds * 1e3);
+           m->intra.latency * 1e6, m->intra.cpu_per_byte * 1e12, src->intra, m->ulysses_groups,
+           m->call_seconds * 1e3);
     if (m->n_step_rates > 0) {
         printf("  at each grid's step shape (ceil(S/R) queries and keys):");
         for (int i = 0; i < m->n_step_rates; i++)

@@ -95,8 +95,8 @@ int fxt_bench_mpi(const bench_opts *o)
     MPI_Comm_split(MPI_COMM_WORLD, 0, grid_rank, &b.comm);
     MPI_Comm_rank(b.comm, &b.rank);
     MPI_Comm_size(b.comm, &b.size);
-    b.world = (fxt_world){b.rank, b.size,
-                          o->timeout > 0 ? o->timeout : fxa_mpi_default_timeout(), ""};
+    b.world =
+        (fxt_world){b.rank, b.size, o->timeout > 0 ? o->timeout : fxa_mpi_default_timeout(), ""};
     int code = 0;
     fxt_runner single = {0};
     fxt_runner local = {0};
@@ -152,8 +152,7 @@ int fxt_bench_mpi(const bench_opts *o)
     if (o->grid) {
         /* Collective; its errors are the same on every rank. */
         fxt_fail_capture(b.world.msg, sizeof b.world.msg);
-        code = fxt_mpi_grid_auto(&b.world, "--grid", o->grid, &b.d, threads, &mp.ulysses,
-                                 &mp.ring);
+        code = fxt_mpi_grid_auto(&b.world, "--grid", o->grid, &b.d, threads, &mp.ulysses, &mp.ring);
         fxt_fail_capture(NULL, 0);
         if (code)
             goto done;
