@@ -59,6 +59,14 @@ int fxt_grid_rows_in_host(const fxt_cost_model *m, int ulysses)
     return 1;
 }
 
+/* CPU seconds per byte of a transfer that crosses hosts (the slower of the
+ * two links) or stays inside one. */
+static double link_cpu(const fxt_cost_model *m, int crosses)
+{
+    const double x = m->inter.cpu_per_byte, i = m->intra.cpu_per_byte;
+    return crosses && x > i ? x : i;
+}
+
 /* One all-to-all inside every row of U ranks at once, each rank sending
  * `bytes` split evenly over the row: the latency of U - 1 messages, then
  * the busiest host's outgoing bytes over the inter-host link or the
@@ -94,8 +102,7 @@ static double alltoall_seconds(const fxt_cost_model *m, int u, double bytes, dou
         out = egress[h] > out ? egress[h] : out;
     free(egress);
     const double lat = (u - 1) * (crosses ? m->inter.latency : m->intra.latency);
-    *cpu = crosses && m->inter.cpu_per_byte > m->intra.cpu_per_byte ? m->inter.cpu_per_byte
-                                                                    : m->intra.cpu_per_byte;
+    *cpu = link_cpu(m, crosses);
     const double t_out = out / m->inter.bandwidth;
     const double t_in = intra / m->intra.bandwidth;
     return lat + (t_out > t_in ? t_out : t_in);
@@ -124,8 +131,7 @@ static double ring_step_seconds(const fxt_cost_model *m, int u, int r, double by
     free(egress);
     const double t_out = crosses ? m->inter.latency + out / m->inter.bandwidth : 0.0;
     const double t_in = m->intra.latency + bytes / m->intra.bandwidth;
-    *cpu = crosses && m->inter.cpu_per_byte > m->intra.cpu_per_byte ? m->inter.cpu_per_byte
-                                                                    : m->intra.cpu_per_byte;
+    *cpu = link_cpu(m, crosses);
     return t_out > t_in ? t_out : t_in;
 }
 
