@@ -15,6 +15,10 @@ typedef struct fxa_cpu {
     int avx512vl;
     int avx512dq;
     int avx512bf16;
+    /* AMX-TILE and AMX-BF16, with the tile state enabled by the OS (XCR0) and
+     * this process granted its use (Linux: arch_prctl ARCH_REQ_XCOMP_PERM,
+     * asked once here, as oneDNN and PyTorch do). */
+    int amx_bf16;
 } fxa_cpu;
 
 /* Detected once (pthread_once); later calls return the cached result. */

@@ -2,7 +2,7 @@
  * The dispatch table. Entries are ordered from the most portable to the
  * fastest; the automatic choice is the last entry the CPU supports and the
  * build provides. The portable reference set is the first entry and always
- * valid. Faster sets (AVX2, AVX-512) register here by their init function
+ * valid. Faster sets (AVX2, AVX-512, AMX) register here by their init function
  * (fxa_kernels_init_<isa>, kernels.h) when they are built.
  */
 #include "dispatch.h"
@@ -35,6 +35,11 @@ static int has_avx512(const fxa_cpu *c)
     return c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->fma && c->f16c;
 }
 
+static int has_amx(const fxa_cpu *c)
+{
+    return has_avx512(c) && c->amx_bf16;
+}
+
 static void init_ref(fxa_kernels *k, const fxa_cpu *cpu)
 {
     (void)cpu;
@@ -54,9 +59,11 @@ static const isa_entry g_table[] = {
 #if defined(FXA_HAVE_X86_KERNELS)
     {"avx2", init_avx2, has_avx2},
     {"avx512", fxa_kernels_init_avx512, has_avx512},
+    {"amx", fxa_kernels_init_amx, has_amx},
 #else
     {"avx2", NULL, has_avx2},
     {"avx512", NULL, has_avx512},
+    {"amx", NULL, has_amx},
 #endif
 };
 
@@ -104,6 +111,6 @@ fxa_status fxa_kernels_select(const char *isa_env, const fxa_kernels **out, char
         *out = &g_sets[i];
         return FXA_OK;
     }
-    snprintf(msg, msg_len, "FXA_ISA=%s: unknown ISA (choose ref, avx2 or avx512)", isa_env);
+    snprintf(msg, msg_len, "FXA_ISA=%s: unknown ISA (choose ref, avx2, avx512 or amx)", isa_env);
     return FXA_ERR_INVALID_ARG;
 }

@@ -22,6 +22,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     ${k}/x86_avx512/kernels_avx512.c
     ${k}/x86_avx512/f32_tile_6x64_avx512.c
     ${k}/x86_avx512/bf16_tile_6x64_avx512bf16.c
+    ${k}/x86_avx512/bf16_tile_16x32_amx.c
     ${k}/x86_avx512/f32_rowstats_avx512.c
     ${k}/x86_avx512/f32_packkt_16x16_avx512.c)
   set(FXA_AVX2 "-mavx2")
@@ -34,6 +35,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     COMPILE_OPTIONS "${FXA_AVX512};-mfma")
   set_source_files_properties(${k}/x86_avx512/bf16_tile_6x64_avx512bf16.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX512};-mavx512bf16;-mfma")
+  set_source_files_properties(${k}/x86_avx512/bf16_tile_16x32_amx.c PROPERTIES
+    COMPILE_OPTIONS "${FXA_AVX512};-mavx512bf16;-mfma;-mamx-tile;-mamx-bf16")
   set_source_files_properties(${k}/x86_avx2/f32_packkt_8x8_avx2.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX2}")
   set_source_files_properties(${k}/x86_avx512/f32_packkt_16x16_avx512.c PROPERTIES

@@ -18,7 +18,8 @@
  *          transpose; absent in the reference, whose blocking is a
  *          vectorisation hint, not a contract
  *   isa    the instruction set the function needs: ref (portable C), avx2
- *          (AVX2+FMA), avx512 (F, VL, BW, DQ), avx512bf16
+ *          (AVX2+FMA), avx512 (F, VL, BW, DQ), avx512bf16, amx (AMX-TILE and
+ *          AMX-BF16 with AVX512-BF16)
  * e.g. fxa_f32_tile_4x24_6x16__avx2, fxa_bf16_tile_6x64__avx512bf16. Source
  * files are named alike, without the double underscore. The fp16 widening
  * keeps its older names (fxa_widen_f16_ref, fxa_widen_f16_f16c), which
@@ -190,6 +191,9 @@ void fxa_kernels_init_avx2(fxa_kernels *k);
 /* AVX-512F (+VL, BW, DQ) fp32 kernels (x86_avx512/), with the AVX512-BF16
  * tile for FXA_COMPUTE_BF16 where cpu->avx512bf16. */
 void fxa_kernels_init_avx512(fxa_kernels *k, const struct fxa_cpu *cpu);
+/* The AVX-512 set with the AMX tile for FXA_COMPUTE_BF16 (x86_avx512/), for
+ * CPUs with AVX512-BF16 and AMX-BF16 granted (cpu->amx_bf16). */
+void fxa_kernels_init_amx(fxa_kernels *k, const struct fxa_cpu *cpu);
 
 /* Reference kernels (ref/): the spec of each entry. */
 void fxa_f32_tile__ref(const fxa_attn_tile *t);
@@ -208,6 +212,9 @@ void fxa_f32_packkt_8x8__avx2(const void *const *rows, size_t n, size_t d, size_
 #define FXA_AVX512_KT_PANEL 64
 void fxa_f32_tile_6x64__avx512(const fxa_attn_tile *t);
 void fxa_bf16_tile_6x64__avx512bf16(const fxa_attn_tile_bf16 *t);
+/* AMX: 2 x 2 tiles of 16 x 16 (32 rows x 32 keys, then 32 columns of o)
+ * on tdpbf16ps; head dims not a multiple of 32 take the 6x64 tile. */
+void fxa_bf16_tile_16x32__amx(const fxa_attn_tile_bf16 *t);
 void fxa_f32_packkt_16x16__avx512(const void *const *rows, size_t n, size_t d, size_t panel,
                                   void *kt);
 

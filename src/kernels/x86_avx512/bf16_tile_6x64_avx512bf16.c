@@ -7,7 +7,8 @@
  *           key-dimension pair, four zmm of packed key pairs (contiguous)
  *           and a broadcast query pair; 24 zmm accumulators in fp32.
  *   softmax fp32 exp2 (fxa_vexp2_shifted_f32x16), then P rounded to bf16
- *           (vcvtne2ps2bf16, 32 at a time); l sums the rounded P.
+ *           (vcvtne2ps2bf16, 32 at a time); l sums the rounded P
+ *           (bf16_softmax_avx512.h, shared with the AMX tile).
  *   P.V     6 x 64 micro-kernel on vdpbf16ps: per key pair, four zmm of
  *           packed value pairs and a broadcast pair of p; 24 accumulators.
  * The hardware flushes subnormal bf16 products (DAZ/FTZ); P itself is never
@@ -20,9 +21,8 @@
 #include <string.h>
 
 #include "../kernels.h"
-#include "../ref/exp2_ref.h"
 #include "rows_avx512.h"
-#include "vexp2_avx512.h"
+#include "bf16_softmax_avx512.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
@@ -100,67 +100,6 @@ static void fxa_bf16_score_6x64__avx512bf16(const fxa_attn_tile_bf16 *t)
     }
 }
 
-/* p16 = bf16(exp2(z - shift)) (pad column zeroed); returns the sum of the
- * rounded values. may_flush 0 (a constant) leaves out the flush test, for
- * rows whose bound proves that no term flushes (FXA_ROW_FIXED). Whole
- * groups of 32 scores round two vectors into one (vcvtne2ps2bf16), store it
- * whole and add the rounded pairs into the sum with one vdpbf16ps by ones
- * (each p times 1 is exact: lane k adds p_2k, then p_2k+1); the tail goes 16
- * at a time under masks. */
-static ALWAYS_INLINE float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16,
-                                         const int may_flush)
-{
-    const __m512 m = _mm512_set1_ps(shift);
-    const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80); /* bf16 1.0 */
-    __m512 sum = _mm512_setzero_ps();
-    size_t j = 0;
-    for (; j + 32 <= n; j += 32) {
-        const __m512 z0 = _mm512_loadu_ps(z + j), z1 = _mm512_loadu_ps(z + j + 16);
-        const __m512 p0 =
-            may_flush ? fxa_vexp2_shifted_f32x16(z0, m) : fxa_vexp2_shifted_noflush_f32x16(z0, m);
-        const __m512 p1 =
-            may_flush ? fxa_vexp2_shifted_f32x16(z1, m) : fxa_vexp2_shifted_noflush_f32x16(z1, m);
-        const __m512bh pb = _mm512_cvtne2ps_pbh(p1, p0); /* p0 in the low half */
-        _mm512_storeu_si512(p16 + j, (__m512i)pb);
-        sum = _mm512_dpbf16_ps(sum, pb, ones);
-    }
-    for (; j < n; j += 16) {
-        const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
-        const __m512 z16 = _mm512_maskz_loadu_ps(k, z + j);
-        const __m512 p =
-            may_flush ? fxa_vexp2_shifted_f32x16(z16, m) : fxa_vexp2_shifted_noflush_f32x16(z16, m);
-        const __m256i pb = (__m256i)_mm512_cvtneps_pbh(p);
-        _mm256_mask_storeu_epi16(p16 + j, k, pb);
-        const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));
-        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, back));
-    }
-    if (n % 2)
-        p16[n] = 0;
-    return _mm512_reduce_add_ps(sum);
-}
-
-static void softmax_rows(const fxa_attn_tile_bf16 *t)
-{
-    for (size_t i = 0; i < t->n_q; i++) {
-        const float *z = t->scores + i * t->ld_scores;
-        uint16_t *p16 = t->p16 + i * t->ld_scores;
-        if (t->online[i] != FXA_ROW_ONLINE) {
-            /* Constant flags: one specialised loop each. */
-            const int may_flush = t->online[i] == FXA_ROW_FIXED_MAY_FLUSH;
-            t->l[i] += may_flush ? exp2_row_bf16(z, t->n_kv, t->m[i], p16, 1)
-                                 : exp2_row_bf16(z, t->n_kv, t->m[i], p16, 0);
-            continue;
-        }
-        const float m_new = fmaxf(t->m[i], ceilf(fxa_row_max_f32x16(z, t->n_kv)));
-        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new);
-        const float sum = exp2_row_bf16(z, t->n_kv, m_new, p16, 1);
-        if (alpha != 1.0f)
-            fxa_scale_row_f32x16(t->o + i * t->ldo, t->d, alpha);
-        t->l[i] = t->l[i] * alpha + sum;
-        t->m[i] = m_new;
-    }
-}
-
 static ALWAYS_INLINE void pv_block(const fxa_attn_tile_bf16 *t, size_t i0, size_t c0,
                                    const size_t mr, const __mmask16 mask[PV_VECS])
 {
@@ -219,6 +158,6 @@ void fxa_bf16_tile_6x64__avx512bf16(const fxa_attn_tile_bf16 *t)
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kp_panel == KP_PANEL && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
     fxa_bf16_score_6x64__avx512bf16(t);
-    softmax_rows(t);
+    fxa_bf16_softmax_rows_avx512(t, 0, t->n_q, 0);
     fxa_bf16_pv_6x64__avx512bf16(t);
 }

@@ -1,6 +1,7 @@
 /* The AVX-512 set: the reference set with the AVX-512 fp32 tile, K^T packing
  * and row statistics, and F16C widening; with AVX512-BF16, also the
- * vdpbf16ps tile for bf16 compute. */
+ * vdpbf16ps tile for bf16 compute. The AMX set is the same with the AMX tile
+ * for bf16 compute. */
 #include "../../core/cpu.h"
 #include "../kernels.h"
 
@@ -20,4 +21,13 @@ void fxa_kernels_init_avx512(fxa_kernels *k, const fxa_cpu *cpu)
                          "tile (6x64, 6x64)";
         k->attn_tile_bf16 = fxa_bf16_tile_6x64__avx512bf16;
     }
+}
+
+void fxa_kernels_init_amx(fxa_kernels *k, const fxa_cpu *cpu)
+{
+    fxa_kernels_init_avx512(k, cpu);
+    k->isa_name = "amx";
+    k->description = "AVX-512 fp32 tile (6x64 scores, 6x64 P.V); bf16 compute: AMX tdpbf16ps "
+                     "tile (2x2 tiles of 16x16; head dims not a multiple of 32: vdpbf16ps 6x64)";
+    k->attn_tile_bf16 = fxa_bf16_tile_16x32__amx;
 }
