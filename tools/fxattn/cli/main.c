@@ -37,7 +37,8 @@ static const char g_usage[] =
     "         time of every Ulysses x ring grid and of all-gather + local attention, and\n"
     "         the best grid; under mpirun --measure measures the links and compute rate\n"
     "         (attn and bench: --grid auto runs the planner's choice)\n"
-    "  info   [--threads N]   the kernels this CPU runs (FXA_ISA=ref|avx2|avx512|amx forces a set)\n"
+    "  info   [--threads N]   the kernels this CPU runs (FXA_ISA=ref|avx2|avx512|amx\n"
+    "         forces a set)\n"
     "  help   this text (--version: the version)\n"
     "\n"
     "exit status: 0 success, 2 bad usage or bad input, 1 other failures\n";

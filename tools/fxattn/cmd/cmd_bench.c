@@ -3,10 +3,12 @@
  * Fixed-max (auto) and online runs alternate after a warm-up, so both see
  * the same machine state; each reports the median of its runs as GFLOP/s
  * and as a share of this machine's peak, measured in the same process by an
- * FMA (fp32) or vdpbf16ps (bf16) throughput loop on as many threads.
+ * FMA (fp32), vdpbf16ps or AMX tdpbf16ps (bf16: the units the kernel set's
+ * tile runs its products on) throughput loop on as many threads.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_opts.h"
 #include "bench_proj.h"
@@ -109,8 +111,14 @@ int fxt_cmd_bench(int argc, char **argv)
     }
     const int n_threads = fxa_ctx_threads(modes[0].r.ctx);
     const char *peak_isa = NULL;
-    const double peak = fxt_peak_gflops(
-        compute == FXA_COMPUTE_FP32 ? FXT_PEAK_F32_FMA : FXT_PEAK_BF16_DOT, n_threads, &peak_isa);
+    /* The peak of the units the tile's products run on: AMX where the amx set
+     * takes this head dim (a multiple of 32), else vdpbf16ps or FMA. */
+    const int amx = compute == FXA_COMPUTE_BF16 && dim % 32 == 0 &&
+                    strcmp(fxa_ctx_isa(modes[0].r.ctx), "amx") == 0;
+    const double peak = fxt_peak_gflops(compute == FXA_COMPUTE_FP32 ? FXT_PEAK_F32_FMA
+                                        : amx                       ? FXT_PEAK_BF16_AMX
+                                                                    : FXT_PEAK_BF16_DOT,
+                                        n_threads, &peak_isa);
     for (int rep = -1; rep < repeats; rep++) { /* rep -1: warm-up */
         for (int i = 0; i < 2; i++) {
             if ((code = time_once(&modes[i], &w, out)))
