@@ -198,7 +198,10 @@ int fxt_bench_proj(const bench_args *ba)
     const char *peak_isa = NULL;
     const char *peak16_isa = NULL;
     const double peak = fxt_peak_gflops(FXT_PEAK_F32_FMA, threads, &peak_isa);
-    const double peak16 = fxt_peak_gflops(FXT_PEAK_BF16_DOT, threads, &peak16_isa);
+    /* oneDNN runs bf16 matmuls on AMX wherever the CPU and OS allow it. */
+    double peak16 = fxt_peak_gflops(FXT_PEAK_BF16_AMX, threads, &peak16_isa);
+    if (peak16 == 0.0)
+        peak16 = fxt_peak_gflops(FXT_PEAK_BF16_DOT, threads, &peak16_isa);
     const double gflop = 2.0 * (double)b.s * (double)b.h * (double)b.i * 1e-9;
     double med[N_WAYS];
     for (int way = 0; way < N_WAYS; way++) {
