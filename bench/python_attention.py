@@ -17,15 +17,17 @@ transposed views, which fxattn takes without a copy):
     Python call (checks, plan cache lookup, output allocation), whose
     overhead over the C row is reported;
   - torch SDPA fp32 and bf16 (torch.set_num_threads(--threads)) and
-    fxattn on the same bf16 tensors (fp32 compute, and bf16 compute on
-    CPUs with vdpbf16ps: elsewhere that runs a portable tile);
+    fxattn on the same bf16 tensors (fp32 compute, and bf16 compute: AMX
+    tdpbf16ps on CPUs with AMX-BF16, vdpbf16ps on CPUs with AVX512-BF16,
+    elsewhere a portable tile);
   - ONNX Runtime's fused com.microsoft MultiHeadAttention (CPU, fp32: its
     CPU kernel takes float only) on [1, S, H D] views of the same q, k, v,
     with --threads intra-op threads and spinning off (as bench/peers runs
     it), when onnxruntime and onnx are installed.
 GFLOP/s = 4 S^2 H D / seconds; % of the machine's peak from the `fxattn
-bench` probe the wheel ships (fp32 FMA peak; the bf16 rows' vdpbf16ps peak
-on CPUs that have it, else the FMA peak). The outputs are checked against
+bench` probe the wheel ships (fp32 FMA peak; the bf16 rows' peak of the
+units fxattn's bf16 tile runs on: AMX tdpbf16ps, else vdpbf16ps, else the
+FMA peak). The outputs are checked against
 each other before anything is timed.
 """
 
@@ -126,7 +128,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     peaks = {"fp32": peak_gflops(a.threads, "fp32")}
-    peaks["bf16"] = peak_gflops(a.threads, "bf16") or peaks["fp32"]  # 0: no vdpbf16ps on this CPU
+    peaks["bf16"] = peak_gflops(a.threads, "bf16") or peaks["fp32"]  # 0: no bf16 dot units on this CPU
     for s in (int(x) for x in str(a.seqs).split(",") if x):
         run_seq(a, s, peaks)
 
