@@ -10,7 +10,7 @@ Run through the wrapper bench/peers (it provides the virtual environment). For e
      process start and file I/O; `attn --repeats 2` runs a warm-up and two timed runs in one process, so that,
      like ORT's session, fxattn is timed in its steady state: plan and workspace reused); medians are reported.
 FLOP = 4*B*H*S*S*D. %peak uses the FMA peak that `fxattn bench` measures for the same thread count (bf16c rows:
-its vdpbf16ps peak), taken before the run, after each row and at the end (the largest is used; a probe after a row
+its bf16 peak: AMX tdpbf16ps where the amx kernels run, else vdpbf16ps), taken before the run, after each row and at the end (the largest is used; a probe after a row
 well below the best flags that row as disturbed). ORT's kernel (flash or unfused) is inferred from the growth of
 peak RSS over its first run (the unfused path allocates the B*H*S*S score matrix).
 """
@@ -40,7 +40,7 @@ VARIANTS = {
     "f32": ([], TOL_F32, "f32"),
     # inputs rounded to bf16, fp32 arithmetic (FMA peak)
     "bf16": (["--dtype", "bf16"], TOL_BF16, "f32"),
-    # inputs rounded to bf16 and bf16 arithmetic (vdpbf16ps; peak measured by `fxattn bench --dtype bf16`)
+    # inputs rounded to bf16 and bf16 arithmetic (AMX or vdpbf16ps; peak measured by `fxattn bench --dtype bf16`)
     "bf16c": (["--dtype", "bf16", "--compute", "bf16"], TOL_BF16, "bf16"),
 }
 
@@ -78,7 +78,7 @@ def parse_args(argv):
                    help="also time fxattn --dtype bf16 (bf16-rounded inputs, fp32 compute) against ORT fp32 "
                         "(check tolerance %g); row 'bf16'" % TOL_BF16)
     p.add_argument("--bf16-compute", action="store_true",
-                   help="also time fxattn --dtype bf16 --compute bf16 (vdpbf16ps) against ORT fp32 (tolerance %g; "
+                   help="also time fxattn --dtype bf16 --compute bf16 (AMX or vdpbf16ps) against ORT fp32 (tolerance %g; "
                         "%%%%peak vs the bf16 peak); row 'bf16c'" % TOL_BF16)
     p.add_argument("--ort-unfused", action="store_true",
                    help="set ORT_DISABLE_FLASH_ATTENTION=1: ORT's unfused baseline (materializes H*S*S scores)")
@@ -89,7 +89,7 @@ def parse_args(argv):
                    help="use T * GFLOPS as the fp32 peak instead of measuring it (e.g. 117 on a 3.65 GHz Zen 4 "
                         "core; useful when other work disturbs the measurement)")
     p.add_argument("--peak-core-bf16", type=float, default=None, metavar="GFLOPS",
-                   help="same for the bf16 (vdpbf16ps) peak (e.g. 234)")
+                   help="same for the bf16 peak (AMX or vdpbf16ps, e.g. 234)")
     p.add_argument("--ref-rows", type=int, default=32,
                    help="query rows checked against an fp64 numpy reference (0: skip)")
     p.add_argument("--fxattn", default=os.path.join(ROOT, "build", "fxattn"), help="fxattn binary")
@@ -294,7 +294,7 @@ def main(argv):
     load_start = loadavg()
     log("load average at start: %s (cpus: %s)" % (load_start, os.cpu_count()))
 
-    # Peaks (FMA for fp32; vdpbf16ps for bf16), measured by fxattn for each thread count.
+    # Peaks (FMA for fp32; AMX or vdpbf16ps for bf16), measured by fxattn for each thread count.
     dtypes = ["f32"] + (["bf16"] if a.bf16 else []) + (["bf16c"] if a.bf16_compute else [])
     peak_kinds = sorted({VARIANTS[dt][2] for dt in dtypes}, key=lambda k: k != "f32")
     peaks = {}
@@ -515,7 +515,7 @@ def print_table(rows, peaks, peak_kinds, a, load_start, load_end, meta, ident):
                  100 * r["peak_probe_ratio"]))
     print("fx/ORT = ORT seconds / fxattn seconds (> 1: fxattn faster). fx = fxattn variant: f32; bf16 = --dtype bf16 "
           "(rounded inputs, fp32 compute, %%pk vs the FMA peak); bf16c = --dtype bf16 --compute bf16 (%%pk vs the "
-          "vdpbf16ps peak); bf16 rows are checked against ORT fp32 with tol %g.\nothers = most cores used by other processes (incl. steal) during any timed run "
+          "bf16 peak: AMX tdpbf16ps or vdpbf16ps); bf16 rows are checked against ORT fp32 with tol %g.\nothers = most cores used by other processes (incl. steal) during any timed run "
           "of the row (from /proc/stat); > ~0.1 means the timings are disturbed.\n"
           "probe = FMA-peak probe right after the row / best probe; < 90%% means the machine was slowed (co-tenants).\n"
           "load average start %s, end %s." % (TOL_BF16, load_start, load_end))
