@@ -59,7 +59,11 @@ static const isa_entry g_table[] = {
 #if defined(FXA_HAVE_X86_KERNELS)
     {"avx2", init_avx2, has_avx2},
     {"avx512", fxa_kernels_init_avx512, has_avx512},
+#if defined(FXA_HAVE_AMX_KERNELS)
     {"amx", fxa_kernels_init_amx, has_amx},
+#else
+    {"amx", NULL, has_amx},
+#endif
 #else
     {"avx2", NULL, has_avx2},
     {"avx512", NULL, has_avx512},

@@ -22,7 +22,6 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     ${k}/x86_avx512/kernels_avx512.c
     ${k}/x86_avx512/f32_tile_6x64_avx512.c
     ${k}/x86_avx512/bf16_tile_6x64_avx512bf16.c
-    ${k}/x86_avx512/bf16_tile_16x32_amx.c
     ${k}/x86_avx512/f32_rowstats_avx512.c
     ${k}/x86_avx512/f32_packkt_16x16_avx512.c)
   set(FXA_AVX2 "-mavx2")
@@ -35,8 +34,16 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     COMPILE_OPTIONS "${FXA_AVX512};-mfma")
   set_source_files_properties(${k}/x86_avx512/bf16_tile_6x64_avx512bf16.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX512};-mavx512bf16;-mfma")
-  set_source_files_properties(${k}/x86_avx512/bf16_tile_16x32_amx.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX512};-mavx512bf16;-mfma;-mamx-tile;-mamx-bf16")
+  # The AMX tile needs a compiler with AMX intrinsics (GCC 11, clang 12);
+  # without one the `amx` set is simply not built (dispatch says so).
+  include(CheckCCompilerFlag)
+  check_c_compiler_flag("-mamx-tile -mamx-bf16" FXA_CC_HAS_AMX)
+  if(FXA_CC_HAS_AMX)
+    target_sources(fxattn_obj PRIVATE ${k}/x86_avx512/bf16_tile_16x32_amx.c)
+    set_source_files_properties(${k}/x86_avx512/bf16_tile_16x32_amx.c PROPERTIES
+      COMPILE_OPTIONS "${FXA_AVX512};-mavx512bf16;-mfma;-mamx-tile;-mamx-bf16")
+    target_compile_definitions(fxattn_obj PRIVATE FXA_HAVE_AMX_KERNELS)
+  endif()
   set_source_files_properties(${k}/x86_avx2/f32_packkt_8x8_avx2.c PROPERTIES
     COMPILE_OPTIONS "${FXA_AVX2}")
   set_source_files_properties(${k}/x86_avx512/f32_packkt_16x16_avx512.c PROPERTIES

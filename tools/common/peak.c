@@ -46,10 +46,12 @@ static const fxt_peak_loop *pick_loop(fxt_peak_kind kind)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
-#if defined(__x86_64__)
+#if defined(FXT_HAVE_AMX_PEAK)
     if (kind == FXT_PEAK_BF16_AMX)
         return fxt_peak_amx_ready() ? &fxt_peak_loop_amx_bf16 : NULL;
 #endif
+    if (kind == FXT_PEAK_BF16_AMX)
+        return NULL;
     if (kind == FXT_PEAK_BF16_DOT)
         return __builtin_cpu_supports("avx512bf16") ? &fxt_peak_loop_avx512_bf16 : NULL;
     if (__builtin_cpu_supports("avx512f"))

@@ -40,7 +40,7 @@ extern const fxt_peak_loop fxt_peak_loop_avx512_f32;  /* peak_avx512.c */
 extern const fxt_peak_loop fxt_peak_loop_avx512_bf16; /* peak_avx512.c */
 extern const fxt_peak_loop fxt_peak_loop_avx2_f32;    /* peak_avx2.c */
 #endif
-#if defined(__x86_64__)
+#if defined(FXT_HAVE_AMX_PEAK) /* a compiler with AMX intrinsics (tools/CMakeLists.txt) */
 extern const fxt_peak_loop fxt_peak_loop_amx_bf16; /* peak_amx.c */
 int fxt_peak_amx_ready(void);                      /* peak_amx.c: CPU, OS and grant */
 #endif

@@ -23,6 +23,7 @@ void fxa_kernels_init_avx512(fxa_kernels *k, const fxa_cpu *cpu)
     }
 }
 
+#if defined(FXA_HAVE_AMX_KERNELS)
 void fxa_kernels_init_amx(fxa_kernels *k, const fxa_cpu *cpu)
 {
     fxa_kernels_init_avx512(k, cpu);
@@ -31,3 +32,4 @@ void fxa_kernels_init_amx(fxa_kernels *k, const fxa_cpu *cpu)
                      "tile (2x2 tiles of 16x16; head dims not a multiple of 32: vdpbf16ps 6x64)";
     k->attn_tile_bf16 = fxa_bf16_tile_16x32__amx;
 }
+#endif
