@@ -30,3 +30,13 @@ void fxa_test_vexp2_avx512(const float *z, const float *m, float *out, size_t n)
 {
     PROBE_BODY(fxa_vexp2_shifted_f32x16)
 }
+
+void fxa_test_vexp2_bf16_avx512(const float *z, const float *m, float *out, size_t n)
+{
+    PROBE_BODY(fxa_vexp2_shifted_bf16_f32x16)
+}
+
+void fxa_test_vexp2_bf16_noflush_avx512(const float *z, const float *m, float *out, size_t n)
+{
+    PROBE_BODY(fxa_vexp2_shifted_bf16_noflush_f32x16)
+}

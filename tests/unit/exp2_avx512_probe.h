@@ -17,4 +17,9 @@ void fxa_test_vexp2_avx512(const float *z, const float *m, float *out, size_t n)
 /* The same for fxa_vexp2_shifted_noflush_f32x16 (no flush test). */
 void fxa_test_vexp2_noflush_avx512(const float *z, const float *m, float *out, size_t n);
 
+/* The same for bf16 compute's degree-4 exp2: fxa_vexp2_shifted_bf16_f32x16 and its
+ * no-flush variant. */
+void fxa_test_vexp2_bf16_avx512(const float *z, const float *m, float *out, size_t n);
+void fxa_test_vexp2_bf16_noflush_avx512(const float *z, const float *m, float *out, size_t n);
+
 #endif

@@ -863,6 +863,67 @@ static int cpu_has_avx512(void)
 }
 #endif
 
+/* ---- bf16 compute's degree-4 exp2 -------------------------------------------------- */
+
+static void eval_bf16_scalar(const float *z, const float *m, float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = fxa_exp2_shifted_bf16_ref(z[i], m[i]);
+}
+
+/* Relative error at most FXA_EXP2_BF16_REL_ERR (what the bf16 error budget assumes) for
+ * every e = z - m in [-126, 8] on a grid of 2^-12 plus random (z, m) pairs with m in
+ * [-300, 300], where results are normal; exactly +0.0f below -126 (like the fp32 exp2,
+ * outside the vector flush window). Returns the largest relative error seen. */
+static double check_bf16_exp2(const char *name, exp2_batch_fn eval, int flushes)
+{
+    static float z[BATCH], m[BATCH], out[BATCH];
+    double worst = 0.0, worst_e = 0.0;
+    long long bad = 0, not_zero = 0;
+    fxt_rng r;
+    fxt_rng_seed(&r, 77);
+    const long long grid = (long long)(134.0 * 4096.0) + 1;
+    const long long total = grid + 200000;
+    for (long long i0 = 0; i0 < total; i0 += BATCH) {
+        const size_t n = (size_t)(total - i0 < BATCH ? total - i0 : BATCH);
+        for (size_t i = 0; i < n; i++) {
+            const long long i1 = i0 + (long long)i;
+            if (i1 < grid) {
+                z[i] = (float)(-126.0 + (double)i1 / 4096.0);
+                m[i] = 0.0f;
+            } else {
+                m[i] = (float)floor(fxt_rng_uniform(&r) * 600.0 - 300.0);
+                z[i] = (float)((double)m[i] + fxt_rng_uniform(&r) * 146.0 - 138.0);
+            }
+        }
+        eval(z, m, out, n);
+        for (size_t i = 0; i < n; i++) {
+            const double e = (double)z[i] - (double)m[i];
+            if (e < -126.0 - FLUSH_WINDOW) {
+                if (flushes && out[i] != 0.0f)
+                    not_zero++;
+                continue;
+            }
+            if (e < -126.0 + FLUSH_WINDOW || e > 8.0)
+                continue;
+            const double ref = exp2(e);
+            const double rel = fabs((double)out[i] - ref) / ref;
+            if (!(rel <= FXA_EXP2_BF16_REL_ERR))
+                bad++;
+            if (rel > worst || rel != rel) {
+                worst = rel;
+                worst_e = e;
+            }
+        }
+    }
+    printf("%s: max relative error %.3g (2^%.2f) at e = %.6g, bound 2^-18\n", name, worst,
+           log2(worst), worst_e);
+    CHECK(bad == 0, "%s: %lld arguments beyond the relative error bound %g", name, bad,
+          FXA_EXP2_BF16_REL_ERR);
+    CHECK(not_zero == 0, "%s: %lld arguments below -126 did not flush to +0.0f", name, not_zero);
+    return worst;
+}
+
 static void run_all(const impl *im)
 {
     test_accuracy(im);
@@ -876,12 +937,16 @@ int main(void)
     const double t0 = test_now_seconds();
     const impl scalar = {"fxa_exp2_shifted_ref", eval_scalar, 0};
     run_all(&scalar);
+    check_bf16_exp2("fxa_exp2_shifted_bf16_ref", eval_bf16_scalar, 1);
 #ifdef FXA_TEST_EXP2_AVX512
     if (cpu_has_avx512()) {
         const impl avx512 = {"fxa_vexp2_shifted_f32x16", fxa_test_vexp2_avx512, 1};
         run_all(&avx512);
         test_flush_window(&avx512);
         test_noflush_matches();
+        check_bf16_exp2("fxa_vexp2_shifted_bf16_f32x16", fxa_test_vexp2_bf16_avx512, 1);
+        check_bf16_exp2("fxa_vexp2_shifted_bf16_noflush_f32x16", fxa_test_vexp2_bf16_noflush_avx512,
+                        0);
     } else {
         printf("AVX-512 part not run: this CPU lacks AVX-512F/BW/VL/DQ or FMA "
                "(fxa_vexp2_shifted_f32x16 untested here)\n");

@@ -41,7 +41,7 @@ static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
 {
     float sum = 0.0f;
     for (size_t j = 0; j < n; j++) {
-        p16[j] = fxa_f32_to_bf16(fxa_exp2_shifted_ref(z[j], shift));
+        p16[j] = fxa_f32_to_bf16(fxa_exp2_shifted_bf16_ref(z[j], shift));
         sum += bf(p16[j]);
     }
     if (n % 2)

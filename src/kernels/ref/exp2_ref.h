@@ -25,16 +25,49 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float fxa_exp2_shifted_ref(float z, float m)
+/* The reduction both polynomials share: e = z - m exactly (double), n =
+ * round(e) and f = e - n (exact in fp32), e clamped so that n stays in
+ * [-127, 128]. */
+typedef struct fxa_exp2_parts {
+    double e; /* unclamped, for the flush test */
+    float f;
+    int32_t n;
+} fxa_exp2_parts;
+
+static inline fxa_exp2_parts fxa_exp2_reduce(float z, float m)
 {
-    const double e = (double)z - (double)m;
-    /* Clamp so that n = round(e) stays in [-127, 128]. */
-    const double ec = e < -127.0 ? -127.0 : (e > 127.99 ? 127.99 : e);
+    fxa_exp2_parts r;
+    r.e = (double)z - (double)m;
+    const double ec = r.e < -127.0 ? -127.0 : (r.e > 127.99 ? 127.99 : r.e);
     /* Round to nearest: adding 1.5 * 2^52 drops the fraction bits. */
     const double shifter = 6755399441055744.0;
     const double nd = (ec + shifter) - shifter;
-    const float f = (float)(ec - nd);
-    const int32_t n = (int32_t)nd;
+    r.f = (float)(ec - nd);
+    r.n = (int32_t)nd;
+    return r;
+}
+
+/* poly * 2^n, and 0 where e < -126. 2^n = 2^(n/2) * 2^(n - n/2): both
+ * factors stay normal for n in [-127, 128], so no exponent field over- or
+ * underflows. */
+static inline float fxa_exp2_scale(float poly, fxa_exp2_parts r)
+{
+    const int32_t n1 = r.n / 2;
+    const int32_t n2 = r.n - n1;
+    const uint32_t bits1 = (uint32_t)(n1 + 127) << 23;
+    const uint32_t bits2 = (uint32_t)(n2 + 127) << 23;
+    float s1;
+    float s2;
+    memcpy(&s1, &bits1, sizeof s1);
+    memcpy(&s2, &bits2, sizeof s2);
+    const float v = poly * s1 * s2;
+    return r.e < -126.0 ? 0.0f : v;
+}
+
+static inline float fxa_exp2_shifted_ref(float z, float m)
+{
+    const fxa_exp2_parts r = fxa_exp2_reduce(z, m);
+    const float f = r.f;
     const float c1 = 0.693147180559945f;
     const float c2 = 0.240226506959101f;
     const float c3 = 0.0555041086648216f;
@@ -50,18 +83,30 @@ static inline float fxa_exp2_shifted_ref(float z, float m)
     poly = poly * f + c2;
     poly = poly * f + c1;
     poly = poly * f + 1.0f;
-    /* 2^n = 2^(n/2) * 2^(n - n/2): both factors stay normal for n in
-     * [-127, 128], so no exponent field over- or underflows. */
-    const int32_t n1 = n / 2;
-    const int32_t n2 = n - n1;
-    const uint32_t bits1 = (uint32_t)(n1 + 127) << 23;
-    const uint32_t bits2 = (uint32_t)(n2 + 127) << 23;
-    float s1;
-    float s2;
-    memcpy(&s1, &bits1, sizeof s1);
-    memcpy(&s2, &bits2, sizeof s2);
-    const float r = poly * s1 * s2;
-    return e < -126.0 ? 0.0f : r;
+    return fxa_exp2_scale(poly, r);
+}
+
+/*
+ * The exp2 of bf16 compute, whose P is rounded to bf16 (8 significant bits)
+ * right after: the same reduction and scaling with the degree-4 minimax
+ * polynomial of 2^f on [-1/2, 1/2] in relative error (Remez; 2.6e-6, 2^-18.5,
+ * in fp32 Horner form, three multiply-adds fewer than the degree-7 one).
+ * Its error is 1/700 of bf16's unit roundoff 2^-8; the bf16 error budget
+ * (tests/numerics/test_attn_bf16.c, docs/numerics.md) carries it as
+ * FXA_EXP2_BF16_REL_ERR. tests/unit/test_exp2.c checks the bound.
+ */
+#define FXA_EXP2_BF16_REL_ERR 0x1p-18
+
+static inline float fxa_exp2_shifted_bf16_ref(float z, float m)
+{
+    const fxa_exp2_parts r = fxa_exp2_reduce(z, m);
+    const float f = r.f;
+    float poly = 0.00957010221f;
+    poly = poly * f + 0.0559178591f;
+    poly = poly * f + 0.240247443f;
+    poly = poly * f + 0.693121791f;
+    poly = poly * f + 0.999999285f;
+    return fxa_exp2_scale(poly, r);
 }
 
 #endif

@@ -2,7 +2,9 @@
  * The softmax pass of the AVX-512 bf16-compute tiles (fxa_attn_tile_bf16 in
  * kernels.h), shared by the vdpbf16ps tile and the AMX tile: for each row,
  * the fixed or online update with P = exp2(z - shift) rounded to bf16 into
- * p16, and l summing the rounded values.
+ * p16, and l summing the rounded values. The exp2 is bf16 compute's
+ * degree-4 one (fxa_vexp2_shifted_bf16_f32x16, the twin of the portable
+ * tile's fxa_exp2_shifted_bf16_ref).
  *
  * The scores buffer holds either z = lambda (s - center) already (raw = 0,
  * the vdpbf16ps tile scales while its accumulators are in registers) or the
@@ -64,10 +66,10 @@ fxa_bf16_exp2_row(const float *s, size_t n, float shift, uint16_t *p16, __m512 l
     for (; j + 32 <= n; j += 32) {
         const __m512 z0 = fxa_bf16_load_z(s + j, 0xffff, lambda, center, raw);
         const __m512 z1 = fxa_bf16_load_z(s + j + 16, 0xffff, lambda, center, raw);
-        const __m512 p0 =
-            may_flush ? fxa_vexp2_shifted_f32x16(z0, m) : fxa_vexp2_shifted_noflush_f32x16(z0, m);
-        const __m512 p1 =
-            may_flush ? fxa_vexp2_shifted_f32x16(z1, m) : fxa_vexp2_shifted_noflush_f32x16(z1, m);
+        const __m512 p0 = may_flush ? fxa_vexp2_shifted_bf16_f32x16(z0, m)
+                                    : fxa_vexp2_shifted_bf16_noflush_f32x16(z0, m);
+        const __m512 p1 = may_flush ? fxa_vexp2_shifted_bf16_f32x16(z1, m)
+                                    : fxa_vexp2_shifted_bf16_noflush_f32x16(z1, m);
         const __m512bh pb = _mm512_cvtne2ps_pbh(p1, p0); /* p0 in the low half */
         _mm512_storeu_si512(p16 + j, (__m512i)pb);
         sum = _mm512_dpbf16_ps(sum, pb, ones);
@@ -75,8 +77,8 @@ fxa_bf16_exp2_row(const float *s, size_t n, float shift, uint16_t *p16, __m512 l
     for (; j < n; j += 16) {
         const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
         const __m512 z16 = fxa_bf16_load_z(s + j, k, lambda, center, raw);
-        const __m512 p =
-            may_flush ? fxa_vexp2_shifted_f32x16(z16, m) : fxa_vexp2_shifted_noflush_f32x16(z16, m);
+        const __m512 p = may_flush ? fxa_vexp2_shifted_bf16_f32x16(z16, m)
+                                   : fxa_vexp2_shifted_bf16_noflush_f32x16(z16, m);
         const __m256i pb = (__m256i)_mm512_cvtneps_pbh(p);
         _mm256_mask_storeu_epi16(p16 + j, k, pb);
         const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));

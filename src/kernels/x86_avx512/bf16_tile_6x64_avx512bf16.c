@@ -6,7 +6,7 @@
  *   scores  6 x 64 micro-kernel on vdpbf16ps over a 64-key K panel: per
  *           key-dimension pair, four zmm of packed key pairs (contiguous)
  *           and a broadcast query pair; 24 zmm accumulators in fp32.
- *   softmax fp32 exp2 (fxa_vexp2_shifted_f32x16), then P rounded to bf16
+ *   softmax bf16 compute's exp2 (degree 4), then P rounded to bf16
  *           (vcvtne2ps2bf16, 32 at a time); l sums the rounded P
  *           (bf16_softmax_avx512.h, shared with the AMX tile).
  *   P.V     6 x 64 micro-kernel on vdpbf16ps: per key pair, four zmm of

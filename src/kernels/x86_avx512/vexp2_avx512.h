@@ -33,13 +33,19 @@ static inline __m512 fxa_vexp2_parts_f32x16(__m512 z, __m512 m, __m512 *n_out, _
     return p;
 }
 
+/* p 2^n, flushed to 0 where n + f < -126. */
+static inline __m512 fxa_vexp2_flush_f32x16(__m512 p, __m512 n, __m512 f)
+{
+    const __mmask16 keep =
+        _mm512_cmp_ps_mask(_mm512_add_ps(n, f), _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+}
+
 static inline __m512 fxa_vexp2_shifted_f32x16(__m512 z, __m512 m)
 {
     __m512 n, f;
     const __m512 p = fxa_vexp2_parts_f32x16(z, m, &n, &f);
-    const __mmask16 keep =
-        _mm512_cmp_ps_mask(_mm512_add_ps(n, f), _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
-    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+    return fxa_vexp2_flush_f32x16(p, n, f);
 }
 
 /* The same without the flush test: equal to fxa_vexp2_shifted_f32x16
@@ -49,6 +55,37 @@ static inline __m512 fxa_vexp2_shifted_noflush_f32x16(__m512 z, __m512 m)
 {
     __m512 n, f;
     const __m512 p = fxa_vexp2_parts_f32x16(z, m, &n, &f);
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The exp2 of bf16 compute (fxa_exp2_shifted_bf16_ref in ref/exp2_ref.h):
+ * the same reduction with the degree-4 polynomial, then the same flush (or,
+ * _noflush, none). */
+static inline __m512 fxa_vexp2_bf16_parts_f32x16(__m512 z, __m512 m, __m512 *n_out, __m512 *f_out)
+{
+    const __m512 zi = _mm512_roundscale_ps(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(z, zi);
+    __m512 p = _mm512_set1_ps(0.00957010221f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0559178591f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240247443f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693121791f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.999999285f));
+    *n_out = _mm512_sub_ps(zi, m);
+    *f_out = f;
+    return p;
+}
+
+static inline __m512 fxa_vexp2_shifted_bf16_f32x16(__m512 z, __m512 m)
+{
+    __m512 n, f;
+    const __m512 p = fxa_vexp2_bf16_parts_f32x16(z, m, &n, &f);
+    return fxa_vexp2_flush_f32x16(p, n, f);
+}
+
+static inline __m512 fxa_vexp2_shifted_bf16_noflush_f32x16(__m512 z, __m512 m)
+{
+    __m512 n, f;
+    const __m512 p = fxa_vexp2_bf16_parts_f32x16(z, m, &n, &f);
     return _mm512_scalef_ps(p, n);
 }
 
