@@ -14,28 +14,37 @@
 
 #include <immintrin.h>
 
-/* The reduction and the polynomial: returns p ~ 2^f with n = zi - m and
- * f = z - zi, so that 2^(z - m) ~ p 2^n. */
-static inline __m512 fxa_vexp2_parts_f32x16(__m512 z, __m512 m, __m512 *n_out, __m512 *f_out)
+/* 2^(z - m): the reduction, the polynomial p ~ 2^f (bf16 = 0: the degree-7
+ * one; bf16 = 1: bf16 compute's degree-4 one, the twin of
+ * fxa_exp2_shifted_bf16_ref in ref/exp2_ref.h), and p 2^n, flushed to 0
+ * where n + f < -126 unless flush = 0. bf16 and flush are constants at
+ * every call (the wrappers below), so each variant compiles to its own
+ * straight line. */
+static inline __attribute__((always_inline)) __m512
+fxa_vexp2_eval_f32x16(__m512 z, __m512 m, const int bf16, const int flush)
 {
     const __m512 zi = _mm512_roundscale_ps(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(z, zi);
-    __m512 p = _mm512_set1_ps(0.0000152527338040598f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.000154035303933816f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00133335581464284f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00961812910762848f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0555041086648216f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240226506959101f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693147180559945f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    *n_out = _mm512_sub_ps(zi, m);
-    *f_out = f;
-    return p;
-}
-
-/* p 2^n, flushed to 0 where n + f < -126. */
-static inline __m512 fxa_vexp2_flush_f32x16(__m512 p, __m512 n, __m512 f)
-{
+    __m512 p;
+    if (bf16) {
+        p = _mm512_set1_ps(0.00957010221f);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0559178591f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240247443f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693121791f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.999999285f));
+    } else {
+        p = _mm512_set1_ps(0.0000152527338040598f);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.000154035303933816f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00133335581464284f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00961812910762848f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0555041086648216f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240226506959101f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693147180559945f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    }
+    const __m512 n = _mm512_sub_ps(zi, m);
+    if (!flush)
+        return _mm512_scalef_ps(p, n);
     const __mmask16 keep =
         _mm512_cmp_ps_mask(_mm512_add_ps(n, f), _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
     return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
@@ -43,9 +52,7 @@ static inline __m512 fxa_vexp2_flush_f32x16(__m512 p, __m512 n, __m512 f)
 
 static inline __m512 fxa_vexp2_shifted_f32x16(__m512 z, __m512 m)
 {
-    __m512 n, f;
-    const __m512 p = fxa_vexp2_parts_f32x16(z, m, &n, &f);
-    return fxa_vexp2_flush_f32x16(p, n, f);
+    return fxa_vexp2_eval_f32x16(z, m, 0, 1);
 }
 
 /* The same without the flush test: equal to fxa_vexp2_shifted_f32x16
@@ -53,40 +60,18 @@ static inline __m512 fxa_vexp2_shifted_f32x16(__m512 z, __m512 m)
  * (FXA_ROW_FIXED: z - m >= -125). */
 static inline __m512 fxa_vexp2_shifted_noflush_f32x16(__m512 z, __m512 m)
 {
-    __m512 n, f;
-    const __m512 p = fxa_vexp2_parts_f32x16(z, m, &n, &f);
-    return _mm512_scalef_ps(p, n);
+    return fxa_vexp2_eval_f32x16(z, m, 0, 0);
 }
 
-/* The exp2 of bf16 compute (fxa_exp2_shifted_bf16_ref in ref/exp2_ref.h):
- * the same reduction with the degree-4 polynomial, then the same flush (or,
- * _noflush, none). */
-static inline __m512 fxa_vexp2_bf16_parts_f32x16(__m512 z, __m512 m, __m512 *n_out, __m512 *f_out)
-{
-    const __m512 zi = _mm512_roundscale_ps(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(z, zi);
-    __m512 p = _mm512_set1_ps(0.00957010221f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0559178591f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240247443f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693121791f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.999999285f));
-    *n_out = _mm512_sub_ps(zi, m);
-    *f_out = f;
-    return p;
-}
-
+/* bf16 compute's exp2, with and without the flush test. */
 static inline __m512 fxa_vexp2_shifted_bf16_f32x16(__m512 z, __m512 m)
 {
-    __m512 n, f;
-    const __m512 p = fxa_vexp2_bf16_parts_f32x16(z, m, &n, &f);
-    return fxa_vexp2_flush_f32x16(p, n, f);
+    return fxa_vexp2_eval_f32x16(z, m, 1, 1);
 }
 
 static inline __m512 fxa_vexp2_shifted_bf16_noflush_f32x16(__m512 z, __m512 m)
 {
-    __m512 n, f;
-    const __m512 p = fxa_vexp2_bf16_parts_f32x16(z, m, &n, &f);
-    return _mm512_scalef_ps(p, n);
+    return fxa_vexp2_eval_f32x16(z, m, 1, 0);
 }
 
 #endif
