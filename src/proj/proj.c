@@ -23,6 +23,7 @@
 #include "../core/cpu.h"
 #include "../core/ctx_internal.h"
 #include "fxattn_proj.h"
+#include "gemm_amx.h"
 #include "gemm_onednn.h"
 
 void fxa_proj_desc_init(fxa_proj_desc *d)
@@ -598,17 +599,28 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
     } else if (host_blas_threads != ctx->pool.n_threads) {
         openblas_set_num_threads(ctx->pool.n_threads);
     }
+    /* bf16 GEMMs on the `amx` kernel set run on AMX tiles here (gemm_amx.h:
+     * faster than Debian's oneDNN on them), when the shapes fit and the
+     * packing scratch can be had; oneDNN otherwise. */
+    void *amx_scratch = NULL;
     for (int64_t n0 = 0; st == FXA_OK && n0 < n_out; n0 += l->w_block) {
         const int64_t nb = n_out - n0 < l->w_block ? n_out - n0 : l->w_block;
         const void *wg = NULL;
         if ((st = stage_w(ctx, d, w, n0, nb, w32, w16, &wg, 0)) != FXA_OK)
             break;
+        if (l->bf16_path && fxa_gemm_amx_fits(ctx, k, nb, wg) &&
+            (amx_scratch || (amx_scratch = fxa_malloc_aligned(
+                                 fxa_gemm_amx_scratch_bytes(k, ctx->pool.n_threads))))) {
+            fxa_gemm_amx_run(ctx, xg, d->tokens, k, wg, nb, y + n0, n_out, amx_scratch);
+            continue;
+        }
         if (blas)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->tokens, (int)nb, (int)k,
                         1.0f, xg, (int)k, wg, (int)k, 0.0f, y + n0, (int)n_out);
         else if ((st = fxa_gemm_onednn_run(g, xg, wg, nb, y + n0, why, sizeof why)) != FXA_OK)
             st = fxa_ctx_fail(ctx, st, "%s", why);
     }
+    fxa_free_aligned(amx_scratch);
     fxa_gemm_onednn_destroy(g);
     if (blas && host_blas_threads != ctx->pool.n_threads)
         openblas_set_num_threads(host_blas_threads);

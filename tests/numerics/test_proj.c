@@ -586,6 +586,73 @@ static void test_gemm_choice(void)
     }
 }
 
+/* The bf16 GEMM: on the `amx` kernel set it runs on AMX tiles (gemm_amx.c,
+ * items of 256 columns, row blocks of 32, 16 and 1-15), elsewhere on
+ * oneDNN. 77 tokens and 768 outputs (three items, the last rows in both
+ * tail blocks): within the derived bounds, identical bytes for 1, 2 and 3
+ * threads, and a context held to FXA_ISA=avx512 (oneDNN) within the same
+ * bounds. Where the CPU lacks AMX every context runs oneDNN. */
+static void test_bf16_gemm_threads(void)
+{
+    prob p;
+    prob_init(&p, 77, 96, 8, 8, 32, 91, 0.2);
+    p.d.norm = p.d.rope = 1;
+    p.d.x_format = FXA_PROJ_X_BF16;
+    p.d.w_format = FXA_PROJ_W_BF16;
+    const int64_t nx = p.d.tokens * p.d.in_features, nw = p.n_out * p.d.in_features;
+    uint16_t *x16 = malloc((size_t)nx * 2);
+    uint16_t *w16 = malloc((size_t)nw * 2);
+    for (int64_t i = 0; i < nx; i++) {
+        x16[i] = fxa_f32_to_bf16(p.x[i]);
+        p.x[i] = fxa_bf16_to_f32(x16[i]);
+    }
+    for (int64_t i = 0; i < nw; i++) {
+        w16[i] = fxa_f32_to_bf16(p.w[i]);
+        p.w[i] = fxa_bf16_to_f32(w16[i]);
+    }
+    outs first, o;
+    outs_alloc(&first, &p);
+    outs_alloc(&o, &p);
+    fxa_ctx *const saved = g_ctx;
+    static const int threads[] = {1, 2, 3};
+    for (int t = 0; t < 3; t++) {
+        fxa_ctx_params cp;
+        fxa_ctx_params_init(&cp);
+        cp.n_threads = threads[t];
+        CHECK(fxa_ctx_create(&cp, &g_ctx) == FXA_OK, "context of %d threads", threads[t]);
+        CHECK(run(&p, x16, w16, t ? &o : &first) == FXA_OK, "bf16 GEMM, %d threads: %s", threads[t],
+              fxa_ctx_last_error(g_ctx));
+        char label[80];
+        snprintf(label, sizeof label, "bf16 GEMM (kernels %s), %d threads", fxa_ctx_isa(g_ctx),
+                 threads[t]);
+        compare(&p, t ? o.q : first.q, t ? o.k : first.k, t ? o.v : first.v, label);
+        if (t)
+            CHECK(memcmp(o.q, first.q, (size_t)(p.d.tokens * 8 * 32) * sizeof(float)) == 0 &&
+                      memcmp(o.k, first.k, (size_t)(p.d.tokens * 8 * 32) * sizeof(float)) == 0 &&
+                      memcmp(o.v, first.v, (size_t)(p.d.tokens * 8 * 32) * sizeof(float)) == 0,
+                  "bf16 GEMM: %d threads differ from 1", threads[t]);
+        fxa_ctx_destroy(g_ctx);
+    }
+    setenv("FXA_ISA", "avx512", 1);
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    if (fxa_ctx_create(&cp, &g_ctx) == FXA_OK) {
+        CHECK(run(&p, x16, w16, &o) == FXA_OK, "bf16 GEMM on avx512: %s",
+              fxa_ctx_last_error(g_ctx));
+        compare(&p, o.q, o.k, o.v, "bf16 GEMM, kernels avx512 (oneDNN)");
+        fxa_ctx_destroy(g_ctx);
+    } else {
+        printf("bf16 GEMM: no avx512 kernel set on this CPU, oneDNN comparison not run\n");
+    }
+    unsetenv("FXA_ISA");
+    g_ctx = saved;
+    free(x16);
+    free(w16);
+    outs_free(&first);
+    outs_free(&o);
+    prob_free(&p);
+}
+
 /* The projection runs OpenBLAS on the context's threads but leaves the host
  * program's OpenBLAS thread setting as it found it. */
 static void test_blas_threads_restored(void)
@@ -740,6 +807,7 @@ int main(void)
     test_blas_threads_restored();
     test_out_bf16();
     test_gemm_choice();
+    test_bf16_gemm_threads();
     test_cross_attention();
     test_workspace();
     test_errors();
