@@ -27,44 +27,12 @@ size_t fxa_gemm_amx_scratch_bytes(int64_t k, int n_threads)
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-#include <immintrin.h>
+#include "../kernels/x86_avx512/amx_tiles.h"
 
 int fxa_gemm_amx_fits(const fxa_ctx *ctx, int64_t k, int64_t n, const void *w)
 {
     return strcmp(ctx->kernels->isa_name, "amx") == 0 && k % 32 == 0 && n % 32 == 0 &&
            (uintptr_t)w % 4 == 0;
-}
-
-/* Tile registers (macros: the intrinsics paste the number into the
- * instruction). */
-#define C00 0
-#define C01 1
-#define C10 2
-#define C11 3
-#define A0 4
-#define A1 5
-#define B0 6
-#define B1 7
-
-typedef struct amx_config {
-    uint8_t palette;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_config;
-
-/* Accumulator and A tiles `rows` tall, B tiles 16; all 64 bytes wide. */
-static void configure(int rows)
-{
-    amx_config c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        c.colsb[i] = 64;
-        c.rows[i] = (uint8_t)(i < B0 ? rows : 16);
-    }
-    _tile_loadconfig(&c);
 }
 
 typedef struct gemm_job {
@@ -132,7 +100,7 @@ static void item(void *arg, int64_t it, int thread_id)
         g->ctx->kernels->pack_kt(rows, PANEL, (size_t)(g->k / 2), PANEL,
                                  (uint32_t *)wp + (size_t)j * (size_t)(g->k / 2));
     }
-    configure(16);
+    fxa_amx_configure(16);
     int64_t i0 = 0;
     for (; i0 + 32 <= g->m; i0 += 32)
         for (int64_t j = 0; j < cols; j += 32)
@@ -143,7 +111,7 @@ static void item(void *arg, int64_t it, int thread_id)
         i0 += 16;
     }
     if (i0 < g->m) {
-        configure((int)(g->m - i0));
+        fxa_amx_configure((size_t)(g->m - i0));
         for (int64_t j = 0; j < cols; j += 32)
             block(g, wp, i0, j_begin + j, j, 0);
     }

@@ -2,8 +2,8 @@
  * peak: dispatch, threads and timing of the peak microbenchmark (contract in peak.h).
  *
  * The loop is chosen at run time (__builtin_cpu_supports, which also checks that the OS
- * saves the wide registers): bf16 needs avx512bf16, AMX its own check (peak_amx.c); fp32 takes avx512f, else avx2+fma, else
- * the portable scalar loop here. Worker threads wait on a start gate, then each runs
+ * saves the wide registers): bf16 needs avx512bf16, AMX its own check (peak_amx.c); fp32
+ * takes avx512f, else avx2+fma, else the portable scalar loop here. Worker threads wait on a start gate, then each runs
  * PEAK_CHUNK-iteration calls until PEAK_SECONDS have passed on its own CLOCK_MONOTONIC
  * clock; the rates add up. Results go to a volatile sink so no loop can be dropped.
  */
@@ -46,12 +46,12 @@ static const fxt_peak_loop *pick_loop(fxt_peak_kind kind)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
+    if (kind == FXT_PEAK_BF16_AMX)
 #if defined(FXT_HAVE_AMX_PEAK)
-    if (kind == FXT_PEAK_BF16_AMX)
         return fxt_peak_amx_ready() ? &fxt_peak_loop_amx_bf16 : NULL;
-#endif
-    if (kind == FXT_PEAK_BF16_AMX)
+#else
         return NULL;
+#endif
     if (kind == FXT_PEAK_BF16_DOT)
         return __builtin_cpu_supports("avx512bf16") ? &fxt_peak_loop_avx512_bf16 : NULL;
     if (__builtin_cpu_supports("avx512f"))

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "../kernels.h"
+#include "amx_tiles.h"
 #include "bf16_softmax_avx512.h"
 #include "rows_avx512.h"
 
@@ -41,41 +42,6 @@
 #define PAIRS_PER_TILE 16 /* an A tile's 64 bytes per row: 16 bf16 pairs */
 #define KEYS_PER_TILE 16  /* a B (or accumulator) tile's 16 fp32 columns */
 #define ROW_BLOCK 32      /* two A tiles of 16 rows */
-
-/* Tile registers (macros: the tile intrinsics paste their number into the
- * instruction text). */
-#define C00 0
-#define C01 1
-#define C10 2
-#define C11 3
-#define A0 4
-#define A1 5
-#define B0 6
-#define B1 7
-
-/* The LDTILECFG operand (palette 1). */
-typedef struct amx_config {
-    uint8_t palette;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_config;
-
-/* Every tile 64 bytes wide; the accumulators and A tiles `rows` tall (the
- * last block of 1-15 rows), the B tiles 16. Loading a configuration zeroes
- * every tile. */
-static void configure(size_t rows)
-{
-    amx_config c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        c.colsb[i] = 64;
-        c.rows[i] = (uint8_t)(i < B0 ? rows : 16);
-    }
-    _tile_loadconfig(&c);
-}
 
 /* Raw scores s of rows [i0, i0 + 16 (1 + rows2)) x keys [j0, j0 + 16 (1 + keys2)). */
 static ALWAYS_INLINE void scores_group(const fxa_attn_tile_bf16 *t, size_t i0, size_t j0,
@@ -229,7 +195,7 @@ void fxa_bf16_tile_16x32__amx(const fxa_attn_tile_bf16 *t)
     }
     assert(t->kp_panel % KEYS_PER_TILE == 0 && t->ldvp >= t->d &&
            t->ld_scores >= t->n_kv + t->n_kv % 2 && t->ld_scores % 16 == 0);
-    configure(16);
+    fxa_amx_configure(16);
     size_t i0 = 0;
     for (; i0 + ROW_BLOCK <= t->n_q; i0 += ROW_BLOCK)
         row_block(t, i0, ROW_BLOCK, 1);
@@ -238,7 +204,7 @@ void fxa_bf16_tile_16x32__amx(const fxa_attn_tile_bf16 *t)
         i0 += 16;
     }
     if (i0 < t->n_q) {
-        configure(t->n_q - i0);
+        fxa_amx_configure(t->n_q - i0);
         row_block(t, i0, t->n_q - i0, 0);
     }
     _tile_release();
