@@ -340,7 +340,7 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
  * from the start of the packed K (or V) area. */
 static size_t packed_offset(const fxa_attn_plan *p, size_t slot, size_t tile)
 {
-    return slot * p->packed_head_floats + tile * p->kv_tile * (size_t)p->d.head_dim;
+    return slot * p->packed_head_floats + tile * p->kv_tile * p->packed_ld;
 }
 
 /* Pack item (kv head of the chunk, tile of the block). */

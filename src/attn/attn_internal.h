@@ -89,6 +89,7 @@ struct fxa_attn_plan {
      * from the thread count, so results stay bit-identical. */
     int64_t n_splits;
     int64_t split_tiles;
+    size_t packed_ld; /* elements per key of a packed V tile: its row stride (bf16: pairs) */
     size_t packed_head_floats; /* K (or V) floats of one packed kv head */
     /* Workspace layout: byte offsets from its start. */
     size_t ws_bounds;  /* fxa_head_bound[B * Hkv] */
@@ -97,7 +98,7 @@ struct fxa_attn_plan {
     size_t ws_scan;    /* the bound pass's scratch (scan.h) */
     /* Per kv head of the chunk, n_kv_tiles tiles of packed_head_floats /
      * n_kv_tiles floats each: fp32 compute K^T [D][kv_tile] and V
-     * [kv_tile][D]; bf16 compute the pair layouts of fxa_attn_tile_bf16
+     * [kv_tile][packed_ld]; bf16 compute the pair layouts of fxa_attn_tile_bf16
      * (never larger). */
     size_t ws_packed_k;
     size_t ws_packed_v;

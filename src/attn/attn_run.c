@@ -135,7 +135,7 @@ static void finish_rows(const run_job *job, const fxa_thread_scratch *s, size_t 
  * start of the packed K (or V) area. */
 static size_t packed_offset(const fxa_attn_plan *p, size_t slot, size_t tile)
 {
-    return slot * p->packed_head_floats + tile * p->kv_tile * (size_t)p->d.head_dim;
+    return slot * p->packed_head_floats + tile * p->kv_tile * p->packed_ld;
 }
 
 /* Pack item (kv head of the chunk, kv tile) at the head's slot. */

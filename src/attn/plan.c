@@ -352,7 +352,15 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
     p->n_kv_tiles = (d->seq_kv + (int64_t)p->kv_tile - 1) / (int64_t)p->kv_tile;
     p->n_q_blocks = (d->seq_q + p->d.block_q - 1) / p->d.block_q;
     p->n_head_tiles = d->heads_q / p->d.heads_per_tile;
-    p->packed_head_floats = (size_t)p->n_kv_tiles * p->kv_tile * (size_t)d->head_dim;
+    /* fp32 compute: V rows whose stride would be a multiple of 512 bytes
+     * get one cache line of pad, so that the rows a P.V pass reads (64
+     * columns of 128 keys) spread over every L1 set instead of crowding half
+     * of them past their ways (S 4096, 40 heads: 4-6% faster on Intel Xeon;
+     * the bf16 tiles measured no change, so bf16 pair rows stay dense). */
+    p->packed_ld = (size_t)d->head_dim;
+    if (d->compute == FXA_COMPUTE_FP32 && d->head_dim % 128 == 0)
+        p->packed_ld += 16;
+    p->packed_head_floats = (size_t)p->n_kv_tiles * p->kv_tile * p->packed_ld;
     p->chunk_kv_heads = chunk_kv_heads(p);
     choose_split(p);
     p->ws_total = layout_workspace(p, ctx->pool.n_threads);

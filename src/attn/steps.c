@@ -163,7 +163,7 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
 
 /* fp32 compute: K transposed into panels of kt_panel keys (fxa_attn_tile) by
  * the kernel set's pack_kt, a group of keys at a time (fp32 rows read in
- * place, other dtypes converted into scratch); V rows into [kv_tile][D]. */
+ * place, other dtypes converted into scratch); V rows into [kv_tile][packed_ld]. */
 static void pack_f32(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_at,
                      const void *v_base, fxa_row_at v_at, size_t n_kv, int kshift, float *kt,
                      float *v)
@@ -188,7 +188,8 @@ static void pack_f32(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_at
         }
         kernels->pack_kt(rows, n, dim, panel, kt + fxa_kt_offset(panel, dim, 0, j0));
     }
-    fxa_load_rows(kernels, v_base, p->d.dtype, v_at.off, v_at.token_stride, n_kv, dim, v, dim);
+    fxa_load_rows(kernels, v_base, p->d.dtype, v_at.off, v_at.token_stride, n_kv, dim, v,
+                  p->packed_ld);
 }
 
 /* bf16 compute: the pair layouts of fxa_attn_tile_bf16, every pad zeroed.
@@ -208,7 +209,7 @@ static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, fxa_row_at k_at
                       k_at.token_stride % 2 == 0 && (uintptr_t)k % 4 == 0;
     if (!words || n_kv < p->kv_tile) {
         memset(kp, 0, pairs * p->kv_tile * 2 * sizeof *kp);
-        memset(vp, 0, p->kv_tile * dim * sizeof *vp);
+        memset(vp, 0, p->kv_tile * p->packed_ld * sizeof *vp);
     }
     if (words) {
         const void *rows[PACK_GROUP];
@@ -231,7 +232,7 @@ static void pack_bf16(const fxa_attn_plan *p, const uint16_t *k, fxa_row_at k_at
     }
     for (size_t j = 0; j < n_kv; j += 2) { /* V rows j and j + 1 interleaved */
         const uint16_t *v0 = v + v_at.off + (int64_t)j * v_at.token_stride;
-        uint16_t *out = vp + j * dim;
+        uint16_t *out = vp + j * p->packed_ld;
         if (j + 1 < n_kv) {
             const uint16_t *v1 = v0 + v_at.token_stride;
             for (size_t c = 0; c < dim; c++) {
@@ -271,7 +272,7 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const f
             .kp = kt,
             .kp_panel = p->kt_panel,
             .vp = vp,
-            .ldvp = dim,
+            .ldvp = p->packed_ld,
             .qk_center = rows->qk_center,
             .online = rows->online,
             .m = rows->m,
@@ -295,7 +296,7 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const f
         .kt = kt,
         .kt_panel = p->kt_panel,
         .v = vp,
-        .ldv = dim,
+        .ldv = p->packed_ld,
         .qk_center = rows->qk_center,
         .online = rows->online,
         .m = rows->m,
