@@ -25,6 +25,17 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Coefficients of 2^f, f^1 to f^7 (the constant term is 1): the degree-7
+ * Taylor polynomial here and in the SIMD twins (vexp2_avx2.h,
+ * vexp2_avx512.h), which must use these very values. */
+#define FXA_EXP2_C1 0.693147180559945f
+#define FXA_EXP2_C2 0.240226506959101f
+#define FXA_EXP2_C3 0.0555041086648216f
+#define FXA_EXP2_C4 0.00961812910762848f
+#define FXA_EXP2_C5 0.00133335581464284f
+#define FXA_EXP2_C6 0.000154035303933816f
+#define FXA_EXP2_C7 0.0000152527338040598f
+
 /* The reduction both polynomials share: e = z - m exactly (double), n =
  * round(e) and f = e - n (exact in fp32), e clamped so that n stays in
  * [-127, 128]. */
@@ -68,20 +79,13 @@ static inline float fxa_exp2_shifted_ref(float z, float m)
 {
     const fxa_exp2_parts r = fxa_exp2_reduce(z, m);
     const float f = r.f;
-    const float c1 = 0.693147180559945f;
-    const float c2 = 0.240226506959101f;
-    const float c3 = 0.0555041086648216f;
-    const float c4 = 0.00961812910762848f;
-    const float c5 = 0.00133335581464284f;
-    const float c6 = 0.000154035303933816f;
-    const float c7 = 0.0000152527338040598f;
-    float poly = c7;
-    poly = poly * f + c6;
-    poly = poly * f + c5;
-    poly = poly * f + c4;
-    poly = poly * f + c3;
-    poly = poly * f + c2;
-    poly = poly * f + c1;
+    float poly = FXA_EXP2_C7;
+    poly = poly * f + FXA_EXP2_C6;
+    poly = poly * f + FXA_EXP2_C5;
+    poly = poly * f + FXA_EXP2_C4;
+    poly = poly * f + FXA_EXP2_C3;
+    poly = poly * f + FXA_EXP2_C2;
+    poly = poly * f + FXA_EXP2_C1;
     poly = poly * f + 1.0f;
     return fxa_exp2_scale(poly, r);
 }
@@ -96,16 +100,22 @@ static inline float fxa_exp2_shifted_ref(float z, float m)
  * FXA_EXP2_BF16_REL_ERR. tests/unit/test_exp2.c checks the bound.
  */
 #define FXA_EXP2_BF16_REL_ERR 0x1p-18
+/* Its coefficients, f^0 to f^4 (the AVX-512 twin uses these too). */
+#define FXA_EXP2_BF16_C0 0.999999285f
+#define FXA_EXP2_BF16_C1 0.693121791f
+#define FXA_EXP2_BF16_C2 0.240247443f
+#define FXA_EXP2_BF16_C3 0.0559178591f
+#define FXA_EXP2_BF16_C4 0.00957010221f
 
 static inline float fxa_exp2_shifted_bf16_ref(float z, float m)
 {
     const fxa_exp2_parts r = fxa_exp2_reduce(z, m);
     const float f = r.f;
-    float poly = 0.00957010221f;
-    poly = poly * f + 0.0559178591f;
-    poly = poly * f + 0.240247443f;
-    poly = poly * f + 0.693121791f;
-    poly = poly * f + 0.999999285f;
+    float poly = FXA_EXP2_BF16_C4;
+    poly = poly * f + FXA_EXP2_BF16_C3;
+    poly = poly * f + FXA_EXP2_BF16_C2;
+    poly = poly * f + FXA_EXP2_BF16_C1;
+    poly = poly * f + FXA_EXP2_BF16_C0;
     return fxa_exp2_scale(poly, r);
 }
 

@@ -11,18 +11,20 @@
 
 #include <immintrin.h>
 
+#include "../ref/exp2_ref.h"
+
 static inline __m256 fxa_vexp2_shifted_f32x8(__m256 z, __m256 m)
 {
     const __m256 zi = _mm256_round_ps(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(z, zi);
     const __m256 n = _mm256_sub_ps(zi, m);
-    __m256 p = _mm256_set1_ps(0.0000152527338040598f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.000154035303933816f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.00133335581464284f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.00961812910762848f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.0555041086648216f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.240226506959101f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.693147180559945f));
+    __m256 p = _mm256_set1_ps(FXA_EXP2_C7);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C6));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C5));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C1));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     /* Clamp before converting: NaN (z = -inf) and huge gaps become -127. */
     const __m256 nc =

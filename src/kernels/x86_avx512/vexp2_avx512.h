@@ -14,6 +14,8 @@
 
 #include <immintrin.h>
 
+#include "../ref/exp2_ref.h"
+
 /* 2^(z - m): the reduction, the polynomial p ~ 2^f (bf16 = 0: the degree-7
  * one; bf16 = 1: bf16 compute's degree-4 one, the twin of
  * fxa_exp2_shifted_bf16_ref in ref/exp2_ref.h), and p 2^n, flushed to 0
@@ -27,19 +29,19 @@ fxa_vexp2_eval_f32x16(__m512 z, __m512 m, const int bf16, const int flush)
     const __m512 f = _mm512_sub_ps(z, zi);
     __m512 p;
     if (bf16) {
-        p = _mm512_set1_ps(0.00957010221f);
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0559178591f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240247443f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693121791f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.999999285f));
+        p = _mm512_set1_ps(FXA_EXP2_BF16_C4);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_BF16_C3));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_BF16_C2));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_BF16_C1));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_BF16_C0));
     } else {
-        p = _mm512_set1_ps(0.0000152527338040598f);
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.000154035303933816f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00133335581464284f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00961812910762848f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0555041086648216f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240226506959101f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693147180559945f));
+        p = _mm512_set1_ps(FXA_EXP2_C7);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C6));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C5));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C4));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C3));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C2));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C1));
         p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     }
     const __m512 n = _mm512_sub_ps(zi, m);
