@@ -229,9 +229,12 @@ static void check_item(void *arg, int64_t item, int thread_id)
     }
     static const float zero[FXA_MAX_HEAD_DIM];
     double qq = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        const double nn = p->ctx->kernels->row_stats->distance2(s->q + i * dim, zero, dim);
-        qq = nn > qq ? nn : qq;
+    for (size_t r0 = 0; r0 < n; r0 += FXA_STATS_ROWS) {
+        const size_t m = n - r0 < FXA_STATS_ROWS ? n - r0 : FXA_STATS_ROWS;
+        double nn[FXA_STATS_ROWS], unused[FXA_STATS_ROWS];
+        p->ctx->kernels->row_stats->norm2_dot(s->q + r0 * dim, dim, m, zero, dim, nn, unused);
+        for (size_t i = 0; i < m; i++)
+            qq = nn[i] > qq ? nn[i] : qq;
     }
     acc->qq[item] = qq;
 }

@@ -39,6 +39,10 @@ typedef struct fxa_head_bound {
  * when its centred scores fit, its online rows use them). */
 #define FXA_SCORE_LIMIT 0x1.fep127
 
+/* Query rows per norm2_dot call (the kernels take any count and overlap a
+ * few rows' sums). */
+#define FXA_STATS_ROWS 16
+
 /* Per-thread scratch, carved from the workspace. */
 typedef struct fxa_thread_scratch {
     float *q;         /* [hpt][block_q][D] */

@@ -130,10 +130,14 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
     const int centred = auto_mode && p->d.center;
     const fxa_row_stats *rs = p->ctx->kernels->row_stats;
     int64_t n_online = 0;
+    double qq_rows[FXA_STATS_ROWS];
+    double qk_rows[FXA_STATS_ROWS];
     for (size_t i = 0; i < n; i++) {
-        double qq;
-        double qk;
-        rs->norm2_dot(rows->q + i * dim, kbar, dim, &qq, &qk);
+        if (i % FXA_STATS_ROWS == 0)
+            rs->norm2_dot(rows->q + i * dim, dim, n - i < FXA_STATS_ROWS ? n - i : FXA_STATS_ROWS,
+                          kbar, dim, qq_rows, qk_rows);
+        const double qq = qq_rows[i % FXA_STATS_ROWS];
+        const double qk = qk_rows[i % FXA_STATS_ROWS];
         const double qn = p->lambda * sqrt(qq);
         const double ceil_u = ceil(qn * (hb->radius + hb->eps_radius) + hb->eps_abs);
         const int strict = auto_mode && ceil_u <= hb->gate_strict;

@@ -150,8 +150,8 @@ typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 typedef void fxa_pack_kt_fn(const void *const *rows, size_t n, size_t d, size_t panel, void *kt);
 
 /*
- * Row statistics for the bound pass and the row setup, on one fp32 row of d
- * values. Sums are in double in a fixed order (row_stats_impl.h), so every
+ * Row statistics for the bound pass and the row setup, on fp32 rows of d
+ * values (norm2_dot: n rows per call). Sums are in double in a fixed order (row_stats_impl.h), so every
  * ISA's build returns the same bits. A non-finite x_c makes norm2_add,
  * distance2 (finite center) and abs_max non-finite, and nothing else does
  * (fp32 squares stay far inside fp64): the bound pass's finiteness test.
@@ -160,8 +160,10 @@ typedef struct fxa_row_stats {
     double (*norm2_add)(const float *x, size_t d, double *sum);         /* ||x||^2; sum[c] += x_c */
     double (*distance2)(const float *x, const float *center, size_t d); /* ||x - center||^2 */
     float (*abs_max)(const float *x, size_t d); /* max_c |x_c|; Inf or NaN if some x_c is */
-    void (*norm2_dot)(const float *x, const float *y, size_t d, double *xx,
-                      double *xy); /* ||x||^2 and x.y */
+    /* xx[j] = ||x_j||^2 and xy[j] = x_j . y for j < n, row x_j at x + j ldx;
+     * each row's bits are those it gets alone */
+    void (*norm2_dot)(const float *x, size_t ldx, size_t n, const float *y, size_t d, double *xx,
+                      double *xy);
 } fxa_row_stats;
 extern const fxa_row_stats fxa_f32_rowstats__ref;
 extern const fxa_row_stats fxa_f32_rowstats__avx2;

@@ -42,6 +42,13 @@ static int same_bits_d(double a, double b)
     return memcmp(&a, &b, sizeof a) == 0;
 }
 
+/* One row through norm2_dot. */
+static void norm2_dot1(const fxa_row_stats *rs, const float *x, const float *y, size_t d,
+                       double *xx, double *xy)
+{
+    rs->norm2_dot(x, d, 1, y, d, xx, xy);
+}
+
 /* One kernel set against the reference, bit for bit, on `rounds` rows per
  * dimension. */
 static void compare_to_ref(const char *name, const fxa_row_stats *rs, int rounds)
@@ -65,8 +72,8 @@ static void compare_to_ref(const char *name, const fxa_row_stats *rs, int rounds
             ok &= same_bits_d(rs->distance2(x, y, d), ref->distance2(x, y, d));
             ok &= test_f32_bits(rs->abs_max(x, d)) == test_f32_bits(ref->abs_max(x, d));
             double xx, xy, xx_ref, xy_ref;
-            rs->norm2_dot(x, y, d, &xx, &xy);
-            ref->norm2_dot(x, y, d, &xx_ref, &xy_ref);
+            norm2_dot1(rs, x, y, d, &xx, &xy);
+            norm2_dot1(ref, x, y, d, &xx_ref, &xy_ref);
             ok &= same_bits_d(xx, xx_ref) && same_bits_d(xy, xy_ref);
             if (!ok && mismatches++ < 5)
                 fprintf(stderr, "%s: d = %zu, round %d differs from the reference\n", name, d,
@@ -106,7 +113,7 @@ static void check_ref_accuracy(void)
             }
             const double tol = (double)d * 0x1p-52;
             double xx, xy;
-            ref->norm2_dot(x, y, d, &xx, &xy);
+            norm2_dot1(ref, x, y, d, &xx, &xy);
             const double errs[4] = {
                 fabs((double)(ref->norm2_add(x, d, sum) - nn)) / (double)(nn > 0 ? nn : 1),
                 fabs((double)(ref->distance2(x, y, d) - dd)) / (double)(dd > 0 ? dd : 1),
@@ -160,10 +167,44 @@ static void check_non_finite(const char *name, const fxa_row_stats *rs)
           name, missed, false_alarms);
 }
 
+/* Several rows per norm2_dot call give each row the bits it gets alone,
+ * whatever its neighbours and the count (groups and the rows left over). */
+static void check_groups(const char *name, const fxa_row_stats *rs)
+{
+    enum { ROWS = 11, DIM = 129 };
+    static const size_t dims[] = {1, 7, 8, 17, 64, 128, DIM};
+    fxt_rng r;
+    fxt_rng_seed(&r, 11);
+    long long mismatches = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        const size_t d = dims[di];
+        for (size_t n = 1; n <= ROWS; n++) {
+            float x[ROWS][DIM], y[DIM];
+            for (size_t j = 0; j < n; j++)
+                fill_row(&r, x[j], d);
+            fill_row(&r, y, d);
+            double xx[ROWS], xy[ROWS];
+            rs->norm2_dot(x[0], DIM, n, y, d, xx, xy);
+            int ok = 1;
+            for (size_t j = 0; j < n; j++) {
+                double xx1, xy1;
+                norm2_dot1(rs, x[j], y, d, &xx1, &xy1);
+                ok &= same_bits_d(xx[j], xx1) && same_bits_d(xy[j], xy1);
+            }
+            if (!ok && mismatches++ < 5)
+                fprintf(stderr, "%s: %zu rows of %zu differ from one row per call\n", name, n, d);
+        }
+    }
+    printf("%s: norm2_dot on groups of rows: %lld cases differ from one row per call\n", name,
+           mismatches);
+    CHECK(mismatches == 0, "%s: %lld grouped cases differ from one row per call", name, mismatches);
+}
+
 int main(void)
 {
     check_ref_accuracy();
     check_non_finite("ref", &fxa_f32_rowstats__ref);
+    check_groups("ref", &fxa_f32_rowstats__ref);
     const char *isas[] = {"avx2", "avx512"};
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
         const fxa_kernels *k = NULL;
@@ -176,6 +217,7 @@ int main(void)
               isas[i]);
         compare_to_ref(isas[i], k->row_stats, 300);
         check_non_finite(isas[i], k->row_stats);
+        check_groups(isas[i], k->row_stats);
     }
     return test_summary("test_row_stats");
 }
