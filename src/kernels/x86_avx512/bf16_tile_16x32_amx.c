@@ -86,15 +86,27 @@ static ALWAYS_INLINE void scores_group(const fxa_attn_tile_bf16 *t, size_t i0, s
         _tile_stored(C11, s1 + 16, s_stride);
 }
 
-static ALWAYS_INLINE void scores_block(const fxa_attn_tile_bf16 *t, size_t i0, const int rows2)
+/* The key groups of one row block's scores: 32 keys each, the last one
+ * 16 wide when at most 16 keys are left. */
+static size_t score_groups(const fxa_attn_tile_bf16 *t)
 {
-    size_t j0 = 0;
-    for (; j0 + 2 * KEYS_PER_TILE <= t->n_kv; j0 += 2 * KEYS_PER_TILE)
-        scores_group(t, i0, j0, rows2, 1);
+    return (t->n_kv + 2 * KEYS_PER_TILE - 1) / (2 * KEYS_PER_TILE);
+}
+
+static ALWAYS_INLINE void scores_group_at(const fxa_attn_tile_bf16 *t, size_t i0, size_t g,
+                                          const int rows2)
+{
+    const size_t j0 = g * 2 * KEYS_PER_TILE;
     if (j0 + KEYS_PER_TILE < t->n_kv)
         scores_group(t, i0, j0, rows2, 1);
-    else if (j0 < t->n_kv)
+    else
         scores_group(t, i0, j0, rows2, 0);
+}
+
+static ALWAYS_INLINE void scores_block(const fxa_attn_tile_bf16 *t, size_t i0, const int rows2)
+{
+    for (size_t g = 0; g < score_groups(t); g++)
+        scores_group_at(t, i0, g, rows2);
 }
 
 /* o[rows [i0, i0 + 16 (1 + rows2)), columns [c0, c0 + 32)] += P V over the
@@ -186,6 +198,58 @@ static ALWAYS_INLINE void row_block(const fxa_attn_tile_bf16 *t, size_t i0, size
     pv_block(t, i0, n, rows2);
 }
 
+/* The software pipeline of the full 32-row blocks: the row loop of block
+ * b's softmax (AVX-512) carries the tile work of its neighbours between its
+ * rows, block b - 1's P.V (its P is complete) and block b + 1's scores, a
+ * unit (one P.V column group or one score key group) every few rows, so
+ * that the out-of-order core can overlap the two. On the Xeon of
+ * bench/RESULTS.md this gains 3% (S 4096, 40 heads, bf16 compute): the two
+ * overlap little there (a finer interleave, one tdpbf16ps step every 64
+ * scores, measured 1%). Each unit reads and writes only its own block's
+ * rows, so every result is the one the plain order (scores, softmax, P.V per
+ * block) gives, bit for bit. */
+typedef struct pipe {
+    size_t pv_i0;    /* the block whose P.V is pending */
+    size_t pv_units; /* its column groups of 32 (0 when none) */
+    size_t sc_i0;    /* the block whose scores are pending */
+    size_t sc_units; /* its key groups (0 when none) */
+    size_t issued;   /* units issued so far: P.V ones first */
+} pipe;
+
+static ALWAYS_INLINE void pipe_issue(const fxa_attn_tile_bf16 *t, pipe *pp, size_t upto)
+{
+    const size_t chunks = t->n_kv / (2 * PAIRS_PER_TILE);
+    for (; pp->issued < upto; pp->issued++) {
+        if (pp->issued < pp->pv_units)
+            pv_group(t, pp->pv_i0, pp->issued * 2 * KEYS_PER_TILE, chunks, 1);
+        else
+            scores_group_at(t, pp->sc_i0, pp->issued - pp->pv_units, 1);
+    }
+}
+
+static void full_blocks(const fxa_attn_tile_bf16 *t, size_t blocks)
+{
+    const size_t chunks = t->n_kv / (2 * PAIRS_PER_TILE);
+    scores_block(t, 0, 1);
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t i0 = b * ROW_BLOCK;
+        pipe pp = {
+            .pv_i0 = i0 - ROW_BLOCK,
+            .pv_units = b > 0 && chunks ? t->d / (2 * KEYS_PER_TILE) : 0,
+            .sc_i0 = i0 + ROW_BLOCK,
+            .sc_units = b + 1 < blocks ? score_groups(t) : 0,
+        };
+        const size_t units = pp.pv_units + pp.sc_units;
+        for (size_t r = 0; r < ROW_BLOCK; r++) {
+            fxa_bf16_softmax_rows_avx512(t, i0 + r, 1, 1);
+            pipe_issue(t, &pp, (r + 1) * units / ROW_BLOCK);
+        }
+        if (b > 0 && chunks * 2 * PAIRS_PER_TILE < t->n_kv)
+            pv_tail(t, i0 - ROW_BLOCK, ROW_BLOCK, chunks * PAIRS_PER_TILE);
+    }
+    pv_block(t, (blocks - 1) * ROW_BLOCK, ROW_BLOCK, 1);
+}
+
 void fxa_bf16_tile_16x32__amx(const fxa_attn_tile_bf16 *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
@@ -196,9 +260,10 @@ void fxa_bf16_tile_16x32__amx(const fxa_attn_tile_bf16 *t)
     assert(t->kp_panel % KEYS_PER_TILE == 0 && t->ldvp >= t->d &&
            t->ld_scores >= t->n_kv + t->n_kv % 2 && t->ld_scores % 16 == 0);
     fxa_amx_configure(16);
-    size_t i0 = 0;
-    for (; i0 + ROW_BLOCK <= t->n_q; i0 += ROW_BLOCK)
-        row_block(t, i0, ROW_BLOCK, 1);
+    const size_t blocks = t->n_q / ROW_BLOCK;
+    if (blocks)
+        full_blocks(t, blocks);
+    size_t i0 = blocks * ROW_BLOCK;
     if (i0 + 16 <= t->n_q) {
         row_block(t, i0, 16, 0);
         i0 += 16;
