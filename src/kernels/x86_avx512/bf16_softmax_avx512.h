@@ -54,17 +54,16 @@ fxa_bf16_row_max_z(const float *s, size_t n, __m512 lambda, __m512 center, const
  * groups of 32 scores round two vectors into one (vcvtne2ps2bf16), store it
  * whole and add the rounded pairs into the sum with one vdpbf16ps by ones
  * (each p times 1 is exact: lane k adds p_2k, then p_2k+1); the tail goes 16
- * at a time under masks. In two parts, so that a caller may do other work
- * between groups: fxa_bf16_exp2_groups on whole groups [j0, j1) (multiples
- * of 32) carrying the sum vector, then fxa_bf16_exp2_tail from the last
- * whole group to n, which adds the tail and reduces the sum. */
-static inline __attribute__((always_inline)) __m512
-fxa_bf16_exp2_groups(const float *s, size_t j0, size_t j1, float shift, uint16_t *p16,
-                     __m512 lambda, __m512 center, const int raw, const int may_flush, __m512 sum)
+ * at a time under masks. */
+static inline __attribute__((always_inline)) float
+fxa_bf16_exp2_row(const float *s, size_t n, float shift, uint16_t *p16, __m512 lambda,
+                  __m512 center, const int raw, const int may_flush)
 {
     const __m512 m = _mm512_set1_ps(shift);
     const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80); /* bf16 1.0 */
-    for (size_t j = j0; j < j1; j += 32) {
+    __m512 sum = _mm512_setzero_ps();
+    size_t j = 0;
+    for (; j + 32 <= n; j += 32) {
         const __m512 z0 = fxa_bf16_load_z(s + j, 0xffff, lambda, center, raw);
         const __m512 z1 = fxa_bf16_load_z(s + j + 16, 0xffff, lambda, center, raw);
         const __m512 p0 = may_flush ? fxa_vexp2_shifted_bf16_f32x16(z0, m)
@@ -75,15 +74,7 @@ fxa_bf16_exp2_groups(const float *s, size_t j0, size_t j1, float shift, uint16_t
         _mm512_storeu_si512(p16 + j, (__m512i)pb);
         sum = _mm512_dpbf16_ps(sum, pb, ones);
     }
-    return sum;
-}
-
-static inline __attribute__((always_inline)) float
-fxa_bf16_exp2_tail(const float *s, size_t n, float shift, uint16_t *p16, __m512 lambda,
-                   __m512 center, const int raw, const int may_flush, __m512 sum)
-{
-    const __m512 m = _mm512_set1_ps(shift);
-    for (size_t j = n / 32 * 32; j < n; j += 16) {
+    for (; j < n; j += 16) {
         const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
         const __m512 z16 = fxa_bf16_load_z(s + j, k, lambda, center, raw);
         const __m512 p = may_flush ? fxa_vexp2_shifted_bf16_f32x16(z16, m)
@@ -96,15 +87,6 @@ fxa_bf16_exp2_tail(const float *s, size_t n, float shift, uint16_t *p16, __m512 
     if (n % 2)
         p16[n] = 0;
     return _mm512_reduce_add_ps(sum);
-}
-
-static inline __attribute__((always_inline)) float
-fxa_bf16_exp2_row(const float *s, size_t n, float shift, uint16_t *p16, __m512 lambda,
-                  __m512 center, const int raw, const int may_flush)
-{
-    const __m512 sum = fxa_bf16_exp2_groups(s, 0, n / 32 * 32, shift, p16, lambda, center, raw,
-                                            may_flush, _mm512_setzero_ps());
-    return fxa_bf16_exp2_tail(s, n, shift, p16, lambda, center, raw, may_flush, sum);
 }
 
 /* Rows [i0, i0 + n) of the tile: P into p16 and the row state updated. */
