@@ -151,10 +151,11 @@ typedef void fxa_pack_kt_fn(const void *const *rows, size_t n, size_t d, size_t 
 
 /*
  * Row statistics for the bound pass and the row setup, on fp32 rows of d
- * values (norm2_dot: n rows per call). Sums are in double in a fixed order (row_stats_impl.h), so every
- * ISA's build returns the same bits. A non-finite x_c makes norm2_add,
- * distance2 (finite center) and abs_max non-finite, and nothing else does
- * (fp32 squares stay far inside fp64): the bound pass's finiteness test.
+ * values (norm2_dot: n rows per call). Sums are in double in a fixed order
+ * (row_stats_impl.h), so every ISA's build returns the same bits. A
+ * non-finite x_c makes norm2_add, distance2 (finite center) and abs_max
+ * non-finite, and nothing else does (fp32 squares stay far inside fp64):
+ * the bound pass's finiteness test.
  */
 typedef struct fxa_row_stats {
     double (*norm2_add)(const float *x, size_t d, double *sum);         /* ||x||^2; sum[c] += x_c */

@@ -5,7 +5,8 @@
  * tile data (core/cpu.c asks once, ARCH_REQ_XCOMP_PERM).
  *
  * The tile's rows go in blocks of 32 (then 16, then the last 1-15), each
- * block all the way through while its scores and P stay in L1:
+ * block all the way through while its scores and P stay in L1 (the blocks
+ * of 32 software-pipelined: full_blocks below):
  *   scores  tdpbf16ps on 16 x 16 fp32 accumulator tiles, 2 x 2 of them (32
  *           rows x 32 keys): A = 16 query rows x 16 pairs read in place
  *           from q, B = 16 pairs x 16 keys read in place from a K panel
@@ -234,7 +235,7 @@ static void full_blocks(const fxa_attn_tile_bf16 *t, size_t blocks)
     for (size_t b = 0; b < blocks; b++) {
         const size_t i0 = b * ROW_BLOCK;
         pipe pp = {
-            .pv_i0 = i0 - ROW_BLOCK,
+            .pv_i0 = b > 0 ? i0 - ROW_BLOCK : 0,
             .pv_units = b > 0 && chunks ? t->d / (2 * KEYS_PER_TILE) : 0,
             .sc_i0 = i0 + ROW_BLOCK,
             .sc_units = b + 1 < blocks ? score_groups(t) : 0,
