@@ -1630,6 +1630,37 @@ static void test_hostile(void)
     run_free(&r);
     free(fifo);
 
+    /* bench: one JSON object per line; the last gives the bound pass's
+     * median time (> 0: it was run) and its share of the auto run. */
+    if (run_ok("bench --json", &r, "bench", "--seq", "256", "--heads", "2", "--dim", "64",
+               "--repeats", "3", "--json", (const char *)NULL)) {
+        int lines = 0;
+        const char *last = NULL;
+        for (char *line = r.out; *line; lines++) {
+            char *nl = strchr(line, '\n');
+            CHECK(nl != NULL, "[bench --json] output does not end with a newline: %s", r.out);
+            if (!nl)
+                break;
+            const char saved = nl[1];
+            nl[1] = 0;
+            size_t at;
+            CHECK(json_one_object_line(line, &at),
+                  "[bench --json] line %d is not one JSON object (offset %zu): %s", lines + 1, at,
+                  line);
+            nl[1] = saved;
+            last = line;
+            line = nl + 1;
+        }
+        CHECK(lines == 3, "[bench --json] %d lines, want auto, online and the summary: %s", lines,
+              r.out);
+        const char *t = last ? json_field(last, "bound_pass_seconds_median") : NULL;
+        const char *f = last ? json_field(last, "bound_pass_share") : NULL;
+        CHECK(t && strtod(t, NULL) > 0.0 && f && strtod(f, NULL) > 0.0,
+              "[bench --json] no positive bound_pass_seconds_median and bound_pass_share: %s",
+              r.out);
+    }
+    run_free(&r);
+
     /* Item 5: more memory than any machine has, refused up front. */
     run_expect("bench beyond memory", 1, "GiB available", 10.0, &r, "bench", "--seq", "16777216",
                "--heads", "1024", "--dim", "256", (const char *)NULL);

@@ -4,7 +4,10 @@
  * the same machine state; each reports the median of its runs as GFLOP/s
  * and as a share of this machine's peak, measured in the same process by an
  * FMA (fp32), vdpbf16ps or AMX tdpbf16ps (bf16: the units the kernel set's
- * tile runs its products on) throughput loop on as many threads.
+ * tile runs its products on) throughput loop on as many threads. The
+ * bound pass alone (fxa_attn_bounds: the input scan and the row setup, no
+ * tiles) is timed alongside, as the share of the auto run it accounts for:
+ * what fixed-max's exactness costs up front, largest at short sequences.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,12 +33,14 @@ typedef struct bench_mode {
     fxa_attn_stats st;
 } bench_mode;
 
-static int time_once(bench_mode *m, const fxt_workload *w, float *out)
+/* One run of m's plan (bounds_only: its bound pass alone), its wall time in
+ * m->st.seconds. */
+static int time_once(bench_mode *m, const fxt_workload *w, float *out, int bounds_only)
 {
     fxa_attn_args a = {.struct_size = sizeof a, .q = w->q, .k = w->k, .v = w->v, .out = out};
     const double t0 = fxt_now();
     m->st.struct_size = sizeof m->st;
-    int code = fxt_runner_run(&m->r, &a, &m->st, 0);
+    int code = fxt_runner_run(&m->r, &a, &m->st, bounds_only);
     m->st.seconds = fxt_now() - t0;
     return code;
 }
@@ -119,19 +124,23 @@ int fxt_cmd_bench(int argc, char **argv)
                                         : amx                       ? FXT_PEAK_BF16_AMX
                                                                     : FXT_PEAK_BF16_DOT,
                                         n_threads, &peak_isa);
+    bench_mode bounds = {.r = modes[0].r};     /* the auto plan's bound pass */
     for (int rep = -1; rep < repeats; rep++) { /* rep -1: warm-up */
-        for (int i = 0; i < 2; i++) {
-            if ((code = time_once(&modes[i], &w, out)))
+        for (int i = 0; i < 3; i++) {
+            bench_mode *m = i < 2 ? &modes[i] : &bounds;
+            if ((code = time_once(m, &w, out, i == 2)))
                 goto out;
             if (rep >= 0)
-                modes[i].seconds[rep] = modes[i].st.seconds;
+                m->seconds[rep] = m->st.seconds;
         }
     }
     const double gflop = fxa_attn_flops(&w.d) * 1e-9;
     for (int i = 0; i < 2; i++) {
         modes[i].median = fxt_median(modes[i].seconds, (size_t)repeats);
     }
+    bounds.median = fxt_median(bounds.seconds, (size_t)repeats);
     const double ratio = modes[1].median / modes[0].median;
+    const double bound_share = bounds.median / modes[0].median;
     if (!json) {
         printf("fxattn bench: S=%lld heads=%lld D=%lld %s (compute %s), %d threads, kernels %s, "
                "median of %lld runs\n",
@@ -161,10 +170,15 @@ int fxt_cmd_bench(int argc, char **argv)
                    name, modes[i].median, modes[i].seconds[0], gf, peak > 0 ? 100 * gf / peak : 0.0,
                    (long long)modes[i].st.fallback_rows, (long long)modes[i].st.rows);
     }
-    if (json)
-        fxt_json_printf("{\"fixed_over_online\": %.4f}\n", ratio);
-    else
+    if (json) {
+        fxt_json_printf("{\"fixed_over_online\": %.4f, \"bound_pass_seconds_median\": %.6f, "
+                        "\"bound_pass_share\": %.4f}\n",
+                        ratio, bounds.median, bound_share);
+    } else {
         printf("fixed-max over online: %.3fx\n", ratio);
+        printf("bound pass (input scan and row setup, no tiles): median %.4f s, %.1f%% of auto\n",
+               bounds.median, 100 * bound_share);
+    }
 out:
     for (int i = 0; i < 2; i++)
         fxt_runner_free(&modes[i].r);
