@@ -16,6 +16,7 @@
 #include "../core/alloc.h"
 #include "../core/struct_size.h"
 #include "attn_internal.h"
+#include "load.h"
 #include "scan.h"
 #include "steps.h"
 #include "summary.h"
@@ -216,11 +217,12 @@ static void check_item(void *arg, int64_t item, int thread_id)
     int64_t b, h, i0;
     const size_t n = item_rows_at(p, item, &b, &h, &i0);
     fxa_thread_scratch *s = scratch(acc, thread_id);
-    fxa_load_q(p, acc->q, b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
-               p->q_strides.token, n, s->q, s->q16);
+    const size_t dim = (size_t)p->d.head_dim;
+    fxa_load_rows(p->ctx->kernels, acc->q, p->d.dtype,
+                  b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
+                  p->q_strides.token, n, dim, s->q, dim);
     fxa_bad_value *bad = acc->bad + item;
     bad->bad_row = -1;
-    const size_t dim = (size_t)p->d.head_dim;
     for (size_t i = 0; i < n * dim; i++) {
         if (!isfinite(s->q[i])) {
             *bad = (fxa_bad_value){i0 + (int64_t)(i / dim), (int64_t)(i % dim), s->q[i], 'Q'};
@@ -255,6 +257,7 @@ static void begin_item(void *arg, int64_t item, int thread_id)
     fxa_thread_scratch *s = scratch(acc, thread_id);
     fxa_rows rows = state_rows(acc, b, h, i0);
     rows.q = s->q;
+    rows.q16 = s->q16;
     fxa_load_q(p, acc->q, b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
                p->q_strides.token, n, s->q, s->q16);
     s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n, acc->bound + (bh * p->d.seq_q + i0));

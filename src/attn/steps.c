@@ -17,9 +17,10 @@ void fxa_load_q(const fxa_attn_plan *p, const void *q_base, int64_t off, int64_t
                 size_t n, float *q, uint16_t *q16)
 {
     const size_t dim = (size_t)p->d.head_dim;
-    fxa_load_rows(p->ctx->kernels, q_base, p->d.dtype, off, token_stride, n, dim, q, dim);
-    if (p->d.compute != FXA_COMPUTE_BF16)
+    if (p->d.compute != FXA_COMPUTE_BF16) {
+        fxa_load_rows(p->ctx->kernels, q_base, p->d.dtype, off, token_stride, n, dim, q, dim);
         return;
+    }
     /* bf16 inputs (the plan checks): their bits, the odd tail zeroed. */
     const size_t stride = fxa_q16_stride(p);
     const uint16_t *src = q_base;
@@ -132,10 +133,13 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
     int64_t n_online = 0;
     double qq_rows[FXA_STATS_ROWS];
     double qk_rows[FXA_STATS_ROWS];
+    const size_t ld16 = fxa_q16_stride(p);
     for (size_t i = 0; i < n; i++) {
-        if (i % FXA_STATS_ROWS == 0)
-            rs->norm2_dot(rows->q + i * dim, dim, n - i < FXA_STATS_ROWS ? n - i : FXA_STATS_ROWS,
-                          kbar, dim, qq_rows, qk_rows);
+        const size_t m = n - i < FXA_STATS_ROWS ? n - i : FXA_STATS_ROWS;
+        if (i % FXA_STATS_ROWS == 0 && p->d.compute == FXA_COMPUTE_BF16)
+            rs->norm2_dot_bf16(rows->q16 + i * ld16, ld16, m, kbar, dim, qq_rows, qk_rows);
+        else if (i % FXA_STATS_ROWS == 0)
+            rs->norm2_dot(rows->q + i * dim, dim, m, kbar, dim, qq_rows, qk_rows);
         const double qq = qq_rows[i % FXA_STATS_ROWS];
         const double qk = qk_rows[i % FXA_STATS_ROWS];
         const double qn = p->lambda * sqrt(qq);

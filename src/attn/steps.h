@@ -37,8 +37,9 @@ static inline int fxa_ranges_overlap(const void *a, size_t na, const void *b, si
 /* Row stride of the bf16 query copy: the dimension padded to pairs. */
 size_t fxa_q16_stride(const fxa_attn_plan *p);
 
-/* Load n query rows of Q (element offset off, token stride) as fp32 into
- * q [n][D], and for bf16 compute their bf16 bits into q16. */
+/* Load n query rows of Q (element offset off, token stride): as fp32 into
+ * q [n][D] for fp32 compute, as their bf16 bits into q16 for bf16 compute
+ * (all that its tiles and row statistics read; q is left alone). */
 void fxa_load_q(const fxa_attn_plan *p, const void *q_base, int64_t off, int64_t token_stride,
                 size_t n, float *q, uint16_t *q16);
 

@@ -49,23 +49,69 @@ static void row_at(const fxa_row_block *blk, int64_t i, int64_t *h, int64_t *j)
     }
 }
 
+/* Where row (h, j) starts, in elements. */
+static int64_t row_offset(const fxa_row_block *blk, int64_t h, int64_t j)
+{
+    return blk->off + h * blk->head_stride + j * blk->token_stride;
+}
+
 /* Row (h, j) of x as fp32 (in place for fp32 inputs, else in scratch). */
 static const float *block_row(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk,
                               int64_t h, int64_t j, float *scratch)
 {
-    return fxa_row_f32(p->ctx->kernels, x, p->d.dtype,
-                       blk->off + h * blk->head_stride + j * blk->token_stride,
-                       (size_t)p->d.head_dim, scratch);
+    return fxa_row_f32(p->ctx->kernels, x, p->d.dtype, row_offset(blk, h, j), (size_t)p->d.head_dim,
+                       scratch);
+}
+
+/* The statistics of row (h, j) of x: bf16 rows are read as they are (the
+ * kernels' bf16 forms give their fp32 widening's bits), other dtypes as
+ * fp32 rows. */
+static double row_norm2_add(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk,
+                            int64_t h, int64_t j, double *sum)
+{
+    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
+    const size_t dim = (size_t)p->d.head_dim;
+    if (p->d.dtype == FXA_BF16)
+        return rs->norm2_add_bf16((const uint16_t *)x + row_offset(blk, h, j), dim, sum);
+    float scratch[FXA_MAX_HEAD_DIM];
+    return rs->norm2_add(block_row(p, x, blk, h, j, scratch), dim, sum);
+}
+
+static double row_distance2(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk,
+                            int64_t h, int64_t j, const float *center)
+{
+    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
+    const size_t dim = (size_t)p->d.head_dim;
+    if (p->d.dtype == FXA_BF16)
+        return rs->distance2_bf16((const uint16_t *)x + row_offset(blk, h, j), center, dim);
+    float scratch[FXA_MAX_HEAD_DIM];
+    return rs->distance2(block_row(p, x, blk, h, j, scratch), center, dim);
+}
+
+static float row_abs_max(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk, int64_t h,
+                         int64_t j)
+{
+    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
+    const size_t dim = (size_t)p->d.head_dim;
+    if (p->d.dtype == FXA_BF16)
+        return rs->abs_max_bf16((const uint16_t *)x + row_offset(blk, h, j), dim);
+    float scratch[FXA_MAX_HEAD_DIM];
+    return rs->abs_max(block_row(p, x, blk, h, j, scratch), dim);
+}
+
+/* Note row (h, j)'s first non-finite value in *bad. */
+static void note_bad_row(const fxa_attn_plan *p, const void *x, const fxa_row_block *blk, int64_t h,
+                         int64_t j, char tensor, fxa_bad_value *bad)
+{
+    float scratch[FXA_MAX_HEAD_DIM];
+    note_bad(bad, tensor, j, block_row(p, x, blk, h, j, scratch), (size_t)p->d.head_dim);
 }
 
 void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
                          const fxa_row_block *blk, const fxa_row_block *vblk, double *partials,
                          fxa_bad_value *bad)
 {
-    const size_t dim = (size_t)p->d.head_dim;
     const size_t len = fxa_summary_head_len(p);
-    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
-    float scratch[FXA_MAX_HEAD_DIM];
     for (int64_t h = 0; h < blk->n_heads; h++) {
         memset(partials + (size_t)h * len, 0, len * sizeof(double));
         partials[(size_t)h * len] = (double)blk->n_tokens;
@@ -76,21 +122,19 @@ void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
         int64_t h, j;
         row_at(blk, i, &h, &j);
         double *part = partials + (size_t)h * len;
-        const float *row = block_row(p, k, blk, h, j, scratch);
         if (bad[2 * h].bad_row < 0) {
-            const double nn = rs->norm2_add(row, dim, part + FXA_SUMMARY_FIXED);
+            const double nn = row_norm2_add(p, k, blk, h, j, part + FXA_SUMMARY_FIXED);
             if (isfinite(nn))
                 part[1] = nn > part[1] ? nn : part[1];
             else
-                note_bad(&bad[2 * h], 'K', j, row, dim);
+                note_bad_row(p, k, blk, h, j, 'K', &bad[2 * h]);
         }
-        row = block_row(p, v, vblk, h, j, scratch);
         if (bad[2 * h + 1].bad_row < 0) {
-            const float a = rs->abs_max(row, dim);
+            const float a = row_abs_max(p, v, vblk, h, j);
             if (isfinite(a))
                 part[3] = a > part[3] ? a : part[3];
             else
-                note_bad(&bad[2 * h + 1], 'V', j, row, dim);
+                note_bad_row(p, v, vblk, h, j, 'V', &bad[2 * h + 1]);
         }
     }
 }
@@ -100,15 +144,12 @@ void fxa_radius_block(const fxa_attn_plan *p, const void *k, const fxa_row_block
 {
     const size_t dim = (size_t)p->d.head_dim;
     const size_t len = fxa_summary_head_len(p);
-    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
-    float scratch[FXA_MAX_HEAD_DIM];
     for (int64_t h = 0; h < blk->n_heads; h++)
         partials[(size_t)h * len + 2] = 0.0;
     for (int64_t i = 0; i < blk->n_tokens * blk->n_heads; i++) {
         int64_t h, j;
         row_at(blk, i, &h, &j);
-        const float *row = block_row(p, k, blk, h, j, scratch);
-        const double nn = rs->distance2(row, means + (size_t)h * dim, dim);
+        const double nn = row_distance2(p, k, blk, h, j, means + (size_t)h * dim);
         double *r2 = partials + (size_t)h * len + 2;
         *r2 = nn > *r2 ? nn : *r2;
     }
@@ -118,9 +159,6 @@ void fxa_check_block(const fxa_attn_plan *p, const void *x, const fxa_row_block 
                      fxa_bad_value *bad, double *norm2_max)
 {
     static const float zero[FXA_MAX_HEAD_DIM];
-    const size_t dim = (size_t)p->d.head_dim;
-    const fxa_row_stats *rs = p->ctx->kernels->row_stats;
-    float scratch[FXA_MAX_HEAD_DIM];
     for (int64_t h = 0; h < blk->n_heads; h++) {
         bad[h].bad_row = -1;
         norm2_max[h] = 0.0;
@@ -130,12 +168,11 @@ void fxa_check_block(const fxa_attn_plan *p, const void *x, const fxa_row_block 
         row_at(blk, i, &h, &j);
         if (bad[h].bad_row >= 0)
             continue;
-        const float *row = block_row(p, x, blk, h, j, scratch);
-        const double nn = rs->distance2(row, zero, dim);
+        const double nn = row_distance2(p, x, blk, h, j, zero);
         if (isfinite(nn))
             norm2_max[h] = nn > norm2_max[h] ? nn : norm2_max[h];
         else
-            note_bad(&bad[h], 'Q', j, row, dim);
+            note_bad_row(p, x, blk, h, j, 'Q', &bad[h]);
     }
 }
 

@@ -150,8 +150,8 @@ typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 typedef void fxa_pack_kt_fn(const void *const *rows, size_t n, size_t d, size_t panel, void *kt);
 
 /*
- * Row statistics for the bound pass and the row setup, on fp32 rows of d
- * values (norm2_dot: n rows per call). Sums are in double in a fixed order
+ * Row statistics for the bound pass and the row setup, on rows of d fp32
+ * values or bf16 bits (norm2_dot: n rows per call). Sums are in double in a fixed order
  * (row_stats_impl.h), so every ISA's build returns the same bits. A
  * non-finite x_c makes norm2_add, distance2 (finite center) and abs_max
  * non-finite, and nothing else does (fp32 squares stay far inside fp64):
@@ -165,6 +165,13 @@ typedef struct fxa_row_stats {
      * each row's bits are those it gets alone */
     void (*norm2_dot)(const float *x, size_t ldx, size_t n, const float *y, size_t d, double *xx,
                       double *xy);
+    /* The same on rows of bf16 bits, with the bits of their fp32 widening's
+     * (ldx in elements; d <= FXA_MAX_HEAD_DIM) */
+    double (*norm2_add_bf16)(const uint16_t *x, size_t d, double *sum);
+    double (*distance2_bf16)(const uint16_t *x, const float *center, size_t d);
+    float (*abs_max_bf16)(const uint16_t *x, size_t d);
+    void (*norm2_dot_bf16)(const uint16_t *x, size_t ldx, size_t n, const float *y, size_t d,
+                           double *xx, double *xy);
 } fxa_row_stats;
 extern const fxa_row_stats fxa_f32_rowstats__ref;
 extern const fxa_row_stats fxa_f32_rowstats__avx2;

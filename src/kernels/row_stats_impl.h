@@ -11,9 +11,11 @@
 #ifndef FXA_ROW_STATS_IMPL_H
 #define FXA_ROW_STATS_IMPL_H
 
+#include <assert.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "fxattn.h" /* FXA_MAX_HEAD_DIM */
 #include "kernels.h"
 
 #define FXA_ROW_STATS_LANES 8
@@ -127,7 +129,64 @@ static void row_norm2_dot(const float *x, size_t ldx, size_t n, const float *y, 
     }
 }
 
+/* The bf16 forms widen their rows (exactly, with this ISA's vector code)
+ * into a buffer on the stack and run the fp32 bodies on it: the same bits as
+ * the fp32 forms on the widened rows, by construction. */
+static void widen_bf16(const uint16_t *x, size_t d, float *out)
+{
+    assert(d <= FXA_MAX_HEAD_DIM);
+    for (size_t c = 0; c < d; c++) {
+        const uint32_t u = (uint32_t)x[c] << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        out[c] = f;
+    }
+}
+
+static double row_norm2_add_bf16(const uint16_t *x, size_t d, double *sum)
+{
+    float row[FXA_MAX_HEAD_DIM];
+    widen_bf16(x, d, row);
+    return row_norm2_add(row, d, sum);
+}
+
+static double row_distance2_bf16(const uint16_t *x, const float *center, size_t d)
+{
+    float row[FXA_MAX_HEAD_DIM];
+    widen_bf16(x, d, row);
+    return row_distance2(row, center, d);
+}
+
+/* |x| of bf16 bits orders like the integer of its low 15 bits, Inf and NaN
+ * above every finite value, as in row_abs_max. */
+static float row_abs_max_bf16(const uint16_t *x, size_t d)
+{
+    uint32_t m = 0;
+    for (size_t c = 0; c < d; c++) {
+        const uint32_t b = x[c] & 0x7fffu;
+        m = b > m ? b : m;
+    }
+    m <<= 16;
+    float f;
+    memcpy(&f, &m, sizeof f);
+    return f;
+}
+
+static void row_norm2_dot_bf16(const uint16_t *x, size_t ldx, size_t n, const float *y, size_t d,
+                               double *xx, double *xy)
+{
+    float rows[FXA_ROW_STATS_GROUP][FXA_MAX_HEAD_DIM];
+    for (size_t j = 0; j < n; j += FXA_ROW_STATS_GROUP) {
+        const size_t m = n - j < FXA_ROW_STATS_GROUP ? n - j : FXA_ROW_STATS_GROUP;
+        for (size_t r = 0; r < m; r++)
+            widen_bf16(x + (j + r) * ldx, d, rows[r]);
+        row_norm2_dot(rows[0], FXA_MAX_HEAD_DIM, m, y, d, xx + j, xy + j);
+    }
+}
+
 #define FXA_ROW_STATS_TABLE(name)                                                                  \
-    const fxa_row_stats name = {row_norm2_add, row_distance2, row_abs_max, row_norm2_dot}
+    const fxa_row_stats name = {row_norm2_add,    row_distance2,      row_abs_max,                 \
+                                row_norm2_dot,    row_norm2_add_bf16, row_distance2_bf16,          \
+                                row_abs_max_bf16, row_norm2_dot_bf16}
 
 #endif

@@ -14,6 +14,8 @@
  *  - The same bits for 1 and 3 threads, for a transposed (BHSD-ordered)
  *    view described by strides, for the BHSD layout preset on that buffer,
  *    and, for bf16 and f16 inputs, strided vs contiguous.
+ *  - bf16 inputs give the bounds, flags, stats and report of their fp32
+ *    widening, bit for bit, with fp32 and bf16 compute.
  *  - v NULL: vmax 1, C as for Vmax 1, everything else as with V all zeros.
  *  - Refusals leave heads_out as it was and explain themselves: a
  *    head_struct_size out of range (message names fxa_check_head), NaN in Q
@@ -368,6 +370,75 @@ static void test_strides_threads(void)
     }
 }
 
+/* fxa_attn_bounds of desc d (center on) on q, k, v: per-row bounds, flags
+ * and stats. */
+static void bounds_of(const fxa_attn_desc *d, const void *q, const void *k, const void *v,
+                      float *bound, uint8_t *fb, fxa_attn_stats *st)
+{
+    fxa_attn_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    CHECK(fxa_attn_plan_create(g_ctx, d, &plan, &ws_bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(g_ctx));
+    void *ws = ws_bytes ? aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63) : NULL;
+    const fxa_attn_args a = {
+        .struct_size = sizeof a, .q = q, .k = k, .v = v, .row_bound = bound, .row_fallback = fb};
+    st->struct_size = sizeof *st;
+    CHECK(fxa_attn_bounds(plan, &a, ws, st) == FXA_OK, "bounds: %s", fxa_ctx_last_error(g_ctx));
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+}
+
+/* bf16 inputs are read as they are (the row statistics' bf16 forms, and for
+ * bf16 compute the query rows' bf16 bits): their bounds, flags, stats and
+ * check report are those of their exact fp32 widening, bit for bit, with
+ * fp32 and with bf16 compute. */
+static void test_bf16_as_widened(void)
+{
+    uint16_t *q = as_dtype(g_q, NQ, FXA_BF16), *k = as_dtype(g_k, NKV, FXA_BF16);
+    uint16_t *v = as_dtype(g_v, NKV, FXA_BF16);
+    static float qw[NQ], kw[NKV], vw[NKV]; /* the widening (head HOT's q rounds to bf16) */
+    for (size_t i = 0; i < NQ; i++)
+        qw[i] = fxa_bf16_to_f32(q[i]);
+    for (size_t i = 0; i < NKV; i++) {
+        kw[i] = fxa_bf16_to_f32(k[i]);
+        vw[i] = fxa_bf16_to_f32(v[i]);
+    }
+    static float bound_ref[ROWS], bound[ROWS];
+    static uint8_t fb_ref[ROWS], fb[ROWS];
+    fxa_attn_stats st_ref, st;
+    fxa_attn_desc d;
+    init_desc(&d, FXA_F32);
+    bounds_of(&d, qw, kw, vw, bound_ref, fb_ref, &st_ref);
+    CHECK(st_ref.fallback_rows > 0 && st_ref.fallback_rows < (int64_t)ROWS,
+          "bf16 vs fp32: want some rows on each path, %lld of %zu fall back",
+          (long long)st_ref.fallback_rows, ROWS);
+    for (int compute = 0; compute < 2; compute++) {
+        init_desc(&d, FXA_BF16);
+        d.compute = compute ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+        memset(bound, 0xa5, sizeof bound);
+        memset(fb, 0xa5, sizeof fb);
+        bounds_of(&d, q, k, v, bound, fb, &st);
+        CHECK(memcmp(bound, bound_ref, sizeof bound) == 0 && memcmp(fb, fb_ref, sizeof fb) == 0,
+              "bf16 inputs, %s compute: row bounds or flags differ from fp32's",
+              compute ? "bf16" : "fp32");
+        CHECK(st.fallback_rows == st_ref.fallback_rows && st.vmax == st_ref.vmax &&
+                  st.max_bound == st_ref.max_bound && st.c_min == st_ref.c_min &&
+                  st.gate_strict == st_ref.gate_strict && st.gate_centered == st_ref.gate_centered,
+              "bf16 inputs, %s compute: stats differ from fp32's", compute ? "bf16" : "fp32");
+    }
+    fxa_check_head ref[HQ], got[HQ];
+    init_desc(&d, FXA_F32);
+    CHECK(check(g_ctx, &d, qw, kw, vw, 5, ref) == FXA_OK, "check f32: %s",
+          fxa_ctx_last_error(g_ctx));
+    init_desc(&d, FXA_BF16);
+    memset(got, 0xa5, sizeof got);
+    CHECK(check(g_ctx, &d, q, k, v, 5, got) == FXA_OK, "check bf16: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(memcmp(ref, got, sizeof got) == 0, "bf16 inputs: check report differs from fp32's");
+    free(q);
+    free(k);
+    free(v);
+}
+
 /* heads_out must hold its canary after a refusal. */
 static int untouched(const fxa_check_head *h)
 {
@@ -463,6 +534,7 @@ int main(void)
     }
     test_against_fp64();
     test_strides_threads();
+    test_bf16_as_widened();
     test_refusals();
     fxa_ctx_destroy(g_ctx);
     fxa_ctx_destroy(g_ctx1);

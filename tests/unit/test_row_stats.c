@@ -5,6 +5,7 @@
  * a product into an FMA fails here), and the reference must be right:
  * sums against long double, maxima exactly, and a non-finite value must
  * make the statistics non-finite (the bound pass's only finiteness test).
+ * The bf16 forms must give the fp32 forms' bits on the widened rows.
  */
 #include <float.h>
 #include <math.h>
@@ -200,11 +201,91 @@ static void check_groups(const char *name, const fxa_row_stats *rs)
     CHECK(mismatches == 0, "%s: %lld grouped cases differ from one row per call", name, mismatches);
 }
 
+/* bf16 bits of x: its top half (truncation keeps every class: zeros,
+ * subnormals, large values). */
+static uint16_t bf16_bits(float x)
+{
+    return (uint16_t)(test_f32_bits(x) >> 16);
+}
+
+/* The bf16 forms against the fp32 forms on the widened rows, bit for bit:
+ * one row at a time, and norm2_dot on groups of rows ldx apart (d up to
+ * FXA_MAX_HEAD_DIM, the bf16 forms' limit; g_dims is sorted). */
+static void check_bf16(const char *name, const fxa_row_stats *rs)
+{
+    enum { ROWS = 11, LD = 303 };
+    fxt_rng r;
+    fxt_rng_seed(&r, 23);
+    long long mismatches = 0;
+    for (size_t i = 0; i < N_DIMS && g_dims[i] <= FXA_MAX_HEAD_DIM; i++) {
+        const size_t d = g_dims[i];
+        for (int round = 0; round < 20; round++) {
+            static uint16_t x16[ROWS * LD];
+            static float x[ROWS * LD];
+            float y[MAX_D], row[MAX_D];
+            for (size_t j = 0; j < ROWS; j++) {
+                fill_row(&r, row, d);
+                for (size_t c = 0; c < d; c++) {
+                    x16[j * LD + c] = bf16_bits(row[c]);
+                    x[j * LD + c] = test_bits_f32((uint32_t)x16[j * LD + c] << 16);
+                }
+            }
+            fill_row(&r, y, d);
+            double sum[MAX_D], sum16[MAX_D];
+            for (size_t c = 0; c < d; c++)
+                sum[c] = sum16[c] = fxt_rng_normal(&r);
+            int ok = same_bits_d(rs->norm2_add_bf16(x16, d, sum16), rs->norm2_add(x, d, sum)) &&
+                     memcmp(sum, sum16, d * sizeof *sum) == 0;
+            ok &= same_bits_d(rs->distance2_bf16(x16, y, d), rs->distance2(x, y, d));
+            ok &= test_f32_bits(rs->abs_max_bf16(x16, d)) == test_f32_bits(rs->abs_max(x, d));
+            const size_t n = 1 + (size_t)round % ROWS;
+            double xx[ROWS], xy[ROWS], xx16[ROWS], xy16[ROWS];
+            rs->norm2_dot(x, LD, n, y, d, xx, xy);
+            rs->norm2_dot_bf16(x16, LD, n, y, d, xx16, xy16);
+            for (size_t j = 0; j < n; j++)
+                ok &= same_bits_d(xx[j], xx16[j]) && same_bits_d(xy[j], xy16[j]);
+            if (!ok && mismatches++ < 5)
+                fprintf(stderr, "%s: bf16 rows, d = %zu, round %d differ from the fp32 forms\n",
+                        name, d, round);
+        }
+    }
+    /* Non-finite bf16 values (Inf, -Inf, NaNs) at every position are seen. */
+    static const uint16_t bad[] = {0x7f80u, 0xff80u, 0x7fc0u, 0x7f81u, 0xffc0u, 0x7fffu};
+    static const float zero[MAX_D];
+    long long missed = 0, false_alarms = 0;
+    for (size_t i = 0; i < N_DIMS && g_dims[i] <= FXA_MAX_HEAD_DIM; i++) {
+        const size_t d = g_dims[i];
+        uint16_t x16[MAX_D];
+        double sum[MAX_D] = {0};
+        for (size_t c = 0; c < d; c++) /* +-bf16 max, tiny, subnormal, zeros */
+            x16[c] = (uint16_t[]){0x7f7fu, 0xff7fu, 0x0080u, 0x0001u, 0x8000u, 0x0000u}[c % 6];
+        false_alarms += !isfinite(rs->norm2_add_bf16(x16, d, sum)) +
+                        !isfinite(rs->distance2_bf16(x16, zero, d)) +
+                        !isfinite(rs->abs_max_bf16(x16, d));
+        for (size_t c = 0; c < d; c++)
+            for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+                const uint16_t keep = x16[c];
+                x16[c] = bad[b];
+                missed += isfinite(rs->norm2_add_bf16(x16, d, sum)) +
+                          isfinite(rs->distance2_bf16(x16, zero, d)) +
+                          isfinite(rs->abs_max_bf16(x16, d));
+                x16[c] = keep;
+            }
+    }
+    printf("%s: bf16 rows: %lld differ from the fp32 forms; non-finite: %lld missed, %lld false "
+           "alarms\n",
+           name, mismatches, missed, false_alarms);
+    CHECK(mismatches == 0, "%s: %lld bf16 cases differ from the fp32 forms", name, mismatches);
+    CHECK(missed == 0 && false_alarms == 0,
+          "%s: bf16 non-finite values missed %lld, false alarms %lld", name, missed, false_alarms);
+}
+
 int main(void)
 {
     check_ref_accuracy();
     check_non_finite("ref", &fxa_f32_rowstats__ref);
     check_groups("ref", &fxa_f32_rowstats__ref);
+    check_bf16("ref", &fxa_f32_rowstats__ref);
     const char *isas[] = {"avx2", "avx512"};
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
         const fxa_kernels *k = NULL;
@@ -218,6 +299,7 @@ int main(void)
         compare_to_ref(isas[i], k->row_stats, 300);
         check_non_finite(isas[i], k->row_stats);
         check_groups(isas[i], k->row_stats);
+        check_bf16(isas[i], k->row_stats);
     }
     return test_summary("test_row_stats");
 }
