@@ -135,11 +135,13 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
     double qk_rows[FXA_STATS_ROWS];
     const size_t ld16 = fxa_q16_stride(p);
     for (size_t i = 0; i < n; i++) {
-        const size_t m = n - i < FXA_STATS_ROWS ? n - i : FXA_STATS_ROWS;
-        if (i % FXA_STATS_ROWS == 0 && p->d.compute == FXA_COMPUTE_BF16)
-            rs->norm2_dot_bf16(rows->q16 + i * ld16, ld16, m, kbar, dim, qq_rows, qk_rows);
-        else if (i % FXA_STATS_ROWS == 0)
-            rs->norm2_dot(rows->q + i * dim, dim, m, kbar, dim, qq_rows, qk_rows);
+        if (i % FXA_STATS_ROWS == 0) {
+            const size_t m = n - i < FXA_STATS_ROWS ? n - i : FXA_STATS_ROWS;
+            if (p->d.compute == FXA_COMPUTE_BF16)
+                rs->norm2_dot_bf16(rows->q16 + i * ld16, ld16, m, kbar, dim, qq_rows, qk_rows);
+            else
+                rs->norm2_dot(rows->q + i * dim, dim, m, kbar, dim, qq_rows, qk_rows);
+        }
         const double qq = qq_rows[i % FXA_STATS_ROWS];
         const double qk = qk_rows[i % FXA_STATS_ROWS];
         const double qn = p->lambda * sqrt(qq);

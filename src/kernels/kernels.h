@@ -165,8 +165,8 @@ typedef struct fxa_row_stats {
      * each row's bits are those it gets alone */
     void (*norm2_dot)(const float *x, size_t ldx, size_t n, const float *y, size_t d, double *xx,
                       double *xy);
-    /* The same on rows of bf16 bits, with the bits of their fp32 widening's
-     * (ldx in elements; d <= FXA_MAX_HEAD_DIM) */
+    /* The same on rows of bf16 bits, giving the fp32 forms' bits on the
+     * rows' fp32 widening (ldx in elements; d <= FXA_MAX_HEAD_DIM) */
     double (*norm2_add_bf16)(const uint16_t *x, size_t d, double *sum);
     double (*distance2_bf16)(const uint16_t *x, const float *center, size_t d);
     float (*abs_max_bf16)(const uint16_t *x, size_t d);

@@ -13,8 +13,8 @@
 
 #include <assert.h>
 #include <stdint.h>
-#include <string.h>
 
+#include "../core/convert_inline.h"
 #include "fxattn.h" /* FXA_MAX_HEAD_DIM */
 #include "kernels.h"
 
@@ -65,14 +65,10 @@ static float row_abs_max(const float *x, size_t d)
 {
     uint32_t m = 0;
     for (size_t c = 0; c < d; c++) {
-        uint32_t b;
-        memcpy(&b, x + c, sizeof b);
-        b &= 0x7fffffffu;
+        const uint32_t b = fxa_f32_bits(x[c]) & 0x7fffffffu;
         m = b > m ? b : m;
     }
-    float f;
-    memcpy(&f, &m, sizeof f);
-    return f;
+    return fxa_bits_f32(m);
 }
 
 /* norm2_dot takes rows FXA_ROW_STATS_GROUP at a time: each row keeps its
@@ -135,12 +131,8 @@ static void row_norm2_dot(const float *x, size_t ldx, size_t n, const float *y, 
 static void widen_bf16(const uint16_t *x, size_t d, float *out)
 {
     assert(d <= FXA_MAX_HEAD_DIM);
-    for (size_t c = 0; c < d; c++) {
-        const uint32_t u = (uint32_t)x[c] << 16;
-        float f;
-        memcpy(&f, &u, sizeof f);
-        out[c] = f;
-    }
+    for (size_t c = 0; c < d; c++)
+        out[c] = fxa_bf16_bits_to_f32(x[c]);
 }
 
 static double row_norm2_add_bf16(const uint16_t *x, size_t d, double *sum)
@@ -166,10 +158,7 @@ static float row_abs_max_bf16(const uint16_t *x, size_t d)
         const uint32_t b = x[c] & 0x7fffu;
         m = b > m ? b : m;
     }
-    m <<= 16;
-    float f;
-    memcpy(&f, &m, sizeof f);
-    return f;
+    return fxa_bits_f32(m << 16);
 }
 
 static void row_norm2_dot_bf16(const uint16_t *x, size_t ldx, size_t n, const float *y, size_t d,
