@@ -33,6 +33,8 @@
  *    a file cannot be opened or read (a missing shard included), FXA_ERR_NO_MEMORY. err may
  *    be NULL or errlen 0; messages are truncated to errlen - 1 bytes, text from files quoted
  *    as fxattn_safetensors.h quotes it. Nothing is printed, nothing aborts.
+ *  - An empty path is FXA_ERR_INVALID_ARG. An index that changes while it is read is refused
+ *    (FXA_ERR_IO), as fxattn_safetensors.h refuses a shard that changes.
  *  - fxa_ckpt_find may open a shard: one thread at a time per checkpoint. The file objects it
  *    returns are read as fxattn_safetensors.h says (several threads may read one at once).
  */

@@ -29,6 +29,7 @@
  *    U32, I64, U64, F64, C64, F4, F6_E2M3, F6_E3M2) are checked like the others and listed
  *    with supported == 0; reading one is FXA_ERR_UNSUPPORTED. An unknown dtype name is a
  *    format error.
+ *  - An empty path is FXA_ERR_INVALID_ARG ("the path is empty").
  *  - On failure *out is NULL (nothing allocated) and err holds one line that starts with the
  *    path, e.g. "w.safetensors: tensor 'blocks.0.self_attn.q.weight': data_offsets span 8
  *    bytes but BF16 with shape [2, 3] needs 12". Status: FXA_ERR_INVALID_ARG for bad file
@@ -41,7 +42,9 @@
  *
  * Reading (fxa_st_read, fxa_st_read_f32, and fxa_st_read_rows(_f32) for a range of rows)
  *  - Reads one tensor, or a range of its rows (along the first axis), with pread, retrying
- *    short reads and EINTR; a file that shrank since it was opened gives FXA_ERR_IO. dst must
+ *    short reads and EINTR; a file that changed since it was opened (its size or modification
+ *    time, to the nanosecond: rewritten in place) gives FXA_ERR_IO, "the file changed while
+ *    it was read". dst must
  *    hold exactly what is read (bytes for fxa_st_read(_rows), elements for the _f32 readers),
  *    and the rows must lie within the tensor, else FXA_ERR_INVALID_ARG; nothing is read then.
  *  - Data comes as stored (little-endian); fxa_st_read_f32 widens BF16 and F16 exactly and

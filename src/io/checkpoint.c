@@ -344,6 +344,10 @@ static fxa_status open_index(fxa_ckpt *c, char *err, size_t errlen)
     }
     char why[256];
     status = fxa_io_pread_all(fd, text, len, 0, "the index", why, sizeof why);
+    if (status == FXA_OK) {
+        const fxa_io_stamp before = fxa_io_stamp_of(&st);
+        status = fxa_io_check_unchanged(fd, &before, why, sizeof why);
+    }
     if (status != FXA_OK) {
         fxa_msg_fail(&msg, "%s", why);
         goto done;
@@ -483,6 +487,10 @@ fxa_status fxa_ckpt_open(const char *path, fxa_ckpt **out, char *err, size_t err
         return FXA_ERR_INVALID_ARG;
     }
     *out = NULL;
+    if (path[0] == '\0') {
+        fxa_msg_fail(&msg, "the path is empty");
+        return FXA_ERR_INVALID_ARG;
+    }
     fxa_ckpt *c = calloc(1, sizeof *c);
     if (c == NULL) {
         fxa_msg_fail(&msg, "out of memory");

@@ -59,6 +59,49 @@ fxa_status fxa_io_write_all(int fd, const void *buf, size_t n, const char *what,
     return FXA_OK;
 }
 
+fxa_io_stamp fxa_io_stamp_of(const struct stat *sb)
+{
+    fxa_io_stamp s;
+    memset(&s, 0, sizeof s);
+    s.dev = sb->st_dev;
+    s.ino = sb->st_ino;
+    s.size = sb->st_size;
+    s.mtime = sb->st_mtim;
+    return s;
+}
+
+int fxa_io_stamp_same(const fxa_io_stamp *a, const fxa_io_stamp *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+fxa_status fxa_io_check_unchanged(int fd, const fxa_io_stamp *before, char *why, size_t why_len)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        snprintf(why, why_len, "cannot stat after reading: %s", strerror(errno));
+        return FXA_ERR_IO;
+    }
+    const fxa_io_stamp now = fxa_io_stamp_of(&sb);
+    if (fxa_io_stamp_same(before, &now))
+        return FXA_OK;
+    if (now.size != before->size)
+        snprintf(why, why_len,
+                 "the file changed while it was read (its size went from %lld to %lld bytes); "
+                 "nothing was used",
+                 (long long)before->size, (long long)now.size);
+    else if (now.dev != before->dev || now.ino != before->ino)
+        snprintf(why, why_len,
+                 "the file changed while it was read (another file took its "
+                 "place); nothing was used");
+    else
+        snprintf(why, why_len,
+                 "the file changed while it was read (it was modified in place); "
+                 "nothing was used");
+    return FXA_ERR_IO;
+}
+
 /* path's directory entry as "<realpath of its folder>/<last component>";
  * 0 when the folder cannot be resolved. */
 static int entry_path(const char *path, char *out, size_t cap)
@@ -83,6 +126,8 @@ static int entry_path(const char *path, char *out, size_t cap)
 
 int fxa_same_output(const char *a, const char *b)
 {
+    if (a == NULL || b == NULL)
+        return 0;
     struct stat sa, sb;
     if (stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino)
         return 1;

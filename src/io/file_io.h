@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "fxattn.h"
 
@@ -22,6 +23,28 @@ fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const c
  */
 fxa_status fxa_io_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
                             size_t errlen);
+
+/* What tells one state of a file's content from another: device, inode,
+ * size and modification time (nanoseconds). */
+typedef struct fxa_io_stamp {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+} fxa_io_stamp;
+
+/* The stamp of a file as fstat or stat described it. */
+fxa_io_stamp fxa_io_stamp_of(const struct stat *sb);
+
+/* 1 when a and b describe the same content (every field equal), else 0. */
+int fxa_io_stamp_same(const fxa_io_stamp *a, const fxa_io_stamp *b);
+
+/* After a read from fd: FXA_OK when fstat(fd) still gives `before`; else
+ * FXA_ERR_IO with "the file changed while it was read (<what differs>)"
+ * or the fstat failure in why. Readers call it after their last read, so
+ * that a file rewritten in place during the read is refused instead of
+ * returning a mix of old and new bytes. */
+fxa_status fxa_io_check_unchanged(int fd, const fxa_io_stamp *before, char *why, size_t why_len);
 
 /* Messages about file content, shared by the readers: */
 

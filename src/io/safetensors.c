@@ -108,6 +108,7 @@ struct fxa_st_file {
     const unsigned char *mem; /* the whole file when in memory */
     int64_t data_start;       /* 8 + N */
     int64_t data_size;        /* bytes after the header */
+    fxa_io_stamp stamp;       /* the file as opened: reads check it has not changed */
     char *arena;              /* every name, key and value, NUL-terminated */
     fxa_st_tensor *tensors;   /* data order once parsed */
     int64_t count;
@@ -679,13 +680,15 @@ static uint64_t load_le64(const unsigned char *b)
     return v;
 }
 
-/* Read exactly n bytes at offset (fxa_io_pread_all); the reason goes into the
- * reader's error with the path. */
-static fxa_status read_at(const fxa_msg *ctx, int fd, void *buf, size_t n, int64_t offset,
-                          const char *what)
+/* Read exactly n bytes at offset (fxa_io_pread_all), then check that the file is still as
+ * stamped when it was opened; the reason goes into the reader's error with the path. */
+static fxa_status read_at(const fxa_msg *ctx, int fd, const fxa_io_stamp *stamp, void *buf,
+                          size_t n, int64_t offset, const char *what)
 {
     char why[256];
-    const fxa_status st = fxa_io_pread_all(fd, buf, n, offset, what, why, sizeof why);
+    fxa_status st = fxa_io_pread_all(fd, buf, n, offset, what, why, sizeof why);
+    if (st == FXA_OK)
+        st = fxa_io_check_unchanged(fd, stamp, why, sizeof why);
     if (st != FXA_OK)
         fxa_msg_fail(ctx, "%s", why);
     return st;
@@ -747,6 +750,10 @@ fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t er
         return FXA_ERR_INVALID_ARG;
     }
     *out = NULL;
+    if (path[0] == '\0') {
+        fxa_msg_fail(&ctx, "the path is empty");
+        return FXA_ERR_INVALID_ARG;
+    }
     f = new_file(&ctx);
     if (f == NULL) {
         return FXA_ERR_NO_MEMORY;
@@ -768,11 +775,12 @@ fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t er
         status = FXA_ERR_IO;
         goto error;
     }
+    f->stamp = fxa_io_stamp_of(&st);
     const int64_t file_size = (int64_t)st.st_size;
     if (check_file_size(&ctx, file_size) != 0) {
         goto error;
     }
-    status = read_at(&ctx, f->fd, len_field, LEN_FIELD, 0, "the header length");
+    status = read_at(&ctx, f->fd, &f->stamp, len_field, LEN_FIELD, 0, "the header length");
     if (status != FXA_OK) {
         goto error;
     }
@@ -787,7 +795,7 @@ fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t er
         status = FXA_ERR_NO_MEMORY;
         goto error;
     }
-    status = read_at(&ctx, f->fd, header, (size_t)n, LEN_FIELD, "the header");
+    status = read_at(&ctx, f->fd, &f->stamp, header, (size_t)n, LEN_FIELD, "the header");
     if (status != FXA_OK) {
         goto error;
     }
@@ -1035,7 +1043,7 @@ static fxa_status copy_range(const fxa_msg *ctx, const fxa_st_file *f, const fxa
     char shown[SNIPPET_CAP];
     fxa_io_snippet(t->name, strlen(t->name), shown, sizeof shown);
     snprintf(what, sizeof what, "tensor '%s'", shown);
-    return read_at(ctx, f->fd, dst, (size_t)nbytes, t->file_offset + begin, what);
+    return read_at(ctx, f->fd, &f->stamp, dst, (size_t)nbytes, t->file_offset + begin, what);
 }
 
 /* Elements [first, first + count) of an F32, BF16 or F16 tensor as fp32 into dst[count]. */
