@@ -15,6 +15,10 @@
  *    a valid array does not fit in memory.
  *  - Data is returned as stored (little-endian), 64-byte aligned, and is
  *    non-NULL even when count is 0.
+ *  - A file whose size, modification time (to the nanosecond), device or
+ *    inode differ after the read from before it (rewritten while it was
+ *    read) is refused with FXA_ERR_IO: "the file changed while it was read".
+ *  - An empty path is FXA_ERR_INVALID_ARG ("the path is empty").
  *
  * Writer contract (fxa_npy_stage_f32 + fxa_staged_commit / _discard)
  *  - Staging writes a complete '<f4' file (version 1.0, header padded to a
@@ -29,6 +33,8 @@
  *  - fxa_staged_commit_all commits several staged files all or nothing: if
  *    one rename fails, the files already committed are rolled back to their
  *    previous content (or removed when there was none).
+ *  - An empty path is FXA_ERR_INVALID_ARG; NULL lists or entries are
+ *    FXA_ERR_INVALID_ARG, never a crash.
  *
  * err may be NULL or errlen 0; messages are truncated to errlen - 1 bytes and
  * never end with a newline. The host must be little-endian.
@@ -62,13 +68,16 @@ FXA_API fxa_status fxa_npy_read(const char *path, fxa_npy *out, char *err, size_
 
 /* Read only [start, start + len) of dimension `axis` (the other dimensions
  * whole), with every check of fxa_npy_read made against the whole file;
- * out->shape stays the file's. axis < 0 reads everything. A range outside
- * the shape is FXA_ERR_INVALID_ARG. */
+ * out->shape stays the file's. axis -1 with start and len 0 reads
+ * everything. Another negative axis, an axis >= the file's ndim or a range
+ * outside the shape is FXA_ERR_INVALID_ARG. */
 FXA_API fxa_status fxa_npy_read_slice(const char *path, int axis, int64_t start, int64_t len,
                                       fxa_npy *out, char *err, size_t errlen);
 
-/* Read shard `part` of `parts` of dimension `axis`: contiguous, the first
- * shape[axis] mod parts shards one longer (fxa_mpi_shard's split). */
+/* Read shard `part` of `parts` of dimension `axis` (0..ndim-1): contiguous,
+ * the first shape[axis] mod parts shards one longer (fxa_mpi_shard's split).
+ * A negative axis, parts < 1 or part outside [0, parts) is
+ * FXA_ERR_INVALID_ARG. */
 FXA_API fxa_status fxa_npy_read_shard(const char *path, int axis, int parts, int part, fxa_npy *out,
                                       char *err, size_t errlen);
 
@@ -104,10 +113,23 @@ FXA_API void fxa_staged_discard(fxa_staged *st);
 FXA_API fxa_status fxa_staged_commit_all(fxa_staged *const *st, int n, char *err, size_t errlen);
 
 /*
+ * Check before any work that path can take an output as far as can be
+ * known without writing: not empty, not ending with '/', short enough for
+ * its temporary name, not a folder; an existing device or FIFO (written in
+ * place) writable; otherwise its folder exists, is a folder and takes new
+ * files. FXA_ERR_INVALID_ARG for a path that can never work (empty, too
+ * long, ending with '/'), FXA_ERR_IO for the rest; err names the path.
+ * Staging can still fail later (a full disk); this only refuses early what
+ * would certainly fail, so that a command with several outputs writes none.
+ */
+FXA_API fxa_status fxa_output_check(const char *path, char *err, size_t errlen);
+
+/*
  * 1 when output paths a and b name the same file: both exist and share
  * device and inode (a symlink, a hard link, ./x and x), or their directory
  * entries are the same (the folder resolved with realpath, then the last
  * component). Two outputs for which this holds are refused up front.
+ * 0 when either is NULL.
  */
 FXA_API int fxa_same_output(const char *a, const char *b);
 

@@ -489,6 +489,13 @@ fxa_status fxa_npy_read_shard(const char *path, int axis, int parts, int part, f
             memset(out, 0, sizeof *out);
         return FXA_ERR_INVALID_ARG;
     }
+    if (axis < 0) {
+        set_error(err, errlen, "%s: a shard needs an axis (0 or more), not %d",
+                  path ? path : "(null)", axis);
+        if (out)
+            memset(out, 0, sizeof *out);
+        return FXA_ERR_INVALID_ARG;
+    }
     return read_npy(path, axis, 0, 0, parts, part, out, err, errlen);
 }
 
@@ -513,6 +520,17 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
         return FXA_ERR_INVALID_ARG;
     }
     memset(out, 0, sizeof *out);
+    if (path[0] == '\0') {
+        reader_fail(&reader, "the path is empty");
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (axis < -1 || (axis == -1 && parts == 0 && (start != 0 || len != 0))) {
+        reader_fail(&reader,
+                    "axis %d with [%" PRId64 ", %" PRId64 "): the axis is -1 (the whole array, "
+                    "start and length 0) or a dimension of the array",
+                    axis, start, start + len);
+        return FXA_ERR_INVALID_ARG;
+    }
 
     /* O_NONBLOCK: a FIFO must not hang the open; it is refused below as not regular. */
     fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -688,6 +706,13 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     if (status != FXA_OK) {
         goto cleanup;
     }
+    const fxa_io_stamp before = fxa_io_stamp_of(&file_stat);
+    char why[256];
+    status = fxa_io_check_unchanged(fd, &before, why, sizeof why);
+    if (status != FXA_OK) {
+        reader_fail(&reader, "%s", why);
+        goto cleanup;
+    }
 
     out->ndim = hdr.ndim;
     memcpy(out->shape, hdr.shape, sizeof out->shape);
@@ -797,9 +822,15 @@ fxa_status fxa_npy_stage_f32(const char *path, int ndim, const int64_t *shape, c
     fxa_io_clear_error(err, errlen);
     if (path == NULL || st == NULL) {
         set_error(err, errlen, "npy writer: no path or no staging struct given");
+        if (st != NULL)
+            memset(st, 0, sizeof *st);
         return FXA_ERR_INVALID_ARG;
     }
     memset(st, 0, sizeof *st);
+    if (path[0] == '\0') {
+        set_error(err, errlen, "npy writer: the output path is empty");
+        return FXA_ERR_INVALID_ARG;
+    }
     if (ndim < 0 || ndim > FXA_NPY_MAX_DIMS || (ndim > 0 && shape == NULL)) {
         set_error(err, errlen, "%s: cannot write %d dimensions (0..%d, with a shape)", path, ndim,
                   FXA_NPY_MAX_DIMS);
@@ -883,6 +914,82 @@ fail:
     return status;
 }
 
+/* The folder part of path ("." when there is none, "/" for "/x") into dir[cap];
+ * 0 when it does not fit. */
+static int folder_of(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    const size_t n = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    if (n >= cap)
+        return 0;
+    memcpy(dir, slash == NULL ? "." : path, n);
+    dir[n] = '\0';
+    return 1;
+}
+
+/* The folder a new output file goes into exists, is a folder and takes new files. */
+static fxa_status check_output_folder(const char *path, char *err, size_t errlen)
+{
+    char dir[sizeof((fxa_staged *)0)->tmp_path];
+    struct stat sb;
+    if (!folder_of(path, dir, sizeof dir)) {
+        set_error(err, errlen, "%s: path is too long", path);
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (stat(dir, &sb) != 0) {
+        set_error(err, errlen, "%s: its folder %s %s", path, dir,
+                  errno == ENOENT ? "does not exist" : strerror(errno));
+        return FXA_ERR_IO;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        set_error(err, errlen, "%s: %s is not a folder", path, dir);
+        return FXA_ERR_IO;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        set_error(err, errlen, "%s: cannot create files in its folder %s: %s", path, dir,
+                  strerror(errno));
+        return FXA_ERR_IO;
+    }
+    return FXA_OK;
+}
+
+fxa_status fxa_output_check(const char *path, char *err, size_t errlen)
+{
+    fxa_io_clear_error(err, errlen);
+    if (path == NULL || path[0] == '\0') {
+        set_error(err, errlen, "npy writer: the output path is empty");
+        return FXA_ERR_INVALID_ARG;
+    }
+    const size_t len = strlen(path);
+    if (len + sizeof ".tmp.XXXXXX" > sizeof((fxa_staged *)0)->tmp_path) {
+        set_error(err, errlen, "%.64s...: path is too long (%zu bytes)", path, len);
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (path[len - 1] == '/') {
+        set_error(err, errlen, "%s: names a folder (ends with '/'), not a file", path);
+        return FXA_ERR_INVALID_ARG;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno != ENOENT) {
+        set_error(err, errlen, "%s: cannot use as an output: %s", path, strerror(errno));
+        return FXA_ERR_IO;
+    }
+    if (stat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) {
+            set_error(err, errlen, "%s: is a folder", path);
+            return FXA_ERR_IO;
+        }
+        if (!S_ISREG(sb.st_mode)) { /* written in place (the contract above) */
+            if (access(path, W_OK) != 0) {
+                set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+                return FXA_ERR_IO;
+            }
+            return FXA_OK;
+        }
+    }
+    return check_output_folder(path, err, errlen);
+}
+
 fxa_status fxa_staged_commit(fxa_staged *st, char *err, size_t errlen)
 {
     fxa_io_clear_error(err, errlen);
@@ -947,10 +1054,21 @@ fxa_status fxa_staged_commit_all(fxa_staged *const *st, int n, char *err, size_t
     int done = 0;
     fxa_status status = FXA_OK;
     fxa_io_clear_error(err, errlen);
+    if (st == NULL && n != 0) {
+        set_error(err, errlen, "npy writer: no list of %d staged files given", n);
+        return FXA_ERR_INVALID_ARG;
+    }
     if (n < 0 || n > MAX_FILES) {
-        set_error(err, errlen, "npy writer: cannot commit %d files at once", n);
+        set_error(err, errlen, "npy writer: cannot commit %d files at once (0..%d)", n, MAX_FILES);
         status = FXA_ERR_INVALID_ARG;
         goto discard_rest;
+    }
+    for (int i = 0; i < n; i++) {
+        if (st[i] == NULL) {
+            set_error(err, errlen, "npy writer: staged file %d of %d is missing (NULL)", i, n);
+            status = FXA_ERR_INVALID_ARG;
+            goto discard_rest;
+        }
     }
     for (; done < n; done++) {
         if (st[done]->direct) {
@@ -987,6 +1105,6 @@ fxa_status fxa_staged_commit_all(fxa_staged *const *st, int n, char *err, size_t
     }
 discard_rest:
     for (int i = done; i < n; i++)
-        fxa_staged_discard(st[i]);
+        fxa_staged_discard(st[i]); /* NULL-safe */
     return status;
 }

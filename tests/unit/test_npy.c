@@ -902,6 +902,146 @@ static void test_reader_slices(void)
           "a truncated file fails a slice it would still cover: %s", err);
 }
 
+/* Empty paths, NULL lists and entries, axes outside the rank: a status and a
+ * message, never a crash or a file outside the caller's folder. */
+static void test_argument_audit(void)
+{
+    char path[PATH_CAP];
+    char err[ERR_CAP];
+    const int64_t shape[2] = {3, 4};
+    float data[12] = {0};
+    fxa_npy a;
+    fxa_staged st;
+    test_path_join(path, g_dir, "audit.npy");
+    CHECK(fxa_npy_stage_f32(path, 2, shape, data, &st, err, sizeof err) == FXA_OK &&
+              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
+          "audit: write failed: %s", err);
+
+    /* Empty paths: refused by name, nothing created in the working folder
+     * (an empty fresh one for these checks). */
+    char cwd[PATH_CAP];
+    char empty_dir[PATH_CAP];
+    make_subdir(empty_dir, "audit_cwd");
+    if (getcwd(cwd, sizeof cwd) == NULL || chdir(empty_dir) != 0)
+        die("chdir");
+    CHECK(fxa_npy_read("", &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "path is empty") != NULL,
+          "empty read path: %s", err);
+    CHECK(fxa_npy_read_slice("", 0, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "path is empty") != NULL,
+          "empty slice path: %s", err);
+    CHECK(fxa_npy_read_shard("", 0, 2, 0, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "path is empty") != NULL,
+          "empty shard path: %s", err);
+    memset(&st, 0x11, sizeof st);
+    CHECK(fxa_npy_stage_f32("", 2, shape, data, &st, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "path is empty") != NULL && st.active == 0,
+          "empty output path: %s", err);
+    CHECK(count_entries(".", "") == 0, "an empty path created a file in the working folder");
+    if (chdir(cwd) != 0)
+        die("chdir back");
+
+    /* NULL lists and entries of fxa_staged_commit_all. */
+    CHECK(fxa_staged_commit_all(NULL, 2, err, sizeof err) == FXA_ERR_INVALID_ARG && err[0],
+          "commit_all(NULL, 2): %s", err);
+    CHECK(fxa_staged_commit_all(NULL, 0, err, sizeof err) == FXA_OK, "commit_all(NULL, 0)");
+    char other[PATH_CAP];
+    test_path_join(other, g_dir, "audit_other.npy");
+    fxa_staged one;
+    CHECK(fxa_npy_stage_f32(other, 2, shape, data, &one, err, sizeof err) == FXA_OK, "stage: %s",
+          err);
+    fxa_staged *const with_null[2] = {&one, NULL};
+    CHECK(fxa_staged_commit_all(with_null, 2, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "NULL") != NULL,
+          "commit_all with a NULL entry: %s", err);
+    CHECK(!exists(other) && count_entries(g_dir, ".tmp.") == 0,
+          "commit_all with a NULL entry committed or left its staged file");
+    CHECK(fxa_same_output(NULL, path) == 0 && fxa_same_output(path, NULL) == 0,
+          "fxa_same_output with NULL");
+
+    /* Axes: -1 is the whole array (start and length 0), other negatives and
+     * axes past the rank are refused, a shard needs an axis. */
+    CHECK(fxa_npy_read_slice(path, -2, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "axis -2") != NULL && is_zeroed(&a),
+          "axis -2: %s", err);
+    CHECK(fxa_npy_read_slice(path, INT32_MIN, 0, 0, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "axis INT_MIN: %s", err);
+    CHECK(fxa_npy_read_slice(path, -1, 1, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "axis -1 with a range: %s", err);
+    CHECK(fxa_npy_read_slice(path, 2, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "axis 2 of a 2-D array: %s", err);
+    CHECK(fxa_npy_read_shard(path, -1, 2, 0, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "axis") != NULL,
+          "shard of axis -1: %s", err);
+    CHECK(fxa_npy_read_slice(path, -1, 0, 0, &a, err, sizeof err) == FXA_OK && a.count == 12,
+          "axis -1 reads everything: %s", err);
+    fxa_npy_free(&a);
+}
+
+/* fxa_output_check: what staging would certainly refuse, refused before any write. */
+static void test_output_check(void)
+{
+    char path[PATH_CAP];
+    char dir[PATH_CAP];
+    char err[ERR_CAP];
+    make_subdir(dir, "outcheck");
+    test_path_join(path, dir, "new.npy");
+    CHECK(fxa_output_check(path, err, sizeof err) == FXA_OK && err[0] == '\0',
+          "a new file in a folder: %s", err);
+    CHECK(fxa_output_check("/dev/null", err, sizeof err) == FXA_OK, "/dev/null: %s", err);
+    CHECK(fxa_output_check("", err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "empty") != NULL,
+          "empty: %s", err);
+    CHECK(fxa_output_check(NULL, err, sizeof err) == FXA_ERR_INVALID_ARG, "NULL: %s", err);
+    CHECK(fxa_output_check(dir, err, sizeof err) == FXA_ERR_IO && strstr(err, "folder") != NULL,
+          "a folder: %s", err);
+    test_path_join(path, dir, "x/");
+    CHECK(fxa_output_check(path, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "'/'") != NULL,
+          "a trailing slash: %s", err);
+    test_path_join(path, dir, "no_such/l.npy");
+    CHECK(fxa_output_check(path, err, sizeof err) == FXA_ERR_IO &&
+              strstr(err, "does not exist") != NULL,
+          "a missing folder: %s", err);
+    char file[PATH_CAP];
+    test_path_join(file, dir, "plain");
+    write_file(file, "x", 1);
+    test_path_join(path, file, "l.npy");
+    CHECK(fxa_output_check(path, err, sizeof err) == FXA_ERR_IO, "a file as folder: %s", err);
+    CHECK(fxa_output_check(file, err, sizeof err) == FXA_OK, "an existing file: %s", err);
+    char longp[5000];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[sizeof longp - 1] = '\0';
+    CHECK(fxa_output_check(longp, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "too long") != NULL,
+          "a 4999-byte path: %.80s", err);
+    CHECK(count_entries(dir, "") == 1, "fxa_output_check created files");
+}
+
+/* The stamp comparison of the readers' changed-file check. */
+static void test_stamps(void)
+{
+    struct stat sb;
+    CHECK(stat(g_dir, &sb) == 0, "stat");
+    const fxa_io_stamp a = fxa_io_stamp_of(&sb);
+    fxa_io_stamp b = a;
+    CHECK(fxa_io_stamp_same(&a, &b), "a stamp equals itself");
+    b.mtime.tv_nsec = (a.mtime.tv_nsec + 1) % 1000000000;
+    CHECK(!fxa_io_stamp_same(&a, &b), "one nanosecond of mtime apart");
+    b = a;
+    b.mtime.tv_sec++;
+    CHECK(!fxa_io_stamp_same(&a, &b), "one second of mtime apart");
+    b = a;
+    b.size++;
+    CHECK(!fxa_io_stamp_same(&a, &b), "one byte of size apart");
+    b = a;
+    b.ino++;
+    CHECK(!fxa_io_stamp_same(&a, &b), "another inode");
+    b = a;
+    b.dev++;
+    CHECK(!fxa_io_stamp_same(&a, &b), "another device");
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/test_npy.XXXXXX");
@@ -919,6 +1059,9 @@ int main(void)
     test_writer_roundtrip();
     test_writer_failures();
     test_write_all();
+    test_argument_audit();
+    test_output_check();
+    test_stamps();
 
     test_remove_tree(g_dir);
     if (g_failures > 0) {
