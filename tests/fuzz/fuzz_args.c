@@ -163,6 +163,9 @@ static int model_parse(int argc, char **argv, int first, const fxt_opt *opts, va
         const char *val = argv[++i];
         char *end = NULL;
         errno = 0;
+        if (val[0] == '\0') { /* an empty value is refused, whatever its kind */
+            return FXT_EXIT_BAD_INPUT;
+        }
         if (o->kind == FXT_OPT_STRING) {
             expect[found].s = val;
         } else if (o->kind == FXT_OPT_INT) {

@@ -105,25 +105,62 @@ static const fxt_opt *find_opt(const fxt_opt *opts, const char *arg)
     return NULL;
 }
 
-static int store_value(const char *cmd, const fxt_opt *o, const char *val)
+/* Why an integer option's value is refused, or NULL when *v holds it. */
+static const char *int_refusal(const fxt_opt *o, const char *val, long long *v)
 {
     char *end = NULL;
     errno = 0;
+    *v = strtoll(val, &end, 10);
+    if (end == val)
+        return "is not an integer";
+    if (*end)
+        return "is not an integer (characters follow the number)";
+    if (errno == ERANGE || *v < o->min || *v > o->max)
+        return "is out of range";
+    return NULL;
+}
+
+/* Why a number option's value is refused, or NULL when *v holds it: only
+ * finite normal numbers (and zero) are taken; strtod reports ERANGE for
+ * values beyond the largest double and for nonzero values below the
+ * smallest normal one. */
+static const char *double_refusal(const char *val, double *v)
+{
+    char *end = NULL;
+    errno = 0;
+    *v = strtod(val, &end);
+    if (end == val)
+        return "is not a number";
+    if (*end)
+        return "is not a number (characters follow it)";
+    if (errno == ERANGE && fabs(*v) > 1.0)
+        return "is too large (beyond the largest double, about 1.8e308)";
+    if (errno == ERANGE)
+        return "is too small (nonzero but below the smallest normal double, about 2.2e-308)";
+    if (!isfinite(*v))
+        return "is not a finite number";
+    return NULL;
+}
+
+static int store_value(const char *cmd, const fxt_opt *o, const char *val)
+{
+    const char *why;
+    if (o->kind != FXT_OPT_FLAG && val[0] == '\0')
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: the value is empty", cmd, o->name);
     switch (o->kind) {
     case FXT_OPT_STRING: *(const char **)o->dest = val; return 0;
     case FXT_OPT_INT: {
-        long long v = strtoll(val, &end, 10);
-        if (errno || end == val || *end || v < o->min || v > o->max)
-            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' is not an integer in %lld..%lld", cmd,
-                            o->name, val, (long long)o->min, (long long)o->max);
+        long long v;
+        if ((why = int_refusal(o, val, &v)))
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' %s: give an integer in %lld..%lld",
+                            cmd, o->name, val, why, (long long)o->min, (long long)o->max);
         *(int64_t *)o->dest = v;
         return 0;
     }
     case FXT_OPT_DOUBLE: {
-        double v = strtod(val, &end);
-        if (errno || end == val || *end || !isfinite(v))
-            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' is not a finite number", cmd, o->name,
-                            val);
+        double v;
+        if ((why = double_refusal(val, &v)))
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "%s %s: '%s' %s", cmd, o->name, val, why);
         *(double *)o->dest = v;
         return 0;
     }

@@ -27,25 +27,25 @@ int fxt_cost_model_check(const fxt_cost_model *m, char *err, size_t cap)
     else if (m->hosts < 1 || m->ranks % m->hosts)
         why = "--hosts must be positive and divide --ranks";
     else if (!(m->rank_flops > 0.0) || !isfinite(m->rank_flops))
-        why = "the compute rate must be a positive number of GFLOP/s";
+        why = "the compute rate must be a positive, finite number of GFLOP/s";
     else if (!(m->inter.bandwidth > 0.0) || !(m->intra.bandwidth > 0.0) ||
              !isfinite(m->inter.bandwidth) || !isfinite(m->intra.bandwidth))
-        why = "link bandwidths must be positive";
+        why = "link bandwidths must be positive and finite";
     else if (!(m->inter.latency >= 0.0) || !(m->intra.latency >= 0.0) ||
              !isfinite(m->inter.latency) || !isfinite(m->intra.latency))
-        why = "link latencies must be non-negative";
+        why = "link latencies must be non-negative and finite";
     else if (!(m->inter.cpu_per_byte >= 0.0) || !(m->intra.cpu_per_byte >= 0.0) ||
              !isfinite(m->inter.cpu_per_byte) || !isfinite(m->intra.cpu_per_byte))
-        why = "the links' CPU time per byte must be non-negative";
+        why = "the links' CPU time per byte must be non-negative and finite";
     else if (!(m->call_seconds >= 0.0) || !isfinite(m->call_seconds))
-        why = "the call overhead must be non-negative";
+        why = "the call overhead must be non-negative and finite";
     else if (m->ulysses_groups < 1 || m->ulysses_groups > 64)
         why = "the Ulysses head groups must be in [1, 64]";
     else if (m->n_step_rates < 0 || m->n_step_rates > FXT_MAX_STEP_RATES)
         why = "too many ring step rates";
     for (int i = 0; !why && i < m->n_step_rates; i++)
         if (!(m->step_flops[i] > 0.0) || !isfinite(m->step_flops[i]))
-            why = "the compute rate must be a positive number of GFLOP/s";
+            why = "the compute rate must be a positive, finite number of GFLOP/s";
     if (why)
         snprintf(err, cap, "%s", why);
     return why != NULL;

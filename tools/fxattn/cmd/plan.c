@@ -1,6 +1,7 @@
 /* The planner's shared pieces (plan.h). */
 #include "plan.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,21 +18,32 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
     fxa_dtype dtype;
     if (fxt_parse_dtype(o->dtype, &dtype))
         return FXT_EXIT_BAD_INPUT;
+    /* Each value times its unit (to bytes/s, FLOP/s or seconds) must stay
+     * a finite double: the largest value taken is DBL_MAX / unit. */
     const struct {
         const char *name;
         double v;
-        double min; /* exclusive for rates, inclusive (0) for latencies */
-    } num[] = {{"--link-gbps", o->link_gbps, 0.0},
-               {"--intra-gbps", o->intra_gbps, 0.0},
-               {"--gflops", o->gflops, 0.0},
-               {"--latency-us", o->latency_us, -1.0},
-               {"--intra-latency-us", o->intra_latency_us, -1.0},
-               {"--link-cpu-us-per-mb", o->link_cpu_us_per_mb, -1.0},
-               {"--intra-cpu-us-per-mb", o->intra_cpu_us_per_mb, -1.0}};
-    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
-        if (!isnan(num[i].v) && (num[i].min == 0.0 ? !(num[i].v > 0.0) : !(num[i].v >= 0.0)))
-            return fxt_fail(FXT_EXIT_BAD_INPUT, "plan %s %g: must be %s", num[i].name, num[i].v,
+        double min;  /* exclusive for rates, inclusive (0) for latencies */
+        double unit; /* the factor to SI units */
+    } num[] = {{"--link-gbps", o->link_gbps, 0.0, 1e9 / 8.0},
+               {"--intra-gbps", o->intra_gbps, 0.0, 1e9 / 8.0},
+               {"--gflops", o->gflops, 0.0, 1e9},
+               {"--latency-us", o->latency_us, -1.0, 1e-6},
+               {"--intra-latency-us", o->intra_latency_us, -1.0, 1e-6},
+               {"--link-cpu-us-per-mb", o->link_cpu_us_per_mb, -1.0, 1e-12},
+               {"--intra-cpu-us-per-mb", o->intra_cpu_us_per_mb, -1.0, 1e-12}};
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
+        const double v = num[i].v;
+        const double max = num[i].unit > 1.0 ? DBL_MAX / num[i].unit : DBL_MAX;
+        if (isnan(v))
+            continue;
+        if (num[i].min == 0.0 ? !(v > 0.0) : !(v >= 0.0))
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "plan %s %g: must be %s", num[i].name, v,
                             num[i].min == 0.0 ? "positive" : "non-negative");
+        if (!isfinite(v * num[i].unit))
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "plan %s %g: out of range (at most %.4g)",
+                            num[i].name, v, max);
+    }
     const int given_inter = !isnan(o->link_gbps) || !isnan(o->latency_us);
     const int given_intra = !isnan(o->intra_gbps) || !isnan(o->intra_latency_us);
     src->inter = given_inter ? "given" : "assumed";
@@ -51,8 +63,8 @@ int fxt_plan_model_from_opts(const plan_opts *o, fxt_cost_model *m, fxt_plan_sou
                           .ranks = (int)o->ranks,
                           .hosts = o->hosts > 0 ? (int)o->hosts : 1,
                           .rank_flops = 0.0,
-                          .inter = {lat * 1e-6, gbps * 1e9 / 8.0, cpu},
-                          .intra = {ilat * 1e-6, igbps * 1e9 / 8.0, icpu},
+                          .inter = {lat * 1e-6, gbps * (1e9 / 8.0), cpu},
+                          .intra = {ilat * 1e-6, igbps * (1e9 / 8.0), icpu},
                           .ulysses_groups = (int)o->ulysses_groups};
     return 0;
 }
