@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cmd_opts.h"
 #include "fp64_attn.h"
 #include "fxattn.h"
 #include "fxattn_npy.h"
@@ -1689,6 +1690,163 @@ static void test_hostile(void)
         remove(IN(names[i]));
 }
 
+/* ------------------------------------------------------------------------ */
+/* D. Paths and numbers: empty values, outputs checked before any write,     */
+/*    refusals that give the true reason                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Every string option of every command (the tables the CLI parses with)
+ * given '' is refused by name before anything runs. An unknown option
+ * follows, so that a tool that took '' would still stop before writing. */
+static void test_empty_values(void)
+{
+    attn_opts ao;
+    check_opts co;
+    bench_args bo;
+    demo_opts dmo;
+    layer_opts lo;
+    plan_opts po;
+    info_opts io;
+    fxt_opt t[FXT_MAX_OPTS];
+    const char *cmds[7] = {"attn", "check", "bench", "demo", "layer", "plan", "info"};
+    int tried = 0;
+    for (int c = 0; c < 7; c++) {
+        switch (c) {
+        case 0: fxt_attn_opts_table(&ao, t); break;
+        case 1: fxt_check_opts_table(&co, t); break;
+        case 2: fxt_bench_args_table(&bo, t); break;
+        case 3: fxt_demo_opts_table(&dmo, t); break;
+        case 4: fxt_layer_opts_table(&lo, t); break;
+        case 5: fxt_plan_opts_table(&po, t); break;
+        default: fxt_info_opts_table(&io, t); break;
+        }
+        for (int i = 0; t[i].name; i++) {
+            if (t[i].kind == FXT_OPT_FLAG)
+                continue;
+            char label[128];
+            snprintf(label, sizeof label, "D1 %s %s ''", cmds[c], t[i].name);
+            const fail_case fc = {label, 2, t[i].name, NULL};
+            const char *args[] = {cmds[c], t[i].name, "", "--no-such-option", NULL};
+            expect_fail_args(&fc, args);
+            tried++;
+        }
+    }
+    CHECK(tried >= 30, "[D1] only %d options with values were tried", tried);
+
+    /* Whole command lines: the empty path is refused as such. */
+    run_result r;
+    const char *q = IN("q.npy"), *k = IN("k.npy"), *v = IN("v.npy");
+    clear_dir(g_out_dir);
+    run_expect("D2 attn -o ''", 2, "-o: the value is empty", 30.0, &r, "attn", "-q", q, "-k", k,
+               "-v", v, "-o", "", (const char *)NULL);
+    run_free(&r);
+    run_expect("D3 attn --lse ''", 2, "--lse: the value is empty", 30.0, &r, "attn", "-q", q, "-k",
+               k, "-v", v, "-o", g_out, "--lse", "", (const char *)NULL);
+    run_free(&r);
+    CHECK(!file_exists(g_out), "[D2, D3] an output was written");
+}
+
+/* Every output is checked before any is written: a device output is not
+ * streamed when another output cannot be written, and no output may be an
+ * input, whatever path names it. */
+static void test_outputs_checked_first(void)
+{
+    run_result r;
+    const char *q = IN("q.npy"), *k = IN("k.npy"), *v = IN("v.npy");
+    const char *nodir_lse = join(g_out_dir, "nodir/l.npy");
+    clear_dir(g_out_dir);
+    if (run_expect("D4 -o /dev/stdout --lse into a missing folder", 2, "nodir", 30.0, &r, "attn",
+                   "-q", q, "-k", k, "-v", v, "-o", "/dev/stdout", "--lse", nodir_lse,
+                   (const char *)NULL))
+        CHECK(r.out[0] == 0, "[D4] something was written to stdout before the error (%zu bytes)",
+              strlen(r.out));
+    run_free(&r);
+    const char *lse_dir = join(g_out_dir, "a_folder");
+    CHECK(mkdir(lse_dir, 0755) == 0, "mkdir: %s", strerror(errno));
+    if (run_expect("D5 -o /dev/stdout --lse a folder", 2, "folder", 30.0, &r, "attn", "-q", q, "-k",
+                   k, "-v", v, "-o", "/dev/stdout", "--lse", lse_dir, (const char *)NULL))
+        CHECK(r.out[0] == 0, "[D5] something was written to stdout before the error");
+    run_free(&r);
+
+    /* An output that is an input: refused, the input unchanged. */
+    size_t n0 = 0, n1 = 0;
+    unsigned char *before = read_bytes(q, &n0);
+    const char *q_other = join(g_in_dir, "../in/./q.npy");
+    const char *q_link = join(g_out_dir, "q_link.npy");
+    CHECK(symlink(q, q_link) == 0, "symlink: %s", strerror(errno));
+    const char *aliases[3] = {q, q_other, q_link};
+    for (int i = 0; i < 3; i++) {
+        run_expect("D6 -o names the input -q", 2, "is the input -q", 30.0, &r, "attn", "-q", q,
+                   "-k", k, "-v", v, "-o", aliases[i], (const char *)NULL);
+        run_free(&r);
+        run_expect("D7 --lse names an input", 2, i ? "is the input -q" : "is the input -v", 30.0,
+                   &r, "attn", "-q", q, "-k", k, "-v", v, "-o", g_out, "--lse",
+                   aliases[i] == q ? v : aliases[i], (const char *)NULL);
+        run_free(&r);
+    }
+    unsigned char *after = read_bytes(q, &n1);
+    CHECK(before && after && n0 == n1 && memcmp(before, after, n0) == 0,
+          "[D6] the input q.npy was changed");
+    free(before);
+    free(after);
+    CHECK(!file_exists(g_out), "[D7] -o was written although --lse was refused");
+    run_expect("D8 layer -o names -x", 2, "is the input -x", 30.0, &r, "layer", "-x", q, "--grid",
+               "1,1,37", "-o", q_other, (const char *)NULL);
+    run_free(&r);
+
+    /* demo --save-inputs: the folder exists, and every file can be written. */
+    run_expect("D9 demo --save-inputs into a missing folder", 2, "--save-inputs", 30.0, &r, "demo",
+               "--frames", "1", "--height", "2", "--width", "2", "--heads", "1", "--dim", "8",
+               "--save-inputs", join(g_out_dir, "nodir"), (const char *)NULL);
+    run_free(&r);
+    clear_dir(g_out_dir);
+    const char *v_dir = join(g_out_dir, "v.npy");
+    CHECK(mkdir(v_dir, 0755) == 0, "mkdir: %s", strerror(errno));
+    run_expect("D10 demo --save-inputs where v.npy is a folder", 2, "v.npy", 30.0, &r, "demo",
+               "--frames", "1", "--height", "2", "--width", "2", "--heads", "1", "--dim", "8",
+               "--save-inputs", g_out_dir, (const char *)NULL);
+    CHECK(!file_exists(join(g_out_dir, "q.npy")) && !file_exists(join(g_out_dir, "k.npy")),
+          "[D10] q.npy or k.npy was written");
+    run_free(&r);
+    clear_dir(g_out_dir);
+}
+
+/* Number options: each refusal says why; values in range are taken. */
+static void test_number_messages(void)
+{
+    run_result r;
+    const char *q = IN("q.npy"), *k = IN("k.npy"), *v = IN("v.npy");
+    clear_dir(g_out_dir);
+    run_expect("D11 --scale subnormal", 2, "too small", 30.0, &r, ATTN3(q, k, v), "--scale",
+               "4.9e-324", (const char *)NULL);
+    run_free(&r);
+    run_expect("D12 --scale 1e999", 2, "too large", 30.0, &r, ATTN3(q, k, v), "--scale", "1e999",
+               (const char *)NULL);
+    run_free(&r);
+    run_expect("D13 --scale 0.5x", 2, "characters follow", 30.0, &r, ATTN3(q, k, v), "--scale",
+               "0.5x", (const char *)NULL);
+    run_free(&r);
+    run_expect("D14 --scale inf", 2, "not a finite number", 30.0, &r, ATTN3(q, k, v), "--scale",
+               "inf", (const char *)NULL);
+    run_free(&r);
+    run_expect("D15 --threads 2x", 2, "characters follow", 30.0, &r, ATTN3(q, k, v), "--threads",
+               "2x", (const char *)NULL);
+    run_free(&r);
+    run_expect("D16 --threads 1e30", 2, "out of range", 30.0, &r, ATTN3(q, k, v), "--threads",
+               "99999999999999999999", (const char *)NULL);
+    run_free(&r);
+    CHECK(!file_exists(g_out), "[D11..D16] an output was written");
+    run_expect("D17 plan --link-gbps 1e308", 2, "out of range", 30.0, &r, "plan", "--ranks", "8",
+               "--gflops", "100", "--link-gbps", "1e308", (const char *)NULL);
+    run_free(&r);
+    run_expect("D18 plan --gflops 1e308", 2, "out of range", 30.0, &r, "plan", "--ranks", "8",
+               "--gflops", "1e308", (const char *)NULL);
+    run_free(&r);
+    run_ok("D19 plan --link-gbps 1e300", &r, "plan", "--ranks", "8", "--hosts", "2", "--gflops",
+           "100", "--link-gbps", "1e300", (const char *)NULL);
+    run_free(&r);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1739,6 +1897,9 @@ int main(int argc, char **argv)
     test_bad_input();
     test_output_failures();
     test_hostile();
+    test_empty_values();
+    test_outputs_checked_first();
+    test_number_messages();
     printf("test_cli: %.1f s\n", now_s() - t0);
 
     if (g_failures == 0) {

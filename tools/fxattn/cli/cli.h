@@ -53,6 +53,35 @@ int fxt_parse_dtype(const char *s, fxa_dtype *out);
 int fxt_parse_compute(const char *s, fxa_compute *out);
 const char *fxt_dtype_name(fxa_dtype t);
 
+/* A path and the option that named it ("-o", "--lse"); path NULL: not given. */
+typedef struct fxt_path {
+    const char *opt;
+    const char *path;
+} fxt_path;
+
+#define FXT_MAX_OUTPUTS 8
+
+/* Before any work: every output given can be written (fxa_output_check),
+ * no two outputs name the same file and no output is one of the inputs.
+ * Returns 0, or prints "fxattn: error: <cmd> <option>: ..." and returns
+ * FXT_EXIT_BAD_INPUT. */
+int fxt_check_outputs(const char *cmd, const fxt_path *outs, int n_outs, const fxt_path *ins,
+                      int n_ins);
+
+/* One '<f4' output: its path, shape and data. */
+typedef struct fxt_npy_out {
+    const char *path;
+    int ndim;
+    const int64_t *shape;
+    const float *data;
+} fxt_npy_out;
+
+/* Write n (at most FXT_MAX_OUTPUTS) outputs all or nothing: staged next to
+ * their targets (files first, devices and FIFOs, written in place, last)
+ * and committed together. Returns 0 or prints the error and returns
+ * FXT_EXIT_FAILURE. */
+int fxt_write_npy_outputs(const fxt_npy_out *outs, int n);
+
 /* printf to stdout for JSON output: every number printed as inf, -inf, nan
  * or -nan (outside strings) becomes null, so that --json and --stats stay
  * valid JSON on any input. */

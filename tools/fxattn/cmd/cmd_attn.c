@@ -82,27 +82,24 @@ static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats, 
     return code;
 }
 
+/* -o and --lse, and the inputs they must not overwrite. */
+static int check_outputs(const attn_opts *o)
+{
+    const fxt_path outs[2] = {{"-o", o->out}, {"--lse", o->lse}};
+    const fxt_path ins[3] = {{"-q", o->q}, {"-k", o->k}, {"-v", o->v}};
+    return fxt_check_outputs("attn", outs, 2, ins, 3);
+}
+
 int fxt_attn_write_outputs(const attn_opts *o, const fxt_inputs *in, const float *out,
                            const float *lse)
 {
-    char err[600];
-    fxa_staged so = {0};
-    fxa_staged sl = {0};
     const int64_t q_shape[4] = {
         in->d.batch, in->d.layout == FXA_LAYOUT_BSHD ? in->d.seq_q : in->d.heads_q,
         in->d.layout == FXA_LAYOUT_BSHD ? in->d.heads_q : in->d.seq_q, in->d.head_dim};
     const int64_t lse_shape[3] = {in->d.batch, in->d.heads_q, in->d.seq_q};
-    fxa_staged *const both[2] = {&so, &sl};
-    fxa_status st = fxa_npy_stage_f32(o->out, 4, q_shape, out, &so, err, sizeof err);
-    if (st == FXA_OK && o->lse)
-        st = fxa_npy_stage_f32(o->lse, 3, lse_shape, lse, &sl, err, sizeof err);
-    if (st == FXA_OK)
-        st = fxa_staged_commit_all(both, o->lse ? 2 : 1, err, sizeof err);
-    if (st == FXA_OK)
-        return 0;
-    fxa_staged_discard(&so);
-    fxa_staged_discard(&sl);
-    return fxt_fail(FXT_EXIT_FAILURE, "%s", err);
+    const fxt_npy_out outs[2] = {{o->out, 4, q_shape, out}, {o->lse, 3, lse_shape, lse}};
+    const int code = check_outputs(o);
+    return code ? code : fxt_write_npy_outputs(outs, o->lse ? 2 : 1);
 }
 
 int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d)
@@ -181,6 +178,8 @@ int fxt_cmd_attn(int argc, char **argv)
     }
     if (fxt_attn_is_distributed(&o))
         return fxt_attn_mpi(&o);
+    if ((code = check_outputs(&o)))
+        return code;
     if ((code = fxt_attn_check_memory(&o, 1, 1, 1)))
         return code;
     if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))

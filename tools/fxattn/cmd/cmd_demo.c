@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "cmd_opts.h"
@@ -44,28 +45,40 @@ static int run_mode(const fxt_workload *w, fxa_mode mode, int threads, float *ou
     return code;
 }
 
+/* DIR/{q,k,v}.npy, the files --save-inputs writes, into paths[3][cap]. */
+static void saved_paths(const char *dir, char paths[3][4096])
+{
+    const char *names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++)
+        snprintf(paths[i], sizeof paths[i], "%s/%s.npy", dir, names[i]);
+}
+
+/* Before any work: DIR/{q,k,v}.npy can be written. */
+static int check_save_dir(const char *dir)
+{
+    char paths[3][4096];
+    struct stat sb;
+    if (strlen(dir) + sizeof "/q.npy" > sizeof paths[0])
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "demo --save-inputs: the folder's path is too long");
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "demo --save-inputs: %s is not an existing folder",
+                        dir);
+    saved_paths(dir, paths);
+    const fxt_path outs[3] = {
+        {"--save-inputs", paths[0]}, {"--save-inputs", paths[1]}, {"--save-inputs", paths[2]}};
+    return fxt_check_outputs("demo", outs, 3, NULL, 0);
+}
+
 /* Write the synthetic q, k, v as DIR/{q,k,v}.npy ([1, S, H, D], <f4) so that
  * `fxattn attn` and `fxattn check` can be tried on them. */
 static int save_inputs(const char *dir, const fxt_workload *w)
 {
     const int64_t shape[4] = {1, w->d.seq_q, w->d.heads_q, w->d.head_dim};
-    const float *data[3] = {w->q32, w->k32, w->v32};
-    const char *names[3] = {"q", "k", "v"};
-    fxa_staged st[3];
-    char path[4096];
-    char err[600];
-    fxa_status s = FXA_OK;
-    memset(st, 0, sizeof st);
-    for (int i = 0; i < 3 && s == FXA_OK; i++) {
-        snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-        s = fxa_npy_stage_f32(path, 4, shape, data[i], &st[i], err, sizeof err);
-    }
-    fxa_staged *const all[3] = {&st[0], &st[1], &st[2]};
-    if (s == FXA_OK)
-        s = fxa_staged_commit_all(all, 3, err, sizeof err);
-    for (int i = 0; i < 3; i++)
-        fxa_staged_discard(&st[i]);
-    return s == FXA_OK ? 0 : fxt_fail(FXT_EXIT_FAILURE, "%s", err);
+    char paths[3][4096];
+    saved_paths(dir, paths);
+    const fxt_npy_out outs[3] = {
+        {paths[0], 4, shape, w->q32}, {paths[1], 4, shape, w->k32}, {paths[2], 4, shape, w->v32}};
+    return fxt_write_npy_outputs(outs, 3);
 }
 
 int fxt_cmd_demo(int argc, char **argv)
@@ -81,6 +94,8 @@ int fxt_cmd_demo(int argc, char **argv)
         return code;
     if (o.dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even (RoPE rotates pairs)");
+    if (o.save_dir && (code = check_save_dir(o.save_dir)))
+        return code;
     const int64_t frames = o.frames, height = o.height, width = o.width, heads = o.heads;
     const int64_t dim = o.dim, threads = o.threads;
     const int json = o.json;

@@ -52,7 +52,11 @@ static int run_single(const layer_opts *o)
     float *y = NULL;
     memset(&w, 0, sizeof w);
     memset(&x, 0, sizeof x);
-    int code = fxt_layer_setup(o, &cfg);
+    const fxt_path out = {"-o", o->out};
+    const fxt_path ins[2] = {{"-x", o->x}, {"--weights", o->weights}};
+    int code = fxt_check_outputs("layer", &out, 1, ins, 2);
+    if (!code)
+        code = fxt_layer_setup(o, &cfg);
     if (!code) {
         /* fp32 weights (4 hidden^2; E4M3 codes count as fp32 here, an
          * overestimate), x, Q|K|V, the attention output and y (7 S hidden

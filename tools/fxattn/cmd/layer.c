@@ -246,13 +246,11 @@ int fxt_layer_check_result(const fxt_layer_check *c)
 
 int fxt_layer_write(const char *path, const fxt_layer_cfg *cfg, const float *y)
 {
-    char err[600];
-    fxa_staged st;
     const int64_t shape[2] = {cfg->tokens, cfg->hidden};
-    if (fxa_npy_stage_f32(path, 2, shape, y, &st, err, sizeof err) != FXA_OK ||
-        fxa_staged_commit(&st, err, sizeof err) != FXA_OK)
-        return fxt_fail(FXT_EXIT_FAILURE, "%s", err);
-    return 0;
+    const fxt_path check = {"-o", path};
+    const fxt_npy_out out = {path, 2, shape, y};
+    const int code = fxt_check_outputs("layer", &check, 1, NULL, 0);
+    return code ? code : fxt_write_npy_outputs(&out, 1);
 }
 
 void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_layer_report *r)
