@@ -526,9 +526,9 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     }
     if (axis < -1 || (axis == -1 && parts == 0 && (start != 0 || len != 0))) {
         reader_fail(&reader,
-                    "axis %d with [%" PRId64 ", %" PRId64 "): the axis is -1 (the whole array, "
-                    "start and length 0) or a dimension of the array",
-                    axis, start, start + len);
+                    "axis %d with start %" PRId64 " and length %" PRId64 ": the axis is -1 "
+                    "(the whole array, start and length 0) or a dimension of the array",
+                    axis, start, len);
         return FXA_ERR_INVALID_ARG;
     }
 
@@ -662,8 +662,10 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
             len > hdr.shape[axis] - start) {
             char shape_text[SHAPE_TEXT_CAP];
             format_shape(hdr.shape, hdr.ndim, shape_text);
-            reader_fail(&reader, "cannot take [%" PRId64 ", %" PRId64 ") of axis %d of shape %s",
-                        start, start + len, axis, shape_text);
+            reader_fail(&reader,
+                        "cannot take %" PRId64 " entries from index %" PRId64
+                        " of axis %d of shape %s",
+                        len, start, axis, shape_text);
             goto cleanup;
         }
         for (int i = 0; i < axis; i++)

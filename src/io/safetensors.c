@@ -1019,9 +1019,10 @@ static fxa_status check_rows(const fxa_msg *ctx, const fxa_st_tensor *t, int64_t
         return FXA_ERR_INVALID_ARG;
     }
     if (row0 < 0 || n_rows < 0 || row0 > t->shape[0] - n_rows) {
-        fxa_msg_fail(
-            ctx, "tensor '%s': rows [%" PRId64 ", %" PRId64 ") are outside its %" PRId64 " rows",
-            shown, row0, row0 + n_rows, t->shape[0]);
+        fxa_msg_fail(ctx,
+                     "tensor '%s': %" PRId64 " rows from row %" PRId64 " are outside its %" PRId64
+                     " rows",
+                     shown, n_rows, row0, t->shape[0]);
         return FXA_ERR_INVALID_ARG;
     }
     *per_row = t->shape[0] > 0 ? t->count / t->shape[0] : 0;

@@ -968,6 +968,13 @@ static void test_argument_audit(void)
           "axis INT_MIN: %s", err);
     CHECK(fxa_npy_read_slice(path, -1, 1, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "axis -1 with a range: %s", err);
+    /* Ranges whose end overflows int64: refused, the message formed without overflow. */
+    CHECK(fxa_npy_read_slice(path, 0, INT64_MAX, INT64_MAX, &a, err, sizeof err) ==
+                  FXA_ERR_INVALID_ARG &&
+              strstr(err, "9223372036854775807") != NULL,
+          "a range past INT64_MAX: %s", err);
+    CHECK(fxa_npy_read_slice(path, -3, INT64_MAX, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
+          "axis -3 with a range past INT64_MAX: %s", err);
     CHECK(fxa_npy_read_slice(path, 2, 0, 1, &a, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "axis 2 of a 2-D array: %s", err);
     CHECK(fxa_npy_read_shard(path, -1, 2, 0, &a, err, sizeof err) == FXA_ERR_INVALID_ARG &&

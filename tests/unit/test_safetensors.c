@@ -417,6 +417,10 @@ static void check_dtypes_file(fxa_st_file *f, const char *what)
               fxa_st_read_rows(f, t, -1, 1, raw, 12, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               fxa_st_read_rows(f, t, 0, 1, raw, 11, err, sizeof err) == FXA_ERR_INVALID_ARG,
           "%s: F32 rows past the end, negative, or a wrong size are refused", what);
+    CHECK(fxa_st_read_rows(f, t, INT64_MAX, INT64_MAX, raw, 12, err, sizeof err) ==
+                  FXA_ERR_INVALID_ARG &&
+              strstr(err, "9223372036854775807") != NULL,
+          "%s: rows past INT64_MAX refused, the message formed without overflow: %s", what, err);
     const fxa_st_tensor *tb = fxa_st_find(f, "bf16");
     CHECK(fxa_st_read_rows_f32(f, tb, 2, 2, out, 2, err, sizeof err) == FXA_OK &&
               out[0] == fxa_bf16_to_f32(k_bf16[2]) && out[1] == fxa_bf16_to_f32(k_bf16[3]),
