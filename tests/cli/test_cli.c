@@ -1842,6 +1842,13 @@ static void test_number_messages(void)
     run_expect("D18 plan --gflops 1e308", 2, "out of range", 30.0, &r, "plan", "--ranks", "8",
                "--gflops", "1e308", (const char *)NULL);
     run_free(&r);
+    /* A path with a newline and an escape: still one error line. */
+    run_expect("D20 a newline in a path", 2, "no_such?fxattn: error: forged.npy", 30.0, &r,
+               ATTN3(IN("no_such\nfxattn: error: forged.npy"), k, v), (const char *)NULL);
+    run_free(&r);
+    run_expect("D21 an escape in an option value", 2, "?[2J", 30.0, &r, ATTN3(q, k, v), "--mode",
+               "\033[2J", (const char *)NULL);
+    run_free(&r);
     run_ok("D19 plan --link-gbps 1e300", &r, "plan", "--ranks", "8", "--hosts", "2", "--gflops",
            "100", "--link-gbps", "1e300", (const char *)NULL);
     run_free(&r);

@@ -70,6 +70,15 @@ void fxt_json_printf(const char *fmt, ...)
     free(buf);
 }
 
+/* Control characters (a newline in a path, an escape sequence) shown as '?',
+ * so that an error stays one line and cannot forge another. */
+static void one_line(char *text)
+{
+    for (unsigned char *p = (unsigned char *)text; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            *p = '?';
+}
+
 int fxt_fail(int code, const char *fmt, ...)
 {
     va_list ap;
@@ -78,6 +87,7 @@ int fxt_fail(int code, const char *fmt, ...)
             va_start(ap, fmt);
             vsnprintf(g_capture, g_capture_cap, fmt, ap);
             va_end(ap);
+            one_line(g_capture);
         }
         return code;
     }
@@ -87,6 +97,7 @@ int fxt_fail(int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line + len, sizeof line - (size_t)len, fmt, ap);
     va_end(ap);
+    one_line(line);
     fprintf(stderr, "%s\n", line);
     return code;
 }
