@@ -1794,6 +1794,25 @@ static void test_outputs_checked_first(void)
                "1,1,37", "-o", q_other, (const char *)NULL);
     run_free(&r);
 
+    /* layer -o onto the checkpoint file a --weights folder holds. */
+    const char *ck_dir = join(g_out_dir, "ckpt");
+    const char *ck_file = join(ck_dir, "model.safetensors");
+    const char json[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    unsigned char ck[8 + sizeof json + 4] = {0};
+    ck[0] = (unsigned char)(sizeof json - 1);
+    memcpy(ck + 8, json, sizeof json - 1);
+    CHECK(mkdir(ck_dir, 0755) == 0, "mkdir: %s", strerror(errno));
+    write_bytes(ck_file, ck, 8 + sizeof json - 1 + 4);
+    run_expect("D22 layer -o onto a file of the --weights folder", 2, "of the checkpoint", 30.0, &r,
+               "layer", "--weights", ck_dir, "-o", join(ck_dir, "./model.safetensors"),
+               (const char *)NULL);
+    run_free(&r);
+    size_t ck_len = 0;
+    unsigned char *ck_after = read_bytes(ck_file, &ck_len);
+    CHECK(ck_after && ck_len == 8 + sizeof json - 1 + 4 && memcmp(ck_after, ck, ck_len) == 0,
+          "[D22] the checkpoint file was changed");
+    free(ck_after);
+
     /* demo --save-inputs: the folder exists, and every file can be written. */
     run_expect("D9 demo --save-inputs into a missing folder", 2, "--save-inputs", 30.0, &r, "demo",
                "--frames", "1", "--height", "2", "--width", "2", "--heads", "1", "--dim", "8",

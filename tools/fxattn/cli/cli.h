@@ -68,6 +68,12 @@ typedef struct fxt_path {
 int fxt_check_outputs(const char *cmd, const fxt_path *outs, int n_outs, const fxt_path *ins,
                       int n_ins);
 
+/* The output is none of the files of the checkpoint `weights` (a file,
+ * an index or a folder: fxattn_checkpoint.h), its shards included.
+ * Returns 0 (also when the checkpoint cannot be opened: its loader reports
+ * that), or prints the error and returns FXT_EXIT_BAD_INPUT. */
+int fxt_check_output_vs_checkpoint(const char *cmd, const fxt_path *out, const fxt_path *weights);
+
 /* One '<f4' output: its path, shape and data. */
 typedef struct fxt_npy_out {
     const char *path;

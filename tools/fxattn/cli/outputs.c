@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "fxattn_checkpoint.h"
 #include "fxattn_npy.h"
 
 /* One output against the outputs before it and every input. */
@@ -36,6 +37,37 @@ int fxt_check_outputs(const char *cmd, const fxt_path *outs, int n_outs, const f
             return code;
     }
     return 0;
+}
+
+int fxt_check_output_vs_checkpoint(const char *cmd, const fxt_path *out, const fxt_path *weights)
+{
+    char err[600];
+    char folder[4096];
+    char shard[8192];
+    struct stat sb;
+    fxa_ckpt *c = NULL;
+    if (!out->path || !weights->path || stat(weights->path, &sb) != 0 ||
+        fxa_ckpt_open(weights->path, &c, err, sizeof err) != FXA_OK)
+        return 0; /* nothing to compare, or the loader reports it */
+    const char *slash = strrchr(weights->path, '/');
+    if (S_ISDIR(sb.st_mode))
+        snprintf(folder, sizeof folder, "%s", weights->path);
+    else if (slash)
+        snprintf(folder, sizeof folder, "%.*s", (int)(slash - weights->path + 1), weights->path);
+    else
+        snprintf(folder, sizeof folder, ".");
+    int code = 0;
+    for (int64_t i = 0; !code && i < fxa_ckpt_shard_count(c); i++) {
+        snprintf(shard, sizeof shard, "%s/%s", folder, fxa_ckpt_shard_name(c, i));
+        if (fxa_same_output(out->path, shard))
+            code = fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "%s: the output %s %s is the file %s of the checkpoint %s %s; write "
+                            "it elsewhere",
+                            cmd, out->opt, out->path, fxa_ckpt_shard_name(c, i), weights->opt,
+                            weights->path);
+    }
+    fxa_ckpt_close(c);
+    return code;
 }
 
 /* 1 when path exists and is not a regular file: staging writes it in place. */

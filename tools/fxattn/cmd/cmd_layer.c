@@ -56,6 +56,8 @@ static int run_single(const layer_opts *o)
     const fxt_path ins[2] = {{"-x", o->x}, {"--weights", o->weights}};
     int code = fxt_check_outputs("layer", &out, 1, ins, 2);
     if (!code)
+        code = fxt_check_output_vs_checkpoint("layer", &out, &ins[1]);
+    if (!code)
         code = fxt_layer_setup(o, &cfg);
     if (!code) {
         /* fp32 weights (4 hidden^2; E4M3 codes count as fp32 here, an
