@@ -26,6 +26,10 @@
  *    folder and fsyncs it; commit renames it onto path, so readers see either
  *    the old file or the new one, never a partial file.
  *  - Every failure removes the temporary file and leaves path untouched.
+ *  - A path that is a symbolic link to a regular file is written through the
+ *    link: staged next to the file it names and renamed onto that file, the
+ *    link kept (so /dev/stdout redirected to a file fills that file and is
+ *    never replaced itself).
  *  - A target that exists and is not a regular file (a device such as
  *    /dev/full or /dev/stdout, a FIFO) cannot be replaced atomically: it is
  *    written in place at staging time (errors such as ENOSPC are reported

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -750,6 +751,32 @@ void fxa_npy_free(fxa_npy *a)
 /* Writer                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * A path whose last component is a symbolic link to a regular file (out.npy -> data/x.npy,
+ * /dev/stdout -> /proc/self/fd/1 -> a file the shell redirected to) is written through the
+ * link: the temporary file goes next to the file it names and is renamed onto that file,
+ * never onto the link (which would replace /dev/stdout itself). Returns 1 with the file's
+ * real path in out[cap], 0 when path is not such a link (out unused), -1 when the link
+ * cannot be resolved (errno set).
+ */
+static int resolve_link(const char *path, char *out, size_t cap)
+{
+    struct stat link_stat;
+    struct stat target;
+    char real[PATH_MAX];
+    if (lstat(path, &link_stat) != 0 || !S_ISLNK(link_stat.st_mode) || stat(path, &target) != 0 ||
+        !S_ISREG(target.st_mode))
+        return 0;
+    if (realpath(path, real) == NULL)
+        return -1;
+    if (strlen(real) >= cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(out, real, strlen(real) + 1);
+    return 1;
+}
+
 /* NumPy's version 1.0 header for a '<f4' C-order array; returns its total length. */
 static size_t build_header(int ndim, const int64_t *shape, unsigned char header[WRITE_HEADER_CAP])
 {
@@ -855,8 +882,19 @@ fxa_status fxa_npy_stage_f32(const char *path, int ndim, const int64_t *shape, c
         set_error(err, errlen, "%s: no data given for %" PRId64 " elements", path, count);
         return FXA_ERR_INVALID_ARG;
     }
-    int final_len = snprintf(st->final_path, sizeof st->final_path, "%s", path);
-    int tmp_len = snprintf(st->tmp_path, sizeof st->tmp_path, "%s.tmp.XXXXXX", path);
+    const char *target_path = path;
+    char resolved[sizeof st->final_path];
+    switch (resolve_link(path, resolved, sizeof resolved)) {
+    case 1: target_path = resolved; break;
+    case -1:
+        set_error(err, errlen, "%s: cannot resolve the link to its file: %s", path,
+                  strerror(errno));
+        memset(st, 0, sizeof *st);
+        return FXA_ERR_IO;
+    default: break;
+    }
+    int final_len = snprintf(st->final_path, sizeof st->final_path, "%s", target_path);
+    int tmp_len = snprintf(st->tmp_path, sizeof st->tmp_path, "%s.tmp.XXXXXX", target_path);
     if (final_len < 0 || tmp_len < 0 || (size_t)tmp_len >= sizeof st->tmp_path) {
         set_error(err, errlen, "%s: path is too long", path);
         memset(st, 0, sizeof *st);
@@ -970,6 +1008,15 @@ fxa_status fxa_output_check(const char *path, char *err, size_t errlen)
     if (path[len - 1] == '/') {
         set_error(err, errlen, "%s: names a folder (ends with '/'), not a file", path);
         return FXA_ERR_INVALID_ARG;
+    }
+    char resolved[sizeof((fxa_staged *)0)->final_path];
+    switch (resolve_link(path, resolved, sizeof resolved)) {
+    case 1: return check_output_folder(resolved, err, errlen);
+    case -1:
+        set_error(err, errlen, "%s: cannot resolve the link to its file: %s", path,
+                  strerror(errno));
+        return FXA_ERR_IO;
+    default: break;
     }
     struct stat sb;
     if (stat(path, &sb) != 0 && errno != ENOENT) {

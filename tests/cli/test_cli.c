@@ -1755,6 +1755,32 @@ static void test_outputs_checked_first(void)
     const char *q = IN("q.npy"), *k = IN("k.npy"), *v = IN("v.npy");
     const char *nodir_lse = join(g_out_dir, "nodir/l.npy");
     clear_dir(g_out_dir);
+    /* An output that is a link to a file is written through the link, which
+     * stays: also a link to /proc/self/fd/1 (what /dev/stdout is) while
+     * stdout goes to a file. */
+    clear_dir(g_out_dir);
+    const char *real = join(g_out_dir, "real.npy");
+    const char *via = join(g_out_dir, "via_link.npy");
+    const char *fd1 = join(g_out_dir, "fd1.npy");
+    write_bytes(real, "old", 3);
+    CHECK(symlink("real.npy", via) == 0 && symlink("/proc/self/fd/1", fd1) == 0, "symlink: %s",
+          strerror(errno));
+    const int64_t os[4] = {PB, PSQ, PHQ, PD};
+    struct stat ls;
+    fxa_npy got;
+    if (run_ok("D23 -o a link to a file", &r, "attn", "-q", q, "-k", k, "-v", v, "-o", via,
+               (const char *)NULL) &&
+        read_output("D23", real, 4, os, &got))
+        fxa_npy_free(&got);
+    CHECK(lstat(via, &ls) == 0 && S_ISLNK(ls.st_mode), "[D23] the link was replaced");
+    run_free(&r);
+    if (run_ok("D24 -o a link to /proc/self/fd/1, stdout a file", &r, "attn", "-q", q, "-k", k,
+               "-v", v, "-o", fd1, (const char *)NULL))
+        CHECK(memcmp(r.out, "\x93NUMPY", 6) == 0, "[D24] stdout does not hold the .npy");
+    CHECK(lstat(fd1, &ls) == 0 && S_ISLNK(ls.st_mode), "[D24] the link was replaced");
+    run_free(&r);
+    clear_dir(g_out_dir);
+
     if (run_expect("D4 -o /dev/stdout --lse into a missing folder", 2, "nodir", 30.0, &r, "attn",
                    "-q", q, "-k", k, "-v", v, "-o", "/dev/stdout", "--lse", nodir_lse,
                    (const char *)NULL))
