@@ -37,8 +37,9 @@
  *  - fxa_staged_commit_all commits several staged files all or nothing: if
  *    one rename fails, the files already committed are rolled back to their
  *    previous content (or removed when there was none).
- *  - An empty path is FXA_ERR_INVALID_ARG; NULL lists or entries are
- *    FXA_ERR_INVALID_ARG, never a crash.
+ *  - An empty path is FXA_ERR_INVALID_ARG; NULL lists or entries, and two
+ *    entries that are the same struct or target the same path, are
+ *    FXA_ERR_INVALID_ARG (every staged file removed), never a crash.
  *
  * err may be NULL or errlen 0; messages are truncated to errlen - 1 bytes and
  * never end with a newline. The host must be little-endian.

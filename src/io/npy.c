@@ -1118,6 +1118,15 @@ fxa_status fxa_staged_commit_all(fxa_staged *const *st, int n, char *err, size_t
             status = FXA_ERR_INVALID_ARG;
             goto discard_rest;
         }
+        for (int j = 0; j < i; j++) {
+            if (st[j] == st[i] || (st[i]->final_path[0] != '\0' &&
+                                   strcmp(st[j]->final_path, st[i]->final_path) == 0)) {
+                set_error(err, errlen, "npy writer: staged files %d and %d both target %s", j, i,
+                          st[i]->final_path);
+                status = FXA_ERR_INVALID_ARG;
+                goto discard_rest;
+            }
+        }
     }
     for (; done < n; done++) {
         if (st[done]->direct) {

@@ -956,6 +956,26 @@ static void test_argument_audit(void)
           "commit_all with a NULL entry: %s", err);
     CHECK(!exists(other) && count_entries(g_dir, ".tmp.") == 0,
           "commit_all with a NULL entry committed or left its staged file");
+    /* The same struct twice, or two structs for one path: the first would be lost. */
+    fxa_staged s1, s2;
+    CHECK(fxa_npy_stage_f32(other, 2, shape, data, &s1, err, sizeof err) == FXA_OK &&
+              fxa_npy_stage_f32(other, 2, shape, data, &s2, err, sizeof err) == FXA_OK,
+          "stage twice: %s", err);
+    fxa_staged *const twice[2] = {&s1, &s1};
+    CHECK(fxa_staged_commit_all(twice, 2, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "both target") != NULL,
+          "commit_all with one struct twice: %s", err);
+    CHECK(s1.active == 0 &&
+              fxa_npy_stage_f32(other, 2, shape, data, &s1, err, sizeof err) == FXA_OK,
+          "the refused list was discarded; stage again: %s", err);
+    fxa_staged *const same_path[2] = {&s1, &s2};
+    CHECK(fxa_staged_commit_all(same_path, 2, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "both target") != NULL,
+          "commit_all with two structs for one path: %s", err);
+    fxa_staged_discard(&s1);
+    fxa_staged_discard(&s2);
+    CHECK(!exists(other) && count_entries(g_dir, ".tmp.") == 0,
+          "commit_all refused, yet committed or left a staged file");
     CHECK(fxa_same_output(NULL, path) == 0 && fxa_same_output(path, NULL) == 0,
           "fxa_same_output with NULL");
 
