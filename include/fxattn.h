@@ -247,8 +247,10 @@ typedef struct fxa_attn_args {
     const void *k;
     const void *v;
     /* Q's shape with the descriptor's O strides, of its out_dtype (float
-     * for FXA_F32, uint16_t bf16 bits for FXA_BF16); must not overlap the
-     * inputs. */
+     * for FXA_F32, uint16_t bf16 bits for FXA_BF16). No output (out, lse,
+     * row_fallback, row_bound, and the run's workspace) may share a byte
+     * with Q, K, V or another output, each spanning its shape and strides:
+     * FXA_ERR_INVALID_ARG naming both, nothing written. */
     void *out;
     float *lse; /* optional [B,Hq,Sq]: natural-log log-sum-exp of tau*q.k */
     /* Optional per-row diagnostics, [B,Hq,Sq] each: */
@@ -338,7 +340,12 @@ FXA_API fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const do
                                       int64_t n_blocks);
 
 /* Add one block of n_kv keys/values, which must be one of the summarised
- * blocks (each added once). */
+ * blocks, each added once. The block is summarised again and must equal a
+ * summary given to fxa_attn_acc_begin that no earlier add matched
+ * (summaries are the same bits on every kernel set and thread count). A
+ * block added twice, changed since it was summarised, never summarised, or
+ * with a non-finite value is refused with FXA_ERR_INVALID_ARG and adds
+ * nothing: the pass goes on with the right blocks. */
 FXA_API fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv);
 
 /* Normalise once and write args->out (and the optional lse, row_fallback,

@@ -34,6 +34,19 @@ struct fxa_attn_acc {
     uint8_t *online;
     float *o; /* [n_rows][D] */
     int begun;
+    /* The blocks of the pass: a copy of begin's summaries and, per block,
+     * whether it was added. A block to add is summarised again (into
+     * block_summary, with scan_scratch) and must equal one not yet added:
+     * summaries are bit-exact on every kernel set, so a summarised block
+     * always matches, and anything else (a block added twice, changed since,
+     * never summarised, or with keys or values outside the bound its
+     * summary gave) is refused before it touches the rows. */
+    double *summaries;
+    uint8_t *added;
+    int64_t n_blocks;
+    int64_t blocks_cap;
+    double *block_summary;
+    void *scan_scratch;
     int64_t keys_expected; /* per head, from the summaries */
     int64_t keys_added;
     int64_t fallback_rows;
@@ -125,12 +138,16 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     unsigned char *ws = fxa_malloc_aligned(p->ws_total);
     fxa_bad_value *bad = fxa_malloc_aligned(n_items * sizeof *bad);
     double *qq = fxa_malloc_aligned(n_items * sizeof *qq);
-    if (!acc || !mem || !ws || !bad || !qq) {
+    double *block_summary = fxa_malloc_aligned(fxa_kv_summary_len(p) * sizeof(double));
+    void *scan_scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(p, p->d.seq_kv));
+    if (!acc || !mem || !ws || !bad || !qq || !block_summary || !scan_scratch) {
         fxa_free_aligned(acc);
         fxa_free_aligned(mem);
         fxa_free_aligned(ws);
         fxa_free_aligned(bad);
         fxa_free_aligned(qq);
+        fxa_free_aligned(block_summary);
+        fxa_free_aligned(scan_scratch);
         return fxa_ctx_fail(p->ctx, FXA_ERR_NO_MEMORY,
                             "out of memory for the accumulator (%zu bytes)", state + p->ws_total);
     }
@@ -138,6 +155,8 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     acc->ws = ws;
     acc->bad = bad;
     acc->qq = qq;
+    acc->block_summary = block_summary;
+    acc->scan_scratch = scan_scratch;
     acc->n_rows = (int64_t)n_rows;
     acc->m = (float *)mem;
     acc->l = (float *)(mem + fxa_align_up(n_rows * sizeof(float)));
@@ -159,6 +178,10 @@ void fxa_attn_acc_destroy(fxa_attn_acc *acc)
     fxa_free_aligned(acc->ws);
     fxa_free_aligned(acc->bad);
     fxa_free_aligned(acc->qq);
+    fxa_free_aligned(acc->block_summary);
+    fxa_free_aligned(acc->scan_scratch);
+    fxa_free_aligned(acc->summaries);
+    fxa_free_aligned(acc->added);
     fxa_free_aligned(acc);
 }
 
@@ -263,6 +286,31 @@ static void begin_item(void *arg, int64_t item, int thread_id)
     s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n, acc->bound + (bh * p->d.seq_q + i0));
 }
 
+/* Keep a copy of the pass's n_blocks summaries, none of them added yet. */
+static fxa_status keep_summaries(fxa_attn_acc *acc, const double *summaries, int64_t n_blocks)
+{
+    const size_t len = fxa_kv_summary_len(acc->p);
+    if (n_blocks > acc->blocks_cap) {
+        double *s = fxa_malloc_aligned((size_t)n_blocks * len * sizeof(double));
+        uint8_t *added = fxa_malloc_aligned((size_t)n_blocks);
+        if (!s || !added) {
+            fxa_free_aligned(s);
+            fxa_free_aligned(added);
+            return fxa_ctx_fail(acc->p->ctx, FXA_ERR_NO_MEMORY,
+                                "out of memory for %lld block summaries", (long long)n_blocks);
+        }
+        fxa_free_aligned(acc->summaries);
+        fxa_free_aligned(acc->added);
+        acc->summaries = s;
+        acc->added = added;
+        acc->blocks_cap = n_blocks;
+    }
+    memcpy(acc->summaries, summaries, (size_t)n_blocks * len * sizeof(double));
+    memset(acc->added, 0, (size_t)n_blocks);
+    acc->n_blocks = n_blocks;
+    return FXA_OK;
+}
+
 fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
                               int64_t n_blocks)
 {
@@ -303,6 +351,9 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
                                 "summaries disagree on the key count across heads");
         keys = (int64_t)n;
     }
+    const fxa_status kept = keep_summaries(acc, summaries, n_blocks);
+    if (kept != FXA_OK)
+        return kept;
     const double t0 = fxa_now_seconds();
     acc->q = q;
     for (int t = 0; t < p->ctx->pool.n_threads; t++)
@@ -416,6 +467,53 @@ static void add_item(void *arg, int64_t wave_item, int thread_id)
     }
 }
 
+/* The summarised block, not yet added, whose summary equals the block's
+ * (acc->block_summary); -1 when none does. *added_before: some block
+ * already added matches. */
+static int64_t matching_block(const fxa_attn_acc *acc, int *added_before)
+{
+    const size_t len = fxa_kv_summary_len(acc->p);
+    *added_before = 0;
+    for (int64_t b = 0; b < acc->n_blocks; b++) {
+        const double *s = acc->summaries + (size_t)b * len;
+        size_t c = 0;
+        while (c < len && s[c] == acc->block_summary[c])
+            c++;
+        if (c < len)
+            continue;
+        if (!acc->added[b])
+            return b;
+        *added_before = 1;
+    }
+    return -1;
+}
+
+/* Summarise the block to add and find it among the pass's blocks: FXA_OK
+ * with *block set, or a refusal (non-finite values, a block added before or
+ * never summarised) with nothing added. */
+static fxa_status identify_block(const fxa_attn_acc *acc, const void *k, const void *v,
+                                 int64_t n_kv, fxa_strides ks, fxa_strides vs, int64_t *block)
+{
+    const fxa_attn_plan *p = acc->p;
+    const fxa_status st = fxa_scan_kv(p, k, v, n_kv, ks, vs, acc->block_summary, acc->scan_scratch);
+    if (st != FXA_OK)
+        return st;
+    int added_before;
+    *block = matching_block(acc, &added_before);
+    if (*block >= 0)
+        return FXA_OK;
+    if (added_before)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "this block of %lld keys was added already: each summarised block is "
+                            "added once",
+                            (long long)n_kv);
+    return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                        "this block of %lld keys is none of the summarised blocks: its keys or "
+                        "values differ from every block given to fxa_attn_acc_begin (add each "
+                        "block as fxa_kv_summarize saw it)",
+                        (long long)n_kv);
+}
+
 static void progress(const fxa_attn_acc *acc)
 {
     if (acc->progress)
@@ -439,7 +537,6 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "blocks add up to more keys (%lld) than were summarised (%lld)",
                             (long long)(acc->keys_added + n_kv), (long long)acc->keys_expected);
-    acc->keys_added += n_kv;
     if (n_kv == 0)
         return FXA_OK;
     acc_job job = {
@@ -451,6 +548,12 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
         .k_strides = block_strides(p, n_kv, 0),
         .v_strides = block_strides(p, n_kv, 1),
     };
+    int64_t block;
+    const fxa_status st = identify_block(acc, k, v, n_kv, job.k_strides, job.v_strides, &block);
+    if (st != FXA_OK)
+        return st;
+    acc->added[block] = 1;
+    acc->keys_added += n_kv;
     const int64_t chunk_items = p->chunk_kv_heads * p->group / p->d.heads_per_tile * p->n_q_blocks;
     /* Waves of a few items per thread keep progress calls milliseconds apart. */
     const int64_t wave = 2 * (int64_t)p->ctx->pool.n_threads;
@@ -495,6 +598,21 @@ static void finish_item(void *arg, int64_t item, int thread_id)
             a->row_fallback[diag + (int64_t)i] = acc->online[diag + (int64_t)i] == FXA_ROW_ONLINE;
 }
 
+/* Refuse outputs that overlap Q (the pass's input) or each other. */
+static fxa_status check_spans(const fxa_attn_acc *acc, const fxa_attn_args *a)
+{
+    const fxa_attn_plan *p = acc->p;
+    const size_t rows = (size_t)acc->n_rows;
+    const fxa_span in[1] = {{"Q", acc->q, (size_t)p->q_extent * p->in_elem}};
+    const fxa_span out[4] = {
+        {"out", a->out, (size_t)p->o_extent * p->out_elem},
+        {"lse", a->lse, rows * sizeof(float)},
+        {"row_fallback", a->row_fallback, rows},
+        {"row_bound", a->row_bound, rows * sizeof(float)},
+    };
+    return fxa_spans_disjoint(p->ctx, out, 4, in, 1);
+}
+
 fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
                                fxa_attn_stats *stats_out)
 {
@@ -520,10 +638,8 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
         return st;
     if (!args->out)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args: out is NULL");
-    if (fxa_ranges_overlap(args->out, (size_t)p->o_extent * p->out_elem, acc->q,
-                           (size_t)p->q_extent * p->in_elem))
-        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
-                            "out overlaps Q: the output must not share memory with the inputs");
+    if ((st = check_spans(acc, args)) != FXA_OK)
+        return st;
     if (acc->keys_added != acc->keys_expected)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "blocks added hold %lld keys, the summaries %lld",
