@@ -118,13 +118,8 @@ static void carve(const fxa_attn_plan *p, unsigned char *ws, int t)
     s->p16 = (uint16_t *)at;
 }
 
-fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
+static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
 {
-    if (acc_out)
-        *acc_out = NULL;
-    if (!plan)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_clear_error(plan->ctx);
     if (!acc_out)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_acc_create");
     const fxa_attn_plan *p = plan;
@@ -170,6 +165,19 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     return FXA_OK;
 }
 
+/* The public calls: one at a time per context (fxa_ctx_begin). */
+fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
+{
+    if (acc_out)
+        *acc_out = NULL;
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(plan->ctx);
+    const fxa_status st = acc_create(plan, acc_out);
+    fxa_ctx_end(plan->ctx);
+    return st;
+}
+
 void fxa_attn_acc_destroy(fxa_attn_acc *acc)
 {
     if (!acc)
@@ -198,12 +206,9 @@ size_t fxa_kv_summary_len(const fxa_attn_plan *plan)
     return plan ? (size_t)(plan->d.batch * plan->d.heads_kv) * fxa_summary_head_len(plan) : 0;
 }
 
-fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v, int64_t n_kv,
-                            double *summary_out)
+static fxa_status kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v,
+                               int64_t n_kv, double *summary_out)
 {
-    if (!plan)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_clear_error(plan->ctx);
     if (!summary_out || (n_kv > 0 && (!k || !v)))
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_kv_summarize");
     if (n_kv < 0 || n_kv > plan->d.seq_kv)
@@ -216,6 +221,17 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
     fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv, 0),
                                 block_strides(plan, n_kv, 1), summary_out, scratch);
     fxa_free_aligned(scratch);
+    return st;
+}
+
+fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v, int64_t n_kv,
+                            double *summary_out)
+{
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(plan->ctx);
+    const fxa_status st = kv_summarize(plan, k, v, n_kv, summary_out);
+    fxa_ctx_end(plan->ctx);
     return st;
 }
 
@@ -311,13 +327,10 @@ static fxa_status keep_summaries(fxa_attn_acc *acc, const double *summaries, int
     return FXA_OK;
 }
 
-fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
-                              int64_t n_blocks)
+static fxa_status acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
+                            int64_t n_blocks)
 {
-    if (!acc)
-        return FXA_ERR_INVALID_ARG;
     const fxa_attn_plan *p = acc->p;
-    fxa_ctx_clear_error(p->ctx);
     acc->begun = 0;
     if (!q || !summaries || n_blocks < 1)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
@@ -391,6 +404,17 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
     acc->t_begin = t0;
     acc->begun = 1;
     return FXA_OK;
+}
+
+fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
+                              int64_t n_blocks)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    const fxa_status st = acc_begin(acc, q, summaries, n_blocks);
+    fxa_ctx_end(acc->p->ctx);
+    return st;
 }
 
 /* Where kv tile `tile` of chunk slot `slot` is packed, in elements of fp32
@@ -520,12 +544,9 @@ static void progress(const fxa_attn_acc *acc)
         acc->progress(acc->progress_arg);
 }
 
-fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv)
+static fxa_status acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv)
 {
-    if (!acc)
-        return FXA_ERR_INVALID_ARG;
     const fxa_attn_plan *p = acc->p;
-    fxa_ctx_clear_error(p->ctx);
     if (!acc->begun)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "fxa_attn_acc_add before a successful begin");
@@ -571,6 +592,16 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
     return FXA_OK;
 }
 
+fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    const fxa_status st = acc_add(acc, k, v, n_kv);
+    fxa_ctx_end(acc->p->ctx);
+    return st;
+}
+
 /* Item (b * Hq + h, query block): normalise into out / lse / diagnostics. */
 static void finish_item(void *arg, int64_t item, int thread_id)
 {
@@ -613,13 +644,10 @@ static fxa_status check_spans(const fxa_attn_acc *acc, const fxa_attn_args *a)
     return fxa_spans_disjoint(p->ctx, out, 4, in, 1);
 }
 
-fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
-                               fxa_attn_stats *stats_out)
+static fxa_status acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
+                             fxa_attn_stats *stats_out)
 {
-    if (!acc)
-        return FXA_ERR_INVALID_ARG;
     const fxa_attn_plan *p = acc->p;
-    fxa_ctx_clear_error(p->ctx);
     if (!acc->begun)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "fxa_attn_acc_finish before a successful begin");
@@ -679,4 +707,15 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     };
     fxa_struct_out(stats_out, &full, sizeof full);
     return FXA_OK;
+}
+
+fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
+                               fxa_attn_stats *stats_out)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    const fxa_status st = acc_finish(acc, args, stats_out);
+    fxa_ctx_end(acc->p->ctx);
+    return st;
 }

@@ -339,10 +339,7 @@ static fxa_status check_spans(const fxa_attn_plan *p, const fxa_attn_args *a, vo
 static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
                              fxa_attn_stats *stats_out, int bounds_only)
 {
-    if (!plan)
-        return FXA_ERR_INVALID_ARG;
     fxa_ctx *ctx = plan->ctx;
-    fxa_ctx_clear_error(ctx);
     if (!args)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "attention args missing (NULL)");
     fxa_attn_args a_full = {.struct_size = sizeof a_full};
@@ -403,14 +400,26 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     return FXA_OK;
 }
 
+/* One call at a time per context (fxa_ctx_begin). */
+static fxa_status run_call(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
+                           fxa_attn_stats *stats_out, int bounds_only)
+{
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(plan->ctx);
+    const fxa_status st = run_common(plan, args, workspace, stats_out, bounds_only);
+    fxa_ctx_end(plan->ctx);
+    return st;
+}
+
 fxa_status fxa_attn_run(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
                         fxa_attn_stats *stats_out)
 {
-    return run_common(plan, args, workspace, stats_out, 0);
+    return run_call(plan, args, workspace, stats_out, 0);
 }
 
 fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
                            fxa_attn_stats *stats_out)
 {
-    return run_common(plan, args, workspace, stats_out, 1);
+    return run_call(plan, args, workspace, stats_out, 1);
 }
