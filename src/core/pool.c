@@ -2,6 +2,7 @@
 #include "pool.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 struct worker_start {
@@ -115,21 +116,60 @@ static void destroy_sync(fxa_pool *pool)
     pthread_mutex_destroy(&pool->call);
 }
 
+/* Map worker i's own stack (a guard page below it); 0 on failure. */
+static int map_stack(fxa_pool *pool, int i)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *m = mmap(NULL, pool->stack_bytes + page, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED)
+        return 0;
+    mprotect(m, page, PROT_NONE);
+    pool->stacks[i] = m;
+    return 1;
+}
+
+static void unmap_stacks(fxa_pool *pool)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; pool->stacks && i < pool->n_workers; i++)
+        munmap(pool->stacks[i], pool->stack_bytes + page);
+    free(pool->stacks);
+    pool->stacks = NULL;
+}
+
+/* Start worker i (on its own stack when pool->stacks is set); 0 on failure. */
+static int start_worker(fxa_pool *pool, int i)
+{
+    struct worker_start *ws = malloc(sizeof *ws);
+    pthread_attr_t attr;
+    int ok = 0;
+    if (!ws || pthread_attr_init(&attr) != 0) {
+        free(ws);
+        return 0;
+    }
+    ws->pool = pool;
+    ws->thread_id = i + 1;
+    if (!pool->stacks || map_stack(pool, i)) {
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        if (pool->stacks)
+            pthread_attr_setstack(&attr, (unsigned char *)pool->stacks[i] + page,
+                                  pool->stack_bytes);
+        ok = pthread_create(&pool->workers[i], &attr, worker_main, ws) == 0;
+        if (!ok && pool->stacks)
+            munmap(pool->stacks[i], pool->stack_bytes + page);
+    }
+    pthread_attr_destroy(&attr);
+    if (!ok)
+        free(ws);
+    return ok;
+}
+
 /* Start workers 1..n_threads-1 until one fails; n_workers counts them. */
 static void start_workers(fxa_pool *pool)
 {
-    while (pool->n_workers < pool->n_threads - 1) {
-        struct worker_start *ws = malloc(sizeof *ws);
-        if (!ws)
-            return;
-        ws->pool = pool;
-        ws->thread_id = pool->n_workers + 1;
-        if (pthread_create(&pool->workers[pool->n_workers], NULL, worker_main, ws) != 0) {
-            free(ws);
-            return;
-        }
+    while (pool->n_workers < pool->n_threads - 1 && start_worker(pool, pool->n_workers))
         pool->n_workers++;
-    }
 }
 
 fxa_status fxa_pool_init(fxa_pool *pool, int n_threads)
@@ -142,6 +182,8 @@ fxa_status fxa_pool_init(fxa_pool *pool, int n_threads)
     atomic_init(&pool->next_item, 0);
     atomic_init(&pool->pid, getpid());
     pool->workers = NULL;
+    pool->stacks = NULL;
+    pool->stack_bytes = 0;
     if (init_sync(pool) != FXA_OK)
         return FXA_ERR_INTERNAL;
     if (pool->n_threads == 1)
@@ -164,18 +206,33 @@ static int owned_here(const fxa_pool *pool)
     return atomic_load_explicit(&pool->pid, memory_order_acquire) == getpid();
 }
 
+/* The default thread stack size (what pthread_create gives). */
+static size_t default_stack_bytes(void)
+{
+    pthread_attr_t attr;
+    size_t bytes = 8u << 20;
+    if (pthread_attr_init(&attr) == 0) {
+        pthread_attr_getstacksize(&attr, &bytes);
+        pthread_attr_destroy(&attr);
+    }
+    return bytes;
+}
+
 /* In a forked child: new locks and workers over the parent's copies, which
  * are neither joined nor destroyed (their threads do not exist here and a
- * lock may have been held when the parent forked). */
+ * lock may have been held when the parent forked). The workers get stacks
+ * of their own; without room for them the caller runs every item. */
 static void rebuild_in_child(fxa_pool *pool)
 {
     rebuild_lock();
-    if (!owned_here(pool)) {
-        if (init_sync(pool) == FXA_OK) {
-            if (pool->workers)
+    if (!owned_here(pool) && init_sync(pool) == FXA_OK) {
+        if (pool->workers) {
+            pool->stack_bytes = default_stack_bytes();
+            pool->stacks = calloc((size_t)pool->n_threads - 1, sizeof *pool->stacks);
+            if (pool->stacks)
                 start_workers(pool);
-            atomic_store_explicit(&pool->pid, getpid(), memory_order_release);
         }
+        atomic_store_explicit(&pool->pid, getpid(), memory_order_release);
     }
     rebuild_unlock();
 }
@@ -196,10 +253,12 @@ void fxa_pool_destroy(fxa_pool *pool)
 {
     if (!owned_here(pool)) { /* a forked child's copy that never ran */
         free(pool->workers);
+        free(pool->stacks);
         return;
     }
     if (pool->n_threads > 1) {
         stop_workers(pool);
+        unmap_stacks(pool);
         free(pool->workers);
     }
     destroy_sync(pool);

@@ -12,8 +12,9 @@
  * Fork-safe: the pool records the process that started its workers. In a
  * forked child (which has none of them) the first fxa_pool_enter or
  * fxa_pool_run rebuilds it with new workers and fresh locks, leaving the
- * parent's untouched; a worker that cannot start there leaves its items to
- * the others (results do not depend on the thread count).
+ * parent's untouched (the new workers get stacks of their own); a worker
+ * that cannot start there leaves its items to the others (results do not
+ * depend on the thread count).
  */
 #ifndef FXA_POOL_H
 #define FXA_POOL_H
@@ -32,8 +33,14 @@ typedef void fxa_pool_task_fn(void *arg, int64_t item, int thread_id);
 
 typedef struct fxa_pool {
     int n_threads;
-    int n_workers;        /* workers running: n_threads - 1 (fewer in a child that lacked room) */
-    pthread_t *workers;   /* n_threads - 1 */
+    int n_workers;      /* workers running: n_threads - 1 (fewer in a child that lacked room) */
+    pthread_t *workers; /* n_threads - 1 */
+    /* Workers started in a forked child run on stacks of their own
+     * (stack_bytes each, NULL: the default stacks), so that a new thread
+     * never reuses the stack, and so the identity, of a parent thread that
+     * the child's memory still holds. */
+    void **stacks;
+    size_t stack_bytes;
     pthread_mutex_t call; /* recursive: held by the one caller (fxa_pool_enter) */
     pthread_mutex_t lock; /* guards generation, running, stop */
     pthread_cond_t wake;  /* workers wait here for a new generation */
