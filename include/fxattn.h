@@ -10,6 +10,19 @@
  * Conventions
  *  - Fallible calls return fxa_status; outputs come through trailing *_out.
  *  - Handles are opaque; every destroy accepts NULL.
+ *  - NULL for a handle or pointer never crashes: fallible calls return
+ *    FXA_ERR_INVALID_ARG, accessors a neutral value (fxa_ctx_threads 0,
+ *    fxa_attn_flops 0.0, fxa_kv_summary_len 0, fxa_ctx_isa /
+ *    fxa_ctx_kernel_info / fxa_ctx_last_error ""), and the *_init,
+ *    *_destroy and *_set_progress functions do nothing.
+ *  - Threads: a context may be shared. Calls that use a context (plan
+ *    creation, runs, summaries, the accumulator's calls, fxa_attn_check,
+ *    fxa_ctx_last_error) run one at a time per context: a call from another
+ *    thread waits until the running one returns. Contexts run in parallel.
+ *  - fork(): a child may go on using the contexts, plans and accumulators
+ *    its parent made; its first call on a context starts the context's
+ *    threads anew in the child (the parent's are left alone) and results
+ *    are the same bits.
  *  - Callers own all tensors and workspaces; no pointer outlives a call.
  *  - Versioned structs (fxa_ctx_params, fxa_attn_desc, fxa_attn_args,
  *    fxa_attn_stats) start with struct_size: set it to sizeof the struct
@@ -92,8 +105,8 @@ FXA_API void fxa_ctx_params_init(fxa_ctx_params *p);
  * Create a context: a fixed-size thread pool and the kernel table chosen for
  * this CPU. The environment variable FXA_ISA (read here, once) forces a
  * kernel set; a set this build or CPU lacks is refused with
- * FXA_ERR_UNSUPPORTED. One caller thread per context at a time.
- * p may be NULL (defaults).
+ * FXA_ERR_UNSUPPORTED. Calls on a context run one at a time (see
+ * "Conventions"). p may be NULL (defaults).
  */
 FXA_API fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out);
 FXA_API void fxa_ctx_destroy(fxa_ctx *ctx);
@@ -101,19 +114,22 @@ FXA_API void fxa_ctx_destroy(fxa_ctx *ctx);
 /* Why the last fxa_ctx_create on the calling thread failed ("" if unknown). */
 FXA_API const char *fxa_ctx_create_error(void);
 
-/* Number of threads the context runs (>= 1). */
+/* Number of threads the context runs (>= 1; 0 for NULL). */
 FXA_API int fxa_ctx_threads(const fxa_ctx *ctx);
 
-/* Name of the kernel set the context uses ("ref", "avx2", "avx512"). */
+/* Name of the kernel set the context uses ("ref", "avx2", "avx512"; ""
+ * for NULL). */
 FXA_API const char *fxa_ctx_isa(const fxa_ctx *ctx);
 
-/* One line saying which tile kernels the context runs. */
+/* One line saying which tile kernels the context runs ("" for NULL). */
 FXA_API const char *fxa_ctx_kernel_info(const fxa_ctx *ctx);
 
 /*
  * Detail of the last error returned by a call on this context (plan or run):
  * a sentence such as "Q has a non-finite value at batch 0, token 3, head 1,
- * dim 7". Empty string when there was none. Valid until the next call.
+ * dim 7". Empty string when there was none. The string is the calling
+ * thread's copy, valid until its next fxa_ctx_last_error; with several
+ * threads on one context it is the latest call's, whichever thread made it.
  */
 FXA_API const char *fxa_ctx_last_error(const fxa_ctx *ctx);
 
@@ -247,8 +263,10 @@ typedef struct fxa_attn_args {
     const void *k;
     const void *v;
     /* Q's shape with the descriptor's O strides, of its out_dtype (float
-     * for FXA_F32, uint16_t bf16 bits for FXA_BF16); must not overlap the
-     * inputs. */
+     * for FXA_F32, uint16_t bf16 bits for FXA_BF16). No output (out, lse,
+     * row_fallback, row_bound, and the run's workspace) may share a byte
+     * with Q, K, V or another output, each spanning its shape and strides:
+     * FXA_ERR_INVALID_ARG naming both, nothing written. */
     void *out;
     float *lse; /* optional [B,Hq,Sq]: natural-log log-sum-exp of tau*q.k */
     /* Optional per-row diagnostics, [B,Hq,Sq] each: */
@@ -263,7 +281,8 @@ typedef struct fxa_attn_args {
  * is written. Results are bit-identical for any thread count and any
  * heads_per_tile / block_q. stats_out may be NULL; else its struct_size is
  * checked first (nothing is computed when it is out of range).
- * Threads: uses the context's pool; one run per context at a time.
+ * Threads: uses the context's pool; a call on the same context from
+ * another thread waits until this one returns.
  */
 FXA_API fxa_status fxa_attn_run(const fxa_attn_plan *plan, const fxa_attn_args *args,
                                 void *workspace, fxa_attn_stats *stats_out);
@@ -338,7 +357,12 @@ FXA_API fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const do
                                       int64_t n_blocks);
 
 /* Add one block of n_kv keys/values, which must be one of the summarised
- * blocks (each added once). */
+ * blocks, each added once. The block is summarised again and must equal a
+ * summary given to fxa_attn_acc_begin that no earlier add matched
+ * (summaries are the same bits on every kernel set and thread count). A
+ * block added twice, changed since it was summarised, never summarised, or
+ * with a non-finite value is refused with FXA_ERR_INVALID_ARG and adds
+ * nothing: the pass goes on with the right blocks. */
 FXA_API fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv);
 
 /* Normalise once and write args->out (and the optional lse, row_fallback,
@@ -348,7 +372,7 @@ FXA_API fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void
 FXA_API fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
                                        fxa_attn_stats *stats_out);
 
-/* FLOPs of one run: 4 * B * Hq * Sq * Skv * D. */
+/* FLOPs of one run: 4 * B * Hq * Sq * Skv * D (0.0 for NULL). */
 FXA_API double fxa_attn_flops(const fxa_attn_desc *d);
 
 /* ------------------------------------------------------------------------ */

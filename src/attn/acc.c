@@ -34,6 +34,19 @@ struct fxa_attn_acc {
     uint8_t *online;
     float *o; /* [n_rows][D] */
     int begun;
+    /* The blocks of the pass: a copy of begin's summaries and, per block,
+     * whether it was added. A block to add is summarised again (into
+     * block_summary, with scan_scratch) and must equal one not yet added:
+     * summaries are bit-exact on every kernel set, so a summarised block
+     * always matches, and anything else (a block added twice, changed since,
+     * never summarised, or with keys or values outside the bound its
+     * summary gave) is refused before it touches the rows. */
+    double *summaries;
+    uint8_t *added;
+    int64_t n_blocks;
+    int64_t blocks_cap;
+    double *block_summary;
+    void *scan_scratch;
     int64_t keys_expected; /* per head, from the summaries */
     int64_t keys_added;
     int64_t fallback_rows;
@@ -105,13 +118,8 @@ static void carve(const fxa_attn_plan *p, unsigned char *ws, int t)
     s->p16 = (uint16_t *)at;
 }
 
-fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
+static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
 {
-    if (acc_out)
-        *acc_out = NULL;
-    if (!plan)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_clear_error(plan->ctx);
     if (!acc_out)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_acc_create");
     const fxa_attn_plan *p = plan;
@@ -125,12 +133,16 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     unsigned char *ws = fxa_malloc_aligned(p->ws_total);
     fxa_bad_value *bad = fxa_malloc_aligned(n_items * sizeof *bad);
     double *qq = fxa_malloc_aligned(n_items * sizeof *qq);
-    if (!acc || !mem || !ws || !bad || !qq) {
+    double *block_summary = fxa_malloc_aligned(fxa_kv_summary_len(p) * sizeof(double));
+    void *scan_scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(p, p->d.seq_kv));
+    if (!acc || !mem || !ws || !bad || !qq || !block_summary || !scan_scratch) {
         fxa_free_aligned(acc);
         fxa_free_aligned(mem);
         fxa_free_aligned(ws);
         fxa_free_aligned(bad);
         fxa_free_aligned(qq);
+        fxa_free_aligned(block_summary);
+        fxa_free_aligned(scan_scratch);
         return fxa_ctx_fail(p->ctx, FXA_ERR_NO_MEMORY,
                             "out of memory for the accumulator (%zu bytes)", state + p->ws_total);
     }
@@ -138,6 +150,8 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     acc->ws = ws;
     acc->bad = bad;
     acc->qq = qq;
+    acc->block_summary = block_summary;
+    acc->scan_scratch = scan_scratch;
     acc->n_rows = (int64_t)n_rows;
     acc->m = (float *)mem;
     acc->l = (float *)(mem + fxa_align_up(n_rows * sizeof(float)));
@@ -151,6 +165,19 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     return FXA_OK;
 }
 
+/* The public calls: one at a time per context (fxa_ctx_begin). */
+fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
+{
+    if (acc_out)
+        *acc_out = NULL;
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(plan->ctx);
+    const fxa_status st = acc_create(plan, acc_out);
+    fxa_ctx_end(plan->ctx);
+    return st;
+}
+
 void fxa_attn_acc_destroy(fxa_attn_acc *acc)
 {
     if (!acc)
@@ -159,6 +186,10 @@ void fxa_attn_acc_destroy(fxa_attn_acc *acc)
     fxa_free_aligned(acc->ws);
     fxa_free_aligned(acc->bad);
     fxa_free_aligned(acc->qq);
+    fxa_free_aligned(acc->block_summary);
+    fxa_free_aligned(acc->scan_scratch);
+    fxa_free_aligned(acc->summaries);
+    fxa_free_aligned(acc->added);
     fxa_free_aligned(acc);
 }
 
@@ -175,12 +206,9 @@ size_t fxa_kv_summary_len(const fxa_attn_plan *plan)
     return plan ? (size_t)(plan->d.batch * plan->d.heads_kv) * fxa_summary_head_len(plan) : 0;
 }
 
-fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v, int64_t n_kv,
-                            double *summary_out)
+static fxa_status kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v,
+                               int64_t n_kv, double *summary_out)
 {
-    if (!plan)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_clear_error(plan->ctx);
     if (!summary_out || (n_kv > 0 && (!k || !v)))
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_kv_summarize");
     if (n_kv < 0 || n_kv > plan->d.seq_kv)
@@ -193,6 +221,17 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
     fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv, 0),
                                 block_strides(plan, n_kv, 1), summary_out, scratch);
     fxa_free_aligned(scratch);
+    return st;
+}
+
+fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v, int64_t n_kv,
+                            double *summary_out)
+{
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(plan->ctx);
+    const fxa_status st = kv_summarize(plan, k, v, n_kv, summary_out);
+    fxa_ctx_end(plan->ctx);
     return st;
 }
 
@@ -263,13 +302,35 @@ static void begin_item(void *arg, int64_t item, int thread_id)
     s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n, acc->bound + (bh * p->d.seq_q + i0));
 }
 
-fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
-                              int64_t n_blocks)
+/* Keep a copy of the pass's n_blocks summaries, none of them added yet. */
+static fxa_status keep_summaries(fxa_attn_acc *acc, const double *summaries, int64_t n_blocks)
 {
-    if (!acc)
-        return FXA_ERR_INVALID_ARG;
+    const size_t len = fxa_kv_summary_len(acc->p);
+    if (n_blocks > acc->blocks_cap) {
+        double *s = fxa_malloc_aligned((size_t)n_blocks * len * sizeof(double));
+        uint8_t *added = fxa_malloc_aligned((size_t)n_blocks);
+        if (!s || !added) {
+            fxa_free_aligned(s);
+            fxa_free_aligned(added);
+            return fxa_ctx_fail(acc->p->ctx, FXA_ERR_NO_MEMORY,
+                                "out of memory for %lld block summaries", (long long)n_blocks);
+        }
+        fxa_free_aligned(acc->summaries);
+        fxa_free_aligned(acc->added);
+        acc->summaries = s;
+        acc->added = added;
+        acc->blocks_cap = n_blocks;
+    }
+    memcpy(acc->summaries, summaries, (size_t)n_blocks * len * sizeof(double));
+    memset(acc->added, 0, (size_t)n_blocks);
+    acc->n_blocks = n_blocks;
+    return FXA_OK;
+}
+
+static fxa_status acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
+                            int64_t n_blocks)
+{
     const fxa_attn_plan *p = acc->p;
-    fxa_ctx_clear_error(p->ctx);
     acc->begun = 0;
     if (!q || !summaries || n_blocks < 1)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
@@ -303,6 +364,9 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
                                 "summaries disagree on the key count across heads");
         keys = (int64_t)n;
     }
+    const fxa_status kept = keep_summaries(acc, summaries, n_blocks);
+    if (kept != FXA_OK)
+        return kept;
     const double t0 = fxa_now_seconds();
     acc->q = q;
     for (int t = 0; t < p->ctx->pool.n_threads; t++)
@@ -340,6 +404,17 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
     acc->t_begin = t0;
     acc->begun = 1;
     return FXA_OK;
+}
+
+fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
+                              int64_t n_blocks)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    const fxa_status st = acc_begin(acc, q, summaries, n_blocks);
+    fxa_ctx_end(acc->p->ctx);
+    return st;
 }
 
 /* Where kv tile `tile` of chunk slot `slot` is packed, in elements of fp32
@@ -416,18 +491,62 @@ static void add_item(void *arg, int64_t wave_item, int thread_id)
     }
 }
 
+/* The summarised block, not yet added, whose summary equals the block's
+ * (acc->block_summary); -1 when none does. *added_before: some block
+ * already added matches. */
+static int64_t matching_block(const fxa_attn_acc *acc, int *added_before)
+{
+    const size_t len = fxa_kv_summary_len(acc->p);
+    *added_before = 0;
+    for (int64_t b = 0; b < acc->n_blocks; b++) {
+        const double *s = acc->summaries + (size_t)b * len;
+        size_t c = 0;
+        while (c < len && s[c] == acc->block_summary[c])
+            c++;
+        if (c < len)
+            continue;
+        if (!acc->added[b])
+            return b;
+        *added_before = 1;
+    }
+    return -1;
+}
+
+/* Summarise the block to add and find it among the pass's blocks: FXA_OK
+ * with *block set, or a refusal (non-finite values, a block added before or
+ * never summarised) with nothing added. */
+static fxa_status identify_block(const fxa_attn_acc *acc, const void *k, const void *v,
+                                 int64_t n_kv, fxa_strides ks, fxa_strides vs, int64_t *block)
+{
+    const fxa_attn_plan *p = acc->p;
+    const fxa_status st = fxa_scan_kv(p, k, v, n_kv, ks, vs, acc->block_summary, acc->scan_scratch);
+    if (st != FXA_OK)
+        return st;
+    int added_before;
+    *block = matching_block(acc, &added_before);
+    if (*block >= 0)
+        return FXA_OK;
+    if (added_before)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "this block of %lld keys was added already: each summarised block is "
+                            "added once",
+                            (long long)n_kv);
+    return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                        "this block of %lld keys is none of the summarised blocks: its keys or "
+                        "values differ from every block given to fxa_attn_acc_begin (add each "
+                        "block as fxa_kv_summarize saw it)",
+                        (long long)n_kv);
+}
+
 static void progress(const fxa_attn_acc *acc)
 {
     if (acc->progress)
         acc->progress(acc->progress_arg);
 }
 
-fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv)
+static fxa_status acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv)
 {
-    if (!acc)
-        return FXA_ERR_INVALID_ARG;
     const fxa_attn_plan *p = acc->p;
-    fxa_ctx_clear_error(p->ctx);
     if (!acc->begun)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "fxa_attn_acc_add before a successful begin");
@@ -439,7 +558,6 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "blocks add up to more keys (%lld) than were summarised (%lld)",
                             (long long)(acc->keys_added + n_kv), (long long)acc->keys_expected);
-    acc->keys_added += n_kv;
     if (n_kv == 0)
         return FXA_OK;
     acc_job job = {
@@ -451,6 +569,12 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
         .k_strides = block_strides(p, n_kv, 0),
         .v_strides = block_strides(p, n_kv, 1),
     };
+    int64_t block;
+    const fxa_status st = identify_block(acc, k, v, n_kv, job.k_strides, job.v_strides, &block);
+    if (st != FXA_OK)
+        return st;
+    acc->added[block] = 1;
+    acc->keys_added += n_kv;
     const int64_t chunk_items = p->chunk_kv_heads * p->group / p->d.heads_per_tile * p->n_q_blocks;
     /* Waves of a few items per thread keep progress calls milliseconds apart. */
     const int64_t wave = 2 * (int64_t)p->ctx->pool.n_threads;
@@ -466,6 +590,16 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
         }
     }
     return FXA_OK;
+}
+
+fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    const fxa_status st = acc_add(acc, k, v, n_kv);
+    fxa_ctx_end(acc->p->ctx);
+    return st;
 }
 
 /* Item (b * Hq + h, query block): normalise into out / lse / diagnostics. */
@@ -495,13 +629,25 @@ static void finish_item(void *arg, int64_t item, int thread_id)
             a->row_fallback[diag + (int64_t)i] = acc->online[diag + (int64_t)i] == FXA_ROW_ONLINE;
 }
 
-fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
-                               fxa_attn_stats *stats_out)
+/* Refuse outputs that overlap Q (the pass's input) or each other. */
+static fxa_status check_spans(const fxa_attn_acc *acc, const fxa_attn_args *a)
 {
-    if (!acc)
-        return FXA_ERR_INVALID_ARG;
     const fxa_attn_plan *p = acc->p;
-    fxa_ctx_clear_error(p->ctx);
+    const size_t rows = (size_t)acc->n_rows;
+    const fxa_span in[1] = {{"Q", acc->q, (size_t)p->q_extent * p->in_elem}};
+    const fxa_span out[4] = {
+        {"out", a->out, (size_t)p->o_extent * p->out_elem},
+        {"lse", a->lse, rows * sizeof(float)},
+        {"row_fallback", a->row_fallback, rows},
+        {"row_bound", a->row_bound, rows * sizeof(float)},
+    };
+    return fxa_spans_disjoint(p->ctx, out, 4, in, 1);
+}
+
+static fxa_status acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
+                             fxa_attn_stats *stats_out)
+{
+    const fxa_attn_plan *p = acc->p;
     if (!acc->begun)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "fxa_attn_acc_finish before a successful begin");
@@ -520,10 +666,8 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
         return st;
     if (!args->out)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args: out is NULL");
-    if (fxa_ranges_overlap(args->out, (size_t)p->o_extent * p->out_elem, acc->q,
-                           (size_t)p->q_extent * p->in_elem))
-        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
-                            "out overlaps Q: the output must not share memory with the inputs");
+    if ((st = check_spans(acc, args)) != FXA_OK)
+        return st;
     if (acc->keys_added != acc->keys_expected)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "blocks added hold %lld keys, the summaries %lld",
@@ -563,4 +707,15 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     };
     fxa_struct_out(stats_out, &full, sizeof full);
     return FXA_OK;
+}
+
+fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
+                               fxa_attn_stats *stats_out)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    const fxa_status st = acc_finish(acc, args, stats_out);
+    fxa_ctx_end(acc->p->ctx);
+    return st;
 }

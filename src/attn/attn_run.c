@@ -315,13 +315,31 @@ static void fill_stats(const run_job *job, fxa_attn_stats *st)
     }
 }
 
+/* Refuse outputs (out and lse unless bounds_only, the row diagnostics,
+ * the workspace) that overlap Q, K, V or each other. */
+static fxa_status check_spans(const fxa_attn_plan *p, const fxa_attn_args *a, void *workspace,
+                              int bounds_only)
+{
+    const size_t rows = (size_t)(p->d.batch * p->d.heads_q * p->d.seq_q);
+    const fxa_span in[3] = {
+        {"Q", a->q, (size_t)p->q_extent * p->in_elem},
+        {"K", a->k, (size_t)p->kv_extent[0] * p->in_elem},
+        {"V", a->v, (size_t)p->kv_extent[1] * p->in_elem},
+    };
+    const fxa_span out[5] = {
+        {"row_fallback", a->row_fallback, rows},
+        {"row_bound", a->row_bound, rows * sizeof(float)},
+        {"workspace", workspace, p->ws_total},
+        {"out", bounds_only ? NULL : a->out, (size_t)p->o_extent * p->out_elem},
+        {"lse", bounds_only ? NULL : a->lse, rows * sizeof(float)},
+    };
+    return fxa_spans_disjoint(p->ctx, out, 5, in, 3);
+}
+
 static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
                              fxa_attn_stats *stats_out, int bounds_only)
 {
-    if (!plan)
-        return FXA_ERR_INVALID_ARG;
     fxa_ctx *ctx = plan->ctx;
-    fxa_ctx_clear_error(ctx);
     if (!args)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "attention args missing (NULL)");
     fxa_attn_args a_full = {.struct_size = sizeof a_full};
@@ -337,21 +355,11 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
         return st;
     if (!args->q || !args->k || !args->v || (!bounds_only && !args->out))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "q, k, v and out must not be NULL");
-    if (!bounds_only) {
-        const void *in[3] = {args->q, args->k, args->v};
-        const int64_t in_ext[3] = {plan->q_extent, plan->kv_extent[0], plan->kv_extent[1]};
-        for (int i = 0; i < 3; i++) {
-            if (fxa_ranges_overlap(args->out, (size_t)plan->o_extent * plan->out_elem, in[i],
-                                   (size_t)in_ext[i] * plan->in_elem))
-                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                                    "out overlaps %c: the output must not share memory with the "
-                                    "inputs",
-                                    "QKV"[i]);
-        }
-    }
     if (!workspace && plan->ws_total > 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes is missing",
                             plan->ws_total);
+    if ((st = check_spans(plan, args, workspace, bounds_only)) != FXA_OK)
+        return st;
     if (((uintptr_t)workspace % FXA_ALIGN) != 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
     const double t0 = fxa_now_seconds();
@@ -392,14 +400,26 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     return FXA_OK;
 }
 
+/* One call at a time per context (fxa_ctx_begin). */
+static fxa_status run_call(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
+                           fxa_attn_stats *stats_out, int bounds_only)
+{
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(plan->ctx);
+    const fxa_status st = run_common(plan, args, workspace, stats_out, bounds_only);
+    fxa_ctx_end(plan->ctx);
+    return st;
+}
+
 fxa_status fxa_attn_run(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
                         fxa_attn_stats *stats_out)
 {
-    return run_common(plan, args, workspace, stats_out, 0);
+    return run_call(plan, args, workspace, stats_out, 0);
 }
 
 fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
                            fxa_attn_stats *stats_out)
 {
-    return run_common(plan, args, workspace, stats_out, 1);
+    return run_call(plan, args, workspace, stats_out, 1);
 }

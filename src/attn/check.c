@@ -223,13 +223,10 @@ static size_t add_sat(size_t a, size_t b)
     return a > SIZE_MAX - b ? SIZE_MAX : a + b;
 }
 
-fxa_status fxa_attn_check(fxa_ctx *ctx, const fxa_attn_desc *d, const void *q, const void *k,
-                          const void *v, int sample_rows, fxa_check_head *heads_out,
-                          size_t head_struct_size)
+static fxa_status check(fxa_ctx *ctx, const fxa_attn_desc *d, const void *q, const void *k,
+                        const void *v, int sample_rows, fxa_check_head *heads_out,
+                        size_t head_struct_size)
 {
-    if (!ctx)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_clear_error(ctx);
     if (!d || !q || !k || !heads_out)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "fxa_attn_check: d, q, k and heads_out must not be NULL");
@@ -361,5 +358,17 @@ out:
     free(scratch);
     free(row_bufs);
     free(heads);
+    return st;
+}
+
+fxa_status fxa_attn_check(fxa_ctx *ctx, const fxa_attn_desc *d, const void *q, const void *k,
+                          const void *v, int sample_rows, fxa_check_head *heads_out,
+                          size_t head_struct_size)
+{
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(ctx);
+    const fxa_status st = check(ctx, d, q, k, v, sample_rows, heads_out, head_struct_size);
+    fxa_ctx_end(ctx);
     return st;
 }

@@ -13,6 +13,8 @@
 
 void fxa_attn_desc_init(fxa_attn_desc *d)
 {
+    if (!d)
+        return;
     *d = (fxa_attn_desc){0};
     d->struct_size = sizeof *d;
     d->out_dtype = FXA_F32; /* strides all 0: the layout's */
@@ -26,6 +28,8 @@ void fxa_attn_desc_init(fxa_attn_desc *d)
 
 double fxa_attn_flops(const fxa_attn_desc *d)
 {
+    if (!d)
+        return 0.0;
     return 4.0 * (double)d->batch * (double)d->heads_q * (double)d->seq_q * (double)d->seq_kv *
            (double)d->head_dim;
 }
@@ -290,14 +294,9 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     return off;
 }
 
-fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
-                                size_t *workspace_bytes_out)
+static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
+                              size_t *workspace_bytes_out)
 {
-    if (plan_out)
-        *plan_out = NULL;
-    if (!ctx)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_clear_error(ctx);
     if (!d || !plan_out || !workspace_bytes_out)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_plan_create");
     fxa_attn_desc full;
@@ -374,6 +373,19 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
     *plan_out = p;
     *workspace_bytes_out = p->ws_total;
     return FXA_OK;
+}
+
+fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
+                                size_t *workspace_bytes_out)
+{
+    if (plan_out)
+        *plan_out = NULL;
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(ctx);
+    const fxa_status st = plan_create(ctx, d, plan_out, workspace_bytes_out);
+    fxa_ctx_end(ctx);
+    return st;
 }
 
 void fxa_attn_plan_set_progress(fxa_attn_plan *plan, void (*fn)(void *arg), void *arg)

@@ -34,6 +34,21 @@ static inline int fxa_ranges_overlap(const void *a, size_t na, const void *b, si
     return na > 0 && nb > 0 && x < y + nb && y < x + na;
 }
 
+/* A tensor a call reads or writes: its name (for messages), where it
+ * starts and its bytes (from its shape and strides). */
+typedef struct fxa_span {
+    const char *name;
+    const void *at;
+    size_t bytes;
+} fxa_span;
+
+/* FXA_OK when no written span (out[0..n_out)) shares a byte with a read
+ * span (in[0..n_in)) or with another written span; else
+ * FXA_ERR_INVALID_ARG and the first such pair named in the context's
+ * message. Spans with a NULL pointer are skipped. */
+fxa_status fxa_spans_disjoint(fxa_ctx *ctx, const fxa_span *out, int n_out, const fxa_span *in,
+                              int n_in);
+
 /* Row stride of the bf16 query copy: the dimension padded to pairs. */
 size_t fxa_q16_stride(const fxa_attn_plan *p);
 

@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "ctx_internal.h"
@@ -10,6 +11,8 @@
 
 void fxa_ctx_params_init(fxa_ctx_params *p)
 {
+    if (!p)
+        return;
     p->struct_size = sizeof *p;
     p->n_threads = 0;
 }
@@ -75,22 +78,42 @@ void fxa_ctx_destroy(fxa_ctx *ctx)
 
 int fxa_ctx_threads(const fxa_ctx *ctx)
 {
-    return ctx->pool.n_threads;
+    return ctx ? ctx->pool.n_threads : 0;
 }
 
 const char *fxa_ctx_isa(const fxa_ctx *ctx)
 {
-    return ctx->kernels->isa_name;
+    return ctx ? ctx->kernels->isa_name : "";
 }
 
 const char *fxa_ctx_kernel_info(const fxa_ctx *ctx)
 {
-    return ctx->kernels->description;
+    return ctx ? ctx->kernels->description : "";
 }
+
+/* The calling thread's copy of a context's last error. */
+static _Thread_local char g_last_error[sizeof((fxa_ctx *)0)->last_error];
 
 const char *fxa_ctx_last_error(const fxa_ctx *ctx)
 {
-    return ctx ? ctx->last_error : "";
+    if (!ctx)
+        return "";
+    fxa_ctx *c = (fxa_ctx *)ctx; /* its lock; the message is only read */
+    fxa_pool_enter(&c->pool);
+    memcpy(g_last_error, c->last_error, sizeof g_last_error);
+    fxa_pool_leave(&c->pool);
+    return g_last_error;
+}
+
+void fxa_ctx_begin(fxa_ctx *ctx)
+{
+    fxa_pool_enter(&ctx->pool);
+    ctx->last_error[0] = '\0';
+}
+
+void fxa_ctx_end(fxa_ctx *ctx)
+{
+    fxa_pool_leave(&ctx->pool);
 }
 
 fxa_status fxa_ctx_fail(fxa_ctx *ctx, fxa_status st, const char *fmt, ...)

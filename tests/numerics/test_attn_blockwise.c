@@ -3,7 +3,8 @@
  * ring: one block is bit-identical to fxa_attn_run; several blocks (uneven,
  * empty, added in any order) stay within the fp32 envelope of the fp64
  * reference; a sink or a huge V in one block is handled globally; misuse is
- * refused.
+ * refused (a block that is not one of the summarised ones, outputs that
+ * overlap Q), leaving the accumulator usable.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -316,6 +317,149 @@ static void test_misuse(void)
     fxa_attn_plan_destroy(plan);
 }
 
+/* One pass over blocks A and B (32 keys each): out, and the status of
+ * finish. Misuse between begin and the good adds: each misused add must be
+ * refused with `word` in the message and leave the rows untouched. */
+typedef struct misuse {
+    const char *what;
+    const char *word;
+    const float *k;
+    const float *v;
+    int64_t n;
+    int before; /* 1: tried before block A is added, 0: after both */
+} misuse;
+
+static void contract_pass(const fxa_attn_plan *plan, const float *q, const double *sums,
+                          const float *kv[2][2], const misuse *bad, int n_bad, float *out)
+{
+    fxa_attn_acc *acc = NULL;
+    CHECK(fxa_attn_acc_create(plan, &acc) == FXA_OK, "acc");
+    CHECK(fxa_attn_acc_begin(acc, q, sums, 2) == FXA_OK, "begin: %s", fxa_ctx_last_error(g_ctx));
+    for (int i = 0; i < n_bad; i++) {
+        if (!bad[i].before)
+            continue;
+        const fxa_status st = fxa_attn_acc_add(acc, bad[i].k, bad[i].v, bad[i].n);
+        CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(g_ctx), bad[i].word),
+              "%s: status %d, message '%s' (expected '%s')", bad[i].what, (int)st,
+              fxa_ctx_last_error(g_ctx), bad[i].word);
+    }
+    CHECK(fxa_attn_acc_add(acc, kv[0][0], kv[0][1], 32) == FXA_OK, "add A: %s",
+          fxa_ctx_last_error(g_ctx));
+    for (int i = 0; i < n_bad; i++) {
+        if (bad[i].before)
+            continue;
+        const fxa_status st = fxa_attn_acc_add(acc, bad[i].k, bad[i].v, bad[i].n);
+        CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(g_ctx), bad[i].word),
+              "%s: status %d, message '%s' (expected '%s')", bad[i].what, (int)st,
+              fxa_ctx_last_error(g_ctx), bad[i].word);
+    }
+    CHECK(fxa_attn_acc_add(acc, kv[1][0], kv[1][1], 32) == FXA_OK, "add B: %s",
+          fxa_ctx_last_error(g_ctx));
+    const fxa_attn_args a = {.struct_size = sizeof a, .out = out};
+    CHECK(fxa_attn_acc_finish(acc, &a, NULL) == FXA_OK, "finish: %s", fxa_ctx_last_error(g_ctx));
+    fxa_attn_acc_destroy(acc);
+}
+
+/* A block that is not one of the summarised ones (added twice, NaN in V,
+ * keys moved beyond the summaries' radius, keys never summarised) is
+ * refused, and the pass then gives the same bits as a clean one. */
+static void test_block_contract(void)
+{
+    enum { SQ = 8, SKV = 32, HQ = 2, D = 8 };
+    fxa_attn_desc d;
+    desc_for(&d, 1, HQ, 1, SQ, SKV, D);
+    fxa_attn_plan *plan = NULL;
+    size_t ws = 0;
+    CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws) == FXA_OK, "plan");
+    static float q[SQ * HQ * D], k[2][SKV * D], v[2][SKV * D];
+    static float k_nan_v[SKV * D], v_nan[SKV * D], k_far[SKV * D], k_new[SKV * D];
+    fxt_rng r;
+    fxt_rng_seed(&r, 91);
+    for (int i = 0; i < SQ * HQ * D; i++)
+        q[i] = (float)fxt_rng_normal(&r);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < SKV * D; i++) {
+            k[b][i] = (float)fxt_rng_normal(&r);
+            v[b][i] = (float)fxt_rng_normal(&r);
+        }
+    const size_t len = fxa_kv_summary_len(plan);
+    double *sums = calloc(2 * len, sizeof(double));
+    for (int b = 0; b < 2; b++)
+        CHECK(fxa_kv_summarize(plan, k[b], v[b], SKV, sums + (size_t)b * len) == FXA_OK,
+              "summarise");
+    const float *kv[2][2] = {{k[0], v[0]}, {k[1], v[1]}};
+    static float clean[SQ * HQ * D], after[SQ * HQ * D];
+    contract_pass(plan, q, sums, kv, NULL, 0, clean);
+
+    memcpy(k_nan_v, k[1], sizeof k_nan_v);
+    memcpy(v_nan, v[1], sizeof v_nan);
+    v_nan[5 * D + 3] = NAN;
+    memcpy(k_far, k[1], sizeof k_far);
+    for (int c = 0; c < D; c++)
+        k_far[7 * D + c] *= 1000.0f; /* one key far beyond the radius */
+    for (int i = 0; i < SKV * D; i++)
+        k_new[i] = (float)fxt_rng_normal(&r); /* same count and spread, never summarised */
+    const misuse bad[] = {
+        {"block A added twice", "added already", k[0], v[0], SKV, 0},
+        {"NaN in V", "V has a non-finite", k_nan_v, v_nan, SKV, 1},
+        {"NaN in V after A", "V has a non-finite", k_nan_v, v_nan, SKV, 0},
+        {"a key beyond the radius", "none of the summarised blocks", k_far, v[1], SKV, 1},
+        {"keys never summarised", "none of the summarised blocks", k_new, v[1], SKV, 0},
+        {"first half of B", "none of the summarised blocks", k[1], v[1], SKV / 2, 1},
+    };
+    contract_pass(plan, q, sums, kv, bad, (int)(sizeof bad / sizeof bad[0]), after);
+    CHECK(same_bits(clean, after, sizeof clean),
+          "refused blocks changed the result of the blocks added after them");
+    free(sums);
+    fxa_attn_plan_destroy(plan);
+}
+
+/* The outputs of fxa_attn_acc_finish must not overlap Q or each other:
+ * refused, nothing written, and the pass can still finish. */
+static void test_finish_overlap(void)
+{
+    enum { SQ = 8, SKV = 16, D = 8 };
+    fxa_attn_desc d;
+    desc_for(&d, 1, 1, 1, SQ, SKV, D);
+    fxa_attn_plan *plan = NULL;
+    size_t ws = 0;
+    CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws) == FXA_OK, "plan");
+    float q[SQ * D], q_saved[SQ * D], k[SKV * D], v[SKV * D], out[SQ * D], lse[SQ];
+    for (int i = 0; i < SKV * D; i++) {
+        k[i] = (float)(i % 7) - 3.0f;
+        v[i] = (float)(i % 5);
+        if (i < SQ * D)
+            q[i] = 0.25f * (float)(i % 3);
+    }
+    memcpy(q_saved, q, sizeof q);
+    double sums[12];
+    CHECK(fxa_kv_summarize(plan, k, v, SKV, sums) == FXA_OK, "summarise");
+    fxa_attn_acc *acc = NULL;
+    CHECK(fxa_attn_acc_create(plan, &acc) == FXA_OK, "acc");
+    CHECK(fxa_attn_acc_begin(acc, q, sums, 1) == FXA_OK, "begin");
+    CHECK(fxa_attn_acc_add(acc, k, v, SKV) == FXA_OK, "add");
+    fxa_attn_args a = {.struct_size = sizeof a, .out = out, .lse = q + 2};
+    CHECK(fxa_attn_acc_finish(acc, &a, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "lse overlaps Q"),
+          "lse into q: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(memcmp(q, q_saved, sizeof q) == 0, "lse into q: Q was written");
+    a.lse = out + 1;
+    CHECK(fxa_attn_acc_finish(acc, &a, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "out overlaps lse"),
+          "lse into out: %s", fxa_ctx_last_error(g_ctx));
+    a.lse = lse;
+    a.row_bound = (float *)q;
+    CHECK(fxa_attn_acc_finish(acc, &a, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "row_bound overlaps Q"),
+          "row_bound at q: %s", fxa_ctx_last_error(g_ctx));
+    a.row_bound = NULL;
+    CHECK(fxa_attn_acc_finish(acc, &a, NULL) == FXA_OK, "finish after refusals: %s",
+          fxa_ctx_last_error(g_ctx));
+    CHECK(memcmp(q, q_saved, sizeof q) == 0, "Q was written");
+    fxa_attn_acc_destroy(acc);
+    fxa_attn_plan_destroy(plan);
+}
+
 int main(void)
 {
     test_require_isa("test_attn_blockwise");
@@ -336,6 +480,8 @@ int main(void)
     test_uneven_blocks(FXA_F16, 1);
     test_sink_and_huge_v();
     test_misuse();
+    test_block_contract();
+    test_finish_overlap();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_attn_blockwise");
 }

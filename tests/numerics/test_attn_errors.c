@@ -885,6 +885,50 @@ static void test_run_args(fxa_ctx *ctx)
                                 what);
         }
 
+        /* Outputs that share memory with an input or with each other. */
+        {
+            const size_t q_bytes = (size_t)t.nq * sizeof(float);
+            float *q_copy = xmalloc(q_bytes);
+            memcpy(q_copy, t.q, q_bytes);
+            struct alias {
+                const char *what;
+                const char *word;
+                int out_only; /* out and lse: fxa_attn_bounds ignores them */
+                float *lse;
+                uint8_t *fb;
+                float *bound;
+            } aliases[] = {
+                {"lse into q", "lse overlaps Q", 1, (float *)t.q + 3, o.fb, o.bound},
+                {"lse at out", "out overlaps lse", 1, o.out, o.fb, o.bound},
+                {"lse in the workspace", "workspace overlaps lse", 1, (float *)pl.ws + 16, o.fb,
+                 o.bound},
+                {"row_bound into k", "row_bound overlaps K", 0, o.lse, o.fb, t.k + 1},
+                {"row_fallback into v", "row_fallback overlaps V", 0, o.lse, (uint8_t *)t.v + 5,
+                 o.bound},
+                {"row_fallback at row_bound", "row_fallback overlaps row_bound", 0, o.lse,
+                 (uint8_t *)o.bound, o.bound},
+            };
+            for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+                if (bo && aliases[i].out_only)
+                    continue;
+                a = good;
+                a.lse = aliases[i].lse;
+                a.row_fallback = aliases[i].fb;
+                a.row_bound = aliases[i].bound;
+                snprintf(what, sizeof what, "%s with %s", fn, aliases[i].what);
+                expect_args_refused(ctx, pl.plan, &a, pl.ws, &o, bo, aliases[i].word, what);
+                CHECK(memcmp(q_copy, t.q, q_bytes) == 0, "%s: Q was written", what);
+            }
+            free(q_copy);
+            if (bo) { /* lse and out are ignored by the bound pass */
+                a = good;
+                a.lse = (float *)t.q;
+                a.out = (float *)t.k;
+                CHECK(fxa_attn_bounds(pl.plan, &a, pl.ws, NULL) == FXA_OK,
+                      "bounds with lse and out aliasing inputs: %s", fxa_ctx_last_error(ctx));
+            }
+        }
+
         /* No plan: nothing to hold a message, but the status is right. */
         {
             quiet q;

@@ -1,0 +1,117 @@
+/*
+ * Every public function of libfxattn (fxattn.h, fxattn_diag.h) that takes a
+ * handle or a pointer accepts NULL there without crashing: fallible calls
+ * return FXA_ERR_INVALID_ARG, accessors their documented neutral value
+ * (0, 0.0 or ""), initialisers and destroyers do nothing. A crash fails the
+ * test.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fxattn_diag.h"
+#include "testutil.h"
+
+#define INVALID(call) CHECK((call) == FXA_ERR_INVALID_ARG, "%s", #call)
+
+static void test_context_calls(fxa_ctx *ctx)
+{
+    fxa_ctx_params_init(NULL);
+    INVALID(fxa_ctx_create(NULL, NULL));
+    fxa_ctx_destroy(NULL);
+    CHECK(fxa_ctx_threads(NULL) == 0, "fxa_ctx_threads(NULL) is %d", fxa_ctx_threads(NULL));
+    CHECK(strcmp(fxa_ctx_isa(NULL), "") == 0, "fxa_ctx_isa(NULL)");
+    CHECK(strcmp(fxa_ctx_kernel_info(NULL), "") == 0, "fxa_ctx_kernel_info(NULL)");
+    CHECK(strcmp(fxa_ctx_last_error(NULL), "") == 0, "fxa_ctx_last_error(NULL)");
+    CHECK(fxa_ctx_threads(ctx) == 2 && fxa_ctx_isa(ctx)[0] != '\0', "the context's accessors");
+}
+
+static void test_plan_calls(fxa_ctx *ctx, const fxa_attn_desc *d)
+{
+    fxa_attn_plan *plan = (fxa_attn_plan *)&plan;
+    size_t ws = 0;
+    fxa_attn_desc_init(NULL);
+    CHECK(fxa_attn_flops(NULL) == 0.0, "fxa_attn_flops(NULL)");
+    INVALID(fxa_attn_plan_create(NULL, d, &plan, &ws));
+    CHECK(plan == NULL, "a failed plan_create leaves *plan_out NULL");
+    INVALID(fxa_attn_plan_create(ctx, NULL, &plan, &ws));
+    INVALID(fxa_attn_plan_create(ctx, d, NULL, &ws));
+    INVALID(fxa_attn_plan_create(ctx, d, &plan, NULL));
+    INVALID(fxa_attn_plan_create(NULL, NULL, NULL, NULL));
+    fxa_attn_plan_destroy(NULL);
+    fxa_attn_plan_set_progress(NULL, NULL, NULL);
+    INVALID(fxa_attn_run(NULL, NULL, NULL, NULL));
+    INVALID(fxa_attn_bounds(NULL, NULL, NULL, NULL));
+    CHECK(fxa_kv_summary_len(NULL) == 0, "fxa_kv_summary_len(NULL)");
+    INVALID(fxa_kv_summarize(NULL, NULL, NULL, 0, NULL));
+    fxa_check_head head;
+    INVALID(fxa_attn_check(NULL, NULL, NULL, NULL, NULL, 0, NULL, 0));
+    INVALID(fxa_attn_check(ctx, NULL, NULL, NULL, NULL, 0, &head, sizeof head));
+    INVALID(fxa_convert_f32(NULL, FXA_BF16, NULL, 4));
+    CHECK(fxa_status_str(FXA_OK) != NULL && fxa_version() != NULL, "static strings");
+}
+
+static void test_run_calls(fxa_ctx *ctx, const fxa_attn_desc *d)
+{
+    fxa_attn_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    CHECK(fxa_attn_plan_create(ctx, d, &plan, &ws_bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(ctx));
+    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64 + 64);
+    float q[4 * 8] = {0}, k[4 * 8] = {0}, v[4 * 8] = {0}, out[4 * 8];
+    const fxa_attn_args args = {.struct_size = sizeof args, .q = q, .k = k, .v = v, .out = out};
+    INVALID(fxa_attn_run(plan, NULL, ws, NULL));
+    INVALID(fxa_attn_bounds(plan, NULL, ws, NULL));
+    CHECK(fxa_attn_run(plan, &args, ws, NULL) == FXA_OK, "run: %s", fxa_ctx_last_error(ctx));
+    INVALID(fxa_kv_summarize(plan, NULL, NULL, 4, NULL));
+    double sums[12];
+    INVALID(fxa_kv_summarize(plan, NULL, v, 4, sums));
+    INVALID(fxa_kv_summarize(plan, k, v, 4, NULL));
+    fxa_attn_acc *acc = (fxa_attn_acc *)&acc;
+    INVALID(fxa_attn_acc_create(NULL, &acc));
+    CHECK(acc == NULL, "a failed acc_create leaves *acc_out NULL");
+    INVALID(fxa_attn_acc_create(plan, NULL));
+    INVALID(fxa_attn_acc_create(NULL, NULL));
+    fxa_attn_acc_destroy(NULL);
+    fxa_attn_acc_set_progress(NULL, NULL, NULL);
+    INVALID(fxa_attn_acc_begin(NULL, NULL, NULL, 1));
+    INVALID(fxa_attn_acc_add(NULL, NULL, NULL, 0));
+    INVALID(fxa_attn_acc_finish(NULL, NULL, NULL));
+    CHECK(fxa_attn_acc_create(plan, &acc) == FXA_OK, "acc");
+    CHECK(fxa_kv_summarize(plan, k, v, 4, sums) == FXA_OK, "summarise");
+    INVALID(fxa_attn_acc_begin(acc, NULL, sums, 1));
+    INVALID(fxa_attn_acc_begin(acc, q, NULL, 1));
+    CHECK(fxa_attn_acc_begin(acc, q, sums, 1) == FXA_OK, "begin");
+    INVALID(fxa_attn_acc_add(acc, NULL, v, 4));
+    INVALID(fxa_attn_acc_add(acc, k, NULL, 4));
+    CHECK(fxa_attn_acc_add(acc, k, v, 4) == FXA_OK, "add");
+    INVALID(fxa_attn_acc_finish(acc, NULL, NULL));
+    CHECK(fxa_attn_acc_finish(acc, &args, NULL) == FXA_OK, "finish");
+    fxa_attn_acc_destroy(acc);
+    fxa_attn_plan_destroy(plan);
+    free(ws);
+}
+
+int main(void)
+{
+    fxa_ctx_params p;
+    fxa_ctx_params_init(&p);
+    p.n_threads = 2;
+    fxa_ctx *ctx = NULL;
+    if (fxa_ctx_create(&p, &ctx) != FXA_OK) {
+        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+        return 1;
+    }
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = 1;
+    d.heads_q = 1;
+    d.heads_kv = 1;
+    d.seq_q = 4;
+    d.seq_kv = 4;
+    d.head_dim = 8;
+    test_context_calls(ctx);
+    test_plan_calls(ctx, &d);
+    test_run_calls(ctx, &d);
+    fxa_ctx_destroy(ctx);
+    return test_summary("test_api_null");
+}
