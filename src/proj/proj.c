@@ -714,8 +714,10 @@ fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
 {
     if (!ctx)
         return FXA_ERR_INVALID_ARG;
-    fxa_ctx_clear_error(ctx);
-    return run(ctx, d, a, NULL);
+    fxa_ctx_begin(ctx); /* one call at a time per context */
+    const fxa_status st = run(ctx, d, a, NULL);
+    fxa_ctx_end(ctx);
+    return st;
 }
 
 fxa_status fxa_proj_run_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
@@ -723,6 +725,8 @@ fxa_status fxa_proj_run_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_
 {
     if (!ctx || !tp)
         return FXA_ERR_INVALID_ARG;
-    fxa_ctx_clear_error(ctx);
-    return run(ctx, d, a, tp);
+    fxa_ctx_begin(ctx);
+    const fxa_status st = run(ctx, d, a, tp);
+    fxa_ctx_end(ctx);
+    return st;
 }
