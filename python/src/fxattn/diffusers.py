@@ -281,4 +281,12 @@ class WanAttnProcessor:
         return hidden_states
 
 
-from ._parallel import parallelize  # noqa: E402,F401
+def __getattr__(name):
+    """parallelize (and its classes) from fxattn._parallel, imported on first
+    use: it loads mpi4py, which initialises MPI, so a program that never asks
+    for sequence parallelism never starts MPI."""
+    if name in ("parallelize", "Parallelized", "ShardedWanAttnProcessor"):
+        from . import _parallel
+
+        return getattr(_parallel, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -233,6 +233,7 @@ class WanSelfAttention:
         self._owned = owned  # numpy arrays the struct points into
         self._loaded = loaded  # weights allocated by fxa_wan_weights_load
         self._dtype = dtype  # fxa_wan_desc.dtype of every run
+        self._threads = threads
         self._ctx = context(threads)
         self._plans: OrderedDict[tuple, tuple] = OrderedDict()
         self.last_stats: WanLayerStats | None = None
@@ -349,7 +350,16 @@ class WanSelfAttention:
 
     @property
     def threads(self) -> int:
-        return self._ctx.threads
+        return self._context().threads
+
+    def _context(self):
+        """The layer's context, made anew (and the plans forgotten, not
+        destroyed) in a child process forked after the layer was made:
+        the parent's context has no worker threads there."""
+        if self._ctx.pid != os.getpid():
+            self._plans = OrderedDict()
+            self._ctx = context(self._threads)
+        return self._ctx
 
     def _require_open(self) -> None:
         if getattr(self, "_closed", False):
@@ -427,7 +437,7 @@ class WanSelfAttention:
             y = np.empty(shape, np.float32)
             xp, yp = x.ctypes.data, y.ctypes.data
         stats = _lib.new(W.WanStats)
-        ctx = self._ctx
+        ctx = self._context()
         with ctx.lock:
             plan, nbytes = self._plan(d)
             ws = ctx.workspace(nbytes)
@@ -444,6 +454,8 @@ class WanSelfAttention:
     def close(self) -> None:
         """Free the plans and the loader's weights (also done when collected)."""
         ctx = getattr(self, "_ctx", None)
+        if ctx is not None and ctx.pid != os.getpid():
+            self._plans = OrderedDict()  # the parent's plans: not this process's to free
         for handle, _ in getattr(self, "_plans", {}).values():
             W.wan.fxa_wan_plan_destroy(handle)
         if ctx is not None:
