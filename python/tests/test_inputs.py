@@ -166,3 +166,19 @@ def test_float16_output_overflow_is_refused():
         fxattn.attention(q, k, v, out_dtype="float16", threads=1)
     small = fxattn.attention(q, k, v / np.float32(1e3), out_dtype="float16", threads=1)
     assert small.dtype == np.float16 and np.isfinite(small).all()
+
+
+def test_torch_float16_overflow_and_mixed_kinds():
+    import torch
+
+    q, k, v = (torch.from_numpy(t) for t in data())
+    with pytest.raises(fxattn.InvalidArgumentError, match="65504"):
+        fxattn.attention(q, k, v * 1e5, out_dtype=torch.float16, threads=1)
+    with pytest.raises(fxattn.InvalidArgumentError, match="65504"):
+        fxattn.attention(q, k, v * 1e5, out_dtype="float16", threads=1)
+    assert fxattn.attention(q, k, v, out_dtype="float16", threads=1).dtype == torch.float16
+    for mixed in ((q, k.numpy(), v), (q.numpy(), k, v.numpy())):
+        with pytest.raises(fxattn.InvalidArgumentError, match="all torch tensors or all numpy arrays"):
+            fxattn.attention(*mixed)
+        with pytest.raises(fxattn.InvalidArgumentError, match="all torch tensors or all numpy arrays"):
+            fxattn.check(*mixed)
