@@ -120,7 +120,7 @@ def _f32(t, name: str, copy: bool = True) -> np.ndarray:
         t = t.detach().to("cpu").float().numpy()
     t = _arrays.native_array(t)
     _check_args.real_array_dtype(name, t.dtype)
-    a = np.array(t, dtype=np.float32, copy=True if copy else None, order="C")
+    a = np.array(t, dtype=np.float32, order="C") if copy else np.asarray(t, dtype=np.float32, order="C")
     if not np.all(np.isfinite(a)):
         raise _bad(f"{name} holds a NaN or an infinity")
     return a
@@ -138,12 +138,12 @@ def _bf16(t, name: str, copy: bool = True) -> np.ndarray:
     (copy=False: a bf16 input's own memory when it is contiguous): bf16
     values keep their bits, any other float dtype goes through fp32 (exact
     for fp32, fp16 and bf16) and is rounded once to nearest even."""
-    keep = True if copy else None
+    own = np.array if copy else np.asarray
     if _arrays.is_torch(t) and t.dtype == _arrays.torch_module().bfloat16:
         torch = _arrays.torch_module()
-        a = np.array(t.detach().to("cpu").contiguous().view(torch.int16).numpy().view(np.uint16), copy=keep, order="C")
+        a = own(t.detach().to("cpu").contiguous().view(torch.int16).numpy().view(np.uint16), order="C")
     elif not _arrays.is_torch(t) and np.asarray(t).dtype.name == "bfloat16":  # ml_dtypes
-        a = np.array(_arrays.native_array(t).view(np.uint16), copy=keep, order="C")
+        a = own(_arrays.native_array(t).view(np.uint16), order="C")
     else:
         return _round_bf16(_f32(t, name))
     if np.any((a & 0x7F80) == 0x7F80):
