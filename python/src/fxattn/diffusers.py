@@ -127,20 +127,20 @@ class WanAttnProcessor:
     (fxattn has no masks): anything else raises ValueError.
 
     fused: a self-attention call runs fxattn.wan's fused layer on copies of
-    the module's weights made for that call (so any change of a weight,
-    through .data or in place, is seen by the next call) when that is the
-    same computation: fp32 or bf16 CPU input in the
-    module's dtype, no mask, norm_q/norm_k RMSNorms with eps 1e-6, no
+    the module's weights (kept per module, refreshed from the module at
+    every call, so any change of a weight, through .data or in place, is
+    seen by the next call) when that is the same computation: fp32 or
+    bf16 CPU input in the module's dtype, no mask, norm_q/norm_k RMSNorms with eps 1e-6, no
     dropout, and rotary_emb equal to Wan's 3-D RoPE of some latent grid
     (rope_grid: fp32 or fp64 tables, as diffusers makes them and
     from_pretrained(torch_dtype=torch.bfloat16) keeps them; a model cast
     whole with .to(torch.bfloat16) has bf16 tables, a coarser RoPE, and
     runs per op). The layer's dtype is the input's: fp32 input runs the
-    fp32 layer on fp32 copies (4 hidden^2 floats during the call), within fp32
+    fp32 layer on fp32 copies (4 hidden^2 floats per module), within fp32
     rounding of diffusers' processor; bf16 input runs the bf16 layer
     (WanSelfAttention dtype "bf16": x, Q, K, V, the probabilities and the
     attention output rounded to bf16, fp32 accumulation) on the module's
-    bf16 weights (their bits, 4 hidden^2 uint16 during the call), output bf16,
+    bf16 weights (their bits, 4 hidden^2 uint16 per module), output bf16,
     as accurate as diffusers' own bf16 processor (python/tests/test_wan.py,
     test_diffusers.py). True forces it on every self-attention (raises
     ValueError when not valid; cross-attention always runs per op), False
@@ -212,28 +212,25 @@ class WanAttnProcessor:
 
     def _layer(self, attn, dtype) -> _wan.WanSelfAttention:
         """The fused layer of attn for hidden_states of dtype, holding
-        copies of attn's weights as they are now. The layer object (its
-        plans) is cached per module and dtype; the weights are copied anew
-        on every call, so that no edit of a parameter (in place, through
-        .data, by a LoRA merge) is ever missed."""
+        copies of attn's weights as they are now. The layer (its plans and
+        its weight buffers) is cached per module and dtype; the weights are
+        copied into it anew on every call, so that no change of a parameter
+        (in place, through .data, by a LoRA merge) is ever missed."""
         shape = (dtype, attn.heads, attn.to_q.weight.shape[1])
         hit = self._layers.get(attn)
         if hit is not None and hit[0] == shape:
             hit[1]._load_module(attn)
             return hit[1]
-        self._layers.pop(attn, None)
+        self._layers.pop(attn, None)  # the old copies go before the new ones are made
         layer = _wan.WanSelfAttention.from_module(attn, threads=self.threads, dtype=_FUSED_DTYPES[dtype])
         self._layers[attn] = (shape, layer)
         return layer
 
     def _run_fused(self, attn, hidden_states, grid):
         layer = self._layer(attn, hidden_states.dtype)
-        try:
-            if hidden_states.shape[0] == 1:
-                return layer(hidden_states, grid)
-            return torch.stack([layer(x, grid) for x in hidden_states])
-        finally:
-            layer._drop_weights()  # the copies live for the call only
+        if hidden_states.shape[0] == 1:
+            return layer(hidden_states, grid)
+        return torch.stack([layer(x, grid) for x in hidden_states])
 
     # ---- diffusers' processor ---------------------------------------------
 

@@ -162,9 +162,11 @@ def _linear_pairs(pairs, code):
     return [(wconv(a, n + ".weight", copy=False), _f32(b, n + ".bias")) for n, (a, b) in zip("qkvo", pairs)]
 
 
-def _tensor_weights(pairs, norm_q, norm_k, heads, rope_half: bool, code: int):
+def _tensor_weights(pairs, norm_q, norm_k, heads, rope_half: bool, code: int, into=None):
     """An fxa_wan_weights pointing into owned copies of PyTorch-layout
-    tensors (see WanSelfAttention.from_tensors), and those copies."""
+    tensors (see WanSelfAttention.from_tensors), and those copies. into:
+    the copies of an earlier call, whose weight matrices are overwritten
+    when their shapes and dtype fit (no new allocation)."""
     (qw, qb), (kw, kb), (vw, vb), (ow, ob) = _linear_pairs(pairs, code)
     gq, gk = _f32(norm_q, "norm_q"), _f32(norm_k, "norm_k")
     hidden = qw.shape[1] if qw.ndim == 2 else -1
@@ -185,14 +187,20 @@ def _tensor_weights(pairs, norm_q, norm_k, heads, rope_half: bool, code: int):
             raise _bad(f"head_dim {head_dim} is odd: no RoPE pairs")
         rows = _rotate_half_rows(heads, head_dim)
     # Each weight is copied once, straight into the layer's memory.
-    qkv = np.empty((3 * hidden, hidden), qw.dtype)
-    np.take(qw, rows, axis=0, out=qkv[:hidden])
-    np.take(kw, rows, axis=0, out=qkv[hidden : 2 * hidden])
-    qkv[2 * hidden :] = vw
+    fits = into is not None and into[0].shape == (3 * hidden, hidden) and into[0].dtype == qw.dtype
+    qkv, o_w = (into[0], into[2]) if fits else (np.empty((3 * hidden, hidden), qw.dtype), np.empty_like(ow))
+    half = head_dim // 2
+    for i, src in enumerate((qw, kw)):
+        dst = qkv[i * hidden : (i + 1) * hidden]
+        if rope_half:
+            np.copyto(dst, src)
+        else:  # each head's rows 2p + j go to j d/2 + p (_rotate_half_rows), whole rows at a time
+            np.copyto(dst.reshape(heads, 2, half, hidden), src.reshape(heads, half, 2, hidden).transpose(0, 2, 1, 3))
+    np.copyto(qkv[2 * hidden :], vw)
+    np.copyto(o_w, ow)
+    ow = o_w
     qkv_b = np.concatenate([qb[rows], kb[rows], vb])
-    gq, gk = gq[rows], gk[rows]
-    ow = np.array(ow, copy=True, order="C")
-    gq, gk = np.ascontiguousarray(gq), np.ascontiguousarray(gk)
+    gq, gk = np.ascontiguousarray(gq[rows]), np.ascontiguousarray(gk[rows])
     fmt = W.PROJ_W_BF16 if code == W.BF16 else W.PROJ_W_F32
     w = W.WanWeights(hidden=hidden, heads=heads, head_dim=head_dim, head_begin=0, head_count=heads)
     w.qkv = W.WanLinear(format=fmt, rows=3 * hidden, cols=hidden, w=qkv.ctypes.data, scales=None, bias=_fptr(qkv_b))
@@ -309,21 +317,15 @@ class WanSelfAttention:
         return cls.from_tensors(*pairs, gq, gk, attn.heads, False, threads, dtype)
 
     def _load_module(self, attn) -> None:
-        """Replace the layer's weights with copies of attn's current ones
-        (as from_module makes them, in the layer's dtype). The plans stay:
-        they depend on the grid, heads and head_dim only, which must not
-        change."""
+        """Copy attn's current weights into the layer (as from_module
+        makes them, in the layer's dtype), into the buffers of the
+        layer's copies when the shapes fit. The plans stay: they depend on
+        the grid, heads and head_dim only, which must not change."""
         pairs, gq, gk = _module_tensors(attn)
-        w, owned = _tensor_weights(pairs, gq, gk, attn.heads, False, self._dtype)
-        if (w.hidden, w.heads) != (self.hidden, self.heads) and self.hidden:
+        w, owned = _tensor_weights(pairs, gq, gk, attn.heads, False, self._dtype, into=self._owned)
+        if (w.hidden, w.heads) != (self.hidden, self.heads):
             raise _bad(f"the module has hidden {w.hidden} and {w.heads} heads; the layer was made for {self.hidden} and {self.heads}")
         self._w, self._owned = w, owned
-
-    def _drop_weights(self) -> None:
-        """Free the copies _load_module made (the plans stay)."""
-        heads, head_dim = self._w.heads, self._w.head_dim
-        self._w = W.WanWeights(hidden=heads * head_dim, heads=heads, head_dim=head_dim, head_begin=0, head_count=heads)
-        self._owned = None
 
     # ---- properties ------------------------------------------------------
 
