@@ -222,6 +222,39 @@ def test_fused_layer_follows_weight_changes_and_batches(dtype):
         assert p.fused_calls == 3
 
 
+def lora_merge_(linear, rank=2, scale=0.5, seed=0):
+    """Merge a LoRA-style low-rank delta into linear's weight as LoRA
+    loaders do, through .data (which changes neither data_ptr nor _version)."""
+    g = torch.Generator().manual_seed(seed)
+    out_f, in_f = linear.weight.shape
+    b, a = torch.randn(out_f, rank, generator=g), torch.randn(rank, in_f, generator=g)
+    linear.weight.data += (scale / rank**0.5 * b @ a / in_f**0.5).to(linear.weight.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_layer_sees_a_lora_merge_through_data(dtype):
+    """After a first fused call, a LoRA delta merged into q, k, v and out
+    through `weight.data +=` is used by the next call: it matches diffusers'
+    processor on the merged module (the module-level tolerances above) and
+    differs from the pre-merge output by far more than that."""
+    attn, hs, rotary_emb = self_attention_call(dtype=dtype)
+    tol = FP32_TOL if dtype == torch.float32 else BF16_TOL
+    p = fd.WanAttnProcessor(fused=True, threads=2)
+    with torch.no_grad():
+        y0 = p(attn, hs, None, None, rotary_emb)
+        ptrs = [m.weight.data_ptr() for m in (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])]
+        versions = [m.weight._version for m in (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])]
+        for i, m in enumerate((attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])):
+            lora_merge_(m, seed=i)
+        assert ptrs == [m.weight.data_ptr() for m in (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])]
+        assert versions == [m.weight._version for m in (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])]
+        ref = DefaultProcessor()(attn, hs, None, None, rotary_emb).float()
+        y = p(attn, hs, None, None, rotary_emb)
+    assert p.fused_calls == 2
+    assert rel(y.float(), ref) < tol
+    assert rel(y0.float(), ref) > 4 * tol
+
+
 def test_bf16_fused_is_the_bf16_layer_on_the_module_bits():
     """A bf16 self-attention through the processor is fxattn.wan's bf16
     layer on the module's bf16 weights as they are (no second rounding):

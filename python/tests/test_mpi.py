@@ -134,3 +134,34 @@ def test_parallelize_wan(np_, ulysses, ring, hosts):
     ok = re.findall(r"OK rank (\d+) err ([0-9.e+-]+) tol ([0-9.e+-]+)", out)
     assert sorted(int(r) for r, _, _ in ok) == list(range(np_)), out
     assert all(float(e) <= float(t) for _, e, t in ok), out
+
+
+def test_absent_peer_times_out_every_caller():
+    """One rank of 3 never calls (it sleeps 600 s): fxattn.mpi.attention's
+    agreement and parallelize's token gather, each with timeout=2, raise
+    PeerTimeoutError on both calling ranks within the deadline (+ 3 s of
+    slack for a loaded machine), and the job ends (rank 0 aborts it) long
+    before the sleeper would: the whole run is bounded by timeout -k 60."""
+    _require_mpi4py()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+    exports = [a for n in ("FXATTN_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS") if n in env for a in ("-x", n)]
+    cmd = ["timeout", "-k", "5", "60", _mpirun(), "--allow-run-as-root", "--oversubscribe", "-np", "3", *exports,
+           sys.executable, str(SCRIPTS / "absent_peer.py"), "2"]
+    proc = subprocess.run(cmd, env=env, cwd=str(SCRIPTS), capture_output=True, text=True, timeout=90)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode not in (124, 137), f"mpirun hung (timeout):\n{out}"
+    assert "WRONG" not in out, out
+    lines = re.findall(r"TIMEOUT (\w+) rank (\d+) after ([0-9.]+) s: (.*)", proc.stdout)
+    got = sorted((what, int(r)) for what, r, _, _ in lines)
+    assert got == [("attention", 0), ("attention", 1), ("gather", 0), ("gather", 1)], out
+    assert all(2.0 <= float(t) <= 5.0 for _, _, t, _ in lines), out
+    assert all("not every rank of the communicator took part within 2 s" in m for _, _, _, m in lines), out
+    assert "ALL CALLERS TIMED OUT" in proc.stdout, out
+
+
+def test_ranks_that_disagree_get_one_message():
+    """Options that differ on some ranks: every rank raises the same
+    message, naming rank 0's value and the first rank that differs."""
+    out = run_mpi("attn.py", 3, "disagree").stdout
+    assert "error [options on two ranks]" in out, out

@@ -44,6 +44,16 @@ def kernel_info(threads=None) -> str:
     return context(threads).kernel_info
 
 
+def release_contexts() -> None:
+    """Free the cached thread pools: every context (worker threads, plans,
+    workspace) is destroyed once no call in progress and no object (a
+    fxattn.wan layer) holds it. Later calls make new ones. The cache keeps
+    the 4 most recently used thread counts on its own."""
+    from ._context import release_contexts as release
+
+    release()
+
+
 # torch users get the custom operator registered at import, outside any
 # torch.compile trace.
 if "torch" in _sys.modules:
@@ -63,4 +73,5 @@ __all__ = [
     "available_cpus",
     "kernel_info",
     "library_version",
+    "release_contexts",
 ]

@@ -46,8 +46,18 @@ def _usable(shape, strides) -> bool:
     return all(s >= 0 for s in strides) and (shape[-1] <= 1 or strides[-1] == 1)
 
 
-def numpy_operand(x, name: str) -> Operand:
+def native_array(x) -> np.ndarray:
+    """x as a numpy array in the machine's byte order: a big- or
+    little-endian array of the other order is converted (a copy), as the
+    C API reads raw native bytes."""
     a = np.asarray(x)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return a
+
+
+def numpy_operand(x, name: str) -> Operand:
+    a = native_array(x)
     code = _NUMPY_DTYPES.get(a.dtype.name)
     if code is None:
         raise _bad(f"{name} has dtype {a.dtype.name}; fxattn takes float32, bfloat16 or float16")
@@ -75,6 +85,36 @@ def torch_operand(t, name: str) -> Operand:
     return Operand(t, code, tuple(t.shape), strides, t.data_ptr())
 
 
+def same_kind(q, k, v) -> None:
+    """Refuse q, k and v that mix torch tensors with numpy arrays (or
+    other array-likes): the output's kind follows q, so a mix is ambiguous."""
+    kinds = [is_torch(t) for t in (q, k, v)]
+    if len(set(kinds)) > 1:
+        names = ", ".join(f"{n} is {'a torch tensor' if t else type(x).__name__}" for n, x, t in zip("qkv", (q, k, v), kinds))
+        raise _bad(f"q, k and v must be all torch tensors or all numpy arrays: {names}")
+
+
+def to_float16(out32, name: str = "out_dtype float16"):
+    """out32 (finite fp32, numpy or torch) rounded once to float16; raises
+    InvalidArgumentError when a value overflows (its magnitude rounds
+    above 65504, the largest finite float16) instead of returning inf."""
+    torch = torch_module()
+    if torch is not None and isinstance(out32, torch.Tensor):
+        out16 = out32.to(torch.float16)
+        overflow = bool(torch.isinf(out16).any())
+    else:
+        with np.errstate(over="ignore"):
+            out16 = out32.astype(np.float16)
+        overflow = bool(np.isinf(out16).any())
+    if overflow:
+        big = float(abs(out32).max())
+        raise _bad(
+            f"{name}: the output holds values up to {big:.6g} in magnitude, beyond float16's largest "
+            f"finite value 65504; ask for out_dtype float32 or bfloat16"
+        )
+    return out16
+
+
 def operand(x, name: str) -> Operand:
     return torch_operand(x, name) if is_torch(x) else numpy_operand(x, name)
 
@@ -84,9 +124,14 @@ def dtype_code(dtype) -> int:
     torch = torch_module()
     if torch is not None and isinstance(dtype, torch.dtype):
         code = torch_dtype_code(torch, dtype)
+    elif isinstance(dtype, str):
+        code = _NUMPY_DTYPES.get(dtype)
     else:
-        name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-        code = _NUMPY_DTYPES.get(name)
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            dt = None
+        code = _NUMPY_DTYPES.get(dt.name) if dt is not None and dt.isnative else None
     if code is None:
         raise _bad(f"out_dtype {dtype} is not float32, bfloat16 or float16")
     return code

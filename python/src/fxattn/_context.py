@@ -1,25 +1,36 @@
 """Contexts (thread pools) and their cached plans.
 
-One fxa_ctx per thread count, created on first use. The C API allows one
-caller thread per context at a time, so each context has a lock that every
-call holds; calls on contexts of different thread counts run concurrently
-(ctypes releases the GIL). Plans are cached per descriptor (shapes, strides,
-dtypes, options), least recently used first out; one workspace per context
-grows to the largest plan's size.
+One fxa_ctx per thread count, created on first use; the last
+_CONTEXT_CACHE thread counts used stay cached (least recently used first
+out). A context dropped from the cache, or by release_contexts(), is
+destroyed (its worker threads joined) once nothing holds it: a call in
+progress or an object that keeps it (a fxattn.wan layer) keeps it alive.
+The C API allows one caller thread per context at a time, so each context
+has a lock that every call holds; calls on contexts of different thread
+counts run concurrently (ctypes releases the GIL). Plans are cached per
+descriptor (shapes, strides, dtypes, options), least recently used first
+out; one workspace per context grows to the largest plan's size.
+
+A context belongs to the process that made it: its worker threads do not
+exist in a child made by fork(). In the child the cache starts empty and
+the parent's contexts are never used nor destroyed there (their handles
+stay the parent's).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections import OrderedDict
 
 import numpy as np
 
-from . import _lib
+from . import _check_args, _lib
 from ._lib import core
 
 _PLAN_CACHE = 16
+_CONTEXT_CACHE = 4
 
 
 class Plan:
@@ -49,6 +60,7 @@ class Context:
         status = core.fxa_ctx_create(ctypes.byref(params), ctypes.byref(handle))
         _lib.raise_status(status, core.fxa_ctx_create_error().decode())
         self.handle = handle
+        self.pid = os.getpid()
         self.lock = threading.Lock()
         self._plans: OrderedDict[bytes, Plan] = OrderedDict()
         self._workspace = np.empty(0, np.uint8)
@@ -91,6 +103,8 @@ class Context:
         return addr + (-addr) % 64
 
     def __del__(self):
+        if getattr(self, "pid", None) != os.getpid():
+            return  # the parent's context in a forked child: its threads are not here
         try:
             for plan in self._plans.values():
                 plan.destroy()
@@ -102,18 +116,44 @@ class Context:
             pass
 
 
-_contexts: dict[int, Context] = {}
+_contexts: OrderedDict[int, Context] = OrderedDict()
 _contexts_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: drop the parent's contexts from the cache without
+    destroying them (their pools' threads live in the parent) and make a
+    fresh cache lock (the parent's may have been held at the fork)."""
+    global _contexts_lock
+    _contexts.clear()
+    _contexts_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def context(threads: int | None) -> Context:
     """The shared context of `threads` worker threads (None or 0: the CPUs
-    this process may use, fxa_available_cpus())."""
-    n = int(threads or 0)
-    if n < 0:
-        raise _lib.InvalidArgumentError(f"threads must be >= 0, not {n}", _lib.INVALID_ARG)
+    this process may use, fxa_available_cpus()), made by this process."""
+    n = 0 if threads is None or (isinstance(threads, int) and threads == 0) else _check_args.threads(threads)
     with _contexts_lock:
         ctx = _contexts.get(n)
+        if ctx is not None and ctx.pid != os.getpid():
+            _contexts.clear()  # a child that skipped the fork hook (os.fork from C)
+            ctx = None
         if ctx is None:
             ctx = _contexts[n] = Context(n)
+            while len(_contexts) > _CONTEXT_CACHE:
+                _contexts.popitem(last=False)  # destroyed when no call or object holds it
+        else:
+            _contexts.move_to_end(n)
         return ctx
+
+
+def release_contexts() -> None:
+    """Drop every cached context; each is destroyed (its worker threads
+    joined, its plans and workspace freed) once no call in progress and no
+    object (a fxattn.wan layer, an fxattn.mpi handle) holds it. The next
+    call makes a new one."""
+    with _contexts_lock:
+        _contexts.clear()

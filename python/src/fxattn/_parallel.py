@@ -31,13 +31,16 @@ from . import mpi as _fm
 __all__ = ["parallelize", "Parallelized", "ShardedWanAttnProcessor"]
 
 
-def _gather_tokens(comm, x, seq: int, placement: str = "hosts"):
+def _gather_tokens(comm, x, seq: int, placement: str = "hosts", timeout=None):
     """All-gather the token shards (dim 1) of x [B, S_r, ...] into [B, seq, ...]
-    (rank r holds the shard of its grid rank)."""
+    (rank r holds the shard of its grid rank); a non-blocking Allgatherv
+    that raises PeerTimeoutError when not every rank took part within
+    timeout seconds (None: $FXA_MPI_TIMEOUT or 60)."""
     import torch
 
+    seconds = _fm.timeout_seconds(timeout)
     size = comm.Get_size()
-    grid = _fm._grid_ranks(comm, placement)
+    grid = _fm._grid_ranks(comm, placement, timeout)
     shards = [_fm.shard(seq, grid[r], size) for r in range(size)]
     lengths = [n for _, n in shards]
     if x.shape[1] != lengths[comm.Get_rank()]:
@@ -48,7 +51,8 @@ def _gather_tokens(comm, x, seq: int, placement: str = "hosts"):
     recv = np.empty(seq * row, np.uint8)
     counts = [n * row for n in lengths]
     displs = [start * row for start, _ in shards]
-    comm.Allgatherv(send, [recv, (counts, displs), _fm.MPI.BYTE])
+    request = comm.Iallgatherv([send, _fm.MPI.BYTE], [recv, (counts, displs), _fm.MPI.BYTE])
+    _fm.wait(comm, request, seconds, "fxattn.diffusers.parallelize's token gather")
     full = torch.from_numpy(recv).view(x.dtype).view(seq, *moved.shape[1:])
     return full.transpose(0, 1).contiguous()
 
@@ -61,13 +65,14 @@ class ShardedWanAttnProcessor:
                  **options):
         self.comm = comm
         self.placement = placement
+        self.timeout = timeout
         self.kwargs = dict(ulysses=ulysses, ring=ring, threads=threads, prefetch=prefetch, timeout=timeout,
                            placement=placement, **options)
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
             raise NotImplementedError("ShardedWanAttnProcessor runs self-attention without a mask only")
-        from .diffusers import heads_qkv  # imported here: fxattn.diffusers imports this module
+        from .diffusers import heads_qkv  # imported here: fxattn.diffusers imports this module on demand
 
         query, key, value = heads_qkv(attn, hidden_states, None, rotary_emb)
         out = _fm.attention(query, key, value, self.comm, layout="bshd", out_dtype=query.dtype, **self.kwargs)
@@ -85,7 +90,7 @@ class Parallelized:
         self.seq = None  # the global token count of the current forward
         self._hooks = []
         self._processors = []
-        rank, size = _fm.rank(comm, processor.placement), comm.Get_size()
+        rank, size = _fm.rank(comm, processor.placement, processor.timeout), comm.Get_size()
 
         def local(x):
             start, n = _fm.shard(self.seq, rank, size)
@@ -115,7 +120,8 @@ class Parallelized:
             return tuple(args), kwargs
 
         def gather_hook(module, args):
-            return (_gather_tokens(comm, args[0], self.seq, processor.placement),) + tuple(args[1:])
+            gathered = _gather_tokens(comm, args[0], self.seq, processor.placement, processor.timeout)
+            return (gathered,) + tuple(args[1:])
 
         self._hooks.append(transformer.rope.register_forward_hook(rope_hook))
         for block in transformer.blocks:

@@ -47,7 +47,7 @@ def attention_op(
     out = torch.empty(qo.shape, dtype=torch.float32 if out_code == _lib.F16 else dtype)
     lse = torch.empty(lse_shape(layout, qo.shape) if return_lse else (0,), dtype=torch.float32)
     run(qo, ko, vo, opts, out_code, out.data_ptr(), lse.data_ptr() if return_lse else None)
-    return out.to(dtype), lse
+    return (_arrays.to_float16(out) if out_code == _lib.F16 else out), lse
 
 
 @attention_op.register_fake

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import ctypes
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import _arrays, _lib
+from . import _arrays, _check_args, _lib
 from ._context import context
 from ._lib import core
 
@@ -19,12 +18,6 @@ _COMPUTES = {"fp32": _lib.COMPUTE_FP32, "bf16": _lib.COMPUTE_BF16}
 
 def _bad(message: str):
     return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
-
-
-def _choice(name: str, value, table: dict) -> int:
-    if value not in table:
-        raise _bad(f"{name}={value!r}: expected one of {', '.join(map(repr, table))}")
-    return table[value]
 
 
 @dataclass(frozen=True)
@@ -40,18 +33,12 @@ class Options:
 
     @staticmethod
     def parse(scale, layout, mode, center, compute, threads) -> "Options":
-        _choice("layout", layout, _LAYOUTS)
-        _choice("mode", mode, _MODES)
-        _choice("compute", compute, _COMPUTES)
-        if scale is None:
-            scale = 0.0
-        elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-            raise _bad(f"scale must be a positive finite number, not {scale!r}")
-        if threads is None:
-            threads = 0
-        elif not (isinstance(threads, int) and threads >= 1):
-            raise _bad(f"threads must be a positive int or None, not {threads!r}")
-        return Options(float(scale), layout, mode, bool(center), compute, int(threads))
+        _check_args.choice("layout", layout, _LAYOUTS)
+        _check_args.choice("mode", mode, _MODES)
+        _check_args.choice("compute", compute, _COMPUTES)
+        scale = 0.0 if scale is None else _check_args.positive_real("scale", scale)
+        center = _check_args.boolean("center", center)
+        return Options(scale, layout, mode, center, compute, _check_args.threads(threads))
 
 
 def _shapes(layout: str, shape) -> tuple:
@@ -118,6 +105,7 @@ def descriptor(q, k, v, opts: Options, out_code: int) -> _lib.AttnDesc:
 def operands(q, k, v, layout: str):
     """q, k, v as checked operands the C API takes as they are (copied only
     when it cannot)."""
+    _arrays.same_kind(q, k, v)
     ops = tuple(_arrays.operand(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     _check(*ops, layout)
     return tuple(_broadcast_safe(op, layout) for op in ops)
@@ -160,7 +148,7 @@ def _attention_numpy(q, k, v, opts: Options, return_lse: bool, out_dtype):
     lse = np.empty(lse_shape(opts.layout, qo.shape), np.float32) if return_lse else None
     run(qo, ko, vo, opts, out_code, out.ctypes.data, lse.ctypes.data if return_lse else None)
     if out_code == _lib.F16:
-        out = out.astype(np.float16)
+        out = _arrays.to_float16(out)
     return (out, lse) if return_lse else out
 
 
@@ -200,6 +188,7 @@ def attention(
     bad input (shapes, dtypes, NaN or Inf in q, k or v).
     """
     opts = Options.parse(scale, layout, mode, center, compute, threads)
+    _arrays.same_kind(q, k, v)
     if _arrays.is_torch(q):
         from . import _torch
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, c_double, c_int, c_int64, c_size_t, c_void_p
 
-from . import _lib
+from . import _check_args, _lib
 from ._context import context
 from ._lib import core
 from .attention import Options, descriptor, operands
@@ -114,8 +114,7 @@ def check(q, k, v=None, *, scale=None, layout="bshd", sample_rows=32, threads=No
     InvalidArgumentError (a ValueError) on bad input, with the library's
     message."""
     opts = Options.parse(scale, layout, "auto", True, "fp32", threads)
-    if not (isinstance(sample_rows, int) and sample_rows >= 1):
-        raise _lib.InvalidArgumentError(f"sample_rows must be a positive int, not {sample_rows!r}", _lib.INVALID_ARG)
+    sample_rows = _check_args.integer("sample_rows", sample_rows, 1, _check_args.INT32_MAX)
     qo, ko, vo = operands(q, k, k if v is None else v, layout)
     d = descriptor(qo, ko, vo, opts, _lib.F32)
     heads = (CheckHead * d.heads_q)()

@@ -127,9 +127,10 @@ class WanAttnProcessor:
     (fxattn has no masks): anything else raises ValueError.
 
     fused: a self-attention call runs fxattn.wan's fused layer on copies of
-    the module's weights (cached per module, rebuilt when a weight changes)
-    when that is the same computation: fp32 or bf16 CPU input in the
-    module's dtype, no mask, norm_q/norm_k RMSNorms with eps 1e-6, no
+    the module's weights (kept per module, refreshed from the module at
+    every call, so any change of a weight, through .data or in place, is
+    seen by the next call) when that is the same computation: fp32 or
+    bf16 CPU input in the module's dtype, no mask, norm_q/norm_k RMSNorms with eps 1e-6, no
     dropout, and rotary_emb equal to Wan's 3-D RoPE of some latent grid
     (rope_grid: fp32 or fp64 tables, as diffusers makes them and
     from_pretrained(torch_dtype=torch.bfloat16) keeps them; a model cast
@@ -210,13 +211,19 @@ class WanAttnProcessor:
         return "", grid
 
     def _layer(self, attn, dtype) -> _wan.WanSelfAttention:
-        sig = (dtype,) + tuple((p.data_ptr(), p._version) for p in _fused_params(attn))
+        """The fused layer of attn for hidden_states of dtype, holding
+        copies of attn's weights as they are now. The layer (its plans and
+        its weight buffers) is cached per module and dtype; the weights are
+        copied into it anew on every call, so that no change of a parameter
+        (in place, through .data, by a LoRA merge) is ever missed."""
+        shape = (dtype, attn.heads, attn.to_q.weight.shape[1])
         hit = self._layers.get(attn)
-        if hit is not None and hit[0] == sig:
+        if hit is not None and hit[0] == shape:
+            hit[1]._load_module(attn)
             return hit[1]
         self._layers.pop(attn, None)  # the old copies go before the new ones are made
         layer = _wan.WanSelfAttention.from_module(attn, threads=self.threads, dtype=_FUSED_DTYPES[dtype])
-        self._layers[attn] = (sig, layer)
+        self._layers[attn] = (shape, layer)
         return layer
 
     def _run_fused(self, attn, hidden_states, grid):
@@ -271,4 +278,12 @@ class WanAttnProcessor:
         return hidden_states
 
 
-from ._parallel import parallelize  # noqa: E402,F401
+def __getattr__(name):
+    """parallelize (and its classes) from fxattn._parallel, imported on first
+    use: it loads mpi4py, which initialises MPI, so a program that never asks
+    for sequence parallelism never starts MPI."""
+    if name in ("parallelize", "Parallelized", "ShardedWanAttnProcessor"):
+        from . import _parallel
+
+        return getattr(_parallel, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,10 @@ the ring.
 Every function here except shard() is collective over the communicator:
 every rank calls it, in the same order, with the same options. A bad
 argument on one rank (a wrong shard length, a dtype, a NaN) raises the same
-exception with the same message on every rank instead of hanging.
+exception with the same message on every rank instead of hanging. The
+package's own collectives are non-blocking and polled against the
+deadline (wait()): a rank that never makes the call fails the others with
+PeerTimeoutError.
 
 Handles (fxa_mpi, one per communicator, grid, prefetch, timeout and thread
 count) and their plans (one per descriptor) are cached; release() frees
@@ -26,12 +29,14 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import pickle
 import threading
+import time
 from collections import OrderedDict
 
 import numpy as np
 
-from . import _arrays, _lib
+from . import _arrays, _check_args, _lib
 from ._context import context
 from ._mpilib import MPI, PLACE_HOSTS, PLACE_RANKS, MpiParams, comm_handle, mpi
 from .attention import Options, descriptor, lse_shape
@@ -45,12 +50,11 @@ _lock = threading.RLock()
 def shard(n: int, rank: int, size: int) -> tuple:
     """(start, length) of shard `rank` of n tokens over `size` ranks
     (fxa_mpi_shard: contiguous, the first n mod size shards one longer). Local."""
-    if not (int(size) >= 1 and 0 <= int(rank) < int(size) and int(n) >= 0):
-        raise _lib.InvalidArgumentError(
-            f"shard({n}, {rank}, {size}): need n >= 0, size >= 1 and 0 <= rank < size", _lib.INVALID_ARG
-        )
+    n = _check_args.integer("n", n, 0, _check_args.INT64_MAX)
+    size = _check_args.integer("size", size, 1, _check_args.INT32_MAX)
+    rank = _check_args.integer("rank", rank, 0, size - 1)
     start, length = ctypes.c_int64(), ctypes.c_int64()
-    mpi.fxa_mpi_shard(int(n), int(size), int(rank), ctypes.byref(start), ctypes.byref(length))
+    mpi.fxa_mpi_shard(n, size, rank, ctypes.byref(start), ctypes.byref(length))
     return start.value, length.value
 
 
@@ -58,34 +62,86 @@ _PLACEMENTS = {"hosts": PLACE_HOSTS, "ranks": PLACE_RANKS}
 
 
 def _placement_code(placement) -> int:
-    if placement not in _PLACEMENTS:
+    if not isinstance(placement, str) or placement not in _PLACEMENTS:
         raise _bad(f"placement must be 'hosts' or 'ranks', not {placement!r}")
     return _PLACEMENTS[placement]
 
 
-def _grid_ranks(comm, placement: str) -> list:
+def timeout_seconds(timeout) -> float:
+    """A timeout= argument: None ($FXA_MPI_TIMEOUT or 60, as the library
+    takes it) or a positive number of seconds up to 1e9."""
+    if timeout is None:
+        t = float(mpi.fxa_mpi_default_timeout())
+        if t <= 0:
+            raise _bad("FXA_MPI_TIMEOUT is not a positive number of seconds")
+        return t
+    t = _check_args.positive_real("timeout", timeout)
+    if t > 1e9:
+        raise _bad(f"timeout must be a positive number of seconds up to 1e9, not {timeout!r}")
+    return t
+
+
+def wait(comm, request, timeout: float, what: str) -> None:
+    """Complete the non-blocking MPI request, polling it until timeout
+    seconds have passed; then raise PeerTimeoutError (the request stays
+    posted: end the job). Every collective of the package goes through
+    this, so a dead, stopped or absent peer fails every waiting rank."""
+    deadline = time.monotonic() + timeout
+    pause = 1e-5
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise _lib.PeerTimeoutError(
+                f"rank {comm.Get_rank()}: {what}: not every rank of the communicator took part within "
+                f"{timeout:g} s (a peer is dead, stopped or did not make the same call); end the job",
+                _lib.TIMEOUT,
+            )
+        time.sleep(pause)
+        pause = min(2 * pause, 1e-3)
+
+
+def allgather_int(comm, value: int, timeout: float, what: str) -> list:
+    """Every rank's int value, by rank (an MPI_Iallgather under the deadline)."""
+    mine = np.array([value], np.int64)
+    every = np.empty(comm.Get_size(), np.int64)
+    wait(comm, comm.Iallgather([mine, MPI.INT64_T], [every, MPI.INT64_T]), timeout, what)
+    return [int(x) for x in every]
+
+
+def allgather_object(comm, obj, timeout: float, what: str) -> list:
+    """Every rank's picklable obj, by rank (two MPI_Iallgather(v) calls
+    under the deadline)."""
+    data = np.frombuffer(pickle.dumps(obj), np.uint8)
+    sizes = allgather_int(comm, data.size, timeout, what)
+    displs = [sum(sizes[:r]) for r in range(len(sizes))]
+    recv = np.empty(sum(sizes), np.uint8)
+    wait(comm, comm.Iallgatherv([data, MPI.BYTE], [recv, (sizes, displs), MPI.BYTE]), timeout, what)
+    return [pickle.loads(recv[d : d + n].tobytes()) for d, n in zip(displs, sizes)]
+
+
+def _grid_ranks(comm, placement: str, timeout: float | None = None) -> list:
     """Collective on the first call per (communicator, placement): the grid
     rank of every rank of comm (fxa_mpi_grid_rank), cached after."""
     code = _placement_code(placement)
     key = (_comm_key(comm), code)
     with _lock:
         if key not in _grid:
+            seconds = timeout_seconds(timeout)
             mine = ctypes.c_int(-1)
             status = mpi.fxa_mpi_grid_rank(comm_handle(comm), code, ctypes.byref(mine))
             _lib.raise_status(status, mpi.fxa_mpi_create_error().decode())
-            _grid[key] = comm.allgather(mine.value)
+            _grid[key] = allgather_int(comm, mine.value, seconds, "fxattn.mpi.rank")
         return _grid[key]
 
 
-def rank(comm, placement: str = "hosts") -> int:
+def rank(comm, placement: str = "hosts", timeout=None) -> int:
     """This rank's grid rank in comm: the rank to shard by (fxattn.mpi.shard(S,
     rank(comm), size)), as attention() with the same placement lays out the
     grid. "hosts" (the default): comm's ranks grouped by host (hosts in the
     order of their lowest rank, rank order within a host; rank 0 stays 0);
     "ranks": comm.Get_rank(). Collective on the first call per communicator
-    and placement, cached after."""
+    and placement, cached after; timeout as attention()'s."""
     comm_handle(comm)
-    return _grid_ranks(comm, placement)[comm.Get_rank()]
+    return _grid_ranks(comm, placement, timeout)[comm.Get_rank()]
 
 
 # ---- handles and plans -------------------------------------------------------
@@ -187,26 +243,22 @@ def _contiguous(x, name: str) -> _arrays.Operand:
 
 
 def _check_grid(ulysses, ring, prefetch, timeout, placement, size):
-    if not (isinstance(ulysses, int) and ulysses >= 1):
-        raise _bad(f"ulysses must be a positive int, not {ulysses!r}")
+    ulysses = _check_args.integer("ulysses", ulysses, 1, _check_args.INT32_MAX)
     if ring is None:
         ring = size // ulysses if size % ulysses == 0 else 0  # 0: the library says why
-    elif not (isinstance(ring, int) and ring >= 1):
-        raise _bad(f"ring must be a positive int or None, not {ring!r}")
-    if not (isinstance(prefetch, int) and prefetch >= 1):
-        raise _bad(f"prefetch must be a positive int, not {prefetch!r}")
-    if timeout is None:
-        timeout = 0.0
-    elif not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise _bad(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+    else:
+        ring = _check_args.integer("ring", ring, 1, _check_args.INT32_MAX)
+    prefetch = _check_args.integer("prefetch", prefetch, 1, _check_args.INT32_MAX)
     _placement_code(placement)
-    return ulysses, ring, prefetch, float(timeout), placement
+    timeout = 0.0 if timeout is None else timeout_seconds(timeout)  # 0: the library's default
+    return ulysses, ring, prefetch, timeout, placement
 
 
 def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype):
     """This rank's checked inputs (local; may raise)."""
     opts = Options.parse(*opts_args)
     grid = _check_grid(ulysses, ring, prefetch, timeout, placement, size)
+    _arrays.same_kind(q, k, v)
     ops = tuple(_contiguous(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     d = descriptor(*ops, opts, _lib.F32)  # checks ranks, dtypes, batch, head_dim
     out_code = ops[0].dtype if out_dtype is None else _arrays.dtype_code(out_dtype)
@@ -215,22 +267,24 @@ def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_ar
     return opts, grid, ops, d, out_code, info
 
 
-def _agree(comm, local_error, seq_q, seq_kv, info):
-    """One allgather: every rank raises the lowest failing rank's error, or
-    the same shard/shape mismatch message (shards by grid rank, of the
-    agreed placement); returns (global Sq, global Skv)."""
-    me, size = comm.Get_rank(), comm.Get_size()
-    everyone = comm.allgather((local_error, seq_q, seq_kv, info))
+def _agree(comm, local_error, seq_q, seq_kv, info, timeout: float):
+    """One allgather under the deadline: every rank raises the lowest
+    failing rank's error, or the same mismatch message (options against
+    rank 0's; shards by grid rank, of the agreed placement); returns
+    (global Sq, global Skv)."""
+    size = comm.Get_size()
+    everyone = allgather_object(comm, (local_error, seq_q, seq_kv, info), timeout, "fxattn.mpi.attention's agreement")
     for r, (err, *_rest) in enumerate(everyone):
         if err is not None:
             cls, status, message = err
             raise cls(f"rank {r}: {message}", status)
     names = ("batch", "heads_q", "heads_kv", "head_dim", "dtype", "out_dtype", "options", "grid")
+    first = everyone[0][3]
     for r, e in enumerate(everyone):
-        for name, mine, theirs in zip(names, info, e[3]):
-            if mine != theirs:
-                raise _bad(f"ranks disagree on {name}: rank {me} has {mine!r}, rank {r} has {theirs!r}")
-    grid = _grid_ranks(comm, info[-1][-1])  # the same placement everywhere (checked above)
+        for name, theirs, base in zip(names, e[3], first):
+            if theirs != base:
+                raise _bad(f"ranks disagree on {name}: rank 0 has {base!r}, rank {r} has {theirs!r}")
+    grid = _grid_ranks(comm, info[-1][-1], timeout)  # the same placement everywhere (checked above)
     sq = sum(e[1] for e in everyone)
     skv = sum(e[2] for e in everyone)
     for what, n, i in (("query", sq, 1), ("key/value", skv, 2)):
@@ -277,7 +331,8 @@ def attention(
     communicator of P = U * R ranks. placement: "hosts" (Ulysses rows inside
     a host, the ring across hosts; see rank()) or "ranks" (comm's order).
     ulysses: U; ring: R (None: P // U). prefetch: ring blocks in flight;
-    timeout: seconds without progress from a peer before
+    timeout: seconds without progress from a peer, in the agreement on
+    options and shards as in the library's exchanges, before
     fxattn.PeerTimeoutError (None: $FXA_MPI_TIMEOUT or 60; after a timeout
     end the job). threads: worker threads of this rank (None: its share of
     the node, fxa_mpi_default_threads). Other options as fxattn.attention.
@@ -293,6 +348,10 @@ def attention(
     opts_args = (scale, layout, mode, center, compute, threads)
     local_error, prepared, seq_q, seq_kv, info = None, None, -1, -1, None
     try:
+        seconds = timeout_seconds(timeout)
+    except _lib.FxattnError:
+        seconds = 60.0  # the agreement's deadline; _prepare's error is raised after it
+    try:
         prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype)
         _, _, _, d, _, info = prepared
         seq_q, seq_kv = d.seq_q, d.seq_kv
@@ -300,7 +359,7 @@ def attention(
         local_error = (type(e), e.status, str(e))
     except (TypeError, ValueError) as e:
         local_error = (_lib.InvalidArgumentError, _lib.INVALID_ARG, f"{type(e).__name__}: {e}")
-    sq, skv = _agree(comm, local_error, seq_q, seq_kv, info)
+    sq, skv = _agree(comm, local_error, seq_q, seq_kv, info, seconds)
     opts, (u, r, pf, to, pl), (qo, ko, vo), d, out_code, _ = prepared
 
     n_threads = opts.threads or default_threads(comm)
@@ -334,9 +393,9 @@ def attention(
 
     if out_code != _lib.F32:
         if torch_in:
-            out = out.to(torch.bfloat16 if out_code == _lib.BF16 else torch.float16)
+            out = out.to(torch.bfloat16) if out_code == _lib.BF16 else _arrays.to_float16(out)
         elif out_code == _lib.F16:
-            out = out.astype(np.float16)
+            out = _arrays.to_float16(out)
         else:
             from .attention import _numpy_bf16
 

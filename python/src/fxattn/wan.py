@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _arrays, _lib
+from . import _arrays, _check_args, _lib
 from . import _wanlib as W
 from ._context import context
 
@@ -85,6 +85,9 @@ class WanLayerStats:
 def synth(seed: int, count: int, stream: int = W.SYNTH_X) -> np.ndarray:
     """Values 0..count-1 of the loader's generator stream (fxa_wan_synth;
     stream 0 is the CLI's synthetic x, element token * hidden + channel), fp32."""
+    seed = _check_args.integer("seed", seed, 0, _check_args.UINT64_MAX)
+    stream = _check_args.integer("stream", stream, 0, _check_args.UINT64_MAX)
+    count = _check_args.integer("count", count, 0, _check_args.INT64_MAX)
     f = W.wan.fxa_wan_synth
     return np.fromiter((f(seed, stream, i) for i in range(count)), np.float32, count)
 
@@ -92,7 +95,8 @@ def synth(seed: int, count: int, stream: int = W.SYNTH_X) -> np.ndarray:
 def rope_tables(grid, head_dim: int):
     """Wan's rotate-half RoPE tables of grid (frames, height, width): cos, sin
     [S, head_dim] fp32 numpy arrays (fxa_wan_rope_tables, theta 1e4)."""
-    f, h, w = (int(g) for g in grid)
+    f, h, w = _check_args.grid("grid", grid)
+    head_dim = _check_args.integer("head_dim", head_dim, 1, _check_args.INT64_MAX)
     cs = np.empty((f * h * w, head_dim), np.float32)
     sn = np.empty_like(cs)
     st = W.proj.fxa_wan_rope_tables(f, h, w, head_dim, W.ROPE_THETA, cs.ctypes.data, sn.ctypes.data)
@@ -107,11 +111,16 @@ def _rotate_half_rows(heads: int, head_dim: int) -> np.ndarray:
     return (np.arange(heads)[:, None] * head_dim + lanes[None, :]).reshape(-1)
 
 
-def _f32(t, name: str) -> np.ndarray:
-    """A torch tensor or array as a contiguous fp32 numpy copy."""
+def _f32(t, name: str, copy: bool = True) -> np.ndarray:
+    """A torch tensor or array of real numbers as a contiguous fp32 numpy
+    copy (copy=False: an fp32 input's own memory when it is contiguous)."""
     if _arrays.is_torch(t):
+        if t.is_complex() or t.dtype == _arrays.torch_module().bool:
+            raise _bad(f"{name} has dtype {t.dtype}; it must hold real numbers (a float or integer dtype)")
         t = t.detach().to("cpu").float().numpy()
-    a = np.array(t, dtype=np.float32, copy=True, order="C")
+    t = _arrays.native_array(t)
+    _check_args.real_array_dtype(name, t.dtype)
+    a = np.array(t, dtype=np.float32, order="C") if copy else np.asarray(t, dtype=np.float32, order="C")
     if not np.all(np.isfinite(a)):
         raise _bad(f"{name} holds a NaN or an infinity")
     return a
@@ -124,15 +133,17 @@ def _round_bf16(a: np.ndarray) -> np.ndarray:
     return ((b + (np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)).astype(np.uint16)
 
 
-def _bf16(t, name: str) -> np.ndarray:
-    """A torch tensor or array as contiguous uint16 bfloat16 bits, owned:
-    bf16 values keep their bits, any other float dtype goes through fp32
-    (exact for fp32, fp16 and bf16) and is rounded once to nearest even."""
+def _bf16(t, name: str, copy: bool = True) -> np.ndarray:
+    """A torch tensor or array as contiguous uint16 bfloat16 bits, owned
+    (copy=False: a bf16 input's own memory when it is contiguous): bf16
+    values keep their bits, any other float dtype goes through fp32 (exact
+    for fp32, fp16 and bf16) and is rounded once to nearest even."""
+    own = np.array if copy else np.asarray
     if _arrays.is_torch(t) and t.dtype == _arrays.torch_module().bfloat16:
         torch = _arrays.torch_module()
-        a = np.array(t.detach().to("cpu").contiguous().view(torch.int16).numpy().view(np.uint16), copy=True, order="C")
+        a = own(t.detach().to("cpu").contiguous().view(torch.int16).numpy().view(np.uint16), order="C")
     elif not _arrays.is_torch(t) and np.asarray(t).dtype.name == "bfloat16":  # ml_dtypes
-        a = np.array(np.asarray(t).view(np.uint16), copy=True, order="C")
+        a = own(_arrays.native_array(t).view(np.uint16), order="C")
     else:
         return _round_bf16(_f32(t, name))
     if np.any((a & 0x7F80) == 0x7F80):
@@ -142,6 +153,75 @@ def _bf16(t, name: str) -> np.ndarray:
 
 def _fptr(a):
     return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if a is not None else None
+
+
+def _linear_pairs(pairs, code):
+    """(weight, bias) numpy pairs of q, k, v, o: weights fp32 or bf16 bits
+    (code), possibly the inputs' own memory, biases fp32 copies."""
+    wconv = _bf16 if code == W.BF16 else _f32
+    return [(wconv(a, n + ".weight", copy=False), _f32(b, n + ".bias")) for n, (a, b) in zip("qkvo", pairs)]
+
+
+def _tensor_weights(pairs, norm_q, norm_k, heads, rope_half: bool, code: int, into=None):
+    """An fxa_wan_weights pointing into owned copies of PyTorch-layout
+    tensors (see WanSelfAttention.from_tensors), and those copies. into:
+    the copies of an earlier call, whose weight matrices are overwritten
+    when their shapes and dtype fit (no new allocation)."""
+    (qw, qb), (kw, kb), (vw, vb), (ow, ob) = _linear_pairs(pairs, code)
+    gq, gk = _f32(norm_q, "norm_q"), _f32(norm_k, "norm_k")
+    hidden = qw.shape[1] if qw.ndim == 2 else -1
+    heads = _check_args.integer("heads", heads, 1, _check_args.INT64_MAX)
+    if hidden < 1 or hidden % heads:
+        raise _bad(f"{heads} heads do not divide the hidden size {hidden}")
+    shapes = {"q.weight": qw, "k.weight": kw, "v.weight": vw, "o.weight": ow}
+    for name, a in shapes.items():
+        if a.shape != (hidden, hidden):
+            raise _bad(f"{name} has shape {list(a.shape)}, expected [{hidden}, {hidden}]")
+    for name, a in {"q.bias": qb, "k.bias": kb, "v.bias": vb, "o.bias": ob, "norm_q": gq, "norm_k": gk}.items():
+        if a.shape != (hidden,):
+            raise _bad(f"{name} has shape {list(a.shape)}, expected [{hidden}]")
+    head_dim = hidden // heads
+    rows = np.arange(hidden)
+    if not rope_half:
+        if head_dim % 2:
+            raise _bad(f"head_dim {head_dim} is odd: no RoPE pairs")
+        rows = _rotate_half_rows(heads, head_dim)
+    # Each weight is copied once, straight into the layer's memory.
+    fits = into is not None and into[0].shape == (3 * hidden, hidden) and into[0].dtype == qw.dtype
+    qkv, o_w = (into[0], into[2]) if fits else (np.empty((3 * hidden, hidden), qw.dtype), np.empty_like(ow))
+    half = head_dim // 2
+    for i, src in enumerate((qw, kw)):
+        dst = qkv[i * hidden : (i + 1) * hidden]
+        if rope_half:
+            np.copyto(dst, src)
+        else:  # each head's rows 2p + j go to j d/2 + p (_rotate_half_rows), whole rows at a time
+            np.copyto(dst.reshape(heads, 2, half, hidden), src.reshape(heads, half, 2, hidden).transpose(0, 2, 1, 3))
+    np.copyto(qkv[2 * hidden :], vw)
+    np.copyto(o_w, ow)
+    ow = o_w
+    qkv_b = np.concatenate([qb[rows], kb[rows], vb])
+    gq, gk = np.ascontiguousarray(gq[rows]), np.ascontiguousarray(gk[rows])
+    fmt = W.PROJ_W_BF16 if code == W.BF16 else W.PROJ_W_F32
+    w = W.WanWeights(hidden=hidden, heads=heads, head_dim=head_dim, head_begin=0, head_count=heads)
+    w.qkv = W.WanLinear(format=fmt, rows=3 * hidden, cols=hidden, w=qkv.ctypes.data, scales=None, bias=_fptr(qkv_b))
+    w.o = W.WanLinear(format=fmt, rows=hidden, cols=hidden, w=ow.ctypes.data, scales=None, bias=_fptr(ob))
+    w.gamma_q, w.gamma_k = _fptr(gq), _fptr(gk)
+    return w, (qkv, qkv_b, ow, ob, gq, gk)
+
+
+def _module_tensors(attn):
+    """The (weight, bias) pairs of a WanAttention's to_q, to_k, to_v,
+    to_out[0], and its norm gains, after checking it is a self-attention
+    with RMSNorms of eps FXA_WAN_EPS."""
+    if getattr(attn, "add_k_proj", None) is not None or getattr(attn, "is_cross_attention", False):
+        raise _bad("from_module takes a self-attention WanAttention (attn1), not a cross-attention one")
+    for name in ("norm_q", "norm_k"):
+        norm = getattr(attn, name)
+        eps = getattr(norm, "eps", None)
+        if eps is None or abs(eps - W.EPS) > 1e-12 or getattr(norm, "weight", None) is None:
+            raise _bad(f"{name} is not an RMSNorm with eps {W.EPS} and a gain (eps {eps})")
+    lin = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
+    return tuple((m.weight, m.bias) for m in lin), attn.norm_q.weight, attn.norm_k.weight
 
 
 class WanSelfAttention:
@@ -161,6 +241,7 @@ class WanSelfAttention:
         self._owned = owned  # numpy arrays the struct points into
         self._loaded = loaded  # weights allocated by fxa_wan_weights_load
         self._dtype = dtype  # fxa_wan_desc.dtype of every run
+        self._threads = threads
         self._ctx = context(threads)
         self._plans: OrderedDict[tuple, tuple] = OrderedDict()
         self.last_stats: WanLayerStats | None = None
@@ -172,8 +253,12 @@ class WanSelfAttention:
         code = _dtype_code(dtype)
         p = W.WanLoadParams()
         W.wan.fxa_wan_load_params_init(ctypes.byref(p))
-        p.block, p.heads, p.rope_half, p.fp8 = int(block), int(heads), int(bool(rope_half)), int(bool(fp8))
-        p.seed, p.hidden = int(seed), int(hidden)
+        p.block = _check_args.integer("block", block, 0, _check_args.INT64_MAX)
+        p.heads = _check_args.integer("heads", heads, 1, _check_args.INT64_MAX)
+        p.rope_half = int(_check_args.boolean("rope_half", rope_half))
+        p.fp8 = int(_check_args.boolean("fp8", fp8))
+        p.seed = _check_args.integer("seed", seed, 0, _check_args.UINT64_MAX)
+        p.hidden = _check_args.integer("hidden", hidden, 0 if path is not None else 1, _check_args.INT64_MAX)
         p.dtype = code
         w = W.WanWeights()
         err = ctypes.create_string_buffer(_ERRLEN)
@@ -208,44 +293,17 @@ class WanSelfAttention:
 
     @classmethod
     def from_tensors(cls, q, k, v, o, norm_q, norm_k, heads: int, rope_half: bool = False, threads=None, dtype="fp32"):
-        """A layer from PyTorch-layout tensors (torch or numpy, any float
-        dtype): q, k, v, o are (weight [hidden, hidden], bias [hidden])
-        pairs, norm_q / norm_k the RMSNorm gains [hidden]. The object owns
-        copies: dtype "fp32", fp32 weights (4 hidden^2 floats); "bf16",
-        bf16 weights (4 hidden^2 uint16: bf16 tensors' bits as they are,
-        others rounded once to nearest even). Biases and gains are fp32
+        """A layer from PyTorch-layout tensors (torch or numpy, any real
+        float dtype): q, k, v, o are (weight [hidden, hidden], bias
+        [hidden]) pairs, norm_q / norm_k the RMSNorm gains [hidden]. The
+        object owns copies: dtype "fp32", fp32 weights (4 hidden^2 floats);
+        "bf16", bf16 weights (4 hidden^2 uint16: bf16 tensors' bits as they
+        are, others rounded once to nearest even). Biases and gains are fp32
         either way (6 hidden floats). Q/K rows and gains are permuted from
         interleaved RoPE pairs to rotate-half unless rope_half."""
         code = _dtype_code(dtype)
-        wconv = _bf16 if code == W.BF16 else _f32
-        (qw, qb), (kw, kb), (vw, vb), (ow, ob) = ((wconv(a, n + ".weight"), _f32(b, n + ".bias")) for n, (a, b) in zip("qkvo", (q, k, v, o)))
-        gq, gk = _f32(norm_q, "norm_q"), _f32(norm_k, "norm_k")
-        hidden = qw.shape[1] if qw.ndim == 2 else -1
-        heads = int(heads)
-        if heads < 1 or hidden < 1 or hidden % heads:
-            raise _bad(f"{heads} heads do not divide the hidden size {hidden}")
-        shapes = {"q.weight": qw, "k.weight": kw, "v.weight": vw, "o.weight": ow}
-        for name, a in shapes.items():
-            if a.shape != (hidden, hidden):
-                raise _bad(f"{name} has shape {list(a.shape)}, expected [{hidden}, {hidden}]")
-        for name, a in {"q.bias": qb, "k.bias": kb, "v.bias": vb, "o.bias": ob, "norm_q": gq, "norm_k": gk}.items():
-            if a.shape != (hidden,):
-                raise _bad(f"{name} has shape {list(a.shape)}, expected [{hidden}]")
-        head_dim = hidden // heads
-        if not rope_half:
-            if head_dim % 2:
-                raise _bad(f"head_dim {head_dim} is odd: no RoPE pairs")
-            rows = _rotate_half_rows(heads, head_dim)
-            qw, kw, qb, kb, gq, gk = (a[rows] for a in (qw, kw, qb, kb, gq, gk))
-        qkv = np.ascontiguousarray(np.concatenate([qw, kw, vw]))
-        qkv_b = np.ascontiguousarray(np.concatenate([qb, kb, vb]))
-        gq, gk = np.ascontiguousarray(gq), np.ascontiguousarray(gk)
-        fmt = W.PROJ_W_BF16 if code == W.BF16 else W.PROJ_W_F32
-        w = W.WanWeights(hidden=hidden, heads=heads, head_dim=head_dim, head_begin=0, head_count=heads)
-        w.qkv = W.WanLinear(format=fmt, rows=3 * hidden, cols=hidden, w=qkv.ctypes.data, scales=None, bias=_fptr(qkv_b))
-        w.o = W.WanLinear(format=fmt, rows=hidden, cols=hidden, w=ow.ctypes.data, scales=None, bias=_fptr(ob))
-        w.gamma_q, w.gamma_k = _fptr(gq), _fptr(gk)
-        return cls(w, (qkv, qkv_b, ow, ob, gq, gk), False, threads, code)
+        w, owned = _tensor_weights((q, k, v, o), norm_q, norm_k, heads, _check_args.boolean("rope_half", rope_half), code)
+        return cls(w, owned, False, threads, code)
 
     @classmethod
     def from_module(cls, attn, threads=None, dtype="fp32"):
@@ -255,15 +313,19 @@ class WanSelfAttention:
         dtype "bf16", bf16 (a bf16 module's bits as they are). The layer's
         RMSNorm eps is FXA_WAN_EPS (1e-6); a module whose norm_q eps
         differs raises InvalidArgumentError."""
-        if getattr(attn, "add_k_proj", None) is not None or getattr(attn, "is_cross_attention", False):
-            raise _bad("from_module takes a self-attention WanAttention (attn1), not a cross-attention one")
-        for name in ("norm_q", "norm_k"):
-            norm = getattr(attn, name)
-            eps = getattr(norm, "eps", None)
-            if eps is None or abs(eps - W.EPS) > 1e-12 or getattr(norm, "weight", None) is None:
-                raise _bad(f"{name} is not an RMSNorm with eps {W.EPS} and a gain (eps {eps})")
-        lin = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
-        return cls.from_tensors(*((m.weight, m.bias) for m in lin), attn.norm_q.weight, attn.norm_k.weight, attn.heads, False, threads, dtype)
+        pairs, gq, gk = _module_tensors(attn)
+        return cls.from_tensors(*pairs, gq, gk, attn.heads, False, threads, dtype)
+
+    def _load_module(self, attn) -> None:
+        """Copy attn's current weights into the layer (as from_module
+        makes them, in the layer's dtype), into the buffers of the
+        layer's copies when the shapes fit. The plans stay: they depend on
+        the grid, heads and head_dim only, which must not change."""
+        pairs, gq, gk = _module_tensors(attn)
+        w, owned = _tensor_weights(pairs, gq, gk, attn.heads, False, self._dtype, into=self._owned)
+        if (w.hidden, w.heads) != (self.hidden, self.heads):
+            raise _bad(f"the module has hidden {w.hidden} and {w.heads} heads; the layer was made for {self.hidden} and {self.heads}")
+        self._w, self._owned = w, owned
 
     # ---- properties ------------------------------------------------------
 
@@ -290,13 +352,24 @@ class WanSelfAttention:
 
     @property
     def threads(self) -> int:
-        return self._ctx.threads
+        return self._context().threads
+
+    def _context(self):
+        """The layer's context, made anew (and the plans forgotten, not
+        destroyed) in a child process forked after the layer was made:
+        the parent's context has no worker threads there."""
+        if self._ctx.pid != os.getpid():
+            self._plans = OrderedDict()
+            self._ctx = context(self._threads)
+        return self._ctx
+
+    def _require_open(self) -> None:
+        if getattr(self, "_closed", False):
+            raise _bad("the layer is closed (close() freed its weights and plans); make a new one")
 
     def _desc(self, grid, x_format: int = W.PROJ_X_F32) -> W.WanDesc:
-        try:
-            f, h, w = (int(g) for g in grid)
-        except (TypeError, ValueError):
-            raise _bad(f"grid must be (frames, height, width), not {grid!r}") from None
+        self._require_open()
+        f, h, w = _check_args.grid("grid", grid)
         d = W.WanDesc()
         W.wan.fxa_wan_desc_init(ctypes.byref(d))
         d.frames, d.height, d.width = f, h, w
@@ -337,13 +410,14 @@ class WanSelfAttention:
         dtype (the library's fp32 y, rounded once to nearest even for a
         bf16 x); sets last_stats. Raises InvalidArgumentError for a bad
         shape, dtype or grid, or a NaN/Inf in x (the library's message)."""
+        self._require_open()
         torch = _arrays.torch_module() if _arrays.is_torch(x) else None
         if torch is not None:
             if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16):
                 raise _bad(f"x is {x.dtype} on {x.device}; the layer takes torch.float32 or torch.bfloat16 on the CPU")
             bf16_x = x.dtype == torch.bfloat16
         else:
-            x = np.asarray(x)
+            x = _arrays.native_array(x)
             if x.dtype != np.float32 and x.dtype.name != "bfloat16":
                 raise _bad(f"x has dtype {x.dtype}; the layer takes float32 or bfloat16")
             bf16_x = x.dtype.name == "bfloat16"
@@ -365,7 +439,7 @@ class WanSelfAttention:
             y = np.empty(shape, np.float32)
             xp, yp = x.ctypes.data, y.ctypes.data
         stats = _lib.new(W.WanStats)
-        ctx = self._ctx
+        ctx = self._context()
         with ctx.lock:
             plan, nbytes = self._plan(d)
             ws = ctx.workspace(nbytes)
@@ -382,6 +456,8 @@ class WanSelfAttention:
     def close(self) -> None:
         """Free the plans and the loader's weights (also done when collected)."""
         ctx = getattr(self, "_ctx", None)
+        if ctx is not None and ctx.pid != os.getpid():
+            self._plans = OrderedDict()  # the parent's plans: not this process's to free
         for handle, _ in getattr(self, "_plans", {}).values():
             W.wan.fxa_wan_plan_destroy(handle)
         if ctx is not None:
@@ -391,6 +467,7 @@ class WanSelfAttention:
             self._loaded = False
         self._w = W.WanWeights()
         self._owned = None
+        self._closed = True
 
     def __del__(self):
         try:

@@ -196,6 +196,22 @@ def errors():
     check("after errors", out, cut(fxattn.attention(x, x, x, threads=1), q0, n, "bshd"), 4 * s * EPS * 4)
 
 
+def disagree():
+    """Options that differ on ranks 1 and 2 (each its own value), and a
+    torch/numpy mix on one rank: one message on every rank."""
+    x = np.random.default_rng(2).standard_normal((1, 2 * P, 2, 8)).astype(np.float32)
+    q0, n = fm.shard(2 * P, grid_rank, P)
+    s = x[:, q0:q0 + n]
+    scale = {1: 0.5, 2: 0.25}.get(rank, None)
+    expect_error("options on two ranks", lambda: fm.attention(s, s, s, comm, threads=1, scale=scale),
+                 fxattn.InvalidArgumentError, "ranks disagree on options: rank 0 has")
+    k = torch.from_numpy(s) if rank == 1 else s
+    expect_error("torch and numpy mixed", lambda: fm.attention(s, k, s, comm, threads=1),
+                 fxattn.InvalidArgumentError, "rank 1: q, k and v must be all torch tensors or all numpy arrays")
+    fm.release(comm)
+    print(f"OK rank {rank} cases 0", flush=True)
+
+
 def check_placement():
     """fm.rank: comm's order with placement "ranks"; with "hosts", the order
     of FXA_MPI_TEST_HOSTS's labels (by world rank): hosts by their lowest
@@ -240,7 +256,7 @@ def main():
 
 if __name__ == "__main__":
     try:
-        main()
+        disagree() if sys.argv[1:] == ["disagree"] else main()
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()
