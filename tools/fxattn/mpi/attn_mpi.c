@@ -316,7 +316,11 @@ int fxt_attn_mpi(const attn_opts *o)
     int code = fxt_world_init(&w, o->timeout);
     if (code)
         return code;
-    code = run(&w, o);
+    attn_opts mine = *o;
+    fxt_opt table[FXT_MAX_OPTS];
+    fxt_attn_opts_table(&mine, table);
+    if (!(code = fxt_world_agree_options(&w, table)))
+        code = run(&w, o);
     fxt_world_finalize(&w);
     return code;
 }

@@ -216,7 +216,11 @@ int fxt_layer_mpi(const layer_opts *o)
     int code = fxt_world_init(&w, o->timeout);
     if (code)
         return code;
-    code = run(&w, o);
+    layer_opts mine = *o;
+    fxt_opt table[FXT_MAX_OPTS];
+    fxt_layer_opts_table(&mine, table);
+    if (!(code = fxt_world_agree_options(&w, table)))
+        code = run(&w, o);
     fxt_world_finalize(&w);
     return code;
 }

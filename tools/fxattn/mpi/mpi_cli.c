@@ -4,10 +4,12 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_opts.h"
 #include "fxattn_mpi.h"
 
 int fxt_world_init(fxt_world *w, double timeout)
@@ -120,6 +122,8 @@ int fxt_world_agree(fxt_world *w, int code)
     MPI_Ibcast(&e, (int)sizeof e, MPI_BYTE, root, MPI_COMM_WORLD, &r);
     fxt_world_wait(w, &r, "the failing rank's error");
     e.msg[sizeof e.msg - 1] = '\0';
+    if (!e.msg[0]) /* a failure that set no message still names itself */
+        snprintf(e.msg, sizeof e.msg, "failed with exit code %d", e.code);
     fxt_fail_capture(NULL, 0);
     if (w->rank == 0)
         fxt_fail(e.code, "rank %d: %s", root, e.msg);
@@ -127,10 +131,143 @@ int fxt_world_agree(fxt_world *w, int code)
     return e.code ? e.code : FXT_EXIT_FAILURE;
 }
 
+/* Rank 0 prints msg ("fxattn: error: ...") while the others stay quiet;
+ * returns code. */
+static int print_on_rank0(fxt_world *w, int code, const char *msg)
+{
+    if (w->rank == 0) {
+        fxt_fail_capture(NULL, 0);
+        fxt_fail(code, "%s", msg);
+        fxt_fail_capture(w->msg, sizeof w->msg);
+    }
+    return code;
+}
+
+/* FNV-1a over the n bytes at p, chained from h. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Where n hashes of this rank (mine) first differ from rank 0's, agreed
+ * over the world: *index the lowest i (among those with skip[i] == 0) at
+ * which some rank differs (n when none does), *first the lowest such rank
+ * and *count how many ranks differ there. Collective. */
+static void first_difference(fxt_world *w, const uint64_t *mine, const char *skip, int n,
+                             int *index, int *first, int *count)
+{
+    uint64_t root[FXT_MAX_OPTS];
+    memcpy(root, mine, (size_t)n * sizeof *mine);
+    MPI_Request r;
+    MPI_Ibcast(root, n, MPI_UINT64_T, 0, MPI_COMM_WORLD, &r);
+    fxt_world_wait(w, &r, "rank 0's options and inputs");
+    int i = 0;
+    while (i < n && (skip[i] || mine[i] == root[i]))
+        i++;
+    *index = i;
+    fxt_world_allreduce(w, index, 1, MPI_INT, MPI_MIN, "comparing the options and inputs");
+    *count = 0;
+    *first = w->size;
+    if (*index == n)
+        return;
+    const int differs = mine[*index] != root[*index];
+    int v[2] = {differs ? w->rank : w->size, differs};
+    *first = v[0];
+    fxt_world_allreduce(w, first, 1, MPI_INT, MPI_MIN, "the ranks that differ");
+    *count = v[1];
+    fxt_world_allreduce(w, count, 1, MPI_INT, MPI_SUM, "the ranks that differ");
+}
+
+/* The canonical text of option o's value (also what its hash covers). */
+static void option_text(const fxt_opt *o, char *buf, size_t cap)
+{
+    switch (o->kind) {
+    case FXT_OPT_FLAG:
+        snprintf(buf, cap, "%s", *(const int *)o->dest ? "given" : "not given");
+        break;
+    case FXT_OPT_STRING: {
+        const char *v = *(const char *const *)o->dest;
+        snprintf(buf, cap, v ? "'%s'" : "not given", v);
+        break;
+    }
+    case FXT_OPT_INT: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)o->dest); break;
+    default: snprintf(buf, cap, "%.17g", *(const double *)o->dest); break;
+    }
+}
+
+static uint64_t option_hash(const fxt_opt *o)
+{
+    char text[64];
+    option_text(o, text, sizeof text);
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, o->name, strlen(o->name) + 1);
+    h = fnv1a(h, text, strlen(text) + 1);
+    if (o->kind == FXT_OPT_STRING && *(const char *const *)o->dest) {
+        const char *v = *(const char *const *)o->dest; /* all of it, past the text's cap */
+        h = fnv1a(h, v, strlen(v));
+    }
+    return h;
+}
+
+/* The options each rank may set for itself (mpi_cli.h). */
+static const char *const per_rank_options[] = {"--threads", NULL};
+
+int fxt_world_agree_options(fxt_world *w, const fxt_opt *opts)
+{
+    uint64_t mine[FXT_MAX_OPTS];
+    char skip[FXT_MAX_OPTS];
+    int n = 0;
+    for (; n < FXT_MAX_OPTS && opts[n].name; n++) {
+        mine[n] = option_hash(&opts[n]);
+        skip[n] = 0;
+        for (int k = 0; per_rank_options[k]; k++)
+            skip[n] |= !strcmp(per_rank_options[k], opts[n].name);
+    }
+    int index, first, count;
+    first_difference(w, mine, skip, n, &index, &first, &count);
+    if (index == n)
+        return 0;
+    /* Rank 0's value and the first differing rank's. */
+    char mine_text[64], theirs[64];
+    option_text(&opts[index], mine_text, sizeof mine_text);
+    memcpy(theirs, mine_text, sizeof theirs);
+    MPI_Request r;
+    MPI_Ibcast(theirs, (int)sizeof theirs, MPI_CHAR, first, MPI_COMM_WORLD, &r);
+    fxt_world_wait(w, &r, "the differing option");
+    theirs[sizeof theirs - 1] = '\0';
+    char more[64] = "";
+    if (count > 1)
+        snprintf(more, sizeof more, " (%d ranks differ from rank 0)", count);
+    char msg[400];
+    snprintf(msg, sizeof msg, "ranks disagree on %s: %s on rank 0, %s on rank %d%s",
+             opts[index].name, mine_text, theirs, first, more);
+    return print_on_rank0(w, FXT_EXIT_BAD_INPUT, msg);
+}
+
+int fxt_world_agree_hashes(fxt_world *w, const uint64_t *hashes, const char *const *what, int count)
+{
+    const char skip[FXT_WORLD_MAX_HASHES] = {0};
+    int index, first, ranks;
+    first_difference(w, hashes, skip, count, &index, &first, &ranks);
+    if (index == count)
+        return 0;
+    char more[64] = "";
+    if (ranks > 1)
+        snprintf(more, sizeof more, " (%d ranks differ from rank 0)", ranks);
+    char msg[600];
+    snprintf(msg, sizeof msg, "ranks read different %s: rank %d differs from rank 0%s", what[index],
+             first, more);
+    return print_on_rank0(w, FXT_EXIT_BAD_INPUT, msg);
+}
+
 int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg)
 {
     if (st == FXA_OK)
         return 0;
+    if (!msg || !msg[0])
+        msg = fxa_status_str(st);
     if (st == FXA_ERR_TIMEOUT)
         fxt_world_abort(w, msg);
     if (w->rank == 0) {

@@ -321,6 +321,13 @@ int fxt_plan_mpi(const plan_opts *o)
     int code = fxt_world_init(&w, 0.0);
     if (code)
         return code;
+    plan_opts mine = *o;
+    fxt_opt table[FXT_MAX_OPTS];
+    fxt_plan_opts_table(&mine, table);
+    if ((code = fxt_world_agree_options(&w, table))) {
+        fxt_world_finalize(&w);
+        return code;
+    }
     fxt_cost_model m;
     fxt_plan_source src;
     int even = 1;
