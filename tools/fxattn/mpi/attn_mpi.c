@@ -175,7 +175,9 @@ static int run(fxt_world *w, const attn_opts *o)
     mp.prefetch = (int)o->prefetch;
     mp.timeout_seconds = w->timeout;
     mp.placement = placement;
+    fxt_world_guard("start-up");
     fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
+    fxt_world_unguard();
     if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())) ||
         (code = grid_ranks(w, m, &grid_of)))
         goto done;
@@ -200,7 +202,9 @@ static int run(fxt_world *w, const attn_opts *o)
         m = NULL;
         mp.ulysses = u;
         mp.ring = r;
+        fxt_world_guard("creating the planned grid");
         st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
+        fxt_world_unguard();
         if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
             goto done;
     }

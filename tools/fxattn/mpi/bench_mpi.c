@@ -123,12 +123,18 @@ int fxt_bench_mpi(const bench_opts *o)
     dist_bench b;
     memset(&b, 0, sizeof b);
     int grid_rank = 0;
-    if (fxa_mpi_grid_rank(MPI_COMM_WORLD, FXA_MPI_PLACE_HOSTS, &grid_rank) != FXA_OK) {
+    fxt_world_guard("start-up");
+    const fxa_status placed = fxa_mpi_grid_rank(MPI_COMM_WORLD, FXA_MPI_PLACE_HOSTS, &grid_rank);
+    fxt_world_unguard();
+    if (placed != FXA_OK) {
         const int failed = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_mpi_create_error());
         fxt_world_finalize(&world);
         return failed;
     }
+    fxt_world_barrier(&world, "start-up"); /* every rank has arrived before the split */
+    fxt_world_guard("start-up");
     MPI_Comm_split(MPI_COMM_WORLD, 0, grid_rank, &b.comm);
+    fxt_world_unguard();
     MPI_Comm_rank(b.comm, &b.rank);
     MPI_Comm_size(b.comm, &b.size);
     b.world = (fxt_world){b.rank, b.size, world.timeout, ""};
@@ -194,7 +200,10 @@ int fxt_bench_mpi(const bench_opts *o)
     mp.ulysses = mp.ulysses > 0 ? mp.ulysses : 1;
     mp.prefetch = (int)o->prefetch;
     mp.timeout_seconds = o->timeout;
-    if (fxa_mpi_create(b.comm, local.ctx, &mp, &m) != FXA_OK) {
+    fxt_world_guard("start-up");
+    const fxa_status created = fxa_mpi_create(b.comm, local.ctx, &mp, &m);
+    fxt_world_unguard();
+    if (created != FXA_OK) {
         code = fxt_fail(FXT_EXIT_BAD_INPUT, "%s", fxa_mpi_create_error());
         goto done;
     }

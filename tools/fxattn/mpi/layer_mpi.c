@@ -85,8 +85,10 @@ static int plan(job *j)
                                       fxa_ctx_threads(j->ctx), &g.ulysses, &g.ring)))
             return code;
     }
+    fxt_world_guard("start-up");
     const fxa_status st = fxa_wan_mpi_plan_create(MPI_COMM_WORLD, j->ctx, &j->cfg.wan, &g, &j->plan,
                                                   &j->ws_bytes, err, sizeof err);
+    fxt_world_unguard();
     const int code = fxt_world_lib_fail(j->w, st, err);
     if (!code) {
         fxa_wan_mpi_shard_of(j->plan, &j->s);

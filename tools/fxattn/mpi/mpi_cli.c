@@ -1,7 +1,9 @@
 /* Shared pieces of the distributed subcommands (mpi_cli.h). */
 #include "mpi_cli.h"
 
+#include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,124 @@
 #include "cli.h"
 #include "cmd_opts.h"
 #include "fxattn_mpi.h"
+
+/* The guard of the blocking MPI calls (fxt_world_guard): a thread that
+ * ends the process when one outlasts the deadline. */
+static struct guard {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    pthread_t thread;
+    int running;
+    int stop;
+    int armed;
+    struct timespec deadline;
+    int rank;       /* for the message: the launcher's rank before MPI_Init */
+    double timeout; /* seconds */
+    char line[300]; /* printed when the deadline passes */
+} g_guard = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int past(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
+static void *guard_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_guard.mu);
+    while (!g_guard.stop) {
+        if (g_guard.armed && past(&g_guard.deadline)) {
+            /* One write, then end: mpirun ends the other ranks. */
+            const ssize_t n = write(STDERR_FILENO, g_guard.line, strlen(g_guard.line));
+            (void)n;
+            _exit(FXT_EXIT_FAILURE);
+        }
+        if (g_guard.armed)
+            pthread_cond_timedwait(&g_guard.cv, &g_guard.mu, &g_guard.deadline);
+        else
+            pthread_cond_wait(&g_guard.cv, &g_guard.mu);
+    }
+    pthread_mutex_unlock(&g_guard.mu);
+    return NULL;
+}
+
+/* This process's rank as the launcher gives it (before MPI_Init), or -1. */
+static int launcher_rank(void)
+{
+    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v)
+            return atoi(v);
+    }
+    return -1;
+}
+
+/* Start the guard's thread (disarmed). 0 or an exit code. */
+static int guard_start(double timeout)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    const int bad = pthread_cond_init(&g_guard.cv, &a);
+    pthread_condattr_destroy(&a);
+    g_guard.rank = launcher_rank();
+    g_guard.timeout = timeout;
+    g_guard.stop = g_guard.armed = 0;
+    if (bad || pthread_create(&g_guard.thread, NULL, guard_main, NULL) != 0) {
+        if (!bad)
+            pthread_cond_destroy(&g_guard.cv);
+        return fxt_fail(FXT_EXIT_FAILURE, "cannot start the thread that bounds MPI's start-up");
+    }
+    g_guard.running = 1;
+    return 0;
+}
+
+static void guard_stop(void)
+{
+    if (!g_guard.running)
+        return;
+    pthread_mutex_lock(&g_guard.mu);
+    g_guard.stop = 1;
+    pthread_cond_signal(&g_guard.cv);
+    pthread_mutex_unlock(&g_guard.mu);
+    pthread_join(g_guard.thread, NULL);
+    pthread_cond_destroy(&g_guard.cv);
+    g_guard.running = 0;
+}
+
+void fxt_world_guard(const char *what)
+{
+    if (!g_guard.running)
+        return;
+    pthread_mutex_lock(&g_guard.mu);
+    snprintf(g_guard.line, sizeof g_guard.line,
+             "fxattn: error: rank %d: no progress from the other ranks for %g s (%s)\n",
+             g_guard.rank, g_guard.timeout, what);
+    clock_gettime(CLOCK_MONOTONIC, &g_guard.deadline);
+    const double whole = floor(g_guard.timeout);
+    g_guard.deadline.tv_sec += (time_t)whole;
+    g_guard.deadline.tv_nsec += (long)((g_guard.timeout - whole) * 1e9);
+    if (g_guard.deadline.tv_nsec >= 1000000000L) {
+        g_guard.deadline.tv_sec++;
+        g_guard.deadline.tv_nsec -= 1000000000L;
+    }
+    g_guard.armed = 1;
+    pthread_cond_signal(&g_guard.cv);
+    pthread_mutex_unlock(&g_guard.mu);
+}
+
+void fxt_world_unguard(void)
+{
+    if (!g_guard.running)
+        return;
+    pthread_mutex_lock(&g_guard.mu);
+    g_guard.armed = 0;
+    pthread_cond_signal(&g_guard.cv);
+    pthread_mutex_unlock(&g_guard.mu);
+}
 
 int fxt_world_init(fxt_world *w, double timeout)
 {
@@ -25,11 +145,19 @@ int fxt_world_init(fxt_world *w, double timeout)
                         "FXA_MPI_TIMEOUT=%s is not a positive number of seconds",
                         getenv("FXA_MPI_TIMEOUT"));
     int provided = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (guard_start(t))
+        return FXT_EXIT_FAILURE;
+    fxt_world_guard("start-up");
+    const int inited = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    fxt_world_unguard();
+    if (inited != MPI_SUCCESS) {
+        guard_stop();
         return fxt_fail(FXT_EXIT_FAILURE, "MPI_Init_thread failed");
+    }
     *w = (fxt_world){0, 1, t, ""};
     MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w->size);
+    g_guard.rank = w->rank; /* for fxt_world_guard's messages */
     fxt_fail_capture(w->msg, sizeof w->msg);
     return 0;
 }
@@ -39,7 +167,10 @@ void fxt_world_finalize(fxt_world *w)
     (void)w;
     fxt_fail_capture(NULL, 0);
     fflush(stdout);
+    fxt_world_guard("finishing");
     MPI_Finalize();
+    fxt_world_unguard();
+    guard_stop();
 }
 
 _Noreturn void fxt_world_abort(fxt_world *w, const char *msg)
@@ -283,7 +414,9 @@ int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg)
 int fxt_mpi_threads_per_rank(int64_t threads)
 {
     /* Collective whatever `threads` is, so that ranks stay in step. */
+    fxt_world_guard("start-up");
     const int share = fxa_mpi_default_threads(MPI_COMM_WORLD);
+    fxt_world_unguard();
     return threads > 0 ? (int)threads : share;
 }
 
@@ -291,8 +424,11 @@ int fxt_mpi_node_ranks(void)
 {
     MPI_Comm node;
     int n = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
-        MPI_SUCCESS)
+    fxt_world_guard("start-up");
+    const int split =
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    fxt_world_unguard();
+    if (split != MPI_SUCCESS)
         return 1;
     MPI_Comm_size(node, &n);
     MPI_Comm_free(&node);

@@ -24,6 +24,16 @@ typedef struct fxt_world {
  * Returns 0 or an exit code. */
 int fxt_world_init(fxt_world *w, double timeout);
 
+/* Around a blocking MPI call of the CLI (MPI_Init, MPI_Finalize, a
+ * communicator's creation, a library call that creates one): unless
+ * fxt_world_unguard follows within the deadline (--timeout), a thread
+ * prints "fxattn: error: rank N: no progress from the other ranks for T s
+ * (what)" and ends this process (_exit): mpirun then ends every rank, a
+ * stopped one too. Started by fxt_world_init, ended by
+ * fxt_world_finalize; nothing without it. */
+void fxt_world_guard(const char *what);
+void fxt_world_unguard(void);
+
 /* Wait for a nonblocking collective of the CLI, polling: when it sees no
  * progress for w->timeout seconds, fxt_world_abort with "rank N: no
  * progress from the other ranks for T s (what)". */

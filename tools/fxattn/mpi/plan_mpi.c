@@ -37,8 +37,12 @@ typedef struct host_map {
 static int map_hosts(fxt_world *w, host_map *hm)
 {
     MPI_Comm node;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
-        MPI_SUCCESS)
+    fxt_world_barrier(w, "start-up"); /* every rank has arrived before the split */
+    fxt_world_guard("start-up");
+    const int split =
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    fxt_world_unguard();
+    if (split != MPI_SUCCESS)
         return fxt_fail(FXT_EXIT_FAILURE, "plan: cannot tell which ranks share a host");
     int local = 0;
     MPI_Comm_rank(node, &local);
@@ -204,7 +208,9 @@ static int measure_call(fxt_world *w, fxa_dtype dtype, int threads, fxt_cost_mod
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
     mp.timeout_seconds = w->timeout;
+    fxt_world_guard("start-up");
     fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &mpi);
+    fxt_world_unguard();
     if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
         goto done;
     wl.d.compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
