@@ -305,10 +305,9 @@ static void first_difference(fxt_world *w, const uint64_t *mine, const char *ski
     if (*index == n)
         return;
     const int differs = mine[*index] != root[*index];
-    int v[2] = {differs ? w->rank : w->size, differs};
-    *first = v[0];
+    *first = differs ? w->rank : w->size;
     fxt_world_allreduce(w, first, 1, MPI_INT, MPI_MIN, "the ranks that differ");
-    *count = v[1];
+    *count = differs;
     fxt_world_allreduce(w, count, 1, MPI_INT, MPI_SUM, "the ranks that differ");
 }
 
@@ -321,7 +320,10 @@ static void option_text(const fxt_opt *o, char *buf, size_t cap)
         break;
     case FXT_OPT_STRING: {
         const char *v = *(const char *const *)o->dest;
-        snprintf(buf, cap, v ? "'%s'" : "not given", v);
+        if (v)
+            snprintf(buf, cap, "'%s'", v);
+        else
+            snprintf(buf, cap, "not given");
         break;
     }
     case FXT_OPT_INT: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)o->dest); break;
