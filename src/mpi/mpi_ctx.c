@@ -126,7 +126,8 @@ fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
     memset(&e, 0, sizeof e);
     if (m->rank == root) {
         e.status = (int)local;
-        snprintf(e.msg, sizeof e.msg, "%s", local_msg ? local_msg : "");
+        snprintf(e.msg, sizeof e.msg, "%s",
+                 local_msg && *local_msg ? local_msg : fxa_status_str(local));
     }
     const fxa_status sb =
         fxa_mpi_bcast(m, &e, (int)sizeof e, MPI_BYTE, root, m->comm, "the failing rank's error");
