@@ -32,7 +32,13 @@
  * calls with FXA_ERR_TIMEOUT after fxa_mpi_params.timeout_seconds ("rank
  * N: no progress from rank M for T s"); the context is then unusable (every
  * call fails at once), and the caller should end the job (MPI_Abort): the
- * communicator holds operations that will never complete.
+ * communicator holds operations that will never complete. Creating a
+ * context is bounded too: the duplicate is made with MPI_Comm_idup, and
+ * every blocking MPI_Comm_split / MPI_Comm_split_type (MPI has no
+ * nonblocking form) comes after a polled barrier, so a peer that never
+ * arrives fails fxa_mpi_create, fxa_mpi_grid_rank and the layer's plan with
+ * FXA_ERR_TIMEOUT. (A peer that stops between that barrier and the split
+ * itself is not caught; the CLI bounds those calls with a watchdog.)
  */
 #ifndef FXATTN_MPI_H
 #define FXATTN_MPI_H
@@ -113,7 +119,9 @@ FXA_API int fxa_mpi_size(const fxa_mpi *m);
 /* Collective over comm: the grid rank fxa_mpi_create(comm, ...) with this
  * placement gives this rank (the same for any grid shape), for callers
  * that shard before creating a context. FXA_ERR_INVALID_ARG for an unknown
- * placement, FXA_ERR_MPI when MPI fails; fxa_mpi_create_error() says why. */
+ * placement, FXA_ERR_MPI when MPI fails, FXA_ERR_TIMEOUT when a peer makes
+ * no progress for fxa_mpi_default_timeout() seconds;
+ * fxa_mpi_create_error() says why. */
 FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_rank);
 
 /* Collective over comm. The thread count this rank should use by default:
@@ -121,7 +129,8 @@ FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_ran
  * ranks on the same node (MPI_COMM_TYPE_SHARED) whose masks hold it, so
  * unbound ranks on N CPUs get N / ranks and ranks bound to their own cores
  * get those; a cgroup CPU quota is split evenly among the node's ranks.
- * At least 1. */
+ * At least 1. Its exchanges wait at most fxa_mpi_default_timeout() seconds
+ * without progress; past that, the even split of this rank's CPUs. */
 FXA_API int fxa_mpi_default_threads(MPI_Comm comm);
 
 /* Token range [*start, *start + *len) of shard `rank` of a sequence of seq

@@ -126,7 +126,8 @@ fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
     memset(&e, 0, sizeof e);
     if (m->rank == root) {
         e.status = (int)local;
-        snprintf(e.msg, sizeof e.msg, "%s", local_msg ? local_msg : "");
+        snprintf(e.msg, sizeof e.msg, "%s",
+                 local_msg && *local_msg ? local_msg : fxa_status_str(local));
     }
     const fxa_status sb =
         fxa_mpi_bcast(m, &e, (int)sizeof e, MPI_BYTE, root, m->comm, "the failing rank's error");
@@ -175,6 +176,9 @@ static int test_host_label(void)
 static fxa_status place_by_hosts(fxa_mpi *m, int *grid)
 {
     MPI_Comm host = MPI_COMM_NULL;
+    const fxa_status sa = fxa_mpi_arrive(m, m->comm, "the ranks grouping by host");
+    if (sa != FXA_OK)
+        return sa;
     if (MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &host) !=
         MPI_SUCCESS)
         return fxa_mpi_fail(m, FXA_ERR_MPI, "cannot group the ranks by host (MPI_Comm_split_type)");
@@ -225,6 +229,8 @@ static fxa_status place(fxa_mpi *m, int placement)
     for (int r = 0; st == FXA_OK && r < m->size; r++)
         identity &= grid[r] == r;
     MPI_Comm placed = MPI_COMM_NULL;
+    if (st == FXA_OK && !identity)
+        st = fxa_mpi_arrive(m, m->comm, "the ranks placing themselves");
     if (st == FXA_OK && !identity) {
         if (MPI_Comm_split(m->comm, 0, grid[m->rank], &placed) != MPI_SUCCESS)
             st = fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Comm_split failed placing the ranks");
@@ -258,21 +264,31 @@ fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_rank)
     }
     fxa_mpi m;
     memset(&m, 0, sizeof m);
-    if (MPI_Comm_dup(comm, &m.comm) != MPI_SUCCESS) {
-        snprintf(g_create_error, sizeof g_create_error, "MPI_Comm_dup failed");
-        return FXA_ERR_MPI;
-    }
-    MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(m.comm, &m.rank);
-    MPI_Comm_size(m.comm, &m.size);
+    MPI_Comm_rank(comm, &m.rank);
+    MPI_Comm_size(comm, &m.size);
     m.timeout = fxa_mpi_default_timeout();
     m.timeout = m.timeout > 0.0 ? m.timeout : 60.0;
+    if (fxa_mpi_dup(&m, comm) != FXA_OK) {
+        snprintf(g_create_error, sizeof g_create_error, "%s", m.last_error);
+        return m.broken ? FXA_ERR_TIMEOUT : FXA_ERR_MPI;
+    }
+    MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
     const fxa_status st = place(&m, placement);
     if (st != FXA_OK)
         snprintf(g_create_error, sizeof g_create_error, "%s", m.last_error);
     else
         *grid_rank = m.rank;
     MPI_Comm_free(&m.comm);
+    return st;
+}
+
+/* Collective over m->comm: *out = MPI_Comm_split(m->comm, color, key),
+ * once every rank has arrived (fxa_mpi_arrive). */
+static fxa_status split(fxa_mpi *m, int color, int key, MPI_Comm *out)
+{
+    fxa_status st = fxa_mpi_arrive(m, m->comm, "the ranks forming the grid");
+    if (st == FXA_OK && MPI_Comm_split(m->comm, color, key, out) != MPI_SUCCESS)
+        st = fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Comm_split failed");
     return st;
 }
 
@@ -293,14 +309,8 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
         return FXA_ERR_NO_MEMORY;
     }
     m->comm = m->row_comm = m->col_comm = MPI_COMM_NULL;
-    if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
-        free(m);
-        snprintf(g_create_error, sizeof g_create_error, "MPI_Comm_dup failed");
-        return FXA_ERR_MPI;
-    }
-    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(m->comm, &m->rank);
-    MPI_Comm_size(m->comm, &m->size);
+    MPI_Comm_rank(comm, &m->rank);
+    MPI_Comm_size(comm, &m->size);
     m->ctx = ctx;
     /* Local checks first; the verdict is agreed so every rank fails alike. */
     fxa_status st = FXA_OK;
@@ -338,6 +348,14 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
                      prm.placement);
         }
     }
+    /* The duplicate, waited for under the deadline just settled. */
+    const fxa_status sd = fxa_mpi_dup(m, comm);
+    if (sd != FXA_OK) {
+        snprintf(g_create_error, sizeof g_create_error, "%s", m->last_error);
+        fxa_mpi_destroy(m);
+        return sd;
+    }
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     st = fxa_mpi_agree(m, st, msg);
     if (st == FXA_OK) {
         int grid[4] = {prm.ulysses, prm.ring, prm.prefetch, prm.placement};
@@ -357,10 +375,8 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
             m->prefetch = m->ring > 1 ? m->ring - 1 : 1;
         if (m->prefetch > 64)
             m->prefetch = 64; /* deeper buys nothing and costs a block of memory each */
-        if (MPI_Comm_split(m->comm, m->c, m->u, &m->row_comm) != MPI_SUCCESS ||
-            MPI_Comm_split(m->comm, m->u, m->c, &m->col_comm) != MPI_SUCCESS)
-            st = fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Comm_split failed");
-        else {
+        if ((st = split(m, m->c, m->u, &m->row_comm)) == FXA_OK &&
+            (st = split(m, m->u, m->c, &m->col_comm)) == FXA_OK) {
             MPI_Comm_set_errhandler(m->row_comm, MPI_ERRORS_RETURN);
             MPI_Comm_set_errhandler(m->col_comm, MPI_ERRORS_RETURN);
         }

@@ -100,6 +100,18 @@ fxa_status fxa_mpi_bcast(fxa_mpi *m, void *buf, int n, MPI_Datatype t, int root,
 fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_Datatype t,
                              MPI_Comm comm, const char *what);
 
+/* Collective over comm: every rank has arrived (MPI_Ibarrier waited with
+ * fxa_mpi_wait), so that the blocking communicator creation (MPI has no
+ * nonblocking MPI_Comm_split) that follows waits on no rank that stopped
+ * before it: a missing peer fails the call with FXA_ERR_TIMEOUT instead. */
+fxa_status fxa_mpi_arrive(fxa_mpi *m, MPI_Comm comm, const char *what);
+
+/* Collective over comm: m->comm = a duplicate of comm (MPI_Comm_idup,
+ * waited with fxa_mpi_wait; m->rank and m->timeout set). On failure
+ * m->comm is MPI_COMM_NULL (a duplicate still pending when the deadline
+ * passed is left to the end of the job). */
+fxa_status fxa_mpi_dup(fxa_mpi *m, MPI_Comm comm);
+
 /* Collective over m->comm: fails on every rank unless all ranks pass the
  * same hash (what names the mismatch). */
 fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what);

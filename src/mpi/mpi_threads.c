@@ -2,6 +2,7 @@
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mpi_internal.h"
 
@@ -16,7 +17,16 @@ int fxa_mpi_default_threads(MPI_Comm comm)
     int local = 1;
     int me = 0;
     const int avail = fxa_available_cpus();
-    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    /* Every collective polled against the default deadline: a peer that
+     * never arrives leaves this rank the even split of its CPUs (and the
+     * caller's next collective reports the peer). */
+    fxa_mpi m;
+    memset(&m, 0, sizeof m);
+    MPI_Comm_rank(comm, &m.rank);
+    m.timeout = fxa_mpi_default_timeout();
+    m.timeout = m.timeout > 0.0 ? m.timeout : 60.0;
+    if (fxa_mpi_arrive(&m, comm, "the ranks counting their CPUs") != FXA_OK ||
+        MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
         return avail;
     MPI_Comm_size(node, &local);
     MPI_Comm_rank(node, &me);
@@ -25,14 +35,18 @@ int fxa_mpi_default_threads(MPI_Comm comm)
     /* A machine with more CPUs than a cpu_set_t holds: an even split. */
     const int have_mask = sched_getaffinity(0, sizeof mine, &mine) == 0;
     int all_have = 0;
-    MPI_Allreduce(&have_mask, &all_have, 1, MPI_INT, MPI_MIN, node);
+    if (fxa_mpi_allreduce(&m, &have_mask, &all_have, 1, MPI_INT, MPI_MIN, node,
+                          "the ranks' CPU masks") != FXA_OK)
+        return avail / local > 1 ? avail / local : 1; /* a peer stopped: the even split */
     cpu_set_t *masks = all_have ? malloc((size_t)local * sizeof *masks) : NULL;
     int ok = masks != NULL;
     int all_ok = 0;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node);
     int share = avail / local;
-    if (all_ok && MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, masks, (int)sizeof mine,
-                                MPI_BYTE, node) == MPI_SUCCESS) {
+    if (fxa_mpi_allreduce(&m, &ok, &all_ok, 1, MPI_INT, MPI_MIN, node, "the ranks' CPU masks") ==
+            FXA_OK &&
+        all_ok &&
+        fxa_mpi_allgather(&m, &mine, (int)sizeof mine, masks, MPI_BYTE, node,
+                          "the ranks' CPU masks") == FXA_OK) {
         double s = 0;
         for (size_t c = 0; c < CPU_SETSIZE; c++) {
             if (!CPU_ISSET(c, &mine))
@@ -47,6 +61,7 @@ int fxa_mpi_default_threads(MPI_Comm comm)
             share = avail / local;
     }
     free(masks);
-    MPI_Comm_free(&node);
+    if (!m.broken)
+        MPI_Comm_free(&node);
     return share < 1 ? 1 : share;
 }

@@ -97,3 +97,26 @@ fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_D
         return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Iallgather failed (%s)", what);
     return fxa_mpi_wait(m, 1, &r, -1, what);
 }
+
+fxa_status fxa_mpi_arrive(fxa_mpi *m, MPI_Comm comm, const char *what)
+{
+    MPI_Request r;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
+    if (MPI_Ibarrier(comm, &r) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Ibarrier failed (%s)", what);
+    return fxa_mpi_wait(m, 1, &r, -1, what);
+}
+
+fxa_status fxa_mpi_dup(fxa_mpi *m, MPI_Comm comm)
+{
+    MPI_Request r;
+    MPI_Comm dup = MPI_COMM_NULL;
+    m->comm = MPI_COMM_NULL;
+    if (MPI_Comm_idup(comm, &dup, &r) != MPI_SUCCESS)
+        return fxa_mpi_fail(m, FXA_ERR_MPI, "MPI_Comm_dup failed");
+    const fxa_status st = fxa_mpi_wait(m, 1, &r, -1, "the ranks creating the context");
+    if (st == FXA_OK)
+        m->comm = dup;
+    return st;
+}

@@ -122,10 +122,25 @@ static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *
     return FXA_OK;
 }
 
+/* Collective over the world: every rank has arrived (a barrier polled
+ * against the deadline), so that the blocking MPI_Comm_split after it
+ * waits on no rank that stopped before it. */
+static fxa_status arrive(fxa_wan_mpi_plan *p)
+{
+    MPI_Request r;
+    MPI_Ibarrier(p->m_world->comm, &r);
+    return wait1(p, &r, "the ranks forming the layer's groups");
+}
+
 /* The TP and CP communicators and the libfxattn_mpi contexts on them. */
 static fxa_status groups(fxa_wan_mpi_plan *p, double timeout)
 {
+    fxa_status st = arrive(p);
+    if (st != FXA_OK)
+        return st;
     MPI_Comm_split(p->m_world->comm, p->shard.cp_index, p->shard.tp_index, &p->tp_comm);
+    if ((st = arrive(p)) != FXA_OK)
+        return st;
     MPI_Comm_split(p->m_world->comm, p->shard.tp_index, p->shard.cp_index, &p->cp_comm);
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
@@ -134,7 +149,6 @@ static fxa_status groups(fxa_wan_mpi_plan *p, double timeout)
      * their ranks keep that order, so that the shards settle_grid gave by
      * cp_index are the CP context's grid ranks. */
     mp.placement = FXA_MPI_PLACE_RANKS;
-    fxa_status st = FXA_OK;
     if (p->tp_mode) {
         st = fxa_mpi_create(p->tp_comm, p->ctx, &mp, &p->m_tp);
         st = group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_create_error());

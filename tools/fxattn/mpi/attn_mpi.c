@@ -175,7 +175,9 @@ static int run(fxt_world *w, const attn_opts *o)
     mp.prefetch = (int)o->prefetch;
     mp.timeout_seconds = w->timeout;
     mp.placement = placement;
+    fxt_world_guard("start-up");
     fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
+    fxt_world_unguard();
     if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())) ||
         (code = grid_ranks(w, m, &grid_of)))
         goto done;
@@ -200,7 +202,9 @@ static int run(fxt_world *w, const attn_opts *o)
         m = NULL;
         mp.ulysses = u;
         mp.ring = r;
+        fxt_world_guard("creating the planned grid");
         st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
+        fxt_world_unguard();
         if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
             goto done;
     }
@@ -316,7 +320,11 @@ int fxt_attn_mpi(const attn_opts *o)
     int code = fxt_world_init(&w, o->timeout);
     if (code)
         return code;
-    code = run(&w, o);
+    attn_opts mine = *o;
+    fxt_opt table[FXT_MAX_OPTS];
+    fxt_attn_opts_table(&mine, table);
+    if (!(code = fxt_world_agree_options(&w, table)))
+        code = run(&w, o);
     fxt_world_finalize(&w);
     return code;
 }

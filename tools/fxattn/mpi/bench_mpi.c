@@ -80,24 +80,64 @@ static fxa_status gather_run(dist_bench *b, fxt_runner *r, void *k_all, void *v_
     return fxa_attn_run(r->plan, &a, r->workspace, &st);
 }
 
+/* Collective: every rank's options agree (fxt_world_agree_options over
+ * the options bench_opts holds). 0 or the exit code, printed by rank 0. */
+static int agree_options(fxt_world *w, const bench_opts *o)
+{
+    bench_opts v = *o;
+    const char *dtype = fxt_dtype_name(o->dtype);
+    int64_t compute = o->compute;
+    const fxt_opt table[] = {
+        {"--seq", NULL, FXT_OPT_INT, &v.seq, 0, 0},
+        {"--heads", NULL, FXT_OPT_INT, &v.heads, 0, 0},
+        {"--dim", NULL, FXT_OPT_INT, &v.dim, 0, 0},
+        {"--dtype", NULL, FXT_OPT_STRING, &dtype, 0, 0},
+        {"--compute", NULL, FXT_OPT_INT, &compute, 0, 0},
+        {"--threads", NULL, FXT_OPT_INT, &v.threads, 0, 0},
+        {"--repeats", NULL, FXT_OPT_INT, &v.repeats, 0, 0},
+        {"--json", NULL, FXT_OPT_FLAG, &v.json, 0, 0},
+        {"--ulysses", NULL, FXT_OPT_INT, &v.ulysses, 0, 0},
+        {"--ring", NULL, FXT_OPT_INT, &v.ring, 0, 0},
+        {"--prefetch", NULL, FXT_OPT_INT, &v.prefetch, 0, 0},
+        {"--timeout", NULL, FXT_OPT_DOUBLE, &v.timeout, 0, 0},
+        {"--grid", NULL, FXT_OPT_STRING, &v.grid, 0, 0},
+        {0},
+    };
+    fxt_fail_capture(w->msg, sizeof w->msg);
+    const int code = fxt_world_agree_options(w, table);
+    fxt_fail_capture(NULL, 0);
+    return code;
+}
+
 int fxt_bench_mpi(const bench_opts *o)
 {
-    int provided;
-    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    fxt_world world;
+    int code = fxt_world_init(&world, o->timeout);
+    if (code)
+        return code;
+    fxt_fail_capture(NULL, 0); /* bench reports its errors on each rank */
+    if ((code = agree_options(&world, o))) {
+        fxt_world_finalize(&world);
+        return code;
+    }
     dist_bench b;
     memset(&b, 0, sizeof b);
     int grid_rank = 0;
-    if (fxa_mpi_grid_rank(MPI_COMM_WORLD, FXA_MPI_PLACE_HOSTS, &grid_rank) != FXA_OK) {
+    fxt_world_guard("start-up");
+    const fxa_status placed = fxa_mpi_grid_rank(MPI_COMM_WORLD, FXA_MPI_PLACE_HOSTS, &grid_rank);
+    fxt_world_unguard();
+    if (placed != FXA_OK) {
         const int failed = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_mpi_create_error());
-        MPI_Finalize();
+        fxt_world_finalize(&world);
         return failed;
     }
+    fxt_world_barrier(&world, "start-up"); /* every rank has arrived before the split */
+    fxt_world_guard("start-up");
     MPI_Comm_split(MPI_COMM_WORLD, 0, grid_rank, &b.comm);
+    fxt_world_unguard();
     MPI_Comm_rank(b.comm, &b.rank);
     MPI_Comm_size(b.comm, &b.size);
-    b.world =
-        (fxt_world){b.rank, b.size, o->timeout > 0 ? o->timeout : fxa_mpi_default_timeout(), ""};
-    int code = 0;
+    b.world = (fxt_world){b.rank, b.size, world.timeout, ""};
     fxt_runner single = {0};
     fxt_runner local = {0};
     fxa_mpi *m = NULL;
@@ -160,7 +200,10 @@ int fxt_bench_mpi(const bench_opts *o)
     mp.ulysses = mp.ulysses > 0 ? mp.ulysses : 1;
     mp.prefetch = (int)o->prefetch;
     mp.timeout_seconds = o->timeout;
-    if (fxa_mpi_create(b.comm, local.ctx, &mp, &m) != FXA_OK) {
+    fxt_world_guard("start-up");
+    const fxa_status created = fxa_mpi_create(b.comm, local.ctx, &mp, &m);
+    fxt_world_unguard();
+    if (created != FXA_OK) {
         code = fxt_fail(FXT_EXIT_BAD_INPUT, "%s", fxa_mpi_create_error());
         goto done;
     }
@@ -313,7 +356,6 @@ done:
     free(out_gather);
     fxt_workload_free(&b.w);
     MPI_Comm_free(&b.comm);
-    fflush(stdout);
-    MPI_Finalize();
+    fxt_world_finalize(&world);
     return code;
 }

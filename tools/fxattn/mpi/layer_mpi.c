@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "fxattn_mpi.h"
+#include "fxattn_npy.h"
 #include "fxattn_wan_mpi.h"
 #include "layer.h"
 #include "mpi_cli.h"
@@ -84,8 +85,10 @@ static int plan(job *j)
                                       fxa_ctx_threads(j->ctx), &g.ulysses, &g.ring)))
             return code;
     }
+    fxt_world_guard("start-up");
     const fxa_status st = fxa_wan_mpi_plan_create(MPI_COMM_WORLD, j->ctx, &j->cfg.wan, &g, &j->plan,
                                                   &j->ws_bytes, err, sizeof err);
+    fxt_world_unguard();
     const int code = fxt_world_lib_fail(j->w, st, err);
     if (!code) {
         fxa_wan_mpi_shard_of(j->plan, &j->s);
@@ -102,6 +105,8 @@ static int check_memory(const job *j, int node_ranks)
     const double h = (double)j->cfg.hidden, s = (double)j->s.token_count;
     const double all = (double)j->cfg.tokens;
     double need = 16.0 * h * h / j->T + 40.0 * s * h;
+    if (j->o->weights && j->T > 1)
+        need += 16.0 * h * h / j->T; /* another shard, hashed (check_inputs) */
     if (j->w->rank == 0)
         need += 4.0 * all * h + (j->o->verify ? 16.0 * h * h + 40.0 * all * h : 0.0);
     return fxt_check_memory(need, node_ranks, "layer: this rank's weights and activations");
@@ -125,6 +130,107 @@ static int load(job *j)
     if (!j->ws || !j->y || (j->w->rank == 0 && !j->y_all))
         return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's activations");
     return 0;
+}
+
+/* A cheap 64-bit hash of the n bytes at p (8 at a time), chained from h. */
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, b + i, 8);
+        h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t hash_linear(uint64_t h, const fxa_wan_linear *l)
+{
+    const size_t es = l->format == FXA_PROJ_W_F32 ? 4 : l->format == FXA_PROJ_W_BF16 ? 2 : 1;
+    h = hash_bytes(h, l->w, (size_t)(l->rows * l->cols) * es);
+    if (l->scales)
+        h = hash_bytes(h, l->scales, (size_t)l->rows * sizeof(float));
+    if (l->bias)
+        h = hash_bytes(h, l->bias, (size_t)l->rows * sizeof(float));
+    return h;
+}
+
+static uint64_t hash_weights(uint64_t h, const fxa_wan_weights *w)
+{
+    const size_t n = (size_t)(w->head_count * w->head_dim) * sizeof(float);
+    h = hash_linear(hash_linear(h, &w->qkv), &w->o);
+    return hash_bytes(hash_bytes(h, w->gamma_q, n), w->gamma_k, n);
+}
+
+/* The hash of every head's weights from --weights, loaded (and converted,
+ * the same way on every rank) one tensor-parallel shard at a time; this
+ * rank's own shard is the one it holds. */
+static int hash_checkpoint(const job *j, uint64_t *h)
+{
+    *h = 0xcbf29ce484222325ull;
+    for (int t = 0; t < j->T; t++) {
+        int64_t h0, nh;
+        fxa_mpi_shard(j->cfg.heads, j->T, t, &h0, &nh);
+        if (h0 == j->s.head_begin && nh == j->s.head_count) {
+            *h = hash_weights(*h, &j->part);
+            continue;
+        }
+        fxa_wan_weights piece;
+        memset(&piece, 0, sizeof piece);
+        const int code = fxt_layer_load_weights(j->o, &j->cfg, h0, nh, &piece);
+        if (!code)
+            *h = hash_weights(*h, &piece);
+        fxa_wan_weights_free(&piece);
+        if (code)
+            return code;
+    }
+    return 0;
+}
+
+/* The hash of the bytes of every token of -x, read as stored, in pieces of
+ * at most 16 MiB. */
+static int hash_x(const job *j, uint64_t *h)
+{
+    const int64_t row = j->cfg.hidden * (int64_t)sizeof(float);
+    const int64_t step = row < (16 << 20) ? (16 << 20) / row : 1;
+    *h = 0xcbf29ce484222325ull;
+    for (int64_t t0 = 0; t0 < j->cfg.tokens; t0 += step) {
+        const int64_t n = j->cfg.tokens - t0 < step ? j->cfg.tokens - t0 : step;
+        char err[600];
+        fxa_npy a;
+        const fxa_status st =
+            fxa_npy_read_slice(j->o->x, j->cfg.x_axis, t0, n, &a, err, sizeof err);
+        if (st != FXA_OK)
+            return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT,
+                            "x: %s", err);
+        *h = hash_bytes(*h, a.data, (size_t)a.count * (a.dtype == FXA_F32 ? 4 : 2));
+        fxa_npy_free(&a);
+    }
+    return 0;
+}
+
+/* Collective: every rank computes on the same bytes of --weights and -x.
+ * Each rank hashes every piece of them that any rank uses (not only its
+ * own), so a copy on one host that differs anywhere the job reads is
+ * refused, naming the file. */
+static int check_inputs(job *j)
+{
+    uint64_t h[2] = {0, 0};
+    int code = j->o->weights ? hash_checkpoint(j, &h[0]) : 0;
+    if (!code && j->o->x)
+        code = hash_x(j, &h[1]);
+    if ((code = fxt_world_agree(j->w, code)))
+        return code;
+    char weights[400], x[400];
+    snprintf(weights, sizeof weights, "weights (block %lld of --weights %s)",
+             (long long)j->o->block, j->o->weights ? j->o->weights : "");
+    snprintf(x, sizeof x, "bytes of -x %s", j->o->x ? j->o->x : "");
+    const char *what[2] = {weights, x};
+    return fxt_world_agree_hashes(j->w, h, what, 2);
 }
 
 /* Collective: the layer, then y on rank 0. */
@@ -200,8 +306,8 @@ static int run(fxt_world *w, const layer_opts *o)
         code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
     if ((code = fxt_world_agree(w, code)) || (code = plan(&j)) ||
         (code = fxt_world_agree(w, check_memory(&j, node_ranks))) ||
-        (code = fxt_world_agree(w, load(&j))) || (code = forward(&j)) ||
-        (code = finish(&j, &check)))
+        (code = fxt_world_agree(w, load(&j))) || (code = check_inputs(&j)) ||
+        (code = forward(&j)) || (code = finish(&j, &check)))
         goto done;
     if (w->rank == 0)
         report(&j);
@@ -216,7 +322,11 @@ int fxt_layer_mpi(const layer_opts *o)
     int code = fxt_world_init(&w, o->timeout);
     if (code)
         return code;
-    code = run(&w, o);
+    layer_opts mine = *o;
+    fxt_opt table[FXT_MAX_OPTS];
+    fxt_layer_opts_table(&mine, table);
+    if (!(code = fxt_world_agree_options(&w, table)))
+        code = run(&w, o);
     fxt_world_finalize(&w);
     return code;
 }

@@ -1,14 +1,136 @@
 /* Shared pieces of the distributed subcommands (mpi_cli.h). */
 #include "mpi_cli.h"
 
+#include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_opts.h"
 #include "fxattn_mpi.h"
+
+/* The guard of the blocking MPI calls (fxt_world_guard): a thread that
+ * ends the process when one outlasts the deadline. */
+static struct guard {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    pthread_t thread;
+    int running;
+    int stop;
+    int armed;
+    struct timespec deadline;
+    int rank;       /* for the message: the launcher's rank before MPI_Init */
+    double timeout; /* seconds */
+    char line[300]; /* printed when the deadline passes */
+} g_guard = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int past(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
+static void *guard_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_guard.mu);
+    while (!g_guard.stop) {
+        if (g_guard.armed && past(&g_guard.deadline)) {
+            /* One write, then end: mpirun ends the other ranks. */
+            const ssize_t n = write(STDERR_FILENO, g_guard.line, strlen(g_guard.line));
+            (void)n;
+            _exit(FXT_EXIT_FAILURE);
+        }
+        if (g_guard.armed)
+            pthread_cond_timedwait(&g_guard.cv, &g_guard.mu, &g_guard.deadline);
+        else
+            pthread_cond_wait(&g_guard.cv, &g_guard.mu);
+    }
+    pthread_mutex_unlock(&g_guard.mu);
+    return NULL;
+}
+
+/* This process's rank as the launcher gives it (before MPI_Init), or -1. */
+static int launcher_rank(void)
+{
+    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v)
+            return atoi(v);
+    }
+    return -1;
+}
+
+/* Start the guard's thread (disarmed). 0 or an exit code. */
+static int guard_start(double timeout)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    const int bad = pthread_cond_init(&g_guard.cv, &a);
+    pthread_condattr_destroy(&a);
+    g_guard.rank = launcher_rank();
+    g_guard.timeout = timeout;
+    g_guard.stop = g_guard.armed = 0;
+    if (bad || pthread_create(&g_guard.thread, NULL, guard_main, NULL) != 0) {
+        if (!bad)
+            pthread_cond_destroy(&g_guard.cv);
+        return fxt_fail(FXT_EXIT_FAILURE, "cannot start the thread that bounds MPI's start-up");
+    }
+    g_guard.running = 1;
+    return 0;
+}
+
+static void guard_stop(void)
+{
+    if (!g_guard.running)
+        return;
+    pthread_mutex_lock(&g_guard.mu);
+    g_guard.stop = 1;
+    pthread_cond_signal(&g_guard.cv);
+    pthread_mutex_unlock(&g_guard.mu);
+    pthread_join(g_guard.thread, NULL);
+    pthread_cond_destroy(&g_guard.cv);
+    g_guard.running = 0;
+}
+
+void fxt_world_guard(const char *what)
+{
+    if (!g_guard.running)
+        return;
+    pthread_mutex_lock(&g_guard.mu);
+    snprintf(g_guard.line, sizeof g_guard.line,
+             "fxattn: error: rank %d: no progress from the other ranks for %g s (%s)\n",
+             g_guard.rank, g_guard.timeout, what);
+    clock_gettime(CLOCK_MONOTONIC, &g_guard.deadline);
+    const double whole = floor(g_guard.timeout);
+    g_guard.deadline.tv_sec += (time_t)whole;
+    g_guard.deadline.tv_nsec += (long)((g_guard.timeout - whole) * 1e9);
+    if (g_guard.deadline.tv_nsec >= 1000000000L) {
+        g_guard.deadline.tv_sec++;
+        g_guard.deadline.tv_nsec -= 1000000000L;
+    }
+    g_guard.armed = 1;
+    pthread_cond_signal(&g_guard.cv);
+    pthread_mutex_unlock(&g_guard.mu);
+}
+
+void fxt_world_unguard(void)
+{
+    if (!g_guard.running)
+        return;
+    pthread_mutex_lock(&g_guard.mu);
+    g_guard.armed = 0;
+    pthread_cond_signal(&g_guard.cv);
+    pthread_mutex_unlock(&g_guard.mu);
+}
 
 int fxt_world_init(fxt_world *w, double timeout)
 {
@@ -23,11 +145,19 @@ int fxt_world_init(fxt_world *w, double timeout)
                         "FXA_MPI_TIMEOUT=%s is not a positive number of seconds",
                         getenv("FXA_MPI_TIMEOUT"));
     int provided = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (guard_start(t))
+        return FXT_EXIT_FAILURE;
+    fxt_world_guard("start-up");
+    const int inited = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    fxt_world_unguard();
+    if (inited != MPI_SUCCESS) {
+        guard_stop();
         return fxt_fail(FXT_EXIT_FAILURE, "MPI_Init_thread failed");
+    }
     *w = (fxt_world){0, 1, t, ""};
     MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w->size);
+    g_guard.rank = w->rank; /* for fxt_world_guard's messages */
     fxt_fail_capture(w->msg, sizeof w->msg);
     return 0;
 }
@@ -37,7 +167,10 @@ void fxt_world_finalize(fxt_world *w)
     (void)w;
     fxt_fail_capture(NULL, 0);
     fflush(stdout);
+    fxt_world_guard("finishing");
     MPI_Finalize();
+    fxt_world_unguard();
+    guard_stop();
 }
 
 _Noreturn void fxt_world_abort(fxt_world *w, const char *msg)
@@ -120,6 +253,8 @@ int fxt_world_agree(fxt_world *w, int code)
     MPI_Ibcast(&e, (int)sizeof e, MPI_BYTE, root, MPI_COMM_WORLD, &r);
     fxt_world_wait(w, &r, "the failing rank's error");
     e.msg[sizeof e.msg - 1] = '\0';
+    if (!e.msg[0]) /* a failure that set no message still names itself */
+        snprintf(e.msg, sizeof e.msg, "failed with exit code %d", e.code);
     fxt_fail_capture(NULL, 0);
     if (w->rank == 0)
         fxt_fail(e.code, "rank %d: %s", root, e.msg);
@@ -127,10 +262,145 @@ int fxt_world_agree(fxt_world *w, int code)
     return e.code ? e.code : FXT_EXIT_FAILURE;
 }
 
+/* Rank 0 prints msg ("fxattn: error: ...") while the others stay quiet;
+ * returns code. */
+static int print_on_rank0(fxt_world *w, int code, const char *msg)
+{
+    if (w->rank == 0) {
+        fxt_fail_capture(NULL, 0);
+        fxt_fail(code, "%s", msg);
+        fxt_fail_capture(w->msg, sizeof w->msg);
+    }
+    return code;
+}
+
+/* FNV-1a over the n bytes at p, chained from h. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Where n hashes of this rank (mine) first differ from rank 0's, agreed
+ * over the world: *index the lowest i (among those with skip[i] == 0) at
+ * which some rank differs (n when none does), *first the lowest such rank
+ * and *count how many ranks differ there. Collective. */
+static void first_difference(fxt_world *w, const uint64_t *mine, const char *skip, int n,
+                             int *index, int *first, int *count)
+{
+    uint64_t root[FXT_MAX_OPTS];
+    memcpy(root, mine, (size_t)n * sizeof *mine);
+    MPI_Request r;
+    MPI_Ibcast(root, n, MPI_UINT64_T, 0, MPI_COMM_WORLD, &r);
+    fxt_world_wait(w, &r, "rank 0's options and inputs");
+    int i = 0;
+    while (i < n && (skip[i] || mine[i] == root[i]))
+        i++;
+    *index = i;
+    fxt_world_allreduce(w, index, 1, MPI_INT, MPI_MIN, "comparing the options and inputs");
+    *count = 0;
+    *first = w->size;
+    if (*index == n)
+        return;
+    const int differs = mine[*index] != root[*index];
+    *first = differs ? w->rank : w->size;
+    fxt_world_allreduce(w, first, 1, MPI_INT, MPI_MIN, "the ranks that differ");
+    *count = differs;
+    fxt_world_allreduce(w, count, 1, MPI_INT, MPI_SUM, "the ranks that differ");
+}
+
+/* The canonical text of option o's value (also what its hash covers). */
+static void option_text(const fxt_opt *o, char *buf, size_t cap)
+{
+    switch (o->kind) {
+    case FXT_OPT_FLAG:
+        snprintf(buf, cap, "%s", *(const int *)o->dest ? "given" : "not given");
+        break;
+    case FXT_OPT_STRING: {
+        const char *v = *(const char *const *)o->dest;
+        if (v)
+            snprintf(buf, cap, "'%s'", v);
+        else
+            snprintf(buf, cap, "not given");
+        break;
+    }
+    case FXT_OPT_INT: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)o->dest); break;
+    default: snprintf(buf, cap, "%.17g", *(const double *)o->dest); break;
+    }
+}
+
+static uint64_t option_hash(const fxt_opt *o)
+{
+    char text[64];
+    option_text(o, text, sizeof text);
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, o->name, strlen(o->name) + 1);
+    h = fnv1a(h, text, strlen(text) + 1);
+    if (o->kind == FXT_OPT_STRING && *(const char *const *)o->dest) {
+        const char *v = *(const char *const *)o->dest; /* all of it, past the text's cap */
+        h = fnv1a(h, v, strlen(v));
+    }
+    return h;
+}
+
+/* The options each rank may set for itself (mpi_cli.h). */
+static const char *const per_rank_options[] = {"--threads", NULL};
+
+int fxt_world_agree_options(fxt_world *w, const fxt_opt *opts)
+{
+    uint64_t mine[FXT_MAX_OPTS];
+    char skip[FXT_MAX_OPTS];
+    int n = 0;
+    for (; n < FXT_MAX_OPTS && opts[n].name; n++) {
+        mine[n] = option_hash(&opts[n]);
+        skip[n] = 0;
+        for (int k = 0; per_rank_options[k]; k++)
+            skip[n] |= !strcmp(per_rank_options[k], opts[n].name);
+    }
+    int index, first, count;
+    first_difference(w, mine, skip, n, &index, &first, &count);
+    if (index == n)
+        return 0;
+    /* Rank 0's value and the first differing rank's. */
+    char mine_text[64], theirs[64];
+    option_text(&opts[index], mine_text, sizeof mine_text);
+    memcpy(theirs, mine_text, sizeof theirs);
+    MPI_Request r;
+    MPI_Ibcast(theirs, (int)sizeof theirs, MPI_CHAR, first, MPI_COMM_WORLD, &r);
+    fxt_world_wait(w, &r, "the differing option");
+    theirs[sizeof theirs - 1] = '\0';
+    char more[64] = "";
+    if (count > 1)
+        snprintf(more, sizeof more, " (%d ranks differ from rank 0)", count);
+    char msg[400];
+    snprintf(msg, sizeof msg, "ranks disagree on %s: %s on rank 0, %s on rank %d%s",
+             opts[index].name, mine_text, theirs, first, more);
+    return print_on_rank0(w, FXT_EXIT_BAD_INPUT, msg);
+}
+
+int fxt_world_agree_hashes(fxt_world *w, const uint64_t *hashes, const char *const *what, int count)
+{
+    const char skip[FXT_WORLD_MAX_HASHES] = {0};
+    int index, first, ranks;
+    first_difference(w, hashes, skip, count, &index, &first, &ranks);
+    if (index == count)
+        return 0;
+    char more[64] = "";
+    if (ranks > 1)
+        snprintf(more, sizeof more, " (%d ranks differ from rank 0)", ranks);
+    char msg[600];
+    snprintf(msg, sizeof msg, "ranks read different %s: rank %d differs from rank 0%s", what[index],
+             first, more);
+    return print_on_rank0(w, FXT_EXIT_BAD_INPUT, msg);
+}
+
 int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg)
 {
     if (st == FXA_OK)
         return 0;
+    if (!msg || !msg[0])
+        msg = fxa_status_str(st);
     if (st == FXA_ERR_TIMEOUT)
         fxt_world_abort(w, msg);
     if (w->rank == 0) {
@@ -146,7 +416,9 @@ int fxt_world_lib_fail(fxt_world *w, fxa_status st, const char *msg)
 int fxt_mpi_threads_per_rank(int64_t threads)
 {
     /* Collective whatever `threads` is, so that ranks stay in step. */
+    fxt_world_guard("start-up");
     const int share = fxa_mpi_default_threads(MPI_COMM_WORLD);
+    fxt_world_unguard();
     return threads > 0 ? (int)threads : share;
 }
 
@@ -154,8 +426,11 @@ int fxt_mpi_node_ranks(void)
 {
     MPI_Comm node;
     int n = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
-        MPI_SUCCESS)
+    fxt_world_guard("start-up");
+    const int split =
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    fxt_world_unguard();
+    if (split != MPI_SUCCESS)
         return 1;
     MPI_Comm_size(node, &n);
     MPI_Comm_free(&node);

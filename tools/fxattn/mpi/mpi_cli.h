@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "cli.h"
 #include "fxattn.h"
 
 /* This process in MPI_COMM_WORLD, and its captured error: while a command
@@ -22,6 +23,16 @@ typedef struct fxt_world {
  * timeout: --timeout's value, 0 when not given (fxa_mpi_default_timeout()).
  * Returns 0 or an exit code. */
 int fxt_world_init(fxt_world *w, double timeout);
+
+/* Around a blocking MPI call of the CLI (MPI_Init, MPI_Finalize, a
+ * communicator's creation, a library call that creates one): unless
+ * fxt_world_unguard follows within the deadline (--timeout), a thread
+ * prints "fxattn: error: rank N: no progress from the other ranks for T s
+ * (what)" and ends this process (_exit): mpirun then ends every rank, a
+ * stopped one too. Started by fxt_world_init, ended by
+ * fxt_world_finalize; nothing without it. */
+void fxt_world_guard(const char *what);
+void fxt_world_unguard(void);
 
 /* Wait for a nonblocking collective of the CLI, polling: when it sees no
  * progress for w->timeout seconds, fxt_world_abort with "rank N: no
@@ -53,6 +64,25 @@ void fxt_world_finalize(fxt_world *w);
  * failing rank's code and message win; rank 0 prints "fxattn: error: rank
  * N: ..." once. Returns the agreed code (0 when every rank passed 0). */
 int fxt_world_agree(fxt_world *w, int code);
+
+/* Collective over MPI_COMM_WORLD, the first of a distributed command:
+ * every rank's options agree. opts: the command's table (cmd_opts.h)
+ * holding this rank's parsed values, each compared by a hash of its
+ * canonical text. One option is per rank and may differ: --threads (hosts
+ * may have different cores). On a disagreement every rank returns
+ * FXT_EXIT_BAD_INPUT and rank 0 prints once which option (the first of the
+ * table that differs) and which ranks: "ranks disagree on --block: 1 on
+ * rank 0, 2 on rank 1". Returns 0 or that code. */
+int fxt_world_agree_options(fxt_world *w, const fxt_opt *opts);
+
+/* Collective over MPI_COMM_WORLD: every rank passes the same count (at
+ * most FXT_WORLD_MAX_HASHES) hashes, hashes[i] of what[i] ("the bytes read
+ * from x.npy"). Otherwise every rank returns FXT_EXIT_BAD_INPUT and rank 0
+ * prints once "ranks read different <what[i]>: rank R differs from rank 0"
+ * for the first i that differs. Returns 0 or that code. */
+#define FXT_WORLD_MAX_HASHES 8
+int fxt_world_agree_hashes(fxt_world *w, const uint64_t *hashes, const char *const *what,
+                           int count);
 
 /* After a collective library call whose status and message are already the
  * same on every rank: rank 0 prints it; returns the exit code (0 if OK).

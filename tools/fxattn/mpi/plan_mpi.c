@@ -37,8 +37,12 @@ typedef struct host_map {
 static int map_hosts(fxt_world *w, host_map *hm)
 {
     MPI_Comm node;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
-        MPI_SUCCESS)
+    fxt_world_barrier(w, "start-up"); /* every rank has arrived before the split */
+    fxt_world_guard("start-up");
+    const int split =
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    fxt_world_unguard();
+    if (split != MPI_SUCCESS)
         return fxt_fail(FXT_EXIT_FAILURE, "plan: cannot tell which ranks share a host");
     int local = 0;
     MPI_Comm_rank(node, &local);
@@ -204,7 +208,9 @@ static int measure_call(fxt_world *w, fxa_dtype dtype, int threads, fxt_cost_mod
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
     mp.timeout_seconds = w->timeout;
+    fxt_world_guard("start-up");
     fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &mpi);
+    fxt_world_unguard();
     if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
         goto done;
     wl.d.compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
@@ -321,6 +327,13 @@ int fxt_plan_mpi(const plan_opts *o)
     int code = fxt_world_init(&w, 0.0);
     if (code)
         return code;
+    plan_opts mine = *o;
+    fxt_opt table[FXT_MAX_OPTS];
+    fxt_plan_opts_table(&mine, table);
+    if ((code = fxt_world_agree_options(&w, table))) {
+        fxt_world_finalize(&w);
+        return code;
+    }
     fxt_cost_model m;
     fxt_plan_source src;
     int even = 1;
