@@ -41,8 +41,10 @@ def _require_mpi4py():
         pytest.fail(f"mpi4py is not installed in {sys.executable}; `pip install mpi4py` (fxattn[mpi])")
 
 
-def run_mpi(script: str, np_: int, *args, timeout: int = 120, hosts: str = "") -> subprocess.CompletedProcess:
-    """Run mpi_scripts/<script> on np_ ranks; the outer timeout -k bounds a hang.
+def mpi_command(script: str, np_: int, *args, timeout: int = 120, hosts: str = "") -> tuple[list, dict]:
+    """The command line and environment that run mpi_scripts/<script> on np_
+    ranks under timeout -k (the installed package, or python/src when the
+    caller set PYTHONPATH or nothing is installed).
     hosts: libfxattn_mpi's test-only FXA_MPI_TEST_HOSTS (host labels by rank)."""
     _require_mpi4py()
     env = dict(os.environ)
@@ -59,6 +61,13 @@ def run_mpi(script: str, np_: int, *args, timeout: int = 120, hosts: str = "") -
             exports += ["-x", name]
     cmd = ["timeout", "-k", "5", str(timeout), _mpirun(), "--allow-run-as-root", "--oversubscribe",
            "-np", str(np_), *exports, sys.executable, str(SCRIPTS / script), *args]
+    return cmd, env
+
+
+def run_mpi(script: str, np_: int, *args, timeout: int = 120, hosts: str = "") -> subprocess.CompletedProcess:
+    """Run mpi_scripts/<script> on np_ ranks and require exit 0; the outer
+    timeout -k bounds a hang."""
+    cmd, env = mpi_command(script, np_, *args, timeout=timeout, hosts=hosts)
     # a working directory without stray modules that could shadow the stdlib
     proc = subprocess.run(cmd, env=env, cwd=str(SCRIPTS), capture_output=True, text=True, timeout=timeout + 30)
     assert proc.returncode not in (124, 137), f"mpirun hung (timeout):\n{proc.stdout}\n{proc.stderr}"
@@ -142,12 +151,7 @@ def test_absent_peer_times_out_every_caller():
     PeerTimeoutError on both calling ranks within the deadline (+ 3 s of
     slack for a loaded machine), and the job ends (rank 0 aborts it) long
     before the sleeper would: the whole run is bounded by timeout -k 60."""
-    _require_mpi4py()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    exports = [a for n in ("FXATTN_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS") if n in env for a in ("-x", n)]
-    cmd = ["timeout", "-k", "5", "60", _mpirun(), "--allow-run-as-root", "--oversubscribe", "-np", "3", *exports,
-           sys.executable, str(SCRIPTS / "absent_peer.py"), "2"]
+    cmd, env = mpi_command("absent_peer.py", 3, "2", timeout=60)
     proc = subprocess.run(cmd, env=env, cwd=str(SCRIPTS), capture_output=True, text=True, timeout=90)
     out = proc.stdout + proc.stderr
     assert proc.returncode not in (124, 137), f"mpirun hung (timeout):\n{out}"
