@@ -17,7 +17,7 @@ typedef struct fxt_verify_result {
 
 /* `attn --verify` passes when max_rel_err and max_lse_rel are at most this:
  * an absolute ceiling against the fp64 reference (2^-12; fp32 results on
- * ordinary inputs are 1e-7..1e-5 off, README "Numerics"), never relative
+ * ordinary inputs are 1e-7..1e-5 off, docs/numerics.md), never relative
  * to another fp32 computation that could fail the same way. bf16 compute
  * rounds P to bf16 (error up to ~2^-7 max|v|): 2^-6 there. */
 #define FXT_VERIFY_TOL 0x1p-12
