@@ -6,7 +6,7 @@
 
 #include "alloc.h"
 #include "ctx_internal.h"
-#include "dispatch.h"
+#include "../kernels/dispatch.h"
 #include "struct_size.h"
 
 void fxa_ctx_params_init(fxa_ctx_params *p)
@@ -29,7 +29,7 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
 {
     fxa_ctx_params defaults;
     fxa_status st;
-    const fxa_kernels *kernels = NULL;
+    const struct fxa_kernels *kernels = NULL;
     g_create_error[0] = '\0';
     if (!ctx_out)
         return FXA_ERR_INVALID_ARG;
@@ -59,8 +59,8 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     if (st != FXA_OK)
         goto out_free_ctx;
     if (getenv("FXA_VERBOSE"))
-        fprintf(stderr, "fxattn: kernels %s: %s; %d threads\n", kernels->isa_name,
-                kernels->description, ctx->pool.n_threads);
+        fprintf(stderr, "fxattn: kernels %s: %s; %d threads\n", fxa_kernels_isa(kernels),
+                fxa_kernels_info(kernels), ctx->pool.n_threads);
     *ctx_out = ctx;
     return FXA_OK;
 out_free_ctx:
@@ -83,12 +83,12 @@ int fxa_ctx_threads(const fxa_ctx *ctx)
 
 const char *fxa_ctx_isa(const fxa_ctx *ctx)
 {
-    return ctx ? ctx->kernels->isa_name : "";
+    return ctx ? fxa_kernels_isa(ctx->kernels) : "";
 }
 
 const char *fxa_ctx_kernel_info(const fxa_ctx *ctx)
 {
-    return ctx ? ctx->kernels->description : "";
+    return ctx ? fxa_kernels_info(ctx->kernels) : "";
 }
 
 /* The calling thread's copy of a context's last error. */

@@ -4,13 +4,14 @@
 
 #include "internal_api.h"
 
-#include "../kernels/kernels.h"
 #include "fxattn.h"
 #include "pool.h"
 
+struct fxa_kernels; /* a kernel set (kernels/kernels.h), chosen by kernels/dispatch.h */
+
 struct fxa_ctx {
     fxa_pool pool;
-    const fxa_kernels *kernels;
+    const struct fxa_kernels *kernels;
     char last_error[512];
 };
 
