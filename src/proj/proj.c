@@ -14,6 +14,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,6 +576,27 @@ size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d)
     return l.total;
 }
 
+/* OpenBLAS (0.3.21) has one process-wide thread count and no per-call
+ * one. Each fp32 GEMM sets it to the context's threads and restores the
+ * host program's setting while holding this lock, so that projections on
+ * other threads never take one call's setting for the host's. */
+static pthread_mutex_t g_blas_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* y [m][ldy] = x [m][k] w [n][k]^T on OpenBLAS with n_threads threads. */
+static void sgemm_on_threads(int n_threads, int64_t m, int64_t n, int64_t k, const float *x,
+                             const float *w, float *y, int64_t ldy)
+{
+    pthread_mutex_lock(&g_blas_threads_lock);
+    const int host_threads = openblas_get_num_threads();
+    if (host_threads != n_threads)
+        openblas_set_num_threads(n_threads);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f, x, (int)k, w,
+                (int)k, 0.0f, y, (int)ldy);
+    if (host_threads != n_threads)
+        openblas_set_num_threads(host_threads);
+    pthread_mutex_unlock(&g_blas_threads_lock);
+}
+
 /* y [S][I] = x W^T, W staged and multiplied l->w_block output channels at
  * a time. */
 static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg, const void *w,
@@ -587,17 +609,12 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
     fxa_gemm_onednn *g = NULL;
     char why[160];
     fxa_status st = FXA_OK;
-    /* OpenBLAS runs the context's threads for these GEMMs; the host
-     * program's own setting is restored afterwards. */
-    const int host_blas_threads = openblas_get_num_threads();
     const int blas = !l->bf16_path && !l->f32_onednn;
     if (!blas) {
         st = fxa_gemm_onednn_create(&g, l->bf16_path ? FXA_BF16 : FXA_F32, d->tokens, k, n_out,
                                     ctx->pool.n_threads, why, sizeof why);
         if (st != FXA_OK)
             return fxa_ctx_fail(ctx, st, "%s", why);
-    } else if (host_blas_threads != ctx->pool.n_threads) {
-        openblas_set_num_threads(ctx->pool.n_threads);
     }
     /* bf16 GEMMs on the `amx` kernel set run on AMX tiles here (gemm_amx.h:
      * faster than Debian's oneDNN on them), when the shapes fit and the
@@ -615,15 +632,12 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
             continue;
         }
         if (blas)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->tokens, (int)nb, (int)k,
-                        1.0f, xg, (int)k, wg, (int)k, 0.0f, y + n0, (int)n_out);
+            sgemm_on_threads(ctx->pool.n_threads, d->tokens, nb, k, xg, wg, y + n0, n_out);
         else if ((st = fxa_gemm_onednn_run(g, xg, wg, nb, y + n0, why, sizeof why)) != FXA_OK)
             st = fxa_ctx_fail(ctx, st, "%s", why);
     }
     fxa_free_aligned(amx_scratch);
     fxa_gemm_onednn_destroy(g);
-    if (blas && host_blas_threads != ctx->pool.n_threads)
-        openblas_set_num_threads(host_blas_threads);
     return st;
 }
 
