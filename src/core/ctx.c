@@ -17,6 +17,14 @@ void fxa_ctx_params_init(fxa_ctx_params *p)
     p->n_threads = 0;
 }
 
+/* dst = the environment variable name, truncated to cap - 1 bytes ("" when
+ * unset): the context reads the environment once, at its creation. */
+static void copy_env(char *dst, size_t cap, const char *name)
+{
+    const char *v = getenv(name);
+    snprintf(dst, cap, "%s", v ? v : "");
+}
+
 /* Why the last fxa_ctx_create on this thread failed (no context to hold it). */
 static _Thread_local char g_create_error[256];
 
@@ -55,6 +63,7 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     if (!ctx)
         return FXA_ERR_NO_MEMORY;
     ctx->kernels = kernels;
+    copy_env(ctx->proj_gemm, sizeof ctx->proj_gemm, "FXA_PROJ_GEMM");
     st = fxa_pool_init(&ctx->pool, p->n_threads == 0 ? fxa_available_cpus() : p->n_threads);
     if (st != FXA_OK)
         goto out_free_ctx;
