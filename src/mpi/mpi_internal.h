@@ -21,6 +21,13 @@ struct fxa_mpi {
     int prefetch;
     double timeout; /* seconds a wait may see no progress (fxa_mpi_wait) */
     int broken;     /* a wait timed out: the communicators are unusable */
+    /* Test hooks, read from the environment once by fxa_mpi_create (0:
+     * unset): FXA_MPI_TEST_MAX_ELEMENTS caps the ring's message pieces
+     * (ring.c); FXA_TEST_ULYSSES_GROUPS and FXA_TEST_ULYSSES_PIECE set the
+     * Ulysses exchange's groups and pieces (ulysses.c). */
+    int64_t test_max_elements;
+    int64_t test_ulysses_groups;
+    int64_t test_ulysses_piece;
     char last_error[512];
 };
 
