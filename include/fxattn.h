@@ -105,7 +105,8 @@ FXA_API void fxa_ctx_params_init(fxa_ctx_params *p);
  * Create a context: a fixed-size thread pool and the kernel table chosen for
  * this CPU. The environment variable FXA_ISA (read here, once) forces a
  * kernel set; a set this build or CPU lacks is refused with
- * FXA_ERR_UNSUPPORTED. Calls on a context run one at a time (see
+ * FXA_ERR_UNSUPPORTED. FXA_PROJ_GEMM (fxattn_proj.h) is also read here,
+ * once: later changes to the environment do not reach the context. Calls on a context run one at a time (see
  * "Conventions"). p may be NULL (defaults).
  */
 FXA_API fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out);

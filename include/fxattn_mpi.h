@@ -198,6 +198,8 @@ FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args
  * MPI_Allreduce. heads_q_total / heads_kv_total: the heads over all ranks.
  * Different tokens, formats or options on different ranks, or a failure on
  * one rank, return the same error everywhere.
+ * Defined in libfxattn_wan_mpi (with the projection's OpenBLAS and oneDNN),
+ * not in libfxattn_mpi: link libfxattn_wan_mpi to call it.
  */
 struct fxa_proj_desc;
 struct fxa_proj_args;

@@ -151,7 +151,8 @@ typedef enum fxa_proj_layout {
  * sgemm, or oneDNN's fp32 matmul on AVX-512 CPUs for which the OpenBLAS
  * found at run time has no AVX-512 kernels (OpenBLAS 0.3.21 runs its
  * Haswell kernels on Zen 5, at about half the speed; the environment
- * variable FXA_PROJ_GEMM=openblas|onednn|auto forces the choice). Every product of two
+ * variable FXA_PROJ_GEMM=openblas|onednn|auto, read when the context is
+ * created, forces the choice). Every product of two
  * operands is exact in fp32, so only the fp32 accumulation rounds. A weight that
  * needs decoding (FP8, or 16-bit next to fp32 x) is decoded 32 MiB of
  * output channels at a time, each block multiplied as soon as it is

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../core/ctx_internal.h"
+#include "../kernels/kernels.h"
 #include "fxattn.h"
 
 /* Where row (b, h, s) of a [B, H, S, D]-shaped tensor starts, in elements:

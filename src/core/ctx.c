@@ -6,7 +6,7 @@
 
 #include "alloc.h"
 #include "ctx_internal.h"
-#include "dispatch.h"
+#include "../kernels/dispatch.h"
 #include "struct_size.h"
 
 void fxa_ctx_params_init(fxa_ctx_params *p)
@@ -15,6 +15,14 @@ void fxa_ctx_params_init(fxa_ctx_params *p)
         return;
     p->struct_size = sizeof *p;
     p->n_threads = 0;
+}
+
+/* dst = the environment variable name, truncated to cap - 1 bytes ("" when
+ * unset): the context reads the environment once, at its creation. */
+static void copy_env(char *dst, size_t cap, const char *name)
+{
+    const char *v = getenv(name);
+    snprintf(dst, cap, "%s", v ? v : "");
 }
 
 /* Why the last fxa_ctx_create on this thread failed (no context to hold it). */
@@ -29,7 +37,7 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
 {
     fxa_ctx_params defaults;
     fxa_status st;
-    const fxa_kernels *kernels = NULL;
+    const struct fxa_kernels *kernels = NULL;
     g_create_error[0] = '\0';
     if (!ctx_out)
         return FXA_ERR_INVALID_ARG;
@@ -55,12 +63,13 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     if (!ctx)
         return FXA_ERR_NO_MEMORY;
     ctx->kernels = kernels;
+    copy_env(ctx->proj_gemm, sizeof ctx->proj_gemm, "FXA_PROJ_GEMM");
     st = fxa_pool_init(&ctx->pool, p->n_threads == 0 ? fxa_available_cpus() : p->n_threads);
     if (st != FXA_OK)
         goto out_free_ctx;
     if (getenv("FXA_VERBOSE"))
-        fprintf(stderr, "fxattn: kernels %s: %s; %d threads\n", kernels->isa_name,
-                kernels->description, ctx->pool.n_threads);
+        fprintf(stderr, "fxattn: kernels %s: %s; %d threads\n", fxa_kernels_isa(kernels),
+                fxa_kernels_info(kernels), ctx->pool.n_threads);
     *ctx_out = ctx;
     return FXA_OK;
 out_free_ctx:
@@ -83,12 +92,12 @@ int fxa_ctx_threads(const fxa_ctx *ctx)
 
 const char *fxa_ctx_isa(const fxa_ctx *ctx)
 {
-    return ctx ? ctx->kernels->isa_name : "";
+    return ctx ? fxa_kernels_isa(ctx->kernels) : "";
 }
 
 const char *fxa_ctx_kernel_info(const fxa_ctx *ctx)
 {
-    return ctx ? ctx->kernels->description : "";
+    return ctx ? fxa_kernels_info(ctx->kernels) : "";
 }
 
 /* The calling thread's copy of a context's last error. */

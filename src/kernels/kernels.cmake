@@ -5,6 +5,7 @@
 # init functions) take no ISA flags: dispatch builds every set on any CPU.
 set(k ${CMAKE_CURRENT_SOURCE_DIR}/kernels)
 target_sources(fxattn_obj PRIVATE
+  ${k}/dispatch.c
   ${k}/ref/kernels_ref.c
   ${k}/ref/f32_tile_ref.c
   ${k}/ref/bf16_tile_ref.c

@@ -150,6 +150,15 @@ fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what)
     return FXA_OK;
 }
 
+/* A positive integer from the environment variable name, else 0. */
+static int64_t env_count(const char *name)
+{
+    const char *s = getenv(name);
+    char *end = NULL;
+    const long long x = s ? strtoll(s, &end, 10) : 0;
+    return s && end != s && *end == '\0' && x > 0 ? (int64_t)x : 0;
+}
+
 /* Test only: FXA_MPI_TEST_HOSTS="L0,L1,..." gives each MPI_COMM_WORLD rank
  * r the host label Lr (an integer >= 0) in place of its shared-memory
  * group, so that one machine can test placement by hosts (give it to every
@@ -312,6 +321,9 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
     MPI_Comm_rank(comm, &m->rank);
     MPI_Comm_size(comm, &m->size);
     m->ctx = ctx;
+    m->test_max_elements = env_count("FXA_MPI_TEST_MAX_ELEMENTS");
+    m->test_ulysses_groups = env_count("FXA_TEST_ULYSSES_GROUPS");
+    m->test_ulysses_piece = env_count("FXA_TEST_ULYSSES_PIECE");
     /* Local checks first; the verdict is agreed so every rank fails alike. */
     fxa_status st = FXA_OK;
     char msg[256] = "";

@@ -21,6 +21,13 @@ struct fxa_mpi {
     int prefetch;
     double timeout; /* seconds a wait may see no progress (fxa_mpi_wait) */
     int broken;     /* a wait timed out: the communicators are unusable */
+    /* Test hooks, read from the environment once by fxa_mpi_create (0:
+     * unset): FXA_MPI_TEST_MAX_ELEMENTS caps the ring's message pieces
+     * (ring.c); FXA_TEST_ULYSSES_GROUPS and FXA_TEST_ULYSSES_PIECE set the
+     * Ulysses exchange's groups and pieces (ulysses.c). */
+    int64_t test_max_elements;
+    int64_t test_ulysses_groups;
+    int64_t test_ulysses_piece;
     char last_error[512];
 };
 
@@ -80,7 +87,7 @@ fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
 void fxa_mpi_split(int64_t n, int parts, int i, int64_t *lo, int64_t *hi);
 
 /* FNV-1a over bytes, chained. */
-uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
+FXA_INTERNAL uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
 
 /* Wait for the n requests, polling (mpi_wait.c): when none completes for
  * m->timeout seconds, fails with FXA_ERR_TIMEOUT, "rank N: no progress
@@ -93,8 +100,9 @@ FXA_INTERNAL fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int p
 
 /* The blocking collectives the library uses, as their nonblocking forms
  * waited on with fxa_mpi_wait (what names the step in errors). */
-fxa_status fxa_mpi_allreduce(fxa_mpi *m, const void *in, void *out, int n, MPI_Datatype t,
-                             MPI_Op op, MPI_Comm comm, const char *what);
+FXA_INTERNAL fxa_status fxa_mpi_allreduce(fxa_mpi *m, const void *in, void *out, int n,
+                                          MPI_Datatype t, MPI_Op op, MPI_Comm comm,
+                                          const char *what);
 fxa_status fxa_mpi_bcast(fxa_mpi *m, void *buf, int n, MPI_Datatype t, int root, MPI_Comm comm,
                          const char *what);
 fxa_status fxa_mpi_allgather(fxa_mpi *m, const void *in, int n, void *out, MPI_Datatype t,
@@ -114,7 +122,7 @@ fxa_status fxa_mpi_dup(fxa_mpi *m, MPI_Comm comm);
 
 /* Collective over m->comm: fails on every rank unless all ranks pass the
  * same hash (what names the mismatch). */
-fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what);
+FXA_INTERNAL fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what);
 
 /* Local q heads and kv heads of this rank after the Ulysses exchange. */
 static inline int64_t fxa_mpi_loc_hq(const fxa_mpi_attn_plan *p)

@@ -31,13 +31,12 @@ typedef struct ring_reqs {
 } ring_reqs;
 
 /* Elements per message: INT_MAX. Test only: FXA_MPI_TEST_MAX_ELEMENTS (a
- * positive count below that) forces small pieces, so that tests of the
- * pieces need no 8 GB blocks. */
-static int64_t piece_elems(void)
+ * positive count below that, read by fxa_mpi_create) forces small pieces,
+ * so that tests of the pieces need no 8 GB blocks. */
+static int64_t piece_elems(const fxa_mpi *m)
 {
-    const char *env = getenv("FXA_MPI_TEST_MAX_ELEMENTS");
-    const long long cap = env ? strtoll(env, NULL, 10) : 0;
-    return cap > 0 && cap < INT_MAX ? (int64_t)cap : INT_MAX;
+    const int64_t cap = m->test_max_elements;
+    return cap > 0 && cap < INT_MAX ? cap : INT_MAX;
 }
 
 /* Post the receives (recv = 1) or sends of n elements at buf (es bytes
@@ -142,7 +141,7 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
     const int64_t per_key = p->d.batch * fxa_mpi_loc_hkv(p) * p->d.head_dim;
     const MPI_Datatype type = p->es == 4 ? MPI_FLOAT : MPI_UINT16_T;
     const size_t es = p->es;
-    const int64_t cap = piece_elems();
+    const int64_t cap = piece_elems(m);
     const int64_t most = per_key * p->max_blk_skv;
     const int np = (int)(most > cap ? (most + cap - 1) / cap : 1); /* pieces per tensor */
     *column_failed = 0;

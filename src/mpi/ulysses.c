@@ -331,13 +331,10 @@ void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
         }
 }
 
-/* A positive integer from the environment variable name, else fallback. */
-static int64_t env_count(const char *name, int64_t fallback, int64_t most)
+/* A test hook's count (0: unset) at most most, else fallback. */
+static int64_t hook_count(int64_t hook, int64_t fallback, int64_t most)
 {
-    const char *s = getenv(name);
-    char *end = NULL;
-    const long long x = s ? strtoll(s, &end, 10) : 0;
-    return s && end != s && *end == '\0' && x > 0 ? (x < most ? x : most) : fallback;
+    return hook > 0 ? (hook < most ? hook : most) : fallback;
 }
 
 /* G: the same on every member (it depends on the plan only). With R > 1
@@ -350,7 +347,7 @@ static int choose_groups(const fxa_mpi_attn_plan *p)
         most_kv = nkv > most_kv ? nkv : most_kv;
     }
     const int64_t g =
-        env_count("FXA_TEST_ULYSSES_GROUPS", p->m->ring == 1 ? DEFAULT_GROUPS : 1, most_kv);
+        hook_count(p->m->test_ulysses_groups, p->m->ring == 1 ? DEFAULT_GROUPS : 1, most_kv);
     return (int)(g < most_kv ? g : most_kv);
 }
 
@@ -423,9 +420,10 @@ fxa_status fxa_ulysses_alloc(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
     const size_t rows = b * (size_t)fxa_mpi_loc_hq(p) * (size_t)p->loc_sq;
     memset(u, 0, sizeof *u);
     u->groups = choose_groups(p);
-    /* Pieces: MPI counts are int. FXA_TEST_ULYSSES_PIECE (tests only) makes
-     * them smaller, so that the piece path runs on small problems. */
-    u->piece = env_count("FXA_TEST_ULYSSES_PIECE", INT_MAX, INT_MAX);
+    /* Pieces: MPI counts are int. FXA_TEST_ULYSSES_PIECE (tests only, read
+     * by fxa_mpi_create) makes them smaller, so that the piece path runs on
+     * small problems. */
+    u->piece = hook_count(m->test_ulysses_piece, INT_MAX, INT_MAX);
     const size_t pairs = (size_t)u->groups * (size_t)n + 1;
     u->in_send_at = malloc(((size_t)u->groups + 1) * sizeof(int64_t));
     u->back_at = malloc(pairs * sizeof(int64_t));

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "../core/ctx_internal.h"
+#include "../kernels/kernels.h"
 
 /* Whether fxa_gemm_amx_run takes this GEMM: the context's kernel set is
  * `amx` (the CPU, the OS's grant and this build have AMX; FXA_ISA may

@@ -14,6 +14,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,36 +499,43 @@ static size_t take(size_t *at, size_t bytes)
     return here;
 }
 
+/* The automatic choice, made once per process: the CPU and the loaded
+ * OpenBLAS do not change. */
+static int g_auto_onednn;
+static pthread_once_t g_auto_once = PTHREAD_ONCE_INIT;
+
+static void decide_auto(void)
+{
+    static const char *const avx512_cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    const char *core = openblas_get_corename();
+    char lower[32] = "";
+    for (size_t i = 0; core && core[i] && i + 1 < sizeof lower; i++)
+        lower[i] = (char)(core[i] >= 'A' && core[i] <= 'Z' ? core[i] - 'A' + 'a' : core[i]);
+    int known = 0;
+    for (size_t i = 0; i < sizeof avx512_cores / sizeof avx512_cores[0]; i++)
+        known |= strstr(lower, avx512_cores[i]) != NULL;
+    g_auto_onednn = fxa_cpu_get()->avx512f && !known;
+}
+
 /* Whether fp32 GEMMs go to oneDNN's matmul (1), OpenBLAS (0), or neither
- * (-1: FXA_PROJ_GEMM names no backend). FXA_PROJ_GEMM=openblas|onednn
+ * (-1: FXA_PROJ_GEMM names no backend). force: FXA_PROJ_GEMM as the
+ * context read it at its creation. FXA_PROJ_GEMM=openblas|onednn
  * forces one (tests pin OpenBLAS's bytes; benchmarks compare the two);
  * unset or "auto": oneDNN on AVX-512 CPUs when the OpenBLAS loaded at run
  * time picked a kernel set without AVX-512 (a DYNAMIC_ARCH OpenBLAS older
  * than the CPU: 0.3.21 runs its Haswell kernels on Zen 5, 136 GFLOP/s
  * against 255 with its SkylakeX ones and ~235 on oneDNN, S 4096 x 5120 x
  * 15360 on 2 threads), OpenBLAS otherwise. */
-static int gemm_f32_on_onednn(void)
+static int gemm_f32_on_onednn(const char *force)
 {
-    const char *force = getenv("FXA_PROJ_GEMM");
-    if (force && strcmp(force, "openblas") == 0)
+    if (strcmp(force, "openblas") == 0)
         return 0;
-    if (force && strcmp(force, "onednn") == 0)
+    if (strcmp(force, "onednn") == 0)
         return 1;
-    if (force && *force && strcmp(force, "auto") != 0)
+    if (*force && strcmp(force, "auto") != 0)
         return -1;
-    static int decided = -1; /* the CPU and the loaded OpenBLAS do not change */
-    if (decided < 0) {
-        static const char *const avx512_cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
-        const char *core = openblas_get_corename();
-        char lower[32] = "";
-        for (size_t i = 0; core && core[i] && i + 1 < sizeof lower; i++)
-            lower[i] = (char)(core[i] >= 'A' && core[i] <= 'Z' ? core[i] - 'A' + 'a' : core[i]);
-        int known = 0;
-        for (size_t i = 0; i < sizeof avx512_cores / sizeof avx512_cores[0]; i++)
-            known |= strstr(lower, avx512_cores[i]) != NULL;
-        decided = fxa_cpu_get()->avx512f && !known;
-    }
-    return decided;
+    pthread_once(&g_auto_once, decide_auto);
+    return g_auto_onednn;
 }
 
 /* 16- and 8-bit operands on both sides multiply as bf16 (exact: every E4M3
@@ -542,7 +550,6 @@ static void layout(const fxa_proj_desc *d, proj_ws *l)
     *l = (proj_ws){0};
     l->bf16_path =
         d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32 && fxa_cpu_get()->avx512bf16;
-    l->f32_onednn = l->bf16_path ? 0 : gemm_f32_on_onednn();
     const int decode_w16 = l->bf16_path && d->w_format == FXA_PROJ_W_E4M3;
     const int decode_w32 = !l->bf16_path && d->w_format != FXA_PROJ_W_F32;
     l->w_block = decode_w16   ? w_block_rows(d, sizeof(uint16_t))
@@ -575,6 +582,27 @@ size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d)
     return l.total;
 }
 
+/* OpenBLAS (0.3.21) has one process-wide thread count and no per-call
+ * one. Each fp32 GEMM sets it to the context's threads and restores the
+ * host program's setting while holding this lock, so that projections on
+ * other threads never take one call's setting for the host's. */
+static pthread_mutex_t g_blas_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* y [m][ldy] = x [m][k] w [n][k]^T on OpenBLAS with n_threads threads. */
+static void sgemm_on_threads(int n_threads, int64_t m, int64_t n, int64_t k, const float *x,
+                             const float *w, float *y, int64_t ldy)
+{
+    pthread_mutex_lock(&g_blas_threads_lock);
+    const int host_threads = openblas_get_num_threads();
+    if (host_threads != n_threads)
+        openblas_set_num_threads(n_threads);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f, x, (int)k, w,
+                (int)k, 0.0f, y, (int)ldy);
+    if (host_threads != n_threads)
+        openblas_set_num_threads(host_threads);
+    pthread_mutex_unlock(&g_blas_threads_lock);
+}
+
 /* y [S][I] = x W^T, W staged and multiplied l->w_block output channels at
  * a time. */
 static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg, const void *w,
@@ -587,17 +615,12 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
     fxa_gemm_onednn *g = NULL;
     char why[160];
     fxa_status st = FXA_OK;
-    /* OpenBLAS runs the context's threads for these GEMMs; the host
-     * program's own setting is restored afterwards. */
-    const int host_blas_threads = openblas_get_num_threads();
     const int blas = !l->bf16_path && !l->f32_onednn;
     if (!blas) {
         st = fxa_gemm_onednn_create(&g, l->bf16_path ? FXA_BF16 : FXA_F32, d->tokens, k, n_out,
                                     ctx->pool.n_threads, why, sizeof why);
         if (st != FXA_OK)
             return fxa_ctx_fail(ctx, st, "%s", why);
-    } else if (host_blas_threads != ctx->pool.n_threads) {
-        openblas_set_num_threads(ctx->pool.n_threads);
     }
     /* bf16 GEMMs on the `amx` kernel set run on AMX tiles here (gemm_amx.h:
      * faster than Debian's oneDNN on them), when the shapes fit and the
@@ -615,15 +638,12 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
             continue;
         }
         if (blas)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->tokens, (int)nb, (int)k,
-                        1.0f, xg, (int)k, wg, (int)k, 0.0f, y + n0, (int)n_out);
+            sgemm_on_threads(ctx->pool.n_threads, d->tokens, nb, k, xg, wg, y + n0, n_out);
         else if ((st = fxa_gemm_onednn_run(g, xg, wg, nb, y + n0, why, sizeof why)) != FXA_OK)
             st = fxa_ctx_fail(ctx, st, "%s", why);
     }
     fxa_free_aligned(amx_scratch);
     fxa_gemm_onednn_destroy(g);
-    if (blas && host_blas_threads != ctx->pool.n_threads)
-        openblas_set_num_threads(host_blas_threads);
     return st;
 }
 
@@ -638,12 +658,14 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "tensor-parallel settings missing or bad");
     const int64_t n_out = st == FXA_OK ? out_features(d) : 0;
     proj_ws l = {0};
-    if (st == FXA_OK)
+    if (st == FXA_OK) {
         layout(d, &l);
+        l.f32_onednn = l.bf16_path ? 0 : gemm_f32_on_onednn(ctx->proj_gemm);
+    }
     if (st == FXA_OK && l.f32_onednn < 0)
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                           "FXA_PROJ_GEMM=%s: unknown GEMM (choose openblas, onednn or auto)",
-                          getenv("FXA_PROJ_GEMM"));
+                          ctx->proj_gemm);
     unsigned char *mem = NULL;
     if (st == FXA_OK && a->workspace && a->workspace_bytes < l.total)
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes, %zu needed",

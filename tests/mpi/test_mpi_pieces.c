@@ -10,7 +10,8 @@
  *     elements (K and V), 2 per hop uncapped: the pieces really happen
  *     (cap 7 on this problem needs more requests in one wait than
  *     fxa_mpi_wait's window of 272);
- * and a plan whose blocks exceed 2^31 elements (which the library used to
+ * a cap set after the grid's creation changes nothing (fxa_mpi_create reads
+ * it); and a plan whose blocks exceed 2^31 elements (which the library used to
  * refuse) is accepted on a pure ring and on pure Ulysses (planned only,
  * not run; test_mpi_ulysses_groups runs the Ulysses pieces).
  */
@@ -49,7 +50,19 @@ static long long expected_sends(int64_t seq_kv, int64_t per_key, int64_t cap)
     return n_msgs;
 }
 
-static void run_dtype(fxa_mpi *m, fxa_dtype dtype)
+/* A grid on MPI_COMM_WORLD with mp (fxa_mpi_create reads the test hook). */
+static fxa_mpi *open_mpi(fxa_ctx *ctx, const fxa_mpi_params *mp)
+{
+    fxa_mpi *m = NULL;
+    if (fxa_mpi_create(MPI_COMM_WORLD, ctx, mp, &m) != FXA_OK) {
+        fprintf(stderr, "fxa_mpi_create: %s\n", fxa_mpi_create_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return m;
+}
+
+/* Each cap on a grid of its own: the cap is read when the grid is created. */
+static void run_dtype(fxa_ctx *ctx, const fxa_mpi_params *mp, fxa_dtype dtype)
 {
     fxa_attn_desc d;
     fxa_attn_desc_init(&d);
@@ -84,25 +97,29 @@ static void run_dtype(fxa_mpi *m, fxa_dtype dtype)
                 memcpy(bufs[b] + 2 * i, &h, 2);
             }
         }
-    fxa_mpi_attn_plan *plan = NULL;
-    fxa_status st = fxa_mpi_attn_plan_create(m, &d, &plan);
-    CHECK(st == FXA_OK, "plan: %s", fxa_mpi_last_error(m));
     const int64_t rows = d.heads_q * qn;
     float *out[3];
     float *lse[3];
     const char *caps[3] = {NULL, "1000", "7"};
     const int64_t cap_n[3] = {1LL << 31, 1000, 7};
-    for (int c = 0; c < 3 && plan; c++) {
+    for (int c = 0; c < 3; c++) {
         out[c] = calloc((size_t)nq + 1, sizeof(float));
         lse[c] = calloc((size_t)rows + 1, sizeof(float));
         if (caps[c])
             setenv("FXA_MPI_TEST_MAX_ELEMENTS", caps[c], 1);
         else
             unsetenv("FXA_MPI_TEST_MAX_ELEMENTS");
+        fxa_mpi *m = open_mpi(ctx, mp);
+        if (!caps[c]) /* a cap set after the grid's creation does not reach its runs */
+            setenv("FXA_MPI_TEST_MAX_ELEMENTS", "7", 1);
+        fxa_mpi_attn_plan *plan = NULL;
+        fxa_status st = fxa_mpi_attn_plan_create(m, &d, &plan);
+        CHECK(st == FXA_OK, "plan: %s", fxa_mpi_last_error(m));
         const fxa_attn_args a = {
             .struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out[c], .lse = lse[c]};
         const long long before = g_isends;
-        st = fxa_mpi_attn_run(plan, &a, NULL);
+        if (st == FXA_OK)
+            st = fxa_mpi_attn_run(plan, &a, NULL);
         const long long sends = g_isends - before;
         CHECK(st == FXA_OK, "%s cap %s: run: %s", (dtype == FXA_F32 ? "fp32" : "bf16"),
               caps[c] ? caps[c] : "none", fxa_mpi_last_error(m));
@@ -119,13 +136,14 @@ static void run_dtype(fxa_mpi *m, fxa_dtype dtype)
         if (g_rank == 0)
             printf("%s, cap %s: rank 0 sent %lld messages\n", (dtype == FXA_F32 ? "fp32" : "bf16"),
                    caps[c] ? caps[c] : "none", sends);
+        fxa_mpi_attn_plan_destroy(plan);
+        fxa_mpi_destroy(m);
     }
     unsetenv("FXA_MPI_TEST_MAX_ELEMENTS");
-    for (int c = 0; c < 3 && plan; c++) {
+    for (int c = 0; c < 3; c++) {
         free(out[c]);
         free(lse[c]);
     }
-    fxa_mpi_attn_plan_destroy(plan);
     free(q);
     free(k);
     free(v);
@@ -171,8 +189,8 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     g_rank = fxa_mpi_rank(m);
-    run_dtype(m, FXA_F32);
-    run_dtype(m, FXA_BF16);
+    run_dtype(ctx, &mp, FXA_F32);
+    run_dtype(ctx, &mp, FXA_BF16);
     plan_over_2_31(m, "ring");
     fxa_mpi_destroy(m);
     mp.ulysses = g_size;

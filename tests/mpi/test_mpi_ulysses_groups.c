@@ -93,6 +93,10 @@ typedef struct setting {
     const char *piece;
 } setting;
 
+/* The grid's parameters; apply() creates g_mpi anew with them. */
+static fxa_mpi_params g_mp;
+
+/* Set the hooks and create g_mpi anew: fxa_mpi_create reads them. */
 static void apply(const setting *s)
 {
     if (s->groups)
@@ -103,6 +107,12 @@ static void apply(const setting *s)
         setenv("FXA_TEST_ULYSSES_PIECE", s->piece, 1);
     else
         unsetenv("FXA_TEST_ULYSSES_PIECE");
+    fxa_mpi_destroy(g_mpi);
+    g_mpi = NULL;
+    if (fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &g_mp, &g_mpi) != FXA_OK) {
+        fprintf(stderr, "rank %d: fxa_mpi_create: %s\n", g_rank, fxa_mpi_create_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
 }
 
 static void run_case(const char *name, const fxa_attn_desc *desc)
@@ -245,11 +255,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    fxa_mpi_params mp;
-    fxa_mpi_params_init(&mp);
-    mp.ulysses = ulysses;
-    mp.ring = g_ring;
-    if (fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &mp, &g_mpi) != FXA_OK) {
+    fxa_mpi_params_init(&g_mp);
+    g_mp.ulysses = ulysses;
+    g_mp.ring = g_ring;
+    if (fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &g_mp, &g_mpi) != FXA_OK) {
         fprintf(stderr, "rank %d: fxa_mpi_create: %s\n", g_rank, fxa_mpi_create_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }

@@ -558,8 +558,21 @@ static void test_out_bf16(void)
     }
 }
 
-/* FXA_PROJ_GEMM forces the fp32 GEMM's library: OpenBLAS and oneDNN both
- * within the derived bounds; an unknown name is refused, outputs untouched. */
+/* A fresh g_ctx (2 threads), which reads FXA_PROJ_GEMM as it is now. */
+static void reopen_ctx(void)
+{
+    fxa_ctx_destroy(g_ctx);
+    g_ctx = NULL;
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 2;
+    CHECK(fxa_ctx_create(&cp, &g_ctx) == FXA_OK, "context: %s", fxa_ctx_create_error());
+}
+
+/* FXA_PROJ_GEMM (read when the context is created) forces the fp32 GEMM's
+ * library: OpenBLAS and oneDNN both within the derived bounds; an unknown
+ * name is refused, outputs untouched; a change after the context's creation
+ * does not reach its runs. */
 static void test_gemm_choice(void)
 {
     static const char *const names[2] = {"openblas", "onednn"};
@@ -570,17 +583,23 @@ static void test_gemm_choice(void)
         outs o;
         outs_alloc(&o, &p);
         setenv("FXA_PROJ_GEMM", names[i], 1);
+        reopen_ctx();
         CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "FXA_PROJ_GEMM=%s: %s", names[i],
               fxa_ctx_last_error(g_ctx));
         char label[80];
         snprintf(label, sizeof label, "f32 GEMM on %s", names[i]);
         compare(&p, o.q, o.k, o.v, label);
         setenv("FXA_PROJ_GEMM", "blis", 1);
+        CHECK(run(&p, p.x, p.w, &o) == FXA_OK,
+              "FXA_PROJ_GEMM changed after the context's creation reached a run: %s",
+              fxa_ctx_last_error(g_ctx));
+        reopen_ctx();
         o.q[0] = -9.0f;
         CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
                   strstr(fxa_ctx_last_error(g_ctx), "FXA_PROJ_GEMM=blis") && o.q[0] == -9.0f,
               "an unknown FXA_PROJ_GEMM is refused: %s", fxa_ctx_last_error(g_ctx));
         unsetenv("FXA_PROJ_GEMM");
+        reopen_ctx();
         outs_free(&o);
         prob_free(&p);
     }
@@ -662,11 +681,13 @@ static void test_blas_threads_restored(void)
     outs o;
     outs_alloc(&o, &p);
     setenv("FXA_PROJ_GEMM", "openblas", 1); /* OpenBLAS even where auto picks oneDNN */
+    reopen_ctx();
     openblas_set_num_threads(1);
     CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "blas threads: %s", fxa_ctx_last_error(g_ctx));
     CHECK(openblas_get_num_threads() == 1,
           "the projection left OpenBLAS on %d threads; the host set 1", openblas_get_num_threads());
     unsetenv("FXA_PROJ_GEMM");
+    reopen_ctx();
     outs_free(&o);
     prob_free(&p);
 }

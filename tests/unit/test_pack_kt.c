@@ -9,7 +9,8 @@
  */
 #include <stdlib.h>
 
-#include "core/dispatch.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
 #include "testutil.h"
 
 static const size_t g_keys[] = {1, 5, 15, 16, 17, 63, 64, 65, 200, 256};

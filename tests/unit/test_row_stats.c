@@ -11,7 +11,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/dispatch.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
 #include "testutil.h"
 
 #define MAX_D 300

@@ -11,7 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "../core/cpu.h"
+#include "kernels.h"
 
 typedef struct isa_entry {
     const char *name;
@@ -117,4 +118,14 @@ fxa_status fxa_kernels_select(const char *isa_env, const fxa_kernels **out, char
     }
     snprintf(msg, msg_len, "FXA_ISA=%s: unknown ISA (choose ref, avx2, avx512 or amx)", isa_env);
     return FXA_ERR_INVALID_ARG;
+}
+
+const char *fxa_kernels_isa(const fxa_kernels *k)
+{
+    return k->isa_name;
+}
+
+const char *fxa_kernels_info(const fxa_kernels *k)
+{
+    return k->description;
 }

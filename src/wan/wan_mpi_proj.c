@@ -1,13 +1,14 @@
 /*
  * Tensor-parallel QKV projection: the ranks of m hold different heads of
  * the same tokens; one reduction joins their RMSNorm sums of squares (see
- * fxa_proj_run_tp in fxattn_proj.h).
+ * fxa_proj_run_tp in fxattn_proj.h). Part of libfxattn_wan_mpi, beside the
+ * layer that uses it, so that libfxattn_mpi links neither BLAS nor oneDNN.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "fxattn_proj.h"
-#include "mpi_internal.h"
+#include "mpi/mpi_internal.h"
 
 typedef struct tp_reduce {
     fxa_mpi *m;
