@@ -25,7 +25,7 @@ T=3
 "$fxattn" demo --frames 1 --height 4 --width 8 --heads 2 --dim 16 --save-inputs "$dir" \
     >/dev/null || { echo "FAIL: demo inputs"; exit 1; }
 
-# stopped NAME RANKS ARGS...: stop the last rank the moment all have started.
+# stopped NAME RANKS ARGS...: stop the last rank the moment all are running fxattn.
 stopped() {
     local name=$1 np=$2
     shift 2
@@ -35,7 +35,9 @@ stopped() {
     pids+=("$tpid")
     for i in $(seq 500); do # up to 5 s
         [ -n "$mpid" ] || mpid=$(pgrep -P "$tpid" | head -1)
-        [ -n "$mpid" ] && ranks=$(pgrep -P "$mpid")
+        # ranks that have exec'd fxattn: a child stopped between mpirun's
+        # fork and its exec would stop the launcher itself, not a rank.
+        [ -n "$mpid" ] && ranks=$(pgrep -P "$mpid" -x fxattn)
         [ "$(echo "$ranks" | grep -c .)" -ge "$np" ] && break
         sleep 0.01
     done
