@@ -364,11 +364,12 @@ static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_pla
     choose_split(p);
     p->ws_total = layout_workspace(p, ctx->pool.n_threads);
     const uint64_t avail = fxa_available_memory();
-    if ((uint64_t)p->ws_total > avail) {
+    const size_t ws_total = p->ws_total;
+    if ((uint64_t)ws_total > avail) {
         fxa_free_aligned(p);
         return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY,
                             "needs %.1f GiB, %.1f GiB available (the plan's workspace)",
-                            (double)p->ws_total / 1073741824.0, (double)avail / 1073741824.0);
+                            (double)ws_total / 1073741824.0, (double)avail / 1073741824.0);
     }
     *plan_out = p;
     *workspace_bytes_out = p->ws_total;

@@ -362,6 +362,25 @@ static void test_plan_validation(fxa_ctx *ctx)
         fxa_attn_plan_destroy(plan);
     }
 
+    /* A workspace beyond the memory available is refused with its size
+     * (read before the plan is freed: ASan sees any read after). */
+    {
+        fxa_attn_desc d = good;
+        d.seq_kv = big;
+        fxa_attn_plan *plan = PLAN_SENTINEL;
+        size_t ws = 12345;
+        const fxa_status st = fxa_attn_plan_create(ctx, &d, &plan, &ws);
+        double need = 0.0, avail = 0.0;
+        const int got =
+            sscanf(fxa_ctx_last_error(ctx), "needs %lf GiB, %lf GiB available", &need, &avail);
+        CHECK(st == FXA_ERR_NO_MEMORY, "plan of seq_kv 2^40: status %s, expected no memory (%s)",
+              fxa_status_str(st), fxa_ctx_last_error(ctx));
+        CHECK(plan == NULL, "plan of seq_kv 2^40: *plan_out is %p, expected NULL", (void *)plan);
+        CHECK(got == 2 && need > avail && need >= 1024.0,
+              "plan of seq_kv 2^40: message '%s' does not give the workspace's size",
+              fxa_ctx_last_error(ctx));
+    }
+
     /* Destroying NULL is a no-op. */
     fxa_attn_plan_destroy(NULL);
     fxa_ctx_destroy(NULL);
