@@ -172,7 +172,7 @@ typedef struct fxa_proj_desc {
     fxa_proj_x x_format;
     fxa_proj_w w_format;
     int norm;   /* 1: RMSNorm across heads on Q and K */
-    double eps; /* default 1e-6 */
+    double eps; /* default 1e-6; norm: FLT_TRUE_MIN..FLT_MAX (used as fp32) */
     int rope;   /* 1: rotate-half RoPE on Q and K */
     fxa_proj_layout out_layout;
     /* FXA_F32 (default): q_out, k_out, v_out are float. FXA_BF16: they are
@@ -212,7 +212,8 @@ FXA_API size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d);
  * Run the projection on ctx's threads (the GEMM on as many OpenBLAS
  * threads). Errors (FXA_ERR_INVALID_ARG with fxa_ctx_last_error, outputs
  * untouched): bad shapes or flags, NULL buffers, a non-finite value in x, w,
- * bias, gamma or the RoPE tables, a bad scale. FXA_ERR_NO_MEMORY: the fp32
+ * bias, gamma or the RoPE tables, a bad scale, a result that overflows fp32
+ * (or, for a bf16 output, bf16). FXA_ERR_NO_MEMORY: the fp32
  * copies of x, w and Y do not fit.
  */
 FXA_API fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a);

@@ -13,6 +13,7 @@
  * one block and an FP8 weight never exists whole in 16 or 32 bits.
  */
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -68,8 +69,10 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
         (d->rope != 0 && d->rope != 1))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "unknown projection format, layout, output dtype or flag");
-    if (d->norm && !(d->eps > 0.0 && isfinite(d->eps)))
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RMSNorm eps must be positive and finite");
+    if (d->norm && !(d->eps >= FLT_TRUE_MIN && d->eps <= FLT_MAX))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "RMSNorm eps %g is outside fp32's positive range (%g..%g)", d->eps,
+                            (double)FLT_TRUE_MIN, (double)FLT_MAX);
     if (!a->x || !a->w || !a->q_out || (d->heads_kv > 0 && (!a->k_out || !a->v_out)))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "x, w and the outputs must not be NULL");
     if (d->w_format == FXA_PROJ_W_E4M3 && !a->w_scales)
@@ -276,13 +279,13 @@ static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, i
 typedef struct epi_job {
     const fxa_proj_desc *d;
     const fxa_proj_args *a;
-    float *y;     /* [S][I] GEMM result; dequantised in place by phase A */
+    float *y;     /* [S][I] GEMM result; dequantised in place by phase A, finished by B */
     float *xs;    /* [S] row scales */
     double *sums; /* [S][2]: sum of y^2 over the Q and the K segment */
     double n_q;   /* channels each RMS is taken over (all ranks) */
     double n_k;
     int64_t tokens_per_item;
-    int64_t *bad; /* per item: first token whose y is not finite, or -1 */
+    int64_t *bad; /* per item: first token whose y (or output) is not finite, or -1 */
 } epi_job;
 
 /* Store head h's head_dim values of token s of a segment of `heads` heads
@@ -330,16 +333,27 @@ static float inv_rms(double sum, double n, double eps, int *shift)
     return 1.0f / sqrtf(mean + (float)eps);
 }
 
-/* One normalised (r; 1 without norm) and rotated segment of one token. */
-static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads,
-                           const float *gamma, const float *cs, const float *sn, void *out_base,
-                           int64_t s, float r, int shift)
+/* 1 when v is finite and stays finite in d's output dtype (a value past
+ * bf16's largest finite rounds to Inf there). */
+static int out_finite(const fxa_proj_desc *d, float v)
+{
+    if (d->out_dtype == FXA_F32)
+        return isfinite(v);
+    return (fxa_f32_to_bf16_bits(v) & 0x7f80u) != 0x7f80u;
+}
+
+/* Normalise (r; 1 without norm) and rotate one segment of one token in
+ * place. Returns 0 when some result is not finite in the output dtype. */
+static int finish_segment(const fxa_proj_desc *d, float *y, int64_t heads, const float *gamma,
+                          const float *cs, const float *sn, float r, int shift)
 {
     const int64_t dim = d->head_dim;
     const int64_t half = dim / 2;
     float ys[FXA_MAX_HEAD_DIM], o[FXA_MAX_HEAD_DIM];
+    int ok = 1;
     for (int64_t h = 0; h < heads; h++) {
-        const float *yh = y + h * dim;
+        float *yh_out = y + h * dim;
+        const float *yh = yh_out;
         if (shift) { /* inv_rms's power of two: exact for these large y */
             for (int64_t i = 0; i < dim; i++)
                 ys[i] = ldexpf(yh[i], -shift);
@@ -349,19 +363,21 @@ static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads
         if (!d->rope) {
             for (int64_t i = 0; i < dim; i++)
                 o[i] = d->norm ? yh[i] * (r * g[i]) : yh[i];
-            store_row(d, out_base, heads, s, h, o);
-            continue;
+        } else {
+            float t[FXA_MAX_HEAD_DIM];
+            for (int64_t i = 0; i < dim; i++)
+                t[i] = d->norm ? yh[i] * g[i] : yh[i];
+            for (int64_t i = 0; i < dim; i++) {
+                const float rc = r * cs[i];
+                const float rs = r * sn[i];
+                o[i] = i < half ? t[i] * rc - t[i + half] * rs : t[i] * rc + t[i - half] * rs;
+            }
         }
-        float t[FXA_MAX_HEAD_DIM];
         for (int64_t i = 0; i < dim; i++)
-            t[i] = d->norm ? yh[i] * g[i] : yh[i];
-        for (int64_t i = 0; i < dim; i++) {
-            const float rc = r * cs[i];
-            const float rs = r * sn[i];
-            o[i] = i < half ? t[i] * rc - t[i + half] * rs : t[i] * rc + t[i - half] * rs;
-        }
-        store_row(d, out_base, heads, s, h, o);
+            ok &= out_finite(d, o[i]);
+        memcpy(yh_out, o, (size_t)dim * sizeof(float));
     }
+    return ok;
 }
 
 /* Phase A of token s: y = acc * x_scale * w_scale + b in place, and the
@@ -394,32 +410,52 @@ static int dequantise_token(const epi_job *job, int64_t s)
     return !any;
 }
 
-/* Phase B of token s: normalise, rotate and store every segment. */
-static void finish_token(const epi_job *job, int64_t s)
+/* Phase B of token s: normalise and rotate Q and K in place. Returns 0
+ * when some output value (V's too) is not finite in the output dtype. */
+static int finish_token(const epi_job *job, int64_t s)
 {
     const fxa_proj_desc *d = job->d;
     const fxa_proj_args *a = job->a;
-    const float *y = job->y + s * out_features(d);
+    float *y = job->y + s * out_features(d);
     const int64_t qn = d->heads_q * d->head_dim;
     const int64_t kn = d->heads_kv * d->head_dim;
     const float *cs = d->rope ? a->rope_cos + s * d->head_dim : NULL;
     const float *sn = d->rope ? a->rope_sin + s * d->head_dim : NULL;
     int shift = 0;
     const float rq = d->norm ? inv_rms(job->sums[2 * s], job->n_q, d->eps, &shift) : 1.0f;
-    finish_segment(d, y, d->heads_q, a->gamma_q, cs, sn, a->q_out, s, rq, shift);
+    int ok = finish_segment(d, y, d->heads_q, a->gamma_q, cs, sn, rq, shift);
     if (d->heads_kv == 0)
-        return;
+        return ok;
     shift = 0;
     const float rk = d->norm ? inv_rms(job->sums[2 * s + 1], job->n_k, d->eps, &shift) : 1.0f;
-    finish_segment(d, y + qn, d->heads_kv, a->gamma_k, cs, sn, a->k_out, s, rk, shift);
-    for (int64_t h = 0; h < d->heads_kv; h++)
-        store_row(d, a->v_out, d->heads_kv, s, h, y + qn + kn + h * d->head_dim);
+    ok &= finish_segment(d, y + qn, d->heads_kv, a->gamma_k, cs, sn, rk, shift);
+    for (int64_t i = 0; i < kn; i++)
+        ok &= out_finite(d, y[qn + kn + i]);
+    return ok;
 }
 
-/* Items of tokens_per_item tokens: phase A (dequantise, sums, checks) or
- * phase B (normalise, rotate, store); all of A runs before any B, so that a
- * failure leaves the outputs untouched and a reduction can sit between. */
-enum { PHASE_A = 1, PHASE_B = 2 };
+/* Phase C of token s: store every segment. */
+static void store_token(const epi_job *job, int64_t s)
+{
+    const fxa_proj_desc *d = job->d;
+    const fxa_proj_args *a = job->a;
+    const float *y = job->y + s * out_features(d);
+    const int64_t dim = d->head_dim;
+    for (int64_t h = 0; h < d->heads_q; h++)
+        store_row(d, a->q_out, d->heads_q, s, h, y + h * dim);
+    y += d->heads_q * dim;
+    for (int64_t h = 0; h < d->heads_kv; h++)
+        store_row(d, a->k_out, d->heads_kv, s, h, y + h * dim);
+    y += d->heads_kv * dim;
+    for (int64_t h = 0; h < d->heads_kv; h++)
+        store_row(d, a->v_out, d->heads_kv, s, h, y + h * dim);
+}
+
+/* Items of tokens_per_item tokens: phase A (dequantise, sums, checks),
+ * phase B (normalise, rotate, checks) or phase C (store); every token
+ * passes A and B before any is stored, so that a failure leaves the outputs
+ * untouched and a reduction can sit between A and B. */
+enum { PHASE_A = 1, PHASE_B = 2, PHASE_C = 4 };
 
 typedef struct phase_job {
     const epi_job *job;
@@ -434,14 +470,42 @@ static void phase_item(void *arg, int64_t item, int thread_id)
     const int64_t s1 =
         s0 + job->tokens_per_item < job->d->tokens ? s0 + job->tokens_per_item : job->d->tokens;
     (void)thread_id;
-    if (pj->phases & PHASE_A)
+    if (pj->phases & (PHASE_A | PHASE_B))
         job->bad[item] = -1;
     for (int64_t s = s0; s < s1; s++) {
         if ((pj->phases & PHASE_A) && !dequantise_token(job, s) && job->bad[item] < 0)
             job->bad[item] = s;
-        if (pj->phases & PHASE_B)
-            finish_token(job, s);
+        if ((pj->phases & PHASE_B) && !finish_token(job, s) && job->bad[item] < 0)
+            job->bad[item] = s;
+        if (pj->phases & PHASE_C)
+            store_token(job, s);
     }
+}
+
+/* The first token an A or B pass marked bad, or -1. */
+static int64_t first_bad(const epi_job *job, int64_t n_items)
+{
+    int64_t first = -1;
+    for (int64_t i = 0; i < n_items && first < 0; i++)
+        first = job->bad[i];
+    return first;
+}
+
+/* Phases B and C: normalise and rotate every token, then store them all,
+ * or refuse (nothing stored) when an output value overflows. */
+static fxa_status phase_bc(fxa_ctx *ctx, epi_job *job, int64_t n_items)
+{
+    const phase_job pb = {job, PHASE_B};
+    fxa_pool_run(&ctx->pool, phase_item, (void *)&pb, n_items);
+    const int64_t first = first_bad(job, n_items);
+    if (first >= 0)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "the projection's output for token %lld overflows %s (RMSNorm gamma or "
+                            "RoPE tables too large)",
+                            (long long)first, job->d->out_dtype == FXA_F32 ? "fp32" : "bf16");
+    const phase_job pc = {job, PHASE_C};
+    fxa_pool_run(&ctx->pool, phase_item, (void *)&pc, n_items);
+    return FXA_OK;
 }
 
 /* Phase A over all tokens; a non-finite y is traced back to its cause:
@@ -451,9 +515,7 @@ static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
     const fxa_proj_desc *d = job->d;
     const phase_job pj = {job, PHASE_A};
     fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
-    int64_t first = -1;
-    for (int64_t i = 0; i < n_items && first < 0; i++)
-        first = job->bad[i];
+    const int64_t first = first_bad(job, n_items);
     if (first < 0)
         return FXA_OK;
     const void *unused;
@@ -627,7 +689,7 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
     return st;
 }
 
-/* Local work up to the reduction; then (after tp->reduce, if any) phase B. */
+/* Local work up to the reduction; then (after tp->reduce, if any) phases B and C. */
 static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
                       const fxa_proj_tp *tp)
 {
@@ -681,10 +743,8 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
     if (st == FXA_OK)
         st = phase_a(ctx, &job, n_items);
     if (!tp) {
-        if (st == FXA_OK) {
-            const phase_job pj = {&job, PHASE_B};
-            fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
-        }
+        if (st == FXA_OK)
+            st = phase_bc(ctx, &job, n_items);
     } else {
         /* Every rank reaches the reduction, failed or not, so none waits
          * forever; the last element counts the ranks that failed. */
@@ -701,10 +761,8 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
             st = fxa_ctx_fail(ctx, rs, "the tensor-parallel reduction failed");
         else if (st == FXA_OK && buf[2 * n_tok] != 0.0)
             st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "another tensor-parallel rank failed");
-        if (st == FXA_OK) {
-            const phase_job pj = {&job, PHASE_B};
-            fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
-        }
+        if (st == FXA_OK)
+            st = phase_bc(ctx, &job, n_items);
     }
     fxa_free_aligned(mem);
     return st;

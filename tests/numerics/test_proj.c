@@ -791,6 +791,59 @@ static void test_errors(void)
     prob_free(&p);
 }
 
+/* Values that are finite in the inputs but not in the result after the
+ * norm and the rotation (a huge gamma or RoPE table, a bf16 output past
+ * bf16's range), and an eps that fp32 cannot hold (0 there turns an
+ * all-zero token into 0 * Inf = NaN): refused, outputs untouched. */
+static void test_output_range(void)
+{
+    prob p;
+    prob_init(&p, 4, 8, 1, 1, 6, 5, 0.0);
+    outs o;
+    outs_alloc(&o, &p);
+    for (int64_t i = 0; i < 4 * 6; i++)
+        o.q[i] = o.k[i] = o.v[i] = -9.0f;
+    p.d.norm = 1;
+    for (int64_t i = 0; i < 8; i++)
+        p.x[2 * 8 + i] = 0.0f; /* token 2 projects to y = 0 */
+    const double tiny_eps[] = {1e-50, 1e-300, 1e300};
+    for (int i = 0; i < 3; i++) {
+        p.d.eps = tiny_eps[i];
+        CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(g_ctx), "eps"),
+              "eps %g: %s", p.d.eps, fxa_ctx_last_error(g_ctx));
+    }
+    p.d.eps = 1e-6;
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK && o.q[2 * 6] == 0.0f, "zero token, eps 1e-6: %s %g",
+          fxa_ctx_last_error(g_ctx), (double)o.q[2 * 6]);
+    for (int64_t i = 0; i < 4 * 6; i++)
+        o.q[i] = o.k[i] = o.v[i] = -9.0f;
+    p.gk[3] = 1e38f; /* |y r| is up to sqrt(6) */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "overflows fp32"),
+          "gamma 1e38: %s", fxa_ctx_last_error(g_ctx));
+    p.gk[3] = 1.0f;
+    p.d.norm = 0;
+    p.d.rope = 1;
+    p.cs[6 + 1] = 3e38f; /* token 1's table */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "token 1 overflows fp32"),
+          "RoPE table 3e38: %s", fxa_ctx_last_error(g_ctx));
+    p.cs[6 + 1] = 1.0f;
+    p.d.rope = 0;
+    p.d.out_dtype = FXA_BF16;
+    p.bias[p.n_out - 1] = 3.4e38f; /* V: finite in fp32, Inf in bf16 */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "overflows bf16"),
+          "bf16 V past its range: %s", fxa_ctx_last_error(g_ctx));
+    int untouched = 1;
+    for (int64_t i = 0; i < 4 * 6; i++)
+        untouched &= o.q[i] == -9.0f && o.k[i] == -9.0f && o.v[i] == -9.0f;
+    CHECK(untouched, "outputs written by a refused projection");
+    outs_free(&o);
+    prob_free(&p);
+}
+
 int main(void)
 {
     fxa_ctx_params cp;
@@ -811,6 +864,7 @@ int main(void)
     test_cross_attention();
     test_workspace();
     test_errors();
+    test_output_range();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_proj");
 }
