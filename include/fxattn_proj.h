@@ -213,7 +213,8 @@ FXA_API size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d);
  * threads). Errors (FXA_ERR_INVALID_ARG with fxa_ctx_last_error, outputs
  * untouched): bad shapes or flags, NULL buffers, a non-finite value in x, w,
  * bias, gamma or the RoPE tables, a bad scale, a result that overflows fp32
- * (or, for a bf16 output, bf16). FXA_ERR_NO_MEMORY: the fp32
+ * (or, for a bf16 output, bf16), outputs that overlap each other or the
+ * workspace. FXA_ERR_NO_MEMORY: the fp32
  * copies of x, w and Y do not fit.
  */
 FXA_API fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a);

@@ -192,7 +192,7 @@ typedef struct fxa_wan_stats {
 /*
  * y [S][hidden] = the layer on x (d->x_format) with weights w, which must
  * hold all heads of d (shapes checked). workspace: at least the plan's
- * bytes, 64-byte aligned. A non-finite x or weight gives
+ * bytes, 64-byte aligned, not overlapping y. A non-finite x or weight gives
  * FXA_ERR_INVALID_ARG before y is written. stats may be NULL. The message
  * of a failure: fxa_wan_last_error(plan).
  */
@@ -202,7 +202,8 @@ FXA_API fxa_status fxa_wan_run(fxa_wan_plan *plan, const fxa_wan_weights *w, con
 /* Detail of the last failed fxa_wan_run ("" when none). */
 FXA_API const char *fxa_wan_last_error(const fxa_wan_plan *plan);
 
-/* FLOPs of the layer: QKV 6 S hidden^2, attention, output 2 S hidden^2. */
+/* FLOPs of the layer: QKV 6 S hidden^2, attention, output 2 S hidden^2
+ * (0.0 for NULL). */
 FXA_API double fxa_wan_flops(const fxa_wan_desc *d);
 
 /* ---- pieces, for distributed drivers (token shards, head slices) -------- */

@@ -43,6 +43,38 @@ static int64_t out_features(const fxa_proj_desc *d)
     return (d->heads_q + 2 * d->heads_kv) * d->head_dim;
 }
 
+/* 1 when [a, a + na) and [b, b + nb) share a byte (NULL or empty: never). */
+static int overlaps(const void *a, size_t na, const void *b, size_t nb)
+{
+    if (!a || !b || !na || !nb)
+        return 0;
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+/* Outputs that share a byte with each other or with the workspace. Inputs
+ * may alias the outputs: every input is read before any output is stored. */
+static fxa_status check_output_spans(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
+{
+    const size_t elem = d->out_dtype == FXA_F32 ? sizeof(float) : sizeof(uint16_t);
+    const size_t q_bytes = (size_t)(d->tokens * d->heads_q * d->head_dim) * elem;
+    const size_t kv_bytes = (size_t)(d->tokens * d->heads_kv * d->head_dim) * elem;
+    const struct {
+        const char *name;
+        const void *at;
+        size_t bytes;
+    } span[4] = {{"q_out", a->q_out, q_bytes},
+                 {"k_out", a->k_out, kv_bytes},
+                 {"v_out", a->v_out, kv_bytes},
+                 {"workspace", a->workspace, a->workspace_bytes}};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (overlaps(span[i].at, span[i].bytes, span[j].at, span[j].bytes))
+                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s and %s overlap", span[i].name,
+                                    span[j].name);
+    return FXA_OK;
+}
+
 static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
 {
     if (!d || d->struct_size < sizeof *d)
@@ -81,6 +113,8 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RMSNorm needs gamma_q (and gamma_k)");
     if (d->rope && (!a->rope_cos || !a->rope_sin))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RoPE needs rope_cos and rope_sin");
+    if (check_output_spans(ctx, d, a) != FXA_OK)
+        return FXA_ERR_INVALID_ARG;
     const int64_t qn = d->heads_q * d->head_dim;
     const int64_t kn = d->heads_kv * d->head_dim;
     const int64_t rope_n = d->tokens * d->head_dim;

@@ -24,7 +24,9 @@ fxa_status fxa_wan_rope_tables(int64_t frames, int64_t height, int64_t width, in
     if (!cos_out || !sin_out || frames < 1 || height < 1 || width < 1 || head_dim < 6 ||
         head_dim % 2 || head_dim > FXA_MAX_HEAD_DIM || !(theta > 1.0) || !isfinite(theta))
         return FXA_ERR_INVALID_ARG;
-    if (frames > INT64_MAX / height || frames * height > INT64_MAX / width)
+    /* The tables, tokens x head_dim floats each, must be addressable. */
+    const int64_t max_tokens = (int64_t)(PTRDIFF_MAX / (FXA_MAX_HEAD_DIM * sizeof(float)));
+    if (frames > max_tokens / height || frames * height > max_tokens / width)
         return FXA_ERR_INVALID_ARG;
     int64_t n[3];
     fxa_wan_rope_bands(head_dim, &n[0], &n[1], &n[2]);

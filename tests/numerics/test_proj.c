@@ -844,6 +844,57 @@ static void test_output_range(void)
     prob_free(&p);
 }
 
+/* Outputs that overlap each other or the workspace are refused; an input
+ * given as an output is read whole before any output is stored. */
+static void test_output_overlap(void)
+{
+    prob p;
+    prob_init(&p, 5, 12, 1, 1, 6, 9, 0.5);
+    p.d.norm = p.d.rope = 1;
+    outs o;
+    outs_alloc(&o, &p);
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "projection: %s", fxa_ctx_last_error(g_ctx));
+    float *k_ref = malloc(5 * 6 * sizeof(float));
+    memcpy(k_ref, o.k, 5 * 6 * sizeof(float));
+    float *q = o.q, *k = o.k;
+    o.k = q; /* k_out over q_out */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "q_out and k_out overlap"),
+          "k_out over q_out: %s", fxa_ctx_last_error(g_ctx));
+    o.k = k;
+    const size_t bytes = fxa_proj_workspace_bytes(&p.d);
+    unsigned char *ws = aligned_alloc(64, bytes + 64);
+    const fxa_proj_args a = {.struct_size = sizeof a,
+                             .x = p.x,
+                             .w = p.w,
+                             .bias = p.bias,
+                             .gamma_q = p.gq,
+                             .gamma_k = p.gk,
+                             .rope_cos = p.cs,
+                             .rope_sin = p.sn,
+                             .q_out = o.q,
+                             .k_out = o.k,
+                             .v_out = ws + bytes - 64, /* the workspace's end */
+                             .workspace = ws,
+                             .workspace_bytes = bytes};
+    CHECK(fxa_proj_run(g_ctx, &p.d, &a) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "v_out and workspace overlap"),
+          "v_out inside the workspace: %s", fxa_ctx_last_error(g_ctx));
+    free(ws);
+    /* K written over the RoPE tables it reads: the same K. */
+    float *cs = malloc(5 * 6 * sizeof(float));
+    memcpy(cs, p.cs, 5 * 6 * sizeof(float));
+    o.k = p.cs;
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK && memcmp(p.cs, k_ref, 5 * 6 * sizeof(float)) == 0,
+          "k_out over rope_cos: %s", fxa_ctx_last_error(g_ctx));
+    memcpy(p.cs, cs, 5 * 6 * sizeof(float));
+    o.k = k;
+    free(cs);
+    free(k_ref);
+    outs_free(&o);
+    prob_free(&p);
+}
+
 int main(void)
 {
     fxa_ctx_params cp;
@@ -865,6 +916,7 @@ int main(void)
     test_workspace();
     test_errors();
     test_output_range();
+    test_output_overlap();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_proj");
 }
