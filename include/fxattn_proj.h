@@ -267,6 +267,9 @@ FXA_API fxa_status fxa_wan_rope_tables(int64_t frames, int64_t height, int64_t w
  * rotate-half holds interleaved lane 2i (i < d/2) or 2(i - d/2) + 1. V rows
  * are never touched; NULL arrays are skipped. Q.K^T is unchanged (the same
  * permutation on both). With heads_kv == 0 only the single segment moves.
+ * FXA_ERR_INVALID_ARG, nothing moved: an odd head_dim or one past
+ * FXA_MAX_HEAD_DIM, negative heads, an unknown w_format, or a w too large to
+ * address.
  */
 FXA_API fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *d, void *w, float *w_scales,
                                                 float *bias, float *gamma_q, float *gamma_k);

@@ -43,6 +43,37 @@ static int64_t out_features(const fxa_proj_desc *d)
     return (d->heads_q + 2 * d->heads_kv) * d->head_dim;
 }
 
+/* Positive sizes, an even head_dim within FXA_MAX_HEAD_DIM. */
+static int shape_ok(const fxa_proj_desc *d)
+{
+    return d->tokens >= 1 && d->in_features >= 1 && d->heads_q >= 1 && d->heads_kv >= 0 &&
+           d->head_dim >= 2 && d->head_dim % 2 == 0 && d->head_dim <= FXA_MAX_HEAD_DIM;
+}
+
+/* For a shape_ok d: every buffer is addressable and every GEMM dimension
+ * fits the libraries' int. */
+static int sizes_fit(const fxa_proj_desc *d)
+{
+    if (d->heads_q > INT32_MAX || d->heads_kv > INT32_MAX) /* out_features fits int64 */
+        return 0;
+    const double elems =
+        (double)d->tokens *
+        (double)(out_features(d) > d->in_features ? out_features(d) : d->in_features);
+    return elems * 4.0 <= (double)PTRDIFF_MAX / 2 &&
+           (double)out_features(d) * (double)d->in_features * 4.0 <= (double)PTRDIFF_MAX / 2 &&
+           d->in_features <= INT32_MAX && out_features(d) <= INT32_MAX && d->tokens <= INT32_MAX;
+}
+
+/* Known formats, layout, output dtype and 0/1 flags. */
+static int flags_ok(const fxa_proj_desc *d)
+{
+    return (unsigned)d->x_format <= FXA_PROJ_X_E4M3_ROWS &&
+           (unsigned)d->w_format <= FXA_PROJ_W_E4M3 &&
+           (unsigned)d->out_layout <= FXA_PROJ_HEAD_MAJOR &&
+           (d->out_dtype == FXA_F32 || d->out_dtype == FXA_BF16) &&
+           (d->norm == 0 || d->norm == 1) && (d->rope == 0 || d->rope == 1);
+}
+
 /* 1 when [a, a + na) and [b, b + nb) share a byte (NULL or empty: never). */
 static int overlaps(const void *a, size_t na, const void *b, size_t nb)
 {
@@ -81,24 +112,15 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection descriptor missing or too old");
     if (!a || a->struct_size < sizeof *a)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection args missing or too old");
-    if (d->tokens < 1 || d->in_features < 1 || d->heads_q < 1 || d->heads_kv < 0 ||
-        d->head_dim < 2 || d->head_dim % 2 || d->head_dim > FXA_MAX_HEAD_DIM)
+    if (!shape_ok(d))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "projection shape: tokens %lld, in_features %lld, heads %lld/%lld, "
                             "head_dim %lld (even, 2..%d)",
                             (long long)d->tokens, (long long)d->in_features, (long long)d->heads_q,
                             (long long)d->heads_kv, (long long)d->head_dim, FXA_MAX_HEAD_DIM);
-    const double elems =
-        (double)d->tokens *
-        (double)(out_features(d) > d->in_features ? out_features(d) : d->in_features);
-    if (elems * 4.0 > (double)PTRDIFF_MAX / 2 ||
-        (double)out_features(d) * (double)d->in_features * 4.0 > (double)PTRDIFF_MAX / 2 ||
-        d->in_features > INT32_MAX || out_features(d) > INT32_MAX || d->tokens > INT32_MAX)
+    if (!sizes_fit(d))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection sizes overflow");
-    if ((unsigned)d->x_format > FXA_PROJ_X_E4M3_ROWS || (unsigned)d->w_format > FXA_PROJ_W_E4M3 ||
-        (unsigned)d->out_layout > FXA_PROJ_HEAD_MAJOR ||
-        (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16) || (d->norm != 0 && d->norm != 1) ||
-        (d->rope != 0 && d->rope != 1))
+    if (!flags_ok(d))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "unknown projection format, layout, output dtype or flag");
     if (d->norm && !(d->eps >= FLT_TRUE_MIN && d->eps <= FLT_MAX))
@@ -663,8 +685,7 @@ static void layout(const fxa_proj_desc *d, proj_ws *l)
 
 size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d)
 {
-    if (!d || d->struct_size < sizeof *d || d->tokens < 1 || d->in_features < 1 || d->heads_q < 1 ||
-        d->heads_kv < 0 || d->head_dim < 1)
+    if (!d || d->struct_size < sizeof *d || !shape_ok(d) || !sizes_fit(d) || !flags_ok(d))
         return 0;
     proj_ws l;
     layout(d, &l);

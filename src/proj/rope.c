@@ -5,6 +5,7 @@
  * Q/K output channels (see fxattn_proj.h).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,8 +84,16 @@ static fxa_status permute_rows(unsigned char *base, size_t row_bytes, int64_t ro
 fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *d, void *w, float *w_scales,
                                         float *bias, float *gamma_q, float *gamma_k)
 {
-    if (!d || d->struct_size < sizeof *d || d->head_dim < 2 || d->head_dim % 2 || d->heads_q < 0 ||
-        d->heads_kv < 0 || d->in_features < 1)
+    if (!d || d->struct_size < sizeof *d || d->head_dim < 2 || d->head_dim % 2 ||
+        d->head_dim > FXA_MAX_HEAD_DIM || d->heads_q < 0 || d->heads_kv < 0 || d->in_features < 1 ||
+        (unsigned)d->w_format > FXA_PROJ_W_E4M3)
+        return FXA_ERR_INVALID_ARG;
+    /* w's (Hq + 2 Hkv) d rows of in_features elements must be addressable. */
+    const int64_t max_heads = PTRDIFF_MAX / 3 / (4 * FXA_MAX_HEAD_DIM);
+    if (d->heads_q > max_heads || d->heads_kv > max_heads)
+        return FXA_ERR_INVALID_ARG;
+    const int64_t rows = (d->heads_q + 2 * d->heads_kv) * d->head_dim;
+    if (rows > 0 && d->in_features > PTRDIFF_MAX / 4 / rows)
         return FXA_ERR_INVALID_ARG;
     const int64_t dim = d->head_dim;
     const size_t es = d->w_format == FXA_PROJ_W_F32 ? 4 : d->w_format == FXA_PROJ_W_BF16 ? 2 : 1;

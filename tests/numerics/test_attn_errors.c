@@ -18,12 +18,14 @@
  * counts as a failure (skipped under AddressSanitizer, whose reports must
  * reach the terminal; set FXA_TEST_NO_CAPTURE to skip it otherwise).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "fxattn_diag.h"
 #include "testutil.h"
 
 #if defined(__has_feature)
@@ -361,6 +363,16 @@ static void test_plan_validation(fxa_ctx *ctx)
               fxa_ctx_last_error(ctx));
         fxa_attn_plan_destroy(plan);
     }
+
+    /* The diagnostics' gates at the ends of int (no overflow on the way). */
+    CHECK(fxa_fixed_m_gate_strict(INT_MAX) == (int)(((int64_t)INT_MAX + 125) / 2) &&
+              fxa_fixed_m_gate_strict(INT_MIN) == -(int)((-((int64_t)INT_MIN + 125) + 1) / 2),
+          "strict gate at INT_MAX / INT_MIN: %d / %d", fxa_fixed_m_gate_strict(INT_MAX),
+          fxa_fixed_m_gate_strict(INT_MIN));
+    CHECK(fxa_fixed_m_gate_centered(INT_MAX, 1) == INT_MAX,
+          "centred gate at INT_MAX: %d, expected INT_MAX", fxa_fixed_m_gate_centered(INT_MAX, 1));
+    CHECK(fxa_fixed_m_gate_centered(1, 1) == 102, "centred gate C = 1, N = 1: %d",
+          fxa_fixed_m_gate_centered(1, 1));
 
     /* A workspace beyond the memory available is refused with its size
      * (read before the plan is freed: ASan sees any read after). */

@@ -895,6 +895,54 @@ static void test_output_overlap(void)
     prob_free(&p);
 }
 
+/* Descriptors past the address space or int64, and bad shapes: refused by
+ * the run, 0 workspace bytes, and nothing moved by the RoPE conversion
+ * (the sanitizer builds see any overflow on the way). */
+static void test_hostile_desc(void)
+{
+    prob p;
+    prob_init(&p, 4, 8, 1, 1, 6, 11, 0.0);
+    outs o;
+    outs_alloc(&o, &p);
+    const fxa_proj_desc good = p.d;
+    const int64_t huge[] = {(int64_t)1 << 40, (int64_t)1 << 62, INT64_MAX};
+    for (int i = 0; i < 3; i++) {
+        p.d = good;
+        p.d.heads_q = huge[i];
+        CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "heads_q %lld accepted",
+              (long long)huge[i]);
+        CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "heads_q %lld: %zu workspace bytes",
+              (long long)huge[i], fxa_proj_workspace_bytes(&p.d));
+        /* (2^40 heads of w would be addressable: a caller's matter) */
+        CHECK(i == 0 || fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) ==
+                            FXA_ERR_INVALID_ARG,
+              "RoPE conversion with heads_q %lld", (long long)huge[i]);
+        p.d = good;
+        p.d.heads_kv = huge[i];
+        CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "heads_kv %lld accepted",
+              (long long)huge[i]);
+        CHECK(i == 0 || fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) ==
+                            FXA_ERR_INVALID_ARG,
+              "RoPE conversion with heads_kv %lld", (long long)huge[i]);
+    }
+    p.d = good;
+    p.d.head_dim = 5;
+    CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "odd head_dim: %zu workspace bytes",
+          fxa_proj_workspace_bytes(&p.d));
+    p.d.head_dim = FXA_MAX_HEAD_DIM + 2;
+    CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
+          "RoPE conversion with head_dim past FXA_MAX_HEAD_DIM");
+    p.d = good;
+    p.d.w_format = (fxa_proj_w)9;
+    CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "unknown w_format: %zu workspace bytes",
+          fxa_proj_workspace_bytes(&p.d));
+    CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
+          "RoPE conversion with an unknown w_format");
+    p.d = good;
+    outs_free(&o);
+    prob_free(&p);
+}
+
 int main(void)
 {
     fxa_ctx_params cp;
@@ -917,6 +965,7 @@ int main(void)
     test_errors();
     test_output_range();
     test_output_overlap();
+    test_hostile_desc();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_proj");
 }
