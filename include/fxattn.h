@@ -219,7 +219,9 @@ typedef struct fxa_attn_desc {
     fxa_attn_strides o_strides;
     /* FXA_F32 (default): out is float. FXA_BF16: out is uint16_t bfloat16
      * bits, each the fp32 result rounded once to nearest even (exactly
-     * fxa_f32_to_bf16 of what FXA_F32 writes). */
+     * fxa_f32_to_bf16 of what FXA_F32 writes); a V with |v| past bf16's
+     * largest finite value (about 3.39e38) is FXA_ERR_INVALID_ARG, since
+     * outputs would round to Inf. */
     fxa_dtype out_dtype;
 } fxa_attn_desc;
 

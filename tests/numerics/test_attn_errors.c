@@ -1337,6 +1337,60 @@ static void test_recovery(fxa_ctx *ctx3)
     }
 }
 
+/* A bf16 output of a V past bf16's range would be Inf: refused by the run
+ * and by the blockwise finish, nothing written; bf16's largest finite
+ * value itself passes. */
+static void test_bf16_out_range(fxa_ctx *ctx)
+{
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = d.heads_q = d.heads_kv = 1;
+    d.seq_q = 2;
+    d.seq_kv = 3;
+    d.head_dim = 4;
+    d.out_dtype = FXA_BF16;
+    float q[8] = {0}, k[12] = {0}, v[12];
+    uint16_t out[8];
+    fxa_attn_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_attn_plan_create(ctx, &d, &plan, &bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(ctx));
+    void *ws = ws_alloc(bytes);
+    fxa_attn_acc *acc = NULL;
+    CHECK(fxa_attn_acc_create(plan, &acc) == FXA_OK, "acc: %s", fxa_ctx_last_error(ctx));
+    double summary[64];
+    const fxa_attn_args a = {.struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out};
+    const float vals[2] = {3.4e38f, 0x1.fep127f}; /* past bf16's range; its largest value */
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < 12; i++)
+            v[i] = (i & 1) ? -vals[c] : vals[c];
+        memset(out, 0x55, sizeof out);
+        const fxa_status st = fxa_attn_run(plan, &a, ws, NULL);
+        fxa_status acc_st = fxa_kv_summarize(plan, k, v, 3, summary);
+        if (acc_st == FXA_OK)
+            acc_st = fxa_attn_acc_begin(acc, q, summary, 1);
+        if (acc_st == FXA_OK)
+            acc_st = fxa_attn_acc_add(acc, k, v, 3);
+        if (acc_st == FXA_OK)
+            acc_st = fxa_attn_acc_finish(acc, &a, NULL);
+        if (c == 0) {
+            CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(ctx), "bf16") != NULL,
+                  "bf16 output of |v| 3.4e38: %s (%s)", fxa_status_str(st),
+                  fxa_ctx_last_error(ctx));
+            CHECK(acc_st == FXA_ERR_INVALID_ARG, "blockwise bf16 output of |v| 3.4e38: %s (%s)",
+                  fxa_status_str(acc_st), fxa_ctx_last_error(ctx));
+            CHECK(out[0] == 0x5555 && out[7] == 0x5555, "a refused bf16 output was written");
+        } else {
+            CHECK(st == FXA_OK && acc_st == FXA_OK && (out[0] & 0x7f80) != 0x7f80,
+                  "bf16 output of bf16's largest value: %s / %s, out[0] 0x%04x", fxa_status_str(st),
+                  fxa_status_str(acc_st), out[0]);
+        }
+    }
+    fxa_attn_acc_destroy(acc);
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+}
+
 int main(void)
 {
     test_ctx();
@@ -1345,6 +1399,7 @@ int main(void)
     CHECK(fxa_ctx_threads(ctx3) == 3, "context asked for 3 threads runs %d", fxa_ctx_threads(ctx3));
     test_plan_validation(ctx1);
     test_plan_validation(ctx3);
+    test_bf16_out_range(ctx1);
     test_nonfinite_inputs(ctx1, ctx3);
     test_deterministic_report(ctx1, ctx3);
     test_run_args(ctx3);
