@@ -224,7 +224,9 @@ FXA_API void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, i
 /* y [tokens][hidden] = a [tokens][o->cols] o->w^T (+ o->bias, when not
  * NULL): the output projection, or a tensor-parallel partial of it, with a
  * of d->dtype (fp32, or bf16 bits) and workspace bytes of scratch (64-byte
- * aligned; NULL, 0: allocated by the call). */
+ * aligned; NULL, 0: allocated by the call). Errors (message in
+ * fxa_ctx_last_error): NULL d or o, a d that fxa_wan_plan_create refuses,
+ * o->rows other than the hidden size, and those of fxa_proj_run. */
 FXA_API fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
                                     int64_t tokens, const void *a, float *y, void *workspace,
                                     size_t workspace_bytes);

@@ -359,6 +359,19 @@ fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_l
                             int64_t tokens, const void *a, float *y, void *workspace,
                             size_t workspace_bytes)
 {
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    char why[256];
+    if (!d || !o)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "fxa_wan_out_proj: NULL argument");
+    if (check_desc(d, why, sizeof why) != FXA_OK)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", why);
+    if (o->rows != d->heads * d->head_dim || (unsigned)o->format > FXA_PROJ_W_E4M3)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "the output projection has %lld rows (format %d); the layer's hidden "
+                            "size is %lld",
+                            (long long)o->rows, (int)o->format,
+                            (long long)(d->heads * d->head_dim));
     fxa_proj_desc pd;
     out_desc(d, o, tokens, &pd);
     const fxa_proj_args args = {.struct_size = sizeof args,

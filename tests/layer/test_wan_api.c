@@ -403,6 +403,19 @@ static void test_hostile_sizes(fxa_ctx *ctx)
               "y at byte %zu of the workspace: '%s'", at, fxa_wan_last_error(plan));
     }
     free(ws);
+    /* The output projection alone: its weight must have the hidden size's rows. */
+    float *y = malloc(sizeof(float) * TOKENS * HIDDEN);
+    w.o.rows = HIDDEN / 2;
+    CHECK(fxa_wan_out_proj(ctx, &d, &w.o, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "rows") != NULL,
+          "o with half the rows: '%s'", fxa_ctx_last_error(ctx));
+    w.o.rows = HIDDEN;
+    CHECK(fxa_wan_out_proj(ctx, &d, NULL, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG &&
+              fxa_wan_out_proj(ctx, NULL, &w.o, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG,
+          "fxa_wan_out_proj with NULL o or d");
+    CHECK(fxa_wan_out_proj(ctx, &d, &w.o, TOKENS, x, y, NULL, 0) == FXA_OK, "output projection: %s",
+          fxa_ctx_last_error(ctx));
+    free(y);
     free(x);
     fxa_wan_plan_destroy(plan);
     fxa_wan_weights_free(&w);
