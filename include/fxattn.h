@@ -161,7 +161,8 @@ typedef struct fxa_attn_strides {
 } fxa_attn_strides;
 
 /* The strides of a contiguous tensor of `heads` heads and `seq` tokens in
- * `layout`: BSHD {S H D, H D, D}, BHSD {H S D, D, S D}. */
+ * `layout`: BSHD {S H D, H D, D}, BHSD {H S D, D, S D}; a product past
+ * int64 gives -1 there (a stride plans refuse). */
 FXA_API fxa_attn_strides fxa_attn_layout_strides(fxa_layout layout, int64_t heads, int64_t seq,
                                                  int64_t head_dim);
 

@@ -374,6 +374,21 @@ static void test_plan_validation(fxa_ctx *ctx)
     CHECK(fxa_fixed_m_gate_centered(1, 1) == 102, "centred gate C = 1, N = 1: %d",
           fxa_fixed_m_gate_centered(1, 1));
 
+    /* Layout strides past int64 are -1 (refused), not a wrapped product. */
+    {
+        const int64_t e = (int64_t)1 << 40;
+        const fxa_attn_strides a = fxa_attn_layout_strides(FXA_LAYOUT_BSHD, e, e, 256);
+        const fxa_attn_strides b = fxa_attn_layout_strides(FXA_LAYOUT_BHSD, e, e, 256);
+        const fxa_attn_strides c = fxa_attn_layout_strides(FXA_LAYOUT_BHSD, 3, 5, 7);
+        CHECK(a.batch == -1 && a.token == e * 256 && a.head == 256,
+              "BSHD strides of 2^40 heads and tokens: {%lld, %lld, %lld}", (long long)a.batch,
+              (long long)a.token, (long long)a.head);
+        CHECK(b.batch == -1 && b.head == e * 256 && b.token == 256,
+              "BHSD strides of 2^40 heads and tokens: {%lld, %lld, %lld}", (long long)b.batch,
+              (long long)b.token, (long long)b.head);
+        CHECK(c.batch == 105 && c.head == 35 && c.token == 7, "BHSD strides of 3 x 5 x 7");
+    }
+
     /* A workspace beyond the memory available is refused with its size
      * (read before the plan is freed: ASan sees any read after). */
     {
