@@ -231,7 +231,9 @@ FXA_API fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_
  * is called on every rank whatever happened locally (with a short buffer of
  * 3 elements, last one 1, when this rank failed before its GEMM; a group
  * must agree on tokens first), so a failure on one rank fails every rank
- * instead of hanging it.
+ * instead of hanging it. An output that overflows after the norm and RoPE
+ * is found after the reduction, on the ranks holding it alone: drivers agree
+ * on the status afterwards (fxa_mpi_proj_run does).
  */
 typedef fxa_status fxa_proj_reduce_fn(double *sums, int64_t n, void *arg);
 
