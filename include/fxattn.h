@@ -162,7 +162,8 @@ typedef struct fxa_attn_strides {
 } fxa_attn_strides;
 
 /* The strides of a contiguous tensor of `heads` heads and `seq` tokens in
- * `layout`: BSHD {S H D, H D, D}, BHSD {H S D, D, S D}. */
+ * `layout`: BSHD {S H D, H D, D}, BHSD {H S D, D, S D}; a product past
+ * int64 gives -1 there (a stride plans refuse). */
 FXA_API fxa_attn_strides fxa_attn_layout_strides(fxa_layout layout, int64_t heads, int64_t seq,
                                                  int64_t head_dim);
 
@@ -220,7 +221,9 @@ typedef struct fxa_attn_desc {
     fxa_attn_strides o_strides;
     /* FXA_F32 (default): out is float. FXA_BF16: out is uint16_t bfloat16
      * bits, each the fp32 result rounded once to nearest even (exactly
-     * fxa_f32_to_bf16 of what FXA_F32 writes). */
+     * fxa_f32_to_bf16 of what FXA_F32 writes); a V with |v| past bf16's
+     * largest finite value (about 3.39e38) is FXA_ERR_INVALID_ARG, since
+     * outputs would round to Inf. */
     fxa_dtype out_dtype;
 } fxa_attn_desc;
 

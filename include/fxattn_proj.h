@@ -173,7 +173,7 @@ typedef struct fxa_proj_desc {
     fxa_proj_x x_format;
     fxa_proj_w w_format;
     int norm;   /* 1: RMSNorm across heads on Q and K */
-    double eps; /* default 1e-6 */
+    double eps; /* default 1e-6; norm: FLT_TRUE_MIN..FLT_MAX (used as fp32) */
     int rope;   /* 1: rotate-half RoPE on Q and K */
     fxa_proj_layout out_layout;
     /* FXA_F32 (default): q_out, k_out, v_out are float. FXA_BF16: they are
@@ -213,7 +213,9 @@ FXA_API size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d);
  * Run the projection on ctx's threads (the GEMM on as many OpenBLAS
  * threads). Errors (FXA_ERR_INVALID_ARG with fxa_ctx_last_error, outputs
  * untouched): bad shapes or flags, NULL buffers, a non-finite value in x, w,
- * bias, gamma or the RoPE tables, a bad scale. FXA_ERR_NO_MEMORY: the fp32
+ * bias, gamma or the RoPE tables, a bad scale, a result that overflows fp32
+ * (or, for a bf16 output, bf16), outputs that overlap each other or the
+ * workspace. FXA_ERR_NO_MEMORY: the fp32
  * copies of x, w and Y do not fit.
  */
 FXA_API fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a);
@@ -230,7 +232,9 @@ FXA_API fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_
  * is called on every rank whatever happened locally (with a short buffer of
  * 3 elements, last one 1, when this rank failed before its GEMM; a group
  * must agree on tokens first), so a failure on one rank fails every rank
- * instead of hanging it.
+ * instead of hanging it. An output that overflows after the norm and RoPE
+ * is found after the reduction, on the ranks holding it alone: drivers agree
+ * on the status afterwards (fxa_mpi_proj_run does).
  */
 typedef fxa_status fxa_proj_reduce_fn(double *sums, int64_t n, void *arg);
 
@@ -266,6 +270,9 @@ FXA_API fxa_status fxa_wan_rope_tables(int64_t frames, int64_t height, int64_t w
  * rotate-half holds interleaved lane 2i (i < d/2) or 2(i - d/2) + 1. V rows
  * are never touched; NULL arrays are skipped. Q.K^T is unchanged (the same
  * permutation on both). With heads_kv == 0 only the single segment moves.
+ * FXA_ERR_INVALID_ARG, nothing moved: an odd head_dim or one past
+ * FXA_MAX_HEAD_DIM, negative heads, an unknown w_format, or a w too large to
+ * address.
  */
 FXA_API fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *d, void *w, float *w_scales,
                                                 float *bias, float *gamma_q, float *gamma_k);

@@ -192,7 +192,7 @@ typedef struct fxa_wan_stats {
 /*
  * y [S][hidden] = the layer on x (d->x_format) with weights w, which must
  * hold all heads of d (shapes checked). workspace: at least the plan's
- * bytes, 64-byte aligned. A non-finite x or weight gives
+ * bytes, 64-byte aligned, not overlapping y. A non-finite x or weight gives
  * FXA_ERR_INVALID_ARG before y is written. stats may be NULL. The message
  * of a failure: fxa_wan_last_error(plan).
  */
@@ -202,7 +202,8 @@ FXA_API fxa_status fxa_wan_run(fxa_wan_plan *plan, const fxa_wan_weights *w, con
 /* Detail of the last failed fxa_wan_run ("" when none). */
 FXA_API const char *fxa_wan_last_error(const fxa_wan_plan *plan);
 
-/* FLOPs of the layer: QKV 6 S hidden^2, attention, output 2 S hidden^2. */
+/* FLOPs of the layer: QKV 6 S hidden^2, attention, output 2 S hidden^2
+ * (0.0 for NULL). */
 FXA_API double fxa_wan_flops(const fxa_wan_desc *d);
 
 /* ---- pieces, for distributed drivers (token shards, head slices) -------- */
@@ -223,7 +224,9 @@ FXA_API void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, i
 /* y [tokens][hidden] = a [tokens][o->cols] o->w^T (+ o->bias, when not
  * NULL): the output projection, or a tensor-parallel partial of it, with a
  * of d->dtype (fp32, or bf16 bits) and workspace bytes of scratch (64-byte
- * aligned; NULL, 0: allocated by the call). */
+ * aligned; NULL, 0: allocated by the call). Errors (message in
+ * fxa_ctx_last_error): NULL d or o, a d that fxa_wan_plan_create refuses,
+ * o->rows other than the hidden size, and those of fxa_proj_run. */
 FXA_API fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
                                     int64_t tokens, const void *a, float *y, void *workspace,
                                     size_t workspace_bytes);

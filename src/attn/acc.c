@@ -678,6 +678,10 @@ static fxa_status acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
         if (st != FXA_OK)
             return st;
     }
+    st = fxa_out_range_check(p, (const fxa_head_bound *)(acc->ws + p->ws_bounds),
+                             p->d.batch * p->d.heads_kv);
+    if (st != FXA_OK)
+        return st;
     acc_job job = {.acc = acc, .args = args};
     fxa_pool_run(&p->ctx->pool, finish_item, &job, p->d.batch * p->d.heads_q * p->n_q_blocks);
     acc->begun = 0;

@@ -370,6 +370,10 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
         st = fxa_lse_check(plan,
                            (const fxa_head_bound *)((unsigned char *)workspace + plan->ws_bounds),
                            plan->d.batch * plan->d.heads_kv, plan->d.seq_kv);
+    if (st == FXA_OK && !bounds_only)
+        st = fxa_out_range_check(
+            plan, (const fxa_head_bound *)((unsigned char *)workspace + plan->ws_bounds),
+            plan->d.batch * plan->d.heads_kv);
     if (st != FXA_OK)
         return st;
     for (int t = 0; t < ctx->pool.n_threads; t++)

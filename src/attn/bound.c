@@ -34,6 +34,7 @@
 #include "fxattn_diag.h"
 #include "bound.h"
 
+#include <limits.h>
 #include <math.h>
 
 int fxa_ceil_log2_i64(int64_t n)
@@ -58,19 +59,20 @@ int fxa_fixed_m_c(int64_t n_keys, double vmax)
     return 127 - fxa_ceil_log2_i64(n_keys < 1 ? 1 : n_keys) - fxa_ceil_log2_vmax(vmax);
 }
 
-static int floor_half(int w)
+/* floor(w / 2); exact in int for any w from an int plus a small constant. */
+static int floor_half(int64_t w)
 {
-    return w >= 0 ? w / 2 : -((-w + 1) / 2);
+    return (int)(w >= 0 ? w / 2 : -((-w + 1) / 2));
 }
 
 int fxa_fixed_m_gate_strict(int c)
 {
-    return floor_half(c + 125);
+    return floor_half((int64_t)c + 125);
 }
 
 int fxa_fixed_m_gate_centered(int c, int64_t n_keys)
 {
-    int strict = fxa_fixed_m_gate_strict(c);
-    int loose = c + 101 - fxa_ceil_log2_i64(n_keys < 1 ? 1 : n_keys);
-    return loose > strict ? loose : strict;
+    const int strict = fxa_fixed_m_gate_strict(c);
+    const int64_t loose = (int64_t)c + 101 - fxa_ceil_log2_i64(n_keys < 1 ? 1 : n_keys);
+    return loose > strict ? (loose < INT_MAX ? (int)loose : INT_MAX) : strict;
 }

@@ -34,18 +34,25 @@ double fxa_attn_flops(const fxa_attn_desc *d)
            (double)d->head_dim;
 }
 
+/* a * b, or -1 (a stride every plan refuses) when it overflows int64. */
+static int64_t stride_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+
 fxa_attn_strides fxa_attn_layout_strides(fxa_layout layout, int64_t heads, int64_t seq,
                                          int64_t head_dim)
 {
     fxa_attn_strides s;
     if (layout == FXA_LAYOUT_BSHD) {
-        s.token = heads * head_dim;
+        s.token = stride_mul(heads, head_dim);
         s.head = head_dim;
-        s.batch = seq * heads * head_dim;
+        s.batch = s.token < 0 ? -1 : stride_mul(seq, s.token);
     } else {
         s.token = head_dim;
-        s.head = seq * head_dim;
-        s.batch = heads * seq * head_dim;
+        s.head = stride_mul(seq, head_dim);
+        s.batch = s.head < 0 ? -1 : stride_mul(heads, s.head);
     }
     return s;
 }
@@ -364,11 +371,12 @@ static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_pla
     choose_split(p);
     p->ws_total = layout_workspace(p, ctx->pool.n_threads);
     const uint64_t avail = fxa_available_memory();
-    if ((uint64_t)p->ws_total > avail) {
+    const size_t ws_total = p->ws_total;
+    if ((uint64_t)ws_total > avail) {
         fxa_free_aligned(p);
         return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY,
                             "needs %.1f GiB, %.1f GiB available (the plan's workspace)",
-                            (double)p->ws_total / 1073741824.0, (double)avail / 1073741824.0);
+                            (double)ws_total / 1073741824.0, (double)avail / 1073741824.0);
     }
     *plan_out = p;
     *workspace_bytes_out = p->ws_total;

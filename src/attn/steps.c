@@ -146,6 +146,23 @@ fxa_status fxa_lse_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64
     return FXA_OK;
 }
 
+fxa_status fxa_out_range_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64_t n_heads)
+{
+    const double bf16_max = 0x1.fep127; /* 0x7f7f: larger values may round to Inf */
+    if (p->d.out_dtype != FXA_BF16)
+        return FXA_OK;
+    for (int64_t i = 0; i < n_heads; i++) {
+        if (hb[i].vmax > bf16_max)
+            return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                                "V has |v| = %.4g at batch %lld, kv head %lld, past bf16's largest "
+                                "finite value %.4g: the bf16 output would overflow (use an fp32 "
+                                "output)",
+                                hb[i].vmax, (long long)(i / p->d.heads_kv),
+                                (long long)(i % p->d.heads_kv), bf16_max);
+    }
+    return FXA_OK;
+}
+
 int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const float *kbar,
                         const fxa_rows *rows, size_t n, float *bound)
 {

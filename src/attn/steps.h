@@ -71,6 +71,11 @@ fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t
 fxa_status fxa_lse_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64_t n_heads,
                          int64_t n_keys);
 
+/* FXA_ERR_INVALID_ARG when the output is bf16 and some head's max |v|
+ * (which bounds its outputs) is past bf16's largest finite value: those
+ * outputs would round to Inf. */
+fxa_status fxa_out_range_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64_t n_heads);
+
 /* Decide each row's shift (docs/numerics.md; see attn_run.c for the bound): sets
  * m, l = 0, o = 0, qk_center and the row kind (online: FXA_ROW_FIXED,
  * _FIXED_MAY_FLUSH or _ONLINE) for rows->q[0..n), and bound[i] = ceil(U_i).

@@ -1120,7 +1120,7 @@ fxa_status fxa_staged_commit_all(fxa_staged *const *st, int n, char *err, size_t
         }
         for (int j = 0; j < i; j++) {
             if (st[j] == st[i] || (st[i]->final_path[0] != '\0' &&
-                                   strcmp(st[j]->final_path, st[i]->final_path) == 0)) {
+                                   fxa_same_output(st[j]->final_path, st[i]->final_path))) {
                 set_error(err, errlen, "npy writer: staged files %d and %d both target %s", j, i,
                           st[i]->final_path);
                 status = FXA_ERR_INVALID_ARG;

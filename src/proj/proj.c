@@ -13,6 +13,7 @@
  * one block and an FP8 weight never exists whole in 16 or 32 bits.
  */
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -43,34 +44,90 @@ static int64_t out_features(const fxa_proj_desc *d)
     return (d->heads_q + 2 * d->heads_kv) * d->head_dim;
 }
 
+/* Positive sizes, an even head_dim within FXA_MAX_HEAD_DIM. */
+static int shape_ok(const fxa_proj_desc *d)
+{
+    return d->tokens >= 1 && d->in_features >= 1 && d->heads_q >= 1 && d->heads_kv >= 0 &&
+           d->head_dim >= 2 && d->head_dim % 2 == 0 && d->head_dim <= FXA_MAX_HEAD_DIM;
+}
+
+/* For a shape_ok d: every buffer is addressable and every GEMM dimension
+ * fits the libraries' int. */
+static int sizes_fit(const fxa_proj_desc *d)
+{
+    if (d->heads_q > INT32_MAX || d->heads_kv > INT32_MAX) /* out_features fits int64 */
+        return 0;
+    const double elems =
+        (double)d->tokens *
+        (double)(out_features(d) > d->in_features ? out_features(d) : d->in_features);
+    return elems * 4.0 <= (double)PTRDIFF_MAX / 2 &&
+           (double)out_features(d) * (double)d->in_features * 4.0 <= (double)PTRDIFF_MAX / 2 &&
+           d->in_features <= INT32_MAX && out_features(d) <= INT32_MAX && d->tokens <= INT32_MAX;
+}
+
+/* Known formats, layout, output dtype and 0/1 flags. */
+static int flags_ok(const fxa_proj_desc *d)
+{
+    return (unsigned)d->x_format <= FXA_PROJ_X_E4M3_ROWS &&
+           (unsigned)d->w_format <= FXA_PROJ_W_E4M3 &&
+           (unsigned)d->out_layout <= FXA_PROJ_HEAD_MAJOR &&
+           (d->out_dtype == FXA_F32 || d->out_dtype == FXA_BF16) &&
+           (d->norm == 0 || d->norm == 1) && (d->rope == 0 || d->rope == 1);
+}
+
+/* 1 when [a, a + na) and [b, b + nb) share a byte (NULL or empty: never). */
+static int overlaps(const void *a, size_t na, const void *b, size_t nb)
+{
+    if (!a || !b || !na || !nb)
+        return 0;
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+/* Outputs that share a byte with each other or with the workspace. Inputs
+ * may alias the outputs: every input is read before any output is stored. */
+static fxa_status check_output_spans(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
+{
+    const size_t elem = d->out_dtype == FXA_F32 ? sizeof(float) : sizeof(uint16_t);
+    const size_t q_bytes = (size_t)(d->tokens * d->heads_q * d->head_dim) * elem;
+    const size_t kv_bytes = (size_t)(d->tokens * d->heads_kv * d->head_dim) * elem;
+    const struct {
+        const char *name;
+        const void *at;
+        size_t bytes;
+    } span[4] = {{"q_out", a->q_out, q_bytes},
+                 {"k_out", a->k_out, kv_bytes},
+                 {"v_out", a->v_out, kv_bytes},
+                 {"workspace", a->workspace, a->workspace_bytes}};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (overlaps(span[i].at, span[i].bytes, span[j].at, span[j].bytes))
+                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s and %s overlap", span[i].name,
+                                    span[j].name);
+    return FXA_OK;
+}
+
 static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
 {
     if (!d || d->struct_size < sizeof *d)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection descriptor missing or too old");
     if (!a || a->struct_size < sizeof *a)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection args missing or too old");
-    if (d->tokens < 1 || d->in_features < 1 || d->heads_q < 1 || d->heads_kv < 0 ||
-        d->head_dim < 2 || d->head_dim % 2 || d->head_dim > FXA_MAX_HEAD_DIM)
+    if (!shape_ok(d))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "projection shape: tokens %lld, in_features %lld, heads %lld/%lld, "
                             "head_dim %lld (even, 2..%d)",
                             (long long)d->tokens, (long long)d->in_features, (long long)d->heads_q,
                             (long long)d->heads_kv, (long long)d->head_dim, FXA_MAX_HEAD_DIM);
-    const double elems =
-        (double)d->tokens *
-        (double)(out_features(d) > d->in_features ? out_features(d) : d->in_features);
-    if (elems * 4.0 > (double)PTRDIFF_MAX / 2 ||
-        (double)out_features(d) * (double)d->in_features * 4.0 > (double)PTRDIFF_MAX / 2 ||
-        d->in_features > INT32_MAX || out_features(d) > INT32_MAX || d->tokens > INT32_MAX)
+    if (!sizes_fit(d))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection sizes overflow");
-    if ((unsigned)d->x_format > FXA_PROJ_X_E4M3_ROWS || (unsigned)d->w_format > FXA_PROJ_W_E4M3 ||
-        (unsigned)d->out_layout > FXA_PROJ_HEAD_MAJOR ||
-        (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16) || (d->norm != 0 && d->norm != 1) ||
-        (d->rope != 0 && d->rope != 1))
+    if (!flags_ok(d))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "unknown projection format, layout, output dtype or flag");
-    if (d->norm && !(d->eps > 0.0 && isfinite(d->eps)))
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RMSNorm eps must be positive and finite");
+    if (d->norm && !(d->eps >= FLT_TRUE_MIN && d->eps <= FLT_MAX))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "RMSNorm eps %g is outside fp32's positive range (%g..%g)", d->eps,
+                            (double)FLT_TRUE_MIN, (double)FLT_MAX);
     if (!a->x || !a->w || !a->q_out || (d->heads_kv > 0 && (!a->k_out || !a->v_out)))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "x, w and the outputs must not be NULL");
     if (d->w_format == FXA_PROJ_W_E4M3 && !a->w_scales)
@@ -79,6 +136,8 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RMSNorm needs gamma_q (and gamma_k)");
     if (d->rope && (!a->rope_cos || !a->rope_sin))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RoPE needs rope_cos and rope_sin");
+    if (check_output_spans(ctx, d, a) != FXA_OK)
+        return FXA_ERR_INVALID_ARG;
     const int64_t qn = d->heads_q * d->head_dim;
     const int64_t kn = d->heads_kv * d->head_dim;
     const int64_t rope_n = d->tokens * d->head_dim;
@@ -277,13 +336,13 @@ static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, i
 typedef struct epi_job {
     const fxa_proj_desc *d;
     const fxa_proj_args *a;
-    float *y;     /* [S][I] GEMM result; dequantised in place by phase A */
+    float *y;     /* [S][I] GEMM result; dequantised in place by phase A, finished by B */
     float *xs;    /* [S] row scales */
     double *sums; /* [S][2]: sum of y^2 over the Q and the K segment */
     double n_q;   /* channels each RMS is taken over (all ranks) */
     double n_k;
     int64_t tokens_per_item;
-    int64_t *bad; /* per item: first token whose y is not finite, or -1 */
+    int64_t *bad; /* per item: first token whose y (or output) is not finite, or -1 */
 } epi_job;
 
 /* Store head h's head_dim values of token s of a segment of `heads` heads
@@ -331,16 +390,27 @@ static float inv_rms(double sum, double n, double eps, int *shift)
     return 1.0f / sqrtf(mean + (float)eps);
 }
 
-/* One normalised (r; 1 without norm) and rotated segment of one token. */
-static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads,
-                           const float *gamma, const float *cs, const float *sn, void *out_base,
-                           int64_t s, float r, int shift)
+/* 1 when v is finite and stays finite in d's output dtype (a value past
+ * bf16's largest finite rounds to Inf there). */
+static int out_finite(const fxa_proj_desc *d, float v)
+{
+    if (d->out_dtype == FXA_F32)
+        return isfinite(v);
+    return (fxa_f32_to_bf16_bits(v) & 0x7f80u) != 0x7f80u;
+}
+
+/* Normalise (r; 1 without norm) and rotate one segment of one token in
+ * place. Returns 0 when some result is not finite in the output dtype. */
+static int finish_segment(const fxa_proj_desc *d, float *y, int64_t heads, const float *gamma,
+                          const float *cs, const float *sn, float r, int shift)
 {
     const int64_t dim = d->head_dim;
     const int64_t half = dim / 2;
     float ys[FXA_MAX_HEAD_DIM], o[FXA_MAX_HEAD_DIM];
+    int ok = 1;
     for (int64_t h = 0; h < heads; h++) {
-        const float *yh = y + h * dim;
+        float *yh_out = y + h * dim;
+        const float *yh = yh_out;
         if (shift) { /* inv_rms's power of two: exact for these large y */
             for (int64_t i = 0; i < dim; i++)
                 ys[i] = ldexpf(yh[i], -shift);
@@ -350,19 +420,21 @@ static void finish_segment(const fxa_proj_desc *d, const float *y, int64_t heads
         if (!d->rope) {
             for (int64_t i = 0; i < dim; i++)
                 o[i] = d->norm ? yh[i] * (r * g[i]) : yh[i];
-            store_row(d, out_base, heads, s, h, o);
-            continue;
+        } else {
+            float t[FXA_MAX_HEAD_DIM];
+            for (int64_t i = 0; i < dim; i++)
+                t[i] = d->norm ? yh[i] * g[i] : yh[i];
+            for (int64_t i = 0; i < dim; i++) {
+                const float rc = r * cs[i];
+                const float rs = r * sn[i];
+                o[i] = i < half ? t[i] * rc - t[i + half] * rs : t[i] * rc + t[i - half] * rs;
+            }
         }
-        float t[FXA_MAX_HEAD_DIM];
         for (int64_t i = 0; i < dim; i++)
-            t[i] = d->norm ? yh[i] * g[i] : yh[i];
-        for (int64_t i = 0; i < dim; i++) {
-            const float rc = r * cs[i];
-            const float rs = r * sn[i];
-            o[i] = i < half ? t[i] * rc - t[i + half] * rs : t[i] * rc + t[i - half] * rs;
-        }
-        store_row(d, out_base, heads, s, h, o);
+            ok &= out_finite(d, o[i]);
+        memcpy(yh_out, o, (size_t)dim * sizeof(float));
     }
+    return ok;
 }
 
 /* Phase A of token s: y = acc * x_scale * w_scale + b in place, and the
@@ -395,32 +467,52 @@ static int dequantise_token(const epi_job *job, int64_t s)
     return !any;
 }
 
-/* Phase B of token s: normalise, rotate and store every segment. */
-static void finish_token(const epi_job *job, int64_t s)
+/* Phase B of token s: normalise and rotate Q and K in place. Returns 0
+ * when some output value (V's too) is not finite in the output dtype. */
+static int finish_token(const epi_job *job, int64_t s)
 {
     const fxa_proj_desc *d = job->d;
     const fxa_proj_args *a = job->a;
-    const float *y = job->y + s * out_features(d);
+    float *y = job->y + s * out_features(d);
     const int64_t qn = d->heads_q * d->head_dim;
     const int64_t kn = d->heads_kv * d->head_dim;
     const float *cs = d->rope ? a->rope_cos + s * d->head_dim : NULL;
     const float *sn = d->rope ? a->rope_sin + s * d->head_dim : NULL;
     int shift = 0;
     const float rq = d->norm ? inv_rms(job->sums[2 * s], job->n_q, d->eps, &shift) : 1.0f;
-    finish_segment(d, y, d->heads_q, a->gamma_q, cs, sn, a->q_out, s, rq, shift);
+    int ok = finish_segment(d, y, d->heads_q, a->gamma_q, cs, sn, rq, shift);
     if (d->heads_kv == 0)
-        return;
+        return ok;
     shift = 0;
     const float rk = d->norm ? inv_rms(job->sums[2 * s + 1], job->n_k, d->eps, &shift) : 1.0f;
-    finish_segment(d, y + qn, d->heads_kv, a->gamma_k, cs, sn, a->k_out, s, rk, shift);
-    for (int64_t h = 0; h < d->heads_kv; h++)
-        store_row(d, a->v_out, d->heads_kv, s, h, y + qn + kn + h * d->head_dim);
+    ok &= finish_segment(d, y + qn, d->heads_kv, a->gamma_k, cs, sn, rk, shift);
+    for (int64_t i = 0; i < kn; i++)
+        ok &= out_finite(d, y[qn + kn + i]);
+    return ok;
 }
 
-/* Items of tokens_per_item tokens: phase A (dequantise, sums, checks) or
- * phase B (normalise, rotate, store); all of A runs before any B, so that a
- * failure leaves the outputs untouched and a reduction can sit between. */
-enum { PHASE_A = 1, PHASE_B = 2 };
+/* Phase C of token s: store every segment. */
+static void store_token(const epi_job *job, int64_t s)
+{
+    const fxa_proj_desc *d = job->d;
+    const fxa_proj_args *a = job->a;
+    const float *y = job->y + s * out_features(d);
+    const int64_t dim = d->head_dim;
+    for (int64_t h = 0; h < d->heads_q; h++)
+        store_row(d, a->q_out, d->heads_q, s, h, y + h * dim);
+    y += d->heads_q * dim;
+    for (int64_t h = 0; h < d->heads_kv; h++)
+        store_row(d, a->k_out, d->heads_kv, s, h, y + h * dim);
+    y += d->heads_kv * dim;
+    for (int64_t h = 0; h < d->heads_kv; h++)
+        store_row(d, a->v_out, d->heads_kv, s, h, y + h * dim);
+}
+
+/* Items of tokens_per_item tokens: phase A (dequantise, sums, checks),
+ * phase B (normalise, rotate, checks) or phase C (store); every token
+ * passes A and B before any is stored, so that a failure leaves the outputs
+ * untouched and a reduction can sit between A and B. */
+enum { PHASE_A = 1, PHASE_B = 2, PHASE_C = 4 };
 
 typedef struct phase_job {
     const epi_job *job;
@@ -435,14 +527,42 @@ static void phase_item(void *arg, int64_t item, int thread_id)
     const int64_t s1 =
         s0 + job->tokens_per_item < job->d->tokens ? s0 + job->tokens_per_item : job->d->tokens;
     (void)thread_id;
-    if (pj->phases & PHASE_A)
+    if (pj->phases & (PHASE_A | PHASE_B))
         job->bad[item] = -1;
     for (int64_t s = s0; s < s1; s++) {
         if ((pj->phases & PHASE_A) && !dequantise_token(job, s) && job->bad[item] < 0)
             job->bad[item] = s;
-        if (pj->phases & PHASE_B)
-            finish_token(job, s);
+        if ((pj->phases & PHASE_B) && !finish_token(job, s) && job->bad[item] < 0)
+            job->bad[item] = s;
+        if (pj->phases & PHASE_C)
+            store_token(job, s);
     }
+}
+
+/* The first token an A or B pass marked bad, or -1. */
+static int64_t first_bad(const epi_job *job, int64_t n_items)
+{
+    int64_t first = -1;
+    for (int64_t i = 0; i < n_items && first < 0; i++)
+        first = job->bad[i];
+    return first;
+}
+
+/* Phases B and C: normalise and rotate every token, then store them all,
+ * or refuse (nothing stored) when an output value overflows. */
+static fxa_status phase_bc(fxa_ctx *ctx, epi_job *job, int64_t n_items)
+{
+    const phase_job pb = {job, PHASE_B};
+    fxa_pool_run(&ctx->pool, phase_item, (void *)&pb, n_items);
+    const int64_t first = first_bad(job, n_items);
+    if (first >= 0)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "the projection's output for token %lld overflows %s (RMSNorm gamma or "
+                            "RoPE tables too large)",
+                            (long long)first, job->d->out_dtype == FXA_F32 ? "fp32" : "bf16");
+    const phase_job pc = {job, PHASE_C};
+    fxa_pool_run(&ctx->pool, phase_item, (void *)&pc, n_items);
+    return FXA_OK;
 }
 
 /* Phase A over all tokens; a non-finite y is traced back to its cause:
@@ -452,9 +572,7 @@ static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
     const fxa_proj_desc *d = job->d;
     const phase_job pj = {job, PHASE_A};
     fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
-    int64_t first = -1;
-    for (int64_t i = 0; i < n_items && first < 0; i++)
-        first = job->bad[i];
+    const int64_t first = first_bad(job, n_items);
     if (first < 0)
         return FXA_OK;
     const void *unused;
@@ -574,8 +692,7 @@ static void layout(const fxa_proj_desc *d, proj_ws *l)
 
 size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d)
 {
-    if (!d || d->struct_size < sizeof *d || d->tokens < 1 || d->in_features < 1 || d->heads_q < 1 ||
-        d->heads_kv < 0 || d->head_dim < 1)
+    if (!d || d->struct_size < sizeof *d || !shape_ok(d) || !sizes_fit(d) || !flags_ok(d))
         return 0;
     proj_ws l;
     layout(d, &l);
@@ -647,7 +764,7 @@ static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg,
     return st;
 }
 
-/* Local work up to the reduction; then (after tp->reduce, if any) phase B. */
+/* Local work up to the reduction; then (after tp->reduce, if any) phases B and C. */
 static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
                       const fxa_proj_tp *tp)
 {
@@ -703,10 +820,8 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
     if (st == FXA_OK)
         st = phase_a(ctx, &job, n_items);
     if (!tp) {
-        if (st == FXA_OK) {
-            const phase_job pj = {&job, PHASE_B};
-            fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
-        }
+        if (st == FXA_OK)
+            st = phase_bc(ctx, &job, n_items);
     } else {
         /* Every rank reaches the reduction, failed or not, so none waits
          * forever; the last element counts the ranks that failed. */
@@ -723,10 +838,8 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
             st = fxa_ctx_fail(ctx, rs, "the tensor-parallel reduction failed");
         else if (st == FXA_OK && buf[2 * n_tok] != 0.0)
             st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "another tensor-parallel rank failed");
-        if (st == FXA_OK) {
-            const phase_job pj = {&job, PHASE_B};
-            fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
-        }
+        if (st == FXA_OK)
+            st = phase_bc(ctx, &job, n_items);
     }
     fxa_free_aligned(mem);
     return st;

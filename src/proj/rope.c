@@ -5,6 +5,7 @@
  * Q/K output channels (see fxattn_proj.h).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,9 @@ fxa_status fxa_wan_rope_tables(int64_t frames, int64_t height, int64_t width, in
     if (!cos_out || !sin_out || frames < 1 || height < 1 || width < 1 || head_dim < 6 ||
         head_dim % 2 || head_dim > FXA_MAX_HEAD_DIM || !(theta > 1.0) || !isfinite(theta))
         return FXA_ERR_INVALID_ARG;
-    if (frames > INT64_MAX / height || frames * height > INT64_MAX / width)
+    /* The tables, tokens x head_dim floats each, must be addressable. */
+    const int64_t max_tokens = (int64_t)(PTRDIFF_MAX / (FXA_MAX_HEAD_DIM * sizeof(float)));
+    if (frames > max_tokens / height || frames * height > max_tokens / width)
         return FXA_ERR_INVALID_ARG;
     int64_t n[3];
     fxa_wan_rope_bands(head_dim, &n[0], &n[1], &n[2]);
@@ -81,8 +84,16 @@ static fxa_status permute_rows(unsigned char *base, size_t row_bytes, int64_t ro
 fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *d, void *w, float *w_scales,
                                         float *bias, float *gamma_q, float *gamma_k)
 {
-    if (!d || d->struct_size < sizeof *d || d->head_dim < 2 || d->head_dim % 2 || d->heads_q < 0 ||
-        d->heads_kv < 0 || d->in_features < 1)
+    if (!d || d->struct_size < sizeof *d || d->head_dim < 2 || d->head_dim % 2 ||
+        d->head_dim > FXA_MAX_HEAD_DIM || d->heads_q < 0 || d->heads_kv < 0 || d->in_features < 1 ||
+        (unsigned)d->w_format > FXA_PROJ_W_E4M3)
+        return FXA_ERR_INVALID_ARG;
+    /* w's (Hq + 2 Hkv) d rows of in_features elements must be addressable. */
+    const int64_t max_heads = PTRDIFF_MAX / 3 / (4 * FXA_MAX_HEAD_DIM);
+    if (d->heads_q > max_heads || d->heads_kv > max_heads)
+        return FXA_ERR_INVALID_ARG;
+    const int64_t rows = (d->heads_q + 2 * d->heads_kv) * d->head_dim;
+    if (rows > 0 && d->in_features > PTRDIFF_MAX / 4 / rows)
         return FXA_ERR_INVALID_ARG;
     const int64_t dim = d->head_dim;
     const size_t es = d->w_format == FXA_PROJ_W_F32 ? 4 : d->w_format == FXA_PROJ_W_BF16 ? 2 : 1;

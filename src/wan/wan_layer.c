@@ -100,17 +100,26 @@ fxa_status fxa_wan_round_x(fxa_ctx *ctx, const fxa_wan_desc *d, const float *x, 
                          (double)x[first], (long long)(first / n), (long long)(first % n));
 }
 
+/* frames * height * width, or 0 when a side is below 1 or the product
+ * overflows int64. */
+static int64_t grid_tokens(const fxa_wan_desc *d)
+{
+    if (d->frames < 1 || d->height < 1 || d->width < 1 || d->frames > INT64_MAX / d->height ||
+        d->frames * d->height > INT64_MAX / d->width)
+        return 0;
+    return d->frames * d->height * d->width;
+}
+
 static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
 {
     if (d->struct_size != sizeof *d)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                              "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
                              d->struct_size, sizeof *d);
-    if (d->frames < 1 || d->height < 1 || d->width < 1 ||
-        d->frames > INT64_MAX / d->height / d->width)
+    if (grid_tokens(d) == 0)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                             "the latent grid %lld x %lld x %lld is "
-                             "not positive",
+                             "the latent grid %lld x %lld x %lld is not positive or "
+                             "overflows",
                              (long long)d->frames, (long long)d->height, (long long)d->width);
     if (d->heads < 1)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG, "heads must be positive, not %lld",
@@ -120,6 +129,13 @@ static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
             err, errlen, FXA_ERR_INVALID_ARG,
             "head_dim %lld (hidden / heads) must be even and in 6..%d for Wan's RoPE",
             (long long)d->head_dim, FXA_MAX_HEAD_DIM);
+    /* The four fp32 activations [S][heads][head_dim] must be addressable. */
+    const int64_t tokens = grid_tokens(d);
+    const int64_t lim = (int64_t)(PTRDIFF_MAX / (16 * FXA_MAX_HEAD_DIM));
+    if (d->heads > lim || tokens > lim / d->heads)
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
+                             "the layer's sizes overflow: %lld tokens x %lld heads x %lld",
+                             (long long)tokens, (long long)d->heads, (long long)d->head_dim);
     if (d->x_format != FXA_PROJ_X_F32 && d->x_format != FXA_PROJ_X_BF16 &&
         d->x_format != FXA_PROJ_X_E4M3_ROWS)
         return fxa_wan_failf(
@@ -233,6 +249,12 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     if (st != FXA_OK)
         return st;
     const size_t act = fxa_wan_act_bytes(&p->d, p->tokens, p->d.heads);
+    const uintptr_t y0 = (uintptr_t)y, w0 = (uintptr_t)workspace;
+    const size_t y_bytes = (size_t)(p->tokens * p->hidden) * sizeof(float);
+    const size_t ws_bytes = 4 * act + p->x16_bytes + p->attn_bytes + p->proj_bytes;
+    if (y0 < w0 + ws_bytes && w0 < y0 + y_bytes)
+        return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
+                             "y and the workspace overlap");
     char *q = workspace, *k = q + act, *v = k + act, *a = v + act;
     uint16_t *x16 = p->x16_bytes ? (uint16_t *)(a + act) : NULL;
     void *attn_ws = a + act + p->x16_bytes;
@@ -337,6 +359,19 @@ fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_l
                             int64_t tokens, const void *a, float *y, void *workspace,
                             size_t workspace_bytes)
 {
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    char why[256];
+    if (!d || !o)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "fxa_wan_out_proj: NULL argument");
+    if (check_desc(d, why, sizeof why) != FXA_OK)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", why);
+    if (o->rows != d->heads * d->head_dim || (unsigned)o->format > FXA_PROJ_W_E4M3)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "the output projection has %lld rows (format %d); the layer's hidden "
+                            "size is %lld",
+                            (long long)o->rows, (int)o->format,
+                            (long long)(d->heads * d->head_dim));
     fxa_proj_desc pd;
     out_desc(d, o, tokens, &pd);
     const fxa_proj_args args = {.struct_size = sizeof args,
@@ -355,7 +390,7 @@ void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad)
     fxa_attn_desc_init(ad);
     ad->batch = 1;
     ad->heads_q = ad->heads_kv = heads;
-    ad->seq_q = ad->seq_kv = d->frames * d->height * d->width;
+    ad->seq_q = ad->seq_kv = grid_tokens(d); /* 0 (refused by the plan) for a bad grid */
     ad->head_dim = d->head_dim;
     if (d->dtype == FXA_BF16) {
         ad->dtype = ad->out_dtype = FXA_BF16;
@@ -371,9 +406,9 @@ fxa_status fxa_wan_rope(const fxa_wan_desc *d, float *cos_out, float *sin_out)
 
 double fxa_wan_flops(const fxa_wan_desc *d)
 {
-    fxa_attn_desc ad;
-    fxa_wan_attn_desc(d, d->heads, &ad);
-    const double s = (double)(d->frames * d->height * d->width);
-    const double h = (double)(d->heads * d->head_dim);
-    return 8.0 * s * h * h + fxa_attn_flops(&ad);
+    if (!d)
+        return 0.0;
+    const double s = (double)d->frames * (double)d->height * (double)d->width;
+    const double h = (double)d->heads * (double)d->head_dim;
+    return 8.0 * s * h * h + 4.0 * s * s * h; /* projections, then attention */
 }

@@ -633,14 +633,21 @@ static fxa_status check_params(src *c, const fxa_wan_load_params *p, int64_t *h0
     if (c->hidden < 1)
         return failf(c, FXA_ERR_INVALID_ARG, "the hidden size must be positive, not %lld",
                      (long long)c->hidden);
+    if (c->hidden > PTRDIFF_MAX / 16 / c->hidden) /* qkv's 3 hidden^2 floats, and more */
+        return failf(c, FXA_ERR_INVALID_ARG, "the hidden size %lld is too large to address",
+                     (long long)c->hidden);
     if (p->heads < 1 || c->hidden % p->heads)
         return failf(c, FXA_ERR_INVALID_ARG, "%lld heads do not divide the hidden size %lld",
                      (long long)p->heads, (long long)c->hidden);
     *h0 = p->head_begin;
-    *nh = p->head_count ? p->head_count : p->heads - p->head_begin;
-    if (*h0 < 0 || *nh < 1 || *h0 + *nh > p->heads)
-        return failf(c, FXA_ERR_INVALID_ARG, "heads [%lld, %lld) are not within the %lld heads",
-                     (long long)*h0, (long long)(*h0 + *nh), (long long)p->heads);
+    if (*h0 < 0 || *h0 >= p->heads)
+        return failf(c, FXA_ERR_INVALID_ARG, "head_begin %lld is not within the %lld heads",
+                     (long long)*h0, (long long)p->heads);
+    *nh = p->head_count ? p->head_count : p->heads - *h0;
+    if (*nh < 1 || *nh > p->heads - *h0)
+        return failf(c, FXA_ERR_INVALID_ARG,
+                     "%lld heads from head %lld are not within the %lld heads", (long long)*nh,
+                     (long long)*h0, (long long)p->heads);
     return FXA_OK;
 }
 

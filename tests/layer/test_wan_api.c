@@ -338,6 +338,89 @@ static void test_errors(fxa_ctx *ctx)
     fxa_wan_weights_free(&part);
 }
 
+/* Sizes past int64 or the address space, and a y inside the workspace:
+ * refused with a message (the sanitizer builds see any overflow on the
+ * way). */
+static void test_hostile_sizes(fxa_ctx *ctx)
+{
+    fxa_wan_desc d;
+    fxa_wan_plan *plan = NULL;
+    size_t bytes = 0;
+    char msg[700];
+    const int64_t big = (int64_t)1 << 57;
+    desc(&d);
+    d.width = big; /* S head_dim floats of RoPE table overflow int64 */
+    expect_msg("2^57 tokens", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg,
+               "overflow");
+    desc(&d);
+    d.heads = big;
+    expect_msg("2^57 heads", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg,
+               "overflow");
+    desc(&d);
+    d.frames = d.height = (int64_t)1 << 32;
+    expect_msg("a grid past int64", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
+               msg, "overflows");
+    CHECK(plan == NULL, "a failed plan was returned");
+    float one[8];
+    CHECK(fxa_wan_rope(&d, one, one) == FXA_ERR_INVALID_ARG, "RoPE tables of a grid past int64");
+    desc(&d);
+    d.width = big;
+    CHECK(fxa_wan_rope(&d, one, one) == FXA_ERR_INVALID_ARG, "RoPE tables past the address space");
+    CHECK(fxa_wan_flops(NULL) == 0.0, "fxa_wan_flops(NULL)");
+    desc(&d);
+    CHECK(fxa_wan_flops(&d) == 8.0 * TOKENS * HIDDEN * HIDDEN + 4.0 * TOKENS * TOKENS * HIDDEN,
+          "fxa_wan_flops: %g", fxa_wan_flops(&d));
+
+    fxa_wan_load_params p;
+    fxa_wan_load_params_init(&p);
+    fxa_wan_weights w;
+    p.heads = HEADS;
+    p.hidden = HIDDEN;
+    p.head_begin = INT64_MAX;
+    p.head_count = 1;
+    expect_msg("head_begin INT64_MAX", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg), msg,
+               "not within");
+    p.head_begin = 1;
+    p.head_count = INT64_MAX;
+    expect_msg("head_count INT64_MAX", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg), msg,
+               "not within");
+    p.head_begin = p.head_count = 0;
+    p.heads = 1;
+    p.hidden = (int64_t)1 << 40;
+    expect_msg("hidden 2^40", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg), msg,
+               "too large");
+
+    CHECK(load(0, 0, &w) == FXA_OK, "weights: %s", g_err);
+    desc(&d);
+    CHECK(fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    float *x = malloc(sizeof(float) * TOKENS * HIDDEN);
+    unsigned char *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    synth_x(x);
+    for (size_t at = 0; at <= bytes; at += bytes / 2) { /* y over each part of the workspace */
+        float *y = (float *)(ws + (at / 64 * 64 < bytes ? at / 64 * 64 : bytes - 64));
+        CHECK(fxa_wan_run(plan, &w, x, y, ws, NULL) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_wan_last_error(plan), "overlap") != NULL,
+              "y at byte %zu of the workspace: '%s'", at, fxa_wan_last_error(plan));
+    }
+    free(ws);
+    /* The output projection alone: its weight must have the hidden size's rows. */
+    float *y = malloc(sizeof(float) * TOKENS * HIDDEN);
+    w.o.rows = HIDDEN / 2;
+    CHECK(fxa_wan_out_proj(ctx, &d, &w.o, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "rows") != NULL,
+          "o with half the rows: '%s'", fxa_ctx_last_error(ctx));
+    w.o.rows = HIDDEN;
+    CHECK(fxa_wan_out_proj(ctx, &d, NULL, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG &&
+              fxa_wan_out_proj(ctx, NULL, &w.o, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG,
+          "fxa_wan_out_proj with NULL o or d");
+    CHECK(fxa_wan_out_proj(ctx, &d, &w.o, TOKENS, x, y, NULL, 0) == FXA_OK, "output projection: %s",
+          fxa_ctx_last_error(ctx));
+    free(y);
+    free(x);
+    fxa_wan_plan_destroy(plan);
+    fxa_wan_weights_free(&w);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -351,6 +434,7 @@ int main(int argc, char **argv)
     test_slice_bits();
     test_bf16(ctx, argv[1]);
     test_errors(ctx);
+    test_hostile_sizes(ctx);
     fxa_ctx_destroy(ctx);
     return test_summary("test_wan_api");
 }

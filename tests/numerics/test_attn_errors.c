@@ -18,12 +18,14 @@
  * counts as a failure (skipped under AddressSanitizer, whose reports must
  * reach the terminal; set FXA_TEST_NO_CAPTURE to skip it otherwise).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "fxattn_diag.h"
 #include "testutil.h"
 
 #if defined(__has_feature)
@@ -360,6 +362,50 @@ static void test_plan_validation(fxa_ctx *ctx)
         CHECK(fxa_ctx_last_error(ctx)[0] == '\0', "stale message after a good plan: '%s'",
               fxa_ctx_last_error(ctx));
         fxa_attn_plan_destroy(plan);
+    }
+
+    /* The diagnostics' gates at the ends of int (no overflow on the way). */
+    CHECK(fxa_fixed_m_gate_strict(INT_MAX) == (int)(((int64_t)INT_MAX + 125) / 2) &&
+              fxa_fixed_m_gate_strict(INT_MIN) == -(int)((-((int64_t)INT_MIN + 125) + 1) / 2),
+          "strict gate at INT_MAX / INT_MIN: %d / %d", fxa_fixed_m_gate_strict(INT_MAX),
+          fxa_fixed_m_gate_strict(INT_MIN));
+    CHECK(fxa_fixed_m_gate_centered(INT_MAX, 1) == INT_MAX,
+          "centred gate at INT_MAX: %d, expected INT_MAX", fxa_fixed_m_gate_centered(INT_MAX, 1));
+    CHECK(fxa_fixed_m_gate_centered(1, 1) == 102, "centred gate C = 1, N = 1: %d",
+          fxa_fixed_m_gate_centered(1, 1));
+
+    /* Layout strides past int64 are -1 (refused), not a wrapped product. */
+    {
+        const int64_t e = (int64_t)1 << 40;
+        const fxa_attn_strides a = fxa_attn_layout_strides(FXA_LAYOUT_BSHD, e, e, 256);
+        const fxa_attn_strides b = fxa_attn_layout_strides(FXA_LAYOUT_BHSD, e, e, 256);
+        const fxa_attn_strides c = fxa_attn_layout_strides(FXA_LAYOUT_BHSD, 3, 5, 7);
+        CHECK(a.batch == -1 && a.token == e * 256 && a.head == 256,
+              "BSHD strides of 2^40 heads and tokens: {%lld, %lld, %lld}", (long long)a.batch,
+              (long long)a.token, (long long)a.head);
+        CHECK(b.batch == -1 && b.head == e * 256 && b.token == 256,
+              "BHSD strides of 2^40 heads and tokens: {%lld, %lld, %lld}", (long long)b.batch,
+              (long long)b.token, (long long)b.head);
+        CHECK(c.batch == 105 && c.head == 35 && c.token == 7, "BHSD strides of 3 x 5 x 7");
+    }
+
+    /* A workspace beyond the memory available is refused with its size
+     * (read before the plan is freed: ASan sees any read after). */
+    {
+        fxa_attn_desc d = good;
+        d.seq_kv = big;
+        fxa_attn_plan *plan = PLAN_SENTINEL;
+        size_t ws = 12345;
+        const fxa_status st = fxa_attn_plan_create(ctx, &d, &plan, &ws);
+        double need = 0.0, avail = 0.0;
+        const int got =
+            sscanf(fxa_ctx_last_error(ctx), "needs %lf GiB, %lf GiB available", &need, &avail);
+        CHECK(st == FXA_ERR_NO_MEMORY, "plan of seq_kv 2^40: status %s, expected no memory (%s)",
+              fxa_status_str(st), fxa_ctx_last_error(ctx));
+        CHECK(plan == NULL, "plan of seq_kv 2^40: *plan_out is %p, expected NULL", (void *)plan);
+        CHECK(got == 2 && need > avail && need >= 1024.0,
+              "plan of seq_kv 2^40: message '%s' does not give the workspace's size",
+              fxa_ctx_last_error(ctx));
     }
 
     /* Destroying NULL is a no-op. */
@@ -1306,6 +1352,60 @@ static void test_recovery(fxa_ctx *ctx3)
     }
 }
 
+/* A bf16 output of a V past bf16's range would be Inf: refused by the run
+ * and by the blockwise finish, nothing written; bf16's largest finite
+ * value itself passes. */
+static void test_bf16_out_range(fxa_ctx *ctx)
+{
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = d.heads_q = d.heads_kv = 1;
+    d.seq_q = 2;
+    d.seq_kv = 3;
+    d.head_dim = 4;
+    d.out_dtype = FXA_BF16;
+    float q[8] = {0}, k[12] = {0}, v[12];
+    uint16_t out[8];
+    fxa_attn_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_attn_plan_create(ctx, &d, &plan, &bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(ctx));
+    void *ws = ws_alloc(bytes);
+    fxa_attn_acc *acc = NULL;
+    CHECK(fxa_attn_acc_create(plan, &acc) == FXA_OK, "acc: %s", fxa_ctx_last_error(ctx));
+    double summary[64];
+    const fxa_attn_args a = {.struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out};
+    const float vals[2] = {3.4e38f, 0x1.fep127f}; /* past bf16's range; its largest value */
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < 12; i++)
+            v[i] = (i & 1) ? -vals[c] : vals[c];
+        memset(out, 0x55, sizeof out);
+        const fxa_status st = fxa_attn_run(plan, &a, ws, NULL);
+        fxa_status acc_st = fxa_kv_summarize(plan, k, v, 3, summary);
+        if (acc_st == FXA_OK)
+            acc_st = fxa_attn_acc_begin(acc, q, summary, 1);
+        if (acc_st == FXA_OK)
+            acc_st = fxa_attn_acc_add(acc, k, v, 3);
+        if (acc_st == FXA_OK)
+            acc_st = fxa_attn_acc_finish(acc, &a, NULL);
+        if (c == 0) {
+            CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(ctx), "bf16") != NULL,
+                  "bf16 output of |v| 3.4e38: %s (%s)", fxa_status_str(st),
+                  fxa_ctx_last_error(ctx));
+            CHECK(acc_st == FXA_ERR_INVALID_ARG, "blockwise bf16 output of |v| 3.4e38: %s (%s)",
+                  fxa_status_str(acc_st), fxa_ctx_last_error(ctx));
+            CHECK(out[0] == 0x5555 && out[7] == 0x5555, "a refused bf16 output was written");
+        } else {
+            CHECK(st == FXA_OK && acc_st == FXA_OK && (out[0] & 0x7f80) != 0x7f80,
+                  "bf16 output of bf16's largest value: %s / %s, out[0] 0x%04x", fxa_status_str(st),
+                  fxa_status_str(acc_st), out[0]);
+        }
+    }
+    fxa_attn_acc_destroy(acc);
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+}
+
 int main(void)
 {
     test_ctx();
@@ -1314,6 +1414,7 @@ int main(void)
     CHECK(fxa_ctx_threads(ctx3) == 3, "context asked for 3 threads runs %d", fxa_ctx_threads(ctx3));
     test_plan_validation(ctx1);
     test_plan_validation(ctx3);
+    test_bf16_out_range(ctx1);
     test_nonfinite_inputs(ctx1, ctx3);
     test_deterministic_report(ctx1, ctx3);
     test_run_args(ctx3);

@@ -812,6 +812,158 @@ static void test_errors(void)
     prob_free(&p);
 }
 
+/* Values that are finite in the inputs but not in the result after the
+ * norm and the rotation (a huge gamma or RoPE table, a bf16 output past
+ * bf16's range), and an eps that fp32 cannot hold (0 there turns an
+ * all-zero token into 0 * Inf = NaN): refused, outputs untouched. */
+static void test_output_range(void)
+{
+    prob p;
+    prob_init(&p, 4, 8, 1, 1, 6, 5, 0.0);
+    outs o;
+    outs_alloc(&o, &p);
+    for (int64_t i = 0; i < 4 * 6; i++)
+        o.q[i] = o.k[i] = o.v[i] = -9.0f;
+    p.d.norm = 1;
+    for (int64_t i = 0; i < 8; i++)
+        p.x[2 * 8 + i] = 0.0f; /* token 2 projects to y = 0 */
+    const double tiny_eps[] = {1e-50, 1e-300, 1e300};
+    for (int i = 0; i < 3; i++) {
+        p.d.eps = tiny_eps[i];
+        CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(g_ctx), "eps"),
+              "eps %g: %s", p.d.eps, fxa_ctx_last_error(g_ctx));
+    }
+    p.d.eps = 1e-6;
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK && o.q[2 * 6] == 0.0f, "zero token, eps 1e-6: %s %g",
+          fxa_ctx_last_error(g_ctx), (double)o.q[2 * 6]);
+    for (int64_t i = 0; i < 4 * 6; i++)
+        o.q[i] = o.k[i] = o.v[i] = -9.0f;
+    p.gk[3] = 1e38f; /* |y r| is up to sqrt(6) */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "overflows fp32"),
+          "gamma 1e38: %s", fxa_ctx_last_error(g_ctx));
+    p.gk[3] = 1.0f;
+    p.d.norm = 0;
+    p.d.rope = 1;
+    p.cs[6 + 1] = 3e38f; /* token 1's table */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "token 1 overflows fp32"),
+          "RoPE table 3e38: %s", fxa_ctx_last_error(g_ctx));
+    p.cs[6 + 1] = 1.0f;
+    p.d.rope = 0;
+    p.d.out_dtype = FXA_BF16;
+    p.bias[p.n_out - 1] = 3.4e38f; /* V: finite in fp32, Inf in bf16 */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "overflows bf16"),
+          "bf16 V past its range: %s", fxa_ctx_last_error(g_ctx));
+    int untouched = 1;
+    for (int64_t i = 0; i < 4 * 6; i++)
+        untouched &= o.q[i] == -9.0f && o.k[i] == -9.0f && o.v[i] == -9.0f;
+    CHECK(untouched, "outputs written by a refused projection");
+    outs_free(&o);
+    prob_free(&p);
+}
+
+/* Outputs that overlap each other or the workspace are refused; an input
+ * given as an output is read whole before any output is stored. */
+static void test_output_overlap(void)
+{
+    prob p;
+    prob_init(&p, 5, 12, 1, 1, 6, 9, 0.5);
+    p.d.norm = p.d.rope = 1;
+    outs o;
+    outs_alloc(&o, &p);
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK, "projection: %s", fxa_ctx_last_error(g_ctx));
+    float *k_ref = malloc(5 * 6 * sizeof(float));
+    memcpy(k_ref, o.k, 5 * 6 * sizeof(float));
+    float *q = o.q, *k = o.k;
+    o.k = q; /* k_out over q_out */
+    CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "q_out and k_out overlap"),
+          "k_out over q_out: %s", fxa_ctx_last_error(g_ctx));
+    o.k = k;
+    const size_t bytes = fxa_proj_workspace_bytes(&p.d);
+    unsigned char *ws = aligned_alloc(64, bytes + 64);
+    const fxa_proj_args a = {.struct_size = sizeof a,
+                             .x = p.x,
+                             .w = p.w,
+                             .bias = p.bias,
+                             .gamma_q = p.gq,
+                             .gamma_k = p.gk,
+                             .rope_cos = p.cs,
+                             .rope_sin = p.sn,
+                             .q_out = o.q,
+                             .k_out = o.k,
+                             .v_out = ws + bytes - 64, /* the workspace's end */
+                             .workspace = ws,
+                             .workspace_bytes = bytes};
+    CHECK(fxa_proj_run(g_ctx, &p.d, &a) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "v_out and workspace overlap"),
+          "v_out inside the workspace: %s", fxa_ctx_last_error(g_ctx));
+    free(ws);
+    /* K written over the RoPE tables it reads: the same K. */
+    float *cs = malloc(5 * 6 * sizeof(float));
+    memcpy(cs, p.cs, 5 * 6 * sizeof(float));
+    o.k = p.cs;
+    CHECK(run(&p, p.x, p.w, &o) == FXA_OK && memcmp(p.cs, k_ref, 5 * 6 * sizeof(float)) == 0,
+          "k_out over rope_cos: %s", fxa_ctx_last_error(g_ctx));
+    memcpy(p.cs, cs, 5 * 6 * sizeof(float));
+    o.k = k;
+    free(cs);
+    free(k_ref);
+    outs_free(&o);
+    prob_free(&p);
+}
+
+/* Descriptors past the address space or int64, and bad shapes: refused by
+ * the run, 0 workspace bytes, and nothing moved by the RoPE conversion
+ * (the sanitizer builds see any overflow on the way). */
+static void test_hostile_desc(void)
+{
+    prob p;
+    prob_init(&p, 4, 8, 1, 1, 6, 11, 0.0);
+    outs o;
+    outs_alloc(&o, &p);
+    const fxa_proj_desc good = p.d;
+    const int64_t huge[] = {(int64_t)1 << 40, (int64_t)1 << 62, INT64_MAX};
+    for (int i = 0; i < 3; i++) {
+        p.d = good;
+        p.d.heads_q = huge[i];
+        CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "heads_q %lld accepted",
+              (long long)huge[i]);
+        CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "heads_q %lld: %zu workspace bytes",
+              (long long)huge[i], fxa_proj_workspace_bytes(&p.d));
+        /* (2^40 heads of w would be addressable: a caller's matter) */
+        CHECK(i == 0 || fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) ==
+                            FXA_ERR_INVALID_ARG,
+              "RoPE conversion with heads_q %lld", (long long)huge[i]);
+        p.d = good;
+        p.d.heads_kv = huge[i];
+        CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "heads_kv %lld accepted",
+              (long long)huge[i]);
+        CHECK(i == 0 || fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) ==
+                            FXA_ERR_INVALID_ARG,
+              "RoPE conversion with heads_kv %lld", (long long)huge[i]);
+    }
+    p.d = good;
+    p.d.head_dim = 5;
+    CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "odd head_dim: %zu workspace bytes",
+          fxa_proj_workspace_bytes(&p.d));
+    p.d.head_dim = FXA_MAX_HEAD_DIM + 2;
+    CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
+          "RoPE conversion with head_dim past FXA_MAX_HEAD_DIM");
+    p.d = good;
+    p.d.w_format = (fxa_proj_w)9;
+    CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "unknown w_format: %zu workspace bytes",
+          fxa_proj_workspace_bytes(&p.d));
+    CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
+          "RoPE conversion with an unknown w_format");
+    p.d = good;
+    outs_free(&o);
+    prob_free(&p);
+}
+
 int main(void)
 {
     fxa_ctx_params cp;
@@ -832,6 +984,9 @@ int main(void)
     test_cross_attention();
     test_workspace();
     test_errors();
+    test_output_range();
+    test_output_overlap();
+    test_hostile_desc();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_proj");
 }

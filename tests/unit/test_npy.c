@@ -972,6 +972,15 @@ static void test_argument_audit(void)
     CHECK(fxa_staged_commit_all(same_path, 2, err, sizeof err) == FXA_ERR_INVALID_ARG &&
               strstr(err, "both target") != NULL,
           "commit_all with two structs for one path: %s", err);
+    /* One path spelled two ways ("dir/x.npy", "dir/./x.npy"). */
+    char other_dot[PATH_CAP];
+    test_path_join(other_dot, g_dir, "./audit_other.npy");
+    CHECK(fxa_npy_stage_f32(other, 2, shape, data, &s1, err, sizeof err) == FXA_OK &&
+              fxa_npy_stage_f32(other_dot, 2, shape, data, &s2, err, sizeof err) == FXA_OK,
+          "stage two spellings: %s", err);
+    CHECK(fxa_staged_commit_all(same_path, 2, err, sizeof err) == FXA_ERR_INVALID_ARG &&
+              strstr(err, "both target") != NULL,
+          "commit_all with one path spelled two ways: %s", err);
     fxa_staged_discard(&s1);
     fxa_staged_discard(&s2);
     CHECK(!exists(other) && count_entries(g_dir, ".tmp.") == 0,
