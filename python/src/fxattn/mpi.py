@@ -238,8 +238,8 @@ def _bad(message: str):
 def _contiguous(x, name: str) -> _arrays.Operand:
     """x as a C-contiguous operand: libfxattn_mpi takes no strides."""
     if _arrays.is_torch(x):
-        return _arrays.operand(x.detach().contiguous(), name)
-    return _arrays.operand(np.ascontiguousarray(x), name)
+        return _arrays.operand(_arrays.torch_values(x.detach(), name).contiguous(), name)
+    return _arrays.operand(np.ascontiguousarray(_arrays.native_array(x, name)), name)
 
 
 def _check_grid(ulysses, ring, prefetch, timeout, placement, size):
@@ -352,6 +352,7 @@ def attention(
     except _lib.FxattnError:
         seconds = 60.0  # the agreement's deadline; _prepare's error is raised after it
     try:
+        return_lse = _check_args.boolean("return_lse", return_lse)
         prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype)
         _, _, _, d, _, info = prepared
         seq_q, seq_kv = d.seq_q, d.seq_kv
