@@ -152,6 +152,41 @@ def test_load_refuses_nul_bytes_and_no_path(tmp_path):
         fw.WanSelfAttention.load(None, heads=HEADS)
 
 
+def weights(seed=0):
+    rng = np.random.default_rng(seed)
+    pairs = [(rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) / 6, rng.standard_normal(HIDDEN).astype(np.float32))
+             for _ in range(4)]
+    return pairs, [1 + 0.1 * rng.standard_normal(HIDDEN).astype(np.float32) for _ in range(2)]
+
+
+def test_weights_without_values_or_of_the_wrong_rank_are_refused():
+    pairs, gains = weights()
+    meta = [(torch.from_numpy(w).to("meta"), torch.from_numpy(b)) for w, b in pairs]
+    for dtype in ("fp32", "bf16"):
+        with pytest.raises(fxattn.InvalidArgumentError, match="meta device"):
+            fw.WanSelfAttention.from_tensors(*meta, *gains, heads=HEADS, dtype=dtype)
+    with pytest.raises(fxattn.InvalidArgumentError, match=r"q.weight has shape \[1, 32, 32\]"):
+        fw.WanSelfAttention.from_tensors((pairs[0][0][None], pairs[0][1]), *pairs[1:], *gains, heads=HEADS)
+    big = (np.full((HIDDEN, HIDDEN), 1e39), pairs[0][1])  # finite in float64, not in float32
+    with pytest.raises(fxattn.InvalidArgumentError, match="beyond the float32 range"):
+        fw.WanSelfAttention.from_tensors(big, *pairs[1:], *gains, heads=HEADS)
+
+
+def test_plot_cli_names_the_output_it_cannot_write(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    q, k, v = data()
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(fxattn.check(q, k, v, threads=1).to_dict()))
+    for out, message in (("", "-o '': not a file path"), (str(tmp_path / "no" / "p.png"), "No such file or directory"),
+                         (str(tmp_path), "Is a directory")):
+        run = subprocess.run([sys.executable, "-m", "fxattn.plot", str(report), "-o", out], capture_output=True, text=True)
+        assert run.returncode == 2 and message in run.stderr and "r.json" not in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
 def slow_runs(monkeypatch, seconds=0.3):
     """Make every fxa_wan_run sleep first (the GIL released), so that another
     thread acts while a run is in progress; returns (started, events)."""

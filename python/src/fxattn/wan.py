@@ -111,18 +111,27 @@ def _rotate_half_rows(heads: int, head_dim: int) -> np.ndarray:
     return (np.arange(heads)[:, None] * head_dim + lanes[None, :]).reshape(-1)
 
 
+def _torch_cpu(t, name: str):
+    """A weight tensor's values on the CPU; a meta tensor (no values, as
+    made under accelerate's init_empty_weights) is refused."""
+    if t.device.type == "meta":
+        raise _bad(f"{name} is on the meta device: it has no values to copy")
+    return _arrays.torch_values(t.detach(), name).to("cpu")
+
+
 def _f32(t, name: str, copy: bool = True) -> np.ndarray:
     """A torch tensor or array of real numbers as a contiguous fp32 numpy
     copy (copy=False: an fp32 input's own memory when it is contiguous)."""
     if _arrays.is_torch(t):
         if t.is_complex() or t.dtype == _arrays.torch_module().bool:
             raise _bad(f"{name} has dtype {t.dtype}; it must hold real numbers (a float or integer dtype)")
-        t = _arrays.torch_values(t.detach(), name).to("cpu").float().numpy()
+        t = _torch_cpu(t, name).float().numpy()
     t = _arrays.native_array(t, name)
     _check_args.real_array_dtype(name, t.dtype)
-    a = np.array(t, dtype=np.float32, order="C") if copy else np.asarray(t, dtype=np.float32, order="C")
+    with np.errstate(over="ignore"):
+        a = np.array(t, dtype=np.float32, order="C") if copy else np.asarray(t, dtype=np.float32, order="C")
     if not np.all(np.isfinite(a)):
-        raise _bad(f"{name} holds a NaN or an infinity")
+        raise _bad(f"{name} holds a NaN, an infinity or a value beyond the float32 range")
     return a
 
 
@@ -141,7 +150,7 @@ def _bf16(t, name: str, copy: bool = True) -> np.ndarray:
     own = np.array if copy else np.asarray
     if _arrays.is_torch(t) and t.dtype == _arrays.torch_module().bfloat16:
         torch = _arrays.torch_module()
-        t = _arrays.torch_values(t.detach(), name).to("cpu").contiguous()
+        t = _torch_cpu(t, name).contiguous()
         a = own(t.view(torch.int16).numpy().view(np.uint16), order="C")
     elif not _arrays.is_torch(t) and np.asarray(t).dtype.name == "bfloat16":  # ml_dtypes
         a = own(_arrays.native_array(t, name).view(np.uint16), order="C")
@@ -170,7 +179,9 @@ def _tensor_weights(pairs, norm_q, norm_k, heads, rope_half: bool, code: int, in
     when their shapes and dtype fit (no new allocation)."""
     (qw, qb), (kw, kb), (vw, vb), (ow, ob) = _linear_pairs(pairs, code)
     gq, gk = _f32(norm_q, "norm_q"), _f32(norm_k, "norm_k")
-    hidden = qw.shape[1] if qw.ndim == 2 else -1
+    if qw.ndim != 2 or qw.shape[0] != qw.shape[1]:
+        raise _bad(f"q.weight has shape {list(qw.shape)}; expected [hidden, hidden]")
+    hidden = qw.shape[1]
     heads = _check_args.integer("heads", heads, 1, _check_args.INT64_MAX)
     if hidden < 1 or hidden % heads:
         raise _bad(f"{heads} heads do not divide the hidden size {hidden}")
