@@ -210,8 +210,10 @@ class WanAttnProcessor:
         self.calls = 0
         self.fused_calls = 0
         self._layers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._rope_key = None  # (cos, sin, versions, S) of the last checked rotary_emb
-        self._rope_result = None
+        # (cos, sin, (versions, S), grid) of the last checked rotary_emb: one
+        # attribute, replaced whole, so that a call on another thread never
+        # pairs one table's key with another's grid
+        self._rope_checked = None
 
     def __getstate__(self) -> dict:
         """The settings and counters (copy, deepcopy, pickle); the copy
@@ -227,11 +229,11 @@ class WanAttnProcessor:
     def _grid(self, rotary_emb, tokens):
         cos, sin = rotary_emb
         key = (cos._version, sin._version, tokens)
-        last = self._rope_key
+        last = self._rope_checked
         if last is not None and last[0] is cos and last[1] is sin and last[2] == key:
-            return self._rope_result
+            return last[3]
         grid = rope_grid(rotary_emb, tokens)
-        self._rope_key, self._rope_result = (cos, sin, key), grid
+        self._rope_checked = (cos, sin, key, grid)
         return grid
 
     def _fused_reason(self, attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb):
