@@ -136,6 +136,8 @@ def test_numbers_beyond_double_range_get_the_package_error():
         fxattn.attention(q, k, v, threads=10**5000)
     with pytest.raises(fxattn.InvalidArgumentError, match="heads = "):
         fw.WanSelfAttention.synthetic(HIDDEN, 10**5000)
+    with pytest.raises(fxattn.InvalidArgumentError, match="exceed the addressable size"):
+        fw.rope_tables((2**30, 2**30, 2**30), 8)
 
 
 # ---- fxattn.wan --------------------------------------------------------------------

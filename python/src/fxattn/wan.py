@@ -97,6 +97,8 @@ def rope_tables(grid, head_dim: int):
     [S, head_dim] fp32 numpy arrays (fxa_wan_rope_tables, theta 1e4)."""
     f, h, w = _check_args.grid("grid", grid)
     head_dim = _check_args.integer("head_dim", head_dim, 1, _check_args.INT64_MAX)
+    if f * h * w * head_dim > _check_args.INT64_MAX // 4:
+        raise _bad(f"RoPE tables of grid {f} x {h} x {w} and head_dim {head_dim} exceed the addressable size")
     cs = np.empty((f * h * w, head_dim), np.float32)
     sn = np.empty_like(cs)
     st = W.proj.fxa_wan_rope_tables(f, h, w, head_dim, W.ROPE_THETA, cs.ctypes.data, sn.ctypes.data)
