@@ -301,6 +301,20 @@ def _agree(comm, local_error, seq_q, seq_kv, info, timeout: float):
     return sq, skv
 
 
+def _agreed_float16(comm, out32, timeout: float):
+    """out32 rounded once to float16 on every rank; when some rank's values
+    overflow float16, the same InvalidArgumentError on every rank (one
+    allgather under the deadline), naming the lowest such rank."""
+    try:
+        out16, error = _arrays.to_float16(out32), ""
+    except _lib.InvalidArgumentError as e:
+        out16, error = None, str(e)
+    for r, theirs in enumerate(allgather_object(comm, error, timeout, "fxattn.mpi.attention's float16 output")):
+        if theirs:
+            raise _bad(f"rank {r}: {theirs}")
+    return out16
+
+
 def attention(
     q,
     k,
@@ -392,11 +406,11 @@ def attention(
         status = mpi.fxa_mpi_attn_run(plan, ctypes.byref(args), None)
         _lib.raise_status(status, h.last_error())
 
-    if out_code != _lib.F32:
+    if out_code == _lib.F16:
+        out = _agreed_float16(comm, out, seconds)
+    elif out_code == _lib.BF16:
         if torch_in:
-            out = out.to(torch.bfloat16) if out_code == _lib.BF16 else _arrays.to_float16(out)
-        elif out_code == _lib.F16:
-            out = _arrays.to_float16(out)
+            out = out.to(torch.bfloat16)
         else:
             from .attention import _numpy_bf16
 
