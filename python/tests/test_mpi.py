@@ -91,7 +91,8 @@ def test_attention_grids(np_):
     assert sorted(int(r) for r, _ in ok) == list(range(np_)), out
     # 8 cases on every grid: np 2 has 2 grids, np 4 has 3
     assert all(int(n) == 8 * (2 if np_ == 2 else 3) for _, n in ok), out
-    for what in ("wrong shard length", "wrong k/v shard length", "dtype on one rank", "NaN on one rank", "grid"):
+    for what in ("wrong shard length", "wrong k/v shard length", "dtype on one rank", "NaN on one rank", "grid",
+                 "float16 overflow on one rank"):
         assert f"error [{what}]" in out, out
     assert "are not fxattn.mpi.shard's split of their sum" in out, out
 

@@ -46,10 +46,14 @@ def _usable(shape, strides) -> bool:
     return all(s >= 0 for s in strides) and (shape[-1] <= 1 or strides[-1] == 1)
 
 
-def native_array(x) -> np.ndarray:
+def native_array(x, name: str = "the array") -> np.ndarray:
     """x as a numpy array in the machine's byte order: a big- or
     little-endian array of the other order is converted (a copy), as the
-    C API reads raw native bytes."""
+    C API reads raw native bytes. A masked array with masked entries is
+    refused (InvalidArgumentError): fxattn has no masks, and its data
+    under the mask would be read as values."""
+    if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+        raise _bad(f"{name} is a masked array with masked entries; fxattn has no masks: pass {name}.filled(value)")
     a = np.asarray(x)
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
@@ -57,7 +61,7 @@ def native_array(x) -> np.ndarray:
 
 
 def numpy_operand(x, name: str) -> Operand:
-    a = native_array(x)
+    a = native_array(x, name)
     code = _NUMPY_DTYPES.get(a.dtype.name)
     if code is None:
         raise _bad(f"{name} has dtype {a.dtype.name}; fxattn takes float32, bfloat16 or float16")
@@ -72,8 +76,22 @@ def torch_dtype_code(torch, dtype) -> int | None:
     return {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}.get(dtype)
 
 
+def torch_values(t, name: str):
+    """t as a plain strided tensor whose memory holds its values: sparse,
+    mkldnn, nested and quantized tensors are refused (InvalidArgumentError),
+    and a lazily negated or conjugated view (its neg or conj bit set,
+    e.g. torch._neg_view or complex.conj().imag) is materialised, as its
+    memory holds the other sign."""
+    torch = torch_module()
+    if t.layout != torch.strided or t.is_quantized or t.is_nested:
+        kind = "quantized" if t.is_quantized else "nested" if t.is_nested else str(t.layout)
+        raise _bad(f"{name} is a {kind} tensor; fxattn takes dense (torch.strided) tensors")
+    return t.resolve_conj().resolve_neg()
+
+
 def torch_operand(t, name: str) -> Operand:
     torch = torch_module()
+    t = torch_values(t, name)
     if t.device.type != "cpu":
         raise _bad(f"{name} is on {t.device}; fxattn runs on the CPU")
     code = torch_dtype_code(torch, t.dtype)

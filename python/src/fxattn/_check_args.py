@@ -24,6 +24,16 @@ def bad(message: str) -> _lib.InvalidArgumentError:
     return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
 
 
+def show(value, limit: int = 80) -> str:
+    """repr(value) for a message, cut to about limit characters (an int of
+    more than 4300 digits has no repr at all)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        text = f"<{type(value).__name__} too large to print>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _scalar(value):
     """value itself, or the Python scalar of a 0-d numpy array or torch tensor."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
@@ -41,17 +51,17 @@ def boolean(name: str, value) -> bool:
         return bool(value)
     if isinstance(value, numbers.Integral) and value in (0, 1):
         return bool(value)
-    raise bad(f"{name} must be True or False, not {value!r}")
+    raise bad(f"{name} must be True or False, not {show(value)}")
 
 
 def integer(name: str, value, lo: int, hi: int) -> int:
     """An integer (Python or numpy, not a bool, a float or a string) in [lo, hi]."""
     value = _scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise bad(f"{name} must be an integer, not {value!r}")
+        raise bad(f"{name} must be an integer, not {show(value)}")
     n = int(value)
     if not lo <= n <= hi:
-        raise bad(f"{name} = {n} is out of range [{lo}, {hi}]")
+        raise bad(f"{name} = {show(n)} is out of range [{lo}, {hi}]")
     return n
 
 
@@ -59,21 +69,24 @@ def positive_real(name: str, value) -> float:
     """A real number (Python, numpy or 0-d) that is finite and > 0, as a float."""
     value = _scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise bad(f"{name} must be a positive finite number, not {value!r}")
-    x = float(value)
+        raise bad(f"{name} must be a positive finite number, not {show(value)}")
+    try:
+        x = float(value)
+    except OverflowError:  # an int or Fraction beyond the double range
+        x = math.inf
     if not (math.isfinite(x) and x > 0):
-        raise bad(f"{name} must be a positive finite number, not {value!r}")
+        raise bad(f"{name} must be a positive finite number, not {show(value)}")
     return x
 
 
 def grid(name: str, value) -> tuple:
     """A latent grid: a sequence of three integers >= 1 (not a string)."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
-        raise bad(f"{name} must be (frames, height, width), three positive integers, not {value!r}")
+        raise bad(f"{name} must be (frames, height, width), three positive integers, not {show(value)}")
     try:
         return tuple(integer(name, g, 1, INT64_MAX) for g in value)
     except _lib.InvalidArgumentError:
-        raise bad(f"{name} must be (frames, height, width), three positive integers, not {value!r}") from None
+        raise bad(f"{name} must be (frames, height, width), three positive integers, not {show(value)}") from None
 
 
 def threads(value) -> int:
@@ -92,5 +105,5 @@ def real_array_dtype(name: str, dtype) -> None:
 def choice(name: str, value, table: dict):
     """table[value] for a string value among table's keys."""
     if not isinstance(value, str) or value not in table:
-        raise bad(f"{name}={value!r}: expected one of {', '.join(map(repr, table))}")
+        raise bad(f"{name}={show(value)}: expected one of {', '.join(map(repr, table))}")
     return table[value]

@@ -19,6 +19,8 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def _out_dtype(q: torch.Tensor, out_dtype: str) -> torch.dtype:
+    if out_dtype != "" and out_dtype not in _DTYPES:
+        raise _lib.InvalidArgumentError(f"out_dtype {out_dtype!r} is not float32, bfloat16 or float16", _lib.INVALID_ARG)
     return q.dtype if out_dtype == "" else _DTYPES[out_dtype]
 
 
@@ -39,7 +41,7 @@ def attention_op(
     """fxattn.attention on CPU tensors. scale 0: 1/sqrt(D); out_dtype "":
     q's dtype; threads 0: the CPUs this process may use. Returns (out, lse),
     lse empty [0] unless return_lse."""
-    opts = Options(scale, layout, mode, center, compute, threads)
+    opts = Options.parse(scale or None, layout, mode, center, compute, threads or None)
     qo, ko, vo = operands(q, k, v, layout)
     dtype = _out_dtype(q, out_dtype)
     out_code = _arrays.torch_dtype_code(torch, dtype)
@@ -52,9 +54,20 @@ def attention_op(
 
 @attention_op.register_fake
 def _(q, k, v, scale, layout, mode, center, compute, return_lse, out_dtype, threads):
+    same_device(q, k, v)
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
     lse = q.new_empty(lse_shape(layout, q.shape) if return_lse else (0,), dtype=torch.float32)
     return out, lse
+
+
+def same_device(q, k, v) -> None:
+    """Refuse q, k and v on different devices. The operator's fake kernel
+    runs for a call with any meta tensor and gives an output on q's device:
+    uninitialised memory for a CPU q next to a meta k or v."""
+    devices = [t.device for t in (q, k, v)]
+    if len(set(devices)) > 1:
+        names = ", ".join(map(str, devices))
+        raise _lib.InvalidArgumentError(f"q, k and v are on {names}; they must be on one device (the CPU)", _lib.INVALID_ARG)
 
 
 def _dtype_name(out_dtype) -> str:
@@ -65,6 +78,8 @@ def _dtype_name(out_dtype) -> str:
 
 def attention(q, k, v, opts: Options, return_lse: bool, out_dtype):
     """fxattn.attention's torch path: one call of the custom operator."""
+    q, k, v = (_arrays.torch_values(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v")))
+    same_device(q, k, v)
     out, lse = torch.ops.fxattn.attention(
         q,
         k,

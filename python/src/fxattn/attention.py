@@ -188,9 +188,10 @@ def attention(
     bad input (shapes, dtypes, NaN or Inf in q, k or v).
     """
     opts = Options.parse(scale, layout, mode, center, compute, threads)
+    return_lse = _check_args.boolean("return_lse", return_lse)
     _arrays.same_kind(q, k, v)
     if _arrays.is_torch(q):
         from . import _torch
 
-        return _torch.attention(q, k, v, opts, bool(return_lse), out_dtype)
-    return _attention_numpy(q, k, v, opts, bool(return_lse), out_dtype)
+        return _torch.attention(q, k, v, opts, return_lse, out_dtype)
+    return _attention_numpy(q, k, v, opts, return_lse, out_dtype)

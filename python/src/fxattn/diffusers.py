@@ -39,11 +39,52 @@ _FUSED_AUTO = True
 _FUSED_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
+def _linears(attn) -> tuple:
+    """The linear modules of a self-attention as diffusers' processor runs
+    them: to_qkv when the projections are fused, else to_q, to_k, to_v;
+    then to_out[0]."""
+    qkv = (attn.to_qkv,) if getattr(attn, "fused_projections", False) else (attn.to_q, attn.to_k, attn.to_v)
+    return qkv + (attn.to_out[0],)
+
+
 def _fused_params(attn):
-    """The tensors the fused layer copies: weights and biases of to_q, to_k,
-    to_v, to_out[0], and the norm gains."""
-    lin = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
-    return tuple(p for m in lin for p in (m.weight, m.bias)) + (attn.norm_q.weight, attn.norm_k.weight)
+    """The tensors the fused layer copies: weights and biases of the linear
+    modules (_linears), and the norm gains."""
+    return tuple(p for m in _linears(attn) for p in (m.weight, m.bias)) + (attn.norm_q.weight, attn.norm_k.weight)
+
+
+def _plain(module, *types) -> bool:
+    """module computes what its class in types computes from its
+    parameters: exactly one of those classes (not a subclass with another
+    forward, nor a wrapper such as a LoRA adapter), without forward hooks
+    and without a forward replaced on the instance."""
+    return (
+        type(module) in types
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+        and "forward" not in vars(module)
+    )
+
+
+def _modules_reason(attn) -> str:
+    """Why the modules of attn may compute something other than the fused
+    layer's fixed linear, RMSNorm and dropout stages ("" when they do not)."""
+    hooks = torch.nn.modules.module
+    if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
+        return "global module forward hooks are registered"
+    for m in _linears(attn):
+        if not _plain(m, torch.nn.Linear):
+            return f"a projection is a {type(m).__name__} with hooks or another forward, not a plain torch.nn.Linear"
+    for name in ("norm_q", "norm_k"):
+        norm = getattr(attn, name)
+        if not _plain(norm, torch.nn.RMSNorm) or norm.weight is None or norm.eps is None or abs(norm.eps - _wanlib.EPS) > 1e-12:
+            return f"{name} is not a plain RMSNorm with a gain and eps {_wanlib.EPS}"
+    drop = attn.to_out[1]
+    if not _plain(drop, torch.nn.Dropout, torch.nn.Identity):
+        return f"to_out[1] is a {type(drop).__name__}, not a plain Dropout"
+    if drop.training and getattr(drop, "p", 0) > 0:
+        return "dropout in training mode"
+    return ""
 
 
 def _apply_rotary_emb(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
@@ -169,19 +210,30 @@ class WanAttnProcessor:
         self.calls = 0
         self.fused_calls = 0
         self._layers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._rope_key = None  # (cos, sin, versions, S) of the last checked rotary_emb
-        self._rope_result = None
+        # (cos, sin, (versions, S), grid) of the last checked rotary_emb: one
+        # attribute, replaced whole, so that a call on another thread never
+        # pairs one table's key with another's grid
+        self._rope_checked = None
+
+    def __getstate__(self) -> dict:
+        """The settings and counters (copy, deepcopy, pickle); the copy
+        starts with empty caches and makes its own fused layers."""
+        return {"fused": self.fused, "threads": self.threads, "calls": self.calls, "fused_calls": self.fused_calls}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["fused"], state["threads"])
+        self.calls, self.fused_calls = state["calls"], state["fused_calls"]
 
     # ---- the fused self-attention ----------------------------------------
 
     def _grid(self, rotary_emb, tokens):
         cos, sin = rotary_emb
         key = (cos._version, sin._version, tokens)
-        last = self._rope_key
+        last = self._rope_checked
         if last is not None and last[0] is cos and last[1] is sin and last[2] == key:
-            return self._rope_result
+            return last[3]
         grid = rope_grid(rotary_emb, tokens)
-        self._rope_key, self._rope_result = (cos, sin, key), grid
+        self._rope_checked = (cos, sin, key, grid)
         return grid
 
     def _fused_reason(self, attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb):
@@ -191,18 +243,14 @@ class WanAttnProcessor:
         dtype = hidden_states.dtype
         if dtype not in _FUSED_DTYPES or hidden_states.device.type != "cpu" or hidden_states.dim() != 3:
             return f"hidden_states {dtype} on {hidden_states.device}, not fp32 or bf16 [B, S, hidden] on the CPU", None
-        for name in ("norm_q", "norm_k"):
-            norm = getattr(attn, name)
-            if not isinstance(norm, torch.nn.RMSNorm) or norm.weight is None or norm.eps is None or abs(norm.eps - _wanlib.EPS) > 1e-12:
-                return f"{name} is not an RMSNorm with a gain and eps {_wanlib.EPS}", None
+        reason = _modules_reason(attn)
+        if reason:
+            return reason, None
         for p in _fused_params(attn):
             if p is None:
                 return "a projection without a bias", None
             if p.dtype != dtype or p.device.type != "cpu":
                 return f"a weight of {p.dtype} on {p.device} next to hidden_states of {dtype} (the fused layer runs in the module's dtype)", None
-        drop = attn.to_out[1]
-        if attn.training and isinstance(drop, torch.nn.Dropout) and drop.p > 0:
-            return "dropout in training mode", None
         if rotary_emb is None:
             return "no rotary_emb", None
         grid = self._grid(rotary_emb, hidden_states.shape[1])

@@ -238,8 +238,8 @@ def _bad(message: str):
 def _contiguous(x, name: str) -> _arrays.Operand:
     """x as a C-contiguous operand: libfxattn_mpi takes no strides."""
     if _arrays.is_torch(x):
-        return _arrays.operand(x.detach().contiguous(), name)
-    return _arrays.operand(np.ascontiguousarray(x), name)
+        return _arrays.operand(_arrays.torch_values(x.detach(), name).contiguous(), name)
+    return _arrays.operand(np.ascontiguousarray(_arrays.native_array(x, name)), name)
 
 
 def _check_grid(ulysses, ring, prefetch, timeout, placement, size):
@@ -301,6 +301,20 @@ def _agree(comm, local_error, seq_q, seq_kv, info, timeout: float):
     return sq, skv
 
 
+def _agreed_float16(comm, out32, timeout: float):
+    """out32 rounded once to float16 on every rank; when some rank's values
+    overflow float16, the same InvalidArgumentError on every rank (one
+    allgather under the deadline), naming the lowest such rank."""
+    try:
+        out16, error = _arrays.to_float16(out32), ""
+    except _lib.InvalidArgumentError as e:
+        out16, error = None, str(e)
+    for r, theirs in enumerate(allgather_object(comm, error, timeout, "fxattn.mpi.attention's float16 output")):
+        if theirs:
+            raise _bad(f"rank {r}: {theirs}")
+    return out16
+
+
 def attention(
     q,
     k,
@@ -352,6 +366,7 @@ def attention(
     except _lib.FxattnError:
         seconds = 60.0  # the agreement's deadline; _prepare's error is raised after it
     try:
+        return_lse = _check_args.boolean("return_lse", return_lse)
         prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype)
         _, _, _, d, _, info = prepared
         seq_q, seq_kv = d.seq_q, d.seq_kv
@@ -391,11 +406,11 @@ def attention(
         status = mpi.fxa_mpi_attn_run(plan, ctypes.byref(args), None)
         _lib.raise_status(status, h.last_error())
 
-    if out_code != _lib.F32:
+    if out_code == _lib.F16:
+        out = _agreed_float16(comm, out, seconds)
+    elif out_code == _lib.BF16:
         if torch_in:
-            out = out.to(torch.bfloat16) if out_code == _lib.BF16 else _arrays.to_float16(out)
-        elif out_code == _lib.F16:
-            out = _arrays.to_float16(out)
+            out = out.to(torch.bfloat16)
         else:
             from .attention import _numpy_bf16
 

@@ -54,13 +54,19 @@ def main(argv=None) -> int:
     ap.add_argument("report", help="JSON of `fxattn check --json` or CheckReport.to_dict()")
     ap.add_argument("-o", "--output", required=True, help="PNG file to write")
     a = ap.parse_args(argv)
+    if not a.output or "\0" in a.output:
+        print(f"fxattn: error: -o {a.output!r}: not a file path", file=sys.stderr)
+        return 2
     try:
         with open(a.report) as f:
             report = json.load(f)
         if not isinstance(report, dict) or not isinstance(report.get("heads"), list):
             raise ValueError("not a bound report (no 'heads' list)")
         plot_report(report, a.output)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except OSError as e:  # the report unreadable or the PNG unwritable: e names the file
+        print(f"fxattn: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, TypeError) as e:
         print(f"fxattn: error: {a.report}: {e}", file=sys.stderr)
         return 2
     return 0

@@ -97,6 +97,8 @@ def rope_tables(grid, head_dim: int):
     [S, head_dim] fp32 numpy arrays (fxa_wan_rope_tables, theta 1e4)."""
     f, h, w = _check_args.grid("grid", grid)
     head_dim = _check_args.integer("head_dim", head_dim, 1, _check_args.INT64_MAX)
+    if f * h * w * head_dim > _check_args.INT64_MAX // 4:
+        raise _bad(f"RoPE tables of grid {f} x {h} x {w} and head_dim {head_dim} exceed the addressable size")
     cs = np.empty((f * h * w, head_dim), np.float32)
     sn = np.empty_like(cs)
     st = W.proj.fxa_wan_rope_tables(f, h, w, head_dim, W.ROPE_THETA, cs.ctypes.data, sn.ctypes.data)
@@ -111,18 +113,27 @@ def _rotate_half_rows(heads: int, head_dim: int) -> np.ndarray:
     return (np.arange(heads)[:, None] * head_dim + lanes[None, :]).reshape(-1)
 
 
+def _torch_cpu(t, name: str):
+    """A weight tensor's values on the CPU; a meta tensor (no values, as
+    made under accelerate's init_empty_weights) is refused."""
+    if t.device.type == "meta":
+        raise _bad(f"{name} is on the meta device: it has no values to copy")
+    return _arrays.torch_values(t.detach(), name).to("cpu")
+
+
 def _f32(t, name: str, copy: bool = True) -> np.ndarray:
     """A torch tensor or array of real numbers as a contiguous fp32 numpy
     copy (copy=False: an fp32 input's own memory when it is contiguous)."""
     if _arrays.is_torch(t):
         if t.is_complex() or t.dtype == _arrays.torch_module().bool:
             raise _bad(f"{name} has dtype {t.dtype}; it must hold real numbers (a float or integer dtype)")
-        t = t.detach().to("cpu").float().numpy()
-    t = _arrays.native_array(t)
+        t = _torch_cpu(t, name).float().numpy()
+    t = _arrays.native_array(t, name)
     _check_args.real_array_dtype(name, t.dtype)
-    a = np.array(t, dtype=np.float32, order="C") if copy else np.asarray(t, dtype=np.float32, order="C")
+    with np.errstate(over="ignore"):
+        a = np.array(t, dtype=np.float32, order="C") if copy else np.asarray(t, dtype=np.float32, order="C")
     if not np.all(np.isfinite(a)):
-        raise _bad(f"{name} holds a NaN or an infinity")
+        raise _bad(f"{name} holds a NaN, an infinity or a value beyond the float32 range")
     return a
 
 
@@ -141,9 +152,10 @@ def _bf16(t, name: str, copy: bool = True) -> np.ndarray:
     own = np.array if copy else np.asarray
     if _arrays.is_torch(t) and t.dtype == _arrays.torch_module().bfloat16:
         torch = _arrays.torch_module()
-        a = own(t.detach().to("cpu").contiguous().view(torch.int16).numpy().view(np.uint16), order="C")
+        t = _torch_cpu(t, name).contiguous()
+        a = own(t.view(torch.int16).numpy().view(np.uint16), order="C")
     elif not _arrays.is_torch(t) and np.asarray(t).dtype.name == "bfloat16":  # ml_dtypes
-        a = own(_arrays.native_array(t).view(np.uint16), order="C")
+        a = own(_arrays.native_array(t, name).view(np.uint16), order="C")
     else:
         return _round_bf16(_f32(t, name))
     if np.any((a & 0x7F80) == 0x7F80):
@@ -169,7 +181,9 @@ def _tensor_weights(pairs, norm_q, norm_k, heads, rope_half: bool, code: int, in
     when their shapes and dtype fit (no new allocation)."""
     (qw, qb), (kw, kb), (vw, vb), (ow, ob) = _linear_pairs(pairs, code)
     gq, gk = _f32(norm_q, "norm_q"), _f32(norm_k, "norm_k")
-    hidden = qw.shape[1] if qw.ndim == 2 else -1
+    if qw.ndim != 2 or qw.shape[0] != qw.shape[1]:
+        raise _bad(f"q.weight has shape {list(qw.shape)}; expected [hidden, hidden]")
+    hidden = qw.shape[1]
     heads = _check_args.integer("heads", heads, 1, _check_args.INT64_MAX)
     if hidden < 1 or hidden % heads:
         raise _bad(f"{heads} heads do not divide the hidden size {hidden}")
@@ -210,9 +224,10 @@ def _tensor_weights(pairs, norm_q, norm_k, heads, rope_half: bool, code: int, in
 
 
 def _module_tensors(attn):
-    """The (weight, bias) pairs of a WanAttention's to_q, to_k, to_v,
-    to_out[0], and its norm gains, after checking it is a self-attention
-    with RMSNorms of eps FXA_WAN_EPS."""
+    """The (weight, bias) pairs of a WanAttention's to_q, to_k, to_v (the
+    thirds of to_qkv when its projections are fused, as diffusers then
+    computes them), to_out[0], and its norm gains, after checking it is a
+    self-attention with RMSNorms of eps FXA_WAN_EPS."""
     if getattr(attn, "add_k_proj", None) is not None or getattr(attn, "is_cross_attention", False):
         raise _bad("from_module takes a self-attention WanAttention (attn1), not a cross-attention one")
     for name in ("norm_q", "norm_k"):
@@ -220,8 +235,24 @@ def _module_tensors(attn):
         eps = getattr(norm, "eps", None)
         if eps is None or abs(eps - W.EPS) > 1e-12 or getattr(norm, "weight", None) is None:
             raise _bad(f"{name} is not an RMSNorm with eps {W.EPS} and a gain (eps {eps})")
-    lin = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
-    return tuple((m.weight, m.bias) for m in lin), attn.norm_q.weight, attn.norm_k.weight
+    if getattr(attn, "fused_projections", False):  # diffusers' processor runs to_qkv then
+        qkv = attn.to_qkv
+        biases = (None,) * 3 if qkv.bias is None else qkv.bias.chunk(3)
+        pairs = tuple(zip(qkv.weight.chunk(3), biases))
+    else:
+        pairs = tuple((m.weight, m.bias) for m in (attn.to_q, attn.to_k, attn.to_v))
+    out = attn.to_out[0]
+    return pairs + ((out.weight, out.bias),), attn.norm_q.weight, attn.norm_k.weight
+
+
+def _c_path(path) -> bytes:
+    """path (str, bytes or os.PathLike) as the bytes the C loader opens.
+    A NUL byte is refused: C would stop reading the path there and open
+    another file."""
+    cpath = os.fsencode(os.fspath(path))
+    if b"\0" in cpath:
+        raise _bad(f"path {_check_args.show(path)} holds a NUL byte")
+    return cpath
 
 
 class WanSelfAttention:
@@ -262,7 +293,7 @@ class WanSelfAttention:
         p.dtype = code
         w = W.WanWeights()
         err = ctypes.create_string_buffer(_ERRLEN)
-        cpath = None if path is None else os.fsencode(os.fspath(path))
+        cpath = None if path is None else _c_path(path)
         st = W.wan.fxa_wan_weights_load(cpath, ctypes.byref(p), ctypes.byref(w), err, _ERRLEN)
         _lib.raise_status(st, err.value.decode(errors="replace"))
         return cls(w, None, True, threads, code)
@@ -281,6 +312,8 @@ class WanSelfAttention:
         Raises FxattnIOError (unreadable file) or InvalidArgumentError
         (missing or malformed tensor, bad heads, bad dtype) with the
         library's message."""
+        if path is None:
+            raise _bad("load needs a checkpoint path (synthetic() makes weights without one)")
         return cls._from_loader(path, heads, block, fp8, rope_half, 0, 0, threads, dtype)
 
     @classmethod
@@ -322,10 +355,13 @@ class WanSelfAttention:
         layer's copies when the shapes fit. The plans stay: they depend on
         the grid, heads and head_dim only, which must not change."""
         pairs, gq, gk = _module_tensors(attn)
-        w, owned = _tensor_weights(pairs, gq, gk, attn.heads, False, self._dtype, into=self._owned)
-        if (w.hidden, w.heads) != (self.hidden, self.heads):
-            raise _bad(f"the module has hidden {w.hidden} and {w.heads} heads; the layer was made for {self.hidden} and {self.heads}")
-        self._w, self._owned = w, owned
+        q_shape = tuple(pairs[0][0].shape)
+        hidden = q_shape[-1] if q_shape else None
+        if (hidden, attn.heads) != (self.hidden, self.heads):
+            raise _bad(f"the module has hidden {hidden} and {attn.heads} heads; the layer was made for {self.hidden} and {self.heads}")
+        with self._context().lock:  # a run on another thread reads the buffers written here
+            self._require_open()
+            self._w, self._owned = _tensor_weights(pairs, gq, gk, attn.heads, False, self._dtype, into=self._owned)
 
     # ---- properties ------------------------------------------------------
 
@@ -415,9 +451,10 @@ class WanSelfAttention:
         if torch is not None:
             if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16):
                 raise _bad(f"x is {x.dtype} on {x.device}; the layer takes torch.float32 or torch.bfloat16 on the CPU")
+            x = _arrays.torch_values(x.detach(), "x")
             bf16_x = x.dtype == torch.bfloat16
         else:
-            x = _arrays.native_array(x)
+            x = _arrays.native_array(x, "x")
             if x.dtype != np.float32 and x.dtype.name != "bfloat16":
                 raise _bad(f"x has dtype {x.dtype}; the layer takes float32 or bfloat16")
             bf16_x = x.dtype.name == "bfloat16"
@@ -431,7 +468,7 @@ class WanSelfAttention:
                 f"with S = {d.frames} x {d.height} x {d.width} = {s}"
             )
         if torch is not None:
-            x = x.detach().contiguous()
+            x = x.contiguous()
             y = torch.empty(shape, dtype=torch.float32)
             xp, yp = x.data_ptr(), y.data_ptr()
         else:
@@ -440,7 +477,8 @@ class WanSelfAttention:
             xp, yp = x.ctypes.data, y.ctypes.data
         stats = _lib.new(W.WanStats)
         ctx = self._context()
-        with ctx.lock:
+        with ctx.lock:  # close() and a weight reload wait for the run, which holds self._w's memory
+            self._require_open()
             plan, nbytes = self._plan(d)
             ws = ctx.workspace(nbytes)
             st = W.wan.fxa_wan_run(plan, ctypes.byref(self._w), xp, yp, ws, ctypes.byref(stats))
@@ -454,7 +492,18 @@ class WanSelfAttention:
     run = __call__
 
     def close(self) -> None:
-        """Free the plans and the loader's weights (also done when collected)."""
+        """Free the plans and the loader's weights (also done when
+        collected). A run in progress on another thread finishes first."""
+        ctx = getattr(self, "_ctx", None)
+        if ctx is not None and ctx.pid == os.getpid():
+            with ctx.lock:
+                self._free()
+        else:
+            self._free()
+
+    def _free(self) -> None:
+        """close() without the context's lock: for close() and for the
+        collector, which runs only when no call holds the layer."""
         ctx = getattr(self, "_ctx", None)
         if ctx is not None and ctx.pid != os.getpid():
             self._plans = OrderedDict()  # the parent's plans: not this process's to free
@@ -471,9 +520,15 @@ class WanSelfAttention:
 
     def __del__(self):
         try:
-            self.close()
+            self._free()
         except Exception:  # interpreter shutdown
             pass
+
+    def __reduce_ex__(self, protocol):
+        """Refused (copy.copy, copy.deepcopy, pickle): a copy would share
+        the C weights and plans that either object frees."""
+        raise TypeError("a WanSelfAttention holds C memory and cannot be copied or pickled; build another with "
+                        "load(), synthetic(), from_tensors() or from_module()")
 
     def __repr__(self) -> str:
         return (f"WanSelfAttention(hidden={self.hidden}, heads={self.heads}, head_dim={self.head_dim}, "

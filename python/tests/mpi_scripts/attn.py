@@ -191,6 +191,16 @@ def errors():
     where = "nowhere" if rank == P - 1 else "hosts"
     expect_error("placement", lambda: fm.attention(good, good, good, comm, threads=1, placement=where),
                  fxattn.InvalidArgumentError, "placement must be 'hosts' or 'ranks'")
+    # float16 outputs that overflow on one rank only (grid rank P-1's queries
+    # pick the one key whose value is 1e5; the others average it over s
+    # keys, below 65504): the same error on every rank
+    hot, spike = np.zeros((3, 1, s, 2, 8), np.float32), fm.shard(s, P - 1, P)
+    hot[0, :, spike[0]:spike[0] + spike[1], :, 0] = 10  # q
+    hot[1, :, 0, :, 0] = 10  # k
+    hot[2, :, 0] = 1e5  # v
+    hq, hk, hv = (t[:, q0:q0 + n] for t in hot)
+    expect_error("float16 overflow on one rank", lambda: fm.attention(hq, hk, hv, comm, threads=1, out_dtype="float16"),
+                 fxattn.InvalidArgumentError, "out_dtype float16: the output holds values up to")
     # the handle still works after all that
     out = fm.attention(good, good, good, comm, threads=1)
     check("after errors", out, cut(fxattn.attention(x, x, x, threads=1), q0, n, "bshd"), 4 * s * EPS * 4)
