@@ -152,7 +152,10 @@ typedef enum fxa_proj_layout {
  * found at run time has no AVX-512 kernels (OpenBLAS 0.3.21 runs its
  * Haswell kernels on Zen 5, at about half the speed; the environment
  * variable FXA_PROJ_GEMM=openblas|onednn|auto, read when the context is
- * created, forces the choice). Every product of two
+ * created, forces the choice). oneDNN runs on OpenMP, which does not
+ * survive fork(): in a process forked after oneDNN ran in its parent, fp32
+ * GEMMs run on OpenBLAS and bf16 ones are refused (FXA_ERR_UNSUPPORTED)
+ * instead of waiting forever for the parent's threads. Every product of two
  * operands is exact in fp32, so only the fp32 accumulation rounds. A weight that
  * needs decoding (FP8, or 16-bit next to fp32 x) is decoded 32 MiB of
  * output channels at a time, each block multiplied as soon as it is

@@ -2,15 +2,22 @@
  * the object keeps one per distinct block width (a blocked weight has at
  * most two: the full blocks and the last). oneDNN runs on OpenMP: the
  * calling thread's OpenMP thread count is set to the context's for the
- * call and restored after. */
+ * call and restored after. libgomp does not survive fork(): the process
+ * that ran oneDNN is recorded (fxa_gemm_onednn_forked). */
 #include "gemm_onednn.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define N_SLOTS 2
+
+/* The process that last ran a oneDNN primitive (0: none yet); a child of
+ * fork() inherits it and so knows that its OpenMP state is its parent's. */
+static _Atomic long g_ran_in;
 
 typedef struct prim_slot {
     int64_t n; /* 0: empty */
@@ -142,6 +149,7 @@ fxa_status fxa_gemm_onednn_run(fxa_gemm_onednn *g, const void *x, const void *w,
         step = "execution";
         const dnnl_exec_arg_t args[3] = {
             {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
+        atomic_store(&g_ran_in, (long)getpid());
         const int caller_threads = omp_get_max_threads();
         omp_set_num_threads(g->n_threads);
         s = dnnl_primitive_execute(p->prim, g->stream, 3, args);
@@ -150,6 +158,12 @@ fxa_status fxa_gemm_onednn_run(fxa_gemm_onednn *g, const void *x, const void *w,
         omp_set_num_threads(caller_threads);
     }
     return s == dnnl_success ? FXA_OK : fail(s, step, err, errlen);
+}
+
+int fxa_gemm_onednn_forked(void)
+{
+    const long ran_in = atomic_load(&g_ran_in);
+    return ran_in != 0 && ran_in != (long)getpid();
 }
 
 void fxa_gemm_onednn_destroy(fxa_gemm_onednn *g)

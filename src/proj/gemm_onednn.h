@@ -29,4 +29,9 @@ fxa_status fxa_gemm_onednn_run(fxa_gemm_onednn *g, const void *x, const void *w,
 
 void fxa_gemm_onednn_destroy(fxa_gemm_onednn *g);
 
+/* 1 when oneDNN ran in an ancestor of this process before a fork(): its
+ * OpenMP runtime (libgomp) carries a thread team whose threads exist only
+ * there and would wait for them forever, so oneDNN must not run here. */
+int fxa_gemm_onednn_forked(void);
+
 #endif

@@ -778,6 +778,15 @@ static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args 
     if (st == FXA_OK) {
         layout(d, &l);
         l.f32_onednn = l.bf16_path ? 0 : gemm_f32_on_onednn(ctx->proj_gemm);
+        if (fxa_gemm_onednn_forked()) { /* OpenMP cannot run in this child */
+            if (l.f32_onednn > 0)
+                l.f32_onednn = 0;
+            if (l.bf16_path)
+                st = fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
+                                  "bf16 projections run on oneDNN (OpenMP), which cannot run in a "
+                                  "process forked after its parent ran oneDNN; start workers with "
+                                  "spawn or forkserver instead of fork");
+        }
     }
     if (st == FXA_OK && l.f32_onednn < 0)
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
