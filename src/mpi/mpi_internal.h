@@ -41,6 +41,7 @@ typedef struct fxa_mpi_segment {
 struct fxa_mpi_attn_plan {
     fxa_mpi *m;
     fxa_attn_desc d; /* global */
+    uint64_t call;   /* names its runs in the first agreement (never 0) */
     size_t es;       /* bytes per input element */
     int64_t q_len;   /* this rank's query and key shards */
     int64_t kv_len;
@@ -111,6 +112,17 @@ fxa_status fxa_mpi_arrive(fxa_mpi *m, MPI_Comm comm, const char *what);
  * m->comm is MPI_COMM_NULL (a duplicate still pending when the deadline
  * passed is left to the end of the job). */
 fxa_status fxa_mpi_dup(fxa_mpi *m, MPI_Comm comm);
+
+/* fxa_mpi_agree that also checks that every rank is in the same call:
+ * `call` names it (fxa_mpi_agree passes 0; a plan's run, the plan's
+ * descriptor hash), and ranks that pass different values all fail with
+ * FXA_ERR_INVALID_ARG and one message, in the same single allreduce. */
+fxa_status fxa_mpi_agree_call(fxa_mpi *m, fxa_status local, const char *local_msg, uint64_t call);
+
+/* FXA_OK when comm can carry the library's collectives (not
+ * MPI_COMM_NULL, not an intercommunicator); else FXA_ERR_INVALID_ARG and
+ * why in msg. Local: a rank given MPI_COMM_NULL has no peers to tell. */
+fxa_status fxa_mpi_check_comm(MPI_Comm comm, char *msg, size_t cap);
 
 /* Collective over m->comm: fails on every rank unless all ranks pass the
  * same hash (what names the mismatch). */
