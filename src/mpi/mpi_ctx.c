@@ -43,12 +43,15 @@ static double pick_timeout(double param, char *msg, size_t cap)
     if (param != 0.0) {
         if (param > 0.0 && param <= 1e9)
             return param;
-        snprintf(msg, cap, "timeout_seconds %g is not a positive number of seconds", param);
+        snprintf(msg, cap,
+                 param > 1e9 ? "timeout_seconds %g is longer than the longest deadline, 1e9 s"
+                             : "timeout_seconds %g is not a positive number of seconds",
+                 param);
         return 0.0;
     }
     const double t = fxa_mpi_default_timeout();
     if (t == 0.0)
-        snprintf(msg, cap, "FXA_MPI_TIMEOUT=%s is not a positive number of seconds",
+        snprintf(msg, cap, "FXA_MPI_TIMEOUT=%s is not a number of seconds in (0, 1e9]",
                  getenv("FXA_MPI_TIMEOUT"));
     return t;
 }

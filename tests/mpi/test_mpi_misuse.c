@@ -73,6 +73,12 @@ static void test_grid(void)
     t0 = MPI_Wtime();
     st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
     check_everywhere("timeout_seconds -1", st, fxa_mpi_create_error(), t0);
+    p.timeout_seconds = 2e9;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    check_everywhere("timeout_seconds 2e9", st, fxa_mpi_create_error(), t0);
+    CHECK(strstr(fxa_mpi_create_error(), "longer than the longest deadline, 1e9 s") != NULL,
+          "timeout_seconds 2e9: %s", fxa_mpi_create_error());
     p.timeout_seconds = g_rank == 3 ? 30.0 : 0.0;
     t0 = MPI_Wtime();
     st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
