@@ -142,12 +142,28 @@ fxa_status fxa_mpi_agree_call(fxa_mpi *m, fxa_status local, const char *local_ms
     if (sb != FXA_OK)
         return sb;
     e.msg[sizeof e.msg - 1] = '\0';
-    return fxa_mpi_fail(m, (fxa_status)e.status, "rank %d: %s", root, e.msg);
+    return fxa_mpi_fail(m, (fxa_status)e.status, "rank %d: %s", fxa_mpi_name(m, root), e.msg);
 }
 
 fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
 {
     return fxa_mpi_agree_call(m, local, local_msg, 0);
+}
+
+fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name)
+{
+    int *names = malloc((size_t)m->size * sizeof *names);
+    if (!names)
+        return fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory naming the ranks");
+    const fxa_status st =
+        fxa_mpi_allgather(m, &name, 1, names, MPI_INT, m->comm, "the ranks' names");
+    if (st != FXA_OK) {
+        free(names);
+        return st;
+    }
+    free(m->names);
+    m->names = names;
+    return FXA_OK;
 }
 
 fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what)
@@ -429,5 +445,6 @@ void fxa_mpi_destroy(fxa_mpi *m)
         MPI_Comm_free(&m->col_comm);
     if (m->comm != MPI_COMM_NULL)
         MPI_Comm_free(&m->comm);
+    free(m->names);
     free(m);
 }

@@ -21,8 +21,20 @@ struct fxa_mpi {
     int prefetch;
     double timeout; /* seconds a wait may see no progress (fxa_mpi_wait) */
     int broken;     /* a wait timed out: the communicators are unusable */
+    int *names;     /* NULL: messages name ranks by grid rank; else names[r] (fxa_mpi_name_ranks) */
     char last_error[512];
 };
+
+/* The number that messages give rank r of m. */
+static inline int fxa_mpi_name(const fxa_mpi *m, int r)
+{
+    return m->names && r >= 0 && r < m->size ? m->names[r] : r;
+}
+
+/* Collective over m->comm: messages of m name each rank by the `name` it
+ * passes (a context on a subgroup of a larger grid: the rank in that grid)
+ * instead of its grid rank in m. */
+FXA_INTERNAL fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name);
 
 /* One local attention problem after the Ulysses exchange: batches
  * [batch0, batch0 + n_batch), local q heads [q0, q0 + n_q) and local kv heads
