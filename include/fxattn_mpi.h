@@ -107,7 +107,9 @@ FXA_API double fxa_mpi_default_timeout(void);
  * pass it (their peers' calls then end at the deadline). */
 FXA_API fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p,
                                   fxa_mpi **out);
-/* Collective (frees the communicators). NULL is a no-op. */
+/* Collective (frees the communicators). NULL is a no-op. Destroy the
+ * context's plans first: a plan keeps a pointer to its context and must
+ * not be used after it. */
 FXA_API void fxa_mpi_destroy(fxa_mpi *m);
 /* Why the last fxa_mpi_create on this thread failed. Local. */
 FXA_API const char *fxa_mpi_create_error(void);
