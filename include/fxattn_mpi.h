@@ -102,10 +102,14 @@ FXA_API double fxa_mpi_default_timeout(void);
 /* Collective over comm. Duplicates comm (reordered by the placement) and
  * splits it into the grid's rows and columns. Every rank gets the same error when U * R != P or the ranks
  * disagree on the parameters. ctx (not owned) computes; keep it alive. On
- * error *out is NULL and fxa_mpi_create_error() says why. */
+ * error *out is NULL and fxa_mpi_create_error() says why. MPI_COMM_NULL
+ * or an intercommunicator: FXA_ERR_INVALID_ARG at once on the ranks that
+ * pass it (their peers' calls then end at the deadline). */
 FXA_API fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p,
                                   fxa_mpi **out);
-/* Collective (frees the communicators). NULL is a no-op. */
+/* Collective (frees the communicators). NULL is a no-op. Destroy the
+ * context's plans first: a plan keeps a pointer to its context and must
+ * not be used after it. */
 FXA_API void fxa_mpi_destroy(fxa_mpi *m);
 /* Why the last fxa_mpi_create on this thread failed. Local. */
 FXA_API const char *fxa_mpi_create_error(void);
@@ -119,7 +123,7 @@ FXA_API int fxa_mpi_size(const fxa_mpi *m);
 /* Collective over comm: the grid rank fxa_mpi_create(comm, ...) with this
  * placement gives this rank (the same for any grid shape), for callers
  * that shard before creating a context. FXA_ERR_INVALID_ARG for an unknown
- * placement, FXA_ERR_MPI when MPI fails, FXA_ERR_TIMEOUT when a peer makes
+ * placement or a communicator that fxa_mpi_create refuses, FXA_ERR_MPI when MPI fails, FXA_ERR_TIMEOUT when a peer makes
  * no progress for fxa_mpi_default_timeout() seconds;
  * fxa_mpi_create_error() says why. */
 FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_rank);
@@ -130,7 +134,8 @@ FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_ran
  * unbound ranks on N CPUs get N / ranks and ranks bound to their own cores
  * get those; a cgroup CPU quota is split evenly among the node's ranks.
  * At least 1. Its exchanges wait at most fxa_mpi_default_timeout() seconds
- * without progress; past that, the even split of this rank's CPUs. */
+ * without progress; past that, the even split of this rank's CPUs.
+ * MPI_COMM_NULL or an intercommunicator: all of this rank's CPUs. */
 FXA_API int fxa_mpi_default_threads(MPI_Comm comm);
 
 /* Token range [*start, *start + *len) of shard `rank` of a sequence of seq
@@ -184,7 +189,9 @@ FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps
  * [B, Hq, Sq_r, D] (BHSD) with Sq_r from fxa_mpi_shard(seq_q, P, rank), k
  * and v likewise with seq_kv, out like q (fp32), and the optional lse,
  * row_fallback and row_bound as [B, Hq, Sq_r]. A non-finite input on any
- * rank fails the call on every rank before any output is written.
+ * rank, or outputs that share memory with the inputs or with each other,
+ * fail the call on every rank before any output is written, and so do
+ * ranks that pass plans of different descriptors (FXA_ERR_INVALID_ARG).
  * stats may be NULL.
  */
 FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args *args,

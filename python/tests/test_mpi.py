@@ -170,3 +170,4 @@ def test_ranks_that_disagree_get_one_message():
     message, naming rank 0's value and the first rank that differs."""
     out = run_mpi("attn.py", 3, "disagree").stdout
     assert "error [options on two ranks]" in out, out
+    assert "error [a dtype on one rank]" in out, out

@@ -43,12 +43,15 @@ static double pick_timeout(double param, char *msg, size_t cap)
     if (param != 0.0) {
         if (param > 0.0 && param <= 1e9)
             return param;
-        snprintf(msg, cap, "timeout_seconds %g is not a positive number of seconds", param);
+        snprintf(msg, cap,
+                 param > 1e9 ? "timeout_seconds %g is longer than the longest deadline, 1e9 s"
+                             : "timeout_seconds %g is not a positive number of seconds",
+                 param);
         return 0.0;
     }
     const double t = fxa_mpi_default_timeout();
     if (t == 0.0)
-        snprintf(msg, cap, "FXA_MPI_TIMEOUT=%s is not a positive number of seconds",
+        snprintf(msg, cap, "FXA_MPI_TIMEOUT=%s is not a number of seconds in (0, 1e9]",
                  getenv("FXA_MPI_TIMEOUT"));
     return t;
 }
@@ -102,23 +105,28 @@ uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
+fxa_status fxa_mpi_agree_call(fxa_mpi *m, fxa_status local, const char *local_msg, uint64_t call)
 {
     if (!m)
         return FXA_ERR_INVALID_ARG;
     if (m->broken)
         return FXA_ERR_TIMEOUT;
-    /* MAXLOC on (failed, rank) picks the lowest failing rank (ties take the
-     * smallest index). */
-    int in[2] = {local != FXA_OK, m->rank};
-    int outv[2] = {0, 0};
+    /* One MAX over {P - the rank if it failed, else 0; call; ~call}: the
+     * first picks the lowest failing rank, the others are equal exactly
+     * when every rank passed the same call (max(c) == min(c) = ~max(~c)). */
+    uint64_t in[3] = {local != FXA_OK ? (uint64_t)(m->size - m->rank) : 0, call, ~call};
+    uint64_t mx[3] = {0, 0, 0};
     const fxa_status st =
-        fxa_mpi_allreduce(m, in, outv, 1, MPI_2INT, MPI_MAXLOC, m->comm, "agreeing on errors");
+        fxa_mpi_allreduce(m, in, mx, 3, MPI_UINT64_T, MPI_MAX, m->comm, "agreeing on errors");
     if (st != FXA_OK)
         return st;
-    if (!outv[0])
+    if (mx[1] != ~mx[2])
+        return fxa_mpi_fail(m, FXA_ERR_INVALID_ARG,
+                            "the ranks are in different calls or run different plans (every "
+                            "rank must make the same collective calls, in the same order)");
+    if (!mx[0])
         return FXA_OK;
-    const int root = outv[1];
+    const int root = m->size - (int)mx[0];
     struct {
         int status;
         char msg[sizeof m->last_error - 16];
@@ -134,7 +142,28 @@ fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
     if (sb != FXA_OK)
         return sb;
     e.msg[sizeof e.msg - 1] = '\0';
-    return fxa_mpi_fail(m, (fxa_status)e.status, "rank %d: %s", root, e.msg);
+    return fxa_mpi_fail(m, (fxa_status)e.status, "rank %d: %s", fxa_mpi_name(m, root), e.msg);
+}
+
+fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg)
+{
+    return fxa_mpi_agree_call(m, local, local_msg, 0);
+}
+
+fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name)
+{
+    int *names = malloc((size_t)m->size * sizeof *names);
+    if (!names)
+        return fxa_mpi_fail(m, FXA_ERR_NO_MEMORY, "out of memory naming the ranks");
+    const fxa_status st =
+        fxa_mpi_allgather(m, &name, 1, names, MPI_INT, m->comm, "the ranks' names");
+    if (st != FXA_OK) {
+        free(names);
+        return st;
+    }
+    free(m->names);
+    m->names = names;
+    return FXA_OK;
 }
 
 fxa_status fxa_mpi_same_everywhere(fxa_mpi *m, uint64_t hash, const char *what)
@@ -254,6 +283,18 @@ static fxa_status place(fxa_mpi *m, int placement)
     return st;
 }
 
+fxa_status fxa_mpi_check_comm(MPI_Comm comm, char *msg, size_t cap)
+{
+    int inter = 0;
+    if (comm == MPI_COMM_NULL)
+        snprintf(msg, cap, "the communicator is MPI_COMM_NULL");
+    else if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
+        snprintf(msg, cap, "the communicator is an intercommunicator: pass an intracommunicator");
+    else
+        return FXA_OK;
+    return FXA_ERR_INVALID_ARG;
+}
+
 static int placement_known(int placement)
 {
     return placement == FXA_MPI_PLACE_HOSTS || placement == FXA_MPI_PLACE_RANKS;
@@ -271,6 +312,8 @@ fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_rank)
                               : "placement is not FXA_MPI_PLACE_HOSTS or FXA_MPI_PLACE_RANKS");
         return inited ? FXA_ERR_INVALID_ARG : FXA_ERR_MPI;
     }
+    if (fxa_mpi_check_comm(comm, g_create_error, sizeof g_create_error) != FXA_OK)
+        return FXA_ERR_INVALID_ARG;
     fxa_mpi m;
     memset(&m, 0, sizeof m);
     MPI_Comm_rank(comm, &m.rank);
@@ -312,6 +355,8 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
         snprintf(g_create_error, sizeof g_create_error, "MPI is not initialised");
         return FXA_ERR_MPI;
     }
+    if (fxa_mpi_check_comm(comm, g_create_error, sizeof g_create_error) != FXA_OK)
+        return FXA_ERR_INVALID_ARG;
     fxa_mpi *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(g_create_error, sizeof g_create_error, "out of memory");
@@ -412,5 +457,6 @@ void fxa_mpi_destroy(fxa_mpi *m)
         MPI_Comm_free(&m->col_comm);
     if (m->comm != MPI_COMM_NULL)
         MPI_Comm_free(&m->comm);
+    free(m->names);
     free(m);
 }

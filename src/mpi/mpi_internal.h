@@ -28,8 +28,20 @@ struct fxa_mpi {
     int64_t test_max_elements;
     int64_t test_ulysses_groups;
     int64_t test_ulysses_piece;
+    int *names;     /* NULL: messages name ranks by grid rank; else names[r] (fxa_mpi_name_ranks) */
     char last_error[512];
 };
+
+/* The number that messages give rank r of m. */
+static inline int fxa_mpi_name(const fxa_mpi *m, int r)
+{
+    return m->names && r >= 0 && r < m->size ? m->names[r] : r;
+}
+
+/* Collective over m->comm: messages of m name each rank by the `name` it
+ * passes (a context on a subgroup of a larger grid: the rank in that grid)
+ * instead of its grid rank in m. */
+FXA_INTERNAL fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name);
 
 /* One local attention problem after the Ulysses exchange: batches
  * [batch0, batch0 + n_batch), local q heads [q0, q0 + n_q) and local kv heads
@@ -48,6 +60,7 @@ typedef struct fxa_mpi_segment {
 struct fxa_mpi_attn_plan {
     fxa_mpi *m;
     fxa_attn_desc d; /* global */
+    uint64_t call;   /* names its runs in the first agreement (never 0) */
     size_t es;       /* bytes per input element */
     int64_t q_len;   /* this rank's query and key shards */
     int64_t kv_len;
@@ -119,6 +132,17 @@ fxa_status fxa_mpi_arrive(fxa_mpi *m, MPI_Comm comm, const char *what);
  * m->comm is MPI_COMM_NULL (a duplicate still pending when the deadline
  * passed is left to the end of the job). */
 fxa_status fxa_mpi_dup(fxa_mpi *m, MPI_Comm comm);
+
+/* fxa_mpi_agree that also checks that every rank is in the same call:
+ * `call` names it (fxa_mpi_agree passes 0; a plan's run, the plan's
+ * descriptor hash), and ranks that pass different values all fail with
+ * FXA_ERR_INVALID_ARG and one message, in the same single allreduce. */
+fxa_status fxa_mpi_agree_call(fxa_mpi *m, fxa_status local, const char *local_msg, uint64_t call);
+
+/* FXA_OK when comm can carry the library's collectives (not
+ * MPI_COMM_NULL, not an intercommunicator); else FXA_ERR_INVALID_ARG and
+ * why in msg. Local: a rank given MPI_COMM_NULL has no peers to tell. */
+fxa_status fxa_mpi_check_comm(MPI_Comm comm, char *msg, size_t cap);
 
 /* Collective over m->comm: fails on every rank unless all ranks pass the
  * same hash (what names the mismatch). */

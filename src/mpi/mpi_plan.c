@@ -195,6 +195,7 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
         int64_t start;
         p->m = m;
         p->d = *d;
+        p->call = hash_desc(d) | 1;
         p->es = d->dtype == FXA_F32 ? 4 : 2;
         fxa_mpi_shard(d->seq_q, m->size, m->rank, &start, &p->q_len);
         fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, &p->kv_len);

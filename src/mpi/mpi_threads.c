@@ -20,6 +20,9 @@ int fxa_mpi_default_threads(MPI_Comm comm)
     /* Every collective polled against the default deadline: a peer that
      * never arrives leaves this rank the even split of its CPUs (and the
      * caller's next collective reports the peer). */
+    char why[96];
+    if (fxa_mpi_check_comm(comm, why, sizeof why) != FXA_OK)
+        return avail; /* no peers to share the CPUs with */
     fxa_mpi m;
     memset(&m, 0, sizeof m);
     MPI_Comm_rank(comm, &m.rank);

@@ -54,12 +54,12 @@ fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const ch
         if (now - last > m->timeout) {
             m->broken = 1;
             if (peer >= 0)
-                return fxa_mpi_fail(m, FXA_ERR_TIMEOUT,
-                                    "rank %d: no progress from rank %d for %g s (%s)", m->rank,
-                                    peer, m->timeout, what);
+                return fxa_mpi_fail(
+                    m, FXA_ERR_TIMEOUT, "rank %d: no progress from rank %d for %g s (%s)",
+                    fxa_mpi_name(m, m->rank), fxa_mpi_name(m, peer), m->timeout, what);
             return fxa_mpi_fail(m, FXA_ERR_TIMEOUT,
-                                "rank %d: no progress from the other ranks for %g s (%s)", m->rank,
-                                m->timeout, what);
+                                "rank %d: no progress from the other ranks for %g s (%s)",
+                                fxa_mpi_name(m, m->rank), m->timeout, what);
         }
         pause_briefly(&us);
     }

@@ -132,6 +132,19 @@ static fxa_status arrive(fxa_wan_mpi_plan *p)
     return wait1(p, &r, "the ranks forming the layer's groups");
 }
 
+/* The libfxattn_mpi context of a group (comm: its ranks), whose messages
+ * name the ranks by their rank in the layer's grid; agreed like
+ * group_agree. */
+static fxa_status group_context(fxa_wan_mpi_plan *p, MPI_Comm comm, const fxa_mpi_params *mp,
+                                const char *label, int group_size, fxa_mpi **out)
+{
+    fxa_status st = fxa_mpi_create(comm, p->ctx, mp, out);
+    if (st != FXA_OK)
+        return group_agree(p, label, group_size, st, fxa_mpi_create_error());
+    st = fxa_mpi_name_ranks(*out, p->rank);
+    return group_agree(p, label, group_size, st, fxa_mpi_last_error(*out));
+}
+
 /* The TP and CP communicators and the libfxattn_mpi contexts on them. */
 static fxa_status groups(fxa_wan_mpi_plan *p, double timeout)
 {
@@ -149,15 +162,12 @@ static fxa_status groups(fxa_wan_mpi_plan *p, double timeout)
      * their ranks keep that order, so that the shards settle_grid gave by
      * cp_index are the CP context's grid ranks. */
     mp.placement = FXA_MPI_PLACE_RANKS;
-    if (p->tp_mode) {
-        st = fxa_mpi_create(p->tp_comm, p->ctx, &mp, &p->m_tp);
-        st = group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_create_error());
-    }
+    if (p->tp_mode)
+        st = group_context(p, p->tp_comm, &mp, "tensor-parallel", p->T, &p->m_tp);
     if (st == FXA_OK && p->cp_mode) {
         mp.ulysses = p->U;
         mp.ring = p->R;
-        st = fxa_mpi_create(p->cp_comm, p->ctx, &mp, &p->m_cp);
-        st = group_agree(p, "context-parallel", p->C, st, fxa_mpi_create_error());
+        st = group_context(p, p->cp_comm, &mp, "context-parallel", p->C, &p->m_cp);
     }
     return st;
 }

@@ -126,6 +126,13 @@ for bad_t in "--timeout -1" "--timeout nan"; do
     [ "$rc" -eq 2 ] || bad "$bad_t: exit $rc, expected 2"
     echo "$err" | grep -q "fxattn: error:.*--timeout" || bad "$bad_t: no message"
 done
+# Past the longest deadline: the message says so (not "not positive").
+err=$(timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2 \
+    "$fxattn" attn "${in[@]}" -o "$dir/out.npy" --ring 2 --timeout 1e10 2>&1 >/dev/null)
+rc=$?
+[ "$rc" -eq 2 ] || bad "--timeout 1e10: exit $rc, expected 2"
+echo "$err" | grep -q "fxattn: error: --timeout 1e+10 is longer than the longest deadline, 1e9 s" ||
+    bad "--timeout 1e10: the message does not name the limit: $err"
 err=$(FXA_MPI_TIMEOUT=soon timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root \
     --bind-to none -x FXA_MPI_TIMEOUT -np 2 "$fxattn" attn "${in[@]}" -o "$dir/out.npy" \
     --ring 2 2>&1 >/dev/null)

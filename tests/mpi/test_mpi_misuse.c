@@ -73,6 +73,12 @@ static void test_grid(void)
     t0 = MPI_Wtime();
     st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
     check_everywhere("timeout_seconds -1", st, fxa_mpi_create_error(), t0);
+    p.timeout_seconds = 2e9;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    check_everywhere("timeout_seconds 2e9", st, fxa_mpi_create_error(), t0);
+    CHECK(strstr(fxa_mpi_create_error(), "longer than the longest deadline, 1e9 s") != NULL,
+          "timeout_seconds 2e9: %s", fxa_mpi_create_error());
     p.timeout_seconds = g_rank == 3 ? 30.0 : 0.0;
     t0 = MPI_Wtime();
     st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
@@ -87,7 +93,19 @@ static void test_grid(void)
     t0 = MPI_Wtime();
     st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
     check_everywhere("ranks disagree on the placement", st, fxa_mpi_create_error(), t0);
+    /* MPI_COMM_NULL on every rank: refused at once, never MPI's fatal
+     * error handler. */
+    t0 = MPI_Wtime();
+    st = fxa_mpi_create(MPI_COMM_NULL, g_ctx, &p, &m);
+    check_everywhere("MPI_COMM_NULL", st, fxa_mpi_create_error(), t0);
+    CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_mpi_create_error(), "MPI_COMM_NULL") && !m,
+          "fxa_mpi_create(MPI_COMM_NULL): %s, %s", fxa_status_str(st), fxa_mpi_create_error());
     int grid_rank = -1;
+    st = fxa_mpi_grid_rank(MPI_COMM_NULL, FXA_MPI_PLACE_HOSTS, &grid_rank);
+    CHECK(st == FXA_ERR_INVALID_ARG && grid_rank == -1 &&
+              strstr(fxa_mpi_create_error(), "MPI_COMM_NULL"),
+          "fxa_mpi_grid_rank(MPI_COMM_NULL): %s, %s", fxa_status_str(st), fxa_mpi_create_error());
+    CHECK(fxa_mpi_default_threads(MPI_COMM_NULL) >= 1, "fxa_mpi_default_threads(MPI_COMM_NULL)");
     st = fxa_mpi_grid_rank(MPI_COMM_WORLD, 7, &grid_rank);
     CHECK(st == FXA_ERR_INVALID_ARG && grid_rank == -1 &&
               strstr(fxa_mpi_create_error(), "placement"),
@@ -199,7 +217,43 @@ static void test_runs(fxa_mpi *m, const char *grid)
     char label[80];
     snprintf(label, sizeof label, "%s: NULL output on rank 2", grid);
     check_everywhere(label, fxa_mpi_attn_run(plan, &a, NULL), fxa_mpi_last_error(m), t0);
+    /* Outputs that share memory with an input or with each other, on one
+     * rank: every grid writes them only after reading every input, so
+     * only a check up front refuses them. */
+    float *lse = malloc(elems / (size_t)d.head_dim * sizeof(float));
+    const char *alias_label[3] = {"lse inside out", "out on Q", "out on K"};
+    for (int c = 0; c < 3; c++) {
+        a = (fxa_attn_args){
+            .struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out, .lse = lse};
+        if (g_rank == 3 && c == 0)
+            a.lse = out + 8;
+        else if (g_rank == 3)
+            a.out = c == 1 ? q : k;
+        t0 = MPI_Wtime();
+        snprintf(label, sizeof label, "%s: %s on rank 3", grid, alias_label[c]);
+        check_everywhere(label, fxa_mpi_attn_run(plan, &a, NULL), fxa_mpi_last_error(m), t0);
+        CHECK(strstr(fxa_mpi_last_error(m), "rank 3: ") &&
+                  strstr(fxa_mpi_last_error(m), "must not share memory"),
+              "%s: %s", label, fxa_mpi_last_error(m));
+    }
+    /* One rank runs a plan of another descriptor (the same shapes, another
+     * scale): the ranks would compute different problems. */
+    fxa_attn_desc other = d;
+    other.scale = 0.5;
+    fxa_mpi_attn_plan *plan2 = NULL;
+    CHECK(fxa_mpi_attn_plan_create(m, &other, &plan2) == FXA_OK, "plan 2: %s",
+          fxa_mpi_last_error(m));
+    a = (fxa_attn_args){.struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out};
+    t0 = MPI_Wtime();
+    snprintf(label, sizeof label, "%s: another plan on rank 2", grid);
+    check_everywhere(label, fxa_mpi_attn_run(g_rank == 2 ? plan2 : plan, &a, NULL),
+                     fxa_mpi_last_error(m), t0);
+    CHECK(strstr(fxa_mpi_last_error(m), "run different plans") != NULL, "%s: %s", label,
+          fxa_mpi_last_error(m));
+    fxa_mpi_attn_plan_destroy(plan2);
+    free(lse);
     /* Still usable: a good call succeeds on every rank. */
+    a = (fxa_attn_args){.struct_size = sizeof a, .q = q, .k = k, .v = v};
     a.out = out;
     fxa_status st = fxa_mpi_attn_run(plan, &a, NULL);
     CHECK(st == FXA_OK, "%s: a good run after the failures: %s", grid, fxa_mpi_last_error(m));

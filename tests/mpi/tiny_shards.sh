@@ -3,7 +3,8 @@
 # (ranks that hold no query token, no key token, or neither), for the ring,
 # Ulysses and 2-D grids on 2, 3 and 4 ranks, against one process on the
 # same files: output and LSE the same bytes for pure Ulysses, within 1e-5
-# of max|out| for the others, and --verify passes.
+# of max|out| for the others, and --verify passes. bench, which times
+# each rank's query tokens, refuses such a split with a clear message.
 # Usage: tiny_shards.sh MPIRUN FXATTN NPY_CLOSE
 set -u
 mpirun=$1
@@ -50,4 +51,16 @@ for sizes in "1 1" "1 53" "3 53" "3 1" "2 2"; do
         rm -f "$dir/mpi.npy" "$dir/mpi_lse.npy"
     done
 done
+
+# bench times each rank's own query tokens: a sequence shorter than the
+# ranks is refused up front, exit 2 and one message that says why.
+out=$(timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 4 \
+    "$fxattn" bench --seq 3 --heads 2 --dim 8 --threads 1 --timeout 20 2>&1)
+rc=$?
+errors=$(echo "$out" | grep "fxattn: error:")
+echo "bench --seq 3 on 4 ranks: exit $rc: $errors"
+[ "$rc" -eq 2 ] || bad "bench --seq 3 on 4 ranks: exit $rc, expected 2"
+[ "$(echo "$errors" | grep -c .)" -eq 1 ] || bad "bench --seq 3 on 4 ranks: not one error line"
+echo "$errors" | grep -q "bench: --seq 3 is shorter than the 4 ranks" ||
+    bad "bench --seq 3 on 4 ranks: the message does not say why"
 exit $fail

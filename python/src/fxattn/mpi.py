@@ -267,6 +267,9 @@ def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_ar
     return opts, grid, ops, d, out_code, info
 
 
+_DTYPE_NAMES = {_lib.F32: "float32", _lib.BF16: "bfloat16", _lib.F16: "float16"}
+
+
 def _agree(comm, local_error, seq_q, seq_kv, info, timeout: float):
     """One allgather under the deadline: every rank raises the lowest
     failing rank's error, or the same mismatch message (options against
@@ -283,6 +286,8 @@ def _agree(comm, local_error, seq_q, seq_kv, info, timeout: float):
     for r, e in enumerate(everyone):
         for name, theirs, base in zip(names, e[3], first):
             if theirs != base:
+                if name in ("dtype", "out_dtype"):  # codes shown by name: float32, bfloat16, float16
+                    base, theirs = (_DTYPE_NAMES.get(c, c) for c in (base, theirs))
                 raise _bad(f"ranks disagree on {name}: rank 0 has {base!r}, rank {r} has {theirs!r}")
     grid = _grid_ranks(comm, info[-1][-1], timeout)  # the same placement everywhere (checked above)
     sq = sum(e[1] for e in everyone)

@@ -207,14 +207,19 @@ def errors():
 
 
 def disagree():
-    """Options that differ on ranks 1 and 2 (each its own value), and a
-    torch/numpy mix on one rank: one message on every rank."""
+    """Options that differ on ranks 1 and 2 (each its own value), a dtype
+    on one rank (named, not coded) and a torch/numpy mix on one rank: one
+    message on every rank."""
     x = np.random.default_rng(2).standard_normal((1, 2 * P, 2, 8)).astype(np.float32)
     q0, n = fm.shard(2 * P, grid_rank, P)
     s = x[:, q0:q0 + n]
     scale = {1: 0.5, 2: 0.25}.get(rank, None)
     expect_error("options on two ranks", lambda: fm.attention(s, s, s, comm, threads=1, scale=scale),
                  fxattn.InvalidArgumentError, "ranks disagree on options: rank 0 has")
+    half = s.astype(np.float16) if rank == 2 else s
+    expect_error("a dtype on one rank", lambda: fm.attention(half, half, half, comm, threads=1),
+                 fxattn.InvalidArgumentError,
+                 "ranks disagree on dtype: rank 0 has 'float32', rank 2 has 'float16'")
     k = torch.from_numpy(s) if rank == 1 else s
     expect_error("torch and numpy mixed", lambda: fm.attention(s, k, s, comm, threads=1),
                  fxattn.InvalidArgumentError, "rank 1: q, k and v must be all torch tensors or all numpy arrays")

@@ -147,6 +147,16 @@ int fxt_bench_mpi(const bench_opts *o)
     float *out_single = NULL;
     float *out_dist = NULL;
     float *out_gather = NULL;
+    if (o->seq < b.size) {
+        /* The same options on every rank (agreed): every rank stops here. */
+        code = FXT_EXIT_BAD_INPUT;
+        if (b.rank == 0)
+            fxt_fail(code,
+                     "bench: --seq %lld is shorter than the %d ranks (each times its own "
+                     "query tokens, at least one)",
+                     (long long)o->seq, b.size);
+        goto done;
+    }
     const int threads = fxt_mpi_threads_per_rank(o->threads);
     fxt_wan_synth p;
     fxt_wan_synth_defaults(&p);

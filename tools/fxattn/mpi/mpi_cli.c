@@ -136,13 +136,16 @@ int fxt_world_init(fxt_world *w, double timeout)
 {
     /* Every rank sees the same options and environment: each fails alike,
      * before MPI starts. */
-    if (!(timeout >= 0.0 && timeout <= 1e9))
+    if (timeout > 1e9)
+        return fxt_fail(FXT_EXIT_BAD_INPUT,
+                        "--timeout %g is longer than the longest deadline, 1e9 s", timeout);
+    if (!(timeout >= 0.0))
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--timeout %g is not a positive number of seconds",
                         timeout);
     const double t = timeout > 0.0 ? timeout : fxa_mpi_default_timeout();
     if (t == 0.0)
         return fxt_fail(FXT_EXIT_BAD_INPUT,
-                        "FXA_MPI_TIMEOUT=%s is not a positive number of seconds",
+                        "FXA_MPI_TIMEOUT=%s is not a number of seconds in (0, 1e9]",
                         getenv("FXA_MPI_TIMEOUT"));
     int provided = 0;
     if (guard_start(t))

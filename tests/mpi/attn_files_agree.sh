@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `fxattn attn` under mpirun, every rank reading its shard through the
+# same relative paths from its own folder (mpirun -wdir: a copy per host):
+# a copy of another shape, or of the same shape with other values (a stale
+# or regenerated file), on one rank is refused with exit 2 and one message
+# naming the file and the rank, and no output; identical copies run
+# (exit 0). Each run under `timeout -k`.
+# Usage: attn_files_agree.sh MPIRUN FXATTN
+set -u
+mpirun=$1
+fxattn=$(realpath "$2") # absolute: the ranks start in their own folders
+lcg="$(dirname "$0")/lcg_npy.py"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+for r in 0 1; do
+    mkdir "$dir/r$r"
+    for t in q k v; do
+        "$lcg" "$dir/r$r/$t.npy" "$(printf %d "'$t")" 2.0 1 24 2 16 || exit 1
+    done
+done
+
+# job EXPECT_RC EXPECT_MESSAGE: rank 0 in r0, rank 1 in r1.
+job() {
+    rm -f "$dir/out.npy"
+    local args=(attn -q q.npy -k k.npy -v v.npy -o "$dir/out.npy" --threads 1 --timeout 20)
+    timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none \
+        -np 1 -wdir "$dir/r0" "$fxattn" "${args[@]}" : \
+        -np 1 -wdir "$dir/r1" "$fxattn" "${args[@]}" >"$dir/log" 2>&1
+    local rc=$?
+    local errors
+    errors=$(grep "fxattn: error:" "$dir/log")
+    echo "exit $rc: $errors"
+    [ "$rc" -eq "$1" ] || { tail -5 "$dir/log"; bad "exit $rc, expected $1"; }
+    if [ "$1" -eq 0 ]; then
+        [ -s "$dir/out.npy" ] || bad "identical copies: no output"
+        return
+    fi
+    [ "$(echo "$errors" | grep -c .)" -eq 1 ] || bad "not exactly one error line"
+    echo "$errors" | grep -q -- "$2" || bad "the message does not say '$2'"
+    [ ! -e "$dir/out.npy" ] || bad "an output was written"
+}
+
+job 0 ""
+# V of rank 1: the same shape, other values (one seed apart).
+"$lcg" "$dir/r1/v.npy" 119 2.0 1 24 2 16 || exit 1
+job 2 "ranks read different bytes of -v v.npy (16 tokens compared): rank 1 differs from rank 0"
+cp "$dir/r0/v.npy" "$dir/r1/v.npy"
+# Q of rank 1: more tokens.
+"$lcg" "$dir/r1/q.npy" 113 2.0 1 30 2 16 || exit 1
+job 2 "ranks read different shapes or dtypes of -q q.npy: rank 1 differs from rank 0"
+[ "$fail" -eq 0 ] && echo "attn_files_agree: all passed"
+exit "$fail"
