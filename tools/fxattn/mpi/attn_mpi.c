@@ -15,7 +15,7 @@
 #include "attn_opts.h"
 #include "cli.h"
 #include "fxattn_mpi.h"
-#include "fxattn_npy.h"
+#include "input_hash.h"
 #include "inputs_mpi.h"
 #include "mpi_cli.h"
 
@@ -139,61 +139,31 @@ static char *grid_hosts(fxt_world *w, const int *grid_of)
     return by_grid;
 }
 
-/* FNV-1a over the n bytes at p, chained from h. */
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-#define SAMPLED_TOKENS 16
-
-/* The hash of the bytes of SAMPLED_TOKENS tokens spread evenly over the
- * file at path (seq tokens on axis seq_axis, the first and the last among
- * them). 0 or an exit code. */
-static int hash_samples(const char *path, const char *what, int seq_axis, int64_t seq, uint64_t *h)
-{
-    *h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < SAMPLED_TOKENS && seq > 0; i++) {
-        const int64_t t = (seq - 1) * i / (SAMPLED_TOKENS - 1);
-        char err[512];
-        fxa_npy a;
-        const fxa_status st = fxa_npy_read_slice(path, seq_axis, t, 1, &a, err, sizeof err);
-        if (st != FXA_OK)
-            return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT,
-                            "%s: %s", what, err);
-        *h = hash_bytes(*h, &a.dtype, sizeof a.dtype);
-        *h = hash_bytes(*h, a.data, (size_t)a.count * (a.dtype == FXA_F32 ? 4 : 2));
-        fxa_npy_free(&a);
-    }
-    return 0;
-}
-
 /* Collective, when every rank reads its shard from its own path (a shared
  * file system, or a copy per host): the ranks' files must have the same
- * shapes and dtypes, and the same bytes at SAMPLED_TOKENS tokens spread
- * over each (a stale or regenerated copy on one host differs there). A
- * difference fails every rank, naming the file and a rank. */
+ * shapes and dtypes and the same bytes; every rank hashes each whole file
+ * (one more read of the inputs), so a stale or regenerated copy on one
+ * host is refused wherever it differs, naming the file and a rank. */
 static int agree_on_files(fxt_world *w, const attn_opts *o, fxa_layout layout, const fxt_inputs *in)
 {
     const fxa_attn_desc *d = &in->d;
     const int64_t q_shape[4] = {d->batch, d->seq_q, d->heads_q, d->head_dim};
     const int64_t kv_shape[2] = {d->seq_kv, d->heads_kv};
-    const uint64_t h0 = hash_bytes(0xcbf29ce484222325ull, &d->dtype, sizeof d->dtype);
-    uint64_t h[6] = {hash_bytes(h0, q_shape, sizeof q_shape),
-                     hash_bytes(h0, kv_shape, sizeof kv_shape),
-                     hash_bytes(h0, kv_shape, sizeof kv_shape),
+    const uint64_t h0 = fxt_hash_bytes(FXT_HASH_SEED, &d->dtype, sizeof d->dtype);
+    uint64_t h[6] = {fxt_hash_bytes(h0, q_shape, sizeof q_shape),
+                     fxt_hash_bytes(h0, kv_shape, sizeof kv_shape),
+                     fxt_hash_bytes(h0, kv_shape, sizeof kv_shape),
                      0,
                      0,
                      0};
     const int seq_axis = layout == FXA_LAYOUT_BSHD ? 1 : 2;
-    int code = hash_samples(o->q, "Q", seq_axis, d->seq_q, &h[3]);
+    const int64_t q_token = d->batch * d->heads_q * d->head_dim * (int64_t)sizeof(float);
+    const int64_t kv_token = d->batch * d->heads_kv * d->head_dim * (int64_t)sizeof(float);
+    int code = fxt_hash_npy(o->q, "Q", seq_axis, d->seq_q, q_token, &h[3]);
     if (!code)
-        code = hash_samples(o->k, "K", seq_axis, d->seq_kv, &h[4]);
+        code = fxt_hash_npy(o->k, "K", seq_axis, d->seq_kv, kv_token, &h[4]);
     if (!code)
-        code = hash_samples(o->v, "V", seq_axis, d->seq_kv, &h[5]);
+        code = fxt_hash_npy(o->v, "V", seq_axis, d->seq_kv, kv_token, &h[5]);
     if ((code = fxt_world_agree(w, code)))
         return code;
     char what[6][300];
@@ -201,9 +171,8 @@ static int agree_on_files(fxt_world *w, const attn_opts *o, fxa_layout layout, c
     const char *flags[3] = {"-q", "-k", "-v"};
     const char *names[6];
     for (int i = 0; i < 6; i++) {
-        snprintf(what[i], sizeof what[i],
-                 i < 3 ? "shapes or dtypes of %s %s" : "bytes of %s %s (%d tokens compared)",
-                 flags[i % 3], paths[i % 3], SAMPLED_TOKENS);
+        snprintf(what[i], sizeof what[i], i < 3 ? "shapes or dtypes of %s %s" : "bytes of %s %s",
+                 flags[i % 3], paths[i % 3]);
         names[i] = what[i];
     }
     return fxt_world_agree_hashes(w, h, names, 6);

@@ -24,8 +24,8 @@
 
 #include "cli.h"
 #include "fxattn_mpi.h"
-#include "fxattn_npy.h"
 #include "fxattn_wan_mpi.h"
+#include "input_hash.h"
 #include "layer.h"
 #include "mpi_cli.h"
 
@@ -132,30 +132,14 @@ static int load(job *j)
     return 0;
 }
 
-/* A cheap 64-bit hash of the n bytes at p (8 at a time), chained from h. */
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, b + i, 8);
-        h = (h ^ v) * 0x9e3779b97f4a7c15ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static uint64_t hash_linear(uint64_t h, const fxa_wan_linear *l)
 {
     const size_t es = l->format == FXA_PROJ_W_F32 ? 4 : l->format == FXA_PROJ_W_BF16 ? 2 : 1;
-    h = hash_bytes(h, l->w, (size_t)(l->rows * l->cols) * es);
+    h = fxt_hash_bytes(h, l->w, (size_t)(l->rows * l->cols) * es);
     if (l->scales)
-        h = hash_bytes(h, l->scales, (size_t)l->rows * sizeof(float));
+        h = fxt_hash_bytes(h, l->scales, (size_t)l->rows * sizeof(float));
     if (l->bias)
-        h = hash_bytes(h, l->bias, (size_t)l->rows * sizeof(float));
+        h = fxt_hash_bytes(h, l->bias, (size_t)l->rows * sizeof(float));
     return h;
 }
 
@@ -163,7 +147,7 @@ static uint64_t hash_weights(uint64_t h, const fxa_wan_weights *w)
 {
     const size_t n = (size_t)(w->head_count * w->head_dim) * sizeof(float);
     h = hash_linear(hash_linear(h, &w->qkv), &w->o);
-    return hash_bytes(hash_bytes(h, w->gamma_q, n), w->gamma_k, n);
+    return fxt_hash_bytes(fxt_hash_bytes(h, w->gamma_q, n), w->gamma_k, n);
 }
 
 /* The hash of every head's weights from --weights, loaded (and converted,
@@ -171,7 +155,7 @@ static uint64_t hash_weights(uint64_t h, const fxa_wan_weights *w)
  * rank's own shard is the one it holds. */
 static int hash_checkpoint(const job *j, uint64_t *h)
 {
-    *h = 0xcbf29ce484222325ull;
+    *h = FXT_HASH_SEED;
     for (int t = 0; t < j->T; t++) {
         int64_t h0, nh;
         fxa_mpi_shard(j->cfg.heads, j->T, t, &h0, &nh);
@@ -191,28 +175,6 @@ static int hash_checkpoint(const job *j, uint64_t *h)
     return 0;
 }
 
-/* The hash of the bytes of every token of -x, read as stored, in pieces of
- * at most 16 MiB. */
-static int hash_x(const job *j, uint64_t *h)
-{
-    const int64_t row = j->cfg.hidden * (int64_t)sizeof(float);
-    const int64_t step = row < (16 << 20) ? (16 << 20) / row : 1;
-    *h = 0xcbf29ce484222325ull;
-    for (int64_t t0 = 0; t0 < j->cfg.tokens; t0 += step) {
-        const int64_t n = j->cfg.tokens - t0 < step ? j->cfg.tokens - t0 : step;
-        char err[600];
-        fxa_npy a;
-        const fxa_status st =
-            fxa_npy_read_slice(j->o->x, j->cfg.x_axis, t0, n, &a, err, sizeof err);
-        if (st != FXA_OK)
-            return fxt_fail(st == FXA_ERR_NO_MEMORY ? FXT_EXIT_FAILURE : FXT_EXIT_BAD_INPUT,
-                            "x: %s", err);
-        *h = hash_bytes(*h, a.data, (size_t)a.count * (a.dtype == FXA_F32 ? 4 : 2));
-        fxa_npy_free(&a);
-    }
-    return 0;
-}
-
 /* Collective: every rank computes on the same bytes of --weights and -x.
  * Each rank hashes every piece of them that any rank uses (not only its
  * own), so a copy on one host that differs anywhere the job reads is
@@ -222,7 +184,8 @@ static int check_inputs(job *j)
     uint64_t h[2] = {0, 0};
     int code = j->o->weights ? hash_checkpoint(j, &h[0]) : 0;
     if (!code && j->o->x)
-        code = hash_x(j, &h[1]);
+        code = fxt_hash_npy(j->o->x, "x", j->cfg.x_axis, j->cfg.tokens,
+                            j->cfg.hidden * (int64_t)sizeof(float), &h[1]);
     if ((code = fxt_world_agree(j->w, code)))
         return code;
     char weights[400], x[400];
