@@ -28,7 +28,7 @@ struct fxa_mpi {
     int64_t test_max_elements;
     int64_t test_ulysses_groups;
     int64_t test_ulysses_piece;
-    int *names;     /* NULL: messages name ranks by grid rank; else names[r] (fxa_mpi_name_ranks) */
+    int *names; /* NULL: messages name ranks by grid rank; else names[r] (fxa_mpi_name_ranks) */
     char last_error[512];
 };
 
