@@ -6,9 +6,9 @@ Run through the wrapper bench/peers (it provides the virtual environment). For e
   2. one ORT warm-up run and one fxattn warm-up run whose outputs are compared (max |fxattn - ORT| < 1e-4, or
      2e-2 for the --bf16 / --bf16-compute rows), plus both against an fp64 reference on a sample of query rows;
      any failure stops the script with exit status 1 before anything is timed;
-  3. --repeats timed rounds alternating ORT session.run and fxattn (the CLI's --stats "seconds", which excludes
+  3. --repeats timed repetitions alternating ORT's InferenceSession.run and fxattn (the CLI's --stats "seconds", which excludes
      process start and file I/O; `attn --repeats 2` runs a warm-up and two timed runs in one process, so that,
-     like ORT's session, fxattn is timed in its steady state: plan and workspace reused); medians are reported.
+     like ORT's InferenceSession, fxattn is timed in its steady state: plan and workspace reused); medians are reported.
 FLOP = 4*B*H*S*S*D. %peak uses the FMA peak that `fxattn bench` measures for the same thread count (bf16c rows:
 its bf16 peak: AMX tdpbf16ps where the amx kernels run, else vdpbf16ps), taken before the run, after each row and at the end (the largest is used; a probe after a row
 well below the best flags that row as disturbed). ORT's kernel (flash or unfused) is inferred from the growth of
@@ -72,7 +72,7 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=40, help="number of heads H")
     p.add_argument("--dim", type=int, default=128, help="head dimension D")
     p.add_argument("--threads", type=int_list, default=[1, 2], help="thread counts (comma list)")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds per configuration (medians reported)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repetitions per configuration (medians reported)")
     p.add_argument("--seed", type=int, default=0, help="numpy seed for the inputs")
     p.add_argument("--bf16", action="store_true",
                    help="also time fxattn --dtype bf16 (bf16-rounded inputs, fp32 compute) against ORT fp32 "

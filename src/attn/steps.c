@@ -13,26 +13,15 @@ size_t fxa_q16_stride(const fxa_attn_plan *p)
     return ((size_t)p->d.head_dim + 1) / 2 * 2;
 }
 
-static int spans_overlap(const fxa_span *a, const fxa_span *b)
-{
-    return a->at && b->at && fxa_ranges_overlap(a->at, a->bytes, b->at, b->bytes);
-}
-
 fxa_status fxa_spans_disjoint(fxa_ctx *ctx, const fxa_span *out, int n_out, const fxa_span *in,
                               int n_in)
 {
-    for (int i = 0; i < n_out; i++) {
-        const fxa_span *clash = NULL;
-        for (int j = 0; j < n_in && !clash; j++)
-            clash = spans_overlap(&out[i], &in[j]) ? &in[j] : NULL;
-        for (int j = i + 1; j < n_out && !clash; j++)
-            clash = spans_overlap(&out[i], &out[j]) ? &out[j] : NULL;
-        if (clash)
-            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                                "%s overlaps %s: the outputs must not share memory with the "
-                                "inputs or with each other",
-                                out[i].name, clash->name);
-    }
+    const fxa_span *a, *b;
+    if (fxa_spans_clash(out, n_out, in, n_in, &a, &b))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "%s overlaps %s: the outputs must not share memory with the "
+                            "inputs or with each other",
+                            a->name, b->name);
     return FXA_OK;
 }
 

@@ -7,6 +7,7 @@
 #define FXA_STEPS_H
 
 #include "attn_internal.h"
+#include "core/spans.h"
 
 /* n consecutive query rows of one head and their unnormalised state; o has
  * a row stride of head_dim. */
@@ -26,21 +27,6 @@ typedef struct fxa_row_at {
     int64_t off;
     int64_t token_stride;
 } fxa_row_at;
-
-/* 1 when the byte ranges [a, a + na) and [b, b + nb) share a byte. */
-static inline int fxa_ranges_overlap(const void *a, size_t na, const void *b, size_t nb)
-{
-    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return na > 0 && nb > 0 && x < y + nb && y < x + na;
-}
-
-/* A tensor a call reads or writes: its name (for messages), where it
- * starts and its bytes (from its shape and strides). */
-typedef struct fxa_span {
-    const char *name;
-    const void *at;
-    size_t bytes;
-} fxa_span;
 
 /* FXA_OK when no written span (out[0..n_out)) shares a byte with a read
  * span (in[0..n_in)) or with another written span; else

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/spans.h"
 #include "core/struct_size.h"
 #include "mpi_internal.h"
 #include "ulysses.h"
@@ -108,19 +109,6 @@ static int find_non_finite(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, c
            report_non_finite(p, a->v, 'V', p->d.heads_kv, k0, p->kv_len, msg, cap);
 }
 
-/* A tensor of this rank's call: its name, where it starts, its bytes. */
-typedef struct span {
-    const char *name;
-    const void *at;
-    size_t bytes;
-} span;
-
-static int spans_overlap(const span *a, const span *b)
-{
-    const uintptr_t x = (uintptr_t)a->at, y = (uintptr_t)b->at;
-    return a->at && b->at && a->bytes && b->bytes && x < y + b->bytes && y < x + a->bytes;
-}
-
 /* The outputs of this rank's shard share no byte with its inputs or with
  * each other (whatever the grid: the Ulysses way back and the ring's
  * normalisation write them after every input has been read, so an overlap
@@ -131,25 +119,19 @@ static fxa_status check_disjoint(const fxa_mpi_attn_plan *p, const fxa_attn_args
     const fxa_attn_desc *d = &p->d;
     const size_t rows = (size_t)(d->batch * d->heads_q * p->q_len);
     const size_t keys = (size_t)(d->batch * d->heads_kv * p->kv_len * d->head_dim) * p->es;
-    const span in[3] = {
+    const fxa_span in[3] = {
         {"Q", a->q, rows * (size_t)d->head_dim * p->es}, {"K", a->k, keys}, {"V", a->v, keys}};
-    const span out[4] = {{"out", a->out, rows * (size_t)d->head_dim * sizeof(float)},
-                         {"lse", a->lse, rows * sizeof(float)},
-                         {"row_fallback", a->row_fallback, rows},
-                         {"row_bound", a->row_bound, rows * sizeof(float)}};
-    for (int i = 0; i < 4; i++) {
-        const span *clash = NULL;
-        for (int j = 0; j < 3 && !clash; j++)
-            clash = spans_overlap(&out[i], &in[j]) ? &in[j] : NULL;
-        for (int j = i + 1; j < 4 && !clash; j++)
-            clash = spans_overlap(&out[i], &out[j]) ? &out[j] : NULL;
-        if (clash) {
-            snprintf(msg, cap,
-                     "%s overlaps %s: the outputs must not share memory with the inputs or with "
-                     "each other",
-                     out[i].name, clash->name);
-            return FXA_ERR_INVALID_ARG;
-        }
+    const fxa_span out[4] = {{"out", a->out, rows * (size_t)d->head_dim * sizeof(float)},
+                             {"lse", a->lse, rows * sizeof(float)},
+                             {"row_fallback", a->row_fallback, rows},
+                             {"row_bound", a->row_bound, rows * sizeof(float)}};
+    const fxa_span *x, *y;
+    if (fxa_spans_clash(out, 4, in, 3, &x, &y)) {
+        snprintf(msg, cap,
+                 "%s overlaps %s: the outputs must not share memory with the inputs or with "
+                 "each other",
+                 x->name, y->name);
+        return FXA_ERR_INVALID_ARG;
     }
     return FXA_OK;
 }

@@ -24,6 +24,7 @@
 #include "../core/convert_inline.h"
 #include "../core/cpu.h"
 #include "../core/ctx_internal.h"
+#include "../core/spans.h"
 #include "fxattn_proj.h"
 #include "gemm_amx.h"
 #include "gemm_onednn.h"
@@ -75,15 +76,6 @@ static int flags_ok(const fxa_proj_desc *d)
            (d->norm == 0 || d->norm == 1) && (d->rope == 0 || d->rope == 1);
 }
 
-/* 1 when [a, a + na) and [b, b + nb) share a byte (NULL or empty: never). */
-static int overlaps(const void *a, size_t na, const void *b, size_t nb)
-{
-    if (!a || !b || !na || !nb)
-        return 0;
-    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + nb && y < x + na;
-}
-
 /* Outputs that share a byte with each other or with the workspace. Inputs
  * may alias the outputs: every input is read before any output is stored. */
 static fxa_status check_output_spans(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
@@ -91,19 +83,13 @@ static fxa_status check_output_spans(fxa_ctx *ctx, const fxa_proj_desc *d, const
     const size_t elem = d->out_dtype == FXA_F32 ? sizeof(float) : sizeof(uint16_t);
     const size_t q_bytes = (size_t)(d->tokens * d->heads_q * d->head_dim) * elem;
     const size_t kv_bytes = (size_t)(d->tokens * d->heads_kv * d->head_dim) * elem;
-    const struct {
-        const char *name;
-        const void *at;
-        size_t bytes;
-    } span[4] = {{"q_out", a->q_out, q_bytes},
-                 {"k_out", a->k_out, kv_bytes},
-                 {"v_out", a->v_out, kv_bytes},
-                 {"workspace", a->workspace, a->workspace_bytes}};
-    for (int i = 0; i < 4; i++)
-        for (int j = i + 1; j < 4; j++)
-            if (overlaps(span[i].at, span[i].bytes, span[j].at, span[j].bytes))
-                return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s and %s overlap", span[i].name,
-                                    span[j].name);
+    const fxa_span span[4] = {{"q_out", a->q_out, q_bytes},
+                              {"k_out", a->k_out, kv_bytes},
+                              {"v_out", a->v_out, kv_bytes},
+                              {"workspace", a->workspace, a->workspace_bytes}};
+    const fxa_span *x, *y;
+    if (fxa_spans_clash(span, 4, NULL, 0, &x, &y))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s and %s overlap", x->name, y->name);
     return FXA_OK;
 }
 

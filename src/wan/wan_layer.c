@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/convert_inline.h"
 #include "core/ctx_internal.h"
+#include "core/spans.h"
 
 struct fxa_wan_plan {
     fxa_ctx *ctx;
@@ -249,10 +250,10 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
     if (st != FXA_OK)
         return st;
     const size_t act = fxa_wan_act_bytes(&p->d, p->tokens, p->d.heads);
-    const uintptr_t y0 = (uintptr_t)y, w0 = (uintptr_t)workspace;
-    const size_t y_bytes = (size_t)(p->tokens * p->hidden) * sizeof(float);
-    const size_t ws_bytes = 4 * act + p->x16_bytes + p->attn_bytes + p->proj_bytes;
-    if (y0 < w0 + ws_bytes && w0 < y0 + y_bytes)
+    const fxa_span y_span = {"y", y, (size_t)(p->tokens * p->hidden) * sizeof(float)};
+    const fxa_span ws_span = {"workspace", workspace,
+                              4 * act + p->x16_bytes + p->attn_bytes + p->proj_bytes};
+    if (fxa_spans_overlap(&y_span, &ws_span))
         return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
                              "y and the workspace overlap");
     char *q = workspace, *k = q + act, *v = k + act, *a = v + act;

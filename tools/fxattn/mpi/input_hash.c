@@ -1,4 +1,4 @@
-/* Hashes of what the ranks read (input_hash.h). */
+/* Hashes compared across ranks (input_hash.h). */
 #include "input_hash.h"
 
 #include <string.h>

@@ -1,6 +1,7 @@
-/* Hashes of the bytes ranks read, compared across ranks
- * (fxt_world_agree_hashes) so that copies of one input that differ between
- * hosts are refused instead of mixed into one result. */
+/* Hashes compared across ranks: of the options (fxt_world_agree_options)
+ * and of the bytes ranks read (fxt_world_agree_hashes), so that copies of
+ * one input that differ between hosts are refused instead of mixed into
+ * one result. */
 #ifndef FXT_INPUT_HASH_H
 #define FXT_INPUT_HASH_H
 

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "cmd_opts.h"
 #include "fxattn_mpi.h"
+#include "input_hash.h"
 
 /* The guard of the blocking MPI calls (fxt_world_guard): a thread that
  * ends the process when one outlasts the deadline. */
@@ -277,15 +278,6 @@ static int print_on_rank0(fxt_world *w, int code, const char *msg)
     return code;
 }
 
-/* FNV-1a over the n bytes at p, chained from h. */
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 /* Where n hashes of this rank (mine) first differ from rank 0's, agreed
  * over the world: *index the lowest i (among those with skip[i] == 0) at
  * which some rank differs (n when none does), *first the lowest such rank
@@ -338,11 +330,11 @@ static uint64_t option_hash(const fxt_opt *o)
 {
     char text[64];
     option_text(o, text, sizeof text);
-    uint64_t h = fnv1a(0xcbf29ce484222325ull, o->name, strlen(o->name) + 1);
-    h = fnv1a(h, text, strlen(text) + 1);
+    uint64_t h = fxt_hash_bytes(FXT_HASH_SEED, o->name, strlen(o->name) + 1);
+    h = fxt_hash_bytes(h, text, strlen(text) + 1);
     if (o->kind == FXT_OPT_STRING && *(const char *const *)o->dest) {
         const char *v = *(const char *const *)o->dest; /* all of it, past the text's cap */
-        h = fnv1a(h, v, strlen(v));
+        h = fxt_hash_bytes(h, v, strlen(v));
     }
     return h;
 }
