@@ -46,6 +46,7 @@
 #include <mpi.h>
 
 #include "fxattn.h"
+#include "fxattn_grid.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -196,6 +197,33 @@ FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps
  */
 FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args *args,
                                     fxa_mpi_stats *stats);
+
+/*
+ * Collective over m's communicator: which U x R grid to run (the cost
+ * model of fxattn_grid.h, docs/cluster.md) for model's shape on this job.
+ * model (in and out; every rank passes the same one, compared by a hash):
+ * the shape (seq, heads, head_dim, dtype), ranks and hosts (0: the job's:
+ * its size and its MPI_COMM_TYPE_SHARED groups) and the figures not
+ * measured; model->measure says what to measure on this job:
+ * FXA_GRID_MEASURE_INTRA / _INTER: latency and bandwidth by a ping-pong
+ * between grid rank 0 and the first rank on its host / on another host
+ * (8-byte and 4 MiB messages); _INTRA_CPU / _INTER_CPU: the CPU time per
+ * byte of a 4 MiB exchange both ways on that link; _COMPUTE: rank_flops
+ * and the ring step rates by fxa_grid_measure on m's context, every rank
+ * at once, the slowest rank's, shared among the model's ranks per host
+ * instead of the job's; _CALL: call_seconds, the fixed cost of a small
+ * fxa_mpi_attn_run on m's grid beyond what the model predicts for it. A
+ * link this job lacks keeps the given figures. On success every rank gets
+ * the same model (the measured figures filled in, model->measure set to
+ * what was measured, with FXA_GRID_UNEVEN_HOSTS when the job's hosts run
+ * different numbers of ranks) and the fastest grid in *best (the smaller U
+ * on ties; fxa_grid_cost gives any other). Waits poll against m's
+ * deadline. Errors (a model out of range, ranks that pass different
+ * models, a failed measurement): the same on every rank,
+ * fxa_mpi_last_error(m). Plan on a context made for planning (for example
+ * the default ring of P ranks), then create one with the chosen grid.
+ */
+FXA_API fxa_status fxa_mpi_grid_plan(fxa_mpi *m, fxa_grid_model *model, fxa_grid_time *best);
 
 /*
  * Collective. Tensor-parallel QKV projection (fxattn_proj.h): every rank of

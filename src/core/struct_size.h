@@ -32,6 +32,9 @@
 /* Structs added later: their first version's size. (fxa_check_head:
  * fxattn_diag.h, new in 0.2.) */
 #define FXA_CHECK_HEAD_SIZE_0_2 sizeof(fxa_check_head)
+/* (fxa_grid_model and fxa_grid_time: fxattn_grid.h, new in 0.2.) */
+#define FXA_GRID_MODEL_SIZE_0_2 sizeof(fxa_grid_model)
+#define FXA_GRID_TIME_SIZE_0_2 sizeof(fxa_grid_time)
 
 /* The caller's struct_size (the first member of every versioned struct). */
 static inline size_t fxa_struct_size_of(const void *s)

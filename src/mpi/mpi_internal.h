@@ -111,6 +111,12 @@ FXA_INTERNAL uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
 FXA_INTERNAL fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer,
                                      const char *what);
 
+/* fxa_mpi_wait without pausing between polls, for waits that are timed
+ * or start a timed section (a pause would count as time or skew the
+ * start). */
+FXA_INTERNAL fxa_status fxa_mpi_spin(fxa_mpi *m, int n, MPI_Request *reqs, int peer,
+                                     const char *what);
+
 /* The blocking collectives the library uses, as their nonblocking forms
  * waited on with fxa_mpi_wait (what names the step in errors). */
 FXA_INTERNAL fxa_status fxa_mpi_allreduce(fxa_mpi *m, const void *in, void *out, int n,

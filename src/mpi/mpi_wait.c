@@ -21,7 +21,9 @@ static void pause_briefly(int *us)
         *us *= 2;
 }
 
-fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what)
+/* fxa_mpi_wait, pausing between polls (sleep) or not. */
+static fxa_status poll_requests(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what,
+                                int sleep)
 {
     if (m->broken)
         return FXA_ERR_TIMEOUT;
@@ -61,8 +63,19 @@ fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const ch
                                 "rank %d: no progress from the other ranks for %g s (%s)",
                                 fxa_mpi_name(m, m->rank), m->timeout, what);
         }
-        pause_briefly(&us);
+        if (sleep)
+            pause_briefly(&us);
     }
+}
+
+fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what)
+{
+    return poll_requests(m, n, reqs, peer, what, 1);
+}
+
+fxa_status fxa_mpi_spin(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what)
+{
+    return poll_requests(m, n, reqs, peer, what, 0);
 }
 
 fxa_status fxa_mpi_allreduce(fxa_mpi *m, const void *in, void *out, int n, MPI_Datatype t,
