@@ -24,8 +24,8 @@ from ._lib import (
     UnsupportedError,
 )
 from ._lib import core as _core
-from .attention import attention
-from .check import CheckReport, check
+from ._attention import attention
+from ._check import CheckReport, check
 
 __version__ = "0.2.0"
 #: The C library's version (the same as __version__ in a consistent install).
