@@ -11,6 +11,8 @@
 
 void fxa_grid_model_init(fxa_grid_model *m)
 {
+    if (!m)
+        return;
     *m = (fxa_grid_model){.struct_size = sizeof *m,
                           .dtype = FXA_F32,
                           .inter = {20e-6, 10e9 / 8.0, 0.0},

@@ -5,7 +5,8 @@
  * and grids are refused with a message, a struct_size below the first
  * version's is refused, copy-out writes no byte past the caller's
  * struct_size, and fxa_grid_measure fills positive rates for every
- * divisor R of P.
+ * divisor R of P. NULL pointers are refused (FXA_ERR_INVALID_ARG) or
+ * ignored (the initialiser), without a crash.
  */
 #include <math.h>
 #include <string.h>
@@ -116,6 +117,11 @@ int main(void)
     CHECK(fxa_grid_measure(ctx, &m) == FXA_ERR_INVALID_ARG &&
               strstr(fxa_ctx_last_error(ctx), "seq"),
           "seq 0: %s", fxa_ctx_last_error(ctx));
+    fxa_grid_model_init(NULL);
+    CHECK(fxa_grid_cost(NULL, 1, 1, &t, NULL, 0) == FXA_ERR_INVALID_ARG, "NULL model");
+    CHECK(fxa_grid_best(&m, NULL, NULL, 0) == FXA_ERR_INVALID_ARG, "NULL output");
+    CHECK(fxa_grid_measure(NULL, &m) == FXA_ERR_INVALID_ARG, "NULL context");
+    CHECK(fxa_grid_measure(ctx, NULL) == FXA_ERR_INVALID_ARG, "NULL model to measure");
     fxa_ctx_destroy(ctx);
     printf("grid_cost: ok\n");
     return 0;
