@@ -48,7 +48,7 @@ import torch.nn.functional as F
 import fxattn
 from benchlib import cpu_name, ort_mha_session
 from fxattn import _lib
-from fxattn._attention import Options, descriptor, operands
+from fxattn._attn_core import Options, descriptor, operands
 from fxattn._context import context
 
 

@@ -16,7 +16,7 @@ from ctypes import POINTER, c_double, c_int, c_int64, c_size_t, c_void_p
 from . import _check_args, _lib
 from ._context import context
 from ._lib import core
-from ._attention import Options, descriptor, operands
+from ._attn_core import Options, descriptor, operands
 
 
 class CheckHead(ctypes.Structure):

@@ -72,7 +72,7 @@ class ShardedWanAttnProcessor:
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
             raise NotImplementedError("ShardedWanAttnProcessor runs self-attention without a mask only")
-        from .diffusers import heads_qkv  # imported here: fxattn.diffusers imports this module on demand
+        from ._wan_qkv import heads_qkv  # imported here: torch and diffusers on first use
 
         query, key, value = heads_qkv(attn, hidden_states, None, rotary_emb)
         out = _fm.attention(query, key, value, self.comm, layout="bshd", out_dtype=query.dtype, **self.kwargs)

@@ -39,7 +39,7 @@ import numpy as np
 from . import _arrays, _check_args, _gridlib, _lib
 from ._context import context
 from ._mpilib import MPI, PLACE_HOSTS, PLACE_RANKS, MpiParams, comm_handle, mpi
-from ._attention import Options, descriptor, lse_shape
+from ._attn_core import Options, descriptor, lse_shape, numpy_bf16
 
 __all__ = ["attention", "plan", "GridPlan", "Link", "shard", "rank", "default_threads", "release"]
 
@@ -655,8 +655,6 @@ def attention(
         if torch_in:
             out = out.to(torch.bfloat16)
         else:
-            from ._attention import _numpy_bf16
-
-            out = out.astype(qo.obj.dtype if qo.dtype == _lib.BF16 else _numpy_bf16())
+            out = out.astype(qo.obj.dtype if qo.dtype == _lib.BF16 else numpy_bf16())
     return (out, lse) if return_lse else out
 
