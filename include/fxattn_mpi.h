@@ -139,6 +139,16 @@ FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_ran
  * MPI_COMM_NULL or an intercommunicator: all of this rank's CPUs. */
 FXA_API int fxa_mpi_default_threads(MPI_Comm comm);
 
+/* Wait for n requests of any communicator the way the library's own waits
+ * do: polling, with pauses of 10 us doubling up to 160 us between polls
+ * (spin 0) or none (spin != 0, for waits that are timed or start a timed
+ * section). FXA_OK when every request completed, FXA_ERR_MPI when MPI
+ * failed testing them, FXA_ERR_TIMEOUT when none completed for
+ * timeout_seconds (0: fxa_mpi_default_timeout()); the requests stay posted
+ * then. FXA_ERR_INVALID_ARG for a negative n, NULL requests or a timeout
+ * outside [0, 1e9]. Local; no message. */
+FXA_API fxa_status fxa_mpi_wait_all(int n, MPI_Request *reqs, double timeout_seconds, int spin);
+
 /* Token range [*start, *start + *len) of shard `rank` of a sequence of seq
  * tokens over n_ranks ranks. Local. */
 FXA_API void fxa_mpi_shard(int64_t seq, int n_ranks, int rank, int64_t *start, int64_t *len);
