@@ -18,7 +18,8 @@
 /* Collective: measure what m->measure asks for on this job and fill m
  * (fxa_mpi_grid_plan), the best grid into *best. gflops: --gflops (one
  * host's rate, NaN when not given), shared among the model's ranks per
- * host once the hosts are known. Returns 0 or the agreed exit code. */
+ * host once the hosts are known. Returns 0 or the exit code every rank
+ * agrees on (the error printed once). */
 static int plan_job(fxt_world *w, int threads, double gflops, fxa_grid_model *m,
                     fxt_plan_source *src, fxa_grid_time *best)
 {
@@ -50,15 +51,16 @@ static int plan_job(fxt_world *w, int threads, double gflops, fxa_grid_model *m,
         char err[200];
         if (fxa_grid_best(m, best, err, sizeof err) != FXA_OK)
             code = fxt_fail(FXT_EXIT_BAD_INPUT, "plan: %s", err); /* the same on every rank */
+        code = fxt_world_agree(w, code);                          /* printed once */
     }
     if (m->measure & FXA_GRID_MEASURE_INTER)
         src->inter = "measured";
     if (m->measure & FXA_GRID_MEASURE_INTRA)
         src->intra = "measured";
-done:
+done: /* library errors: the same on every rank, printed by rank 0 */
     fxa_mpi_destroy(mpi);
     fxa_ctx_destroy(ctx);
-    return fxt_world_agree(w, code);
+    return code;
 }
 
 int fxt_plan_mpi(const plan_opts *o)
