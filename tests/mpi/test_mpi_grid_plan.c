@@ -22,9 +22,9 @@ static int g_rank;
 static void base_model(fxa_grid_model *m)
 {
     fxa_grid_model_init(m);
-    m->seq = 512;
+    m->seq = 256;
     m->heads = 2;
-    m->head_dim = 64;
+    m->head_dim = 32;
     m->rank_flops = 5e9;
 }
 
