@@ -340,14 +340,23 @@ FXA_API size_t fxa_kv_summary_len(const fxa_attn_plan *plan);
 /* Summarise one block of n_kv keys/values (0 <= n_kv <= seq_kv): per
  * (batch, kv head) the key count, max key norm, radius around the block's
  * key mean, max |v| and key sum. A non-finite K or V gives
- * FXA_ERR_INVALID_ARG. Uses the plan's context pool. */
+ * FXA_ERR_INVALID_ARG. Uses the plan's context pool and the scratch the
+ * plan owns; allocates nothing. */
 FXA_API fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v,
                                     int64_t n_kv, double *summary_out);
 
-/* Allocate an accumulator for the plan's query rows (about
- * B * Hq * Sq * (D + 5) * 4 bytes of state plus the plan's workspace). */
+/* Create an accumulator for the plan's query rows. It owns its state,
+ * allocated here: about B * Hq * Sq * (D + 5) * 4 bytes for the rows, a
+ * workspace of the plan's size, and a block table for one block (see
+ * fxa_attn_acc_reserve). Destroy it before the plan. */
 FXA_API fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out);
 FXA_API void fxa_attn_acc_destroy(fxa_attn_acc *acc);
+
+/* Size the block table (a copy of each pass's summaries: max_blocks *
+ * fxa_kv_summary_len doubles) for passes of up to max_blocks blocks, so
+ * that fxa_attn_acc_begin allocates nothing; a pass with more blocks than
+ * the table holds grows it there, once. max_blocks >= 1. */
+FXA_API fxa_status fxa_attn_acc_reserve(fxa_attn_acc *acc, int64_t max_blocks);
 
 /* Optional: fn(arg) is called on the calling thread between batches of
  * work inside fxa_attn_acc_add (a few milliseconds apart), so that a caller
@@ -356,7 +365,10 @@ FXA_API void fxa_attn_acc_set_progress(fxa_attn_acc *acc, void (*fn)(void *arg),
 
 /* Start a pass: check Q (finite), merge the n_blocks summaries (block b at
  * summaries + b * fxa_kv_summary_len) into the global bound and decide each
- * row's shift. q must stay valid and unchanged until fxa_attn_acc_finish. */
+ * row's shift. The summaries are copied (the caller's may go); q must stay
+ * valid and unchanged until fxa_attn_acc_finish. begin, add and finish run
+ * on the accumulator's own memory and allocate nothing (begin: within the
+ * reserved blocks). */
 FXA_API fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
                                       int64_t n_blocks);
 
