@@ -22,6 +22,7 @@ static void test_context_calls(fxa_ctx *ctx)
 {
     fxa_ctx_params_init(NULL);
     INVALID(fxa_ctx_create(NULL, NULL));
+    CHECK(fxa_ctx_create_error()[0] != '\0', "fxa_ctx_create(NULL, NULL): no message");
     fxa_ctx_destroy(NULL);
     CHECK(fxa_ctx_threads(NULL) == 0, "fxa_ctx_threads(NULL) is %d", fxa_ctx_threads(NULL));
     CHECK(strcmp(fxa_ctx_isa(NULL), "") == 0, "fxa_ctx_isa(NULL)");
