@@ -126,10 +126,10 @@ KINDS = {
                   "forward) with its default processor and with fxattn's, in interleaved rounds; medians. Speed-up "
                   "over the same dtype's default row; error max\\|y - y_ref\\| / max\\|y_ref\\| against the fp32 "
                   "default's output. fxattn's fused rows carry the fused layer's stages."),
-        "columns": [("module", "module", "`{}`", V), ("S", "S", "{}", P), ("grid", "grid", "grid", P),
+        "columns": [("module", "module", "`{}`", P), ("S", "S", "{}", P), ("grid", "grid", "grid", P),
                     ("hidden", "hidden", "{}", P), ("heads", "heads", "{}", P), ("head_dim", "head dim", "{}", P),
                     ("ffn_dim", "FFN", "{}", P), ("threads", "threads", "{}", P), ("rounds", "rounds", "{}", P),
-                    ("gflop", "GFLOP", "{:.1f}", V), ("dtype", "dtype", "{}", V), ("processor", "processor", "{}", V),
+                    ("gflop", "GFLOP", "{:.1f}", P), ("dtype", "dtype", "{}", V), ("processor", "processor", "{}", V),
                     ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.1f}", V),
                     ("speedup", "speed-up", "{:.2f}x", V), ("error", "error", "{:.2e}", V),
                     ("qkv_seconds", "QKV s", "{:.3f}", V), ("attention_seconds", "attention s", "{:.3f}", V),
@@ -431,7 +431,7 @@ def layer_bars(records):
         if r["kind"] == "layer":
             label = f"fxattn layer {r['dtype']}" + (" FP8 QKV" if r.get("fp8") else "")
         elif r["kind"] == "python_wan" and r.get("module") == "WanAttention":
-            who = "diffusers SDPA" if r["engine"] == "diffusers" else r["processor"]
+            who = "diffusers SDPA" if r["engine"] == "diffusers" else r["processor"].split(" (")[0]
             label = f"WanAttention {r['dtype']}, {who}"
         else:
             continue
