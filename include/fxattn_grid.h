@@ -57,7 +57,7 @@ enum {
     FXA_GRID_UNEVEN_HOSTS = 64
 };
 
-/* The model's inputs. Versioned (struct_size; new in 0.2). */
+/* The model's inputs. Versioned (struct_size; new in 0.3). */
 typedef struct fxa_grid_model {
     size_t struct_size;  /* sizeof(fxa_grid_model) */
     int64_t seq;         /* S: query and key tokens (self-attention) */
@@ -96,7 +96,7 @@ typedef struct fxa_grid_model {
  * rates. Local. */
 FXA_API void fxa_grid_model_init(fxa_grid_model *m);
 
-/* The predicted time of one grid. Versioned (struct_size; new in 0.2). */
+/* The predicted time of one grid. Versioned (struct_size; new in 0.3). */
 typedef struct fxa_grid_time {
     size_t struct_size;     /* set by the caller (sizeof); written within it only */
     int ulysses;            /* U (0 for the all-gather alternative) */

@@ -244,10 +244,10 @@ static fxa_status take(const fxa_grid_model *in, fxa_grid_model *m, const fxa_gr
         snprintf(msg, sizeof msg, "the model and the output must not be NULL");
     else {
         fxa_grid_model_init(m);
-        st = fxa_struct_in(m, sizeof *m, in, FXA_GRID_MODEL_SIZE_0_2, "fxa_grid_model", msg,
+        st = fxa_struct_in(m, sizeof *m, in, FXA_GRID_MODEL_SIZE_0_3, "fxa_grid_model", msg,
                            sizeof msg);
         if (st == FXA_OK)
-            st = fxa_struct_size_check(fxa_struct_size_of(out), FXA_GRID_TIME_SIZE_0_2,
+            st = fxa_struct_size_check(fxa_struct_size_of(out), FXA_GRID_TIME_SIZE_0_3,
                                        sizeof(fxa_grid_time), "fxa_grid_time", msg, sizeof msg);
         const char *why = st == FXA_OK ? model_error(m) : NULL;
         if (why) {

@@ -178,7 +178,7 @@ fxa_status fxa_grid_measure(fxa_ctx *ctx, fxa_grid_model *model)
     fxa_status st = FXA_ERR_INVALID_ARG;
     if (!model)
         fxa_ctx_fail(ctx, st, "fxa_grid_measure: the model must not be NULL");
-    else if ((st = fxa_struct_in(&m, sizeof m, model, FXA_GRID_MODEL_SIZE_0_2, "fxa_grid_model",
+    else if ((st = fxa_struct_in(&m, sizeof m, model, FXA_GRID_MODEL_SIZE_0_3, "fxa_grid_model",
                                  ctx->last_error, sizeof ctx->last_error)) == FXA_OK &&
              (st = measure(ctx, &m)) == FXA_OK)
         fxa_struct_out(model, &m, sizeof m);

@@ -368,9 +368,9 @@ fxa_status fxa_mpi_grid_plan(fxa_mpi *m, fxa_grid_model *model, fxa_grid_time *b
     fxa_status st = FXA_ERR_INVALID_ARG;
     if (!model || !best)
         snprintf(msg, sizeof msg, "fxa_mpi_grid_plan: the model and best must not be NULL");
-    else if ((st = fxa_struct_in(&g, sizeof g, model, FXA_GRID_MODEL_SIZE_0_2, "fxa_grid_model",
+    else if ((st = fxa_struct_in(&g, sizeof g, model, FXA_GRID_MODEL_SIZE_0_3, "fxa_grid_model",
                                  msg, sizeof msg)) == FXA_OK)
-        st = fxa_struct_size_check(fxa_struct_size_of(best), FXA_GRID_TIME_SIZE_0_2, sizeof *best,
+        st = fxa_struct_size_check(fxa_struct_size_of(best), FXA_GRID_TIME_SIZE_0_3, sizeof *best,
                                    "fxa_grid_time", msg, sizeof msg);
     /* Every rank must plan the same model: a hash of it is compared. */
     const uint64_t hash = model_hash(&g);
