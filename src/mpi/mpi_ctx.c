@@ -56,15 +56,6 @@ static double pick_timeout(double param, char *msg, size_t cap)
     return t;
 }
 
-fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->last_error, sizeof m->last_error, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 const char *fxa_mpi_last_error(const fxa_mpi *m)
 {
     return m ? m->last_error : "";

@@ -3,6 +3,7 @@
 #define FXA_MPI_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdio.h>
 
 #include "fxattn_mpi.h"
 #include "core/internal_api.h"
@@ -57,6 +58,12 @@ typedef struct fxa_mpi_segment {
     size_t ws_bytes;     /* its workspace (R == 1) */
 } fxa_mpi_segment;
 
+struct fxa_ring_bufs;    /* ring.h */
+struct fxa_ulysses_bufs; /* ulysses.h */
+
+/* A distributed plan and every buffer its runs use: fxa_mpi_attn_plan_create
+ * sizes and allocates all of them (mpi_plan.c, ring_plan.c,
+ * ulysses_plan.c), fxa_mpi_attn_run allocates nothing. */
 struct fxa_mpi_attn_plan {
     fxa_mpi *m;
     fxa_attn_desc d; /* global */
@@ -76,24 +83,23 @@ struct fxa_mpi_attn_plan {
     int n_seg;
     double *step_compute; /* [R]: the last run's ring steps */
     double *step_wait;
-    /* Buffers kept from run to run (allocated by the first run, so later
-     * runs touch no fresh pages): the ring's accumulators and slots. The
-     * Ulysses buffers live in ulysses.c's struct, kept here as well. */
-    fxa_attn_acc **accs; /* [n_seg] (R > 1) */
-    char *slots;         /* 2 (prefetch + 1) blocks of K/V (R > 1) */
-    size_t slot_bytes;
-    void *ulysses_bufs; /* fxa_ulysses_bufs (U > 1) */
-    int buffers_ready;
+    /* R == 1: the workspace of the largest local run (64-byte aligned). */
+    void *ws;
+    size_t ws_bytes;
+    struct fxa_ring_bufs *ring_bufs;       /* R > 1 */
+    struct fxa_ulysses_bufs *ulysses_bufs; /* U > 1 */
 };
 
-/* Allocate the run buffers once (mpi_run.c). Local; the caller agrees on
- * the status. */
-fxa_status fxa_mpi_plan_buffers(fxa_mpi_attn_plan *p);
-void fxa_mpi_plan_buffers_free(fxa_mpi_attn_plan *p);
-
 /* Record an error on m (printf style) and return st. */
-fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+__attribute__((format(printf, 3, 4))) static inline fxa_status
+fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->last_error, sizeof m->last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
 
 /* [lo, hi) of part i of n items split over parts (the first n mod parts one
  * larger). */
@@ -184,19 +190,34 @@ typedef struct fxa_mpi_local {
     float *bound;
 } fxa_mpi_local;
 
+/* Copy-in of the caller's args into *a (the struct_size policy of
+ * core/struct_size.h over zeros), then the checks a rank makes before any
+ * communication: pointers, outputs that share memory with the inputs or
+ * with each other, and with U > 1 finiteness (a non-finite value must be
+ * found on the rank that owns it, before the exchange moves it). Local:
+ * msg says why, the caller agrees (mpi_args.c). */
+fxa_status fxa_mpi_take_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *user,
+                             fxa_attn_args *a, char *msg, size_t cap);
+
+/* The first non-finite input of this rank's shards, named in global
+ * coordinates in msg: 1 when there is one (mpi_args.c). */
+int fxa_mpi_find_non_finite(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, char *msg,
+                            size_t cap);
+
+/* The plan of a local problem of batch B, nq q heads on nk kv heads, the
+ * ring block's queries and the largest ring block's keys, in layout l
+ * (segment.c). A failure leaves the context's message. */
+fxa_status fxa_mpi_local_plan(const fxa_mpi_attn_plan *p, int64_t batch, int64_t nq, int64_t nk,
+                              fxa_layout l, fxa_attn_plan **out, size_t *ws_bytes);
+
 /* Segment s of the local problem loc (R == 1: a whole problem) by
  * fxa_attn_run with workspace ws (s's bytes, 64-byte aligned); its fallback
  * rows, vmax and bound go into sum. A failure is recorded on p->m
- * (fxa_mpi_fail). (mpi_run.c) */
+ * (fxa_mpi_fail). (segment.c) */
 fxa_status fxa_mpi_run_segment(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc,
                                const fxa_mpi_segment *s, void *ws, fxa_attn_stats *sum);
 
-/* The ring along this rank's column (ring.c). Returns this rank's own
- * status; *column_failed is set (and nothing computed) when another rank of
- * the column failed. p->accs[i] belongs to segment i; on success they hold
- * the unnormalised result. */
-fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *column_failed,
-                        fxa_mpi_stats *stats);
-/* (The per-step times go to p->step_compute / p->step_wait.) */
+/* Add one local run's statistics into sum (segment.c). */
+void fxa_mpi_add_stats(fxa_attn_stats *sum, const fxa_attn_stats *one);
 
 #endif
