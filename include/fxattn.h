@@ -349,12 +349,6 @@ FXA_API fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, co
 FXA_API fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out);
 FXA_API void fxa_attn_acc_destroy(fxa_attn_acc *acc);
 
-/* fxa_kv_summarize on the accumulator's plan with the accumulator's own
- * scratch: allocates nothing (a driver that summarises a block on every
- * pass, like the ring of libfxattn_mpi). Not during another call on acc. */
-FXA_API fxa_status fxa_attn_acc_summarize(fxa_attn_acc *acc, const void *k, const void *v,
-                                          int64_t n_kv, double *summary_out);
-
 /* Optional: fn(arg) is called on the calling thread between batches of
  * work inside fxa_attn_acc_add (a few milliseconds apart), so that a caller
  * can drive communication progress (MPI_Test) while blocks compute. */

@@ -206,10 +206,8 @@ size_t fxa_kv_summary_len(const fxa_attn_plan *plan)
     return plan ? (size_t)(plan->d.batch * plan->d.heads_kv) * fxa_summary_head_len(plan) : 0;
 }
 
-/* scratch: fxa_scan_kv's for up to seq_kv keys, or NULL to allocate it
- * for this call. */
 static fxa_status kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v,
-                               int64_t n_kv, double *summary_out, void *scratch)
+                               int64_t n_kv, double *summary_out)
 {
     if (!summary_out || (n_kv > 0 && (!k || !v)))
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_kv_summarize");
@@ -217,12 +215,12 @@ static fxa_status kv_summarize(const fxa_attn_plan *plan, const void *k, const v
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG,
                             "block of %lld keys is outside 0..%lld (the plan's seq_kv)",
                             (long long)n_kv, (long long)plan->d.seq_kv);
-    void *own = scratch ? NULL : fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(plan, n_kv));
-    if (!scratch && !own)
+    void *scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(plan, n_kv));
+    if (!scratch)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_NO_MEMORY, "out of memory");
     fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv, 0),
-                                block_strides(plan, n_kv, 1), summary_out, scratch ? scratch : own);
-    fxa_free_aligned(own);
+                                block_strides(plan, n_kv, 1), summary_out, scratch);
+    fxa_free_aligned(scratch);
     return st;
 }
 
@@ -232,19 +230,8 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
     if (!plan)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(plan->ctx);
-    const fxa_status st = kv_summarize(plan, k, v, n_kv, summary_out, NULL);
+    const fxa_status st = kv_summarize(plan, k, v, n_kv, summary_out);
     fxa_ctx_end(plan->ctx);
-    return st;
-}
-
-fxa_status fxa_attn_acc_summarize(fxa_attn_acc *acc, const void *k, const void *v, int64_t n_kv,
-                                  double *summary_out)
-{
-    if (!acc)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_begin(acc->p->ctx);
-    const fxa_status st = kv_summarize(acc->p, k, v, n_kv, summary_out, acc->scan_scratch);
-    fxa_ctx_end(acc->p->ctx);
     return st;
 }
 

@@ -143,7 +143,7 @@ static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *lo
     size_t at = 1;
     for (int i = 0; i < p->n_seg && st == FXA_OK; i++) {
         const int64_t off = fxa_mpi_seg_kv(p, &p->seg[i], own) * (int64_t)p->es;
-        st = fxa_attn_acc_summarize(r->accs[i], loc->k + off, loc->v + off, own, r->mine + at);
+        st = fxa_kv_summarize(p->seg[i].plan, loc->k + off, loc->v + off, own, r->mine + at);
         if (st != FXA_OK)
             fxa_mpi_fail(m, st, "%s", fxa_ctx_last_error(m->ctx));
         at += fxa_kv_summary_len(p->seg[i].plan);
