@@ -3,10 +3,16 @@
 #define FXA_MPI_INTERNAL_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "fxattn_mpi.h"
 #include "core/internal_api.h"
+
+/* The first released size of fxa_mpi_params (0.1.0: it ended before
+ * timeout_seconds), for the struct_size policy of core/struct_size.h
+ * (which holds FXA_MPI_STATS_SIZE_0_1). */
+#define FXA_MPI_PARAMS_SIZE_0_1 offsetof(fxa_mpi_params, timeout_seconds)
 
 struct fxa_mpi {
     MPI_Comm comm;     /* duplicate of the caller's in grid order, MPI_ERRORS_RETURN */
