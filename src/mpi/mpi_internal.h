@@ -29,9 +29,10 @@ struct fxa_mpi {
     double timeout; /* seconds a wait may see no progress (fxa_mpi_wait) */
     int broken;     /* a wait timed out: the communicators are unusable */
     /* Test hooks, read from the environment once by fxa_mpi_create (0:
-     * unset): FXA_MPI_TEST_MAX_ELEMENTS caps the ring's message pieces
-     * (ring.c); FXA_TEST_ULYSSES_GROUPS and FXA_TEST_ULYSSES_PIECE set the
-     * Ulysses exchange's groups and pieces (ulysses.c). */
+     * unset) and only by plans, never on a run path:
+     * FXA_MPI_TEST_MAX_ELEMENTS caps the ring's message pieces
+     * (ring_plan.c); FXA_TEST_ULYSSES_GROUPS and FXA_TEST_ULYSSES_PIECE set
+     * the Ulysses exchange's groups and pieces (ulysses_plan.c). */
     int64_t test_max_elements;
     int64_t test_ulysses_groups;
     int64_t test_ulysses_piece;

@@ -32,8 +32,8 @@ static long g_outside; /* counted outside MPI in this window */
 static void *g_first;  /* where the first of them was called */
 
 enum { F_ISEND, F_IRECV, F_TESTSOME, F_TESTALL, F_IALLREDUCE, F_IALLGATHER, F_IBCAST, F_N };
-static const char *const g_names[F_N] = {"MPI_Isend",      "MPI_Irecv",      "MPI_Testsome",
-                                         "MPI_Testall",    "MPI_Iallreduce", "MPI_Iallgather",
+static const char *const g_names[F_N] = {"MPI_Isend",   "MPI_Irecv",      "MPI_Testsome",
+                                         "MPI_Testall", "MPI_Iallreduce", "MPI_Iallgather",
                                          "MPI_Ibcast"};
 static long g_inside[F_N]; /* allocations and frees inside each function */
 static long g_calls[F_N];
@@ -109,8 +109,8 @@ int MPI_Iallreduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op, 
     return rc;
 }
 
-int MPI_Iallgather(const void *in, int n, MPI_Datatype t, void *out, int n_out,
-                   MPI_Datatype t_out, MPI_Comm comm, MPI_Request *req)
+int MPI_Iallgather(const void *in, int n, MPI_Datatype t, void *out, int n_out, MPI_Datatype t_out,
+                   MPI_Comm comm, MPI_Request *req)
 {
     enter(F_IALLGATHER);
     const int rc = PMPI_Iallgather(in, n, t, out, n_out, t_out, comm, req);
@@ -208,7 +208,8 @@ static void run_case(fxa_mpi *m, const zcase *c)
         end_outside();
         g_counting = 0;
         CHECK(st == FXA_OK, "%s: run %d: %s", c->name, run, fxa_mpi_last_error(m));
-        CHECK(g_outside == 0, "%s: run %d on rank %d: %ld allocations or frees outside MPI (the "
+        CHECK(g_outside == 0,
+              "%s: run %d on rank %d: %ld allocations or frees outside MPI (the "
               "first from %p)",
               c->name, run, g_rank, g_outside, g_first);
         CHECK(!memcmp(out[0], out[1], (size_t)nq * sizeof(float)) &&
