@@ -192,7 +192,7 @@ class WanAttnProcessor:
     GFLOP/s), diffusers' default 31.1 s (38.6 GFLOP/s), so auto is fused.
     On a 2-core Zen 5 EPYC (AVX512-BF16), same layer, medians of 3
     interleaved rounds: fp32 fused 3.11 s vs diffusers' default 8.32 s
-    (2.68x), bf16 fused 1.70 s vs default 3.90 s (2.30x; bench/RESULTS.md).
+    (2.68x), bf16 fused 1.70 s vs default 3.90 s (2.30x; bench/results/zen5.md).
     threads: fxattn's worker threads (None: the CPUs available).
     .calls counts the calls, .fused_calls those that ran the fused layer.
     """
