@@ -1,5 +1,6 @@
 /* The ring's buffers (ring.h), sized from the plan: an accumulator per
- * segment, 2 (prefetch + 1) slots of the largest K/V block, the requests of
+ * segment (its block table reserved for the R blocks of a pass), 2
+ * (prefetch + 1) slots of the largest K/V block, the requests of
  * every slot's messages and the summaries' buffers. */
 #include <limits.h>
 #include <stdio.h>
@@ -64,7 +65,9 @@ fxa_status fxa_ring_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap)
         return FXA_ERR_NO_MEMORY;
     }
     for (int i = 0; i < p->n_seg; i++) {
-        const fxa_status st = fxa_attn_acc_create(p->seg[i].plan, &r->accs[i]);
+        fxa_status st = fxa_attn_acc_create(p->seg[i].plan, &r->accs[i]);
+        if (st == FXA_OK)
+            st = fxa_attn_acc_reserve(r->accs[i], m->ring); /* a pass adds R blocks */
         if (st != FXA_OK) {
             snprintf(msg, cap, "%s", fxa_ctx_last_error(m->ctx));
             return st;
