@@ -93,9 +93,28 @@ struct fxa_mpi_attn_plan {
     /* R == 1: the workspace of the largest local run (64-byte aligned). */
     void *ws;
     size_t ws_bytes;
+    /* The memory the plan may still take (fxa_available_memory() when it
+     * began) and what it has taken (fxa_mpi_plan_take). */
+    uint64_t mem_avail;
+    double mem_taken;
     struct fxa_ring_bufs *ring_bufs;       /* R > 1 */
     struct fxa_ulysses_bufs *ulysses_bufs; /* U > 1 */
 };
+
+/* Before allocating bytes of run buffers (what names them): FXA_OK while
+ * the plan's buffers fit in the memory available when it began, else
+ * FXA_ERR_NO_MEMORY and "needs X GiB, Y GiB available (what)" in msg (as
+ * an attention plan refuses a workspace larger than that). */
+static inline fxa_status fxa_mpi_plan_take(fxa_mpi_attn_plan *p, double bytes, const char *what,
+                                           char *msg, size_t cap)
+{
+    p->mem_taken += bytes;
+    if (p->mem_taken <= (double)p->mem_avail)
+        return FXA_OK;
+    snprintf(msg, cap, "needs %.1f GiB, %.1f GiB available (%s)", p->mem_taken / 1073741824.0,
+             (double)p->mem_avail / 1073741824.0, what);
+    return FXA_ERR_NO_MEMORY;
+}
 
 /* Record an error on m (printf style) and return st. */
 __attribute__((format(printf, 3, 4))) static inline fxa_status

@@ -89,12 +89,15 @@ static fxa_status plan_buffers(fxa_mpi_attn_plan *p, char *msg, size_t cap)
 {
     const fxa_mpi *m = p->m;
     fxa_status st = FXA_OK;
+    p->mem_avail = fxa_available_memory();
     if (m->ulysses > 1)
         st = fxa_ulysses_plan(p, msg, cap);
     if (st == FXA_OK && m->ring > 1)
         st = fxa_ring_plan(p, msg, cap);
     for (int i = 0; m->ulysses == 1 && m->ring == 1 && i < p->n_seg; i++)
         p->ws_bytes = p->seg[i].ws_bytes > p->ws_bytes ? p->seg[i].ws_bytes : p->ws_bytes;
+    if (st == FXA_OK && p->ws_bytes)
+        st = fxa_mpi_plan_take(p, (double)p->ws_bytes, "the local workspace", msg, cap);
     if (st == FXA_OK && p->ws_bytes) {
         p->ws = aligned_alloc(64, (p->ws_bytes + 63) / 64 * 64);
         if (!p->ws) {

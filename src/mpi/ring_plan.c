@@ -53,6 +53,14 @@ fxa_status fxa_ring_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     size_t most_summary;
     size_ring(p, r, &most_summary);
     const size_t ring = (size_t)m->ring;
+    /* The slots and the accumulators' row state (their workspaces are the
+     * segment plans', each within the memory available). */
+    const double rows = (double)p->d.batch * (double)fxa_mpi_loc_hq(p) * (double)p->loc_sq;
+    const fxa_status sm = fxa_mpi_plan_take(
+        p, 2.0 * r->depth * (double)r->slot_bytes + rows * (double)(p->d.head_dim + 5) * 4.0,
+        "the ring's K/V slots and accumulators", msg, cap);
+    if (sm != FXA_OK)
+        return sm;
     r->accs = calloc((size_t)p->n_seg, sizeof *r->accs);
     r->slots = malloc(2 * (size_t)r->depth * r->slot_bytes + 1);
     r->req = malloc((size_t)r->n_req * sizeof *r->req);

@@ -215,6 +215,16 @@ fxa_status fxa_ulysses_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     }
     int in_reqs;
     size_exchanges(p, u, &in_reqs);
+    const double tensors = (double)rows * (double)dim * (double)(p->es + sizeof(float)) +
+                           2.0 * (double)(b * nkv * own_kv * dim * p->es) +
+                           (double)rows * (2 * sizeof(float) + 1);
+    const double staging =
+        (double)u->in_send_at[u->groups] * (double)p->es +
+        (double)(u->back_at[pairs - 1] + u->back_from[pairs - 1]) * sizeof(float);
+    const fxa_status sm = fxa_mpi_plan_take(p, tensors + staging,
+                                            "the Ulysses exchange's tensors and staging", msg, cap);
+    if (sm != FXA_OK)
+        return sm;
     u->q = malloc(rows * dim * p->es + 1);
     u->k = malloc(b * nkv * own_kv * dim * p->es + 1);
     u->v = malloc(b * nkv * own_kv * dim * p->es + 1);
