@@ -170,7 +170,8 @@ typedef struct fxa_mpi_attn_plan fxa_mpi_attn_plan;
  *   - with Ulysses (U > 1): the head-sharded Q, K, V and outputs of the
  *     row's tokens, the staging of both exchanges, their offsets and MPI
  *     request arrays and, without a ring, the pipeline's per-group plans.
- * Out of memory is FXA_ERR_NO_MEMORY on every rank, fxa_mpi_last_error(m)
+ * Buffers larger than fxa_available_memory() (or an allocation that
+ * fails) give FXA_ERR_NO_MEMORY on every rank, fxa_mpi_last_error(m)
  * naming what did not fit.
  */
 FXA_API fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
