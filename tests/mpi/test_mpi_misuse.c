@@ -183,27 +183,49 @@ static void test_plans(fxa_mpi *m)
     CHECK(plan == NULL, "no plan on failure");
 }
 
+/* This rank's shards of base_desc()'s Q, K, V (random) and an output. */
+typedef struct shards {
+    size_t elems;
+    float *q, *k, *v, *out;
+} shards;
+
+static shards make_shards(const fxa_attn_desc *d, uint64_t seed)
+{
+    int64_t start;
+    int64_t n;
+    fxa_mpi_shard(d->seq_q, g_size, g_rank, &start, &n);
+    shards s = {.elems = (size_t)(n * d->heads_q * d->head_dim)};
+    s.q = malloc(s.elems * sizeof(float));
+    s.k = malloc(s.elems * sizeof(float));
+    s.v = malloc(s.elems * sizeof(float));
+    s.out = malloc(s.elems * sizeof(float));
+    fxt_rng r;
+    fxt_rng_seed(&r, seed);
+    for (size_t i = 0; i < s.elems; i++) {
+        s.q[i] = (float)fxt_rng_normal(&r);
+        s.k[i] = (float)fxt_rng_normal(&r);
+        s.v[i] = (float)fxt_rng_normal(&r);
+    }
+    return s;
+}
+
+static void free_shards(shards *s)
+{
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->out);
+}
+
 /* Bad inputs on one rank; outputs keep their sentinel everywhere. */
 static void test_runs(fxa_mpi *m, const char *grid)
 {
     fxa_attn_desc d = base_desc();
     fxa_mpi_attn_plan *plan = NULL;
     CHECK(fxa_mpi_attn_plan_create(m, &d, &plan) == FXA_OK, "plan: %s", fxa_mpi_last_error(m));
-    int64_t start;
-    int64_t n;
-    fxa_mpi_shard(d.seq_q, g_size, g_rank, &start, &n);
-    const size_t elems = (size_t)(n * d.heads_q * d.head_dim);
-    float *q = malloc(elems * sizeof(float));
-    float *k = malloc(elems * sizeof(float));
-    float *v = malloc(elems * sizeof(float));
-    float *out = malloc(elems * sizeof(float));
-    fxt_rng r;
-    fxt_rng_seed(&r, (uint64_t)g_rank + 1);
-    for (size_t i = 0; i < elems; i++) {
-        q[i] = (float)fxt_rng_normal(&r);
-        k[i] = (float)fxt_rng_normal(&r);
-        v[i] = (float)fxt_rng_normal(&r);
-    }
+    shards sh = make_shards(&d, (uint64_t)g_rank + 1);
+    const size_t elems = sh.elems;
+    float *q = sh.q, *k = sh.k, *v = sh.v, *out = sh.out;
     const char *tensor[3] = {"Q", "K", "V"};
     float *which[3] = {q, k, v};
     for (int t = 0; t < 3; t++) {
@@ -274,10 +296,7 @@ static void test_runs(fxa_mpi *m, const char *grid)
     fxa_status st = fxa_mpi_attn_run(plan, &a, NULL);
     CHECK(st == FXA_OK, "%s: a good run after the failures: %s", grid, fxa_mpi_last_error(m));
     fxa_mpi_attn_plan_destroy(plan);
-    free(q);
-    free(k);
-    free(v);
-    free(out);
+    free_shards(&sh);
 }
 
 /* The versioned structs a distributed plan and run read and write, at
@@ -289,22 +308,10 @@ static void test_runs(fxa_mpi *m, const char *grid)
 static void test_struct_sizes(fxa_mpi *m, const char *grid)
 {
     fxa_attn_desc d = base_desc();
-    int64_t start;
-    int64_t n;
-    fxa_mpi_shard(d.seq_q, g_size, g_rank, &start, &n);
-    const size_t elems = (size_t)(n * d.heads_q * d.head_dim);
-    float *q = malloc(elems * sizeof(float));
-    float *k = malloc(elems * sizeof(float));
-    float *v = malloc(elems * sizeof(float));
-    float *out = malloc(elems * sizeof(float));
+    shards sh = make_shards(&d, (uint64_t)g_rank + 11);
+    const size_t elems = sh.elems;
+    float *q = sh.q, *k = sh.k, *v = sh.v, *out = sh.out;
     float *out_old = malloc(elems * sizeof(float));
-    fxt_rng r;
-    fxt_rng_seed(&r, (uint64_t)g_rank + 11);
-    for (size_t i = 0; i < elems; i++) {
-        q[i] = (float)fxt_rng_normal(&r);
-        k[i] = (float)fxt_rng_normal(&r);
-        v[i] = (float)fxt_rng_normal(&r);
-    }
     char label[96];
     /* A caller built against 0.1: its descriptor ends before the strides,
      * and nothing past it is read (0xff there would be strides). */
@@ -403,10 +410,7 @@ static void test_struct_sizes(fxa_mpi *m, const char *grid)
               strstr(fxa_mpi_last_error(m), "fxa_mpi_stats.struct_size"),
           "%s: %s (stats %s)", label, fxa_mpi_last_error(m), untouched ? "untouched" : "written");
     fxa_mpi_attn_plan_destroy(plan);
-    free(q);
-    free(k);
-    free(v);
-    free(out);
+    free_shards(&sh);
     free(out_old);
 }
 
