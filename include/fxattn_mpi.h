@@ -164,15 +164,30 @@ FXA_API fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local
 
 typedef struct fxa_mpi_attn_plan fxa_mpi_attn_plan;
 
-/* Collective. d describes the global problem (seq_q, seq_kv over all ranks);
+/*
+ * Collective. d describes the global problem (seq_q, seq_kv over all ranks);
  * layout, dtype and options as in fxa_attn_desc (the scheduling fields apply
- * to each rank's local work). Every rank must pass the same descriptor: a
- * hash of it is compared across ranks. */
+ * to each rank's local work; d->struct_size from 0.1's size on, as in
+ * fxa_attn_plan_create). Every rank must pass the same descriptor: a hash
+ * of it is compared across ranks.
+ * The plan does all validation and sub-planning and owns every buffer its
+ * runs use, allocated here (fxa_mpi_attn_run takes no workspace):
+ *   - the local attention plans of this rank's heads and, without a ring,
+ *     their workspace;
+ *   - with a ring (R > 1): one accumulator per local problem (about
+ *     B * Hq/U * Sq/R * (D + 5) * 4 bytes), 2 (prefetch + 1) slots of the
+ *     largest K/V block in flight, the MPI request arrays of every slot's
+ *     messages and the buffers of the ring's summaries;
+ *   - with Ulysses (U > 1): the head-sharded Q, K, V and outputs of the
+ *     row's tokens, the staging of both exchanges, their offsets and MPI
+ *     request arrays and, without a ring, the pipeline's per-group plans.
+ * Buffers larger than fxa_available_memory() (or an allocation that
+ * fails) give FXA_ERR_NO_MEMORY on every rank, fxa_mpi_last_error(m)
+ * naming what did not fit.
+ */
 FXA_API fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
                                             fxa_mpi_attn_plan **out);
-/* Local. Also frees the buffers the plan keeps from run to run (ring slots
- * and accumulators, Ulysses buffers: allocated by the first run, so that
- * later runs touch no fresh memory). NULL is a no-op. */
+/* Local. Frees the plan and every buffer it owns. NULL is a no-op. */
 FXA_API void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *plan);
 
 /* What one distributed run did (this rank's view unless said global). */
@@ -203,7 +218,13 @@ FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps
  * rank, or outputs that share memory with the inputs or with each other,
  * fail the call on every rank before any output is written, and so do
  * ranks that pass plans of different descriptors (FXA_ERR_INVALID_ARG).
- * stats may be NULL.
+ * args->struct_size and stats->struct_size follow the struct_size policy
+ * (fxattn.h, "Conventions": 0.1's size to the current one, else
+ * FXA_ERR_INVALID_ARG). stats may be NULL. Runs on the plan's buffers and
+ * the caller's tensors: the call allocates nothing (what MPI allocates
+ * inside its own functions aside: Open MPI's nonblocking collectives do).
+ * Every failure is explained by fxa_mpi_last_error (the same status and
+ * message on every rank, but for a peer's deadline: see above).
  */
 FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args *args,
                                     fxa_mpi_stats *stats);
