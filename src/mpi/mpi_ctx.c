@@ -26,16 +26,6 @@ void fxa_mpi_params_init(fxa_mpi_params *p)
                           .placement = FXA_MPI_PLACE_HOSTS};
 }
 
-double fxa_mpi_default_timeout(void)
-{
-    const char *env = getenv("FXA_MPI_TIMEOUT");
-    if (!env || !*env)
-        return 60.0;
-    char *end = NULL;
-    const double t = strtod(env, &end);
-    return end != env && *end == '\0' && t > 0.0 && t <= 1e9 ? t : 0.0;
-}
-
 /* The deadline in seconds from the params or fxa_mpi_default_timeout(); 0
  * with a reason in msg when it is not a positive number of seconds. */
 static double pick_timeout(double param, char *msg, size_t cap)

@@ -2,10 +2,23 @@
  * progress (a cut link, a frozen or dead host) fails the call instead of
  * hanging it. MPI has no timeout of its own on a blocked operation, so
  * every wait of the library polls its requests. */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "mpi_internal.h"
+
+/* The deadline of every wait: FXA_MPI_TIMEOUT seconds, 60 when unset, 0
+ * (refused by the callers) when it is not a positive number. */
+double fxa_mpi_default_timeout(void)
+{
+    const char *env = getenv("FXA_MPI_TIMEOUT");
+    if (!env || !*env)
+        return 60.0;
+    char *end = NULL;
+    const double t = strtod(env, &end);
+    return end != env && *end == '\0' && t > 0.0 && t <= 1e9 ? t : 0.0;
+}
 
 /* Sleeps between polls: 10 us, doubling up to 160 us. MPI moves data only
  * while a rank is inside MPI: over TCP every rendezvous handshake and every
