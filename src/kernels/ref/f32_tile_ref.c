@@ -15,7 +15,6 @@
 #include "../kernels.h"
 #include "exp2_ref.h"
 #include "rows_ref.h"
-#include "../row_update_impl.h"
 
 #define ROWS 4
 #define COLS 16
@@ -142,40 +141,28 @@ static void fxa_f32_pv__ref(const fxa_attn_tile *t)
     }
 }
 
-/* p_j = exp2(z_j - shift) in place (shift integer-valued); returns their
- * sum (increasing j). */
-static float exp2_row_sum(float *z, size_t n, float shift)
+/* p_j = exp2(z_j - shift) in place over row i (shift integer-valued); returns their sum
+ * (increasing j). Every row takes the flush test. */
+static float row_exp2(const fxa_attn_tile *t, size_t i, float shift, int may_flush)
 {
+    (void)may_flush;
+    float *z = t->scores + i * t->ld_scores;
     float sum = 0.0f;
-    for (size_t j = 0; j < n; j++) {
+    for (size_t j = 0; j < t->n_kv; j++) {
         z[j] = fxa_exp2_shifted_ref(z[j], shift);
         sum += z[j];
     }
     return sum;
 }
 
-/* Scores to probabilities, row by row; online rows rescale o and l. */
-static void softmax_rows(const fxa_attn_tile *t)
-{
-    for (size_t i = 0; i < t->n_q; i++) {
-        float *z = t->scores + i * t->ld_scores;
-        if (t->online[i] != FXA_ROW_ONLINE) {
-            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
-            continue;
-        }
-        /* Integer running shift: the rescale factor is an exact power of
-         * two and the largest term lies in (1/2, 1]. */
-        const fxa_row_shift s = fxa_online_shift(t->m[i], z, t->n_kv);
-        const float sum = exp2_row_sum(z, t->n_kv, s.m);
-        fxa_online_fold(s, sum, t->m + i, t->l + i, t->o + i * t->ldo, t->d);
-    }
-}
+#define FXA_SOFTMAX_TILE fxa_attn_tile
+#include "../softmax_rows_impl.h"
 
 void fxa_f32_tile__ref(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->ldq >= t->d && t->kt_panel % COLS == 0 && t->ldv >= t->d && t->ldo >= t->d);
     fxa_f32_score__ref(t);
-    softmax_rows(t);
+    softmax_rows(t, 0, t->n_q);
     fxa_f32_pv__ref(t);
 }
