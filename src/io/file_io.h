@@ -1,5 +1,6 @@
 /* Reading and writing files exactly, and quoting their content in messages,
- * for the hostile-file readers (npy.c, safetensors.c) and the staged writer. */
+ * for the hostile-file readers (npy.c, safetensors.c) and the staged writer
+ * (staged.c). */
 #ifndef FXA_IO_FILE_IO_H
 #define FXA_IO_FILE_IO_H
 
@@ -45,6 +46,17 @@ int fxa_io_stamp_same(const fxa_io_stamp *a, const fxa_io_stamp *b);
  * that a file rewritten in place during the read is refused instead of
  * returning a mix of old and new bytes. */
 fxa_status fxa_io_check_unchanged(int fd, const fxa_io_stamp *before, char *why, size_t why_len);
+
+/*
+ * Stage a file of head[0..head_len) then data[0..data_len) for path (staged.c): in a
+ * temporary file next to path's file (a symbolic link's file), synced, for
+ * fxa_staged_commit or fxa_staged_discard; a path that names an existing non-regular file
+ * (a device, a FIFO) is written in place (st->direct). Returns FXA_ERR_INVALID_ARG or
+ * FXA_ERR_IO with the reason in err, st zeroed, nothing left behind.
+ */
+struct fxa_staged;
+fxa_status fxa_stage_file(const char *path, const void *head, size_t head_len, const void *data,
+                          size_t data_len, struct fxa_staged *st, char *err, size_t errlen);
 
 /* Messages about file content, shared by the readers: */
 
