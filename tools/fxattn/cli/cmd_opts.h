@@ -9,6 +9,8 @@
  * starts from; fxt_X_opts_table fills t with the command's table (names,
  * aliases, kinds, ranges) pointing into o, zero-terminated, at most
  * FXT_MAX_OPTS entries including the terminator. o must outlive t.
+ * fxt_X_opts_parse does both and parses the command's argv[2..] into o:
+ * 0, or the exit code after printing why (fxt_parse_options).
  */
 #ifndef FXT_CMD_OPTS_H
 #define FXT_CMD_OPTS_H
@@ -154,5 +156,13 @@ void fxt_plan_opts_defaults(plan_opts *o);
 void fxt_plan_opts_table(plan_opts *o, fxt_opt t[FXT_MAX_OPTS]);
 void fxt_info_opts_defaults(info_opts *o);
 void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+
+int fxt_attn_opts_parse(int argc, char **argv, attn_opts *o);
+int fxt_check_opts_parse(int argc, char **argv, check_opts *o);
+int fxt_bench_args_parse(int argc, char **argv, bench_args *o);
+int fxt_demo_opts_parse(int argc, char **argv, demo_opts *o);
+int fxt_layer_opts_parse(int argc, char **argv, layer_opts *o);
+int fxt_plan_opts_parse(int argc, char **argv, plan_opts *o);
+int fxt_info_opts_parse(int argc, char **argv, info_opts *o);
 
 #endif

@@ -154,13 +154,10 @@ int fxt_attn_check_memory(const attn_opts *o, int ranks, int node_ranks, int gat
 int fxt_cmd_attn(int argc, char **argv)
 {
     attn_opts o;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_attn_opts_defaults(&o);
-    fxt_attn_opts_table(&o, opts);
     fxt_inputs in;
     fxt_runner r;
     fxa_layout layout;
-    int code = fxt_parse_options("attn", argc, argv, 2, opts);
+    int code = fxt_attn_opts_parse(argc, argv, &o);
     if (code)
         return code;
     if (!o.q || !o.k || !o.v || !o.out)

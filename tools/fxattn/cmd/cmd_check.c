@@ -77,12 +77,9 @@ static void print_json(const fxa_attn_desc *d, const fxa_check_head *hr, int has
 int fxt_cmd_check(int argc, char **argv)
 {
     check_opts o;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_check_opts_defaults(&o);
-    fxt_check_opts_table(&o, opts);
     fxa_layout layout;
     fxt_inputs in;
-    int code = fxt_parse_options("check", argc, argv, 2, opts);
+    int code = fxt_check_opts_parse(argc, argv, &o);
     if (code)
         return code;
     if (!o.q || !o.k)

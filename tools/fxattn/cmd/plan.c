@@ -85,17 +85,10 @@ static int measure_shape(const fxt_cost_model *m, fxa_dtype dtype, int threads,
     const double per_head = 4.0 * (double)tokens * (double)kv * (double)m->dim;
     int64_t heads = (int64_t)ceil(1e9 / per_head);
     heads = heads < 1 ? 1 : heads > m->heads ? m->heads : heads;
-    fxt_wan_synth p;
-    fxt_wan_synth_defaults(&p);
-    p.frames = 1;
-    p.height = 1;
-    p.width = (int)kv;
-    p.heads = (int)heads;
-    p.head_dim = (int)m->dim;
     fxt_workload w = {0};
     fxt_runner r = {0};
     float *out = NULL;
-    int code = fxt_workload_make(&p, dtype, &w);
+    int code = fxt_workload_sequence(kv, heads, m->dim, dtype, &w);
     if (!code) {
         w.d.compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
         w.d.seq_q = tokens;

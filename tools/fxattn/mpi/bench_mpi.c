@@ -174,13 +174,6 @@ static int bench_setup(dist_bench *b, const bench_opts *o)
         return FXT_EXIT_BAD_INPUT;
     }
     b->threads = fxt_mpi_threads_per_rank(o->threads);
-    fxt_wan_synth p;
-    fxt_wan_synth_defaults(&p);
-    p.frames = 1;
-    p.height = 1;
-    p.width = (int)o->seq;
-    p.heads = (int)o->heads;
-    p.head_dim = (int)o->dim;
     /* Every rank makes the whole problem (fp32 q, k, v, out and, for 16-bit
      * runs, their copies), all-gathers K and V, and rank 0 keeps the
      * single-process output: about (16 + 2 es + 4 + 6) bytes per element. */
@@ -190,7 +183,7 @@ static int bench_setup(dist_bench *b, const bench_opts *o)
         fxt_check_memory(n_elems * (20.0 + 2.0 * es + (o->dtype == FXA_F32 ? 0.0 : 6.0)),
                          fxt_mpi_node_ranks(), "bench: this rank's copies of q, k, v and out");
     if (!code)
-        code = fxt_workload_make(&p, o->dtype, &b->w);
+        code = fxt_workload_sequence(o->seq, o->heads, o->dim, o->dtype, &b->w);
     b->d = b->w.d;
     b->d.compute = o->compute;
     b->es = o->dtype == FXA_F32 ? 4 : 2;
