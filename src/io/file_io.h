@@ -63,6 +63,11 @@ fxa_status fxa_stage_file(const char *path, const void *head, size_t head_len, c
 /* Empty err (when not NULL and errlen > 0). */
 void fxa_io_clear_error(char *err, size_t errlen);
 
+/* The formatted message into err[errlen], truncated to fit (nothing when err is NULL or
+ * errlen 0). */
+void fxa_io_set_error(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Copy file text into a message of at most cap bytes (cap >= 5): printable
  * ASCII kept, other bytes as '?', text too long cut and ended with "...". */
 void fxa_io_snippet(const char *text, size_t len, char *out, size_t cap);

@@ -43,20 +43,6 @@
  */
 #define WRITE_HEADER_CAP 320
 
-static void set_error(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_error(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(err, errlen, fmt, args);
-    va_end(args);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Shared helpers                                                            */
 /* ------------------------------------------------------------------------ */
@@ -485,15 +471,15 @@ fxa_status fxa_npy_read_shard(const char *path, int axis, int parts, int part, f
                               char *err, size_t errlen)
 {
     if (parts < 1 || part < 0 || part >= parts) {
-        set_error(err, errlen, "%s: shard %d of %d does not exist", path ? path : "(null)", part,
-                  parts);
+        fxa_io_set_error(err, errlen, "%s: shard %d of %d does not exist", path ? path : "(null)",
+                         part, parts);
         if (out)
             memset(out, 0, sizeof *out);
         return FXA_ERR_INVALID_ARG;
     }
     if (axis < 0) {
-        set_error(err, errlen, "%s: a shard needs an axis (0 or more), not %d",
-                  path ? path : "(null)", axis);
+        fxa_io_set_error(err, errlen, "%s: a shard needs an axis (0 or more), not %d",
+                         path ? path : "(null)", axis);
         if (out)
             memset(out, 0, sizeof *out);
         return FXA_ERR_INVALID_ARG;
@@ -781,24 +767,25 @@ fxa_status fxa_npy_stage_f32(const char *path, int ndim, const int64_t *shape, c
 
     fxa_io_clear_error(err, errlen);
     if (path == NULL || st == NULL) {
-        set_error(err, errlen, "npy writer: no path or no staging struct given");
+        fxa_io_set_error(err, errlen, "npy writer: no path or no staging struct given");
         if (st != NULL)
             memset(st, 0, sizeof *st);
         return FXA_ERR_INVALID_ARG;
     }
     memset(st, 0, sizeof *st);
     if (path[0] == '\0') {
-        set_error(err, errlen, "npy writer: the output path is empty");
+        fxa_io_set_error(err, errlen, "npy writer: the output path is empty");
         return FXA_ERR_INVALID_ARG;
     }
     if (ndim < 0 || ndim > FXA_NPY_MAX_DIMS || (ndim > 0 && shape == NULL)) {
-        set_error(err, errlen, "%s: cannot write %d dimensions (0..%d, with a shape)", path, ndim,
-                  FXA_NPY_MAX_DIMS);
+        fxa_io_set_error(err, errlen, "%s: cannot write %d dimensions (0..%d, with a shape)", path,
+                         ndim, FXA_NPY_MAX_DIMS);
         return FXA_ERR_INVALID_ARG;
     }
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
-            set_error(err, errlen, "%s: negative dimension %" PRId64 " in shape", path, shape[i]);
+            fxa_io_set_error(err, errlen, "%s: negative dimension %" PRId64 " in shape", path,
+                             shape[i]);
             return FXA_ERR_INVALID_ARG;
         }
     }
@@ -806,11 +793,11 @@ fxa_status fxa_npy_stage_f32(const char *path, int ndim, const int64_t *shape, c
     int64_t data_bytes;
     if (shape_size(shape, ndim, (int64_t)sizeof(float), &count, &data_bytes) != 0 ||
         (uint64_t)data_bytes > (uint64_t)SIZE_MAX) {
-        set_error(err, errlen, "%s: shape overflows: its size in bytes is too large", path);
+        fxa_io_set_error(err, errlen, "%s: shape overflows: its size in bytes is too large", path);
         return FXA_ERR_INVALID_ARG;
     }
     if (data_bytes > 0 && data == NULL) {
-        set_error(err, errlen, "%s: no data given for %" PRId64 " elements", path, count);
+        fxa_io_set_error(err, errlen, "%s: no data given for %" PRId64 " elements", path, count);
         return FXA_ERR_INVALID_ARG;
     }
     const size_t header_total = build_header(ndim, shape, header);

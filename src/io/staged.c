@@ -15,27 +15,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
-
-static void set_error(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_error(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(err, errlen, fmt, args);
-    va_end(args);
-}
 
 /*
  * A path whose last component is a symbolic link to a regular file (out.npy -> data/x.npy,
@@ -71,7 +56,7 @@ static fxa_status write_in_place(const char *path, const struct stat *target, co
                                  char *err, size_t errlen)
 {
     if (S_ISDIR(target->st_mode)) {
-        set_error(err, errlen, "%s: is a folder", path);
+        fxa_io_set_error(err, errlen, "%s: is a folder", path);
         memset(st, 0, sizeof *st);
         return FXA_ERR_IO;
     }
@@ -80,15 +65,17 @@ static fxa_status write_in_place(const char *path, const struct stat *target, co
     int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENXIO && S_ISFIFO(target->st_mode))
-            set_error(err, errlen, "%s: is a FIFO with no reader (nothing was written)", path);
+            fxa_io_set_error(err, errlen, "%s: is a FIFO with no reader (nothing was written)",
+                             path);
         else
-            set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+            fxa_io_set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
         memset(st, 0, sizeof *st);
         return FXA_ERR_IO;
     }
     const int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-        set_error(err, errlen, "%s: cannot make the output blocking: %s", path, strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: cannot make the output blocking: %s", path,
+                         strerror(errno));
         close(fd);
         memset(st, 0, sizeof *st);
         return FXA_ERR_IO;
@@ -97,7 +84,7 @@ static fxa_status write_in_place(const char *path, const struct stat *target, co
     if (status == FXA_OK)
         status = fxa_io_write_all(fd, data, data_len, path, err, errlen);
     if (close(fd) != 0 && status == FXA_OK) {
-        set_error(err, errlen, "%s: close failed: %s", path, strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: close failed: %s", path, strerror(errno));
         status = FXA_ERR_IO;
     }
     memset(st, 0, sizeof *st);
@@ -114,8 +101,8 @@ fxa_status fxa_stage_file(const char *path, const void *head, size_t head_len, c
     switch (resolve_link(path, resolved, sizeof resolved)) {
     case 1: target_path = resolved; break;
     case -1:
-        set_error(err, errlen, "%s: cannot resolve the link to its file: %s", path,
-                  strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: cannot resolve the link to its file: %s", path,
+                         strerror(errno));
         memset(st, 0, sizeof *st);
         return FXA_ERR_IO;
     default: break;
@@ -123,7 +110,7 @@ fxa_status fxa_stage_file(const char *path, const void *head, size_t head_len, c
     int final_len = snprintf(st->final_path, sizeof st->final_path, "%s", target_path);
     int tmp_len = snprintf(st->tmp_path, sizeof st->tmp_path, "%s.tmp.XXXXXX", target_path);
     if (final_len < 0 || tmp_len < 0 || (size_t)tmp_len >= sizeof st->tmp_path) {
-        set_error(err, errlen, "%s: path is too long", path);
+        fxa_io_set_error(err, errlen, "%s: path is too long", path);
         memset(st, 0, sizeof *st);
         return FXA_ERR_INVALID_ARG;
     }
@@ -137,15 +124,15 @@ fxa_status fxa_stage_file(const char *path, const void *head, size_t head_len, c
     umask(mask);
     int fd = mkstemp(st->tmp_path);
     if (fd < 0) {
-        set_error(err, errlen, "%s: cannot create a temporary file next to it: %s", path,
-                  strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: cannot create a temporary file next to it: %s", path,
+                         strerror(errno));
         memset(st, 0, sizeof *st);
         return FXA_ERR_IO;
     }
     fxa_status status = FXA_ERR_IO;
     if (fchmod(fd, 0666 & ~mask) != 0) {
-        set_error(err, errlen, "%s: cannot set permissions of %s: %s", path, st->tmp_path,
-                  strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: cannot set permissions of %s: %s", path, st->tmp_path,
+                         strerror(errno));
         goto fail;
     }
     status = fxa_io_write_all(fd, head, head_len, path, err, errlen);
@@ -158,13 +145,13 @@ fxa_status fxa_stage_file(const char *path, const void *head, size_t head_len, c
     }
     status = FXA_ERR_IO;
     if (fsync(fd) != 0) {
-        set_error(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
         goto fail;
     }
     int close_result = close(fd);
     fd = -1;
     if (close_result != 0) {
-        set_error(err, errlen, "%s: close failed: %s", path, strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: close failed: %s", path, strerror(errno));
         goto fail;
     }
     st->active = 1;
@@ -198,21 +185,21 @@ static fxa_status check_output_folder(const char *path, char *err, size_t errlen
     char dir[sizeof((fxa_staged *)0)->tmp_path];
     struct stat sb;
     if (!folder_of(path, dir, sizeof dir)) {
-        set_error(err, errlen, "%s: path is too long", path);
+        fxa_io_set_error(err, errlen, "%s: path is too long", path);
         return FXA_ERR_INVALID_ARG;
     }
     if (stat(dir, &sb) != 0) {
-        set_error(err, errlen, "%s: its folder %s %s", path, dir,
-                  errno == ENOENT ? "does not exist" : strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: its folder %s %s", path, dir,
+                         errno == ENOENT ? "does not exist" : strerror(errno));
         return FXA_ERR_IO;
     }
     if (!S_ISDIR(sb.st_mode)) {
-        set_error(err, errlen, "%s: %s is not a folder", path, dir);
+        fxa_io_set_error(err, errlen, "%s: %s is not a folder", path, dir);
         return FXA_ERR_IO;
     }
     if (access(dir, W_OK | X_OK) != 0) {
-        set_error(err, errlen, "%s: cannot create files in its folder %s: %s", path, dir,
-                  strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: cannot create files in its folder %s: %s", path, dir,
+                         strerror(errno));
         return FXA_ERR_IO;
     }
     return FXA_OK;
@@ -222,40 +209,41 @@ fxa_status fxa_output_check(const char *path, char *err, size_t errlen)
 {
     fxa_io_clear_error(err, errlen);
     if (path == NULL || path[0] == '\0') {
-        set_error(err, errlen, "npy writer: the output path is empty");
+        fxa_io_set_error(err, errlen, "npy writer: the output path is empty");
         return FXA_ERR_INVALID_ARG;
     }
     const size_t len = strlen(path);
     if (len + sizeof ".tmp.XXXXXX" > sizeof((fxa_staged *)0)->tmp_path) {
-        set_error(err, errlen, "%.64s...: path is too long (%zu bytes)", path, len);
+        fxa_io_set_error(err, errlen, "%.64s...: path is too long (%zu bytes)", path, len);
         return FXA_ERR_INVALID_ARG;
     }
     if (path[len - 1] == '/') {
-        set_error(err, errlen, "%s: names a folder (ends with '/'), not a file", path);
+        fxa_io_set_error(err, errlen, "%s: names a folder (ends with '/'), not a file", path);
         return FXA_ERR_INVALID_ARG;
     }
     char resolved[sizeof((fxa_staged *)0)->final_path];
     switch (resolve_link(path, resolved, sizeof resolved)) {
     case 1: return check_output_folder(resolved, err, errlen);
     case -1:
-        set_error(err, errlen, "%s: cannot resolve the link to its file: %s", path,
-                  strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: cannot resolve the link to its file: %s", path,
+                         strerror(errno));
         return FXA_ERR_IO;
     default: break;
     }
     struct stat sb;
     if (stat(path, &sb) != 0 && errno != ENOENT) {
-        set_error(err, errlen, "%s: cannot use as an output: %s", path, strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: cannot use as an output: %s", path, strerror(errno));
         return FXA_ERR_IO;
     }
     if (stat(path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode)) {
-            set_error(err, errlen, "%s: is a folder", path);
+            fxa_io_set_error(err, errlen, "%s: is a folder", path);
             return FXA_ERR_IO;
         }
         if (!S_ISREG(sb.st_mode)) { /* written in place (the contract above) */
             if (access(path, W_OK) != 0) {
-                set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+                fxa_io_set_error(err, errlen, "%s: cannot open for writing: %s", path,
+                                 strerror(errno));
                 return FXA_ERR_IO;
             }
             return FXA_OK;
@@ -272,13 +260,13 @@ fxa_status fxa_staged_commit(fxa_staged *st, char *err, size_t errlen)
         return FXA_OK;
     }
     if (st == NULL || !st->active) {
-        set_error(err, errlen, "npy writer: nothing staged to commit");
+        fxa_io_set_error(err, errlen, "npy writer: nothing staged to commit");
         return FXA_ERR_INVALID_ARG;
     }
     fxa_status status = FXA_OK;
     if (rename(st->tmp_path, st->final_path) != 0) {
-        set_error(err, errlen, "%s: cannot rename %s onto it: %s", st->final_path, st->tmp_path,
-                  strerror(errno));
+        fxa_io_set_error(err, errlen, "%s: cannot rename %s onto it: %s", st->final_path,
+                         st->tmp_path, strerror(errno));
         unlink(st->tmp_path);
         status = FXA_ERR_IO;
     }
@@ -329,25 +317,27 @@ fxa_status fxa_staged_commit_all(fxa_staged *const *st, int n, char *err, size_t
     fxa_status status = FXA_OK;
     fxa_io_clear_error(err, errlen);
     if (st == NULL && n != 0) {
-        set_error(err, errlen, "npy writer: no list of %d staged files given", n);
+        fxa_io_set_error(err, errlen, "npy writer: no list of %d staged files given", n);
         return FXA_ERR_INVALID_ARG;
     }
     if (n < 0 || n > MAX_FILES) {
-        set_error(err, errlen, "npy writer: cannot commit %d files at once (0..%d)", n, MAX_FILES);
+        fxa_io_set_error(err, errlen, "npy writer: cannot commit %d files at once (0..%d)", n,
+                         MAX_FILES);
         status = FXA_ERR_INVALID_ARG;
         goto discard_rest;
     }
     for (int i = 0; i < n; i++) {
         if (st[i] == NULL) {
-            set_error(err, errlen, "npy writer: staged file %d of %d is missing (NULL)", i, n);
+            fxa_io_set_error(err, errlen, "npy writer: staged file %d of %d is missing (NULL)", i,
+                             n);
             status = FXA_ERR_INVALID_ARG;
             goto discard_rest;
         }
         for (int j = 0; j < i; j++) {
             if (st[j] == st[i] || (st[i]->final_path[0] != '\0' &&
                                    fxa_same_output(st[j]->final_path, st[i]->final_path))) {
-                set_error(err, errlen, "npy writer: staged files %d and %d both target %s", j, i,
-                          st[i]->final_path);
+                fxa_io_set_error(err, errlen, "npy writer: staged files %d and %d both target %s",
+                                 j, i, st[i]->final_path);
                 status = FXA_ERR_INVALID_ARG;
                 goto discard_rest;
             }
@@ -362,8 +352,8 @@ fxa_status fxa_staged_commit_all(fxa_staged *const *st, int n, char *err, size_t
         snprintf(final_path[done], sizeof final_path[done], "%s", st[done]->final_path);
         had_old[done] = keep_backup(final_path[done], backup[done], sizeof backup[done]);
         if (had_old[done] < 0) {
-            set_error(err, errlen, "%s: cannot keep its previous content for a rollback: %s",
-                      final_path[done], strerror(errno));
+            fxa_io_set_error(err, errlen, "%s: cannot keep its previous content for a rollback: %s",
+                             final_path[done], strerror(errno));
             status = FXA_ERR_IO;
             break;
         }
