@@ -62,20 +62,6 @@ static void scores_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t 
     }
 }
 
-static void fxa_f32_score__ref(const fxa_attn_tile *t)
-{
-    for (size_t i0 = 0; i0 < t->n_q; i0 += ROWS) {
-        const size_t ni = t->n_q - i0 < ROWS ? t->n_q - i0 : ROWS;
-        for (size_t j0 = 0; j0 < t->n_kv; j0 += COLS) {
-            const size_t nj = t->n_kv - j0 < COLS ? t->n_kv - j0 : COLS;
-            if (ni == ROWS && nj == COLS)
-                scores_block(t, i0, j0);
-            else
-                scores_generic(t, i0, ni, j0, nj);
-        }
-    }
-}
-
 /* Full ROWS x COLS block of o at (i0, c0): o += P V over all keys. */
 static void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0)
 {
@@ -127,16 +113,20 @@ static void pv_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t c0, 
     }
 }
 
-static void fxa_f32_pv__ref(const fxa_attn_tile *t)
+/* The ROWS x COLS blocks of n_q rows by cols columns: full ones to block, the edges to edge
+ * (for the scores, columns are keys; for P.V, columns of o). */
+static inline __attribute__((always_inline)) void
+by_blocks(const fxa_attn_tile *t, size_t cols, void (*block)(const fxa_attn_tile *, size_t, size_t),
+          void (*edge)(const fxa_attn_tile *, size_t, size_t, size_t, size_t))
 {
     for (size_t i0 = 0; i0 < t->n_q; i0 += ROWS) {
         const size_t ni = t->n_q - i0 < ROWS ? t->n_q - i0 : ROWS;
-        for (size_t c0 = 0; c0 < t->d; c0 += COLS) {
-            const size_t nc = t->d - c0 < COLS ? t->d - c0 : COLS;
+        for (size_t c0 = 0; c0 < cols; c0 += COLS) {
+            const size_t nc = cols - c0 < COLS ? cols - c0 : COLS;
             if (ni == ROWS && nc == COLS)
-                pv_block(t, i0, c0);
+                block(t, i0, c0);
             else
-                pv_generic(t, i0, ni, c0, nc);
+                edge(t, i0, ni, c0, nc);
         }
     }
 }
@@ -162,7 +152,7 @@ void fxa_f32_tile__ref(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->ldq >= t->d && t->kt_panel % COLS == 0 && t->ldv >= t->d && t->ldo >= t->d);
-    fxa_f32_score__ref(t);
+    by_blocks(t, t->n_kv, scores_block, scores_generic);
     softmax_rows(t, 0, t->n_q);
-    fxa_f32_pv__ref(t);
+    by_blocks(t, t->d, pv_block, pv_generic);
 }
