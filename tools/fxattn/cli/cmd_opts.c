@@ -1,5 +1,6 @@
 /* Defaults and option tables of the fxattn subcommands (cmd_opts.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmd_opts.h"
@@ -17,6 +18,12 @@ static void fill(fxt_opt t[FXT_MAX_OPTS], const fxt_opt *src, size_t n)
         _Static_assert(sizeof(src) / sizeof((src)[0]) <= FXT_MAX_OPTS, "raise FXT_MAX_OPTS");      \
         fill(t, src, sizeof(src) / sizeof((src)[0]));                                              \
     } while (0)
+
+int fxt_cp_opts_distributed(const fxt_cp_opts *o)
+{
+    return o->ulysses > 0 || o->ring > 0 || o->prefetch > 0 || o->timeout != 0.0 || o->grid ||
+           getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
 
 void fxt_attn_opts_defaults(attn_opts *o)
 {
@@ -43,11 +50,7 @@ void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
         {"--stats", NULL, FXT_OPT_FLAG, &o->stats, 0, 0},
         {"--verify", NULL, FXT_OPT_FLAG, &o->verify, 0, 0},
-        {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
-        {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
-        {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
-        {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
-        {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
+        FXT_CP_OPTS_ROWS(o->cp),
         {"--placement", NULL, FXT_OPT_STRING, &o->placement, 0, 0},
         {"--inputs-on", NULL, FXT_OPT_STRING, &o->inputs_on, 0, 0},
         {0},
@@ -84,10 +87,6 @@ void fxt_bench_args_defaults(bench_args *o)
 void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
 {
     const fxt_opt src[] = {
-        {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
-        {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
-        {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
-        {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
         {"--seq", NULL, FXT_OPT_INT, &o->seq, 1, 1 << 24},
         {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
         {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
@@ -97,7 +96,7 @@ void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
         {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
         {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
         {"--proj", NULL, FXT_OPT_FLAG, &o->proj, 0, 0},
-        {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
+        FXT_CP_OPTS_ROWS(o->cp),
         {0},
     };
     FILL(t, src);

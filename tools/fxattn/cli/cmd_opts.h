@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "cp_opts.h"
 
 #define FXT_MAX_OPTS 32     /* entries of a table, the zeroed terminator included */
 #define FXT_MAX_REPEATS 101 /* largest --repeats of attn and bench */
@@ -41,11 +42,7 @@ typedef struct attn_opts {
     int64_t repeats;
     int stats;
     int verify;
-    int64_t ulysses; /* 0: not given */
-    int64_t ring;
-    int64_t prefetch;
-    double timeout;        /* --timeout seconds under mpirun; 0: not given */
-    const char *grid;      /* --grid auto: the planner's U x R (plan.h); NULL: not given */
+    fxt_cp_opts cp;
     const char *placement; /* --placement hosts|ranks under mpirun; NULL: hosts */
     const char *inputs_on; /* --inputs-on all|rank0 under mpirun; NULL: all */
 } attn_opts;
@@ -72,12 +69,8 @@ typedef struct bench_args {
     int64_t threads;
     int64_t repeats;
     int json;
-    int64_t ulysses; /* 0: not given */
-    int64_t ring;
-    int64_t prefetch;
-    double timeout;   /* --timeout seconds under mpirun; 0: not given */
-    int proj;         /* --proj: the QKV projection instead of attention */
-    const char *grid; /* --grid auto under mpirun; NULL: not given */
+    int proj; /* --proj: the QKV projection instead of attention */
+    fxt_cp_opts cp;
 } bench_args;
 
 /* `fxattn demo`. */

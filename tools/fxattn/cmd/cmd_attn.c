@@ -122,8 +122,7 @@ int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d)
 
 int fxt_attn_is_distributed(const attn_opts *o)
 {
-    return o->ulysses > 0 || o->ring > 0 || o->prefetch > 0 || o->timeout != 0.0 || o->grid ||
-           getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    return fxt_cp_opts_distributed(&o->cp);
 }
 
 /* Before reading anything: the three files (as read; a conversion to

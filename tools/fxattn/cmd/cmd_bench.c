@@ -169,13 +169,6 @@ static int bench_one_process(const bench_opts *o)
     return code;
 }
 
-/* Under mpirun, or asked for a grid: the distributed benchmark. */
-static int distributed(const bench_args *a)
-{
-    return a->ulysses || a->ring || a->prefetch || a->timeout != 0.0 || a->grid ||
-           getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
 int fxt_cmd_bench(int argc, char **argv)
 {
     bench_args a;
@@ -201,10 +194,6 @@ int fxt_cmd_bench(int argc, char **argv)
                           .threads = a.threads,
                           .repeats = a.repeats,
                           .json = a.json,
-                          .ulysses = a.ulysses,
-                          .ring = a.ring,
-                          .prefetch = a.prefetch,
-                          .timeout = a.timeout,
-                          .grid = a.grid};
-    return distributed(&a) ? fxt_bench_mpi(&o) : bench_one_process(&o);
+                          .cp = a.cp};
+    return fxt_cp_opts_distributed(&a.cp) ? fxt_bench_mpi(&o) : bench_one_process(&o);
 }

@@ -217,9 +217,9 @@ static int job_start(fxt_world *w, const attn_opts *o, attn_job *j)
     if ((code = fxt_world_agree(w, code)))
         return code;
     fxa_mpi_params_init(&j->mp);
-    j->mp.ulysses = o->ulysses > 0 ? (int)o->ulysses : 1;
-    j->mp.ring = o->ring > 0 ? (int)o->ring : 0;
-    j->mp.prefetch = (int)o->prefetch;
+    j->mp.ulysses = o->cp.ulysses > 0 ? (int)o->cp.ulysses : 1;
+    j->mp.ring = o->cp.ring > 0 ? (int)o->cp.ring : 0;
+    j->mp.prefetch = (int)o->cp.prefetch;
     j->mp.timeout_seconds = w->timeout;
     j->mp.placement = j->placement;
     fxt_world_guard("start-up");
@@ -254,11 +254,11 @@ static int job_plan(fxt_world *w, const attn_opts *o, attn_job *j)
 {
     int code;
     fxa_status st;
-    if (o->grid) {
+    if (o->cp.grid) {
         /* --grid auto, now that the shapes are known: the grid rank (so
          * the shard just read) is the same for every grid shape. */
-        int u = (int)o->ulysses, r = (int)o->ring;
-        if ((code = fxt_mpi_grid_auto(w, "--grid", o->grid, &j->in.d, j->cp.n_threads, &u, &r)))
+        int u = (int)o->cp.ulysses, r = (int)o->cp.ring;
+        if ((code = fxt_mpi_grid_auto(w, "--grid", o->cp.grid, &j->in.d, j->cp.n_threads, &u, &r)))
             return code;
         fxa_mpi_destroy(j->m);
         j->m = NULL;
@@ -423,7 +423,7 @@ static int run(fxt_world *w, const attn_opts *o)
 int fxt_attn_mpi(const attn_opts *o)
 {
     fxt_world w;
-    int code = fxt_world_init(&w, o->timeout);
+    int code = fxt_world_init(&w, o->cp.timeout);
     if (code)
         return code;
     attn_opts mine = *o;

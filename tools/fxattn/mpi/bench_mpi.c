@@ -121,11 +121,7 @@ static int agree_options(fxt_world *w, const bench_opts *o)
         {"--threads", NULL, FXT_OPT_INT, &v.threads, 0, 0},
         {"--repeats", NULL, FXT_OPT_INT, &v.repeats, 0, 0},
         {"--json", NULL, FXT_OPT_FLAG, &v.json, 0, 0},
-        {"--ulysses", NULL, FXT_OPT_INT, &v.ulysses, 0, 0},
-        {"--ring", NULL, FXT_OPT_INT, &v.ring, 0, 0},
-        {"--prefetch", NULL, FXT_OPT_INT, &v.prefetch, 0, 0},
-        {"--timeout", NULL, FXT_OPT_DOUBLE, &v.timeout, 0, 0},
-        {"--grid", NULL, FXT_OPT_STRING, &v.grid, 0, 0},
+        FXT_CP_OPTS_ROWS(v.cp),
         {0},
     };
     fxt_fail_capture(w->msg, sizeof w->msg);
@@ -204,20 +200,20 @@ static int bench_setup(dist_bench *b, const bench_opts *o)
 static int bench_plan(dist_bench *b, const bench_opts *o)
 {
     fxa_mpi_params_init(&b->mp);
-    b->mp.ulysses = (int)o->ulysses;
-    b->mp.ring = (int)o->ring;
-    if (o->grid) {
+    b->mp.ulysses = (int)o->cp.ulysses;
+    b->mp.ring = (int)o->cp.ring;
+    if (o->cp.grid) {
         /* Collective; its errors are the same on every rank. */
         fxt_fail_capture(b->world.msg, sizeof b->world.msg);
-        const int code = fxt_mpi_grid_auto(&b->world, "--grid", o->grid, &b->d, b->threads,
+        const int code = fxt_mpi_grid_auto(&b->world, "--grid", o->cp.grid, &b->d, b->threads,
                                            &b->mp.ulysses, &b->mp.ring);
         fxt_fail_capture(NULL, 0);
         if (code)
             return code;
     }
     b->mp.ulysses = b->mp.ulysses > 0 ? b->mp.ulysses : 1;
-    b->mp.prefetch = (int)o->prefetch;
-    b->mp.timeout_seconds = o->timeout;
+    b->mp.prefetch = (int)o->cp.prefetch;
+    b->mp.timeout_seconds = o->cp.timeout;
     fxt_world_guard("start-up");
     const fxa_status created = fxa_mpi_create(b->comm, b->local.ctx, &b->mp, &b->m);
     fxt_world_unguard();
@@ -394,7 +390,7 @@ static int bench_runs(dist_bench *b, int reps)
 int fxt_bench_mpi(const bench_opts *o)
 {
     fxt_world world;
-    int code = fxt_world_init(&world, o->timeout);
+    int code = fxt_world_init(&world, o->cp.timeout);
     if (code)
         return code;
     fxt_fail_capture(NULL, 0); /* bench reports its errors on each rank */
