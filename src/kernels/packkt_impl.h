@@ -8,13 +8,13 @@
  * bit.
  *
  * A packing file defines, before including this header, under its own ISA flags:
+ *   PACKKT_NAME                  the name of the fxa_pack_kt_fn this header defines;
  *   PACK_W, pack_vec, pack_mask  the lanes, the vector and the lane-mask types;
  *   first_lanes(count)           the mask of lanes [0, count);
  *   load_dims(x, dims, mask)     dims floats from x (dims <= PACK_W), the rest zero;
  *   zero_vec()                   a vector of zeros;
  *   transpose(in, out)           out[c][r] = in[r][c] for PACK_W vectors;
- *   store_keys(x, keys, mask, v) the first keys lanes of v to x;
- *   PACK_UNROLL                  the pragma that unrolls loops over PACK_W.
+ *   store_keys(x, keys, mask, v) the first keys lanes of v to x.
  */
 #ifndef FXA_PACKKT_IMPL_H
 #define FXA_PACKKT_IMPL_H
@@ -23,8 +23,10 @@
 
 #include "kernels.h"
 
-static inline __attribute__((always_inline)) void packkt_loop(const void *const *rows, size_t n,
-                                                              size_t d, size_t panel, void *kt_out)
+/* Loops over PACK_W vectors, unrolled whole so that the blocks live in registers. */
+#define PACK_UNROLL _Pragma("GCC unroll 16")
+
+void PACKKT_NAME(const void *const *rows, size_t n, size_t d, size_t panel, void *kt_out)
 {
     float *kt = kt_out;
     for (size_t j0 = 0; j0 < n; j0 += PACK_W) {

@@ -16,7 +16,7 @@
 /* out[c][r] = in[r][c]: interleave pairs of rows, then pairs of pairs (128-bit
  * lane L of mid[4g + k] holds column 4L + k of rows 4g..4g+3), then join the
  * two lanes of each column. */
-static ALWAYS_INLINE void transpose_8x8(const __m256 in[8], __m256 out[8])
+static ALWAYS_INLINE void transpose(const __m256 in[8], __m256 out[8])
 {
     __m256 pairs[8], mid[8];
     UNROLL
@@ -63,15 +63,8 @@ static ALWAYS_INLINE __m256 zero_vec(void)
     return _mm256_setzero_ps();
 }
 
+#define PACKKT_NAME fxa_f32_packkt_8x8__avx2
 #define PACK_W 8
-#define PACK_UNROLL UNROLL
 typedef __m256 pack_vec;
 typedef __m256i pack_mask;
-#define transpose transpose_8x8
 #include "../packkt_impl.h"
-
-void fxa_f32_packkt_8x8__avx2(const void *const *rows, size_t n, size_t d, size_t panel,
-                              void *kt_out)
-{
-    packkt_loop(rows, n, d, panel, kt_out);
-}

@@ -25,7 +25,7 @@ static ALWAYS_INLINE __m512 unpackhi_pairs(__m512 a, __m512 b)
 /* out[c][r] = in[r][c]: interleave pairs of rows, then pairs of pairs (128-bit
  * lane L of mid[4g + k] holds column 4L + k of rows 4g..4g+3), then gather the
  * four lanes of each column with two rounds of 128-bit shuffles. */
-static ALWAYS_INLINE void transpose_16x16(const __m512 in[16], __m512 out[16])
+static ALWAYS_INLINE void transpose(const __m512 in[16], __m512 out[16])
 {
     __m512 pairs[16], mid[16], half[16];
     UNROLL
@@ -79,15 +79,8 @@ static ALWAYS_INLINE void store_keys(float *x, size_t keys, __mmask16 key_mask, 
     _mm512_mask_storeu_ps(x, key_mask, v);
 }
 
+#define PACKKT_NAME fxa_f32_packkt_16x16__avx512
 #define PACK_W 16
-#define PACK_UNROLL UNROLL
 typedef __m512 pack_vec;
 typedef __mmask16 pack_mask;
-#define transpose transpose_16x16
 #include "../packkt_impl.h"
-
-void fxa_f32_packkt_16x16__avx512(const void *const *rows, size_t n, size_t d, size_t panel,
-                                  void *kt_out)
-{
-    packkt_loop(rows, n, d, panel, kt_out);
-}
