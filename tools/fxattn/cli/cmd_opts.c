@@ -27,24 +27,18 @@ int fxt_cp_opts_distributed(const fxt_cp_opts *o)
 
 void fxt_attn_opts_defaults(attn_opts *o)
 {
-    *o = (attn_opts){.layout = "bshd", .scale = NAN, .repeats = 1};
+    *o = (attn_opts){.in = FXT_QKV_OPTS_DEFAULTS, .repeats = 1};
 }
 
 void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
 {
     const fxt_opt src[] = {
-        {"-q", "--q", FXT_OPT_STRING, &o->q, 0, 0},
-        {"-k", "--k", FXT_OPT_STRING, &o->k, 0, 0},
-        {"-v", "--v", FXT_OPT_STRING, &o->v, 0, 0},
+        FXT_QKV_OPTS_ROWS(o->in),
         {"-o", "--out", FXT_OPT_STRING, &o->out, 0, 0},
         {"--lse", NULL, FXT_OPT_STRING, &o->lse, 0, 0},
-        {"--layout", NULL, FXT_OPT_STRING, &o->layout, 0, 0},
-        {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
         {"--mode", NULL, FXT_OPT_STRING, &o->mode, 0, 0},
         {"--center", NULL, FXT_OPT_STRING, &o->center, 0, 0},
-        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
         {"--compute", NULL, FXT_OPT_STRING, &o->compute, 0, 0},
-        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
         {"--heads-per-tile", NULL, FXT_OPT_INT, &o->heads_per_tile, 0, 1 << 20},
         {"--block-q", NULL, FXT_OPT_INT, &o->block_q, 0, 4096},
         {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
@@ -60,19 +54,13 @@ void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
 
 void fxt_check_opts_defaults(check_opts *o)
 {
-    *o = (check_opts){.layout = "bshd", .scale = NAN};
+    *o = (check_opts){.in = FXT_QKV_OPTS_DEFAULTS};
 }
 
 void fxt_check_opts_table(check_opts *o, fxt_opt t[FXT_MAX_OPTS])
 {
     const fxt_opt src[] = {
-        {"-q", "--q", FXT_OPT_STRING, &o->q, 0, 0},
-        {"-k", "--k", FXT_OPT_STRING, &o->k, 0, 0},
-        {"-v", "--v", FXT_OPT_STRING, &o->v, 0, 0},
-        {"--layout", NULL, FXT_OPT_STRING, &o->layout, 0, 0},
-        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
-        {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
-        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        FXT_QKV_OPTS_ROWS(o->in),
         {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
         {0},
     };

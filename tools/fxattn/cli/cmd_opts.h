@@ -23,20 +23,41 @@
 #define FXT_MAX_OPTS 32     /* entries of a table, the zeroed terminator included */
 #define FXT_MAX_REPEATS 101 /* largest --repeats of attn and bench */
 
-/* `fxattn attn` (also read by attn_mpi.c through attn_opts.h). */
-typedef struct attn_opts {
+/* -q -k -v --layout --dtype --scale --threads: the attention inputs, how to read them, and the
+ * threads (attn, check). */
+typedef struct fxt_qkv_opts {
     const char *q;
     const char *k;
     const char *v;
-    const char *out;
-    const char *lse;
     const char *layout;
-    const char *mode;
-    const char *center;
     const char *dtype;
-    const char *compute;
     double scale; /* NaN: not given */
     int64_t threads;
+} fxt_qkv_opts;
+
+/* Its defaults, and its option table rows in o (an fxt_qkv_opts), for a command's table. */
+#define FXT_QKV_OPTS_DEFAULTS                                                                      \
+    {                                                                                              \
+        .layout = "bshd", .scale = NAN                                                             \
+    }
+#define FXT_QKV_OPTS_ROWS(o)                                                                       \
+    {"-q", "--q", FXT_OPT_STRING, &(o).q, 0, 0}, {"-k", "--k", FXT_OPT_STRING, &(o).k, 0, 0},      \
+        {"-v", "--v", FXT_OPT_STRING, &(o).v, 0, 0},                                               \
+        {"--layout", NULL, FXT_OPT_STRING, &(o).layout, 0, 0},                                     \
+        {"--dtype", NULL, FXT_OPT_STRING, &(o).dtype, 0, 0},                                       \
+        {"--scale", NULL, FXT_OPT_DOUBLE, &(o).scale, 0, 0},                                       \
+    {                                                                                              \
+        "--threads", NULL, FXT_OPT_INT, &(o).threads, 0, 1024                                      \
+    }
+
+/* `fxattn attn` (also read by attn_mpi.c through attn_opts.h). */
+typedef struct attn_opts {
+    fxt_qkv_opts in;
+    const char *out;
+    const char *lse;
+    const char *mode;
+    const char *center;
+    const char *compute;
     int64_t heads_per_tile;
     int64_t block_q;
     int64_t repeats;
@@ -49,13 +70,7 @@ typedef struct attn_opts {
 
 /* `fxattn check`. */
 typedef struct check_opts {
-    const char *q;
-    const char *k;
-    const char *v;
-    const char *layout;
-    const char *dtype;
-    double scale; /* NaN: not given */
-    int64_t threads;
+    fxt_qkv_opts in;
     int json;
 } check_opts;
 

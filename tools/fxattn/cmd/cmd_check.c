@@ -82,27 +82,27 @@ int fxt_cmd_check(int argc, char **argv)
     int code = fxt_check_opts_parse(argc, argv, &o);
     if (code)
         return code;
-    if (!o.q || !o.k)
+    if (!o.in.q || !o.in.k)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "check needs -q Q.npy -k K.npy [-v V.npy]");
-    if (!isnan(o.scale) && !(o.scale > 0.0))
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o.scale);
-    if (fxt_parse_layout(o.layout, &layout))
+    if (!isnan(o.in.scale) && !(o.in.scale > 0.0))
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o.in.scale);
+    if (fxt_parse_layout(o.in.layout, &layout))
         return FXT_EXIT_BAD_INPUT;
-    if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))
+    if ((code = fxt_inputs_load(o.in.q, o.in.k, o.in.v, layout, o.in.dtype, &in)))
         return code;
-    in.d.scale = isnan(o.scale) ? 1.0 / sqrt((double)in.d.head_dim) : o.scale;
+    in.d.scale = isnan(o.in.scale) ? 1.0 / sqrt((double)in.d.head_dim) : o.in.scale;
     fxa_ctx *ctx = NULL;
     fxa_check_head *hr = calloc((size_t)in.d.heads_q, sizeof *hr);
     if (!hr) {
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory");
         goto out;
     }
-    if ((code = fxt_context(o.threads, &ctx)))
+    if ((code = fxt_context(o.in.threads, &ctx)))
         goto out;
     /* Without -v no V is passed (fxt_inputs_load's zeros are not data): vmax
      * reads 1 and C is that of Vmax 1, as for every caller without V. */
     const fxa_status st =
-        fxa_attn_check(ctx, &in.d, in.q, in.k, o.v ? in.v : NULL, 0, hr, sizeof(fxa_check_head));
+        fxa_attn_check(ctx, &in.d, in.q, in.k, o.in.v ? in.v : NULL, 0, hr, sizeof(fxa_check_head));
     if (st != FXA_OK) {
         code = fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
         goto out;
@@ -115,9 +115,9 @@ int fxt_cmd_check(int argc, char **argv)
         share_r += hr[h].fallback_share_raw / (double)in.d.heads_q;
     }
     if (o.json)
-        print_json(&in.d, hr, o.v != NULL, share_c, share_r);
+        print_json(&in.d, hr, o.in.v != NULL, share_c, share_r);
     else
-        print_text(&in.d, hr, o.v != NULL, share_c, share_r);
+        print_text(&in.d, hr, o.in.v != NULL, share_c, share_r);
 out:
     fxa_ctx_destroy(ctx);
     free(hr);

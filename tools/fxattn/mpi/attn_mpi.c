@@ -159,15 +159,15 @@ static int agree_on_files(fxt_world *w, const attn_opts *o, fxa_layout layout, c
     const int seq_axis = layout == FXA_LAYOUT_BSHD ? 1 : 2;
     const int64_t q_token = d->batch * d->heads_q * d->head_dim * (int64_t)sizeof(float);
     const int64_t kv_token = d->batch * d->heads_kv * d->head_dim * (int64_t)sizeof(float);
-    int code = fxt_hash_npy(o->q, "Q", seq_axis, d->seq_q, q_token, &h[3]);
+    int code = fxt_hash_npy(o->in.q, "Q", seq_axis, d->seq_q, q_token, &h[3]);
     if (!code)
-        code = fxt_hash_npy(o->k, "K", seq_axis, d->seq_kv, kv_token, &h[4]);
+        code = fxt_hash_npy(o->in.k, "K", seq_axis, d->seq_kv, kv_token, &h[4]);
     if (!code)
-        code = fxt_hash_npy(o->v, "V", seq_axis, d->seq_kv, kv_token, &h[5]);
+        code = fxt_hash_npy(o->in.v, "V", seq_axis, d->seq_kv, kv_token, &h[5]);
     if ((code = fxt_world_agree(w, code)))
         return code;
     char what[6][300];
-    const char *paths[3] = {o->q, o->k, o->v};
+    const char *paths[3] = {o->in.q, o->in.k, o->in.v};
     const char *flags[3] = {"-q", "-k", "-v"};
     const char *names[6];
     for (int i = 0; i < 6; i++) {
@@ -202,13 +202,13 @@ typedef struct attn_job {
 /* Collective: the options, the context, the memory check and the grid of --ulysses/--ring. */
 static int job_start(fxt_world *w, const attn_opts *o, attn_job *j)
 {
-    int code = fxt_parse_layout(o->layout, &j->layout);
+    int code = fxt_parse_layout(o->in.layout, &j->layout);
     if (!code)
         code = parse_placement(o->placement, &j->placement);
     if (!code)
         code = parse_inputs_on(o->inputs_on, &j->rank0_reads);
     fxa_ctx_params_init(&j->cp);
-    j->cp.n_threads = fxt_mpi_threads_per_rank(o->threads);
+    j->cp.n_threads = fxt_mpi_threads_per_rank(o->in.threads);
     if (!code && fxa_ctx_create(&j->cp, &j->ctx) != FXA_OK)
         code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
     const int node_ranks = fxt_mpi_node_ranks();
@@ -235,11 +235,11 @@ static int job_inputs(fxt_world *w, const attn_opts *o, attn_job *j)
 {
     int code;
     if (j->rank0_reads) {
-        if ((code =
-                 fxt_inputs_scatter(w, j->grid_of, o->q, o->k, o->v, j->layout, o->dtype, &j->in)))
+        if ((code = fxt_inputs_scatter(w, j->grid_of, o->in.q, o->in.k, o->in.v, j->layout,
+                                       o->in.dtype, &j->in)))
             return code;
     } else {
-        code = fxt_inputs_load_shard(o->q, o->k, o->v, j->layout, o->dtype, w->size,
+        code = fxt_inputs_load_shard(o->in.q, o->in.k, o->in.v, j->layout, o->in.dtype, w->size,
                                      fxa_mpi_rank(j->m), &j->in);
     }
     if (!code)
@@ -338,7 +338,7 @@ static int job_collect(fxt_world *w, const attn_opts *o, attn_job *j)
     if (w->rank == 0) {
         fxt_inputs whole;
         if (o->verify) {
-            code = fxt_inputs_load(o->q, o->k, o->v, j->layout, o->dtype, &whole);
+            code = fxt_inputs_load(o->in.q, o->in.k, o->in.v, j->layout, o->in.dtype, &whole);
             if (!code) {
                 if (!(code = fxt_attn_apply_options(o, &whole.d)))
                     code = fxt_attn_verify(&whole, j->full_out, j->full_lse, &j->vr);
