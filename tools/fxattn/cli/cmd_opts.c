@@ -199,20 +199,20 @@ void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS])
     FILL(t, src);
 }
 
-/* fxt_<kind>_parse: the defaults of command cmd, then its arguments through its table. */
-#define PARSE(kind, type, cmd)                                                                     \
-    int fxt_##kind##_parse(int argc, char **argv, type *o)                                         \
+/* fxt_<type>_parse: the defaults of command cmd, then its arguments through its table. */
+#define PARSE(type, cmd)                                                                           \
+    int fxt_##type##_parse(int argc, char **argv, type *o)                                         \
     {                                                                                              \
         fxt_opt t[FXT_MAX_OPTS];                                                                   \
-        fxt_##kind##_defaults(o);                                                                  \
-        fxt_##kind##_table(o, t);                                                                  \
+        fxt_##type##_defaults(o);                                                                  \
+        fxt_##type##_table(o, t);                                                                  \
         return fxt_parse_options(cmd, argc, argv, 2, t);                                           \
     }
 
-PARSE(attn_opts, attn_opts, "attn")
-PARSE(check_opts, check_opts, "check")
-PARSE(bench_args, bench_args, "bench")
-PARSE(demo_opts, demo_opts, "demo")
-PARSE(layer_opts, layer_opts, "layer")
-PARSE(plan_opts, plan_opts, "plan")
-PARSE(info_opts, info_opts, "info")
+PARSE(attn_opts, "attn")
+PARSE(check_opts, "check")
+PARSE(bench_args, "bench")
+PARSE(demo_opts, "demo")
+PARSE(layer_opts, "layer")
+PARSE(plan_opts, "plan")
+PARSE(info_opts, "info")

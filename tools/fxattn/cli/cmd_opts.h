@@ -150,27 +150,19 @@ typedef struct info_opts {
     int64_t threads;
 } info_opts;
 
-void fxt_attn_opts_defaults(attn_opts *o);
-void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_check_opts_defaults(check_opts *o);
-void fxt_check_opts_table(check_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_bench_args_defaults(bench_args *o);
-void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_demo_opts_defaults(demo_opts *o);
-void fxt_demo_opts_table(demo_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_layer_opts_defaults(layer_opts *o);
-void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_plan_opts_defaults(plan_opts *o);
-void fxt_plan_opts_table(plan_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_info_opts_defaults(info_opts *o);
-void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+/* Each options struct's functions (the contract above): fxt_<type>_defaults, fxt_<type>_table
+ * and fxt_<type>_parse. */
+#define FXT_OPTS_FUNCTIONS(type)                                                                   \
+    void fxt_##type##_defaults(type *o);                                                           \
+    void fxt_##type##_table(type *o, fxt_opt t[FXT_MAX_OPTS]);                                     \
+    int fxt_##type##_parse(int argc, char **argv, type *o)
 
-int fxt_attn_opts_parse(int argc, char **argv, attn_opts *o);
-int fxt_check_opts_parse(int argc, char **argv, check_opts *o);
-int fxt_bench_args_parse(int argc, char **argv, bench_args *o);
-int fxt_demo_opts_parse(int argc, char **argv, demo_opts *o);
-int fxt_layer_opts_parse(int argc, char **argv, layer_opts *o);
-int fxt_plan_opts_parse(int argc, char **argv, plan_opts *o);
-int fxt_info_opts_parse(int argc, char **argv, info_opts *o);
+FXT_OPTS_FUNCTIONS(attn_opts);
+FXT_OPTS_FUNCTIONS(check_opts);
+FXT_OPTS_FUNCTIONS(bench_args);
+FXT_OPTS_FUNCTIONS(demo_opts);
+FXT_OPTS_FUNCTIONS(layer_opts);
+FXT_OPTS_FUNCTIONS(plan_opts);
+FXT_OPTS_FUNCTIONS(info_opts);
 
 #endif
