@@ -98,7 +98,7 @@ warn="-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wmissing-prototypes -Wstri
 
 target_sources() { # the fuzz target first, then the library files it tests
     case "$1" in
-    npy) echo "tests/fuzz/fuzz_npy.c src/io/npy.c src/io/file_io.c" ;;
+    npy) echo "tests/fuzz/fuzz_npy.c src/io/npy.c src/io/staged.c src/io/file_io.c" ;;
     args) echo "tests/fuzz/fuzz_args.c tools/fxattn/cli/cli_args.c tools/fxattn/cli/cmd_opts.c" ;;
     safetensors)
         echo "tests/fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/json.c src/io/file_io.c src/core/convert.c"

@@ -100,25 +100,6 @@ static fxa_thread_scratch *scratch(const fxa_attn_acc *acc, int thread_id)
     return (fxa_thread_scratch *)(acc->ws + acc->p->ws_threads) + thread_id;
 }
 
-/* Carve thread t's q, q16, scores and p16 from the workspace (the plan's
- * per-thread layout; the rest of it is unused here). */
-static void carve(const fxa_attn_plan *p, unsigned char *ws, int t)
-{
-    const size_t dim = (size_t)p->d.head_dim;
-    const size_t rows = (size_t)p->d.heads_per_tile * (size_t)p->d.block_q;
-    fxa_thread_scratch *s = (fxa_thread_scratch *)(ws + p->ws_threads) + t;
-    unsigned char *at = ws + p->ws_scratch + (size_t)t * p->thread_bytes;
-    memset(s, 0, sizeof *s);
-    s->q = (float *)at;
-    at += 2 * fxa_align_up(rows * dim * sizeof(float)) + 4 * fxa_align_up(rows * sizeof(float)) +
-          fxa_align_up(rows);
-    s->scores = (float *)at;
-    at += fxa_align_up((size_t)p->d.block_q * p->kv_tile * sizeof(float));
-    s->q16 = (uint16_t *)at;
-    at += fxa_align_up(rows * (dim + 1) * sizeof(uint16_t));
-    s->p16 = (uint16_t *)at;
-}
-
 /* Room in the block table for passes of up to n_blocks blocks. */
 static fxa_status reserve(fxa_attn_acc *acc, int64_t n_blocks)
 {
@@ -183,7 +164,7 @@ static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
     acc->online = mem + 4 * fxa_align_up(n_rows * sizeof(float));
     acc->o = (float *)(mem + 4 * fxa_align_up(n_rows * sizeof(float)) + fxa_align_up(n_rows));
     for (int t = 0; t < p->ctx->pool.n_threads; t++)
-        carve(p, ws, t);
+        fxa_thread_scratch_carve(p, ws, t);
     const fxa_status st = reserve(acc, 1);
     if (st != FXA_OK) {
         fxa_attn_acc_destroy(acc);

@@ -121,4 +121,8 @@ struct fxa_attn_plan {
     void *kv_scratch;
 };
 
+/* Point thread t's scratch (at ws + p->ws_threads) at its buffers in workspace ws (the plan's
+ * per-thread layout, plan.c), its counters zeroed. */
+void fxa_thread_scratch_carve(const fxa_attn_plan *p, unsigned char *ws, int t);
+
 #endif

@@ -44,36 +44,6 @@ static fxa_thread_scratch *thread_scratch(const run_job *job, int thread_id)
     return (fxa_thread_scratch *)(job->ws + job->p->ws_threads) + thread_id;
 }
 
-/* Carve thread t's buffers from the workspace. */
-static void carve_scratch(const fxa_attn_plan *p, unsigned char *ws, int t)
-{
-    const size_t dim = (size_t)p->d.head_dim;
-    const size_t rows = (size_t)p->d.heads_per_tile * (size_t)p->d.block_q;
-    fxa_thread_scratch *s = (fxa_thread_scratch *)(ws + p->ws_threads) + t;
-    unsigned char *at = ws + p->ws_scratch + (size_t)t * p->thread_bytes;
-    s->q = (float *)at;
-    at += fxa_align_up(rows * dim * sizeof(float));
-    s->o = (float *)at;
-    at += fxa_align_up(rows * dim * sizeof(float));
-    s->m = (float *)at;
-    at += fxa_align_up(rows * sizeof(float));
-    s->l = (float *)at;
-    at += fxa_align_up(rows * sizeof(float));
-    s->qk_center = (float *)at;
-    at += fxa_align_up(rows * sizeof(float));
-    s->bound = (float *)at;
-    at += fxa_align_up(rows * sizeof(float));
-    s->online = at;
-    at += fxa_align_up(rows);
-    s->scores = (float *)at;
-    at += fxa_align_up((size_t)p->d.block_q * p->kv_tile * sizeof(float));
-    s->q16 = (uint16_t *)at;
-    at += fxa_align_up(rows * (dim + 1) * sizeof(uint16_t));
-    s->p16 = (uint16_t *)at;
-    s->fallback_rows = 0;
-    s->max_bound = 0.0;
-}
-
 /* The rows of head slot `slot` in the thread's scratch. */
 static fxa_rows scratch_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s, size_t slot)
 {
@@ -377,7 +347,7 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     if (st != FXA_OK)
         return st;
     for (int t = 0; t < ctx->pool.n_threads; t++)
-        carve_scratch(plan, workspace, t);
+        fxa_thread_scratch_carve(plan, workspace, t);
     const int64_t chunk_q_heads = plan->chunk_kv_heads * plan->group;
     const int64_t n_blocks = chunk_q_heads / plan->d.heads_per_tile * plan->n_q_blocks;
     const int64_t n_splits = plan->n_splits;

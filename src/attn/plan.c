@@ -301,6 +301,35 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     return off;
 }
 
+void fxa_thread_scratch_carve(const fxa_attn_plan *p, unsigned char *ws, int t)
+{
+    const size_t dim = (size_t)p->d.head_dim;
+    const size_t rows = (size_t)p->d.heads_per_tile * (size_t)p->d.block_q;
+    fxa_thread_scratch *s = (fxa_thread_scratch *)(ws + p->ws_threads) + t;
+    unsigned char *at = ws + p->ws_scratch + (size_t)t * p->thread_bytes;
+    s->q = (float *)at;
+    at += fxa_align_up(rows * dim * sizeof(float));
+    s->o = (float *)at;
+    at += fxa_align_up(rows * dim * sizeof(float));
+    s->m = (float *)at;
+    at += fxa_align_up(rows * sizeof(float));
+    s->l = (float *)at;
+    at += fxa_align_up(rows * sizeof(float));
+    s->qk_center = (float *)at;
+    at += fxa_align_up(rows * sizeof(float));
+    s->bound = (float *)at;
+    at += fxa_align_up(rows * sizeof(float));
+    s->online = at;
+    at += fxa_align_up(rows);
+    s->scores = (float *)at;
+    at += fxa_align_up((size_t)p->d.block_q * p->kv_tile * sizeof(float));
+    s->q16 = (uint16_t *)at;
+    at += fxa_align_up(rows * (dim + 1) * sizeof(uint16_t));
+    s->p16 = (uint16_t *)at;
+    s->fallback_rows = 0;
+    s->max_bound = 0.0;
+}
+
 static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
                               size_t *workspace_bytes_out)
 {

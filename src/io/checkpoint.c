@@ -146,108 +146,88 @@ static int check_shard_name(fxa_jp *p, const char *tensor, const char *name, siz
     return 0;
 }
 
-static int parse_weight_map(fxa_jp *p, fxa_ckpt *c)
+/* One weight_map member: tensor name -> shard file name. */
+static int weight_map_member(fxa_jp *p, const char *name, size_t name_len, void *user)
 {
-    if (fxa_jp_peek(p) != '{') {
+    fxa_ckpt *c = user;
+    const char *shard;
+    size_t shard_len;
+    char shown[SNIPPET_CAP];
+    if (check_tensor_name(p, name, name_len) != 0) {
+        return -1;
+    }
+    fxa_jp_keep(p, name_len);
+    fxa_io_snippet(name, name_len, shown, sizeof shown);
+    if (c->count == FXA_CKPT_MAX_TENSORS) {
+        return fxa_jp_fail(p, "weight_map lists more than %d tensors", FXA_CKPT_MAX_TENSORS);
+    }
+    if (fxa_jp_peek(p) != '"') {
         return fxa_jp_fail(p,
-                           "weight_map must be an object mapping tensor names to shard file "
-                           "names, found %s",
+                           "weight_map: tensor '%s': the shard must be a file name string, "
+                           "found %s",
+                           shown, fxa_json_value_kind(fxa_jp_peek(p)));
+    }
+    if (fxa_jp_string(p, &shard, &shard_len) != 0 ||
+        check_shard_name(p, shown, shard, shard_len) != 0) {
+        return -1;
+    }
+    fxa_jp_keep(p, shard_len);
+    if (c->count == (int64_t)c->cap) {
+        const size_t cap = c->cap == 0 ? 64 : c->cap * 2;
+        ck_entry *grown = realloc(c->entries, cap * sizeof *grown);
+        if (grown == NULL) {
+            return fxa_jp_out_of_memory(p);
+        }
+        c->entries = grown;
+        c->cap = cap;
+    }
+    c->entries[c->count].name = name;
+    c->entries[c->count].shard = shard;
+    c->entries[c->count].shard_i = -1;
+    c->count++;
+    return 0;
+}
+
+typedef struct index_walk {
+    fxa_ckpt *c;
+    int seen_map;
+    int seen_meta;
+} index_walk;
+
+/* One member of the index object: weight_map read, metadata and the rest skipped. The key is
+ * not kept: the value's strings may overwrite it. */
+static int index_member(fxa_jp *p, const char *key, size_t key_len, void *user)
+{
+    index_walk *w = user;
+    const int is_map = key_len == 10 && memcmp(key, "weight_map", 10) == 0;
+    const int is_meta = key_len == 8 && memcmp(key, "metadata", 8) == 0;
+    if ((is_map && w->seen_map) || (is_meta && w->seen_meta)) {
+        return fxa_jp_fail(p, "duplicate key '%s'", is_map ? "weight_map" : "metadata");
+    }
+    w->seen_map |= is_map;
+    w->seen_meta |= is_meta;
+    if (is_meta && fxa_jp_peek(p) != '{') {
+        return fxa_jp_fail(p, "metadata must be an object, found %s",
                            fxa_json_value_kind(fxa_jp_peek(p)));
     }
-    int more = fxa_jp_open(p, '}');
-    while (more == 1) {
-        const char *name;
-        const char *shard;
-        size_t name_len;
-        size_t shard_len;
-        char shown[SNIPPET_CAP];
-        if (fxa_jp_peek(p) != '"') {
-            return fxa_jp_syntax_error(p, "a string key");
-        }
-        if (fxa_jp_string(p, &name, &name_len) != 0 || check_tensor_name(p, name, name_len) != 0) {
-            return -1;
-        }
-        fxa_jp_keep(p, name_len);
-        fxa_io_snippet(name, name_len, shown, sizeof shown);
-        if (c->count == FXA_CKPT_MAX_TENSORS) {
-            return fxa_jp_fail(p, "weight_map lists more than %d tensors", FXA_CKPT_MAX_TENSORS);
-        }
-        if (fxa_jp_expect(p, ':', "':' after a key") != 0) {
-            return -1;
-        }
-        if (fxa_jp_peek(p) != '"') {
-            return fxa_jp_fail(p,
-                               "weight_map: tensor '%s': the shard must be a file name string, "
-                               "found %s",
-                               shown, fxa_json_value_kind(fxa_jp_peek(p)));
-        }
-        if (fxa_jp_string(p, &shard, &shard_len) != 0 ||
-            check_shard_name(p, shown, shard, shard_len) != 0) {
-            return -1;
-        }
-        fxa_jp_keep(p, shard_len);
-        if (c->count == (int64_t)c->cap) {
-            const size_t cap = c->cap == 0 ? 64 : c->cap * 2;
-            ck_entry *grown = realloc(c->entries, cap * sizeof *grown);
-            if (grown == NULL) {
-                return fxa_jp_out_of_memory(p);
-            }
-            c->entries = grown;
-            c->cap = cap;
-        }
-        c->entries[c->count].name = name;
-        c->entries[c->count].shard = shard;
-        c->entries[c->count].shard_i = -1;
-        c->count++;
-        more = fxa_jp_next(p, '}');
+    if (is_map) {
+        return fxa_jp_object(p,
+                             "weight_map must be an object mapping tensor names to shard file "
+                             "names",
+                             weight_map_member, w->c);
     }
-    return more;
+    return fxa_jp_skip_value(p);
 }
 
 /* Schema pass over the whole index (its syntax already checked). */
 static int parse_index(fxa_jp *p, fxa_ckpt *c)
 {
-    int seen_map = 0;
-    int seen_meta = 0;
+    index_walk w = {.c = c};
     fxa_jp_skip_ws(p);
-    if (fxa_jp_peek(p) != '{') {
-        return fxa_jp_fail(p, "index must be a JSON object, found %s",
-                           fxa_json_value_kind(fxa_jp_peek(p)));
-    }
-    int more = fxa_jp_open(p, '}');
-    while (more == 1) {
-        const char *key;
-        size_t key_len;
-        if (fxa_jp_peek(p) != '"') {
-            return fxa_jp_syntax_error(p, "a string key");
-        }
-        if (fxa_jp_string(p, &key, &key_len) != 0) {
-            return -1;
-        }
-        /* Not kept: the value's strings may overwrite the key. */
-        const int is_map = key_len == 10 && memcmp(key, "weight_map", 10) == 0;
-        const int is_meta = key_len == 8 && memcmp(key, "metadata", 8) == 0;
-        if (fxa_jp_expect(p, ':', "':' after a key") != 0) {
-            return -1;
-        }
-        if ((is_map && seen_map) || (is_meta && seen_meta)) {
-            return fxa_jp_fail(p, "duplicate key '%s'", is_map ? "weight_map" : "metadata");
-        }
-        seen_map |= is_map;
-        seen_meta |= is_meta;
-        if (is_meta && fxa_jp_peek(p) != '{') {
-            return fxa_jp_fail(p, "metadata must be an object, found %s",
-                               fxa_json_value_kind(fxa_jp_peek(p)));
-        }
-        if (is_map ? parse_weight_map(p, c) : fxa_jp_skip_value(p)) {
-            return -1;
-        }
-        more = fxa_jp_next(p, '}');
-    }
-    if (more < 0) {
+    if (fxa_jp_object(p, "index must be a JSON object", index_member, &w) != 0) {
         return -1;
     }
-    if (!seen_map) {
+    if (!w.seen_map) {
         return fxa_jp_fail(p, "no \"weight_map\" (not a sharded checkpoint index)");
     }
     if (c->count == 0) {

@@ -3,6 +3,7 @@
 #include "fxattn_npy.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,16 @@ void fxa_io_clear_error(char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0)
         err[0] = '\0';
+}
+
+void fxa_io_set_error(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err, errlen, fmt, args);
+    va_end(args);
 }
 
 void fxa_io_snippet(const char *text, size_t len, char *out, size_t cap)

@@ -1,5 +1,6 @@
 /* Reading and writing files exactly, and quoting their content in messages,
- * for the hostile-file readers (npy.c, safetensors.c) and the staged writer. */
+ * for the hostile-file readers (npy.c, safetensors.c) and the staged writer
+ * (staged.c). */
 #ifndef FXA_IO_FILE_IO_H
 #define FXA_IO_FILE_IO_H
 
@@ -46,10 +47,26 @@ int fxa_io_stamp_same(const fxa_io_stamp *a, const fxa_io_stamp *b);
  * returning a mix of old and new bytes. */
 fxa_status fxa_io_check_unchanged(int fd, const fxa_io_stamp *before, char *why, size_t why_len);
 
+/*
+ * Stage a file of head[0..head_len) then data[0..data_len) for path (staged.c): in a
+ * temporary file next to path's file (a symbolic link's file), synced, for
+ * fxa_staged_commit or fxa_staged_discard; a path that names an existing non-regular file
+ * (a device, a FIFO) is written in place (st->direct). Returns FXA_ERR_INVALID_ARG or
+ * FXA_ERR_IO with the reason in err, st zeroed, nothing left behind.
+ */
+struct fxa_staged;
+fxa_status fxa_stage_file(const char *path, const void *head, size_t head_len, const void *data,
+                          size_t data_len, struct fxa_staged *st, char *err, size_t errlen);
+
 /* Messages about file content, shared by the readers: */
 
 /* Empty err (when not NULL and errlen > 0). */
 void fxa_io_clear_error(char *err, size_t errlen);
+
+/* The formatted message into err[errlen], truncated to fit (nothing when err is NULL or
+ * errlen 0). */
+void fxa_io_set_error(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Copy file text into a message of at most cap bytes (cap >= 5): printable
  * ASCII kept, other bytes as '?', text too long cut and ended with "...". */

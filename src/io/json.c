@@ -476,6 +476,43 @@ int fxa_jp_open(fxa_jp *p, int close)
     return 1;
 }
 
+int fxa_jp_object(fxa_jp *p, const char *must, fxa_jp_member_fn *member, void *user)
+{
+    if (fxa_jp_peek(p) != '{') {
+        return fxa_jp_fail(p, "%s, found %s", must, fxa_json_value_kind(fxa_jp_peek(p)));
+    }
+    int more = fxa_jp_open(p, '}');
+    while (more == 1) {
+        const char *key;
+        size_t key_len;
+        if (fxa_jp_peek(p) != '"') {
+            return fxa_jp_syntax_error(p, "a string key");
+        }
+        if (fxa_jp_string(p, &key, &key_len) != 0 ||
+            fxa_jp_expect(p, ':', "':' after a key") != 0 || member(p, key, key_len, user) != 0) {
+            return -1;
+        }
+        more = fxa_jp_next(p, '}');
+    }
+    return more;
+}
+
+int fxa_jp_array(fxa_jp *p, const char *must, fxa_jp_element_fn *element, void *user)
+{
+    if (fxa_jp_peek(p) != '[') {
+        return fxa_jp_fail(p, "%s, found %s", must, fxa_json_value_kind(fxa_jp_peek(p)));
+    }
+    int index = 0;
+    int more = fxa_jp_open(p, ']');
+    while (more == 1) {
+        if (element(p, index++, user) != 0) {
+            return -1;
+        }
+        more = fxa_jp_next(p, ']');
+    }
+    return more;
+}
+
 int fxa_jp_skip_value(fxa_jp *p)
 {
     char *const arena = p->arena;
@@ -488,11 +525,10 @@ int fxa_jp_skip_value(fxa_jp *p)
 void fxa_jp_init(fxa_jp *p, const fxa_msg *msg, const char *doc, int max_depth,
                  const unsigned char *s, size_t len)
 {
-    memset(p, 0, sizeof *p);
-    p->msg = msg;
-    p->doc = doc;
-    p->max_depth = max_depth;
-    p->s = s;
-    p->len = len;
-    p->status = FXA_ERR_INVALID_ARG;
+    *p = (fxa_jp){.msg = msg,
+                  .doc = doc,
+                  .max_depth = max_depth,
+                  .s = s,
+                  .len = len,
+                  .status = FXA_ERR_INVALID_ARG};
 }

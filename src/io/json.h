@@ -88,6 +88,19 @@ int fxa_jp_next(fxa_jp *p, int close);
  * was empty (its close is consumed too). */
 int fxa_jp_open(fxa_jp *p, int close);
 
+/*
+ * Schema-pass walks of one container at p->pos. The value there must be an object (array),
+ * else "<path>: <must>, found <kind>". For each member, fxa_jp_object decodes the key to the
+ * arena top (not kept: the callback calls fxa_jp_keep to keep it), passes ':' and calls member
+ * with p->pos at the value; fxa_jp_array calls element with each element's index. A callback
+ * consumes its value and returns 0, or -1 after reporting; the walk then returns -1 too, and 0
+ * after the close.
+ */
+typedef int fxa_jp_member_fn(fxa_jp *p, const char *key, size_t key_len, void *user);
+typedef int fxa_jp_element_fn(fxa_jp *p, int index, void *user);
+int fxa_jp_object(fxa_jp *p, const char *must, fxa_jp_member_fn *member, void *user);
+int fxa_jp_array(fxa_jp *p, const char *must, fxa_jp_element_fn *element, void *user);
+
 /* Skip any one value at p->pos (schema pass; nothing is decoded). */
 int fxa_jp_skip_value(fxa_jp *p);
 

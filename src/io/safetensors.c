@@ -189,49 +189,56 @@ static int parse_count(fxa_jp *p, const char *tensor, const char *field, int ind
     return 0;
 }
 
+/* The integers of a tensor's shape or data_offsets: at most cap of them into values, *n set
+ * to how many. */
+typedef struct count_walk {
+    const char *tensor;   /* its name, shown */
+    const char *field;    /* "shape" or "data_offsets" */
+    const char *too_many; /* the message past cap */
+    int64_t *values;
+    int cap;
+    int *n;
+} count_walk;
+
+static int count_element(fxa_jp *p, int index, void *user)
+{
+    const count_walk *w = user;
+    if (index == w->cap) {
+        return fxa_jp_fail(p, "tensor '%s': %s", w->tensor, w->too_many);
+    }
+    if (parse_count(p, w->tensor, w->field, index, &w->values[index]) != 0) {
+        return -1;
+    }
+    *w->n = index + 1;
+    return 0;
+}
+
+/* Read the array at p->pos as a tensor's field; must: what it must be, in messages. */
+static int parse_counts(fxa_jp *p, const count_walk *w, const char *must)
+{
+    char text[SNIPPET_CAP + 64];
+    snprintf(text, sizeof text, "tensor '%s': %s %s", w->tensor, w->field, must);
+    return fxa_jp_array(p, text, count_element, (void *)w);
+}
+
 static int parse_shape(fxa_jp *p, const char *tensor, fxa_st_tensor *t)
 {
-    if (fxa_jp_peek(p) != '[') {
-        return fxa_jp_fail(p, "tensor '%s': shape must be an array of integers, found %s", tensor,
-                           fxa_json_value_kind(fxa_jp_peek(p)));
-    }
-    int more = fxa_jp_open(p, ']');
-    while (more == 1) {
-        if (t->ndim == FXA_ST_MAX_DIMS) {
-            return fxa_jp_fail(p, "tensor '%s': shape has more than %d dimensions", tensor,
-                               FXA_ST_MAX_DIMS);
-        }
-        if (parse_count(p, tensor, "shape", t->ndim, &t->shape[t->ndim]) != 0) {
-            return -1;
-        }
-        t->ndim++;
-        more = fxa_jp_next(p, ']');
-    }
-    return more;
+    char too_many[64];
+    snprintf(too_many, sizeof too_many, "shape has more than %d dimensions", FXA_ST_MAX_DIMS);
+    const count_walk w = {tensor, "shape", too_many, t->shape, FXA_ST_MAX_DIMS, &t->ndim};
+    return parse_counts(p, &w, "must be an array of integers");
 }
 
 static int parse_offsets(fxa_jp *p, const char *tensor, int64_t offsets[2])
 {
-    if (fxa_jp_peek(p) != '[') {
-        return fxa_jp_fail(p, "tensor '%s': data_offsets must be an array [begin, end], found %s",
-                           tensor, fxa_json_value_kind(fxa_jp_peek(p)));
-    }
     int n = 0;
-    int more = fxa_jp_open(p, ']');
-    while (more == 1) {
-        if (n == 2) {
-            return fxa_jp_fail(p,
-                               "tensor '%s': data_offsets has more than 2 entries (must be "
-                               "[begin, end])",
-                               tensor);
-        }
-        if (parse_count(p, tensor, "data_offsets", n, &offsets[n]) != 0) {
-            return -1;
-        }
-        n++;
-        more = fxa_jp_next(p, ']');
-    }
-    if (more < 0) {
+    const count_walk w = {tensor,
+                          "data_offsets",
+                          "data_offsets has more than 2 entries (must be [begin, end])",
+                          offsets,
+                          2,
+                          &n};
+    if (parse_counts(p, &w, "must be an array [begin, end]") != 0) {
         return -1;
     }
     if (n != 2) {
@@ -265,6 +272,65 @@ static int shape_size(const int64_t *shape, int ndim, int bits, int64_t *count_o
     return total_bits % 8 != 0 ? 1 : 0;
 }
 
+/* A tensor's fields as they are read. */
+typedef struct tensor_walk {
+    const char *shown; /* its name, shown */
+    fxa_st_tensor *t;
+    const dtype_info *dtype;
+    int64_t offsets[2];
+    unsigned seen;
+} tensor_walk;
+
+static int parse_dtype(fxa_jp *p, tensor_walk *w)
+{
+    const char *text;
+    size_t text_len;
+    char text_shown[SNIPPET_CAP];
+    if (fxa_jp_peek(p) != '"') {
+        return fxa_jp_fail(p, "tensor '%s': dtype must be a string, found %s", w->shown,
+                           fxa_json_value_kind(fxa_jp_peek(p)));
+    }
+    if (fxa_jp_string(p, &text, &text_len) != 0) {
+        return -1;
+    }
+    w->dtype = find_dtype(text, text_len);
+    if (w->dtype == NULL) {
+        fxa_io_snippet(text, text_len, text_shown, sizeof text_shown);
+        return fxa_jp_fail(p, "tensor '%s': unknown dtype '%s'", w->shown, text_shown);
+    }
+    return 0;
+}
+
+/* One field of a tensor's object: dtype, shape or data_offsets, each once. */
+static int tensor_member(fxa_jp *p, const char *field, size_t field_len, void *user)
+{
+    tensor_walk *w = user;
+    char field_shown[SNIPPET_CAP];
+    fxa_io_snippet(field, field_len, field_shown, sizeof field_shown);
+    unsigned bit = 0;
+    if (field_len == 5 && memcmp(field, "dtype", 5) == 0) {
+        bit = FIELD_DTYPE;
+    } else if (field_len == 5 && memcmp(field, "shape", 5) == 0) {
+        bit = FIELD_SHAPE;
+    } else if (field_len == 12 && memcmp(field, "data_offsets", 12) == 0) {
+        bit = FIELD_OFFSETS;
+    } else {
+        return fxa_jp_fail(p,
+                           "tensor '%s': unknown field '%s' (a tensor has exactly dtype, shape "
+                           "and data_offsets)",
+                           w->shown, field_shown);
+    }
+    if (w->seen & bit) {
+        return fxa_jp_fail(p, "tensor '%s': duplicate field '%s'", w->shown, field_shown);
+    }
+    w->seen |= bit;
+    if (bit == FIELD_DTYPE) {
+        return parse_dtype(p, w);
+    }
+    return bit == FIELD_SHAPE ? parse_shape(p, w->shown, w->t)
+                              : parse_offsets(p, w->shown, w->offsets);
+}
+
 /* The value of tensor `name` (decoded, in the arena). */
 static int parse_tensor(fxa_jp *p, fxa_st_file *f, const char *name, size_t name_len)
 {
@@ -280,79 +346,19 @@ static int parse_tensor(fxa_jp *p, fxa_st_file *f, const char *name, size_t name
     if (f->count == FXA_ST_MAX_TENSORS) {
         return fxa_jp_fail(p, "more than %d tensors", FXA_ST_MAX_TENSORS);
     }
-    if (fxa_jp_peek(p) != '{') {
-        return fxa_jp_fail(p,
-                           "tensor '%s': expected an object with dtype, shape and data_offsets, "
-                           "found %s",
-                           shown, fxa_json_value_kind(fxa_jp_peek(p)));
-    }
     fxa_st_tensor t;
     memset(&t, 0, sizeof t);
     t.name = name;
-    const dtype_info *dtype = NULL;
-    int64_t offsets[2] = {0, 0};
-    unsigned seen = 0;
-
-    int more = fxa_jp_open(p, '}');
-    while (more == 1) {
-        const char *field;
-        size_t field_len;
-        char field_shown[SNIPPET_CAP];
-        if (fxa_jp_peek(p) != '"') {
-            return fxa_jp_syntax_error(p, "a string key");
-        }
-        if (fxa_jp_string(p, &field, &field_len) != 0) {
-            return -1;
-        }
-        fxa_io_snippet(field, field_len, field_shown, sizeof field_shown);
-        unsigned bit = 0;
-        if (field_len == 5 && memcmp(field, "dtype", 5) == 0) {
-            bit = FIELD_DTYPE;
-        } else if (field_len == 5 && memcmp(field, "shape", 5) == 0) {
-            bit = FIELD_SHAPE;
-        } else if (field_len == 12 && memcmp(field, "data_offsets", 12) == 0) {
-            bit = FIELD_OFFSETS;
-        } else {
-            return fxa_jp_fail(p,
-                               "tensor '%s': unknown field '%s' (a tensor has exactly dtype, shape "
-                               "and data_offsets)",
-                               shown, field_shown);
-        }
-        if (seen & bit) {
-            return fxa_jp_fail(p, "tensor '%s': duplicate field '%s'", shown, field_shown);
-        }
-        seen |= bit;
-        if (fxa_jp_expect(p, ':', "':' after a key") != 0) {
-            return -1;
-        }
-        if (bit == FIELD_DTYPE) {
-            const char *text;
-            size_t text_len;
-            char text_shown[SNIPPET_CAP];
-            if (fxa_jp_peek(p) != '"') {
-                return fxa_jp_fail(p, "tensor '%s': dtype must be a string, found %s", shown,
-                                   fxa_json_value_kind(fxa_jp_peek(p)));
-            }
-            if (fxa_jp_string(p, &text, &text_len) != 0) {
-                return -1;
-            }
-            dtype = find_dtype(text, text_len);
-            if (dtype == NULL) {
-                fxa_io_snippet(text, text_len, text_shown, sizeof text_shown);
-                return fxa_jp_fail(p, "tensor '%s': unknown dtype '%s'", shown, text_shown);
-            }
-        } else if (bit == FIELD_SHAPE) {
-            if (parse_shape(p, shown, &t) != 0) {
-                return -1;
-            }
-        } else if (parse_offsets(p, shown, offsets) != 0) {
-            return -1;
-        }
-        more = fxa_jp_next(p, '}');
-    }
-    if (more < 0) {
+    tensor_walk w = {.shown = shown, .t = &t};
+    char must[SNIPPET_CAP + 80];
+    snprintf(must, sizeof must,
+             "tensor '%s': expected an object with dtype, shape and data_offsets", shown);
+    if (fxa_jp_object(p, must, tensor_member, &w) != 0) {
         return -1;
     }
+    const dtype_info *dtype = w.dtype;
+    const int64_t *offsets = w.offsets;
+    const unsigned seen = w.seen;
     static const char *const field_names[] = {"dtype", "shape", "data_offsets"};
     for (int i = 0; i < 3; i++) {
         if (!(seen & (1u << i))) {
@@ -407,97 +413,65 @@ static int parse_tensor(fxa_jp *p, fxa_st_file *f, const char *name, size_t name
     return 0;
 }
 
-static int parse_metadata(fxa_jp *p, fxa_st_file *f)
+/* One __metadata__ member: a string key and a string value, both kept. */
+static int metadata_member(fxa_jp *p, const char *key, size_t key_len, void *user)
 {
-    if (f->has_meta) {
-        return fxa_jp_fail(p, "duplicate key '__metadata__'");
+    fxa_st_file *f = user;
+    const char *value;
+    size_t value_len;
+    char key_shown[SNIPPET_CAP];
+    fxa_io_snippet(key, key_len, key_shown, sizeof key_shown);
+    if (key_len > FXA_ST_MAX_NAME_LEN) {
+        return fxa_jp_fail(p, "__metadata__ key '%s' is %zu bytes long; the limit is %d", key_shown,
+                           key_len, FXA_ST_MAX_NAME_LEN);
     }
-    f->has_meta = 1;
-    if (fxa_jp_peek(p) != '{') {
-        return fxa_jp_fail(p, "__metadata__ must be an object of strings, found %s",
+    if (memchr(key, '\0', key_len) != NULL) {
+        return fxa_jp_fail(p, "__metadata__ key '%s' contains the character U+0000", key_shown);
+    }
+    fxa_jp_keep(p, key_len);
+    if (fxa_jp_peek(p) != '"') {
+        return fxa_jp_fail(p, "__metadata__ value of '%s' must be a string, found %s", key_shown,
                            fxa_json_value_kind(fxa_jp_peek(p)));
     }
-    int more = fxa_jp_open(p, '}');
-    while (more == 1) {
-        const char *key;
-        const char *value;
-        size_t key_len;
-        size_t value_len;
-        char key_shown[SNIPPET_CAP];
-        if (fxa_jp_peek(p) != '"') {
-            return fxa_jp_syntax_error(p, "a string key");
-        }
-        if (fxa_jp_string(p, &key, &key_len) != 0) {
-            return -1;
-        }
-        fxa_io_snippet(key, key_len, key_shown, sizeof key_shown);
-        if (key_len > FXA_ST_MAX_NAME_LEN) {
-            return fxa_jp_fail(p, "__metadata__ key '%s' is %zu bytes long; the limit is %d",
-                               key_shown, key_len, FXA_ST_MAX_NAME_LEN);
-        }
-        if (memchr(key, '\0', key_len) != NULL) {
-            return fxa_jp_fail(p, "__metadata__ key '%s' contains the character U+0000", key_shown);
-        }
-        fxa_jp_keep(p, key_len);
-        if (fxa_jp_expect(p, ':', "':' after a key") != 0) {
-            return -1;
-        }
-        if (fxa_jp_peek(p) != '"') {
-            return fxa_jp_fail(p, "__metadata__ value of '%s' must be a string, found %s",
-                               key_shown, fxa_json_value_kind(fxa_jp_peek(p)));
-        }
-        if (fxa_jp_string(p, &value, &value_len) != 0) {
-            return -1;
-        }
-        if (memchr(value, '\0', value_len) != NULL) {
-            return fxa_jp_fail(p, "__metadata__ value of '%s' contains the character U+0000",
-                               key_shown);
-        }
-        fxa_jp_keep(p, value_len);
-        st_meta *meta = grow(f->meta, &f->meta_cap, (size_t)f->meta_count, sizeof *f->meta);
-        if (meta == NULL) {
-            return fxa_jp_out_of_memory(p);
-        }
-        f->meta = meta;
-        f->meta[f->meta_count].key = key;
-        f->meta[f->meta_count].value = value;
-        f->meta_count++;
-        more = fxa_jp_next(p, '}');
+    if (fxa_jp_string(p, &value, &value_len) != 0) {
+        return -1;
     }
-    return more;
+    if (memchr(value, '\0', value_len) != NULL) {
+        return fxa_jp_fail(p, "__metadata__ value of '%s' contains the character U+0000",
+                           key_shown);
+    }
+    fxa_jp_keep(p, value_len);
+    st_meta *meta = grow(f->meta, &f->meta_cap, (size_t)f->meta_count, sizeof *f->meta);
+    if (meta == NULL) {
+        return fxa_jp_out_of_memory(p);
+    }
+    f->meta = meta;
+    f->meta[f->meta_count].key = key;
+    f->meta[f->meta_count].value = value;
+    f->meta_count++;
+    return 0;
+}
+
+/* One member of the header: __metadata__ or a tensor (its name kept). */
+static int top_member(fxa_jp *p, const char *key, size_t key_len, void *user)
+{
+    fxa_st_file *f = user;
+    if (key_len == 12 && memcmp(key, "__metadata__", 12) == 0) {
+        if (f->has_meta) {
+            return fxa_jp_fail(p, "duplicate key '__metadata__'");
+        }
+        f->has_meta = 1;
+        return fxa_jp_object(p, "__metadata__ must be an object of strings", metadata_member, f);
+    }
+    fxa_jp_keep(p, key_len);
+    return parse_tensor(p, f, key, key_len);
 }
 
 /* Schema pass over the whole header (its syntax already checked). */
 static int parse_top(fxa_jp *p, fxa_st_file *f)
 {
     fxa_jp_skip_ws(p);
-    if (fxa_jp_peek(p) != '{') {
-        return fxa_jp_fail(p, "header must be a JSON object, found %s",
-                           fxa_json_value_kind(fxa_jp_peek(p)));
-    }
-    int more = fxa_jp_open(p, '}');
-    while (more == 1) {
-        const char *key;
-        size_t key_len;
-        if (fxa_jp_peek(p) != '"') {
-            return fxa_jp_syntax_error(p, "a string key");
-        }
-        if (fxa_jp_string(p, &key, &key_len) != 0) {
-            return -1;
-        }
-        const int is_meta = key_len == 12 && memcmp(key, "__metadata__", 12) == 0;
-        if (!is_meta) {
-            fxa_jp_keep(p, key_len);
-        }
-        if (fxa_jp_expect(p, ':', "':' after a key") != 0) {
-            return -1;
-        }
-        if (is_meta ? parse_metadata(p, f) : parse_tensor(p, f, key, key_len)) {
-            return -1;
-        }
-        more = fxa_jp_next(p, '}');
-    }
-    return more;
+    return fxa_jp_object(p, "header must be a JSON object", top_member, f);
 }
 
 static int by_name(const void *a, const void *b)
@@ -888,48 +862,34 @@ const fxa_st_tensor *fxa_st_at(const fxa_st_file *f, int64_t i)
     return &f->tensors[i];
 }
 
+/* bsearch keys: a name against a tensor pointer of by_name, and against a metadata entry. */
+static int find_by_name(const void *key, const void *elem)
+{
+    return strcmp(key, (*(const fxa_st_tensor *const *)elem)->name);
+}
+
+static int find_by_key(const void *key, const void *elem)
+{
+    return strcmp(key, ((const st_meta *)elem)->key);
+}
+
 const fxa_st_tensor *fxa_st_find(const fxa_st_file *f, const char *name)
 {
-    if (f == NULL || name == NULL) {
+    if (f == NULL || name == NULL || f->count == 0) {
         return NULL;
     }
-    size_t lo = 0;
-    size_t hi = (size_t)f->count;
-    while (lo < hi) {
-        const size_t mid = lo + (hi - lo) / 2;
-        const int c = strcmp(f->by_name[mid]->name, name);
-        if (c == 0) {
-            return f->by_name[mid];
-        }
-        if (c < 0) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return NULL;
+    const fxa_st_tensor *const *at =
+        bsearch(name, f->by_name, (size_t)f->count, sizeof *f->by_name, find_by_name);
+    return at != NULL ? *at : NULL;
 }
 
 const char *fxa_st_metadata(const fxa_st_file *f, const char *key)
 {
-    if (f == NULL || key == NULL) {
+    if (f == NULL || key == NULL || f->meta_count == 0) {
         return NULL;
     }
-    size_t lo = 0;
-    size_t hi = (size_t)f->meta_count;
-    while (lo < hi) {
-        const size_t mid = lo + (hi - lo) / 2;
-        const int c = strcmp(f->meta[mid].key, key);
-        if (c == 0) {
-            return f->meta[mid].value;
-        }
-        if (c < 0) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return NULL;
+    const st_meta *at = bsearch(key, f->meta, (size_t)f->meta_count, sizeof *f->meta, find_by_key);
+    return at != NULL ? at->value : NULL;
 }
 
 int64_t fxa_st_metadata_count(const fxa_st_file *f)

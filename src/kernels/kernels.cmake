@@ -4,56 +4,41 @@
 # picks what the CPU has at run time. The kernels_<isa>.c files (the sets'
 # init functions) take no ISA flags: dispatch builds every set on any CPU.
 set(k ${CMAKE_CURRENT_SOURCE_DIR}/kernels)
-target_sources(fxattn_obj PRIVATE
-  ${k}/dispatch.c
-  ${k}/ref/kernels_ref.c
-  ${k}/ref/f32_tile_ref.c
-  ${k}/ref/bf16_tile_ref.c
-  ${k}/ref/f32_rowstats_ref.c
-  ${k}/ref/f32_packkt_ref.c
-  ${k}/ref/f16_widen_ref.c)
-set_source_files_properties(${k}/ref/f32_rowstats_ref.c PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+
+# Kernel sources of libfxattn, each compiled with the options `flags` (a list; "" for none).
+function(fxa_kernel_sources flags)
+  foreach(f ${ARGN})
+    target_sources(fxattn_obj PRIVATE ${k}/${f})
+    if(flags)
+      set_source_files_properties(${k}/${f} PROPERTIES COMPILE_OPTIONS "${flags}")
+    endif()
+  endforeach()
+endfunction()
+
+fxa_kernel_sources("" dispatch.c ref/kernels_ref.c ref/f32_tile_ref.c ref/bf16_tile_ref.c
+                   ref/f32_packkt_ref.c ref/f16_widen_ref.c)
+# The row statistics: one portable source per ISA; no contraction, so every build gives the
+# reference's bits.
+fxa_kernel_sources("-ffp-contract=off" ref/f32_rowstats_ref.c)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
-  target_sources(fxattn_obj PRIVATE
-    ${k}/f16_widen_f16c.c
-    ${k}/x86_avx2/kernels_avx2.c
-    ${k}/x86_avx2/f32_tile_4x24_6x16_avx2.c
-    ${k}/x86_avx2/f32_rowstats_avx2.c
-    ${k}/x86_avx2/f32_packkt_8x8_avx2.c
-    ${k}/x86_avx512/kernels_avx512.c
-    ${k}/x86_avx512/f32_tile_6x64_avx512.c
-    ${k}/x86_avx512/bf16_tile_6x64_avx512bf16.c
-    ${k}/x86_avx512/f32_rowstats_avx512.c
-    ${k}/x86_avx512/f32_packkt_16x16_avx512.c)
   set(FXA_AVX2 "-mavx2")
   set(FXA_AVX512 "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq")
-  set_source_files_properties(${k}/f16_widen_f16c.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX2};-mfma;-mf16c")
-  set_source_files_properties(${k}/x86_avx2/f32_tile_4x24_6x16_avx2.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX2};-mfma;-mf16c")
-  set_source_files_properties(${k}/x86_avx512/f32_tile_6x64_avx512.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX512};-mfma")
-  set_source_files_properties(${k}/x86_avx512/bf16_tile_6x64_avx512bf16.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX512};-mavx512bf16;-mfma")
+  fxa_kernel_sources("" x86_avx2/kernels_avx2.c x86_avx512/kernels_avx512.c)
+  fxa_kernel_sources("${FXA_AVX2};-mfma;-mf16c" f16_widen_f16c.c x86_avx2/f32_tile_4x24_6x16_avx2.c)
+  fxa_kernel_sources("${FXA_AVX2}" x86_avx2/f32_packkt_8x8_avx2.c)
+  fxa_kernel_sources("${FXA_AVX2};-ffp-contract=off" x86_avx2/f32_rowstats_avx2.c)
+  fxa_kernel_sources("${FXA_AVX512};-mfma" x86_avx512/f32_tile_6x64_avx512.c)
+  fxa_kernel_sources("${FXA_AVX512};-mavx512bf16;-mfma" x86_avx512/bf16_tile_6x64_avx512bf16.c)
+  fxa_kernel_sources("${FXA_AVX512}" x86_avx512/f32_packkt_16x16_avx512.c)
+  fxa_kernel_sources("${FXA_AVX512};-ffp-contract=off" x86_avx512/f32_rowstats_avx512.c)
   # The AMX tile needs a compiler with AMX intrinsics (GCC 11, clang 12);
   # without one the `amx` set is simply not built (dispatch says so).
   include(CheckCCompilerFlag)
   check_c_compiler_flag("-mamx-tile -mamx-bf16" FXA_CC_HAS_AMX)
   if(FXA_CC_HAS_AMX)
-    target_sources(fxattn_obj PRIVATE ${k}/x86_avx512/bf16_tile_16x32_amx.c)
-    set_source_files_properties(${k}/x86_avx512/bf16_tile_16x32_amx.c PROPERTIES
-      COMPILE_OPTIONS "${FXA_AVX512};-mavx512bf16;-mfma;-mamx-tile;-mamx-bf16")
+    fxa_kernel_sources("${FXA_AVX512};-mavx512bf16;-mfma;-mamx-tile;-mamx-bf16"
+                       x86_avx512/bf16_tile_16x32_amx.c)
     target_compile_definitions(fxattn_obj PRIVATE FXA_HAVE_AMX_KERNELS)
   endif()
-  set_source_files_properties(${k}/x86_avx2/f32_packkt_8x8_avx2.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX2}")
-  set_source_files_properties(${k}/x86_avx512/f32_packkt_16x16_avx512.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX512}")
-  # The row statistics: one portable source per ISA; no contraction, so
-  # every build gives the reference's bits.
-  set_source_files_properties(${k}/x86_avx2/f32_rowstats_avx2.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX2};-ffp-contract=off")
-  set_source_files_properties(${k}/x86_avx512/f32_rowstats_avx512.c PROPERTIES
-    COMPILE_OPTIONS "${FXA_AVX512};-ffp-contract=off")
   target_compile_definitions(fxattn_obj PRIVATE FXA_HAVE_X86_KERNELS)
 endif()

@@ -21,6 +21,7 @@
 #include "fxattn_checkpoint.h"
 #include "fxattn_safetensors.h"
 #include "fxattn_wan.h"
+#include "wan_synth.h"
 
 #define NAME_CAP 128
 #define O_BLOCK_BYTES ((int64_t)4 << 20) /* rows of o.weight read at once */
@@ -52,34 +53,6 @@ static fxa_status failf(const src *c, fxa_status st, const char *fmt, ...)
         va_end(ap);
     }
     return st;
-}
-
-/* Streams of the synthetic generator (x is FXA_WAN_SYNTH_X). */
-enum { S_WQ = 1, S_WK, S_WV, S_WO, S_BQKV, S_BO, S_GQ, S_GK };
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-float fxa_wan_synth(uint64_t seed, uint64_t stream, uint64_t i)
-{
-    /* Counter-based, so that any slice (a rank's shard) is cheap to make:
-     * the Irwin-Hall sum of four 16-bit pieces of one hash, variance 1. */
-    const uint64_t h = mix64(mix64(seed * 0x9e3779b97f4a7c15ull + stream) + i);
-    const int64_t s =
-        (int64_t)((h & 0xffff) + ((h >> 16) & 0xffff) + ((h >> 32) & 0xffff) + (h >> 48));
-    return (float)(s - 131070) * (1.0f / 37837.23f);
-}
-
-/* Values [first, first + n) of one stream as mean + sd * N(0, 1) into dst[n]. */
-static void synth_fill(float *dst, int64_t first, int64_t n, uint64_t seed, uint64_t stream,
-                       double mean, double sd)
-{
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (float)(mean + sd * (double)fxa_wan_synth(seed, stream, (uint64_t)(first + i)));
 }
 
 static fxa_status mat_alloc(const src *c, fxa_wan_linear *m, fxa_proj_w format, int64_t rows,
@@ -138,12 +111,12 @@ typedef struct vec {
 /* The bias of module m (its leaf: MODS[naming][m] + ".bias"). */
 static vec bias_vec(int m, int64_t hidden)
 {
-    return m == M_O ? (vec){".bias", m, S_BO, 0, 0.0, 0.1}
-                    : (vec){".bias", m, S_BQKV, m * hidden, 0.0, 0.1};
+    return m == M_O ? (vec){".bias", m, FXA_WAN_STREAM_BO, 0, 0.0, 0.1}
+                    : (vec){".bias", m, FXA_WAN_STREAM_BQKV, m * hidden, 0.0, 0.1};
 }
 
-static const vec NORM_Q = {"norm_q.weight", -1, S_GQ, 0, 1.0, 0.2};
-static const vec NORM_K = {"norm_k.weight", -1, S_GK, 0, 1.0, 0.2};
+static const vec NORM_Q = {"norm_q.weight", -1, FXA_WAN_STREAM_GQ, 0, 1.0, 0.2};
+static const vec NORM_K = {"norm_k.weight", -1, FXA_WAN_STREAM_GK, 0, 1.0, 0.2};
 
 /* "blocks.N.<prefix>.<module><leaf>" (mod >= 0) or "blocks.N.<prefix>.<leaf>" */
 static void tensor_name(const src *c, int mod, const char *leaf, char name[NAME_CAP])
@@ -248,7 +221,7 @@ static fxa_status read_float_rows(const src *c, const fxa_st_file *f, const fxa_
 static fxa_status vector_rows(const src *c, vec v, int64_t r0, int64_t n, float *dst)
 {
     if (!c->ck) {
-        synth_fill(dst, v.first + r0, n, c->seed, v.stream, v.mean, v.sd);
+        fxa_wan_synth_fill(dst, v.first + r0, n, c->seed, v.stream, v.mean, v.sd);
         return 0;
     }
     const fxa_st_file *f = NULL;
@@ -355,7 +328,8 @@ static fxa_status weight_rows(const src *c, int mod, int64_t r0, int64_t n, void
 {
     const int64_t h = c->hidden;
     if (!c->ck) {
-        synth_fill(dst, r0 * h, n * h, c->seed, S_WQ + (uint64_t)mod, 0.0, 1.0 / sqrt((double)h));
+        fxa_wan_synth_fill(dst, r0 * h, n * h, c->seed, FXA_WAN_STREAM_WQ + (uint64_t)mod, 0.0,
+                           1.0 / sqrt((double)h));
         return 0;
     }
     const fxa_st_file *f = NULL;

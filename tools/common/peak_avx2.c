@@ -15,23 +15,19 @@
 
 #define PEAK_ACC 12 /* + a and b: 14 of the 16 ymm registers */
 
-/* c = c*a + b per accumulator: stays finite and normal for a just below 1. Distinct starting
- * values keep the compiler from merging identical chains. */
+typedef __m256 peak_vec;
+#define peak_set1 _mm256_set1_ps
+#define peak_add _mm256_add_ps
+
+/* c = c*a + b per accumulator: stays finite and normal for a just below 1. */
+#define PEAK_NAME fma_chains
+#define PEAK_STEP(c, a, b) _mm256_fmadd_ps(c, a, b)
+#include "peak_loop_impl.h"
+
 static float f32_run(uint64_t iters, float a, float b)
 {
-    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), c[PEAK_ACC];
-#pragma GCC unroll 12
-    for (int j = 0; j < PEAK_ACC; j++)
-        c[j] = _mm256_set1_ps(b * (float)(j + 1));
-    for (uint64_t i = 0; i < iters; i++) {
-#pragma GCC unroll 12
-        for (int j = 0; j < PEAK_ACC; j++)
-            c[j] = _mm256_fmadd_ps(c[j], va, vb);
-    }
-#pragma GCC unroll 12
-    for (int j = 1; j < PEAK_ACC; j++)
-        c[0] = _mm256_add_ps(c[0], c[j]);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(c[0]), _mm256_extractf128_ps(c[0], 1));
+    const __m256 c = fma_chains(iters, _mm256_set1_ps(a), _mm256_set1_ps(b), b);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);

@@ -16,42 +16,31 @@
 
 #define PEAK_ACC 16
 
-/* c = c*a + b per accumulator: stays finite and normal for a just below 1. Distinct starting
- * values keep the compiler from merging identical chains. */
+typedef __m512 peak_vec;
+#define peak_set1 _mm512_set1_ps
+#define peak_add _mm512_add_ps
+
+/* c = c*a + b per accumulator: stays finite and normal for a just below 1. */
+#define PEAK_NAME fma_chains
+#define PEAK_STEP(c, a, b) _mm512_fmadd_ps(c, a, b)
+#include "peak_loop_impl.h"
+
+/* c += a.b over bf16 pairs (a and b hold them): grows by 2ab per iteration, far from overflow
+ * for small b. */
+#define PEAK_NAME dot_chains
+#define PEAK_STEP(c, a, b) _mm512_dpbf16_ps(c, (__m512bh)(a), (__m512bh)(b))
+#include "peak_loop_impl.h"
+
 static float f32_run(uint64_t iters, float a, float b)
 {
-    __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b), c[PEAK_ACC];
-#pragma GCC unroll 16
-    for (int j = 0; j < PEAK_ACC; j++)
-        c[j] = _mm512_set1_ps(b * (float)(j + 1));
-    for (uint64_t i = 0; i < iters; i++) {
-#pragma GCC unroll 16
-        for (int j = 0; j < PEAK_ACC; j++)
-            c[j] = _mm512_fmadd_ps(c[j], va, vb);
-    }
-#pragma GCC unroll 16
-    for (int j = 1; j < PEAK_ACC; j++)
-        c[0] = _mm512_add_ps(c[0], c[j]);
-    return _mm512_reduce_add_ps(c[0]);
+    return _mm512_reduce_add_ps(fma_chains(iters, _mm512_set1_ps(a), _mm512_set1_ps(b), b));
 }
 
-/* c += a.b over bf16 pairs: grows by 2ab per iteration, far from overflow for small b. */
 static float bf16_run(uint64_t iters, float a, float b)
 {
-    __m512 fa = _mm512_set1_ps(a), fb = _mm512_set1_ps(b), c[PEAK_ACC];
-    __m512bh va = _mm512_cvtne2ps_pbh(fa, fa), vb = _mm512_cvtne2ps_pbh(fb, fb);
-#pragma GCC unroll 16
-    for (int j = 0; j < PEAK_ACC; j++)
-        c[j] = _mm512_set1_ps(b * (float)(j + 1));
-    for (uint64_t i = 0; i < iters; i++) {
-#pragma GCC unroll 16
-        for (int j = 0; j < PEAK_ACC; j++)
-            c[j] = _mm512_dpbf16_ps(c[j], va, vb);
-    }
-#pragma GCC unroll 16
-    for (int j = 1; j < PEAK_ACC; j++)
-        c[0] = _mm512_add_ps(c[0], c[j]);
-    return _mm512_reduce_add_ps(c[0]);
+    const __m512 fa = _mm512_set1_ps(a), fb = _mm512_set1_ps(b);
+    const __m512 pa = (__m512)_mm512_cvtne2ps_pbh(fa, fa), pb = (__m512)_mm512_cvtne2ps_pbh(fb, fb);
+    return _mm512_reduce_add_ps(dot_chains(iters, pa, pb, b));
 }
 
 /* FMA: 16 lanes x 2 FLOP; vdpbf16ps: 16 lanes x 2 products x 2 FLOP. */

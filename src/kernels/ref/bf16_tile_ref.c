@@ -11,7 +11,6 @@
 #include "exp2_ref.h"
 #include "fxattn.h"
 #include "rows_ref.h"
-#include "../row_update_impl.h"
 
 static float bf(uint16_t h)
 {
@@ -35,10 +34,14 @@ static void fxa_bf16_score__ref(const fxa_attn_tile_bf16 *t)
     }
 }
 
-/* p = bf16(exp2(z - shift)) into p16 (pad column zeroed); returns the sum of
- * the rounded values. */
-static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
+/* Row i: p = bf16(exp2(z - shift)) into p16 (pad column zeroed); returns the sum of the
+ * rounded values. Every row takes the flush test. */
+static float row_exp2(const fxa_attn_tile_bf16 *t, size_t i, float shift, int may_flush)
 {
+    (void)may_flush;
+    const float *z = t->scores + i * t->ld_scores;
+    uint16_t *p16 = t->p16 + i * t->ld_scores;
+    const size_t n = t->n_kv;
     float sum = 0.0f;
     for (size_t j = 0; j < n; j++) {
         p16[j] = fxa_f32_to_bf16(fxa_exp2_shifted_bf16_ref(z[j], shift));
@@ -49,20 +52,8 @@ static float exp2_row_bf16(const float *z, size_t n, float shift, uint16_t *p16)
     return sum;
 }
 
-static void softmax_rows(const fxa_attn_tile_bf16 *t)
-{
-    for (size_t i = 0; i < t->n_q; i++) {
-        const float *z = t->scores + i * t->ld_scores;
-        uint16_t *p16 = t->p16 + i * t->ld_scores;
-        if (t->online[i] != FXA_ROW_ONLINE) {
-            t->l[i] += exp2_row_bf16(z, t->n_kv, t->m[i], p16);
-            continue;
-        }
-        const fxa_row_shift s = fxa_online_shift(t->m[i], z, t->n_kv);
-        const float sum = exp2_row_bf16(z, t->n_kv, s.m, p16);
-        fxa_online_fold(s, sum, t->m + i, t->l + i, t->o + i * t->ldo, t->d);
-    }
-}
+#define FXA_SOFTMAX_TILE fxa_attn_tile_bf16
+#include "../softmax_rows_impl.h"
 
 static void fxa_bf16_pv__ref(const fxa_attn_tile_bf16 *t)
 {
@@ -85,6 +76,6 @@ void fxa_bf16_tile__ref(const fxa_attn_tile_bf16 *t)
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kp_panel % 16 == 0 && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
     fxa_bf16_score__ref(t);
-    softmax_rows(t);
+    softmax_rows(t, 0, t->n_q);
     fxa_bf16_pv__ref(t);
 }

@@ -35,6 +35,12 @@
 #define FXA_EXP2_C5 0.00133335581464284f
 #define FXA_EXP2_C6 0.000154035303933816f
 #define FXA_EXP2_C7 0.0000152527338040598f
+/* The same, highest power first (the order of every Horner loop here and in the twins). */
+#define FXA_EXP2_COEFFS                                                                            \
+    FXA_EXP2_C7, FXA_EXP2_C6, FXA_EXP2_C5, FXA_EXP2_C4, FXA_EXP2_C3, FXA_EXP2_C2, FXA_EXP2_C1, 1.0f
+#define FXA_EXP2_DEGREE 7
+/* The SIMD twins' Horner loops, unrolled whole (constant coefficients, one FMA a step). */
+#define FXA_EXP2_UNROLL _Pragma("GCC unroll 8")
 
 /* The reduction both polynomials share: e = z - m exactly (double), n =
  * round(e) and f = e - n (exact in fp32), e clamped so that n stays in
@@ -75,19 +81,21 @@ static inline float fxa_exp2_scale(float poly, fxa_exp2_parts r)
     return r.e < -126.0 ? 0.0f : v;
 }
 
+/* The polynomial of coefficients c[0..degree] (highest power first) at f, in fp32 Horner form
+ * (each step a product, then a sum). */
+static inline float fxa_exp2_horner(const float *c, int degree, float f)
+{
+    float poly = c[0];
+    for (int k = 1; k <= degree; k++)
+        poly = poly * f + c[k];
+    return poly;
+}
+
 static inline float fxa_exp2_shifted_ref(float z, float m)
 {
+    static const float c[] = {FXA_EXP2_COEFFS};
     const fxa_exp2_parts r = fxa_exp2_reduce(z, m);
-    const float f = r.f;
-    float poly = FXA_EXP2_C7;
-    poly = poly * f + FXA_EXP2_C6;
-    poly = poly * f + FXA_EXP2_C5;
-    poly = poly * f + FXA_EXP2_C4;
-    poly = poly * f + FXA_EXP2_C3;
-    poly = poly * f + FXA_EXP2_C2;
-    poly = poly * f + FXA_EXP2_C1;
-    poly = poly * f + 1.0f;
-    return fxa_exp2_scale(poly, r);
+    return fxa_exp2_scale(fxa_exp2_horner(c, FXA_EXP2_DEGREE, r.f), r);
 }
 
 /*
@@ -106,17 +114,15 @@ static inline float fxa_exp2_shifted_ref(float z, float m)
 #define FXA_EXP2_BF16_C2 0.240247443f
 #define FXA_EXP2_BF16_C3 0.0559178591f
 #define FXA_EXP2_BF16_C4 0.00957010221f
+#define FXA_EXP2_BF16_COEFFS                                                                       \
+    FXA_EXP2_BF16_C4, FXA_EXP2_BF16_C3, FXA_EXP2_BF16_C2, FXA_EXP2_BF16_C1, FXA_EXP2_BF16_C0
+#define FXA_EXP2_BF16_DEGREE 4
 
 static inline float fxa_exp2_shifted_bf16_ref(float z, float m)
 {
+    static const float c[] = {FXA_EXP2_BF16_COEFFS};
     const fxa_exp2_parts r = fxa_exp2_reduce(z, m);
-    const float f = r.f;
-    float poly = FXA_EXP2_BF16_C4;
-    poly = poly * f + FXA_EXP2_BF16_C3;
-    poly = poly * f + FXA_EXP2_BF16_C2;
-    poly = poly * f + FXA_EXP2_BF16_C1;
-    poly = poly * f + FXA_EXP2_BF16_C0;
-    return fxa_exp2_scale(poly, r);
+    return fxa_exp2_scale(fxa_exp2_horner(c, FXA_EXP2_BF16_DEGREE, r.f), r);
 }
 
 #endif

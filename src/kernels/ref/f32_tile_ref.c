@@ -15,7 +15,6 @@
 #include "../kernels.h"
 #include "exp2_ref.h"
 #include "rows_ref.h"
-#include "../row_update_impl.h"
 
 #define ROWS 4
 #define COLS 16
@@ -59,20 +58,6 @@ static void scores_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t 
             for (size_t c = 0; c < t->d; c++)
                 s += q[c] * t->kt[fxa_kt_offset(t->kt_panel, t->d, c, j0 + jj)];
             z[jj] = t->lambda * (s - t->qk_center[i0 + r]);
-        }
-    }
-}
-
-static void fxa_f32_score__ref(const fxa_attn_tile *t)
-{
-    for (size_t i0 = 0; i0 < t->n_q; i0 += ROWS) {
-        const size_t ni = t->n_q - i0 < ROWS ? t->n_q - i0 : ROWS;
-        for (size_t j0 = 0; j0 < t->n_kv; j0 += COLS) {
-            const size_t nj = t->n_kv - j0 < COLS ? t->n_kv - j0 : COLS;
-            if (ni == ROWS && nj == COLS)
-                scores_block(t, i0, j0);
-            else
-                scores_generic(t, i0, ni, j0, nj);
         }
     }
 }
@@ -128,54 +113,46 @@ static void pv_generic(const fxa_attn_tile *t, size_t i0, size_t ni, size_t c0, 
     }
 }
 
-static void fxa_f32_pv__ref(const fxa_attn_tile *t)
+/* The ROWS x COLS blocks of n_q rows by cols columns: full ones to block, the edges to edge
+ * (for the scores, columns are keys; for P.V, columns of o). */
+static inline __attribute__((always_inline)) void
+by_blocks(const fxa_attn_tile *t, size_t cols, void (*block)(const fxa_attn_tile *, size_t, size_t),
+          void (*edge)(const fxa_attn_tile *, size_t, size_t, size_t, size_t))
 {
     for (size_t i0 = 0; i0 < t->n_q; i0 += ROWS) {
         const size_t ni = t->n_q - i0 < ROWS ? t->n_q - i0 : ROWS;
-        for (size_t c0 = 0; c0 < t->d; c0 += COLS) {
-            const size_t nc = t->d - c0 < COLS ? t->d - c0 : COLS;
+        for (size_t c0 = 0; c0 < cols; c0 += COLS) {
+            const size_t nc = cols - c0 < COLS ? cols - c0 : COLS;
             if (ni == ROWS && nc == COLS)
-                pv_block(t, i0, c0);
+                block(t, i0, c0);
             else
-                pv_generic(t, i0, ni, c0, nc);
+                edge(t, i0, ni, c0, nc);
         }
     }
 }
 
-/* p_j = exp2(z_j - shift) in place (shift integer-valued); returns their
- * sum (increasing j). */
-static float exp2_row_sum(float *z, size_t n, float shift)
+/* p_j = exp2(z_j - shift) in place over row i (shift integer-valued); returns their sum
+ * (increasing j). Every row takes the flush test. */
+static float row_exp2(const fxa_attn_tile *t, size_t i, float shift, int may_flush)
 {
+    (void)may_flush;
+    float *z = t->scores + i * t->ld_scores;
     float sum = 0.0f;
-    for (size_t j = 0; j < n; j++) {
+    for (size_t j = 0; j < t->n_kv; j++) {
         z[j] = fxa_exp2_shifted_ref(z[j], shift);
         sum += z[j];
     }
     return sum;
 }
 
-/* Scores to probabilities, row by row; online rows rescale o and l. */
-static void softmax_rows(const fxa_attn_tile *t)
-{
-    for (size_t i = 0; i < t->n_q; i++) {
-        float *z = t->scores + i * t->ld_scores;
-        if (t->online[i] != FXA_ROW_ONLINE) {
-            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
-            continue;
-        }
-        /* Integer running shift: the rescale factor is an exact power of
-         * two and the largest term lies in (1/2, 1]. */
-        const fxa_row_shift s = fxa_online_shift(t->m[i], z, t->n_kv);
-        const float sum = exp2_row_sum(z, t->n_kv, s.m);
-        fxa_online_fold(s, sum, t->m + i, t->l + i, t->o + i * t->ldo, t->d);
-    }
-}
+#define FXA_SOFTMAX_TILE fxa_attn_tile
+#include "../softmax_rows_impl.h"
 
 void fxa_f32_tile__ref(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->ldq >= t->d && t->kt_panel % COLS == 0 && t->ldv >= t->d && t->ldo >= t->d);
-    fxa_f32_score__ref(t);
-    softmax_rows(t);
-    fxa_f32_pv__ref(t);
+    by_blocks(t, t->n_kv, scores_block, scores_generic);
+    softmax_rows(t, 0, t->n_q);
+    by_blocks(t, t->d, pv_block, pv_generic);
 }

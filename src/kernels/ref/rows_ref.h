@@ -1,4 +1,4 @@
-/* Row primitives of the reference tiles for row_update_impl.h, scalar C. */
+/* Row primitives of the reference tiles for softmax_rows_impl.h, scalar C. */
 #ifndef FXA_ROWS_REF_H
 #define FXA_ROWS_REF_H
 

@@ -1,12 +1,9 @@
 /*
  * AVX2 K^T packing (contract: fxa_pack_kt_fn in kernels.h).
  * Built with -mavx2 (per file).
- * Blocks of 8 keys x 8 dimensions: 8 row loads, the 8 x 8 transpose in
- * registers, then one 8-key store per dimension into its panel row (a panel
- * holds a multiple of 16 keys, so a group of 8 never straddles two). The key
- * tail loads no missing row and masks its stores; the dimension tail masks
- * its loads and stores only the dimensions that exist. Whole blocks use
- * plain loads and stores (masked stores are slow on some cores).
+ * Blocks of 8 keys x 8 dimensions through packkt_impl.h's loop, with the
+ * 8 x 8 transpose in ymm registers. Whole blocks use plain loads and stores
+ * (masked stores are slow on some cores).
  */
 #include <immintrin.h>
 
@@ -19,7 +16,7 @@
 /* out[c][r] = in[r][c]: interleave pairs of rows, then pairs of pairs (128-bit
  * lane L of mid[4g + k] holds column 4L + k of rows 4g..4g+3), then join the
  * two lanes of each column. */
-static ALWAYS_INLINE void transpose_8x8(const __m256 in[8], __m256 out[8])
+static ALWAYS_INLINE void transpose(const __m256 in[8], __m256 out[8])
 {
     __m256 pairs[8], mid[8];
     UNROLL
@@ -61,28 +58,13 @@ static ALWAYS_INLINE void store_keys(float *x, size_t keys, __m256i key_mask, __
         _mm256_maskstore_ps(x, key_mask, v);
 }
 
-void fxa_f32_packkt_8x8__avx2(const void *const *rows, size_t n, size_t d, size_t panel,
-                              void *kt_out)
+static ALWAYS_INLINE __m256 zero_vec(void)
 {
-    /* Moved as fp32 lanes: loads, shuffles and stores keep every bit. */
-    float *kt = kt_out;
-    for (size_t j0 = 0; j0 < n; j0 += 8) {
-        const size_t keys = n - j0 < 8 ? n - j0 : 8;
-        const __m256i key_mask = first_lanes(keys);
-        float *group = kt + fxa_kt_offset(panel, d, 0, j0);
-        for (size_t c0 = 0; c0 < d; c0 += 8) {
-            const size_t dims = d - c0 < 8 ? d - c0 : 8;
-            const __m256i dim_mask = first_lanes(dims);
-            __m256 in[8], out[8];
-            UNROLL
-            for (size_t r = 0; r < 8; r++)
-                in[r] = r < keys ? load_dims((const float *)rows[j0 + r] + c0, dims, dim_mask)
-                                 : _mm256_setzero_ps();
-            transpose_8x8(in, out);
-            UNROLL
-            for (size_t c = 0; c < 8; c++)
-                if (c < dims)
-                    store_keys(group + (c0 + c) * panel, keys, key_mask, out[c]);
-        }
-    }
+    return _mm256_setzero_ps();
 }
+
+#define PACKKT_NAME fxa_f32_packkt_8x8__avx2
+#define PACK_W 8
+typedef __m256 pack_vec;
+typedef __m256i pack_mask;
+#include "../packkt_impl.h"

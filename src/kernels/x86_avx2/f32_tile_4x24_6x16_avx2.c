@@ -18,7 +18,6 @@
 
 #include "../kernels.h"
 #include "rows_avx2.h"
-#include "../row_update_impl.h"
 #include "vexp2_avx2.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -121,9 +120,13 @@ static float hsum(__m256 x)
     return _mm_cvtss_f32(s);
 }
 
-/* p = exp2(z - shift) in place over n scores; returns the sum of p. */
-static float exp2_row_sum(float *z, size_t n, float shift)
+/* p = exp2(z - shift) in place over row i's scores; returns the sum of p. Every row takes the
+ * flush test. */
+static float row_exp2(const fxa_attn_tile *t, size_t i, float shift, int may_flush)
 {
+    (void)may_flush;
+    float *z = t->scores + i * t->ld_scores;
+    const size_t n = t->n_kv;
     const __m256 m = _mm256_set1_ps(shift);
     __m256 sum = _mm256_setzero_ps();
     size_t j = 0;
@@ -142,19 +145,8 @@ static float exp2_row_sum(float *z, size_t n, float shift)
     return hsum(sum);
 }
 
-static void softmax_rows(const fxa_attn_tile *t)
-{
-    for (size_t i = 0; i < t->n_q; i++) {
-        float *z = t->scores + i * t->ld_scores;
-        if (t->online[i] != FXA_ROW_ONLINE) {
-            t->l[i] += exp2_row_sum(z, t->n_kv, t->m[i]);
-            continue;
-        }
-        const fxa_row_shift s = fxa_online_shift(t->m[i], z, t->n_kv);
-        const float sum = exp2_row_sum(z, t->n_kv, s.m);
-        fxa_online_fold(s, sum, t->m + i, t->l + i, t->o + i * t->ldo, t->d);
-    }
-}
+#define FXA_SOFTMAX_TILE fxa_attn_tile
+#include "../softmax_rows_impl.h"
 
 static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0, const size_t mr,
                                    const __m256i mask[PV_VECS], const int full)
@@ -224,6 +216,6 @@ void fxa_f32_tile_4x24_6x16__avx2(const fxa_attn_tile *t)
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kt_panel >= t->n_kv && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
     fxa_f32_score_4x24__avx2(t);
-    softmax_rows(t);
+    softmax_rows(t, 0, t->n_q);
     fxa_f32_pv_6x16__avx2(t);
 }

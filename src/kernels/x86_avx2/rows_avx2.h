@@ -1,5 +1,5 @@
 /*
- * Row primitives of the AVX2 tile for row_update_impl.h, 8 lanes at a time
+ * Row primitives of the AVX2 tile for softmax_rows_impl.h, 8 lanes at a time
  * (plain loads and stores, the tail masked, never over-read). Include only from files compiled with
  * -mavx2.
  */

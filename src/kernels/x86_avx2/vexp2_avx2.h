@@ -18,14 +18,11 @@ static inline __m256 fxa_vexp2_shifted_f32x8(__m256 z, __m256 m)
     const __m256 zi = _mm256_round_ps(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(z, zi);
     const __m256 n = _mm256_sub_ps(zi, m);
-    __m256 p = _mm256_set1_ps(FXA_EXP2_C7);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C6));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C5));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C4));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C3));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C2));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FXA_EXP2_C1));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    static const float c[] = {FXA_EXP2_COEFFS};
+    __m256 p = _mm256_set1_ps(c[0]);
+    FXA_EXP2_UNROLL
+    for (int k = 1; k <= FXA_EXP2_DEGREE; k++)
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c[k]));
     /* Clamp before converting: NaN (z = -inf) and huge gaps become -127. */
     const __m256 nc =
         _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));

@@ -13,7 +13,7 @@
  *           (the pair panels of the vdpbf16ps tile are AMX's B layout). The
  *           raw dot products s are stored; keys past n_kv in the last group
  *           of 16 compute garbage that nothing reads.
- *   softmax the AVX-512 pass (bf16_softmax_avx512.h, raw = 1): z = lambda
+ *   softmax the AVX-512 pass (bf16_softmax_avx512.h, raw scores): z = lambda
  *           (s - center), P rounded to bf16, l sums the rounded P.
  *   P.V     tdpbf16ps, 2 x 2 accumulator tiles (32 rows x 32 columns of o,
  *           loaded from o and stored back) over whole chunks of 32 keys: A =
@@ -35,6 +35,7 @@
 
 #include "../kernels.h"
 #include "amx_tiles.h"
+#define FXA_BF16_RAW_SCORES 1 /* the accumulator tiles store s */
 #include "bf16_softmax_avx512.h"
 #include "rows_avx512.h"
 
@@ -195,7 +196,7 @@ static ALWAYS_INLINE void row_block(const fxa_attn_tile_bf16 *t, size_t i0, size
                                     const int rows2)
 {
     scores_block(t, i0, rows2);
-    fxa_bf16_softmax_rows_avx512(t, i0, n, 1);
+    softmax_rows(t, i0, n);
     pv_block(t, i0, n, rows2);
 }
 
@@ -242,7 +243,7 @@ static void full_blocks(const fxa_attn_tile_bf16 *t, size_t blocks)
         };
         const size_t units = pp.pv_units + pp.sc_units;
         for (size_t r = 0; r < ROW_BLOCK; r++) {
-            fxa_bf16_softmax_rows_avx512(t, i0 + r, 1, 1);
+            softmax_rows(t, i0 + r, 1);
             pipe_issue(t, &pp, (r + 1) * units / ROW_BLOCK);
         }
         if (b > 0 && chunks * 2 * PAIRS_PER_TILE < t->n_kv)

@@ -22,6 +22,7 @@
 
 #include "../kernels.h"
 #include "rows_avx512.h"
+#define FXA_BF16_RAW_SCORES 0 /* the score kernel stores z */
 #include "bf16_softmax_avx512.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -158,6 +159,6 @@ void fxa_bf16_tile_6x64__avx512bf16(const fxa_attn_tile_bf16 *t)
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kp_panel == KP_PANEL && t->ldvp >= t->d && t->ld_scores >= t->n_kv + t->n_kv % 2);
     fxa_bf16_score_6x64__avx512bf16(t);
-    fxa_bf16_softmax_rows_avx512(t, 0, t->n_q, 0);
+    softmax_rows(t, 0, t->n_q);
     fxa_bf16_pv_6x64__avx512bf16(t);
 }

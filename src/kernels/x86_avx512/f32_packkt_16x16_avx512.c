@@ -1,11 +1,8 @@
 /*
  * AVX-512 K^T packing (contract: fxa_pack_kt_fn in kernels.h).
  * Built with -mavx512f -mavx512vl -mavx512bw -mavx512dq (per file).
- * Blocks of 16 keys x 16 dimensions: 16 row loads, the 16 x 16 transpose in
- * registers, then one 16-key store per dimension into its panel row (groups
- * of 16 keys start on a multiple of 16, so they never straddle a panel). The
- * key tail loads no missing row and masks its stores; the dimension tail
- * masks its loads and stores only the dimensions that exist.
+ * Blocks of 16 keys x 16 dimensions through packkt_impl.h's loop, with the
+ * 16 x 16 transpose in zmm registers.
  */
 #include <immintrin.h>
 
@@ -28,7 +25,7 @@ static ALWAYS_INLINE __m512 unpackhi_pairs(__m512 a, __m512 b)
 /* out[c][r] = in[r][c]: interleave pairs of rows, then pairs of pairs (128-bit
  * lane L of mid[4g + k] holds column 4L + k of rows 4g..4g+3), then gather the
  * four lanes of each column with two rounds of 128-bit shuffles. */
-static ALWAYS_INLINE void transpose_16x16(const __m512 in[16], __m512 out[16])
+static ALWAYS_INLINE void transpose(const __m512 in[16], __m512 out[16])
 {
     __m512 pairs[16], mid[16], half[16];
     UNROLL
@@ -65,28 +62,25 @@ static ALWAYS_INLINE __mmask16 first_lanes(size_t count)
     return (__mmask16)((1u << count) - 1u);
 }
 
-void fxa_f32_packkt_16x16__avx512(const void *const *rows, size_t n, size_t d, size_t panel,
-                                  void *kt_out)
+static ALWAYS_INLINE __m512 load_dims(const float *x, size_t dims, __mmask16 dim_mask)
 {
-    /* Moved as fp32 lanes: loads, shuffles and stores keep every bit. */
-    float *kt = kt_out;
-    for (size_t j0 = 0; j0 < n; j0 += 16) {
-        const size_t keys = n - j0 < 16 ? n - j0 : 16;
-        const __mmask16 key_mask = first_lanes(keys);
-        float *group = kt + fxa_kt_offset(panel, d, 0, j0);
-        for (size_t c0 = 0; c0 < d; c0 += 16) {
-            const size_t dims = d - c0 < 16 ? d - c0 : 16;
-            const __mmask16 dim_mask = first_lanes(dims);
-            __m512 in[16], out[16];
-            UNROLL
-            for (size_t r = 0; r < 16; r++)
-                in[r] = r < keys ? _mm512_maskz_loadu_ps(dim_mask, (const float *)rows[j0 + r] + c0)
-                                 : _mm512_setzero_ps();
-            transpose_16x16(in, out);
-            UNROLL
-            for (size_t c = 0; c < 16; c++)
-                if (c < dims)
-                    _mm512_mask_storeu_ps(group + (c0 + c) * panel, key_mask, out[c]);
-        }
-    }
+    (void)dims;
+    return _mm512_maskz_loadu_ps(dim_mask, x);
 }
+
+static ALWAYS_INLINE __m512 zero_vec(void)
+{
+    return _mm512_setzero_ps();
+}
+
+static ALWAYS_INLINE void store_keys(float *x, size_t keys, __mmask16 key_mask, __m512 v)
+{
+    (void)keys;
+    _mm512_mask_storeu_ps(x, key_mask, v);
+}
+
+#define PACKKT_NAME fxa_f32_packkt_16x16__avx512
+#define PACK_W 16
+typedef __m512 pack_vec;
+typedef __mmask16 pack_mask;
+#include "../packkt_impl.h"

@@ -18,10 +18,8 @@
  */
 #include <assert.h>
 #include <immintrin.h>
-#include <math.h>
 
 #include "../kernels.h"
-#include "../ref/exp2_ref.h"
 #include "rows_avx512.h"
 #include "vexp2_avx512.h"
 
@@ -103,11 +101,14 @@ static void fxa_f32_score_6x64__avx512(const fxa_attn_tile *t)
     }
 }
 
-/* p = exp2(z - shift) in place over n scores; returns the sum of p. With
+/* p = exp2(z - shift) in place over row i's scores; returns the sum of p. With
  * may_flush 0 (a constant) the flush test is left out: the row's bound
  * proves that no term flushes (FXA_ROW_FIXED). */
-static ALWAYS_INLINE float exp2_row_sum(float *z, size_t n, float shift, const int may_flush)
+static ALWAYS_INLINE float row_exp2(const fxa_attn_tile *t, size_t i, float shift,
+                                    const int may_flush)
 {
+    float *z = t->scores + i * t->ld_scores;
+    const size_t n = t->n_kv;
     const __m512 m = _mm512_set1_ps(shift);
     __m512 sum = _mm512_setzero_ps();
     size_t j = 0;
@@ -128,26 +129,8 @@ static ALWAYS_INLINE float exp2_row_sum(float *z, size_t n, float shift, const i
     return _mm512_reduce_add_ps(sum);
 }
 
-static void softmax_rows(const fxa_attn_tile *t)
-{
-    for (size_t i = 0; i < t->n_q; i++) {
-        float *z = t->scores + i * t->ld_scores;
-        if (t->online[i] != FXA_ROW_ONLINE) {
-            /* Constant flags: one specialised loop each. */
-            const int may_flush = t->online[i] == FXA_ROW_FIXED_MAY_FLUSH;
-            t->l[i] += may_flush ? exp2_row_sum(z, t->n_kv, t->m[i], 1)
-                                 : exp2_row_sum(z, t->n_kv, t->m[i], 0);
-            continue;
-        }
-        const float m_new = fmaxf(t->m[i], ceilf(fxa_row_max_f32x16(z, t->n_kv)));
-        const float alpha = fxa_exp2_shifted_ref(t->m[i], m_new); /* a power of two */
-        const float sum = exp2_row_sum(z, t->n_kv, m_new, 1);
-        if (alpha != 1.0f)
-            fxa_scale_row_f32x16(t->o + i * t->ldo, t->d, alpha);
-        t->l[i] = t->l[i] * alpha + sum;
-        t->m[i] = m_new;
-    }
-}
+#define FXA_SOFTMAX_TILE fxa_attn_tile
+#include "../softmax_rows_impl.h"
 
 /* o[rows i0..i0+mr, cols c0..c0+64) += P V over keys [j0, j1), masks per
  * column vector. */
@@ -229,6 +212,6 @@ void fxa_f32_tile_6x64__avx512(const fxa_attn_tile *t)
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kt_panel == KT_PANEL && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
     fxa_f32_score_6x64__avx512(t);
-    softmax_rows(t);
+    softmax_rows(t, 0, t->n_q);
     fxa_f32_pv_6x64__avx512(t);
 }

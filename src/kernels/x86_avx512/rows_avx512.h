@@ -1,6 +1,7 @@
 /*
  * Row helpers shared by the AVX-512 tiles (fp32 and bf16 compute): tail
- * masks, the row max of an online-softmax row, and its power-of-two rescale.
+ * masks, and the row primitives of softmax_rows_impl.h (the row max of an
+ * online-softmax row and its power-of-two rescale), 16 lanes at a time.
  * Include only from files compiled with -mavx512f.
  */
 #ifndef FXA_ROWS_AVX512_H
@@ -26,7 +27,7 @@ static inline void fxa_tail_masks16(ptrdiff_t n, size_t nvec, __mmask16 *mask)
 }
 
 /* max_j z[j] over n scores (exact). */
-static inline float fxa_row_max_f32x16(const float *z, size_t n)
+static inline float row_max(const float *z, size_t n)
 {
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (size_t j = 0; j < n; j += 16) {
@@ -37,7 +38,7 @@ static inline float fxa_row_max_f32x16(const float *z, size_t n)
 }
 
 /* o[0..d) *= a. */
-static inline void fxa_scale_row_f32x16(float *o, size_t d, float a)
+static inline void row_scale(float *o, size_t d, float a)
 {
     const __m512 av = _mm512_set1_ps(a);
     for (size_t c = 0; c < d; c += 16) {

@@ -27,23 +27,14 @@ fxa_vexp2_eval_f32x16(__m512 z, __m512 m, const int bf16, const int flush)
 {
     const __m512 zi = _mm512_roundscale_ps(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(z, zi);
-    __m512 p;
-    if (bf16) {
-        p = _mm512_set1_ps(FXA_EXP2_BF16_C4);
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_BF16_C3));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_BF16_C2));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_BF16_C1));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_BF16_C0));
-    } else {
-        p = _mm512_set1_ps(FXA_EXP2_C7);
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C6));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C5));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C4));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C3));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C2));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FXA_EXP2_C1));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    }
+    static const float c7[] = {FXA_EXP2_COEFFS};
+    static const float c4[] = {FXA_EXP2_BF16_COEFFS};
+    const float *c = bf16 ? c4 : c7;
+    const int degree = bf16 ? FXA_EXP2_BF16_DEGREE : FXA_EXP2_DEGREE;
+    __m512 p = _mm512_set1_ps(c[0]);
+    FXA_EXP2_UNROLL
+    for (int k = 1; k <= degree; k++)
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[k]));
     const __m512 n = _mm512_sub_ps(zi, m);
     if (!flush)
         return _mm512_scalef_ps(p, n);

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "cp_opts.h"
 #include "fxattn.h"
 
 typedef struct bench_opts {
@@ -16,11 +17,7 @@ typedef struct bench_opts {
     int64_t threads; /* 0: all cores (per rank: the cores of the node over its ranks) */
     int64_t repeats;
     int json;
-    int64_t ulysses; /* 0: not given */
-    int64_t ring;
-    int64_t prefetch;
-    double timeout;   /* 0: fxa_mpi_default_timeout() */
-    const char *grid; /* "auto": the planner's U x R (plan.h); NULL: --ulysses / --ring */
+    fxt_cp_opts cp;
 } bench_opts;
 
 /* The distributed benchmark (bench_mpi.c): initialises and finalises MPI. */

@@ -1,5 +1,6 @@
 /* Defaults and option tables of the fxattn subcommands (cmd_opts.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmd_opts.h"
@@ -18,36 +19,32 @@ static void fill(fxt_opt t[FXT_MAX_OPTS], const fxt_opt *src, size_t n)
         fill(t, src, sizeof(src) / sizeof((src)[0]));                                              \
     } while (0)
 
+int fxt_cp_opts_distributed(const fxt_cp_opts *o)
+{
+    return o->ulysses > 0 || o->ring > 0 || o->prefetch > 0 || o->timeout != 0.0 || o->grid ||
+           getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
 void fxt_attn_opts_defaults(attn_opts *o)
 {
-    *o = (attn_opts){.layout = "bshd", .scale = NAN, .repeats = 1};
+    *o = (attn_opts){.in = FXT_QKV_OPTS_DEFAULTS, .repeats = 1};
 }
 
 void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
 {
     const fxt_opt src[] = {
-        {"-q", "--q", FXT_OPT_STRING, &o->q, 0, 0},
-        {"-k", "--k", FXT_OPT_STRING, &o->k, 0, 0},
-        {"-v", "--v", FXT_OPT_STRING, &o->v, 0, 0},
+        FXT_QKV_OPTS_ROWS(o->in),
         {"-o", "--out", FXT_OPT_STRING, &o->out, 0, 0},
         {"--lse", NULL, FXT_OPT_STRING, &o->lse, 0, 0},
-        {"--layout", NULL, FXT_OPT_STRING, &o->layout, 0, 0},
-        {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
         {"--mode", NULL, FXT_OPT_STRING, &o->mode, 0, 0},
         {"--center", NULL, FXT_OPT_STRING, &o->center, 0, 0},
-        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
         {"--compute", NULL, FXT_OPT_STRING, &o->compute, 0, 0},
-        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
         {"--heads-per-tile", NULL, FXT_OPT_INT, &o->heads_per_tile, 0, 1 << 20},
         {"--block-q", NULL, FXT_OPT_INT, &o->block_q, 0, 4096},
         {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
         {"--stats", NULL, FXT_OPT_FLAG, &o->stats, 0, 0},
         {"--verify", NULL, FXT_OPT_FLAG, &o->verify, 0, 0},
-        {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
-        {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
-        {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
-        {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
-        {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
+        FXT_CP_OPTS_ROWS(o->cp),
         {"--placement", NULL, FXT_OPT_STRING, &o->placement, 0, 0},
         {"--inputs-on", NULL, FXT_OPT_STRING, &o->inputs_on, 0, 0},
         {0},
@@ -57,19 +54,13 @@ void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
 
 void fxt_check_opts_defaults(check_opts *o)
 {
-    *o = (check_opts){.layout = "bshd", .scale = NAN};
+    *o = (check_opts){.in = FXT_QKV_OPTS_DEFAULTS};
 }
 
 void fxt_check_opts_table(check_opts *o, fxt_opt t[FXT_MAX_OPTS])
 {
     const fxt_opt src[] = {
-        {"-q", "--q", FXT_OPT_STRING, &o->q, 0, 0},
-        {"-k", "--k", FXT_OPT_STRING, &o->k, 0, 0},
-        {"-v", "--v", FXT_OPT_STRING, &o->v, 0, 0},
-        {"--layout", NULL, FXT_OPT_STRING, &o->layout, 0, 0},
-        {"--dtype", NULL, FXT_OPT_STRING, &o->dtype, 0, 0},
-        {"--scale", NULL, FXT_OPT_DOUBLE, &o->scale, 0, 0},
-        {"--threads", NULL, FXT_OPT_INT, &o->threads, 0, 1024},
+        FXT_QKV_OPTS_ROWS(o->in),
         {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
         {0},
     };
@@ -84,10 +75,6 @@ void fxt_bench_args_defaults(bench_args *o)
 void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
 {
     const fxt_opt src[] = {
-        {"--ulysses", NULL, FXT_OPT_INT, &o->ulysses, 1, 1 << 20},
-        {"--ring", NULL, FXT_OPT_INT, &o->ring, 1, 1 << 20},
-        {"--prefetch", NULL, FXT_OPT_INT, &o->prefetch, 1, 1 << 20},
-        {"--timeout", NULL, FXT_OPT_DOUBLE, &o->timeout, 0, 0},
         {"--seq", NULL, FXT_OPT_INT, &o->seq, 1, 1 << 24},
         {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
         {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
@@ -97,7 +84,7 @@ void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
         {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
         {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
         {"--proj", NULL, FXT_OPT_FLAG, &o->proj, 0, 0},
-        {"--grid", NULL, FXT_OPT_STRING, &o->grid, 0, 0},
+        FXT_CP_OPTS_ROWS(o->cp),
         {0},
     };
     FILL(t, src);
@@ -211,3 +198,21 @@ void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS])
     };
     FILL(t, src);
 }
+
+/* fxt_<type>_parse: the defaults of command cmd, then its arguments through its table. */
+#define PARSE(type, cmd)                                                                           \
+    int fxt_##type##_parse(int argc, char **argv, type *o)                                         \
+    {                                                                                              \
+        fxt_opt t[FXT_MAX_OPTS];                                                                   \
+        fxt_##type##_defaults(o);                                                                  \
+        fxt_##type##_table(o, t);                                                                  \
+        return fxt_parse_options(cmd, argc, argv, 2, t);                                           \
+    }
+
+PARSE(attn_opts, "attn")
+PARSE(check_opts, "check")
+PARSE(bench_args, "bench")
+PARSE(demo_opts, "demo")
+PARSE(layer_opts, "layer")
+PARSE(plan_opts, "plan")
+PARSE(info_opts, "info")

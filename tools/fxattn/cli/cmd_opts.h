@@ -9,6 +9,8 @@
  * starts from; fxt_X_opts_table fills t with the command's table (names,
  * aliases, kinds, ranges) pointing into o, zero-terminated, at most
  * FXT_MAX_OPTS entries including the terminator. o must outlive t.
+ * fxt_X_opts_parse does both and parses the command's argv[2..] into o:
+ * 0, or the exit code after printing why (fxt_parse_options).
  */
 #ifndef FXT_CMD_OPTS_H
 #define FXT_CMD_OPTS_H
@@ -16,47 +18,59 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "cp_opts.h"
 
 #define FXT_MAX_OPTS 32     /* entries of a table, the zeroed terminator included */
 #define FXT_MAX_REPEATS 101 /* largest --repeats of attn and bench */
 
-/* `fxattn attn` (also read by attn_mpi.c through attn_opts.h). */
-typedef struct attn_opts {
+/* -q -k -v --layout --dtype --scale --threads: the attention inputs, how to read them, and the
+ * threads (attn, check). */
+typedef struct fxt_qkv_opts {
     const char *q;
     const char *k;
     const char *v;
-    const char *out;
-    const char *lse;
     const char *layout;
-    const char *mode;
-    const char *center;
     const char *dtype;
-    const char *compute;
     double scale; /* NaN: not given */
     int64_t threads;
+} fxt_qkv_opts;
+
+/* Its defaults, and its option table rows in o (an fxt_qkv_opts), for a command's table. */
+#define FXT_QKV_OPTS_DEFAULTS                                                                      \
+    {                                                                                              \
+        .layout = "bshd", .scale = NAN                                                             \
+    }
+#define FXT_QKV_OPTS_ROWS(o)                                                                       \
+    {"-q", "--q", FXT_OPT_STRING, &(o).q, 0, 0}, {"-k", "--k", FXT_OPT_STRING, &(o).k, 0, 0},      \
+        {"-v", "--v", FXT_OPT_STRING, &(o).v, 0, 0},                                               \
+        {"--layout", NULL, FXT_OPT_STRING, &(o).layout, 0, 0},                                     \
+        {"--dtype", NULL, FXT_OPT_STRING, &(o).dtype, 0, 0},                                       \
+        {"--scale", NULL, FXT_OPT_DOUBLE, &(o).scale, 0, 0},                                       \
+    {                                                                                              \
+        "--threads", NULL, FXT_OPT_INT, &(o).threads, 0, 1024                                      \
+    }
+
+/* `fxattn attn` (also read by attn_mpi.c through attn_opts.h). */
+typedef struct attn_opts {
+    fxt_qkv_opts in;
+    const char *out;
+    const char *lse;
+    const char *mode;
+    const char *center;
+    const char *compute;
     int64_t heads_per_tile;
     int64_t block_q;
     int64_t repeats;
     int stats;
     int verify;
-    int64_t ulysses; /* 0: not given */
-    int64_t ring;
-    int64_t prefetch;
-    double timeout;        /* --timeout seconds under mpirun; 0: not given */
-    const char *grid;      /* --grid auto: the planner's U x R (plan.h); NULL: not given */
+    fxt_cp_opts cp;
     const char *placement; /* --placement hosts|ranks under mpirun; NULL: hosts */
     const char *inputs_on; /* --inputs-on all|rank0 under mpirun; NULL: all */
 } attn_opts;
 
 /* `fxattn check`. */
 typedef struct check_opts {
-    const char *q;
-    const char *k;
-    const char *v;
-    const char *layout;
-    const char *dtype;
-    double scale; /* NaN: not given */
-    int64_t threads;
+    fxt_qkv_opts in;
     int json;
 } check_opts;
 
@@ -70,12 +84,8 @@ typedef struct bench_args {
     int64_t threads;
     int64_t repeats;
     int json;
-    int64_t ulysses; /* 0: not given */
-    int64_t ring;
-    int64_t prefetch;
-    double timeout;   /* --timeout seconds under mpirun; 0: not given */
-    int proj;         /* --proj: the QKV projection instead of attention */
-    const char *grid; /* --grid auto under mpirun; NULL: not given */
+    int proj; /* --proj: the QKV projection instead of attention */
+    fxt_cp_opts cp;
 } bench_args;
 
 /* `fxattn demo`. */
@@ -140,19 +150,19 @@ typedef struct info_opts {
     int64_t threads;
 } info_opts;
 
-void fxt_attn_opts_defaults(attn_opts *o);
-void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_check_opts_defaults(check_opts *o);
-void fxt_check_opts_table(check_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_bench_args_defaults(bench_args *o);
-void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_demo_opts_defaults(demo_opts *o);
-void fxt_demo_opts_table(demo_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_layer_opts_defaults(layer_opts *o);
-void fxt_layer_opts_table(layer_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_plan_opts_defaults(plan_opts *o);
-void fxt_plan_opts_table(plan_opts *o, fxt_opt t[FXT_MAX_OPTS]);
-void fxt_info_opts_defaults(info_opts *o);
-void fxt_info_opts_table(info_opts *o, fxt_opt t[FXT_MAX_OPTS]);
+/* Each options struct's functions (the contract above): fxt_<type>_defaults, fxt_<type>_table
+ * and fxt_<type>_parse. */
+#define FXT_OPTS_FUNCTIONS(type)                                                                   \
+    void fxt_##type##_defaults(type *o);                                                           \
+    void fxt_##type##_table(type *o, fxt_opt t[FXT_MAX_OPTS]);                                     \
+    int fxt_##type##_parse(int argc, char **argv, type *o)
+
+FXT_OPTS_FUNCTIONS(attn_opts);
+FXT_OPTS_FUNCTIONS(check_opts);
+FXT_OPTS_FUNCTIONS(bench_args);
+FXT_OPTS_FUNCTIONS(demo_opts);
+FXT_OPTS_FUNCTIONS(layer_opts);
+FXT_OPTS_FUNCTIONS(plan_opts);
+FXT_OPTS_FUNCTIONS(info_opts);
 
 #endif

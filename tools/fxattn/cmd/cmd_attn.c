@@ -86,7 +86,7 @@ static int run_repeated(fxt_runner *r, const fxa_attn_args *a, int64_t repeats, 
 static int check_outputs(const attn_opts *o)
 {
     const fxt_path outs[2] = {{"-o", o->out}, {"--lse", o->lse}};
-    const fxt_path ins[3] = {{"-q", o->q}, {"-k", o->k}, {"-v", o->v}};
+    const fxt_path ins[3] = {{"-q", o->in.q}, {"-k", o->in.k}, {"-v", o->in.v}};
     return fxt_check_outputs("attn", outs, 2, ins, 3);
 }
 
@@ -110,10 +110,10 @@ int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d)
         return FXT_EXIT_BAD_INPUT;
     if (o->compute && fxt_parse_compute(o->compute, &d->compute))
         return FXT_EXIT_BAD_INPUT;
-    if (!isnan(o->scale)) { /* NaN: not given (the parser refuses NaN) */
-        if (!(o->scale > 0.0))
-            return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o->scale);
-        d->scale = o->scale;
+    if (!isnan(o->in.scale)) { /* NaN: not given (the parser refuses NaN) */
+        if (!(o->in.scale > 0.0))
+            return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o->in.scale);
+        d->scale = o->in.scale;
     }
     d->heads_per_tile = (int)o->heads_per_tile;
     d->block_q = (int)o->block_q;
@@ -122,8 +122,7 @@ int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d)
 
 int fxt_attn_is_distributed(const attn_opts *o)
 {
-    return o->ulysses > 0 || o->ring > 0 || o->prefetch > 0 || o->timeout != 0.0 || o->grid ||
-           getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    return fxt_cp_opts_distributed(&o->cp);
 }
 
 /* Before reading anything: the three files (as read; a conversion to
@@ -135,7 +134,7 @@ int fxt_attn_is_distributed(const attn_opts *o)
  * whole output and LSE (and for --verify the whole inputs, widened). */
 int fxt_attn_check_memory(const attn_opts *o, int ranks, int node_ranks, int gathers)
 {
-    const char *paths[3] = {o->q, o->k, o->v};
+    const char *paths[3] = {o->in.q, o->in.k, o->in.v};
     double files = 0.0, q_bytes = 0.0;
     for (int i = 0; i < 3; i++) {
         struct stat sb;
@@ -144,7 +143,7 @@ int fxt_attn_check_memory(const attn_opts *o, int ranks, int node_ranks, int gat
         files += (double)sb.st_size;
         q_bytes = i == 0 ? (double)sb.st_size : q_bytes;
     }
-    const double whole = files * (o->dtype ? 2.0 : 1.0) + 2.0 * q_bytes;
+    const double whole = files * (o->in.dtype ? 2.0 : 1.0) + 2.0 * q_bytes;
     const double verify = o->verify ? 2.0 * files : 0.0;
     const double need =
         ranks > 1 ? 3.0 * whole / ranks + (gathers ? 2.0 * q_bytes + verify : 0.0) : whole + verify;
@@ -154,22 +153,19 @@ int fxt_attn_check_memory(const attn_opts *o, int ranks, int node_ranks, int gat
 int fxt_cmd_attn(int argc, char **argv)
 {
     attn_opts o;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_attn_opts_defaults(&o);
-    fxt_attn_opts_table(&o, opts);
     fxt_inputs in;
     fxt_runner r;
     fxa_layout layout;
-    int code = fxt_parse_options("attn", argc, argv, 2, opts);
+    int code = fxt_attn_opts_parse(argc, argv, &o);
     if (code)
         return code;
-    if (!o.q || !o.k || !o.v || !o.out)
+    if (!o.in.q || !o.in.k || !o.in.v || !o.out)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "attn needs -q Q.npy -k K.npy -v V.npy -o OUT.npy");
     if (o.lse && fxa_same_output(o.out, o.lse))
         return fxt_fail(FXT_EXIT_BAD_INPUT, "-o %s and --lse %s name the same file", o.out, o.lse);
-    if (fxt_parse_layout(o.layout, &layout))
+    if (fxt_parse_layout(o.in.layout, &layout))
         return FXT_EXIT_BAD_INPUT;
-    if (o.mode || o.center || o.compute || !isnan(o.scale)) {
+    if (o.mode || o.center || o.compute || !isnan(o.in.scale)) {
         /* Validate cheap options before reading any file. */
         fxa_attn_desc probe;
         fxa_attn_desc_init(&probe);
@@ -182,11 +178,11 @@ int fxt_cmd_attn(int argc, char **argv)
         return code;
     if ((code = fxt_attn_check_memory(&o, 1, 1, 1)))
         return code;
-    if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))
+    if ((code = fxt_inputs_load(o.in.q, o.in.k, o.in.v, layout, o.in.dtype, &in)))
         return code;
     if ((code = fxt_attn_apply_options(&o, &in.d)))
         goto out_inputs;
-    if ((code = fxt_runner_init(&r, (int)o.threads, &in.d)))
+    if ((code = fxt_runner_init(&r, (int)o.in.threads, &in.d)))
         goto out_inputs;
     const size_t rows = (size_t)(in.d.batch * in.d.heads_q * in.d.seq_q);
     float *out = malloc((size_t)in.nq * sizeof(float));

@@ -45,14 +45,135 @@ static int time_once(bench_mode *m, const fxt_workload *w, float *out, int bound
     return code;
 }
 
+/* The single-process benchmark: the workload, an auto and an online plan of it, the output,
+ * and their timings. */
+typedef struct bench_single {
+    fxt_workload w;
+    bench_mode modes[2]; /* auto, online */
+    bench_mode bounds;   /* the auto plan's bound pass */
+    float *out;
+    int n_threads;
+    double peak; /* GFLOP/s of the units the tile's products run on */
+    const char *peak_isa;
+} bench_single;
+
+/* The workload, the two plans and the peak they are measured against. */
+static int single_setup(bench_single *b, const bench_opts *o)
+{
+    /* fp32 q, k, v and the output (16-bit copies of q, k, v besides for
+     * bf16/f16); the plans check their workspaces themselves. */
+    const double n_elems = (double)o->seq * (double)o->heads * (double)o->dim;
+    int code = fxt_check_memory(n_elems * (o->dtype == FXA_F32 ? 16.0 : 22.0), 1,
+                                "bench: q, k, v and the output");
+    if (code || (code = fxt_workload_sequence(o->seq, o->heads, o->dim, o->dtype, &b->w)))
+        return code;
+    b->out = malloc((size_t)(o->seq * o->heads * o->dim) * sizeof(float));
+    if (!b->out)
+        return fxt_fail(FXT_EXIT_FAILURE, "out of memory");
+    for (int i = 0; i < 2; i++) {
+        fxa_attn_desc d = b->w.d;
+        d.mode = b->modes[i].mode;
+        d.compute = o->compute;
+        if ((code = fxt_runner_init(&b->modes[i].r, (int)o->threads, &d)))
+            return code;
+    }
+    b->bounds.r = b->modes[0].r;
+    b->n_threads = fxa_ctx_threads(b->modes[0].r.ctx);
+    /* The peak of the units the tile's products run on: AMX where the amx set
+     * takes this head dim (a multiple of 32), else vdpbf16ps or FMA. */
+    const int amx = o->compute == FXA_COMPUTE_BF16 && o->dim % 32 == 0 &&
+                    strcmp(fxa_ctx_isa(b->modes[0].r.ctx), "amx") == 0;
+    b->peak = fxt_peak_gflops(o->compute == FXA_COMPUTE_FP32 ? FXT_PEAK_F32_FMA
+                              : amx                          ? FXT_PEAK_BF16_AMX
+                                                             : FXT_PEAK_BF16_DOT,
+                              b->n_threads, &b->peak_isa);
+    return 0;
+}
+
+/* A warm-up, then --repeats rounds of auto, online and the bound pass; their medians. */
+static int single_runs(bench_single *b, const bench_opts *o)
+{
+    for (int rep = -1; rep < o->repeats; rep++) { /* rep -1: warm-up */
+        for (int i = 0; i < 3; i++) {
+            bench_mode *m = i < 2 ? &b->modes[i] : &b->bounds;
+            const int code = time_once(m, &b->w, b->out, i == 2);
+            if (code)
+                return code;
+            if (rep >= 0)
+                m->seconds[rep] = m->st.seconds;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        b->modes[i].median = fxt_median(b->modes[i].seconds, (size_t)o->repeats);
+    b->bounds.median = fxt_median(b->bounds.seconds, (size_t)o->repeats);
+    return 0;
+}
+
+static void single_report(const bench_single *b, const bench_opts *o)
+{
+    const double gflop = fxa_attn_flops(&b->w.d) * 1e-9;
+    const double ratio = b->modes[1].median / b->modes[0].median;
+    const double bound_share = b->bounds.median / b->modes[0].median;
+    const char *compute = o->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32";
+    if (!o->json) {
+        printf("fxattn bench: S=%lld heads=%lld D=%lld %s (compute %s), %d threads, kernels %s, "
+               "median of %lld runs\n",
+               (long long)o->seq, (long long)o->heads, (long long)o->dim, fxt_dtype_name(o->dtype),
+               compute, b->n_threads, fxa_ctx_isa(b->modes[0].r.ctx), (long long)o->repeats);
+        printf("measured peak: %.1f GFLOP/s (%s)\n", b->peak, b->peak_isa);
+    }
+    for (int i = 0; i < 2; i++) {
+        const bench_mode *m = &b->modes[i];
+        const double gf = gflop / m->median;
+        const double share = b->peak > 0 ? gf / b->peak : 0.0;
+        const char *name = i ? "online" : "auto";
+        if (o->json)
+            fxt_json_printf(
+                "{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
+                "\"compute\": \"%s\", \"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", "
+                "\"seconds_median\": %.6f, "
+                "\"seconds_best\": %.6f, \"gflops\": %.3f, \"peak_gflops\": %.3f, "
+                "\"fraction_of_peak\": %.4f, \"fallback_rows\": %lld, \"rows\": %lld}\n",
+                (long long)o->seq, (long long)o->heads, (long long)o->dim, fxt_dtype_name(o->dtype),
+                compute, b->n_threads, name, fxa_ctx_isa(m->r.ctx), m->median, m->seconds[0], gf,
+                b->peak, share, (long long)m->st.fallback_rows, (long long)m->st.rows);
+        else
+            printf("%-7s median %8.3f s  best %8.3f s  %8.2f GFLOP/s  %5.1f%% of peak  "
+                   "fallback rows %lld/%lld\n",
+                   name, m->median, m->seconds[0], gf, 100 * share, (long long)m->st.fallback_rows,
+                   (long long)m->st.rows);
+    }
+    if (o->json) {
+        fxt_json_printf("{\"fixed_over_online\": %.4f, \"bound_pass_seconds_median\": %.6f, "
+                        "\"bound_pass_share\": %.4f}\n",
+                        ratio, b->bounds.median, bound_share);
+    } else {
+        printf("fixed-max over online: %.3fx\n", ratio);
+        printf("bound pass (input scan and row setup, no tiles): median %.4f s, %.1f%% of auto\n",
+               b->bounds.median, 100 * bound_share);
+    }
+}
+
+static int bench_one_process(const bench_opts *o)
+{
+    bench_single b = {.modes = {{.mode = FXA_MODE_AUTO}, {.mode = FXA_MODE_ONLINE}}};
+    int code = single_setup(&b, o);
+    if (!code)
+        code = single_runs(&b, o);
+    if (!code)
+        single_report(&b, o);
+    for (int i = 0; i < 2; i++)
+        fxt_runner_free(&b.modes[i].r);
+    free(b.out);
+    fxt_workload_free(&b.w);
+    return code;
+}
+
 int fxt_cmd_bench(int argc, char **argv)
 {
     bench_args a;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_bench_args_defaults(&a);
-    fxt_bench_args_table(&a, opts);
     fxa_dtype dtype;
-    int code = fxt_parse_options("bench", argc, argv, 2, opts);
+    int code = fxt_bench_args_parse(argc, argv, &a);
     if (code)
         return code;
     if (fxt_parse_dtype(a.dtype_s, &dtype))
@@ -65,124 +186,14 @@ int fxt_cmd_bench(int argc, char **argv)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
     if (a.proj)
         return fxt_bench_proj(&a);
-    if (a.ulysses || a.ring || a.prefetch || a.timeout != 0.0 || a.grid ||
-        getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
-        const bench_opts bo = {.seq = a.seq,
-                               .heads = a.heads,
-                               .dim = a.dim,
-                               .dtype = dtype,
-                               .compute = compute,
-                               .threads = a.threads,
-                               .repeats = a.repeats,
-                               .json = a.json,
-                               .ulysses = a.ulysses,
-                               .ring = a.ring,
-                               .prefetch = a.prefetch,
-                               .timeout = a.timeout,
-                               .grid = a.grid};
-        return fxt_bench_mpi(&bo);
-    }
-    const int64_t seq = a.seq, heads = a.heads, dim = a.dim, threads = a.threads;
-    const int64_t repeats = a.repeats;
-    const int json = a.json;
-    /* fp32 q, k, v and the output (16-bit copies of q, k, v besides for
-     * bf16/f16); the plans check their workspaces themselves. */
-    const double n_elems = (double)seq * (double)heads * (double)dim;
-    if ((code = fxt_check_memory(n_elems * (dtype == FXA_F32 ? 16.0 : 22.0), 1,
-                                 "bench: q, k, v and the output")))
-        return code;
-    fxt_wan_synth p;
-    fxt_workload w;
-    fxt_wan_synth_defaults(&p);
-    p.frames = 1;
-    p.height = 1;
-    p.width = (int)seq;
-    p.heads = (int)heads;
-    p.head_dim = (int)dim;
-    if ((code = fxt_workload_make(&p, dtype, &w)))
-        return code;
-    bench_mode modes[2] = {{.mode = FXA_MODE_AUTO}, {.mode = FXA_MODE_ONLINE}};
-    float *out = malloc((size_t)(seq * heads * dim) * sizeof(float));
-    if (!out) {
-        code = fxt_fail(FXT_EXIT_FAILURE, "out of memory");
-        goto out;
-    }
-    for (int i = 0; i < 2; i++) {
-        fxa_attn_desc d = w.d;
-        d.mode = modes[i].mode;
-        d.compute = compute;
-        if ((code = fxt_runner_init(&modes[i].r, (int)threads, &d)))
-            goto out;
-    }
-    const int n_threads = fxa_ctx_threads(modes[0].r.ctx);
-    const char *peak_isa = NULL;
-    /* The peak of the units the tile's products run on: AMX where the amx set
-     * takes this head dim (a multiple of 32), else vdpbf16ps or FMA. */
-    const int amx = compute == FXA_COMPUTE_BF16 && dim % 32 == 0 &&
-                    strcmp(fxa_ctx_isa(modes[0].r.ctx), "amx") == 0;
-    const double peak = fxt_peak_gflops(compute == FXA_COMPUTE_FP32 ? FXT_PEAK_F32_FMA
-                                        : amx                       ? FXT_PEAK_BF16_AMX
-                                                                    : FXT_PEAK_BF16_DOT,
-                                        n_threads, &peak_isa);
-    bench_mode bounds = {.r = modes[0].r};     /* the auto plan's bound pass */
-    for (int rep = -1; rep < repeats; rep++) { /* rep -1: warm-up */
-        for (int i = 0; i < 3; i++) {
-            bench_mode *m = i < 2 ? &modes[i] : &bounds;
-            if ((code = time_once(m, &w, out, i == 2)))
-                goto out;
-            if (rep >= 0)
-                m->seconds[rep] = m->st.seconds;
-        }
-    }
-    const double gflop = fxa_attn_flops(&w.d) * 1e-9;
-    for (int i = 0; i < 2; i++) {
-        modes[i].median = fxt_median(modes[i].seconds, (size_t)repeats);
-    }
-    bounds.median = fxt_median(bounds.seconds, (size_t)repeats);
-    const double ratio = modes[1].median / modes[0].median;
-    const double bound_share = bounds.median / modes[0].median;
-    if (!json) {
-        printf("fxattn bench: S=%lld heads=%lld D=%lld %s (compute %s), %d threads, kernels %s, "
-               "median of %lld runs\n",
-               (long long)seq, (long long)heads, (long long)dim, fxt_dtype_name(dtype),
-               compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", n_threads,
-               fxa_ctx_isa(modes[0].r.ctx), (long long)repeats);
-        printf("measured peak: %.1f GFLOP/s (%s)\n", peak, peak_isa);
-    }
-    for (int i = 0; i < 2; i++) {
-        const double gf = gflop / modes[i].median;
-        const char *name = i ? "online" : "auto";
-        if (json)
-            fxt_json_printf(
-                "{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
-                "\"compute\": \"%s\", \"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", "
-                "\"seconds_median\": %.6f, "
-                "\"seconds_best\": %.6f, \"gflops\": %.3f, \"peak_gflops\": %.3f, "
-                "\"fraction_of_peak\": %.4f, \"fallback_rows\": %lld, \"rows\": %lld}\n",
-                (long long)seq, (long long)heads, (long long)dim, fxt_dtype_name(dtype),
-                compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", n_threads, name,
-                fxa_ctx_isa(modes[i].r.ctx), modes[i].median, modes[i].seconds[0], gf, peak,
-                peak > 0 ? gf / peak : 0.0, (long long)modes[i].st.fallback_rows,
-                (long long)modes[i].st.rows);
-        else
-            printf("%-7s median %8.3f s  best %8.3f s  %8.2f GFLOP/s  %5.1f%% of peak  "
-                   "fallback rows %lld/%lld\n",
-                   name, modes[i].median, modes[i].seconds[0], gf, peak > 0 ? 100 * gf / peak : 0.0,
-                   (long long)modes[i].st.fallback_rows, (long long)modes[i].st.rows);
-    }
-    if (json) {
-        fxt_json_printf("{\"fixed_over_online\": %.4f, \"bound_pass_seconds_median\": %.6f, "
-                        "\"bound_pass_share\": %.4f}\n",
-                        ratio, bounds.median, bound_share);
-    } else {
-        printf("fixed-max over online: %.3fx\n", ratio);
-        printf("bound pass (input scan and row setup, no tiles): median %.4f s, %.1f%% of auto\n",
-               bounds.median, 100 * bound_share);
-    }
-out:
-    for (int i = 0; i < 2; i++)
-        fxt_runner_free(&modes[i].r);
-    free(out);
-    fxt_workload_free(&w);
-    return code;
+    const bench_opts o = {.seq = a.seq,
+                          .heads = a.heads,
+                          .dim = a.dim,
+                          .dtype = dtype,
+                          .compute = compute,
+                          .threads = a.threads,
+                          .repeats = a.repeats,
+                          .json = a.json,
+                          .cp = a.cp};
+    return fxt_cp_opts_distributed(&a.cp) ? fxt_bench_mpi(&o) : bench_one_process(&o);
 }

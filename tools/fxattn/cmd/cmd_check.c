@@ -103,34 +103,31 @@ static int run_report(fxa_ctx *ctx, const fxt_inputs *in, int has_v, fxa_check_h
 int fxt_cmd_check(int argc, char **argv)
 {
     check_opts o;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_check_opts_defaults(&o);
-    fxt_check_opts_table(&o, opts);
     fxa_layout layout;
     fxt_inputs in;
-    int code = fxt_parse_options("check", argc, argv, 2, opts);
+    int code = fxt_check_opts_parse(argc, argv, &o);
     if (code)
         return code;
-    if (!o.q || !o.k)
+    if (!o.in.q || !o.in.k)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "check needs -q Q.npy -k K.npy [-v V.npy]");
-    if (!isnan(o.scale) && !(o.scale > 0.0))
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o.scale);
-    if (fxt_parse_layout(o.layout, &layout))
+    if (!isnan(o.in.scale) && !(o.in.scale > 0.0))
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o.in.scale);
+    if (fxt_parse_layout(o.in.layout, &layout))
         return FXT_EXIT_BAD_INPUT;
-    if ((code = fxt_inputs_load(o.q, o.k, o.v, layout, o.dtype, &in)))
+    if ((code = fxt_inputs_load(o.in.q, o.in.k, o.in.v, layout, o.in.dtype, &in)))
         return code;
-    in.d.scale = isnan(o.scale) ? 1.0 / sqrt((double)in.d.head_dim) : o.scale;
+    in.d.scale = isnan(o.in.scale) ? 1.0 / sqrt((double)in.d.head_dim) : o.in.scale;
     fxa_ctx *ctx = NULL;
     fxa_check_head *hr = calloc((size_t)in.d.heads_q, sizeof *hr);
     if (!hr) {
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory");
         goto out;
     }
-    if ((code = fxt_context(o.threads, &ctx)))
+    if ((code = fxt_context(o.in.threads, &ctx)))
         goto out;
     /* Without -v no V is passed (fxt_inputs_load's zeros are not data): vmax
      * reads 1 and C is that of Vmax 1, as for every caller without V. */
-    if ((code = run_report(ctx, &in, o.v != NULL, hr)))
+    if ((code = run_report(ctx, &in, o.in.v != NULL, hr)))
         goto out;
     /* The overall shares: the mean of the heads' (every head has B Sq rows). */
     double share_c = 0.0;
@@ -140,9 +137,9 @@ int fxt_cmd_check(int argc, char **argv)
         share_r += hr[h].fallback_share_raw / (double)in.d.heads_q;
     }
     if (o.json)
-        print_json(&in.d, hr, o.v != NULL, share_c, share_r);
+        print_json(&in.d, hr, o.in.v != NULL, share_c, share_r);
     else
-        print_text(&in.d, hr, o.v != NULL, share_c, share_r);
+        print_text(&in.d, hr, o.in.v != NULL, share_c, share_r);
 out:
     fxa_ctx_destroy(ctx);
     free(hr);

@@ -85,11 +85,8 @@ int fxt_cmd_demo(int argc, char **argv)
 {
     fxt_wan_synth p;
     demo_opts o;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_demo_opts_defaults(&o);
-    fxt_demo_opts_table(&o, opts);
     fxt_wan_synth_defaults(&p);
-    int code = fxt_parse_options("demo", argc, argv, 2, opts);
+    int code = fxt_demo_opts_parse(argc, argv, &o);
     if (code)
         return code;
     if (o.dim % 2)

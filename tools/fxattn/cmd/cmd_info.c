@@ -8,10 +8,7 @@
 int fxt_cmd_info(int argc, char **argv)
 {
     info_opts o;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_info_opts_defaults(&o);
-    fxt_info_opts_table(&o, opts);
-    int code = fxt_parse_options("info", argc, argv, 2, opts);
+    int code = fxt_info_opts_parse(argc, argv, &o);
     if (code)
         return code;
     fxa_ctx_params p;

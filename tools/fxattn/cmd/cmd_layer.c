@@ -99,10 +99,7 @@ static int run_single(const layer_opts *o)
 int fxt_cmd_layer(int argc, char **argv)
 {
     layer_opts o;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_layer_opts_defaults(&o);
-    fxt_layer_opts_table(&o, opts);
-    int code = fxt_parse_options("layer", argc, argv, 2, opts);
+    int code = fxt_layer_opts_parse(argc, argv, &o);
     if (!code)
         code = fxt_layer_check_opts(&o);
     if (code)

@@ -20,10 +20,7 @@
 int fxt_cmd_plan(int argc, char **argv)
 {
     plan_opts o;
-    fxt_opt opts[FXT_MAX_OPTS];
-    fxt_plan_opts_defaults(&o);
-    fxt_plan_opts_table(&o, opts);
-    int code = fxt_parse_options("plan", argc, argv, 2, opts);
+    int code = fxt_plan_opts_parse(argc, argv, &o);
     if (code)
         return code;
     if (o.measure)

@@ -59,6 +59,18 @@ int fxt_workload_make(const fxt_wan_synth *p, fxa_dtype dtype, fxt_workload *w)
     return code;
 }
 
+int fxt_workload_sequence(int64_t seq, int64_t heads, int64_t dim, fxa_dtype dtype, fxt_workload *w)
+{
+    fxt_wan_synth p;
+    fxt_wan_synth_defaults(&p);
+    p.frames = 1;
+    p.height = 1;
+    p.width = (int)seq;
+    p.heads = (int)heads;
+    p.head_dim = (int)dim;
+    return fxt_workload_make(&p, dtype, w);
+}
+
 void fxt_workload_free(fxt_workload *w)
 {
     if (w->q != w->q32)

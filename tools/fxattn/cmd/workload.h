@@ -18,6 +18,10 @@ typedef struct fxt_workload {
 
 /* Returns 0 or an exit code (error printed). */
 int fxt_workload_make(const fxt_wan_synth *p, fxa_dtype dtype, fxt_workload *w);
+/* The workload of `bench`: one frame of one row of seq tokens, heads x dim (the synthetic
+ * defaults otherwise). 0 or an exit code (error printed). */
+int fxt_workload_sequence(int64_t seq, int64_t heads, int64_t dim, fxa_dtype dtype,
+                          fxt_workload *w);
 void fxt_workload_free(fxt_workload *w);
 
 #endif

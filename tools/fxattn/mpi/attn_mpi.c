@@ -159,15 +159,15 @@ static int agree_on_files(fxt_world *w, const attn_opts *o, fxa_layout layout, c
     const int seq_axis = layout == FXA_LAYOUT_BSHD ? 1 : 2;
     const int64_t q_token = d->batch * d->heads_q * d->head_dim * (int64_t)sizeof(float);
     const int64_t kv_token = d->batch * d->heads_kv * d->head_dim * (int64_t)sizeof(float);
-    int code = fxt_hash_npy(o->q, "Q", seq_axis, d->seq_q, q_token, &h[3]);
+    int code = fxt_hash_npy(o->in.q, "Q", seq_axis, d->seq_q, q_token, &h[3]);
     if (!code)
-        code = fxt_hash_npy(o->k, "K", seq_axis, d->seq_kv, kv_token, &h[4]);
+        code = fxt_hash_npy(o->in.k, "K", seq_axis, d->seq_kv, kv_token, &h[4]);
     if (!code)
-        code = fxt_hash_npy(o->v, "V", seq_axis, d->seq_kv, kv_token, &h[5]);
+        code = fxt_hash_npy(o->in.v, "V", seq_axis, d->seq_kv, kv_token, &h[5]);
     if ((code = fxt_world_agree(w, code)))
         return code;
     char what[6][300];
-    const char *paths[3] = {o->q, o->k, o->v};
+    const char *paths[3] = {o->in.q, o->in.k, o->in.v};
     const char *flags[3] = {"-q", "-k", "-v"};
     const char *names[6];
     for (int i = 0; i < 6; i++) {
@@ -178,187 +178,252 @@ static int agree_on_files(fxt_world *w, const attn_opts *o, fxa_layout layout, c
     return fxt_world_agree_hashes(w, h, names, 6);
 }
 
-static int run(fxt_world *w, const attn_opts *o)
-{
-    fxa_ctx *ctx = NULL;
-    fxa_mpi *m = NULL;
-    fxa_mpi_attn_plan *plan = NULL;
-    fxt_inputs in;
-    memset(&in, 0, sizeof in);
-    float *out = NULL;
-    float *lse = NULL;
-    float *full_out = NULL;
-    float *full_lse = NULL;
-    int *grid_of = NULL;
+/* One distributed `attn` run: what its steps set up, compute and report. */
+typedef struct attn_job {
     fxa_layout layout;
-    int placement;
-    int rank0_reads;
-    int code = fxt_parse_layout(o->layout, &layout);
-    if (!code)
-        code = parse_placement(o->placement, &placement);
-    if (!code)
-        code = parse_inputs_on(o->inputs_on, &rank0_reads);
+    int placement;   /* FXA_MPI_PLACE_HOSTS or _RANKS */
+    int rank0_reads; /* --inputs-on rank0 */
     fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = fxt_mpi_threads_per_rank(o->threads);
-    if (!code && fxa_ctx_create(&cp, &ctx) != FXA_OK)
+    fxa_ctx *ctx;
+    fxa_mpi_params mp; /* the grid */
+    fxa_mpi *m;
+    int *grid_of;  /* grid rank of each world rank */
+    fxt_inputs in; /* this rank's shards */
+    fxa_mpi_attn_plan *plan;
+    float *out; /* this rank's output and lse */
+    float *lse;
+    fxa_mpi_stats ms; /* of the last run */
+    double seconds;   /* the median run's, the slowest rank's */
+    float *full_out;  /* rank 0: the whole output and lse */
+    float *full_lse;
+    fxt_verify_result vr; /* rank 0, --verify */
+} attn_job;
+
+/* Collective: the options, the context, the memory check and the grid of --ulysses/--ring. */
+static int job_start(fxt_world *w, const attn_opts *o, attn_job *j)
+{
+    int code = fxt_parse_layout(o->in.layout, &j->layout);
+    if (!code)
+        code = parse_placement(o->placement, &j->placement);
+    if (!code)
+        code = parse_inputs_on(o->inputs_on, &j->rank0_reads);
+    fxa_ctx_params_init(&j->cp);
+    j->cp.n_threads = fxt_mpi_threads_per_rank(o->in.threads);
+    if (!code && fxa_ctx_create(&j->cp, &j->ctx) != FXA_OK)
         code = fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_create_error());
     const int node_ranks = fxt_mpi_node_ranks();
     if (!code)
         code = fxt_attn_check_memory(o, w->size, node_ranks, w->rank == 0);
     if ((code = fxt_world_agree(w, code)))
-        goto done;
-    fxa_mpi_params mp;
-    fxa_mpi_params_init(&mp);
-    mp.ulysses = o->ulysses > 0 ? (int)o->ulysses : 1;
-    mp.ring = o->ring > 0 ? (int)o->ring : 0;
-    mp.prefetch = (int)o->prefetch;
-    mp.timeout_seconds = w->timeout;
-    mp.placement = placement;
+        return code;
+    fxa_mpi_params_init(&j->mp);
+    j->mp.ulysses = o->cp.ulysses > 0 ? (int)o->cp.ulysses : 1;
+    j->mp.ring = o->cp.ring > 0 ? (int)o->cp.ring : 0;
+    j->mp.prefetch = (int)o->cp.prefetch;
+    j->mp.timeout_seconds = w->timeout;
+    j->mp.placement = j->placement;
     fxt_world_guard("start-up");
-    fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
+    const fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, j->ctx, &j->mp, &j->m);
     fxt_world_unguard();
-    if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())) ||
-        (code = grid_ranks(w, m, &grid_of)))
-        goto done;
-    if (rank0_reads) {
-        if ((code = fxt_inputs_scatter(w, grid_of, o->q, o->k, o->v, layout, o->dtype, &in)))
-            goto done;
+    if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
+        return code;
+    return grid_ranks(w, j->m, &j->grid_of);
+}
+
+/* Collective: this rank's shards (read here, or sent by rank 0), checked alike on all ranks. */
+static int job_inputs(fxt_world *w, const attn_opts *o, attn_job *j)
+{
+    int code;
+    if (j->rank0_reads) {
+        if ((code = fxt_inputs_scatter(w, j->grid_of, o->in.q, o->in.k, o->in.v, j->layout,
+                                       o->in.dtype, &j->in)))
+            return code;
     } else {
-        code = fxt_inputs_load_shard(o->q, o->k, o->v, layout, o->dtype, w->size, fxa_mpi_rank(m),
-                                     &in);
+        code = fxt_inputs_load_shard(o->in.q, o->in.k, o->in.v, j->layout, o->in.dtype, w->size,
+                                     fxa_mpi_rank(j->m), &j->in);
     }
     if (!code)
-        code = fxt_attn_apply_options(o, &in.d);
-    if ((code = fxt_world_agree(w, code)) ||
-        (!rank0_reads && (code = agree_on_files(w, o, layout, &in))))
-        goto done;
-    if (o->grid) {
+        code = fxt_attn_apply_options(o, &j->in.d);
+    if ((code = fxt_world_agree(w, code)))
+        return code;
+    return j->rank0_reads ? 0 : agree_on_files(w, o, j->layout, &j->in);
+}
+
+/* Collective: the planned grid (--grid auto), the distributed plan and this rank's output. */
+static int job_plan(fxt_world *w, const attn_opts *o, attn_job *j)
+{
+    int code;
+    fxa_status st;
+    if (o->cp.grid) {
         /* --grid auto, now that the shapes are known: the grid rank (so
          * the shard just read) is the same for every grid shape. */
-        int u = (int)o->ulysses, r = (int)o->ring;
-        if ((code = fxt_mpi_grid_auto(w, "--grid", o->grid, &in.d, cp.n_threads, &u, &r)))
-            goto done;
-        fxa_mpi_destroy(m);
-        m = NULL;
-        mp.ulysses = u;
-        mp.ring = r;
+        int u = (int)o->cp.ulysses, r = (int)o->cp.ring;
+        if ((code = fxt_mpi_grid_auto(w, "--grid", o->cp.grid, &j->in.d, j->cp.n_threads, &u, &r)))
+            return code;
+        fxa_mpi_destroy(j->m);
+        j->m = NULL;
+        j->mp.ulysses = u;
+        j->mp.ring = r;
         fxt_world_guard("creating the planned grid");
-        st = fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m);
+        st = fxa_mpi_create(MPI_COMM_WORLD, j->ctx, &j->mp, &j->m);
         fxt_world_unguard();
         if ((code = fxt_world_lib_fail(w, st, fxa_mpi_create_error())))
-            goto done;
+            return code;
     }
-    st = fxa_mpi_attn_plan_create(m, &in.d, &plan);
-    if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(m))))
-        goto done;
-    const size_t rows = (size_t)(in.d.batch * in.d.heads_q * in.q_len);
-    out = malloc((size_t)in.nq * sizeof(float) + 1);
-    lse = malloc(rows * sizeof(float) + 1);
-    if (!out || !lse)
+    st = fxa_mpi_attn_plan_create(j->m, &j->in.d, &j->plan);
+    if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(j->m))))
+        return code;
+    const size_t rows = (size_t)(j->in.d.batch * j->in.d.heads_q * j->in.q_len);
+    j->out = malloc((size_t)j->in.nq * sizeof(float) + 1);
+    j->lse = malloc(rows * sizeof(float) + 1);
+    if (!j->out || !j->lse)
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the output");
-    if ((code = fxt_world_agree(w, code)))
-        goto done;
-    const fxa_attn_args a = {
-        .struct_size = sizeof a, .q = in.q, .k = in.k, .v = in.v, .out = out, .lse = lse};
-    fxa_mpi_stats ms = {.struct_size = sizeof ms};
+    return fxt_world_agree(w, code);
+}
+
+/* Collective: the run (with --repeats, a warm-up and the timed runs); j->seconds the median of
+ * the slowest rank's times. */
+static int job_runs(fxt_world *w, const attn_opts *o, attn_job *j)
+{
+    const fxa_attn_args a = {.struct_size = sizeof a,
+                             .q = j->in.q,
+                             .k = j->in.k,
+                             .v = j->in.v,
+                             .out = j->out,
+                             .lse = j->lse};
+    j->ms = (fxa_mpi_stats){.struct_size = sizeof j->ms};
     double secs[101];
     for (int64_t i = 0; i <= (o->repeats > 1 ? o->repeats : 0); i++) {
         /* With repeats, the first run warms up and the others are timed. */
         fxt_world_barrier(w, "the start of a run");
-        st = fxa_mpi_attn_run(plan, &a, &ms);
-        if ((code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(m))))
-            goto done;
-        double slowest = ms.seconds;
+        const fxa_status st = fxa_mpi_attn_run(j->plan, &a, &j->ms);
+        const int code = fxt_world_lib_fail(w, st, fxa_mpi_last_error(j->m));
+        if (code)
+            return code;
+        double slowest = j->ms.seconds;
         fxt_world_allreduce(w, &slowest, 1, MPI_DOUBLE, MPI_MAX, "the timings");
         if (i > 0 || o->repeats <= 1)
             secs[o->repeats > 1 ? i - 1 : 0] = slowest;
     }
     const int n_timed = o->repeats > 1 ? (int)o->repeats : 1;
     for (int i = 1; i < n_timed; i++) /* insertion sort: at most 101 */
-        for (int j = i; j > 0 && secs[j] < secs[j - 1]; j--) {
-            const double t = secs[j];
-            secs[j] = secs[j - 1];
-            secs[j - 1] = t;
+        for (int k = i; k > 0 && secs[k] < secs[k - 1]; k--) {
+            const double t = secs[k];
+            secs[k] = secs[k - 1];
+            secs[k - 1] = t;
         }
-    const double seconds = secs[n_timed / 2];
-    /* Rank 0 assembles and writes. */
+    j->seconds = secs[n_timed / 2];
+    return 0;
+}
+
+/* Collective: rank 0 gathers the output, verifies it (--verify) and writes it. */
+static int job_collect(fxt_world *w, const attn_opts *o, attn_job *j)
+{
+    const fxa_attn_desc *d = &j->in.d;
+    int code = 0;
     if (w->rank == 0) {
-        full_out = malloc(
-            (size_t)(in.d.batch * in.d.heads_q * in.d.seq_q * in.d.head_dim) * sizeof(float) + 1);
-        full_lse = malloc((size_t)(in.d.batch * in.d.heads_q * in.d.seq_q) * sizeof(float) + 1);
-        if (!full_out || !full_lse)
+        j->full_out =
+            malloc((size_t)(d->batch * d->heads_q * d->seq_q * d->head_dim) * sizeof(float) + 1);
+        j->full_lse = malloc((size_t)(d->batch * d->heads_q * d->seq_q) * sizeof(float) + 1);
+        if (!j->full_out || !j->full_lse)
             code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the whole output");
     }
     if ((code = fxt_world_agree(w, code)))
-        goto done;
-    const int64_t rows_per_token = in.d.batch * in.d.heads_q;
-    if ((code = gather_rows(w, grid_of, &in.d, out, rows_per_token, full_out, in.d.head_dim, 0)) ||
-        (code = gather_rows(w, grid_of, &in.d, lse, rows_per_token, full_lse, 1, 1)))
-        goto done;
-    fxt_verify_result vr;
-    memset(&vr, 0, sizeof vr);
+        return code;
+    const int64_t rows_per_token = d->batch * d->heads_q;
+    if ((code =
+             gather_rows(w, j->grid_of, d, j->out, rows_per_token, j->full_out, d->head_dim, 0)) ||
+        (code = gather_rows(w, j->grid_of, d, j->lse, rows_per_token, j->full_lse, 1, 1)))
+        return code;
     if (w->rank == 0) {
         fxt_inputs whole;
         if (o->verify) {
-            code = fxt_inputs_load(o->q, o->k, o->v, layout, o->dtype, &whole);
+            code = fxt_inputs_load(o->in.q, o->in.k, o->in.v, j->layout, o->in.dtype, &whole);
             if (!code) {
                 if (!(code = fxt_attn_apply_options(o, &whole.d)))
-                    code = fxt_attn_verify(&whole, full_out, full_lse, &vr);
+                    code = fxt_attn_verify(&whole, j->full_out, j->full_lse, &j->vr);
                 fxt_inputs_free(&whole);
             }
         }
         if (!code)
-            code = fxt_attn_write_outputs(o, &in, full_out, o->lse ? full_lse : NULL);
+            code = fxt_attn_write_outputs(o, &j->in, j->full_out, o->lse ? j->full_lse : NULL);
     }
-    if ((code = fxt_world_agree(w, code)))
-        goto done;
-    char *hosts = o->stats ? grid_hosts(w, grid_of) : NULL;
+    return fxt_world_agree(w, code);
+}
+
+/* Collective (--stats: the host names): rank 0 prints the statistics (--stats, a JSON line)
+ * or the verification (--verify). */
+static void job_report(fxt_world *w, const attn_opts *o, const attn_job *j)
+{
+    char *hosts = o->stats ? grid_hosts(w, j->grid_of) : NULL;
+    const fxa_mpi_stats *ms = &j->ms;
+    const fxt_verify_result *vr = &j->vr;
     if (w->rank == 0 && o->stats) {
-        const double flops = fxa_attn_flops(&in.d);
+        const double flops = fxa_attn_flops(&j->in.d);
         fxt_json_printf(
             "{\"ranks\": %d, \"ulysses\": %d, \"ring\": %d, \"rows\": %lld, "
             "\"fallback_rows\": %lld, \"vmax\": %.9g, \"max_bound\": %.17g, "
             "\"threads_per_rank\": %d, \"isa\": \"%s\", \"seconds\": %.6f, \"gflops\": %.3f, "
             "\"a2a_seconds\": %.6f, \"ring_compute_seconds\": %.6f, "
             "\"ring_wait_seconds\": %.6f",
-            w->size, mp.ulysses, w->size / mp.ulysses, (long long)ms.rows,
-            (long long)ms.fallback_rows, ms.vmax, ms.max_bound, fxa_ctx_threads(ctx),
-            fxa_ctx_isa(ctx), seconds, seconds > 0 ? flops / seconds * 1e-9 : 0.0, ms.a2a_seconds,
-            ms.ring_compute_seconds, ms.ring_wait_seconds);
+            w->size, j->mp.ulysses, w->size / j->mp.ulysses, (long long)ms->rows,
+            (long long)ms->fallback_rows, ms->vmax, ms->max_bound, fxa_ctx_threads(j->ctx),
+            fxa_ctx_isa(j->ctx), j->seconds, j->seconds > 0 ? flops / j->seconds * 1e-9 : 0.0,
+            ms->a2a_seconds, ms->ring_compute_seconds, ms->ring_wait_seconds);
         if (o->verify)
             fxt_json_printf(
                 ", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
                 "\"max_lse_err\": %.6g",
-                (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
+                (long long)vr->rows, vr->max_abs_err, vr->max_rel_err, vr->max_lse_err);
         fxt_json_printf(", \"placement\": \"%s\"",
-                        placement == FXA_MPI_PLACE_HOSTS ? "hosts" : "ranks");
+                        j->placement == FXA_MPI_PLACE_HOSTS ? "hosts" : "ranks");
         for (int i = 0; hosts && i < w->size; i++)
             fxt_json_printf("%s\"%s\"", i ? ", " : ", \"grid_hosts\": [",
                             hosts + (size_t)i * MPI_MAX_PROCESSOR_NAME);
         printf("%s}\n", hosts ? "]" : "");
     } else if (w->rank == 0 && o->verify) {
         printf("verify: %lld rows, max abs err %.3g (%.3g of max|v|), max lse err %.3g\n",
-               (long long)vr.rows, vr.max_abs_err, vr.max_rel_err, vr.max_lse_err);
+               (long long)vr->rows, vr->max_abs_err, vr->max_rel_err, vr->max_lse_err);
     }
     free(hosts);
-done:
-    free(grid_of);
-    free(full_out);
-    free(full_lse);
-    free(out);
-    free(lse);
-    fxt_inputs_free(&in);
-    fxa_mpi_attn_plan_destroy(plan);
-    fxa_mpi_destroy(m);
-    fxa_ctx_destroy(ctx);
+}
+
+static void job_free(attn_job *j)
+{
+    free(j->grid_of);
+    free(j->full_out);
+    free(j->full_lse);
+    free(j->out);
+    free(j->lse);
+    fxt_inputs_free(&j->in);
+    fxa_mpi_attn_plan_destroy(j->plan);
+    fxa_mpi_destroy(j->m);
+    fxa_ctx_destroy(j->ctx);
+}
+
+static int run(fxt_world *w, const attn_opts *o)
+{
+    attn_job j;
+    memset(&j, 0, sizeof j);
+    int code = job_start(w, o, &j);
+    if (!code)
+        code = job_inputs(w, o, &j);
+    if (!code)
+        code = job_plan(w, o, &j);
+    if (!code)
+        code = job_runs(w, o, &j);
+    if (!code)
+        code = job_collect(w, o, &j);
+    if (!code)
+        job_report(w, o, &j);
+    job_free(&j);
     return code;
 }
 
 int fxt_attn_mpi(const attn_opts *o)
 {
     fxt_world w;
-    int code = fxt_world_init(&w, o->timeout);
+    int code = fxt_world_init(&w, o->cp.timeout);
     if (code)
         return code;
     attn_opts mine = *o;
