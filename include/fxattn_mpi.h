@@ -197,23 +197,6 @@ FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps
 FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args *args,
                                     fxa_mpi_stats *stats);
 
-/*
- * Collective. Tensor-parallel QKV projection (fxattn_proj.h): every rank of
- * m holds the same tokens and its own heads (d->heads_q / heads_kv, with
- * the matching rows of the weight, bias and gamma); the RMSNorm across all
- * heads joins the ranks' sums of squares, Q and K together, in one
- * MPI_Allreduce. heads_q_total / heads_kv_total: the heads over all ranks.
- * Different tokens, formats or options on different ranks, or a failure on
- * one rank, return the same error everywhere.
- * Defined in libfxattn_wan_mpi (with the projection's OpenBLAS and oneDNN),
- * not in libfxattn_mpi: link libfxattn_wan_mpi to call it.
- */
-struct fxa_proj_desc;
-struct fxa_proj_args;
-FXA_API fxa_status fxa_mpi_proj_run(fxa_mpi *m, const struct fxa_proj_desc *d,
-                                    const struct fxa_proj_args *a, int64_t heads_q_total,
-                                    int64_t heads_kv_total);
-
 #ifdef __cplusplus
 }
 #endif

@@ -222,6 +222,32 @@ static void outs_free(outs *o)
     free(o->v);
 }
 
+/* Bytes of the workspace of d's plan, 0 when the plan is refused. */
+static size_t plan_bytes(const fxa_proj_desc *d)
+{
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    if (fxa_proj_plan_create(g_ctx, d, &plan, &bytes) != FXA_OK)
+        return 0;
+    fxa_proj_plan_destroy(plan);
+    return bytes;
+}
+
+/* Plan d, run a on a fresh workspace, destroy the plan. */
+static fxa_status run_args(const fxa_proj_desc *d, const fxa_proj_args *a)
+{
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    fxa_status st = fxa_proj_plan_create(g_ctx, d, &plan, &bytes);
+    if (st != FXA_OK)
+        return st;
+    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    st = ws ? fxa_proj_run(plan, a, ws) : FXA_ERR_NO_MEMORY;
+    free(ws);
+    fxa_proj_plan_destroy(plan);
+    return st;
+}
+
 static fxa_status run(const prob *p, const void *x, const void *w, outs *o)
 {
     const fxa_proj_args a = {.struct_size = sizeof a,
@@ -236,7 +262,7 @@ static fxa_status run(const prob *p, const void *x, const void *w, outs *o)
                              .q_out = o->q,
                              .k_out = o->k,
                              .v_out = o->v};
-    return fxa_proj_run(g_ctx, &p->d, &a);
+    return run_args(&p->d, &a);
 }
 
 /* fp32 operands, every combination of norm, rope and layout. */
@@ -479,7 +505,7 @@ static void test_blocked_weights(void)
     /* fp32 x: the fp32 GEMM, W decoded to fp32 block by block. */
     CHECK(run(&p, p.x, w8, &o) == FXA_OK, "f32 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
     compare(&p, o.q, o.k, o.v, "f32 x, FP8 w in fp32 blocks (fp32 GEMM)");
-    CHECK(fxa_proj_workspace_bytes(&p.d) <
+    CHECK(plan_bytes(&p.d) <
               (size_t)(p.d.tokens * (p.n_out + 2)) * 8 + (size_t)(400 * hin) * 4,
           "the fp32 copy of W is a block, not the whole weight");
     /* FP8 x: the bf16 GEMM, W decoded to bf16 block by block. */
@@ -487,7 +513,7 @@ static void test_blocked_weights(void)
     p.d.x_format = FXA_PROJ_X_E4M3_ROWS;
     CHECK(run(&p, x8, w8, &o) == FXA_OK, "fp8 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
     compare(&p, o.q, o.k, o.v, "FP8 x, FP8 w in bf16 blocks (bf16 GEMM)");
-    CHECK(fxa_proj_workspace_bytes(&p.d) <
+    CHECK(plan_bytes(&p.d) <
               (size_t)(p.d.tokens * (hin + p.n_out + 2)) * 8 + (size_t)(400 * hin) * 2,
           "the bf16 copy of W is a block, not the whole weight");
     for (int64_t i = 0; i < p.d.tokens * p.d.head_dim * p.d.heads_q; i++)
@@ -715,8 +741,8 @@ static void test_cross_attention(void)
     }
 }
 
-/* A caller's workspace gives the same bits as an internal one; too small
- * or misaligned is refused. */
+/* A workspace reused with other contents gives the same bits; a missing or
+ * misaligned one is refused. */
 static void test_workspace(void)
 {
     prob p;
@@ -727,9 +753,13 @@ static void test_workspace(void)
     outs b;
     outs_alloc(&a, &p);
     outs_alloc(&b, &p);
-    CHECK(run(&p, p.x, p.w, &a) == FXA_OK, "internal workspace");
-    const size_t bytes = fxa_proj_workspace_bytes(&p.d);
+    CHECK(run(&p, p.x, p.w, &a) == FXA_OK, "fresh workspace");
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_proj_plan_create(g_ctx, &p.d, &plan, &bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(g_ctx));
     unsigned char *ws = aligned_alloc(64, (bytes + 64 + 63) / 64 * 64);
+    memset(ws, 0xa5, bytes + 64);
     fxa_proj_args args = {.struct_size = sizeof args,
                           .x = p.x,
                           .w = p.w,
@@ -740,21 +770,19 @@ static void test_workspace(void)
                           .rope_sin = p.sn,
                           .q_out = b.q,
                           .k_out = b.k,
-                          .v_out = b.v,
-                          .workspace = ws,
-                          .workspace_bytes = bytes};
-    CHECK(bytes > 0 && fxa_proj_run(g_ctx, &p.d, &args) == FXA_OK, "caller's workspace: %s",
+                          .v_out = b.v};
+    CHECK(bytes > 0 && fxa_proj_run(plan, &args, ws) == FXA_OK, "caller's workspace: %s",
           fxa_ctx_last_error(g_ctx));
     const size_t n = (size_t)(p.d.tokens * p.d.head_dim);
     CHECK(memcmp(a.q, b.q, n * (size_t)p.d.heads_q * 4) == 0 &&
               memcmp(a.k, b.k, n * (size_t)p.d.heads_kv * 4) == 0 &&
               memcmp(a.v, b.v, n * (size_t)p.d.heads_kv * 4) == 0,
           "the same bits with the caller's workspace");
-    args.workspace_bytes = bytes - 1;
-    CHECK(fxa_proj_run(g_ctx, &p.d, &args) == FXA_ERR_INVALID_ARG, "a small workspace is refused");
-    args.workspace = ws + 8;
-    args.workspace_bytes = bytes;
-    CHECK(fxa_proj_run(g_ctx, &p.d, &args) == FXA_ERR_INVALID_ARG, "a misaligned one too");
+    CHECK(fxa_proj_run(plan, &args, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "workspace"),
+          "a missing workspace is refused: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(fxa_proj_run(plan, &args, ws + 8) == FXA_ERR_INVALID_ARG, "a misaligned one too");
+    fxa_proj_plan_destroy(plan);
     free(ws);
     outs_free(&a);
     outs_free(&b);
@@ -797,7 +825,7 @@ static void test_errors(void)
           "Inf gamma: %s", fxa_ctx_last_error(g_ctx));
     p.gq[1] = 1.0f;
     const fxa_proj_args a = {.struct_size = sizeof a, .x = p.x, .w = p.w, .q_out = o.q};
-    CHECK(fxa_proj_run(g_ctx, &p.d, &a) == FXA_ERR_INVALID_ARG, "missing k/v outputs and gamma");
+    CHECK(run_args(&p.d, &a) == FXA_ERR_INVALID_ARG, "missing k/v outputs and gamma");
     p.d.w_format = FXA_PROJ_W_E4M3;
     const fxa_proj_args a2 = {.struct_size = sizeof a2,
                               .x = p.x,
@@ -807,7 +835,7 @@ static void test_errors(void)
                               .q_out = o.q,
                               .k_out = o.k,
                               .v_out = o.v};
-    CHECK(fxa_proj_run(g_ctx, &p.d, &a2) == FXA_ERR_INVALID_ARG, "FP8 without scales");
+    CHECK(run_args(&p.d, &a2) == FXA_ERR_INVALID_ARG, "FP8 without scales");
     outs_free(&o);
     prob_free(&p);
 }
@@ -883,8 +911,11 @@ static void test_output_overlap(void)
               strstr(fxa_ctx_last_error(g_ctx), "q_out and k_out overlap"),
           "k_out over q_out: %s", fxa_ctx_last_error(g_ctx));
     o.k = k;
-    const size_t bytes = fxa_proj_workspace_bytes(&p.d);
-    unsigned char *ws = aligned_alloc(64, bytes + 64);
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_proj_plan_create(g_ctx, &p.d, &plan, &bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(g_ctx));
+    unsigned char *ws = aligned_alloc(64, (bytes + 64 + 63) / 64 * 64);
     const fxa_proj_args a = {.struct_size = sizeof a,
                              .x = p.x,
                              .w = p.w,
@@ -895,12 +926,11 @@ static void test_output_overlap(void)
                              .rope_sin = p.sn,
                              .q_out = o.q,
                              .k_out = o.k,
-                             .v_out = ws + bytes - 64, /* the workspace's end */
-                             .workspace = ws,
-                             .workspace_bytes = bytes};
-    CHECK(fxa_proj_run(g_ctx, &p.d, &a) == FXA_ERR_INVALID_ARG &&
+                             .v_out = ws + bytes - 64}; /* the workspace's end */
+    CHECK(fxa_proj_run(plan, &a, ws) == FXA_ERR_INVALID_ARG &&
               strstr(fxa_ctx_last_error(g_ctx), "v_out and workspace overlap"),
           "v_out inside the workspace: %s", fxa_ctx_last_error(g_ctx));
+    fxa_proj_plan_destroy(plan);
     free(ws);
     /* K written over the RoPE tables it reads: the same K. */
     float *cs = malloc(5 * 6 * sizeof(float));
@@ -932,8 +962,8 @@ static void test_hostile_desc(void)
         p.d.heads_q = huge[i];
         CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "heads_q %lld accepted",
               (long long)huge[i]);
-        CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "heads_q %lld: %zu workspace bytes",
-              (long long)huge[i], fxa_proj_workspace_bytes(&p.d));
+        CHECK(plan_bytes(&p.d) == 0, "heads_q %lld: %zu workspace bytes",
+              (long long)huge[i], plan_bytes(&p.d));
         /* (2^40 heads of w would be addressable: a caller's matter) */
         CHECK(i == 0 || fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) ==
                             FXA_ERR_INVALID_ARG,
@@ -948,15 +978,15 @@ static void test_hostile_desc(void)
     }
     p.d = good;
     p.d.head_dim = 5;
-    CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "odd head_dim: %zu workspace bytes",
-          fxa_proj_workspace_bytes(&p.d));
+    CHECK(plan_bytes(&p.d) == 0, "odd head_dim: %zu workspace bytes",
+          plan_bytes(&p.d));
     p.d.head_dim = FXA_MAX_HEAD_DIM + 2;
     CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
           "RoPE conversion with head_dim past FXA_MAX_HEAD_DIM");
     p.d = good;
     p.d.w_format = (fxa_proj_w)9;
-    CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "unknown w_format: %zu workspace bytes",
-          fxa_proj_workspace_bytes(&p.d));
+    CHECK(plan_bytes(&p.d) == 0, "unknown w_format: %zu workspace bytes",
+          plan_bytes(&p.d));
     CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
           "RoPE conversion with an unknown w_format");
     p.d = good;

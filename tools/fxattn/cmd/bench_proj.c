@@ -88,17 +88,21 @@ static int run_way(fxa_ctx *ctx, proj_bench *b, int way, int threads)
     d.rope = 1;
     d.x_format = way == 2 ? FXA_PROJ_X_F32 : way == 3 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_E4M3_ROWS;
     d.w_format = way == 2 ? FXA_PROJ_W_F32 : way == 3 ? FXA_PROJ_W_BF16 : FXA_PROJ_W_E4M3;
-    if (fxa_proj_workspace_bytes(&d) > b->work_bytes) {
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    if (fxa_proj_plan_create(ctx, &d, &plan, &bytes) != FXA_OK)
+        return fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(ctx));
+    if (bytes > b->work_bytes) {
         free(b->work);
-        b->work_bytes = fxa_proj_workspace_bytes(&d);
+        b->work_bytes = bytes;
         b->work = aligned_alloc(64, (b->work_bytes + 63) / 64 * 64);
-        if (!b->work)
+        if (!b->work) {
+            fxa_proj_plan_destroy(plan);
             return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the workspace");
+        }
     }
     const fxa_proj_args a = {
         .struct_size = sizeof a,
-        .workspace = b->work,
-        .workspace_bytes = b->work_bytes,
         .x = way == 2   ? (const void *)b->x
              : way == 3 ? (const void *)b->x16
                         : (const void *)b->x8,
@@ -115,7 +119,9 @@ static int run_way(fxa_ctx *ctx, proj_bench *b, int way, int threads)
         .k_out = b->k,
         .v_out = b->v,
     };
-    if (fxa_proj_run(ctx, &d, &a) != FXA_OK)
+    const fxa_status st = fxa_proj_run(plan, &a, b->work);
+    fxa_proj_plan_destroy(plan);
+    if (st != FXA_OK)
         return fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(ctx));
     return 0;
 }
