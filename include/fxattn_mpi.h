@@ -151,6 +151,31 @@ FXA_API void fxa_mpi_shard(int64_t seq, int n_ranks, int rank, int64_t *start, i
  */
 FXA_API fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg);
 
+/*
+ * For libraries built on a context (libfxattn_wan_mpi's layer and
+ * tensor-parallel projection), which run collectives of their own:
+ */
+/* The context's communicator: the duplicate of the caller's, in grid-rank
+ * order, with MPI_ERRORS_RETURN; owned by m. Wait on its requests with
+ * fxa_mpi_wait_all. Local. */
+FXA_API MPI_Comm fxa_mpi_comm(const fxa_mpi *m);
+/* The fxa_ctx m computes on (fxa_mpi_create's). Local. */
+FXA_API fxa_ctx *fxa_mpi_ctx(const fxa_mpi *m);
+/* Wait for n requests (on fxa_mpi_comm(m) or a communicator made from it)
+ * under m's deadline, polling: FXA_ERR_TIMEOUT when none completes for
+ * timeout_seconds (m is unusable after: "rank N: no progress from the
+ * other ranks for T s (what)"), FXA_ERR_MPI when MPI fails; the message in
+ * fxa_mpi_last_error(m). A context already unusable fails at once. */
+FXA_API fxa_status fxa_mpi_wait_all(fxa_mpi *m, int n, MPI_Request *reqs, const char *what);
+/* Collective: FXA_OK when every rank passes the same n bytes at data (a
+ * hash compared in one allreduce), else FXA_ERR_INVALID_ARG on every rank
+ * with "ranks disagree on <what>". */
+FXA_API fxa_status fxa_mpi_check_same(fxa_mpi *m, const void *data, size_t n, const char *what);
+/* Collective: messages of m name each rank by the `name` it passes (a
+ * context on a subgroup of a larger grid: its rank in that grid) instead of
+ * its grid rank in m. */
+FXA_API fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name);
+
 typedef struct fxa_mpi_attn_plan fxa_mpi_attn_plan;
 
 /* Collective. d describes the global problem (seq_q, seq_kv over all ranks);

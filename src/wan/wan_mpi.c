@@ -10,7 +10,6 @@
 #include "wan_internal.h"
 #include "core/convert_inline.h"
 #include "core/struct_size.h"
-#include "mpi/mpi_internal.h"
 
 #define REDUCE_CHUNK (1 << 26) /* floats per MPI_Ireduce */
 
@@ -80,7 +79,7 @@ static fxa_status group_agree(fxa_wan_mpi_plan *p, const char *label, int group_
 /* Wait for one request of the layer's own collectives. */
 static fxa_status wait1(fxa_wan_mpi_plan *p, MPI_Request *r, const char *what)
 {
-    const fxa_status st = fxa_mpi_wait(p->m_world, 1, r, -1, what);
+    const fxa_status st = fxa_mpi_wait_all(p->m_world, 1, r, what);
     if (st != FXA_OK)
         snprintf(p->error, sizeof p->error, "%s", fxa_mpi_last_error(p->m_world));
     return st;
@@ -133,7 +132,7 @@ static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *
 static fxa_status arrive(fxa_wan_mpi_plan *p)
 {
     MPI_Request r;
-    MPI_Ibarrier(p->m_world->comm, &r);
+    MPI_Ibarrier(fxa_mpi_comm(p->m_world), &r);
     return wait1(p, &r, "the ranks forming the layer's groups");
 }
 
@@ -156,10 +155,10 @@ static fxa_status groups(fxa_wan_mpi_plan *p, double timeout)
     fxa_status st = arrive(p);
     if (st != FXA_OK)
         return st;
-    MPI_Comm_split(p->m_world->comm, p->shard.cp_index, p->shard.tp_index, &p->tp_comm);
+    MPI_Comm_split(fxa_mpi_comm(p->m_world), p->shard.cp_index, p->shard.tp_index, &p->tp_comm);
     if ((st = arrive(p)) != FXA_OK)
         return st;
-    MPI_Comm_split(p->m_world->comm, p->shard.tp_index, p->shard.cp_index, &p->cp_comm);
+    MPI_Comm_split(fxa_mpi_comm(p->m_world), p->shard.tp_index, p->shard.cp_index, &p->cp_comm);
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
     mp.timeout_seconds = timeout;
@@ -517,7 +516,7 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
     for (int i = 0; i < 3; i++)
         secs[i] = t[i + 1] - t[i];
     MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, secs, 3, MPI_DOUBLE, MPI_MAX, p->m_world->comm, &r);
+    MPI_Iallreduce(MPI_IN_PLACE, secs, 3, MPI_DOUBLE, MPI_MAX, fxa_mpi_comm(p->m_world), &r);
     if ((st = wait1(p, &r, "the timings")) != FXA_OK)
         return st;
     const fxa_wan_stats full = {.struct_size = sizeof full,

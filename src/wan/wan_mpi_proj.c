@@ -10,7 +10,6 @@
 
 #include "fxattn_proj.h"
 #include "fxattn_wan_mpi.h"
-#include "mpi/mpi_internal.h"
 #include "core/struct_size.h"
 
 struct fxa_mpi_proj_plan {
@@ -18,14 +17,23 @@ struct fxa_mpi_proj_plan {
     fxa_proj_plan *proj;
 };
 
+/* An in-place MPI_Iallreduce over m's ranks, waited under m's deadline. */
+static fxa_status allreduce(fxa_mpi *m, void *buf, int n, MPI_Datatype t, MPI_Op op,
+                            const char *what)
+{
+    MPI_Request r;
+    if (MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, fxa_mpi_comm(m), &r) != MPI_SUCCESS)
+        return FXA_ERR_MPI;
+    return fxa_mpi_wait_all(m, 1, &r, what);
+}
+
 /* First agree on failure (the buffers of failed ranks are shorter), then
  * sum the sums of squares over the group, Q and K in one collective. */
 static fxa_status reduce_sums(double *sums, int64_t n, void *arg)
 {
     fxa_mpi *m = arg;
     int failed = sums[n - 1] != 0.0;
-    fxa_status st = fxa_mpi_allreduce(m, MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, m->comm,
-                                      "the tensor-parallel failure flags");
+    fxa_status st = allreduce(m, &failed, 1, MPI_INT, MPI_MAX, "the tensor-parallel failure flags");
     if (st != FXA_OK)
         return st;
     if (failed) {
@@ -34,8 +42,8 @@ static fxa_status reduce_sums(double *sums, int64_t n, void *arg)
     }
     if (n - 1 > INT32_MAX)
         return FXA_ERR_MPI;
-    return fxa_mpi_allreduce(m, MPI_IN_PLACE, sums, (int)(n - 1), MPI_DOUBLE, MPI_SUM, m->comm,
-                             "the tensor-parallel RMSNorm sums");
+    return allreduce(m, sums, (int)(n - 1), MPI_DOUBLE, MPI_SUM,
+                     "the tensor-parallel RMSNorm sums");
 }
 
 fxa_status fxa_mpi_proj_plan_create(fxa_mpi *m, const fxa_proj_desc *d, int64_t heads_q_total,
@@ -44,9 +52,6 @@ fxa_status fxa_mpi_proj_plan_create(fxa_mpi *m, const fxa_proj_desc *d, int64_t 
 {
     if (!m)
         return FXA_ERR_INVALID_ARG;
-    if (m->broken)
-        return FXA_ERR_TIMEOUT;
-    m->last_error[0] = '\0';
     char msg[512] = "";
     fxa_status st = FXA_OK;
     fxa_proj_desc full;
@@ -68,9 +73,15 @@ fxa_status fxa_mpi_proj_plan_create(fxa_mpi *m, const fxa_proj_desc *d, int64_t 
     const int64_t same[] = {d->tokens,      d->head_dim,    d->x_format,   d->w_format,
                             d->norm,        d->rope,        d->out_layout, heads_q_total,
                             heads_kv_total, d->heads_kv > 0};
-    uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, same, sizeof same);
-    h = fxa_mpi_hash(h, &d->eps, sizeof d->eps);
-    st = fxa_mpi_same_everywhere(m, h, "the projection (tokens, head_dim, formats, options)");
+    struct {
+        int64_t same[sizeof same / sizeof same[0]];
+        double eps;
+    } all;
+    memset(&all, 0, sizeof all);
+    memcpy(all.same, same, sizeof same);
+    all.eps = d->eps;
+    st = fxa_mpi_check_same(m, &all, sizeof all,
+                            "the projection (tokens, head_dim, formats, options)");
     if (st != FXA_OK)
         return st;
     fxa_mpi_proj_plan *p = calloc(1, sizeof *p);
@@ -84,8 +95,8 @@ fxa_status fxa_mpi_proj_plan_create(fxa_mpi *m, const fxa_proj_desc *d, int64_t 
                                 .norm_features_k = heads_kv_total * d->head_dim,
                                 .reduce = reduce_sums,
                                 .arg = m};
-        st = fxa_proj_plan_create_tp(m->ctx, d, &tp, &p->proj, workspace_bytes);
-        snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
+        st = fxa_proj_plan_create_tp(fxa_mpi_ctx(m), d, &tp, &p->proj, workspace_bytes);
+        snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(fxa_mpi_ctx(m)));
     }
     st = fxa_mpi_agree(m, st, msg);
     if (st != FXA_OK) {
@@ -101,12 +112,9 @@ fxa_status fxa_mpi_proj_run(fxa_mpi_proj_plan *p, const fxa_proj_args *a, void *
     if (!p)
         return FXA_ERR_INVALID_ARG;
     fxa_mpi *m = p->m;
-    if (m->broken)
-        return FXA_ERR_TIMEOUT;
-    m->last_error[0] = '\0';
     char msg[512];
     const fxa_status st = fxa_proj_run(p->proj, a, workspace);
-    snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
+    snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(fxa_mpi_ctx(m)));
     /* A failure on one rank shows up on the others as "another rank
      * failed": agree so that every rank reports the failing rank's own. */
     const fxa_status mine =

@@ -454,6 +454,25 @@ static void test_hostile_sizes(fxa_ctx *ctx)
           "the 0.1 desc's layer differs: %s", fxa_ctx_last_error(ctx));
     fxa_wan_plan_destroy(plan0);
     free(y0);
+    /* Load parameters of the first version (before dtype): fp32 weights,
+     * the same bits as the current struct's default. */
+    fxa_wan_load_params lp;
+    fxa_wan_load_params_init(&lp);
+    lp.heads = HEADS;
+    lp.hidden = HIDDEN;
+    lp.seed = SEED;
+    lp.dtype = (fxa_dtype)77; /* past the 0.1 size: not read */
+    lp.struct_size = offsetof(fxa_wan_load_params, dtype);
+    fxa_wan_weights w0;
+    CHECK(fxa_wan_weights_load(NULL, &lp, &w0, msg, sizeof msg) == FXA_OK, "0.1 params: %s", msg);
+    CHECK(w0.qkv.format == FXA_PROJ_W_F32 && w.qkv.format == FXA_PROJ_W_F32 &&
+              memcmp(w0.qkv.w, w.qkv.w, sizeof(float) * 3 * HIDDEN * HIDDEN) == 0,
+          "the 0.1 params' weights differ");
+    fxa_wan_weights_free(&w0);
+    lp.struct_size = offsetof(fxa_wan_load_params, dtype) - 8;
+    expect_msg("load params of a size below 0.1's",
+               fxa_wan_weights_load(NULL, &lp, &w0, msg, sizeof msg), msg,
+               "fxa_wan_load_params.struct_size");
     free(ws);
     free(y);
     free(x);

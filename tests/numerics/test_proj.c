@@ -994,6 +994,93 @@ static void test_hostile_desc(void)
     prob_free(&p);
 }
 
+/* Versioned structs: a descriptor of 0.1's size (before out_dtype, the
+ * bytes past it poisoned) plans an fp32-output projection with the current
+ * descriptor's bits, and converts RoPE weights the same; sizes outside
+ * [first, current] of fxa_proj_desc, fxa_proj_args and fxa_proj_tp are
+ * refused with a message. */
+static fxa_status reduce_none(double *sums, int64_t n, void *arg)
+{
+    (void)sums;
+    (void)n;
+    (void)arg;
+    return FXA_OK;
+}
+
+static void test_struct_sizes(void)
+{
+    prob p;
+    prob_init(&p, 9, 16, 2, 1, 8, 77, 0.1);
+    p.d.norm = p.d.rope = 1;
+    outs a, b;
+    outs_alloc(&a, &p);
+    outs_alloc(&b, &p);
+    CHECK(run(&p, p.x, p.w, &a) == FXA_OK, "current desc: %s", fxa_ctx_last_error(g_ctx));
+    const fxa_proj_desc cur = p.d;
+    memset((char *)&p.d + FXA_PROJ_DESC_SIZE_0_1, 0x5a, sizeof p.d - FXA_PROJ_DESC_SIZE_0_1);
+    p.d.struct_size = FXA_PROJ_DESC_SIZE_0_1;
+    CHECK(run(&p, p.x, p.w, &b) == FXA_OK, "0.1 desc: %s", fxa_ctx_last_error(g_ctx));
+    const size_t n = (size_t)(p.d.tokens * p.d.head_dim);
+    CHECK(memcmp(a.q, b.q, n * 2 * 4) == 0 && memcmp(a.k, b.k, n * 4) == 0 &&
+              memcmp(a.v, b.v, n * 4) == 0,
+          "the 0.1 desc's outputs differ from the current one's fp32 outputs");
+    /* The RoPE conversion reads the same fields. */
+    float g0[16], g1[16];
+    memcpy(g0, p.gq, sizeof g0);
+    memcpy(g1, p.gq, sizeof g1);
+    CHECK(fxa_rope_interleaved_to_half(&cur, NULL, NULL, NULL, g0, NULL) == FXA_OK &&
+              fxa_rope_interleaved_to_half(&p.d, NULL, NULL, NULL, g1, NULL) == FXA_OK &&
+              memcmp(g0, g1, sizeof g0) == 0,
+          "RoPE conversion with a 0.1 desc");
+    const size_t bad_desc[] = {FXA_PROJ_DESC_SIZE_0_1 - 4, sizeof(fxa_proj_desc) + 8, 0};
+    for (int i = 0; i < 3; i++) {
+        p.d = cur;
+        p.d.struct_size = bad_desc[i];
+        CHECK(run(&p, p.x, p.w, &b) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(g_ctx), "fxa_proj_desc.struct_size"),
+              "desc of %zu bytes: '%s'", bad_desc[i], fxa_ctx_last_error(g_ctx));
+        CHECK(fxa_rope_interleaved_to_half(&p.d, NULL, NULL, NULL, g1, NULL) ==
+                  FXA_ERR_INVALID_ARG,
+              "RoPE conversion with a desc of %zu bytes", bad_desc[i]);
+    }
+    p.d = cur;
+    fxa_proj_args args = {.struct_size = sizeof args,
+                          .x = p.x,
+                          .w = p.w,
+                          .bias = p.bias,
+                          .gamma_q = p.gq,
+                          .gamma_k = p.gk,
+                          .rope_cos = p.cs,
+                          .rope_sin = p.sn,
+                          .q_out = b.q,
+                          .k_out = b.k,
+                          .v_out = b.v};
+    const size_t bad_args[] = {FXA_PROJ_ARGS_SIZE_0_3 - 8, sizeof(fxa_proj_args) + 8};
+    for (int i = 0; i < 2; i++) {
+        args.struct_size = bad_args[i];
+        CHECK(run_args(&p.d, &args) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(g_ctx), "fxa_proj_args.struct_size"),
+              "args of %zu bytes: '%s'", bad_args[i], fxa_ctx_last_error(g_ctx));
+    }
+    fxa_proj_tp tp = {.struct_size = FXA_PROJ_TP_SIZE_0_1,
+                      .norm_features_q = 16,
+                      .norm_features_k = 8,
+                      .reduce = reduce_none};
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_proj_plan_create_tp(g_ctx, &p.d, &tp, &plan, &bytes) == FXA_OK, "tp plan: %s",
+          fxa_ctx_last_error(g_ctx));
+    fxa_proj_plan_destroy(plan);
+    tp.struct_size = FXA_PROJ_TP_SIZE_0_1 - 8;
+    plan = NULL;
+    CHECK(fxa_proj_plan_create_tp(g_ctx, &p.d, &tp, &plan, &bytes) == FXA_ERR_INVALID_ARG &&
+              plan == NULL && strstr(fxa_ctx_last_error(g_ctx), "fxa_proj_tp.struct_size"),
+          "tp of %zu bytes: '%s'", tp.struct_size, fxa_ctx_last_error(g_ctx));
+    outs_free(&a);
+    outs_free(&b);
+    prob_free(&p);
+}
+
 int main(void)
 {
     fxa_ctx_params cp;
@@ -1017,6 +1104,7 @@ int main(void)
     test_output_range();
     test_output_overlap();
     test_hostile_desc();
+    test_struct_sizes();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_proj");
 }
