@@ -229,8 +229,8 @@ typedef struct fxa_proj_plan fxa_proj_plan;
  * FXA_ERR_UNSUPPORTED (a bf16 GEMM in a process forked after oneDNN ran in
  * its parent), FXA_ERR_NO_MEMORY, FXA_ERR_INTERNAL (oneDNN refused).
  */
-FXA_API fxa_status fxa_proj_plan_create(fxa_ctx *ctx, const fxa_proj_desc *d,
-                                        fxa_proj_plan **plan, size_t *workspace_bytes);
+FXA_API fxa_status fxa_proj_plan_create(fxa_ctx *ctx, const fxa_proj_desc *d, fxa_proj_plan **plan,
+                                        size_t *workspace_bytes);
 
 /*
  * Tensor parallelism: when the ranks of a group hold different heads of the

@@ -102,7 +102,7 @@ static void item(void *arg, int64_t it, int thread_id)
         for (int r = 0; r < PANEL; r++)
             rows[r] = g->w + (j_begin + j + r) * g->k;
         fxa_ctx_pack_kt(g->ctx, rows, PANEL, (size_t)(g->k / 2), PANEL,
-                                 (uint32_t *)wp + (size_t)j * (size_t)(g->k / 2));
+                        (uint32_t *)wp + (size_t)j * (size_t)(g->k / 2));
     }
     fxa_amx_configure(16);
     int64_t i0 = 0;

@@ -271,8 +271,8 @@ static void stage_item(void *arg, int64_t item, int thread_id)
 
 /* Run a staging job with its per-item results and per-thread rows in the
  * workspace; the first bad row (in row order) becomes the error. */
-static fxa_status stage(const fxa_proj_plan *p, unsigned char *ws, stage_job *job,
-                        const char *what, const char *row_name, const char *col_name)
+static fxa_status stage(const fxa_proj_plan *p, unsigned char *ws, stage_job *job, const char *what,
+                        const char *row_name, const char *col_name)
 {
     fxa_ctx *ctx = p->ctx;
     const int64_t items = (job->rows + STAGE_ROWS - 1) / STAGE_ROWS;
@@ -583,8 +583,7 @@ static fxa_status phase_bc(fxa_ctx *ctx, epi_job *job, int64_t n_items)
 
 /* Phase A over all tokens; a non-finite y is traced back to its cause:
  * a non-finite fp32 operand (found by scanning them now), else overflow. */
-static fxa_status phase_a(const fxa_proj_plan *p, unsigned char *ws, epi_job *job,
-                          int64_t n_items)
+static fxa_status phase_a(const fxa_proj_plan *p, unsigned char *ws, epi_job *job, int64_t n_items)
 {
     const fxa_proj_desc *d = job->d;
     const phase_job pj = {job, PHASE_A};
@@ -740,10 +739,11 @@ static fxa_status multiply(const fxa_proj_plan *p, unsigned char *ws, const void
     uint16_t *w16 = l->w16 ? (uint16_t *)(ws + l->w16) : NULL;
     const int forked = fxa_gemm_onednn_forked(); /* OpenMP cannot run in this child */
     if (forked && l->bf16_path)
-        return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
-                            "bf16 projections run on oneDNN (OpenMP), which cannot run in a process "
-                            "forked after its parent ran oneDNN; start workers with spawn or "
-                            "forkserver instead of fork");
+        return fxa_ctx_fail(
+            ctx, FXA_ERR_UNSUPPORTED,
+            "bf16 projections run on oneDNN (OpenMP), which cannot run in a process "
+            "forked after its parent ran oneDNN; start workers with spawn or "
+            "forkserver instead of fork");
     const int blas = !l->bf16_path && (!l->f32_onednn || forked);
     char why[160];
     fxa_status st = FXA_OK;
@@ -935,9 +935,10 @@ fxa_status fxa_proj_plan_create_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const f
     if (!ctx)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(ctx);
-    const fxa_status st = tp ? plan_build(ctx, d, tp, plan, workspace_bytes)
-                             : fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                                            "fxa_proj_plan_create_tp: NULL tensor-parallel settings");
+    const fxa_status st =
+        tp ? plan_build(ctx, d, tp, plan, workspace_bytes)
+           : fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                          "fxa_proj_plan_create_tp: NULL tensor-parallel settings");
     fxa_ctx_end(ctx);
     return st;
 }

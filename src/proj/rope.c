@@ -92,9 +92,8 @@ fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *desc, void *w, floa
                                msg, sizeof msg) != FXA_OK)
         return FXA_ERR_INVALID_ARG;
     const fxa_proj_desc *d = &full;
-    if (d->head_dim < 2 || d->head_dim % 2 ||
-        d->head_dim > FXA_MAX_HEAD_DIM || d->heads_q < 0 || d->heads_kv < 0 || d->in_features < 1 ||
-        (unsigned)d->w_format > FXA_PROJ_W_E4M3)
+    if (d->head_dim < 2 || d->head_dim % 2 || d->head_dim > FXA_MAX_HEAD_DIM || d->heads_q < 0 ||
+        d->heads_kv < 0 || d->in_features < 1 || (unsigned)d->w_format > FXA_PROJ_W_E4M3)
         return FXA_ERR_INVALID_ARG;
     /* w's (Hq + 2 Hkv) d rows of in_features elements must be addressable. */
     const int64_t max_heads = PTRDIFF_MAX / 3 / (4 * FXA_MAX_HEAD_DIM);

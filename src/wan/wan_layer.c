@@ -150,12 +150,11 @@ static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
     return FXA_OK;
 }
 
-fxa_status fxa_wan_check_desc(const fxa_wan_desc *d, fxa_wan_desc *full, char *err,
-                              size_t errlen)
+fxa_status fxa_wan_check_desc(const fxa_wan_desc *d, fxa_wan_desc *full, char *err, size_t errlen)
 {
     fxa_wan_desc_init(full);
-    const fxa_status st = fxa_struct_in(full, sizeof *full, d, FXA_WAN_DESC_SIZE_0_1,
-                                        "fxa_wan_desc", err, errlen);
+    const fxa_status st =
+        fxa_struct_in(full, sizeof *full, d, FXA_WAN_DESC_SIZE_0_1, "fxa_wan_desc", err, errlen);
     return st != FXA_OK ? st : check_desc(full, err, errlen);
 }
 
@@ -267,15 +266,15 @@ static fxa_status check_weights(fxa_wan_plan *p, const fxa_wan_weights *w)
     if (ok && !formats)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "the weights' formats (qkv %d, o %d) are not FXA_PROJ_W_F32, "
-                             "FXA_PROJ_W_BF16 or FXA_PROJ_W_E4M3",
-                             (int)w->qkv.format, (int)w->o.format);
+                            "FXA_PROJ_W_BF16 or FXA_PROJ_W_E4M3",
+                            (int)w->qkv.format, (int)w->o.format);
     if (!ok)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "the weights (hidden %lld, heads [%lld, +%lld) of %lld) are not the "
-                             "whole layer of the plan (%lld heads x %lld)",
-                             (long long)w->hidden, (long long)w->head_begin,
-                             (long long)w->head_count, (long long)w->heads, (long long)p->d.heads,
-                             (long long)p->d.head_dim);
+                            "whole layer of the plan (%lld heads x %lld)",
+                            (long long)w->hidden, (long long)w->head_begin,
+                            (long long)w->head_count, (long long)w->heads, (long long)p->d.heads,
+                            (long long)p->d.head_dim);
     return FXA_OK;
 }
 
@@ -287,9 +286,9 @@ static fxa_status run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, 
     if (!w || !x || !y || !workspace)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "fxa_wan_run: NULL argument");
     char why[400];
-    if (stats && fxa_struct_size_check(fxa_struct_size_of(stats), FXA_WAN_STATS_SIZE_0_1,
-                                       sizeof(fxa_wan_stats), "fxa_wan_stats", why,
-                                       sizeof why) != FXA_OK)
+    if (stats &&
+        fxa_struct_size_check(fxa_struct_size_of(stats), FXA_WAN_STATS_SIZE_0_1,
+                              sizeof(fxa_wan_stats), "fxa_wan_stats", why, sizeof why) != FXA_OK)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", why);
     fxa_status st = check_weights(p, w);
     if (st != FXA_OK)

@@ -31,14 +31,14 @@ struct fxa_wan_mpi_plan {
      * format: QKV (over the TP group under --tp) and output. */
     fxa_proj_plan *qkv[FXA_WAN_FORMATS], *out[FXA_WAN_FORMATS];
     fxa_mpi_proj_plan *qkv_tp[FXA_WAN_FORMATS];
-    size_t act_bytes;       /* one activation of this rank's tokens and heads (d.dtype) */
-    size_t a_bytes;         /* the attention output: act_bytes, or fp32 under a_f32 */
-    int a_f32;              /* bf16 layer over a CP group: attention writes fp32 (what
+    size_t act_bytes;  /* one activation of this rank's tokens and heads (d.dtype) */
+    size_t a_bytes;    /* the attention output: act_bytes, or fp32 under a_f32 */
+    int a_f32;         /* bf16 layer over a CP group: attention writes fp32 (what
                              * libfxattn_mpi writes), rounded to bf16 in place after */
-    size_t x16_bytes;       /* x rounded to bf16 (dtype bf16, fp32 x), after Q, K, V, A */
-    size_t tp_bytes;        /* (rounded up to 64), after x16 */
-    size_t proj_bytes;      /* the projections' workspace, after tp_bytes */
-    float *cs, *sn;         /* RoPE tables of all tokens */
+    size_t x16_bytes;  /* x rounded to bf16 (dtype bf16, fp32 x), after Q, K, V, A */
+    size_t tp_bytes;   /* (rounded up to 64), after x16 */
+    size_t proj_bytes; /* the projections' workspace, after tp_bytes */
+    float *cs, *sn;    /* RoPE tables of all tokens */
     char error[600];
 };
 

@@ -286,12 +286,12 @@ static void test_errors(fxa_ctx *ctx)
 
     desc(&d);
     d.struct_size -= 8;
-    expect("small desc", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
-           FXA_ERR_INVALID_ARG, msg, "struct_size");
+    expect("small desc", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), FXA_ERR_INVALID_ARG,
+           msg, "struct_size");
     desc(&d);
     d.width = 0;
-    expect("empty grid", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
-           FXA_ERR_INVALID_ARG, msg, "grid");
+    expect("empty grid", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), FXA_ERR_INVALID_ARG,
+           msg, "grid");
     desc(&d);
     d.head_dim = 7;
     expect("odd head_dim", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
@@ -365,12 +365,11 @@ static void test_hostile_sizes(fxa_ctx *ctx)
                "overflow");
     desc(&d);
     d.heads = big;
-    expect_msg("2^57 heads", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg,
-               "overflow");
+    expect_msg("2^57 heads", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg, "overflow");
     desc(&d);
     d.frames = d.height = (int64_t)1 << 32;
-    expect_msg("a grid past int64", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
-               msg, "overflows");
+    expect_msg("a grid past int64", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg,
+               "overflows");
     CHECK(plan == NULL, "a failed plan was returned");
     float one[8];
     CHECK(fxa_wan_rope(&d, one, one) == FXA_ERR_INVALID_ARG, "RoPE tables of a grid past int64");

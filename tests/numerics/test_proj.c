@@ -505,8 +505,7 @@ static void test_blocked_weights(void)
     /* fp32 x: the fp32 GEMM, W decoded to fp32 block by block. */
     CHECK(run(&p, p.x, w8, &o) == FXA_OK, "f32 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
     compare(&p, o.q, o.k, o.v, "f32 x, FP8 w in fp32 blocks (fp32 GEMM)");
-    CHECK(plan_bytes(&p.d) <
-              (size_t)(p.d.tokens * (p.n_out + 2)) * 8 + (size_t)(400 * hin) * 4,
+    CHECK(plan_bytes(&p.d) < (size_t)(p.d.tokens * (p.n_out + 2)) * 8 + (size_t)(400 * hin) * 4,
           "the fp32 copy of W is a block, not the whole weight");
     /* FP8 x: the bf16 GEMM, W decoded to bf16 block by block. */
     quantize_x(&p, x8);
@@ -962,8 +961,8 @@ static void test_hostile_desc(void)
         p.d.heads_q = huge[i];
         CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "heads_q %lld accepted",
               (long long)huge[i]);
-        CHECK(plan_bytes(&p.d) == 0, "heads_q %lld: %zu workspace bytes",
-              (long long)huge[i], plan_bytes(&p.d));
+        CHECK(plan_bytes(&p.d) == 0, "heads_q %lld: %zu workspace bytes", (long long)huge[i],
+              plan_bytes(&p.d));
         /* (2^40 heads of w would be addressable: a caller's matter) */
         CHECK(i == 0 || fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) ==
                             FXA_ERR_INVALID_ARG,
@@ -978,15 +977,13 @@ static void test_hostile_desc(void)
     }
     p.d = good;
     p.d.head_dim = 5;
-    CHECK(plan_bytes(&p.d) == 0, "odd head_dim: %zu workspace bytes",
-          plan_bytes(&p.d));
+    CHECK(plan_bytes(&p.d) == 0, "odd head_dim: %zu workspace bytes", plan_bytes(&p.d));
     p.d.head_dim = FXA_MAX_HEAD_DIM + 2;
     CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
           "RoPE conversion with head_dim past FXA_MAX_HEAD_DIM");
     p.d = good;
     p.d.w_format = (fxa_proj_w)9;
-    CHECK(plan_bytes(&p.d) == 0, "unknown w_format: %zu workspace bytes",
-          plan_bytes(&p.d));
+    CHECK(plan_bytes(&p.d) == 0, "unknown w_format: %zu workspace bytes", plan_bytes(&p.d));
     CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
           "RoPE conversion with an unknown w_format");
     p.d = good;
@@ -1039,8 +1036,7 @@ static void test_struct_sizes(void)
         CHECK(run(&p, p.x, p.w, &b) == FXA_ERR_INVALID_ARG &&
                   strstr(fxa_ctx_last_error(g_ctx), "fxa_proj_desc.struct_size"),
               "desc of %zu bytes: '%s'", bad_desc[i], fxa_ctx_last_error(g_ctx));
-        CHECK(fxa_rope_interleaved_to_half(&p.d, NULL, NULL, NULL, g1, NULL) ==
-                  FXA_ERR_INVALID_ARG,
+        CHECK(fxa_rope_interleaved_to_half(&p.d, NULL, NULL, NULL, g1, NULL) == FXA_ERR_INVALID_ARG,
               "RoPE conversion with a desc of %zu bytes", bad_desc[i]);
     }
     p.d = cur;
