@@ -1,6 +1,7 @@
 """Pieces the benchmark scripts share (bench/peers.py, python_attention.py,
 python_wan.py; each imports this file from its own folder)."""
 
+import os
 import platform
 
 
@@ -35,3 +36,72 @@ def ort_mha_session(batch, seq, heads, head_dim, threads, spin=False):
     if not spin:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _git_head(root):
+    """The tree's short HEAD, with "+dirty" when tracked files differ from it
+    (None outside a git checkout)."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=30)
+        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"],
+                               capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.returncode == 1 else "")
+
+
+def build_compiler(build_dir):
+    """The C compiler and build type CMake recorded in build_dir ("GNU 12.2.0,
+    Release"), or None when build_dir holds no CMake tree."""
+    import glob
+    import re
+    found = sorted(glob.glob(os.path.join(str(build_dir), "CMakeFiles", "*", "CMakeCCompiler.cmake")))
+    if not found:
+        return None
+    text = open(found[-1]).read()
+    ident = re.search(r'CMAKE_C_COMPILER_ID "([^"]*)"', text)
+    ver = re.search(r'CMAKE_C_COMPILER_VERSION "([^"]*)"', text)
+    out = " ".join(m.group(1) for m in (ident, ver) if m)
+    try:
+        cache = open(os.path.join(str(build_dir), "CMakeCache.txt")).read()
+        bt = re.search(r"^CMAKE_BUILD_TYPE:STRING=(.*)$", cache, re.M)
+        if bt and bt.group(1):
+            out += ", " + bt.group(1)
+    except OSError:
+        pass
+    return out or None
+
+
+def identity(machine, build_dir, versions):
+    """The fields every JSON line of a benchmark carries (bench/README.md,
+    "Raw results"): machine, cpu, compiler, versions, commit, command, date.
+    machine: the results page's name (bench/results/<machine>.md); versions:
+    {library: version} of what the run used."""
+    import datetime
+    import shlex
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {"machine": machine, "cpu": cpu_name(), "cpus": os.cpu_count(),
+            "compiler": build_compiler(build_dir),
+            "versions": dict(sorted({"python": platform.python_version(), **versions}.items())),
+            "commit": _git_head(root),
+            "command": shlex.join([os.path.relpath(sys.argv[0], root) if sys.argv[0].startswith(root) else sys.argv[0],
+                                   *sys.argv[1:]]),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
+
+
+def append_jsonl(path, records):
+    """Appends each record as one JSON line to path ("-": stdout)."""
+    import json
+    import sys
+    lines = "".join(json.dumps(r, sort_keys=False) + "\n" for r in records)
+    if path == "-":
+        sys.stdout.write(lines)
+        sys.stdout.flush()
+    else:
+        with open(path, "a") as f:
+            f.write(lines)

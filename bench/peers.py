@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import ort_mha_session
+from benchlib import identity, ort_mha_session
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
@@ -95,6 +95,8 @@ def parse_args(argv):
     p.add_argument("--fxattn", default=os.path.join(ROOT, "build", "fxattn"), help="fxattn binary")
     p.add_argument("--tmpdir", default=None, help="directory for the .npy files (default: system temp)")
     p.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
+    p.add_argument("--machine", default=platform.node(),
+                   help="the results page's name in the JSON rows (bench/results/<machine>.md; default: host name)")
     a = p.parse_args(argv)
     if a.heads <= 0 or a.dim <= 0 or a.repeats <= 0:
         p.error("--heads, --dim and --repeats must be positive")
@@ -289,6 +291,10 @@ def main(argv):
     log("onnxruntime %s, numpy %s, fxattn %s, ORT mode requested: %s"
         % (ort.__version__, np.__version__, a.fxattn, ort_mode))
     ident = fxattn_identity(a.fxattn)
+    versions = {k: meta[k] for k in ("onnxruntime", "onnx", "numpy")}
+    if ident.get("fxattn_info", "").startswith("fxattn "):
+        versions["fxattn"] = ident["fxattn_info"].split()[1]
+    run_ident = identity(a.machine, os.path.dirname(os.path.abspath(a.fxattn)), versions)
     log("fxattn binary: sha256 %s, built %s, tree HEAD %s; %s"
         % (ident["fxattn_sha256"], ident["fxattn_mtime"], ident.get("git_head", "?"), ident.get("fxattn_info", "")))
     load_start = loadavg()
@@ -483,9 +489,11 @@ def main(argv):
         row["loadavg_start"], row["loadavg_end"] = load_start, load_end
         row.update(meta)
         row.update(ident)
+        row.update(run_ident)
 
     if a.json:
         for row in rows_out:
+            row["kind"] = "peers"
             print(json.dumps(row), flush=True)
     else:
         print_table(rows_out, peaks, peak_kinds, a, load_start, load_end, meta, ident)

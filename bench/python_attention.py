@@ -2,6 +2,7 @@
 scaled_dot_product_attention and ONNX Runtime, side by side in one process.
 
     .venv/bin/python bench/python_attention.py [--seqs 1024,4096] [--heads 40] [--repeats 5] [--threads 2]
+        [--json FILE --machine NAME]
 
 (.venv is the environment scripts/test.sh makes, with the torch extra;
 onnxruntime and onnx are optional: bench/requirements.txt pins the versions
@@ -28,7 +29,8 @@ GFLOP/s = 4 S^2 H D / seconds; % of the machine's peak from the `fxattn
 bench` probe the wheel ships (fp32 FMA peak; the bf16 rows' peak of the
 units fxattn's bf16 tile runs on: AMX tdpbf16ps, else vdpbf16ps, else the
 FMA peak). The outputs are checked against
-each other before anything is timed.
+each other before anything is timed. --json FILE appends one JSON object
+per row to FILE (bench/README.md, "Raw results").
 """
 
 import argparse
@@ -46,9 +48,9 @@ import torch
 import torch.nn.functional as F
 
 import fxattn
-from benchlib import cpu_name, ort_mha_session
+from benchlib import append_jsonl, cpu_name, identity, ort_mha_session
 from fxattn import _lib
-from fxattn.attention import Options, descriptor, operands
+from fxattn._attn_core import Options, descriptor, operands
 from fxattn._context import context
 
 
@@ -125,6 +127,8 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", metavar="FILE", help="append one JSON object per row to FILE (- for stdout)")
+    ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json (default: host name)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     peaks = {"fp32": peak_gflops(a.threads, "fp32")}
@@ -160,20 +164,40 @@ def run_seq(a, s, peaks):
         assert float(np.abs(o - ref.transpose(1, 2).numpy()).max()) < 1e-4
 
     sdpa = F.scaled_dot_product_attention
+    # name: (peak, engine, api, dtype, compute, call)
     calls = {
-        "C library fxa_attn_run (fp32)": ("fp32", c_library_call(q, k, v, t)),
-        "fxattn.attention numpy fp32": ("fp32", lambda: fxattn.attention(q, k, v, threads=t)),
-        "fxattn.attention torch fp32": ("fp32", lambda: fx(tq, tk, tv)),
-        "torch SDPA fp32": ("fp32", lambda: sdpa(tq, tk, tv)),
-        "fxattn.attention torch bf16": ("fp32", lambda: fx(bq, bk, bv)),
+        "C library fxa_attn_run (fp32)": ("fp32", "fxattn", "C fxa_attn_run", "fp32", "fp32", c_library_call(q, k, v, t)),
+        "fxattn.attention numpy fp32": ("fp32", "fxattn", "fxattn.attention, numpy", "fp32", "fp32",
+                                        lambda: fxattn.attention(q, k, v, threads=t)),
+        "fxattn.attention torch fp32": ("fp32", "fxattn", "fxattn.attention, torch", "fp32", "fp32",
+                                        lambda: fx(tq, tk, tv)),
+        "torch SDPA fp32": ("fp32", "torch SDPA", "scaled_dot_product_attention", "fp32", "fp32",
+                            lambda: sdpa(tq, tk, tv)),
+        "fxattn.attention torch bf16": ("fp32", "fxattn", "fxattn.attention, torch", "bf16", "fp32",
+                                        lambda: fx(bq, bk, bv)),
     }
     if vdpbf16ps:  # elsewhere bf16 compute runs a portable tile, far slower than fp32
-        calls["fxattn.attention torch bf16, compute bf16"] = ("bf16", lambda: fx(bq, bk, bv, compute="bf16"))
-    calls["torch SDPA bf16"] = ("bf16", lambda: sdpa(bq, bk, bv))
+        calls["fxattn.attention torch bf16, compute bf16"] = ("bf16", "fxattn", "fxattn.attention, torch", "bf16",
+                                                              "bf16", lambda: fx(bq, bk, bv, compute="bf16"))
+    calls["torch SDPA bf16"] = ("bf16", "torch SDPA", "scaled_dot_product_attention", "bf16", "bf16",
+                                lambda: sdpa(bq, bk, bv))
     if ort is not None:
-        calls["ONNX Runtime MultiHeadAttention fp32"] = ("fp32", lambda: sess.run(None, feeds))
-    medians = interleaved_medians({name: fn for name, (_, fn) in calls.items()}, a.repeats)
-    rows = [(name, kind, medians[name]) for name, (kind, _) in calls.items()]
+        calls["ONNX Runtime MultiHeadAttention fp32"] = ("fp32", "ONNX Runtime", "MultiHeadAttention", "fp32", "fp32",
+                                                         lambda: sess.run(None, feeds))
+    medians = interleaved_medians({name: c[-1] for name, c in calls.items()}, a.repeats)
+    rows = [(name, c[0], medians[name]) for name, c in calls.items()]
+    if a.json:
+        versions = {"fxattn": fxattn.__version__, "torch": torch.__version__, "numpy": np.__version__}
+        if ort is not None:
+            versions.update(onnxruntime=ort.__version__, onnx=ort.onnx_version)
+        build = Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent
+        ident = identity(a.machine, build, versions)
+        append_jsonl(a.json, [{**ident, "kind": "python_attention", "engine": calls[name][1], "api": calls[name][2],
+                               "dtype": calls[name][3], "compute": calls[name][4], "B": 1, "S": s, "H": h, "D": d,
+                               "threads": t, "kernels": fxattn.kernel_info(t), "repeats": a.repeats,
+                               "seconds": sec, "gflops": flops / sec / 1e9,
+                               "peak": kind, "peak_gflops": peaks[kind], "peak_share": flops / sec / 1e9 / peaks[kind]}
+                              for name, kind, sec in rows])
     versions = f"onnxruntime {ort.__version__}, onnx {ort.onnx_version}" if ort is not None else f"no ONNX Runtime ({sess})"
     print(f"\n# fxattn {fxattn.__version__} ({fxattn.kernel_info(t)}), torch {torch.__version__}, {versions}, numpy {np.__version__}")
     print(f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs")

@@ -7,6 +7,7 @@ and bf16, timed side by side in interleaved rounds.
     FXATTN_LIBRARY_PATH=build/lib PYTHONPATH=python/src .venv/bin/python bench/python_wan.py
     ... bench/python_wan.py --grid 1,16,16 --rounds 1          # a quick check
     ... bench/python_wan.py --model                              # also a one-layer WanTransformer3DModel
+    ... bench/python_wan.py --json FILE --machine NAME           # also one JSON line per row into FILE
 
 Defaults: S = 4096 tokens (latent grid 4 x 32 x 32), hidden 5120 = 40 heads
 x 128 (Wan2.2 A14B), 2 threads for torch and fxattn. Every row runs once to
@@ -28,6 +29,9 @@ cross-attention), fp32 and bf16 (bf16: the parameters of diffusers'
 _keep_in_fp32_modules in fp32, as from_pretrained(torch_dtype=...) casts
 them). Its GFLOP/s counts the block's matmuls (self-attention as above,
 cross-attention 4 S h^2 + 4 L h^2 + 4 S L h, FFN 4 S h F).
+
+--json FILE appends one JSON object per row to FILE (bench/README.md, "Raw
+results"); fxattn's fused rows carry the fused layer's stage times.
 """
 
 import argparse
@@ -35,6 +39,7 @@ import os
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import diffusers
 import torch
@@ -42,7 +47,7 @@ from diffusers import WanTransformer3DModel
 from diffusers.models.transformers.transformer_wan import WanAttention, WanAttnProcessor, WanRotaryPosEmbed
 
 import fxattn
-from benchlib import cpu_name
+from benchlib import append_jsonl, cpu_name, identity
 from fxattn.diffusers import WanAttnProcessor as FxProcessor
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -74,16 +79,21 @@ def keep_fp32_cast(model, dtype):
 
 
 def table(title, rows, flops):
-    """rows: [(dtype, processor, seconds, output)]; speed-up against the
-    same dtype's default row, err against the fp32 default's output."""
+    """Prints rows [(dtype, processor, seconds, output)] and returns them as
+    [{dtype, processor, seconds, gflops, speedup, error}]: speed-up against
+    the same dtype's default row, error against the fp32 default's output."""
     print(f"\n{title}")
     print(f"{'dtype':5} {'processor':26} {'seconds':>8} {'GFLOP/s':>8} {'speed-up':>9} {'err vs fp32 default':>20}")
     base = {dt: sec for dt, name, sec, _ in rows if name.startswith("diffusers")}
     ref = next(y for dt, name, _, y in rows if dt == "fp32" and name.startswith("diffusers"))
     ref = ref.float() if ref is not None else None
+    out = []
     for dt, name, sec, y in rows:
         err = ((y.float() - ref).abs().max() / ref.abs().max()).item() if ref is not None else float("nan")
         print(f"{dt:5} {name:26} {sec:8.3f} {flops / sec / 1e9:8.1f} {base[dt] / sec:8.2f}x {err:20.2e}")
+        out.append({"dtype": dt, "processor": name, "engine": "diffusers" if name.startswith("diffusers") else "fxattn",
+                    "seconds": sec, "gflops": flops / sec / 1e9, "speedup": base[dt] / sec, "error": err})
+    return out
 
 
 def bench_layer(a, grid, hidden):
@@ -125,12 +135,18 @@ def bench_layer(a, grid, hidden):
             if name == "fxattn fused":
                 fused[dt] = (attn, proc)
     res = interleaved_medians(calls, a.rounds)
-    table("one WanAttention call:", [(dt, name, *res[(dt, name)]) for dt, name in calls], flops)
+    recs = table("one WanAttention call:", [(dt, name, *res[(dt, name)]) for dt, name in calls], flops)
     for dt, (attn, proc) in fused.items():
         assert proc.fused_calls == a.rounds + 1, (dt, proc.fused_calls)
         st = proc._layers[attn][1].last_stats
         print(f"{dt:5} fxattn fused stages (last run): qkv {st.qkv_seconds:.3f} s, attention {st.attention_seconds:.3f} s, "
               f"out {st.out_seconds:.3f} s, fallback rows {st.fallback_rows} of {st.rows}")
+        rec = next(r for r in recs if r["dtype"] == dt and r["processor"] == "fxattn fused")
+        rec.update(qkv_seconds=st.qkv_seconds, attention_seconds=st.attention_seconds, out_seconds=st.out_seconds,
+                   fallback_rows=st.fallback_rows, rows=st.rows)
+    return [{"kind": "python_wan", "module": "WanAttention", "S": s, "grid": list(grid), "hidden": hidden,
+             "heads": a.heads, "head_dim": a.head_dim, "threads": a.threads, "rounds": a.rounds,
+             "gflop": flops / 1e9, **r} for r in recs]
 
 
 def bench_model(a, grid, hidden):
@@ -163,7 +179,10 @@ def bench_model(a, grid, hidden):
                     return m(**args).sample
             calls[(dt, name)] = call
     res = interleaved_medians(calls, a.rounds)
-    table("one-layer WanTransformer3DModel forward:", [(dt, name, *res[(dt, name)]) for dt, name in calls], flops)
+    recs = table("one-layer WanTransformer3DModel forward:", [(dt, name, *res[(dt, name)]) for dt, name in calls], flops)
+    return [{"kind": "python_wan", "module": "WanTransformer3DModel, one layer", "S": s, "grid": list(grid),
+             "hidden": hidden, "heads": a.heads, "head_dim": a.head_dim, "ffn_dim": f, "threads": a.threads,
+             "rounds": a.rounds, "gflop": flops / 1e9, **r} for r in recs]
 
 
 def main():
@@ -177,6 +196,8 @@ def main():
     ap.add_argument("--per-op", action="store_true", help="also fxattn's per-op processor (fxattn.attention)")
     ap.add_argument("--model", action="store_true", help="also a one-layer WanTransformer3DModel forward")
     ap.add_argument("--ffn-dim", type=int, default=13824, help="--model's FFN width (Wan2.2 A14B: 13824)")
+    ap.add_argument("--json", metavar="FILE", help="append one JSON object per row to FILE (- for stdout)")
+    ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json (default: host name)")
     a = ap.parse_args()
     a.dtypes = a.dtypes.split(",")
     for dt in a.dtypes:
@@ -189,9 +210,14 @@ def main():
           f"({fxattn.kernel_info(a.threads)})")
     print(f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs; {a.threads} threads "
           f"(torch.set_num_threads, fxattn threads=); median of {a.rounds} interleaved rounds after one warm-up")
-    bench_layer(a, grid, hidden)
+    recs = bench_layer(a, grid, hidden)
     if a.model:
-        bench_model(a, grid, hidden)
+        recs += bench_model(a, grid, hidden)
+    if a.json:
+        versions = {"fxattn": fxattn.__version__, "torch": torch.__version__, "diffusers": diffusers.__version__}
+        ident = identity(a.machine, Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent, versions)
+        kernels = fxattn.kernel_info(a.threads)
+        append_jsonl(a.json, [{**ident, **r, "kernels": kernels} for r in recs])
 
 
 if __name__ == "__main__":

@@ -7,8 +7,17 @@
  * normalised once; a row whose bound fails the gate is computed by ordinary
  * online softmax, so the result is always exact (up to fp32 rounding).
  *
- * Conventions
+ * Conventions (docs/api.md states them for every fxattn library)
+ *  - Operators: *_desc_init(&d), then *_plan_create(ctx, &d, &plan,
+ *    &workspace_bytes) validates and sizes everything, then *_run(plan,
+ *    &args, workspace, &stats) runs on caller memory and allocates nothing,
+ *    then *_plan_destroy, before the context. Memory the library owns is
+ *    allocated when a plan or object is created (here: the attention plan's
+ *    summary scratch, the blockwise accumulator's state).
  *  - Fallible calls return fxa_status; outputs come through trailing *_out.
+ *    A failed call writes no output and leaves a one-line message in
+ *    fxa_ctx_last_error(ctx) (fxa_ctx_create_error() before a context
+ *    exists).
  *  - Handles are opaque; every destroy accepts NULL.
  *  - NULL for a handle or pointer never crashes: fallible calls return
  *    FXA_ERR_INVALID_ARG, accessors a neutral value (fxa_ctx_threads 0,
@@ -16,7 +25,7 @@
  *    fxa_ctx_kernel_info / fxa_ctx_last_error ""), and the *_init,
  *    *_destroy and *_set_progress functions do nothing.
  *  - Threads: a context may be shared. Calls that use a context (plan
- *    creation, runs, summaries, the accumulator's calls, fxa_attn_check,
+ *    creation, runs, summaries, the accumulator's calls, check runs,
  *    fxa_ctx_last_error) run one at a time per context: a call from another
  *    thread waits until the running one returns. Contexts run in parallel.
  *  - fork(): a child may go on using the contexts, plans and accumulators
@@ -25,12 +34,13 @@
  *    are the same bits.
  *  - Callers own all tensors and workspaces; no pointer outlives a call.
  *  - Versioned structs (fxa_ctx_params, fxa_attn_desc, fxa_attn_args,
- *    fxa_attn_stats) start with struct_size: set it to sizeof the struct
- *    (the *_init functions do), for outputs such as fxa_attn_stats too. The
- *    library accepts any size from the struct's first version (0.1) to its
- *    own: fields a smaller, older struct lacks take their defaults, and an
- *    output struct gets only the fields that fit (nothing is written past
- *    its struct_size). A size outside that range is FXA_ERR_INVALID_ARG.
+ *    fxa_attn_stats; fxattn_diag.h's fxa_check_desc, fxa_check_head) start
+ *    with struct_size: set it to sizeof the struct (the *_init functions
+ *    do), for outputs such as fxa_attn_stats too. The library accepts any
+ *    size from the struct's first version to its own: fields a smaller,
+ *    older struct lacks take their defaults, and an output struct gets only
+ *    the fields that fit (nothing is written past its struct_size). A size
+ *    outside that range is FXA_ERR_INVALID_ARG.
  *  - Enums have explicit values and are append-only.
  */
 #ifndef FXATTN_H
@@ -235,9 +245,11 @@ FXA_API void fxa_attn_desc_init(fxa_attn_desc *d);
 typedef struct fxa_attn_plan fxa_attn_plan;
 
 /*
- * Validate a descriptor and size the workspace. Errors: FXA_ERR_INVALID_ARG
- * with a message in fxa_ctx_last_error(ctx). The plan keeps a pointer to ctx;
- * destroy the plan before the context.
+ * Validate a descriptor and size the workspace. The plan owns the scratch
+ * fxa_kv_summarize uses (at most 32 B Hkv (D + 4) 8 bytes), allocated here.
+ * Errors: FXA_ERR_INVALID_ARG, FXA_ERR_NO_MEMORY, with a message in
+ * fxa_ctx_last_error(ctx). The plan keeps a pointer to ctx; destroy the plan
+ * before the context.
  */
 FXA_API fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
                                         fxa_attn_plan **plan_out, size_t *workspace_bytes_out);
@@ -340,14 +352,23 @@ FXA_API size_t fxa_kv_summary_len(const fxa_attn_plan *plan);
 /* Summarise one block of n_kv keys/values (0 <= n_kv <= seq_kv): per
  * (batch, kv head) the key count, max key norm, radius around the block's
  * key mean, max |v| and key sum. A non-finite K or V gives
- * FXA_ERR_INVALID_ARG. Uses the plan's context pool. */
+ * FXA_ERR_INVALID_ARG. Uses the plan's context pool and the scratch the
+ * plan owns; allocates nothing. */
 FXA_API fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v,
                                     int64_t n_kv, double *summary_out);
 
-/* Allocate an accumulator for the plan's query rows (about
- * B * Hq * Sq * (D + 5) * 4 bytes of state plus the plan's workspace). */
+/* Create an accumulator for the plan's query rows. It owns its state,
+ * allocated here: about B * Hq * Sq * (D + 5) * 4 bytes for the rows, a
+ * workspace of the plan's size, and a block table for one block (see
+ * fxa_attn_acc_reserve). Destroy it before the plan. */
 FXA_API fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out);
 FXA_API void fxa_attn_acc_destroy(fxa_attn_acc *acc);
+
+/* Size the block table (a copy of each pass's summaries: max_blocks *
+ * fxa_kv_summary_len doubles) for passes of up to max_blocks blocks, so
+ * that fxa_attn_acc_begin allocates nothing; a pass with more blocks than
+ * the table holds grows it there, once. max_blocks >= 1. */
+FXA_API fxa_status fxa_attn_acc_reserve(fxa_attn_acc *acc, int64_t max_blocks);
 
 /* Optional: fn(arg) is called on the calling thread between batches of
  * work inside fxa_attn_acc_add (a few milliseconds apart), so that a caller
@@ -356,7 +377,10 @@ FXA_API void fxa_attn_acc_set_progress(fxa_attn_acc *acc, void (*fn)(void *arg),
 
 /* Start a pass: check Q (finite), merge the n_blocks summaries (block b at
  * summaries + b * fxa_kv_summary_len) into the global bound and decide each
- * row's shift. q must stay valid and unchanged until fxa_attn_acc_finish. */
+ * row's shift. The summaries are copied (the caller's may go); q must stay
+ * valid and unchanged until fxa_attn_acc_finish. begin, add and finish run
+ * on the accumulator's own memory and allocate nothing (begin: within the
+ * reserved blocks). */
 FXA_API fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
                                       int64_t n_blocks);
 

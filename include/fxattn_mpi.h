@@ -46,6 +46,7 @@
 #include <mpi.h>
 
 #include "fxattn.h"
+#include "fxattn_grid.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -138,6 +139,16 @@ FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_ran
  * MPI_COMM_NULL or an intercommunicator: all of this rank's CPUs. */
 FXA_API int fxa_mpi_default_threads(MPI_Comm comm);
 
+/* Wait for n requests of any communicator the way the library's own waits
+ * do: polling, with pauses of 10 us doubling up to 160 us between polls
+ * (spin 0) or none (spin != 0, for waits that are timed or start a timed
+ * section). FXA_OK when every request completed, FXA_ERR_MPI when MPI
+ * failed testing them, FXA_ERR_TIMEOUT when none completed for
+ * timeout_seconds (0: fxa_mpi_default_timeout()); the requests stay posted
+ * then. FXA_ERR_INVALID_ARG for a negative n, NULL requests or a timeout
+ * outside [0, 1e9]. Local; no message. */
+FXA_API fxa_status fxa_mpi_wait_all(int n, MPI_Request *reqs, double timeout_seconds, int spin);
+
 /* Token range [*start, *start + *len) of shard `rank` of a sequence of seq
  * tokens over n_ranks ranks. Local. */
 FXA_API void fxa_mpi_shard(int64_t seq, int n_ranks, int rank, int64_t *start, int64_t *len);
@@ -157,7 +168,7 @@ FXA_API fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local
  */
 /* The context's communicator: the duplicate of the caller's, in grid-rank
  * order, with MPI_ERRORS_RETURN; owned by m. Wait on its requests with
- * fxa_mpi_wait_all. Local. */
+ * fxa_mpi_wait_on. Local. */
 FXA_API MPI_Comm fxa_mpi_comm(const fxa_mpi *m);
 /* The fxa_ctx m computes on (fxa_mpi_create's). Local. */
 FXA_API fxa_ctx *fxa_mpi_ctx(const fxa_mpi *m);
@@ -166,7 +177,7 @@ FXA_API fxa_ctx *fxa_mpi_ctx(const fxa_mpi *m);
  * timeout_seconds (m is unusable after: "rank N: no progress from the
  * other ranks for T s (what)"), FXA_ERR_MPI when MPI fails; the message in
  * fxa_mpi_last_error(m). A context already unusable fails at once. */
-FXA_API fxa_status fxa_mpi_wait_all(fxa_mpi *m, int n, MPI_Request *reqs, const char *what);
+FXA_API fxa_status fxa_mpi_wait_on(fxa_mpi *m, int n, MPI_Request *reqs, const char *what);
 /* Collective: FXA_OK when every rank passes the same n bytes at data (a
  * hash compared in one allreduce), else FXA_ERR_INVALID_ARG on every rank
  * with "ranks disagree on <what>". */
@@ -178,15 +189,30 @@ FXA_API fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name);
 
 typedef struct fxa_mpi_attn_plan fxa_mpi_attn_plan;
 
-/* Collective. d describes the global problem (seq_q, seq_kv over all ranks);
+/*
+ * Collective. d describes the global problem (seq_q, seq_kv over all ranks);
  * layout, dtype and options as in fxa_attn_desc (the scheduling fields apply
- * to each rank's local work). Every rank must pass the same descriptor: a
- * hash of it is compared across ranks. */
+ * to each rank's local work; d->struct_size from 0.1's size on, as in
+ * fxa_attn_plan_create). Every rank must pass the same descriptor: a hash
+ * of it is compared across ranks.
+ * The plan does all validation and sub-planning and owns every buffer its
+ * runs use, allocated here (fxa_mpi_attn_run takes no workspace):
+ *   - the local attention plans of this rank's heads and, without a ring,
+ *     their workspace;
+ *   - with a ring (R > 1): one accumulator per local problem (about
+ *     B * Hq/U * Sq/R * (D + 5) * 4 bytes), 2 (prefetch + 1) slots of the
+ *     largest K/V block in flight, the MPI request arrays of every slot's
+ *     messages and the buffers of the ring's summaries;
+ *   - with Ulysses (U > 1): the head-sharded Q, K, V and outputs of the
+ *     row's tokens, the staging of both exchanges, their offsets and MPI
+ *     request arrays and, without a ring, the pipeline's per-group plans.
+ * Buffers larger than fxa_available_memory() (or an allocation that
+ * fails) give FXA_ERR_NO_MEMORY on every rank, fxa_mpi_last_error(m)
+ * naming what did not fit.
+ */
 FXA_API fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
                                             fxa_mpi_attn_plan **out);
-/* Local. Also frees the buffers the plan keeps from run to run (ring slots
- * and accumulators, Ulysses buffers: allocated by the first run, so that
- * later runs touch no fresh memory). NULL is a no-op. */
+/* Local. Frees the plan and every buffer it owns. NULL is a no-op. */
 FXA_API void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *plan);
 
 /* What one distributed run did (this rank's view unless said global). */
@@ -217,10 +243,43 @@ FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps
  * rank, or outputs that share memory with the inputs or with each other,
  * fail the call on every rank before any output is written, and so do
  * ranks that pass plans of different descriptors (FXA_ERR_INVALID_ARG).
- * stats may be NULL.
+ * args->struct_size and stats->struct_size follow the struct_size policy
+ * (fxattn.h, "Conventions": 0.1's size to the current one, else
+ * FXA_ERR_INVALID_ARG). stats may be NULL. Runs on the plan's buffers and
+ * the caller's tensors: the call allocates nothing (what MPI allocates
+ * inside its own functions aside: Open MPI's nonblocking collectives do).
+ * Every failure is explained by fxa_mpi_last_error (the same status and
+ * message on every rank, but for a peer's deadline: see above).
  */
 FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args *args,
                                     fxa_mpi_stats *stats);
+
+/*
+ * Collective over m's communicator: which U x R grid to run (the cost
+ * model of fxattn_grid.h, docs/cluster.md) for model's shape on this job.
+ * model (in and out; every rank passes the same one, compared by a hash):
+ * the shape (seq, heads, head_dim, dtype), ranks and hosts (0: the job's:
+ * its size and its MPI_COMM_TYPE_SHARED groups) and the figures not
+ * measured; model->measure says what to measure on this job:
+ * FXA_GRID_MEASURE_INTRA / _INTER: latency and bandwidth by a ping-pong
+ * between grid rank 0 and the first rank on its host / on another host
+ * (8-byte and 4 MiB messages); _INTRA_CPU / _INTER_CPU: the CPU time per
+ * byte of a 4 MiB exchange both ways on that link; _COMPUTE: rank_flops
+ * and the ring step rates by fxa_grid_measure on m's context, every rank
+ * at once, the slowest rank's, shared among the model's ranks per host
+ * instead of the job's; _CALL: call_seconds, the fixed cost of a small
+ * fxa_mpi_attn_run on m's grid beyond what the model predicts for it. A
+ * link this job lacks keeps the given figures. On success every rank gets
+ * the same model (the measured figures filled in, model->measure set to
+ * what was measured, with FXA_GRID_UNEVEN_HOSTS when the job's hosts run
+ * different numbers of ranks) and the fastest grid in *best (the smaller U
+ * on ties; fxa_grid_cost gives any other). Waits poll against m's
+ * deadline. Errors (a model out of range, ranks that pass different
+ * models, a failed measurement): the same on every rank,
+ * fxa_mpi_last_error(m). Plan on a context made for planning (for example
+ * the default ring of P ranks), then create one with the chosen grid.
+ */
+FXA_API fxa_status fxa_mpi_grid_plan(fxa_mpi *m, fxa_grid_model *model, fxa_grid_time *best);
 
 #ifdef __cplusplus
 }

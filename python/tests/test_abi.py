@@ -1,6 +1,8 @@
 """Every ctypes struct of the package (a class with _c_name_) has the C
-struct's size and field offsets, as the C compiler sees the installed
-headers: a field added, removed or reordered on either side fails here."""
+struct's size and field offsets, and every enum value and constant the
+package mirrors has the C value, as the C compiler sees the installed
+headers: a field added, removed or reordered, or a value changed, on either
+side fails here."""
 
 import ctypes
 import importlib
@@ -16,7 +18,7 @@ import fxattn
 def mirrored_structs():
     found = {}
     for info in pkgutil.iter_modules(fxattn.__path__):
-        if info.name in ("diffusers", "_parallel"):  # import torch/diffusers; no structs
+        if info.name in ("diffusers", "_parallel", "_wan_qkv"):  # import torch/diffusers; no structs
             continue
         mod = importlib.import_module(f"fxattn.{info.name}")
         for obj in vars(mod).values():
@@ -33,25 +35,99 @@ def include_dirs():
     return [Path(__file__).resolve().parents[2] / "include", lib.parent / "include"]
 
 
-def test_structs_match_the_c_headers(tmp_path):
-    structs = mirrored_structs()
-    assert {"fxa_attn_desc", "fxa_attn_args", "fxa_attn_stats", "fxa_ctx_params", "fxa_check_head",
-            "fxa_wan_desc", "fxa_wan_weights", "fxa_mpi_params", "fxa_mpi_stats"} <= set(structs)
+def compile_and_run(tmp_path, body):
+    """Build a C program that includes every fxattn header and runs body
+    (lines of main); its output as a dict of the first word of each line
+    to the rest."""
     lines = ["#include <stddef.h>", "#include <stdio.h>"]
     for h in sorted(p.name for d in include_dirs() for p in d.glob("fxattn*.h")):
         lines.append(f'#include "{h}"')
-    lines.append("int main(void) {")
-    for cname, py in structs.items():
-        lines.append(f'printf("{cname} %zu\\n", sizeof({cname}));')
-        for field, _ in py._fields_:
-            lines.append(f'printf("{cname}.{field} %zu\\n", offsetof({cname}, {field}));')
-    lines += ["return 0;", "}"]
+    lines += ["int main(void) {", *body, "return 0;", "}"]
     src = tmp_path / "abi.c"
     src.write_text("\n".join(lines) + "\n")
     exe = tmp_path / "abi"
     cc = shutil.which("mpicc") or "cc"  # fxattn_mpi.h includes <mpi.h>
     subprocess.run([cc, "-std=c11", *[f"-I{d}" for d in include_dirs()], str(src), "-o", str(exe)], check=True)
-    seen = dict(line.split() for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines())
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    return dict(line.split(maxsplit=1) for line in out.splitlines())
+
+
+# The package's mirrors of C enum values and constants: (module, name) -> C.
+ENUMS = {
+    ("_lib", "OK"): "FXA_OK",
+    ("_lib", "INVALID_ARG"): "FXA_ERR_INVALID_ARG",
+    ("_lib", "UNSUPPORTED"): "FXA_ERR_UNSUPPORTED",
+    ("_lib", "NO_MEMORY"): "FXA_ERR_NO_MEMORY",
+    ("_lib", "ERR_MPI"): "FXA_ERR_MPI",
+    ("_lib", "INTERNAL"): "FXA_ERR_INTERNAL",
+    ("_lib", "ERR_IO"): "FXA_ERR_IO",
+    ("_lib", "TIMEOUT"): "FXA_ERR_TIMEOUT",
+    ("_lib", "F32"): "FXA_F32",
+    ("_lib", "BF16"): "FXA_BF16",
+    ("_lib", "F16"): "FXA_F16",
+    ("_lib", "LAYOUT_BSHD"): "FXA_LAYOUT_BSHD",
+    ("_lib", "LAYOUT_BHSD"): "FXA_LAYOUT_BHSD",
+    ("_lib", "MODE_AUTO"): "FXA_MODE_AUTO",
+    ("_lib", "MODE_ONLINE"): "FXA_MODE_ONLINE",
+    ("_lib", "COMPUTE_FP32"): "FXA_COMPUTE_FP32",
+    ("_lib", "COMPUTE_BF16"): "FXA_COMPUTE_BF16",
+    ("_mpilib", "PLACE_HOSTS"): "FXA_MPI_PLACE_HOSTS",
+    ("_mpilib", "PLACE_RANKS"): "FXA_MPI_PLACE_RANKS",
+    ("_gridlib", "MAX_STEP_RATES"): "FXA_GRID_MAX_STEP_RATES",
+    ("_gridlib", "MEASURE_INTER"): "FXA_GRID_MEASURE_INTER",
+    ("_gridlib", "MEASURE_INTER_CPU"): "FXA_GRID_MEASURE_INTER_CPU",
+    ("_gridlib", "MEASURE_INTRA"): "FXA_GRID_MEASURE_INTRA",
+    ("_gridlib", "MEASURE_INTRA_CPU"): "FXA_GRID_MEASURE_INTRA_CPU",
+    ("_gridlib", "MEASURE_COMPUTE"): "FXA_GRID_MEASURE_COMPUTE",
+    ("_gridlib", "MEASURE_CALL"): "FXA_GRID_MEASURE_CALL",
+    ("_gridlib", "MEASURE_ALL"): "FXA_GRID_MEASURE_ALL",
+    ("_gridlib", "UNEVEN_HOSTS"): "FXA_GRID_UNEVEN_HOSTS",
+    ("_wanlib", "PROJ_X_F32"): "FXA_PROJ_X_F32",
+    ("_wanlib", "PROJ_X_BF16"): "FXA_PROJ_X_BF16",
+    ("_wanlib", "PROJ_X_E4M3_ROWS"): "FXA_PROJ_X_E4M3_ROWS",
+    ("_wanlib", "PROJ_W_F32"): "FXA_PROJ_W_F32",
+    ("_wanlib", "PROJ_W_BF16"): "FXA_PROJ_W_BF16",
+    ("_wanlib", "PROJ_W_E4M3"): "FXA_PROJ_W_E4M3",
+    ("_wanlib", "F32"): "FXA_F32",
+    ("_wanlib", "BF16"): "FXA_BF16",
+    ("_wanlib", "SYNTH_X"): "FXA_WAN_SYNTH_X",
+}
+FLOATS = {
+    ("_wanlib", "EPS"): "FXA_WAN_EPS",
+    ("_wanlib", "ROPE_THETA"): "FXA_WAN_ROPE_THETA",
+}
+
+
+def test_enum_values_match_the_c_headers(tmp_path):
+    body = [f'printf("{c} %lld\\n", (long long){c});' for c in set(ENUMS.values())]
+    body += [f'printf("{c} %.17g\\n", (double){c});' for c in FLOATS.values()]
+    seen = compile_and_run(tmp_path, body)
+    for (mod, name), c in ENUMS.items():
+        value = getattr(importlib.import_module(f"fxattn.{mod}"), name)
+        assert value == int(seen[c]), f"fxattn.{mod}.{name} is {value}, {c} is {seen[c]}"
+    for (mod, name), c in FLOATS.items():
+        value = getattr(importlib.import_module(f"fxattn.{mod}"), name)
+        assert value == float(seen[c]), f"fxattn.{mod}.{name} is {value}, {c} is {seen[c]}"
+    # The mirror holds every status: fxa_status_str knows no value past them.
+    from fxattn._lib import core
+
+    statuses = sorted(int(seen[c]) for c in ENUMS.values() if c == "FXA_OK" or c.startswith("FXA_ERR_"))
+    assert statuses == list(range(len(statuses)))
+    assert all(core.fxa_status_str(s) != b"unknown status" for s in statuses)
+    assert core.fxa_status_str(len(statuses)) == b"unknown status"
+
+
+def test_structs_match_the_c_headers(tmp_path):
+    structs = mirrored_structs()
+    assert {"fxa_attn_desc", "fxa_attn_args", "fxa_attn_stats", "fxa_ctx_params", "fxa_check_head",
+            "fxa_check_desc", "fxa_wan_desc", "fxa_wan_weights", "fxa_mpi_params", "fxa_mpi_stats",
+            "fxa_grid_model", "fxa_grid_time", "fxa_grid_link"} <= set(structs)
+    body = []
+    for cname, py in structs.items():
+        body.append(f'printf("{cname} %zu\\n", sizeof({cname}));')
+        for field, _ in py._fields_:
+            body.append(f'printf("{cname}.{field} %zu\\n", offsetof({cname}, {field}));')
+    seen = compile_and_run(tmp_path, body)
     for cname, py in structs.items():
         assert int(seen[cname]) == ctypes.sizeof(py), cname
         for field, _ in py._fields_:

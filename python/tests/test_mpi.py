@@ -131,15 +131,15 @@ def test_shard_matches_c_split():
 
 
 @pytest.mark.parametrize("np_,ulysses,ring,hosts", [(2, 1, 2, ""), (2, 2, 1, ""), (4, 2, 2, ""),
-                                                    (3, 1, 3, "0,1,0")])
+                                                    (3, 1, 3, "0,1,0"), (2, "auto", "auto", "")])
 def test_parallelize_wan(np_, ulysses, ring, hosts):
     """fxattn.diffusers.parallelize on a tiny random WanTransformer3DModel
     (9 tokens, uneven over 2 and 4 ranks) equals one process's forward with
     diffusers' default processor (rtol 1e-4, justified in mpi_scripts/wan.py),
     every rank returns the same output, attn1 sees only the rank's shard,
     and remove() restores the model bit for bit; with hosts (FXA_MPI_TEST_HOSTS)
-    the ranks shard and gather by their grid ranks, 0, 2, 1 for "0,1,0".
-    ~25 s (np 2), ~50 s (np 4)."""
+    the ranks shard and gather by their grid ranks, 0, 2, 1 for "0,1,0";
+    grid="auto" runs the planner's grid. ~25 s (np 2), ~50 s (np 4)."""
     out = run_mpi("wan.py", np_, str(ulysses), str(ring), timeout=240, hosts=hosts).stdout
     ok = re.findall(r"OK rank (\d+) err ([0-9.e+-]+) tol ([0-9.e+-]+)", out)
     assert sorted(int(r) for r, _, _ in ok) == list(range(np_)), out
@@ -171,3 +171,10 @@ def test_ranks_that_disagree_get_one_message():
     out = run_mpi("attn.py", 3, "disagree").stdout
     assert "error [options on two ranks]" in out, out
     assert "error [a dtype on one rank]" in out, out
+
+
+def test_plan_and_grid_auto():
+    """fxattn.mpi.plan (given and measured figures) and attention(grid="auto")
+    (mpi_scripts/plan.py)."""
+    out = run_mpi("plan.py", 2).stdout
+    assert out.count(" plan") >= 2 and "OK rank 0 plan" in out and "OK rank 1 plan" in out, out

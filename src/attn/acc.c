@@ -35,8 +35,10 @@ struct fxa_attn_acc {
     float *o; /* [n_rows][D] */
     int begun;
     /* The blocks of the pass: a copy of begin's summaries and, per block,
-     * whether it was added. A block to add is summarised again (into
-     * block_summary, with scan_scratch) and must equal one not yet added:
+     * whether it was added (room for blocks_cap blocks, allocated by create
+     * and fxa_attn_acc_reserve). A block to add is summarised again (into
+     * block_summary, with the plan's kv_scratch) and must equal one not yet
+     * added:
      * summaries are bit-exact on every kernel set, so a summarised block
      * always matches, and anything else (a block added twice, changed since,
      * never summarised, or with keys or values outside the bound its
@@ -46,7 +48,6 @@ struct fxa_attn_acc {
     int64_t n_blocks;
     int64_t blocks_cap;
     double *block_summary;
-    void *scan_scratch;
     int64_t keys_expected; /* per head, from the summaries */
     int64_t keys_added;
     int64_t fallback_rows;
@@ -118,6 +119,31 @@ static void carve(const fxa_attn_plan *p, unsigned char *ws, int t)
     s->p16 = (uint16_t *)at;
 }
 
+/* Room in the block table for passes of up to n_blocks blocks. */
+static fxa_status reserve(fxa_attn_acc *acc, int64_t n_blocks)
+{
+    if (n_blocks <= acc->blocks_cap)
+        return FXA_OK;
+    const size_t len = fxa_kv_summary_len(acc->p);
+    if ((uint64_t)n_blocks > SIZE_MAX / sizeof(double) / (len ? len : 1))
+        return fxa_ctx_fail(acc->p->ctx, FXA_ERR_NO_MEMORY,
+                            "%lld block summaries overflow the address space", (long long)n_blocks);
+    double *s = fxa_malloc_aligned((size_t)n_blocks * len * sizeof(double));
+    uint8_t *added = fxa_malloc_aligned((size_t)n_blocks);
+    if (!s || !added) {
+        fxa_free_aligned(s);
+        fxa_free_aligned(added);
+        return fxa_ctx_fail(acc->p->ctx, FXA_ERR_NO_MEMORY,
+                            "out of memory for %lld block summaries", (long long)n_blocks);
+    }
+    fxa_free_aligned(acc->summaries);
+    fxa_free_aligned(acc->added);
+    acc->summaries = s;
+    acc->added = added;
+    acc->blocks_cap = n_blocks;
+    return FXA_OK;
+}
+
 static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
 {
     if (!acc_out)
@@ -134,15 +160,13 @@ static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
     fxa_bad_value *bad = fxa_malloc_aligned(n_items * sizeof *bad);
     double *qq = fxa_malloc_aligned(n_items * sizeof *qq);
     double *block_summary = fxa_malloc_aligned(fxa_kv_summary_len(p) * sizeof(double));
-    void *scan_scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(p, p->d.seq_kv));
-    if (!acc || !mem || !ws || !bad || !qq || !block_summary || !scan_scratch) {
+    if (!acc || !mem || !ws || !bad || !qq || !block_summary) {
         fxa_free_aligned(acc);
         fxa_free_aligned(mem);
         fxa_free_aligned(ws);
         fxa_free_aligned(bad);
         fxa_free_aligned(qq);
         fxa_free_aligned(block_summary);
-        fxa_free_aligned(scan_scratch);
         return fxa_ctx_fail(p->ctx, FXA_ERR_NO_MEMORY,
                             "out of memory for the accumulator (%zu bytes)", state + p->ws_total);
     }
@@ -151,7 +175,6 @@ static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
     acc->bad = bad;
     acc->qq = qq;
     acc->block_summary = block_summary;
-    acc->scan_scratch = scan_scratch;
     acc->n_rows = (int64_t)n_rows;
     acc->m = (float *)mem;
     acc->l = (float *)(mem + fxa_align_up(n_rows * sizeof(float)));
@@ -161,6 +184,11 @@ static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
     acc->o = (float *)(mem + 4 * fxa_align_up(n_rows * sizeof(float)) + fxa_align_up(n_rows));
     for (int t = 0; t < p->ctx->pool.n_threads; t++)
         carve(p, ws, t);
+    const fxa_status st = reserve(acc, 1);
+    if (st != FXA_OK) {
+        fxa_attn_acc_destroy(acc);
+        return st;
+    }
     *acc_out = acc;
     return FXA_OK;
 }
@@ -178,6 +206,25 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     return st;
 }
 
+static fxa_status acc_reserve(fxa_attn_acc *acc, int64_t max_blocks)
+{
+    if (max_blocks < 1)
+        return fxa_ctx_fail(acc->p->ctx, FXA_ERR_INVALID_ARG,
+                            "fxa_attn_acc_reserve: max_blocks is %lld, it must be >= 1",
+                            (long long)max_blocks);
+    return reserve(acc, max_blocks);
+}
+
+fxa_status fxa_attn_acc_reserve(fxa_attn_acc *acc, int64_t max_blocks)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    const fxa_status st = acc_reserve(acc, max_blocks);
+    fxa_ctx_end(acc->p->ctx);
+    return st;
+}
+
 void fxa_attn_acc_destroy(fxa_attn_acc *acc)
 {
     if (!acc)
@@ -187,7 +234,6 @@ void fxa_attn_acc_destroy(fxa_attn_acc *acc)
     fxa_free_aligned(acc->bad);
     fxa_free_aligned(acc->qq);
     fxa_free_aligned(acc->block_summary);
-    fxa_free_aligned(acc->scan_scratch);
     fxa_free_aligned(acc->summaries);
     fxa_free_aligned(acc->added);
     fxa_free_aligned(acc);
@@ -215,13 +261,8 @@ static fxa_status kv_summarize(const fxa_attn_plan *plan, const void *k, const v
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG,
                             "block of %lld keys is outside 0..%lld (the plan's seq_kv)",
                             (long long)n_kv, (long long)plan->d.seq_kv);
-    void *scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(plan, n_kv));
-    if (!scratch)
-        return fxa_ctx_fail(plan->ctx, FXA_ERR_NO_MEMORY, "out of memory");
-    fxa_status st = fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv, 0),
-                                block_strides(plan, n_kv, 1), summary_out, scratch);
-    fxa_free_aligned(scratch);
-    return st;
+    return fxa_scan_kv(plan, k, v, n_kv, block_strides(plan, n_kv, 0), block_strides(plan, n_kv, 1),
+                       summary_out, plan->kv_scratch);
 }
 
 fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void *v, int64_t n_kv,
@@ -302,25 +343,14 @@ static void begin_item(void *arg, int64_t item, int thread_id)
     s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n, acc->bound + (bh * p->d.seq_q + i0));
 }
 
-/* Keep a copy of the pass's n_blocks summaries, none of them added yet. */
+/* Keep a copy of the pass's n_blocks summaries, none of them added yet
+ * (the table grows only past its reserved blocks). */
 static fxa_status keep_summaries(fxa_attn_acc *acc, const double *summaries, int64_t n_blocks)
 {
     const size_t len = fxa_kv_summary_len(acc->p);
-    if (n_blocks > acc->blocks_cap) {
-        double *s = fxa_malloc_aligned((size_t)n_blocks * len * sizeof(double));
-        uint8_t *added = fxa_malloc_aligned((size_t)n_blocks);
-        if (!s || !added) {
-            fxa_free_aligned(s);
-            fxa_free_aligned(added);
-            return fxa_ctx_fail(acc->p->ctx, FXA_ERR_NO_MEMORY,
-                                "out of memory for %lld block summaries", (long long)n_blocks);
-        }
-        fxa_free_aligned(acc->summaries);
-        fxa_free_aligned(acc->added);
-        acc->summaries = s;
-        acc->added = added;
-        acc->blocks_cap = n_blocks;
-    }
+    const fxa_status st = reserve(acc, n_blocks);
+    if (st != FXA_OK)
+        return st;
     memcpy(acc->summaries, summaries, (size_t)n_blocks * len * sizeof(double));
     memset(acc->added, 0, (size_t)n_blocks);
     acc->n_blocks = n_blocks;
@@ -519,7 +549,7 @@ static fxa_status identify_block(const fxa_attn_acc *acc, const void *k, const v
                                  int64_t n_kv, fxa_strides ks, fxa_strides vs, int64_t *block)
 {
     const fxa_attn_plan *p = acc->p;
-    const fxa_status st = fxa_scan_kv(p, k, v, n_kv, ks, vs, acc->block_summary, acc->scan_scratch);
+    const fxa_status st = fxa_scan_kv(p, k, v, n_kv, ks, vs, acc->block_summary, p->kv_scratch);
     if (st != FXA_OK)
         return st;
     int added_before;

@@ -114,6 +114,11 @@ struct fxa_attn_plan {
     size_t ws_total;
     void (*progress)(void *arg); /* fxa_attn_plan_set_progress (NULL: none) */
     void *progress_arg;
+    /* Owned, allocated with the plan: the bound pass's scratch for a block
+     * of up to seq_kv keys (fxa_scan_kv_scratch_bytes), which
+     * fxa_kv_summarize and the accumulator's adds use (calls on the
+     * plan's context run one at a time). */
+    void *kv_scratch;
 };
 
 #endif

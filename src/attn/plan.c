@@ -378,6 +378,11 @@ static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_pla
                             "needs %.1f GiB, %.1f GiB available (the plan's workspace)",
                             (double)ws_total / 1073741824.0, (double)avail / 1073741824.0);
     }
+    p->kv_scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(p, d->seq_kv));
+    if (!p->kv_scratch) {
+        fxa_free_aligned(p);
+        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the plan");
+    }
     *plan_out = p;
     *workspace_bytes_out = p->ws_total;
     return FXA_OK;
@@ -406,5 +411,8 @@ void fxa_attn_plan_set_progress(fxa_attn_plan *plan, void (*fn)(void *arg), void
 
 void fxa_attn_plan_destroy(fxa_attn_plan *plan)
 {
+    if (!plan)
+        return;
+    fxa_free_aligned(plan->kv_scratch);
     fxa_free_aligned(plan);
 }

@@ -39,8 +39,10 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     fxa_status st;
     const struct fxa_kernels *kernels = NULL;
     g_create_error[0] = '\0';
-    if (!ctx_out)
+    if (!ctx_out) {
+        snprintf(g_create_error, sizeof g_create_error, "ctx_out is NULL");
         return FXA_ERR_INVALID_ARG;
+    }
     *ctx_out = NULL;
     fxa_ctx_params_init(&defaults);
     if (p) {
@@ -60,13 +62,19 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     if (st != FXA_OK)
         return st;
     fxa_ctx *ctx = fxa_calloc_aligned(sizeof *ctx);
-    if (!ctx)
+    if (!ctx) {
+        snprintf(g_create_error, sizeof g_create_error, "out of memory for the context");
         return FXA_ERR_NO_MEMORY;
+    }
     ctx->kernels = kernels;
     copy_env(ctx->proj_gemm, sizeof ctx->proj_gemm, "FXA_PROJ_GEMM");
-    st = fxa_pool_init(&ctx->pool, p->n_threads == 0 ? fxa_available_cpus() : p->n_threads);
-    if (st != FXA_OK)
+    const int threads = p->n_threads == 0 ? fxa_available_cpus() : p->n_threads;
+    st = fxa_pool_init(&ctx->pool, threads);
+    if (st != FXA_OK) {
+        snprintf(g_create_error, sizeof g_create_error,
+                 "could not start the context's %d threads (%s)", threads, fxa_status_str(st));
         goto out_free_ctx;
+    }
     if (getenv("FXA_VERBOSE"))
         fprintf(stderr, "fxattn: kernels %s: %s; %d threads\n", fxa_kernels_isa(kernels),
                 fxa_kernels_info(kernels), ctx->pool.n_threads);

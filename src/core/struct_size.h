@@ -2,8 +2,8 @@
  * Versioned public structs (fxattn.h, "Conventions"): every one starts with
  * size_t struct_size, and the library accepts any size from the first
  * released version's to the current one. One set of helpers for all of
- * them (fxa_ctx_params, fxa_attn_desc, fxa_attn_args, fxa_attn_stats, fxa_mpi_stats,
- * fxa_mpi_params, fxa_check_head):
+ * them (fxa_ctx_params, fxa_attn_desc, fxa_attn_args, fxa_attn_stats, fxa_check_desc,
+ * fxa_check_head, and the other libraries' structs):
  *  - copy-in: the caller's first struct_size bytes over a struct that holds
  *    the defaults, so fields a smaller (older) struct lacks keep them;
  *  - copy-out: only the caller's first struct_size bytes are written (its
@@ -29,9 +29,13 @@
 #define FXA_ATTN_STATS_SIZE_0_1 offsetof(fxa_attn_stats, keys)
 /* (fxa_mpi_stats: fxattn_mpi.h, which this header does not include.) */
 #define FXA_MPI_STATS_SIZE_0_1 sizeof(fxa_mpi_stats)
-/* Structs added later: their first version's size. (fxa_check_head:
- * fxattn_diag.h, new in 0.2.) */
+/* Structs added later: their first version's size. (fxa_check_head and
+ * fxa_check_desc: fxattn_diag.h, new in 0.2 and 0.3.) */
 #define FXA_CHECK_HEAD_SIZE_0_2 sizeof(fxa_check_head)
+#define FXA_CHECK_DESC_SIZE_0_3 sizeof(fxa_check_desc)
+/* (fxa_grid_model and fxa_grid_time: fxattn_grid.h, new in 0.3.) */
+#define FXA_GRID_MODEL_SIZE_0_3 sizeof(fxa_grid_model)
+#define FXA_GRID_TIME_SIZE_0_3 sizeof(fxa_grid_time)
 
 /* The caller's struct_size (the first member of every versioned struct). */
 static inline size_t fxa_struct_size_of(const void *s)

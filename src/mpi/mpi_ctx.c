@@ -56,15 +56,6 @@ static double pick_timeout(double param, char *msg, size_t cap)
     return t;
 }
 
-fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->last_error, sizeof m->last_error, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 const char *fxa_mpi_last_error(const fxa_mpi *m)
 {
     return m ? m->last_error : "";
@@ -90,7 +81,7 @@ fxa_ctx *fxa_mpi_ctx(const fxa_mpi *m)
     return m->ctx;
 }
 
-fxa_status fxa_mpi_wait_all(fxa_mpi *m, int n, MPI_Request *reqs, const char *what)
+fxa_status fxa_mpi_wait_on(fxa_mpi *m, int n, MPI_Request *reqs, const char *what)
 {
     return fxa_mpi_wait(m, n, reqs, -1, what);
 }
@@ -394,14 +385,13 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
     char msg[256] = "";
     fxa_mpi_params prm;
     fxa_mpi_params_init(&prm);
-    /* 0.1.0's struct ended before timeout_seconds. */
-    const size_t size_0_1_0 = offsetof(fxa_mpi_params, timeout_seconds);
     if (!ctx || !out) {
         st = FXA_ERR_INVALID_ARG;
         snprintf(msg, sizeof msg, "NULL context or output");
     } else if (p) {
         /* An older, smaller struct: its fields, the defaults for the rest. */
-        st = fxa_struct_in(&prm, sizeof prm, p, size_0_1_0, "fxa_mpi_params", msg, sizeof msg);
+        st = fxa_struct_in(&prm, sizeof prm, p, FXA_MPI_PARAMS_SIZE_0_1, "fxa_mpi_params", msg,
+                           sizeof msg);
     }
     m->timeout = pick_timeout(prm.timeout_seconds, msg, sizeof msg);
     if (m->timeout == 0.0) {

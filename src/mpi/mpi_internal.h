@@ -3,9 +3,16 @@
 #define FXA_MPI_INTERNAL_H
 
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
 
 #include "fxattn_mpi.h"
 #include "core/internal_api.h"
+
+/* The first released size of fxa_mpi_params (0.1.0: it ended before
+ * timeout_seconds), for the struct_size policy of core/struct_size.h
+ * (which holds FXA_MPI_STATS_SIZE_0_1). */
+#define FXA_MPI_PARAMS_SIZE_0_1 offsetof(fxa_mpi_params, timeout_seconds)
 
 struct fxa_mpi {
     MPI_Comm comm;     /* duplicate of the caller's in grid order, MPI_ERRORS_RETURN */
@@ -22,9 +29,10 @@ struct fxa_mpi {
     double timeout; /* seconds a wait may see no progress (fxa_mpi_wait) */
     int broken;     /* a wait timed out: the communicators are unusable */
     /* Test hooks, read from the environment once by fxa_mpi_create (0:
-     * unset): FXA_MPI_TEST_MAX_ELEMENTS caps the ring's message pieces
-     * (ring.c); FXA_TEST_ULYSSES_GROUPS and FXA_TEST_ULYSSES_PIECE set the
-     * Ulysses exchange's groups and pieces (ulysses.c). */
+     * unset) and only by plans, never on a run path:
+     * FXA_MPI_TEST_MAX_ELEMENTS caps the ring's message pieces
+     * (ring_plan.c); FXA_TEST_ULYSSES_GROUPS and FXA_TEST_ULYSSES_PIECE set
+     * the Ulysses exchange's groups and pieces (ulysses_plan.c). */
     int64_t test_max_elements;
     int64_t test_ulysses_groups;
     int64_t test_ulysses_piece;
@@ -52,6 +60,12 @@ typedef struct fxa_mpi_segment {
     size_t ws_bytes;     /* its workspace (R == 1) */
 } fxa_mpi_segment;
 
+struct fxa_ring_bufs;    /* ring.h */
+struct fxa_ulysses_bufs; /* ulysses.h */
+
+/* A distributed plan and every buffer its runs use: fxa_mpi_attn_plan_create
+ * sizes and allocates all of them (mpi_plan.c, ring_plan.c,
+ * ulysses_plan.c), fxa_mpi_attn_run allocates nothing. */
 struct fxa_mpi_attn_plan {
     fxa_mpi *m;
     fxa_attn_desc d; /* global */
@@ -71,24 +85,42 @@ struct fxa_mpi_attn_plan {
     int n_seg;
     double *step_compute; /* [R]: the last run's ring steps */
     double *step_wait;
-    /* Buffers kept from run to run (allocated by the first run, so later
-     * runs touch no fresh pages): the ring's accumulators and slots. The
-     * Ulysses buffers live in ulysses.c's struct, kept here as well. */
-    fxa_attn_acc **accs; /* [n_seg] (R > 1) */
-    char *slots;         /* 2 (prefetch + 1) blocks of K/V (R > 1) */
-    size_t slot_bytes;
-    void *ulysses_bufs; /* fxa_ulysses_bufs (U > 1) */
-    int buffers_ready;
+    /* R == 1: the workspace of the largest local run (64-byte aligned). */
+    void *ws;
+    size_t ws_bytes;
+    /* The memory the plan may still take (fxa_available_memory() when it
+     * began) and what it has taken (fxa_mpi_plan_take). */
+    uint64_t mem_avail;
+    double mem_taken;
+    struct fxa_ring_bufs *ring_bufs;       /* R > 1 */
+    struct fxa_ulysses_bufs *ulysses_bufs; /* U > 1 */
 };
 
-/* Allocate the run buffers once (mpi_run.c). Local; the caller agrees on
- * the status. */
-fxa_status fxa_mpi_plan_buffers(fxa_mpi_attn_plan *p);
-void fxa_mpi_plan_buffers_free(fxa_mpi_attn_plan *p);
+/* Before allocating bytes of run buffers (what names them): FXA_OK while
+ * the plan's buffers fit in the memory available when it began, else
+ * FXA_ERR_NO_MEMORY and "needs X GiB, Y GiB available (what)" in msg (as
+ * an attention plan refuses a workspace larger than that). */
+static inline fxa_status fxa_mpi_plan_take(fxa_mpi_attn_plan *p, double bytes, const char *what,
+                                           char *msg, size_t cap)
+{
+    p->mem_taken += bytes;
+    if (p->mem_taken <= (double)p->mem_avail)
+        return FXA_OK;
+    snprintf(msg, cap, "needs %.1f GiB, %.1f GiB available (%s)", p->mem_taken / 1073741824.0,
+             (double)p->mem_avail / 1073741824.0, what);
+    return FXA_ERR_NO_MEMORY;
+}
 
 /* Record an error on m (printf style) and return st. */
-fxa_status fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+__attribute__((format(printf, 3, 4))) static inline fxa_status
+fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->last_error, sizeof m->last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
 
 /* [lo, hi) of part i of n items split over parts (the first n mod parts one
  * larger). */
@@ -104,6 +136,12 @@ FXA_INTERNAL uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
  * without communicating. Any n: polled in windows of FXA_MPI_MAX_WAIT. */
 #define FXA_MPI_MAX_WAIT 272
 FXA_INTERNAL fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer,
+                                     const char *what);
+
+/* fxa_mpi_wait without pausing between polls, for waits that are timed
+ * or start a timed section (a pause would count as time or skew the
+ * start). */
+FXA_INTERNAL fxa_status fxa_mpi_spin(fxa_mpi *m, int n, MPI_Request *reqs, int peer,
                                      const char *what);
 
 /* The blocking collectives the library uses, as their nonblocking forms
@@ -179,19 +217,34 @@ typedef struct fxa_mpi_local {
     float *bound;
 } fxa_mpi_local;
 
+/* Copy-in of the caller's args into *a (the struct_size policy of
+ * core/struct_size.h over zeros), then the checks a rank makes before any
+ * communication: pointers, outputs that share memory with the inputs or
+ * with each other, and with U > 1 finiteness (a non-finite value must be
+ * found on the rank that owns it, before the exchange moves it). Local:
+ * msg says why, the caller agrees (mpi_args.c). */
+fxa_status fxa_mpi_take_args(const fxa_mpi_attn_plan *p, const fxa_attn_args *user,
+                             fxa_attn_args *a, char *msg, size_t cap);
+
+/* The first non-finite input of this rank's shards, named in global
+ * coordinates in msg: 1 when there is one (mpi_args.c). */
+int fxa_mpi_find_non_finite(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, char *msg,
+                            size_t cap);
+
+/* The plan of a local problem of batch B, nq q heads on nk kv heads, the
+ * ring block's queries and the largest ring block's keys, in layout l
+ * (segment.c). A failure leaves the context's message. */
+fxa_status fxa_mpi_local_plan(const fxa_mpi_attn_plan *p, int64_t batch, int64_t nq, int64_t nk,
+                              fxa_layout l, fxa_attn_plan **out, size_t *ws_bytes);
+
 /* Segment s of the local problem loc (R == 1: a whole problem) by
  * fxa_attn_run with workspace ws (s's bytes, 64-byte aligned); its fallback
  * rows, vmax and bound go into sum. A failure is recorded on p->m
- * (fxa_mpi_fail). (mpi_run.c) */
+ * (fxa_mpi_fail). (segment.c) */
 fxa_status fxa_mpi_run_segment(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc,
                                const fxa_mpi_segment *s, void *ws, fxa_attn_stats *sum);
 
-/* The ring along this rank's column (ring.c). Returns this rank's own
- * status; *column_failed is set (and nothing computed) when another rank of
- * the column failed. p->accs[i] belongs to segment i; on success they hold
- * the unnormalised result. */
-fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *column_failed,
-                        fxa_mpi_stats *stats);
-/* (The per-step times go to p->step_compute / p->step_wait.) */
+/* Add one local run's statistics into sum (segment.c). */
+void fxa_mpi_add_stats(fxa_attn_stats *sum, const fxa_attn_stats *one);
 
 #endif

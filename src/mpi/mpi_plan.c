@@ -1,11 +1,15 @@
 /* Distributed plans: agree on the descriptor, split sequences and heads,
- * and plan each rank's local attention problems (segments). */
+ * plan each rank's local attention problems (segments), and allocate
+ * everything the runs use: the ring's (ring_plan.c), the Ulysses
+ * exchange's (ulysses_plan.c) and the local runs' workspace. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/struct_size.h"
 #include "mpi_internal.h"
+#include "ring.h"
+#include "ulysses.h"
 
 static uint64_t hash_desc(const fxa_attn_desc *d)
 {
@@ -15,16 +19,6 @@ static uint64_t hash_desc(const fxa_attn_desc *d)
                             d->compute,  d->heads_per_tile, d->block_q};
     uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, ints, sizeof ints);
     return fxa_mpi_hash(h, &d->scale, sizeof d->scale);
-}
-
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        const int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
 }
 
 void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *p, int *n_steps, const double **compute,
@@ -39,7 +33,9 @@ void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *p)
 {
     if (!p)
         return;
-    fxa_mpi_plan_buffers_free(p);
+    fxa_ulysses_plan_free(p);
+    fxa_ring_plan_free(p);
+    free(p->ws);
     for (int i = 0; i < p->n_seg; i++)
         fxa_attn_plan_destroy(p->seg[i].plan);
     free(p->seg);
@@ -85,6 +81,33 @@ static int64_t block_tokens(int64_t seq, const fxa_mpi *m, int c)
     return hi + len - lo;
 }
 
+/* Everything the runs use besides the caller's tensors: the Ulysses
+ * exchange's buffers (U > 1: with R == 1 its pipeline's plans and their
+ * workspace), the ring's (R > 1), and with U == R == 1 the workspace of the
+ * largest segment. */
+static fxa_status plan_buffers(fxa_mpi_attn_plan *p, char *msg, size_t cap)
+{
+    const fxa_mpi *m = p->m;
+    fxa_status st = FXA_OK;
+    p->mem_avail = fxa_available_memory();
+    if (m->ulysses > 1)
+        st = fxa_ulysses_plan(p, msg, cap);
+    if (st == FXA_OK && m->ring > 1)
+        st = fxa_ring_plan(p, msg, cap);
+    for (int i = 0; m->ulysses == 1 && m->ring == 1 && i < p->n_seg; i++)
+        p->ws_bytes = p->seg[i].ws_bytes > p->ws_bytes ? p->seg[i].ws_bytes : p->ws_bytes;
+    if (st == FXA_OK && p->ws_bytes)
+        st = fxa_mpi_plan_take(p, (double)p->ws_bytes, "the local workspace", msg, cap);
+    if (st == FXA_OK && p->ws_bytes) {
+        p->ws = aligned_alloc(64, (p->ws_bytes + 63) / 64 * 64);
+        if (!p->ws) {
+            snprintf(msg, cap, "out of memory for the local workspace (%zu bytes)", p->ws_bytes);
+            st = FXA_ERR_NO_MEMORY;
+        }
+    }
+    return st;
+}
+
 /* The local problems: one for the whole local head range, or with
  * replicated kv heads one per (batch, kv head). */
 static fxa_status make_segments(fxa_mpi_attn_plan *p, char *msg, size_t cap)
@@ -115,16 +138,9 @@ static fxa_status make_segments(fxa_mpi_attn_plan *p, char *msg, size_t cap)
             const int64_t h1 = (kv + 1) * group < qb ? (kv + 1) * group : qb;
             *s = (fxa_mpi_segment){i / (kb - ka), 1, h0 - qa, h1 - h0, kv - ka, 1, NULL, 0};
         }
-        fxa_attn_desc ld = *d;
-        ld.batch = s->n_batch;
-        ld.heads_q = s->n_q;
-        ld.heads_kv = s->n_kv;
-        ld.seq_q = p->loc_sq > 0 ? p->loc_sq : 1; /* no queries: never run */
-        ld.seq_kv = p->max_blk_skv > 0 ? p->max_blk_skv : 1;
-        ld.layout = p->loc_layout;
-        ld.heads_per_tile = (int)gcd64(d->heads_per_tile > 0 ? d->heads_per_tile : 1, s->n_q);
         size_t ws;
-        fxa_status st = fxa_attn_plan_create(m->ctx, &ld, &s->plan, &ws);
+        fxa_status st =
+            fxa_mpi_local_plan(p, s->n_batch, s->n_q, s->n_kv, p->loc_layout, &s->plan, &ws);
         s->ws_bytes = ws;
         p->n_seg = (int)i + 1;
         if (st != FXA_OK) {
@@ -209,6 +225,8 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
         /* No size limit from MPI's int counts: the ring and the Ulysses
          * exchange send in pieces of at most INT_MAX elements. */
         st = make_segments(p, msg, sizeof msg);
+        if (st == FXA_OK)
+            st = plan_buffers(p, msg, sizeof msg);
     }
     st = fxa_mpi_agree(m, st, msg);
     if (st != FXA_OK) {

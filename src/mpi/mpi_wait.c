@@ -2,6 +2,7 @@
  * progress (a cut link, a frozen or dead host) fails the call instead of
  * hanging it. MPI has no timeout of its own on a blocked operation, so
  * every wait of the library polls its requests. */
+#include <string.h>
 #include <time.h>
 
 #include "mpi_internal.h"
@@ -21,7 +22,9 @@ static void pause_briefly(int *us)
         *us *= 2;
 }
 
-fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what)
+/* fxa_mpi_wait, pausing between polls (sleep) or not. */
+static fxa_status poll_requests(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what,
+                                int sleep)
 {
     if (m->broken)
         return FXA_ERR_TIMEOUT;
@@ -61,8 +64,19 @@ fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const ch
                                 "rank %d: no progress from the other ranks for %g s (%s)",
                                 fxa_mpi_name(m, m->rank), m->timeout, what);
         }
-        pause_briefly(&us);
+        if (sleep)
+            pause_briefly(&us);
     }
+}
+
+fxa_status fxa_mpi_wait(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what)
+{
+    return poll_requests(m, n, reqs, peer, what, 1);
+}
+
+fxa_status fxa_mpi_spin(fxa_mpi *m, int n, MPI_Request *reqs, int peer, const char *what)
+{
+    return poll_requests(m, n, reqs, peer, what, 0);
 }
 
 fxa_status fxa_mpi_allreduce(fxa_mpi *m, const void *in, void *out, int n, MPI_Datatype t,
@@ -119,4 +133,16 @@ fxa_status fxa_mpi_dup(fxa_mpi *m, MPI_Comm comm)
     if (st == FXA_OK)
         m->comm = dup;
     return st;
+}
+
+fxa_status fxa_mpi_wait_all(int n, MPI_Request *reqs, double timeout_seconds, int spin)
+{
+    if (n < 0 || (n > 0 && !reqs) || !(timeout_seconds >= 0.0) || timeout_seconds > 1e9)
+        return FXA_ERR_INVALID_ARG;
+    fxa_mpi m;
+    memset(&m, 0, sizeof m);
+    m.timeout = timeout_seconds > 0.0 ? timeout_seconds : fxa_mpi_default_timeout();
+    if (m.timeout == 0.0)
+        return FXA_ERR_INVALID_ARG;
+    return poll_requests(&m, n, reqs, -1, "requests", !spin);
 }

@@ -18,17 +18,12 @@
  * the order of the messages between two ranks. Uneven head splits and
  * replicated kv heads are just different counts per member.
  */
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ulysses.h"
 
 enum { TAG_IN = 1, TAG_BACK = 2 };
-
-/* Groups with R == 1 when FXA_TEST_ULYSSES_GROUPS is unset (at most the
- * local kv heads): measured on 40 heads x 128 over 2 ranks (docs/numerics.md). */
-#define DEFAULT_GROUPS 4
 
 /* Element offset of row (b, h, t) of a [B, H, S, D] tensor in layout l. */
 static int64_t row_off(fxa_layout l, int64_t b, int64_t h, int64_t t, int64_t heads, int64_t seq,
@@ -37,35 +32,6 @@ static int64_t row_off(fxa_layout l, int64_t b, int64_t h, int64_t t, int64_t he
     if (l == FXA_LAYOUT_BSHD)
         return ((b * seq + t) * heads + h) * dim;
     return ((b * heads + h) * seq + t) * dim;
-}
-
-/* Shard length and offset within the row of row member v. */
-static void member_shard(const fxa_mpi_attn_plan *p, int64_t seq, int v, int64_t *off, int64_t *len)
-{
-    const fxa_mpi *m = p->m;
-    int64_t row_start;
-    int64_t start;
-    int64_t l0;
-    fxa_mpi_shard(seq, m->size, m->c * m->ulysses, &row_start, &l0);
-    fxa_mpi_shard(seq, m->size, m->c * m->ulysses + v, &start, len);
-    *off = start - row_start;
-}
-
-void fxa_ulysses_group(const fxa_mpi_attn_plan *p, int groups, int v, int g, int64_t *q0,
-                       int64_t *nq, int64_t *k0, int64_t *nk)
-{
-    const int64_t per_kv = p->d.heads_q / p->d.heads_kv;
-    int64_t a;
-    int64_t b;
-    fxa_mpi_split(p->hkv_hi[v] - p->hkv_lo[v], groups, g, &a, &b);
-    int64_t qa = (p->hkv_lo[v] + a) * per_kv;
-    int64_t qb = (p->hkv_lo[v] + b) * per_kv;
-    qa = qa > p->hq_lo[v] ? qa : p->hq_lo[v];
-    qb = qb < p->hq_hi[v] ? qb : p->hq_hi[v];
-    *k0 = a;
-    *nk = b - a;
-    *q0 = qa - p->hq_lo[v];
-    *nq = qb > qa ? qb - qa : 0;
 }
 
 /* A [B, heads, seq, D] tensor in layout l. */
@@ -93,11 +59,6 @@ static void copy_block(tview dst, int64_t dh0, int64_t dt0, tview src, int64_t s
                 memcpy(dst.base + (size_t)to * es, src.base + (size_t)from * es,
                        runs ? row * (size_t)nt : row);
             }
-}
-
-static int64_t n_pieces(int64_t n, int64_t piece)
-{
-    return (n + piece - 1) / piece;
 }
 
 /* Post a send (or receive) of n elements at buf with row member v as
@@ -196,8 +157,8 @@ fxa_status fxa_ulysses_in_post(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa
         int64_t qn;
         int64_t koff;
         int64_t kn;
-        member_shard(p, d->seq_q, v, &qoff, &qn);
-        member_shard(p, d->seq_kv, v, &koff, &kn);
+        fxa_ulysses_member_shard(p, d->seq_q, v, &qoff, &qn);
+        fxa_ulysses_member_shard(p, d->seq_kv, v, &koff, &kn);
         u->in_req_at[v] = at;
         if (v == me) {
             copy_block(lq, q0, qoff, uq, p->hq_lo[me] + q0, 0, nb, nq, qn, dim, es);
@@ -250,7 +211,7 @@ fxa_status fxa_ulysses_back_post(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u, int 
             continue;
         int64_t off;
         int64_t qn;
-        member_shard(p, d->seq_q, v, &off, &qn);
+        fxa_ulysses_member_shard(p, d->seq_q, v, &off, &qn);
         float *at = u->back_send + u->back_at[g * n + v];
         for (int64_t b = 0; b < d->batch; b++)
             for (int64_t h = q0; h < q0 + nq; h++)
@@ -307,7 +268,7 @@ void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
     const int64_t nq_loc = fxa_mpi_loc_hq(p);
     int64_t off;
     int64_t qn;
-    member_shard(p, d->seq_q, m->u, &off, &qn);
+    fxa_ulysses_member_shard(p, d->seq_q, m->u, &off, &qn);
     for (int64_t b = 0; b < d->batch; b++)
         for (int64_t h = 0; h < nq_loc; h++)
             for (int64_t t = 0; t < p->q_len; t++) {
@@ -329,161 +290,4 @@ void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
                         write_row(p, a, b, p->hq_lo[v] + h, t, at, at[dim], at[dim + 1],
                                   (uint8_t)at[dim + 2]);
         }
-}
-
-/* A test hook's count (0: unset) at most most, else fallback. */
-static int64_t hook_count(int64_t hook, int64_t fallback, int64_t most)
-{
-    return hook > 0 ? (hook < most ? hook : most) : fallback;
-}
-
-/* G: the same on every member (it depends on the plan only). With R > 1
- * nothing overlaps the exchange (the ring follows it), so one group. */
-static int choose_groups(const fxa_mpi_attn_plan *p)
-{
-    int64_t most_kv = 1;
-    for (int v = 0; v < p->m->ulysses; v++) {
-        const int64_t nkv = p->hkv_hi[v] - p->hkv_lo[v];
-        most_kv = nkv > most_kv ? nkv : most_kv;
-    }
-    const int64_t g =
-        hook_count(p->m->test_ulysses_groups, p->m->ring == 1 ? DEFAULT_GROUPS : 1, most_kv);
-    return (int)(g < most_kv ? g : most_kv);
-}
-
-/* Sizes of every group's messages: staging offsets of the way in and back,
- * the most receives of one group's way in, pending requests per member. */
-static void size_exchanges(const fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u, int *in_reqs)
-{
-    const fxa_mpi *m = p->m;
-    const fxa_attn_desc *d = &p->d;
-    const int n = m->ulysses;
-    const int64_t dim = d->head_dim;
-    const int64_t row = dim + 3;
-    const int64_t nb = d->batch;
-    const int64_t pc = u->piece;
-    *in_reqs = 0;
-    u->in_send_at[0] = 0;
-    u->back_at[0] = 0;
-    u->back_from[0] = 0;
-    for (int v = 0; v < n; v++)
-        u->pend_at[v + 1] = 0;
-    for (int g = 0; g < u->groups; g++) {
-        int64_t q0;
-        int64_t nq;
-        int64_t k0;
-        int64_t nk;
-        fxa_ulysses_group(p, u->groups, m->u, g, &q0, &nq, &k0, &nk);
-        int64_t send = 0;
-        int64_t reqs = 0;
-        for (int v = 0; v < n; v++) {
-            const int i = g * n + v;
-            int64_t off;
-            int64_t qn;
-            int64_t kn;
-            member_shard(p, d->seq_q, v, &off, &qn);
-            member_shard(p, d->seq_kv, v, &off, &kn);
-            int64_t vq0;
-            int64_t vnq;
-            int64_t vk0;
-            int64_t vnk;
-            fxa_ulysses_group(p, u->groups, v, g, &vq0, &vnq, &vk0, &vnk);
-            const int other = v != m->u;
-            const int64_t out = other ? nb * nq * qn * row : 0;
-            const int64_t back = other ? nb * vnq * p->q_len * row : 0;
-            u->back_at[i + 1] = u->back_at[i] + out;
-            u->back_from[i + 1] = u->back_from[i] + back;
-            if (!other)
-                continue;
-            const int64_t sends =
-                nb * (vnq * n_pieces(p->q_len * dim, pc) + 2 * vnk * n_pieces(p->kv_len * dim, pc));
-            u->pend_at[v + 1] += (int)(sends + n_pieces(out, pc) + n_pieces(back, pc));
-            send += nb * dim * (vnq * p->q_len + 2 * vnk * p->kv_len);
-            reqs += nb * (nq * n_pieces(qn * dim, pc) + 2 * nk * n_pieces(kn * dim, pc));
-        }
-        u->in_send_at[g + 1] = u->in_send_at[g] + send;
-        *in_reqs = (int)reqs > *in_reqs ? (int)reqs : *in_reqs;
-    }
-    for (int v = 0; v < n; v++)
-        u->pend_at[v + 1] += u->pend_at[v];
-}
-
-fxa_status fxa_ulysses_alloc(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
-{
-    const fxa_mpi *m = p->m;
-    const fxa_attn_desc *d = &p->d;
-    const int n = m->ulysses;
-    const size_t dim = (size_t)d->head_dim;
-    const size_t b = (size_t)d->batch;
-    const size_t nkv = (size_t)fxa_mpi_loc_hkv(p);
-    const size_t own_kv = (size_t)p->blk_skv[m->c];
-    const size_t rows = b * (size_t)fxa_mpi_loc_hq(p) * (size_t)p->loc_sq;
-    memset(u, 0, sizeof *u);
-    u->groups = choose_groups(p);
-    /* Pieces: MPI counts are int. FXA_TEST_ULYSSES_PIECE (tests only, read
-     * by fxa_mpi_create) makes them smaller, so that the piece path runs on
-     * small problems. */
-    u->piece = hook_count(m->test_ulysses_piece, INT_MAX, INT_MAX);
-    const size_t pairs = (size_t)u->groups * (size_t)n + 1;
-    u->in_send_at = malloc(((size_t)u->groups + 1) * sizeof(int64_t));
-    u->back_at = malloc(pairs * sizeof(int64_t));
-    u->back_from = malloc(pairs * sizeof(int64_t));
-    u->in_req_at = calloc((size_t)n + 1, sizeof(int));
-    u->pend_at = calloc((size_t)n + 1, sizeof(int));
-    u->pend_n = calloc((size_t)n, sizeof(int));
-    if (!u->in_send_at || !u->back_at || !u->back_from || !u->in_req_at || !u->pend_at ||
-        !u->pend_n) {
-        fxa_ulysses_bufs_free(u);
-        return FXA_ERR_NO_MEMORY;
-    }
-    int in_reqs;
-    size_exchanges(p, u, &in_reqs);
-    u->q = malloc(rows * dim * p->es + 1);
-    u->k = malloc(b * nkv * own_kv * dim * p->es + 1);
-    u->v = malloc(b * nkv * own_kv * dim * p->es + 1);
-    u->out = malloc(rows * dim * sizeof(float) + 1);
-    u->lse = malloc(rows * sizeof(float) + 1);
-    u->bound = malloc(rows * sizeof(float) + 1);
-    u->fb = malloc(rows + 1);
-    u->in_send = malloc((size_t)u->in_send_at[u->groups] * p->es + 1);
-    u->back_send = malloc((size_t)u->back_at[pairs - 1] * sizeof(float) + 1);
-    u->back_recv = malloc((size_t)u->back_from[pairs - 1] * sizeof(float) + 1);
-    u->in_req = malloc((size_t)in_reqs * sizeof(MPI_Request) + 1);
-    u->pend_req = malloc((size_t)u->pend_at[n] * sizeof(MPI_Request) + 1);
-    if (!u->q || !u->k || !u->v || !u->out || !u->lse || !u->bound || !u->fb || !u->in_send ||
-        !u->back_send || !u->back_recv || !u->in_req || !u->pend_req ||
-        (m->ring == 1 && fxa_ulysses_stages(p, u) != FXA_OK)) {
-        fxa_ulysses_bufs_free(u);
-        return FXA_ERR_NO_MEMORY;
-    }
-    return FXA_OK;
-}
-
-void fxa_ulysses_bufs_free(fxa_ulysses_bufs *u)
-{
-    for (int g = 0; u->plans && g < u->groups; g++)
-        fxa_attn_plan_destroy(u->plans[g]);
-    free(u->plans);
-    free(u->stage);
-    free(u->stage_at);
-    free(u->ws);
-    free(u->in_send);
-    free(u->back_send);
-    free(u->back_recv);
-    free(u->back_at);
-    free(u->back_from);
-    free(u->in_req);
-    free(u->in_req_at);
-    free(u->pend_req);
-    free(u->pend_at);
-    free(u->pend_n);
-    free(u->in_send_at);
-    free(u->q);
-    free(u->k);
-    free(u->v);
-    free(u->out);
-    free(u->lse);
-    free(u->bound);
-    free(u->fb);
-    memset(u, 0, sizeof *u);
 }

@@ -1,5 +1,6 @@
-/* Ulysses exchanges by groups of heads (see ulysses.c) and the pipelined
- * local run of pure Ulysses (ulysses_run.c). */
+/* Ulysses exchanges by groups of heads: their plan and buffers
+ * (ulysses_plan.c), the exchanges (ulysses.c) and the pipelined local run
+ * of pure Ulysses (ulysses_run.c). */
 #ifndef FXA_ULYSSES_H
 #define FXA_ULYSSES_H
 
@@ -7,7 +8,7 @@
 
 /* Head-sharded local tensors of one rank (BHSD, the row's tokens), the
  * staging of both exchanges and, with R == 1, the pipeline's local
- * problems. */
+ * problems (whose workspace is the plan's). */
 typedef struct fxa_ulysses_bufs {
     char *q; /* [B][Hq_loc][loc_sq][D] input dtype */
     char *k; /* [B][Hkv_loc][own block keys][D] */
@@ -35,17 +36,24 @@ typedef struct fxa_ulysses_bufs {
     fxa_mpi_segment *stage;
     int *stage_at;         /* [G + 1] */
     fxa_attn_plan **plans; /* [G] owned plans of aligned heads (NULL entries otherwise) */
-    void *ws;              /* the largest stage's workspace */
 } fxa_ulysses_bufs;
+
+/* Plan and allocate p->ulysses_bufs (U > 1; the segments planned), and
+ * with R == 1 raise p->ws_bytes to the pipeline's largest stage. Local: a
+ * failure says why in msg, and the caller agrees on it. */
+fxa_status fxa_ulysses_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap);
+/* Free p->ulysses_bufs (NULL: nothing to do). */
+void fxa_ulysses_plan_free(fxa_mpi_attn_plan *p);
+
+/* Offset within the row (*off) and length of row member v's shard of a
+ * sequence of seq tokens. */
+void fxa_ulysses_member_shard(const fxa_mpi_attn_plan *p, int64_t seq, int v, int64_t *off,
+                              int64_t *len);
 
 /* Local kv heads [*k0, *k0 + *nk) of member v's group g, and the local q
  * heads [*q0, *q0 + *nq) that use them (empty groups have nk == nq == 0). */
 void fxa_ulysses_group(const fxa_mpi_attn_plan *p, int groups, int v, int g, int64_t *q0,
                        int64_t *nq, int64_t *k0, int64_t *nk);
-
-/* Allocate every buffer of both exchanges (before any collective, so that
- * running out of memory can be agreed on instead of hanging a peer). Local. */
-fxa_status fxa_ulysses_alloc(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u);
 
 /* Collective over the row, in group order: post group g's way in (this
  * rank's rows of each member's group-g heads; receives of the row's rows of
@@ -75,10 +83,5 @@ void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
  * *a2a_seconds the time in the exchanges. */
 fxa_status fxa_ulysses_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_ulysses_bufs *u,
                            fxa_attn_stats *sum, double *a2a_seconds);
-
-/* The pipeline's local problems (ulysses_run.c; called by fxa_ulysses_alloc). */
-fxa_status fxa_ulysses_stages(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u);
-
-void fxa_ulysses_bufs_free(fxa_ulysses_bufs *u);
 
 #endif

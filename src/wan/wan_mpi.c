@@ -79,7 +79,7 @@ static fxa_status group_agree(fxa_wan_mpi_plan *p, const char *label, int group_
 /* Wait for one request of the layer's own collectives. */
 static fxa_status wait1(fxa_wan_mpi_plan *p, MPI_Request *r, const char *what)
 {
-    const fxa_status st = fxa_mpi_wait_all(p->m_world, 1, r, what);
+    const fxa_status st = fxa_mpi_wait_on(p->m_world, 1, r, what);
     if (st != FXA_OK)
         snprintf(p->error, sizeof p->error, "%s", fxa_mpi_last_error(p->m_world));
     return st;

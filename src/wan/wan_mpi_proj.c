@@ -24,7 +24,7 @@ static fxa_status allreduce(fxa_mpi *m, void *buf, int n, MPI_Datatype t, MPI_Op
     MPI_Request r;
     if (MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, fxa_mpi_comm(m), &r) != MPI_SUCCESS)
         return FXA_ERR_MPI;
-    return fxa_mpi_wait_all(m, 1, &r, what);
+    return fxa_mpi_wait_on(m, 1, &r, what);
 }
 
 /* First agree on failure (the buffers of failed ranks are shorter), then

@@ -1,7 +1,9 @@
 /*
  * Distributed misuse under mpirun (4 ranks): every case must fail on every
  * rank, with the same message everywhere, within 10 seconds, without
- * writing output; the library stays usable afterwards. With the argument
+ * writing output; the library stays usable afterwards. The versioned
+ * structs (params, descriptor, args, stats) at sizes older releases had
+ * and at sizes none had. With the argument
  * `die` (or `kill`), rank 1 exits (or is killed) in the middle of a
  * collective call instead: tests/mpi/rank_exits.sh then expects mpirun to
  * end the job (non-zero, no hang).
@@ -141,6 +143,20 @@ static void test_grid(void)
           fxa_mpi_create_error());
     fxa_mpi_destroy(m);
     m = NULL;
+    /* Sizes no release had: below 0.1.0's, past the current one. */
+    const size_t sizes[2] = {sizeof(size_t), sizeof(fxa_mpi_params) + 8};
+    for (int i = 0; i < 2; i++) {
+        fxa_mpi_params_init(&p);
+        p.struct_size = sizes[i];
+        t0 = MPI_Wtime();
+        st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+        check_everywhere(i ? "params struct_size too large" : "params struct_size too small", st,
+                         fxa_mpi_create_error(), t0);
+        CHECK(st == FXA_ERR_INVALID_ARG && !m &&
+                  strstr(fxa_mpi_create_error(), "fxa_mpi_params.struct_size"),
+              "params struct_size %zu: %s, %s", sizes[i], fxa_status_str(st),
+              fxa_mpi_create_error());
+    }
 }
 
 static void test_plans(fxa_mpi *m)
@@ -167,27 +183,49 @@ static void test_plans(fxa_mpi *m)
     CHECK(plan == NULL, "no plan on failure");
 }
 
+/* This rank's shards of base_desc()'s Q, K, V (random) and an output. */
+typedef struct shards {
+    size_t elems;
+    float *q, *k, *v, *out;
+} shards;
+
+static shards make_shards(const fxa_attn_desc *d, uint64_t seed)
+{
+    int64_t start;
+    int64_t n;
+    fxa_mpi_shard(d->seq_q, g_size, g_rank, &start, &n);
+    shards s = {.elems = (size_t)(n * d->heads_q * d->head_dim)};
+    s.q = malloc(s.elems * sizeof(float));
+    s.k = malloc(s.elems * sizeof(float));
+    s.v = malloc(s.elems * sizeof(float));
+    s.out = malloc(s.elems * sizeof(float));
+    fxt_rng r;
+    fxt_rng_seed(&r, seed);
+    for (size_t i = 0; i < s.elems; i++) {
+        s.q[i] = (float)fxt_rng_normal(&r);
+        s.k[i] = (float)fxt_rng_normal(&r);
+        s.v[i] = (float)fxt_rng_normal(&r);
+    }
+    return s;
+}
+
+static void free_shards(shards *s)
+{
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->out);
+}
+
 /* Bad inputs on one rank; outputs keep their sentinel everywhere. */
 static void test_runs(fxa_mpi *m, const char *grid)
 {
     fxa_attn_desc d = base_desc();
     fxa_mpi_attn_plan *plan = NULL;
     CHECK(fxa_mpi_attn_plan_create(m, &d, &plan) == FXA_OK, "plan: %s", fxa_mpi_last_error(m));
-    int64_t start;
-    int64_t n;
-    fxa_mpi_shard(d.seq_q, g_size, g_rank, &start, &n);
-    const size_t elems = (size_t)(n * d.heads_q * d.head_dim);
-    float *q = malloc(elems * sizeof(float));
-    float *k = malloc(elems * sizeof(float));
-    float *v = malloc(elems * sizeof(float));
-    float *out = malloc(elems * sizeof(float));
-    fxt_rng r;
-    fxt_rng_seed(&r, (uint64_t)g_rank + 1);
-    for (size_t i = 0; i < elems; i++) {
-        q[i] = (float)fxt_rng_normal(&r);
-        k[i] = (float)fxt_rng_normal(&r);
-        v[i] = (float)fxt_rng_normal(&r);
-    }
+    shards sh = make_shards(&d, (uint64_t)g_rank + 1);
+    const size_t elems = sh.elems;
+    float *q = sh.q, *k = sh.k, *v = sh.v, *out = sh.out;
     const char *tensor[3] = {"Q", "K", "V"};
     float *which[3] = {q, k, v};
     for (int t = 0; t < 3; t++) {
@@ -258,10 +296,122 @@ static void test_runs(fxa_mpi *m, const char *grid)
     fxa_status st = fxa_mpi_attn_run(plan, &a, NULL);
     CHECK(st == FXA_OK, "%s: a good run after the failures: %s", grid, fxa_mpi_last_error(m));
     fxa_mpi_attn_plan_destroy(plan);
-    free(q);
-    free(k);
-    free(v);
-    free(out);
+    free_shards(&sh);
+}
+
+/* The versioned structs a distributed plan and run read and write, at
+ * every size the struct_size policy accepts or refuses: a 0.1 descriptor
+ * (before the strides) plans the same problem as a current one; args and
+ * stats of sizes no release had are refused on every rank, naming the
+ * struct, with nothing written; stats are written within their struct_size
+ * only (canaries past it stay). */
+static void test_struct_sizes(fxa_mpi *m, const char *grid)
+{
+    fxa_attn_desc d = base_desc();
+    shards sh = make_shards(&d, (uint64_t)g_rank + 11);
+    const size_t elems = sh.elems;
+    float *q = sh.q, *k = sh.k, *v = sh.v, *out = sh.out;
+    float *out_old = malloc(elems * sizeof(float));
+    char label[96];
+    /* A caller built against 0.1: its descriptor ends before the strides,
+     * and nothing past it is read (0xff there would be strides). */
+    struct {
+        fxa_attn_desc d;
+    } old;
+    memset(&old, 0xff, sizeof old);
+    memcpy(&old.d, &d, offsetof(fxa_attn_desc, q_strides));
+    old.d.struct_size = offsetof(fxa_attn_desc, q_strides);
+    fxa_mpi_attn_plan *plan = NULL;
+    fxa_mpi_attn_plan *plan_old = NULL;
+    CHECK(fxa_mpi_attn_plan_create(m, &d, &plan) == FXA_OK, "%s: plan: %s", grid,
+          fxa_mpi_last_error(m));
+    CHECK(fxa_mpi_attn_plan_create(m, &old.d, &plan_old) == FXA_OK, "%s: a 0.1 descriptor: %s",
+          grid, fxa_mpi_last_error(m));
+    fxa_attn_args a = {.struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out};
+    CHECK(plan && fxa_mpi_attn_run(plan, &a, NULL) == FXA_OK, "%s: run: %s", grid,
+          fxa_mpi_last_error(m));
+    a.out = out_old;
+    CHECK(plan_old && fxa_mpi_attn_run(plan_old, &a, NULL) == FXA_OK, "%s: run of the 0.1 plan: %s",
+          grid, fxa_mpi_last_error(m));
+    CHECK(!memcmp(out, out_old, elems * sizeof(float)),
+          "%s: the 0.1 descriptor's plan computes another output", grid);
+    fxa_mpi_attn_plan_destroy(plan_old);
+    /* Descriptor sizes no release had. */
+    const size_t desc_sizes[2] = {sizeof(size_t), sizeof(fxa_attn_desc) + 8};
+    for (int i = 0; i < 2; i++) {
+        struct {
+            fxa_attn_desc d;
+            char pad[8];
+        } big;
+        memset(&big, 0, sizeof big);
+        big.d = d;
+        big.d.struct_size = desc_sizes[i];
+        plan_old = NULL;
+        double t0 = MPI_Wtime();
+        fxa_status st = fxa_mpi_attn_plan_create(m, &big.d, &plan_old);
+        snprintf(label, sizeof label, "%s: desc struct_size %zu", grid, desc_sizes[i]);
+        check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+        CHECK(st == FXA_ERR_INVALID_ARG && !plan_old &&
+                  strstr(fxa_mpi_last_error(m), "fxa_attn_desc.struct_size"),
+              "%s: %s", label, fxa_mpi_last_error(m));
+    }
+    /* Args sizes no release had (0.1's is the current one): refused,
+     * nothing written. */
+    const size_t arg_sizes[2] = {sizeof(size_t), sizeof(fxa_attn_args) + 8};
+    for (int i = 0; i < 2; i++) {
+        struct {
+            fxa_attn_args a;
+            char pad[8];
+        } big;
+        memset(&big, 0, sizeof big);
+        big.a = (fxa_attn_args){.struct_size = arg_sizes[i], .q = q, .k = k, .v = v, .out = out};
+        for (size_t e = 0; e < elems; e++)
+            out[e] = -7.0f;
+        const double t0 = MPI_Wtime();
+        const fxa_status st = fxa_mpi_attn_run(plan, &big.a, NULL);
+        snprintf(label, sizeof label, "%s: args struct_size %zu", grid, arg_sizes[i]);
+        check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+        int untouched = 1;
+        for (size_t e = 0; e < elems; e++)
+            untouched &= out[e] == -7.0f;
+        CHECK(st == FXA_ERR_INVALID_ARG && untouched &&
+                  strstr(fxa_mpi_last_error(m), "fxa_attn_args.struct_size"),
+              "%s: %s (output %s)", label, fxa_mpi_last_error(m),
+              untouched ? "untouched" : "written");
+    }
+    /* Stats: written within their struct_size only; a size below the first
+     * version's is refused and left as it is. */
+    struct {
+        fxa_mpi_stats s;
+        unsigned char canary[32];
+    } stats;
+    memset(&stats, 0xab, sizeof stats);
+    stats.s.struct_size = sizeof stats.s;
+    a = (fxa_attn_args){.struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out};
+    fxa_status st = fxa_mpi_attn_run(plan, &a, &stats.s);
+    int canaries = 1;
+    for (size_t i = 0; i < sizeof stats.canary; i++)
+        canaries &= stats.canary[i] == 0xab;
+    CHECK(st == FXA_OK && canaries && stats.s.struct_size == sizeof stats.s &&
+              stats.s.rows == d.batch * d.heads_q * d.seq_q,
+          "%s: stats written past their struct_size or wrong: %s, rows %lld", grid,
+          fxa_mpi_last_error(m), (long long)stats.s.rows);
+    memset(&stats, 0xab, sizeof stats);
+    stats.s.struct_size = sizeof(size_t);
+    double t0 = MPI_Wtime();
+    st = fxa_mpi_attn_run(plan, &a, &stats.s);
+    snprintf(label, sizeof label, "%s: stats struct_size %zu", grid, sizeof(size_t));
+    check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+    const unsigned char *bytes = (const unsigned char *)&stats.s.rows;
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof stats - sizeof(size_t); i++)
+        untouched &= bytes[i] == 0xab;
+    CHECK(st == FXA_ERR_INVALID_ARG && untouched &&
+              strstr(fxa_mpi_last_error(m), "fxa_mpi_stats.struct_size"),
+          "%s: %s (stats %s)", label, fxa_mpi_last_error(m), untouched ? "untouched" : "written");
+    fxa_mpi_attn_plan_destroy(plan);
+    free_shards(&sh);
+    free(out_old);
 }
 
 /* Rank 1 leaves in the middle of a collective call: by exiting, or killed
@@ -316,6 +466,7 @@ int main(int argc, char **argv)
         if (g == 0)
             test_plans(m);
         test_runs(m, name);
+        test_struct_sizes(m, name);
         fxa_mpi_destroy(m);
     }
     fxa_ctx_destroy(g_ctx);

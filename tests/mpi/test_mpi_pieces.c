@@ -12,8 +12,9 @@
  *     fxa_mpi_wait's window of 272);
  * a cap set after the grid's creation changes nothing (fxa_mpi_create reads
  * it); and a plan whose blocks exceed 2^31 elements (which the library used to
- * refuse) is accepted on a pure ring and on pure Ulysses (planned only,
- * not run; test_mpi_ulysses_groups runs the Ulysses pieces).
+ * refuse) is accepted on a pure ring and on pure Ulysses, or refused for
+ * memory only (planned only, not run; test_mpi_ulysses_groups runs the
+ * Ulysses pieces).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -151,7 +152,10 @@ static void run_dtype(fxa_ctx *ctx, const fxa_mpi_params *mp, fxa_dtype dtype)
 
 /* Blocks of more than 2^31 elements: 64 kv heads x 128 x 300000 tokens
  * per rank (2.46e9 elements), on m's grid (a pure ring, or pure Ulysses,
- * whose exchange then holds more than 2^31 elements per rank too). */
+ * whose exchange then holds more than 2^31 elements per rank too). The
+ * plan allocates every buffer its runs use (tens of GB here): where they
+ * exceed the memory available, it fails with FXA_ERR_NO_MEMORY, saying so
+ * on every rank; a limit of MPI's int counts is never the reason. */
 static void plan_over_2_31(fxa_mpi *m, const char *grid)
 {
     fxa_attn_desc d;
@@ -163,8 +167,14 @@ static void plan_over_2_31(fxa_mpi *m, const char *grid)
     d.dtype = FXA_BF16;
     fxa_mpi_attn_plan *plan = NULL;
     const fxa_status st = fxa_mpi_attn_plan_create(m, &d, &plan);
-    CHECK(st == FXA_OK && plan, "%s, blocks of 2.46e9 elements: %s (%s)", grid, fxa_status_str(st),
+    CHECK((st == FXA_OK && plan) || (st == FXA_ERR_NO_MEMORY && !plan &&
+                                     (strstr(fxa_mpi_last_error(m), "available") ||
+                                      strstr(fxa_mpi_last_error(m), "out of memory"))),
+          "%s, blocks of 2.46e9 elements: %s (%s)", grid, fxa_status_str(st),
           fxa_mpi_last_error(m));
+    if (g_rank == 0)
+        printf("%s, blocks of 2.46e9 elements: %s %s\n", grid, fxa_status_str(st),
+               fxa_mpi_last_error(m));
     fxa_mpi_attn_plan_destroy(plan);
 }
 

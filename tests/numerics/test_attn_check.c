@@ -1,6 +1,7 @@
 /*
- * test_attn_check: fxa_attn_check (fxattn_diag.h), the per-head report of
- * `fxattn check`, against an independent fp64 computation here.
+ * test_attn_check: the check plan (fxa_check_plan_create, fxa_check_run in
+ * fxattn_diag.h), the per-head report of `fxattn check`, against an
+ * independent fp64 computation here.
  *
  *  - Norms (|q| min/median/max, max |k|, the radius around the fp64 key
  *    mean), Vmax, C and the gates, and the overshoot of the bound over each
@@ -17,9 +18,13 @@
  *  - bf16 inputs give the bounds, flags, stats and report of their fp32
  *    widening, bit for bit, with fp32 and bf16 compute.
  *  - v NULL: vmax 1, C as for Vmax 1, everything else as with V all zeros.
+ *  - One plan runs again on other inputs with the report of a fresh plan;
+ *    fxa_attn_check (plan, workspace, run in one call) gives the same bits.
  *  - Refusals leave heads_out as it was and explain themselves: a
  *    head_struct_size out of range (message names fxa_check_head), NaN in Q
- *    or K (the bound pass's message), NULL pointers, a bad descriptor.
+ *    or K (the bound pass's message), NULL pointers, a bad descriptor, V
+ *    given to a plan without V or missing from one with V, a missing or
+ *    misaligned workspace, heads_out or the workspace over an input.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -236,10 +241,35 @@ static void verify_head(const char *label, int h, const fxa_check_head *got, int
           "[%s] head %d: negative overshoot median", label, h);
 }
 
+/* The report through a check plan: plan (V when v is set), workspace,
+ * one run of head_size-byte heads, destroy. */
+static fxa_status check_sized(fxa_ctx *ctx, const fxa_attn_desc *d, const void *q, const void *k,
+                              const void *v, int sample_rows, fxa_check_head *out, size_t head_size)
+{
+    fxa_check_desc cd;
+    fxa_check_desc_init(&cd);
+    cd.attn = d;
+    cd.sample_rows = sample_rows;
+    cd.has_v = v != NULL;
+    fxa_check_plan *plan = NULL;
+    size_t bytes = 0;
+    fxa_status st = fxa_check_plan_create(ctx, &cd, &plan, &bytes);
+    if (st != FXA_OK) {
+        CHECK(plan == NULL, "a failed plan_create left a plan");
+        return st;
+    }
+    void *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    const fxa_attn_args a = {.struct_size = sizeof a, .q = q, .k = k, .v = v};
+    st = fxa_check_run(plan, &a, ws, out, head_size);
+    free(ws);
+    fxa_check_plan_destroy(plan);
+    return st;
+}
+
 static fxa_status check(fxa_ctx *ctx, const fxa_attn_desc *d, const void *q, const void *k,
                         const void *v, int sample_rows, fxa_check_head *out)
 {
-    return fxa_attn_check(ctx, d, q, k, v, sample_rows, out, sizeof(fxa_check_head));
+    return check_sized(ctx, d, q, k, v, sample_rows, out, sizeof(fxa_check_head));
 }
 
 static void test_against_fp64(void)
@@ -460,6 +490,113 @@ static void expect_refusal(const char *label, fxa_status got, fxa_status want,
     CHECK(untouched(heads), "[%s] heads_out written on failure", label);
 }
 
+/* Refusals of fxa_check_run on a good plan (heads: the canary). */
+static void test_run_refusals(fxa_check_head *heads)
+{
+    fxa_attn_desc d;
+    init_desc(&d, FXA_F32);
+    fxa_check_desc cd;
+    fxa_check_desc_init(&cd);
+    cd.attn = &d;
+    fxa_check_plan *with_v = NULL, *no_v = NULL;
+    size_t bytes_v = 0, bytes = 0;
+    CHECK(fxa_check_plan_create(g_ctx, &cd, &with_v, &bytes_v) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(g_ctx));
+    cd.has_v = 0;
+    CHECK(fxa_check_plan_create(g_ctx, &cd, &no_v, &bytes) == FXA_OK, "plan without V: %s",
+          fxa_ctx_last_error(g_ctx));
+    bytes = bytes > bytes_v ? bytes : bytes_v;
+    unsigned char *ws = aligned_alloc(64, (bytes + 64 + 63) & ~(size_t)63);
+    fxa_attn_args a = {.struct_size = sizeof a, .q = g_q, .k = g_k, .v = NULL};
+    expect_refusal("plan with V, v NULL", fxa_check_run(with_v, &a, ws, heads, sizeof *heads),
+                   FXA_ERR_INVALID_ARG, heads, "v is NULL");
+    a.v = g_v;
+    expect_refusal("plan without V, v set", fxa_check_run(no_v, &a, ws, heads, sizeof *heads),
+                   FXA_ERR_INVALID_ARG, heads, "has_v");
+    expect_refusal("workspace NULL", fxa_check_run(with_v, &a, NULL, heads, sizeof *heads),
+                   FXA_ERR_INVALID_ARG, heads, "workspace");
+    expect_refusal("workspace misaligned", fxa_check_run(with_v, &a, ws + 8, heads, sizeof *heads),
+                   FXA_ERR_INVALID_ARG, heads, "aligned");
+    expect_refusal("args NULL", fxa_check_run(with_v, NULL, ws, heads, sizeof *heads),
+                   FXA_ERR_INVALID_ARG, heads, "NULL");
+    fxa_attn_args small = a;
+    small.struct_size = 4;
+    expect_refusal("args struct_size 4", fxa_check_run(with_v, &small, ws, heads, sizeof *heads),
+                   FXA_ERR_INVALID_ARG, heads, "fxa_attn_args.struct_size");
+    /* The workspace over Q (a copy, so that the check reads what it wrote). */
+    float *q = aligned_alloc(64, (sizeof g_q + bytes_v + 63) & ~(size_t)63);
+    memcpy(q, g_q, sizeof g_q);
+    a.q = q;
+    expect_refusal("workspace over Q", fxa_check_run(with_v, &a, q, heads, sizeof *heads),
+                   FXA_ERR_INVALID_ARG, heads, "overlaps");
+    fxa_check_head *over_q = (fxa_check_head *)(void *)q;
+    CHECK(fxa_check_run(with_v, &a, ws, over_q, sizeof *heads) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "overlaps") != NULL &&
+              memcmp(q, g_q, sizeof g_q) == 0,
+          "heads_out over Q: %s", fxa_ctx_last_error(g_ctx));
+    free(q);
+    /* Plan refusals: a struct_size out of range, no attention descriptor,
+     * has_v neither 0 nor 1. */
+    fxa_check_plan *plan = (fxa_check_plan *)&cd;
+    size_t got_bytes = 0;
+    cd.has_v = 1;
+    cd.struct_size = sizeof cd - 1;
+    CHECK(fxa_check_plan_create(g_ctx, &cd, &plan, &got_bytes) == FXA_ERR_INVALID_ARG &&
+              plan == NULL && strstr(fxa_ctx_last_error(g_ctx), "fxa_check_desc.struct_size"),
+          "check desc struct_size - 1: %s", fxa_ctx_last_error(g_ctx));
+    cd.struct_size = sizeof cd;
+    cd.attn = NULL;
+    CHECK(fxa_check_plan_create(g_ctx, &cd, &plan, &got_bytes) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "attn is NULL"),
+          "check desc attn NULL: %s", fxa_ctx_last_error(g_ctx));
+    cd.attn = &d;
+    cd.has_v = 2;
+    CHECK(fxa_check_plan_create(g_ctx, &cd, &plan, &got_bytes) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "has_v"),
+          "check desc has_v 2: %s", fxa_ctx_last_error(g_ctx));
+    free(ws);
+    fxa_check_plan_destroy(with_v);
+    fxa_check_plan_destroy(no_v);
+}
+
+/* One plan, runs on two inputs: each the report of its own fresh plan;
+ * fxa_attn_check gives the same bits in one call. */
+static void test_plan_reuse(void)
+{
+    fxa_attn_desc d;
+    init_desc(&d, FXA_F32);
+    fxa_check_desc cd;
+    fxa_check_desc_init(&cd);
+    cd.attn = &d;
+    cd.sample_rows = 7;
+    fxa_check_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_check_plan_create(g_ctx, &cd, &plan, &bytes) == FXA_OK && plan && bytes > 0,
+          "plan: %s", fxa_ctx_last_error(g_ctx));
+    void *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    float *q2 = malloc(sizeof g_q);
+    for (size_t i = 0; i < NQ; i++)
+        q2[i] = -0.5f * g_q[i];
+    const void *qs[3] = {g_q, q2, g_q};
+    for (int r = 0; r < 3; r++) {
+        fxa_check_head got[HQ], want[HQ], once[HQ];
+        const fxa_attn_args a = {.struct_size = sizeof a, .q = qs[r], .k = g_k, .v = g_v};
+        memset(got, 0xa5, sizeof got);
+        CHECK(fxa_check_run(plan, &a, ws, got, sizeof *got) == FXA_OK, "run %d: %s", r,
+              fxa_ctx_last_error(g_ctx));
+        CHECK(check(g_ctx, &d, qs[r], g_k, g_v, 7, want) == FXA_OK, "fresh plan %d: %s", r,
+              fxa_ctx_last_error(g_ctx));
+        CHECK(memcmp(got, want, sizeof got) == 0, "run %d of one plan differs from a fresh plan",
+              r);
+        CHECK(fxa_attn_check(g_ctx, &d, qs[r], g_k, g_v, 7, once, sizeof *once) == FXA_OK &&
+                  memcmp(once, want, sizeof once) == 0,
+              "fxa_attn_check %d differs from the plan: %s", r, fxa_ctx_last_error(g_ctx));
+    }
+    free(q2);
+    free(ws);
+    fxa_check_plan_destroy(plan);
+}
+
 static void test_refusals(void)
 {
     fxa_attn_desc d;
@@ -470,7 +607,7 @@ static void test_refusals(void)
     for (int i = 0; i < 3; i++) {
         char label[64];
         snprintf(label, sizeof label, "head_struct_size %zu", bad[i]);
-        expect_refusal(label, fxa_attn_check(g_ctx, &d, g_q, g_k, g_v, 0, heads, bad[i]),
+        expect_refusal(label, check_sized(g_ctx, &d, g_q, g_k, g_v, 0, heads, bad[i]),
                        FXA_ERR_INVALID_ARG, heads, "fxa_check_head.struct_size");
     }
     float *q = malloc(sizeof g_q), *k = malloc(sizeof g_k);
@@ -506,6 +643,7 @@ static void test_refusals(void)
     e.struct_size = 3;
     expect_refusal("desc struct_size 3", check(g_ctx, &e, g_q, g_k, g_v, 0, heads),
                    FXA_ERR_INVALID_ARG, heads, "fxa_attn_desc.struct_size");
+    test_run_refusals(heads);
     /* A good call after the refusals clears the message. */
     CHECK(check(g_ctx, &d, g_q, g_k, g_v, 0, heads) == FXA_OK && *fxa_ctx_last_error(g_ctx) == 0,
           "good call after refusals: %s", fxa_ctx_last_error(g_ctx));
@@ -535,6 +673,7 @@ int main(void)
     test_against_fp64();
     test_strides_threads();
     test_bf16_as_widened();
+    test_plan_reuse();
     test_refusals();
     fxa_ctx_destroy(g_ctx);
     fxa_ctx_destroy(g_ctx1);

@@ -13,6 +13,12 @@
  *    fxa_attn_run, fxa_attn_bounds and fxa_attn_acc_finish.
  *  - fxa_attn_args and fxa_ctx_params: smaller than 0.1 or larger than now
  *    refused with a message naming the struct.
+ *  - Every versioned struct at its first version's size, inside a larger
+ *    buffer whose bytes past that size are a canary: fxa_ctx_params,
+ *    fxa_attn_args, fxa_check_desc (inputs: accepted, the canary neither
+ *    read into the result nor written) and fxa_check_head (an output array
+ *    of first-version heads: each head's fields that fit, nothing past
+ *    the last one). fxa_check_desc sizes out of range are refused.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -20,6 +26,7 @@
 
 #include "core/struct_size.h"
 #include "fxattn.h"
+#include "fxattn_diag.h"
 #include "testutil.h"
 
 enum { B = 1, H = 2, S = 40, D = 16 };
@@ -194,6 +201,111 @@ static void test_args_and_params(void)
     }
 }
 
+/* 1 when buf[from..to) all hold byte c. */
+static int canary_intact(const unsigned char *buf, size_t from, size_t to, unsigned char c)
+{
+    for (size_t i = from; i < to; i++)
+        if (buf[i] != c)
+            return 0;
+    return 1;
+}
+
+/* Inputs at their first version's size, a canary past it. */
+static void test_first_inputs(void)
+{
+    static float ref[N], out[N];
+    fxa_attn_desc d;
+    init_desc(&d);
+    CHECK(run(&d, ref, NULL, 0) == FXA_OK, "reference: %s", fxa_ctx_last_error(g_ctx));
+    unsigned char buf[256];
+    /* fxa_ctx_params */
+    const size_t p01 = FXA_CTX_PARAMS_SIZE_0_1;
+    fxa_ctx_params p;
+    fxa_ctx_params_init(&p);
+    p.n_threads = 3;
+    memset(buf, 0xa5, sizeof buf);
+    memcpy(buf, &p, p01);
+    memcpy(buf, &p01, sizeof p01);
+    fxa_ctx *ctx = NULL;
+    CHECK(fxa_ctx_create((const fxa_ctx_params *)(const void *)buf, &ctx) == FXA_OK &&
+              fxa_ctx_threads(ctx) == 3,
+          "0.1 ctx params: %s", fxa_ctx_create_error());
+    CHECK(canary_intact(buf, p01, sizeof buf, 0xa5), "0.1 ctx params: bytes past it written");
+    fxa_ctx_destroy(ctx);
+    /* fxa_attn_args */
+    const size_t a01 = FXA_ATTN_ARGS_SIZE_0_1;
+    const fxa_attn_args a = {.struct_size = a01, .q = g_q, .k = g_k, .v = g_v, .out = out};
+    memset(buf, 0xa5, sizeof buf);
+    memcpy(buf, &a, a01);
+    fxa_attn_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws_bytes) == FXA_OK, "plan");
+    void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
+    memset(out, 0, sizeof out);
+    CHECK(fxa_attn_run(plan, (const fxa_attn_args *)(const void *)buf, ws, NULL) == FXA_OK &&
+              memcmp(out, ref, sizeof out) == 0,
+          "0.1 args: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(canary_intact(buf, a01, sizeof buf, 0xa5), "0.1 args: bytes past it written");
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+    /* fxa_check_desc: its first version is 0.3's. */
+    const size_t c03 = FXA_CHECK_DESC_SIZE_0_3;
+    fxa_check_desc cd;
+    fxa_check_desc_init(&cd);
+    cd.attn = &d;
+    memset(buf, 0xa5, sizeof buf);
+    memcpy(buf, &cd, c03);
+    memcpy(buf, &c03, sizeof c03);
+    fxa_check_plan *check = NULL;
+    CHECK(fxa_check_plan_create(g_ctx, (const fxa_check_desc *)(const void *)buf, &check,
+                                &ws_bytes) == FXA_OK,
+          "0.3 check desc: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(canary_intact(buf, c03, sizeof buf, 0xa5), "0.3 check desc: bytes past it written");
+    fxa_check_plan_destroy(check);
+    const size_t bad[3] = {c03 - 1, 0, sizeof(fxa_check_desc) + 1};
+    for (int i = 0; i < 3; i++) {
+        cd.struct_size = bad[i];
+        check = (fxa_check_plan *)&cd;
+        CHECK(fxa_check_plan_create(g_ctx, &cd, &check, &ws_bytes) == FXA_ERR_INVALID_ARG &&
+                  !check && strstr(fxa_ctx_last_error(g_ctx), "fxa_check_desc.struct_size") != NULL,
+              "check desc struct_size %zu: '%s'", bad[i], fxa_ctx_last_error(g_ctx));
+    }
+}
+
+/* fxa_check_head outputs at the first version's size: each head's fields,
+ * its struct_size set, a canary after the last head untouched. */
+static void test_first_heads(void)
+{
+    fxa_attn_desc d;
+    init_desc(&d);
+    fxa_check_desc cd;
+    fxa_check_desc_init(&cd);
+    cd.attn = &d;
+    fxa_check_plan *check = NULL;
+    size_t ws_bytes = 0;
+    CHECK(fxa_check_plan_create(g_ctx, &cd, &check, &ws_bytes) == FXA_OK, "check plan: %s",
+          fxa_ctx_last_error(g_ctx));
+    void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
+    const fxa_attn_args a = {.struct_size = sizeof a, .q = g_q, .k = g_k, .v = g_v};
+    fxa_check_head full[H];
+    CHECK(fxa_check_run(check, &a, ws, full, sizeof full[0]) == FXA_OK, "check: %s",
+          fxa_ctx_last_error(g_ctx));
+    const size_t h02 = FXA_CHECK_HEAD_SIZE_0_2;
+    unsigned char buf[H * sizeof(fxa_check_head) + 64];
+    memset(buf, 0xcd, sizeof buf);
+    CHECK(fxa_check_run(check, &a, ws, (fxa_check_head *)(void *)buf, h02) == FXA_OK,
+          "0.2 heads: %s", fxa_ctx_last_error(g_ctx));
+    for (int h = 0; h < H; h++) {
+        fxa_check_head got;
+        memcpy(&got, buf + (size_t)h * h02, h02);
+        full[h].struct_size = h02;
+        CHECK(memcmp(&got, &full[h], h02) == 0, "0.2 head %d differs from the full one's", h);
+    }
+    CHECK(canary_intact(buf, H * h02, sizeof buf, 0xcd), "0.2 heads: bytes past the last written");
+    free(ws);
+    fxa_check_plan_destroy(check);
+}
+
 int main(void)
 {
     fxa_ctx_params p;
@@ -211,6 +323,8 @@ int main(void)
     test_desc();
     test_stats();
     test_args_and_params();
+    test_first_inputs();
+    test_first_heads();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_struct_size");
 }

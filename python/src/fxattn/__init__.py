@@ -24,12 +24,32 @@ from ._lib import (
     UnsupportedError,
 )
 from ._lib import core as _core
-from .attention import attention
-from .check import CheckReport, check
+from ._attention import attention
+from ._check import CheckReport, check
 
-__version__ = "0.2.0"
 #: The C library's version (the same as __version__ in a consistent install).
 library_version = _core.fxa_version().decode()
+
+
+def _package_version() -> str:
+    """The version has one source, project(VERSION) in the top CMakeLists.txt:
+    the C library is configured from it (fxa_version) and the wheel's
+    metadata reads it (pyproject.toml's dynamic version). The installed
+    distribution's version when it is this very package, else (a source
+    tree on PYTHONPATH) the C library's."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        dist = metadata.distribution("fxattn")
+        if Path(str(dist.locate_file("fxattn/__init__.py"))).resolve() == Path(__file__).resolve():
+            return dist.version
+    except (metadata.PackageNotFoundError, OSError):
+        pass
+    return library_version
+
+
+__version__ = _package_version()
 
 
 def available_cpus() -> int:

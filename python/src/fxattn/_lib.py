@@ -155,6 +155,44 @@ class AttnArgs(ctypes.Structure):
     ]
 
 
+class CheckHead(ctypes.Structure):
+    _c_name_ = "fxa_check_head"
+    _fields_ = [("struct_size", c_size_t)]
+    _fields_ += [
+        (name, c_double)
+        for name in (
+            "q_norm_min",
+            "q_norm_median",
+            "q_norm_max",
+            "k_norm_max",
+            "k_radius_centered",
+            "vmax",
+            "bound_median",
+            "bound_max",
+            "bound_raw_median",
+            "bound_raw_max",
+            "fallback_share_centered",
+            "fallback_share_raw",
+            "overshoot_median",
+            "overshoot_max",
+            "overshoot_raw_median",
+            "overshoot_raw_max",
+        )
+    ]
+    _fields_ += [(n, c_int64) for n in ("rows", "fallback_rows_centered", "fallback_rows_raw", "sampled_rows")]
+    _fields_ += [(n, c_int) for n in ("c", "gate", "gate_centered")]
+
+
+class CheckDesc(ctypes.Structure):
+    _c_name_ = "fxa_check_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("attn", POINTER(AttnDesc)),
+        ("sample_rows", c_int),
+        ("has_v", c_int),
+    ]
+
+
 def new(struct_type, **fields):
     """A struct of struct_type with struct_size set and the given fields."""
     s = struct_type(**fields)
@@ -212,6 +250,9 @@ _d(core, "fxa_attn_plan_destroy", None, c_void_p)
 _d(core, "fxa_attn_run", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(AttnStats))
 _d(core, "fxa_attn_bounds", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(AttnStats))
 _d(core, "fxa_attn_flops", c_double, POINTER(AttnDesc))
+_d(core, "fxa_check_plan_create", c_int, c_void_p, POINTER(CheckDesc), POINTER(c_void_p), POINTER(c_size_t))
+_d(core, "fxa_check_run", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(CheckHead), c_size_t)
+_d(core, "fxa_check_plan_destroy", None, c_void_p)
 _d(core, "fxa_f32_to_bf16", c_uint16, ctypes.c_float)
 _d(core, "fxa_bf16_to_f32", ctypes.c_float, c_uint16)
 

@@ -16,7 +16,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int64, c_size_t, c_void
 
 from mpi4py import MPI
 
-from . import _lib
+from . import _gridlib, _lib
 
 if not MPI.Get_library_version().startswith("Open MPI"):
     raise ImportError(
@@ -86,3 +86,4 @@ _d(mpi, "fxa_mpi_agree", c_int, c_void_p, c_int, c_char_p)
 _d(mpi, "fxa_mpi_attn_plan_create", c_int, c_void_p, POINTER(_lib.AttnDesc), POINTER(c_void_p))
 _d(mpi, "fxa_mpi_attn_plan_destroy", None, c_void_p)
 _d(mpi, "fxa_mpi_attn_run", c_int, c_void_p, POINTER(_lib.AttnArgs), POINTER(MpiStats))
+_d(mpi, "fxa_mpi_grid_plan", c_int, c_void_p, POINTER(_gridlib.GridModel), POINTER(_gridlib.GridTime))

@@ -62,17 +62,17 @@ class ShardedWanAttnProcessor:
     the attention over the whole sequence through fxattn.mpi.attention."""
 
     def __init__(self, comm, ulysses=1, ring=None, threads=None, prefetch=1, timeout=None, placement="hosts",
-                 **options):
+                 grid=None, **options):
         self.comm = comm
         self.placement = placement
         self.timeout = timeout
-        self.kwargs = dict(ulysses=ulysses, ring=ring, threads=threads, prefetch=prefetch, timeout=timeout,
-                           placement=placement, **options)
+        self.kwargs = dict(ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch,
+                           timeout=timeout, placement=placement, **options)
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
             raise NotImplementedError("ShardedWanAttnProcessor runs self-attention without a mask only")
-        from .diffusers import heads_qkv  # imported here: fxattn.diffusers imports this module on demand
+        from ._wan_qkv import heads_qkv  # imported here: torch and diffusers on first use
 
         query, key, value = heads_qkv(attn, hidden_states, None, rotary_emb)
         out = _fm.attention(query, key, value, self.comm, layout="bshd", out_dtype=query.dtype, **self.kwargs)
@@ -146,7 +146,7 @@ class Parallelized:
         self.remove()
 
 
-def parallelize(transformer, comm, *, ulysses=1, ring=None, threads=None, prefetch=1, timeout=None,
+def parallelize(transformer, comm, *, ulysses=1, ring=None, grid=None, threads=None, prefetch=1, timeout=None,
                 placement="hosts", **options):
     """Sequence-parallel forward of a diffusers WanTransformer3DModel over comm.
 
@@ -154,7 +154,9 @@ def parallelize(transformer, comm, *, ulysses=1, ring=None, threads=None, prefet
     hooks on transformer.rope, its blocks and norm_out and replaces every
     block's attn1 processor with a ShardedWanAttnProcessor
     (fxattn.mpi.attention on a U x R grid: ulysses=U, ring=R, R None:
-    P // U; placement: "hosts" or "ranks", as fxattn.mpi.rank). Every rank
+    P // U, or grid="auto": the planner's grid for each attention shape,
+    fxattn.mpi.plan; placement: "hosts" or "ranks", as fxattn.mpi.rank).
+    Every rank
     must then call the forward collectively with the
     same inputs; each returns the whole output, equal to one process's
     within fp32 rounding. options (scale, mode, center, compute) go to
@@ -163,6 +165,6 @@ def parallelize(transformer, comm, *, ulysses=1, ring=None, threads=None, prefet
     """
     if not (hasattr(transformer, "rope") and hasattr(transformer, "blocks") and hasattr(transformer, "norm_out")):
         raise TypeError(f"parallelize takes a diffusers WanTransformer3DModel, not {type(transformer).__name__}")
-    proc = ShardedWanAttnProcessor(comm, ulysses=ulysses, ring=ring, threads=threads, prefetch=prefetch,
+    proc = ShardedWanAttnProcessor(comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch,
                                    timeout=timeout, placement=placement, **options)
     return Parallelized(transformer, comm, proc)

@@ -13,7 +13,7 @@ from typing import Tuple
 import torch
 
 from . import _arrays, _lib
-from .attention import Options, lse_shape, operands, run
+from ._attn_core import Options, lse_shape, operands, run
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -18,12 +18,13 @@ import weakref
 
 import numpy as np
 import torch
-from diffusers.models.transformers.transformer_wan import _get_added_kv_projections, _get_qkv_projections
+from diffusers.models.transformers.transformer_wan import _get_added_kv_projections
 
 import fxattn as _fx
 
 from . import _wanlib
 from . import wan as _wan
+from ._wan_qkv import heads_qkv
 
 __all__ = ["WanAttnProcessor", "rope_grid"]
 
@@ -87,17 +88,6 @@ def _modules_reason(attn) -> str:
     return ""
 
 
-def _apply_rotary_emb(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
-    """Diffusers' Wan RoPE on interleaved pairs (2i, 2i+1), verbatim."""
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-    cos = freqs_cos[..., 0::2]
-    sin = freqs_sin[..., 1::2]
-    out = torch.empty_like(x)
-    out[..., 0::2] = x1 * cos - x2 * sin
-    out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(x)
-
-
 def _bands(head_dim: int):
     """Pairs per RoPE band (t, h, w): fxa_wan_rope_bands' split, which is
     diffusers' WanRotaryPosEmbed split (h_dim = w_dim = 2 (D // 6))."""
@@ -141,20 +131,6 @@ def rope_grid(rotary_emb, tokens: int):
     return f, h, w
 
 
-def heads_qkv(attn, hidden_states, context, rotary_emb):
-    """Q, K, V [B, S, heads, D] of a WanAttention as diffusers' processor
-    makes them: its projections (fused or not), norm_q/norm_k, and the RoPE
-    of rotary_emb (None: none) on Q and K. context: the K/V source (None:
-    hidden_states)."""
-    query, key, value = _get_qkv_projections(attn, hidden_states, context)
-    query, key = attn.norm_q(query), attn.norm_k(key)
-    query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))
-    if rotary_emb is not None:
-        query = _apply_rotary_emb(query, *rotary_emb)
-        key = _apply_rotary_emb(key, *rotary_emb)
-    return query, key, value
-
-
 class WanAttnProcessor:
     """diffusers' WanAttnProcessor with fxattn's attention (CPU tensors).
 
@@ -192,7 +168,7 @@ class WanAttnProcessor:
     GFLOP/s), diffusers' default 31.1 s (38.6 GFLOP/s), so auto is fused.
     On a 2-core Zen 5 EPYC (AVX512-BF16), same layer, medians of 3
     interleaved rounds: fp32 fused 3.11 s vs diffusers' default 8.32 s
-    (2.68x), bf16 fused 1.70 s vs default 3.90 s (2.30x; bench/RESULTS.md).
+    (2.68x), bf16 fused 1.70 s vs default 3.90 s (2.30x; bench/results/zen5.md).
     threads: fxattn's worker threads (None: the CPUs available).
     .calls counts the calls, .fused_calls those that ran the fused layer.
     """

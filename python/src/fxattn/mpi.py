@@ -36,12 +36,12 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import _arrays, _check_args, _lib
+from . import _arrays, _check_args, _gridlib, _lib
 from ._context import context
 from ._mpilib import MPI, PLACE_HOSTS, PLACE_RANKS, MpiParams, comm_handle, mpi
-from .attention import Options, descriptor, lse_shape
+from ._attn_core import Options, descriptor, lse_shape, numpy_bf16
 
-__all__ = ["attention", "shard", "rank", "default_threads", "release"]
+__all__ = ["attention", "plan", "GridPlan", "Link", "shard", "rank", "default_threads", "release"]
 
 _PLAN_CACHE = 16
 _lock = threading.RLock()
@@ -222,10 +222,209 @@ def release(comm=None) -> None:
         if key is None:
             _default_threads.clear()
             _grid.clear()
+            _auto_picks.clear()
         else:
             _default_threads.pop(key, None)
-            for k in [k for k in _grid if k[0] == key]:
-                del _grid[k]
+            for cache in (_grid, _auto_picks):
+                for k in [k for k in cache if k[0] == key]:
+                    del cache[k]
+
+
+# ---- the planner ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """A link of the cost model: latency (seconds per message), bandwidth
+    (bytes per second out of one host between hosts, out of one rank inside
+    a host) and the CPU seconds a rank spends per byte it sends or receives."""
+
+    latency_seconds: float
+    bytes_per_second: float
+    cpu_seconds_per_byte: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPlan:
+    """What fxattn.mpi.plan chose and why (fxa_mpi_grid_plan).
+
+    ulysses, ring: the fastest grid; seconds, compute_seconds, comm_seconds:
+    its predicted time of one call (the slowest rank's); grids: every
+    (ulysses, ring, seconds, compute_seconds, comm_seconds) of the ranks,
+    ulysses ascending, and allgather the all-gather alternative's
+    (seconds, compute_seconds, comm_seconds); the model: ranks, hosts,
+    rank_flops (FLOP/s of one rank), inter and intra (Link), call_seconds,
+    and measured: the names of what this job measured ("inter", "inter_cpu",
+    "intra", "intra_cpu", "compute", "call"); uneven_hosts: the job's hosts
+    run different numbers of ranks (the model assumes P / N on each)."""
+
+    ulysses: int
+    ring: int
+    seconds: float
+    compute_seconds: float
+    comm_seconds: float
+    grids: tuple
+    allgather: tuple
+    ranks: int
+    hosts: int
+    rank_flops: float
+    inter: Link
+    intra: Link
+    call_seconds: float
+    measured: frozenset
+    uneven_hosts: bool
+
+
+_MEASURED = (("inter", _gridlib.MEASURE_INTER), ("inter_cpu", _gridlib.MEASURE_INTER_CPU),
+             ("intra", _gridlib.MEASURE_INTRA), ("intra_cpu", _gridlib.MEASURE_INTRA_CPU),
+             ("compute", _gridlib.MEASURE_COMPUTE), ("call", _gridlib.MEASURE_CALL))
+
+
+def _link(name: str, value) -> Link:
+    if not isinstance(value, Link):
+        raise _bad(f"{name} must be None (measured) or an fxattn.mpi.Link, not {type(value).__name__}")
+    _check_args.positive_real(f"{name}.bytes_per_second", value.bytes_per_second)
+    for field in ("latency_seconds", "cpu_seconds_per_byte"):
+        x = getattr(value, field)
+        if x != 0:
+            _check_args.positive_real(f"{name}.{field}", x)
+    return value
+
+
+def _grid_model(seq, heads, head_dim, dtype, ranks, hosts, rank_gflops, inter, intra, ulysses_groups,
+                measure_call) -> _gridlib.GridModel:
+    """The fxa_grid_model of plan()'s arguments (local; may raise)."""
+    m = _gridlib.GridModel()
+    _lib.core.fxa_grid_model_init(ctypes.byref(m))
+    m.seq = _check_args.integer("seq", seq, 1, _check_args.INT64_MAX)
+    m.heads = _check_args.integer("heads", heads, 1, _check_args.INT64_MAX)
+    m.head_dim = _check_args.integer("head_dim", head_dim, 1, _check_args.INT64_MAX)
+    try:
+        m.dtype = _arrays.dtype_code(dtype)
+    except _lib.InvalidArgumentError:
+        raise _bad(f"dtype {dtype!r} is not float32, bfloat16 or float16") from None
+    m.ranks = 0 if ranks is None else _check_args.integer("ranks", ranks, 1, 4096)
+    m.hosts = 0 if hosts is None else _check_args.integer("hosts", hosts, 1, 4096)
+    m.ulysses_groups = _check_args.integer("ulysses_groups", ulysses_groups, 1, 64)
+    measure = _gridlib.MEASURE_ALL
+    if rank_gflops is not None:
+        m.rank_flops = _check_args.positive_real("rank_gflops", rank_gflops) * 1e9
+        measure &= ~_gridlib.MEASURE_COMPUTE
+    for name, value, bits in (("inter", inter, _gridlib.MEASURE_INTER | _gridlib.MEASURE_INTER_CPU),
+                              ("intra", intra, _gridlib.MEASURE_INTRA | _gridlib.MEASURE_INTRA_CPU)):
+        if value is not None:
+            link = _link(name, value)
+            setattr(m, name, _gridlib.GridLink(link.latency_seconds, link.bytes_per_second,
+                                               link.cpu_seconds_per_byte))
+            measure &= ~bits
+    if not _check_args.boolean("measure_call", measure_call):
+        measure &= ~_gridlib.MEASURE_CALL
+    m.measure = measure
+    return m
+
+
+def _agree_local(comm, local_error, timeout: float, what: str) -> None:
+    """Every rank raises the lowest failing rank's local error (one
+    allgather under the deadline)."""
+    for r, err in enumerate(allgather_object(comm, local_error, timeout, what)):
+        if err is not None:
+            cls, status, message = err
+            raise cls(f"rank {r}: {message}", status)
+
+
+def _local_error(e: Exception):
+    if isinstance(e, _lib.FxattnError):
+        return (type(e), e.status, str(e))
+    return (_lib.InvalidArgumentError, _lib.INVALID_ARG, f"{type(e).__name__}: {e}")
+
+
+def _grid_plan(model: _gridlib.GridModel, best: _gridlib.GridTime) -> GridPlan:
+    """The GridPlan of a planned model (every grid costed locally)."""
+    grids = []
+    for u in range(1, model.ranks + 1):
+        if model.ranks % u == 0:
+            t = _lib.new(_gridlib.GridTime)
+            _lib.core.fxa_grid_cost(ctypes.byref(model), u, model.ranks // u, ctypes.byref(t), None, 0)
+            grids.append((t.ulysses, t.ring, t.seconds, t.compute_seconds, t.comm_seconds))
+    ag = _lib.new(_gridlib.GridTime)
+    _lib.core.fxa_grid_cost(ctypes.byref(model), 0, 0, ctypes.byref(ag), None, 0)
+
+    def link(x):
+        return Link(x.latency_seconds, x.bytes_per_second, x.cpu_seconds_per_byte)
+
+    return GridPlan(
+        ulysses=best.ulysses, ring=best.ring, seconds=best.seconds, compute_seconds=best.compute_seconds,
+        comm_seconds=best.comm_seconds, grids=tuple(grids),
+        allgather=(ag.seconds, ag.compute_seconds, ag.comm_seconds), ranks=model.ranks, hosts=model.hosts,
+        rank_flops=model.rank_flops, inter=link(model.inter), intra=link(model.intra),
+        call_seconds=model.call_seconds,
+        measured=frozenset(name for name, bit in _MEASURED if model.measure & bit),
+        uneven_hosts=bool(model.measure & _gridlib.UNEVEN_HOSTS),
+    )
+
+
+def plan(
+    comm,
+    seq,
+    heads,
+    head_dim,
+    *,
+    dtype="float32",
+    ranks=None,
+    hosts=None,
+    rank_gflops=None,
+    inter=None,
+    intra=None,
+    ulysses_groups=4,
+    measure_call=True,
+    threads=None,
+    timeout=None,
+    placement="hosts",
+) -> GridPlan:
+    """Collective: which U x R grid to run attention of this shape on
+    (libfxattn_mpi's planner, fxa_mpi_grid_plan; the model in
+    docs/cluster.md).
+
+    seq, heads, head_dim, dtype: the global problem (self-attention, S
+    tokens, H heads). ranks, hosts: P and N of the model (None: this job's
+    comm size and host count). rank_gflops: one rank's compute rate (None:
+    measured by every rank at once on `threads` threads, the slowest
+    rank's). inter, intra: the links between hosts and inside a host as
+    fxattn.mpi.Link (None: measured by a ping-pong on this job where it has
+    such a link, else the library's assumption: 10 Gbit/s and 20 us, 100
+    Gbit/s and 1 us). ulysses_groups: the head groups pure Ulysses
+    pipelines by. measure_call: measure the fixed cost of one call.
+    timeout, placement: as attention()'s. Every rank must pass the same
+    arguments (threads may differ). Returns a GridPlan, the same on every
+    rank; attention(..., grid="auto") plans with this and runs its choice.
+    """
+    comm_handle(comm)
+    seconds, local_error, model = 60.0, None, None
+    try:
+        seconds = timeout_seconds(timeout)
+        model = _grid_model(seq, heads, head_dim, dtype, ranks, hosts, rank_gflops, inter, intra,
+                            ulysses_groups, measure_call)
+        _placement_code(placement)
+        n_threads = _check_args.threads(threads) if threads is not None else 0
+    except (_lib.FxattnError, TypeError, ValueError) as e:
+        local_error = _local_error(e)
+    _agree_local(comm, local_error, seconds, "fxattn.mpi.plan's arguments")
+    return _plan_model(comm, model, n_threads or default_threads(comm), seconds, placement)
+
+
+def _plan_model(comm, model, n_threads: int, seconds: float, placement: str) -> GridPlan:
+    """Collective: fxa_mpi_grid_plan on the ring of comm's ranks."""
+    ctx = context(n_threads)
+    size = comm.Get_size()
+    key = (_comm_key(comm), 1, size, 1, seconds, placement, n_threads)
+    best = _lib.new(_gridlib.GridTime)
+    with _lock, ctx.lock:
+        h = _handles.get(key)
+        if h is None:
+            h = _handles[key] = _Handle(comm, ctx, 1, size, 1, seconds, _placement_code(placement))
+        status = mpi.fxa_mpi_grid_plan(h.handle, ctypes.byref(model), ctypes.byref(best))
+        _lib.raise_status(status, h.last_error())
+    return _grid_plan(model, best)
 
 
 # ---- attention ---------------------------------------------------------------
@@ -320,6 +519,35 @@ def _agreed_float16(comm, out32, timeout: float):
     return out16
 
 
+def _auto_grid(grid, ulysses, ring) -> bool:
+    """True for grid="auto" (local; raises for another value, or with
+    ulysses or ring)."""
+    if grid is None:
+        return False
+    if not isinstance(grid, str) or grid != "auto":
+        raise _bad(f"grid must be None or 'auto' (the planner's choice), not {grid!r}")
+    if ulysses != 1 or ring is not None:
+        raise _bad("grid='auto' picks ulysses and ring: give one or the other")
+    return True
+
+
+_auto_picks: dict[tuple, tuple] = {}
+
+
+def _auto_pick(comm, seq: int, d: _lib.AttnDesc, n_threads: int, seconds: float, placement: str) -> tuple:
+    """Collective on the first call per communicator, shape, dtype and
+    placement (every rank makes the same cache decision): the planner's
+    (U, R), cached after."""
+    key = (_comm_key(comm), seq, d.heads_q, d.head_dim, d.dtype, placement)
+    with _lock:
+        if key not in _auto_picks:
+            model = _grid_model(seq, d.heads_q, d.head_dim, _DTYPE_NAMES[d.dtype], None, None, None, None,
+                                None, 4, True)
+            p = _plan_model(comm, model, n_threads, seconds, placement)
+            _auto_picks[key] = (p.ulysses, p.ring)
+        return _auto_picks[key]
+
+
 def attention(
     q,
     k,
@@ -328,6 +556,7 @@ def attention(
     *,
     ulysses=1,
     ring=None,
+    grid=None,
     scale=None,
     layout="bshd",
     mode="auto",
@@ -349,7 +578,11 @@ def attention(
     placement), size)[1] (for q and for k/v separately). comm: an mpi4py
     communicator of P = U * R ranks. placement: "hosts" (Ulysses rows inside
     a host, the ring across hosts; see rank()) or "ranks" (comm's order).
-    ulysses: U; ring: R (None: P // U). prefetch: ring blocks in flight;
+    ulysses: U; ring: R (None: P // U). grid="auto": the planner's U x R
+    for this shape on this job (fxattn.mpi.plan, its links and compute
+    measured on the first call per communicator, shape, dtype and
+    placement, cached after; give ulysses and ring or grid, not both).
+    prefetch: ring blocks in flight;
     timeout: seconds without progress from a peer, in the agreement on
     options and shards as in the library's exchanges, before
     fxattn.PeerTimeoutError (None: $FXA_MPI_TIMEOUT or 60; after a timeout
@@ -372,8 +605,11 @@ def attention(
         seconds = 60.0  # the agreement's deadline; _prepare's error is raised after it
     try:
         return_lse = _check_args.boolean("return_lse", return_lse)
+        auto = _auto_grid(grid, ulysses, ring)
         prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype)
         _, _, _, d, _, info = prepared
+        if auto:  # ranks agree on "auto", not on the placeholder grid
+            info = info[:-1] + (("auto", "auto") + info[-1][2:],)
         seq_q, seq_kv = d.seq_q, d.seq_kv
     except _lib.FxattnError as e:
         local_error = (type(e), e.status, str(e))
@@ -383,6 +619,8 @@ def attention(
     opts, (u, r, pf, to, pl), (qo, ko, vo), d, out_code, _ = prepared
 
     n_threads = opts.threads or default_threads(comm)
+    if info[-1][0] == "auto":
+        u, r = _auto_pick(comm, skv, d, n_threads, seconds, pl)
     ctx = context(n_threads)
     key = (_comm_key(comm), u, r, pf, to, pl, n_threads)
     d.seq_q, d.seq_kv = sq, skv
@@ -417,8 +655,6 @@ def attention(
         if torch_in:
             out = out.to(torch.bfloat16)
         else:
-            from .attention import _numpy_bf16
-
-            out = out.astype(qo.obj.dtype if qo.dtype == _lib.BF16 else _numpy_bf16())
+            out = out.astype(qo.obj.dtype if qo.dtype == _lib.BF16 else numpy_bf16())
     return (out, lse) if return_lse else out
 

@@ -1,4 +1,4 @@
-"""Run under mpirun -np P with args U R: fxattn.diffusers.parallelize on a
+"""Run under mpirun -np P with args U R (or "auto auto": grid="auto"): fxattn.diffusers.parallelize on a
 tiny random WanTransformer3DModel (the same seeded weights and inputs on
 every rank) against one process's forward with diffusers' default processor
 (torch SDPA). Prints 'OK rank R err E tol T'; MPI_Abort on a mismatch.
@@ -30,6 +30,7 @@ rank, P = comm.Get_rank(), comm.Get_size()
 
 
 def main(u, r):
+    grid = dict(grid="auto") if u == "auto" else dict(ulysses=int(u), ring=int(r))
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = WanTransformer3DModel(
@@ -43,7 +44,7 @@ def main(u, r):
     t = torch.tensor([500])
     with torch.no_grad():
         ref = model(x, t, ctx, return_dict=False)[0]
-        handle = parallelize(model, comm, ulysses=u, ring=r, threads=1)
+        handle = parallelize(model, comm, threads=1, **grid)
         out = model(x, t, ctx, return_dict=False)[0]
         out2 = model(x, t, ctx, return_dict=False)[0]  # cached plans, same bytes
         handle.remove()
@@ -60,7 +61,7 @@ def main(u, r):
     # the attention really ran distributed: a rank's attn1 saw only its shard
     seen = []
     hook = model.blocks[0].attn1.register_forward_pre_hook(lambda m, a: seen.append(a[0].shape[1]))
-    with parallelize(model, comm, ulysses=u, ring=r, threads=1), torch.no_grad():
+    with parallelize(model, comm, threads=1, **grid), torch.no_grad():
         model(x, t, ctx, return_dict=False)
     hook.remove()
     from fxattn.mpi import shard
@@ -73,7 +74,7 @@ def main(u, r):
 
 if __name__ == "__main__":
     try:
-        main(int(sys.argv[1]), int(sys.argv[2]))
+        main(sys.argv[1], sys.argv[2])
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()

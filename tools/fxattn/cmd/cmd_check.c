@@ -5,8 +5,8 @@
  * without centring (from the library's own bound pass, so the prediction is
  * exactly what `attn` would do), and the overshoot of the bound over each
  * row's true maximum score on sampled rows. Base-2 units unless marked nats.
- * The report is libfxattn's fxa_attn_check (fxattn_diag.h); this file
- * prints it.
+ * The report is libfxattn's check plan (fxattn_diag.h); this file runs
+ * it and prints it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -74,6 +74,32 @@ static void print_json(const fxa_attn_desc *d, const fxa_check_head *hr, int has
     printf("]}\n");
 }
 
+/* The report of the loaded inputs into hr (Hq heads): a check plan, its
+ * workspace and one run. 0 or the exit code of a failure (printed). */
+static int run_report(fxa_ctx *ctx, const fxt_inputs *in, int has_v, fxa_check_head *hr)
+{
+    fxa_check_desc cd;
+    fxa_check_desc_init(&cd);
+    cd.attn = &in->d;
+    cd.has_v = has_v;
+    fxa_check_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    void *ws = NULL;
+    fxa_status st = fxa_check_plan_create(ctx, &cd, &plan, &ws_bytes);
+    if (st == FXA_OK && !(ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64))) {
+        fxa_check_plan_destroy(plan);
+        return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the check's workspace");
+    }
+    if (st == FXA_OK) {
+        const fxa_attn_args a = {
+            .struct_size = sizeof a, .q = in->q, .k = in->k, .v = has_v ? in->v : NULL};
+        st = fxa_check_run(plan, &a, ws, hr, sizeof(fxa_check_head));
+    }
+    free(ws);
+    fxa_check_plan_destroy(plan);
+    return st == FXA_OK ? 0 : fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
+}
+
 int fxt_cmd_check(int argc, char **argv)
 {
     check_opts o;
@@ -104,12 +130,8 @@ int fxt_cmd_check(int argc, char **argv)
         goto out;
     /* Without -v no V is passed (fxt_inputs_load's zeros are not data): vmax
      * reads 1 and C is that of Vmax 1, as for every caller without V. */
-    const fxa_status st =
-        fxa_attn_check(ctx, &in.d, in.q, in.k, o.v ? in.v : NULL, 0, hr, sizeof(fxa_check_head));
-    if (st != FXA_OK) {
-        code = fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
+    if ((code = run_report(ctx, &in, o.v != NULL, hr)))
         goto out;
-    }
     /* The overall shares: the mean of the heads' (every head has B Sq rows). */
     double share_c = 0.0;
     double share_r = 0.0;

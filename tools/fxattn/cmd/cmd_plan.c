@@ -15,6 +15,7 @@
 #include "cmd_opts.h"
 #include "commands.h"
 #include "plan.h"
+#include "runner.h"
 
 int fxt_cmd_plan(int argc, char **argv)
 {
@@ -33,19 +34,23 @@ int fxt_cmd_plan(int argc, char **argv)
     if (o.hosts > 0 && o.ranks % o.hosts)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "plan: --hosts %lld does not divide --ranks %lld",
                         (long long)o.hosts, (long long)o.ranks);
-    fxt_cost_model m;
+    fxa_grid_model m;
     fxt_plan_source src;
     if ((code = fxt_plan_model_from_opts(&o, &m, &src)))
         return code;
+    m.hosts = m.hosts > 0 ? m.hosts : 1;
     const int per_host = m.ranks / m.hosts;
     if (isnan(o.gflops)) {
-        fxa_dtype dtype;
-        fxt_parse_dtype(o.dtype, &dtype);
-        double node = 0.0;
-        if ((code = fxt_plan_measure_flops(&m, dtype, (int)o.threads, NULL, &node)) ||
-            (code = fxt_plan_measure_steps(&m, dtype, (int)o.threads, NULL)))
+        fxa_ctx *ctx = NULL;
+        if ((code = fxt_context(o.threads, &ctx)))
             return code;
-        m.rank_flops = node / per_host;
+        const fxa_status st = fxa_grid_measure(ctx, &m);
+        if (st != FXA_OK)
+            code = fxt_fail(fxt_exit_code(st), "plan: %s", fxa_ctx_last_error(ctx));
+        fxa_ctx_destroy(ctx);
+        if (code)
+            return code;
+        m.rank_flops /= per_host;
         for (int i = 0; i < m.n_step_rates; i++)
             m.step_flops[i] /= per_host;
         src.compute = "measured on this node, split among a host's ranks";
@@ -53,9 +58,5 @@ int fxt_cmd_plan(int argc, char **argv)
         m.rank_flops = o.gflops * 1e9 / per_host;
         src.compute = "--gflops split among a host's ranks";
     }
-    char err[200];
-    if (fxt_cost_model_check(&m, err, sizeof err))
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "plan: %s", err);
-    fxt_plan_print(&m, &src, o.json);
-    return FXT_EXIT_OK;
+    return fxt_plan_print(&m, &src, o.json, "plan");
 }

@@ -190,10 +190,12 @@ _Noreturn void fxt_world_abort(fxt_world *w, const char *msg)
     _exit(FXT_EXIT_FAILURE);
 }
 
-/* No progress for w->timeout seconds since start: end the job. */
-static void check_deadline(fxt_world *w, double start, const char *what)
+/* Wait with libfxattn_mpi's polling (fxa_mpi_wait_all); no progress for
+ * w->timeout seconds: end the job. An MPI error shows up in what the
+ * caller does next. */
+static void wait_or_abort(fxt_world *w, MPI_Request *r, const char *what, int spin)
 {
-    if (MPI_Wtime() - start <= w->timeout)
+    if (fxa_mpi_wait_all(1, r, w->timeout, spin) != FXA_ERR_TIMEOUT)
         return;
     char msg[300];
     snprintf(msg, sizeof msg, "rank %d: no progress from the other ranks for %g s (%s)", w->rank,
@@ -203,25 +205,12 @@ static void check_deadline(fxt_world *w, double start, const char *what)
 
 void fxt_world_wait(fxt_world *w, MPI_Request *r, const char *what)
 {
-    const double start = MPI_Wtime();
-    long us = 10;
-    for (;;) {
-        int done = 0;
-        if (MPI_Test(r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done)
-            return; /* an MPI error shows up in what the caller does next */
-        check_deadline(w, start, what);
-        const struct timespec ts = {0, us * 1000L};
-        nanosleep(&ts, NULL);
-        us = us < 1000 ? 2 * us : us;
-    }
+    wait_or_abort(w, r, what, 0);
 }
 
 void fxt_world_spin(fxt_world *w, MPI_Request *r, const char *what)
 {
-    const double start = MPI_Wtime();
-    int done = 0;
-    while (MPI_Test(r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
-        check_deadline(w, start, what);
+    wait_or_abort(w, r, what, 1);
 }
 
 void fxt_world_barrier(fxt_world *w, const char *what)

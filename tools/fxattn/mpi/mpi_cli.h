@@ -34,9 +34,10 @@ int fxt_world_init(fxt_world *w, double timeout);
 void fxt_world_guard(const char *what);
 void fxt_world_unguard(void);
 
-/* Wait for a nonblocking collective of the CLI, polling: when it sees no
- * progress for w->timeout seconds, fxt_world_abort with "rank N: no
- * progress from the other ranks for T s (what)". */
+/* Wait for a nonblocking collective of the CLI, polling (libfxattn_mpi's
+ * fxa_mpi_wait_all): when it sees no progress for w->timeout seconds,
+ * fxt_world_abort with "rank N: no progress from the other ranks for T s
+ * (what)". */
 void fxt_world_wait(fxt_world *w, MPI_Request *r, const char *what);
 
 /* The same without sleeping between polls, for waits that are timed or

@@ -1,4 +1,6 @@
-"""fxattn.attention: exact fixed-max attention on numpy arrays and torch tensors."""
+"""The pieces of fxattn.attention that its numpy path, its torch operator
+(_torch), fxattn.check and fxattn.mpi share: options, descriptors,
+operands and one run on caller memory."""
 
 from __future__ import annotations
 
@@ -129,7 +131,7 @@ def lse_shape(layout: str, q_shape) -> tuple:
     return (b, h, s)
 
 
-def _numpy_bf16():
+def numpy_bf16():
     try:
         import ml_dtypes
     except ImportError as e:
@@ -137,11 +139,12 @@ def _numpy_bf16():
     return ml_dtypes.bfloat16
 
 
-def _attention_numpy(q, k, v, opts: Options, return_lse: bool, out_dtype):
+def attention_numpy(q, k, v, opts: Options, return_lse: bool, out_dtype):
+    """fxattn.attention's numpy path (options already checked)."""
     qo, ko, vo = operands(q, k, v, opts.layout)
     out_code = qo.dtype if out_dtype is None else _arrays.dtype_code(out_dtype)
     if out_code == _lib.BF16:
-        bf16 = qo.obj.dtype if qo.dtype == _lib.BF16 else _numpy_bf16()
+        bf16 = qo.obj.dtype if qo.dtype == _lib.BF16 else numpy_bf16()
         out = np.empty(qo.shape, np.uint16).view(bf16)
     else:
         out = np.empty(qo.shape, np.float32)
@@ -150,48 +153,3 @@ def _attention_numpy(q, k, v, opts: Options, return_lse: bool, out_dtype):
     if out_code == _lib.F16:
         out = _arrays.to_float16(out)
     return (out, lse) if return_lse else out
-
-
-def attention(
-    q,
-    k,
-    v,
-    *,
-    scale=None,
-    layout="bshd",
-    mode="auto",
-    center=True,
-    compute="fp32",
-    return_lse=False,
-    out_dtype=None,
-    threads=None,
-):
-    """Exact softmax attention softmax(scale q k^T) v, with fixed-max shifts.
-
-    q: [B, Sq, Hq, D] (layout "bshd") or [B, Hq, Sq, D] ("bhsd"); k, v:
-    [B, Skv, Hkv, D] or [B, Hkv, Skv, D], Hq a multiple of Hkv (GQA/MQA).
-    numpy arrays or CPU torch tensors of float32, bfloat16 or float16, all
-    three of one dtype, with any non-negative strides whose last axis is
-    contiguous (a transposed torch view runs without a copy).
-
-    scale: softmax scale (None: 1/sqrt(D)). mode: "auto" (fixed-max, rows
-    that fail the gate run online softmax) or "online". center: virtual key
-    centring. compute: "fp32" (exact to fp32 rounding) or "bf16" (bf16
-    inputs only: bf16 products, P rounded to bf16). out_dtype: the output's
-    dtype (default: the input's, like torch's scaled_dot_product_attention).
-    threads: worker threads (None: the CPUs this process may use).
-
-    Returns the output (q's shape, contiguous, the same kind as q) or, with
-    return_lse=True, (out, lse) where lse [B, Hq, Sq] is the fp32
-    natural-log log-sum-exp of the scaled scores. Raises
-    fxattn.InvalidArgumentError (a ValueError) with the library's message on
-    bad input (shapes, dtypes, NaN or Inf in q, k or v).
-    """
-    opts = Options.parse(scale, layout, mode, center, compute, threads)
-    return_lse = _check_args.boolean("return_lse", return_lse)
-    _arrays.same_kind(q, k, v)
-    if _arrays.is_torch(q):
-        from . import _torch
-
-        return _torch.attention(q, k, v, opts, return_lse, out_dtype)
-    return _attention_numpy(q, k, v, opts, return_lse, out_dtype)

@@ -1,7 +1,7 @@
 """fxattn.check: does the fixed-max bound suit these q, k, v?
 
 The per-head report of `fxattn check`, computed by the C library
-(fxa_attn_check in libfxattn): the spread of query and key norms, the bound
+(a check plan of libfxattn: fxa_check_plan_create, fxa_check_run): the spread of query and key norms, the bound
 ceil(U_i) against the two gates, the predicted share of rows that fall back
 to online softmax with and without key centring (from the library's own
 bound pass, so exactly what attention would do), and the overshoot of the
@@ -11,53 +11,13 @@ bound over each sampled row's true maximum score. Base-2 units.
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, c_double, c_int, c_int64, c_size_t, c_void_p
+from ctypes import c_size_t, c_void_p
 
 from . import _check_args, _lib
 from ._context import context
-from ._lib import core
-from .attention import Options, descriptor, operands
+from ._attn_core import Options, descriptor, operands
+from ._lib import CheckHead, core
 
-
-class CheckHead(ctypes.Structure):
-    _c_name_ = "fxa_check_head"
-    _fields_ = [("struct_size", c_size_t)]
-    _fields_ += [
-        (name, c_double)
-        for name in (
-            "q_norm_min",
-            "q_norm_median",
-            "q_norm_max",
-            "k_norm_max",
-            "k_radius_centered",
-            "vmax",
-            "bound_median",
-            "bound_max",
-            "bound_raw_median",
-            "bound_raw_max",
-            "fallback_share_centered",
-            "fallback_share_raw",
-            "overshoot_median",
-            "overshoot_max",
-            "overshoot_raw_median",
-            "overshoot_raw_max",
-        )
-    ]
-    _fields_ += [(n, c_int64) for n in ("rows", "fallback_rows_centered", "fallback_rows_raw", "sampled_rows")]
-    _fields_ += [(n, c_int) for n in ("c", "gate", "gate_centered")]
-
-
-core.fxa_attn_check.restype = c_int
-core.fxa_attn_check.argtypes = [
-    c_void_p,
-    POINTER(_lib.AttnDesc),
-    c_void_p,
-    c_void_p,
-    c_void_p,
-    c_int,
-    POINTER(CheckHead),
-    c_size_t,
-]
 
 LN2 = 0.6931471805599453
 
@@ -118,19 +78,19 @@ def check(q, k, v=None, *, scale=None, layout="bshd", sample_rows=32, threads=No
     qo, ko, vo = operands(q, k, k if v is None else v, layout)
     d = descriptor(qo, ko, vo, opts, _lib.F32)
     heads = (CheckHead * d.heads_q)()
+    cd = _lib.new(_lib.CheckDesc, attn=ctypes.pointer(d), sample_rows=sample_rows, has_v=int(v is not None))
+    args = _lib.new(_lib.AttnArgs, q=qo.ptr, k=ko.ptr, v=None if v is None else vo.ptr)
     ctx = context(opts.threads)
     with ctx.lock:
-        status = core.fxa_attn_check(
-            ctx.handle,
-            ctypes.byref(d),
-            qo.ptr,
-            ko.ptr,
-            None if v is None else vo.ptr,
-            sample_rows,
-            heads,
-            ctypes.sizeof(CheckHead),
-        )
+        plan, ws_bytes = c_void_p(), c_size_t()
+        status = core.fxa_check_plan_create(ctx.handle, ctypes.byref(cd), ctypes.byref(plan), ctypes.byref(ws_bytes))
         _lib.raise_status(status, ctx.last_error())
+        try:
+            ws = ctx.workspace(ws_bytes.value)
+            status = core.fxa_check_run(plan, ctypes.byref(args), ws, heads, ctypes.sizeof(CheckHead))
+            _lib.raise_status(status, ctx.last_error())
+        finally:
+            core.fxa_check_plan_destroy(plan)
     scale_used = d.scale if d.scale > 0 else d.head_dim**-0.5
     shape = {
         "batch": d.batch,

@@ -1,0 +1,275 @@
+/*
+ * fxa_mpi_attn_run allocates nothing once planned: `test_mpi_zero_alloc U R`
+ * on U * R ranks. For each case (fp32 with whole kv heads per rank, bf16
+ * with replicated kv heads, lse and row diagnostics asked for) every rank
+ * plans, then runs 1 + RUNS times while a counting allocator
+ * (tests/common/alloc_count.c, every thread of the process) counts, and
+ * checks:
+ *   - no allocation and no free outside MPI's own functions on any run,
+ *     the first included (the plan leaves nothing to a first run);
+ *   - every run succeeds, and the later ones write the first one's bytes
+ *     (the runs really ran, the same computation).
+ * The MPI functions the library calls are intercepted (the PMPI profiling
+ * interface): the allocator's count pauses inside them, so that what Open
+ * MPI allocates inside MPI_Isend, MPI_Irecv, MPI_Test* and the nonblocking
+ * collectives is counted apart; rank 0 prints that count per function (it
+ * is information about Open MPI, not checked).
+ * Any failure on any rank fails the test (the verdict is reduced).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_count.h"
+#include "fxattn_mpi.h"
+#include "testutil.h"
+
+#define RUNS 3
+
+static int g_rank;
+static int g_counting; /* a counted run is in progress */
+static int g_depth;    /* inside an intercepted MPI function */
+static long g_outside; /* counted outside MPI in this window */
+static void *g_first;  /* where the first of them was called */
+
+enum { F_ISEND, F_IRECV, F_TESTSOME, F_TESTALL, F_IALLREDUCE, F_IALLGATHER, F_IBCAST, F_N };
+static const char *const g_names[F_N] = {"MPI_Isend",   "MPI_Irecv",      "MPI_Testsome",
+                                         "MPI_Testall", "MPI_Iallreduce", "MPI_Iallgather",
+                                         "MPI_Ibcast"};
+static long g_inside[F_N]; /* allocations and frees inside each function */
+static long g_calls[F_N];
+
+/* Outside MPI: the window's count is the library's. */
+static void end_outside(void)
+{
+    const long n = fxt_alloc_count_end();
+    if (n && !g_outside)
+        g_first = fxt_alloc_first_caller();
+    g_outside += n;
+}
+
+/* Entering an MPI function: what was counted so far is the library's. */
+static void enter(int f)
+{
+    if (!g_counting || g_depth++ > 0)
+        return;
+    end_outside();
+    g_calls[f]++;
+    fxt_alloc_count_begin();
+}
+
+/* Leaving it: what was counted inside is Open MPI's. */
+static void leave(int f)
+{
+    if (!g_counting || --g_depth > 0)
+        return;
+    g_inside[f] += fxt_alloc_count_end();
+    fxt_alloc_count_begin();
+}
+
+int MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+              MPI_Request *req)
+{
+    enter(F_ISEND);
+    const int rc = PMPI_Isend(buf, count, type, dest, tag, comm, req);
+    leave(F_ISEND);
+    return rc;
+}
+
+int MPI_Irecv(void *buf, int count, MPI_Datatype type, int src, int tag, MPI_Comm comm,
+              MPI_Request *req)
+{
+    enter(F_IRECV);
+    const int rc = PMPI_Irecv(buf, count, type, src, tag, comm, req);
+    leave(F_IRECV);
+    return rc;
+}
+
+int MPI_Testsome(int n, MPI_Request reqs[], int *done, int idx[], MPI_Status st[])
+{
+    enter(F_TESTSOME);
+    const int rc = PMPI_Testsome(n, reqs, done, idx, st);
+    leave(F_TESTSOME);
+    return rc;
+}
+
+int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status st[])
+{
+    enter(F_TESTALL);
+    const int rc = PMPI_Testall(n, reqs, flag, st);
+    leave(F_TESTALL);
+    return rc;
+}
+
+int MPI_Iallreduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm,
+                   MPI_Request *req)
+{
+    enter(F_IALLREDUCE);
+    const int rc = PMPI_Iallreduce(in, out, n, t, op, comm, req);
+    leave(F_IALLREDUCE);
+    return rc;
+}
+
+int MPI_Iallgather(const void *in, int n, MPI_Datatype t, void *out, int n_out, MPI_Datatype t_out,
+                   MPI_Comm comm, MPI_Request *req)
+{
+    enter(F_IALLGATHER);
+    const int rc = PMPI_Iallgather(in, n, t, out, n_out, t_out, comm, req);
+    leave(F_IALLGATHER);
+    return rc;
+}
+
+int MPI_Ibcast(void *buf, int n, MPI_Datatype t, int root, MPI_Comm comm, MPI_Request *req)
+{
+    enter(F_IBCAST);
+    const int rc = PMPI_Ibcast(buf, n, t, root, comm, req);
+    leave(F_IBCAST);
+    return rc;
+}
+
+typedef struct zcase {
+    const char *name;
+    fxa_dtype dtype;
+    fxa_layout layout;
+    int64_t batch, heads_q, heads_kv, seq_q, seq_kv;
+} zcase;
+
+/* n random inputs of dtype t (es bytes each) at x. */
+static void fill(fxt_rng *r, fxa_dtype t, char *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float f = (float)fxt_rng_normal(r);
+        if (t == FXA_F32) {
+            memcpy(x + 4 * i, &f, 4);
+        } else {
+            const uint16_t h = fxa_f32_to_bf16(f);
+            memcpy(x + 2 * i, &h, 2);
+        }
+    }
+}
+
+static void run_case(fxa_mpi *m, const zcase *c)
+{
+    const int size = fxa_mpi_size(m);
+    const int rank = fxa_mpi_rank(m);
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = c->batch;
+    d.heads_q = c->heads_q;
+    d.heads_kv = c->heads_kv;
+    d.seq_q = c->seq_q;
+    d.seq_kv = c->seq_kv;
+    d.head_dim = 32;
+    d.dtype = c->dtype;
+    d.layout = c->layout;
+    const size_t es = c->dtype == FXA_F32 ? 4 : 2;
+    int64_t start, qn, kn;
+    fxa_mpi_shard(d.seq_q, size, rank, &start, &qn);
+    fxa_mpi_shard(d.seq_kv, size, rank, &start, &kn);
+    const int64_t rows = d.batch * d.heads_q * qn;
+    const int64_t nq = rows * d.head_dim;
+    const int64_t nkv = d.batch * d.heads_kv * kn * d.head_dim;
+    char *q = malloc((size_t)nq * es + 1);
+    char *k = malloc((size_t)nkv * es + 1);
+    char *v = malloc((size_t)nkv * es + 1);
+    float *out[2] = {calloc((size_t)nq + 1, sizeof(float)), calloc((size_t)nq + 1, sizeof(float))};
+    float *lse[2] = {calloc((size_t)rows + 1, sizeof(float)),
+                     calloc((size_t)rows + 1, sizeof(float))};
+    uint8_t *fb[2] = {calloc((size_t)rows + 1, 1), calloc((size_t)rows + 1, 1)};
+    float *bound[2] = {calloc((size_t)rows + 1, sizeof(float)),
+                       calloc((size_t)rows + 1, sizeof(float))};
+    fxt_rng r;
+    fxt_rng_seed(&r, 1234 + (uint64_t)rank);
+    fill(&r, c->dtype, q, nq);
+    fill(&r, c->dtype, k, nkv);
+    fill(&r, c->dtype, v, nkv);
+    fxa_mpi_attn_plan *plan = NULL;
+    fxa_status st = fxa_mpi_attn_plan_create(m, &d, &plan);
+    CHECK(st == FXA_OK, "%s: plan: %s", c->name, fxa_mpi_last_error(m));
+    fxa_attn_args a[2];
+    for (int i = 0; i < 2; i++)
+        a[i] = (fxa_attn_args){.struct_size = sizeof a[i],
+                               .q = q,
+                               .k = k,
+                               .v = v,
+                               .out = out[i],
+                               .lse = lse[i],
+                               .row_fallback = fb[i],
+                               .row_bound = bound[i]};
+    fxa_mpi_stats ms = {.struct_size = sizeof ms};
+    /* Run 0 (the first) writes a[0]; the others a[1], compared with it. */
+    for (int run = 0; run <= RUNS && st == FXA_OK; run++) {
+        g_outside = 0;
+        g_first = NULL;
+        g_counting = 1;
+        fxt_alloc_count_begin();
+        st = fxa_mpi_attn_run(plan, &a[run > 0], &ms);
+        end_outside();
+        g_counting = 0;
+        CHECK(st == FXA_OK, "%s: run %d: %s", c->name, run, fxa_mpi_last_error(m));
+        CHECK(g_outside == 0,
+              "%s: run %d on rank %d: %ld allocations or frees outside MPI (the first from %p)",
+              c->name, run, g_rank, g_outside, g_first);
+        if (run == 0)
+            continue;
+        CHECK(!memcmp(out[0], out[1], (size_t)nq * sizeof(float)) &&
+                  !memcmp(lse[0], lse[1], (size_t)rows * sizeof(float)) &&
+                  !memcmp(fb[0], fb[1], (size_t)rows) &&
+                  !memcmp(bound[0], bound[1], (size_t)rows * sizeof(float)),
+              "%s: run %d wrote other bytes than the first", c->name, run);
+        memset(out[1], 0, (size_t)nq * sizeof(float));
+    }
+    fxa_mpi_attn_plan_destroy(plan);
+    free(q);
+    free(k);
+    free(v);
+    for (int i = 0; i < 2; i++) {
+        free(out[i]);
+        free(lse[i]);
+        free(fb[i]);
+        free(bound[i]);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.ulysses = argc > 1 ? atoi(argv[1]) : 1;
+    mp.ring = argc > 2 ? atoi(argv[2]) : size;
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 2; /* a worker thread too: the allocator counts every thread */
+    fxa_ctx *ctx = NULL;
+    fxa_mpi *m = NULL;
+    if (fxa_ctx_create(&cp, &ctx) != FXA_OK ||
+        fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK) {
+        fprintf(stderr, "setup: %s%s\n", fxa_ctx_create_error(), fxa_mpi_create_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    g_rank = fxa_mpi_rank(m);
+    const zcase cases[] = {
+        {"fp32 BSHD, whole kv heads", FXA_F32, FXA_LAYOUT_BSHD, 1, 8, 4, 203, 197},
+        {"bf16 BHSD, replicated kv heads", FXA_BF16, FXA_LAYOUT_BHSD, 2, 4, 1, 130, 161},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(m, &cases[i]);
+    if (g_rank == 0) {
+        printf("U%d x R%d, %d counted runs per case: inside Open MPI (not checked):\n", mp.ulysses,
+               mp.ring, 1 + RUNS);
+        for (int f = 0; f < F_N; f++)
+            if (g_calls[f])
+                printf("  %-15s %6ld calls, %4ld allocations or frees\n", g_names[f], g_calls[f],
+                       g_inside[f]);
+    }
+    fxa_mpi_destroy(m);
+    fxa_ctx_destroy(ctx);
+    int failures = g_failures;
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    const int rc = test_summary("test_mpi_zero_alloc");
+    MPI_Finalize();
+    return all ? 1 : rc;
+}
