@@ -57,8 +57,8 @@ int main(int argc, char **argv)
     d.head_dim = weights.head_dim;
     fxa_wan_plan *plan = NULL;
     size_t bytes = 0;
-    if (fxa_wan_plan_create(ctx, &d, &plan, &bytes, err, sizeof err) != FXA_OK)
-        return fail("plan", err);
+    if (fxa_wan_plan_create(ctx, &d, &plan, &bytes) != FXA_OK)
+        return fail("plan", fxa_ctx_last_error(ctx));
 
     void *workspace = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     float *y = malloc((size_t)(tokens * weights.hidden) * sizeof(float));
@@ -66,7 +66,7 @@ int main(int argc, char **argv)
     if (!workspace || !y)
         return fail("memory", "out of memory");
     if (fxa_wan_run(plan, &weights, x.data, y, workspace, &stats) != FXA_OK)
-        return fail("run", fxa_wan_last_error(plan));
+        return fail("run", fxa_ctx_last_error(ctx));
 
     fxa_staged out;
     const int64_t shape[2] = {tokens, weights.hidden};

@@ -162,6 +162,31 @@ FXA_API void fxa_mpi_shard(int64_t seq, int n_ranks, int rank, int64_t *start, i
  */
 FXA_API fxa_status fxa_mpi_agree(fxa_mpi *m, fxa_status local, const char *local_msg);
 
+/*
+ * For libraries built on a context (libfxattn_wan_mpi's layer and
+ * tensor-parallel projection), which run collectives of their own:
+ */
+/* The context's communicator: the duplicate of the caller's, in grid-rank
+ * order, with MPI_ERRORS_RETURN; owned by m. Wait on its requests with
+ * fxa_mpi_wait_on. Local. */
+FXA_API MPI_Comm fxa_mpi_comm(const fxa_mpi *m);
+/* The fxa_ctx m computes on (fxa_mpi_create's). Local. */
+FXA_API fxa_ctx *fxa_mpi_ctx(const fxa_mpi *m);
+/* Wait for n requests (on fxa_mpi_comm(m) or a communicator made from it)
+ * under m's deadline, polling: FXA_ERR_TIMEOUT when none completes for
+ * timeout_seconds (m is unusable after: "rank N: no progress from the
+ * other ranks for T s (what)"), FXA_ERR_MPI when MPI fails; the message in
+ * fxa_mpi_last_error(m). A context already unusable fails at once. */
+FXA_API fxa_status fxa_mpi_wait_on(fxa_mpi *m, int n, MPI_Request *reqs, const char *what);
+/* Collective: FXA_OK when every rank passes the same n bytes at data (a
+ * hash compared in one allreduce), else FXA_ERR_INVALID_ARG on every rank
+ * with "ranks disagree on <what>". */
+FXA_API fxa_status fxa_mpi_check_same(fxa_mpi *m, const void *data, size_t n, const char *what);
+/* Collective: messages of m name each rank by the `name` it passes (a
+ * context on a subgroup of a larger grid: its rank in that grid) instead of
+ * its grid rank in m. */
+FXA_API fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name);
+
 typedef struct fxa_mpi_attn_plan fxa_mpi_attn_plan;
 
 /*
@@ -255,23 +280,6 @@ FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args
  * the default ring of P ranks), then create one with the chosen grid.
  */
 FXA_API fxa_status fxa_mpi_grid_plan(fxa_mpi *m, fxa_grid_model *model, fxa_grid_time *best);
-
-/*
- * Collective. Tensor-parallel QKV projection (fxattn_proj.h): every rank of
- * m holds the same tokens and its own heads (d->heads_q / heads_kv, with
- * the matching rows of the weight, bias and gamma); the RMSNorm across all
- * heads joins the ranks' sums of squares, Q and K together, in one
- * MPI_Allreduce. heads_q_total / heads_kv_total: the heads over all ranks.
- * Different tokens, formats or options on different ranks, or a failure on
- * one rank, return the same error everywhere.
- * Defined in libfxattn_wan_mpi (with the projection's OpenBLAS and oneDNN),
- * not in libfxattn_mpi: link libfxattn_wan_mpi to call it.
- */
-struct fxa_proj_desc;
-struct fxa_proj_args;
-FXA_API fxa_status fxa_mpi_proj_run(fxa_mpi *m, const struct fxa_proj_desc *d,
-                                    const struct fxa_proj_args *a, int64_t heads_q_total,
-                                    int64_t heads_kv_total);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #ifndef FXATTN_PROJ_H
 #define FXATTN_PROJ_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fxattn.h"
@@ -167,7 +168,7 @@ typedef enum fxa_proj_layout {
  * results are deterministic.
  */
 typedef struct fxa_proj_desc {
-    size_t struct_size; /* sizeof(fxa_proj_desc) */
+    size_t struct_size; /* sizeof(fxa_proj_desc); 0.1's size (before out_dtype) accepted */
     int64_t tokens;
     int64_t in_features;
     int64_t heads_q;  /* >= 1 */
@@ -189,6 +190,7 @@ typedef struct fxa_proj_desc {
  * token-major. */
 FXA_API void fxa_proj_desc_init(fxa_proj_desc *d);
 
+/* The buffers of one run (struct_size: sizeof(fxa_proj_args)). */
 typedef struct fxa_proj_args {
     size_t struct_size; /* sizeof(fxa_proj_args) */
     const void *x;
@@ -202,42 +204,50 @@ typedef struct fxa_proj_args {
     void *q_out; /* out_dtype, out_layout */
     void *k_out; /* heads_kv > 0 */
     void *v_out;
-    /* Optional: at least fxa_proj_workspace_bytes(d), 64-byte aligned. Calls
-     * that reuse one workspace touch no fresh memory (the GEMM output alone
-     * is tokens x out floats); NULL: allocated and freed inside the call. */
-    void *workspace;
-    size_t workspace_bytes;
 } fxa_proj_args;
 
-/* Bytes of scratch one fxa_proj_run with d needs (0 for a bad d). */
-FXA_API size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d);
+/* The first sizes each struct_size may take (fxattn.h's policy: any size
+ * from these to the current sizeof; fields past it keep their defaults).
+ * fxa_proj_desc 0.1: before out_dtype; fxa_proj_args: its form since 0.3,
+ * when the workspace moved to fxa_proj_run. */
+#define FXA_PROJ_DESC_SIZE_0_1 offsetof(fxa_proj_desc, out_dtype)
+#define FXA_PROJ_ARGS_SIZE_0_3 sizeof(fxa_proj_args)
+
+typedef struct fxa_proj_plan fxa_proj_plan;
 
 /*
- * Run the projection on ctx's threads (the GEMM on as many OpenBLAS
- * threads). Errors (FXA_ERR_INVALID_ARG with fxa_ctx_last_error, outputs
- * untouched): bad shapes or flags, NULL buffers, a non-finite value in x, w,
- * bias, gamma or the RoPE tables, a bad scale, a result that overflows fp32
- * (or, for a bf16 output, bf16), outputs that overlap each other or the
- * workspace. FXA_ERR_NO_MEMORY: the fp32
- * copies of x, w and Y do not fit.
+ * Plan the projection d on ctx: validates d (shapes, formats, flags,
+ * FXA_PROJ_GEMM as the context read it), chooses the GEMM (oneDNN's bf16
+ * or fp32 matmul, OpenBLAS, or the AMX tiles of the `amx` kernel set),
+ * creates oneDNN's primitives (their scratchpad is the caller's workspace),
+ * and sizes the workspace of fxa_proj_run (*workspace_bytes: decoded
+ * operands, the GEMM output of tokens x out floats, the epilogue's sums,
+ * oneDNN's scratchpad, the AMX packing). The plan keeps a pointer to ctx:
+ * destroy it before the context. Errors (fxa_ctx_last_error(ctx), *plan
+ * NULL): FXA_ERR_INVALID_ARG (a NULL pointer, a struct_size outside
+ * fxa_proj_desc's sizes, bad shapes or flags, an unknown FXA_PROJ_GEMM),
+ * FXA_ERR_UNSUPPORTED (a bf16 GEMM in a process forked after oneDNN ran in
+ * its parent), FXA_ERR_NO_MEMORY, FXA_ERR_INTERNAL (oneDNN refused).
  */
-FXA_API fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a);
+FXA_API fxa_status fxa_proj_plan_create(fxa_ctx *ctx, const fxa_proj_desc *d, fxa_proj_plan **plan,
+                                        size_t *workspace_bytes);
 
 /*
  * Tensor parallelism: when the ranks of a group hold different heads of the
- * same tokens, each RMS runs over all ranks' channels. fxa_proj_run_tp does
- * the local GEMM and dequantisation, fills sums [tokens][2] (the local sum of
- * y^2 of this rank's Q and K segments, in double) plus one last element (0,
- * or 1 when this rank failed), and calls reduce(sums, 2 tokens + 1, arg) on
- * the calling thread, which must replace every element by its sum over the
- * group (MPI_Allreduce with MPI_SUM: libfxattn_mpi's fxa_mpi_proj_run). The
- * RMS then uses norm_features_q (all ranks' Hq d) and norm_features_k. reduce
- * is called on every rank whatever happened locally (with a short buffer of
- * 3 elements, last one 1, when this rank failed before its GEMM; a group
- * must agree on tokens first), so a failure on one rank fails every rank
- * instead of hanging it. An output that overflows after the norm and RoPE
- * is found after the reduction, on the ranks holding it alone: drivers agree
- * on the status afterwards (fxa_mpi_proj_run does).
+ * same tokens, each RMS runs over all ranks' channels. A plan made with
+ * fxa_proj_plan_create_tp runs the local GEMM and dequantisation, fills
+ * sums [tokens][2] (the local sum of y^2 of this rank's Q and K segments,
+ * in double, in its workspace) plus one last element (0, or 1 when this
+ * rank failed), and calls reduce(sums, 2 tokens + 1, arg) on the calling
+ * thread, which must replace every element by its sum over the group
+ * (MPI_Allreduce with MPI_SUM: libfxattn_wan_mpi's fxa_mpi_proj_run). The
+ * RMS then uses norm_features_q (all ranks' Hq d) and norm_features_k.
+ * reduce is called on every rank whatever happened locally (with a short
+ * buffer of 3 elements, last one 1, when this rank failed before its GEMM;
+ * a group must agree on tokens first), so a failure on one rank fails every
+ * rank instead of hanging it. An output that overflows after the norm and
+ * RoPE is found after the reduction, on the ranks holding it alone:
+ * drivers agree on the status afterwards (fxa_mpi_proj_run does).
  */
 typedef fxa_status fxa_proj_reduce_fn(double *sums, int64_t n, void *arg);
 
@@ -246,11 +256,35 @@ typedef struct fxa_proj_tp {
     int64_t norm_features_q;
     int64_t norm_features_k;
     fxa_proj_reduce_fn *reduce;
-    void *arg;
+    void *arg; /* passed to reduce on every run of the plan */
 } fxa_proj_tp;
 
-FXA_API fxa_status fxa_proj_run_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
-                                   const fxa_proj_tp *tp);
+#define FXA_PROJ_TP_SIZE_0_1 sizeof(fxa_proj_tp)
+
+/* fxa_proj_plan_create with the tensor-parallel settings tp (copied into
+ * the plan; NULL reduce, norm_features_q < 1 or norm_features_k < 0:
+ * FXA_ERR_INVALID_ARG). */
+FXA_API fxa_status fxa_proj_plan_create_tp(fxa_ctx *ctx, const fxa_proj_desc *d,
+                                           const fxa_proj_tp *tp, fxa_proj_plan **plan,
+                                           size_t *workspace_bytes);
+
+/*
+ * Run the plan on ctx's threads (the GEMM on as many OpenBLAS or OpenMP
+ * threads: OpenBLAS's process-wide count is set and restored under a lock,
+ * OpenMP's is the calling thread's) with workspace (the plan's bytes,
+ * 64-byte aligned, required). Allocates nothing. Errors (fxa_ctx_last_error
+ * of the plan's context, outputs untouched): FXA_ERR_INVALID_ARG for NULL
+ * buffers, a struct_size outside fxa_proj_args' sizes, a non-finite value
+ * in x, w, bias, gamma or the RoPE tables, a bad scale, a result that
+ * overflows fp32 (or, for a bf16 output, bf16), outputs that overlap each
+ * other or the workspace; FXA_ERR_UNSUPPORTED: a oneDNN plan run in a
+ * process forked after oneDNN ran in its parent (fp32 GEMMs fall back to
+ * OpenBLAS there); FXA_ERR_INTERNAL: oneDNN failed.
+ */
+FXA_API fxa_status fxa_proj_run(fxa_proj_plan *plan, const fxa_proj_args *args, void *workspace);
+
+/* NULL is a no-op. */
+FXA_API void fxa_proj_plan_destroy(fxa_proj_plan *plan);
 
 /*
  * Wan2.2's 3-D RoPE as rotate-half tables for a (frames, height, width)
@@ -273,8 +307,8 @@ FXA_API fxa_status fxa_wan_rope_tables(int64_t frames, int64_t height, int64_t w
  * rotate-half holds interleaved lane 2i (i < d/2) or 2(i - d/2) + 1. V rows
  * are never touched; NULL arrays are skipped. Q.K^T is unchanged (the same
  * permutation on both). With heads_kv == 0 only the single segment moves.
- * FXA_ERR_INVALID_ARG, nothing moved: an odd head_dim or one past
- * FXA_MAX_HEAD_DIM, negative heads, an unknown w_format, or a w too large to
+ * FXA_ERR_INVALID_ARG, nothing moved: a struct_size outside fxa_proj_desc's
+ * sizes, an odd head_dim or one past FXA_MAX_HEAD_DIM, negative heads, an unknown w_format, or a w too large to
  * address.
  */
 FXA_API fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *d, void *w, float *w_scales,

@@ -15,8 +15,13 @@
  * from fxa_wan_weights_load (a Wan2.2 checkpoint, or deterministic
  * synthetic weights). A tensor-parallel rank loads a range of heads alone.
  *
- * Errors: a status and a one-line message (err buffers, or
- * fxa_wan_last_error for runs); nothing is printed and nothing exits.
+ * Errors: a status and a one-line message: fxa_ctx_last_error(ctx) for the
+ * layer's plan and runs, the caller's err buffer for the loader; nothing
+ * is printed and nothing exits. Versioned structs (struct_size) follow
+ * fxattn.h's policy: every size from the struct's first release (0.1:
+ * fxa_wan_desc and fxa_wan_load_params before their dtype) to the current
+ * one is accepted, fields past it keep their defaults, and fxa_wan_stats
+ * is written only within the caller's struct_size.
  * Threads: the context's pool (and OpenBLAS's/oneDNN's for the
  * projections, libfxattn_proj); one run per plan at a time.
  */
@@ -36,7 +41,7 @@ extern "C" {
 #define FXA_WAN_ROPE_THETA 1e4
 #define FXA_WAN_EPS 1e-6
 
-/* One Linear as fxa_proj_run takes it: w [rows][cols] (fp32, bf16 bits, or
+/* One Linear as a projection plan (fxattn_proj.h) takes it: w [rows][cols] (fp32, bf16 bits, or
  * E4M3 codes with one scale per output channel), bias [rows] or NULL. */
 typedef struct fxa_wan_linear {
     fxa_proj_w format; /* FXA_PROJ_W_F32, FXA_PROJ_W_BF16 or FXA_PROJ_W_E4M3 */
@@ -167,23 +172,23 @@ FXA_API void fxa_wan_desc_init(fxa_wan_desc *d);
 typedef struct fxa_wan_plan fxa_wan_plan;
 
 /*
- * Validate d and size the workspace of fxa_wan_run: Q, K, V and the
- * attention output (4 S hidden values of d->dtype; with FXA_BF16 and an fp32
- * x also x's bf16 copy), the attention plan's workspace and
- * the projections' (fxa_wan_proj_workspace_bytes): every large buffer of a run is
- * the caller's (the projection's input check still allocates a few bytes per
- * thread).
- * The plan holds the RoPE tables (2 S head_dim floats) and a pointer to
- * ctx; destroy it before the context. Errors: FXA_ERR_INVALID_ARG,
- * FXA_ERR_NO_MEMORY, with the reason in err.
+ * Validate d and plan the layer on ctx: the RoPE tables (2 S head_dim
+ * floats, held by the plan), the attention plan, and the projections'
+ * plans (QKV and output, one for each weight format, since the weights come
+ * with each run); *workspace_bytes: Q, K, V and the attention output (4 S
+ * hidden values of d->dtype; with FXA_BF16 and an fp32 x also x's bf16
+ * copy), the attention plan's workspace and the projections'. The plan
+ * keeps a pointer to ctx; destroy it before the context. Errors
+ * (fxa_ctx_last_error(ctx), *plan_out NULL): FXA_ERR_INVALID_ARG,
+ * FXA_ERR_NO_MEMORY, and those of fxa_proj_plan_create.
  */
 FXA_API fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan **plan_out,
-                                       size_t *workspace_bytes, char *err, size_t errlen);
+                                       size_t *workspace_bytes);
 FXA_API void fxa_wan_plan_destroy(fxa_wan_plan *plan);
 
 /* What one run did. */
 typedef struct fxa_wan_stats {
-    size_t struct_size; /* sizeof(fxa_wan_stats) */
+    size_t struct_size; /* set by the caller (sizeof); written within it only */
     double qkv_seconds, attention_seconds, out_seconds;
     int64_t rows;          /* attention rows: heads * S */
     int64_t fallback_rows; /* rows computed by online softmax */
@@ -192,50 +197,19 @@ typedef struct fxa_wan_stats {
 /*
  * y [S][hidden] = the layer on x (d->x_format) with weights w, which must
  * hold all heads of d (shapes checked). workspace: at least the plan's
- * bytes, 64-byte aligned, not overlapping y. A non-finite x or weight gives
- * FXA_ERR_INVALID_ARG before y is written. stats may be NULL. The message
- * of a failure: fxa_wan_last_error(plan).
+ * bytes, 64-byte aligned, not overlapping y. Allocates nothing. A
+ * non-finite x or weight gives FXA_ERR_INVALID_ARG before y is written.
+ * stats may be NULL. The message of a failure: fxa_ctx_last_error of the
+ * plan's context.
  */
 FXA_API fxa_status fxa_wan_run(fxa_wan_plan *plan, const fxa_wan_weights *w, const void *x,
                                float *y, void *workspace, fxa_wan_stats *stats);
-
-/* Detail of the last failed fxa_wan_run ("" when none). */
-FXA_API const char *fxa_wan_last_error(const fxa_wan_plan *plan);
 
 /* FLOPs of the layer: QKV 6 S hidden^2, attention, output 2 S hidden^2
  * (0.0 for NULL). */
 FXA_API double fxa_wan_flops(const fxa_wan_desc *d);
 
 /* ---- pieces, for distributed drivers (token shards, head slices) -------- */
-
-/*
- * The fused QKV projection of `tokens` tokens of x (d->x_format, starting
- * at token `first` of the grid, whose RoPE rows cs/sn point at) onto the
- * heads w holds: descriptor and arguments for fxa_proj_run or
- * fxa_mpi_proj_run. q, k, v: [tokens][w->head_count][head_dim] of
- * d->dtype. With d->dtype FXA_BF16 an fp32 x_format means x rounded to
- * bf16 bits (fxa_f32_to_bf16 of each value), as the layer's runs do in
- * their workspace.
- */
-FXA_API void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t tokens,
-                              const void *x, const float *cs, const float *sn, void *q, void *k,
-                              void *v, fxa_proj_desc *pd, fxa_proj_args *pa);
-
-/* y [tokens][hidden] = a [tokens][o->cols] o->w^T (+ o->bias, when not
- * NULL): the output projection, or a tensor-parallel partial of it, with a
- * of d->dtype (fp32, or bf16 bits) and workspace bytes of scratch (64-byte
- * aligned; NULL, 0: allocated by the call). Errors (message in
- * fxa_ctx_last_error): NULL d or o, a d that fxa_wan_plan_create refuses,
- * o->rows other than the hidden size, and those of fxa_proj_run. */
-FXA_API fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
-                                    int64_t tokens, const void *a, float *y, void *workspace,
-                                    size_t workspace_bytes);
-
-/* The scratch bytes (a multiple of 64) that the QKV and the output
- * projections of `tokens` tokens onto `heads` heads need at most, for
- * either weight format: what fxa_proj_args.workspace of fxa_wan_qkv_call's
- * call and fxa_wan_out_proj's workspace take. */
-FXA_API size_t fxa_wan_proj_workspace_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads);
 
 /* The attention of `heads` heads over all S tokens (BSHD; f32, or bf16 in and
  * out with FXA_COMPUTE_BF16 when d->dtype is FXA_BF16). */

@@ -39,6 +39,7 @@
 
 #include <mpi.h>
 
+#include "fxattn_mpi.h"
 #include "fxattn_wan.h"
 
 #ifdef __cplusplus
@@ -46,7 +47,7 @@ extern "C" {
 #endif
 
 typedef struct fxa_wan_grid {
-    size_t struct_size;     /* sizeof(fxa_wan_grid) */
+    size_t struct_size;     /* sizeof(fxa_wan_grid) (fxattn.h's struct_size policy) */
     int tp;                 /* T: tensor-parallel ranks (heads split); 0 or 1: none */
     int ulysses;            /* U; 0: 1 */
     int ring;               /* R; 0: P / (T U) */
@@ -90,8 +91,11 @@ FXA_API void fxa_wan_mpi_grid_of(const fxa_wan_mpi_plan *plan, int *tp, int *uly
  * Collective: the layer on this rank's shard. w: the shard's heads
  * (fxa_wan_weights_load with head_begin/head_count of the shard); x: its
  * tokens [token_count][hidden] in d->x_format; y: [token_count][hidden],
- * complete on holds_y ranks (scratch elsewhere). stats (may be NULL): the
- * slowest rank's stage times, attention rows of all heads and tokens.
+ * complete on holds_y ranks (scratch elsewhere). stats (may be NULL; its
+ * struct_size set by the caller, written within it only): the slowest
+ * rank's stage times, attention rows of all heads and tokens. The plan's
+ * projections and attention are planned by fxa_wan_mpi_plan_create; the
+ * run allocates nothing.
  */
 FXA_API fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *plan, const fxa_wan_weights *w, const void *x,
                                    float *y, void *workspace, fxa_wan_stats *stats);
@@ -103,6 +107,30 @@ FXA_API fxa_status fxa_wan_mpi_gather(fxa_wan_mpi_plan *plan, const float *y, fl
 
 /* The message of the last failure (the same on every rank; "" when none). */
 FXA_API const char *fxa_wan_mpi_last_error(const fxa_wan_mpi_plan *plan);
+
+/*
+ * Tensor-parallel QKV projection (fxattn_proj.h's fxa_proj_plan_create_tp
+ * over MPI): every rank of m holds the same tokens and its own heads
+ * (d->heads_q / heads_kv, with the matching rows of the weight, bias and
+ * gamma); the RMSNorm across all heads joins the ranks' sums of squares, Q
+ * and K together, in one MPI_Allreduce per run. heads_q_total /
+ * heads_kv_total: the heads over all ranks. Collective plan creation:
+ * different tokens, formats or options on different ranks, or a failure on
+ * one rank, return the same error everywhere (fxa_mpi_last_error(m));
+ * *workspace_bytes as fxa_proj_plan_create's. The plan keeps pointers to m
+ * and its context: destroy it before them.
+ */
+typedef struct fxa_mpi_proj_plan fxa_mpi_proj_plan;
+FXA_API fxa_status fxa_mpi_proj_plan_create(fxa_mpi *m, const fxa_proj_desc *d,
+                                            int64_t heads_q_total, int64_t heads_kv_total,
+                                            fxa_mpi_proj_plan **plan, size_t *workspace_bytes);
+/* Collective: fxa_proj_run of the plan with the group's reduction; a failure
+ * on any rank fails every rank with that rank's message
+ * (fxa_mpi_last_error(m)). Allocates nothing. */
+FXA_API fxa_status fxa_mpi_proj_run(fxa_mpi_proj_plan *plan, const fxa_proj_args *args,
+                                    void *workspace);
+/* Local. NULL is a no-op. */
+FXA_API void fxa_mpi_proj_plan_destroy(fxa_mpi_proj_plan *plan);
 
 #ifdef __cplusplus
 }

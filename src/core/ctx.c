@@ -146,3 +146,19 @@ void fxa_ctx_clear_error(fxa_ctx *ctx)
 {
     ctx->last_error[0] = '\0';
 }
+
+fxa_pool *fxa_ctx_pool(fxa_ctx *ctx)
+{
+    return &ctx->pool;
+}
+
+const char *fxa_ctx_proj_gemm(const fxa_ctx *ctx)
+{
+    return ctx->proj_gemm;
+}
+
+void fxa_ctx_pack_kt(const fxa_ctx *ctx, const void *const *rows, size_t n, size_t d, size_t panel,
+                     void *kt)
+{
+    fxa_kernels_pack_kt(ctx->kernels, rows, n, d, panel, kt);
+}

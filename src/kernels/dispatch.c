@@ -129,3 +129,9 @@ const char *fxa_kernels_info(const fxa_kernels *k)
 {
     return k->description;
 }
+
+void fxa_kernels_pack_kt(const fxa_kernels *k, const void *const *rows, size_t n, size_t d,
+                         size_t panel, void *kt)
+{
+    k->pack_kt(rows, n, d, panel, kt);
+}

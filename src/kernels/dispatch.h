@@ -25,4 +25,8 @@ const char *fxa_kernels_isa(const struct fxa_kernels *k);
 /* Which tile kernels the set runs, for logs and `fxattn info`. */
 const char *fxa_kernels_info(const struct fxa_kernels *k);
 
+/* The set's K^T packing (fxa_pack_kt_fn in kernels.h). */
+void fxa_kernels_pack_kt(const struct fxa_kernels *k, const void *const *rows, size_t n, size_t d,
+                         size_t panel, void *kt);
+
 #endif

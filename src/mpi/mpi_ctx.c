@@ -61,6 +61,26 @@ int fxa_mpi_size(const fxa_mpi *m)
     return m->size;
 }
 
+MPI_Comm fxa_mpi_comm(const fxa_mpi *m)
+{
+    return m->comm;
+}
+
+fxa_ctx *fxa_mpi_ctx(const fxa_mpi *m)
+{
+    return m->ctx;
+}
+
+fxa_status fxa_mpi_wait_on(fxa_mpi *m, int n, MPI_Request *reqs, const char *what)
+{
+    return fxa_mpi_wait(m, n, reqs, -1, what);
+}
+
+fxa_status fxa_mpi_check_same(fxa_mpi *m, const void *data, size_t n, const char *what)
+{
+    return fxa_mpi_same_everywhere(m, fxa_mpi_hash(0xcbf29ce484222325ull, data, n), what);
+}
+
 void fxa_mpi_split(int64_t n, int parts, int i, int64_t *lo, int64_t *hi)
 {
     const int64_t base = n / parts;

@@ -46,11 +46,6 @@ static inline int fxa_mpi_name(const fxa_mpi *m, int r)
     return m->names && r >= 0 && r < m->size ? m->names[r] : r;
 }
 
-/* Collective over m->comm: messages of m name each rank by the `name` it
- * passes (a context on a subgroup of a larger grid: the rank in that grid)
- * instead of its grid rank in m. */
-FXA_INTERNAL fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name);
-
 /* One local attention problem after the Ulysses exchange: batches
  * [batch0, batch0 + n_batch), local q heads [q0, q0 + n_q) and local kv heads
  * [kv0, kv0 + n_kv) of the local tensors. */

@@ -27,12 +27,16 @@ size_t fxa_gemm_amx_scratch_bytes(int64_t k, int n_threads)
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-#include "../kernels/x86_avx512/amx_tiles.h"
+#include "../core/amx_tiles.h"
+
+int fxa_gemm_amx_usable(const fxa_ctx *ctx)
+{
+    return strcmp(fxa_ctx_isa(ctx), "amx") == 0;
+}
 
 int fxa_gemm_amx_fits(const fxa_ctx *ctx, int64_t k, int64_t n, const void *w)
 {
-    return strcmp(ctx->kernels->isa_name, "amx") == 0 && k % 32 == 0 && n % 32 == 0 &&
-           (uintptr_t)w % 4 == 0;
+    return fxa_gemm_amx_usable(ctx) && k % 32 == 0 && n % 32 == 0 && (uintptr_t)w % 4 == 0;
 }
 
 typedef struct gemm_job {
@@ -97,8 +101,8 @@ static void item(void *arg, int64_t it, int thread_id)
     for (int64_t j = 0; j < cols; j += PANEL) {
         for (int r = 0; r < PANEL; r++)
             rows[r] = g->w + (j_begin + j + r) * g->k;
-        g->ctx->kernels->pack_kt(rows, PANEL, (size_t)(g->k / 2), PANEL,
-                                 (uint32_t *)wp + (size_t)j * (size_t)(g->k / 2));
+        fxa_ctx_pack_kt(g->ctx, rows, PANEL, (size_t)(g->k / 2), PANEL,
+                        (uint32_t *)wp + (size_t)j * (size_t)(g->k / 2));
     }
     fxa_amx_configure(16);
     int64_t i0 = 0;
@@ -123,10 +127,16 @@ void fxa_gemm_amx_run(fxa_ctx *ctx, const uint16_t *x, int64_t m, int64_t k, con
 {
     const gemm_job g = {ctx, x, m,   k,       w,
                         n,   y, ldy, scratch, fxa_align_up((size_t)k * N_BLOCK * sizeof(uint16_t))};
-    fxa_pool_run(&ctx->pool, item, (void *)&g, (n + N_BLOCK - 1) / N_BLOCK);
+    fxa_pool_run(fxa_ctx_pool(ctx), item, (void *)&g, (n + N_BLOCK - 1) / N_BLOCK);
 }
 
 #else
+
+int fxa_gemm_amx_usable(const fxa_ctx *ctx)
+{
+    (void)ctx;
+    return 0;
+}
 
 int fxa_gemm_amx_fits(const fxa_ctx *ctx, int64_t k, int64_t n, const void *w)
 {

@@ -9,14 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/ctx_internal.h"
-#include "../kernels/kernels.h"
+#include "../core/ctx_api.h"
 
 /* Whether fxa_gemm_amx_run takes this GEMM: the context's kernel set is
  * `amx` (the CPU, the OS's grant and this build have AMX; FXA_ISA may
  * refuse it), k and n are multiples of 32, and w's rows are 4-byte
  * aligned (its pairs are read as 32-bit words). */
 int fxa_gemm_amx_fits(const fxa_ctx *ctx, int64_t k, int64_t n, const void *w);
+
+/* Whether the context runs the `amx` kernel set (and this build has the
+ * tiles): fxa_gemm_amx_fits may take GEMMs of 32-multiple shapes. */
+int fxa_gemm_amx_usable(const fxa_ctx *ctx);
 
 /* Bytes of scratch fxa_gemm_amx_run needs for inner dimension k on
  * n_threads threads (each thread's packed block of w). */

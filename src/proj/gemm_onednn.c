@@ -1,6 +1,7 @@
 /* GEMM on oneDNN's matmul (gemm_onednn.h). Creating a primitive costs ~1 ms, so
- * the object keeps one per distinct block width (a blocked weight has at
- * most two: the full blocks and the last). oneDNN runs on OpenMP: the
+ * the object makes one per distinct block width (a blocked weight has at
+ * most two: the full blocks and the last) when it is created, each with a
+ * user scratchpad (the caller's memory). oneDNN runs on OpenMP: the
  * calling thread's OpenMP thread count is set to the context's for the
  * call and restored after. libgomp does not survive fork(): the process
  * that ran oneDNN is recorded (fxa_gemm_onednn_forked). */
@@ -22,7 +23,8 @@ static _Atomic long g_ran_in;
 typedef struct prim_slot {
     int64_t n; /* 0: empty */
     dnnl_primitive_t prim;
-    dnnl_memory_t mem[3]; /* x, w, y; data handles set per run */
+    dnnl_memory_t mem[4]; /* x, w, y, scratchpad; data handles set per run */
+    size_t scratch_bytes;
 } prim_slot;
 
 struct fxa_gemm_onednn {
@@ -32,7 +34,6 @@ struct fxa_gemm_onednn {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     prim_slot slot[N_SLOTS];
-    int next; /* slot to replace next */
 };
 
 static fxa_status fail(dnnl_status_t s, const char *step, char *err, size_t errlen)
@@ -44,7 +45,7 @@ static fxa_status fail(dnnl_status_t s, const char *step, char *err, size_t errl
 
 static void clear_slot(prim_slot *p)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (p->mem[i])
             dnnl_memory_destroy(p->mem[i]);
     if (p->prim)
@@ -52,8 +53,11 @@ static void clear_slot(prim_slot *p)
     *p = (prim_slot){0};
 }
 
+static dnnl_status_t make_slot(fxa_gemm_onednn *g, prim_slot *p, int64_t n, const char **step);
+
 fxa_status fxa_gemm_onednn_create(fxa_gemm_onednn **g, fxa_dtype type, int64_t m, int64_t k,
-                                  int64_t ldy, int n_threads, char *err, size_t errlen)
+                                  int64_t ldy, int n_threads, const int64_t widths[2], char *err,
+                                  size_t errlen)
 {
     fxa_gemm_onednn *o = calloc(1, sizeof *o);
     *g = NULL;
@@ -76,12 +80,27 @@ fxa_status fxa_gemm_onednn_create(fxa_gemm_onednn **g, fxa_dtype type, int64_t m
         fxa_gemm_onednn_destroy(o);
         return fail(s, "stream", err, errlen);
     }
+    for (int i = 0; i < N_SLOTS; i++) {
+        const char *step = "";
+        if (widths[i] > 0 && (s = make_slot(o, &o->slot[i], widths[i], &step)) != dnnl_success) {
+            fxa_gemm_onednn_destroy(o);
+            return fail(s, step, err, errlen);
+        }
+    }
     *g = o;
     return FXA_OK;
 }
 
+size_t fxa_gemm_onednn_scratch_bytes(const fxa_gemm_onednn *g)
+{
+    size_t most = 0;
+    for (int i = 0; i < N_SLOTS; i++)
+        most = g->slot[i].scratch_bytes > most ? g->slot[i].scratch_bytes : most;
+    return most;
+}
+
 /* A primitive for width n: x [m][k], w^T as [k][n] with strides (1, k),
- * y [m][n] with row stride ldy. */
+ * y [m][n] with row stride ldy, its scratchpad the caller's. */
 static dnnl_status_t make_slot(fxa_gemm_onednn *g, prim_slot *p, int64_t n, const char **step)
 {
     dnnl_dims_t x_dims = {g->m, g->k}, w_dims = {g->k, n}, y_dims = {g->m, n};
@@ -98,15 +117,28 @@ static dnnl_status_t make_slot(fxa_gemm_onednn *g, prim_slot *p, int64_t n, cons
         *step = "matmul descriptor";
         s = dnnl_matmul_desc_init(&md, &x_md, &w_md, NULL, &y_md);
     }
+    dnnl_primitive_attr_t attr = NULL;
+    if (s == dnnl_success) {
+        *step = "primitive attributes";
+        s = dnnl_primitive_attr_create(&attr);
+        if (s == dnnl_success)
+            s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    }
     dnnl_primitive_desc_t pd = NULL;
+    dnnl_memory_desc_t scratch_md;
     if (s == dnnl_success) {
         *step = "matmul primitive";
-        s = dnnl_primitive_desc_create(&pd, &md, NULL, g->eng, NULL);
-        if (s == dnnl_success)
+        s = dnnl_primitive_desc_create(&pd, &md, attr, g->eng, NULL);
+        if (s == dnnl_success) {
+            scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+            p->scratch_bytes = dnnl_memory_desc_get_size(&scratch_md);
             s = dnnl_primitive_create(&p->prim, pd);
+        }
         if (pd)
             dnnl_primitive_desc_destroy(pd);
     }
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
     if (s == dnnl_success) {
         *step = "memory";
         s = dnnl_memory_create(&p->mem[0], &x_md, g->eng, DNNL_MEMORY_NONE);
@@ -114,6 +146,8 @@ static dnnl_status_t make_slot(fxa_gemm_onednn *g, prim_slot *p, int64_t n, cons
             s = dnnl_memory_create(&p->mem[1], &w_md, g->eng, DNNL_MEMORY_NONE);
         if (s == dnnl_success)
             s = dnnl_memory_create(&p->mem[2], &y_md, g->eng, DNNL_MEMORY_NONE);
+        if (s == dnnl_success)
+            s = dnnl_memory_create(&p->mem[3], &scratch_md, g->eng, DNNL_MEMORY_NONE);
     }
     if (s == dnnl_success)
         p->n = n;
@@ -123,20 +157,14 @@ static dnnl_status_t make_slot(fxa_gemm_onednn *g, prim_slot *p, int64_t n, cons
 }
 
 fxa_status fxa_gemm_onednn_run(fxa_gemm_onednn *g, const void *x, const void *w, int64_t n,
-                               float *y, char *err, size_t errlen)
+                               float *y, void *scratch, char *err, size_t errlen)
 {
     prim_slot *p = NULL;
     for (int i = 0; i < N_SLOTS && !p; i++)
         if (g->slot[i].n == n)
             p = &g->slot[i];
-    const char *step = "";
-    dnnl_status_t s = dnnl_success;
-    if (!p) {
-        p = &g->slot[g->next];
-        g->next = (g->next + 1) % N_SLOTS;
-        clear_slot(p);
-        s = make_slot(g, p, n, &step);
-    }
+    const char *step = "primitive lookup (a width the plan did not make)";
+    dnnl_status_t s = p ? dnnl_success : dnnl_invalid_arguments;
     if (s == dnnl_success) {
         step = "memory";
         s = dnnl_memory_set_data_handle(p->mem[0], (void *)x);
@@ -144,15 +172,19 @@ fxa_status fxa_gemm_onednn_run(fxa_gemm_onednn *g, const void *x, const void *w,
             s = dnnl_memory_set_data_handle(p->mem[1], (void *)w);
         if (s == dnnl_success)
             s = dnnl_memory_set_data_handle(p->mem[2], y);
+        if (s == dnnl_success && p->scratch_bytes)
+            s = dnnl_memory_set_data_handle(p->mem[3], scratch);
     }
     if (s == dnnl_success) {
         step = "execution";
-        const dnnl_exec_arg_t args[3] = {
-            {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
+        const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->mem[0]},
+                                         {DNNL_ARG_WEIGHTS, p->mem[1]},
+                                         {DNNL_ARG_DST, p->mem[2]},
+                                         {DNNL_ARG_SCRATCHPAD, p->mem[3]}};
         atomic_store(&g_ran_in, (long)getpid());
         const int caller_threads = omp_get_max_threads();
         omp_set_num_threads(g->n_threads);
-        s = dnnl_primitive_execute(p->prim, g->stream, 3, args);
+        s = dnnl_primitive_execute(p->prim, g->stream, p->scratch_bytes ? 4 : 3, args);
         if (s == dnnl_success)
             s = dnnl_stream_wait(g->stream);
         omp_set_num_threads(caller_threads);

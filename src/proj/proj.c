@@ -23,8 +23,9 @@
 #include "../core/alloc.h"
 #include "../core/convert_inline.h"
 #include "../core/cpu.h"
-#include "../core/ctx_internal.h"
+#include "../core/ctx_api.h"
 #include "../core/spans.h"
+#include "../core/struct_size.h"
 #include "fxattn_proj.h"
 #include "gemm_amx.h"
 #include "gemm_onednn.h"
@@ -76,9 +77,29 @@ static int flags_ok(const fxa_proj_desc *d)
            (d->norm == 0 || d->norm == 1) && (d->rope == 0 || d->rope == 1);
 }
 
+/* Workspace layout (byte offsets; 0 = not used, except xs which is first
+ * only when nothing precedes it: offsets are checked through the flags). */
+typedef struct proj_ws {
+    int bf16_path;   /* 16/8-bit operands on both sides multiply as bf16 */
+    int f32_onednn;  /* the fp32 GEMM runs on oneDNN instead of OpenBLAS */
+    int64_t w_block; /* output channels decoded (w32/w16) per GEMM */
+    size_t x32, x16, w32, w16, xs, y, sums, bad, stage_bad, stage_tmp, onednn, amx, total;
+} proj_ws;
+
+struct fxa_proj_plan {
+    fxa_ctx *ctx;
+    fxa_proj_desc d; /* current size, defaults past the caller's struct_size */
+    int has_tp;
+    fxa_proj_tp tp;
+    int n_threads;
+    proj_ws l;
+    fxa_gemm_onednn *g; /* bf16 GEMMs, or fp32 ones on oneDNN; else NULL */
+};
+
 /* Outputs that share a byte with each other or with the workspace. Inputs
  * may alias the outputs: every input is read before any output is stored. */
-static fxa_status check_output_spans(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
+static fxa_status check_output_spans(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
+                                     const void *ws, size_t ws_bytes)
 {
     const size_t elem = d->out_dtype == FXA_F32 ? sizeof(float) : sizeof(uint16_t);
     const size_t q_bytes = (size_t)(d->tokens * d->heads_q * d->head_dim) * elem;
@@ -86,19 +107,16 @@ static fxa_status check_output_spans(fxa_ctx *ctx, const fxa_proj_desc *d, const
     const fxa_span span[4] = {{"q_out", a->q_out, q_bytes},
                               {"k_out", a->k_out, kv_bytes},
                               {"v_out", a->v_out, kv_bytes},
-                              {"workspace", a->workspace, a->workspace_bytes}};
+                              {"workspace", ws, ws_bytes}};
     const fxa_span *x, *y;
     if (fxa_spans_clash(span, 4, NULL, 0, &x, &y))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s and %s overlap", x->name, y->name);
     return FXA_OK;
 }
 
-static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
+/* The plan's checks of d (already copied in). */
+static fxa_status check_desc(fxa_ctx *ctx, const fxa_proj_desc *d)
 {
-    if (!d || d->struct_size < sizeof *d)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection descriptor missing or too old");
-    if (!a || a->struct_size < sizeof *a)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection args missing or too old");
     if (!shape_ok(d))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "projection shape: tokens %lld, in_features %lld, heads %lld/%lld, "
@@ -114,6 +132,20 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "RMSNorm eps %g is outside fp32's positive range (%g..%g)", d->eps,
                             (double)FLT_TRUE_MIN, (double)FLT_MAX);
+    return FXA_OK;
+}
+
+/* The run's checks of a (copied in) and the workspace. */
+static fxa_status check_args(const fxa_proj_plan *p, const fxa_proj_args *a, const void *ws)
+{
+    fxa_ctx *ctx = p->ctx;
+    const fxa_proj_desc *d = &p->d;
+    if (!ws)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "the projection needs its workspace (%zu bytes, the plan's)",
+                            p->l.total);
+    if (((uintptr_t)ws % FXA_ALIGN) != 0)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
     if (!a->x || !a->w || !a->q_out || (d->heads_kv > 0 && (!a->k_out || !a->v_out)))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "x, w and the outputs must not be NULL");
     if (d->w_format == FXA_PROJ_W_E4M3 && !a->w_scales)
@@ -122,7 +154,7 @@ static fxa_status check(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_arg
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RMSNorm needs gamma_q (and gamma_k)");
     if (d->rope && (!a->rope_cos || !a->rope_sin))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "RoPE needs rope_cos and rope_sin");
-    if (check_output_spans(ctx, d, a) != FXA_OK)
+    if (check_output_spans(ctx, d, a, ws, p->l.total) != FXA_OK)
         return FXA_ERR_INVALID_ARG;
     const int64_t qn = d->heads_q * d->head_dim;
     const int64_t kn = d->heads_kv * d->head_dim;
@@ -237,23 +269,20 @@ static void stage_item(void *arg, int64_t item, int thread_id)
     }
 }
 
-/* Run a staging job; the first bad row (in row order) becomes the error. */
-static fxa_status stage(fxa_ctx *ctx, stage_job *job, const char *what, const char *row_name,
-                        const char *col_name)
+/* Run a staging job with its per-item results and per-thread rows in the
+ * workspace; the first bad row (in row order) becomes the error. */
+static fxa_status stage(const fxa_proj_plan *p, unsigned char *ws, stage_job *job, const char *what,
+                        const char *row_name, const char *col_name)
 {
+    fxa_ctx *ctx = p->ctx;
     const int64_t items = (job->rows + STAGE_ROWS - 1) / STAGE_ROWS;
-    job->bad = malloc((size_t)(2 * items + 2) * sizeof(int64_t));
-    job->tmp = malloc((size_t)ctx->pool.n_threads * (size_t)job->n * sizeof(float));
-    if (!job->bad || !job->tmp) {
-        free(job->bad);
-        free(job->tmp);
-        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory");
-    }
+    job->bad = (int64_t *)(ws + p->l.stage_bad);
+    job->tmp = (float *)(ws + p->l.stage_tmp);
     for (int c = 0; c < 256; c++) {
         job->lut[c] = fxa_e4m3_to_f32((uint8_t)c);
         job->lut16[c] = fxa_f32_to_bf16(job->lut[c]); /* exact */
     }
-    fxa_pool_run(&ctx->pool, stage_item, job, items);
+    fxa_pool_run(fxa_ctx_pool(ctx), stage_item, job, items);
     fxa_status st = FXA_OK;
     for (int64_t i = 0; i < items && st == FXA_OK; i++) {
         const int64_t *bad = job->bad + 2 * i;
@@ -268,8 +297,6 @@ static fxa_status stage(fxa_ctx *ctx, stage_job *job, const char *what, const ch
                               "%s has a non-finite value at %s %lld, %s %lld", what, row_name,
                               (long long)(job->row0 + bad[0]), col_name, (long long)bad[1]);
     }
-    free(job->bad);
-    free(job->tmp);
     return st;
 }
 
@@ -277,9 +304,10 @@ static fxa_status stage(fxa_ctx *ctx, stage_job *job, const char *what, const ch
  * inputs are read in place (scanned only with check), FP8 codes decoded
  * exactly into x32 (fp32 path) or x16 (bf16 path). *x_out: what the GEMM
  * reads. */
-static fxa_status stage_x(fxa_ctx *ctx, const fxa_proj_desc *d, const void *x, float *x32,
+static fxa_status stage_x(const fxa_proj_plan *p, unsigned char *ws, const void *x, float *x32,
                           uint16_t *x16, float *xs, const void **x_out, int check)
 {
+    const fxa_proj_desc *d = &p->d;
     stage_job job = {.src = x,
                      .check = check,
                      .kind = d->x_format == FXA_PROJ_X_F32    ? SRC_F32
@@ -293,14 +321,15 @@ static fxa_status stage_x(fxa_ctx *ctx, const fxa_proj_desc *d, const void *x, f
     for (int64_t s = 0; s < d->tokens; s++)
         xs[s] = 1.0f;
     *x_out = x32 ? (const void *)x32 : x16 ? (const void *)x16 : x;
-    return stage(ctx, &job, "x", "token", "feature");
+    return stage(p, ws, &job, "x", "token", "feature");
 }
 
 /* Rows [row0, row0 + rows) of W [I][H] for the GEMM, the same way (FP8
  * scales stay separate). */
-static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, int64_t row0,
+static fxa_status stage_w(const fxa_proj_plan *p, unsigned char *ws, const void *w, int64_t row0,
                           int64_t rows, float *w32, uint16_t *w16, const void **w_out, int check)
 {
+    const fxa_proj_desc *d = &p->d;
     const size_t elem = d->w_format == FXA_PROJ_W_F32    ? sizeof(float)
                         : d->w_format == FXA_PROJ_W_BF16 ? sizeof(uint16_t)
                                                          : 1;
@@ -316,7 +345,7 @@ static fxa_status stage_w(fxa_ctx *ctx, const fxa_proj_desc *d, const void *w, i
                      .dst = w32,
                      .dst16 = w16};
     *w_out = w32 ? (const void *)w32 : w16 ? (const void *)w16 : src;
-    return stage(ctx, &job, "w", "output", "input");
+    return stage(p, ws, &job, "w", "output", "input");
 }
 
 typedef struct epi_job {
@@ -538,8 +567,9 @@ static int64_t first_bad(const epi_job *job, int64_t n_items)
  * or refuse (nothing stored) when an output value overflows. */
 static fxa_status phase_bc(fxa_ctx *ctx, epi_job *job, int64_t n_items)
 {
+    fxa_pool *pool = fxa_ctx_pool(ctx);
     const phase_job pb = {job, PHASE_B};
-    fxa_pool_run(&ctx->pool, phase_item, (void *)&pb, n_items);
+    fxa_pool_run(pool, phase_item, (void *)&pb, n_items);
     const int64_t first = first_bad(job, n_items);
     if (first >= 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
@@ -547,40 +577,30 @@ static fxa_status phase_bc(fxa_ctx *ctx, epi_job *job, int64_t n_items)
                             "RoPE tables too large)",
                             (long long)first, job->d->out_dtype == FXA_F32 ? "fp32" : "bf16");
     const phase_job pc = {job, PHASE_C};
-    fxa_pool_run(&ctx->pool, phase_item, (void *)&pc, n_items);
+    fxa_pool_run(pool, phase_item, (void *)&pc, n_items);
     return FXA_OK;
 }
 
 /* Phase A over all tokens; a non-finite y is traced back to its cause:
  * a non-finite fp32 operand (found by scanning them now), else overflow. */
-static fxa_status phase_a(fxa_ctx *ctx, epi_job *job, int64_t n_items)
+static fxa_status phase_a(const fxa_proj_plan *p, unsigned char *ws, epi_job *job, int64_t n_items)
 {
     const fxa_proj_desc *d = job->d;
     const phase_job pj = {job, PHASE_A};
-    fxa_pool_run(&ctx->pool, phase_item, (void *)&pj, n_items);
+    fxa_pool_run(fxa_ctx_pool(p->ctx), phase_item, (void *)&pj, n_items);
     const int64_t first = first_bad(job, n_items);
     if (first < 0)
         return FXA_OK;
     const void *unused;
-    fxa_status st = stage_x(ctx, d, job->a->x, NULL, NULL, job->xs, &unused, 1);
+    fxa_status st = stage_x(p, ws, job->a->x, NULL, NULL, job->xs, &unused, 1);
     if (st == FXA_OK)
-        st = stage_w(ctx, d, job->a->w, 0, out_features(d), NULL, NULL, &unused, 1);
+        st = stage_w(p, ws, job->a->w, 0, out_features(d), NULL, NULL, &unused, 1);
     if (st != FXA_OK)
         return st;
-    return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+    return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                         "the projection of token %lld overflows fp32 (inputs too large)",
                         (long long)first);
 }
-
-/* Workspace layout (byte offsets; 0 = not used, except xs which is first
- * only when nothing precedes it: offsets are checked through the flags). */
-typedef struct proj_ws {
-    int bf16_path;   /* 16/8-bit operands on both sides multiply as bf16 */
-    int f32_onednn;  /* the fp32 GEMM runs on oneDNN instead of OpenBLAS; -1: bad
-                      * FXA_PROJ_GEMM */
-    int64_t w_block; /* output channels decoded (w32/w16) per GEMM */
-    size_t x32, x16, w32, w16, xs, y, sums, bad, total;
-} proj_ws;
 
 /* Bytes of decoded weight per block. Each block's GEMM reads all of x
  * again, so blocks must be wide: at S = 4096, H = 5120 (FP8 operands, bf16
@@ -647,7 +667,7 @@ static int gemm_f32_on_onednn(const char *force)
  * CPUs with AVX512-BF16 (oneDNN has no bf16 matmul without it); otherwise
  * the GEMM is fp32, reading fp32 in place and decoding the rest (every
  * bf16 and E4M3 value is an fp32 value: the same products). */
-static void layout(const fxa_proj_desc *d, proj_ws *l)
+static void layout(const fxa_proj_desc *d, int n_threads, proj_ws *l)
 {
     const size_t s = (size_t)d->tokens;
     const size_t x_elems = s * (size_t)d->in_features;
@@ -673,16 +693,12 @@ static void layout(const fxa_proj_desc *d, proj_ws *l)
     l->y = take(&at, s * (size_t)out_features(d) * sizeof(float));
     l->sums = take(&at, (2 * s + 1) * sizeof(double));
     l->bad = take(&at, ((s + 15) / 16 + 1) * sizeof(int64_t));
+    /* Staging's per-item results (up to every output channel, when the
+     * epilogue traces an overflow to a weight) and per-thread rows. */
+    const size_t rows = s > (size_t)out_features(d) ? s : (size_t)out_features(d);
+    l->stage_bad = take(&at, (2 * ((rows + STAGE_ROWS - 1) / STAGE_ROWS) + 2) * sizeof(int64_t));
+    l->stage_tmp = take(&at, (size_t)n_threads * (size_t)d->in_features * sizeof(float));
     l->total = at;
-}
-
-size_t fxa_proj_workspace_bytes(const fxa_proj_desc *d)
-{
-    if (!d || d->struct_size < sizeof *d || !shape_ok(d) || !sizes_fit(d) || !flags_ok(d))
-        return 0;
-    proj_ws l;
-    layout(d, &l);
-    return l.total;
 }
 
 /* OpenBLAS (0.3.21) has one process-wide thread count and no per-call
@@ -707,156 +723,230 @@ static void sgemm_on_threads(int n_threads, int64_t m, int64_t n, int64_t k, con
 }
 
 /* y [S][I] = x W^T, W staged and multiplied l->w_block output channels at
- * a time. */
-static fxa_status multiply(fxa_ctx *ctx, const fxa_proj_desc *d, const void *xg, const void *w,
-                           const proj_ws *l, unsigned char *ws, float *y)
+ * a time: on AMX tiles where the plan has their scratch and the block fits
+ * (gemm_amx.h: faster than Debian's oneDNN on them), else on oneDNN or
+ * OpenBLAS; in a process forked after oneDNN ran, fp32 GEMMs go to
+ * OpenBLAS and bf16 ones are refused. */
+static fxa_status multiply(const fxa_proj_plan *p, unsigned char *ws, const void *xg, const void *w,
+                           float *y)
 {
+    const fxa_proj_desc *d = &p->d;
+    const proj_ws *l = &p->l;
+    fxa_ctx *ctx = p->ctx;
     const int64_t n_out = out_features(d);
     const int64_t k = d->in_features;
     float *w32 = l->w32 ? (float *)(ws + l->w32) : NULL;
     uint16_t *w16 = l->w16 ? (uint16_t *)(ws + l->w16) : NULL;
-    fxa_gemm_onednn *g = NULL;
+    const int forked = fxa_gemm_onednn_forked(); /* OpenMP cannot run in this child */
+    if (forked && l->bf16_path)
+        return fxa_ctx_fail(
+            ctx, FXA_ERR_UNSUPPORTED,
+            "bf16 projections run on oneDNN (OpenMP), which cannot run in a process "
+            "forked after its parent ran oneDNN; start workers with spawn or "
+            "forkserver instead of fork");
+    const int blas = !l->bf16_path && (!l->f32_onednn || forked);
     char why[160];
     fxa_status st = FXA_OK;
-    const int blas = !l->bf16_path && !l->f32_onednn;
-    if (!blas) {
-        st = fxa_gemm_onednn_create(&g, l->bf16_path ? FXA_BF16 : FXA_F32, d->tokens, k, n_out,
-                                    ctx->pool.n_threads, why, sizeof why);
-        if (st != FXA_OK)
-            return fxa_ctx_fail(ctx, st, "%s", why);
-    }
-    /* bf16 GEMMs on the `amx` kernel set run on AMX tiles here (gemm_amx.h:
-     * faster than Debian's oneDNN on them), when the shapes fit and the
-     * packing scratch can be had; oneDNN otherwise. */
-    void *amx_scratch = NULL;
     for (int64_t n0 = 0; st == FXA_OK && n0 < n_out; n0 += l->w_block) {
         const int64_t nb = n_out - n0 < l->w_block ? n_out - n0 : l->w_block;
         const void *wg = NULL;
-        if ((st = stage_w(ctx, d, w, n0, nb, w32, w16, &wg, 0)) != FXA_OK)
+        if ((st = stage_w(p, ws, w, n0, nb, w32, w16, &wg, 0)) != FXA_OK)
             break;
-        if (l->bf16_path && fxa_gemm_amx_fits(ctx, k, nb, wg) &&
-            (amx_scratch || (amx_scratch = fxa_malloc_aligned(
-                                 fxa_gemm_amx_scratch_bytes(k, ctx->pool.n_threads))))) {
-            fxa_gemm_amx_run(ctx, xg, d->tokens, k, wg, nb, y + n0, n_out, amx_scratch);
-            continue;
-        }
-        if (blas)
-            sgemm_on_threads(ctx->pool.n_threads, d->tokens, nb, k, xg, wg, y + n0, n_out);
-        else if ((st = fxa_gemm_onednn_run(g, xg, wg, nb, y + n0, why, sizeof why)) != FXA_OK)
+        if (l->amx && fxa_gemm_amx_fits(ctx, k, nb, wg))
+            fxa_gemm_amx_run(ctx, xg, d->tokens, k, wg, nb, y + n0, n_out, ws + l->amx);
+        else if (blas)
+            sgemm_on_threads(p->n_threads, d->tokens, nb, k, xg, wg, y + n0, n_out);
+        else if ((st = fxa_gemm_onednn_run(p->g, xg, wg, nb, y + n0, ws + l->onednn, why,
+                                           sizeof why)) != FXA_OK)
             st = fxa_ctx_fail(ctx, st, "%s", why);
     }
-    fxa_free_aligned(amx_scratch);
-    fxa_gemm_onednn_destroy(g);
     return st;
 }
 
-/* Local work up to the reduction; then (after tp->reduce, if any) phases B and C. */
-static fxa_status run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
-                      const fxa_proj_tp *tp)
+/* Local work up to the reduction; then (after the reduce of a tensor-
+ * parallel plan) phases B and C. */
+static fxa_status run(fxa_proj_plan *p, const fxa_proj_args *args, unsigned char *ws)
 {
-    fxa_status st = check(ctx, d, a);
-    if (st == FXA_OK && tp &&
-        (tp->struct_size < sizeof *tp || !tp->reduce || tp->norm_features_q < 1 ||
-         tp->norm_features_k < 0))
-        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "tensor-parallel settings missing or bad");
-    const int64_t n_out = st == FXA_OK ? out_features(d) : 0;
-    proj_ws l = {0};
-    if (st == FXA_OK) {
-        layout(d, &l);
-        l.f32_onednn = l.bf16_path ? 0 : gemm_f32_on_onednn(ctx->proj_gemm);
-        if (fxa_gemm_onednn_forked()) { /* OpenMP cannot run in this child */
-            if (l.f32_onednn > 0)
-                l.f32_onednn = 0;
-            if (l.bf16_path)
-                st = fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
-                                  "bf16 projections run on oneDNN (OpenMP), which cannot run in a "
-                                  "process forked after its parent ran oneDNN; start workers with "
-                                  "spawn or forkserver instead of fork");
-        }
-    }
-    if (st == FXA_OK && l.f32_onednn < 0)
-        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                          "FXA_PROJ_GEMM=%s: unknown GEMM (choose openblas, onednn or auto)",
-                          ctx->proj_gemm);
-    unsigned char *mem = NULL;
-    if (st == FXA_OK && a->workspace && a->workspace_bytes < l.total)
-        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes, %zu needed",
-                          a->workspace_bytes, l.total);
-    if (st == FXA_OK && a->workspace && ((uintptr_t)a->workspace % FXA_ALIGN) != 0)
-        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
-    if (st == FXA_OK && !a->workspace && !(mem = fxa_malloc_aligned(l.total)))
-        st = fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the projection (%zu bytes)",
-                          l.total);
-    unsigned char *ws = a->workspace ? a->workspace : mem;
-    float *x32 = l.x32 ? (float *)(ws + l.x32) : NULL;
-    uint16_t *x16 = l.x16 ? (uint16_t *)(ws + l.x16) : NULL;
-    float *xs = st == FXA_OK ? (float *)(ws + l.xs) : NULL;
-    float *y = st == FXA_OK ? (float *)(ws + l.y) : NULL;
-    double *sums = st == FXA_OK ? (double *)(ws + l.sums) : NULL;
-    int64_t *bad = st == FXA_OK ? (int64_t *)(ws + l.bad) : NULL;
-    const size_t s = st == FXA_OK ? (size_t)d->tokens : 0;
+    fxa_ctx *ctx = p->ctx;
+    const fxa_proj_desc *d = &p->d;
+    const proj_ws *l = &p->l;
+    fxa_proj_args a = {0};
+    char msg[200];
+    fxa_status st = FXA_OK;
+    if (!args)
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "projection args missing");
+    else if (fxa_struct_in(&a, sizeof a, args, FXA_PROJ_ARGS_SIZE_0_3, "fxa_proj_args", msg,
+                           sizeof msg) != FXA_OK)
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", msg);
+    if (st == FXA_OK)
+        st = check_args(p, &a, ws);
+    const int64_t n_out = out_features(d);
+    float *x32 = l->x32 ? (float *)(ws + l->x32) : NULL;
+    uint16_t *x16 = l->x16 ? (uint16_t *)(ws + l->x16) : NULL;
+    float *xs = st == FXA_OK ? (float *)(ws + l->xs) : NULL;
+    float *y = st == FXA_OK ? (float *)(ws + l->y) : NULL;
+    double *sums = st == FXA_OK ? (double *)(ws + l->sums) : NULL;
+    int64_t *bad = st == FXA_OK ? (int64_t *)(ws + l->bad) : NULL;
+    const size_t s = (size_t)d->tokens;
     const void *xg = NULL; /* what the GEMM reads */
     if (st == FXA_OK)
-        st = stage_x(ctx, d, a->x, x32, x16, xs, &xg, 0);
+        st = stage_x(p, ws, a.x, x32, x16, xs, &xg, 0);
     for (int64_t i = 0; st == FXA_OK && d->w_format == FXA_PROJ_W_E4M3 && i < n_out; i++)
-        if (!isfinite(a->w_scales[i]) || a->w_scales[i] < 0.0f)
+        if (!isfinite(a.w_scales[i]) || a.w_scales[i] < 0.0f)
             st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "w_scales[%lld] is %g", (long long)i,
-                              (double)a->w_scales[i]);
-    epi_job job = {d, a, y, xs, sums, 0.0, 0.0, 16, bad};
+                              (double)a.w_scales[i]);
+    epi_job job = {d, &a, y, xs, sums, 0.0, 0.0, 16, bad};
     if (st == FXA_OK)
-        st = multiply(ctx, d, xg, a->w, &l, ws, y);
-    if (st == FXA_OK) {
-        job.n_q = (double)(tp ? tp->norm_features_q : d->heads_q * d->head_dim);
-        job.n_k = (double)(tp ? tp->norm_features_k : d->heads_kv * d->head_dim);
-    }
-    const int64_t n_items = st == FXA_OK ? (d->tokens + 15) / 16 : 0;
+        st = multiply(p, ws, xg, a.w, y);
+    job.n_q = (double)(p->has_tp ? p->tp.norm_features_q : d->heads_q * d->head_dim);
+    job.n_k = (double)(p->has_tp ? p->tp.norm_features_k : d->heads_kv * d->head_dim);
+    const int64_t n_items = (d->tokens + 15) / 16;
     /* Phase A for every token before any output is written: a failure
      * found there leaves the outputs untouched. */
     if (st == FXA_OK)
-        st = phase_a(ctx, &job, n_items);
-    if (!tp) {
+        st = phase_a(p, ws, &job, n_items);
+    if (!p->has_tp) {
         if (st == FXA_OK)
             st = phase_bc(ctx, &job, n_items);
-    } else {
-        /* Every rank reaches the reduction, failed or not, so none waits
-         * forever; the last element counts the ranks that failed. */
-        double fail_only[3] = {0.0, 0.0, 1.0};
-        double *buf = st == FXA_OK ? sums : fail_only;
-        const int64_t n_tok = st == FXA_OK ? d->tokens : 1;
-        if (st == FXA_OK) {
-            if (!d->norm)
-                memset(sums, 0, 2 * s * sizeof(double));
-            sums[2 * s] = 0.0;
-        }
-        const fxa_status rs = tp->reduce(buf, 2 * n_tok + 1, tp->arg);
-        if (st == FXA_OK && rs != FXA_OK)
-            st = fxa_ctx_fail(ctx, rs, "the tensor-parallel reduction failed");
-        else if (st == FXA_OK && buf[2 * n_tok] != 0.0)
-            st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "another tensor-parallel rank failed");
-        if (st == FXA_OK)
-            st = phase_bc(ctx, &job, n_items);
+        return st;
     }
-    fxa_free_aligned(mem);
+    /* Every rank reaches the reduction, failed or not, so none waits
+     * forever; the last element counts the ranks that failed. */
+    double fail_only[3] = {0.0, 0.0, 1.0};
+    double *buf = st == FXA_OK ? sums : fail_only;
+    const int64_t n_tok = st == FXA_OK ? d->tokens : 1;
+    if (st == FXA_OK) {
+        if (!d->norm)
+            memset(sums, 0, 2 * s * sizeof(double));
+        sums[2 * s] = 0.0;
+    }
+    const fxa_status rs = p->tp.reduce(buf, 2 * n_tok + 1, p->tp.arg);
+    if (st == FXA_OK && rs != FXA_OK)
+        st = fxa_ctx_fail(ctx, rs, "the tensor-parallel reduction failed");
+    else if (st == FXA_OK && buf[2 * n_tok] != 0.0)
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "another tensor-parallel rank failed");
+    if (st == FXA_OK)
+        st = phase_bc(ctx, &job, n_items);
     return st;
 }
 
-fxa_status fxa_proj_run(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
+fxa_status fxa_proj_run(fxa_proj_plan *p, const fxa_proj_args *args, void *workspace)
+{
+    if (!p)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(p->ctx); /* one call at a time per context */
+    const fxa_status st = run(p, args, workspace);
+    fxa_ctx_end(p->ctx);
+    return st;
+}
+
+/* The GEMM's backends for d: oneDNN's primitives (with their scratchpad in
+ * the workspace) for bf16 GEMMs and fp32 ones on oneDNN, the AMX packing
+ * scratch where the `amx` kernel set may take bf16 blocks. */
+static fxa_status plan_gemm(fxa_proj_plan *p)
+{
+    fxa_ctx *ctx = p->ctx;
+    proj_ws *l = &p->l;
+    const int64_t n_out = out_features(&p->d);
+    const int64_t k = p->d.in_features;
+    l->f32_onednn = l->bf16_path ? 0 : gemm_f32_on_onednn(fxa_ctx_proj_gemm(ctx));
+    if (l->f32_onednn < 0)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "FXA_PROJ_GEMM=%s: unknown GEMM (choose openblas, onednn or auto)",
+                            fxa_ctx_proj_gemm(ctx));
+    if (fxa_gemm_onednn_forked()) { /* OpenMP cannot run in this child */
+        if (l->bf16_path)
+            return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
+                                "bf16 projections run on oneDNN (OpenMP), which cannot run in a "
+                                "process forked after its parent ran oneDNN; start workers with "
+                                "spawn or forkserver instead of fork");
+        l->f32_onednn = 0;
+    }
+    size_t at = l->total;
+    if (l->bf16_path && fxa_gemm_amx_usable(ctx) && k % 32 == 0)
+        l->amx = take(&at, fxa_gemm_amx_scratch_bytes(k, p->n_threads));
+    if (l->bf16_path || l->f32_onednn) {
+        const int64_t widths[2] = {l->w_block, n_out % l->w_block};
+        char why[160];
+        const fxa_status st =
+            fxa_gemm_onednn_create(&p->g, l->bf16_path ? FXA_BF16 : FXA_F32, p->d.tokens, k, n_out,
+                                   p->n_threads, widths, why, sizeof why);
+        if (st != FXA_OK)
+            return fxa_ctx_fail(ctx, st, "%s", why);
+        l->onednn = take(&at, fxa_gemm_onednn_scratch_bytes(p->g));
+    }
+    l->total = at;
+    return FXA_OK;
+}
+
+static fxa_status plan_build(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_tp *tp,
+                             fxa_proj_plan **out, size_t *workspace_bytes)
+{
+    if (!d || !out || !workspace_bytes)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "fxa_proj_plan_create: NULL argument");
+    *out = NULL;
+    fxa_proj_desc full;
+    fxa_proj_desc_init(&full);
+    char msg[200];
+    if (fxa_struct_in(&full, sizeof full, d, FXA_PROJ_DESC_SIZE_0_1, "fxa_proj_desc", msg,
+                      sizeof msg) != FXA_OK)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", msg);
+    fxa_status st = check_desc(ctx, &full);
+    if (st != FXA_OK)
+        return st;
+    fxa_proj_tp tp_full = {.struct_size = sizeof tp_full};
+    if (tp && fxa_struct_in(&tp_full, sizeof tp_full, tp, FXA_PROJ_TP_SIZE_0_1, "fxa_proj_tp", msg,
+                            sizeof msg) != FXA_OK)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", msg);
+    if (tp && (!tp_full.reduce || tp_full.norm_features_q < 1 || tp_full.norm_features_k < 0))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "tensor-parallel settings missing or bad");
+    fxa_proj_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the projection's plan");
+    p->ctx = ctx;
+    p->d = full;
+    p->has_tp = tp != NULL;
+    p->tp = tp_full;
+    p->n_threads = fxa_ctx_threads(ctx);
+    layout(&p->d, p->n_threads, &p->l);
+    if ((st = plan_gemm(p)) != FXA_OK) {
+        fxa_proj_plan_destroy(p);
+        return st;
+    }
+    *workspace_bytes = p->l.total;
+    *out = p;
+    return FXA_OK;
+}
+
+fxa_status fxa_proj_plan_create(fxa_ctx *ctx, const fxa_proj_desc *d, fxa_proj_plan **plan,
+                                size_t *workspace_bytes)
 {
     if (!ctx)
         return FXA_ERR_INVALID_ARG;
-    fxa_ctx_begin(ctx); /* one call at a time per context */
-    const fxa_status st = run(ctx, d, a, NULL);
+    fxa_ctx_begin(ctx);
+    const fxa_status st = plan_build(ctx, d, NULL, plan, workspace_bytes);
     fxa_ctx_end(ctx);
     return st;
 }
 
-fxa_status fxa_proj_run_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a,
-                           const fxa_proj_tp *tp)
+fxa_status fxa_proj_plan_create_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_tp *tp,
+                                   fxa_proj_plan **plan, size_t *workspace_bytes)
 {
-    if (!ctx || !tp)
+    if (!ctx)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(ctx);
-    const fxa_status st = run(ctx, d, a, tp);
+    const fxa_status st =
+        tp ? plan_build(ctx, d, tp, plan, workspace_bytes)
+           : fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                          "fxa_proj_plan_create_tp: NULL tensor-parallel settings");
     fxa_ctx_end(ctx);
     return st;
+}
+
+void fxa_proj_plan_destroy(fxa_proj_plan *p)
+{
+    if (!p)
+        return;
+    fxa_gemm_onednn_destroy(p->g);
+    free(p);
 }

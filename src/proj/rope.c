@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/struct_size.h"
 #include "fxattn_proj.h"
 
 void fxa_wan_rope_bands(int64_t head_dim, int64_t *t_pairs, int64_t *h_pairs, int64_t *w_pairs)
@@ -81,12 +82,18 @@ static fxa_status permute_rows(unsigned char *base, size_t row_bytes, int64_t ro
     return FXA_OK;
 }
 
-fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *d, void *w, float *w_scales,
+fxa_status fxa_rope_interleaved_to_half(const fxa_proj_desc *desc, void *w, float *w_scales,
                                         float *bias, float *gamma_q, float *gamma_k)
 {
-    if (!d || d->struct_size < sizeof *d || d->head_dim < 2 || d->head_dim % 2 ||
-        d->head_dim > FXA_MAX_HEAD_DIM || d->heads_q < 0 || d->heads_kv < 0 || d->in_features < 1 ||
-        (unsigned)d->w_format > FXA_PROJ_W_E4M3)
+    fxa_proj_desc full;
+    fxa_proj_desc_init(&full);
+    char msg[160];
+    if (!desc || fxa_struct_in(&full, sizeof full, desc, FXA_PROJ_DESC_SIZE_0_1, "fxa_proj_desc",
+                               msg, sizeof msg) != FXA_OK)
+        return FXA_ERR_INVALID_ARG;
+    const fxa_proj_desc *d = &full;
+    if (d->head_dim < 2 || d->head_dim % 2 || d->head_dim > FXA_MAX_HEAD_DIM || d->heads_q < 0 ||
+        d->heads_kv < 0 || d->in_features < 1 || (unsigned)d->w_format > FXA_PROJ_W_E4M3)
         return FXA_ERR_INVALID_ARG;
     /* w's (Hq + 2 Hkv) d rows of in_features elements must be addressable. */
     const int64_t max_heads = PTRDIFF_MAX / 3 / (4 * FXA_MAX_HEAD_DIM);

@@ -10,19 +10,23 @@
 #include "wan_internal.h"
 #include "core/clock.h"
 #include "core/convert_inline.h"
-#include "core/ctx_internal.h"
+#include "core/ctx_api.h"
 #include "core/spans.h"
+#include "core/struct_size.h"
 
 struct fxa_wan_plan {
     fxa_ctx *ctx;
     fxa_wan_desc d;
     int64_t tokens, hidden;
     fxa_attn_plan *attn;
+    /* The projections, one plan per weight format (the weights come with
+     * each run): QKV and output. */
+    fxa_proj_plan *qkv[FXA_WAN_FORMATS], *out[FXA_WAN_FORMATS];
     size_t x16_bytes;  /* x rounded to bf16 (dtype bf16, fp32 x), after Q, K, V, A */
     size_t attn_bytes; /* the attention plan's workspace, after x16 */
     size_t proj_bytes; /* the projections' workspace, after the attention's */
+    size_t total;      /* the workspace */
     float *cs, *sn;    /* RoPE tables [S][head_dim] */
-    char error[512];
 };
 
 void fxa_wan_desc_init(fxa_wan_desc *d)
@@ -40,16 +44,20 @@ size_t fxa_wan_act_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads)
     return ((size_t)(tokens * heads * d->head_dim) * elem + 63) & ~(size_t)63;
 }
 
-size_t fxa_wan_x16_bytes(const fxa_wan_desc *d, int64_t tokens)
-{
-    const int rounds_x = d->dtype == FXA_BF16 && d->x_format == FXA_PROJ_X_F32;
-    return rounds_x ? fxa_wan_act_bytes(d, tokens, d->heads) : 0; /* a bf16 activation */
-}
-
 /* Rounding x to bf16 in items of ROUND_ROWS tokens; bad[item]: the first
  * element whose rounding is not finite (of a finite or a non-finite x), or
  * -1. */
 #define ROUND_ROWS 64
+
+size_t fxa_wan_x16_bytes(const fxa_wan_desc *d, int64_t tokens)
+{
+    const int rounds_x = d->dtype == FXA_BF16 && d->x_format == FXA_PROJ_X_F32;
+    const size_t items = (size_t)((tokens + ROUND_ROWS - 1) / ROUND_ROWS);
+    /* a bf16 activation, then the per-item results */
+    return rounds_x ? fxa_wan_act_bytes(d, tokens, d->heads) +
+                          (((items + 1) * sizeof(int64_t) + 63) & ~(size_t)63)
+                    : 0;
+}
 
 typedef struct round_job {
     const float *x;
@@ -80,19 +88,17 @@ static void round_item(void *arg, int64_t item, int thread_id)
 }
 
 fxa_status fxa_wan_round_x(fxa_ctx *ctx, const fxa_wan_desc *d, const float *x, int64_t tokens,
-                           uint16_t *x16, char *err, size_t errlen)
+                           void *buf, char *err, size_t errlen)
 {
     const int64_t n = d->heads * d->head_dim;
     const int64_t items = (tokens + ROUND_ROWS - 1) / ROUND_ROWS;
-    int64_t *bad = malloc((size_t)(items + 1) * sizeof(int64_t));
-    if (!bad)
-        return fxa_wan_failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory");
+    uint16_t *x16 = buf;
+    int64_t *bad = (int64_t *)((char *)buf + fxa_wan_act_bytes(d, tokens, d->heads));
     round_job j = {x, x16, tokens, n, bad};
-    fxa_pool_run(&ctx->pool, round_item, &j, items);
+    fxa_pool_run(fxa_ctx_pool(ctx), round_item, &j, items);
     int64_t first = -1;
     for (int64_t i = 0; i < items && first < 0; i++)
         first = bad[i];
-    free(bad);
     if (first < 0)
         return FXA_OK;
     return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
@@ -113,10 +119,6 @@ static int64_t grid_tokens(const fxa_wan_desc *d)
 
 static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
 {
-    if (d->struct_size != sizeof *d)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                             "fxa_wan_desc: struct_size %zu, expected %zu (use fxa_wan_desc_init)",
-                             d->struct_size, sizeof *d);
     if (grid_tokens(d) == 0)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                              "the latent grid %lld x %lld x %lld is not positive or "
@@ -148,53 +150,93 @@ static fxa_status check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
     return FXA_OK;
 }
 
-fxa_status fxa_wan_check_desc(const fxa_wan_desc *d, char *err, size_t errlen)
+fxa_status fxa_wan_check_desc(const fxa_wan_desc *d, fxa_wan_desc *full, char *err, size_t errlen)
 {
-    return check_desc(d, err, errlen);
+    fxa_wan_desc_init(full);
+    const fxa_status st =
+        fxa_struct_in(full, sizeof *full, d, FXA_WAN_DESC_SIZE_0_1, "fxa_wan_desc", err, errlen);
+    return st != FXA_OK ? st : check_desc(full, err, errlen);
 }
 
-fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan **plan_out,
-                               size_t *workspace_bytes, char *err, size_t errlen)
+/* The projections' plans (one per weight format) of `tokens` tokens onto
+ * `heads` heads: *bytes the largest workspace among them. */
+static fxa_status plan_projs(fxa_ctx *ctx, const fxa_wan_desc *d, int64_t tokens, int64_t heads,
+                             fxa_proj_plan *qkv[FXA_WAN_FORMATS],
+                             fxa_proj_plan *out[FXA_WAN_FORMATS], size_t *bytes)
 {
-    if (!ctx || !d || !plan_out || !workspace_bytes)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                             "fxa_wan_plan_create: NULL argument");
-    *plan_out = NULL;
-    fxa_status st = check_desc(d, err, errlen);
-    if (st != FXA_OK)
-        return st;
-    fxa_wan_plan *p = calloc(1, sizeof *p);
-    if (!p)
-        return fxa_wan_failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
-    p->ctx = ctx;
-    p->d = *d;
-    p->tokens = d->frames * d->height * d->width;
-    p->hidden = d->heads * d->head_dim;
-    const size_t table = (size_t)(p->tokens * d->head_dim) * sizeof(float);
-    p->cs = malloc(table);
-    p->sn = malloc(table);
-    if (!p->cs || !p->sn)
-        st = fxa_wan_failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the RoPE tables");
-    if (st == FXA_OK && (st = fxa_wan_rope(d, p->cs, p->sn)) != FXA_OK)
-        fxa_wan_failf(err, errlen, st, "cannot build the RoPE tables: %s", fxa_status_str(st));
+    static const fxa_proj_w formats[FXA_WAN_FORMATS] = {FXA_PROJ_W_F32, FXA_PROJ_W_BF16,
+                                                        FXA_PROJ_W_E4M3};
+    *bytes = 0;
+    for (int f = 0; f < FXA_WAN_FORMATS; f++) {
+        fxa_proj_desc pd;
+        size_t b = 0;
+        fxa_wan_qkv_desc(d, formats[f], heads, tokens, &pd);
+        fxa_status st = fxa_proj_plan_create(ctx, &pd, &qkv[f], &b);
+        *bytes = b > *bytes ? b : *bytes;
+        fxa_wan_out_desc(d, formats[f], heads, tokens, &pd);
+        if (st == FXA_OK)
+            st = fxa_proj_plan_create(ctx, &pd, &out[f], &b);
+        *bytes = b > *bytes ? b : *bytes;
+        if (st != FXA_OK)
+            return st;
+    }
+    *bytes = (*bytes + 63) & ~(size_t)63;
+    return FXA_OK;
+}
+
+fxa_status fxa_wan_plan_create(fxa_ctx *ctx, const fxa_wan_desc *d_in, fxa_wan_plan **plan_out,
+                               size_t *workspace_bytes)
+{
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(ctx);
+    fxa_wan_plan *p = NULL;
+    fxa_wan_desc d;
+    char why[400] = "";
+    fxa_status st = FXA_OK;
+    if (!d_in || !plan_out || !workspace_bytes)
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "fxa_wan_plan_create: NULL argument");
+    else if ((st = fxa_wan_check_desc(d_in, &d, why, sizeof why)) != FXA_OK)
+        fxa_ctx_fail(ctx, st, "%s", why);
+    else if (!(p = calloc(1, sizeof *p)))
+        st = fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
+    if (plan_out)
+        *plan_out = NULL;
+    if (st == FXA_OK) {
+        p->ctx = ctx;
+        p->d = d;
+        p->tokens = d.frames * d.height * d.width;
+        p->hidden = d.heads * d.head_dim;
+        const size_t table = (size_t)(p->tokens * d.head_dim) * sizeof(float);
+        p->cs = malloc(table);
+        p->sn = malloc(table);
+        if (!p->cs || !p->sn)
+            st = fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the RoPE tables");
+    }
+    if (st == FXA_OK && (st = fxa_wan_rope(&d, p->cs, p->sn)) != FXA_OK)
+        fxa_ctx_fail(ctx, st, "cannot build the RoPE tables: %s", fxa_status_str(st));
     if (st == FXA_OK) {
         fxa_attn_desc ad;
-        fxa_wan_attn_desc(d, d->heads, &ad);
+        fxa_wan_attn_desc(&d, d.heads, &ad);
         st = fxa_attn_plan_create(ctx, &ad, &p->attn, &p->attn_bytes);
         if (st != FXA_OK)
-            fxa_wan_failf(err, errlen, st, "attention: %s", fxa_ctx_last_error(ctx));
+            fxa_ctx_fail(ctx, st, "attention: %s", fxa_ctx_last_error(ctx));
     }
-    if (st != FXA_OK) {
+    if (st == FXA_OK &&
+        (st = plan_projs(ctx, &d, p->tokens, d.heads, p->qkv, p->out, &p->proj_bytes)) != FXA_OK)
+        fxa_ctx_fail(ctx, st, "projection: %s", fxa_ctx_last_error(ctx));
+    if (st == FXA_OK) {
+        p->attn_bytes = (p->attn_bytes + 63) & ~(size_t)63;
+        p->x16_bytes = fxa_wan_x16_bytes(&d, p->tokens);
+        p->total = 4 * fxa_wan_act_bytes(&d, p->tokens, d.heads) + p->x16_bytes + p->attn_bytes +
+                   p->proj_bytes;
+        *workspace_bytes = p->total;
+        *plan_out = p;
+    } else {
         fxa_wan_plan_destroy(p);
-        return st;
     }
-    p->attn_bytes = (p->attn_bytes + 63) & ~(size_t)63;
-    p->x16_bytes = fxa_wan_x16_bytes(d, p->tokens);
-    p->proj_bytes = fxa_wan_proj_workspace_bytes(d, p->tokens, d->heads);
-    *workspace_bytes = 4 * fxa_wan_act_bytes(d, p->tokens, d->heads) + p->x16_bytes +
-                       p->attn_bytes + p->proj_bytes;
-    *plan_out = p;
-    return FXA_OK;
+    fxa_ctx_end(ctx);
+    return st;
 }
 
 void fxa_wan_plan_destroy(fxa_wan_plan *p)
@@ -202,14 +244,13 @@ void fxa_wan_plan_destroy(fxa_wan_plan *p)
     if (!p)
         return;
     fxa_attn_plan_destroy(p->attn);
+    for (int f = 0; f < FXA_WAN_FORMATS; f++) {
+        fxa_proj_plan_destroy(p->qkv[f]);
+        fxa_proj_plan_destroy(p->out[f]);
+    }
     free(p->cs);
     free(p->sn);
     free(p);
-}
-
-const char *fxa_wan_last_error(const fxa_wan_plan *p)
-{
-    return p ? p->error : "";
 }
 
 /* w holds the whole layer of p, in the shapes fxa_wan_weights describes. */
@@ -223,17 +264,67 @@ static fxa_status check_weights(fxa_wan_plan *p, const fxa_wan_weights *w)
     const int formats =
         (unsigned)w->qkv.format <= FXA_PROJ_W_E4M3 && (unsigned)w->o.format <= FXA_PROJ_W_E4M3;
     if (ok && !formats)
-        return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
-                             "the weights' formats (qkv %d, o %d) are not FXA_PROJ_W_F32, "
-                             "FXA_PROJ_W_BF16 or FXA_PROJ_W_E4M3",
-                             (int)w->qkv.format, (int)w->o.format);
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "the weights' formats (qkv %d, o %d) are not FXA_PROJ_W_F32, "
+                            "FXA_PROJ_W_BF16 or FXA_PROJ_W_E4M3",
+                            (int)w->qkv.format, (int)w->o.format);
     if (!ok)
-        return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
-                             "the weights (hidden %lld, heads [%lld, +%lld) of %lld) are not the "
-                             "whole layer of the plan (%lld heads x %lld)",
-                             (long long)w->hidden, (long long)w->head_begin,
-                             (long long)w->head_count, (long long)w->heads, (long long)p->d.heads,
-                             (long long)p->d.head_dim);
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "the weights (hidden %lld, heads [%lld, +%lld) of %lld) are not the "
+                            "whole layer of the plan (%lld heads x %lld)",
+                            (long long)w->hidden, (long long)w->head_begin,
+                            (long long)w->head_count, (long long)w->heads, (long long)p->d.heads,
+                            (long long)p->d.head_dim);
+    return FXA_OK;
+}
+
+/* The layer on caller memory (fxa_wan_run, inside the context's call). */
+static fxa_status run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, float *y,
+                      void *workspace, fxa_wan_stats *stats)
+{
+    fxa_ctx *ctx = p->ctx;
+    if (!w || !x || !y || !workspace)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "fxa_wan_run: NULL argument");
+    char why[400];
+    if (stats &&
+        fxa_struct_size_check(fxa_struct_size_of(stats), FXA_WAN_STATS_SIZE_0_1,
+                              sizeof(fxa_wan_stats), "fxa_wan_stats", why, sizeof why) != FXA_OK)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", why);
+    fxa_status st = check_weights(p, w);
+    if (st != FXA_OK)
+        return st;
+    const size_t act = fxa_wan_act_bytes(&p->d, p->tokens, p->d.heads);
+    const fxa_span y_span = {"y", y, (size_t)(p->tokens * p->hidden) * sizeof(float)};
+    const fxa_span ws_span = {"workspace", workspace, p->total};
+    if (fxa_spans_overlap(&y_span, &ws_span))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "y and the workspace overlap");
+    char *q = workspace, *k = q + act, *v = k + act, *a = v + act;
+    void *x16 = p->x16_bytes ? a + act : NULL;
+    void *attn_ws = a + act + p->x16_bytes;
+    void *proj_ws = (char *)attn_ws + p->attn_bytes;
+    const double t0 = fxa_now_seconds();
+    if (x16 && (st = fxa_wan_round_x(ctx, &p->d, x, p->tokens, x16, why, sizeof why)) != FXA_OK)
+        return fxa_ctx_fail(ctx, st, "%s", why);
+    fxa_proj_args pa;
+    fxa_wan_qkv_args(w, x16 ? x16 : x, p->cs, p->sn, q, k, v, &pa);
+    if ((st = fxa_proj_run(p->qkv[w->qkv.format], &pa, proj_ws)) != FXA_OK)
+        return fxa_ctx_fail(ctx, st, "QKV projection: %s", fxa_ctx_last_error(ctx));
+    const double t1 = fxa_now_seconds();
+    const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
+    fxa_attn_stats ast = {.struct_size = sizeof ast};
+    if ((st = fxa_attn_run(p->attn, &aa, attn_ws, &ast)) != FXA_OK)
+        return st; /* its message is the context's */
+    const double t2 = fxa_now_seconds();
+    if ((st = fxa_wan_out_run(p->out[w->o.format], &w->o, a, y, proj_ws)) != FXA_OK)
+        return fxa_ctx_fail(ctx, st, "output projection: %s", fxa_ctx_last_error(ctx));
+    const fxa_wan_stats full = {.struct_size = sizeof full,
+                                .qkv_seconds = t1 - t0,
+                                .attention_seconds = t2 - t1,
+                                .out_seconds = fxa_now_seconds() - t2,
+                                .rows = ast.rows,
+                                .fallback_rows = ast.fallback_rows};
+    if (stats)
+        fxa_struct_out(stats, &full, sizeof full);
     return FXA_OK;
 }
 
@@ -242,73 +333,32 @@ fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x,
 {
     if (!p)
         return FXA_ERR_INVALID_ARG;
-    p->error[0] = '\0';
-    if (!w || !x || !y || !workspace)
-        return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
-                             "fxa_wan_run: NULL argument");
-    fxa_status st = check_weights(p, w);
-    if (st != FXA_OK)
-        return st;
-    const size_t act = fxa_wan_act_bytes(&p->d, p->tokens, p->d.heads);
-    const fxa_span y_span = {"y", y, (size_t)(p->tokens * p->hidden) * sizeof(float)};
-    const fxa_span ws_span = {"workspace", workspace,
-                              4 * act + p->x16_bytes + p->attn_bytes + p->proj_bytes};
-    if (fxa_spans_overlap(&y_span, &ws_span))
-        return fxa_wan_failf(p->error, sizeof p->error, FXA_ERR_INVALID_ARG,
-                             "y and the workspace overlap");
-    char *q = workspace, *k = q + act, *v = k + act, *a = v + act;
-    uint16_t *x16 = p->x16_bytes ? (uint16_t *)(a + act) : NULL;
-    void *attn_ws = a + act + p->x16_bytes;
-    void *proj_ws = (char *)attn_ws + p->attn_bytes;
-    const double t0 = fxa_now_seconds();
-    if (x16 && (st = fxa_wan_round_x(p->ctx, &p->d, x, p->tokens, x16, p->error,
-                                     sizeof p->error)) != FXA_OK)
-        return st;
-    fxa_proj_desc pd;
-    fxa_proj_args pa;
-    fxa_wan_qkv_call(&p->d, w, p->tokens, x16 ? (const void *)x16 : x, p->cs, p->sn, q, k, v, &pd,
-                     &pa);
-    pa.workspace = proj_ws;
-    pa.workspace_bytes = p->proj_bytes;
-    if ((st = fxa_proj_run(p->ctx, &pd, &pa)) != FXA_OK)
-        return fxa_wan_failf(p->error, sizeof p->error, st, "QKV projection: %s",
-                             fxa_ctx_last_error(p->ctx));
-    const double t1 = fxa_now_seconds();
-    const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
-    fxa_attn_stats ast = {.struct_size = sizeof ast};
-    if ((st = fxa_attn_run(p->attn, &aa, attn_ws, &ast)) != FXA_OK)
-        return fxa_wan_failf(p->error, sizeof p->error, st, "%s", fxa_ctx_last_error(p->ctx));
-    const double t2 = fxa_now_seconds();
-    if ((st = fxa_wan_out_proj(p->ctx, &p->d, &w->o, p->tokens, a, y, proj_ws, p->proj_bytes)) !=
-        FXA_OK)
-        return fxa_wan_failf(p->error, sizeof p->error, st, "output projection: %s",
-                             fxa_ctx_last_error(p->ctx));
-    if (stats)
-        *stats = (fxa_wan_stats){.struct_size = sizeof *stats,
-                                 .qkv_seconds = t1 - t0,
-                                 .attention_seconds = t2 - t1,
-                                 .out_seconds = fxa_now_seconds() - t2,
-                                 .rows = ast.rows,
-                                 .fallback_rows = ast.fallback_rows};
-    return FXA_OK;
+    fxa_ctx_begin(p->ctx);
+    const fxa_status st = run(p, w, x, y, workspace, stats);
+    fxa_ctx_end(p->ctx);
+    return st;
 }
 
-void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t tokens,
-                      const void *x, const float *cs, const float *sn, void *q, void *k, void *v,
-                      fxa_proj_desc *pd, fxa_proj_args *pa)
+void fxa_wan_qkv_desc(const fxa_wan_desc *d, fxa_proj_w format, int64_t heads, int64_t tokens,
+                      fxa_proj_desc *pd)
 {
     fxa_proj_desc_init(pd);
     pd->tokens = tokens;
     pd->in_features = d->heads * d->head_dim;
-    pd->heads_q = pd->heads_kv = w->head_count;
+    pd->heads_q = pd->heads_kv = heads;
     pd->head_dim = d->head_dim;
     pd->x_format =
         d->dtype == FXA_BF16 && d->x_format == FXA_PROJ_X_F32 ? FXA_PROJ_X_BF16 : d->x_format;
-    pd->w_format = w->qkv.format;
+    pd->w_format = format;
     pd->norm = 1;
     pd->eps = FXA_WAN_EPS;
     pd->rope = 1;
     pd->out_dtype = d->dtype;
+}
+
+void fxa_wan_qkv_args(const fxa_wan_weights *w, const void *x, const float *cs, const float *sn,
+                      void *q, void *k, void *v, fxa_proj_args *pa)
+{
     *pa = (fxa_proj_args){.struct_size = sizeof *pa,
                           .x = x,
                           .w = w->qkv.w,
@@ -323,67 +373,28 @@ void fxa_wan_qkv_call(const fxa_wan_desc *d, const fxa_wan_weights *w, int64_t t
                           .v_out = v};
 }
 
-/* The output projection's descriptor: tokens x o->cols onto hidden channels. */
-static void out_desc(const fxa_wan_desc *d, const fxa_wan_linear *o, int64_t tokens,
-                     fxa_proj_desc *pd)
+void fxa_wan_out_desc(const fxa_wan_desc *d, fxa_proj_w format, int64_t heads, int64_t tokens,
+                      fxa_proj_desc *pd)
 {
     fxa_proj_desc_init(pd);
     pd->tokens = tokens;
-    pd->in_features = o->cols;
+    pd->in_features = heads * d->head_dim;
     pd->heads_q = d->heads; /* out = heads * head_dim = hidden channels */
     pd->head_dim = d->head_dim;
     pd->x_format = d->dtype == FXA_BF16 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_F32;
-    pd->w_format = o->format;
+    pd->w_format = format;
 }
 
-size_t fxa_wan_proj_workspace_bytes(const fxa_wan_desc *d, int64_t tokens, int64_t heads)
+fxa_status fxa_wan_out_run(fxa_proj_plan *out, const fxa_wan_linear *o, const void *a, float *y,
+                           void *workspace)
 {
-    static const fxa_proj_w formats[3] = {FXA_PROJ_W_F32, FXA_PROJ_W_BF16, FXA_PROJ_W_E4M3};
-    size_t most = 0;
-    for (int f = 0; f < 3; f++) {
-        fxa_wan_weights w = {.head_count = heads};
-        w.qkv.format = formats[f];
-        const fxa_wan_linear o = {.format = formats[f], .cols = heads * d->head_dim};
-        fxa_proj_desc pd;
-        fxa_proj_args pa;
-        fxa_wan_qkv_call(d, &w, tokens, NULL, NULL, NULL, NULL, NULL, NULL, &pd, &pa);
-        const size_t qkv = fxa_proj_workspace_bytes(&pd);
-        out_desc(d, &o, tokens, &pd);
-        const size_t out = fxa_proj_workspace_bytes(&pd);
-        most = qkv > most ? qkv : most;
-        most = out > most ? out : most;
-    }
-    return (most + 63) & ~(size_t)63;
-}
-
-fxa_status fxa_wan_out_proj(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_linear *o,
-                            int64_t tokens, const void *a, float *y, void *workspace,
-                            size_t workspace_bytes)
-{
-    if (!ctx)
-        return FXA_ERR_INVALID_ARG;
-    char why[256];
-    if (!d || !o)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "fxa_wan_out_proj: NULL argument");
-    if (check_desc(d, why, sizeof why) != FXA_OK)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", why);
-    if (o->rows != d->heads * d->head_dim || (unsigned)o->format > FXA_PROJ_W_E4M3)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                            "the output projection has %lld rows (format %d); the layer's hidden "
-                            "size is %lld",
-                            (long long)o->rows, (int)o->format,
-                            (long long)(d->heads * d->head_dim));
-    fxa_proj_desc pd;
-    out_desc(d, o, tokens, &pd);
     const fxa_proj_args args = {.struct_size = sizeof args,
                                 .x = a,
                                 .w = o->w,
                                 .w_scales = o->scales,
                                 .bias = o->bias,
-                                .q_out = y,
-                                .workspace = workspace,
-                                .workspace_bytes = workspace_bytes};
-    return fxa_proj_run(ctx, &pd, &args);
+                                .q_out = y};
+    return fxa_proj_run(out, &args, workspace);
 }
 
 void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad)

@@ -9,7 +9,7 @@
 #include "wan_fail.h"
 #include "wan_internal.h"
 #include "core/convert_inline.h"
-#include "mpi/mpi_internal.h"
+#include "core/struct_size.h"
 
 #define REDUCE_CHUNK (1 << 26) /* floats per MPI_Ireduce */
 
@@ -27,14 +27,18 @@ struct fxa_wan_mpi_plan {
     fxa_mpi *m_tp, *m_cp;
     fxa_mpi_attn_plan *cp_plan;
     fxa_attn_plan *tp_plan; /* pure tensor parallel: this rank's heads over all tokens */
-    size_t act_bytes;       /* one activation of this rank's tokens and heads (d.dtype) */
-    size_t a_bytes;         /* the attention output: act_bytes, or fp32 under a_f32 */
-    int a_f32;              /* bf16 layer over a CP group: attention writes fp32 (what
+    /* The projections of this rank's tokens and heads, one plan per weight
+     * format: QKV (over the TP group under --tp) and output. */
+    fxa_proj_plan *qkv[FXA_WAN_FORMATS], *out[FXA_WAN_FORMATS];
+    fxa_mpi_proj_plan *qkv_tp[FXA_WAN_FORMATS];
+    size_t act_bytes;  /* one activation of this rank's tokens and heads (d.dtype) */
+    size_t a_bytes;    /* the attention output: act_bytes, or fp32 under a_f32 */
+    int a_f32;         /* bf16 layer over a CP group: attention writes fp32 (what
                              * libfxattn_mpi writes), rounded to bf16 in place after */
-    size_t x16_bytes;       /* x rounded to bf16 (dtype bf16, fp32 x), after Q, K, V, A */
-    size_t tp_bytes;        /* (rounded up to 64), after x16 */
-    size_t proj_bytes;      /* the projections' workspace, after tp_bytes */
-    float *cs, *sn;         /* RoPE tables of all tokens */
+    size_t x16_bytes;  /* x rounded to bf16 (dtype bf16, fp32 x), after Q, K, V, A */
+    size_t tp_bytes;   /* (rounded up to 64), after x16 */
+    size_t proj_bytes; /* the projections' workspace, after tp_bytes */
+    float *cs, *sn;    /* RoPE tables of all tokens */
     char error[600];
 };
 
@@ -75,7 +79,7 @@ static fxa_status group_agree(fxa_wan_mpi_plan *p, const char *label, int group_
 /* Wait for one request of the layer's own collectives. */
 static fxa_status wait1(fxa_wan_mpi_plan *p, MPI_Request *r, const char *what)
 {
-    const fxa_status st = fxa_mpi_wait(p->m_world, 1, r, -1, what);
+    const fxa_status st = fxa_mpi_wait_on(p->m_world, 1, r, what);
     if (st != FXA_OK)
         snprintf(p->error, sizeof p->error, "%s", fxa_mpi_last_error(p->m_world));
     return st;
@@ -128,7 +132,7 @@ static fxa_status settle_grid(fxa_wan_mpi_plan *p, const fxa_wan_grid *g, char *
 static fxa_status arrive(fxa_wan_mpi_plan *p)
 {
     MPI_Request r;
-    MPI_Ibarrier(p->m_world->comm, &r);
+    MPI_Ibarrier(fxa_mpi_comm(p->m_world), &r);
     return wait1(p, &r, "the ranks forming the layer's groups");
 }
 
@@ -151,10 +155,10 @@ static fxa_status groups(fxa_wan_mpi_plan *p, double timeout)
     fxa_status st = arrive(p);
     if (st != FXA_OK)
         return st;
-    MPI_Comm_split(p->m_world->comm, p->shard.cp_index, p->shard.tp_index, &p->tp_comm);
+    MPI_Comm_split(fxa_mpi_comm(p->m_world), p->shard.cp_index, p->shard.tp_index, &p->tp_comm);
     if ((st = arrive(p)) != FXA_OK)
         return st;
-    MPI_Comm_split(p->m_world->comm, p->shard.tp_index, p->shard.cp_index, &p->cp_comm);
+    MPI_Comm_split(fxa_mpi_comm(p->m_world), p->shard.tp_index, p->shard.cp_index, &p->cp_comm);
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
     mp.timeout_seconds = timeout;
@@ -201,6 +205,43 @@ static fxa_status rope(fxa_wan_mpi_plan *p)
     return agree(p, st, st == FXA_OK ? "" : "cannot build the RoPE tables (out of memory?)");
 }
 
+/* The projections' plans of this rank's shard; proj_bytes the largest
+ * workspace among them. */
+static fxa_status projection_plans(fxa_wan_mpi_plan *p)
+{
+    static const fxa_proj_w formats[FXA_WAN_FORMATS] = {FXA_PROJ_W_F32, FXA_PROJ_W_BF16,
+                                                        FXA_PROJ_W_E4M3};
+    const int64_t tokens = p->shard.token_count, heads = p->shard.head_count;
+    fxa_status st = FXA_OK;
+    for (int f = 0; f < FXA_WAN_FORMATS && st == FXA_OK; f++) {
+        fxa_proj_desc pd;
+        size_t b = 0;
+        fxa_wan_qkv_desc(&p->d, formats[f], heads, tokens, &pd);
+        if (p->tp_mode) {
+            st = fxa_mpi_proj_plan_create(p->m_tp, &pd, p->d.heads, p->d.heads, &p->qkv_tp[f], &b);
+            st = group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_last_error(p->m_tp));
+        } else {
+            st = fxa_proj_plan_create(p->ctx, &pd, &p->qkv[f], &b);
+            char why[600] = "";
+            if (st != FXA_OK)
+                snprintf(why, sizeof why, "QKV projection: %s", fxa_ctx_last_error(p->ctx));
+            st = agree(p, st, why);
+        }
+        p->proj_bytes = b > p->proj_bytes ? b : p->proj_bytes;
+        if (st != FXA_OK)
+            break;
+        fxa_wan_out_desc(&p->d, formats[f], heads, tokens, &pd);
+        st = fxa_proj_plan_create(p->ctx, &pd, &p->out[f], &b);
+        char why[600] = "";
+        if (st != FXA_OK)
+            snprintf(why, sizeof why, "output projection: %s", fxa_ctx_last_error(p->ctx));
+        st = agree(p, st, why);
+        p->proj_bytes = b > p->proj_bytes ? b : p->proj_bytes;
+    }
+    p->proj_bytes = (p->proj_bytes + 63) & ~(size_t)63;
+    return st;
+}
+
 fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_desc *d,
                                    const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
                                    size_t *workspace_bytes, char *err, size_t errlen)
@@ -227,32 +268,32 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     p->size = fxa_mpi_size(p->m_world);
     char why[600] = "";
     /* Local checks (the descriptor, the grid), agreed on. */
-    if (g->struct_size != sizeof *g)
-        st = fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
-                           "fxa_wan_grid: struct_size %zu, expected %zu (use fxa_wan_grid_init)",
-                           g->struct_size, sizeof *g);
-    else
-        st = fxa_wan_check_desc(d, why, sizeof why);
+    fxa_wan_grid grid;
+    fxa_wan_grid_init(&grid);
+    st = fxa_struct_in(&grid, sizeof grid, g, FXA_WAN_GRID_SIZE_0_1, "fxa_wan_grid", why,
+                       sizeof why);
+    if (st == FXA_OK)
+        st = fxa_wan_check_desc(d, &p->d, why, sizeof why);
     if (st == FXA_OK) {
-        p->d = *d;
-        p->tokens = d->frames * d->height * d->width;
-        p->hidden = d->heads * d->head_dim;
-        st = settle_grid(p, g, why, sizeof why);
+        p->tokens = p->d.frames * p->d.height * p->d.width;
+        p->hidden = p->d.heads * p->d.head_dim;
+        st = settle_grid(p, &grid, why, sizeof why);
     }
     st = agree(p, st, why);
     if (st == FXA_OK)
-        st = groups(p, g->timeout_seconds);
+        st = groups(p, grid.timeout_seconds);
     if (st == FXA_OK)
         st = attention_plan(p);
     if (st == FXA_OK)
         st = rope(p);
+    if (st == FXA_OK)
+        st = projection_plans(p);
     if (st != FXA_OK) {
         fxa_wan_failf(err, errlen, st, "%s", p->error);
         fxa_wan_mpi_plan_destroy(p);
         return st;
     }
     p->tp_bytes = (p->tp_bytes + 63) & ~(size_t)63;
-    p->proj_bytes = fxa_wan_proj_workspace_bytes(&p->d, p->shard.token_count, p->shard.head_count);
     p->act_bytes = fxa_wan_act_bytes(&p->d, p->shard.token_count, p->shard.head_count);
     fxa_wan_desc d32 = p->d;
     d32.dtype = FXA_F32;
@@ -270,6 +311,11 @@ void fxa_wan_mpi_plan_destroy(fxa_wan_mpi_plan *p)
         return;
     fxa_mpi_attn_plan_destroy(p->cp_plan);
     fxa_attn_plan_destroy(p->tp_plan);
+    for (int f = 0; f < FXA_WAN_FORMATS; f++) {
+        fxa_proj_plan_destroy(p->qkv[f]);
+        fxa_proj_plan_destroy(p->out[f]);
+        fxa_mpi_proj_plan_destroy(p->qkv_tp[f]);
+    }
     fxa_mpi_destroy(p->m_cp);
     fxa_mpi_destroy(p->m_tp);
     if (p->cp_comm != MPI_COMM_NULL)
@@ -305,7 +351,8 @@ static fxa_status check_weights(const fxa_wan_mpi_plan *p, const fxa_wan_weights
 {
     const fxa_wan_mpi_shard *s = &p->shard;
     if (w->hidden == p->hidden && w->heads == p->d.heads && w->head_dim == p->d.head_dim &&
-        w->head_begin == s->head_begin && w->head_count == s->head_count && w->qkv.w && w->o.w)
+        w->head_begin == s->head_begin && w->head_count == s->head_count && w->qkv.w && w->o.w &&
+        (unsigned)w->qkv.format <= FXA_PROJ_W_E4M3 && (unsigned)w->o.format <= FXA_PROJ_W_E4M3)
         return FXA_OK;
     return fxa_wan_failf(
         why, n, FXA_ERR_INVALID_ARG,
@@ -318,7 +365,7 @@ static fxa_status check_weights(const fxa_wan_mpi_plan *p, const fxa_wan_weights
 
 /* The QKV projection of this rank's tokens onto its heads. */
 static fxa_status qkv(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x, void *q,
-                      void *k, void *v, uint16_t *x16, void *proj_ws)
+                      void *k, void *v, void *x16, void *proj_ws)
 {
     const int64_t off = p->shard.token_begin * p->d.head_dim;
     if (x16) {
@@ -329,17 +376,13 @@ static fxa_status qkv(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void 
             return st;
         x = x16;
     }
-    fxa_proj_desc pd;
     fxa_proj_args pa;
-    fxa_wan_qkv_call(&p->d, w, p->shard.token_count, x, p->cs + off, p->sn + off, q, k, v, &pd,
-                     &pa);
-    pa.workspace = proj_ws;
-    pa.workspace_bytes = p->proj_bytes;
+    fxa_wan_qkv_args(w, x, p->cs + off, p->sn + off, q, k, v, &pa);
     if (p->tp_mode) {
-        const fxa_status st = fxa_mpi_proj_run(p->m_tp, &pd, &pa, p->d.heads, p->d.heads);
+        const fxa_status st = fxa_mpi_proj_run(p->qkv_tp[w->qkv.format], &pa, proj_ws);
         return group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_last_error(p->m_tp));
     }
-    const fxa_status st = fxa_proj_run(p->ctx, &pd, &pa);
+    const fxa_status st = fxa_proj_run(p->qkv[w->qkv.format], &pa, proj_ws);
     char why[600] = "";
     if (st != FXA_OK)
         snprintf(why, sizeof why, "QKV projection: %s", fxa_ctx_last_error(p->ctx));
@@ -422,8 +465,7 @@ static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
     fxa_wan_linear o = w->o;
     if (p->tp_mode)
         o.bias = NULL;
-    fxa_status st =
-        fxa_wan_out_proj(p->ctx, &p->d, &o, p->shard.token_count, a, y, proj_ws, p->proj_bytes);
+    fxa_status st = fxa_wan_out_run(p->out[o.format], &o, a, y, proj_ws);
     char why[600] = "";
     if (st != FXA_OK)
         snprintf(why, sizeof why, "output projection: %s", fxa_ctx_last_error(p->ctx));
@@ -447,12 +489,16 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
     fxa_status st =
         !w || !x || !y || !workspace
             ? fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_run: NULL argument")
-            : check_weights(p, w, why, sizeof why);
+        : stats ? fxa_struct_size_check(fxa_struct_size_of(stats), FXA_WAN_STATS_SIZE_0_1,
+                                        sizeof(fxa_wan_stats), "fxa_wan_stats", why, sizeof why)
+                : FXA_OK;
+    if (st == FXA_OK)
+        st = check_weights(p, w, why, sizeof why);
     if ((st = agree(p, st, why)) != FXA_OK)
         return st;
     const size_t act = p->act_bytes;
     char *q = workspace, *k = q + act, *v = k + act, *a = v + act;
-    uint16_t *x16 = p->x16_bytes ? (uint16_t *)(a + p->a_bytes) : NULL;
+    void *x16 = p->x16_bytes ? a + p->a_bytes : NULL;
     char *tp_ws = a + p->a_bytes + p->x16_bytes;
     void *proj_ws = tp_ws + p->tp_bytes;
     double t[4], secs[3];
@@ -470,16 +516,17 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
     for (int i = 0; i < 3; i++)
         secs[i] = t[i + 1] - t[i];
     MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, secs, 3, MPI_DOUBLE, MPI_MAX, p->m_world->comm, &r);
+    MPI_Iallreduce(MPI_IN_PLACE, secs, 3, MPI_DOUBLE, MPI_MAX, fxa_mpi_comm(p->m_world), &r);
     if ((st = wait1(p, &r, "the timings")) != FXA_OK)
         return st;
+    const fxa_wan_stats full = {.struct_size = sizeof full,
+                                .qkv_seconds = secs[0],
+                                .attention_seconds = secs[1],
+                                .out_seconds = secs[2],
+                                .rows = rows[0],
+                                .fallback_rows = rows[1]};
     if (stats)
-        *stats = (fxa_wan_stats){.struct_size = sizeof *stats,
-                                 .qkv_seconds = secs[0],
-                                 .attention_seconds = secs[1],
-                                 .out_seconds = secs[2],
-                                 .rows = rows[0],
-                                 .fallback_rows = rows[1]};
+        fxa_struct_out(stats, &full, sizeof full);
     return FXA_OK;
 }
 

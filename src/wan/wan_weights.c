@@ -21,7 +21,9 @@
 #include "fxattn_checkpoint.h"
 #include "fxattn_safetensors.h"
 #include "fxattn_wan.h"
+#include "wan_internal.h"
 #include "wan_synth.h"
+#include "core/struct_size.h"
 
 #define NAME_CAP 128
 #define O_BLOCK_BYTES ((int64_t)4 << 20) /* rows of o.weight read at once */
@@ -590,11 +592,6 @@ void fxa_wan_load_params_init(fxa_wan_load_params *p)
  * that need no tensor data. */
 static fxa_status check_params(src *c, const fxa_wan_load_params *p, int64_t *h0, int64_t *nh)
 {
-    if (p->struct_size != sizeof *p)
-        return failf(c, FXA_ERR_INVALID_ARG,
-                     "fxa_wan_load_params: struct_size %zu, expected %zu (use "
-                     "fxa_wan_load_params_init)",
-                     p->struct_size, sizeof *p);
     if (p->dtype != FXA_F32 && p->dtype != FXA_BF16)
         return failf(c, FXA_ERR_INVALID_ARG,
                      "fxa_wan_load_params.dtype must be FXA_F32 or FXA_BF16, not %d",
@@ -625,14 +622,21 @@ static fxa_status check_params(src *c, const fxa_wan_load_params *p, int64_t *h0
     return FXA_OK;
 }
 
-fxa_status fxa_wan_weights_load(const char *path, const fxa_wan_load_params *p, fxa_wan_weights *w,
-                                char *err, size_t errlen)
+fxa_status fxa_wan_weights_load(const char *path, const fxa_wan_load_params *p_in,
+                                fxa_wan_weights *w, char *err, size_t errlen)
 {
     src c = {.path = path, .err = err, .errlen = errlen};
     int64_t h0 = 0, nh = 0;
-    if (!p || !w)
+    if (!p_in || !w)
         return failf(&c, FXA_ERR_INVALID_ARG, "fxa_wan_weights_load: NULL argument");
     memset(w, 0, sizeof *w);
+    fxa_wan_load_params full;
+    fxa_wan_load_params_init(&full);
+    char msg[200];
+    if (fxa_struct_in(&full, sizeof full, p_in, FXA_WAN_LOAD_PARAMS_SIZE_0_1, "fxa_wan_load_params",
+                      msg, sizeof msg) != FXA_OK)
+        return failf(&c, FXA_ERR_INVALID_ARG, "%s", msg);
+    const fxa_wan_load_params *p = &full;
     c.block = p->block;
     c.seed = p->seed;
     c.hidden = p->hidden;

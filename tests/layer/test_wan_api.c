@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "fxattn_npy.h"
@@ -74,20 +75,30 @@ static void synth_x(float *x)
         x[i] = fxa_wan_synth(SEED, FXA_WAN_SYNTH_X, (uint64_t)i);
 }
 
+/* fxa_wan_plan_create with its failure's message (the context's) in msg. */
+static fxa_status plan_create(fxa_ctx *ctx, const fxa_wan_desc *d, fxa_wan_plan **plan,
+                              size_t *bytes, char *msg, size_t cap)
+{
+    const fxa_status st = fxa_wan_plan_create(ctx, d, plan, bytes);
+    if (st != FXA_OK)
+        snprintf(msg, cap, "%s", fxa_ctx_last_error(ctx));
+    return st;
+}
+
 /* plan + run; y and the status. */
 static fxa_status run(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_weights *w, const void *x,
                       float *y, char *msg, size_t cap)
 {
     fxa_wan_plan *plan = NULL;
     size_t bytes = 0;
-    fxa_status st = fxa_wan_plan_create(ctx, d, &plan, &bytes, msg, cap);
+    fxa_status st = plan_create(ctx, d, &plan, &bytes, msg, cap);
     if (st != FXA_OK)
         return st;
     void *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     fxa_wan_stats s = {.struct_size = sizeof s};
     st = ws ? fxa_wan_run(plan, w, x, y, ws, &s) : FXA_ERR_NO_MEMORY;
     if (st != FXA_OK)
-        snprintf(msg, cap, "%s", fxa_wan_last_error(plan));
+        snprintf(msg, cap, "%s", fxa_ctx_last_error(ctx));
     else
         CHECK(s.rows == (int64_t)HEADS * TOKENS, "stats: %lld attention rows, expected %d",
               (long long)s.rows, HEADS * TOKENS);
@@ -212,10 +223,10 @@ static void test_bf16(fxa_ctx *ctx, const char *fxattn)
     size_t b32 = 0, b16 = 0;
     fxa_wan_plan *p32 = NULL, *p16 = NULL;
     desc(&d);
-    CHECK(fxa_wan_plan_create(ctx, &d, &p32, &b32, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    CHECK(plan_create(ctx, &d, &p32, &b32, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
     d.dtype = FXA_BF16;
     d.x_format = FXA_PROJ_X_BF16;
-    CHECK(fxa_wan_plan_create(ctx, &d, &p16, &b16, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    CHECK(plan_create(ctx, &d, &p16, &b16, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
     CHECK(b16 < b32, "the bf16 layer's workspace (%zu B) is not below the fp32 one's (%zu B)", b16,
           b32);
     fxa_wan_plan_destroy(p32);
@@ -275,20 +286,20 @@ static void test_errors(fxa_ctx *ctx)
 
     desc(&d);
     d.struct_size -= 8;
-    expect("small desc", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
-           FXA_ERR_INVALID_ARG, msg, "struct_size");
+    expect("small desc", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), FXA_ERR_INVALID_ARG,
+           msg, "struct_size");
     desc(&d);
     d.width = 0;
-    expect("empty grid", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
-           FXA_ERR_INVALID_ARG, msg, "grid");
+    expect("empty grid", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), FXA_ERR_INVALID_ARG,
+           msg, "grid");
     desc(&d);
     d.head_dim = 7;
-    expect("odd head_dim", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
+    expect("odd head_dim", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
            FXA_ERR_INVALID_ARG, msg, "even");
     CHECK(plan == NULL, "a failed plan was returned");
     desc(&d);
     d.dtype = FXA_F16;
-    expect("f16 activations", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
+    expect("f16 activations", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
            FXA_ERR_INVALID_ARG, msg, "dtype");
 
     fxa_wan_load_params p;
@@ -327,10 +338,10 @@ static void test_errors(fxa_ctx *ctx)
     for (int i = 0; i < TOKENS * HIDDEN; i++)
         untouched &= y[i] == -7.0f;
     CHECK(untouched, "a failed run wrote y");
-    CHECK(fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    CHECK(plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
     CHECK(fxa_wan_run(plan, &w, NULL, y, y, NULL) == FXA_ERR_INVALID_ARG &&
-              strstr(fxa_wan_last_error(plan), "NULL") != NULL,
-          "NULL x: '%s'", fxa_wan_last_error(plan));
+              strstr(fxa_ctx_last_error(ctx), "NULL") != NULL,
+          "NULL x: '%s'", fxa_ctx_last_error(ctx));
     fxa_wan_plan_destroy(plan);
     free(x);
     free(y);
@@ -350,16 +361,15 @@ static void test_hostile_sizes(fxa_ctx *ctx)
     const int64_t big = (int64_t)1 << 57;
     desc(&d);
     d.width = big; /* S head_dim floats of RoPE table overflow int64 */
-    expect_msg("2^57 tokens", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg,
+    expect_msg("2^57 tokens", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg,
                "overflow");
     desc(&d);
     d.heads = big;
-    expect_msg("2^57 heads", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg,
-               "overflow");
+    expect_msg("2^57 heads", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg, "overflow");
     desc(&d);
     d.frames = d.height = (int64_t)1 << 32;
-    expect_msg("a grid past int64", fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
-               msg, "overflows");
+    expect_msg("a grid past int64", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg), msg,
+               "overflows");
     CHECK(plan == NULL, "a failed plan was returned");
     float one[8];
     CHECK(fxa_wan_rope(&d, one, one) == FXA_ERR_INVALID_ARG, "RoPE tables of a grid past int64");
@@ -392,29 +402,77 @@ static void test_hostile_sizes(fxa_ctx *ctx)
 
     CHECK(load(0, 0, &w) == FXA_OK, "weights: %s", g_err);
     desc(&d);
-    CHECK(fxa_wan_plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    CHECK(plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
     float *x = malloc(sizeof(float) * TOKENS * HIDDEN);
     unsigned char *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     synth_x(x);
     for (size_t at = 0; at <= bytes; at += bytes / 2) { /* y over each part of the workspace */
         float *y = (float *)(ws + (at / 64 * 64 < bytes ? at / 64 * 64 : bytes - 64));
         CHECK(fxa_wan_run(plan, &w, x, y, ws, NULL) == FXA_ERR_INVALID_ARG &&
-                  strstr(fxa_wan_last_error(plan), "overlap") != NULL,
-              "y at byte %zu of the workspace: '%s'", at, fxa_wan_last_error(plan));
+                  strstr(fxa_ctx_last_error(ctx), "overlap") != NULL,
+              "y at byte %zu of the workspace: '%s'", at, fxa_ctx_last_error(ctx));
     }
     free(ws);
-    /* The output projection alone: its weight must have the hidden size's rows. */
+    /* fxa_wan_stats: written within the caller's struct_size only (canaries
+     * past it untouched); a size below the first version's is refused, the
+     * struct untouched. */
     float *y = malloc(sizeof(float) * TOKENS * HIDDEN);
-    w.o.rows = HIDDEN / 2;
-    CHECK(fxa_wan_out_proj(ctx, &d, &w.o, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG &&
-              strstr(fxa_ctx_last_error(ctx), "rows") != NULL,
-          "o with half the rows: '%s'", fxa_ctx_last_error(ctx));
-    w.o.rows = HIDDEN;
-    CHECK(fxa_wan_out_proj(ctx, &d, NULL, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG &&
-              fxa_wan_out_proj(ctx, NULL, &w.o, TOKENS, x, y, NULL, 0) == FXA_ERR_INVALID_ARG,
-          "fxa_wan_out_proj with NULL o or d");
-    CHECK(fxa_wan_out_proj(ctx, &d, &w.o, TOKENS, x, y, NULL, 0) == FXA_OK, "output projection: %s",
-          fxa_ctx_last_error(ctx));
+    ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    unsigned char buf[sizeof(fxa_wan_stats) + 32];
+    memset(buf, 0xc3, sizeof buf);
+    fxa_wan_stats *st = (fxa_wan_stats *)(void *)buf;
+    st->struct_size = sizeof *st;
+    CHECK(fxa_wan_run(plan, &w, x, y, ws, st) == FXA_OK, "run: %s", fxa_ctx_last_error(ctx));
+    int canary = 1;
+    for (size_t i = sizeof *st; i < sizeof buf; i++)
+        canary &= buf[i] == 0xc3;
+    CHECK(canary && st->rows == (int64_t)HEADS * TOKENS && st->struct_size == sizeof *st,
+          "stats: %lld rows, canaries %s", (long long)st->rows, canary ? "kept" : "overwritten");
+    memset(buf, 0xc3, sizeof buf);
+    st->struct_size = offsetof(fxa_wan_stats, rows);
+    CHECK(fxa_wan_run(plan, &w, x, y, ws, st) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "fxa_wan_stats.struct_size") != NULL,
+          "stats of %zu bytes: '%s'", st->struct_size, fxa_ctx_last_error(ctx));
+    canary = 1;
+    for (size_t i = sizeof st->struct_size; i < sizeof buf; i++)
+        canary &= buf[i] == 0xc3;
+    CHECK(canary, "a refused stats struct was written");
+    /* A descriptor of the first version (before dtype) is an fp32 layer: the
+     * same y as the current one's default. */
+    float *y0 = malloc(sizeof(float) * TOKENS * HIDDEN);
+    fxa_wan_desc d0 = d;
+    d0.struct_size = offsetof(fxa_wan_desc, dtype);
+    d0.dtype = (fxa_dtype)99; /* past its struct_size: not read */
+    fxa_wan_plan *plan0 = NULL;
+    size_t bytes0 = 0;
+    CHECK(plan_create(ctx, &d0, &plan0, &bytes0, msg, sizeof msg) == FXA_OK && bytes0 == bytes,
+          "0.1 desc: %s", msg);
+    CHECK(plan0 && fxa_wan_run(plan0, &w, x, y0, ws, NULL) == FXA_OK &&
+              fxa_wan_run(plan, &w, x, y, ws, NULL) == FXA_OK &&
+              memcmp(y, y0, sizeof(float) * TOKENS * HIDDEN) == 0,
+          "the 0.1 desc's layer differs: %s", fxa_ctx_last_error(ctx));
+    fxa_wan_plan_destroy(plan0);
+    free(y0);
+    /* Load parameters of the first version (before dtype): fp32 weights,
+     * the same bits as the current struct's default. */
+    fxa_wan_load_params lp;
+    fxa_wan_load_params_init(&lp);
+    lp.heads = HEADS;
+    lp.hidden = HIDDEN;
+    lp.seed = SEED;
+    lp.dtype = (fxa_dtype)77; /* past the 0.1 size: not read */
+    lp.struct_size = offsetof(fxa_wan_load_params, dtype);
+    fxa_wan_weights w0;
+    CHECK(fxa_wan_weights_load(NULL, &lp, &w0, msg, sizeof msg) == FXA_OK, "0.1 params: %s", msg);
+    CHECK(w0.qkv.format == FXA_PROJ_W_F32 && w.qkv.format == FXA_PROJ_W_F32 &&
+              memcmp(w0.qkv.w, w.qkv.w, sizeof(float) * 3 * HIDDEN * HIDDEN) == 0,
+          "the 0.1 params' weights differ");
+    fxa_wan_weights_free(&w0);
+    lp.struct_size = offsetof(fxa_wan_load_params, dtype) - 8;
+    expect_msg("load params of a size below 0.1's",
+               fxa_wan_weights_load(NULL, &lp, &w0, msg, sizeof msg), msg,
+               "fxa_wan_load_params.struct_size");
+    free(ws);
     free(y);
     free(x);
     fxa_wan_plan_destroy(plan);

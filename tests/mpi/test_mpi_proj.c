@@ -12,6 +12,7 @@
 
 #include "fxattn_mpi.h"
 #include "fxattn_proj.h"
+#include "fxattn_wan_mpi.h"
 #include "testutil.h"
 
 static int g_rank;
@@ -79,7 +80,32 @@ static void make_full(full *f, fxa_ctx *ctx, int64_t tokens, int64_t hin, int64_
                              .q_out = f->q,
                              .k_out = f->k,
                              .v_out = f->v};
-    CHECK(fxa_proj_run(ctx, &f->d, &a) == FXA_OK, "single process: %s", fxa_ctx_last_error(ctx));
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_proj_plan_create(ctx, &f->d, &plan, &bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(ctx));
+    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK(plan && ws && fxa_proj_run(plan, &a, ws) == FXA_OK, "single process: %s",
+          fxa_ctx_last_error(ctx));
+    free(ws);
+    fxa_proj_plan_destroy(plan);
+}
+
+/* The tensor-parallel projection d of a over m: plan, run on a fresh
+ * workspace, destroy. */
+static fxa_status tp_run(fxa_mpi *m, const fxa_proj_desc *d, const fxa_proj_args *a, int64_t hq,
+                         int64_t hkv)
+{
+    fxa_mpi_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    fxa_status st = fxa_mpi_proj_plan_create(m, d, hq, hkv, &plan, &bytes);
+    if (st != FXA_OK)
+        return st;
+    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    st = fxa_mpi_proj_run(plan, a, ws);
+    free(ws);
+    fxa_mpi_proj_plan_destroy(plan);
+    return st;
 }
 
 /* Compare this rank's heads [h0, h1) of a segment (token-major). */
@@ -154,7 +180,7 @@ int main(int argc, char **argv)
                        .q_out = q,
                        .k_out = k,
                        .v_out = v};
-    fxa_status st = fxa_mpi_proj_run(m, &d, &a, f.hq, f.hkv);
+    fxa_status st = tp_run(m, &d, &a, f.hq, f.hkv);
     CHECK(st == FXA_OK, "TP run: %s", fxa_mpi_last_error(m));
     int64_t same = 0, total = 0;
     double worst = 0.0;
@@ -174,7 +200,7 @@ int main(int argc, char **argv)
     const float keep = f.x[7];
     if (g_rank == g_size - 1)
         f.x[7] = NAN;
-    st = fxa_mpi_proj_run(m, &d, &a, f.hq, f.hkv);
+    st = tp_run(m, &d, &a, f.hq, f.hkv);
     char want[64];
     snprintf(want, sizeof want, "rank %d: x has a non-finite value", g_size - 1);
     CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_mpi_last_error(m), want),
@@ -184,13 +210,13 @@ int main(int argc, char **argv)
     fxa_proj_desc d2 = d;
     if (g_rank == 0)
         d2.tokens = S - 1;
-    st = fxa_mpi_proj_run(m, &d2, &a, f.hq, f.hkv);
+    st = tp_run(m, &d2, &a, f.hq, f.hkv);
     CHECK(g_size == 1
               ? st == FXA_OK
               : st == FXA_ERR_INVALID_ARG && strstr(fxa_mpi_last_error(m), "ranks disagree"),
           "different tokens: '%s'", fxa_mpi_last_error(m));
     /* Still usable. */
-    CHECK(fxa_mpi_proj_run(m, &d, &a, f.hq, f.hkv) == FXA_OK, "a good run after misuse");
+    CHECK(tp_run(m, &d, &a, f.hq, f.hkv) == FXA_OK, "a good run after misuse");
     float *const bufs[] = {w,    bias, q,    k,    v,   f.x, f.w, f.bias,
                            f.gq, f.gk, f.cs, f.sn, f.q, f.k, f.v};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)

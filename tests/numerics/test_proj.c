@@ -222,6 +222,32 @@ static void outs_free(outs *o)
     free(o->v);
 }
 
+/* Bytes of the workspace of d's plan, 0 when the plan is refused. */
+static size_t plan_bytes(const fxa_proj_desc *d)
+{
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    if (fxa_proj_plan_create(g_ctx, d, &plan, &bytes) != FXA_OK)
+        return 0;
+    fxa_proj_plan_destroy(plan);
+    return bytes;
+}
+
+/* Plan d, run a on a fresh workspace, destroy the plan. */
+static fxa_status run_args(const fxa_proj_desc *d, const fxa_proj_args *a)
+{
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    fxa_status st = fxa_proj_plan_create(g_ctx, d, &plan, &bytes);
+    if (st != FXA_OK)
+        return st;
+    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    st = ws ? fxa_proj_run(plan, a, ws) : FXA_ERR_NO_MEMORY;
+    free(ws);
+    fxa_proj_plan_destroy(plan);
+    return st;
+}
+
 static fxa_status run(const prob *p, const void *x, const void *w, outs *o)
 {
     const fxa_proj_args a = {.struct_size = sizeof a,
@@ -236,7 +262,7 @@ static fxa_status run(const prob *p, const void *x, const void *w, outs *o)
                              .q_out = o->q,
                              .k_out = o->k,
                              .v_out = o->v};
-    return fxa_proj_run(g_ctx, &p->d, &a);
+    return run_args(&p->d, &a);
 }
 
 /* fp32 operands, every combination of norm, rope and layout. */
@@ -479,15 +505,14 @@ static void test_blocked_weights(void)
     /* fp32 x: the fp32 GEMM, W decoded to fp32 block by block. */
     CHECK(run(&p, p.x, w8, &o) == FXA_OK, "f32 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
     compare(&p, o.q, o.k, o.v, "f32 x, FP8 w in fp32 blocks (fp32 GEMM)");
-    CHECK(fxa_proj_workspace_bytes(&p.d) <
-              (size_t)(p.d.tokens * (p.n_out + 2)) * 8 + (size_t)(400 * hin) * 4,
+    CHECK(plan_bytes(&p.d) < (size_t)(p.d.tokens * (p.n_out + 2)) * 8 + (size_t)(400 * hin) * 4,
           "the fp32 copy of W is a block, not the whole weight");
     /* FP8 x: the bf16 GEMM, W decoded to bf16 block by block. */
     quantize_x(&p, x8);
     p.d.x_format = FXA_PROJ_X_E4M3_ROWS;
     CHECK(run(&p, x8, w8, &o) == FXA_OK, "fp8 x, fp8 w: %s", fxa_ctx_last_error(g_ctx));
     compare(&p, o.q, o.k, o.v, "FP8 x, FP8 w in bf16 blocks (bf16 GEMM)");
-    CHECK(fxa_proj_workspace_bytes(&p.d) <
+    CHECK(plan_bytes(&p.d) <
               (size_t)(p.d.tokens * (hin + p.n_out + 2)) * 8 + (size_t)(400 * hin) * 2,
           "the bf16 copy of W is a block, not the whole weight");
     for (int64_t i = 0; i < p.d.tokens * p.d.head_dim * p.d.heads_q; i++)
@@ -715,8 +740,8 @@ static void test_cross_attention(void)
     }
 }
 
-/* A caller's workspace gives the same bits as an internal one; too small
- * or misaligned is refused. */
+/* A workspace reused with other contents gives the same bits; a missing or
+ * misaligned one is refused. */
 static void test_workspace(void)
 {
     prob p;
@@ -727,9 +752,13 @@ static void test_workspace(void)
     outs b;
     outs_alloc(&a, &p);
     outs_alloc(&b, &p);
-    CHECK(run(&p, p.x, p.w, &a) == FXA_OK, "internal workspace");
-    const size_t bytes = fxa_proj_workspace_bytes(&p.d);
+    CHECK(run(&p, p.x, p.w, &a) == FXA_OK, "fresh workspace");
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_proj_plan_create(g_ctx, &p.d, &plan, &bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(g_ctx));
     unsigned char *ws = aligned_alloc(64, (bytes + 64 + 63) / 64 * 64);
+    memset(ws, 0xa5, bytes + 64);
     fxa_proj_args args = {.struct_size = sizeof args,
                           .x = p.x,
                           .w = p.w,
@@ -740,21 +769,19 @@ static void test_workspace(void)
                           .rope_sin = p.sn,
                           .q_out = b.q,
                           .k_out = b.k,
-                          .v_out = b.v,
-                          .workspace = ws,
-                          .workspace_bytes = bytes};
-    CHECK(bytes > 0 && fxa_proj_run(g_ctx, &p.d, &args) == FXA_OK, "caller's workspace: %s",
+                          .v_out = b.v};
+    CHECK(bytes > 0 && fxa_proj_run(plan, &args, ws) == FXA_OK, "caller's workspace: %s",
           fxa_ctx_last_error(g_ctx));
     const size_t n = (size_t)(p.d.tokens * p.d.head_dim);
     CHECK(memcmp(a.q, b.q, n * (size_t)p.d.heads_q * 4) == 0 &&
               memcmp(a.k, b.k, n * (size_t)p.d.heads_kv * 4) == 0 &&
               memcmp(a.v, b.v, n * (size_t)p.d.heads_kv * 4) == 0,
           "the same bits with the caller's workspace");
-    args.workspace_bytes = bytes - 1;
-    CHECK(fxa_proj_run(g_ctx, &p.d, &args) == FXA_ERR_INVALID_ARG, "a small workspace is refused");
-    args.workspace = ws + 8;
-    args.workspace_bytes = bytes;
-    CHECK(fxa_proj_run(g_ctx, &p.d, &args) == FXA_ERR_INVALID_ARG, "a misaligned one too");
+    CHECK(fxa_proj_run(plan, &args, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(g_ctx), "workspace"),
+          "a missing workspace is refused: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(fxa_proj_run(plan, &args, ws + 8) == FXA_ERR_INVALID_ARG, "a misaligned one too");
+    fxa_proj_plan_destroy(plan);
     free(ws);
     outs_free(&a);
     outs_free(&b);
@@ -797,7 +824,7 @@ static void test_errors(void)
           "Inf gamma: %s", fxa_ctx_last_error(g_ctx));
     p.gq[1] = 1.0f;
     const fxa_proj_args a = {.struct_size = sizeof a, .x = p.x, .w = p.w, .q_out = o.q};
-    CHECK(fxa_proj_run(g_ctx, &p.d, &a) == FXA_ERR_INVALID_ARG, "missing k/v outputs and gamma");
+    CHECK(run_args(&p.d, &a) == FXA_ERR_INVALID_ARG, "missing k/v outputs and gamma");
     p.d.w_format = FXA_PROJ_W_E4M3;
     const fxa_proj_args a2 = {.struct_size = sizeof a2,
                               .x = p.x,
@@ -807,7 +834,7 @@ static void test_errors(void)
                               .q_out = o.q,
                               .k_out = o.k,
                               .v_out = o.v};
-    CHECK(fxa_proj_run(g_ctx, &p.d, &a2) == FXA_ERR_INVALID_ARG, "FP8 without scales");
+    CHECK(run_args(&p.d, &a2) == FXA_ERR_INVALID_ARG, "FP8 without scales");
     outs_free(&o);
     prob_free(&p);
 }
@@ -883,8 +910,11 @@ static void test_output_overlap(void)
               strstr(fxa_ctx_last_error(g_ctx), "q_out and k_out overlap"),
           "k_out over q_out: %s", fxa_ctx_last_error(g_ctx));
     o.k = k;
-    const size_t bytes = fxa_proj_workspace_bytes(&p.d);
-    unsigned char *ws = aligned_alloc(64, bytes + 64);
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_proj_plan_create(g_ctx, &p.d, &plan, &bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(g_ctx));
+    unsigned char *ws = aligned_alloc(64, (bytes + 64 + 63) / 64 * 64);
     const fxa_proj_args a = {.struct_size = sizeof a,
                              .x = p.x,
                              .w = p.w,
@@ -895,12 +925,11 @@ static void test_output_overlap(void)
                              .rope_sin = p.sn,
                              .q_out = o.q,
                              .k_out = o.k,
-                             .v_out = ws + bytes - 64, /* the workspace's end */
-                             .workspace = ws,
-                             .workspace_bytes = bytes};
-    CHECK(fxa_proj_run(g_ctx, &p.d, &a) == FXA_ERR_INVALID_ARG &&
+                             .v_out = ws + bytes - 64}; /* the workspace's end */
+    CHECK(fxa_proj_run(plan, &a, ws) == FXA_ERR_INVALID_ARG &&
               strstr(fxa_ctx_last_error(g_ctx), "v_out and workspace overlap"),
           "v_out inside the workspace: %s", fxa_ctx_last_error(g_ctx));
+    fxa_proj_plan_destroy(plan);
     free(ws);
     /* K written over the RoPE tables it reads: the same K. */
     float *cs = malloc(5 * 6 * sizeof(float));
@@ -932,8 +961,8 @@ static void test_hostile_desc(void)
         p.d.heads_q = huge[i];
         CHECK(run(&p, p.x, p.w, &o) == FXA_ERR_INVALID_ARG, "heads_q %lld accepted",
               (long long)huge[i]);
-        CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "heads_q %lld: %zu workspace bytes",
-              (long long)huge[i], fxa_proj_workspace_bytes(&p.d));
+        CHECK(plan_bytes(&p.d) == 0, "heads_q %lld: %zu workspace bytes", (long long)huge[i],
+              plan_bytes(&p.d));
         /* (2^40 heads of w would be addressable: a caller's matter) */
         CHECK(i == 0 || fxa_rope_interleaved_to_half(&p.d, p.w, NULL, p.bias, p.gq, p.gk) ==
                             FXA_ERR_INVALID_ARG,
@@ -948,19 +977,103 @@ static void test_hostile_desc(void)
     }
     p.d = good;
     p.d.head_dim = 5;
-    CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "odd head_dim: %zu workspace bytes",
-          fxa_proj_workspace_bytes(&p.d));
+    CHECK(plan_bytes(&p.d) == 0, "odd head_dim: %zu workspace bytes", plan_bytes(&p.d));
     p.d.head_dim = FXA_MAX_HEAD_DIM + 2;
     CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
           "RoPE conversion with head_dim past FXA_MAX_HEAD_DIM");
     p.d = good;
     p.d.w_format = (fxa_proj_w)9;
-    CHECK(fxa_proj_workspace_bytes(&p.d) == 0, "unknown w_format: %zu workspace bytes",
-          fxa_proj_workspace_bytes(&p.d));
+    CHECK(plan_bytes(&p.d) == 0, "unknown w_format: %zu workspace bytes", plan_bytes(&p.d));
     CHECK(fxa_rope_interleaved_to_half(&p.d, p.w, NULL, NULL, NULL, NULL) == FXA_ERR_INVALID_ARG,
           "RoPE conversion with an unknown w_format");
     p.d = good;
     outs_free(&o);
+    prob_free(&p);
+}
+
+/* Versioned structs: a descriptor of 0.1's size (before out_dtype, the
+ * bytes past it poisoned) plans an fp32-output projection with the current
+ * descriptor's bits, and converts RoPE weights the same; sizes outside
+ * [first, current] of fxa_proj_desc, fxa_proj_args and fxa_proj_tp are
+ * refused with a message. */
+static fxa_status reduce_none(double *sums, int64_t n, void *arg)
+{
+    (void)sums;
+    (void)n;
+    (void)arg;
+    return FXA_OK;
+}
+
+static void test_struct_sizes(void)
+{
+    prob p;
+    prob_init(&p, 9, 16, 2, 1, 8, 77, 0.1);
+    p.d.norm = p.d.rope = 1;
+    outs a, b;
+    outs_alloc(&a, &p);
+    outs_alloc(&b, &p);
+    CHECK(run(&p, p.x, p.w, &a) == FXA_OK, "current desc: %s", fxa_ctx_last_error(g_ctx));
+    const fxa_proj_desc cur = p.d;
+    memset((char *)&p.d + FXA_PROJ_DESC_SIZE_0_1, 0x5a, sizeof p.d - FXA_PROJ_DESC_SIZE_0_1);
+    p.d.struct_size = FXA_PROJ_DESC_SIZE_0_1;
+    CHECK(run(&p, p.x, p.w, &b) == FXA_OK, "0.1 desc: %s", fxa_ctx_last_error(g_ctx));
+    const size_t n = (size_t)(p.d.tokens * p.d.head_dim);
+    CHECK(memcmp(a.q, b.q, n * 2 * 4) == 0 && memcmp(a.k, b.k, n * 4) == 0 &&
+              memcmp(a.v, b.v, n * 4) == 0,
+          "the 0.1 desc's outputs differ from the current one's fp32 outputs");
+    /* The RoPE conversion reads the same fields. */
+    float g0[16], g1[16];
+    memcpy(g0, p.gq, sizeof g0);
+    memcpy(g1, p.gq, sizeof g1);
+    CHECK(fxa_rope_interleaved_to_half(&cur, NULL, NULL, NULL, g0, NULL) == FXA_OK &&
+              fxa_rope_interleaved_to_half(&p.d, NULL, NULL, NULL, g1, NULL) == FXA_OK &&
+              memcmp(g0, g1, sizeof g0) == 0,
+          "RoPE conversion with a 0.1 desc");
+    const size_t bad_desc[] = {FXA_PROJ_DESC_SIZE_0_1 - 4, sizeof(fxa_proj_desc) + 8, 0};
+    for (int i = 0; i < 3; i++) {
+        p.d = cur;
+        p.d.struct_size = bad_desc[i];
+        CHECK(run(&p, p.x, p.w, &b) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(g_ctx), "fxa_proj_desc.struct_size"),
+              "desc of %zu bytes: '%s'", bad_desc[i], fxa_ctx_last_error(g_ctx));
+        CHECK(fxa_rope_interleaved_to_half(&p.d, NULL, NULL, NULL, g1, NULL) == FXA_ERR_INVALID_ARG,
+              "RoPE conversion with a desc of %zu bytes", bad_desc[i]);
+    }
+    p.d = cur;
+    fxa_proj_args args = {.struct_size = sizeof args,
+                          .x = p.x,
+                          .w = p.w,
+                          .bias = p.bias,
+                          .gamma_q = p.gq,
+                          .gamma_k = p.gk,
+                          .rope_cos = p.cs,
+                          .rope_sin = p.sn,
+                          .q_out = b.q,
+                          .k_out = b.k,
+                          .v_out = b.v};
+    const size_t bad_args[] = {FXA_PROJ_ARGS_SIZE_0_3 - 8, sizeof(fxa_proj_args) + 8};
+    for (int i = 0; i < 2; i++) {
+        args.struct_size = bad_args[i];
+        CHECK(run_args(&p.d, &args) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(g_ctx), "fxa_proj_args.struct_size"),
+              "args of %zu bytes: '%s'", bad_args[i], fxa_ctx_last_error(g_ctx));
+    }
+    fxa_proj_tp tp = {.struct_size = FXA_PROJ_TP_SIZE_0_1,
+                      .norm_features_q = 16,
+                      .norm_features_k = 8,
+                      .reduce = reduce_none};
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_proj_plan_create_tp(g_ctx, &p.d, &tp, &plan, &bytes) == FXA_OK, "tp plan: %s",
+          fxa_ctx_last_error(g_ctx));
+    fxa_proj_plan_destroy(plan);
+    tp.struct_size = FXA_PROJ_TP_SIZE_0_1 - 8;
+    plan = NULL;
+    CHECK(fxa_proj_plan_create_tp(g_ctx, &p.d, &tp, &plan, &bytes) == FXA_ERR_INVALID_ARG &&
+              plan == NULL && strstr(fxa_ctx_last_error(g_ctx), "fxa_proj_tp.struct_size"),
+          "tp of %zu bytes: '%s'", tp.struct_size, fxa_ctx_last_error(g_ctx));
+    outs_free(&a);
+    outs_free(&b);
     prob_free(&p);
 }
 
@@ -987,6 +1100,7 @@ int main(void)
     test_output_range();
     test_output_overlap();
     test_hostile_desc();
+    test_struct_sizes();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_proj");
 }

@@ -425,9 +425,8 @@ class WanSelfAttention:
             self._plans.move_to_end(key)
             return hit
         handle, ws = ctypes.c_void_p(), ctypes.c_size_t()
-        err = ctypes.create_string_buffer(_ERRLEN)
-        st = W.wan.fxa_wan_plan_create(self._ctx.handle, ctypes.byref(d), ctypes.byref(handle), ctypes.byref(ws), err, _ERRLEN)
-        _lib.raise_status(st, err.value.decode(errors="replace"))
+        st = W.wan.fxa_wan_plan_create(self._ctx.handle, ctypes.byref(d), ctypes.byref(handle), ctypes.byref(ws))
+        _lib.raise_status(st, self._ctx.last_error())
         hit = self._plans[key] = (handle, ws.value)
         if len(self._plans) > _PLAN_CACHE:
             W.wan.fxa_wan_plan_destroy(self._plans.popitem(last=False)[1][0])
@@ -483,7 +482,7 @@ class WanSelfAttention:
             ws = ctx.workspace(nbytes)
             st = W.wan.fxa_wan_run(plan, ctypes.byref(self._w), xp, yp, ws, ctypes.byref(stats))
             if st != _lib.OK:
-                _lib.raise_status(st, W.wan.fxa_wan_last_error(plan).decode(errors="replace"))
+                _lib.raise_status(st, ctx.last_error())
         self.last_stats = WanLayerStats(stats.qkv_seconds, stats.attention_seconds, stats.out_seconds, stats.rows, stats.fallback_rows)
         if bf16_x:
             y = y.to(x.dtype) if torch is not None else _round_bf16(y).view(x.dtype)

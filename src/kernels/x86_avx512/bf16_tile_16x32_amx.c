@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "../kernels.h"
-#include "amx_tiles.h"
+#include "../../core/amx_tiles.h"
 #define FXA_BF16_RAW_SCORES 1 /* the accumulator tiles store s */
 #include "bf16_softmax_avx512.h"
 #include "rows_avx512.h"

@@ -29,7 +29,8 @@ typedef struct proj_bench {
     float *x, *w, *y, *bias, *gq, *gk, *cs, *sn, *q, *k, *v, *ws;
     uint16_t *x16, *w16;
     uint8_t *x8, *w8;
-    void *work; /* the projection's workspace, reused by every run (as an engine would) */
+    fxa_proj_plan *plan[N_WAYS]; /* ways 2-4, planned once (as an engine would) */
+    void *work;                  /* their workspace, reused by every run */
     size_t work_bytes;
 } proj_bench;
 
@@ -77,28 +78,8 @@ static int run_way(fxa_ctx *ctx, proj_bench *b, int way, int threads)
             separate_passes(b);
         return 0;
     }
-    fxa_proj_desc d;
-    fxa_proj_desc_init(&d);
-    d.tokens = b->s;
-    d.in_features = b->h;
-    d.heads_q = b->heads;
-    d.heads_kv = b->heads;
-    d.head_dim = b->dim;
-    d.norm = 1;
-    d.rope = 1;
-    d.x_format = way == 2 ? FXA_PROJ_X_F32 : way == 3 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_E4M3_ROWS;
-    d.w_format = way == 2 ? FXA_PROJ_W_F32 : way == 3 ? FXA_PROJ_W_BF16 : FXA_PROJ_W_E4M3;
-    if (fxa_proj_workspace_bytes(&d) > b->work_bytes) {
-        free(b->work);
-        b->work_bytes = fxa_proj_workspace_bytes(&d);
-        b->work = aligned_alloc(64, (b->work_bytes + 63) / 64 * 64);
-        if (!b->work)
-            return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the workspace");
-    }
     const fxa_proj_args a = {
         .struct_size = sizeof a,
-        .workspace = b->work,
-        .workspace_bytes = b->work_bytes,
         .x = way == 2   ? (const void *)b->x
              : way == 3 ? (const void *)b->x16
                         : (const void *)b->x8,
@@ -115,8 +96,34 @@ static int run_way(fxa_ctx *ctx, proj_bench *b, int way, int threads)
         .k_out = b->k,
         .v_out = b->v,
     };
-    if (fxa_proj_run(ctx, &d, &a) != FXA_OK)
+    if (fxa_proj_run(b->plan[way], &a, b->work) != FXA_OK)
         return fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(ctx));
+    return 0;
+}
+
+/* The plans of ways 2-4 (fp32, bf16, FP8 operands, norm and RoPE) and
+ * one workspace for them all. */
+static int plan_ways(fxa_ctx *ctx, proj_bench *b)
+{
+    for (int way = 2; way < N_WAYS; way++) {
+        fxa_proj_desc d;
+        fxa_proj_desc_init(&d);
+        d.tokens = b->s;
+        d.in_features = b->h;
+        d.heads_q = b->heads;
+        d.heads_kv = b->heads;
+        d.head_dim = b->dim;
+        d.norm = 1;
+        d.rope = 1;
+        d.x_format = way == 2 ? FXA_PROJ_X_F32 : way == 3 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_E4M3_ROWS;
+        d.w_format = way == 2 ? FXA_PROJ_W_F32 : way == 3 ? FXA_PROJ_W_BF16 : FXA_PROJ_W_E4M3;
+        size_t bytes = 0;
+        if (fxa_proj_plan_create(ctx, &d, &b->plan[way], &bytes) != FXA_OK)
+            return fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(ctx));
+        b->work_bytes = bytes > b->work_bytes ? bytes : b->work_bytes;
+    }
+    if (!(b->work = aligned_alloc(64, (b->work_bytes + 63) / 64 * 64)))
+        return fxt_fail(FXT_EXIT_FAILURE, "out of memory for the workspace");
     return 0;
 }
 
@@ -182,6 +189,8 @@ int fxt_bench_proj(const bench_args *ba)
         code = fxt_fail(FXT_EXIT_FAILURE, "cannot prepare the operands");
         goto done;
     }
+    if ((code = plan_ways(ctx, &b)))
+        goto done;
     static const char *const names[N_WAYS] = {"sgemm (bare)", "sgemm + separate passes",
                                               "fxattn f32", "fxattn bf16", "fxattn fp8"};
     const size_t w_bytes[N_WAYS] = {sw * 4, sw * 4, sw * 4, sw * 2, sw + (size_t)b.i * 4};
@@ -248,6 +257,8 @@ done:
     free(b.x8);
     free(b.w8);
     free(b.work);
+    for (int way = 0; way < N_WAYS; way++)
+        fxa_proj_plan_destroy(b.plan[way]);
     fxa_ctx_destroy(ctx);
     return code;
 }

@@ -17,19 +17,18 @@
 static int forward(fxa_ctx *ctx, const fxt_layer_cfg *cfg, const fxa_wan_weights *w,
                    const fxt_layer_x *x, float *y, fxt_layer_report *rep)
 {
-    char err[700];
     fxa_wan_plan *plan = NULL;
     size_t bytes = 0;
     void *ws = NULL;
-    fxa_wan_stats s;
-    fxa_status st = fxa_wan_plan_create(ctx, &cfg->wan, &plan, &bytes, err, sizeof err);
+    fxa_wan_stats s = {.struct_size = sizeof s};
+    fxa_status st = fxa_wan_plan_create(ctx, &cfg->wan, &plan, &bytes);
     if (st != FXA_OK)
-        return fxt_fail(fxt_exit_code(st), "%s", err);
+        return fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
     int code = 0;
     if (!(ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63)))
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's activations");
     else if ((st = fxa_wan_run(plan, w, x->data, y, ws, &s)) != FXA_OK)
-        code = fxt_fail(fxt_exit_code(st), "%s", fxa_wan_last_error(plan));
+        code = fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
     free(ws);
     fxa_wan_plan_destroy(plan);
     if (code)

@@ -199,7 +199,7 @@ static int check_inputs(job *j)
 /* Collective: the layer, then y on rank 0. */
 static int forward(job *j)
 {
-    fxa_wan_stats st;
+    fxa_wan_stats st = {.struct_size = sizeof st};
     fxa_status s = fxa_wan_mpi_run(j->plan, &j->part, j->x.data, j->y, j->ws, &st);
     int code = fxt_world_lib_fail(j->w, s, fxa_wan_mpi_last_error(j->plan));
     if (code)

@@ -1,6 +1,7 @@
 /*
  * The tile layout the AMX code shares (the attention tile,
- * bf16_tile_16x32_amx.c, and the projection GEMM, src/proj/gemm_amx.c):
+ * kernels/x86_avx512/bf16_tile_16x32_amx.c, and the projection GEMM,
+ * proj/gemm_amx.c; header-only, in core so that both libraries may use it):
  * eight tiles, 64 bytes wide, as 2 x 2 fp32 accumulators (C00..C11, 16 x
  * 16 each), two A operands (16 rows x 16 bf16 pairs) and two B operands (16
  * pairs x 16 columns). Include only from files compiled with -mamx-tile.

@@ -1,0 +1,112 @@
+/*
+ * libfxattn_wan_mpi's versioned structs under mpirun (P ranks, tensor
+ * parallel over all of them): fxa_wan_grid sizes outside its versions are
+ * refused on every rank with one message; fxa_wan_stats is written only
+ * within the caller's struct_size (canaries past it kept) and a size below
+ * its first version's is refused, the struct untouched; the layer's plan
+ * holds its projections, so that repeated runs give the same y.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fxattn_wan_mpi.h"
+#include "testutil.h"
+
+#define DIM 32
+#define HEADS 4 /* divided over up to 4 ranks */
+
+int main(int argc, char **argv)
+{
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 1;
+    fxa_ctx *ctx = NULL;
+    if (fxa_ctx_create(&cp, &ctx) != FXA_OK)
+        return 1;
+    fxa_wan_desc d;
+    fxa_wan_desc_init(&d);
+    d.frames = 2;
+    d.height = 2;
+    d.width = 3;
+    d.heads = HEADS;
+    d.head_dim = DIM;
+    fxa_wan_grid g;
+    fxa_wan_grid_init(&g);
+    g.tp = size;
+    fxa_wan_mpi_plan *plan = NULL;
+    size_t bytes = 0;
+    char err[700] = "";
+    /* A grid struct of a size outside its versions. */
+    const size_t bad[] = {sizeof g - 4, sizeof g + 8};
+    for (int i = 0; i < 2; i++) {
+        g.struct_size = bad[i];
+        const fxa_status st =
+            fxa_wan_mpi_plan_create(MPI_COMM_WORLD, ctx, &d, &g, &plan, &bytes, err, sizeof err);
+        CHECK(st == FXA_ERR_INVALID_ARG && plan == NULL &&
+                  strstr(err, "fxa_wan_grid.struct_size") != NULL,
+              "grid of %zu bytes: '%s'", bad[i], err);
+    }
+    g.struct_size = sizeof g;
+    CHECK(fxa_wan_mpi_plan_create(MPI_COMM_WORLD, ctx, &d, &g, &plan, &bytes, err, sizeof err) ==
+              FXA_OK,
+          "plan: %s", err);
+    if (!plan)
+        return test_summary("test_wan_mpi_structs");
+    fxa_wan_mpi_shard s;
+    fxa_wan_mpi_shard_of(plan, &s);
+    fxa_wan_load_params lp;
+    fxa_wan_load_params_init(&lp);
+    lp.heads = HEADS;
+    lp.hidden = HEADS * DIM;
+    lp.seed = 9;
+    lp.head_begin = s.head_begin;
+    lp.head_count = s.head_count;
+    fxa_wan_weights w;
+    CHECK(fxa_wan_weights_load(NULL, &lp, &w, err, sizeof err) == FXA_OK, "weights: %s", err);
+    const int64_t n = s.token_count * HEADS * DIM;
+    float *x = malloc((size_t)n * sizeof(float));
+    float *y = malloc((size_t)n * sizeof(float));
+    float *y1 = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = fxa_wan_synth(9, FXA_WAN_SYNTH_X, (uint64_t)(s.token_begin * HEADS * DIM + i));
+    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    unsigned char buf[sizeof(fxa_wan_stats) + 32];
+    memset(buf, 0xc3, sizeof buf);
+    fxa_wan_stats *st = (fxa_wan_stats *)(void *)buf;
+    st->struct_size = sizeof *st;
+    CHECK(fxa_wan_mpi_run(plan, &w, x, y, ws, st) == FXA_OK, "run: %s",
+          fxa_wan_mpi_last_error(plan));
+    int canary = 1;
+    for (size_t i = sizeof *st; i < sizeof buf; i++)
+        canary &= buf[i] == 0xc3;
+    CHECK(canary && st->rows == (int64_t)HEADS * 12, "stats: %lld rows, canaries %s",
+          (long long)st->rows, canary ? "kept" : "overwritten");
+    CHECK(fxa_wan_mpi_run(plan, &w, x, y1, ws, NULL) == FXA_OK &&
+              (!s.holds_y || memcmp(y, y1, (size_t)n * sizeof(float)) == 0),
+          "a second run: %s", fxa_wan_mpi_last_error(plan));
+    memset(buf, 0xc3, sizeof buf);
+    st->struct_size = offsetof(fxa_wan_stats, rows);
+    CHECK(fxa_wan_mpi_run(plan, &w, x, y, ws, st) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_wan_mpi_last_error(plan), "fxa_wan_stats.struct_size") != NULL,
+          "stats of %zu bytes: '%s'", st->struct_size, fxa_wan_mpi_last_error(plan));
+    canary = 1;
+    for (size_t i = sizeof st->struct_size; i < sizeof buf; i++)
+        canary &= buf[i] == 0xc3;
+    CHECK(canary, "a refused stats struct was written");
+    free(ws);
+    free(x);
+    free(y);
+    free(y1);
+    fxa_wan_weights_free(&w);
+    fxa_wan_mpi_plan_destroy(plan);
+    fxa_ctx_destroy(ctx);
+    int failures = test_summary("test_wan_mpi_structs"), all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return all;
+}
