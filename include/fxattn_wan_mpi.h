@@ -73,12 +73,16 @@ typedef struct fxa_wan_mpi_plan fxa_wan_mpi_plan;
  * communicator into TP and CP groups and plan the attention; report this
  * rank's workspace bytes (Q, K, V and the attention output of its shard,
  * plus a local attention plan's workspace under pure tensor parallelism).
- * ctx must stay valid until the plan is destroyed. On failure err holds the
- * same message on every rank.
+ * ctx must stay valid until the plan is destroyed. On failure
+ * fxa_wan_mpi_create_error() holds the same message on every rank.
  */
 FXA_API fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_desc *d,
                                            const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
-                                           size_t *workspace_bytes, char *err, size_t errlen);
+                                           size_t *workspace_bytes);
+
+/* Why the calling thread's last fxa_wan_mpi_plan_create failed ("" after a
+ * success). */
+FXA_API const char *fxa_wan_mpi_create_error(void);
 FXA_API void fxa_wan_mpi_plan_destroy(fxa_wan_mpi_plan *plan);
 
 /* This rank's tokens and heads. Local. */

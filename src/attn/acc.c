@@ -13,14 +13,14 @@
 #include <time.h>
 
 #include "fxattn_diag.h"
-#include "../core/alloc.h"
-#include "../core/struct_size.h"
+#include "../base/alloc.h"
+#include "../base/struct_size.h"
 #include "attn_internal.h"
 #include "load.h"
 #include "scan.h"
 #include "steps.h"
 #include "summary.h"
-#include "core/clock.h"
+#include "base/clock.h"
 
 struct fxa_attn_acc {
     const fxa_attn_plan *p;

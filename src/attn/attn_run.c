@@ -21,13 +21,13 @@
 #include <time.h>
 
 #include "fxattn_diag.h"
-#include "../core/alloc.h"
-#include "../core/struct_size.h"
+#include "../base/alloc.h"
+#include "../base/struct_size.h"
 #include "attn_internal.h"
 #include "../kernels/ref/exp2_ref.h"
 #include "scan.h"
 #include "steps.h"
-#include "core/clock.h"
+#include "base/clock.h"
 
 typedef struct run_job {
     const fxa_attn_plan *p;

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "fxattn_diag.h"
-#include "../core/alloc.h"
-#include "../core/struct_size.h"
+#include "../base/alloc.h"
+#include "../base/struct_size.h"
 #include "check_internal.h"
 #include "steps.h"
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../core/convert_inline.h"
+#include "../base/convert_inline.h"
 #include "../kernels/kernels.h"
 #include "fxattn.h"
 

@@ -2,8 +2,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../core/alloc.h"
-#include "../core/struct_size.h"
+#include "../base/alloc.h"
+#include "../base/struct_size.h"
 #include "attn_internal.h"
 #include "scan.h"
 #include "summary.h"

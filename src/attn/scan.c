@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/alloc.h"
+#include "../base/alloc.h"
 #include "steps.h"
 #include "summary.h"
 

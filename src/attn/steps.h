@@ -7,7 +7,7 @@
 #define FXA_STEPS_H
 
 #include "attn_internal.h"
-#include "core/spans.h"
+#include "base/spans.h"
 
 /* n consecutive query rows of one head and their unnormalised state; o has
  * a row stride of head_dim. */

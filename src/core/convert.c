@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "convert_inline.h"
+#include "../base/convert_inline.h"
 #include "fxattn.h"
 
 float fxa_bf16_to_f32(uint16_t h)

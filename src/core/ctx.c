@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
+#include "../base/alloc.h"
 #include "ctx_internal.h"
 #include "../kernels/dispatch.h"
-#include "struct_size.h"
+#include "../base/struct_size.h"
 
 void fxa_ctx_params_init(fxa_ctx_params *p)
 {

@@ -7,7 +7,7 @@
 #ifndef FXA_CTX_API_H
 #define FXA_CTX_API_H
 
-#include "internal_api.h"
+#include "../base/internal_api.h"
 
 #include <stddef.h>
 

@@ -19,7 +19,7 @@
 #ifndef FXA_POOL_H
 #define FXA_POOL_H
 
-#include "internal_api.h"
+#include "../base/internal_api.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

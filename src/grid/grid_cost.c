@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 #include "fxattn_grid.h"
 
 #define MAX_RANKS 4096

@@ -5,9 +5,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/alloc.h"
+#include "base/alloc.h"
 #include "core/ctx_internal.h"
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 #include "fxattn_grid.h"
 
 #define MEASURE_RUNS 5 /* timed runs of a rate, after a warm-up */

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../core/cpu.h"
+#include "../base/cpu.h"
 #include "kernels.h"
 
 typedef struct isa_entry {

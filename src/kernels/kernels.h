@@ -189,7 +189,7 @@ typedef struct fxa_kernels {
     const fxa_row_stats *row_stats;
 } fxa_kernels;
 
-/* The CPU's features (core/cpu.h). */
+/* The CPU's features (base/cpu.h). */
 struct fxa_cpu;
 
 /* Kernel sets. Each fills in every entry of *k; ISA sets start from

@@ -14,7 +14,7 @@
 #include <assert.h>
 #include <stdint.h>
 
-#include "../core/convert_inline.h"
+#include "../base/convert_inline.h"
 #include "fxattn.h" /* FXA_MAX_HEAD_DIM */
 #include "kernels.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 #include "fxattn_grid.h"
 #include "mpi_internal.h"
 

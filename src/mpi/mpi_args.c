@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/spans.h"
-#include "core/struct_size.h"
+#include "base/spans.h"
+#include "base/struct_size.h"
 #include "mpi_internal.h"
 
 /* Whether element i of a tensor of dtype t is finite (bit tests). */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 #include "mpi_internal.h"
 
 static _Thread_local char g_create_error[512];

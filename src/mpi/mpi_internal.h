@@ -7,10 +7,10 @@
 #include <stdio.h>
 
 #include "fxattn_mpi.h"
-#include "core/internal_api.h"
+#include "base/internal_api.h"
 
 /* The first released size of fxa_mpi_params (0.1.0: it ended before
- * timeout_seconds), for the struct_size policy of core/struct_size.h
+ * timeout_seconds), for the struct_size policy of base/struct_size.h
  * (which holds FXA_MPI_STATS_SIZE_0_1). */
 #define FXA_MPI_PARAMS_SIZE_0_1 offsetof(fxa_mpi_params, timeout_seconds)
 
@@ -218,7 +218,7 @@ typedef struct fxa_mpi_local {
 } fxa_mpi_local;
 
 /* Copy-in of the caller's args into *a (the struct_size policy of
- * core/struct_size.h over zeros), then the checks a rank makes before any
+ * base/struct_size.h over zeros), then the checks a rank makes before any
  * communication: pointers, outputs that share memory with the inputs or
  * with each other, and with U > 1 finiteness (a non-finite value must be
  * found on the rank that owns it, before the exchange moves it). Local:

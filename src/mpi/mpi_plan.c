@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 #include "mpi_internal.h"
 #include "ring.h"
 #include "ulysses.h"

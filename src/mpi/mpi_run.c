@@ -9,7 +9,7 @@
  */
 #include <stdio.h>
 
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 #include "mpi_internal.h"
 #include "ring.h"
 #include "ulysses.h"

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../core/convert_inline.h"
+#include "../base/convert_inline.h"
 #include "fxattn_proj.h"
 
 #define E4M3_MAX_BITS 0x43e00000u          /* 448.0f = 1.75 * 2^8 */

@@ -16,7 +16,7 @@
 
 #include <string.h>
 
-#include "../core/alloc.h"
+#include "../base/alloc.h"
 
 #define N_BLOCK 128 /* columns of y per item */
 #define PANEL 16    /* columns per packed panel: one B tile wide */
@@ -27,7 +27,7 @@ size_t fxa_gemm_amx_scratch_bytes(int64_t k, int n_threads)
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-#include "../core/amx_tiles.h"
+#include "../base/amx_tiles.h"
 
 int fxa_gemm_amx_usable(const fxa_ctx *ctx)
 {

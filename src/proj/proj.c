@@ -20,12 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/alloc.h"
-#include "../core/convert_inline.h"
-#include "../core/cpu.h"
+#include "../base/alloc.h"
+#include "../base/convert_inline.h"
+#include "../base/cpu.h"
 #include "../core/ctx_api.h"
-#include "../core/spans.h"
-#include "../core/struct_size.h"
+#include "../base/spans.h"
+#include "../base/struct_size.h"
 #include "fxattn_proj.h"
 #include "gemm_amx.h"
 #include "gemm_onednn.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/struct_size.h"
+#include "../base/struct_size.h"
 #include "fxattn_proj.h"
 
 void fxa_wan_rope_bands(int64_t head_dim, int64_t *t_pairs, int64_t *h_pairs, int64_t *w_pairs)

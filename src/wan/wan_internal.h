@@ -9,10 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/internal_api.h"
+#include "base/internal_api.h"
 #include "fxattn_wan.h"
 
-/* First sizes of the versioned structs (core/struct_size.h's policy).
+/* First sizes of the versioned structs (base/struct_size.h's policy).
  * 0.1: fxa_wan_desc and fxa_wan_load_params before dtype; fxa_wan_stats
  * and fxa_wan_grid as they are. */
 #define FXA_WAN_DESC_SIZE_0_1 offsetof(fxa_wan_desc, dtype)

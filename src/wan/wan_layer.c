@@ -8,11 +8,11 @@
 #include "fxattn_wan.h"
 #include "wan_fail.h"
 #include "wan_internal.h"
-#include "core/clock.h"
-#include "core/convert_inline.h"
+#include "base/clock.h"
+#include "base/convert_inline.h"
 #include "core/ctx_api.h"
-#include "core/spans.h"
-#include "core/struct_size.h"
+#include "base/spans.h"
+#include "base/struct_size.h"
 
 struct fxa_wan_plan {
     fxa_ctx *ctx;

@@ -8,8 +8,8 @@
 #include "fxattn_wan_mpi.h"
 #include "wan_fail.h"
 #include "wan_internal.h"
-#include "core/convert_inline.h"
-#include "core/struct_size.h"
+#include "base/convert_inline.h"
+#include "base/struct_size.h"
 
 #define REDUCE_CHUNK (1 << 26) /* floats per MPI_Ireduce */
 
@@ -242,10 +242,21 @@ static fxa_status projection_plans(fxa_wan_mpi_plan *p)
     return st;
 }
 
+/* The calling thread's last plan-creation failure (fxa_wan_mpi_create_error). */
+static _Thread_local char create_error[1024];
+
+const char *fxa_wan_mpi_create_error(void)
+{
+    return create_error;
+}
+
 fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_desc *d,
                                    const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
-                                   size_t *workspace_bytes, char *err, size_t errlen)
+                                   size_t *workspace_bytes)
 {
+    char *const err = create_error;
+    const size_t errlen = sizeof create_error;
+    create_error[0] = '\0';
     if (!ctx || !d || !g || !plan_out || !workspace_bytes)
         return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
                              "fxa_wan_mpi_plan_create: NULL argument");

@@ -10,7 +10,7 @@
 
 #include "fxattn_proj.h"
 #include "fxattn_wan_mpi.h"
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 
 struct fxa_mpi_proj_plan {
     fxa_mpi *m;

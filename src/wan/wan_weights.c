@@ -23,7 +23,7 @@
 #include "fxattn_wan.h"
 #include "wan_internal.h"
 #include "wan_synth.h"
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 
 #define NAME_CAP 128
 #define O_BLOCK_BYTES ((int64_t)4 << 20) /* rows of o.weight read at once */

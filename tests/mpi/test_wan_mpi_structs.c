@@ -45,16 +45,14 @@ int main(int argc, char **argv)
     const size_t bad[] = {sizeof g - 4, sizeof g + 8};
     for (int i = 0; i < 2; i++) {
         g.struct_size = bad[i];
-        const fxa_status st =
-            fxa_wan_mpi_plan_create(MPI_COMM_WORLD, ctx, &d, &g, &plan, &bytes, err, sizeof err);
+        const fxa_status st = fxa_wan_mpi_plan_create(MPI_COMM_WORLD, ctx, &d, &g, &plan, &bytes);
         CHECK(st == FXA_ERR_INVALID_ARG && plan == NULL &&
-                  strstr(err, "fxa_wan_grid.struct_size") != NULL,
-              "grid of %zu bytes: '%s'", bad[i], err);
+                  strstr(fxa_wan_mpi_create_error(), "fxa_wan_grid.struct_size") != NULL,
+              "grid of %zu bytes: '%s'", bad[i], fxa_wan_mpi_create_error());
     }
     g.struct_size = sizeof g;
-    CHECK(fxa_wan_mpi_plan_create(MPI_COMM_WORLD, ctx, &d, &g, &plan, &bytes, err, sizeof err) ==
-              FXA_OK,
-          "plan: %s", err);
+    CHECK(fxa_wan_mpi_plan_create(MPI_COMM_WORLD, ctx, &d, &g, &plan, &bytes) == FXA_OK, "plan: %s",
+          fxa_wan_mpi_create_error());
     if (!plan)
         return test_summary("test_wan_mpi_structs");
     fxa_wan_mpi_shard s;

@@ -1,6 +1,6 @@
 /*
  * test_struct_size: versioned structs (fxattn.h, "Conventions";
- * src/core/struct_size.h).
+ * src/base/struct_size.h).
  *
  *  - fxa_attn_desc: a 0.1-sized struct (ending at block_q) is accepted, the
  *    bytes past it ignored (filled with garbage here) and the 0.2 fields
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/struct_size.h"
+#include "base/struct_size.h"
 #include "fxattn.h"
 #include "fxattn_diag.h"
 #include "testutil.h"

@@ -1,5 +1,5 @@
 /* Portable fp16 widening (the spec of widen_f16, fxa_widen_f16_fn in kernels.h). */
-#include "../../core/convert_inline.h"
+#include "../../base/convert_inline.h"
 #include "../kernels.h"
 
 void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n)

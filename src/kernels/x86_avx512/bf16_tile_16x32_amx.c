@@ -2,7 +2,7 @@
  * AMX attention tile for FXA_COMPUTE_BF16 (contract: fxa_attn_tile_bf16 in
  * kernels.h). Built with the AVX-512 flags, -mavx512bf16, -mamx-tile and
  * -mamx-bf16 (per file); run only where the OS granted this process the AMX
- * tile data (core/cpu.c asks once, ARCH_REQ_XCOMP_PERM).
+ * tile data (base/cpu.c asks once, ARCH_REQ_XCOMP_PERM).
  *
  * The tile's rows go in blocks of 32 (then 16, then the last 1-15), each
  * block all the way through while its scores and P stay in L1 (the blocks
@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "../kernels.h"
-#include "../../core/amx_tiles.h"
+#include "../../base/amx_tiles.h"
 #define FXA_BF16_RAW_SCORES 1 /* the accumulator tiles store s */
 #include "bf16_softmax_avx512.h"
 #include "rows_avx512.h"

@@ -2,7 +2,7 @@
  * and row statistics, and F16C widening; with AVX512-BF16, also the
  * vdpbf16ps tile for bf16 compute. The AMX set is the same with the AMX tile
  * for bf16 compute. */
-#include "../../core/cpu.h"
+#include "../../base/cpu.h"
 #include "../kernels.h"
 
 void fxa_kernels_init_avx512(fxa_kernels *k, const fxa_cpu *cpu)

@@ -64,7 +64,6 @@ static void job_free(job *j)
  * (libfxattn_wan_mpi), then this rank's shard. */
 static int plan(job *j)
 {
-    char err[700];
     fxa_wan_grid g;
     fxa_wan_grid_init(&g);
     g.tp = (int)j->o->tp;
@@ -86,10 +85,10 @@ static int plan(job *j)
             return code;
     }
     fxt_world_guard("start-up");
-    const fxa_status st = fxa_wan_mpi_plan_create(MPI_COMM_WORLD, j->ctx, &j->cfg.wan, &g, &j->plan,
-                                                  &j->ws_bytes, err, sizeof err);
+    const fxa_status st =
+        fxa_wan_mpi_plan_create(MPI_COMM_WORLD, j->ctx, &j->cfg.wan, &g, &j->plan, &j->ws_bytes);
     fxt_world_unguard();
-    const int code = fxt_world_lib_fail(j->w, st, err);
+    const int code = fxt_world_lib_fail(j->w, st, fxa_wan_mpi_create_error());
     if (!code) {
         fxa_wan_mpi_shard_of(j->plan, &j->s);
         fxa_wan_mpi_grid_of(j->plan, &j->T, &j->U, &j->R);

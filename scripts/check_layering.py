@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Check the source tree's layering (docs/architecture.md, "Layers").
+
+C (src/, tools/): every `#include "..."` is resolved to a file. Each file
+belongs to a folder of src/ (a layer) or to tools/.
+  - The folders form a stack with no cycle; the order is LAYERS below, and a
+    file may include only headers of its own folder or of folders listed
+    below it.
+  - A library includes another library's headers only from src/base/ (the
+    helpers every library shares: struct_size, spans, conversions, CPU
+    features, aligned allocation) and the core's declared internal API
+    (CORE_API); its other headers are private to it.
+  - tools/ includes only the public headers (include/) and its own.
+  - Modules (a .c with the .h of the same name) include each other in no
+    cycle.
+Python (python/src/fxattn): the modules import each other (at top level or
+inside functions) in no cycle, and the package binds no module's name to
+something else (a function named like its module).
+
+Exits non-zero with one line per violation.
+"""
+import ast
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# From the ground up; a folder may include only itself and folders before it.
+LAYERS = ["base", "kernels", "core", "attn", "grid", "io", "proj", "mpi", "wan"]
+# The libraries the folders build (src/*/CMakeLists.txt, src/CMakeLists.txt).
+LIBRARY = {"base": "fxattn", "kernels": "fxattn", "core": "fxattn", "attn": "fxattn", "grid": "fxattn",
+           "io": "fxattn_io", "proj": "fxattn_proj", "mpi": "fxattn_mpi", "wan": "fxattn_wan"}
+# The core's declared internal API (FXA_INTERNAL functions other libraries
+# call): the context's calls and the thread pool.
+CORE_API = {"src/core/ctx_api.h", "src/core/pool.h"}
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# A function definition at file scope: its name, then its body's brace on a
+# line of its own (the tree's clang-format style).
+DEF_RE = re.compile(r'^(?!static\b)[A-Za-z_][\w \t\*]*?\b(\w+)\(([^;{}]*?)\)\s*\n\{', re.M)
+CALL_RE = re.compile(r'\b([A-Za-z_]\w*)\s*\(')
+
+
+def c_files(top):
+    for d, _, names in os.walk(os.path.join(ROOT, top)):
+        for n in names:
+            if n.endswith((".c", ".h")):
+                yield os.path.join(d, n)
+
+
+def resolve(inc, src):
+    for base in (os.path.dirname(src), os.path.join(ROOT, "src"), os.path.join(ROOT, "include"),
+                 os.path.join(ROOT, "tools", "common")):
+        p = os.path.normpath(os.path.join(base, inc))
+        if os.path.isfile(p):
+            return p
+    return None
+
+
+def folder_of(path):
+    rel = os.path.relpath(path, ROOT).split(os.sep)
+    if rel[0] == "src" and len(rel) > 2:
+        return rel[1]
+    return rel[0]  # include, tools, src (files at src/ itself)
+
+
+def cycles(graph):
+    """The strongly connected components of more than one node (Tarjan)."""
+    index, low, on, stack, out = {}, {}, set(), [], []
+
+    def visit(n):
+        index[n] = low[n] = len(index)
+        stack.append(n)
+        on.add(n)
+        for m in sorted(graph.get(n, ())):
+            if m not in index:
+                visit(m)
+                low[n] = min(low[n], low[m])
+            elif m in on:
+                low[n] = min(low[n], index[m])
+        if low[n] == index[n]:
+            comp = []
+            while True:
+                m = stack.pop()
+                on.discard(m)
+                comp.append(m)
+                if m == n:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for n in sorted(graph):
+        if n not in index:
+            visit(n)
+    return out
+
+
+def check_c(errors):
+    modules = {}
+    for top in ("src", "tools"):
+        for f in c_files(top):
+            rel = os.path.relpath(f, ROOT)
+            mod = os.path.splitext(rel)[0]
+            with open(f, encoding="utf-8") as fh:
+                text = fh.read()
+            for inc in INCLUDE_RE.findall(text):
+                p = resolve(inc, f)
+                if p is None:
+                    continue  # a system or generated header
+                prel = os.path.relpath(p, ROOT)
+                src_dir, dst_dir = folder_of(f), folder_of(p)
+                if dst_dir != "include" and os.path.splitext(prel)[0] != mod:
+                    modules.setdefault(mod, set()).add(os.path.splitext(prel)[0])
+                if src_dir == "tools":
+                    if dst_dir not in ("tools", "include"):
+                        errors.append(f"{rel}: includes {prel}: tools/ uses public headers only")
+                    continue
+                if dst_dir in ("include", src_dir):
+                    continue
+                if src_dir not in LAYERS or dst_dir not in LAYERS:
+                    errors.append(f"{rel}: includes {prel}: folder not in the layer list")
+                    continue
+                if LAYERS.index(dst_dir) > LAYERS.index(src_dir):
+                    errors.append(f"{rel}: includes {prel}: {src_dir}/ sits below {dst_dir}/")
+                if LIBRARY[dst_dir] != LIBRARY[src_dir] and dst_dir != "base" and prel not in CORE_API:
+                    errors.append(f"{rel}: includes {prel}: a private header of lib{LIBRARY[dst_dir]}")
+    errors.extend("include cycle among: " + ", ".join(c) for c in cycles(modules))
+    errors.extend("call cycle among: " + ", ".join(c) for c in cycles(call_graph()))
+
+
+def call_graph():
+    """Each .c file -> the .c files that define the non-static functions it calls."""
+    texts, defined_in = {}, {}
+    for top in ("src", "tools"):
+        for f in c_files(top):
+            if f.endswith(".c"):
+                with open(f, encoding="utf-8") as fh:
+                    texts[f] = fh.read()
+                for name, _ in DEF_RE.findall(texts[f]):
+                    defined_in.setdefault(name, set()).add(f)
+    graph = {}
+    for f, text in texts.items():
+        rel = os.path.relpath(f, ROOT)
+        for name in set(CALL_RE.findall(text)):
+            where = defined_in.get(name, set())
+            if len(where) == 1 and f not in where:
+                graph.setdefault(rel, set()).add(os.path.relpath(next(iter(where)), ROOT))
+    return graph
+
+
+def py_imports(path, package, names):
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), path)
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module is None:
+                out.update(a.name for a in node.names if a.name in names)
+            elif node.level == 1:
+                out.add(node.module.split(".")[0])
+            elif node.module and node.module.split(".")[0] == package and "." in node.module:
+                out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == package and len(parts) > 1:
+                    out.add(parts[1])
+    return {m for m in out if m in names}
+
+
+def check_python(errors):
+    pkg_dir = os.path.join(ROOT, "python", "src", "fxattn")
+    names = {n[:-3] for n in os.listdir(pkg_dir) if n.endswith(".py")}
+    graph = {}
+    for n in names:
+        if n == "__init__":
+            continue
+        graph[n] = py_imports(os.path.join(pkg_dir, n + ".py"), "fxattn", names) - {n, "__init__"}
+    errors.extend("python import cycle among: " + ", ".join(c) for c in cycles(graph))
+    with open(os.path.join(pkg_dir, "__init__.py"), encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                bound = a.asname or a.name
+                if bound in names and bound != node.module.split(".")[-1]:
+                    errors.append(f"python/src/fxattn/__init__.py: binds {bound!r} (a module's name) "
+                                  f"to {node.module}.{a.name}")
+        elif isinstance(node, (ast.FunctionDef, ast.Assign)):
+            targets = [node.name] if isinstance(node, ast.FunctionDef) else [
+                t.id for t in node.targets if isinstance(t, ast.Name)]
+            errors.extend(f"python/src/fxattn/__init__.py: defines {t!r}, a module's name"
+                          for t in targets if t in names)
+
+
+def main():
+    errors = []
+    check_c(errors)
+    check_python(errors)
+    for e in errors:
+        print(e)
+    print(f"layering: {len(errors)} violation(s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
