@@ -12,7 +12,8 @@ belongs to a folder of src/ (a layer) or to tools/.
     (CORE_API); its other headers are private to it.
   - tools/ includes only the public headers (include/) and its own.
   - Modules (a .c with the .h of the same name) include each other in no
-    cycle.
+    cycle; no C file calls a function of a file that calls it back (through
+    any chain), nor one defined in a higher layer.
 Python (python/src/fxattn): the modules import each other (at top level or
 inside functions) in no cycle, and the package binds no module's name to
 something else (a function named like its module).
@@ -125,7 +126,13 @@ def check_c(errors):
                 if LIBRARY[dst_dir] != LIBRARY[src_dir] and dst_dir != "base" and prel not in CORE_API:
                     errors.append(f"{rel}: includes {prel}: a private header of lib{LIBRARY[dst_dir]}")
     errors.extend("include cycle among: " + ", ".join(c) for c in cycles(modules))
-    errors.extend("call cycle among: " + ", ".join(c) for c in cycles(call_graph()))
+    calls = call_graph()
+    errors.extend("call cycle among: " + ", ".join(c) for c in cycles(calls))
+    for src, dsts in sorted(calls.items()):
+        for dst in sorted(dsts):
+            a, b = folder_of(os.path.join(ROOT, src)), folder_of(os.path.join(ROOT, dst))
+            if a in LAYERS and b in LAYERS and LAYERS.index(b) > LAYERS.index(a):
+                errors.append(f"{src}: calls into {dst}: {a}/ sits below {b}/")
 
 
 def call_graph():

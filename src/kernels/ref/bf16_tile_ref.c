@@ -7,6 +7,7 @@
 #include <assert.h>
 #include <string.h>
 
+#include "../../base/convert_inline.h"
 #include "../kernels.h"
 #include "exp2_ref.h"
 #include "fxattn.h"
@@ -14,7 +15,7 @@
 
 static float bf(uint16_t h)
 {
-    return fxa_bf16_to_f32(h);
+    return fxa_bf16_bits_to_f32(h);
 }
 
 static void fxa_bf16_score__ref(const fxa_attn_tile_bf16 *t)
@@ -44,7 +45,7 @@ static float row_exp2(const fxa_attn_tile_bf16 *t, size_t i, float shift, int ma
     const size_t n = t->n_kv;
     float sum = 0.0f;
     for (size_t j = 0; j < n; j++) {
-        p16[j] = fxa_f32_to_bf16(fxa_exp2_shifted_bf16_ref(z[j], shift));
+        p16[j] = fxa_f32_to_bf16_bits(fxa_exp2_shifted_bf16_ref(z[j], shift));
         sum += bf(p16[j]);
     }
     if (n % 2)
