@@ -182,9 +182,7 @@ fxa_status fxa_attn_acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out
     if (!plan)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(plan->ctx);
-    const fxa_status st = acc_create(plan, acc_out);
-    fxa_ctx_end(plan->ctx);
-    return st;
+    return fxa_ctx_end_with(plan->ctx, acc_create(plan, acc_out));
 }
 
 static fxa_status acc_reserve(fxa_attn_acc *acc, int64_t max_blocks)
@@ -201,9 +199,7 @@ fxa_status fxa_attn_acc_reserve(fxa_attn_acc *acc, int64_t max_blocks)
     if (!acc)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(acc->p->ctx);
-    const fxa_status st = acc_reserve(acc, max_blocks);
-    fxa_ctx_end(acc->p->ctx);
-    return st;
+    return fxa_ctx_end_with(acc->p->ctx, acc_reserve(acc, max_blocks));
 }
 
 void fxa_attn_acc_destroy(fxa_attn_acc *acc)
@@ -252,76 +248,85 @@ fxa_status fxa_kv_summarize(const fxa_attn_plan *plan, const void *k, const void
     if (!plan)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(plan->ctx);
-    const fxa_status st = kv_summarize(plan, k, v, n_kv, summary_out);
-    fxa_ctx_end(plan->ctx);
-    return st;
+    return fxa_ctx_end_with(plan->ctx, kv_summarize(plan, k, v, n_kv, summary_out));
 }
 
-/* Item (b * Hq + h, query block): its first rows and their count. */
-static size_t item_rows_at(const fxa_attn_plan *p, int64_t item, int64_t *b, int64_t *h,
-                           int64_t *i0)
+/* Item (b * Hq + h, query block) of a job: its accumulator, batch b, head
+ * h, first row i0, row count n and the offset of its first row of Q. */
+typedef struct acc_item {
+    fxa_attn_acc *acc;
+    int64_t b;
+    int64_t h;
+    int64_t i0;
+    size_t n;
+    int64_t q_off;
+} acc_item;
+
+static acc_item item_at(const acc_job *job, int64_t item)
 {
+    const fxa_attn_plan *p = job->acc->p;
     const int64_t bh = item / p->n_q_blocks;
-    *b = bh / p->d.heads_q;
-    *h = bh % p->d.heads_q;
-    *i0 = item % p->n_q_blocks * p->d.block_q;
-    return (size_t)(p->d.seq_q - *i0 < p->d.block_q ? p->d.seq_q - *i0 : p->d.block_q);
+    const int64_t b = bh / p->d.heads_q;
+    const int64_t h = bh % p->d.heads_q;
+    const int64_t i0 = item % p->n_q_blocks * p->d.block_q;
+    return (acc_item){
+        .acc = job->acc,
+        .b = b,
+        .h = h,
+        .i0 = i0,
+        .n = (size_t)(p->d.seq_q - i0 < p->d.block_q ? p->d.seq_q - i0 : p->d.block_q),
+        .q_off = b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
+    };
 }
 
 /* Item (b * Hq + h, query block): load the rows, check them and note their
  * largest ||q||^2 (for the prescaling). */
 static void check_item(void *arg, int64_t item, int thread_id)
 {
-    const acc_job *job = arg;
-    fxa_attn_acc *acc = job->acc;
-    const fxa_attn_plan *p = acc->p;
-    int64_t b, h, i0;
-    const size_t n = item_rows_at(p, item, &b, &h, &i0);
-    fxa_thread_scratch *s = scratch(acc, thread_id);
+    const acc_item it = item_at(arg, item);
+    const fxa_attn_plan *p = it.acc->p;
+    fxa_thread_scratch *s = scratch(it.acc, thread_id);
     const size_t dim = (size_t)p->d.head_dim;
-    fxa_load_rows(p->ctx->kernels, acc->q, p->d.dtype,
-                  b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
-                  p->q_strides.token, n, dim, s->q, dim);
-    fxa_bad_value *bad = acc->bad + item;
+    fxa_load_rows(p->ctx->kernels, it.acc->q, p->d.dtype, it.q_off, p->q_strides.token, it.n, dim,
+                  s->q, dim);
+    fxa_bad_value *bad = it.acc->bad + item;
     bad->bad_row = -1;
-    for (size_t i = 0; i < n * dim; i++) {
+    for (size_t i = 0; i < it.n * dim; i++) {
         if (!isfinite(s->q[i])) {
-            *bad = (fxa_bad_value){i0 + (int64_t)(i / dim), (int64_t)(i % dim), s->q[i], 'Q'};
+            *bad = (fxa_bad_value){it.i0 + (int64_t)(i / dim), (int64_t)(i % dim), s->q[i], 'Q'};
             return;
         }
     }
     static const float zero[FXA_MAX_HEAD_DIM];
     double qq = 0.0;
-    for (size_t r0 = 0; r0 < n; r0 += FXA_STATS_ROWS) {
-        const size_t m = n - r0 < FXA_STATS_ROWS ? n - r0 : FXA_STATS_ROWS;
+    for (size_t r0 = 0; r0 < it.n; r0 += FXA_STATS_ROWS) {
+        const size_t m = it.n - r0 < FXA_STATS_ROWS ? it.n - r0 : FXA_STATS_ROWS;
         double nn[FXA_STATS_ROWS], unused[FXA_STATS_ROWS];
         p->ctx->kernels->row_stats->norm2_dot(s->q + r0 * dim, dim, m, zero, dim, nn, unused);
         for (size_t i = 0; i < m; i++)
             qq = nn[i] > qq ? nn[i] : qq;
     }
-    acc->qq[item] = qq;
+    it.acc->qq[item] = qq;
 }
 
 /* Item (b * Hq + h, query block): load the rows and decide their shifts. */
 static void begin_item(void *arg, int64_t item, int thread_id)
 {
-    const acc_job *job = arg;
-    fxa_attn_acc *acc = job->acc;
+    const acc_item it = item_at(arg, item);
+    fxa_attn_acc *acc = it.acc;
     const fxa_attn_plan *p = acc->p;
-    int64_t b, h, i0;
-    const size_t n = item_rows_at(p, item, &b, &h, &i0);
-    const int64_t bh = b * p->d.heads_q + h;
-    const int64_t kv_item = b * p->d.heads_kv + h / p->group;
+    const int64_t bh = it.b * p->d.heads_q + it.h;
+    const int64_t kv_item = it.b * p->d.heads_kv + it.h / p->group;
     const fxa_head_bound *hb = (const fxa_head_bound *)(acc->ws + p->ws_bounds) + kv_item;
     const float *kbar =
         (const float *)(acc->ws + p->ws_kbar) + (size_t)kv_item * (size_t)p->d.head_dim;
     fxa_thread_scratch *s = scratch(acc, thread_id);
-    fxa_rows rows = state_rows(acc, b, h, i0);
+    fxa_rows rows = state_rows(acc, it.b, it.h, it.i0);
     rows.q = s->q;
     rows.q16 = s->q16;
-    fxa_load_q(p, acc->q, b * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
-               p->q_strides.token, n, s->q, s->q16);
-    s->fallback_rows += fxa_rows_decide(p, hb, kbar, &rows, n, acc->bound + (bh * p->d.seq_q + i0));
+    fxa_load_q(p, acc->q, it.q_off, p->q_strides.token, it.n, s->q, s->q16);
+    s->fallback_rows +=
+        fxa_rows_decide(p, hb, kbar, &rows, it.n, acc->bound + (bh * p->d.seq_q + it.i0));
 }
 
 /* Keep a copy of the pass's n_blocks summaries, none of them added yet
@@ -423,9 +428,7 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
     if (!acc)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(acc->p->ctx);
-    const fxa_status st = acc_begin(acc, q, summaries, n_blocks);
-    fxa_ctx_end(acc->p->ctx);
-    return st;
+    return fxa_ctx_end_with(acc->p->ctx, acc_begin(acc, q, summaries, n_blocks));
 }
 
 /* Where kv tile `tile` of chunk slot `slot` is packed, in elements of fp32
@@ -608,9 +611,7 @@ fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void *v, int
     if (!acc)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(acc->p->ctx);
-    const fxa_status st = acc_add(acc, k, v, n_kv);
-    fxa_ctx_end(acc->p->ctx);
-    return st;
+    return fxa_ctx_end_with(acc->p->ctx, acc_add(acc, k, v, n_kv));
 }
 
 /* Item (b * Hq + h, query block): normalise into out / lse / diagnostics. */
@@ -730,7 +731,5 @@ fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     if (!acc)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(acc->p->ctx);
-    const fxa_status st = acc_finish(acc, args, stats_out);
-    fxa_ctx_end(acc->p->ctx);
-    return st;
+    return fxa_ctx_end_with(acc->p->ctx, acc_finish(acc, args, stats_out));
 }

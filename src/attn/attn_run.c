@@ -381,9 +381,7 @@ static fxa_status run_call(const fxa_attn_plan *plan, const fxa_attn_args *args,
     if (!plan)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(plan->ctx);
-    const fxa_status st = run_common(plan, args, workspace, stats_out, bounds_only);
-    fxa_ctx_end(plan->ctx);
-    return st;
+    return fxa_ctx_end_with(plan->ctx, run_common(plan, args, workspace, stats_out, bounds_only));
 }
 
 fxa_status fxa_attn_run(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,

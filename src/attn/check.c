@@ -149,12 +149,9 @@ fxa_status fxa_check_plan_create(fxa_ctx *ctx, const fxa_check_desc *d, fxa_chec
 {
     if (plan_out)
         *plan_out = NULL;
-    if (!ctx)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_begin(ctx);
-    const fxa_status st = plan_create(ctx, d, plan_out, workspace_bytes_out);
-    fxa_ctx_end(ctx);
-    return st;
+    const fxa_status st = fxa_ctx_enter(ctx);
+    return st != FXA_OK ? st
+                        : fxa_ctx_end_with(ctx, plan_create(ctx, d, plan_out, workspace_bytes_out));
 }
 
 void fxa_check_plan_destroy(fxa_check_plan *plan)
@@ -291,9 +288,7 @@ fxa_status fxa_check_run(const fxa_check_plan *plan, const fxa_attn_args *args, 
     if (!plan)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(plan->ctx);
-    const fxa_status st = run(plan, args, workspace, heads_out, head_struct_size);
-    fxa_ctx_end(plan->ctx);
-    return st;
+    return fxa_ctx_end_with(plan->ctx, run(plan, args, workspace, heads_out, head_struct_size));
 }
 
 /* fxa_attn_check: plan, workspace, run and destroy. */
@@ -331,7 +326,6 @@ fxa_status fxa_attn_check(fxa_ctx *ctx, const fxa_attn_desc *d, const void *q, c
     if (!ctx)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(ctx);
-    const fxa_status st = check_once(ctx, d, q, k, v, sample_rows, heads_out, head_struct_size);
-    fxa_ctx_end(ctx);
-    return st;
+    return fxa_ctx_end_with(ctx,
+                            check_once(ctx, d, q, k, v, sample_rows, heads_out, head_struct_size));
 }

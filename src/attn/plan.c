@@ -422,12 +422,9 @@ fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_p
 {
     if (plan_out)
         *plan_out = NULL;
-    if (!ctx)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_begin(ctx);
-    const fxa_status st = plan_create(ctx, d, plan_out, workspace_bytes_out);
-    fxa_ctx_end(ctx);
-    return st;
+    const fxa_status st = fxa_ctx_enter(ctx);
+    return st != FXA_OK ? st
+                        : fxa_ctx_end_with(ctx, plan_create(ctx, d, plan_out, workspace_bytes_out));
 }
 
 void fxa_attn_plan_set_progress(fxa_attn_plan *plan, void (*fn)(void *arg), void *arg)

@@ -133,6 +133,20 @@ void fxa_ctx_end(fxa_ctx *ctx)
     fxa_pool_leave(&ctx->pool);
 }
 
+fxa_status fxa_ctx_enter(fxa_ctx *ctx)
+{
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(ctx);
+    return FXA_OK;
+}
+
+fxa_status fxa_ctx_end_with(fxa_ctx *ctx, fxa_status st)
+{
+    fxa_ctx_end(ctx);
+    return st;
+}
+
 fxa_status fxa_ctx_fail(fxa_ctx *ctx, fxa_status st, const char *fmt, ...)
 {
     va_list ap;

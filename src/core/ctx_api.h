@@ -21,6 +21,14 @@
 FXA_INTERNAL void fxa_ctx_begin(fxa_ctx *ctx);
 FXA_INTERNAL void fxa_ctx_end(fxa_ctx *ctx);
 
+/* Start a call on ctx (fxa_ctx_begin) and return FXA_OK; for a NULL ctx
+ * start nothing and return FXA_ERR_INVALID_ARG. */
+FXA_INTERNAL fxa_status fxa_ctx_enter(fxa_ctx *ctx);
+
+/* End a call (fxa_ctx_end) and return its status st, so that a public
+ * function reads `fxa_ctx_begin(ctx); return fxa_ctx_end_with(ctx, work(...));`. */
+FXA_INTERNAL fxa_status fxa_ctx_end_with(fxa_ctx *ctx, fxa_status st);
+
 /* Record a printf-style message for fxa_ctx_last_error and return st. */
 FXA_INTERNAL fxa_status fxa_ctx_fail(fxa_ctx *ctx, fxa_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -835,9 +835,7 @@ fxa_status fxa_proj_run(fxa_proj_plan *p, const fxa_proj_args *args, void *works
     if (!p)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(p->ctx); /* one call at a time per context */
-    const fxa_status st = run(p, args, workspace);
-    fxa_ctx_end(p->ctx);
-    return st;
+    return fxa_ctx_end_with(p->ctx, run(p, args, workspace));
 }
 
 /* The GEMM's backends for d: oneDNN's primitives (with their scratchpad in
@@ -921,12 +919,9 @@ static fxa_status plan_build(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_pro
 fxa_status fxa_proj_plan_create(fxa_ctx *ctx, const fxa_proj_desc *d, fxa_proj_plan **plan,
                                 size_t *workspace_bytes)
 {
-    if (!ctx)
-        return FXA_ERR_INVALID_ARG;
-    fxa_ctx_begin(ctx);
-    const fxa_status st = plan_build(ctx, d, NULL, plan, workspace_bytes);
-    fxa_ctx_end(ctx);
-    return st;
+    const fxa_status st = fxa_ctx_enter(ctx);
+    return st != FXA_OK ? st
+                        : fxa_ctx_end_with(ctx, plan_build(ctx, d, NULL, plan, workspace_bytes));
 }
 
 fxa_status fxa_proj_plan_create_tp(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_tp *tp,

@@ -205,6 +205,18 @@ static fxa_status rope(fxa_wan_mpi_plan *p)
     return agree(p, st, st == FXA_OK ? "" : "cannot build the RoPE tables (out of memory?)");
 }
 
+/* Plan projection pd on this rank's context (its workspace in *bytes) and
+ * agree on the outcome with the others; label names it in the message. */
+static fxa_status local_proj_plan(fxa_wan_mpi_plan *p, const fxa_proj_desc *pd,
+                                  fxa_proj_plan **plan, size_t *bytes, const char *label)
+{
+    const fxa_status st = fxa_proj_plan_create(p->ctx, pd, plan, bytes);
+    char why[600] = "";
+    if (st != FXA_OK)
+        snprintf(why, sizeof why, "%s: %s", label, fxa_ctx_last_error(p->ctx));
+    return agree(p, st, why);
+}
+
 /* The projections' plans of this rank's shard; proj_bytes the largest
  * workspace among them. */
 static fxa_status projection_plans(fxa_wan_mpi_plan *p)
@@ -221,21 +233,13 @@ static fxa_status projection_plans(fxa_wan_mpi_plan *p)
             st = fxa_mpi_proj_plan_create(p->m_tp, &pd, p->d.heads, p->d.heads, &p->qkv_tp[f], &b);
             st = group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_last_error(p->m_tp));
         } else {
-            st = fxa_proj_plan_create(p->ctx, &pd, &p->qkv[f], &b);
-            char why[600] = "";
-            if (st != FXA_OK)
-                snprintf(why, sizeof why, "QKV projection: %s", fxa_ctx_last_error(p->ctx));
-            st = agree(p, st, why);
+            st = local_proj_plan(p, &pd, &p->qkv[f], &b, "QKV projection");
         }
         p->proj_bytes = b > p->proj_bytes ? b : p->proj_bytes;
         if (st != FXA_OK)
             break;
         fxa_wan_out_desc(&p->d, formats[f], heads, tokens, &pd);
-        st = fxa_proj_plan_create(p->ctx, &pd, &p->out[f], &b);
-        char why[600] = "";
-        if (st != FXA_OK)
-            snprintf(why, sizeof why, "output projection: %s", fxa_ctx_last_error(p->ctx));
-        st = agree(p, st, why);
+        st = local_proj_plan(p, &pd, &p->out[f], &b, "output projection");
         p->proj_bytes = b > p->proj_bytes ? b : p->proj_bytes;
     }
     p->proj_bytes = (p->proj_bytes + 63) & ~(size_t)63;
