@@ -15,7 +15,7 @@ def cpu_name():
 
 
 def ort_mha_session(batch, seq, heads, head_dim, threads, spin=False):
-    """An ONNX Runtime CPU session of com.microsoft MultiHeadAttention on fp32
+    """An ONNX Runtime CPU InferenceSession of com.microsoft MultiHeadAttention on fp32
     q, k, v [batch, seq, heads head_dim] (output "o"), on `threads` intra-op
     threads, sequential, its workers spinning only when `spin`. Needs onnx
     and onnxruntime (ImportError otherwise)."""

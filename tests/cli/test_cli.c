@@ -1488,7 +1488,7 @@ static void test_output_failures(void)
 /* ------------------------------------------------------------------------ */
 
 /* ------------------------------------------------------------------------ */
-/* Hostile finite inputs (issue 17): exact or refused                        */
+/* Hostile finite inputs: exact or refused                                   */
 /* ------------------------------------------------------------------------ */
 
 /* Run args; 1 when it exited `want` (and, for a failure, printed one

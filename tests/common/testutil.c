@@ -253,3 +253,17 @@ void terr_print(const char *label, const terr *e)
     printf("  %-44s rows %6lld  out err %.3g (online32 %.3g)  lse err %.3g (online32 %.3g)\n",
            label, (long long)e->rows, e->out_fxa, e->out_on32, e->lse_fxa, e->lse_on32);
 }
+
+fxa_status fxt_proj_once(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a)
+{
+    fxa_proj_plan *plan = NULL;
+    size_t bytes = 0;
+    fxa_status st = fxa_proj_plan_create(ctx, d, &plan, &bytes);
+    if (st != FXA_OK)
+        return st;
+    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    st = ws ? fxa_proj_run(plan, a, ws) : FXA_ERR_NO_MEMORY;
+    free(ws);
+    fxa_proj_plan_destroy(plan);
+    return st;
+}

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "fxattn.h"
+#include "fxattn_proj.h"
 #include "rng.h" /* fxt_rng: the tools' generator (tools/common) */
 
 extern int g_checks;
@@ -122,5 +123,10 @@ void tcase_errors(const tcase *t, const float *out, const float *lse, terr *e);
  */
 int terr_within_envelope(const terr *e);
 void terr_print(const char *label, const terr *e);
+
+/* One projection: plan d on ctx, run a on a fresh workspace, destroy the
+ * plan; the first failing status (FXA_ERR_NO_MEMORY when the workspace
+ * cannot be allocated). */
+fxa_status fxt_proj_once(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_args *a);
 
 #endif

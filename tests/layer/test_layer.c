@@ -821,7 +821,7 @@ static void expect_error(const char *label, const char *word, const char *first,
     }
 }
 
-/* Issue 17: q and k weights and biases scaled by 2^66 (~7e19): every
+/* Hostile finite weights: q and k weights and biases scaled by 2^66 (~7e19): every
  * projected value is finite but its square is not, and RMSNorm is scale
  * invariant, so y must be the unscaled layer's (eps = 1e-6 against a mean
  * square ~1 moves it by ~1e-6 of max|y|: 2^-16 is the bound), with and

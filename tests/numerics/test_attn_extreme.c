@@ -1,5 +1,5 @@
 /*
- * Extreme finite inputs: exact or refused, never silently wrong (issue 17).
+ * Extreme finite inputs: exact or refused, never silently wrong.
  *
  *  A. Power-of-two rescaling. q 2^a, k 2^b and scale 2^-(a+b) have exactly
  *     the scores of (q, k, scale); with a + b up to ~240 the products q.k

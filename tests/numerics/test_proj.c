@@ -236,16 +236,7 @@ static size_t plan_bytes(const fxa_proj_desc *d)
 /* Plan d, run a on a fresh workspace, destroy the plan. */
 static fxa_status run_args(const fxa_proj_desc *d, const fxa_proj_args *a)
 {
-    fxa_proj_plan *plan = NULL;
-    size_t bytes = 0;
-    fxa_status st = fxa_proj_plan_create(g_ctx, d, &plan, &bytes);
-    if (st != FXA_OK)
-        return st;
-    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    st = ws ? fxa_proj_run(plan, a, ws) : FXA_ERR_NO_MEMORY;
-    free(ws);
-    fxa_proj_plan_destroy(plan);
-    return st;
+    return fxt_proj_once(g_ctx, d, a);
 }
 
 static fxa_status run(const prob *p, const void *x, const void *w, outs *o)

@@ -40,16 +40,7 @@ static fxa_status project(fxa_ctx *ctx, int bf16, const void *x, const void *w, 
     a.q_out = out;
     a.k_out = out + n;
     a.v_out = out + 2 * n;
-    fxa_proj_plan *plan = NULL;
-    size_t bytes = 0;
-    fxa_status st = fxa_proj_plan_create(ctx, &d, &plan, &bytes);
-    if (st != FXA_OK)
-        return st;
-    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    st = ws ? fxa_proj_run(plan, &a, ws) : FXA_ERR_NO_MEMORY;
-    free(ws);
-    fxa_proj_plan_destroy(plan);
-    return st;
+    return fxt_proj_once(ctx, &d, &a);
 }
 
 /* A context of 2 threads whose fp32 GEMMs go to `gemm`. */
