@@ -9,9 +9,9 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFXA_BUILD_TESTS=OFF
 cmake --build build -j "$(nproc)"
 ./build/fxattn demo "$@"
 
-# The Python package (python/), built from the same tree by scikit-build-core.
+# The Python package (pyproject.toml, python/src/fxattn), built from the same tree by scikit-build-core.
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install --quiet ./python
+.venv/bin/pip install --quiet .
 .venv/bin/python - <<'PY'
 import numpy as np, fxattn
 q, k, v = np.random.default_rng(0).standard_normal((3, 1, 256, 8, 64), dtype=np.float32)
@@ -19,4 +19,4 @@ out, lse = fxattn.attention(q, k, v, return_lse=True)  # [B, S, H, D] numpy arra
 print(f"python: fxattn {fxattn.__version__} in .venv: attention {out.shape} {out.dtype}, lse {lse.shape}")
 PY
 echo "python: use it with  source .venv/bin/activate; python -c 'import fxattn; help(fxattn.attention)'"
-echo "python: torch, diffusers and mpi4py extras:  .venv/bin/pip install './python[torch,diffusers,mpi]'"
+echo "python: torch, diffusers and mpi4py extras:  .venv/bin/pip install '.[torch,diffusers,mpi]'"

@@ -128,7 +128,7 @@ mount_into() { # mount_into TARGET mount-args...
 # The host's pip settings travel with its resolv.conf (the network's, not
 # the project's): PIP_* variables, with a CA bundle that PIP_CERT names
 # copied in (a registry that re-signs TLS), so that the demo's
-# `pip install ./python` reaches PyPI from the root as from the host.
+# `pip install .` reaches PyPI from the root as from the host.
 pip_env=()
 while IFS= read -r line; do
     case "$line" in PIP_CERT=*) pip_env+=("PIP_CERT=/etc/fxa-host-pip-ca.crt") ;; *) pip_env+=("$line") ;; esac

@@ -16,7 +16,7 @@ export FUZZ_REQUIRE_CLANG=1 # a missing libFuzzer fails the run instead of skipp
 # test tools, as a user installs it; mpi4py built from source against the
 # system's Open MPI (mpicc).
 [ -x .venv/bin/python ] || python3 -m venv .venv
-PIP_NO_BINARY=mpi4py .venv/bin/pip install --quiet "./python[torch,diffusers,mpi,test]"
+PIP_NO_BINARY=mpi4py .venv/bin/pip install --quiet ".[torch,diffusers,mpi,test]"
 
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFXA_WERROR=ON \
       -DFXA_PYTHON="$PWD/.venv/bin/python"

@@ -97,14 +97,14 @@ def cmake_version() -> str:
 
 
 def test_the_version_has_one_source():
-    pyproject = (ROOT / "python" / "pyproject.toml").read_text()
+    pyproject = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'^dynamic = \["version"\]', pyproject, re.M), "pyproject.toml sets a version of its own"
     assert not re.search(r"^version *=", pyproject, re.M), "pyproject.toml sets a version of its own"
     section = pyproject.split("[tool.scikit-build.metadata.version]")[1]
     inp = re.search(r'^input = "(.*)"', section, re.M).group(1)
     regex = re.search(r"^regex = '(.*)'", section, re.M).group(1)
-    assert (ROOT / "python" / inp).resolve() == (ROOT / "CMakeLists.txt").resolve()
-    found = re.search(regex, (ROOT / "python" / inp).read_text(), re.M)
+    assert (ROOT / inp).resolve() == (ROOT / "CMakeLists.txt").resolve()
+    found = re.search(regex, (ROOT / inp).read_text(), re.M)
     assert found and found.group("value") == cmake_version()
     assert fxattn.__version__ == fxattn.library_version == cmake_version()
     init = (PKG / "__init__.py").read_text()

@@ -219,7 +219,7 @@ def load(name: str) -> ctypes.CDLL:
     path = _lib_dir() / f"lib{name}.so.0"
     if not path.exists():
         raise ImportError(
-            f"fxattn: {path} not found; install the package with `pip install ./python` "
+            f"fxattn: {path} not found; install the package with `pip install .` from the repository root "
             "or point FXATTN_LIBRARY_PATH at a folder holding the built libraries"
         )
     return ctypes.CDLL(str(path))
