@@ -285,7 +285,7 @@ def test_mask_and_bad_fused_raise():
         fd.WanAttnProcessor(fused=True)(attn, hs.bfloat16(), None, None, rotary_emb)
     # A bf16 module with its RoPE tables cast to bf16 too: not Wan's RoPE to fp32 precision.
     attn_b, hs_b, emb = self_attention_call(dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="not Wan's 3-D RoPE"):
+    with torch.no_grad(), pytest.raises(ValueError, match="not Wan's 3-D RoPE"):
         fd.WanAttnProcessor(fused=True)(attn_b, hs_b, None, None, tuple(t.bfloat16() for t in emb))
 
 

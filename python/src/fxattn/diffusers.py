@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 import torch
-from diffusers.models.transformers.transformer_wan import _get_added_kv_projections
+from diffusers.models.transformers.transformer_wan import WanAttention, _get_added_kv_projections
 
 import fxattn as _fx
 
@@ -69,7 +69,12 @@ def _plain(module, *types) -> bool:
 
 def _modules_reason(attn) -> str:
     """Why the modules of attn may compute something other than the fused
-    layer's fixed linear, RMSNorm and dropout stages ("" when they do not)."""
+    layer's fixed linear, RMSNorm and dropout stages ("" when they do not).
+    A PEFT LoRA layer, a parametrised weight (torch.nn.utils.parametrize)
+    or an offloading wrapper changes the module's class or its forward, so
+    it is not plain."""
+    if type(attn) is not WanAttention:
+        return f"the module is a {type(attn).__name__}, a subclass of diffusers' WanAttention"
     hooks = torch.nn.modules.module
     if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
         return "global module forward hooks are registered"
@@ -85,6 +90,19 @@ def _modules_reason(attn) -> str:
         return f"to_out[1] is a {type(drop).__name__}, not a plain Dropout"
     if drop.training and getattr(drop, "p", 0) > 0:
         return "dropout in training mode"
+    return ""
+
+
+def _autograd_reason(attn, hidden_states, rotary_emb) -> str:
+    """Why autograd would record this call ("" when it would not): grad
+    mode on and hidden_states, a weight the fused layer copies or a RoPE
+    table requiring grad. The fused layer has no backward, so such a call
+    runs per op (torch's projections, differentiable)."""
+    if not torch.is_grad_enabled():
+        return ""
+    tensors = [hidden_states, *_fused_params(attn), *(rotary_emb or ())]
+    if any(t is not None and t.requires_grad for t in tensors):
+        return "autograd records it (grad mode on and an input or weight requires grad; the fused layer has no backward)"
     return ""
 
 
@@ -143,12 +161,24 @@ class WanAttnProcessor:
     input's dtype (fp32, bf16 or fp16). attention_mask must be None
     (fxattn has no masks): anything else raises ValueError.
 
+    attn must be a diffusers WanAttention (anything else raises TypeError).
+
     fused: a self-attention call runs fxattn.wan's fused layer on copies of
-    the module's weights (kept per module, refreshed from the module at
-    every call, so any change of a weight, through .data or in place, is
-    seen by the next call) when that is the same computation: fp32 or
-    bf16 CPU input in the module's dtype, no mask, norm_q/norm_k RMSNorms with eps 1e-6, no
-    dropout, and rotary_emb equal to Wan's 3-D RoPE of some latent grid
+    the module's weights (made from the module at every call; the layer's
+    plans and buffers are kept per module, never its weights, so any change
+    of a weight, in place, through .data, by load_state_dict or a replaced
+    parameter, is seen by the next call) when that is the same
+    computation, checked on every call: a WanAttention (not a subclass)
+    whose projections, norms and dropout are plain torch.nn.Linear,
+    RMSNorm and Dropout modules (no PEFT LoRA layer, parametrisation,
+    wrapper or forward hook: those run per op, as diffusers computes
+    them), fp32 or bf16 CPU input in the module's dtype, no mask,
+    norm_q/norm_k with eps 1e-6, no dropout, no autograd recording the call
+    (grad mode on with an input or weight requiring grad runs per op:
+    differentiable projections, and fxattn.attention, whose backward
+    raises naming it), not under torch.compile (which traces the per-op
+    path, a custom operator, without graph breaks), and rotary_emb equal
+    to Wan's 3-D RoPE of some latent grid
     (rope_grid: fp32 or fp64 tables, as diffusers makes them and
     from_pretrained(torch_dtype=torch.bfloat16) keeps them; a model cast
     whole with .to(torch.bfloat16) has bf16 tables, a coarser RoPE, and
@@ -186,10 +216,6 @@ class WanAttnProcessor:
         self.calls = 0
         self.fused_calls = 0
         self._layers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        # (cos, sin, (versions, S), grid) of the last checked rotary_emb: one
-        # attribute, replaced whole, so that a call on another thread never
-        # pairs one table's key with another's grid
-        self._rope_checked = None
 
     def __getstate__(self) -> dict:
         """The settings and counters (copy, deepcopy, pickle); the copy
@@ -202,18 +228,12 @@ class WanAttnProcessor:
 
     # ---- the fused self-attention ----------------------------------------
 
-    def _grid(self, rotary_emb, tokens):
-        cos, sin = rotary_emb
-        key = (cos._version, sin._version, tokens)
-        last = self._rope_checked
-        if last is not None and last[0] is cos and last[1] is sin and last[2] == key:
-            return last[3]
-        grid = rope_grid(rotary_emb, tokens)
-        self._rope_checked = (cos, sin, key, grid)
-        return grid
-
     def _fused_reason(self, attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb):
-        """Why the fused layer cannot run this call ("" when it can), and the grid."""
+        """Why the fused layer cannot run this call ("" when it can), and the
+        grid. Everything is checked on every call, from the module and the
+        tensors as they are now (nothing is remembered between calls)."""
+        if torch.compiler.is_compiling():
+            return "torch.compile traces the call (the per-op path compiles without graph breaks)", None
         if attention_mask is not None:
             return "an attention_mask", None
         dtype = hidden_states.dtype
@@ -227,9 +247,12 @@ class WanAttnProcessor:
                 return "a projection without a bias", None
             if p.dtype != dtype or p.device.type != "cpu":
                 return f"a weight of {p.dtype} on {p.device} next to hidden_states of {dtype} (the fused layer runs in the module's dtype)", None
+        reason = _autograd_reason(attn, hidden_states, rotary_emb)
+        if reason:
+            return reason, None
         if rotary_emb is None:
             return "no rotary_emb", None
-        grid = self._grid(rotary_emb, hidden_states.shape[1])
+        grid = rope_grid(rotary_emb, hidden_states.shape[1])
         if grid is None:
             return "rotary_emb is not Wan's 3-D RoPE of a latent grid", None
         return "", grid
@@ -261,6 +284,10 @@ class WanAttnProcessor:
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         """Diffusers' WanAttnProcessor.__call__ contract: returns the block's
         attention output [B, S, hidden] in hidden_states' dtype."""
+        if not isinstance(attn, WanAttention):
+            raise TypeError(
+                f"fxattn.diffusers.WanAttnProcessor runs diffusers' WanAttention modules, not {type(attn).__name__}"
+            )
         if attention_mask is not None:
             raise ValueError("fxattn.diffusers.WanAttnProcessor: attention_mask must be None (fxattn has no masks)")
         self.calls += 1
