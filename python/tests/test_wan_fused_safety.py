@@ -165,6 +165,17 @@ def test_torch_compile_fullgraph():
         y = step(hs, None, None, rotary_emb)
         ref = DefaultProcessor()(attn, hs, None, None, rotary_emb)
     assert p.fused_calls == 0 and rel(y, ref) < FP32_TOL
+    # The whole model in one graph (backend aot_eager: dynamo's capture and
+    # AOT autograd's tracing without inductor's code generation, which
+    # takes a minute for the model on 2 cores).
+    m, args = model(False), inputs(False)
+    ref = forward(m, DefaultProcessor(), args)
+    p = fd.WanAttnProcessor(threads=2)
+    m.set_attn_processor(p)
+    whole = torch.compile(m, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        y = whole(**args).sample.float()
+    assert p.calls == 2 * LAYERS and p.fused_calls == 0 and rel(y, ref) < FP32_TOL
 
 
 def test_modules_other_than_wan_attention():
