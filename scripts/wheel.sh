@@ -27,8 +27,10 @@ echo "wheel.sh: sdist"
 "$tools/bin/python" -m build --sdist --outdir "$out" "$root" >"$out/sdist.log" 2>&1 ||
     { tail -30 "$out/sdist.log" >&2; exit 1; }
 sdist=$out/fxattn-$version.tar.gz
+# --no-cache-dir: pip would otherwise keep the wheel under the sdist's path and
+# reuse it for a later sdist of the same name.
 echo "wheel.sh: wheel from $(basename "$sdist")"
-"$tools/bin/pip" wheel --no-deps --wheel-dir "$out/raw" "$sdist" >"$out/wheel.log" 2>&1 ||
+"$tools/bin/pip" wheel --no-cache-dir --no-deps --wheel-dir "$out/raw" "$sdist" >"$out/wheel.log" 2>&1 ||
     { tail -30 "$out/wheel.log" >&2; exit 1; }
 raw=$(ls "$out"/raw/fxattn-"$version"-*.whl)
 echo "wheel.sh: auditwheel repair $(basename "$raw")"
