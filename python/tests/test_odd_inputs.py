@@ -258,7 +258,7 @@ def test_processor_reload_waits_for_a_run_on_another_thread(monkeypatch):
     with torch.no_grad():
         before = p(attn, hs, None, None, rope)
         started, events = slow_runs(monkeypatch)
-        t, out = in_thread(lambda: p(attn, hs, None, None, rope))
+        t, out = in_thread(lambda: torch.no_grad()(p)(attn, hs, None, None, rope))  # grad mode is per thread
         assert started.wait(10)
         attn.to_v.weight.mul_(2.0)
         after = p(attn, hs, None, None, rope)
@@ -335,30 +335,3 @@ def test_a_model_with_the_processor_deep_copies():
         assert twin.processor is not p and (twin.processor.fused, twin.processor.threads) == (True, 1)
         assert torch.equal(twin(hs, rotary_emb=rope), y)
     assert pickle.loads(pickle.dumps(p)).fused is True
-
-
-class SwitchingProcessor(fd.WanAttnProcessor):
-    """Runs a second call (on the same module and tables) right after the
-    processor stores its RoPE check, as another thread may between two
-    stores: that call must see the whole new check or none of it."""
-
-    nested = None
-
-    def __setattr__(self, name, value):
-        super().__setattr__(name, value)
-        if name.startswith("_rope") and self.nested is not None:
-            args, self.nested = self.nested, None
-            self.nested_out = self(*args)
-
-
-def test_rope_check_is_never_seen_half_stored():
-    # two grids of the same 36 tokens: a stale grid would pass the shape checks
-    attn, hs, rope_a = self_attention_call(grid=(2, 3, 6))
-    _, _, rope_b = self_attention_call(grid=(1, 6, 6))
-    p = SwitchingProcessor(fused=True, threads=1)
-    with torch.no_grad():
-        p(attn, hs, None, None, rope_a)
-        p.nested = (attn, hs, None, None, rope_b)
-        y = p(attn, hs, None, None, rope_b)
-        ref = DefaultProcessor()(attn, hs, None, None, rope_b)
-    assert rel(y, ref) < FP32_TOL and rel(p.nested_out, ref) < FP32_TOL

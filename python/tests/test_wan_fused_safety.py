@@ -94,6 +94,14 @@ def test_rope_tables_edited_in_place_are_seen():
         ref = DefaultProcessor()(attn, hs, None, None, rotary_emb)
         y = p(attn, hs, None, None, rotary_emb)
     assert p.fused_calls == 1 and rel(y, ref) < FP32_TOL and rel(y0, ref) > 1e-2
+    # Two grids of the same 36 tokens, one after the other: each call its own grid.
+    attn, hs, rope_a = self_attention_call(grid=(2, 3, 6))
+    _, _, rope_b = self_attention_call(grid=(1, 6, 6))
+    with torch.no_grad():
+        for rope in (rope_a, rope_b, rope_a):
+            ref = DefaultProcessor()(attn, hs, None, None, rope)
+            assert rel(p(attn, hs, None, None, rope), ref) < FP32_TOL
+    assert p.fused_calls == 4
 
 
 def test_hooks_and_parametrizations_run_per_op():
