@@ -997,77 +997,56 @@ static fxa_status copy_f32(const fxa_msg *ctx, const fxa_st_file *f, const fxa_s
     return FXA_OK;
 }
 
+/* Tensor t, whole or rows [row0, row0 + n_rows) of it, into dst of dst_size bytes or, as_f32,
+ * fp32 elements: the file and the tensor checked (check_tensor, check_rows), then dst's room,
+ * then the copy. */
+static fxa_status read_tensor(const fxa_st_file *f, const fxa_st_tensor *t, int as_f32, int whole,
+                              int64_t row0, int64_t n_rows, void *dst, size_t dst_size, char *err,
+                              size_t errlen)
+{
+    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    fxa_io_clear_error(err, errlen);
+    int64_t per_row = 0;
+    fxa_status status = check_tensor(&ctx, f, t, as_f32);
+    if (status == FXA_OK && !whole) {
+        status = check_rows(&ctx, t, row0, n_rows, &per_row);
+    }
+    if (status != FXA_OK) {
+        return status;
+    }
+    /* Elements, or bytes: supported dtypes fill whole bytes, so a row is nbytes / shape[0]. */
+    const int64_t row = as_f32 || per_row == 0 ? per_row : t->nbytes / t->shape[0];
+    const int64_t first = whole ? 0 : row0 * row;
+    const int64_t n = whole ? (as_f32 ? t->count : t->nbytes) : n_rows * row;
+    status = check_size(&ctx, t, dst, (uint64_t)dst_size, (uint64_t)n,
+                        as_f32 ? "elements" : "bytes", whole ? "the tensor has" : "the rows have");
+    if (status != FXA_OK || (as_f32 && n == 0)) {
+        return status;
+    }
+    return as_f32 ? copy_f32(&ctx, f, t, first, n, dst) : copy_range(&ctx, f, t, first, n, dst);
+}
+
 fxa_status fxa_st_read(const fxa_st_file *f, const fxa_st_tensor *t, void *dst, size_t dst_bytes,
                        char *err, size_t errlen)
 {
-    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxa_io_clear_error(err, errlen);
-    fxa_status status = check_tensor(&ctx, f, t, 0);
-    if (status == FXA_OK) {
-        status = check_size(&ctx, t, dst, (uint64_t)dst_bytes, (uint64_t)t->nbytes, "bytes",
-                            "the tensor has");
-    }
-    if (status == FXA_OK) {
-        status = copy_range(&ctx, f, t, 0, t->nbytes, dst);
-    }
-    return status;
-}
-
-fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t, float *dst,
-                           size_t dst_count, char *err, size_t errlen)
-{
-    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxa_io_clear_error(err, errlen);
-    fxa_status status = check_tensor(&ctx, f, t, 1);
-    if (status == FXA_OK) {
-        status = check_size(&ctx, t, dst, (uint64_t)dst_count, (uint64_t)t->count, "elements",
-                            "the tensor has");
-    }
-    if (status != FXA_OK || t->count == 0) {
-        return status;
-    }
-    return copy_f32(&ctx, f, t, 0, t->count, dst);
+    return read_tensor(f, t, 0, 1, 0, 0, dst, dst_bytes, err, errlen);
 }
 
 fxa_status fxa_st_read_rows(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
                             int64_t n_rows, void *dst, size_t dst_bytes, char *err, size_t errlen)
 {
-    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxa_io_clear_error(err, errlen);
-    int64_t per_row = 0;
-    fxa_status status = check_tensor(&ctx, f, t, 0);
-    if (status == FXA_OK) {
-        status = check_rows(&ctx, t, row0, n_rows, &per_row);
-    }
-    /* Supported dtypes fill whole bytes: a row is nbytes / shape[0] bytes. */
-    const int64_t row_bytes = status == FXA_OK && per_row ? t->nbytes / t->shape[0] : 0;
-    if (status == FXA_OK) {
-        status = check_size(&ctx, t, dst, (uint64_t)dst_bytes, (uint64_t)(n_rows * row_bytes),
-                            "bytes", "the rows have");
-    }
-    if (status == FXA_OK) {
-        status = copy_range(&ctx, f, t, row0 * row_bytes, n_rows * row_bytes, dst);
-    }
-    return status;
+    return read_tensor(f, t, 0, 0, row0, n_rows, dst, dst_bytes, err, errlen);
+}
+
+fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t, float *dst,
+                           size_t dst_count, char *err, size_t errlen)
+{
+    return read_tensor(f, t, 1, 1, 0, 0, dst, dst_count, err, errlen);
 }
 
 fxa_status fxa_st_read_rows_f32(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
                                 int64_t n_rows, float *dst, size_t dst_count, char *err,
                                 size_t errlen)
 {
-    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxa_io_clear_error(err, errlen);
-    int64_t per_row = 0;
-    fxa_status status = check_tensor(&ctx, f, t, 1);
-    if (status == FXA_OK) {
-        status = check_rows(&ctx, t, row0, n_rows, &per_row);
-    }
-    if (status == FXA_OK) {
-        status = check_size(&ctx, t, dst, (uint64_t)dst_count, (uint64_t)(n_rows * per_row),
-                            "elements", "the rows have");
-    }
-    if (status != FXA_OK || n_rows * per_row == 0) {
-        return status;
-    }
-    return copy_f32(&ctx, f, t, row0 * per_row, n_rows * per_row, dst);
+    return read_tensor(f, t, 1, 0, row0, n_rows, dst, dst_count, err, errlen);
 }
