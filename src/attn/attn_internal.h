@@ -121,6 +121,10 @@ struct fxa_attn_plan {
     void *kv_scratch;
 };
 
+/* The caller's descriptor d as the current fxa_attn_desc (plan.c): the defaults of
+ * fxa_attn_desc_init where d is an older, shorter version; a bad struct_size fails on ctx. */
+fxa_status fxa_attn_desc_in(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_desc *full);
+
 /* Point thread t's scratch (at ws + p->ws_threads) at its buffers in workspace ws (the plan's
  * per-thread layout, plan.c), its counters zeroed. */
 void fxa_thread_scratch_carve(const fxa_attn_plan *p, unsigned char *ws, int t);

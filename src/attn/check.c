@@ -72,9 +72,7 @@ static void layout_workspace(fxa_check_plan *plan, size_t attn_bytes)
 static fxa_status plan_passes(fxa_check_plan *plan, const fxa_attn_desc *attn, size_t *attn_bytes)
 {
     fxa_attn_desc full;
-    fxa_attn_desc_init(&full);
-    fxa_status st = fxa_struct_in(&full, sizeof full, attn, FXA_ATTN_DESC_SIZE_0_1, "fxa_attn_desc",
-                                  plan->ctx->last_error, sizeof plan->ctx->last_error);
+    fxa_status st = fxa_attn_desc_in(plan->ctx, attn, &full);
     if (st != FXA_OK)
         return st;
     full.mode = FXA_MODE_AUTO;
@@ -139,8 +137,8 @@ static fxa_status plan_create(fxa_ctx *ctx, const fxa_check_desc *d, fxa_check_p
                             "the check needs %.1f GiB of workspace, %.1f GiB available",
                             need / 1073741824.0, (double)avail / 1073741824.0);
     }
-    *plan_out = plan;
     *workspace_bytes_out = plan->ws_total;
+    *plan_out = plan;
     return FXA_OK;
 }
 
@@ -149,9 +147,10 @@ fxa_status fxa_check_plan_create(fxa_ctx *ctx, const fxa_check_desc *d, fxa_chec
 {
     if (plan_out)
         *plan_out = NULL;
-    const fxa_status st = fxa_ctx_enter(ctx);
-    return st != FXA_OK ? st
-                        : fxa_ctx_end_with(ctx, plan_create(ctx, d, plan_out, workspace_bytes_out));
+    if (!ctx)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(ctx);
+    return fxa_ctx_end_with(ctx, plan_create(ctx, d, plan_out, workspace_bytes_out));
 }
 
 void fxa_check_plan_destroy(fxa_check_plan *plan)

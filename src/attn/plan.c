@@ -330,21 +330,25 @@ void fxa_thread_scratch_carve(const fxa_attn_plan *p, unsigned char *ws, int t)
     s->max_bound = 0.0;
 }
 
+fxa_status fxa_attn_desc_in(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_desc *full)
+{
+    fxa_attn_desc_init(full);
+    return fxa_struct_in(full, sizeof *full, d, FXA_ATTN_DESC_SIZE_0_1, "fxa_attn_desc",
+                         ctx->last_error, sizeof ctx->last_error);
+}
+
 static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
                               size_t *workspace_bytes_out)
 {
     if (!d || !plan_out || !workspace_bytes_out)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_plan_create");
     fxa_attn_desc full;
-    fxa_attn_desc_init(&full);
-    fxa_status st = fxa_struct_in(&full, sizeof full, d, FXA_ATTN_DESC_SIZE_0_1, "fxa_attn_desc",
-                                  ctx->last_error, sizeof ctx->last_error);
+    fxa_status st = fxa_attn_desc_in(ctx, d, &full);
+    if (st == FXA_OK)
+        st = check_desc(ctx, &full);
     if (st != FXA_OK)
         return st;
     d = &full;
-    st = check_desc(ctx, d);
-    if (st != FXA_OK)
-        return st;
     fxa_attn_plan *p = fxa_calloc_aligned(sizeof *p);
     if (!p)
         return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the plan");

@@ -295,36 +295,39 @@ void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_a
         pack_f32(p, k_base, k_at, v_base, v_at, n_kv, kshift, kt, vp);
 }
 
+/* The bf16-compute tile of t's rows and keys (fxa_attn_tile_bf16): q16 rows ldq16 apart, K
+ * pairs kp and V pairs vp (packed as t's K^T and V), P in p16. */
+static fxa_attn_tile_bf16 tile_bf16(const fxa_attn_tile *t, const uint16_t *q16, size_t ldq16,
+                                    const void *kp, const void *vp, uint16_t *p16)
+{
+    return (fxa_attn_tile_bf16){
+        .n_q = t->n_q,
+        .n_kv = t->n_kv,
+        .d = t->d,
+        .lambda = t->lambda,
+        .q = q16,
+        .ldq = ldq16,
+        .kp = kp,
+        .kp_panel = t->kt_panel,
+        .vp = vp,
+        .ldvp = t->ldv,
+        .qk_center = t->qk_center,
+        .online = t->online,
+        .m = t->m,
+        .l = t->l,
+        .o = t->o,
+        .ldo = t->ldo,
+        .scores = t->scores,
+        .ld_scores = t->ld_scores,
+        .p16 = p16,
+    };
+}
+
 void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
                        size_t n, const void *kt, const void *vp, size_t n_kv, float *scores,
                        uint16_t *p16)
 {
     const size_t dim = (size_t)p->d.head_dim;
-    if (p->d.compute == FXA_COMPUTE_BF16) {
-        const fxa_attn_tile_bf16 t = {
-            .n_q = n,
-            .n_kv = n_kv,
-            .d = dim,
-            .lambda = hb->lambda_k,
-            .q = rows->q16,
-            .ldq = fxa_q16_stride(p),
-            .kp = kt,
-            .kp_panel = p->kt_panel,
-            .vp = vp,
-            .ldvp = p->packed_ld,
-            .qk_center = rows->qk_center,
-            .online = rows->online,
-            .m = rows->m,
-            .l = rows->l,
-            .o = rows->o,
-            .ldo = dim,
-            .scores = scores,
-            .ld_scores = p->kv_tile,
-            .p16 = p16,
-        };
-        p->ctx->kernels->attn_tile_bf16(&t);
-        return;
-    }
     const fxa_attn_tile t = {
         .n_q = n,
         .n_kv = n_kv,
@@ -345,6 +348,11 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const f
         .scores = scores,
         .ld_scores = p->kv_tile,
     };
+    if (p->d.compute == FXA_COMPUTE_BF16) {
+        const fxa_attn_tile_bf16 t16 = tile_bf16(&t, rows->q16, fxa_q16_stride(p), kt, vp, p16);
+        p->ctx->kernels->attn_tile_bf16(&t16);
+        return;
+    }
     p->ctx->kernels->attn_tile(&t);
 }
 

@@ -64,59 +64,65 @@ static int has_word(const char *list, const char *word)
     return 0;
 }
 
-/* The cgroup of this process for hierarchy `v2` (the "0::" line) or for the
- * v1 hierarchy holding the cpu controller, from /proc/self/cgroup. */
-static int cgroup_path(const char *proc_cgroup, int v2, char *path, size_t cap)
+/* What a line scan looks for (which hierarchy) and where it puts what it finds (cap bytes
+ * each). */
+typedef struct line_find {
+    int v2;
+    char *first;
+    char *second;
+    size_t cap;
+} line_find;
+
+/* Scan file `path` line by line until match(line, find) takes one: 1 then, else 0. */
+static int scan_lines(const char *path, int (*match)(char *line, const line_find *find),
+                      const line_find *find)
 {
-    FILE *f = fopen(proc_cgroup, "r");
+    FILE *f = fopen(path, "r");
     char line[4096];
     int found = 0;
     if (!f)
         return 0;
-    while (!found && fgets(line, sizeof line, f)) {
-        char *c1 = strchr(line, ':');
-        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2)
-            continue;
-        *c2 = '\0';
-        const int is_v2 = c1 == line + 1 && line[0] == '0' && c2 == c1 + 1;
-        if (v2 ? is_v2 : (!is_v2 && has_word(c1 + 1, "cpu"))) {
-            snprintf(path, cap, "%.*s", (int)strcspn(c2 + 1, "\n"), c2 + 1);
-            found = 1;
-        }
-    }
+    while (!found && fgets(line, sizeof line, f))
+        found = match(line, find);
     fclose(f);
     return found;
 }
 
-/* The mount of that hierarchy, from /proc/self/mountinfo: its root inside
- * the hierarchy and its mount point. */
-static int cgroup_mount(const char *mountinfo, int v2, char *root, char *point, size_t cap)
+/* A /proc/self/cgroup line of the hierarchy: v2's (the "0::" line) or the v1 one holding the
+ * cpu controller; its cgroup into find->first. */
+static int cgroup_line(char *line, const line_find *find)
 {
-    FILE *f = fopen(mountinfo, "r");
-    char line[4096];
-    int found = 0;
-    if (!f)
+    char *c1 = strchr(line, ':');
+    char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2)
         return 0;
-    while (!found && fgets(line, sizeof line, f)) {
-        /* id parent major:minor root point options [tags] - fstype source super */
-        char r[1024];
-        char p[1024];
-        const char *dash = strstr(line, " - ");
-        char fstype[64];
-        char super[1024];
-        if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", r, p) != 2 ||
-            sscanf(dash + 3, "%63s %*s %1023s", fstype, super) != 2)
-            continue;
-        if (v2 ? strcmp(fstype, "cgroup2") == 0
-               : (strcmp(fstype, "cgroup") == 0 && has_word(super, "cpu"))) {
-            snprintf(root, cap, "%s", r);
-            snprintf(point, cap, "%s", p);
-            found = 1;
-        }
-    }
-    fclose(f);
-    return found;
+    *c2 = '\0';
+    const int is_v2 = c1 == line + 1 && line[0] == '0' && c2 == c1 + 1;
+    if (!(find->v2 ? is_v2 : (!is_v2 && has_word(c1 + 1, "cpu"))))
+        return 0;
+    snprintf(find->first, find->cap, "%.*s", (int)strcspn(c2 + 1, "\n"), c2 + 1);
+    return 1;
+}
+
+/* A /proc/self/mountinfo line of that hierarchy's mount: its root inside the hierarchy into
+ * find->first, its mount point into find->second. */
+static int mount_line(char *line, const line_find *find)
+{
+    /* id parent major:minor root point options [tags] - fstype source super */
+    char r[1024];
+    char p[1024];
+    const char *dash = strstr(line, " - ");
+    char fstype[64];
+    char super[1024];
+    if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", r, p) != 2 ||
+        sscanf(dash + 3, "%63s %*s %1023s", fstype, super) != 2)
+        return 0;
+    if (!(find->v2 ? strcmp(fstype, "cgroup2") == 0
+                   : (strcmp(fstype, "cgroup") == 0 && has_word(super, "cpu"))))
+        return 0;
+    snprintf(find->first, find->cap, "%s", r);
+    snprintf(find->second, find->cap, "%s", p);
+    return 1;
 }
 
 /* The CPU quota set in one cgroup folder (0 when none): cpu.max (v2) or
@@ -164,8 +170,10 @@ static double hierarchy_quota(const char *proc_cgroup, const char *mountinfo, in
     char point[1024];
     char dir[2100];
     double best = 0;
-    if (!cgroup_path(proc_cgroup, v2, path, sizeof path) ||
-        !cgroup_mount(mountinfo, v2, root, point, sizeof point))
+    const line_find cgroup = {v2, path, NULL, sizeof path};
+    const line_find mount = {v2, root, point, sizeof point};
+    if (!scan_lines(proc_cgroup, cgroup_line, &cgroup) ||
+        !scan_lines(mountinfo, mount_line, &mount))
         return 0;
     /* The mount shows the hierarchy from `root` down: strip that prefix. */
     const char *rel = path;

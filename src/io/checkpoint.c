@@ -295,18 +295,11 @@ static fxa_status open_index(fxa_ckpt *c, char *err, size_t errlen)
     struct stat st;
     unsigned char *text = NULL;
     fxa_status status = FXA_ERR_IO;
-    const int fd = open(c->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    char open_why[128];
+    const int fd = fxa_io_open_regular(c->path, &st, open_why, sizeof open_why);
     if (fd < 0) {
-        fxa_msg_fail(&msg, "cannot open: %s", strerror(errno));
+        fxa_msg_fail(&msg, "%s", open_why);
         return FXA_ERR_IO;
-    }
-    if (fstat(fd, &st) != 0) {
-        fxa_msg_fail(&msg, "cannot stat: %s", strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fxa_msg_fail(&msg, "not a regular file");
-        goto done;
     }
     status = FXA_ERR_INVALID_ARG;
     if (st.st_size > FXA_CKPT_MAX_INDEX_LEN) {

@@ -3,6 +3,8 @@
 #include "fxattn_npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
@@ -153,6 +155,59 @@ void fxa_io_set_error(char *err, size_t errlen, const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(err, errlen, fmt, args);
     va_end(args);
+}
+
+int fxa_io_open_regular(const char *path, struct stat *sb, char *why, size_t why_len)
+{
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, why_len, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, sb) != 0) {
+        snprintf(why, why_len, "cannot stat: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        snprintf(why, why_len, "not a regular file");
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int fxa_io_shape_total(const int64_t *shape, int ndim, int64_t unit, int64_t *total)
+{
+    int64_t nonzero = unit;
+    int has_zero = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) {
+            has_zero = 1;
+        } else if (nonzero > INT64_MAX / shape[i]) {
+            return -1;
+        } else {
+            nonzero *= shape[i];
+        }
+    }
+    *total = has_zero ? 0 : nonzero;
+    return 0;
+}
+
+void fxa_io_format_shape(const int64_t *shape, int ndim, char open, char buf[FXA_IO_SHAPE_TEXT_CAP])
+{
+    size_t len = 0;
+    buf[len++] = open;
+    for (int i = 0; i < ndim; i++) {
+        int n = snprintf(buf + len, FXA_IO_SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64,
+                         shape[i]);
+        len += (size_t)n;
+    }
+    if (open == '(' && ndim == 1) {
+        buf[len++] = ',';
+    }
+    buf[len++] = open == '(' ? ')' : ']';
+    buf[len] = '\0';
 }
 
 void fxa_io_snippet(const char *text, size_t len, char *out, size_t cap)

@@ -25,6 +25,12 @@ fxa_status fxa_io_pread_all(int fd, void *buf, size_t n, int64_t offset, const c
 fxa_status fxa_io_write_all(int fd, const void *buf, size_t n, const char *what, char *err,
                             size_t errlen);
 
+/* Open path for reading, as a regular file: O_NONBLOCK, so that a FIFO cannot hang the open
+ * (it is refused as not regular). Returns the descriptor, with *sb from fstat, or -1 with the
+ * reason in why ("cannot open: <errno text>", "cannot stat: <errno text>", "not a regular
+ * file") and nothing left open. */
+int fxa_io_open_regular(const char *path, struct stat *sb, char *why, size_t why_len);
+
 /* What tells one state of a file's content from another: device, inode,
  * size and modification time (nanoseconds). */
 typedef struct fxa_io_stamp {
@@ -58,7 +64,20 @@ struct fxa_staged;
 fxa_status fxa_stage_file(const char *path, const void *head, size_t head_len, const void *data,
                           size_t data_len, struct fxa_staged *st, char *err, size_t errlen);
 
+/* unit times the product of the ndim dimensions of shape (each >= 0) into *total. Fails (-1,
+ * *total untouched) unless unit times the product of the non-zero dimensions fits in int64, so
+ * that every partial product a caller may form is safe too. */
+int fxa_io_shape_total(const int64_t *shape, int ndim, int64_t unit, int64_t *total);
+
 /* Messages about file content, shared by the readers: */
+
+/* Room for a shape's text: "(" + 8 dimensions * (20 characters + ", ") + ",)" + NUL. */
+#define FXA_IO_SHAPE_TEXT_CAP 192
+
+/* A shape of at most 8 dimensions as text: a Python tuple with open '(' ((), (5,), (2, 3)), a
+ * JSON array with open '[' ([], [5], [2, 3]). */
+void fxa_io_format_shape(const int64_t *shape, int ndim, char open,
+                         char buf[FXA_IO_SHAPE_TEXT_CAP]);
 
 /* Empty err (when not NULL and errlen > 0). */
 void fxa_io_clear_error(char *err, size_t errlen);

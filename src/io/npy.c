@@ -31,9 +31,6 @@
 #define NPY_ALIGN 64
 /* Preamble: magic, major, minor, then a 2-byte (1.0) or 4-byte (2.0, 3.0) header length. */
 #define NPY_MAX_PREAMBLE_LEN (NPY_MAGIC_LEN + 2 + 4)
-/* Largest single read or write; Linux moves at most about 2 GiB per call anyway. */
-/* Python repr of a shape: "(" + FXA_NPY_MAX_DIMS * (20 characters + ", ") + ",)" + NUL. */
-#define SHAPE_TEXT_CAP 192
 /* Longest text copied from a file into a message. */
 #define SNIPPET_CAP 48
 /*
@@ -55,37 +52,10 @@
 static int shape_size(const int64_t *shape, int ndim, int64_t itemsize, int64_t *count_out,
                       int64_t *bytes_out)
 {
-    int64_t nonzero_bytes = itemsize;
-    int has_zero = 0;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] == 0) {
-            has_zero = 1;
-        } else if (nonzero_bytes > INT64_MAX / shape[i]) {
-            return -1;
-        } else {
-            nonzero_bytes *= shape[i];
-        }
-    }
-    *bytes_out = has_zero ? 0 : nonzero_bytes;
+    if (fxa_io_shape_total(shape, ndim, itemsize, bytes_out) != 0)
+        return -1;
     *count_out = *bytes_out / itemsize;
     return 0;
-}
-
-/* Python repr of a shape tuple: (), (5,), (2, 3). buf holds SHAPE_TEXT_CAP bytes. */
-static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP])
-{
-    size_t len = 0;
-    buf[len++] = '(';
-    for (int i = 0; i < ndim; i++) {
-        int n =
-            snprintf(buf + len, SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64, shape[i]);
-        len += (size_t)n;
-    }
-    if (ndim == 1) {
-        buf[len++] = ',';
-    }
-    buf[len++] = ')';
-    buf[len] = '\0';
 }
 
 /* ------------------------------------------------------------------------ */
@@ -520,20 +490,10 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
         return FXA_ERR_INVALID_ARG;
     }
 
-    /* O_NONBLOCK: a FIFO must not hang the open; it is refused below as not regular. */
-    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    char open_why[128];
+    fd = fxa_io_open_regular(path, &file_stat, open_why, sizeof open_why);
     if (fd < 0) {
-        reader_fail(&reader, "cannot open: %s", strerror(errno));
-        status = FXA_ERR_IO;
-        goto cleanup;
-    }
-    if (fstat(fd, &file_stat) != 0) {
-        reader_fail(&reader, "cannot stat: %s", strerror(errno));
-        status = FXA_ERR_IO;
-        goto cleanup;
-    }
-    if (!S_ISREG(file_stat.st_mode)) {
-        reader_fail(&reader, "not a regular file");
+        reader_fail(&reader, "%s", open_why);
         status = FXA_ERR_IO;
         goto cleanup;
     }
@@ -615,8 +575,8 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     int64_t count;
     int64_t data_bytes;
     if (shape_size(hdr.shape, hdr.ndim, hdr.itemsize, &count, &data_bytes) != 0) {
-        char shape_text[SHAPE_TEXT_CAP];
-        format_shape(hdr.shape, hdr.ndim, shape_text);
+        char shape_text[FXA_IO_SHAPE_TEXT_CAP];
+        fxa_io_format_shape(hdr.shape, hdr.ndim, '(', shape_text);
         reader_fail(&reader, "shape %s overflows: its size in bytes does not fit in int64",
                     shape_text);
         goto cleanup;
@@ -648,8 +608,8 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
     if (axis >= 0) {
         if (axis >= hdr.ndim || start < 0 || len < 0 || start > hdr.shape[axis] ||
             len > hdr.shape[axis] - start) {
-            char shape_text[SHAPE_TEXT_CAP];
-            format_shape(hdr.shape, hdr.ndim, shape_text);
+            char shape_text[FXA_IO_SHAPE_TEXT_CAP];
+            fxa_io_format_shape(hdr.shape, hdr.ndim, '(', shape_text);
             reader_fail(&reader,
                         "cannot take %" PRId64 " entries from index %" PRId64
                         " of axis %d of shape %s",
@@ -742,8 +702,8 @@ void fxa_npy_free(fxa_npy *a)
 static size_t build_header(int ndim, const int64_t *shape, unsigned char header[WRITE_HEADER_CAP])
 {
     const size_t prefix_len = NPY_MAGIC_LEN + 2 + 2;
-    char shape_text[SHAPE_TEXT_CAP];
-    format_shape(shape, ndim, shape_text);
+    char shape_text[FXA_IO_SHAPE_TEXT_CAP];
+    fxa_io_format_shape(shape, ndim, '(', shape_text);
     int dict_len = snprintf((char *)header + prefix_len, WRITE_HEADER_CAP - prefix_len,
                             "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_text);
     size_t dict_end = prefix_len + (size_t)dict_len;

@@ -32,30 +32,10 @@
 
 /* Longest text copied from a file into a message. */
 #define SNIPPET_CAP 80
-/* "[" + FXA_ST_MAX_DIMS * (up to 20 digits + ", ") + "]" + NUL. */
-#define SHAPE_TEXT_CAP 192
 /* Largest shape entry or offset: integers beyond 2^53 are not exact in JSON readers that use
  * doubles, so a file holding one is refused. */
 #define MAX_JSON_INT ((int64_t)1 << 53)
 #define LEN_FIELD 8 /* the u64 header length at the start of the file */
-
-/* ------------------------------------------------------------------------ */
-/* Messages                                                                  */
-/* ------------------------------------------------------------------------ */
-
-/* A shape as JSON writes it: [], [5], [2, 3]. */
-static void format_shape(const int64_t *shape, int ndim, char buf[SHAPE_TEXT_CAP])
-{
-    size_t len = 0;
-    buf[len++] = '[';
-    for (int i = 0; i < ndim; i++) {
-        int n =
-            snprintf(buf + len, SHAPE_TEXT_CAP - len, i > 0 ? ", %" PRId64 : "%" PRId64, shape[i]);
-        len += (size_t)n;
-    }
-    buf[len++] = ']';
-    buf[len] = '\0';
-}
 
 /* ------------------------------------------------------------------------ */
 /* dtypes                                                                    */
@@ -255,18 +235,9 @@ enum { FIELD_DTYPE = 1, FIELD_SHAPE = 2, FIELD_OFFSETS = 4 };
 static int shape_size(const int64_t *shape, int ndim, int bits, int64_t *count_out,
                       int64_t *bytes_out)
 {
-    int64_t nonzero_bits = bits;
-    int has_zero = 0;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] == 0) {
-            has_zero = 1;
-        } else if (nonzero_bits > INT64_MAX / shape[i]) {
-            return -1;
-        } else {
-            nonzero_bits *= shape[i];
-        }
-    }
-    const int64_t total_bits = has_zero ? 0 : nonzero_bits;
+    int64_t total_bits;
+    if (fxa_io_shape_total(shape, ndim, bits, &total_bits) != 0)
+        return -1;
     *count_out = total_bits / bits;
     *bytes_out = total_bits / 8;
     return total_bits % 8 != 0 ? 1 : 0;
@@ -331,17 +302,28 @@ static int tensor_member(fxa_jp *p, const char *field, size_t field_len, void *u
                               : parse_offsets(p, w->shown, w->offsets);
 }
 
+/* A tensor name or __metadata__ key (`what`), shown into shown[SNIPPET_CAP]; fails unless it
+ * is at most FXA_ST_MAX_NAME_LEN bytes long and free of U+0000. */
+static int check_name(fxa_jp *p, const char *what, const char *name, size_t len,
+                      char shown[SNIPPET_CAP])
+{
+    fxa_io_snippet(name, len, shown, SNIPPET_CAP);
+    if (len > FXA_ST_MAX_NAME_LEN) {
+        return fxa_jp_fail(p, "%s '%s' is %zu bytes long; the limit is %d", what, shown, len,
+                           FXA_ST_MAX_NAME_LEN);
+    }
+    if (memchr(name, '\0', len) != NULL) {
+        return fxa_jp_fail(p, "%s '%s' contains the character U+0000", what, shown);
+    }
+    return 0;
+}
+
 /* The value of tensor `name` (decoded, in the arena). */
 static int parse_tensor(fxa_jp *p, fxa_st_file *f, const char *name, size_t name_len)
 {
     char shown[SNIPPET_CAP];
-    fxa_io_snippet(name, name_len, shown, sizeof shown);
-    if (name_len > FXA_ST_MAX_NAME_LEN) {
-        return fxa_jp_fail(p, "tensor name '%s' is %zu bytes long; the limit is %d", shown,
-                           name_len, FXA_ST_MAX_NAME_LEN);
-    }
-    if (memchr(name, '\0', name_len) != NULL) {
-        return fxa_jp_fail(p, "tensor name '%s' contains the character U+0000", shown);
+    if (check_name(p, "tensor name", name, name_len, shown) != 0) {
+        return -1;
     }
     if (f->count == FXA_ST_MAX_TENSORS) {
         return fxa_jp_fail(p, "more than %d tensors", FXA_ST_MAX_TENSORS);
@@ -366,8 +348,8 @@ static int parse_tensor(fxa_jp *p, fxa_st_file *f, const char *name, size_t name
         }
     }
 
-    char shape_text[SHAPE_TEXT_CAP];
-    format_shape(t.shape, t.ndim, shape_text);
+    char shape_text[FXA_IO_SHAPE_TEXT_CAP];
+    fxa_io_format_shape(t.shape, t.ndim, '[', shape_text);
     const int size_status = shape_size(t.shape, t.ndim, dtype->bits, &t.count, &t.nbytes);
     if (size_status < 0) {
         return fxa_jp_fail(p,
@@ -420,13 +402,8 @@ static int metadata_member(fxa_jp *p, const char *key, size_t key_len, void *use
     const char *value;
     size_t value_len;
     char key_shown[SNIPPET_CAP];
-    fxa_io_snippet(key, key_len, key_shown, sizeof key_shown);
-    if (key_len > FXA_ST_MAX_NAME_LEN) {
-        return fxa_jp_fail(p, "__metadata__ key '%s' is %zu bytes long; the limit is %d", key_shown,
-                           key_len, FXA_ST_MAX_NAME_LEN);
-    }
-    if (memchr(key, '\0', key_len) != NULL) {
-        return fxa_jp_fail(p, "__metadata__ key '%s' contains the character U+0000", key_shown);
+    if (check_name(p, "__metadata__ key", key, key_len, key_shown) != 0) {
+        return -1;
     }
     fxa_jp_keep(p, key_len);
     if (fxa_jp_peek(p) != '"') {
@@ -732,20 +709,10 @@ fxa_status fxa_st_open(const char *path, fxa_st_file **out, char *err, size_t er
     if (f == NULL) {
         return FXA_ERR_NO_MEMORY;
     }
-    /* O_NONBLOCK: a FIFO must not hang the open; it is refused below as not regular. */
-    f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    char open_why[128];
+    f->fd = fxa_io_open_regular(path, &st, open_why, sizeof open_why);
     if (f->fd < 0) {
-        fxa_msg_fail(&ctx, "cannot open: %s", strerror(errno));
-        status = FXA_ERR_IO;
-        goto error;
-    }
-    if (fstat(f->fd, &st) != 0) {
-        fxa_msg_fail(&ctx, "cannot stat: %s", strerror(errno));
-        status = FXA_ERR_IO;
-        goto error;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fxa_msg_fail(&ctx, "not a regular file");
+        fxa_msg_fail(&ctx, "%s", open_why);
         status = FXA_ERR_IO;
         goto error;
     }
@@ -1030,77 +997,56 @@ static fxa_status copy_f32(const fxa_msg *ctx, const fxa_st_file *f, const fxa_s
     return FXA_OK;
 }
 
+/* Tensor t, whole or rows [row0, row0 + n_rows) of it, into dst of dst_size bytes or, as_f32,
+ * fp32 elements: the file and the tensor checked (check_tensor, check_rows), then dst's room,
+ * then the copy. */
+static fxa_status read_tensor(const fxa_st_file *f, const fxa_st_tensor *t, int as_f32, int whole,
+                              int64_t row0, int64_t n_rows, void *dst, size_t dst_size, char *err,
+                              size_t errlen)
+{
+    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
+    fxa_io_clear_error(err, errlen);
+    int64_t per_row = 0;
+    fxa_status status = check_tensor(&ctx, f, t, as_f32);
+    if (status == FXA_OK && !whole) {
+        status = check_rows(&ctx, t, row0, n_rows, &per_row);
+    }
+    if (status != FXA_OK) {
+        return status;
+    }
+    /* Elements, or bytes: supported dtypes fill whole bytes, so a row is nbytes / shape[0]. */
+    const int64_t row = as_f32 || per_row == 0 ? per_row : t->nbytes / t->shape[0];
+    const int64_t first = whole ? 0 : row0 * row;
+    const int64_t n = whole ? (as_f32 ? t->count : t->nbytes) : n_rows * row;
+    status = check_size(&ctx, t, dst, (uint64_t)dst_size, (uint64_t)n,
+                        as_f32 ? "elements" : "bytes", whole ? "the tensor has" : "the rows have");
+    if (status != FXA_OK || (as_f32 && n == 0)) {
+        return status;
+    }
+    return as_f32 ? copy_f32(&ctx, f, t, first, n, dst) : copy_range(&ctx, f, t, first, n, dst);
+}
+
 fxa_status fxa_st_read(const fxa_st_file *f, const fxa_st_tensor *t, void *dst, size_t dst_bytes,
                        char *err, size_t errlen)
 {
-    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxa_io_clear_error(err, errlen);
-    fxa_status status = check_tensor(&ctx, f, t, 0);
-    if (status == FXA_OK) {
-        status = check_size(&ctx, t, dst, (uint64_t)dst_bytes, (uint64_t)t->nbytes, "bytes",
-                            "the tensor has");
-    }
-    if (status == FXA_OK) {
-        status = copy_range(&ctx, f, t, 0, t->nbytes, dst);
-    }
-    return status;
-}
-
-fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t, float *dst,
-                           size_t dst_count, char *err, size_t errlen)
-{
-    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxa_io_clear_error(err, errlen);
-    fxa_status status = check_tensor(&ctx, f, t, 1);
-    if (status == FXA_OK) {
-        status = check_size(&ctx, t, dst, (uint64_t)dst_count, (uint64_t)t->count, "elements",
-                            "the tensor has");
-    }
-    if (status != FXA_OK || t->count == 0) {
-        return status;
-    }
-    return copy_f32(&ctx, f, t, 0, t->count, dst);
+    return read_tensor(f, t, 0, 1, 0, 0, dst, dst_bytes, err, errlen);
 }
 
 fxa_status fxa_st_read_rows(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
                             int64_t n_rows, void *dst, size_t dst_bytes, char *err, size_t errlen)
 {
-    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxa_io_clear_error(err, errlen);
-    int64_t per_row = 0;
-    fxa_status status = check_tensor(&ctx, f, t, 0);
-    if (status == FXA_OK) {
-        status = check_rows(&ctx, t, row0, n_rows, &per_row);
-    }
-    /* Supported dtypes fill whole bytes: a row is nbytes / shape[0] bytes. */
-    const int64_t row_bytes = status == FXA_OK && per_row ? t->nbytes / t->shape[0] : 0;
-    if (status == FXA_OK) {
-        status = check_size(&ctx, t, dst, (uint64_t)dst_bytes, (uint64_t)(n_rows * row_bytes),
-                            "bytes", "the rows have");
-    }
-    if (status == FXA_OK) {
-        status = copy_range(&ctx, f, t, row0 * row_bytes, n_rows * row_bytes, dst);
-    }
-    return status;
+    return read_tensor(f, t, 0, 0, row0, n_rows, dst, dst_bytes, err, errlen);
+}
+
+fxa_status fxa_st_read_f32(const fxa_st_file *f, const fxa_st_tensor *t, float *dst,
+                           size_t dst_count, char *err, size_t errlen)
+{
+    return read_tensor(f, t, 1, 1, 0, 0, dst, dst_count, err, errlen);
 }
 
 fxa_status fxa_st_read_rows_f32(const fxa_st_file *f, const fxa_st_tensor *t, int64_t row0,
                                 int64_t n_rows, float *dst, size_t dst_count, char *err,
                                 size_t errlen)
 {
-    const fxa_msg ctx = {f != NULL ? f->path : "(null)", err, errlen};
-    fxa_io_clear_error(err, errlen);
-    int64_t per_row = 0;
-    fxa_status status = check_tensor(&ctx, f, t, 1);
-    if (status == FXA_OK) {
-        status = check_rows(&ctx, t, row0, n_rows, &per_row);
-    }
-    if (status == FXA_OK) {
-        status = check_size(&ctx, t, dst, (uint64_t)dst_count, (uint64_t)(n_rows * per_row),
-                            "elements", "the rows have");
-    }
-    if (status != FXA_OK || n_rows * per_row == 0) {
-        return status;
-    }
-    return copy_f32(&ctx, f, t, row0 * per_row, n_rows * per_row, dst);
+    return read_tensor(f, t, 1, 0, row0, n_rows, dst, dst_count, err, errlen);
 }

@@ -7,7 +7,8 @@
  * entries its ISA has a kernel for; a faster kernel must match the reference
  * within fp32 reordering, and bit for bit across thread counts. An ISA's
  * folder never calls into another's: what ISAs share lives in a header here
- * (row_stats_impl.h, softmax_rows_impl.h), in ref/, or in a file here.
+ * (row_stats_impl.h, softmax_rows_impl.h, tile_blocks_impl.h, packkt_impl.h),
+ * in ref/, or in a file here.
  *
  * Names (XNNPACK style): fxa_<type>_<op>[_<shape>]__<isa>
  *   type   f32 (fp32 compute or data), bf16 (bf16 compute)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import inspect
 import pickle
 import threading
 import time
@@ -36,7 +37,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import _arrays, _check_args, _gridlib, _lib
+from . import _arrays, _attention, _check_args, _gridlib, _lib
 from ._context import context
 from ._mpilib import MPI, PLACE_HOSTS, PLACE_RANKS, MpiParams, comm_handle, mpi
 from ._attn_core import Options, descriptor, lse_shape, numpy_bf16
@@ -548,6 +549,10 @@ def _auto_pick(comm, seq: int, d: _lib.AttnDesc, n_threads: int, seconds: float,
         return _auto_picks[key]
 
 
+# fxattn.attention's keywords and defaults, which attention(**options) takes.
+_ATTENTION_SIGNATURE = inspect.signature(_attention.attention)
+
+
 def attention(
     q,
     k,
@@ -557,17 +562,10 @@ def attention(
     ulysses=1,
     ring=None,
     grid=None,
-    scale=None,
-    layout="bshd",
-    mode="auto",
-    center=True,
-    compute="fp32",
-    return_lse=False,
-    out_dtype=None,
-    threads=None,
     prefetch=1,
     timeout=None,
     placement="hosts",
+    **options,
 ):
     """Collective: this rank's shard of attention over the whole sequence.
 
@@ -587,7 +585,9 @@ def attention(
     options and shards as in the library's exchanges, before
     fxattn.PeerTimeoutError (None: $FXA_MPI_TIMEOUT or 60; after a timeout
     end the job). threads: worker threads of this rank (None: its share of
-    the node, fxa_mpi_default_threads). Other options as fxattn.attention.
+    the node, fxa_mpi_default_threads). options: the keywords of
+    fxattn.attention (scale, layout, mode, center, compute, return_lse,
+    out_dtype, threads), with its defaults; another keyword raises TypeError.
 
     Returns this rank's output shard (q's shape, out_dtype or q's dtype, the
     same kind as q) or (out, lse) with lse [B, Hq, S_r] fp32. Inputs are
@@ -597,7 +597,11 @@ def attention(
     """
     comm_handle(comm)  # a TypeError, locally, for a non-communicator
     size = comm.Get_size()
-    opts_args = (scale, layout, mode, center, compute, threads)
+    call = _ATTENTION_SIGNATURE.bind(q, k, v, **options)  # a TypeError as fxattn.attention's
+    call.apply_defaults()
+    kw = call.kwargs
+    opts_args = tuple(kw[name] for name in ("scale", "layout", "mode", "center", "compute", "threads"))
+    return_lse, out_dtype = kw["return_lse"], kw["out_dtype"]
     local_error, prepared, seq_q, seq_kv, info = None, None, -1, -1, None
     try:
         seconds = timeout_seconds(timeout)

@@ -10,6 +10,8 @@
  *   softmax per row, 8 lanes at a time, exp2 by fxa_vexp2_shifted_f32x8.
  *   P.V     6 x 16 micro-kernel: 12 ymm accumulators; FMA chain over j;
  *           the column tail masked.
+ * The loops of the score and P.V passes are tile_blocks_impl.h's, the row
+ * updates softmax_rows_impl.h's; this file holds the ymm micro-operations.
  * Matches the reference kernels to fp32 rounding, bit for bit across thread
  * counts and tilings.
  */
@@ -21,19 +23,31 @@
 #include "vexp2_avx2.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
-/* Fully unroll the loops over micro-kernel rows and vectors, so that the
- * accumulator arrays live in registers. */
-#define UNROLL _Pragma("GCC unroll 8")
 
-#define SC_ROWS 4 /* score micro-kernel rows */
-#define SC_VECS 3 /* score micro-kernel keys, in ymm (24) */
-#define PV_ROWS 6 /* P.V micro-kernel rows */
-#define PV_VECS 2 /* P.V micro-kernel columns, in ymm (16) */
+#define SC_ROWS 4            /* score micro-kernel rows */
+#define SC_VECS 3            /* score micro-kernel keys, in ymm (24) */
+#define PV_ROWS 6            /* P.V micro-kernel rows */
+#define PV_VECS 2            /* P.V micro-kernel columns, in ymm (16) */
+#define PV_KEYS ((size_t)-1) /* P.V in one pass over the keys */
 
-/* Loads and stores of 8 floats: plain ones for a full block (full is a
- * compile-time constant in every caller), masked ones at the tail. AMD's
- * masked stores are microcoded (about 12 cycles each on Zen 3), so the full
- * blocks, nearly all of the work, must not pay for them. */
+/* The micro-operations of tile_blocks_impl.h on ymm. Loads and stores of 8 floats: plain ones
+ * for a whole block (full is a compile-time constant at every call), masked ones at the tail.
+ * AMD's masked stores are microcoded (about 12 cycles each on Zen 3), so the whole blocks,
+ * nearly all of the work, must not pay for them. */
+#define TB_TILE fxa_attn_tile
+typedef float tb_elem;
+typedef __m256 tb_acc;
+typedef __m256 tb_vec;
+typedef __m256i tb_mask;
+#define TB_PAIR 1
+#define TB_LANES 8
+#define TB_FULL_PLAIN 1
+#define TB_K(t, j0) ((t)->kt + (j0)) /* one panel holds the whole tile */
+#define TB_K_LD(t) ((t)->kt_panel)
+#define TB_V(t) ((t)->v)
+#define TB_V_LD(t) ((t)->ldv)
+#define TB_P(t) ((t)->scores)
+
 static ALWAYS_INLINE __m256 load8(const float *x, __m256i mask, int full)
 {
     return full ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, mask);
@@ -47,70 +61,34 @@ static ALWAYS_INLINE void store8(float *x, __m256i mask, __m256 v, int full)
         _mm256_maskstore_ps(x, mask, v);
 }
 
-static ALWAYS_INLINE void scores_block(const fxa_attn_tile *t, size_t i0, size_t j0,
-                                       const size_t mr, const __m256i mask[SC_VECS], const int full)
+#define acc_load load8
+#define acc_store store8
+#define vec_load load8
+#define acc_zero _mm256_setzero_ps
+#define acc_set1 _mm256_set1_ps
+
+static ALWAYS_INLINE void block_masks(ptrdiff_t n, size_t nvec, __m256i *mask)
 {
-    __m256 acc[SC_ROWS][SC_VECS];
-    UNROLL
-    for (size_t r = 0; r < mr; r++) {
-        UNROLL
-        for (size_t v = 0; v < SC_VECS; v++)
-            acc[r][v] = _mm256_setzero_ps();
-    }
-    const float *q = t->q + i0 * t->ldq;
-    const float *kt = t->kt + j0; /* one panel holds the whole tile */
-    for (size_t c = 0; c < t->d; c++) {
-        __m256 kv[SC_VECS];
-        UNROLL
-        for (size_t v = 0; v < SC_VECS; v++)
-            kv[v] = load8(kt + c * t->kt_panel + 8 * v, mask[v], full);
-        UNROLL
-        for (size_t r = 0; r < mr; r++) {
-            const __m256 qb = _mm256_broadcast_ss(q + r * t->ldq + c);
-            UNROLL
-            for (size_t v = 0; v < SC_VECS; v++)
-                acc[r][v] = _mm256_fmadd_ps(qb, kv[v], acc[r][v]);
-        }
-    }
-    const __m256 lambda = _mm256_set1_ps(t->lambda);
-    UNROLL
-    for (size_t r = 0; r < mr; r++) {
-        const __m256 center = _mm256_set1_ps(t->qk_center[i0 + r]);
-        float *z = t->scores + (i0 + r) * t->ld_scores + j0;
-        UNROLL
-        for (size_t v = 0; v < SC_VECS; v++)
-            store8(z + 8 * v, mask[v], _mm256_mul_ps(lambda, _mm256_sub_ps(acc[r][v], center)),
-                   full);
-    }
+    for (size_t v = 0; v < nvec; v++)
+        mask[v] = tail_mask(n - 8 * (ptrdiff_t)v);
 }
 
-/* Every row block of key columns [j0, j0 + 32). */
-static ALWAYS_INLINE void score_columns(const fxa_attn_tile *t, size_t j0,
-                                        const __m256i mask[SC_VECS], const int full)
+static ALWAYS_INLINE __m256 acc_scale(__m256 a, __m256 lambda, __m256 center)
 {
-    size_t i0 = 0;
-    for (; i0 + SC_ROWS <= t->n_q; i0 += SC_ROWS)
-        scores_block(t, i0, j0, SC_ROWS, mask, full);
-    switch (t->n_q - i0) {
-    case 3: scores_block(t, i0, j0, 3, mask, full); break;
-    case 2: scores_block(t, i0, j0, 2, mask, full); break;
-    case 1: scores_block(t, i0, j0, 1, mask, full); break;
-    default: break;
-    }
+    return _mm256_mul_ps(lambda, _mm256_sub_ps(a, center));
 }
 
-static void fxa_f32_score_4x24__avx2(const fxa_attn_tile *t)
+static ALWAYS_INLINE __m256 vec_bcast(const float *x)
 {
-    for (size_t j0 = 0; j0 < t->n_kv; j0 += 8 * SC_VECS) {
-        __m256i mask[SC_VECS];
-        for (size_t v = 0; v < SC_VECS; v++)
-            mask[v] = tail_mask((ptrdiff_t)t->n_kv - (ptrdiff_t)(j0 + 8 * v));
-        if (j0 + 8 * SC_VECS <= t->n_kv)
-            score_columns(t, j0, mask, 1);
-        else
-            score_columns(t, j0, mask, 0);
-    }
+    return _mm256_broadcast_ss(x);
 }
+
+static ALWAYS_INLINE __m256 vec_madd(__m256 acc, __m256 a, __m256 b)
+{
+    return _mm256_fmadd_ps(a, b, acc);
+}
+
+#include "../tile_blocks_impl.h"
 
 static float hsum(__m256 x)
 {
@@ -148,74 +126,11 @@ static float row_exp2(const fxa_attn_tile *t, size_t i, float shift, int may_flu
 #define FXA_SOFTMAX_TILE fxa_attn_tile
 #include "../softmax_rows_impl.h"
 
-static ALWAYS_INLINE void pv_block(const fxa_attn_tile *t, size_t i0, size_t c0, const size_t mr,
-                                   const __m256i mask[PV_VECS], const int full)
-{
-    __m256 acc[PV_ROWS][PV_VECS];
-    UNROLL
-    for (size_t r = 0; r < mr; r++) {
-        UNROLL
-        for (size_t v = 0; v < PV_VECS; v++)
-            acc[r][v] = load8(t->o + (i0 + r) * t->ldo + c0 + 8 * v, mask[v], full);
-    }
-    const float *p = t->scores + i0 * t->ld_scores;
-    for (size_t j = 0; j < t->n_kv; j++) {
-        const float *vj = t->v + j * t->ldv + c0;
-        __m256 vv[PV_VECS];
-        UNROLL
-        for (size_t v = 0; v < PV_VECS; v++)
-            vv[v] = load8(vj + 8 * v, mask[v], full);
-        UNROLL
-        for (size_t r = 0; r < mr; r++) {
-            const __m256 pb = _mm256_broadcast_ss(p + r * t->ld_scores + j);
-            UNROLL
-            for (size_t v = 0; v < PV_VECS; v++)
-                acc[r][v] = _mm256_fmadd_ps(pb, vv[v], acc[r][v]);
-        }
-    }
-    UNROLL
-    for (size_t r = 0; r < mr; r++) {
-        UNROLL
-        for (size_t v = 0; v < PV_VECS; v++)
-            store8(t->o + (i0 + r) * t->ldo + c0 + 8 * v, mask[v], acc[r][v], full);
-    }
-}
-
-/* Every row block of output columns [c0, c0 + 16). */
-static ALWAYS_INLINE void pv_columns(const fxa_attn_tile *t, size_t c0, const __m256i mask[PV_VECS],
-                                     const int full)
-{
-    size_t i0 = 0;
-    for (; i0 + PV_ROWS <= t->n_q; i0 += PV_ROWS)
-        pv_block(t, i0, c0, PV_ROWS, mask, full);
-    switch (t->n_q - i0) {
-    case 5: pv_block(t, i0, c0, 5, mask, full); break;
-    case 4: pv_block(t, i0, c0, 4, mask, full); break;
-    case 3: pv_block(t, i0, c0, 3, mask, full); break;
-    case 2: pv_block(t, i0, c0, 2, mask, full); break;
-    case 1: pv_block(t, i0, c0, 1, mask, full); break;
-    default: break;
-    }
-}
-
-static void fxa_f32_pv_6x16__avx2(const fxa_attn_tile *t)
-{
-    for (size_t c0 = 0; c0 < t->d; c0 += 8 * PV_VECS) {
-        __m256i mask[PV_VECS];
-        for (size_t v = 0; v < PV_VECS; v++)
-            mask[v] = tail_mask((ptrdiff_t)t->d - (ptrdiff_t)(c0 + 8 * v));
-        if (c0 + 8 * PV_VECS <= t->d)
-            pv_columns(t, c0, mask, 1);
-        else
-            pv_columns(t, c0, mask, 0);
-    }
-}
-
 void fxa_f32_tile_4x24_6x16__avx2(const fxa_attn_tile *t)
 {
     assert(t->n_q > 0 && t->n_kv > 0 && t->d > 0);
     assert(t->kt_panel >= t->n_kv && t->ld_scores >= (t->n_kv + 15) / 16 * 16);
-    fxa_f32_score_4x24__avx2(t);
+    tile_scores(t);
     softmax_rows(t, 0, t->n_q);
-    fxa_f32_pv_6x16__avx2(t);
+    tile_pv(t);
 }

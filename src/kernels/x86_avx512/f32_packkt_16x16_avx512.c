@@ -22,6 +22,21 @@ static ALWAYS_INLINE __m512 unpackhi_pairs(__m512 a, __m512 b)
     return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
 }
 
+/* One round of 128-bit lane shuffles: for k < 4 and b in {0, g}, out[b + k] takes lanes 0 and 2
+ * of in[b + k] and in[b + k + s] (0x88), out[b + k + s] their lanes 1 and 3 (0xdd). */
+static ALWAYS_INLINE void shuffle_lanes(const __m512 in[16], __m512 out[16], const int s,
+                                        const int g)
+{
+    UNROLL
+    for (int b = 0; b <= g; b += g) {
+        UNROLL
+        for (int k = 0; k < 4; k++) {
+            out[b + k] = _mm512_shuffle_f32x4(in[b + k], in[b + k + s], 0x88);
+            out[b + k + s] = _mm512_shuffle_f32x4(in[b + k], in[b + k + s], 0xdd);
+        }
+    }
+}
+
 /* out[c][r] = in[r][c]: interleave pairs of rows, then pairs of pairs (128-bit
  * lane L of mid[4g + k] holds column 4L + k of rows 4g..4g+3), then gather the
  * four lanes of each column with two rounds of 128-bit shuffles. */
@@ -40,21 +55,8 @@ static ALWAYS_INLINE void transpose(const __m512 in[16], __m512 out[16])
         mid[g + 2] = unpacklo_pairs(pairs[g + 1], pairs[g + 3]);
         mid[g + 3] = unpackhi_pairs(pairs[g + 1], pairs[g + 3]);
     }
-    /* 0x88 takes lanes 0 and 2 of each source, 0xdd lanes 1 and 3. */
-    UNROLL
-    for (int k = 0; k < 4; k++) {
-        half[k] = _mm512_shuffle_f32x4(mid[k], mid[4 + k], 0x88);
-        half[4 + k] = _mm512_shuffle_f32x4(mid[k], mid[4 + k], 0xdd);
-        half[8 + k] = _mm512_shuffle_f32x4(mid[8 + k], mid[12 + k], 0x88);
-        half[12 + k] = _mm512_shuffle_f32x4(mid[8 + k], mid[12 + k], 0xdd);
-    }
-    UNROLL
-    for (int k = 0; k < 4; k++) {
-        out[k] = _mm512_shuffle_f32x4(half[k], half[8 + k], 0x88);
-        out[8 + k] = _mm512_shuffle_f32x4(half[k], half[8 + k], 0xdd);
-        out[4 + k] = _mm512_shuffle_f32x4(half[4 + k], half[12 + k], 0x88);
-        out[12 + k] = _mm512_shuffle_f32x4(half[4 + k], half[12 + k], 0xdd);
-    }
+    shuffle_lanes(mid, half, 4, 8);
+    shuffle_lanes(half, out, 8, 4);
 }
 
 static ALWAYS_INLINE __mmask16 first_lanes(size_t count)

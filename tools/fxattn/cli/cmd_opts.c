@@ -25,6 +25,13 @@ int fxt_cp_opts_distributed(const fxt_cp_opts *o)
            getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+int fxt_qkv_opts_layout(const fxt_qkv_opts *o, int need_v, const char *usage, fxa_layout *layout)
+{
+    if (!o->q || !o->k || (need_v && !o->v))
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "%s", usage);
+    return fxt_parse_layout(o->layout, layout) ? FXT_EXIT_BAD_INPUT : 0;
+}
+
 void fxt_attn_opts_defaults(attn_opts *o)
 {
     *o = (attn_opts){.in = FXT_QKV_OPTS_DEFAULTS, .repeats = 1};

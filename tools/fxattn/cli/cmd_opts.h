@@ -35,6 +35,11 @@ typedef struct fxt_qkv_opts {
     int64_t threads;
 } fxt_qkv_opts;
 
+/* The files and layout of o: 0 when -q and -k (and -v where need_v) are given and --layout
+ * names a layout (into *layout); else FXT_EXIT_BAD_INPUT after the message `usage` (a file
+ * missing) or the layout's. */
+int fxt_qkv_opts_layout(const fxt_qkv_opts *o, int need_v, const char *usage, fxa_layout *layout);
+
 /* Its defaults, and its option table rows in o (an fxt_qkv_opts), for a command's table. */
 #define FXT_QKV_OPTS_DEFAULTS                                                                      \
     {                                                                                              \

@@ -43,6 +43,16 @@ static const char g_usage[] =
     "\n"
     "exit status: 0 success, 2 bad usage or bad input, 1 other failures\n";
 
+/* The commands, by name. */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} g_commands[] = {
+    {"attn", fxt_cmd_attn},   {"check", fxt_cmd_check}, {"demo", fxt_cmd_demo},
+    {"bench", fxt_cmd_bench}, {"layer", fxt_cmd_layer}, {"plan", fxt_cmd_plan},
+    {"info", fxt_cmd_info},
+};
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -50,20 +60,9 @@ int main(int argc, char **argv)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "no command given");
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "attn") == 0)
-        return fxt_cmd_attn(argc, argv);
-    if (strcmp(cmd, "check") == 0)
-        return fxt_cmd_check(argc, argv);
-    if (strcmp(cmd, "demo") == 0)
-        return fxt_cmd_demo(argc, argv);
-    if (strcmp(cmd, "bench") == 0)
-        return fxt_cmd_bench(argc, argv);
-    if (strcmp(cmd, "layer") == 0)
-        return fxt_cmd_layer(argc, argv);
-    if (strcmp(cmd, "plan") == 0)
-        return fxt_cmd_plan(argc, argv);
-    if (strcmp(cmd, "info") == 0)
-        return fxt_cmd_info(argc, argv);
+    for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
+        if (strcmp(cmd, g_commands[i].name) == 0)
+            return g_commands[i].run(argc, argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(g_usage, stdout);
         return FXT_EXIT_OK;

@@ -156,15 +156,15 @@ int fxt_cmd_attn(int argc, char **argv)
     fxt_inputs in;
     fxt_runner r;
     fxa_layout layout;
+    const char *usage = "attn needs -q Q.npy -k K.npy -v V.npy -o OUT.npy";
     int code = fxt_attn_opts_parse(argc, argv, &o);
+    if (!code)
+        code = o.out ? fxt_qkv_opts_layout(&o.in, 1, usage, &layout)
+                     : fxt_fail(FXT_EXIT_BAD_INPUT, "%s", usage);
     if (code)
         return code;
-    if (!o.in.q || !o.in.k || !o.in.v || !o.out)
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "attn needs -q Q.npy -k K.npy -v V.npy -o OUT.npy");
     if (o.lse && fxa_same_output(o.out, o.lse))
         return fxt_fail(FXT_EXIT_BAD_INPUT, "-o %s and --lse %s name the same file", o.out, o.lse);
-    if (fxt_parse_layout(o.in.layout, &layout))
-        return FXT_EXIT_BAD_INPUT;
     if (o.mode || o.center || o.compute || !isnan(o.in.scale)) {
         /* Validate cheap options before reading any file. */
         fxa_attn_desc probe;

@@ -106,14 +106,12 @@ int fxt_cmd_check(int argc, char **argv)
     fxa_layout layout;
     fxt_inputs in;
     int code = fxt_check_opts_parse(argc, argv, &o);
+    if (!code)
+        code = fxt_qkv_opts_layout(&o.in, 0, "check needs -q Q.npy -k K.npy [-v V.npy]", &layout);
     if (code)
         return code;
-    if (!o.in.q || !o.in.k)
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "check needs -q Q.npy -k K.npy [-v V.npy]");
     if (!isnan(o.in.scale) && !(o.in.scale > 0.0))
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o.in.scale);
-    if (fxt_parse_layout(o.in.layout, &layout))
-        return FXT_EXIT_BAD_INPUT;
     if ((code = fxt_inputs_load(o.in.q, o.in.k, o.in.v, layout, o.in.dtype, &in)))
         return code;
     in.d.scale = isnan(o.in.scale) ? 1.0 / sqrt((double)in.d.head_dim) : o.in.scale;

@@ -102,35 +102,39 @@ static void guard_stop(void)
     g_guard.running = 0;
 }
 
-void fxt_world_guard(const char *what)
+/* Under the guard's lock, arm it (arm 1: the line it would print for `what` and the deadline
+ * from now) or disarm it; then wake its thread. */
+static void guard_set(int arm, const char *what)
 {
     if (!g_guard.running)
         return;
     pthread_mutex_lock(&g_guard.mu);
-    snprintf(g_guard.line, sizeof g_guard.line,
-             "fxattn: error: rank %d: no progress from the other ranks for %g s (%s)\n",
-             g_guard.rank, g_guard.timeout, what);
-    clock_gettime(CLOCK_MONOTONIC, &g_guard.deadline);
-    const double whole = floor(g_guard.timeout);
-    g_guard.deadline.tv_sec += (time_t)whole;
-    g_guard.deadline.tv_nsec += (long)((g_guard.timeout - whole) * 1e9);
-    if (g_guard.deadline.tv_nsec >= 1000000000L) {
-        g_guard.deadline.tv_sec++;
-        g_guard.deadline.tv_nsec -= 1000000000L;
+    if (arm) {
+        snprintf(g_guard.line, sizeof g_guard.line,
+                 "fxattn: error: rank %d: no progress from the other ranks for %g s (%s)\n",
+                 g_guard.rank, g_guard.timeout, what);
+        clock_gettime(CLOCK_MONOTONIC, &g_guard.deadline);
+        const double whole = floor(g_guard.timeout);
+        g_guard.deadline.tv_sec += (time_t)whole;
+        g_guard.deadline.tv_nsec += (long)((g_guard.timeout - whole) * 1e9);
+        if (g_guard.deadline.tv_nsec >= 1000000000L) {
+            g_guard.deadline.tv_sec++;
+            g_guard.deadline.tv_nsec -= 1000000000L;
+        }
     }
-    g_guard.armed = 1;
+    g_guard.armed = arm;
     pthread_cond_signal(&g_guard.cv);
     pthread_mutex_unlock(&g_guard.mu);
 }
 
+void fxt_world_guard(const char *what)
+{
+    guard_set(1, what);
+}
+
 void fxt_world_unguard(void)
 {
-    if (!g_guard.running)
-        return;
-    pthread_mutex_lock(&g_guard.mu);
-    g_guard.armed = 0;
-    pthread_cond_signal(&g_guard.cv);
-    pthread_mutex_unlock(&g_guard.mu);
+    guard_set(0, NULL);
 }
 
 int fxt_world_init(fxt_world *w, double timeout)
