@@ -1,5 +1,4 @@
 """fxattn.diffusers: an attention processor for diffusers' Wan transformers.
-
     from fxattn.diffusers import WanAttnProcessor
     transformer.set_attn_processor(WanAttnProcessor())
 
@@ -18,13 +17,20 @@ import weakref
 
 import numpy as np
 import torch
-from diffusers.models.transformers.transformer_wan import _get_added_kv_projections
 
 import fxattn as _fx
 
-from . import _wanlib
-from . import wan as _wan
-from ._wan_qkv import heads_qkv
+# The "fxattn" attention backend, registered before any diffusers model
+# module is imported: diffusers reads DIFFUSERS_ATTN_BACKEND=fxattn then.
+from ._diffusers_backend import register as _register_backend
+
+_register_backend()
+
+from diffusers.models.transformers.transformer_wan import _get_added_kv_projections  # noqa: E402
+
+from . import _wanlib  # noqa: E402
+from . import wan as _wan  # noqa: E402
+from ._wan_qkv import heads_qkv  # noqa: E402
 
 __all__ = ["WanAttnProcessor", "rope_grid"]
 
