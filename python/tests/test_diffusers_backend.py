@@ -286,7 +286,8 @@ def test_dispatch_views_lse_scale():
     """dispatch_attention_fn(backend=fxattn) on strided views: the output of
     the contiguous copies bit for bit, within fp32 rounding of fp64, and
     with return_lse the same output and lse [B, Sq, H] fp32 (diffusers'
-    model layout), the log-sum-exp of the scaled scores."""
+    model layout), the log-sum-exp of the scaled scores, which merges
+    partial attentions as diffusers' ring attention does."""
     q, k, v = _qkv()
     assert not q.is_contiguous()
     name = AttentionBackendName("fxattn")
@@ -299,6 +300,16 @@ def test_dispatch_views_lse_scale():
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
     scores = torch.einsum("bqhd,bkhd->bqhk", q.double(), k.double()) * 0.3
     assert (lse - scores.logsumexp(-1)).abs().max().item() < 1e-5
+    # Two key halves merged by the ring update of diffusers'
+    # TemplatedRingAttention (lse as [B, S, H, 1]) give the whole attention.
+    (o1, l1), (o2, l2) = (
+        dispatch_attention_fn(q, k[:, i : i + 20], v[:, i : i + 20], scale=0.3, backend=name, attention_kwargs={"return_lse": True})
+        for i in (0, 20)
+    )
+    l1, l2 = l1.unsqueeze(-1), l2.unsqueeze(-1)
+    merged = o1 - torch.sigmoid(l2 - l1) * (o1 - o2)
+    assert (merged - out).abs().max().item() < 1e-5
+    assert ((l1 - torch.nn.functional.logsigmoid(l1 - l2)).squeeze(-1) - lse).abs().max().item() < 1e-5
 
 
 def test_dispatch_gqa_bf16():
