@@ -2,7 +2,8 @@
 (fxattn._diffusers_backend, registered by importing fxattn.diffusers), in
 tiny random diffusers models built from configs (no downloads): Wan T2V
 and I2V, Flux, LTX-Video and Qwen-Image, whose attention processors call
-dispatch_attention_fn. CogVideoX's processor calls torch's SDPA itself, so
+dispatch_attention_fn, and with masks (fxattn.scaled_dot_product_attention)
+HunyuanVideo, LTX-Video and Qwen-Image with padded text. CogVideoX's processor calls torch's SDPA itself, so
 no backend applies to it.
 
 Tolerances, against the same model in fp64 on diffusers' native backend
@@ -29,6 +30,7 @@ import pytest
 import torch
 from diffusers import (
     FluxTransformer2DModel,
+    HunyuanVideoTransformer3DModel,
     LTXVideoTransformer3DModel,
     QwenImageTransformer2DModel,
     WanTransformer3DModel,
@@ -39,6 +41,11 @@ import fxattn._diffusers_backend as backend
 import fxattn.diffusers  # noqa: F401  (registers "fxattn")
 from diffusers.models import attention_dispatch as dispatch
 from diffusers.models.attention_dispatch import AttentionBackendName, attention_backend, dispatch_attention_fn
+
+# Masked calls run through fxattn.scaled_dot_product_attention.
+needs_sdpa = pytest.mark.skipif(
+    not hasattr(fxattn, "scaled_dot_product_attention"), reason="this fxattn has no scaled_dot_product_attention (masks)"
+)
 
 FP32_TOL = 2.0**-18
 FP32_FLOOR = 2.0**-22
@@ -119,8 +126,51 @@ MODELS = {
 }
 
 
+# Models whose attention gets a mask: padded text tokens (the last two of
+# six or seven) as each pipeline passes them.
+_TEXT_MASK = torch.tensor([[1, 1, 1, 1, 0, 0]])
+MASKED_MODELS = {
+    "hunyuan_video": (
+        HunyuanVideoTransformer3DModel,
+        dict(
+            in_channels=4,
+            out_channels=4,
+            num_attention_heads=2,
+            attention_head_dim=10,
+            num_layers=1,
+            num_single_layers=1,
+            num_refiner_layers=1,
+            patch_size=1,
+            patch_size_t=1,
+            guidance_embeds=True,
+            text_embed_dim=16,
+            pooled_projection_dim=8,
+            rope_axes_dim=(2, 4, 4),
+        ),
+        lambda g: dict(
+            hidden_states=_randn(g, 1, 4, 1, 4, 4),
+            timestep=torch.tensor([500]),
+            encoder_hidden_states=_randn(g, 1, 6, 16),
+            pooled_projections=_randn(g, 1, 8),
+            encoder_attention_mask=_TEXT_MASK,
+            guidance=torch.tensor([3000.0]),
+        ),
+    ),
+    "ltx_video_masked": (
+        MODELS["ltx_video"][0],
+        MODELS["ltx_video"][1],
+        lambda g: dict(MODELS["ltx_video"][2](g), encoder_attention_mask=_TEXT_MASK),
+    ),
+    "qwen_image_masked": (
+        MODELS["qwen_image"][0],
+        MODELS["qwen_image"][1],
+        lambda g: dict(MODELS["qwen_image"][2](g), encoder_hidden_states_mask=torch.tensor([[1, 1, 1, 1, 1, 0, 0]]).bool()),
+    ),
+}
+
+
 def build(name):
-    cls, config, inputs = MODELS[name]
+    cls, config, inputs = {**MODELS, **MASKED_MODELS}[name]
     torch.manual_seed(0)
     return cls(**config).eval(), inputs(torch.Generator().manual_seed(1))
 
@@ -158,8 +208,36 @@ def calls(monkeypatch):
     return n
 
 
+@pytest.fixture
+def masked_calls(monkeypatch):
+    """Counts the calls of fxattn.scaled_dot_product_attention (the
+    backend's masked call)."""
+    n = [0]
+    run = fxattn.scaled_dot_product_attention
+
+    def counted(*a, **k):
+        n[0] += 1
+        return run(*a, **k)
+
+    monkeypatch.setattr(fxattn, "scaled_dot_product_attention", counted)
+    return n
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_model_fp32_bf16(name, calls):
+    check_model(name, calls)
+
+
+@needs_sdpa
+@pytest.mark.parametrize("name", sorted(MASKED_MODELS))
+def test_masked_model_fp32_bf16(name, masked_calls):
+    check_model(name, masked_calls)
+
+
+def check_model(name, calls):
+    """The model's output with fxattn against the native backend and fp64
+    (the tolerances of the module's docstring); calls counts the backend's
+    calls."""
     model, args = build(name)
     ref = forward(model, args, torch.float64, "native")
     s = ref.abs().max().item()
@@ -326,6 +404,51 @@ def test_dispatch_gqa_bf16():
     assert (out.double() - ref).abs().max().item() <= 2 * (sdpa.double() - ref).abs().max().item()
     with pytest.raises(ValueError, match="enable_gqa"):
         dispatch_attention_fn(q, k, v, backend=name)
+
+
+@needs_sdpa
+@pytest.mark.parametrize(
+    "mask",
+    ["bool", "additive", "key_mask", "causal"],
+)
+def test_dispatch_masks(mask):
+    """attn_mask and is_causal as torch's SDPA takes them (a boolean
+    [B, H, Sq, Skv] mask, an additive [Sq, Skv] one, is_causal) and the
+    2-D [B, Skv] key mask diffusers' native backend reads as
+    [B, 1, 1, Skv]: the native backend's result within fp32 rounding of
+    fp64, for fp32 inputs on strided views."""
+    q, k, v = _qkv(sq=40)
+    g = torch.Generator().manual_seed(3)
+    kw = {}
+    if mask == "bool":
+        kw["attn_mask"] = torch.rand(2, 4, 40, 40, generator=g) < 0.7
+        kw["attn_mask"][..., 0] = True  # no fully masked row
+    elif mask == "additive":
+        kw["attn_mask"] = torch.randn(40, 40, generator=g)
+    elif mask == "key_mask":
+        kw["attn_mask"] = torch.arange(40).expand(2, 40) < torch.tensor([[31], [40]])
+    else:
+        kw["is_causal"] = True
+    out = dispatch_attention_fn(q, k, v, backend=AttentionBackendName("fxattn"), **kw)
+    native = dispatch_attention_fn(q, k, v, backend=AttentionBackendName.NATIVE, **kw)
+    ref_mask = kw.get("attn_mask")
+    if mask == "key_mask":
+        ref_mask = ref_mask[:, None, None, :]
+    ref = _sdpa64(q, k, v, attn_mask=None if ref_mask is None else (ref_mask if ref_mask.dtype == torch.bool else ref_mask.double()), is_causal=kw.get("is_causal", False))
+    assert out.shape == q.shape and out.dtype == torch.float32
+    e_native, e_fx = (native.double() - ref).abs().max().item(), (out.double() - ref).abs().max().item()
+    assert e_fx <= 2 * e_native + 1e-6, (e_fx, e_native)
+    with pytest.raises(ValueError, match="return_lse"):
+        dispatch_attention_fn(q, k, v, backend=AttentionBackendName("fxattn"), attention_kwargs={"return_lse": True}, **kw)
+
+
+def test_masks_need_the_sdpa_function(monkeypatch):
+    """A masked call on an fxattn without scaled_dot_product_attention
+    raises a ValueError saying so."""
+    monkeypatch.delattr(fxattn, "scaled_dot_product_attention", raising=False)
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="scaled_dot_product_attention"):
+        dispatch_attention_fn(q, k, v, is_causal=True, backend=AttentionBackendName("fxattn"))
 
 
 def test_unsupported_arguments():
