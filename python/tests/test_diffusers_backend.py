@@ -406,6 +406,23 @@ def test_dispatch_gqa_bf16():
         dispatch_attention_fn(q, k, v, backend=name)
 
 
+def test_dispatch_compiles():
+    """torch.compile(fullgraph=True) traces a dispatch_attention_fn call on
+    the fxattn backend (named, and active through attention_backend)
+    without a graph break, with the eager result."""
+    q, k, v = _qkv()
+
+    def named(q, k, v):
+        return dispatch_attention_fn(q, k, v, backend=AttentionBackendName("fxattn")) * 2
+
+    def active(q, k, v):
+        return dispatch_attention_fn(q, k, v) * 2
+
+    assert torch.equal(torch.compile(named, fullgraph=True, backend="aot_eager")(q, k, v), named(q, k, v))
+    with attention_backend("fxattn"):
+        assert torch.equal(torch.compile(active, fullgraph=True, backend="aot_eager")(q, k, v), named(q, k, v))
+
+
 @needs_sdpa
 @pytest.mark.parametrize(
     "mask",
