@@ -15,12 +15,13 @@ diffusers.models.attention_dispatch is first imported, and turns it into an
 AttentionBackendName there: a name it does not know fails that import.
 register() therefore imports the dispatcher itself, with the variable
 read as "native", then makes "fxattn" the active backend. Tested with
-diffusers 0.42.1 (TESTED_VERSIONS); a dispatcher of another shape raises
-ImportError naming the installed version.
+diffusers 0.35.2, 0.38.0 and 0.42.1 (TESTED_VERSIONS); a dispatcher of
+another shape raises ImportError naming the installed version.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import torch
@@ -30,11 +31,11 @@ import fxattn as _fx
 #: The backend's name in diffusers' AttentionBackendName.
 NAME = "fxattn"
 #: The diffusers versions this registration was tested with.
-TESTED_VERSIONS = ("0.42.1",)
+TESTED_VERSIONS = ("0.35.2", "0.38.0", "0.42.1")
 
 _DISPATCH = "diffusers.models.attention_dispatch"
 _ENV = "DIFFUSERS_ATTN_BACKEND"
-_REGISTRY_ATTRS = ("_backends", "_constraints", "_supported_arg_names", "_supports_context_parallel", "_active_backend", "register")
+_REGISTRY_ATTRS = ("_backends", "_constraints", "_supported_arg_names", "_active_backend", "register")
 
 
 def _error(what: str) -> ImportError:
@@ -113,7 +114,9 @@ def register():
         raise _error("has no dispatch_attention_fn or attention_backend")
     member = _enum_member(names)
     if registry._backends.get(member) is not fxattn_attention:
-        registry.register(member, constraints=[], supports_context_parallel=False)(fxattn_attention)
+        # supports_context_parallel: diffusers >= 0.36
+        cp = {"supports_context_parallel": False} if "supports_context_parallel" in inspect.signature(registry.register).parameters else {}
+        registry.register(member, constraints=[], **cp)(fxattn_attention)
     if wants:
         registry._active_backend = member
     return member
