@@ -85,10 +85,7 @@ def _enum_member(names):
     member.__objclass__ = names
     member._sort_order_ = len(names._member_names_)
     member.__init__(NAME)
-    if hasattr(names, "_add_member_"):  # Python >= 3.13: the member's descriptor
-        names._add_member_(name, member)
-    else:
-        setattr(names, name, member)
+    setattr(names, name, member)  # EnumType refuses only rebinding a member
     names._member_names_.append(name)
     names._member_map_[name] = member
     names._value2member_map_[NAME] = member
@@ -96,9 +93,9 @@ def _enum_member(names):
 
 
 def register():
-    """Register the fxattn backend in diffusers' dispatcher (once; later
-    calls return the same member) and make it the active backend when
-    DIFFUSERS_ATTN_BACKEND=fxattn. Returns AttentionBackendName.FXATTN.
+    """Register the fxattn backend in diffusers' dispatcher and make it the
+    active backend when DIFFUSERS_ATTN_BACKEND=fxattn (once: a later call
+    changes nothing). Returns AttentionBackendName.FXATTN.
     Raises ImportError naming the diffusers version when the dispatcher is
     not of the tested shape."""
     dispatch, wants = _import_dispatch()
@@ -113,10 +110,11 @@ def register():
     if not hasattr(dispatch, "dispatch_attention_fn") or not hasattr(dispatch, "attention_backend"):
         raise _error("has no dispatch_attention_fn or attention_backend")
     member = _enum_member(names)
-    if registry._backends.get(member) is not fxattn_attention:
-        # supports_context_parallel: diffusers >= 0.36
-        cp = {"supports_context_parallel": False} if "supports_context_parallel" in inspect.signature(registry.register).parameters else {}
-        registry.register(member, constraints=[], **cp)(fxattn_attention)
+    if registry._backends.get(member) is fxattn_attention:
+        return member
+    # supports_context_parallel: diffusers >= 0.36
+    cp = {"supports_context_parallel": False} if "supports_context_parallel" in inspect.signature(registry.register).parameters else {}
+    registry.register(member, constraints=[], **cp)(fxattn_attention)
     if wants:
         registry._active_backend = member
     return member
