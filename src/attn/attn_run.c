@@ -181,14 +181,15 @@ static void work_item(void *arg, int64_t item, int thread_id)
             const fxa_rows rows = scratch_rows(p, s, (size_t)slot);
             const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) +
                                        b * p->d.heads_kv + (h0 + slot) / p->group;
+            size_t n_use = n_kv;
             const fxa_tile_use use =
                 fxa_attn_masked(p)
-                    ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows, j0, n_kv, s->bias)
+                    ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows, j0, &n_use, s->bias)
                     : FXA_TILE_PLAIN;
             if (use == FXA_TILE_SKIP) /* every term would be an exact 0 */
                 continue;
             fxa_rows_run_tile(p, hb, &rows, n_rows, (const float *)(job->ws + p->ws_packed_k) + at,
-                              (const float *)(job->ws + p->ws_packed_v) + at, n_kv, s->scores,
+                              (const float *)(job->ws + p->ws_packed_v) + at, n_use, s->scores,
                               s->p16, use == FXA_TILE_BIAS ? s->bias : NULL);
         }
     }

@@ -9,8 +9,8 @@
  *    bf16 compute. Tolerance: fp32 compute within 2^-15 max|v| (fp32 rounding
  *    of scores, biases and sums; measured errors are ~1e-7); bf16 compute
  *    within 2^-6 max|v| (twice test_attn_bf16.c's budget of 2^-7 max|v|).
- *  - bit for bit: 1 and 3 threads, block_q 256 and 32 (other tiles skipped
- *    or masked per element); an all-true boolean mask and an all-zero
+ *  - bit for bit: 1 and 3 threads, block_q 256 and 32 (other tiles skipped,
+ *    cut short or masked per element), fp32 and bf16 compute; an all-true boolean mask and an all-zero
  *    additive one give the unmasked bits.
  *  - refused with a message: causal with a mask, NaN, +inf and values past
  *    2^120 in an additive mask (naming the element), negative mask strides,
@@ -326,6 +326,12 @@ static void test_bits(void)
     p.d.causal = 1;
     bit_identical(&p, "causal");
     p.d.causal = 0;
+    problem bp;
+    problem_init(&bp, 1, 2, 1, 300, 601, 64, FXA_BF16, 22);
+    bp.d.compute = FXA_COMPUTE_BF16;
+    bp.d.causal = 1;
+    bit_identical(&bp, "causal bf16 compute");
+    problem_free(&bp);
     set_bool_mask(&p, 1, 2, 300, 21, 0.6);
     bit_identical(&p, "bool mask");
     /* An all-true boolean mask and an all-zero additive one: the unmasked bits. */
