@@ -14,13 +14,14 @@
  *    additive one give the unmasked bits.
  *  - refused with a message: causal with a mask, NaN, +inf and values past
  *    2^120 in an additive mask (naming the element), negative mask strides,
- *    a missing mask, an unknown mask kind; blockwise attention
- *    (FXA_ERR_UNSUPPORTED).
+ *    a missing mask, an unknown mask kind; blockwise attention and the check
+ *    report (FXA_ERR_UNSUPPORTED).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fxattn_diag.h"
 #include "testutil.h"
 
 #define MAXN 4000000
@@ -405,6 +406,14 @@ static void test_errors(void)
               strstr(fxa_ctx_last_error(g_ctx), "blockwise attention"),
           "blockwise with causal: '%s'", fxa_ctx_last_error(g_ctx));
     fxa_attn_plan_destroy(plan);
+    /* The check report neither. */
+    fxa_check_desc cd;
+    fxa_check_desc_init(&cd);
+    cd.attn = &d;
+    fxa_check_plan *check = NULL;
+    CHECK(fxa_check_plan_create(g_ctx, &cd, &check, &ws) == FXA_ERR_UNSUPPORTED && !check &&
+              strstr(fxa_ctx_last_error(g_ctx), "check report takes no attention mask"),
+          "check with causal: '%s'", fxa_ctx_last_error(g_ctx));
     problem_free(&p);
 }
 
