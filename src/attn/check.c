@@ -77,6 +77,9 @@ static fxa_status plan_passes(fxa_check_plan *plan, const fxa_attn_desc *attn, s
                                   plan->ctx->last_error, sizeof plan->ctx->last_error);
     if (st != FXA_OK)
         return st;
+    if (full.causal || full.mask_kind != FXA_MASK_NONE)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
+                            "the check report takes no attention mask and no causal");
     full.mode = FXA_MODE_AUTO;
     full.center = 1;
     size_t ws_c = 0, ws_r = 0;

@@ -296,10 +296,10 @@ class WanAttnProcessor:
             key_img = attn.norm_added_k(key_img)
             key_img = key_img.unflatten(2, (attn.heads, -1))
             value_img = value_img.unflatten(2, (attn.heads, -1))
-            hidden_states_img = _fx.attention(query, key_img, value_img, threads=self.threads)
+            hidden_states_img = _fx.attention(query, key_img, value_img, threads=self.threads, layout="bshd")
             hidden_states_img = hidden_states_img.flatten(2, 3).type_as(query)
 
-        hidden_states = _fx.attention(query, key, value, threads=self.threads)
+        hidden_states = _fx.attention(query, key, value, threads=self.threads, layout="bshd")
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         if hidden_states_img is not None:
             hidden_states = hidden_states + hidden_states_img
