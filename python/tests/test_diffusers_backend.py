@@ -43,11 +43,6 @@ import fxattn.diffusers  # noqa: F401  (registers "fxattn")
 from diffusers.models import attention_dispatch as dispatch
 from diffusers.models.attention_dispatch import AttentionBackendName, attention_backend, dispatch_attention_fn
 
-# Masked calls run through fxattn.scaled_dot_product_attention.
-needs_sdpa = pytest.mark.skipif(
-    not hasattr(fxattn, "scaled_dot_product_attention"), reason="this fxattn has no scaled_dot_product_attention (masks)"
-)
-
 FP32_TOL = 2.0**-18
 FP32_FLOOR = 2.0**-22
 BF16_TOL = 2.0**-4
@@ -236,7 +231,6 @@ def test_model_fp32_bf16(name, calls):
     check_model(name, calls)
 
 
-@needs_sdpa
 @pytest.mark.parametrize("name", sorted(MASKED_MODELS))
 def test_masked_model_fp32_bf16(name, masked_calls):
     check_model(name, masked_calls)
@@ -406,7 +400,7 @@ def test_dispatch_gqa_bf16():
     name = AttentionBackendName("fxattn")
     out = dispatch_attention_fn(q, k, v, enable_gqa=True, backend=name)
     assert out.dtype == torch.bfloat16
-    assert torch.equal(out, fxattn.attention(q, k, v, compute="bf16"))
+    assert torch.equal(out, fxattn.attention(q, k, v, layout="bshd", compute="bf16"))
     ref = _sdpa64(q, k, v, enable_gqa=True)
     sdpa = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), enable_gqa=True).transpose(1, 2)
     assert (out.double() - ref).abs().max().item() <= 2 * (sdpa.double() - ref).abs().max().item()
@@ -416,8 +410,8 @@ def test_dispatch_gqa_bf16():
 
 def test_dispatch_compiles():
     """torch.compile(fullgraph=True) traces a dispatch_attention_fn call on
-    the fxattn backend (named, and active through attention_backend)
-    without a graph break, with the eager result."""
+    the fxattn backend (named, active through attention_backend, and with a
+    key mask) without a graph break, with the eager result."""
     q, k, v = _qkv()
 
     def named(q, k, v):
@@ -430,8 +424,13 @@ def test_dispatch_compiles():
     with attention_backend("fxattn"):
         assert torch.equal(torch.compile(active, fullgraph=True, backend="aot_eager")(q, k, v), named(q, k, v))
 
+    def masked(q, k, v, m):
+        return dispatch_attention_fn(q, k, v, attn_mask=m, backend=AttentionBackendName("fxattn")) * 2
 
-@needs_sdpa
+    m = torch.arange(40).expand(2, 40) < torch.tensor([[31], [40]])
+    assert torch.equal(torch.compile(masked, fullgraph=True, backend="aot_eager")(q, k, v, m), masked(q, k, v, m))
+
+
 @pytest.mark.parametrize(
     "mask",
     ["bool", "additive", "key_mask", "causal"],
@@ -465,15 +464,6 @@ def test_dispatch_masks(mask):
     assert e_fx <= 2 * e_native + 1e-6, (e_fx, e_native)
     with pytest.raises(ValueError, match="return_lse"):
         dispatch_attention_fn(q, k, v, backend=AttentionBackendName("fxattn"), attention_kwargs={"return_lse": True}, **kw)
-
-
-def test_masks_need_the_sdpa_function(monkeypatch):
-    """A masked call on an fxattn without scaled_dot_product_attention
-    raises a ValueError saying so."""
-    monkeypatch.delattr(fxattn, "scaled_dot_product_attention", raising=False)
-    q, k, v = _qkv()
-    with pytest.raises(ValueError, match="scaled_dot_product_attention"):
-        dispatch_attention_fn(q, k, v, is_causal=True, backend=AttentionBackendName("fxattn"))
 
 
 def test_unsupported_arguments():

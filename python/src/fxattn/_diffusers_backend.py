@@ -164,10 +164,7 @@ def fxattn_attention(
     if attn_mask is not None or is_causal:
         if return_lse:
             raise ValueError("fxattn attention backend: return_lse with attn_mask or is_causal is not supported")
-        sdpa = getattr(_fx, "scaled_dot_product_attention", None)
-        if sdpa is None:
-            raise ValueError("fxattn attention backend: attn_mask and is_causal need fxattn.scaled_dot_product_attention, which this fxattn lacks")
-        out = sdpa(
+        out = _fx.scaled_dot_product_attention(
             query.transpose(1, 2),
             key.transpose(1, 2),
             value.transpose(1, 2),
