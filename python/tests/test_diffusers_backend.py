@@ -393,9 +393,10 @@ def test_dispatch_views_lse_scale():
 
 
 def test_dispatch_gqa_bf16():
-    """enable_gqa with 4 query heads on 2 key heads, and bf16 inputs run in
-    fxattn's bf16 compute: as close to fp64 as torch's bf16 SDPA (within
-    2x) and bit-identical to fxattn.attention(compute="bf16")."""
+    """enable_gqa with 4 query heads on 2 key heads (one key head without
+    it), and bf16 inputs run in fxattn's bf16 compute: as close to fp64 as
+    torch's bf16 SDPA (within 2x) and bit-identical to
+    fxattn.attention(compute="bf16")."""
     q, k, v = _qkv(hq=4, hkv=2, dtype=torch.bfloat16)
     name = AttentionBackendName("fxattn")
     out = dispatch_attention_fn(q, k, v, enable_gqa=True, backend=name)
@@ -406,6 +407,9 @@ def test_dispatch_gqa_bf16():
     assert (out.double() - ref).abs().max().item() <= 2 * (sdpa.double() - ref).abs().max().item()
     with pytest.raises(ValueError, match="enable_gqa"):
         dispatch_attention_fn(q, k, v, backend=name)
+    # One key head broadcasts without enable_gqa, as in torch's SDPA.
+    k1, v1 = k[:, :, :1], v[:, :, :1]
+    assert torch.equal(dispatch_attention_fn(q, k1, v1, backend=name), fxattn.attention(q, k1, v1, layout="bshd", compute="bf16"))
 
 
 def test_dispatch_compiles():

@@ -149,17 +149,17 @@ def fxattn_attention(
     that return one). bf16 inputs run fxattn's bf16 compute, fp32 and fp16
     inputs fp32 compute. attn_mask (bool or additive, as torch's SDPA takes
     it, or a 2-D [B, Skv] key mask) and is_causal run through
-    fxattn.scaled_dot_product_attention. Hq != Hkv needs enable_gqa, as in
-    torch. Raises ValueError for dropout_p > 0, context parallelism, or an
+    fxattn.scaled_dot_product_attention. Hq != Hkv needs enable_gqa or
+    Hkv = 1 (broadcast), as in torch. Raises ValueError for dropout_p > 0, context parallelism, or an
     lse asked with a mask or is_causal."""
     if dropout_p:
         raise ValueError(f"fxattn attention backend: dropout_p must be 0, not {dropout_p} (fxattn has no dropout; it is for inference)")
     if _parallel_config is not None:
         raise ValueError("fxattn attention backend: context parallelism (a model's parallel_config) is not supported")
-    if query.shape[2] != key.shape[2] and not enable_gqa:
+    if query.shape[2] != key.shape[2] and key.shape[2] != 1 and not enable_gqa:
         raise ValueError(
             f"fxattn attention backend: query has {query.shape[2]} heads and key {key.shape[2]}; "
-            "different head counts need enable_gqa=True"
+            "different head counts need enable_gqa=True (or one key head)"
         )
     if attn_mask is not None or is_causal:
         if return_lse:
