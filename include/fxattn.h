@@ -200,7 +200,8 @@ typedef enum fxa_mask_kind {
     /* uint8_t: nonzero = the key takes part, 0 = masked. */
     FXA_MASK_BOOL = 1,
     /* float (fp32), added to the natural-log scores scale * q.k; -INFINITY
-     * masks the key; NaN and +INFINITY are refused. */
+     * masks the key; NaN and values above 2^120 (+INFINITY included) are
+     * refused by the run, naming the element. */
     FXA_MASK_ADD = 2
 } fxa_mask_kind;
 

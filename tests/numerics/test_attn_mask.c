@@ -207,7 +207,7 @@ static void set_bool_mask(problem *p, int64_t nb, int64_t nh, int64_t nsq, uint6
     fxt_rng r;
     fxt_rng_seed(&r, seed);
     for (int64_t x = 0; x < nb * nh * nsq * skv; x++)
-        m[x] = fxt_rng_uniform(&r) < keep ? (uint8_t)(1 + x % 7) : 0; /* any nonzero attends */
+        m[x] = (uint8_t)(fxt_rng_uniform(&r) < keep ? 1 + x % 7 : 0); /* any nonzero attends */
     p->mask = m;
 }
 
