@@ -168,7 +168,7 @@ def run_seq(a, s, peaks):
     calls = {
         "C library fxa_attn_run (fp32)": ("fp32", "fxattn", "C fxa_attn_run", "fp32", "fp32", c_library_call(q, k, v, t)),
         "fxattn.attention numpy fp32": ("fp32", "fxattn", "fxattn.attention, numpy", "fp32", "fp32",
-                                        lambda: fxattn.attention(q, k, v, threads=t)),
+                                        lambda: fxattn.attention(q, k, v, threads=t, layout="bshd")),
         "fxattn.attention torch fp32": ("fp32", "fxattn", "fxattn.attention, torch", "fp32", "fp32",
                                         lambda: fx(tq, tk, tv)),
         "torch SDPA fp32": ("fp32", "torch SDPA", "scaled_dot_product_attention", "fp32", "fp32",

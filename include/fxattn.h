@@ -193,6 +193,29 @@ typedef enum fxa_compute {
     FXA_COMPUTE_BF16 = 1
 } fxa_compute;
 
+/* Attention masks (fxa_attn_desc.mask_kind), as in PyTorch's
+ * scaled_dot_product_attention. */
+typedef enum fxa_mask_kind {
+    FXA_MASK_NONE = 0,
+    /* uint8_t: nonzero = the key takes part, 0 = masked. */
+    FXA_MASK_BOOL = 1,
+    /* float (fp32), added to the natural-log scores scale * q.k; -INFINITY
+     * masks the key; NaN and values above 2^120 (+INFINITY included) are
+     * refused by the run, naming the element. */
+    FXA_MASK_ADD = 2
+} fxa_mask_kind;
+
+/* Element strides of a mask seen as [B, Hq, Sq, Skv]: element (b, h, i, j)
+ * at b*batch + h*head + i*query + j*key. A stride of 0 broadcasts that axis
+ * (a key-padding mask [B, 1, 1, Skv] is {Skv, 0, 0, 1}). Used as given:
+ * >= 0, no preset. */
+typedef struct fxa_mask_strides {
+    int64_t batch;
+    int64_t head;
+    int64_t query;
+    int64_t key;
+} fxa_mask_strides;
+
 typedef struct fxa_attn_desc {
     size_t struct_size; /* sizeof(fxa_attn_desc); 0.1's size (up to block_q) and up */
     int64_t batch;
@@ -235,6 +258,20 @@ typedef struct fxa_attn_desc {
      * largest finite value (about 3.39e38) is FXA_ERR_INVALID_ARG, since
      * outputs would round to Inf. */
     fxa_dtype out_dtype;
+    /* Added in 0.3 (an older, smaller struct gets the defaults: no mask, not
+     * causal). */
+    /* 1: query i attends keys j <= i, PyTorch's is_causal (the mask
+     * tril(ones(Sq, Skv)), aligned top-left also when Sq != Skv); key tiles
+     * wholly past a block's last query are skipped. 0 (default): off. Not
+     * together with a mask (SDPA refuses both too). */
+    int causal;
+    /* FXA_MASK_NONE (default), FXA_MASK_BOOL or FXA_MASK_ADD: the mask in
+     * fxa_attn_args.mask, with mask_strides. A row whose keys are all
+     * masked gets output 0 and LSE -INFINITY. Blockwise attention
+     * (fxa_attn_acc_*) and libfxattn_mpi refuse masks and causal
+     * (FXA_ERR_UNSUPPORTED). */
+    fxa_mask_kind mask_kind;
+    fxa_mask_strides mask_strides;
 } fxa_attn_desc;
 
 /* Fill *d with defaults: struct_size, BSHD, f32 inputs and output, scale
@@ -288,6 +325,9 @@ typedef struct fxa_attn_args {
     /* Optional per-row diagnostics, [B,Hq,Sq] each: */
     uint8_t *row_fallback; /* 1 where the row ran online softmax */
     float *row_bound;      /* ceil(U_i), the bound in base-2 units (auto mode) */
+    /* Added in 0.3: the mask of fxa_attn_desc.mask_kind (uint8_t or float,
+     * with its mask_strides), read only; NULL without one. */
+    const void *mask;
 } fxa_attn_args;
 
 /*

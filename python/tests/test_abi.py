@@ -71,6 +71,9 @@ ENUMS = {
     ("_lib", "MODE_ONLINE"): "FXA_MODE_ONLINE",
     ("_lib", "COMPUTE_FP32"): "FXA_COMPUTE_FP32",
     ("_lib", "COMPUTE_BF16"): "FXA_COMPUTE_BF16",
+    ("_lib", "MASK_NONE"): "FXA_MASK_NONE",
+    ("_lib", "MASK_BOOL"): "FXA_MASK_BOOL",
+    ("_lib", "MASK_ADD"): "FXA_MASK_ADD",
     ("_mpilib", "PLACE_HOSTS"): "FXA_MPI_PLACE_HOSTS",
     ("_mpilib", "PLACE_RANKS"): "FXA_MPI_PLACE_RANKS",
     ("_gridlib", "MAX_STEP_RATES"): "FXA_GRID_MAX_STEP_RATES",
@@ -119,7 +122,7 @@ def test_enum_values_match_the_c_headers(tmp_path):
 
 def test_structs_match_the_c_headers(tmp_path):
     structs = mirrored_structs()
-    assert {"fxa_attn_desc", "fxa_attn_args", "fxa_attn_stats", "fxa_ctx_params", "fxa_check_head",
+    assert {"fxa_attn_desc", "fxa_attn_args", "fxa_mask_strides", "fxa_attn_stats", "fxa_ctx_params", "fxa_check_head",
             "fxa_check_desc", "fxa_wan_desc", "fxa_wan_weights", "fxa_mpi_params", "fxa_mpi_stats",
             "fxa_grid_model", "fxa_grid_time", "fxa_grid_link"} <= set(structs)
     body = []

@@ -68,7 +68,7 @@ def test_fp32_matches_fp64(layout, hq, hkv):
 
 def test_lse_and_scale():
     q, k, v = make((1, 50, 3, 16), (1, 90, 3, 16), seed=3)
-    out, lse = fxattn.attention(q, k, v, scale=0.3, return_lse=True)
+    out, lse = fxattn.attention(q, k, v, scale=0.3, return_lse=True, layout="bshd")
     ref, ref_lse = reference(q, k, v, scale=0.3, lse=True)
     assert lse.dtype == np.float32 and lse.shape == (1, 3, 50)
     assert max_err(out, ref, v) < FP32_TOL
@@ -80,14 +80,14 @@ def test_lse_and_scale():
 def test_modes_agree_with_reference(mode, center):
     # Large norms: some rows fail the gate and run online softmax in "auto".
     q, k, v = make((1, 64, 2, 64), (1, 128, 2, 64), seed=5, spread=6.0)
-    out = fxattn.attention(q, k, v, mode=mode, center=center)
+    out = fxattn.attention(q, k, v, mode=mode, center=center, layout="bshd")
     assert max_err(out, reference(q, k, v), v) < FP32_TOL
 
 
 def test_threads_bit_identical():
     q, k, v = make((1, 600, 2, 32), (1, 600, 2, 32), seed=7)
-    a = fxattn.attention(q, k, v, threads=1)
-    b = fxattn.attention(q, k, v, threads=2)
+    a = fxattn.attention(q, k, v, threads=1, layout="bshd")
+    b = fxattn.attention(q, k, v, threads=2, layout="bshd")
     assert a.tobytes() == b.tobytes()
 
 
@@ -97,8 +97,8 @@ def test_strided_views_run_without_copy_and_same_bits():
     qs, ks, vs = q[:, :, ::2], k[:, :, ::2], v[:, :, ::2]
     op = _arrays.operand(qs, "q")
     assert op.ptr == qs.ctypes.data and op.strides == (0, 8 * 32, 64, 1)  # batch 1: stride unused
-    strided = fxattn.attention(qs, ks, vs)
-    dense = fxattn.attention(*(np.ascontiguousarray(t) for t in (qs, ks, vs)))
+    strided = fxattn.attention(qs, ks, vs, layout="bshd")
+    dense = fxattn.attention(*(np.ascontiguousarray(t) for t in (qs, ks, vs)), layout="bshd")
     assert strided.tobytes() == dense.tobytes()
     # A BHSD view of BSHD memory (transpose, no copy) gives the same bits too.
     bhsd = fxattn.attention(*(t.transpose(0, 2, 1, 3) for t in (qs, ks, vs)), layout="bhsd")
@@ -109,7 +109,7 @@ def test_non_unit_last_stride_is_copied_and_right():
     q, k, v = make((1, 20, 2, 64), (1, 30, 2, 64), seed=11)
     qs, ks, vs = q[..., ::2], k[..., ::2], v[..., ::2]
     assert _arrays.operand(qs, "q").ptr != qs.ctypes.data  # a copy: the C API needs dim stride 1
-    out = fxattn.attention(qs, ks, vs)
+    out = fxattn.attention(qs, ks, vs, layout="bshd")
     assert max_err(out, reference(qs, ks, vs), vs) < FP32_TOL
 
 
@@ -117,27 +117,27 @@ def test_broadcast_row_is_not_taken_for_a_preset():
     q, k, v = make((1, 1, 1, 16), (1, 1, 1, 16), seed=12)
     qb = np.broadcast_to(q, (1, 5, 3, 16))  # all strides 0
     kb, vb = np.broadcast_to(k, (1, 7, 3, 16)), np.broadcast_to(v, (1, 7, 3, 16))
-    out = fxattn.attention(qb, kb, vb)
+    out = fxattn.attention(qb, kb, vb, layout="bshd")
     assert max_err(out, reference(qb, kb, vb), vb) < FP32_TOL
 
 
 def test_float16_inputs_and_output():
     q, k, v = make((1, 33, 2, 16), (1, 65, 2, 16), seed=13, dtype=np.float16)
-    out = fxattn.attention(q, k, v)
+    out = fxattn.attention(q, k, v, layout="bshd")
     assert out.dtype == np.float16
     ref = reference(q, k, v)  # of the fp16 values, widened exactly
     assert np.all(np.abs(out - ref) <= 2.0**-11 * np.abs(ref) + FP32_TOL * np.abs(v.astype(float)).max())
-    out32 = fxattn.attention(q, k, v, out_dtype=np.float32)
+    out32 = fxattn.attention(q, k, v, out_dtype=np.float32, layout="bshd")
     assert out32.dtype == np.float32 and max_err(out32, ref, v) < FP32_TOL
 
 
 def test_bfloat16_numpy():
     bf16 = ml_dtypes.bfloat16
     q, k, v = (t.astype(bf16) for t in make((1, 40, 2, 32), (1, 50, 2, 32), seed=14))
-    out = fxattn.attention(q, k, v)
+    out = fxattn.attention(q, k, v, layout="bshd")
     assert out.dtype == bf16
     ref = reference(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32))
-    out32 = fxattn.attention(q, k, v, out_dtype="float32")
+    out32 = fxattn.attention(q, k, v, out_dtype="float32", layout="bshd")
     assert max_err(out32, ref, v.astype(np.float32)) < FP32_TOL
     # The bf16 output is the fp32 output rounded once to nearest even.
     assert out.tobytes() == out32.astype(bf16).tobytes()
@@ -145,7 +145,7 @@ def test_bfloat16_numpy():
 
 def test_bf16_compute_error_budget():
     q, k, v = (t.astype(ml_dtypes.bfloat16) for t in make((1, 64, 2, 64), (1, 256, 2, 64), seed=15))
-    out = fxattn.attention(q, k, v, compute="bf16", out_dtype="float32")
+    out = fxattn.attention(q, k, v, compute="bf16", out_dtype="float32", layout="bshd")
     ref = reference(*(t.astype(np.float32) for t in (q, k, v)))
     # bf16 products and P rounded to bf16: at most about 2^-7 max|v| (docs/numerics.md).
     assert max_err(out, ref, v.astype(np.float32)) < 2.0**-7
@@ -153,11 +153,11 @@ def test_bf16_compute_error_budget():
 
 def test_concurrent_calls_from_threads():
     q, k, v = make((1, 300, 2, 32), (1, 300, 2, 32), seed=16)
-    want = fxattn.attention(q, k, v)
+    want = fxattn.attention(q, k, v, layout="bshd")
     results = [None] * 4
 
     def work(i):
-        results[i] = fxattn.attention(q, k, v)
+        results[i] = fxattn.attention(q, k, v, layout="bshd")
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
     for t in threads:
@@ -169,7 +169,7 @@ def test_concurrent_calls_from_threads():
 
 def test_gil_released_during_the_call():
     q, k, v = make((1, 2048, 8, 64), (1, 2048, 8, 64), seed=17)
-    fxattn.attention(q, k, v, threads=1)  # plan cached; the timed call only runs
+    fxattn.attention(q, k, v, threads=1, layout="bshd")  # plan cached; the timed call only runs
     ticks = [0]
     running = [True]
 
@@ -179,7 +179,7 @@ def test_gil_released_during_the_call():
 
     t = threading.Thread(target=spin)
     t.start()
-    fxattn.attention(q, k, v, threads=1)
+    fxattn.attention(q, k, v, threads=1, layout="bshd")
     running[0] = False
     t.join()
     # With the GIL held for the whole C call the spinning thread would stall
@@ -190,18 +190,18 @@ def test_gil_released_during_the_call():
 @pytest.mark.parametrize(
     "call,message",
     [
-        (lambda q, k, v: fxattn.attention(q * np.nan, k, v), "non-finite"),
-        (lambda q, k, v: fxattn.attention(q[0], k, v), "4-D"),
-        (lambda q, k, v: fxattn.attention(q, k, v[:, :-1]), "must match"),
-        (lambda q, k, v: fxattn.attention(q.astype(np.float16), k, v), "dtypes"),
-        (lambda q, k, v: fxattn.attention(q.astype(np.float64), k, v), "float64"),
-        (lambda q, k, v: fxattn.attention(q[:, :, :3], k, v), "multiple"),
+        (lambda q, k, v: fxattn.attention(q * np.nan, k, v, layout="bshd"), "non-finite"),
+        (lambda q, k, v: fxattn.attention(q[0], k, v, layout="bshd"), "4-D"),
+        (lambda q, k, v: fxattn.attention(q, k, v[:, :-1], layout="bshd"), "must match"),
+        (lambda q, k, v: fxattn.attention(q.astype(np.float16), k, v, layout="bshd"), "dtypes"),
+        (lambda q, k, v: fxattn.attention(q.astype(np.float64), k, v, layout="bshd"), "float64"),
+        (lambda q, k, v: fxattn.attention(q[:, :, :3], k, v, layout="bshd"), "multiple"),
         (lambda q, k, v: fxattn.attention(q, k, v, layout="sbhd"), "layout"),
-        (lambda q, k, v: fxattn.attention(q, k, v, mode="fast"), "mode"),
-        (lambda q, k, v: fxattn.attention(q, k, v, scale=-1.0), "scale"),
-        (lambda q, k, v: fxattn.attention(q, k, v, threads=0), "threads"),
-        (lambda q, k, v: fxattn.attention(q, k, v, compute="bf16"), "bf16"),
-        (lambda q, k, v: fxattn.attention(q, k, v, out_dtype="int8"), "out_dtype"),
+        (lambda q, k, v: fxattn.attention(q, k, v, mode="fast", layout="bshd"), "mode"),
+        (lambda q, k, v: fxattn.attention(q, k, v, scale=-1.0, layout="bshd"), "scale"),
+        (lambda q, k, v: fxattn.attention(q, k, v, threads=0, layout="bshd"), "threads"),
+        (lambda q, k, v: fxattn.attention(q, k, v, compute="bf16", layout="bshd"), "bf16"),
+        (lambda q, k, v: fxattn.attention(q, k, v, out_dtype="int8", layout="bshd"), "out_dtype"),
     ],
 )
 def test_bad_input_raises_value_error_with_message(call, message):
@@ -210,6 +210,12 @@ def test_bad_input_raises_value_error_with_message(call, message):
         call(q, k, v)
     assert isinstance(e.value, fxattn.InvalidArgumentError) and e.value.status == 1
     assert message in str(e.value), str(e.value)
+
+
+def test_layout_is_required():
+    q, k, v = make((1, 8, 4, 16), (1, 8, 4, 16), seed=19)
+    with pytest.raises(TypeError, match="layout"):
+        fxattn.attention(q, k, v)
 
 
 def test_library_version_matches_package():

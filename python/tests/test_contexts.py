@@ -31,9 +31,9 @@ def test_thread_pools_stay_bounded_and_can_be_released():
     fxattn.release_contexts()
     gc.collect()
     base = os_threads()
-    want = fxattn.attention(q, k, v, threads=1)
+    want = fxattn.attention(q, k, v, threads=1, layout="bshd")
     for n in range(1, 25):
-        assert fxattn.attention(q, k, v, threads=n).tobytes() == want.tobytes()
+        assert fxattn.attention(q, k, v, threads=n, layout="bshd").tobytes() == want.tobytes()
         assert os_threads() - base <= 4 * 24
     assert os_threads() - base >= 23  # the last pool is still there
     fxattn.release_contexts()
@@ -47,7 +47,7 @@ def test_a_layer_keeps_its_context_through_a_release():
     y = layer(x, (1, 2, 3))
     fxattn.release_contexts()
     for n in range(4, 10):  # push threads=3 out of the cache
-        fxattn.attention(*data(), threads=n)
+        fxattn.attention(*data(), threads=n, layout="bshd")
     assert layer(x, (1, 2, 3)).tobytes() == y.tobytes()
     fxattn.release_contexts()
 
@@ -55,7 +55,7 @@ def test_a_layer_keeps_its_context_through_a_release():
 def _child(conn):
     q, k, v = data(1)
     layer = _FORK_LAYER
-    conn.send((fxattn.attention(q, k, v, threads=2).tobytes(), layer(_FORK_X, (1, 2, 3)).tobytes()))
+    conn.send((fxattn.attention(q, k, v, threads=2, layout="bshd").tobytes(), layer(_FORK_X, (1, 2, 3)).tobytes()))
     conn.close()
 
 
@@ -73,7 +73,7 @@ def test_forked_child_makes_its_own_contexts():
     by a few fp32 ulps)."""
     global _FORK_LAYER, _FORK_X
     q, k, v = data(1)
-    want = fxattn.attention(q, k, v, threads=2).tobytes()
+    want = fxattn.attention(q, k, v, threads=2, layout="bshd").tobytes()
     _FORK_LAYER = fw.WanSelfAttention.synthetic(16, 2, seed=1, threads=2)
     _FORK_X = fw.synth(2, 6 * 16).reshape(6, 16)
     want_y = _FORK_LAYER(_FORK_X, (1, 2, 3)).tobytes()
@@ -94,7 +94,7 @@ def test_forked_child_makes_its_own_contexts():
     assert np.abs(y_got - y_want).max() <= 2.0**-16 * np.abs(y_want).max()
     assert p.exitcode == 0
     # the parent's pools still work
-    assert fxattn.attention(q, k, v, threads=2).tobytes() == want
+    assert fxattn.attention(q, k, v, threads=2, layout="bshd").tobytes() == want
 
 
 def test_import_diffusers_does_not_initialise_mpi():

@@ -29,11 +29,11 @@ def test_other_byte_order_gives_the_same_bits(dtype):
     q, k, v = (t.astype(dtype) for t in data())
     qs, ks, vs = (swapped(t) for t in (q, k, v))
     assert not qs.dtype.isnative and np.array_equal(qs.astype(np.float32), q.astype(np.float32))
-    want, want_lse = fxattn.attention(q, k, v, return_lse=True, out_dtype="float32", threads=1)
-    got, got_lse = fxattn.attention(qs, ks, vs, return_lse=True, out_dtype="float32", threads=1)
+    want, want_lse = fxattn.attention(q, k, v, return_lse=True, out_dtype="float32", threads=1, layout="bshd")
+    got, got_lse = fxattn.attention(qs, ks, vs, return_lse=True, out_dtype="float32", threads=1, layout="bshd")
     assert got.tobytes() == want.tobytes() and got_lse.tobytes() == want_lse.tobytes()
     # one operand swapped, the others native
-    assert fxattn.attention(q, ks, v, out_dtype="float32", threads=1).tobytes() == want.tobytes()
+    assert fxattn.attention(q, ks, v, out_dtype="float32", threads=1, layout="bshd").tobytes() == want.tobytes()
 
 
 def test_check_reads_other_byte_order():
@@ -46,7 +46,7 @@ def test_check_reads_other_byte_order():
 def test_non_native_out_dtype_is_refused():
     q, k, v = data()
     with pytest.raises(fxattn.InvalidArgumentError, match="out_dtype"):
-        fxattn.attention(q, k, v, out_dtype=np.dtype(np.float32).newbyteorder("S"))
+        fxattn.attention(q, k, v, out_dtype=np.dtype(np.float32).newbyteorder("S"), layout="bshd")
 
 
 def test_wan_layer_and_weights_read_other_byte_order():
@@ -73,9 +73,9 @@ def test_center_takes_a_bool_not_a_string():
     q, k, v = data()
     for bad in ("off", "False", None, 2, 0.0):
         with pytest.raises(fxattn.InvalidArgumentError, match="center must be True or False"):
-            fxattn.attention(q, k, v, center=bad)
-    off = fxattn.attention(q, k, v, center=np.bool_(False), threads=1)
-    assert off.tobytes() == fxattn.attention(q, k, v, center=False, threads=1).tobytes()
+            fxattn.attention(q, k, v, center=bad, layout="bshd")
+    off = fxattn.attention(q, k, v, center=np.bool_(False), threads=1, layout="bshd")
+    assert off.tobytes() == fxattn.attention(q, k, v, center=False, threads=1, layout="bshd").tobytes()
 
 
 def test_integers_out_of_range_are_refused_not_wrapped():
@@ -98,7 +98,7 @@ def test_integers_out_of_range_are_refused_not_wrapped():
             fw.synth(bad, 4)
     for bad in (2**31, 0, -1, 1.5, "2", True):
         with pytest.raises(fxattn.InvalidArgumentError, match="threads"):
-            fxattn.attention(q, k, v, threads=bad)
+            fxattn.attention(q, k, v, threads=bad, layout="bshd")
     for flag in ("fp8", "rope_half"):
         with pytest.raises(fxattn.InvalidArgumentError, match=flag):
             fw.WanSelfAttention.load("/nonexistent.safetensors", **{flag: "no"})
@@ -131,12 +131,12 @@ def test_complex_and_non_numeric_weights_are_refused():
 
 def test_scale_takes_numpy_and_0d_reals():
     q, k, v = data()
-    want = fxattn.attention(q, k, v, scale=0.5, threads=1)
+    want = fxattn.attention(q, k, v, scale=0.5, threads=1, layout="bshd")
     for s in (np.float32(0.5), np.float64(0.5), np.array(0.5), np.array(0.5, np.float16)):
-        assert fxattn.attention(q, k, v, scale=s, threads=1).tobytes() == want.tobytes()
+        assert fxattn.attention(q, k, v, scale=s, threads=1, layout="bshd").tobytes() == want.tobytes()
     for bad in (0.0, -1.0, float("inf"), float("nan"), "0.5", np.array([0.5]), True, 1 + 0j):
         with pytest.raises(fxattn.InvalidArgumentError, match="scale must be a positive finite number"):
-            fxattn.attention(q, k, v, scale=bad)
+            fxattn.attention(q, k, v, scale=bad, layout="bshd")
 
 
 def test_choices_refuse_unhashable_values():
@@ -163,8 +163,8 @@ def test_float16_output_overflow_is_refused():
     q, k, v = data()
     v = v * np.float32(1e5)  # outputs up to ~1e5, beyond float16's 65504
     with pytest.raises(fxattn.InvalidArgumentError, match="65504"):
-        fxattn.attention(q, k, v, out_dtype="float16", threads=1)
-    small = fxattn.attention(q, k, v / np.float32(1e3), out_dtype="float16", threads=1)
+        fxattn.attention(q, k, v, out_dtype="float16", threads=1, layout="bshd")
+    small = fxattn.attention(q, k, v / np.float32(1e3), out_dtype="float16", threads=1, layout="bshd")
     assert small.dtype == np.float16 and np.isfinite(small).all()
 
 
@@ -173,12 +173,12 @@ def test_torch_float16_overflow_and_mixed_kinds():
 
     q, k, v = (torch.from_numpy(t) for t in data())
     with pytest.raises(fxattn.InvalidArgumentError, match="65504"):
-        fxattn.attention(q, k, v * 1e5, out_dtype=torch.float16, threads=1)
+        fxattn.attention(q, k, v * 1e5, out_dtype=torch.float16, threads=1, layout="bshd")
     with pytest.raises(fxattn.InvalidArgumentError, match="65504"):
-        fxattn.attention(q, k, v * 1e5, out_dtype="float16", threads=1)
-    assert fxattn.attention(q, k, v, out_dtype="float16", threads=1).dtype == torch.float16
+        fxattn.attention(q, k, v * 1e5, out_dtype="float16", threads=1, layout="bshd")
+    assert fxattn.attention(q, k, v, out_dtype="float16", threads=1, layout="bshd").dtype == torch.float16
     for mixed in ((q, k.numpy(), v), (q.numpy(), k, v.numpy())):
         with pytest.raises(fxattn.InvalidArgumentError, match="all torch tensors or all numpy arrays"):
-            fxattn.attention(*mixed)
+            fxattn.attention(*mixed, layout="bshd")
         with pytest.raises(fxattn.InvalidArgumentError, match="all torch tensors or all numpy arrays"):
             fxattn.check(*mixed)

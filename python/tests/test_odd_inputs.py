@@ -50,8 +50,8 @@ def layer_and_x():
 
 def test_lazily_negated_tensors_are_read_by_value():
     q, k, v = data()
-    want = fxattn.attention(q, k, v, threads=1)
-    assert torch.equal(fxattn.attention(neg_view(q), k, neg_view(v), threads=1), want)
+    want = fxattn.attention(q, k, v, threads=1, layout="bshd")
+    assert torch.equal(fxattn.attention(neg_view(q), k, neg_view(v), threads=1, layout="bshd"), want)
     assert fxattn.check(neg_view(q), k, v, threads=1).to_dict() == fxattn.check(q, k, v, threads=1).to_dict()
     layer, x = layer_and_x()
     x = torch.from_numpy(x)
@@ -64,9 +64,9 @@ def test_tensors_on_mixed_devices_are_refused():
     q, k, v = data()
     for args in ((q, k.to("meta"), v), (q, k, v.to("meta")), (q.to("meta"), k, v)):
         with pytest.raises(fxattn.InvalidArgumentError, match="one device"):
-            fxattn.attention(*args)
+            fxattn.attention(*args, layout="bshd")
     # all on meta: shapes only, as torch's own operators do
-    out = fxattn.attention(q.to("meta"), k.to("meta"), v.to("meta"))
+    out = fxattn.attention(q.to("meta"), k.to("meta"), v.to("meta"), layout="bshd")
     assert out.device.type == "meta" and out.shape == q.shape
 
 
@@ -79,7 +79,7 @@ def test_tensors_that_are_not_dense_are_refused():
     }
     for kind, t in odd.items():
         with pytest.raises(fxattn.InvalidArgumentError, match="dense"):
-            fxattn.attention(t, k, v)
+            fxattn.attention(t, k, v, layout="bshd")
     with pytest.raises(fxattn.InvalidArgumentError, match="dense"):
         fxattn.check(q.to_sparse(), k)
     layer, x = layer_and_x()
@@ -97,7 +97,7 @@ def test_operator_called_directly_checks_its_options():
     with pytest.raises(fxattn.InvalidArgumentError, match="scale"):
         op(q, k, v, -1.0, "bshd", "auto", True, "fp32", False, "", 1)
     out, _ = op(q, k, v, 0.0, "bshd", "auto", True, "fp32", False, "", 1)
-    assert torch.equal(out, fxattn.attention(q, k, v, threads=1))
+    assert torch.equal(out, fxattn.attention(q, k, v, threads=1, layout="bshd"))
 
 
 # ---- numpy arrays and Python numbers ---------------------------------------------
@@ -107,10 +107,10 @@ def test_masked_entries_are_refused_not_read():
     q, k, v = (t.numpy() for t in data())
     masked = np.ma.masked_array(q, mask=np.zeros(q.shape, bool))
     # nothing masked: the values are the data
-    assert np.array_equal(fxattn.attention(masked, k, v, threads=1), fxattn.attention(q, k, v, threads=1))
+    assert np.array_equal(fxattn.attention(masked, k, v, threads=1, layout="bshd"), fxattn.attention(q, k, v, threads=1, layout="bshd"))
     masked[0, 3, 1, 2] = np.ma.masked
     with pytest.raises(fxattn.InvalidArgumentError, match="masked"):
-        fxattn.attention(masked, k, v)
+        fxattn.attention(masked, k, v, layout="bshd")
     with pytest.raises(fxattn.InvalidArgumentError, match="masked"):
         fxattn.check(q, k, masked)
     layer, x = layer_and_x()
@@ -121,8 +121,8 @@ def test_masked_entries_are_refused_not_read():
 def test_return_lse_takes_a_bool():
     q, k, v = data()
     with pytest.raises(fxattn.InvalidArgumentError, match="return_lse"):
-        fxattn.attention(q, k, v, return_lse="no")
-    out, lse = fxattn.attention(q, k, v, return_lse=np.bool_(True), threads=1)
+        fxattn.attention(q, k, v, return_lse="no", layout="bshd")
+    out, lse = fxattn.attention(q, k, v, return_lse=np.bool_(True), threads=1, layout="bshd")
     assert lse.shape == (1, 2, 24)
 
 
@@ -130,10 +130,10 @@ def test_numbers_beyond_double_range_get_the_package_error():
     q, k, v = data()
     for scale in (10**400, -(10**400)):
         with pytest.raises(fxattn.InvalidArgumentError, match="scale must be a positive finite number"):
-            fxattn.attention(q, k, v, scale=scale)
+            fxattn.attention(q, k, v, scale=scale, layout="bshd")
     # an int too long for repr (over 4300 digits) still gets a message
     with pytest.raises(fxattn.InvalidArgumentError, match="threads = <int too large to print> is out of range"):
-        fxattn.attention(q, k, v, threads=10**5000)
+        fxattn.attention(q, k, v, threads=10**5000, layout="bshd")
     with pytest.raises(fxattn.InvalidArgumentError, match="heads = "):
         fw.WanSelfAttention.synthetic(HIDDEN, 10**5000)
     with pytest.raises(fxattn.InvalidArgumentError, match="exceed the addressable size"):

@@ -129,6 +129,11 @@ static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
 {
     if (!acc_out)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_acc_create");
+    if (fxa_attn_masked(plan))
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
+                            "blockwise attention (fxa_attn_acc_*) takes no mask and no causal: "
+                            "the plan has %s",
+                            plan->d.causal ? "causal set" : "a mask");
     const fxa_attn_plan *p = plan;
     const size_t n_rows = (size_t)(p->d.batch * p->d.heads_q * p->d.seq_q);
     const size_t dim = (size_t)p->d.head_dim;
@@ -500,7 +505,7 @@ static void add_item(void *arg, int64_t wave_item, int thread_id)
                                        job->batch * p->d.heads_kv + (h0 + slot) / p->group;
             fxa_rows_run_tile(p, hb, &rows, n, (const float *)(acc->ws + p->ws_packed_k) + at,
                               (const float *)(acc->ws + p->ws_packed_v) + at, n_kv, s->scores,
-                              s->p16);
+                              s->p16, NULL);
         }
     }
 }

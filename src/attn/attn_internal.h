@@ -56,6 +56,9 @@ typedef struct fxa_thread_scratch {
     float *scores;    /* [block_q][kv_tile] */
     uint16_t *q16;    /* [hpt][block_q][2 d_pairs]: bf16 compute only */
     uint16_t *p16;    /* [block_q][kv_tile]: bf16 compute only */
+    /* Masks and causal only (NULL otherwise): */
+    float *bias_max; /* [hpt][block_q]: each row's largest finite bias, base 2 */
+    float *bias;     /* [block_q][kv_tile]: one tile's bias (fxa_attn_tile.bias) */
     int64_t fallback_rows;
     double max_bound;
 } fxa_thread_scratch;
@@ -78,8 +81,9 @@ struct fxa_attn_plan {
     int64_t q_extent;
     int64_t kv_extent[2]; /* K, V (whole seq_kv) */
     int64_t o_extent;
-    size_t in_elem;  /* bytes per element of Q, K, V */
-    size_t out_elem; /* bytes per element of O */
+    size_t mask_bytes; /* the mask's span (0 without one) */
+    size_t in_elem;    /* bytes per element of Q, K, V */
+    size_t out_elem;   /* bytes per element of O */
     size_t kv_tile;
     size_t kt_panel; /* keys per K^T panel (the kernels'; divides kv_tile) */
     int64_t n_kv_tiles;
@@ -124,6 +128,16 @@ struct fxa_attn_plan {
 /* The caller's descriptor d as the current fxa_attn_desc (plan.c): the defaults of
  * fxa_attn_desc_init where d is an older, shorter version; a bad struct_size fails on ctx. */
 fxa_status fxa_attn_desc_in(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_desc *full);
+
+/* 1 when the plan has a mask or is causal. */
+static inline int fxa_attn_masked(const fxa_attn_plan *p)
+{
+    return p->d.causal || p->d.mask_kind != FXA_MASK_NONE;
+}
+
+/* Elements from the mask's pointer to one past its last element
+ * (mask_strides over [B, Hq, Sq, Skv]), or -1 past the addressable range. */
+int64_t fxa_mask_extent(const fxa_attn_desc *d);
 
 /* Point thread t's scratch (at ws + p->ws_threads) at its buffers in workspace ws (the plan's
  * per-thread layout, plan.c), its counters zeroed. */

@@ -25,6 +25,7 @@
 #include "../base/struct_size.h"
 #include "attn_internal.h"
 #include "../kernels/ref/exp2_ref.h"
+#include "mask.h"
 #include "scan.h"
 #include "steps.h"
 #include "base/clock.h"
@@ -56,6 +57,7 @@ static fxa_rows scratch_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s
         .o = s->o + r * (size_t)p->d.head_dim,
         .qk_center = s->qk_center + r,
         .online = s->online + r,
+        .bias_max = s->bias_max ? s->bias_max + r : NULL,
     };
 }
 
@@ -74,6 +76,8 @@ static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, i
     float *bound = s->bound + slot * (size_t)p->d.block_q;
     fxa_load_q(p, job->a->q, q_off, p->q_strides.token, n_rows, (float *)rows.q,
                (uint16_t *)rows.q16);
+    if (rows.bias_max)
+        fxa_mask_row_max(p, job->a->mask, b, h, i0, n_rows, (float *)rows.bias_max);
     const int64_t n_online = fxa_rows_decide(p, hb, kbar, &rows, n_rows, bound);
     if (!report)
         return;
@@ -177,9 +181,16 @@ static void work_item(void *arg, int64_t item, int thread_id)
             const fxa_rows rows = scratch_rows(p, s, (size_t)slot);
             const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) +
                                        b * p->d.heads_kv + (h0 + slot) / p->group;
+            size_t n_use = n_kv;
+            const fxa_tile_use use =
+                fxa_attn_masked(p)
+                    ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows, j0, &n_use, s->bias)
+                    : FXA_TILE_PLAIN;
+            if (use == FXA_TILE_SKIP) /* every term would be an exact 0 */
+                continue;
             fxa_rows_run_tile(p, hb, &rows, n_rows, (const float *)(job->ws + p->ws_packed_k) + at,
-                              (const float *)(job->ws + p->ws_packed_v) + at, n_kv, s->scores,
-                              s->p16);
+                              (const float *)(job->ws + p->ws_packed_v) + at, n_use, s->scores,
+                              s->p16, use == FXA_TILE_BIAS ? s->bias : NULL);
         }
     }
     for (int64_t slot = 0; slot < hpt; slot++) {
@@ -227,6 +238,8 @@ static void merge_item(void *arg, int64_t item, int thread_id)
             float *o = s->o + r * dim;
             for (int64_t sp = 0; sp < p->n_splits; sp++) {
                 const float *part = partial_at(job, sp, row);
+                if (part[1] == 0.0f) /* every key of the split masked: nothing to add */
+                    continue;
                 const float scale = fxa_exp2_shifted_ref(part[0], m);
                 l += scale * part[1];
                 for (size_t c = 0; c < dim; c++)
@@ -291,10 +304,11 @@ static fxa_status check_spans(const fxa_attn_plan *p, const fxa_attn_args *a, vo
                               int bounds_only)
 {
     const size_t rows = (size_t)(p->d.batch * p->d.heads_q * p->d.seq_q);
-    const fxa_span in[3] = {
+    const fxa_span in[4] = {
         {"Q", a->q, (size_t)p->q_extent * p->in_elem},
         {"K", a->k, (size_t)p->kv_extent[0] * p->in_elem},
         {"V", a->v, (size_t)p->kv_extent[1] * p->in_elem},
+        {"mask", p->mask_bytes ? a->mask : NULL, p->mask_bytes},
     };
     const fxa_span out[5] = {
         {"row_fallback", a->row_fallback, rows},
@@ -303,7 +317,7 @@ static fxa_status check_spans(const fxa_attn_plan *p, const fxa_attn_args *a, vo
         {"out", bounds_only ? NULL : a->out, (size_t)p->o_extent * p->out_elem},
         {"lse", bounds_only ? NULL : a->lse, rows * sizeof(float)},
     };
-    return fxa_spans_disjoint(p->ctx, out, 5, in, 3);
+    return fxa_spans_disjoint(p->ctx, out, 5, in, 4);
 }
 
 static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
@@ -328,7 +342,8 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     if (!workspace && plan->ws_total > 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes is missing",
                             plan->ws_total);
-    if ((st = check_spans(plan, args, workspace, bounds_only)) != FXA_OK)
+    if ((st = fxa_mask_check(plan, args->mask)) != FXA_OK ||
+        (st = check_spans(plan, args, workspace, bounds_only)) != FXA_OK)
         return st;
     if (((uintptr_t)workspace % FXA_ALIGN) != 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");

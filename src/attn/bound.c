@@ -30,6 +30,23 @@
  *  Overflow needs no gate: e_ij <= C holds for every row.
  *  The gate is never tighter than the strict one. tests/numerics/
  *  test_attn_gates.c attacks it with rows on both sides of it.
+ *
+ * Masks (fxa_attn_desc.mask_kind, causal) add a bias b_ij to the scores
+ * (base 2; -inf masks a key, whose term is exactly 0: the tiles take the
+ * flush test on every masked row). B_i = max finite b_ij of the row.
+ *  - Boolean masks and causal: every unmasked b_ij = 0, so the unmasked
+ *    terms are those of an unmasked row and the strict gate proves that
+ *    none flushes. The centred gate does not apply (its zero sum runs over
+ *    every key).
+ *  - Additive masks, masked gate: the shift is m_i = ceil(U_i + B_i) - C,
+ *    so e_ij <= C (+ 2^-7 for the rounding of z + b, |B_i| <= 2^16: still
+ *    no overflow). The key j* with b = B_i has z + b >= B_i - U_i, so the
+ *    largest term has e > C - 2 ceil(U_i) - 1 - 2^-7. Terms with smaller
+ *    biases may flush, at most N of them, each < 2^-126: the loss is below
+ *    2^-24 of the row total when 2 ceil(U_i) <= C + 99 - ceil(log2 N), the
+ *    masked gate (FXA_ROW_FIXED_MAY_FLUSH rows). Other rows, and rows with
+ *    |B_i| > 2^16, run online softmax.
+ *  - A row with every key masked has l_i = 0: output 0, LSE -inf.
  */
 #include "fxattn_diag.h"
 #include "bound.h"
@@ -68,6 +85,11 @@ static int floor_half(int64_t w)
 int fxa_fixed_m_gate_strict(int c)
 {
     return floor_half((int64_t)c + 125);
+}
+
+int fxa_fixed_m_gate_masked(int c, int64_t n_keys)
+{
+    return floor_half((int64_t)c + 99 - fxa_ceil_log2_i64(n_keys < 1 ? 1 : n_keys));
 }
 
 int fxa_fixed_m_gate_centered(int c, int64_t n_keys)

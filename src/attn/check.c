@@ -75,6 +75,9 @@ static fxa_status plan_passes(fxa_check_plan *plan, const fxa_attn_desc *attn, s
     fxa_status st = fxa_attn_desc_in(plan->ctx, attn, &full);
     if (st != FXA_OK)
         return st;
+    if (full.causal || full.mask_kind != FXA_MASK_NONE)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
+                            "the check report takes no attention mask and no causal");
     full.mode = FXA_MODE_AUTO;
     full.center = 1;
     size_t ws_c = 0, ws_r = 0;

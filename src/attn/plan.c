@@ -117,6 +117,22 @@ static int strides_nested(const fxa_strides *s, int64_t batch, int64_t heads, in
     return 1;
 }
 
+int64_t fxa_mask_extent(const fxa_attn_desc *d)
+{
+    const int64_t n[4] = {d->batch, d->heads_q, d->seq_q, d->seq_kv};
+    const int64_t st[4] = {d->mask_strides.batch, d->mask_strides.head, d->mask_strides.query,
+                           d->mask_strides.key};
+    const int64_t lim =
+        (int64_t)((SIZE_MAX < (size_t)INT64_MAX ? SIZE_MAX : (size_t)INT64_MAX) / sizeof(float));
+    int64_t ext = 1;
+    for (int i = 0; i < 4; i++) {
+        if (n[i] > 1 && st[i] > (lim - ext) / (n[i] - 1))
+            return -1;
+        ext += (n[i] - 1) * st[i];
+    }
+    return ext;
+}
+
 static size_t dtype_bytes(fxa_dtype t)
 {
     return t == FXA_F32 ? 4 : 2;
@@ -176,6 +192,30 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
     if (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "out_dtype %d is not FXA_F32 or FXA_BF16",
                             (int)d->out_dtype);
+    if (d->causal != 0 && d->causal != 1)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "causal must be 0 or 1, not %d", d->causal);
+    if (d->mask_kind != FXA_MASK_NONE && d->mask_kind != FXA_MASK_BOOL &&
+        d->mask_kind != FXA_MASK_ADD)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "mask_kind %d is not FXA_MASK_NONE, FXA_MASK_BOOL or FXA_MASK_ADD",
+                            (int)d->mask_kind);
+    if (d->causal && d->mask_kind != FXA_MASK_NONE)
+        return fxa_ctx_fail(
+            ctx, FXA_ERR_INVALID_ARG,
+            "causal and a mask together: pass one (as scaled_dot_product_attention "
+            "refuses attn_mask with is_causal; fold the causal part into the mask)");
+    if (d->mask_kind != FXA_MASK_NONE) {
+        const fxa_mask_strides *m = &d->mask_strides;
+        if (m->batch < 0 || m->head < 0 || m->query < 0 || m->key < 0)
+            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                "mask_strides {batch %lld, head %lld, query %lld, key %lld} must "
+                                "not be negative (0 broadcasts an axis)",
+                                (long long)m->batch, (long long)m->head, (long long)m->query,
+                                (long long)m->key);
+        if (fxa_mask_extent(d) < 0)
+            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                "mask_strides reach past the addressable range");
+    }
     const struct {
         const char *name;
         const fxa_attn_strides *s;
@@ -295,8 +335,11 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
                       4 * fxa_align_up(hpt * bq * sizeof(float)) +       /* m, l, center, bound */
                       fxa_align_up(hpt * bq) +                           /* online */
                       fxa_align_up(bq * p->kv_tile * sizeof(float)) +    /* scores */
-                      fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) + /* q16 */
-                      fxa_align_up(bq * p->kv_tile * sizeof(uint16_t));       /* p16 */
+                      fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) +        /* q16 */
+                      fxa_align_up(bq * p->kv_tile * sizeof(uint16_t)) +             /* p16 */
+                      (fxa_attn_masked(p) ? fxa_align_up(hpt * bq * sizeof(float)) + /* bias_max */
+                                                fxa_align_up(bq * p->kv_tile * sizeof(float))
+                                          : 0); /* bias */
     off += (size_t)n_threads * p->thread_bytes;
     return off;
 }
@@ -326,6 +369,10 @@ void fxa_thread_scratch_carve(const fxa_attn_plan *p, unsigned char *ws, int t)
     s->q16 = (uint16_t *)at;
     at += fxa_align_up(rows * (dim + 1) * sizeof(uint16_t));
     s->p16 = (uint16_t *)at;
+    at += fxa_align_up((size_t)p->d.block_q * p->kv_tile * sizeof(uint16_t));
+    s->bias_max = fxa_attn_masked(p) ? (float *)at : NULL;
+    at += fxa_attn_masked(p) ? fxa_align_up(rows * sizeof(float)) : 0;
+    s->bias = fxa_attn_masked(p) ? (float *)at : NULL;
     s->fallback_rows = 0;
     s->max_bound = 0.0;
 }
@@ -381,6 +428,9 @@ static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_pla
         strided_extent(&p->v_strides, d->batch, d->heads_kv, d->seq_kv, d->head_dim, p->in_elem);
     p->o_extent =
         strided_extent(&p->o_strides, d->batch, d->heads_q, d->seq_q, d->head_dim, p->out_elem);
+    p->mask_bytes = d->mask_kind == FXA_MASK_NONE
+                        ? 0
+                        : (size_t)fxa_mask_extent(d) * (d->mask_kind == FXA_MASK_ADD ? 4 : 1);
     /* Tiles stay a multiple of the kernels' K^T panel (itself a multiple
      * of 16 keys, the scores' row stride). */
     p->kt_panel = ctx->kernels->kt_panel;

@@ -163,6 +163,8 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
     double qq_rows[FXA_STATS_ROWS];
     double qk_rows[FXA_STATS_ROWS];
     const size_t ld16 = fxa_q16_stride(p);
+    const int add_mask = p->d.mask_kind == FXA_MASK_ADD;
+    const int gate_masked = fxa_fixed_m_gate_masked(hb->c, p->d.seq_kv);
     for (size_t i = 0; i < n; i++) {
         if (i % FXA_STATS_ROWS == 0) {
             const size_t m = n - i < FXA_STATS_ROWS ? n - i : FXA_STATS_ROWS;
@@ -174,10 +176,23 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
         const double qq = qq_rows[i % FXA_STATS_ROWS];
         const double qk = qk_rows[i % FXA_STATS_ROWS];
         const double qn = p->lambda * sqrt(qq);
-        const double ceil_u = ceil(qn * (hb->radius + hb->eps_radius) + hb->eps_abs);
-        const int strict = auto_mode && ceil_u <= hb->gate_strict;
-        const int fixed = strict || (centred && qn * hb->eps_radius + hb->eps_abs <= 1.0 &&
-                                     ceil_u <= hb->gate_centered);
+        const double u = qn * (hb->radius + hb->eps_radius) + hb->eps_abs;
+        const double ceil_u = ceil(u);
+        /* Masked rows (bound.c): a row with every key masked has only zero terms; a boolean
+         * mask or causal leaves the unmasked scores unbiased (the strict gate); an additive one
+         * raises the shift by the row's largest bias (the masked gate). The centred gate's
+         * zero-sum argument needs every key, so no masked row takes it. */
+        const double bmax = rows->bias_max ? (double)rows->bias_max[i] : 0.0;
+        const int all_masked = bmax == -INFINITY;
+        int strict = auto_mode && ceil_u <= hb->gate_strict;
+        int fixed = strict || (centred && qn * hb->eps_radius + hb->eps_abs <= 1.0 &&
+                               ceil_u <= hb->gate_centered);
+        if (rows->bias_max) {
+            strict = auto_mode && (all_masked || (!add_mask && ceil_u <= hb->gate_strict));
+            fixed = strict || (auto_mode && add_mask && ceil_u <= gate_masked &&
+                               fabs(bmax) <= FXA_BIAS_FIXED_LIMIT);
+        }
+        const double shift_bound = all_masked ? ceil_u : ceil(u + bmax);
         /* Centring serves the bound; a row that falls back is the classic
          * online softmax on raw scores (one rounding fewer per score),
          * unless its raw scores could overflow fp32 while its centred ones
@@ -187,7 +202,7 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
         rows->qk_center[i] =
             (centred && fixed) || rescue ? (float)(hb->kshift ? ldexp(qk, -hb->kshift) : qk) : 0.0f;
         rows->online[i] = strict ? FXA_ROW_FIXED : fixed ? FXA_ROW_FIXED_MAY_FLUSH : FXA_ROW_ONLINE;
-        rows->m[i] = fixed ? (float)(ceil_u - hb->c) : -INFINITY;
+        rows->m[i] = fixed ? (float)(shift_bound - hb->c) : -INFINITY;
         rows->l[i] = 0.0f;
         memset(rows->o + i * dim, 0, dim * sizeof(float));
         bound[i] = (float)ceil_u;
@@ -320,12 +335,14 @@ static fxa_attn_tile_bf16 tile_bf16(const fxa_attn_tile *t, const uint16_t *q16,
         .scores = t->scores,
         .ld_scores = t->ld_scores,
         .p16 = p16,
+        .bias = t->bias,
+        .ld_bias = t->ld_bias,
     };
 }
 
 void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
                        size_t n, const void *kt, const void *vp, size_t n_kv, float *scores,
-                       uint16_t *p16)
+                       uint16_t *p16, const float *bias)
 {
     const size_t dim = (size_t)p->d.head_dim;
     const fxa_attn_tile t = {
@@ -347,6 +364,8 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const f
         .ldo = dim,
         .scores = scores,
         .ld_scores = p->kv_tile,
+        .bias = bias,
+        .ld_bias = p->kv_tile,
     };
     if (p->d.compute == FXA_COMPUTE_BF16) {
         const fxa_attn_tile_bf16 t16 = tile_bf16(&t, rows->q16, fxa_q16_stride(p), kt, vp, p16);
@@ -373,7 +392,9 @@ void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa
             for (size_t c = 0; c < dim; c++)
                 dst[c] = o[c] / l;
         }
-        if (lse) {
+        if (lse && rows->l[i] == 0.0f) {
+            lse[i] = -INFINITY; /* every key masked */
+        } else if (lse) {
             const double log2_sum = (double)rows->m[i] + log2((double)l);
             lse[i] = (float)(log2_sum * 0.6931471805599453 +
                              p->d.scale * ldexp((double)rows->qk_center[i], hb->kshift));

@@ -19,6 +19,9 @@ typedef struct fxa_rows {
     float *o;
     float *qk_center;
     uint8_t *online;
+    /* Masks and causal: each row's largest finite bias (base 2; -INFINITY
+     * when every key is masked). NULL without a mask. */
+    const float *bias_max;
 } fxa_rows;
 
 /* Where consecutive rows of one head of a tensor are: the first's element
@@ -62,7 +65,8 @@ fxa_status fxa_lse_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64
  * outputs would round to Inf. */
 fxa_status fxa_out_range_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64_t n_heads);
 
-/* Decide each row's shift (docs/numerics.md; see attn_run.c for the bound): sets
+/* Decide each row's shift (docs/numerics.md; see attn_run.c for the bound; with
+ * rows->bias_max, the masked rows' gates of bound.c): sets
  * m, l = 0, o = 0, qk_center and the row kind (online: FXA_ROW_FIXED,
  * _FIXED_MAY_FLUSH or _ONLINE) for rows->q[0..n), and bound[i] = ceil(U_i).
  * Returns the number of rows that run online softmax. */
@@ -79,16 +83,17 @@ void fxa_pack_kv_tile(const fxa_attn_plan *p, const void *k_base, fxa_row_at k_a
 
 /* Add one packed kv tile of n_kv keys into n rows of a head whose bound is
  * hb (its lambda_k). scores and p16 are the thread's scratch (sized by the
- * plan). */
+ * plan); bias, when not NULL, the tile's [n][kv_tile] bias (fxa_attn_tile). */
 void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
                        size_t n, const void *kt, const void *vp, size_t n_kv, float *scores,
-                       uint16_t *p16);
+                       uint16_t *p16, const float *bias);
 
-/* Normalise once: out_i = o_i / max(l_i, FLT_MIN), in the plan's out_dtype
+/* Normalise once: out_i = o_i / max(l_i, FLT_MIN) (0 for a row whose keys
+ * are all masked, l_i = 0), in the plan's out_dtype
  * (bf16: that fp32 value rounded once to nearest even), row i at element
  * out_off + i token_stride of out_base, and, when lse is not NULL, lse_i in
  * natural log of the unshifted, uncentred scores (qk_center is in the
- * head's prescaled units, 2^-kshift). */
+ * head's prescaled units, 2^-kshift; -INFINITY where l_i = 0). */
 void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
                      size_t n, void *out_base, int64_t out_off, int64_t token_stride, float *lse);
 

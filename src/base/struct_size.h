@@ -24,7 +24,7 @@
 /* Sizes of the first released version (0.1) of each struct. Each later
  * field starts at or after these, so these bytes never change meaning. */
 #define FXA_CTX_PARAMS_SIZE_0_1 sizeof(fxa_ctx_params)
-#define FXA_ATTN_ARGS_SIZE_0_1 sizeof(fxa_attn_args)
+#define FXA_ATTN_ARGS_SIZE_0_1 offsetof(fxa_attn_args, mask)
 #define FXA_ATTN_DESC_SIZE_0_1 offsetof(fxa_attn_desc, q_strides)
 #define FXA_ATTN_STATS_SIZE_0_1 offsetof(fxa_attn_stats, keys)
 /* (fxa_mpi_stats: fxattn_mpi.h, which this header does not include.) */

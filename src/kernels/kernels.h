@@ -66,6 +66,13 @@
  * sums in increasing j: a kernel may block and vectorise, but a row's result
  * must not depend on its position in the tile (tiles of any n_q give the
  * same bits). No aliasing.
+ *
+ * Bias (attention masks and causal, optional): with bias != NULL, row i's
+ * scores become z_ij + bias[i ld_bias + j] (one fp32 addition, before the row
+ * update), in base-2 units; -INFINITY masks a key: its p is exactly 0. Every
+ * row then takes the flush test, and an online row whose keys so far are all
+ * masked keeps m_i = -INFINITY, l_i = 0, o_i = 0. With bias NULL the scores
+ * are used as they are.
  */
 typedef struct fxa_attn_tile {
     size_t n_q;
@@ -86,6 +93,8 @@ typedef struct fxa_attn_tile {
     size_t ldo;
     float *scores;
     size_t ld_scores;
+    const float *bias; /* [n_q][ld_bias] or NULL */
+    size_t ld_bias;
 } fxa_attn_tile;
 
 typedef void fxa_attn_tile_fn(const fxa_attn_tile *t);
@@ -108,7 +117,8 @@ static inline size_t fxa_kt_offset(size_t kt_panel, size_t d, size_t c, size_t j
  * in fp32 (each bf16 product is exact in fp32), then z = lambda (s - center)
  * and the fixed or online row update of fxa_attn_tile, with one change: p is
  * rounded to bf16 (nearest even) and l sums the rounded values, so that l and
- * P.V see the same weights. P.V sums pairs of keys the same way.
+ * P.V see the same weights. P.V sums pairs of keys the same way. A bias is
+ * added to z as in fxa_attn_tile.
  * p16 is scratch of n_q rows of ld_scores bf16 (pad columns are zeroed).
  */
 typedef struct fxa_attn_tile_bf16 {
@@ -131,6 +141,8 @@ typedef struct fxa_attn_tile_bf16 {
     float *scores;
     size_t ld_scores;
     uint16_t *p16;
+    const float *bias; /* as in fxa_attn_tile: added to z before the row update */
+    size_t ld_bias;
 } fxa_attn_tile_bf16;
 
 typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);

@@ -173,6 +173,11 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
     } else if ((st = fxa_struct_in(&full, sizeof full, d, FXA_ATTN_DESC_SIZE_0_1, "fxa_attn_desc",
                                    msg, sizeof msg)) != FXA_OK) {
         /* msg says why */
+    } else if (full.causal || full.mask_kind != FXA_MASK_NONE) {
+        st = FXA_ERR_UNSUPPORTED;
+        snprintf(msg, sizeof msg,
+                 "libfxattn_mpi takes no attention mask and no causal (mask_kind %d, causal %d)",
+                 (int)full.mask_kind, full.causal);
     } else if (full.out_dtype != FXA_F32 ||
                memcmp(&full.q_strides, &(fxa_attn_strides){0}, sizeof full.q_strides) ||
                memcmp(&full.k_strides, &(fxa_attn_strides){0}, sizeof full.k_strides) ||

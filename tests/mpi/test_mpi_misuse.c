@@ -180,6 +180,14 @@ static void test_plans(fxa_mpi *m)
     t0 = MPI_Wtime();
     st = fxa_mpi_attn_plan_create(m, &d, &plan);
     check_everywhere("one rank has other options", st, fxa_mpi_last_error(m), t0);
+    /* Masks and causal are libfxattn's alone: refused on every rank. */
+    d = base_desc();
+    d.causal = 1;
+    t0 = MPI_Wtime();
+    st = fxa_mpi_attn_plan_create(m, &d, &plan);
+    check_everywhere("causal", st, fxa_mpi_last_error(m), t0);
+    CHECK(st == FXA_ERR_UNSUPPORTED && strstr(fxa_mpi_last_error(m), "no attention mask"),
+          "causal: %d '%s'", (int)st, fxa_mpi_last_error(m));
     CHECK(plan == NULL, "no plan on failure");
 }
 

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/struct_size.h" /* FXA_ATTN_ARGS_SIZE_0_1 */
 #include "fxattn_diag.h"
 #include "testutil.h"
 
@@ -898,7 +899,7 @@ static void test_run_args(fxa_ctx *ctx)
         expect_args_refused(ctx, pl.plan, NULL, pl.ws, &o, bo, "args", what);
 
         a = good;
-        a.struct_size = sizeof a - 1;
+        a.struct_size = FXA_ATTN_ARGS_SIZE_0_1 - 1;
         snprintf(what, sizeof what, "%s with short args.struct_size", fn);
         expect_args_refused(ctx, pl.plan, &a, pl.ws, &o, bo, "args", what);
         a.struct_size = 0;

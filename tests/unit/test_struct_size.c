@@ -4,14 +4,15 @@
  *
  *  - fxa_attn_desc: a 0.1-sized struct (ending at block_q) is accepted, the
  *    bytes past it ignored (filled with garbage here) and the 0.2 fields
- *    defaulted: the output equals the full struct's bit for bit. One byte
+ *    defaulted: the output equals the full struct's bit for bit; likewise a
+ *    0.2-sized one (ending at out_dtype) with the 0.3 mask fields. One byte
  *    short of 0.1, 0 and one byte past sizeof are refused with a message.
  *  - fxa_attn_stats: struct_size 0.1 gets the 0.1 fields and no byte past
  *    them changes (a canary fills the rest of a larger buffer); the full
  *    struct gets keys too; too small or too large is refused before any
  *    output is written (out and the stats buffer stay as they were), for
  *    fxa_attn_run, fxa_attn_bounds and fxa_attn_acc_finish.
- *  - fxa_attn_args and fxa_ctx_params: smaller than 0.1 or larger than now
+ *  - fxa_attn_args (0.1 ends before mask) and fxa_ctx_params: smaller than 0.1 or larger than now
  *    refused with a message naming the struct.
  *  - Every versioned struct at its first version's size, inside a larger
  *    buffer whose bytes past that size are a canary: fxa_ctx_params,
@@ -76,6 +77,15 @@ static void test_desc(void)
     memset(out, 0, sizeof out);
     CHECK(run(buf, out, NULL, 0) == FXA_OK, "0.1 desc: %s", fxa_ctx_last_error(g_ctx));
     CHECK(memcmp(ref, out, sizeof out) == 0, "0.1 desc: output differs from the full desc's");
+    /* A 0.2 caller: its struct ends at out_dtype; the 0.3 mask fields (garbage past it) take
+     * their defaults, no mask and not causal. */
+    const size_t v02 = offsetof(fxa_attn_desc, causal);
+    memset(buf, 0xa5, sizeof buf);
+    memcpy(buf, &d, v02);
+    memcpy(buf, &v02, sizeof v02);
+    memset(out, 0, sizeof out);
+    CHECK(run(buf, out, NULL, 0) == FXA_OK, "0.2 desc: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(memcmp(ref, out, sizeof out) == 0, "0.2 desc: output differs from the full desc's");
     const size_t bad[3] = {old - 1, 0, sizeof(fxa_attn_desc) + 1};
     for (int i = 0; i < 3; i++) {
         fxa_attn_desc e = d;
@@ -177,7 +187,7 @@ static void test_args_and_params(void)
     size_t ws_bytes = 0;
     CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws_bytes) == FXA_OK, "plan");
     void *ws = ws_bytes ? aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63) : NULL;
-    const size_t bad[3] = {sizeof(fxa_attn_args) - 1, 0, sizeof(fxa_attn_args) + 1};
+    const size_t bad[3] = {FXA_ATTN_ARGS_SIZE_0_1 - 1, 0, sizeof(fxa_attn_args) + 1};
     for (int i = 0; i < 3; i++) {
         fxa_attn_args a = {.struct_size = bad[i], .q = g_q, .k = g_k, .v = g_v, .out = out};
         CHECK(fxa_attn_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG,

@@ -3,6 +3,8 @@
 Python bindings of the C libraries (ctypes; no second implementation):
 
     fxattn.attention(q, k, v, ...)   numpy arrays or torch tensors
+    fxattn.scaled_dot_product_attention(query, key, value, ...)
+                                     torch's SDPA call (masks, causal, GQA) on fxattn
     fxattn.check(q, k, v)            does the fixed-max bound suit these inputs?
     fxattn.wan                       the Wan2.2 self-attention layer
     fxattn.diffusers                 an attention processor for diffusers' Wan
@@ -25,6 +27,7 @@ from ._lib import (
 )
 from ._lib import core as _core
 from ._attention import attention
+from ._sdpa import scaled_dot_product_attention
 from ._check import CheckReport, check
 
 #: The C library's version (the same as __version__ in a consistent install).
@@ -89,6 +92,7 @@ __all__ = [
     "UnsupportedError",
     "CheckReport",
     "attention",
+    "scaled_dot_product_attention",
     "check",
     "available_cpus",
     "kernel_info",

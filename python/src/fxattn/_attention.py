@@ -11,8 +11,8 @@ def attention(
     k,
     v,
     *,
+    layout,
     scale=None,
-    layout="bshd",
     mode="auto",
     center=True,
     compute="fp32",
@@ -22,6 +22,9 @@ def attention(
 ):
     """Exact softmax attention softmax(scale q k^T) v, with fixed-max shifts.
 
+    layout (required, keyword): "bshd" (q [B, Sq, Hq, D], diffusers') or
+    "bhsd" (q [B, Hq, Sq, D], torch SDPA's; fxattn.scaled_dot_product_attention
+    takes SDPA's call as it is).
     q: [B, Sq, Hq, D] (layout "bshd") or [B, Hq, Sq, D] ("bhsd"); k, v:
     [B, Skv, Hkv, D] or [B, Hkv, Skv, D], Hq a multiple of Hkv (GQA/MQA).
     numpy arrays or CPU torch tensors of float32, bfloat16 or float16, all

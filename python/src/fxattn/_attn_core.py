@@ -84,8 +84,22 @@ def _broadcast_safe(op: _arrays.Operand, layout: str) -> _arrays.Operand:
     return op
 
 
-def descriptor(q, k, v, opts: Options, out_code: int) -> _lib.AttnDesc:
-    """The fxa_attn_desc of operands q, k, v (from operands()) with options opts."""
+@dataclass
+class Mask:
+    """An attention mask as the C API reads it: kind (_lib.MASK_BOOL, uint8
+    nonzero = attend; _lib.MASK_ADD, float32), the element strides of its
+    [B, Hq, Sq, Skv] view (0 broadcasts), its address and the object kept
+    alive."""
+
+    kind: int
+    strides: tuple
+    ptr: int
+    obj: object
+
+
+def descriptor(q, k, v, opts: Options, out_code: int, mask: Mask | None = None, causal: bool = False) -> _lib.AttnDesc:
+    """The fxa_attn_desc of operands q, k, v (from operands()) with options
+    opts, a mask and causal."""
     b, sq, hq, dim = _shapes(opts.layout, q.shape)
     _, skv, hkv, _ = _shapes(opts.layout, k.shape)
     d = _lib.AttnDesc()
@@ -101,6 +115,10 @@ def descriptor(q, k, v, opts: Options, out_code: int) -> _lib.AttnDesc:
     d.k_strides = _strides(opts.layout, k.strides)
     d.v_strides = _strides(opts.layout, v.strides)
     d.out_dtype = _lib.BF16 if out_code == _lib.BF16 else _lib.F32
+    d.causal = int(causal)
+    if mask is not None:
+        d.mask_kind = mask.kind
+        d.mask_strides = _lib.MaskStrides(*mask.strides)
     return d
 
 
@@ -113,15 +131,18 @@ def operands(q, k, v, layout: str):
     return tuple(_broadcast_safe(op, layout) for op in ops)
 
 
-def run(q, k, v, opts: Options, out_code: int, out_ptr: int, lse_ptr: int | None) -> None:
+def run(
+    q, k, v, opts: Options, out_code: int, out_ptr: int, lse_ptr: int | None, mask: Mask | None = None, causal: bool = False
+) -> None:
     """fxa_attn_run on operands into caller memory: out (contiguous, q's shape,
-    fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 or None."""
-    d = descriptor(q, k, v, opts, out_code)
+    fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 or None; an optional
+    mask and causal."""
+    d = descriptor(q, k, v, opts, out_code, mask, causal)
     ctx = context(opts.threads)
     with ctx.lock:
         plan = ctx.plan(d)
         ws = ctx.workspace(plan.workspace_bytes)
-        args = _lib.new(_lib.AttnArgs, q=q.ptr, k=k.ptr, v=v.ptr, out=out_ptr, lse=lse_ptr)
+        args = _lib.new(_lib.AttnArgs, q=q.ptr, k=k.ptr, v=v.ptr, out=out_ptr, lse=lse_ptr, mask=mask.ptr if mask else None)
         status = core.fxa_attn_run(plan.handle, ctypes.byref(args), ws, None)
         _lib.raise_status(status, ctx.last_error())
 
@@ -139,8 +160,9 @@ def numpy_bf16():
     return ml_dtypes.bfloat16
 
 
-def attention_numpy(q, k, v, opts: Options, return_lse: bool, out_dtype):
-    """fxattn.attention's numpy path (options already checked)."""
+def attention_numpy(q, k, v, opts: Options, return_lse: bool, out_dtype, mask: Mask | None = None, causal: bool = False):
+    """fxattn.attention's numpy path (options already checked), with an
+    optional mask and causal (fxattn.scaled_dot_product_attention)."""
     qo, ko, vo = operands(q, k, v, opts.layout)
     out_code = qo.dtype if out_dtype is None else _arrays.dtype_code(out_dtype)
     if out_code == _lib.BF16:
@@ -149,7 +171,7 @@ def attention_numpy(q, k, v, opts: Options, return_lse: bool, out_dtype):
     else:
         out = np.empty(qo.shape, np.float32)
     lse = np.empty(lse_shape(opts.layout, qo.shape), np.float32) if return_lse else None
-    run(qo, ko, vo, opts, out_code, out.ctypes.data, lse.ctypes.data if return_lse else None)
+    run(qo, ko, vo, opts, out_code, out.ctypes.data, lse.ctypes.data if return_lse else None, mask, causal)
     if out_code == _lib.F16:
         out = _arrays.to_float16(out)
     return (out, lse) if return_lse else out

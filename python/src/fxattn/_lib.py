@@ -85,6 +85,7 @@ F32, BF16, F16 = 0, 1, 2
 LAYOUT_BSHD, LAYOUT_BHSD = 0, 1
 MODE_AUTO, MODE_ONLINE = 0, 1
 COMPUTE_FP32, COMPUTE_BF16 = 0, 1
+MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
 
 # ---- structs ------------------------------------------------------------------
 
@@ -97,6 +98,11 @@ class CtxParams(ctypes.Structure):
 class AttnStrides(ctypes.Structure):
     _c_name_ = "fxa_attn_strides"
     _fields_ = [("batch", c_int64), ("token", c_int64), ("head", c_int64)]
+
+
+class MaskStrides(ctypes.Structure):
+    _c_name_ = "fxa_mask_strides"
+    _fields_ = [("batch", c_int64), ("head", c_int64), ("query", c_int64), ("key", c_int64)]
 
 
 class AttnDesc(ctypes.Structure):
@@ -122,6 +128,9 @@ class AttnDesc(ctypes.Structure):
         ("v_strides", AttnStrides),
         ("o_strides", AttnStrides),
         ("out_dtype", c_int),
+        ("causal", c_int),
+        ("mask_kind", c_int),
+        ("mask_strides", MaskStrides),
     ]
 
 
@@ -152,6 +161,7 @@ class AttnArgs(ctypes.Structure):
         ("lse", c_void_p),
         ("row_fallback", c_void_p),
         ("row_bound", c_void_p),
+        ("mask", c_void_p),
     ]
 
 

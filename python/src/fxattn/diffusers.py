@@ -1,5 +1,4 @@
 """fxattn.diffusers: an attention processor for diffusers' Wan transformers.
-
     from fxattn.diffusers import WanAttnProcessor
     transformer.set_attn_processor(WanAttnProcessor())
 
@@ -18,13 +17,20 @@ import weakref
 
 import numpy as np
 import torch
-from diffusers.models.transformers.transformer_wan import WanAttention, _get_added_kv_projections
 
 import fxattn as _fx
 
-from . import _wanlib
-from . import wan as _wan
-from ._wan_qkv import heads_qkv
+# The "fxattn" attention backend, registered before any diffusers model
+# module is imported: diffusers reads DIFFUSERS_ATTN_BACKEND=fxattn then.
+from ._diffusers_backend import register as _register_backend
+
+_register_backend()
+
+from diffusers.models.transformers.transformer_wan import WanAttention, _get_added_kv_projections  # noqa: E402
+
+from . import _wanlib  # noqa: E402
+from . import wan as _wan  # noqa: E402
+from ._wan_qkv import heads_qkv  # noqa: E402
 
 __all__ = ["WanAttnProcessor", "rope_grid"]
 
@@ -317,10 +323,10 @@ class WanAttnProcessor:
             key_img = attn.norm_added_k(key_img)
             key_img = key_img.unflatten(2, (attn.heads, -1))
             value_img = value_img.unflatten(2, (attn.heads, -1))
-            hidden_states_img = _fx.attention(query, key_img, value_img, threads=self.threads)
+            hidden_states_img = _fx.attention(query, key_img, value_img, threads=self.threads, layout="bshd")
             hidden_states_img = hidden_states_img.flatten(2, 3).type_as(query)
 
-        hidden_states = _fx.attention(query, key, value, threads=self.threads)
+        hidden_states = _fx.attention(query, key, value, threads=self.threads, layout="bshd")
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         if hidden_states_img is not None:
             hidden_states = hidden_states + hidden_states_img

@@ -19,4 +19,10 @@ static void row_scale(float *o, size_t d, float a)
         o[c] *= a;
 }
 
+static void row_add(float *z, const float *b, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        z[j] += b[j];
+}
+
 #endif

@@ -53,4 +53,16 @@ static void row_scale(float *o, size_t d, float a)
     }
 }
 
+static void row_add(float *z, const float *b, size_t n)
+{
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(z + j, _mm256_add_ps(_mm256_loadu_ps(z + j), _mm256_loadu_ps(b + j)));
+    if (j < n) {
+        const __m256i k = tail_mask((ptrdiff_t)(n - j));
+        _mm256_maskstore_ps(
+            z + j, k, _mm256_add_ps(_mm256_maskload_ps(z + j, k), _mm256_maskload_ps(b + j, k)));
+    }
+}
+
 #endif

@@ -47,4 +47,15 @@ static inline void row_scale(float *o, size_t d, float a)
     }
 }
 
+/* z[0..n) += b[0..n). */
+static inline void row_add(float *z, const float *b, size_t n)
+{
+    for (size_t j = 0; j < n; j += 16) {
+        const __mmask16 k = fxa_tail_mask16((ptrdiff_t)(n - j));
+        _mm512_mask_storeu_ps(
+            z + j, k,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(k, z + j), _mm512_maskz_loadu_ps(k, b + j)));
+    }
+}
+
 #endif

@@ -1,0 +1,102 @@
+/* Masks and causal as biases of the base-2 scores (see mask.h). */
+#include "mask.h"
+
+#include <math.h>
+
+#define LOG2E 1.4426950408889634
+
+/* Element offset of mask element (b, h, i, j). */
+static int64_t mask_at(const fxa_attn_plan *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    const fxa_mask_strides *s = &p->d.mask_strides;
+    return b * s->batch + h * s->head + i * s->query + j * s->key;
+}
+
+/* Element (at) as a base-2 bias. */
+static float bias_of(const fxa_attn_plan *p, const void *mask, int64_t at)
+{
+    if (p->d.mask_kind == FXA_MASK_BOOL)
+        return ((const uint8_t *)mask)[at] ? 0.0f : -INFINITY;
+    return (float)((double)((const float *)mask)[at] * LOG2E);
+}
+
+fxa_status fxa_mask_check(const fxa_attn_plan *p, const void *mask)
+{
+    if (p->d.mask_kind == FXA_MASK_NONE)
+        return FXA_OK;
+    if (!mask)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                            "the plan has a %s mask but args->mask is NULL",
+                            p->d.mask_kind == FXA_MASK_BOOL ? "boolean" : "additive");
+    if (p->d.mask_kind != FXA_MASK_ADD)
+        return FXA_OK;
+    const fxa_mask_strides *s = &p->d.mask_strides;
+    /* Each distinct element once: a broadcast (stride 0) axis has one index. */
+    const int64_t nb = s->batch ? p->d.batch : 1, nh = s->head ? p->d.heads_q : 1;
+    const int64_t ni = s->query ? p->d.seq_q : 1, nj = s->key ? p->d.seq_kv : 1;
+    const float *m = mask;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = 0; i < ni; i++)
+                for (int64_t j = 0; j < nj; j++) {
+                    const float x = m[mask_at(p, b, h, i, j)];
+                    if (isnan(x) || x > FXA_MASK_ADD_MAX)
+                        return fxa_ctx_fail(
+                            p->ctx, FXA_ERR_INVALID_ARG,
+                            "the additive mask holds %g at batch %lld, head %lld, query %lld, "
+                            "key %lld: its values must be numbers up to 2^120 (-inf masks a key)",
+                            (double)x, (long long)b, (long long)h, (long long)i, (long long)j);
+                }
+    return FXA_OK;
+}
+
+void fxa_mask_row_max(const fxa_attn_plan *p, const void *mask, int64_t b, int64_t h, int64_t i0,
+                      size_t n, float *out)
+{
+    for (size_t r = 0; r < n; r++) {
+        float mx = -INFINITY;
+        if (p->d.causal) {
+            mx = 0.0f; /* key 0 takes part in every row */
+        } else {
+            const int64_t at = mask_at(p, b, h, i0 + (int64_t)r, 0);
+            for (int64_t j = 0; j < p->d.seq_kv; j++) {
+                const float x = bias_of(p, mask, at + j * p->d.mask_strides.key);
+                mx = x > mx ? x : mx;
+            }
+        }
+        out[r] = mx;
+    }
+}
+
+fxa_tile_use fxa_mask_tile(const fxa_attn_plan *p, const void *mask, int64_t b, int64_t h,
+                           int64_t i0, size_t n, int64_t j0, size_t *n_kv_io, float *bias)
+{
+    const size_t ld = p->kv_tile;
+    size_t n_kv = *n_kv_io;
+    if (p->d.causal) { /* row i attends keys j <= i */
+        if (j0 > i0 + (int64_t)n - 1)
+            return FXA_TILE_SKIP;
+        if (j0 + (int64_t)n_kv - 1 <= i0)
+            return FXA_TILE_PLAIN;
+        if ((int64_t)n_kv > i0 + (int64_t)n - j0) /* keys past the last query */
+            *n_kv_io = n_kv = (size_t)(i0 + (int64_t)n - j0);
+        for (size_t r = 0; r < n; r++)
+            for (size_t j = 0; j < n_kv; j++)
+                bias[r * ld + j] = j0 + (int64_t)j <= i0 + (int64_t)r ? 0.0f : -INFINITY;
+        return FXA_TILE_BIAS;
+    }
+    size_t n_masked = 0;
+    int biased = 0;
+    for (size_t r = 0; r < n; r++) {
+        const int64_t at = mask_at(p, b, h, i0 + (int64_t)r, j0);
+        for (size_t j = 0; j < n_kv; j++) {
+            const float x = bias_of(p, mask, at + (int64_t)j * p->d.mask_strides.key);
+            bias[r * ld + j] = x;
+            n_masked += x == -INFINITY;
+            biased |= x != 0.0f;
+        }
+    }
+    if (n_masked == n * n_kv)
+        return FXA_TILE_SKIP;
+    return biased ? FXA_TILE_BIAS : FXA_TILE_PLAIN;
+}
