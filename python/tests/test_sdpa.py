@@ -159,6 +159,14 @@ def test_torch_compile_traces_masks_and_causal():
     assert torch.equal(fn(q, k, v, mask), want)
 
 
+def test_operator_opcheck_with_mask_and_causal():
+    q, k, v = qkv()
+    mask = (torch.rand(2, 1, 1, 47) > 0.3).expand(2, 4, 33, 47)
+    args = (q, k, v, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
+    torch.library.opcheck(torch.ops.fxattn.attention.default, args + (mask, False))
+    torch.library.opcheck(torch.ops.fxattn.attention.default, args + (None, True))
+
+
 def test_errors():
     q, k, v = qkv()
     sdpa = fxattn.scaled_dot_product_attention

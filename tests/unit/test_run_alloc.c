@@ -5,7 +5,8 @@
  * during:
  *  - fxa_attn_run: fp32 and bf16 inputs (fp32 and bf16 compute), rows on
  *    the fixed-max path and rows that fall back, LSE, row diagnostics and
- *    stats, a key-split (decode-like) shape, online mode;
+ *    stats, a key-split (decode-like) shape, online mode, causal and an
+ *    additive mask;
  *  - fxa_attn_bounds;
  *  - fxa_kv_summarize and a blockwise pass (fxa_attn_acc_begin, _add,
  *    _finish) of two blocks;
@@ -16,6 +17,7 @@
  * one-call form allocates them).
  * Built only without sanitizers (they own malloc).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +32,7 @@ enum { B = 1, HQ = 4, HKV = 2, SQ = 96, SKV = 300, D = 32, HOT = 3 };
 #define ROWS ((size_t)B * HQ * SQ)
 
 static float g_q[NQ], g_k[NKV], g_v[NKV];
+static float g_mask[SQ * SKV]; /* additive [1, 1, Sq, Skv] */
 static uint16_t g_q16[NQ], g_k16[NKV], g_v16[NKV];
 
 /* The allocation calls of the counted call (fxa_status) `call`, which must
@@ -104,7 +107,8 @@ static void attn_runs(fxa_ctx *ctx, const char *label, const fxa_attn_desc *d, c
                              .out = out,
                              .lse = lse,
                              .row_fallback = fb,
-                             .row_bound = bound};
+                             .row_bound = bound,
+                             .mask = g_mask};
     fxa_attn_stats st = {.struct_size = sizeof st};
     WARM_NO_ALLOC(ctx, label, fxa_attn_run(plan, &a, ws, &st));
     if (want_both_paths)
@@ -218,6 +222,13 @@ static void on_context(const char *isa, int threads)
     attn_runs(ctx, label, &d, g_q16, g_k16, g_v16, 0);
     init_desc(&d, 2, SKV, FXA_F32); /* few rows: the keys are split */
     attn_runs(ctx, label, &d, g_q, g_k, g_v, 0);
+    init_desc(&d, SQ, SKV, FXA_F32);
+    d.causal = 1;
+    attn_runs(ctx, label, &d, g_q, g_k, g_v, 0);
+    d.causal = 0;
+    d.mask_kind = FXA_MASK_ADD;
+    d.mask_strides = (fxa_mask_strides){0, 0, SKV, 1};
+    attn_runs(ctx, label, &d, g_q, g_k, g_v, 0);
     blockwise(ctx, label);
     check_runs(ctx, label);
     fxa_ctx_destroy(ctx);
@@ -240,6 +251,8 @@ int main(void)
         g_k[i] = (float)fxt_rng_normal(&r);
         g_v[i] = (float)fxt_rng_normal(&r);
     }
+    for (size_t i = 0; i < (size_t)SQ * SKV; i++) /* a bias, a tenth of the keys masked */
+        g_mask[i] = i % 10 == 3 ? -INFINITY : (float)fxt_rng_normal(&r);
     for (size_t i = 0; i < NQ; i++)
         g_q16[i] = fxa_f32_to_bf16(g_q[i]);
     for (size_t i = 0; i < NKV; i++) {

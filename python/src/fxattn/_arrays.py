@@ -50,10 +50,13 @@ def native_array(x, name: str = "the array") -> np.ndarray:
     """x as a numpy array in the machine's byte order: a big- or
     little-endian array of the other order is converted (a copy), as the
     C API reads raw native bytes. A masked array with masked entries is
-    refused (InvalidArgumentError): fxattn has no masks, and its data
-    under the mask would be read as values."""
+    refused (InvalidArgumentError): its data under the mask would be read
+    as values (attention masks are scaled_dot_product_attention's attn_mask)."""
     if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
-        raise _bad(f"{name} is a masked array with masked entries; fxattn has no masks: pass {name}.filled(value)")
+        raise _bad(
+            f"{name} is a masked array with masked entries, whose data would be read as values: pass "
+            f"{name}.filled(value) (attention masks go to scaled_dot_product_attention's attn_mask)"
+        )
     a = np.asarray(x)
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
