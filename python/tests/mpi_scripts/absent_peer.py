@@ -59,7 +59,7 @@ def main():
     x = np.random.default_rng(0).standard_normal((1, 2 * P, 2, 8)).astype(np.float32)
     start, n = fm.shard(2 * P, rank, P)  # one host: grid rank = rank
     shard = x[:, start : start + n]
-    timed("attention", lambda: fm.attention(shard, shard, shard, comm_attn, threads=1, timeout=T))
+    timed("attention", lambda: fm.attention(shard, shard, shard, comm_attn, layout="bshd", threads=1, timeout=T))
     tokens = torch.from_numpy(shard.reshape(1, n, -1).copy())
     timed("gather", lambda: _parallel._gather_tokens(comm_gather, tokens, 2 * P, "hosts", timeout=T))
     callers.Barrier()

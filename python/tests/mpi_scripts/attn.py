@@ -169,27 +169,27 @@ def errors():
     good = x[:, q0:q0 + n]
     # rank P-1 drops two tokens: the sum and the split no longer agree
     bad = good[:, :-2] if rank == P - 1 else good
-    expect_error("wrong shard length", lambda: fm.attention(bad, bad, bad, comm, threads=1),
+    expect_error("wrong shard length", lambda: fm.attention(bad, bad, bad, comm, layout="bshd", threads=1),
                  fxattn.InvalidArgumentError, "are not fxattn.mpi.shard's split")
     # only the key/value shards are wrong
-    expect_error("wrong k/v shard length", lambda: fm.attention(good, bad, bad, comm, threads=1),
+    expect_error("wrong k/v shard length", lambda: fm.attention(good, bad, bad, comm, layout="bshd", threads=1),
                  fxattn.InvalidArgumentError, "key/value shard lengths")
     # a bad dtype on one rank only: its message, prefixed with its rank
     odd = good.astype(np.float64) if rank == P - 1 else good
-    expect_error("dtype on one rank", lambda: fm.attention(odd, odd, odd, comm, threads=1),
+    expect_error("dtype on one rank", lambda: fm.attention(odd, odd, odd, comm, layout="bshd", threads=1),
                  fxattn.InvalidArgumentError, f"rank {P - 1}: q has dtype float64")
     # a NaN in one rank's shard: the library's agreed error
     nan = good.copy()
     if rank == P - 1:
         nan[0, 0, 0, 0] = np.nan
-    expect_error("NaN on one rank", lambda: fm.attention(good, nan, good, comm, threads=1),
+    expect_error("NaN on one rank", lambda: fm.attention(good, nan, good, comm, layout="bshd", threads=1),
                  fxattn.InvalidArgumentError, "K")
     # a grid that does not match the communicator (from fxa_mpi_create)
-    expect_error("grid", lambda: fm.attention(good, good, good, comm, ulysses=P, ring=2, threads=1),
+    expect_error("grid", lambda: fm.attention(good, good, good, comm, layout="bshd", ulysses=P, ring=2, threads=1),
                  fxattn.InvalidArgumentError, "")
     # an unknown placement on one rank
     where = "nowhere" if rank == P - 1 else "hosts"
-    expect_error("placement", lambda: fm.attention(good, good, good, comm, threads=1, placement=where),
+    expect_error("placement", lambda: fm.attention(good, good, good, comm, layout="bshd", threads=1, placement=where),
                  fxattn.InvalidArgumentError, "placement must be 'hosts' or 'ranks'")
     # float16 outputs that overflow on one rank only (grid rank P-1's queries
     # pick the one key whose value is 1e5; the others average it over s
@@ -199,10 +199,10 @@ def errors():
     hot[1, :, 0, :, 0] = 10  # k
     hot[2, :, 0] = 1e5  # v
     hq, hk, hv = (t[:, q0:q0 + n] for t in hot)
-    expect_error("float16 overflow on one rank", lambda: fm.attention(hq, hk, hv, comm, threads=1, out_dtype="float16"),
+    expect_error("float16 overflow on one rank", lambda: fm.attention(hq, hk, hv, comm, layout="bshd", threads=1, out_dtype="float16"),
                  fxattn.InvalidArgumentError, "out_dtype float16: the output holds values up to")
     # the handle still works after all that
-    out = fm.attention(good, good, good, comm, threads=1)
+    out = fm.attention(good, good, good, comm, layout="bshd", threads=1)
     check("after errors", out, cut(fxattn.attention(x, x, x, threads=1, layout="bshd"), q0, n, "bshd"), 4 * s * EPS * 4)
 
 
@@ -214,14 +214,14 @@ def disagree():
     q0, n = fm.shard(2 * P, grid_rank, P)
     s = x[:, q0:q0 + n]
     scale = {1: 0.5, 2: 0.25}.get(rank, None)
-    expect_error("options on two ranks", lambda: fm.attention(s, s, s, comm, threads=1, scale=scale),
+    expect_error("options on two ranks", lambda: fm.attention(s, s, s, comm, layout="bshd", threads=1, scale=scale),
                  fxattn.InvalidArgumentError, "ranks disagree on options: rank 0 has")
     half = s.astype(np.float16) if rank == 2 else s
-    expect_error("a dtype on one rank", lambda: fm.attention(half, half, half, comm, threads=1),
+    expect_error("a dtype on one rank", lambda: fm.attention(half, half, half, comm, layout="bshd", threads=1),
                  fxattn.InvalidArgumentError,
                  "ranks disagree on dtype: rank 0 has 'float32', rank 2 has 'float16'")
     k = torch.from_numpy(s) if rank == 1 else s
-    expect_error("torch and numpy mixed", lambda: fm.attention(s, k, s, comm, threads=1),
+    expect_error("torch and numpy mixed", lambda: fm.attention(s, k, s, comm, layout="bshd", threads=1),
                  fxattn.InvalidArgumentError, "rank 1: q, k and v must be all torch tensors or all numpy arrays")
     fm.release(comm)
     print(f"OK rank {rank} cases 0", flush=True)

@@ -62,14 +62,14 @@ def auto():
     g = fm.rank(comm)
     start, n = fm.shard(s, g, P)
     qs, ks, vs = (x[:, start : start + n] for x in (q, k, v))
-    out = fm.attention(qs, ks, vs, comm, grid="auto", threads=1)
+    out = fm.attention(qs, ks, vs, comm, layout="bshd", grid="auto", threads=1)
     picks = fm._auto_picks
     assert len(picks) == 1, picks
     (u, r), = picks.values()
     assert u * r == P, (u, r)
-    want = fm.attention(qs, ks, vs, comm, ulysses=u, ring=r, threads=1)
+    want = fm.attention(qs, ks, vs, comm, layout="bshd", ulysses=u, ring=r, threads=1)
     assert np.array_equal(out, want), "grid='auto' differs from its grid"
-    again = fm.attention(qs, ks, vs, comm, grid="auto", threads=1)
+    again = fm.attention(qs, ks, vs, comm, layout="bshd", grid="auto", threads=1)
     assert np.array_equal(again, out) and len(fm._auto_picks) == 1
 
 
@@ -86,8 +86,8 @@ def expect_bad(what, fn, needle):
 
 def errors():
     x = np.zeros((1, 48, 2, 32), np.float32)
-    expect_bad("grid 1x2", lambda: fm.attention(x, x, x, comm, grid="1x2"), "grid must be None or 'auto'")
-    expect_bad("grid with ring", lambda: fm.attention(x, x, x, comm, grid="auto", ring=P), "give one or the other")
+    expect_bad("grid 1x2", lambda: fm.attention(x, x, x, comm, layout="bshd", grid="1x2"), "grid must be None or 'auto'")
+    expect_bad("grid with ring", lambda: fm.attention(x, x, x, comm, layout="bshd", grid="auto", ring=P), "give one or the other")
     expect_bad("seq 0", lambda: fm.plan(comm, 0, 2, 32), "seq")
     expect_bad("bad link", lambda: fm.plan(comm, 64, 2, 32, inter=(1, 2)), "fxattn.mpi.Link")
     expect_bad("3 hosts", lambda: fm.plan(comm, 64, 2, 32, rank_gflops=1, hosts=3, ranks=2, measure_call=False),
