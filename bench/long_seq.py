@@ -31,6 +31,11 @@ Outputs are checked against each other first. GFLOP/s = 4 Sq S H D /
 seconds; % peak: of the fp32 FMA peak (bf16 compute rows: of the bf16
 peak) that `fxattn bench` measures before and after each shape (the
 largest probe is used; a probe under 90% of the best flags the shape).
+CPU s: the process's CPU seconds in the call (every thread; torch's OpenMP
+workers told to sleep when idle, OMP_WAIT_POLICY=PASSIVE unless set), and
+CPU % peak the rate per busy core-second over the peak per thread: on a
+shared machine, where other processes take the cores, it still shows how
+well a row uses the cycles it gets.
 Peak RSS: each row's first call on the shape, alone in a fresh child
 process (after one call on 64 tokens that loads its code), as the growth of
 the peak resident set (VmHWM) over the resident set with the inputs made:
@@ -41,6 +46,8 @@ outputs, workspaces and copies included (--no-rss skips it).
 import argparse
 import json
 import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch's idle OpenMP workers would bill the next row's CPU time
 import platform
 import statistics
 import subprocess
@@ -193,16 +200,21 @@ def peak_rss(name, s, h, sq, threads):
 
 
 def interleaved_medians(calls, repeats):
+    """Medians of wall seconds and of this process's CPU seconds (all its
+    threads) per row, and every wall time."""
     for fn in calls.values():
         fn()  # warm-up: plans, workspaces, pages
     times = {name: [] for name in calls}
+    cpu = {name: [] for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
-            t = time.perf_counter()
+            c, t = time.process_time(), time.perf_counter()
             out = fn()
             times[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
             del out
-    return {name: statistics.median(x) for name, x in times.items()}, times
+    med = {name: statistics.median(x) for name, x in times.items()}
+    return med, {name: statistics.median(x) for name, x in cpu.items()}, times
 
 
 def check_outputs(calls, q, names):
@@ -228,7 +240,7 @@ def run_shape(a, s, h, sq, peaks, names, ident):
     q, k, v = make_inputs(s, h, sq)
     calls = make_calls(names, q, k, v, a.threads)
     check_outputs(calls, q, names)
-    medians, all_times = interleaved_medians(calls, a.repeats)
+    medians, cpu_s, all_times = interleaved_medians(calls, a.repeats)
     del calls, q, k, v
     probe = peak_gflops(a.threads, "fp32")
     peaks["fp32_all"].append(probe)
@@ -238,17 +250,19 @@ def run_shape(a, s, h, sq, peaks, names, ident):
     sec = medians
     print(f"\n# S={s} (queries {sq}) H={h} D={D} threads={a.threads}; median of {a.repeats} interleaved rounds; "
           f"peaks fp32 {pk['fp32']:.1f} (probe after this shape {probe:.1f}), bf16 {pk['bf16']:.1f} GFLOP/s")
-    print(f"{'row':30s} {'seconds':>8s} {'GFLOP/s':>8s} {'% peak':>7s} {'ORT/row':>8s} {'SDPA/row':>9s} "
-          f"{'peak RSS MiB':>12s}")
+    print(f"{'row':30s} {'seconds':>8s} {'GFLOP/s':>8s} {'% peak':>7s} {'CPU s':>7s} {'CPU %pk':>7s} "
+          f"{'ORT/row':>8s} {'SDPA/row':>9s} {'peak RSS MiB':>12s}")
     recs = []
     ort_s = sec.get("ONNX Runtime fp32")
     for name in names:
         engine, dtype, compute, mode, peak_kind = ROWS[name]
         gf = flops / sec[name] / 1e9
+        cpu_share = flops / cpu_s[name] / 1e9 / (pk[peak_kind] / a.threads)  # per core-second busy
         sdpa_s = sec["torch SDPA " + dtype] if dtype == "fp32" or "torch SDPA bf16" in sec else None
         r_ort = ort_s / sec[name] if ort_s else None
         r_sdpa = sdpa_s / sec[name] if sdpa_s else None
         print(f"{name:30s} {sec[name]:8.3f} {gf:8.1f} {100 * gf / pk[peak_kind]:6.1f}% "
+              f"{cpu_s[name]:7.3f} {100 * cpu_share:6.1f}% "
               f"{'' if r_ort is None else f'{r_ort:7.3f}x':>8s} {'' if r_sdpa is None else f'{r_sdpa:8.3f}x':>9s} "
               f"{'' if rss[name] is None else f'{rss[name]:.0f}':>12s}")
         recs.append({**ident, "kind": "long_seq", "engine": engine, "row": name, "dtype": dtype, "compute": compute,
@@ -256,6 +270,7 @@ def run_shape(a, s, h, sq, peaks, names, ident):
                      "kernels": fxattn.kernel_info(a.threads), "seconds": sec[name],
                      "seconds_all": all_times[name], "gflops": gf, "peak": peak_kind,
                      "peak_gflops": pk[peak_kind], "peak_share": gf / pk[peak_kind],
+                     "cpu_seconds": cpu_s[name], "cpu_peak_share": cpu_share,
                      "probe_ratio": probe / max(peaks["fp32_all"]),
                      "ort_over": r_ort, "sdpa_over": r_sdpa, "peak_rss_mib": rss[name]})
     if "fxattn fp32 online" in sec:
