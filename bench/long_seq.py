@@ -33,9 +33,10 @@ peak) that `fxattn bench` measures before and after each shape (the
 largest probe is used; a probe under 90% of the best flags the shape).
 CPU s: the process's CPU seconds in the call (every thread; torch's OpenMP
 workers told to sleep when idle, OMP_WAIT_POLICY=PASSIVE unless set), and
-CPU % peak the rate per busy core-second over the peak per thread: on a
-shared machine, where other processes take the cores, it still shows how
-well a row uses the cycles it gets.
+CPU % peak the rate per busy core-second over the peak per thread (the
+probe's, or --peak-core): on a shared machine, where other processes take
+the cores, it still shows how well a row uses the cycles it gets; CPU
+ORT/row and CPU SDPA/row compare CPU seconds the same way.
 Peak RSS: each row's first call on the shape, alone in a fresh child
 process (after one call on 64 tokens that loads its code), as the growth of
 the peak resident set (VmHWM) over the resident set with the inputs made:
@@ -167,6 +168,11 @@ def as_bshd(out, name):
     return out
 
 
+def peak_core(text):
+    vals = [float(x) for x in text.split(",")]
+    return {"fp32": vals[0], "bf16": vals[1] if len(vals) > 1 else 2 * vals[0]}
+
+
 def status_kib(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
@@ -251,19 +257,23 @@ def run_shape(a, s, h, sq, peaks, names, ident):
     print(f"\n# S={s} (queries {sq}) H={h} D={D} threads={a.threads}; median of {a.repeats} interleaved rounds; "
           f"peaks fp32 {pk['fp32']:.1f} (probe after this shape {probe:.1f}), bf16 {pk['bf16']:.1f} GFLOP/s")
     print(f"{'row':30s} {'seconds':>8s} {'GFLOP/s':>8s} {'% peak':>7s} {'CPU s':>7s} {'CPU %pk':>7s} "
-          f"{'ORT/row':>8s} {'SDPA/row':>9s} {'peak RSS MiB':>12s}")
+          f"{'ORT/row':>8s} {'SDPA/row':>9s} {'CPU ORT/row':>11s} {'CPU SDPA/row':>12s} {'peak RSS MiB':>12s}")
     recs = []
     ort_s = sec.get("ONNX Runtime fp32")
     for name in names:
         engine, dtype, compute, mode, peak_kind = ROWS[name]
         gf = flops / sec[name] / 1e9
-        cpu_share = flops / cpu_s[name] / 1e9 / (pk[peak_kind] / a.threads)  # per core-second busy
+        core_peak = a.peak_core[peak_kind] if a.peak_core else pk[peak_kind] / a.threads
+        cpu_share = flops / cpu_s[name] / 1e9 / core_peak  # per busy core-second
         sdpa_s = sec["torch SDPA " + dtype] if dtype == "fp32" or "torch SDPA bf16" in sec else None
         r_ort = ort_s / sec[name] if ort_s else None
         r_sdpa = sdpa_s / sec[name] if sdpa_s else None
+        c_ort = cpu_s["ONNX Runtime fp32"] / cpu_s[name] if ort_s else None
+        c_sdpa = cpu_s["torch SDPA " + dtype] / cpu_s[name] if sdpa_s else None
         print(f"{name:30s} {sec[name]:8.3f} {gf:8.1f} {100 * gf / pk[peak_kind]:6.1f}% "
               f"{cpu_s[name]:7.3f} {100 * cpu_share:6.1f}% "
               f"{'' if r_ort is None else f'{r_ort:7.3f}x':>8s} {'' if r_sdpa is None else f'{r_sdpa:8.3f}x':>9s} "
+              f"{'' if c_ort is None else f'{c_ort:10.3f}x':>11s} {'' if c_sdpa is None else f'{c_sdpa:11.3f}x':>12s} "
               f"{'' if rss[name] is None else f'{rss[name]:.0f}':>12s}")
         recs.append({**ident, "kind": "long_seq", "engine": engine, "row": name, "dtype": dtype, "compute": compute,
                      "mode": mode, "S": s, "Sq": sq, "H": h, "D": D, "threads": a.threads, "repeats": a.repeats,
@@ -272,7 +282,8 @@ def run_shape(a, s, h, sq, peaks, names, ident):
                      "peak_gflops": pk[peak_kind], "peak_share": gf / pk[peak_kind],
                      "cpu_seconds": cpu_s[name], "cpu_peak_share": cpu_share,
                      "probe_ratio": probe / max(peaks["fp32_all"]),
-                     "ort_over": r_ort, "sdpa_over": r_sdpa, "peak_rss_mib": rss[name]})
+                     "ort_over": r_ort, "sdpa_over": r_sdpa, "ort_over_cpu": c_ort, "sdpa_over_cpu": c_sdpa,
+                     "peak_rss_mib": rss[name]})
     if "fxattn fp32 online" in sec:
         print(f"fixed-max over online: fp32 {sec['fxattn fp32 online'] / sec['fxattn fp32']:.3f}x" +
               (f", bf16 compute {sec['fxattn bf16 compute online'] / sec['fxattn bf16 compute']:.3f}x"
@@ -292,6 +303,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
+    ap.add_argument("--peak-core", type=peak_core, default=None, metavar="FP32[,BF16]",
+                    help="per-core peaks (GFLOP/s) for CPU %% peak instead of the probe's per thread, for a machine "
+                         "too busy to probe (bf16 default: twice fp32)")
     ap.add_argument("--json", metavar="FILE", help="append one JSON object per row to FILE (- for stdout)")
     ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json")
     ap.add_argument("--rss-child", help=argparse.SUPPRESS)

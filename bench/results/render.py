@@ -127,13 +127,14 @@ KINDS = {
                   "rounds. Sq: the query rows run (every row streams all S keys). % peak: of the fp32 FMA peak, or "
                   "of the bf16 peak for bf16 compute; CPU % peak: GFLOP per CPU-second the process used, over the peak per "
                   "thread (how well the row uses the cycles it gets on a shared machine). ORT / row and SDPA / row: their seconds over the row's (> 1: "
-                  "the row is faster). Peak RSS: a cold call's growth of the peak resident set, in a fresh process."),
+                  "the row is faster); the CPU s columns compare CPU seconds. Peak RSS: a cold call's growth of the peak resident set, in a fresh process."),
         "columns": [("S", "S", "{}", V), ("Sq", "Sq", "{}", V), ("H", "H", "{}", V), ("D", "D", "{}", P),
                     ("threads", "threads", "{}", P), ("repeats", "rounds", "{}", P), ("row", "row", "{}", V),
                     ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.1f}", V),
                     ("peak_share", "% peak", "{:.1%}", V), ("cpu_peak_share", "CPU % peak", "{:.1%}", V),
                     ("ort_over", "ORT / row", "{:.2f}x", V),
-                    ("sdpa_over", "SDPA / row", "{:.2f}x", V), ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V),
+                    ("sdpa_over", "SDPA / row", "{:.2f}x", V), ("ort_over_cpu", "ORT / row, CPU s", "{:.2f}x", V),
+                    ("sdpa_over_cpu", "SDPA / row, CPU s", "{:.2f}x", V), ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V),
                     ("probe_ratio", "probe", "{:.0%}", V)],
     },
     "python_wan": {
