@@ -2,7 +2,8 @@
 Runtime and torch SDPA in one process.
 
     python bench/long_seq.py [--shapes 4096:8,16384:2,27648:1,32760:1,75600:1:8192]
-        [--repeats 3] [--threads 2] [--no-rss] [--json FILE --machine NAME]
+        [--rows "fxattn fp32,ONNX Runtime fp32"] [--repeats 3] [--threads 2] [--no-rss]
+        [--peak-core 116,231.5] [--json FILE --machine NAME]
 
 (Any Python with numpy and torch; onnxruntime and onnx when installed:
 bench/requirements.txt pins the versions bench/peers uses. Run the tree's
@@ -27,7 +28,8 @@ N(0, 1) [1, S, H, 128] (BSHD memory; torch gets [B, H, S, D] views):
   - torch SDPA fp32 and bf16 (torch.set_num_threads(--threads));
   - ONNX Runtime's fused com.microsoft MultiHeadAttention fp32 (--threads
     intra-op threads, spinning off).
-Outputs are checked against each other first. GFLOP/s = 4 Sq S H D /
+--rows picks rows by name (torch SDPA of each dtype run is added: the
+outputs are checked against it first). GFLOP/s = 4 Sq S H D /
 seconds; % peak: of the fp32 FMA peak (bf16 compute rows: of the bf16
 peak) that `fxattn bench` measures before and after each shape (the
 largest probe is used; a probe under 90% of the best flags the shape).
@@ -324,9 +326,8 @@ def main():
         versions = {}
     if not has_bf16_units(a.threads):
         names = [n for n in names if ROWS[n][2] != "bf16" or ROWS[n][0] != "fxattn"]
-    for ref in ("torch SDPA fp32",):
-        if ref not in names:
-            names.insert(0, ref)
+    refs = ["torch SDPA fp32"] + (["torch SDPA bf16"] if any(ROWS[n][1] == "bf16" for n in names) else [])
+    names += [ref for ref in refs if ref not in names]  # the outputs are checked against them
     versions.update(fxattn=fxattn.__version__, torch=torch.__version__, numpy=np.__version__)
     print(f"# fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)})")
     print("# " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) +
