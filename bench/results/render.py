@@ -15,7 +15,7 @@ library only; the plots are SVG written by hand.
 raw/<machine>.jsonl holds one JSON object per line: one {"kind": "machine"}
 line (the page's title and the machine's description), then one object per
 measurement, each with machine, cpu, compiler, versions, commit, command,
-date and kind (peers, fxattn_bench, layer, layer_memory, proj, gemm,
+date and kind (peers, fxattn_bench, long_seq, layer, layer_memory, proj, gemm,
 python_attention, python_wan, mpi_bench, plan_validate) and the fields of
 the tool that measured it (bench/README.md, "Raw results").
 Exit status: 0 ok (or --check found no difference), 1 a difference or a bad
@@ -119,6 +119,23 @@ KINDS = {
                     ("api", "call", "`{}`", V), ("dtype", "dtype", "{}", V), ("compute", "compute", "{}", V),
                     ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.1f}", V),
                     ("peak_share", "% peak", "{:.1%}", V), ("peak", "peak", "{}", V)],
+    },
+    "long_seq": {
+        "title": "Long sequences: fxattn, ONNX Runtime and torch SDPA",
+        "about": ("`bench/long_seq.py`: the Wan2.2 sequence lengths at fewer heads than the models run (every head is "
+                  "the same independent problem), in one process, outputs checked first; medians of interleaved "
+                  "rounds. Sq: the query rows run (every row streams all S keys). % peak: of the fp32 FMA peak, or "
+                  "of the bf16 peak for bf16 compute; CPU % peak: GFLOP per CPU-second the process used, over the peak per "
+                  "thread (how well the row uses the cycles it gets on a shared machine). ORT / row and SDPA / row: their seconds over the row's (> 1: "
+                  "the row is faster); the CPU s columns compare CPU seconds. Peak RSS: a cold call's growth of the peak resident set, in a fresh process."),
+        "columns": [("S", "S", "{}", V), ("Sq", "Sq", "{}", V), ("H", "H", "{}", V), ("D", "D", "{}", P),
+                    ("threads", "threads", "{}", P), ("repeats", "rounds", "{}", P), ("row", "row", "{}", V),
+                    ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.1f}", V),
+                    ("peak_share", "% peak", "{:.1%}", V), ("cpu_peak_share", "CPU % peak", "{:.1%}", V),
+                    ("ort_over", "ORT / row", "{:.2f}x", V),
+                    ("sdpa_over", "SDPA / row", "{:.2f}x", V), ("ort_over_cpu", "ORT / row, CPU s", "{:.2f}x", V),
+                    ("sdpa_over_cpu", "SDPA / row, CPU s", "{:.2f}x", V), ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V),
+                    ("probe_ratio", "probe", "{:.0%}", V)],
     },
     "python_wan": {
         "title": "A Wan layer through diffusers",
