@@ -260,8 +260,8 @@ def main():
     # default threads (fxa_mpi_default_threads) and the handle cache
     x = np.random.default_rng(8).standard_normal((1, 2 * P, 2, 8)).astype(np.float32)
     q0, n = fm.shard(2 * P, grid_rank, P)
-    a = fm.attention(x[:, q0:q0 + n], x[:, q0:q0 + n], x[:, q0:q0 + n], comm, ulysses=P)
-    b = fm.attention(x[:, q0:q0 + n], x[:, q0:q0 + n], x[:, q0:q0 + n], comm, ulysses=P)
+    a = fm.attention(x[:, q0:q0 + n], x[:, q0:q0 + n], x[:, q0:q0 + n], comm, layout="bshd", ulysses=P)
+    b = fm.attention(x[:, q0:q0 + n], x[:, q0:q0 + n], x[:, q0:q0 + n], comm, layout="bshd", ulysses=P)
     assert fm.default_threads(comm) >= 1
     check("repeat", a, b, 0.0)
     check("default threads", a, cut(fxattn.attention(x, x, x, threads=1, layout="bshd"), q0, n, "bshd"), 0.0)
