@@ -16,7 +16,7 @@ function(fxa_kernel_sources flags)
 endfunction()
 
 fxa_kernel_sources("" dispatch.c ref/kernels_ref.c ref/f32_tile_ref.c ref/bf16_tile_ref.c
-                   ref/f32_packkt_ref.c ref/f16_widen_ref.c)
+                   ref/f32_packkt_ref.c ref/f16_widen_ref.c ref/f32_bwd_ref.c)
 # The row statistics: one portable source per ISA; no contraction, so every build gives the
 # reference's bits.
 fxa_kernel_sources("-ffp-contract=off" ref/f32_rowstats_ref.c)
