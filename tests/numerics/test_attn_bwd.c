@@ -519,13 +519,31 @@ static void test_refusals(void)
         printf("refused (%s): %s\n", bad[i].what, fxa_ctx_last_error(ctx));
     }
     t.dout[(1 * s->sq + 5) * s->d + 3] = keep;
+    const float lse_keep = t.lse[7];
     t.lse[7] = INFINITY;
     CHECK(fxa_attn_bwd_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
               strstr(fxa_ctx_last_error(ctx), "lse has a non-finite value"),
           "Inf lse: %s", fxa_ctx_last_error(ctx));
+    t.lse[7] = lse_keep;
     uint32_t bits;
     memcpy(&bits, t.dq, 4);
     CHECK(bits == 0xffffffffu, "a refused run wrote dq");
+    /* Stats: written within struct_size (a canary past it stays), a size
+     * past sizeof refused before anything is computed. */
+    unsigned char buf[sizeof(fxa_attn_bwd_stats) + 16];
+    memset(buf, 0xa5, sizeof buf);
+    const size_t ssz = sizeof(fxa_attn_bwd_stats);
+    memcpy(buf, &ssz, sizeof ssz);
+    CHECK(fxa_attn_bwd_run(plan, &a, ws, (fxa_attn_bwd_stats *)(void *)buf) == FXA_OK, "stats: %s",
+          fxa_ctx_last_error(ctx));
+    int canary = 1;
+    for (size_t x = ssz; x < sizeof buf; x++)
+        canary &= buf[x] == 0xa5;
+    CHECK(canary, "the stats were written past struct_size");
+    fxa_attn_bwd_stats big = {.struct_size = sizeof big + 8};
+    CHECK(fxa_attn_bwd_run(plan, &a, ws, &big) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "fxa_attn_bwd_stats"),
+          "oversized stats: %s", fxa_ctx_last_error(ctx));
     CHECK(fxa_attn_bwd_run(NULL, &a, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL plan");
     CHECK(fxa_attn_bwd_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL args");
     CHECK(fxa_attn_bwd_run(plan, &a, NULL, NULL) == FXA_ERR_INVALID_ARG, "NULL workspace");

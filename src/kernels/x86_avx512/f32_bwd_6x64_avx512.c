@@ -33,7 +33,11 @@
 /* Lanes [0, n) of a vector (n clamped to 0..16). */
 static inline __mmask16 lanes(ptrdiff_t n)
 {
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+    if (n >= 16)
+        return (__mmask16)0xffff;
+    if (n <= 0)
+        return (__mmask16)0;
+    return (__mmask16)((1u << n) - 1u);
 }
 
 /* acc[r][v] = sum_c a[r lda + c] bt[c PANEL + 16 v], c increasing from 0. */
