@@ -25,6 +25,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   set(FXA_AVX512 "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq")
   fxa_kernel_sources("" x86_avx2/kernels_avx2.c x86_avx512/kernels_avx512.c)
   fxa_kernel_sources("${FXA_AVX2};-mfma;-mf16c" f16_widen_f16c.c x86_avx2/f32_tile_4x24_6x16_avx2.c)
+  fxa_kernel_sources("${FXA_AVX2};-mfma" x86_avx2/f32_bwd_6x16_avx2.c)
   fxa_kernel_sources("${FXA_AVX2}" x86_avx2/f32_packkt_8x8_avx2.c)
   fxa_kernel_sources("${FXA_AVX2};-ffp-contract=off" x86_avx2/f32_rowstats_avx2.c)
   fxa_kernel_sources("${FXA_AVX512};-mfma" x86_avx512/f32_tile_6x64_avx512.c

@@ -272,6 +272,10 @@ void fxa_widen_f16_f16c(const uint16_t *src, float *dst, size_t n);
 /* AVX2: 4x24 scores and 6x16 P.V on ymm FMA; K^T in one panel per tile. */
 void fxa_f32_tile_4x24_6x16__avx2(const fxa_attn_tile *t);
 void fxa_f32_packkt_8x8__avx2(const void *const *rows, size_t n, size_t d, size_t panel, void *kt);
+/* AVX2 backward: 6x16 blocks (P, dS against 16-key K^T / V^T panels;
+ * gradients 6 rows x 16 columns). */
+void fxa_f32_bwd_dkdv_6x16__avx2(const fxa_attn_bwd_tile *t);
+void fxa_f32_bwd_dq_6x16__avx2(const fxa_attn_bwd_tile *t);
 /* AVX-512: 6x64 scores and P.V on zmm FMA; K^T (bf16: K pairs) in panels of
  * FXA_AVX512_KT_PANEL keys. */
 #define FXA_AVX512_KT_PANEL 64
