@@ -21,7 +21,7 @@
  *  - Handles are opaque; every destroy accepts NULL.
  *  - NULL for a handle or pointer never crashes: fallible calls return
  *    FXA_ERR_INVALID_ARG, accessors a neutral value (fxa_ctx_threads 0,
- *    fxa_attn_flops 0.0, fxa_kv_summary_len 0, fxa_ctx_isa /
+ *    fxa_attn_flops and fxa_attn_bwd_flops 0.0, fxa_kv_summary_len 0, fxa_ctx_isa /
  *    fxa_ctx_kernel_info / fxa_ctx_last_error ""), and the *_init,
  *    *_destroy and *_set_progress functions do nothing.
  *  - Threads: a context may be shared. Calls that use a context (plan

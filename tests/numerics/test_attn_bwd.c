@@ -7,13 +7,16 @@
  * of L = sum dO . O in fp64 on a tiny shape. Cases: random data, hot rows
  * (large query norms: peaked P), GQA and MQA, Sq != Skv, head dims 40, 72
  * and 128, BHSD, BSHD and padded strides, bf16 inputs; dq, dk, dv
- * bit-identical on 1, 2 and 3 threads; bad inputs refused with messages.
+ * bit-identical on 1, 2 and 3 threads; a problem whose kv heads are worked
+ * in several chunks gives each head's bits of a plan of that head alone;
+ * bad inputs refused with messages.
  * Runs once per kernel set (FXA_ISA).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/bwd_internal.h"
 #include "testutil.h"
 
 /* ---- fp64 reference (tensors contiguous [B, H, S, D]) ---- */
@@ -459,6 +462,115 @@ static void test_case(const bcase *c)
     tensors_free(&t);
 }
 
+/* A run in chunks of one kv head (GQA 16:1, D 256: one head's Q and dO fill
+ * the chunk budget) gives every head the bits of a plan over that head
+ * alone (strided into the same buffers). */
+static void test_chunks(void)
+{
+    enum { HQ = 32, HKV = 2, G = 16, SQ = 1030, SKV = 16, DD = 256 };
+    const size_t nq = (size_t)HQ * SQ * DD, nkv = (size_t)HKV * SKV * DD;
+    const char *isa = getenv("FXA_ISA");
+    if (isa && strcmp(isa, "ref") == 0) { /* the driver is the same for every set */
+        printf("chunks: run with the SIMD kernel sets (ref: too slow for its 3 GFLOP)\n");
+        return;
+    }
+    float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *dout = malloc(nq * 4);
+    float *out = malloc(nq * 4), *lse = malloc((size_t)HQ * SQ * 4);
+    float *g[3] = {malloc(nq * 4), malloc(nkv * 4), malloc(nkv * 4)};
+    float *h[3] = {malloc(nq * 4), malloc(nkv * 4), malloc(nkv * 4)};
+    fxt_rng r;
+    fxt_rng_seed(&r, 3); /* uniform in [-2, 2): cheap for 17M values */
+    for (size_t x = 0; x < nq; x++) {
+        q[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
+        dout[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
+    }
+    for (size_t x = 0; x < nkv; x++) {
+        k[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
+        v[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
+    }
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_create(NULL, &ctx);
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = 1;
+    d.heads_q = HQ;
+    d.heads_kv = HKV;
+    d.seq_q = SQ;
+    d.seq_kv = SKV;
+    d.head_dim = DD;
+    d.layout = FXA_LAYOUT_BHSD;
+    fxa_attn_plan *fwd = NULL;
+    fxa_attn_bwd_plan *bwd = NULL;
+    size_t ws_f = 0, ws_b = 0;
+    CHECK(fxa_attn_plan_create(ctx, &d, &fwd, &ws_f) == FXA_OK, "chunks: %s",
+          fxa_ctx_last_error(ctx));
+    void *wf = aligned_alloc(64, (ws_f + 63) / 64 * 64);
+    const fxa_attn_args fa = {
+        .struct_size = sizeof fa, .q = q, .k = k, .v = v, .out = out, .lse = lse};
+    CHECK(fxa_attn_run(fwd, &fa, wf, NULL) == FXA_OK, "chunks forward: %s",
+          fxa_ctx_last_error(ctx));
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &bwd, &ws_b) == FXA_OK, "chunks: %s",
+          fxa_ctx_last_error(ctx));
+    CHECK(bwd && bwd->chunk_kv_heads == 1, "the chunk holds %lld kv heads, not 1",
+          bwd ? (long long)bwd->chunk_kv_heads : -1LL);
+    void *wb = aligned_alloc(64, (ws_b + 63) / 64 * 64);
+    fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                           .q = q,
+                           .k = k,
+                           .v = v,
+                           .out = out,
+                           .dout = dout,
+                           .lse = lse,
+                           .dq = g[0],
+                           .dk = g[1],
+                           .dv = g[2]};
+    CHECK(fxa_attn_bwd_run(bwd, &a, wb, NULL) == FXA_OK, "chunks: %s", fxa_ctx_last_error(ctx));
+    fxa_attn_bwd_plan_destroy(bwd);
+    free(wb);
+    /* Each kv head alone, through strides of the whole tensors. */
+    fxa_attn_desc one = d;
+    one.heads_q = G;
+    one.heads_kv = 1;
+    one.q_strides = one.o_strides = fxa_attn_layout_strides(FXA_LAYOUT_BHSD, HQ, SQ, DD);
+    one.k_strides = one.v_strides = fxa_attn_layout_strides(FXA_LAYOUT_BHSD, HKV, SKV, DD);
+    CHECK(fxa_attn_bwd_plan_create(ctx, &one, &bwd, &ws_b) == FXA_OK, "one head: %s",
+          fxa_ctx_last_error(ctx));
+    wb = aligned_alloc(64, (ws_b + 63) / 64 * 64);
+    for (int64_t kv = 0; kv < HKV; kv++) {
+        const size_t qo = (size_t)(kv * G * SQ * DD), ko = (size_t)(kv * SKV * DD);
+        a = (fxa_attn_bwd_args){.struct_size = sizeof a,
+                                .q = q + qo,
+                                .k = k + ko,
+                                .v = v + ko,
+                                .out = out + qo,
+                                .dout = dout + qo,
+                                .lse = lse + kv * G * SQ,
+                                .dq = h[0] + qo,
+                                .dk = h[1] + ko,
+                                .dv = h[2] + ko};
+        CHECK(fxa_attn_bwd_run(bwd, &a, wb, NULL) == FXA_OK, "one head: %s",
+              fxa_ctx_last_error(ctx));
+    }
+    CHECK(memcmp(g[0], h[0], nq * 4) == 0 && memcmp(g[1], h[1], nkv * 4) == 0 &&
+              memcmp(g[2], h[2], nkv * 4) == 0,
+          "chunked gradients differ from each head's own plan's");
+    fxa_attn_bwd_plan_destroy(bwd);
+    fxa_attn_plan_destroy(fwd);
+    fxa_ctx_destroy(ctx);
+    free(wb);
+    free(wf);
+    for (int w = 0; w < 3; w++) {
+        free(g[w]);
+        free(h[w]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    free(out);
+    free(lse);
+}
+
 /* Bad inputs: refused with a status and a message, no output written. */
 static void test_refusals(void)
 {
@@ -595,6 +707,7 @@ int main(void)
             c.s.tau = 1.0 / sqrt((double)c.s.d);
         test_case(&c);
     }
+    test_chunks();
     test_refusals();
     return test_summary("test_attn_bwd");
 }

@@ -74,8 +74,8 @@ static ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile *t, size_t i0, size
         float *p = t->p + (i0 + r) * t->ld_p + j0;
         UNROLL
         for (size_t v = 0; v < NV; v++)
-            _mm256_storeu_ps(p + 8 * v, fxa_vexp2_shifted_f32x8(
-                                            _mm256_fmsub_ps(lambda, acc[r][v], lse2), zero));
+            _mm256_storeu_ps(
+                p + 8 * v, fxa_vexp2_shifted_f32x8(_mm256_fmsub_ps(lambda, acc[r][v], lse2), zero));
     }
     panel_dots(t->dout + i0 * t->ldq, t->ldq, t->vt + panel_at, t->d, mr, acc);
     UNROLL
@@ -97,7 +97,7 @@ static ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile *t, size_t i0, size
         size_t i0 = 0;                                                                             \
         for (; i0 + MR <= (n); i0 += MR)                                                           \
             CALL(MR);                                                                              \
-        switch ((n) - i0) {                                                                        \
+        switch ((n)-i0) {                                                                          \
         case 5: CALL(5); break;                                                                    \
         case 4: CALL(4); break;                                                                    \
         case 3: CALL(3); break;                                                                    \
@@ -157,12 +157,12 @@ void fxa_f32_bwd_dkdv_6x16__avx2(const fxa_attn_bwd_tile *t)
         __m256i mask[NV];
         for (size_t v = 0; v < NV; v++)
             mask[v] = lanes((ptrdiff_t)t->d - (ptrdiff_t)(c0 + 8 * v));
-        /* dv_j += sum_i p_ij dout_i; dk_j += sum_i ds_ij q_i (key rows i0 + r) */
+            /* dv_j += sum_i p_ij dout_i; dk_j += sum_i ds_ij q_i (key rows i0 + r) */
 #define DV(mr)                                                                                     \
-    grad_block(t->dv + i0 * t->ldg + c0, t->ldg, t->p + i0, t->ld_p, 1, t->dout + c0, t->ldq,     \
+    grad_block(t->dv + i0 * t->ldg + c0, t->ldg, t->p + i0, t->ld_p, 1, t->dout + c0, t->ldq,      \
                t->n_q, mask, mr)
 #define DK(mr)                                                                                     \
-    grad_block(t->dk + i0 * t->ldg + c0, t->ldg, t->ds + i0, t->ld_p, 1, t->q + c0, t->ldq,       \
+    grad_block(t->dk + i0 * t->ldg + c0, t->ldg, t->ds + i0, t->ld_p, 1, t->q + c0, t->ldq,        \
                t->n_q, mask, mr)
         FOR_ROW_BLOCKS(t->n_kv, i0, DV);
         FOR_ROW_BLOCKS(t->n_kv, i0, DK);
@@ -178,7 +178,7 @@ void fxa_f32_bwd_dq_6x16__avx2(const fxa_attn_bwd_tile *t)
         __m256i mask[NV];
         for (size_t v = 0; v < NV; v++)
             mask[v] = lanes((ptrdiff_t)t->d - (ptrdiff_t)(c0 + 8 * v));
-        /* dq_i += sum_j ds_ij k_j (query rows i0 + r; ds of row r is ld_p apart) */
+            /* dq_i += sum_j ds_ij k_j (query rows i0 + r; ds of row r is ld_p apart) */
 #define DQ(mr)                                                                                     \
     grad_block(t->dq + i0 * t->ldg + c0, t->ldg, t->ds + i0 * t->ld_p, 1, t->ld_p, t->k + c0,      \
                t->ldk, t->n_kv, mask, mr)
