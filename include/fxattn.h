@@ -387,6 +387,9 @@ typedef struct fxa_attn_bwd_stats {
  * (naming the tensor and position) before any output is written.
  * Allocates nothing. lse must be the forward's for these Q and K (a row's
  * P then sums to 1); another lse gives the gradients of another function.
+ * Scores are formed in fp32 without the forward's prescaling: inputs whose
+ * max ||q|| max ||k|| or max ||dout|| max ||v|| exceeds 2^120 are
+ * FXA_ERR_UNSUPPORTED.
  */
 FXA_API fxa_status fxa_attn_bwd_run(const fxa_attn_bwd_plan *plan, const fxa_attn_bwd_args *args,
                                     void *workspace, fxa_attn_bwd_stats *stats_out);

@@ -656,6 +656,16 @@ static void test_refusals(void)
     CHECK(fxa_attn_bwd_run(plan, &a, ws, &big) == FXA_ERR_INVALID_ARG &&
               strstr(fxa_ctx_last_error(ctx), "fxa_attn_bwd_stats"),
           "oversized stats: %s", fxa_ctx_last_error(ctx));
+    /* Finite inputs whose q.k could overflow fp32: unsupported, said so. */
+    float *huge = malloc(t.eq * 4);
+    for (size_t x = 0; x < t.eq; x++)
+        huge[x] = 1e38f;
+    fxa_attn_bwd_args h = a;
+    h.q = huge;
+    CHECK(fxa_attn_bwd_run(plan, &h, ws, NULL) == FXA_ERR_UNSUPPORTED &&
+              strstr(fxa_ctx_last_error(ctx), "without prescaling"),
+          "huge q: %s", fxa_ctx_last_error(ctx));
+    free(huge);
     CHECK(fxa_attn_bwd_run(NULL, &a, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL plan");
     CHECK(fxa_attn_bwd_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL args");
     CHECK(fxa_attn_bwd_run(plan, &a, NULL, NULL) == FXA_ERR_INVALID_ARG, "NULL workspace");
