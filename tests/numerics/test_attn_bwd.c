@@ -6,7 +6,8 @@
  * fp64. The reference itself is checked against central finite differences
  * of L = sum dO . O in fp64 on a tiny shape. Cases: random data, hot rows
  * (large query norms: peaked P), GQA and MQA, Sq != Skv, head dims 40, 72
- * and 128, BHSD, BSHD and padded strides, bf16 inputs; dq, dk, dv
+ * and 128, BHSD, BSHD and padded strides, bf16 and f16 inputs, out and
+ * dout in bf16; dq, dk, dv
  * bit-identical on 1, 2 and 3 threads; a problem whose kv heads are worked
  * in several chunks gives each head's bits of a plan of that head alone;
  * bad inputs refused with messages.
@@ -196,9 +197,10 @@ typedef struct bcase {
     shape s;
     fxa_layout layout;
     fxa_dtype dtype;
-    int pad;      /* extra elements per token row (explicit strides) */
-    double hot;   /* every 7th query row scaled by this (0: none) */
-    double scale; /* input scale */
+    int pad;             /* extra elements per token row (explicit strides) */
+    double hot;          /* every 7th query row scaled by this (0: none) */
+    double scale;        /* input scale */
+    fxa_dtype out_dtype; /* of out and dout (0: f32) */
 } bcase;
 
 /* Element offset of row (b, h, s) in a tensor of `heads` heads and `seq`
@@ -238,21 +240,29 @@ static void scatter(const bcase *c, const fxa_attn_strides *st, int64_t heads, i
                     if (dtype == FXA_F32) {
                         ((float *)dst)[o] = (float)*src;
                         *src = (float)*src;
-                    } else {
+                    } else if (dtype == FXA_BF16) {
                         ((uint16_t *)dst)[o] = fxa_f32_to_bf16((float)*src);
                         *src = fxa_bf16_to_f32(((uint16_t *)dst)[o]);
+                    } else {
+                        ((uint16_t *)dst)[o] = fxa_f32_to_f16((float)*src);
+                        *src = fxa_f16_to_f32(((uint16_t *)dst)[o]);
                     }
                 }
 }
 
+/* Read a strided float (or bf16) tensor into contiguous doubles. */
 static void gather(const bcase *c, const fxa_attn_strides *st, int64_t heads, int64_t seq,
-                   const float *src, double *x)
+                   const void *src, fxa_dtype dtype, double *x)
 {
     for (int64_t b = 0; b < c->s.b; b++)
         for (int64_t h = 0; h < heads; h++)
             for (int64_t s = 0; s < seq; s++)
-                for (int64_t e = 0; e < c->s.d; e++)
-                    x[((b * heads + h) * seq + s) * c->s.d + e] = src[at(st, b, h, s) + e];
+                for (int64_t e = 0; e < c->s.d; e++) {
+                    const int64_t o = at(st, b, h, s) + e;
+                    x[((b * heads + h) * seq + s) * c->s.d + e] =
+                        dtype == FXA_F32 ? ((const float *)src)[o]
+                                         : fxa_bf16_to_f32(((const uint16_t *)src)[o]);
+                }
 }
 
 static size_t extent(const fxa_attn_strides *st, const shape *s, int64_t heads, int64_t seq)
@@ -264,7 +274,8 @@ typedef struct tensors {
     fxa_attn_desc d;
     fxa_attn_strides sq, skv;
     void *q, *k, *v;
-    float *out, *dout, *lse, *dq, *dk, *dv;
+    void *out, *dout; /* out_dtype */
+    float *lse, *dq, *dk, *dv;
     size_t eq, ekv;
 } tensors;
 
@@ -353,6 +364,7 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     t->d.layout = c->layout;
     t->d.dtype = c->dtype;
     t->d.scale = s->tau;
+    t->d.out_dtype = c->out_dtype;
     t->sq = case_strides(c, s->hq, s->sq);
     t->skv = case_strides(c, s->hkv, s->skv);
     if (c->pad) {
@@ -365,8 +377,8 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     t->q = calloc(t->eq, el);
     t->k = calloc(t->ekv, el);
     t->v = calloc(t->ekv, el);
-    t->out = calloc(t->eq, 4);
-    t->dout = calloc(t->eq, 4);
+    t->out = calloc(t->eq, c->out_dtype == FXA_F32 ? 4 : 2);
+    t->dout = calloc(t->eq, c->out_dtype == FXA_F32 ? 4 : 2);
     t->lse = calloc((size_t)(s->b * s->hq * s->sq), 4);
     t->dq = calloc(t->eq, 4);
     t->dk = calloc(t->ekv, 4);
@@ -374,7 +386,7 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     scatter(c, &t->sq, s->hq, s->sq, q, t->q, c->dtype);
     scatter(c, &t->skv, s->hkv, s->skv, k, t->k, c->dtype);
     scatter(c, &t->skv, s->hkv, s->skv, v, t->v, c->dtype);
-    scatter(c, &t->sq, s->hq, s->sq, dout, t->dout, FXA_F32);
+    scatter(c, &t->sq, s->hq, s->sq, dout, t->dout, c->out_dtype);
     fxa_ctx *ctx = NULL;
     fxa_ctx_create(NULL, &ctx);
     fxa_attn_plan *plan = NULL;
@@ -404,7 +416,7 @@ static void test_case(const bcase *c)
     double *got = malloc((nq > nkv ? nq : nkv) * 8);
     tensors t;
     build(c, &t, q, k, v, dout);
-    gather(c, &t.sq, s->hq, s->sq, t.out, out);
+    gather(c, &t.sq, s->hq, s->sq, t.out, c->out_dtype, out);
     for (size_t x = 0; x < rows; x++)
         lse[x] = t.lse[x];
     ref_backward(s, q, k, v, out, dout, lse, g[0], g[1], g[2], env[0], env[1], env[2]);
@@ -414,7 +426,7 @@ static void test_case(const bcase *c)
     for (int w = 0; w < 3; w++) {
         const int64_t heads = w == 0 ? s->hq : s->hkv, seq = w == 0 ? s->sq : s->skv;
         const size_t n = w == 0 ? nq : nkv;
-        gather(c, w == 0 ? &t.sq : &t.skv, heads, seq, res[w], got);
+        gather(c, w == 0 ? &t.sq : &t.skv, heads, seq, res[w], FXA_F32, got);
         double worst = 0.0, err_max = 0.0, mag = 0.0;
         size_t worst_at = 0;
         for (size_t x = 0; x < n; x++) {
@@ -574,7 +586,8 @@ static void test_chunks(void)
 /* Bad inputs: refused with a status and a message, no output written. */
 static void test_refusals(void)
 {
-    const bcase c = {"refusals", {1, 2, 1, 20, 30, 16, 0.25}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1};
+    const bcase c = {"refusals", {1, 2, 1, 20, 30, 16, 0.25}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1,
+                     FXA_F32};
     const shape *s = &c.s;
     const size_t nq = (size_t)(s->hq * s->sq * s->d), nkv = (size_t)(s->hkv * s->skv * s->d);
     double *q = malloc(nq * 8), *k = malloc(nkv * 8), *v = malloc(nkv * 8), *dout = malloc(nq * 8);
@@ -621,16 +634,17 @@ static void test_refusals(void)
     bad[4].a.dq = (float *)t.k;
     bad[5].what = "dout NaN";
     bad[5].expect = "dout has a non-finite value at batch 0, token 5, head 1, dim 3";
-    const float keep = t.dout[(1 * s->sq + 5) * s->d + 3];
+    float *dout32 = t.dout;
+    const float keep = dout32[(1 * s->sq + 5) * s->d + 3];
     for (int i = 0; i < 6; i++) {
         if (i == 5)
-            t.dout[(1 * s->sq + 5) * s->d + 3] = NAN;
+            dout32[(1 * s->sq + 5) * s->d + 3] = NAN;
         const fxa_status st = fxa_attn_bwd_run(plan, &bad[i].a, ws, NULL);
         CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(ctx), bad[i].expect),
               "%s: status %d, message \"%s\"", bad[i].what, (int)st, fxa_ctx_last_error(ctx));
         printf("refused (%s): %s\n", bad[i].what, fxa_ctx_last_error(ctx));
     }
-    t.dout[(1 * s->sq + 5) * s->d + 3] = keep;
+    dout32[(1 * s->sq + 5) * s->d + 3] = keep;
     const float lse_keep = t.lse[7];
     t.lse[7] = INFINITY;
     CHECK(fxa_attn_bwd_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
@@ -705,11 +719,33 @@ int main(void)
     test_require_isa("test_attn_bwd");
     test_finite_differences();
     const bcase cases[] = {
-        {"random bhsd D40", {1, 2, 2, 70, 150, 40, 0}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1},
-        {"gqa bshd D72", {2, 4, 2, 33, 200, 72, 0}, FXA_LAYOUT_BSHD, FXA_F32, 0, 0, 1},
-        {"mqa padded D128", {1, 3, 1, 130, 97, 128, 0}, FXA_LAYOUT_BSHD, FXA_F32, 5, 0, 1},
-        {"hot rows bhsd", {1, 2, 1, 64, 129, 64, 0}, FXA_LAYOUT_BHSD, FXA_F32, 0, 8.0, 2.0},
-        {"bf16 inputs D16", {1, 2, 2, 40, 260, 16, 0.3}, FXA_LAYOUT_BSHD, FXA_BF16, 0, 0, 1},
+        {"random bhsd D40", {1, 2, 2, 70, 150, 40, 0}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1, FXA_F32},
+        {"gqa bshd D72", {2, 4, 2, 33, 200, 72, 0}, FXA_LAYOUT_BSHD, FXA_F32, 0, 0, 1, FXA_F32},
+        {"mqa padded D128", {1, 3, 1, 130, 97, 128, 0}, FXA_LAYOUT_BSHD, FXA_F32, 5, 0, 1, FXA_F32},
+        {"hot rows bhsd",
+         {1, 2, 1, 64, 129, 64, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_F32,
+         0,
+         8.0,
+         2.0,
+         FXA_F32},
+        {"bf16 inputs D16",
+         {1, 2, 2, 40, 260, 16, 0.3},
+         FXA_LAYOUT_BSHD,
+         FXA_BF16,
+         0,
+         0,
+         1,
+         FXA_F32},
+        {"f16 inputs, bf16 out and dout",
+         {1, 4, 2, 50, 70, 24, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_F16,
+         3,
+         0,
+         1,
+         FXA_BF16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bcase c = cases[i];
