@@ -337,9 +337,9 @@ FXA_API fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_arg
  * apply (the backward takes no shift from a bound). FXA_COMPUTE_BF16 is
  * FXA_ERR_UNSUPPORTED. Extra memory is O(S D) per kv head in flight: the
  * workspace holds K, V, Q and dO of a chunk of kv heads in fp32, never an
- * S x S matrix. Results are bit-identical for any thread count (each dK,
- * dV block and each dQ block is summed by one work item in a fixed order;
- * no atomics).
+ * S x S matrix. Results are bit-identical for any thread count (every
+ * gradient element is summed by one work item in a fixed order; no
+ * atomics).
  */
 typedef struct fxa_attn_bwd_plan fxa_attn_bwd_plan;
 
@@ -396,8 +396,9 @@ FXA_API fxa_status fxa_attn_bwd_run(const fxa_attn_bwd_plan *plan, const fxa_att
 
 /* FLOPs of one backward, counted as FlashAttention counts them: 2.5x the
  * forward's, 10 * B * Hq * Sq * Skv * D (QK^T, dO V^T, P^T dO, dS^T Q and
- * dS K). fxattn's two passes recompute QK^T and dO V^T for dQ, so they do
- * 14 * B * Hq * Sq * Skv * D. 0.0 for NULL. */
+ * dS K). Where a chunk of kv heads has fewer than two per thread, fxattn
+ * runs two passes that recompute QK^T and dO V^T for dQ (14 * B * Hq * Sq *
+ * Skv * D); the results are the same bits. 0.0 for NULL. */
 FXA_API double fxa_attn_bwd_flops(const fxa_attn_desc *d);
 
 /* ------------------------------------------------------------------------ */

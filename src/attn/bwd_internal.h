@@ -20,7 +20,8 @@ struct fxa_attn_bwd_plan {
     int64_t chunk_kv_heads; /* kv heads whose K, V, Q, dO are in the workspace at once */
     /* Workspace, byte offsets. Per kv head of the chunk: K^T and V^T panels
      * [kv_pad][D] and K rows [kv_pad][D]; per query head of the chunk: Q and
-     * dO rows [Sq][D], lse2 and delta [Sq]; then per thread: p and ds
+     * dO rows [Sq][D], lse2 and delta [Sq], and the dQ accumulator [Sq][D] of
+     * the one-pass schedule (bwd_run.c); then per thread: p and ds
      * [block_q][block_kv], two gradient blocks [max(block_q, block_kv)][D]
      * and block_kv row pointers. */
     size_t ws_kt;
@@ -30,6 +31,7 @@ struct fxa_attn_bwd_plan {
     size_t ws_do;
     size_t ws_lse2;
     size_t ws_delta;
+    size_t ws_dq;
     size_t ws_threads;
     size_t thread_bytes;
     size_t ws_total;

@@ -22,7 +22,7 @@ static size_t head_bytes(const fxa_attn_bwd_plan *bp)
     const fxa_attn_plan *p = bp->fwd;
     const size_t q_rows = (size_t)p->group * (size_t)p->d.seq_q;
     return 3 * fxa_align_up(bp->kv_pad * bp->dim * sizeof(float)) +
-           2 * fxa_align_up(q_rows * bp->dim * sizeof(float)) +
+           3 * fxa_align_up(q_rows * bp->dim * sizeof(float)) +
            2 * fxa_align_up(q_rows * sizeof(float));
 }
 
@@ -61,6 +61,8 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
     off += fxa_align_up(q_rows * sizeof(float));
     bp->ws_delta = off;
     off += fxa_align_up(q_rows * sizeof(float));
+    bp->ws_dq = off;
+    off += fxa_align_up(q_rows * bp->dim * sizeof(float));
     bp->ws_threads = off;
     bp->thread_bytes = 2 * fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) +
                        2 * fxa_align_up(grad_rows * bp->dim * sizeof(float)) +

@@ -5,14 +5,21 @@
  *   1. prep: K rows (fp32), K^T and V^T in the kernels' panels, per kv head;
  *      Q and dO rows (fp32), lse2 = lse log2(e) and delta = dO . O (in
  *      double, rounded once), per query head;
+ * then one of two schedules, which give the same bits:
+ *   two passes (when the chunk has fewer than two kv heads per thread):
  *   2. dK, dV: one work item per (kv head, key block) owns its keys' dK and
  *      dV and sums over the kv head's query heads and every query block in
  *      a fixed order;
  *   3. dQ: one work item per (query head, query block) owns its rows' dQ and
- *      sums over every key block in order.
- * Every gradient element is summed by one item in a fixed order, so results
- * do not depend on the thread count (no atomics). P and dS are recomputed
- * per tile in both passes, never stored beyond a tile.
+ *      sums over every key block in order (recomputing P and dS);
+ *   one pass (enough kv heads, or one thread): one work item per kv head
+ *      runs the key blocks in order, each over the query heads and blocks in
+ *      the same order, and adds each tile's dS K into the head's dQ
+ *      accumulator right after its dK, dV (P and dS computed once).
+ * Either way every gradient element is the same chain of additions in the
+ * same order (dK, dV over (query head, query block, row); dQ over (key
+ * block, key)) of the same tile values, so results do not depend on the
+ * thread count (no atomics). P and dS never outlive a tile.
  */
 #include <math.h>
 #include <string.h>
@@ -226,6 +233,52 @@ static void dkdv_item(void *arg, int64_t item, int thread_id)
                p->v_strides.token);
 }
 
+/* Every gradient of chunk slot `slot`'s kv head in one item: P and dS once
+ * per tile, dQ summed over the key blocks in order in the head's
+ * accumulator. */
+static void head_item(void *arg, int64_t slot, int thread_id)
+{
+    const bwd_job *job = arg;
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const bwd_scratch s = scratch_of(job, thread_id);
+    const int64_t kvh = job->chunk_kv0 + slot;
+    const size_t head_rows = (size_t)p->d.seq_q * bp->dim;
+    float *dq = ws_floats(job, bp->ws_dq) + (size_t)(slot * p->group) * head_rows;
+    memset(dq, 0, (size_t)p->group * head_rows * sizeof(float));
+    for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++) {
+        const int64_t j0 = kb * (int64_t)bp->block_kv;
+        const size_t n = rows_in(p->d.seq_kv, j0, bp->block_kv);
+        memset(s.ga, 0, n * bp->dim * sizeof(float));
+        memset(s.gb, 0, n * bp->dim * sizeof(float));
+        for (int64_t g = 0; g < p->group; g++) {
+            for (int64_t qb = 0; qb < bp->n_q_blocks; qb++) {
+                fxa_attn_bwd_tile t = tile_of(job, &s, slot * p->group + g, qb, slot, kb);
+                t.dk = s.ga;
+                t.dv = s.gb;
+                bp->ctx->kernels->attn_bwd_dkdv(&t);
+                t.dq = dq + (size_t)g * head_rows + (size_t)qb * bp->block_q * bp->dim;
+                t.p_ds_given = 1;
+                bp->ctx->kernels->attn_bwd_dq(&t);
+            }
+        }
+        store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->dk,
+                   job->batch * p->k_strides.batch + kvh * p->k_strides.head +
+                       j0 * p->k_strides.token,
+                   p->k_strides.token);
+        store_rows(s.gb, n, bp->dim, 1.0f, job->a->dv,
+                   job->batch * p->v_strides.batch + kvh * p->v_strides.head +
+                       j0 * p->v_strides.token,
+                   p->v_strides.token);
+    }
+    for (int64_t g = 0; g < p->group; g++) {
+        const int64_t h = kvh * p->group + g;
+        store_rows(dq + (size_t)g * head_rows, (size_t)p->d.seq_q, bp->dim, (float)p->d.scale,
+                   job->a->dq, job->batch * p->q_strides.batch + h * p->q_strides.head,
+                   p->q_strides.token);
+    }
+}
+
 /* dQ of chunk query head cq's query block qb. */
 static void dq_item(void *arg, int64_t item, int thread_id)
 {
@@ -385,11 +438,18 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
         return st;
     fxa_pool *pool = &ctx->pool;
     const int64_t chunk_q = bp->chunk_kv_heads * p->group;
+    /* One item per kv head when that keeps every thread busy (the schedules
+     * give the same bits, so the choice may follow the thread count). */
+    const int one_pass = pool->n_threads == 1 || bp->chunk_kv_heads >= 2 * pool->n_threads;
     for (job.batch = 0; job.batch < p->d.batch; job.batch++) {
         for (job.chunk_kv0 = 0; job.chunk_kv0 < p->d.heads_kv;
              job.chunk_kv0 += bp->chunk_kv_heads) {
             fxa_pool_run(pool, prep_item, &job,
                          bp->chunk_kv_heads * bp->n_kv_blocks + chunk_q * bp->n_q_blocks);
+            if (one_pass) {
+                fxa_pool_run(pool, head_item, &job, bp->chunk_kv_heads);
+                continue;
+            }
             fxa_pool_run(pool, dkdv_item, &job, bp->chunk_kv_heads * bp->n_kv_blocks);
             fxa_pool_run(pool, dq_item, &job, chunk_q * bp->n_q_blocks);
         }

@@ -184,7 +184,8 @@ void BWD_DKDV_NAME(const fxa_attn_bwd_tile *t)
 
 void BWD_DQ_NAME(const fxa_attn_bwd_tile *t)
 {
-    p_ds(t);
+    if (!t->p_ds_given)
+        p_ds(t);
     for (size_t c0 = 0; c0 < t->d; c0 += BWD_W * BWD_NV) {
         bwd_mask mask[BWD_NV];
         column_masks(t->d, c0, mask);

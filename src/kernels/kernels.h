@@ -149,7 +149,10 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
  * multiplies dq and dk by tau once):
  *   fxa_attn_bwd_dkdv_fn: dv_j += sum_i p_ij dout_i,  dk_j += sum_i ds_ij q_i
  *                         (dk, dv [n_kv][ldg]; sums in increasing i)
- *   fxa_attn_bwd_dq_fn:   dq_i += sum_j ds_ij k_j     (dq [n_q][ldg]; increasing j)
+ *   fxa_attn_bwd_dq_fn:   dq_i += sum_j ds_ij k_j     (dq [n_q][ldg]; increasing j);
+ *                         with p_ds_given, p and ds already hold this tile's
+ *                         values (the dkdv kernel's, on the same tile) and are
+ *                         used as they are
  * Layout: q, dout [n_q][ldq]; kt and vt are K and V transposed in panels of
  * kt_panel keys (fxa_kt_offset; keys past n_kv in the last panel are zero);
  * k [n_kv][ldk] row-major (the dq kernel only). A kernel may block and
@@ -178,6 +181,7 @@ typedef struct fxa_attn_bwd_tile {
     float *dk;
     float *dv;
     size_t ldg;
+    int p_ds_given;
 } fxa_attn_bwd_tile;
 
 typedef void fxa_attn_bwd_fn(const fxa_attn_bwd_tile *t);

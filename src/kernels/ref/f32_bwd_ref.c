@@ -45,7 +45,8 @@ void fxa_f32_bwd_dkdv__ref(const fxa_attn_bwd_tile *t)
 
 void fxa_f32_bwd_dq__ref(const fxa_attn_bwd_tile *t)
 {
-    p_ds(t);
+    if (!t->p_ds_given)
+        p_ds(t);
     for (size_t i = 0; i < t->n_q; i++) {
         float *dq = t->dq + i * t->ldg;
         for (size_t j = 0; j < t->n_kv; j++) {
