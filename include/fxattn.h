@@ -396,9 +396,10 @@ FXA_API fxa_status fxa_attn_bwd_run(const fxa_attn_bwd_plan *plan, const fxa_att
 
 /* FLOPs of one backward, counted as FlashAttention counts them: 2.5x the
  * forward's, 10 * B * Hq * Sq * Skv * D (QK^T, dO V^T, P^T dO, dS^T Q and
- * dS K). Where a chunk of kv heads has fewer than two per thread, fxattn
- * runs two passes that recompute QK^T and dO V^T for dQ (14 * B * Hq * Sq *
- * Skv * D); the results are the same bits. 0.0 for NULL. */
+ * dS K). Where one work item per kv head would leave threads idle (too few
+ * kv heads in a chunk for the threads), fxattn runs two passes that
+ * recompute QK^T and dO V^T for dQ (14 * B * Hq * Sq * Skv * D); the results
+ * are the same bits. 0.0 for NULL. */
 FXA_API double fxa_attn_bwd_flops(const fxa_attn_desc *d);
 
 /* ------------------------------------------------------------------------ */

@@ -6,13 +6,13 @@
  *      Q and dO rows (fp32), lse2 = lse log2(e) and delta = dO . O (in
  *      double, rounded once), per query head;
  * then one of two schedules, which give the same bits:
- *   two passes (when the chunk has fewer than two kv heads per thread):
+ *   two passes (when one item per kv head would leave threads idle):
  *   2. dK, dV: one work item per (kv head, key block) owns its keys' dK and
  *      dV and sums over the kv head's query heads and every query block in
  *      a fixed order;
  *   3. dQ: one work item per (query head, query block) owns its rows' dQ and
  *      sums over every key block in order (recomputing P and dS);
- *   one pass (enough kv heads, or one thread): one work item per kv head
+ *   one pass (enough kv heads for the threads): one work item per kv head
  *      runs the key blocks in order, each over the query heads and blocks in
  *      the same order, and adds each tile's dS K into the head's dQ
  *      accumulator right after its dK, dV (P and dS computed once).
@@ -438,9 +438,13 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
         return st;
     fxa_pool *pool = &ctx->pool;
     const int64_t chunk_q = bp->chunk_kv_heads * p->group;
-    /* One item per kv head when that keeps every thread busy (the schedules
-     * give the same bits, so the choice may follow the thread count). */
-    const int one_pass = pool->n_threads == 1 || bp->chunk_kv_heads >= 2 * pool->n_threads;
+    /* One item per kv head (10 units of work each) unless its waves of
+     * items over the threads take longer than the two passes' 14 units
+     * spread evenly: 10 ceil(H / T) > 14 H / T for H kv heads on T threads.
+     * The schedules give the same bits, so the choice may follow T. */
+    const int64_t n_threads = pool->n_threads;
+    const int64_t waves = (bp->chunk_kv_heads + n_threads - 1) / n_threads;
+    const int one_pass = 5 * n_threads * waves <= 7 * bp->chunk_kv_heads;
     for (job.batch = 0; job.batch < p->d.batch; job.batch++) {
         for (job.chunk_kv0 = 0; job.chunk_kv0 < p->d.heads_kv;
              job.chunk_kv0 += bp->chunk_kv_heads) {

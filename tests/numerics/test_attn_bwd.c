@@ -7,10 +7,9 @@
  * of L = sum dO . O in fp64 on a tiny shape. Cases: random data, hot rows
  * (large query norms: peaked P), GQA and MQA, Sq != Skv, head dims 40, 72
  * and 128, BHSD, BSHD and padded strides, bf16 and f16 inputs, out and
- * dout in bf16, 6 kv heads (the one-pass schedule on every thread count);
- * dq, dk, dv bit-identical on 1, 2 and 3 threads (1 thread runs the
- * one-pass schedule, 2 and 3 the two passes with fewer kv heads: the
- * schedules agree bit for bit); a problem whose kv heads are worked in several chunks gives
+ * dout in bf16, 6 kv heads; dq, dk, dv bit-identical on 1, 2 and 3 threads
+ * (which run the one-pass or the two-pass schedule by the kv heads per
+ * thread: the schedules agree bit for bit); a problem whose kv heads are worked in several chunks gives
  * each head the bits of a plan of that head alone; bad inputs refused with
  * messages.
  * Runs once per kernel set (FXA_ISA).
@@ -447,9 +446,9 @@ static void test_case(const bcase *c)
         printf("[%s] %s: max err %.3g (max |g| %.3g), at most %.3f of 2x the envelope\n", c->label,
                names[w], err_max, mag, worst);
     }
-    /* Bit-identical on 1, 2 and 3 threads: 1 thread runs the one-pass
-     * schedule; 2 and 3 threads the two passes with fewer than 4 kv heads,
-     * the one pass with 6 (bwd_run.c). */
+    /* Bit-identical on 1, 2 and 3 threads: 1 kv head runs one pass on 1
+     * thread and two on 2 and 3; 2 kv heads one pass on 1 and 2 threads and
+     * two on 3; 6 kv heads one pass on all (bwd_run.c). */
     float *keep[3] = {malloc(t.eq * 4), malloc(t.ekv * 4), malloc(t.ekv * 4)};
     memcpy(keep[0], t.dq, t.eq * 4);
     memcpy(keep[1], t.dk, t.ekv * 4);
