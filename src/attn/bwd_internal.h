@@ -37,4 +37,11 @@ struct fxa_attn_bwd_plan {
     size_t ws_total;
 };
 
+/* Refuse outputs (dq, dk, dv, the workspace) that overlap an input or each
+ * other, then non-finite inputs (named with their position) and inputs
+ * whose norms' products (q.k, dout.v) pass 2^120; row is scratch of D
+ * floats. bwd_check.c. */
+fxa_status fxa_bwd_check_inputs(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
+                                void *workspace, float *row);
+
 #endif
