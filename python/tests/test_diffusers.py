@@ -30,28 +30,11 @@ from diffusers.models.transformers.transformer_wan import WanAttnProcessor as De
 import fxattn
 import fxattn.diffusers as fd
 import fxattn.wan as fw
+from wan_configs import I2V, LAYERS, T2V
 
 FP32_TOL = 2.0**-15
 BF16_TOL = 2.0**-4
-LAYERS = 2
 
-T2V = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=2,
-    attention_head_dim=12,
-    in_channels=4,
-    out_channels=4,
-    text_dim=16,
-    freq_dim=8,
-    ffn_dim=32,
-    num_layers=LAYERS,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    rope_max_seq_len=32,
-)
-# Wan2.1-I2V's config has image_dim 1280 (CLIP) and added_kv_proj_dim = the
-# inner dim (5120); here image_dim 8 and added_kv_proj_dim = 2 x 12.
-I2V = dict(T2V, image_dim=8, added_kv_proj_dim=24)
 IMAGE_TOKENS = 6
 
 

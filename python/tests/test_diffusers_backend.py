@@ -42,26 +42,12 @@ import fxattn._diffusers_backend as backend
 import fxattn.diffusers  # noqa: F401  (registers "fxattn")
 from diffusers.models import attention_dispatch as dispatch
 from diffusers.models.attention_dispatch import AttentionBackendName, attention_backend, dispatch_attention_fn
+from wan_configs import I2V, T2V
 
 FP32_TOL = 2.0**-18
 FP32_FLOOR = 2.0**-22
 BF16_TOL = 2.0**-4
 
-WAN_T2V = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=2,
-    attention_head_dim=12,
-    in_channels=4,
-    out_channels=4,
-    text_dim=16,
-    freq_dim=8,
-    ffn_dim=32,
-    num_layers=2,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    rope_max_seq_len=32,
-)
-WAN_I2V = dict(WAN_T2V, image_dim=8, added_kv_proj_dim=24)
 
 
 def _randn(g, *shape):
@@ -84,8 +70,8 @@ def qwen_inputs(g):
 
 # name: (model class, config, inputs(generator))
 MODELS = {
-    "wan_t2v": (WanTransformer3DModel, WAN_T2V, lambda g: wan_inputs(g, False)),
-    "wan_i2v": (WanTransformer3DModel, WAN_I2V, lambda g: wan_inputs(g, True)),
+    "wan_t2v": (WanTransformer3DModel, T2V, lambda g: wan_inputs(g, False)),
+    "wan_i2v": (WanTransformer3DModel, I2V, lambda g: wan_inputs(g, True)),
     "flux": (
         FluxTransformer2DModel,
         dict(
@@ -197,33 +183,30 @@ def forward(model, args, dtype, name=None):
         dispatch._AttentionBackendRegistry._active_backend = AttentionBackendName.NATIVE
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """Counts the calls of fxattn.attention (the backend's unmasked call)."""
+def _count_calls(monkeypatch, name):
+    """Counts the calls of fxattn.<name> (a one-element list)."""
     n = [0]
-    run = fxattn.attention
+    run = getattr(fxattn, name)
 
     def counted(*a, **k):
         n[0] += 1
         return run(*a, **k)
 
-    monkeypatch.setattr(fxattn, "attention", counted)
+    monkeypatch.setattr(fxattn, name, counted)
     return n
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts the calls of fxattn.attention (the backend's unmasked call)."""
+    return _count_calls(monkeypatch, "attention")
 
 
 @pytest.fixture
 def masked_calls(monkeypatch):
     """Counts the calls of fxattn.scaled_dot_product_attention (the
     backend's masked call)."""
-    n = [0]
-    run = fxattn.scaled_dot_product_attention
-
-    def counted(*a, **k):
-        n[0] += 1
-        return run(*a, **k)
-
-    monkeypatch.setattr(fxattn, "scaled_dot_product_attention", counted)
-    return n
+    return _count_calls(monkeypatch, "scaled_dot_product_attention")
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -319,7 +302,7 @@ _ENV_SCRIPT = textwrap.dedent(
 
 def _python(script, **env):
     return subprocess.run(
-        [sys.executable, "-c", script.replace("CONFIG", repr(json.dumps(WAN_T2V)))],
+        [sys.executable, "-c", script.replace("CONFIG", repr(json.dumps(T2V)))],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

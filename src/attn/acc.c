@@ -676,10 +676,9 @@ static fxa_status acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     if (st != FXA_OK)
         return st;
     args = &a_full;
-    if (stats_out &&
-        (st = fxa_struct_size_check(fxa_struct_size_of(stats_out), FXA_ATTN_STATS_SIZE_0_1,
-                                    sizeof(fxa_attn_stats), "fxa_attn_stats", p->ctx->last_error,
-                                    sizeof p->ctx->last_error)) != FXA_OK)
+    if ((st = fxa_struct_out_check(stats_out, FXA_ATTN_STATS_SIZE_0_1, sizeof(fxa_attn_stats),
+                                   "fxa_attn_stats", p->ctx->last_error,
+                                   sizeof p->ctx->last_error)) != FXA_OK)
         return st;
     if (!args->out)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args: out is NULL");

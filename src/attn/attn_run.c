@@ -332,10 +332,9 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
     if (st != FXA_OK)
         return st;
     args = &a_full;
-    if (stats_out &&
-        (st = fxa_struct_size_check(fxa_struct_size_of(stats_out), FXA_ATTN_STATS_SIZE_0_1,
-                                    sizeof(fxa_attn_stats), "fxa_attn_stats", ctx->last_error,
-                                    sizeof ctx->last_error)) != FXA_OK)
+    if ((st = fxa_struct_out_check(stats_out, FXA_ATTN_STATS_SIZE_0_1, sizeof(fxa_attn_stats),
+                                   "fxa_attn_stats", ctx->last_error, sizeof ctx->last_error)) !=
+        FXA_OK)
         return st;
     if (!args->q || !args->k || !args->v || (!bounds_only && !args->out))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "q, k, v and out must not be NULL");

@@ -39,6 +39,14 @@ static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp)
     return best;
 }
 
+/* The offset *off of a region of n floats, *off moved past it (64-byte aligned). */
+static size_t take(size_t *off, size_t n)
+{
+    const size_t at = *off;
+    *off += fxa_align_up(n * sizeof(float));
+    return at;
+}
+
 static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
 {
     const fxa_attn_plan *p = bp->fwd;
@@ -47,22 +55,14 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
     const size_t kv_floats = chunk * bp->kv_pad * bp->dim;
     const size_t grad_rows = bp->block_q > bp->block_kv ? bp->block_q : bp->block_kv;
     size_t off = 0;
-    bp->ws_kt = off;
-    off += fxa_align_up(kv_floats * sizeof(float));
-    bp->ws_vt = off;
-    off += fxa_align_up(kv_floats * sizeof(float));
-    bp->ws_k = off;
-    off += fxa_align_up(kv_floats * sizeof(float));
-    bp->ws_q = off;
-    off += fxa_align_up(q_rows * bp->dim * sizeof(float));
-    bp->ws_do = off;
-    off += fxa_align_up(q_rows * bp->dim * sizeof(float));
-    bp->ws_lse2 = off;
-    off += fxa_align_up(q_rows * sizeof(float));
-    bp->ws_delta = off;
-    off += fxa_align_up(q_rows * sizeof(float));
-    bp->ws_dq = off;
-    off += fxa_align_up(q_rows * bp->dim * sizeof(float));
+    bp->ws_kt = take(&off, kv_floats);
+    bp->ws_vt = take(&off, kv_floats);
+    bp->ws_k = take(&off, kv_floats);
+    bp->ws_q = take(&off, q_rows * bp->dim);
+    bp->ws_do = take(&off, q_rows * bp->dim);
+    bp->ws_lse2 = take(&off, q_rows);
+    bp->ws_delta = take(&off, q_rows);
+    bp->ws_dq = take(&off, q_rows * bp->dim);
     bp->ws_threads = off;
     bp->thread_bytes = 2 * fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) +
                        2 * fxa_align_up(grad_rows * bp->dim * sizeof(float)) +

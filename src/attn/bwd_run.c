@@ -200,35 +200,56 @@ static void store_rows(const float *g, size_t n, size_t dim, float scale, float 
     }
 }
 
+/* Store the thread's dK (times the scale) and dV accumulators of kv head
+ * kvh's n keys from key j0 into the caller's dk and dv. */
+static void store_kv_grads(const bwd_job *job, const bwd_scratch *s, int64_t kvh, int64_t j0,
+                           size_t n)
+{
+    const fxa_attn_plan *p = job->bp->fwd;
+    const size_t dim = job->bp->dim;
+    store_rows(s->ga, n, dim, (float)p->d.scale, job->a->dk,
+               job->batch * p->k_strides.batch + kvh * p->k_strides.head + j0 * p->k_strides.token,
+               p->k_strides.token);
+    store_rows(s->gb, n, dim, 1.0f, job->a->dv,
+               job->batch * p->v_strides.batch + kvh * p->v_strides.head + j0 * p->v_strides.token,
+               p->v_strides.token);
+}
+
+/* dK and dV of chunk slot `slot`'s key block kb over all its query heads
+ * and blocks, in that order; with dq (the slot's first query head's dQ
+ * accumulator, heads seq_q D floats apart) also dQ += dS K from the same P
+ * and dS. */
+static void kv_block(const bwd_job *job, const bwd_scratch *s, int64_t slot, int64_t kb, float *dq)
+{
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const size_t head_rows = (size_t)p->d.seq_q * bp->dim;
+    const int64_t j0 = kb * (int64_t)bp->block_kv;
+    const size_t n = rows_in(p->d.seq_kv, j0, bp->block_kv);
+    memset(s->ga, 0, n * bp->dim * sizeof(float));
+    memset(s->gb, 0, n * bp->dim * sizeof(float));
+    for (int64_t g = 0; g < p->group; g++) {
+        for (int64_t qb = 0; qb < bp->n_q_blocks; qb++) {
+            fxa_attn_bwd_tile t = tile_of(job, s, slot * p->group + g, qb, slot, kb);
+            t.dk = s->ga;
+            t.dv = s->gb;
+            bp->ctx->kernels->attn_bwd_dkdv(&t);
+            if (dq) {
+                t.dq = dq + (size_t)g * head_rows + (size_t)qb * bp->block_q * bp->dim;
+                t.p_ds_given = 1;
+                bp->ctx->kernels->attn_bwd_dq(&t);
+            }
+        }
+    }
+    store_kv_grads(job, s, job->chunk_kv0 + slot, j0, n);
+}
+
 /* dK, dV of chunk slot `slot`'s key block kb. */
 static void dkdv_item(void *arg, int64_t item, int thread_id)
 {
     const bwd_job *job = arg;
-    const fxa_attn_bwd_plan *bp = job->bp;
-    const fxa_attn_plan *p = bp->fwd;
     const bwd_scratch s = scratch_of(job, thread_id);
-    const int64_t slot = item / bp->n_kv_blocks;
-    const int64_t kb = item % bp->n_kv_blocks;
-    const int64_t kvh = job->chunk_kv0 + slot;
-    const int64_t j0 = kb * (int64_t)bp->block_kv;
-    const size_t n = rows_in(p->d.seq_kv, j0, bp->block_kv);
-    memset(s.ga, 0, n * bp->dim * sizeof(float));
-    memset(s.gb, 0, n * bp->dim * sizeof(float));
-    for (int64_t g = 0; g < p->group; g++) {
-        for (int64_t qb = 0; qb < bp->n_q_blocks; qb++) {
-            fxa_attn_bwd_tile t = tile_of(job, &s, slot * p->group + g, qb, slot, kb);
-            t.dk = s.ga;
-            t.dv = s.gb;
-            bp->ctx->kernels->attn_bwd_dkdv(&t);
-        }
-    }
-    const float tau = (float)p->d.scale;
-    store_rows(s.ga, n, bp->dim, tau, job->a->dk,
-               job->batch * p->k_strides.batch + kvh * p->k_strides.head + j0 * p->k_strides.token,
-               p->k_strides.token);
-    store_rows(s.gb, n, bp->dim, 1.0f, job->a->dv,
-               job->batch * p->v_strides.batch + kvh * p->v_strides.head + j0 * p->v_strides.token,
-               p->v_strides.token);
+    kv_block(job, &s, item / job->bp->n_kv_blocks, item % job->bp->n_kv_blocks, NULL);
 }
 
 /* Every gradient of chunk slot `slot`'s kv head in one item: P and dS once
@@ -244,31 +265,8 @@ static void head_item(void *arg, int64_t slot, int thread_id)
     const size_t head_rows = (size_t)p->d.seq_q * bp->dim;
     float *dq = ws_floats(job, bp->ws_dq) + (size_t)(slot * p->group) * head_rows;
     memset(dq, 0, (size_t)p->group * head_rows * sizeof(float));
-    for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++) {
-        const int64_t j0 = kb * (int64_t)bp->block_kv;
-        const size_t n = rows_in(p->d.seq_kv, j0, bp->block_kv);
-        memset(s.ga, 0, n * bp->dim * sizeof(float));
-        memset(s.gb, 0, n * bp->dim * sizeof(float));
-        for (int64_t g = 0; g < p->group; g++) {
-            for (int64_t qb = 0; qb < bp->n_q_blocks; qb++) {
-                fxa_attn_bwd_tile t = tile_of(job, &s, slot * p->group + g, qb, slot, kb);
-                t.dk = s.ga;
-                t.dv = s.gb;
-                bp->ctx->kernels->attn_bwd_dkdv(&t);
-                t.dq = dq + (size_t)g * head_rows + (size_t)qb * bp->block_q * bp->dim;
-                t.p_ds_given = 1;
-                bp->ctx->kernels->attn_bwd_dq(&t);
-            }
-        }
-        store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->dk,
-                   job->batch * p->k_strides.batch + kvh * p->k_strides.head +
-                       j0 * p->k_strides.token,
-                   p->k_strides.token);
-        store_rows(s.gb, n, bp->dim, 1.0f, job->a->dv,
-                   job->batch * p->v_strides.batch + kvh * p->v_strides.head +
-                       j0 * p->v_strides.token,
-                   p->v_strides.token);
-    }
+    for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++)
+        kv_block(job, &s, slot, kb, dq);
     for (int64_t g = 0; g < p->group; g++) {
         const int64_t h = kvh * p->group + g;
         store_rows(dq + (size_t)g * head_rows, (size_t)p->d.seq_q, bp->dim, (float)p->d.scale,
@@ -312,10 +310,9 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
                                   "fxa_attn_bwd_args", ctx->last_error, sizeof ctx->last_error);
     if (st != FXA_OK)
         return st;
-    if (stats_out &&
-        (st = fxa_struct_size_check(fxa_struct_size_of(stats_out), FXA_ATTN_BWD_STATS_SIZE_0_3,
-                                    sizeof(fxa_attn_bwd_stats), "fxa_attn_bwd_stats",
-                                    ctx->last_error, sizeof ctx->last_error)) != FXA_OK)
+    if ((st = fxa_struct_out_check(stats_out, FXA_ATTN_BWD_STATS_SIZE_0_3,
+                                   sizeof(fxa_attn_bwd_stats), "fxa_attn_bwd_stats",
+                                   ctx->last_error, sizeof ctx->last_error)) != FXA_OK)
         return st;
     if (!a.q || !a.k || !a.v || !a.out || !a.dout)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,

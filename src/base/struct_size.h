@@ -62,6 +62,15 @@ static inline fxa_status fxa_struct_size_check(size_t size, size_t min_size, siz
     return FXA_ERR_INVALID_ARG;
 }
 
+/* An optional output struct (stats): FXA_OK for NULL, else its struct_size
+ * checked as by fxa_struct_size_check. */
+static inline fxa_status fxa_struct_out_check(const void *out, size_t min_size, size_t cur_size,
+                                              const char *name, char *msg, size_t cap)
+{
+    return out ? fxa_struct_size_check(fxa_struct_size_of(out), min_size, cur_size, name, msg, cap)
+               : FXA_OK;
+}
+
 /* Copy-in: dst (cur_size bytes) holds the defaults; src's first struct_size
  * bytes replace them and dst's struct_size becomes cur_size. Nothing is
  * read from src past its struct_size. */
