@@ -95,13 +95,17 @@ def _wrap_dispatch(globs: dict) -> None:
         entry[2] += 1
         return
     original = globs["dispatch_attention_fn"]
+    signature = inspect.signature(original)
 
-    def dispatch_attention_fn(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                              enable_gqa=False, attention_kwargs=None, *, backend=None, parallel_config=None):
-        if isinstance(parallel_config, MPIAttentionConfig):
-            return _mpi_attention(parallel_config, query, key, value, attn_mask, dropout_p, is_causal, scale)
-        return original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, attention_kwargs,
-                        backend=backend, parallel_config=parallel_config)
+    def dispatch_attention_fn(*args, **kwargs):
+        config = kwargs.get("parallel_config")
+        if not isinstance(config, MPIAttentionConfig):
+            return original(*args, **kwargs)
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        return _mpi_attention(config, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
+                              a["is_causal"], a["scale"])
 
     globs["dispatch_attention_fn"] = dispatch_attention_fn
     _wrapped[id(globs)] = [globs, original, 1]
@@ -166,7 +170,8 @@ def _gather(comm, x, dim: int, grid: list, seconds: float):
     seq = sum(lengths)
     shards = [_fm.shard(seq, grid[r], size) for r in range(size)]
     if lengths != [n for _, n in shards]:
-        raise ValueError(f"the ranks' shard lengths {lengths} along dim {dim} are not fxattn.mpi.shard's split of {seq}")
+        raise ValueError(f"the ranks' shard lengths {lengths} along dim {dim} are not fxattn.mpi.shard's "
+                         f"split of {seq}")
     row = int(np.prod(moved.shape[1:])) * moved.element_size()
     send = moved.reshape(-1).view(torch.uint8).numpy() if moved.numel() else np.empty(0, np.uint8)
     recv = np.empty(seq * row, np.uint8)
@@ -182,8 +187,6 @@ class PlanParallelized:
     remove() undoes them."""
 
     def __init__(self, model, comm, config: MPIAttentionConfig, pairs: list, placement: str, timeout):
-        from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
-
         self.model = model
         self.comm = comm
         self._hooks = []
@@ -199,20 +202,29 @@ class PlanParallelized:
             start, n = _fm.shard(x.shape[cpi.split_dim], me, size)
             return x.narrow(cpi.split_dim, start, n)
 
+        try:
+            self._install(model, config, pairs, split, grid, seconds)
+        except BaseException:
+            self.remove()
+            raise
+
+    def _install(self, model, config, pairs, split, grid, seconds):
+        from diffusers.models._modeling_parallel import ContextParallelOutput
+
         for name, entry in type(model)._cp_plan.items():
             for m in _modules(model, name):
                 if isinstance(entry, dict):
-                    self._split_hooks(m, entry, split, ContextParallelInput)
+                    self._split_hooks(m, entry, split)
                 else:
                     outs = [entry] if isinstance(entry, ContextParallelOutput) else list(entry)
                     self._hooks.append(m.register_forward_hook(self._gather_hook(outs, grid, seconds)))
         for module, proc in pairs:
             own = "_parallel_config" in vars(proc)
+            _wrap_dispatch(type(proc).__call__.__globals__)
             self._configs.append((proc, own, vars(proc).get("_parallel_config")))
             proc._parallel_config = config
-            _wrap_dispatch(type(proc).__call__.__globals__)
 
-    def _split_hooks(self, m, entry: dict, split, cpi_type):
+    def _split_hooks(self, m, entry: dict, split):
         params = list(inspect.signature(m.forward).parameters)
         inputs = {k: v for k, v in entry.items() if not v.split_output}
         outputs = {k: v for k, v in entry.items() if v.split_output}

@@ -179,7 +179,8 @@ def parallelize(transformer, comm, *, ulysses=1, ring=None, grid=None, threads=N
 
     auto = grid is not None
     if not auto:
-        check_model(transformer, comm.Get_size(), ulysses, ring, auto, processors=False)  # the grid and the heads, locally
+        # the grid and the heads, locally, before any forward
+        check_model(transformer, comm.Get_size(), ulysses, ring, auto, processors=False)
     proc = ShardedWanAttnProcessor(comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch,
                                    timeout=timeout, placement=placement, **options)
     return Parallelized(transformer, comm, proc)
