@@ -18,6 +18,9 @@ fxattn.mpi.rank(comm, placement)) from the first block on:
   norm_out, proj_out and unpatchify see the whole sequence and every rank
   returns the whole output.
 
+Every other diffusers model with a context-parallel plan (`_cp_plan`) goes
+through fxattn._cp_plan, which follows that plan.
+
 Nothing in diffusers is edited; parallelize() returns a handle whose
 remove() takes the hooks off and puts the original processors back.
 """

@@ -2,9 +2,10 @@
 and gathered by the model's own `_cp_plan`, on tiny random Flux
 (FluxTransformer2DModel: joint text + image attention, both streams split),
 LTX-Video (LTXVideoTransformer3DModel: RoPE split at its output, the text
-split too, so cross-attention runs distributed with Skv != Sq) and Wan
-(WanTransformer3DModel through the plan path, fxattn._cp_plan), the same
-seeded weights and inputs on every rank. Prints
+split too, so cross-attention runs distributed with Skv != Sq), Qwen-Image
+(QwenImageTransformer2DModel: joint attention as Flux, RoPE split at
+pos_embed's output) and Wan (WanTransformer3DModel through the plan path,
+fxattn._cp_plan), the same seeded weights and inputs on every rank. Prints
 'OK rank R model M err E tol T bytes B'; MPI_Abort on a mismatch.
 
 Reference: the same model and inputs in float64 on one process (torch SDPA
@@ -53,7 +54,20 @@ def flux():
     kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, 4, 16, generator=g),
               pooled_projections=torch.randn(1, 8, generator=g), timestep=torch.tensor([0.5]),
               img_ids=torch.randn(9, 3, generator=g), txt_ids=torch.randn(4, 3, generator=g))
-    return model, kw, 13, "transformer_blocks.0.attn"
+    return model, kw, 9, "transformer_blocks.0.attn"
+
+
+def qwen():
+    from diffusers import QwenImageTransformer2DModel
+
+    model = QwenImageTransformer2DModel(patch_size=1, in_channels=4, out_channels=4, num_layers=2,
+                                        attention_head_dim=8, num_attention_heads=4, joint_attention_dim=16,
+                                        axes_dims_rope=(2, 2, 4))
+    g = torch.Generator().manual_seed(1)
+    # [text_r, image_r] joint attention as Flux: 4 text tokens, 9 image tokens; RoPE split at pos_embed's output
+    kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, 4, 16, generator=g),
+              timestep=torch.tensor([0.5]), img_shapes=[(1, 3, 3)])
+    return model, kw, 9, "transformer_blocks.0.attn"
 
 
 def ltx():
@@ -113,16 +127,23 @@ def run(name, build, u, r):
     assert torch.equal(back, one), f"{name}: after remove() the model is not the original"
     outs = comm.allgather(out.numpy())
     assert all((o == outs[0]).all() for o in outs), f"{name}: ranks returned different outputs"
-    # block 0's self-attention saw only this rank's tokens (Flux: text + image shards)
-    want = shard(seq, grid_rank(comm), P)[1] - (shard(4, grid_rank(comm), P)[1] if name == "flux" else 0)
+    # block 0's attention saw only this rank's shard of the (image or video) tokens
+    want = shard(seq, grid_rank(comm), P)[1]
     assert seen[:1] == [want], f"{name}: block 0's attention saw {seen} tokens on rank {rank}, expected {want}"
     same = torch.equal(out, one_fx)
     print(f"OK rank {rank} model {name} err {err:.3g} tol {tol:.3g} bytes {int(same)}", flush=True)
 
 
 def errors(u, r):
-    """parallelize() refuses a bad grid, heads not divisible by U and a mask,
-    with clear messages, before or at the call."""
+    """parallelize() refuses a model without a plan, a bad grid and heads not
+    divisible by U when called, and a mask at the forward, with clear
+    messages."""
+    try:
+        parallelize(torch.nn.Linear(2, 2), comm)
+    except TypeError as e:
+        print(f"error [no plan] {e}", flush=True)
+    else:
+        raise AssertionError("no error for a model without a plan")
     model, kw, _, _ = ltx()
     for what, call in (
         ("grid", lambda: parallelize(model, comm, ulysses=P, ring=2)),
@@ -147,7 +168,7 @@ def errors(u, r):
 
 def main(u, r):
     torch.set_num_threads(1)
-    for name, build in (("flux", flux), ("ltx", ltx), ("wan", wan)):
+    for name, build in (("flux", flux), ("qwen", qwen), ("ltx", ltx), ("wan", wan)):
         run(name, build, u, r)
     errors(u, r)
 
