@@ -190,7 +190,8 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
     forward is (justified in mpi_scripts/cp_plan.py); the ranks return the
     same bytes, block 0's attention saw only the rank's shard, remove()
     restores the model bit for bit; a bad grid, heads not divisible by U
-    and a mask raise clear errors, as does a model without a plan.
+    a mask and a forward under autograd raise clear errors, as does a model
+    without a plan.
     ~10-30 s (np 2), ~20-60 s (np 4), by the machine's load."""
     out = run_mpi("cp_plan.py", np_, str(ulysses), str(ring), timeout=240).stdout
     ok = re.findall(r"OK rank (\d+) model (\w+) err ([0-9.e+-]+) tol ([0-9.e+-]+)", out)
@@ -202,3 +203,4 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
         assert f"error [{what}] " in out, out
     assert "error [no plan] parallelize takes a diffusers model with a context-parallel plan" in out, out
     assert "error [mask] fxattn.diffusers.parallelize: masked attention is not supported" in out, out
+    assert "error [grad] fxattn.diffusers.parallelize runs inference only" in out, out
