@@ -22,9 +22,10 @@ close to the exact function as one process is.
 
 bytes (reported, not asserted): whether the output equals, bit for bit,
 the same plan run on one rank (MPI.COMM_SELF, 1 x 1: fxattn's attention on
-the whole sequence). It does not in general, for Ulysses either: torch's
-linear layers on a token shard round differently from the same rows of
-the whole sequence; the fp64 bound above is the check.
+the whole sequence). It does not in general, for Ulysses either: the
+Ulysses attention is byte-equal, but torch's linear layers pick their
+kernels by row count and can round a shard's rows differently from the
+same rows of the whole sequence; the fp64 bound above is the check.
 """
 
 import copy
