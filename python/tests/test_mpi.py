@@ -190,8 +190,8 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
     forward is (justified in mpi_scripts/cp_plan.py); the ranks return the
     same bytes, block 0's attention saw only the rank's shard, remove()
     restores the model bit for bit; a bad grid, heads not divisible by U
-    a mask and a forward under autograd raise clear errors, as does a model
-    without a plan.
+    a mask and a forward under autograd raise clear errors, as do a model
+    without a plan and a second parallelize of the same model.
     ~10-30 s (np 2), ~20-60 s (np 4), by the machine's load."""
     out = run_mpi("cp_plan.py", np_, str(ulysses), str(ring), timeout=240).stdout
     ok = re.findall(r"OK rank (\d+) model (\w+) err ([0-9.e+-]+) tol ([0-9.e+-]+)", out)
@@ -199,7 +199,7 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
         ranks = sorted(int(r) for r, m, _, _ in ok if m == model)
         assert ranks == list(range(np_)), (model, out)
     assert all(float(e) <= float(t) for _, _, e, t in ok), out
-    for what in ("grid", "heads", "wan grid"):
+    for what in ("grid", "heads", "wan grid", "twice"):
         assert f"error [{what}] " in out, out
     assert "error [no plan] parallelize takes a diffusers model with a context-parallel plan" in out, out
     assert "error [mask] fxattn.diffusers.parallelize: masked attention is not supported" in out, out

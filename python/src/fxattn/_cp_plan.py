@@ -85,9 +85,8 @@ def _mpi_attention(config: MPIAttentionConfig, query, key, value, attn_mask, dro
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
         raise NotImplementedError("fxattn.diffusers.parallelize runs inference only (fxattn.mpi.attention has no "
                                   "backward); call the model under torch.no_grad()")
-    out = _fm.attention(query, key, value, config.comm, layout="bshd", scale=scale, out_dtype=query.dtype,
-                        **config.kwargs)
-    return out
+    return _fm.attention(query, key, value, config.comm, layout="bshd", scale=scale, out_dtype=query.dtype,
+                         **config.kwargs)
 
 
 # the wrapped dispatch_attention_fn of each processor module: globals id -> [globals, original, users]
@@ -95,6 +94,9 @@ _wrapped: dict[int, list] = {}
 
 
 def _wrap_dispatch(globs: dict) -> None:
+    """Wrap the dispatch_attention_fn of a processor's module (globs): calls
+    carrying an MPIAttentionConfig run _mpi_attention, others the original.
+    Counted: one wrapper per module, however many processors use it."""
     entry = _wrapped.get(id(globs))
     if entry is not None:
         entry[2] += 1
@@ -117,6 +119,7 @@ def _wrap_dispatch(globs: dict) -> None:
 
 
 def _unwrap_dispatch(globs: dict) -> None:
+    """Undo one _wrap_dispatch; the last one puts the original back."""
     entry = _wrapped[id(globs)]
     entry[2] -= 1
     if entry[2] == 0:
@@ -157,6 +160,8 @@ def check_model(model, size: int, ulysses: int, ring, auto: bool, processors: bo
             raise TypeError(f"{type(module).__name__}'s processor {type(proc).__name__} does not dispatch through "
                             "diffusers' dispatch_attention_fn with a parallel config; set the model's default "
                             "processors before parallelize")
+        if isinstance(getattr(proc, "_parallel_config", None), MPIAttentionConfig):
+            raise ValueError(f"{type(model).__name__} is already parallelized; remove() that handle first")
         for attr in ("heads", "kv_heads"):
             h = getattr(module, attr, None)
             if not auto and isinstance(h, int) and h % ulysses:

@@ -172,6 +172,12 @@ def errors(u, r):
             raise AssertionError("a mask under parallelism ran")
     with parallelize(model, comm, ulysses=u, ring=r, threads=1):
         try:
+            parallelize(model, comm, ulysses=u, ring=r)
+        except ValueError as e:
+            print(f"error [twice] {e}", flush=True)
+        else:
+            raise AssertionError("a model parallelized twice")
+        try:
             model(**dict(kw, return_dict=False))  # grad mode on, the weights require grad
         except NotImplementedError as e:
             print(f"error [grad] {e}", flush=True)
