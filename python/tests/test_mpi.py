@@ -178,3 +178,29 @@ def test_plan_and_grid_auto():
     (mpi_scripts/plan.py)."""
     out = run_mpi("plan.py", 2).stdout
     assert out.count(" plan") >= 2 and "OK rank 0 plan" in out and "OK rank 1 plan" in out, out
+
+
+@pytest.mark.parametrize("np_,ulysses,ring", [(2, 1, 2), (2, 2, 1), (4, 2, 2)])
+def test_parallelize_cp_plan(np_, ulysses, ring):
+    """fxattn.diffusers.parallelize split and gathered by the model's own
+    _cp_plan on tiny random Flux, Qwen-Image, LTX-Video and Wan (the plan
+    path) models
+    (9 to 13 tokens, uneven over the ranks): every rank's output within
+    rtol 1e-5 of a float64 one-process forward, as the fp32 one-process
+    forward is (justified in mpi_scripts/cp_plan.py); the ranks return the
+    same bytes, block 0's attention saw only the rank's shard, remove()
+    restores the model bit for bit; a bad grid, heads not divisible by U
+    a mask and a forward under autograd raise clear errors, as do a model
+    without a plan and a second parallelize of the same model.
+    ~10-30 s (np 2), ~20-60 s (np 4), by the machine's load."""
+    out = run_mpi("cp_plan.py", np_, str(ulysses), str(ring), timeout=240).stdout
+    ok = re.findall(r"OK rank (\d+) model (\w+) err ([0-9.e+-]+) tol ([0-9.e+-]+)", out)
+    for model in ("flux", "qwen", "ltx", "wan"):
+        ranks = sorted(int(r) for r, m, _, _ in ok if m == model)
+        assert ranks == list(range(np_)), (model, out)
+    assert all(float(e) <= float(t) for _, _, e, t in ok), out
+    for what in ("grid", "heads", "wan grid", "twice"):
+        assert f"error [{what}] " in out, out
+    assert "error [no plan] parallelize takes a diffusers model with a context-parallel plan" in out, out
+    assert "error [mask] fxattn.diffusers.parallelize: masked attention is not supported" in out, out
+    assert "error [grad] fxattn.diffusers.parallelize runs inference only" in out, out

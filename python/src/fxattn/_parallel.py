@@ -18,6 +18,9 @@ fxattn.mpi.rank(comm, placement)) from the first block on:
   norm_out, proj_out and unpatchify see the whole sequence and every rank
   returns the whole output.
 
+Every other diffusers model with a context-parallel plan (`_cp_plan`) goes
+through fxattn._cp_plan, which follows that plan.
+
 Nothing in diffusers is edited; parallelize() returns a handle whose
 remove() takes the hooks off and puts the original processors back.
 """
@@ -148,7 +151,14 @@ class Parallelized:
 
 def parallelize(transformer, comm, *, ulysses=1, ring=None, grid=None, threads=None, prefetch=1, timeout=None,
                 placement="hosts", **options):
-    """Sequence-parallel forward of a diffusers WanTransformer3DModel over comm.
+    """Sequence-parallel forward of a diffusers model over comm.
+
+    Any model class with a context-parallel plan (`_cp_plan`: Flux, Flux2,
+    LTX-Video, Qwen-Image, ...) is split and gathered by that plan and its
+    self-attention runs through fxattn.mpi.attention (fxattn._cp_plan,
+    returning a PlanParallelized handle); WanTransformer3DModel takes the
+    path below. The grid (U * R == ranks) and every attention's heads
+    (divisible by U) are checked here, before any forward.
 
     Collective over comm (the grid ranks are agreed on). In place: installs
     hooks on transformer.rope, its blocks and norm_out and replaces every
@@ -163,8 +173,17 @@ def parallelize(transformer, comm, *, ulysses=1, ring=None, grid=None, threads=N
     fxattn.mpi.attention. Returns a Parallelized handle: .remove() (or
     leaving a `with` block) restores the model.
     """
-    if not (hasattr(transformer, "rope") and hasattr(transformer, "blocks") and hasattr(transformer, "norm_out")):
-        raise TypeError(f"parallelize takes a diffusers WanTransformer3DModel, not {type(transformer).__name__}")
+    if type(transformer).__name__ != "WanTransformer3DModel":
+        from ._cp_plan import parallelize_plan
+
+        return parallelize_plan(transformer, comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads,
+                                prefetch=prefetch, timeout=timeout, placement=placement, **options)
+    from ._cp_plan import check_model
+
+    auto = grid is not None
+    if not auto:
+        # the grid and the heads, locally, before any forward
+        check_model(transformer, comm.Get_size(), ulysses, ring, auto, processors=False)
     proc = ShardedWanAttnProcessor(comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch,
                                    timeout=timeout, placement=placement, **options)
     return Parallelized(transformer, comm, proc)

@@ -1,0 +1,328 @@
+"""Sequence parallelism over MPI ranks for any diffusers model that declares
+a context-parallel plan (`_cp_plan`: Wan, Flux, Flux2, LTX-Video,
+Qwen-Image, ...), driven by that plan (fxattn.diffusers.parallelize).
+
+Every rank runs the same forward on the same inputs. The plan says where
+the sequence is split and gathered; this module follows it with torch hooks:
+
+- {module: {name or output index: ContextParallelInput(split_dim, ...)}}:
+  the named forward input (or, with split_output, the output at that index)
+  is cut to this rank's shard along split_dim: fxattn.mpi.shard's split by
+  the grid rank fxattn.mpi.rank(comm, placement), so lengths need not
+  divide by the rank count; a tensor whose ndim is not expected_dims is
+  left whole, as diffusers does;
+- {module: ContextParallelOutput(gather_dim, ...) or a list of them}: the
+  module's outputs are all-gathered along gather_dim (None entries stay).
+
+Attention: every attention processor of the model that calls diffusers'
+dispatch_attention_fn with its `_parallel_config` gets an
+MPIAttentionConfig there, and the processor module's dispatch_attention_fn
+is wrapped: a call that carries an MPIAttentionConfig runs
+fxattn.mpi.attention on the U x R grid on the sharded [B, S_r, H, D]
+query/key/value (keys and values of every rank's tokens); every other call
+goes to diffusers unchanged (cross-attention on a replicated context, which
+the processors send without a parallel config). A mask, is_causal or
+dropout under parallelism raises NotImplementedError (libfxattn_mpi has no
+masks), as does a call that autograd would record (no backward). Token order across ranks does not matter to unmasked attention, so
+processors that concatenate two split streams (Flux: [text_r, image_r])
+work when the concatenated lengths are still fxattn.mpi.shard's split of
+their sum: the first stream's length divisible by the rank count.
+
+Nothing in diffusers is edited; the handle's remove() takes the hooks and
+configs off and puts dispatch_attention_fn back.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from . import mpi as _fm
+
+__all__ = ["parallelize_plan", "PlanParallelized", "MPIAttentionConfig", "check_model"]
+
+
+def _modules(model, name: str) -> list:
+    """The submodules a plan key names ("" the model, "blocks.0", "blocks.*")."""
+    import torch
+
+    found = [model]
+    for atom in name.split(".") if name else []:
+        nxt = []
+        for m in found:
+            if atom == "*":
+                if not isinstance(m, torch.nn.ModuleList):
+                    raise TypeError(f"_cp_plan key {name!r}: '*' on {type(m).__name__}, not a ModuleList")
+                nxt.extend(m)
+            elif hasattr(m, atom):
+                nxt.append(getattr(m, atom))
+            else:
+                raise TypeError(f"_cp_plan key {name!r}: {type(m).__name__} has no submodule {atom!r}")
+        found = nxt
+    return found
+
+
+class MPIAttentionConfig:
+    """The parallel config fxattn puts on attention processors: the
+    communicator and the keywords of fxattn.mpi.attention."""
+
+    def __init__(self, comm, **kwargs):
+        self.comm = comm
+        self.kwargs = kwargs
+
+
+def _mpi_attention(config: MPIAttentionConfig, query, key, value, attn_mask, dropout_p, is_causal, scale):
+    """fxattn.mpi.attention for one dispatched call ([B, S_r, H, D] shards)."""
+    if attn_mask is not None:
+        raise NotImplementedError(
+            "fxattn.diffusers.parallelize: masked attention is not supported under sequence parallelism "
+            "(libfxattn_mpi has no masks); call the model without an attention mask")
+    if is_causal or dropout_p:
+        raise NotImplementedError("fxattn.diffusers.parallelize: causal attention and dropout are not supported")
+    import torch
+
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        raise NotImplementedError("fxattn.diffusers.parallelize runs inference only (fxattn.mpi.attention has no "
+                                  "backward); call the model under torch.no_grad()")
+    return _fm.attention(query, key, value, config.comm, layout="bshd", scale=scale, out_dtype=query.dtype,
+                         **config.kwargs)
+
+
+# the wrapped dispatch_attention_fn of each processor module: globals id -> [globals, original, users]
+_wrapped: dict[int, list] = {}
+
+
+def _wrap_dispatch(globs: dict) -> None:
+    """Wrap the dispatch_attention_fn of a processor's module (globs): calls
+    carrying an MPIAttentionConfig run _mpi_attention, others the original.
+    Counted: one wrapper per module, however many processors use it."""
+    entry = _wrapped.get(id(globs))
+    if entry is not None:
+        entry[2] += 1
+        return
+    original = globs["dispatch_attention_fn"]
+    signature = inspect.signature(original)
+
+    def dispatch_attention_fn(*args, **kwargs):
+        config = kwargs.get("parallel_config")
+        if not isinstance(config, MPIAttentionConfig):
+            return original(*args, **kwargs)
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        return _mpi_attention(config, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
+                              a["is_causal"], a["scale"])
+
+    globs["dispatch_attention_fn"] = dispatch_attention_fn
+    _wrapped[id(globs)] = [globs, original, 1]
+
+
+def _unwrap_dispatch(globs: dict) -> None:
+    """Undo one _wrap_dispatch; the last one puts the original back."""
+    entry = _wrapped[id(globs)]
+    entry[2] -= 1
+    if entry[2] == 0:
+        globs["dispatch_attention_fn"] = entry[1]
+        del _wrapped[id(globs)]
+
+
+def _attention_processors(model) -> list:
+    """(module, processor) of every attention module of the model."""
+    return [(m, m.processor) for m in model.modules() if hasattr(m, "processor") and hasattr(m, "set_processor")]
+
+
+def check_model(model, size: int, ulysses: int, ring, auto: bool, processors: bool = True) -> list:
+    """Local checks at parallelize() time (raise ValueError / TypeError):
+    a `_cp_plan`, U * R == size, every attention module's heads divisible by
+    U and (processors) every processor dispatching through diffusers'
+    dispatch_attention_fn with a parallel config. Returns the (module,
+    processor) pairs."""
+    plan = getattr(type(model), "_cp_plan", None)
+    if not plan:
+        raise TypeError(f"parallelize takes a diffusers model with a context-parallel plan (_cp_plan); "
+                        f"{type(model).__name__} has none")
+    if not auto:
+        if ring is None:
+            if ulysses < 1 or size % ulysses:
+                raise ValueError(f"ulysses={ulysses} does not divide the {size} ranks of the communicator")
+            ring = size // ulysses
+        if ulysses < 1 or ring < 1 or ulysses * ring != size:
+            raise ValueError(f"the grid ulysses={ulysses} x ring={ring} must have as many ranks as the communicator, "
+                             f"{size}")
+    pairs = _attention_processors(model)
+    if not pairs:
+        raise TypeError(f"{type(model).__name__} has no attention modules with processors")
+    for module, proc in pairs:
+        call = getattr(type(proc), "__call__", None)
+        globs = getattr(call, "__globals__", {})
+        if processors and ("dispatch_attention_fn" not in globs or not hasattr(proc, "_parallel_config")):
+            raise TypeError(f"{type(module).__name__}'s processor {type(proc).__name__} does not dispatch through "
+                            "diffusers' dispatch_attention_fn with a parallel config; set the model's default "
+                            "processors before parallelize")
+        if isinstance(getattr(proc, "_parallel_config", None), MPIAttentionConfig):
+            raise ValueError(f"{type(model).__name__} is already parallelized; remove() that handle first")
+        for attr in ("heads", "kv_heads"):
+            h = getattr(module, attr, None)
+            if not auto and isinstance(h, int) and h % ulysses:
+                raise ValueError(f"{type(module).__name__}.{attr} = {h} is not divisible by ulysses={ulysses}")
+    return pairs
+
+
+def _gather(comm, x, dim: int, grid: list, seconds: float):
+    """All-gather the shards of x along dim (rank r holds shard grid[r] of
+    fxattn.mpi.shard's split); a non-blocking Allgatherv under the deadline."""
+    import torch
+
+    size = comm.Get_size()
+    moved = x.detach().movedim(dim, 0).contiguous()  # a rank's tokens are one block
+    lengths = _fm.allgather_int(comm, moved.shape[0], seconds, "fxattn.diffusers.parallelize's gather")
+    seq = sum(lengths)
+    shards = [_fm.shard(seq, grid[r], size) for r in range(size)]
+    if lengths != [n for _, n in shards]:
+        raise ValueError(f"the ranks' shard lengths {lengths} along dim {dim} are not fxattn.mpi.shard's "
+                         f"split of {seq}")
+    row = int(np.prod(moved.shape[1:])) * moved.element_size()
+    send = moved.reshape(-1).view(torch.uint8).numpy() if moved.numel() else np.empty(0, np.uint8)
+    recv = np.empty(seq * row, np.uint8)
+    request = comm.Iallgatherv([send, _fm.MPI.BYTE],
+                               [recv, ([n * row for n in lengths], [s * row for s, _ in shards]), _fm.MPI.BYTE])
+    _fm.wait(comm, request, seconds, "fxattn.diffusers.parallelize's gather")
+    full = torch.from_numpy(recv).view(x.dtype).view(seq, *moved.shape[1:])
+    return full.movedim(0, dim).contiguous()
+
+
+class PlanParallelized:
+    """The hooks and attention configs parallelize_plan() installed;
+    remove() undoes them."""
+
+    def __init__(self, model, comm, config: MPIAttentionConfig, pairs: list, placement: str, timeout):
+        self.model = model
+        self.comm = comm
+        self._hooks = []
+        self._configs = []
+        seconds = _fm.timeout_seconds(timeout)
+        size = comm.Get_size()
+        grid = _fm._grid_ranks(comm, placement, timeout)
+        me = grid[comm.Get_rank()]
+
+        def split(x, cpi):
+            if not hasattr(x, "ndim") or (cpi.expected_dims is not None and x.ndim != cpi.expected_dims):
+                return x
+            start, n = _fm.shard(x.shape[cpi.split_dim], me, size)
+            return x.narrow(cpi.split_dim, start, n)
+
+        try:
+            self._install(model, config, pairs, split, grid, seconds)
+        except BaseException:
+            self.remove()
+            raise
+
+    def _install(self, model, config, pairs, split, grid, seconds):
+        from diffusers.models._modeling_parallel import ContextParallelOutput
+
+        for name, entry in type(model)._cp_plan.items():
+            for m in _modules(model, name):
+                if isinstance(entry, dict):
+                    self._split_hooks(m, entry, split)
+                else:
+                    outs = [entry] if isinstance(entry, ContextParallelOutput) else list(entry)
+                    self._hooks.append(m.register_forward_hook(self._gather_hook(outs, grid, seconds)))
+        for module, proc in pairs:
+            own = "_parallel_config" in vars(proc)
+            _wrap_dispatch(type(proc).__call__.__globals__)
+            self._configs.append((proc, own, vars(proc).get("_parallel_config")))
+            proc._parallel_config = config
+
+    def _split_hooks(self, m, entry: dict, split):
+        params = list(inspect.signature(m.forward).parameters)
+        inputs = {k: v for k, v in entry.items() if not v.split_output}
+        outputs = {k: v for k, v in entry.items() if v.split_output}
+        for k in inputs:
+            if k not in params:
+                raise TypeError(f"_cp_plan: {type(m).__name__}.forward has no input {k!r}")
+
+        def pre_hook(module, args, kwargs):
+            args = list(args)
+            for k, cpi in inputs.items():
+                if k in kwargs:
+                    if kwargs[k] is not None:
+                        kwargs[k] = split(kwargs[k], cpi)
+                elif params.index(k) < len(args) and args[params.index(k)] is not None:
+                    args[params.index(k)] = split(args[params.index(k)], cpi)
+            return tuple(args), kwargs
+
+        def hook(module, args, output):
+            single = not isinstance(output, (tuple, list))
+            out = [output] if single else list(output)
+            for i, cpi in outputs.items():
+                out[i] = split(out[i], cpi)
+            return out[0] if single else type(output)(out)
+
+        if inputs:
+            self._hooks.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        if outputs:
+            self._hooks.append(m.register_forward_hook(hook))
+
+    def _gather_hook(self, outs: list, grid: list, seconds: float):
+        comm = self.comm
+
+        def hook(module, args, output):
+            single = not isinstance(output, (tuple, list))
+            out = [output] if single else list(output)
+            if len(out) != len(outs):
+                raise ValueError(f"_cp_plan: {type(module).__name__} returned {len(out)} outputs, the plan has "
+                                 f"{len(outs)}")
+            for i, cpo in enumerate(outs):
+                if cpo is not None and (cpo.expected_dims is None or out[i].ndim == cpo.expected_dims):
+                    out[i] = _gather(comm, out[i], cpo.gather_dim, grid, seconds)
+            return out[0] if single else type(output)(out)
+
+        return hook
+
+    def remove(self) -> None:
+        """Take the hooks off, restore the processors' parallel configs and
+        diffusers' dispatch_attention_fn (local)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        for proc, own, old in self._configs:
+            if own:
+                proc._parallel_config = old
+            else:
+                del proc._parallel_config
+            _unwrap_dispatch(type(proc).__call__.__globals__)
+        self._configs.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def parallelize_plan(model, comm, *, ulysses=1, ring=None, grid=None, threads=None, prefetch=1, timeout=None,
+                     placement="hosts", **options):
+    """Sequence-parallel forward of a diffusers model with a `_cp_plan` over
+    comm, split and gathered by that plan, self-attention through
+    fxattn.mpi.attention (arguments as fxattn.diffusers.parallelize).
+    Collective (the ranks agree on the grid check and the grid ranks).
+    Returns a PlanParallelized handle."""
+    auto = grid is not None
+    if auto and (grid != "auto" or ulysses != 1 or ring is not None):
+        raise ValueError("grid='auto' picks ulysses and ring: give grid='auto' alone, or ulysses and ring")
+    error = None
+    try:
+        pairs = check_model(model, comm.Get_size(), ulysses, ring, auto)
+    except (TypeError, ValueError) as e:
+        error, pairs = e, None
+    errors = _fm.allgather_object(comm, None if error is None else f"{type(error).__name__}: {error}",
+                                  _fm.timeout_seconds(timeout), "fxattn.diffusers.parallelize's checks")
+    if error is not None:
+        raise error
+    bad = next((r for r, e in enumerate(errors) if e), None)
+    if bad is not None:
+        raise ValueError(f"rank {bad}: {errors[bad]}")
+    config = MPIAttentionConfig(comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch,
+                                timeout=timeout, placement=placement, **options)
+    return PlanParallelized(model, comm, config, pairs, placement, timeout)
