@@ -668,11 +668,9 @@ static fxa_status acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
     if (!acc->begun)
         return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                             "fxa_attn_acc_finish before a successful begin");
-    if (!args)
-        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "attention args missing (NULL)");
-    fxa_attn_args a_full = {.struct_size = sizeof a_full};
-    fxa_status st = fxa_struct_in(&a_full, sizeof a_full, args, FXA_ATTN_ARGS_SIZE_0_1,
-                                  "fxa_attn_args", p->ctx->last_error, sizeof p->ctx->last_error);
+    fxa_attn_args a_full = {0};
+    fxa_status st =
+        fxa_args_in(p->ctx, &a_full, sizeof a_full, args, FXA_ATTN_ARGS_SIZE_0_1, "fxa_attn_args");
     if (st != FXA_OK)
         return st;
     args = &a_full;

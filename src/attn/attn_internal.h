@@ -129,6 +129,13 @@ struct fxa_attn_plan {
  * fxa_attn_desc_init where d is an older, shorter version; a bad struct_size fails on ctx. */
 fxa_status fxa_attn_desc_in(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_desc *full);
 
+/* A run's versioned argument struct `args` (named `name`; its first version
+ * min_size bytes) copied into full (cur_size bytes, zero-initialised by the
+ * caller: the defaults), struct_size cur_size: FXA_ERR_INVALID_ARG, explained
+ * on ctx, for NULL or a struct_size out of range (plan.c). */
+fxa_status fxa_args_in(fxa_ctx *ctx, void *full, size_t cur_size, const void *args, size_t min_size,
+                       const char *name);
+
 /* 1 when the plan has a mask or is causal. */
 static inline int fxa_attn_masked(const fxa_attn_plan *p)
 {

@@ -324,11 +324,9 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
                              fxa_attn_stats *stats_out, int bounds_only)
 {
     fxa_ctx *ctx = plan->ctx;
-    if (!args)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "attention args missing (NULL)");
-    fxa_attn_args a_full = {.struct_size = sizeof a_full};
-    fxa_status st = fxa_struct_in(&a_full, sizeof a_full, args, FXA_ATTN_ARGS_SIZE_0_1,
-                                  "fxa_attn_args", ctx->last_error, sizeof ctx->last_error);
+    fxa_attn_args a_full = {0};
+    fxa_status st =
+        fxa_args_in(ctx, &a_full, sizeof a_full, args, FXA_ATTN_ARGS_SIZE_0_1, "fxa_attn_args");
     if (st != FXA_OK)
         return st;
     args = &a_full;

@@ -75,6 +75,12 @@ static size_t rows_in(int64_t total, int64_t start, size_t block)
     return (size_t)(total - start < (int64_t)block ? total - start : (int64_t)block);
 }
 
+/* Element offset of row (b, h, token i) of a tensor with strides s. */
+static int64_t row_at(const fxa_strides *s, int64_t b, int64_t h, int64_t i)
+{
+    return b * s->batch + h * s->head + i * s->token;
+}
+
 /* Prep of key block kb of chunk slot `slot`: K rows, K^T and V^T panels
  * (the last block's pad keys zeroed). */
 static void prep_kv(const bwd_job *job, int64_t slot, int64_t kb, const bwd_scratch *s)
@@ -89,10 +95,8 @@ static void prep_kv(const bwd_job *job, int64_t slot, int64_t kb, const bwd_scra
     float *krows = ws_floats(job, bp->ws_k) + at;
     float *kt = ws_floats(job, bp->ws_kt) + at;
     float *vt = ws_floats(job, bp->ws_vt) + at;
-    const int64_t k_off =
-        job->batch * p->k_strides.batch + kvh * p->k_strides.head + j0 * p->k_strides.token;
-    const int64_t v_off =
-        job->batch * p->v_strides.batch + kvh * p->v_strides.head + j0 * p->v_strides.token;
+    const int64_t k_off = row_at(&p->k_strides, job->batch, kvh, j0);
+    const int64_t v_off = row_at(&p->v_strides, job->batch, kvh, j0);
     fxa_load_rows(kern, job->a->k, p->d.dtype, k_off, p->k_strides.token, n, bp->dim, krows,
                   bp->dim);
     fxa_load_rows(kern, job->a->v, p->d.dtype, v_off, p->v_strides.token, n, bp->dim, s->ga,
@@ -124,10 +128,8 @@ static void prep_q(const bwd_job *job, int64_t cq, int64_t qb, const bwd_scratch
     float *dout = ws_floats(job, bp->ws_do) + row0 * bp->dim;
     float *lse2 = ws_floats(job, bp->ws_lse2) + row0;
     float *delta = ws_floats(job, bp->ws_delta) + row0;
-    const int64_t q_off =
-        job->batch * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token;
-    const int64_t o_off =
-        job->batch * p->o_strides.batch + h * p->o_strides.head + i0 * p->o_strides.token;
+    const int64_t q_off = row_at(&p->q_strides, job->batch, h, i0);
+    const int64_t o_off = row_at(&p->o_strides, job->batch, h, i0);
     fxa_load_rows(kern, job->a->q, p->d.dtype, q_off, p->q_strides.token, n, bp->dim, q, bp->dim);
     fxa_load_rows(kern, job->a->dout, p->d.out_dtype, o_off, p->o_strides.token, n, bp->dim, dout,
                   bp->dim);
@@ -208,10 +210,8 @@ static void store_kv_grads(const bwd_job *job, const bwd_scratch *s, int64_t kvh
     const fxa_attn_plan *p = job->bp->fwd;
     const size_t dim = job->bp->dim;
     store_rows(s->ga, n, dim, (float)p->d.scale, job->a->dk,
-               job->batch * p->k_strides.batch + kvh * p->k_strides.head + j0 * p->k_strides.token,
-               p->k_strides.token);
-    store_rows(s->gb, n, dim, 1.0f, job->a->dv,
-               job->batch * p->v_strides.batch + kvh * p->v_strides.head + j0 * p->v_strides.token,
+               row_at(&p->k_strides, job->batch, kvh, j0), p->k_strides.token);
+    store_rows(s->gb, n, dim, 1.0f, job->a->dv, row_at(&p->v_strides, job->batch, kvh, j0),
                p->v_strides.token);
 }
 
@@ -270,8 +270,7 @@ static void head_item(void *arg, int64_t slot, int thread_id)
     for (int64_t g = 0; g < p->group; g++) {
         const int64_t h = kvh * p->group + g;
         store_rows(dq + (size_t)g * head_rows, (size_t)p->d.seq_q, bp->dim, (float)p->d.scale,
-                   job->a->dq, job->batch * p->q_strides.batch + h * p->q_strides.head,
-                   p->q_strides.token);
+                   job->a->dq, row_at(&p->q_strides, job->batch, h, 0), p->q_strides.token);
     }
 }
 
@@ -294,8 +293,7 @@ static void dq_item(void *arg, int64_t item, int thread_id)
         bp->ctx->kernels->attn_bwd_dq(&t);
     }
     store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->dq,
-               job->batch * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
-               p->q_strides.token);
+               row_at(&p->q_strides, job->batch, h, i0), p->q_strides.token);
 }
 
 static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *args,
@@ -303,11 +301,9 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
 {
     fxa_ctx *ctx = bp->ctx;
     const fxa_attn_plan *p = bp->fwd;
-    if (!args)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "backward args missing (NULL)");
-    fxa_attn_bwd_args a = {.struct_size = sizeof a};
-    fxa_status st = fxa_struct_in(&a, sizeof a, args, FXA_ATTN_BWD_ARGS_SIZE_0_3,
-                                  "fxa_attn_bwd_args", ctx->last_error, sizeof ctx->last_error);
+    fxa_attn_bwd_args a = {0};
+    fxa_status st =
+        fxa_args_in(ctx, &a, sizeof a, args, FXA_ATTN_BWD_ARGS_SIZE_0_3, "fxa_attn_bwd_args");
     if (st != FXA_OK)
         return st;
     if ((st = fxa_struct_out_check(stats_out, FXA_ATTN_BWD_STATS_SIZE_0_3,

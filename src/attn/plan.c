@@ -383,6 +383,15 @@ fxa_status fxa_attn_desc_in(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_desc 
                          ctx->last_error, sizeof ctx->last_error);
 }
 
+fxa_status fxa_args_in(fxa_ctx *ctx, void *full, size_t cur_size, const void *args, size_t min_size,
+                       const char *name)
+{
+    if (!args)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s missing (NULL)", name);
+    return fxa_struct_in(full, cur_size, args, min_size, name, ctx->last_error,
+                         sizeof ctx->last_error);
+}
+
 static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
                               size_t *workspace_bytes_out)
 {

@@ -85,6 +85,7 @@ struct fxa_mpi_attn_plan {
     int n_seg;
     double *step_compute; /* [R]: the last run's ring steps */
     double *step_wait;
+    void *tables; /* owns hq_lo, hq_hi, hkv_lo, hkv_hi, blk_skv, step_compute, step_wait */
     /* R == 1: the workspace of the largest local run (64-byte aligned). */
     void *ws;
     size_t ws_bytes;

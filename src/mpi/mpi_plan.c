@@ -39,13 +39,7 @@ void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *p)
     for (int i = 0; i < p->n_seg; i++)
         fxa_attn_plan_destroy(p->seg[i].plan);
     free(p->seg);
-    free(p->hq_lo);
-    free(p->hq_hi);
-    free(p->hkv_lo);
-    free(p->hkv_hi);
-    free(p->blk_skv);
-    free(p->step_compute);
-    free(p->step_wait);
+    free(p->tables);
     free(p);
 }
 
@@ -198,18 +192,20 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
     if (st != FXA_OK)
         return st;
     p = calloc(1, sizeof *p);
-    const size_t nu = (size_t)m->ulysses;
-    if (p) {
-        p->hq_lo = calloc(nu, sizeof(int64_t));
-        p->hq_hi = calloc(nu, sizeof(int64_t));
-        p->hkv_lo = calloc(nu, sizeof(int64_t));
-        p->hkv_hi = calloc(nu, sizeof(int64_t));
-        p->blk_skv = calloc((size_t)m->ring, sizeof(int64_t));
-        p->step_compute = calloc((size_t)m->ring, sizeof(double));
-        p->step_wait = calloc((size_t)m->ring, sizeof(double));
+    const size_t nu = (size_t)m->ulysses, nr = (size_t)m->ring;
+    /* The small tables in one block of 8-byte words: four of U int64 (the
+     * head ranges), R int64 (the ring blocks) and 2 R doubles (step times). */
+    if (p && (p->tables = calloc(4 * nu + 3 * nr, 8)) != NULL) {
+        int64_t *t = p->tables;
+        p->hq_lo = t;
+        p->hq_hi = t + nu;
+        p->hkv_lo = t + 2 * nu;
+        p->hkv_hi = t + 3 * nu;
+        p->blk_skv = t + 4 * nu;
+        p->step_compute = (double *)(t + 4 * nu + nr);
+        p->step_wait = p->step_compute + nr;
     }
-    if (!p || !p->hq_lo || !p->hq_hi || !p->hkv_lo || !p->hkv_hi || !p->blk_skv ||
-        !p->step_compute || !p->step_wait) {
+    if (!p || !p->tables) {
         st = FXA_ERR_NO_MEMORY;
         snprintf(msg, sizeof msg, "out of memory for the distributed plan");
     } else {
