@@ -21,7 +21,7 @@
  *  - Handles are opaque; every destroy accepts NULL.
  *  - NULL for a handle or pointer never crashes: fallible calls return
  *    FXA_ERR_INVALID_ARG, accessors a neutral value (fxa_ctx_threads 0,
- *    fxa_attn_flops 0.0, fxa_kv_summary_len 0, fxa_ctx_isa /
+ *    fxa_attn_flops and fxa_attn_bwd_flops 0.0, fxa_kv_summary_len 0, fxa_ctx_isa /
  *    fxa_ctx_kernel_info / fxa_ctx_last_error ""), and the *_init,
  *    *_destroy and *_set_progress functions do nothing.
  *  - Threads: a context may be shared. Calls that use a context (plan
@@ -34,7 +34,7 @@
  *    are the same bits.
  *  - Callers own all tensors and workspaces; no pointer outlives a call.
  *  - Versioned structs (fxa_ctx_params, fxa_attn_desc, fxa_attn_args,
- *    fxa_attn_stats; fxattn_diag.h's fxa_check_desc, fxa_check_head) start
+ *    fxa_attn_stats, fxa_attn_bwd_args, fxa_attn_bwd_stats; fxattn_diag.h's fxa_check_desc, fxa_check_head) start
  *    with struct_size: set it to sizeof the struct (the *_init functions
  *    do), for outputs such as fxa_attn_stats too. The library accepts any
  *    size from the struct's first version to its own: fields a smaller,
@@ -357,6 +357,90 @@ FXA_API void fxa_attn_plan_set_progress(fxa_attn_plan *plan, void (*fn)(void *ar
  */
 FXA_API fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_args *args,
                                    void *workspace, fxa_attn_stats *stats_out);
+
+/* ------------------------------------------------------------------------ */
+/* Attention backward: gradients of Q, K and V                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Given the forward's output O and row log-sum-exps (fxa_attn_args.lse) and
+ * the gradient dO of a loss with respect to O, compute dQ, dK and dV
+ * (FlashAttention-2's recurrence, docs/numerics.md "Backward"): per row
+ * delta_i = dO_i . O_i, per tile P_ij = exp(tau q_i.k_j - lse_i) recomputed
+ * (never stored whole), dS_ij = P_ij (dO_i . v_j - delta_i), then
+ * dV_j = sum_i P_ij dO_i, dK_j = tau sum_i dS_ij q_i, dQ_i = tau sum_j dS_ij k_j.
+ * With GQA / MQA, dK and dV of a kv head sum over its query heads.
+ *
+ * The descriptor is the forward's (fxa_attn_desc): shapes, strides, dtype,
+ * out_dtype and scale. Supported: FXA_COMPUTE_FP32 with f32, bf16 or f16
+ * inputs (widened exactly); mode, center, heads_per_tile and block_q do not
+ * apply (the backward takes no shift from a bound). FXA_COMPUTE_BF16, causal
+ * and masks (mask_kind other than FXA_MASK_NONE) are FXA_ERR_UNSUPPORTED. Extra memory is O(S D) per kv head in flight: the
+ * workspace holds K, V, Q and dO of a chunk of kv heads in fp32, never an
+ * S x S matrix. Results are bit-identical for any thread count (every
+ * gradient element is summed by one work item in a fixed order; no
+ * atomics).
+ */
+typedef struct fxa_attn_bwd_plan fxa_attn_bwd_plan;
+
+/* Validate d for the backward and size the workspace. Errors:
+ * FXA_ERR_INVALID_ARG (the forward's checks, and Q, K, V strides that would
+ * make distinct gradient elements alias), FXA_ERR_UNSUPPORTED,
+ * FXA_ERR_NO_MEMORY, with a message in fxa_ctx_last_error(ctx). Destroy
+ * the plan before the context. */
+FXA_API fxa_status fxa_attn_bwd_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
+                                            fxa_attn_bwd_plan **plan_out,
+                                            size_t *workspace_bytes_out);
+FXA_API void fxa_attn_bwd_plan_destroy(fxa_attn_bwd_plan *plan);
+
+/* Tensors of one backward run. Versioned (struct_size; new in 0.3). */
+typedef struct fxa_attn_bwd_args {
+    size_t struct_size; /* sizeof(fxa_attn_bwd_args) */
+    const void *q;      /* Q, K, V: the descriptor's dtype and strides */
+    const void *k;
+    const void *v;
+    const void *out;  /* the forward's O: Q's shape, O strides, out_dtype */
+    const void *dout; /* dL/dO: the same shape, strides and dtype as out */
+    const float *lse; /* [B,Hq,Sq]: the forward's natural-log lse (required) */
+    /* Outputs, always float (fp32 whatever the input dtype), with the
+     * element strides of Q, K and V respectively (which must then make
+     * distinct elements distinct, as O's do). They may not share a byte
+     * with an input, each other or the workspace. */
+    float *dq;
+    float *dk;
+    float *dv;
+} fxa_attn_bwd_args;
+
+/* What one backward run did. Versioned (new in 0.3); an output: the
+ * caller sets struct_size. */
+typedef struct fxa_attn_bwd_stats {
+    size_t struct_size; /* set by the caller; left as it is */
+    int64_t rows;       /* B * Hq * Sq */
+    int64_t keys;       /* Skv */
+    double seconds;     /* wall time of the run */
+} fxa_attn_bwd_stats;
+
+/*
+ * Compute dQ, dK and dV. workspace: at least the plan's bytes, 64-byte
+ * aligned. Inputs are checked first: NULL tensors, a missing lse, and a
+ * non-finite value in Q, K, V, out, dout or lse give FXA_ERR_INVALID_ARG
+ * (naming the tensor and position) before any output is written.
+ * Allocates nothing. lse must be the forward's for these Q and K (a row's
+ * P then sums to 1); another lse gives the gradients of another function.
+ * Scores are formed in fp32 without the forward's prescaling: inputs whose
+ * max ||q|| max ||k|| or max ||dout|| max ||v|| exceeds 2^120 are
+ * FXA_ERR_UNSUPPORTED.
+ */
+FXA_API fxa_status fxa_attn_bwd_run(const fxa_attn_bwd_plan *plan, const fxa_attn_bwd_args *args,
+                                    void *workspace, fxa_attn_bwd_stats *stats_out);
+
+/* FLOPs of one backward, counted as FlashAttention counts them: 2.5x the
+ * forward's, 10 * B * Hq * Sq * Skv * D (QK^T, dO V^T, P^T dO, dS^T Q and
+ * dS K). Where one work item per kv head would leave threads idle (too few
+ * kv heads in a chunk for the threads), fxattn runs two passes that
+ * recompute QK^T and dO V^T for dQ (14 * B * Hq * Sq * Skv * D); the results
+ * are the same bits. 0.0 for NULL. */
+FXA_API double fxa_attn_bwd_flops(const fxa_attn_desc *d);
 
 /* ------------------------------------------------------------------------ */
 /* Blockwise attention: keys and values arrive in blocks                     */

@@ -139,6 +139,12 @@ static inline int fxa_attn_masked(const fxa_attn_plan *p)
  * (mask_strides over [B, Hq, Sq, Skv]), or -1 past the addressable range. */
 int64_t fxa_mask_extent(const fxa_attn_desc *d);
 
+/* 1 when no two elements of [B, heads, seq, D] with strides s share an
+ * address (sorted by stride, each axis longer than 1 starts past the extent
+ * of the smaller ones; a sufficient test). plan.c. */
+int fxa_strides_nested(const fxa_strides *s, int64_t batch, int64_t heads, int64_t seq,
+                       int64_t dim);
+
 /* Point thread t's scratch (at ws + p->ws_threads) at its buffers in workspace ws (the plan's
  * per-thread layout, plan.c), its counters zeroed. */
 void fxa_thread_scratch_carve(const fxa_attn_plan *p, unsigned char *ws, int t);

@@ -92,8 +92,7 @@ static int64_t strided_extent(const fxa_strides *s, int64_t batch, int64_t heads
  * address: sorted by stride, each axis longer than 1 starts past the
  * extent of the smaller ones (a sufficient test; extents are checked not
  * to overflow first). */
-static int strides_nested(const fxa_strides *s, int64_t batch, int64_t heads, int64_t seq,
-                          int64_t dim)
+int fxa_strides_nested(const fxa_strides *s, int64_t batch, int64_t heads, int64_t seq, int64_t dim)
 {
     int64_t n[3] = {batch, heads, seq};
     int64_t st[3] = {s->batch, s->head, s->token};
@@ -236,7 +235,7 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
         if (strided_extent(&s, d->batch, t[i].heads, t[i].seq, d->head_dim, elem) < 0)
             return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                                 "%s_strides reach past the addressable range", t[i].name);
-        if (i == 3 && !strides_nested(&s, d->batch, t[i].heads, t[i].seq, d->head_dim))
+        if (i == 3 && !fxa_strides_nested(&s, d->batch, t[i].heads, t[i].seq, d->head_dim))
             return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                                 "o_strides {batch %lld, token %lld, head %lld} make distinct "
                                 "output elements alias (each stride of an axis longer than 1 "

@@ -36,6 +36,9 @@
 /* (fxa_grid_model and fxa_grid_time: fxattn_grid.h, new in 0.3.) */
 #define FXA_GRID_MODEL_SIZE_0_3 sizeof(fxa_grid_model)
 #define FXA_GRID_TIME_SIZE_0_3 sizeof(fxa_grid_time)
+/* (fxa_attn_bwd_args and fxa_attn_bwd_stats: new in 0.3.) */
+#define FXA_ATTN_BWD_ARGS_SIZE_0_3 sizeof(fxa_attn_bwd_args)
+#define FXA_ATTN_BWD_STATS_SIZE_0_3 sizeof(fxa_attn_bwd_stats)
 
 /* The caller's struct_size (the first member of every versioned struct). */
 static inline size_t fxa_struct_size_of(const void *s)

@@ -13,7 +13,8 @@
  * Names (XNNPACK style): fxa_<type>_<op>[_<shape>]__<isa>
  *   type   f32 (fp32 compute or data), bf16 (bf16 compute)
  *   op     tile (a whole fxa_attn_tile: score, softmax, pv), score, pv,
- *          packkt (fxa_pack_kt_fn), rowstats (an fxa_row_stats table)
+ *          packkt (fxa_pack_kt_fn), rowstats (an fxa_row_stats table),
+ *          bwd_dkdv / bwd_dq (an fxa_attn_bwd_tile)
  *   shape  the micro-kernel's rows x columns (MRxNR): for a tile the score
  *          kernel's, then P.V's where it differs; for packkt the register
  *          transpose; absent in the reference, whose blocking is a
@@ -147,6 +148,57 @@ typedef struct fxa_attn_tile_bf16 {
 
 typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
 
+/*
+ * One backward tile (attention's gradients, fp32): n_q query rows of one
+ * head against n_kv keys. Both kernels first recompute, for i < n_q, j < n_kv,
+ *     s_ij  = q_i . k_j             (fp32, summed in increasing c from 0.0f)
+ *     p_ij  = exp2(lambda s_ij - lse2_i)   (<= 1 when lse2 is the row's
+ *             base-2 log-sum-exp: no shift, no overflow; results below
+ *             2^-126 flush to 0 as in every exp2 here)
+ *     dp_ij = dout_i . v_j          (fp32, increasing c)
+ *     ds_ij = p_ij (dp_ij - delta_i)
+ * into the scratch p and ds ([n_q][ld_p], ld_p >= n_kv rounded up to kt_panel;
+ * entries past n_kv unspecified), then accumulate, unscaled (the driver
+ * multiplies dq and dk by tau once):
+ *   fxa_attn_bwd_dkdv_fn: dv_j += sum_i p_ij dout_i,  dk_j += sum_i ds_ij q_i
+ *                         (dk, dv [n_kv][ldg]; sums in increasing i)
+ *   fxa_attn_bwd_dq_fn:   dq_i += sum_j ds_ij k_j     (dq [n_q][ldg]; increasing j);
+ *                         with p_ds_given, p and ds already hold this tile's
+ *                         values (the dkdv kernel's, on the same tile) and are
+ *                         used as they are
+ * Layout: q, dout [n_q][ldq]; kt and vt are K and V transposed in panels of
+ * kt_panel keys (fxa_kt_offset; keys past n_kv in the last panel are zero);
+ * k [n_kv][ldk] row-major (the dq kernel only). A kernel may block and
+ * vectorise: a row's result must not depend on its place in the tile. No
+ * aliasing.
+ */
+typedef struct fxa_attn_bwd_tile {
+    size_t n_q;
+    size_t n_kv;
+    size_t d;
+    float lambda; /* tau log2(e) */
+    const float *q;
+    const float *dout;
+    size_t ldq;
+    const float *lse2;  /* [n_q] */
+    const float *delta; /* [n_q] */
+    const float *kt;
+    const float *vt;
+    size_t kt_panel;
+    const float *k;
+    size_t ldk;
+    float *p;
+    float *ds;
+    size_t ld_p;
+    float *dq;
+    float *dk;
+    float *dv;
+    size_t ldg;
+    int p_ds_given;
+} fxa_attn_bwd_tile;
+
+typedef void fxa_attn_bwd_fn(const fxa_attn_bwd_tile *t);
+
 /* dst[i] = fp16 bits src[i] widened to fp32 (exact), i < n. */
 typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 
@@ -200,6 +252,11 @@ typedef struct fxa_kernels {
     fxa_widen_f16_fn *widen_f16; /* used while packing and in the bound pass */
     fxa_pack_kt_fn *pack_kt;     /* K^T panels (K pairs for bf16 compute) */
     const fxa_row_stats *row_stats;
+    /* The backward (fxa_attn_bwd_tile): keys per K^T / V^T panel it reads
+     * (a multiple of 16), and its two kernels. */
+    size_t bwd_kt_panel;
+    fxa_attn_bwd_fn *attn_bwd_dkdv;
+    fxa_attn_bwd_fn *attn_bwd_dq;
 } fxa_kernels;
 
 /* The CPU's features (base/cpu.h). */
@@ -223,6 +280,8 @@ void fxa_f32_tile__ref(const fxa_attn_tile *t);
 void fxa_bf16_tile__ref(const fxa_attn_tile_bf16 *t);
 void fxa_f32_packkt__ref(const void *const *rows, size_t n, size_t d, size_t panel, void *kt);
 void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n);
+void fxa_f32_bwd_dkdv__ref(const fxa_attn_bwd_tile *t);
+void fxa_f32_bwd_dq__ref(const fxa_attn_bwd_tile *t);
 
 /* x86 kernels (built only on x86-64). F16C widening, 8 values per
  * instruction, shared by the AVX2 and AVX-512 sets (f16_widen_f16c.c). */
@@ -230,6 +289,10 @@ void fxa_widen_f16_f16c(const uint16_t *src, float *dst, size_t n);
 /* AVX2: 4x24 scores and 6x16 P.V on ymm FMA; K^T in one panel per tile. */
 void fxa_f32_tile_4x24_6x16__avx2(const fxa_attn_tile *t);
 void fxa_f32_packkt_8x8__avx2(const void *const *rows, size_t n, size_t d, size_t panel, void *kt);
+/* AVX2 backward: 6x16 blocks (P, dS against 16-key K^T / V^T panels;
+ * gradients 6 rows x 16 columns). */
+void fxa_f32_bwd_dkdv_6x16__avx2(const fxa_attn_bwd_tile *t);
+void fxa_f32_bwd_dq_6x16__avx2(const fxa_attn_bwd_tile *t);
 /* AVX-512: 6x64 scores and P.V on zmm FMA; K^T (bf16: K pairs) in panels of
  * FXA_AVX512_KT_PANEL keys. */
 #define FXA_AVX512_KT_PANEL 64
@@ -240,5 +303,9 @@ void fxa_bf16_tile_6x64__avx512bf16(const fxa_attn_tile_bf16 *t);
 void fxa_bf16_tile_16x32__amx(const fxa_attn_tile_bf16 *t);
 void fxa_f32_packkt_16x16__avx512(const void *const *rows, size_t n, size_t d, size_t panel,
                                   void *kt);
+/* AVX-512 backward: 6x64 blocks (scores and dP against K^T / V^T panels of
+ * FXA_AVX512_KT_PANEL keys; gradients 6 rows x 64 columns). */
+void fxa_f32_bwd_dkdv_6x64__avx512(const fxa_attn_bwd_tile *t);
+void fxa_f32_bwd_dq_6x64__avx512(const fxa_attn_bwd_tile *t);
 
 #endif

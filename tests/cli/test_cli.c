@@ -1662,6 +1662,23 @@ static void test_hostile(void)
     }
     run_free(&r);
 
+    /* bench --backward: one JSON object with positive forward and backward
+     * rates; bf16 compute refused. */
+    if (run_ok("bench --backward --json", &r, "bench", "--backward", "--seq", "200", "--heads", "2",
+               "--dim", "40", "--repeats", "1", "--json", (const char *)NULL)) {
+        size_t at;
+        CHECK(json_one_object_line(r.out, &at), "[bench --backward] not one JSON object: %s",
+              r.out);
+        const char *f = json_field(r.out, "forward_gflops");
+        const char *b = json_field(r.out, "backward_gflops");
+        CHECK(f && strtod(f, NULL) > 0.0 && b && strtod(b, NULL) > 0.0,
+              "[bench --backward] no positive forward_gflops and backward_gflops: %s", r.out);
+    }
+    run_free(&r);
+    run_expect("bench --backward bf16 compute", 2, "fp32 compute", 10.0, &r, "bench", "--backward",
+               "--dtype", "bf16", "--seq", "64", "--heads", "1", "--dim", "16", (const char *)NULL);
+    run_free(&r);
+
     /* Item 5: more memory than any machine has, refused up front. */
     run_expect("bench beyond memory", 1, "GiB available", 10.0, &r, "bench", "--seq", "16777216",
                "--heads", "1024", "--dim", "256", (const char *)NULL);

@@ -117,6 +117,47 @@ static void test_run_calls(fxa_ctx *ctx, const fxa_attn_desc *d)
     free(ws);
 }
 
+/* The backward: plan creation, runs, flops and destroy. */
+static void test_bwd_calls(fxa_ctx *ctx, const fxa_attn_desc *d)
+{
+    fxa_attn_bwd_plan *plan = NULL;
+    size_t ws = 0;
+    INVALID(fxa_attn_bwd_plan_create(NULL, d, &plan, &ws));
+    INVALID_SAID(ctx, fxa_attn_bwd_plan_create(ctx, NULL, &plan, &ws));
+    INVALID_SAID(ctx, fxa_attn_bwd_plan_create(ctx, d, NULL, &ws));
+    INVALID_SAID(ctx, fxa_attn_bwd_plan_create(ctx, d, &plan, NULL));
+    fxa_attn_bwd_plan_destroy(NULL);
+    CHECK(fxa_attn_bwd_flops(NULL) == 0.0, "fxa_attn_bwd_flops(NULL)");
+    CHECK(fxa_attn_bwd_plan_create(ctx, d, &plan, &ws) == FXA_OK, "bwd plan: %s",
+          fxa_ctx_last_error(ctx));
+    void *w = aligned_alloc(64, (ws + 63) / 64 * 64);
+    float x[32] = {0}, lse[4] = {0}, g[3][32];
+    const fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                                 .q = x,
+                                 .k = x,
+                                 .v = x,
+                                 .out = x,
+                                 .dout = x,
+                                 .lse = lse,
+                                 .dq = g[0],
+                                 .dk = g[1],
+                                 .dv = g[2]};
+    INVALID(fxa_attn_bwd_run(NULL, &a, w, NULL));
+    INVALID_SAID(ctx, fxa_attn_bwd_run(plan, NULL, w, NULL));
+    INVALID_SAID(ctx, fxa_attn_bwd_run(plan, &a, NULL, NULL));
+    fxa_attn_bwd_args b = a;
+    b.dout = NULL;
+    INVALID_SAID(ctx, fxa_attn_bwd_run(plan, &b, w, NULL));
+    b = a;
+    b.lse = NULL;
+    INVALID_SAID(ctx, fxa_attn_bwd_run(plan, &b, w, NULL));
+    b = a;
+    b.dk = NULL;
+    INVALID_SAID(ctx, fxa_attn_bwd_run(plan, &b, w, NULL));
+    free(w);
+    fxa_attn_bwd_plan_destroy(plan);
+}
+
 int main(void)
 {
     fxa_ctx_params p;
@@ -138,6 +179,7 @@ int main(void)
     test_context_calls(ctx);
     test_plan_calls(ctx, &d);
     test_run_calls(ctx, &d);
+    test_bwd_calls(ctx, &d);
     fxa_ctx_destroy(ctx);
     return test_summary("test_api_null");
 }

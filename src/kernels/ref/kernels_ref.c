@@ -12,4 +12,7 @@ void fxa_kernels_init_ref(fxa_kernels *k)
     k->widen_f16 = fxa_widen_f16_ref;
     k->pack_kt = fxa_f32_packkt__ref;
     k->row_stats = &fxa_f32_rowstats__ref;
+    k->bwd_kt_panel = 16;
+    k->attn_bwd_dkdv = fxa_f32_bwd_dkdv__ref;
+    k->attn_bwd_dq = fxa_f32_bwd_dq__ref;
 }

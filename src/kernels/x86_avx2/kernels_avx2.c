@@ -1,5 +1,5 @@
-/* The AVX2 set: the reference set with the AVX2+FMA fp32 tile, K^T packing
- * and row statistics, and F16C widening; bf16 compute stays portable. */
+/* The AVX2 set: the reference set with the AVX2+FMA fp32 tile, K^T packing,
+ * row statistics and backward tiles, and F16C widening; bf16 compute stays portable. */
 #include "../kernels.h"
 
 void fxa_kernels_init_avx2(fxa_kernels *k)
@@ -12,4 +12,7 @@ void fxa_kernels_init_avx2(fxa_kernels *k)
     k->widen_f16 = fxa_widen_f16_f16c;
     k->pack_kt = fxa_f32_packkt_8x8__avx2;
     k->row_stats = &fxa_f32_rowstats__avx2;
+    k->bwd_kt_panel = 16;
+    k->attn_bwd_dkdv = fxa_f32_bwd_dkdv_6x16__avx2;
+    k->attn_bwd_dq = fxa_f32_bwd_dq_6x16__avx2;
 }

@@ -89,7 +89,8 @@ typedef struct bench_args {
     int64_t threads;
     int64_t repeats;
     int json;
-    int proj; /* --proj: the QKV projection instead of attention */
+    int proj;     /* --proj: the QKV projection instead of attention */
+    int backward; /* --backward: the attention backward beside the forward */
     fxt_cp_opts cp;
 } bench_args;
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_bwd.h"
 #include "bench_opts.h"
 #include "bench_proj.h"
 #include "cli.h"
@@ -195,5 +196,12 @@ int fxt_cmd_bench(int argc, char **argv)
                           .repeats = a.repeats,
                           .json = a.json,
                           .cp = a.cp};
+    if (a.backward) {
+        if (fxt_cp_opts_distributed(&a.cp) || compute != FXA_COMPUTE_FP32)
+            return fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "--backward runs in one process with fp32 compute (not under "
+                            "mpirun, not --compute bf16)");
+        return fxt_bench_bwd(&o);
+    }
     return fxt_cp_opts_distributed(&a.cp) ? fxt_bench_mpi(&o) : bench_one_process(&o);
 }

@@ -1,0 +1,163 @@
+/* Backward plans: validate a descriptor for the backward and lay out its
+ * workspace. The forward plan inside does the shared validation. */
+#include <stdlib.h>
+
+#include "../base/alloc.h"
+#include "bwd_internal.h"
+
+#define BWD_BLOCK_Q 64   /* query rows per tile: P and dS stay in L1/L2 */
+#define BWD_BLOCK_KV 128 /* keys per tile and per dK/dV work item */
+/* K, V, Q and dO of one chunk of kv heads stay within this many bytes
+ * (unless one kv head needs more). */
+#define BWD_CHUNK_BYTES ((size_t)64 << 20)
+
+double fxa_attn_bwd_flops(const fxa_attn_desc *d)
+{
+    return 2.5 * fxa_attn_flops(d);
+}
+
+/* Bytes of the chunk areas per kv head. */
+static size_t head_bytes(const fxa_attn_bwd_plan *bp)
+{
+    const fxa_attn_plan *p = bp->fwd;
+    const size_t q_rows = (size_t)p->group * (size_t)p->d.seq_q;
+    return 3 * fxa_align_up(bp->kv_pad * bp->dim * sizeof(float)) +
+           3 * fxa_align_up(q_rows * bp->dim * sizeof(float)) +
+           2 * fxa_align_up(q_rows * sizeof(float));
+}
+
+/* The largest divisor of Hkv whose chunk fits the budget (at least 1). */
+static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp)
+{
+    const int64_t hkv = bp->fwd->d.heads_kv;
+    const size_t per = head_bytes(bp);
+    int64_t best = 1;
+    for (int64_t k = 1; k <= hkv; k++) {
+        if (hkv % k == 0 && (size_t)k * per <= BWD_CHUNK_BYTES)
+            best = k;
+    }
+    return best;
+}
+
+static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
+{
+    const fxa_attn_plan *p = bp->fwd;
+    const size_t chunk = (size_t)bp->chunk_kv_heads;
+    const size_t q_rows = chunk * (size_t)p->group * (size_t)p->d.seq_q;
+    const size_t kv_floats = chunk * bp->kv_pad * bp->dim;
+    const size_t grad_rows = bp->block_q > bp->block_kv ? bp->block_q : bp->block_kv;
+    size_t off = 0;
+    bp->ws_kt = off;
+    off += fxa_align_up(kv_floats * sizeof(float));
+    bp->ws_vt = off;
+    off += fxa_align_up(kv_floats * sizeof(float));
+    bp->ws_k = off;
+    off += fxa_align_up(kv_floats * sizeof(float));
+    bp->ws_q = off;
+    off += fxa_align_up(q_rows * bp->dim * sizeof(float));
+    bp->ws_do = off;
+    off += fxa_align_up(q_rows * bp->dim * sizeof(float));
+    bp->ws_lse2 = off;
+    off += fxa_align_up(q_rows * sizeof(float));
+    bp->ws_delta = off;
+    off += fxa_align_up(q_rows * sizeof(float));
+    bp->ws_dq = off;
+    off += fxa_align_up(q_rows * bp->dim * sizeof(float));
+    bp->ws_threads = off;
+    bp->thread_bytes = 2 * fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) +
+                       2 * fxa_align_up(grad_rows * bp->dim * sizeof(float)) +
+                       fxa_align_up(bp->block_kv * sizeof(void *));
+    off += (size_t)n_threads * bp->thread_bytes;
+    bp->ws_total = off;
+}
+
+static fxa_status check_bwd(fxa_ctx *ctx, const fxa_attn_plan *p)
+{
+    if (p->d.compute != FXA_COMPUTE_FP32)
+        return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
+                            "the attention backward computes in fp32 only (compute must be "
+                            "FXA_COMPUTE_FP32; bf16 inputs are widened exactly)");
+    if (p->d.causal || p->d.mask_kind != FXA_MASK_NONE)
+        return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
+                            "the attention backward takes no mask and no causal (the "
+                            "descriptor's causal must be 0 and mask_kind FXA_MASK_NONE)");
+    const struct {
+        const char *name;
+        const fxa_strides *s;
+        int64_t heads, seq;
+    } t[3] = {{"q", &p->q_strides, p->d.heads_q, p->d.seq_q},
+              {"k", &p->k_strides, p->d.heads_kv, p->d.seq_kv},
+              {"v", &p->v_strides, p->d.heads_kv, p->d.seq_kv}};
+    for (int i = 0; i < 3; i++) {
+        if (!fxa_strides_nested(t[i].s, p->d.batch, t[i].heads, t[i].seq, p->d.head_dim))
+            return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                                "%s_strides {batch %lld, token %lld, head %lld} make distinct "
+                                "elements of d%s alias (the backward writes d%s with %s's "
+                                "strides)",
+                                t[i].name, (long long)t[i].s->batch, (long long)t[i].s->token,
+                                (long long)t[i].s->head, t[i].name, t[i].name, t[i].name);
+    }
+    return FXA_OK;
+}
+
+static fxa_status bwd_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
+                                  fxa_attn_bwd_plan **plan_out, size_t *workspace_bytes_out)
+{
+    if (!d || !plan_out || !workspace_bytes_out)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_bwd_plan_create");
+    fxa_attn_plan *fwd = NULL;
+    size_t fwd_ws = 0;
+    fxa_status st = fxa_attn_plan_create(ctx, d, &fwd, &fwd_ws);
+    if (st != FXA_OK)
+        return st;
+    if ((st = check_bwd(ctx, fwd)) != FXA_OK) {
+        fxa_attn_plan_destroy(fwd);
+        return st;
+    }
+    fxa_attn_bwd_plan *bp = fxa_calloc_aligned(sizeof *bp);
+    if (!bp) {
+        fxa_attn_plan_destroy(fwd);
+        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the backward plan");
+    }
+    bp->fwd = fwd;
+    bp->ctx = ctx;
+    bp->dim = (size_t)fwd->d.head_dim;
+    bp->panel = ctx->kernels->bwd_kt_panel;
+    bp->block_kv = BWD_BLOCK_KV / bp->panel * bp->panel;
+    bp->block_q = BWD_BLOCK_Q;
+    bp->n_q_blocks = (fwd->d.seq_q + (int64_t)bp->block_q - 1) / (int64_t)bp->block_q;
+    bp->n_kv_blocks = (fwd->d.seq_kv + (int64_t)bp->block_kv - 1) / (int64_t)bp->block_kv;
+    bp->kv_pad = (size_t)bp->n_kv_blocks * bp->block_kv;
+    bp->chunk_kv_heads = chunk_kv_heads(bp);
+    layout_workspace(bp, ctx->pool.n_threads);
+    const uint64_t avail = fxa_available_memory();
+    if ((uint64_t)bp->ws_total > avail) {
+        const double need = (double)bp->ws_total / 1073741824.0;
+        fxa_attn_bwd_plan_destroy(bp);
+        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY,
+                            "needs %.1f GiB, %.1f GiB available (the backward's workspace)", need,
+                            (double)avail / 1073741824.0);
+    }
+    *plan_out = bp;
+    *workspace_bytes_out = bp->ws_total;
+    return FXA_OK;
+}
+
+fxa_status fxa_attn_bwd_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
+                                    fxa_attn_bwd_plan **plan_out, size_t *workspace_bytes_out)
+{
+    if (plan_out)
+        *plan_out = NULL;
+    const fxa_status st = fxa_ctx_enter(ctx);
+    return st != FXA_OK
+               ? st
+               : fxa_ctx_end_with(ctx, bwd_plan_create(ctx, d, plan_out, workspace_bytes_out));
+}
+
+void fxa_attn_bwd_plan_destroy(fxa_attn_bwd_plan *plan)
+{
+    if (!plan)
+        return;
+    fxa_attn_plan_destroy(plan->fwd);
+    fxa_free_aligned(plan);
+}

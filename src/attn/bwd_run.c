@@ -1,0 +1,379 @@
+/*
+ * The attention backward driver (FlashAttention-2's recurrence,
+ * docs/numerics.md "Backward"). After the inputs are checked, chunk by
+ * chunk of kv heads:
+ *   1. prep: K rows (fp32), K^T and V^T in the kernels' panels, per kv head;
+ *      Q and dO rows (fp32), lse2 = lse log2(e) and delta = dO . O (in
+ *      double, rounded once), per query head;
+ * then one of two schedules, which give the same bits:
+ *   two passes (when one item per kv head would leave threads idle):
+ *   2. dK, dV: one work item per (kv head, key block) owns its keys' dK and
+ *      dV and sums over the kv head's query heads and every query block in
+ *      a fixed order;
+ *   3. dQ: one work item per (query head, query block) owns its rows' dQ and
+ *      sums over every key block in order (recomputing P and dS);
+ *   one pass (enough kv heads for the threads): one work item per kv head
+ *      runs the key blocks in order, each over the query heads and blocks in
+ *      the same order, and adds each tile's dS K into the head's dQ
+ *      accumulator right after its dK, dV (P and dS computed once).
+ * Either way every gradient element is the same chain of additions in the
+ * same order (dK, dV over (query head, query block, row); dQ over (key
+ * block, key)) of the same tile values, so results do not depend on the
+ * thread count (no atomics). P and dS never outlive a tile.
+ */
+#include <string.h>
+
+#include "../base/alloc.h"
+#include "../base/struct_size.h"
+#include "base/clock.h"
+#include "bwd_internal.h"
+#include "load.h"
+
+typedef struct bwd_job {
+    const fxa_attn_bwd_plan *bp;
+    const fxa_attn_bwd_args *a;
+    unsigned char *ws;
+    int64_t batch;
+    int64_t chunk_kv0; /* the chunk's first kv head */
+} bwd_job;
+
+/* Thread t's scratch: p, ds [block_q][block_kv], gradient blocks ga, gb
+ * [max(block_q, block_kv)][D], row pointers [block_kv]. */
+typedef struct bwd_scratch {
+    float *p;
+    float *ds;
+    float *ga;
+    float *gb;
+    const void **rows;
+} bwd_scratch;
+
+static bwd_scratch scratch_of(const bwd_job *job, int t)
+{
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const size_t grad_rows = bp->block_q > bp->block_kv ? bp->block_q : bp->block_kv;
+    unsigned char *at = job->ws + bp->ws_threads + (size_t)t * bp->thread_bytes;
+    bwd_scratch s;
+    s.p = (float *)at;
+    at += fxa_align_up(bp->block_q * bp->block_kv * sizeof(float));
+    s.ds = (float *)at;
+    at += fxa_align_up(bp->block_q * bp->block_kv * sizeof(float));
+    s.ga = (float *)at;
+    at += fxa_align_up(grad_rows * bp->dim * sizeof(float));
+    s.gb = (float *)at;
+    at += fxa_align_up(grad_rows * bp->dim * sizeof(float));
+    s.rows = (const void **)at;
+    return s;
+}
+
+static float *ws_floats(const bwd_job *job, size_t off)
+{
+    return (float *)(job->ws + off);
+}
+
+static size_t rows_in(int64_t total, int64_t start, size_t block)
+{
+    return (size_t)(total - start < (int64_t)block ? total - start : (int64_t)block);
+}
+
+/* Prep of key block kb of chunk slot `slot`: K rows, K^T and V^T panels
+ * (the last block's pad keys zeroed). */
+static void prep_kv(const bwd_job *job, int64_t slot, int64_t kb, const bwd_scratch *s)
+{
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const fxa_kernels *kern = bp->ctx->kernels;
+    const int64_t kvh = job->chunk_kv0 + slot;
+    const int64_t j0 = kb * (int64_t)bp->block_kv;
+    const size_t n = rows_in(p->d.seq_kv, j0, bp->block_kv);
+    const size_t at = ((size_t)slot * bp->kv_pad + (size_t)j0) * bp->dim;
+    float *krows = ws_floats(job, bp->ws_k) + at;
+    float *kt = ws_floats(job, bp->ws_kt) + at;
+    float *vt = ws_floats(job, bp->ws_vt) + at;
+    const int64_t k_off =
+        job->batch * p->k_strides.batch + kvh * p->k_strides.head + j0 * p->k_strides.token;
+    const int64_t v_off =
+        job->batch * p->v_strides.batch + kvh * p->v_strides.head + j0 * p->v_strides.token;
+    fxa_load_rows(kern, job->a->k, p->d.dtype, k_off, p->k_strides.token, n, bp->dim, krows,
+                  bp->dim);
+    fxa_load_rows(kern, job->a->v, p->d.dtype, v_off, p->v_strides.token, n, bp->dim, s->ga,
+                  bp->dim);
+    if (n < bp->block_kv) {
+        memset(kt, 0, bp->block_kv * bp->dim * sizeof(float));
+        memset(vt, 0, bp->block_kv * bp->dim * sizeof(float));
+    }
+    for (size_t j = 0; j < n; j++)
+        s->rows[j] = krows + j * bp->dim;
+    kern->pack_kt(s->rows, n, bp->dim, bp->panel, kt);
+    for (size_t j = 0; j < n; j++)
+        s->rows[j] = s->ga + j * bp->dim;
+    kern->pack_kt(s->rows, n, bp->dim, bp->panel, vt);
+}
+
+/* Prep of query block qb of chunk query head cq: Q and dO rows, lse2 and
+ * delta. */
+static void prep_q(const bwd_job *job, int64_t cq, int64_t qb, const bwd_scratch *s)
+{
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const fxa_kernels *kern = bp->ctx->kernels;
+    const int64_t h = job->chunk_kv0 * p->group + cq;
+    const int64_t i0 = qb * (int64_t)bp->block_q;
+    const size_t n = rows_in(p->d.seq_q, i0, bp->block_q);
+    const size_t row0 = (size_t)(cq * p->d.seq_q + i0);
+    float *q = ws_floats(job, bp->ws_q) + row0 * bp->dim;
+    float *dout = ws_floats(job, bp->ws_do) + row0 * bp->dim;
+    float *lse2 = ws_floats(job, bp->ws_lse2) + row0;
+    float *delta = ws_floats(job, bp->ws_delta) + row0;
+    const int64_t q_off =
+        job->batch * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token;
+    const int64_t o_off =
+        job->batch * p->o_strides.batch + h * p->o_strides.head + i0 * p->o_strides.token;
+    fxa_load_rows(kern, job->a->q, p->d.dtype, q_off, p->q_strides.token, n, bp->dim, q, bp->dim);
+    fxa_load_rows(kern, job->a->dout, p->d.out_dtype, o_off, p->o_strides.token, n, bp->dim, dout,
+                  bp->dim);
+    fxa_load_rows(kern, job->a->out, p->d.out_dtype, o_off, p->o_strides.token, n, bp->dim, s->ga,
+                  bp->dim);
+    const float *lse = job->a->lse + (job->batch * p->d.heads_q + h) * p->d.seq_q + i0;
+    for (size_t i = 0; i < n; i++) {
+        double dot = 0.0;
+        for (size_t c = 0; c < bp->dim; c++)
+            dot += (double)dout[i * bp->dim + c] * (double)s->ga[i * bp->dim + c];
+        delta[i] = (float)dot;
+        lse2[i] = (float)((double)lse[i] * 1.4426950408889634); /* log2(e) */
+    }
+}
+
+static void prep_item(void *arg, int64_t item, int thread_id)
+{
+    const bwd_job *job = arg;
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const bwd_scratch s = scratch_of(job, thread_id);
+    const int64_t kv_items = bp->chunk_kv_heads * bp->n_kv_blocks;
+    if (item < kv_items)
+        prep_kv(job, item / bp->n_kv_blocks, item % bp->n_kv_blocks, &s);
+    else
+        prep_q(job, (item - kv_items) / bp->n_q_blocks, (item - kv_items) % bp->n_q_blocks, &s);
+}
+
+/* The tile of chunk query head cq's query block qb against chunk slot
+ * `slot`'s key block kb. */
+static fxa_attn_bwd_tile tile_of(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb,
+                                 int64_t slot, int64_t kb)
+{
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const int64_t i0 = qb * (int64_t)bp->block_q;
+    const int64_t j0 = kb * (int64_t)bp->block_kv;
+    const size_t row0 = (size_t)(cq * p->d.seq_q + i0);
+    const size_t at = ((size_t)slot * bp->kv_pad + (size_t)j0) * bp->dim;
+    return (fxa_attn_bwd_tile){
+        .n_q = rows_in(p->d.seq_q, i0, bp->block_q),
+        .n_kv = rows_in(p->d.seq_kv, j0, bp->block_kv),
+        .d = bp->dim,
+        .lambda = (float)p->lambda,
+        .q = ws_floats(job, bp->ws_q) + row0 * bp->dim,
+        .dout = ws_floats(job, bp->ws_do) + row0 * bp->dim,
+        .ldq = bp->dim,
+        .lse2 = ws_floats(job, bp->ws_lse2) + row0,
+        .delta = ws_floats(job, bp->ws_delta) + row0,
+        .kt = ws_floats(job, bp->ws_kt) + at,
+        .vt = ws_floats(job, bp->ws_vt) + at,
+        .kt_panel = bp->panel,
+        .k = ws_floats(job, bp->ws_k) + at,
+        .ldk = bp->dim,
+        .p = s->p,
+        .ds = s->ds,
+        .ld_p = bp->block_kv,
+        .ldg = bp->dim,
+    };
+}
+
+/* Store n rows of a gradient block g [n][D] times scale at dst + off, rows
+ * `token` apart. */
+static void store_rows(const float *g, size_t n, size_t dim, float scale, float *dst, int64_t off,
+                       int64_t token)
+{
+    for (size_t r = 0; r < n; r++) {
+        float *row = dst + off + (int64_t)r * token;
+        for (size_t c = 0; c < dim; c++)
+            row[c] = scale * g[r * dim + c];
+    }
+}
+
+/* dK, dV of chunk slot `slot`'s key block kb. */
+static void dkdv_item(void *arg, int64_t item, int thread_id)
+{
+    const bwd_job *job = arg;
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const bwd_scratch s = scratch_of(job, thread_id);
+    const int64_t slot = item / bp->n_kv_blocks;
+    const int64_t kb = item % bp->n_kv_blocks;
+    const int64_t kvh = job->chunk_kv0 + slot;
+    const int64_t j0 = kb * (int64_t)bp->block_kv;
+    const size_t n = rows_in(p->d.seq_kv, j0, bp->block_kv);
+    memset(s.ga, 0, n * bp->dim * sizeof(float));
+    memset(s.gb, 0, n * bp->dim * sizeof(float));
+    for (int64_t g = 0; g < p->group; g++) {
+        for (int64_t qb = 0; qb < bp->n_q_blocks; qb++) {
+            fxa_attn_bwd_tile t = tile_of(job, &s, slot * p->group + g, qb, slot, kb);
+            t.dk = s.ga;
+            t.dv = s.gb;
+            bp->ctx->kernels->attn_bwd_dkdv(&t);
+        }
+    }
+    const float tau = (float)p->d.scale;
+    store_rows(s.ga, n, bp->dim, tau, job->a->dk,
+               job->batch * p->k_strides.batch + kvh * p->k_strides.head + j0 * p->k_strides.token,
+               p->k_strides.token);
+    store_rows(s.gb, n, bp->dim, 1.0f, job->a->dv,
+               job->batch * p->v_strides.batch + kvh * p->v_strides.head + j0 * p->v_strides.token,
+               p->v_strides.token);
+}
+
+/* Every gradient of chunk slot `slot`'s kv head in one item: P and dS once
+ * per tile, dQ summed over the key blocks in order in the head's
+ * accumulator. */
+static void head_item(void *arg, int64_t slot, int thread_id)
+{
+    const bwd_job *job = arg;
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const bwd_scratch s = scratch_of(job, thread_id);
+    const int64_t kvh = job->chunk_kv0 + slot;
+    const size_t head_rows = (size_t)p->d.seq_q * bp->dim;
+    float *dq = ws_floats(job, bp->ws_dq) + (size_t)(slot * p->group) * head_rows;
+    memset(dq, 0, (size_t)p->group * head_rows * sizeof(float));
+    for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++) {
+        const int64_t j0 = kb * (int64_t)bp->block_kv;
+        const size_t n = rows_in(p->d.seq_kv, j0, bp->block_kv);
+        memset(s.ga, 0, n * bp->dim * sizeof(float));
+        memset(s.gb, 0, n * bp->dim * sizeof(float));
+        for (int64_t g = 0; g < p->group; g++) {
+            for (int64_t qb = 0; qb < bp->n_q_blocks; qb++) {
+                fxa_attn_bwd_tile t = tile_of(job, &s, slot * p->group + g, qb, slot, kb);
+                t.dk = s.ga;
+                t.dv = s.gb;
+                bp->ctx->kernels->attn_bwd_dkdv(&t);
+                t.dq = dq + (size_t)g * head_rows + (size_t)qb * bp->block_q * bp->dim;
+                t.p_ds_given = 1;
+                bp->ctx->kernels->attn_bwd_dq(&t);
+            }
+        }
+        store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->dk,
+                   job->batch * p->k_strides.batch + kvh * p->k_strides.head +
+                       j0 * p->k_strides.token,
+                   p->k_strides.token);
+        store_rows(s.gb, n, bp->dim, 1.0f, job->a->dv,
+                   job->batch * p->v_strides.batch + kvh * p->v_strides.head +
+                       j0 * p->v_strides.token,
+                   p->v_strides.token);
+    }
+    for (int64_t g = 0; g < p->group; g++) {
+        const int64_t h = kvh * p->group + g;
+        store_rows(dq + (size_t)g * head_rows, (size_t)p->d.seq_q, bp->dim, (float)p->d.scale,
+                   job->a->dq, job->batch * p->q_strides.batch + h * p->q_strides.head,
+                   p->q_strides.token);
+    }
+}
+
+/* dQ of chunk query head cq's query block qb. */
+static void dq_item(void *arg, int64_t item, int thread_id)
+{
+    const bwd_job *job = arg;
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const bwd_scratch s = scratch_of(job, thread_id);
+    const int64_t cq = item / bp->n_q_blocks;
+    const int64_t qb = item % bp->n_q_blocks;
+    const int64_t h = job->chunk_kv0 * p->group + cq;
+    const int64_t i0 = qb * (int64_t)bp->block_q;
+    const size_t n = rows_in(p->d.seq_q, i0, bp->block_q);
+    memset(s.ga, 0, n * bp->dim * sizeof(float));
+    for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++) {
+        fxa_attn_bwd_tile t = tile_of(job, &s, cq, qb, cq / p->group, kb);
+        t.dq = s.ga;
+        bp->ctx->kernels->attn_bwd_dq(&t);
+    }
+    store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->dq,
+               job->batch * p->q_strides.batch + h * p->q_strides.head + i0 * p->q_strides.token,
+               p->q_strides.token);
+}
+
+static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *args,
+                          void *workspace, fxa_attn_bwd_stats *stats_out)
+{
+    fxa_ctx *ctx = bp->ctx;
+    const fxa_attn_plan *p = bp->fwd;
+    if (!args)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "backward args missing (NULL)");
+    fxa_attn_bwd_args a = {.struct_size = sizeof a};
+    fxa_status st = fxa_struct_in(&a, sizeof a, args, FXA_ATTN_BWD_ARGS_SIZE_0_3,
+                                  "fxa_attn_bwd_args", ctx->last_error, sizeof ctx->last_error);
+    if (st != FXA_OK)
+        return st;
+    if (stats_out &&
+        (st = fxa_struct_size_check(fxa_struct_size_of(stats_out), FXA_ATTN_BWD_STATS_SIZE_0_3,
+                                    sizeof(fxa_attn_bwd_stats), "fxa_attn_bwd_stats",
+                                    ctx->last_error, sizeof ctx->last_error)) != FXA_OK)
+        return st;
+    if (!a.q || !a.k || !a.v || !a.out || !a.dout)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "q, k, v, out and dout must not be NULL (backward)");
+    if (!a.lse)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "lse is missing: the backward needs the forward's lse "
+                            "(fxa_attn_args.lse)");
+    if (!a.dq || !a.dk || !a.dv)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "dq, dk and dv must not be NULL");
+    if (!workspace)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes is missing",
+                            bp->ws_total);
+    if (((uintptr_t)workspace % FXA_ALIGN) != 0)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
+    const double t0 = fxa_now_seconds();
+    bwd_job job = {bp, &a, workspace, 0, 0};
+    if ((st = fxa_bwd_check_inputs(bp, &a, workspace, scratch_of(&job, 0).ga)) != FXA_OK)
+        return st;
+    fxa_pool *pool = &ctx->pool;
+    const int64_t chunk_q = bp->chunk_kv_heads * p->group;
+    /* One item per kv head (10 units of work each) unless its waves of
+     * items over the threads take longer than the two passes' 14 units
+     * spread evenly: 10 ceil(H / T) > 14 H / T for H kv heads on T threads.
+     * The schedules give the same bits, so the choice may follow T. */
+    const int64_t n_threads = pool->n_threads;
+    const int64_t waves = (bp->chunk_kv_heads + n_threads - 1) / n_threads;
+    const int one_pass = 5 * n_threads * waves <= 7 * bp->chunk_kv_heads;
+    for (job.batch = 0; job.batch < p->d.batch; job.batch++) {
+        for (job.chunk_kv0 = 0; job.chunk_kv0 < p->d.heads_kv;
+             job.chunk_kv0 += bp->chunk_kv_heads) {
+            fxa_pool_run(pool, prep_item, &job,
+                         bp->chunk_kv_heads * bp->n_kv_blocks + chunk_q * bp->n_q_blocks);
+            if (one_pass) {
+                fxa_pool_run(pool, head_item, &job, bp->chunk_kv_heads);
+                continue;
+            }
+            fxa_pool_run(pool, dkdv_item, &job, bp->chunk_kv_heads * bp->n_kv_blocks);
+            fxa_pool_run(pool, dq_item, &job, chunk_q * bp->n_q_blocks);
+        }
+    }
+    if (stats_out) {
+        const fxa_attn_bwd_stats full = {
+            .struct_size = sizeof full,
+            .rows = p->d.batch * p->d.heads_q * p->d.seq_q,
+            .keys = p->d.seq_kv,
+            .seconds = fxa_now_seconds() - t0,
+        };
+        fxa_struct_out(stats_out, &full, sizeof full);
+    }
+    return FXA_OK;
+}
+
+fxa_status fxa_attn_bwd_run(const fxa_attn_bwd_plan *plan, const fxa_attn_bwd_args *args,
+                            void *workspace, fxa_attn_bwd_stats *stats_out)
+{
+    if (!plan)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(plan->ctx);
+    return fxa_ctx_end_with(plan->ctx, bwd_run(plan, args, workspace, stats_out));
+}

@@ -1,0 +1,770 @@
+/*
+ * test_attn_bwd: the attention backward (fxa_attn_bwd_*) against an fp64
+ * reference computed here from the same inputs (Q, K, V, dO and the
+ * forward's out and lse as fxattn returned them), within the first-order
+ * fp32 envelope of docs/numerics.md ("Backward"), evaluated per element in
+ * fp64. The reference itself is checked against central finite differences
+ * of L = sum dO . O in fp64 on a tiny shape. Cases: random data, hot rows
+ * (large query norms: peaked P), GQA and MQA, Sq != Skv, head dims 40, 72
+ * and 128, BHSD, BSHD and padded strides, bf16 and f16 inputs, out and
+ * dout in bf16, 6 kv heads; dq, dk, dv bit-identical on 1, 2 and 3 threads
+ * (which run the one-pass or the two-pass schedule by the kv heads per
+ * thread: the schedules agree bit for bit); a problem whose kv heads are worked in several chunks gives
+ * each head the bits of a plan of that head alone; bad inputs refused with
+ * messages.
+ * Runs once per kernel set (FXA_ISA).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/bwd_internal.h"
+#include "testutil.h"
+
+/* ---- fp64 reference (tensors contiguous [B, H, S, D]) ---- */
+
+typedef struct shape {
+    int64_t b, hq, hkv, sq, skv, d;
+    double tau;
+} shape;
+
+/* Attention in fp64: out [B,Hq,Sq,D] and natural-log lse [B,Hq,Sq]. */
+static void ref_forward(const shape *s, const double *q, const double *k, const double *v,
+                        double *out, double *lse)
+{
+    const int64_t g = s->hq / s->hkv;
+    double *z = malloc((size_t)s->skv * sizeof *z);
+    for (int64_t b = 0; b < s->b; b++)
+        for (int64_t h = 0; h < s->hq; h++)
+            for (int64_t i = 0; i < s->sq; i++) {
+                const double *qi = q + ((b * s->hq + h) * s->sq + i) * s->d;
+                const double *kh = k + (b * s->hkv + h / g) * s->skv * s->d;
+                const double *vh = v + (b * s->hkv + h / g) * s->skv * s->d;
+                double m = -INFINITY, l = 0.0;
+                for (int64_t j = 0; j < s->skv; j++) {
+                    double dot = 0.0;
+                    for (int64_t c = 0; c < s->d; c++)
+                        dot += qi[c] * kh[j * s->d + c];
+                    z[j] = s->tau * dot;
+                    m = fmax(m, z[j]);
+                }
+                double *o = out + ((b * s->hq + h) * s->sq + i) * s->d;
+                memset(o, 0, (size_t)s->d * sizeof *o);
+                for (int64_t j = 0; j < s->skv; j++) {
+                    const double p = exp(z[j] - m);
+                    l += p;
+                    for (int64_t c = 0; c < s->d; c++)
+                        o[c] += p * vh[j * s->d + c];
+                }
+                for (int64_t c = 0; c < s->d; c++)
+                    o[c] /= l;
+                lse[(b * s->hq + h) * s->sq + i] = m + log(l);
+            }
+    free(z);
+}
+
+/*
+ * The gradients in fp64 from the given out and lse, and (when env is not
+ * NULL) each element's first-order fp32 envelope (docs/numerics.md):
+ *   a_ij  = lambda (D + 2) u A_ij + u |lse2_i| + u |e_ij|,  A_ij = sum_c |q_ic k_jc|
+ *   eps_ij = ln2 a_ij + 3u                       (P's relative error)
+ *   E_ds  = P_ij ((eps_ij + 2u) |dp_ij - delta_i| + D u B_ij + u |delta_i|),
+ *           B_ij = sum_c |dO_ic v_jc|
+ *   dv_jc: sum_i ((eps_ij + u) + n u) P_ij |dO_ic|            (n: terms summed)
+ *   dk_jc: tau sum_i (E_ds + (1 + n) u |ds_ij|) |q_ic| + 2u |dk_jc|; dq alike with k
+ * env holds dq, dk, dv envelopes one after the other, as grads do.
+ */
+static void ref_backward(const shape *s, const double *q, const double *k, const double *v,
+                         const double *out, const double *dout, const double *lse, double *dq,
+                         double *dk, double *dv, double *env_dq, double *env_dk, double *env_dv)
+{
+    const int64_t g = s->hq / s->hkv;
+    const double u = 0x1p-24, lambda = s->tau * 1.4426950408889634;
+    const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
+    const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
+    memset(dq, 0, nq * sizeof *dq);
+    memset(dk, 0, nkv * sizeof *dk);
+    memset(dv, 0, nkv * sizeof *dv);
+    if (env_dq) {
+        memset(env_dq, 0, nq * sizeof *dq);
+        memset(env_dk, 0, nkv * sizeof *dk);
+        memset(env_dv, 0, nkv * sizeof *dv);
+    }
+    const double n_kv_terms = (double)(g * s->sq), n_q_terms = (double)s->skv;
+    for (int64_t b = 0; b < s->b; b++)
+        for (int64_t h = 0; h < s->hq; h++)
+            for (int64_t i = 0; i < s->sq; i++) {
+                const size_t row = (size_t)((b * s->hq + h) * s->sq + i);
+                const double *qi = q + row * (size_t)s->d;
+                const double *oi = out + row * (size_t)s->d;
+                const double *doi = dout + row * (size_t)s->d;
+                double delta = 0.0;
+                for (int64_t c = 0; c < s->d; c++)
+                    delta += doi[c] * oi[c];
+                const double lse2 = lse[row] * 1.4426950408889634;
+                for (int64_t j = 0; j < s->skv; j++) {
+                    const size_t krow = (size_t)((b * s->hkv + h / g) * s->skv + j);
+                    const double *kj = k + krow * (size_t)s->d;
+                    const double *vj = v + krow * (size_t)s->d;
+                    double dot = 0.0, dp = 0.0, A = 0.0, B = 0.0;
+                    for (int64_t c = 0; c < s->d; c++) {
+                        dot += qi[c] * kj[c];
+                        dp += doi[c] * vj[c];
+                        A += fabs(qi[c] * kj[c]);
+                        B += fabs(doi[c] * vj[c]);
+                    }
+                    const double p = exp(s->tau * dot - lse[row]);
+                    const double ds = p * (dp - delta);
+                    for (int64_t c = 0; c < s->d; c++) {
+                        dv[krow * (size_t)s->d + (size_t)c] += p * doi[c];
+                        dk[krow * (size_t)s->d + (size_t)c] += s->tau * ds * qi[c];
+                        dq[row * (size_t)s->d + (size_t)c] += s->tau * ds * kj[c];
+                    }
+                    if (!env_dq)
+                        continue;
+                    const double e = lambda * dot - lse2;
+                    const double a =
+                        lambda * (double)(s->d + 2) * u * A + u * fabs(lse2) + u * fabs(e);
+                    const double eps = 0.6931471805599453 * a + 3 * u;
+                    const double e_ds = p * ((eps + 2 * u) * fabs(dp - delta) +
+                                             (double)s->d * u * B + u * fabs(delta));
+                    for (int64_t c = 0; c < s->d; c++) {
+                        env_dv[krow * (size_t)s->d + (size_t)c] +=
+                            (eps + u + n_kv_terms * u) * p * fabs(doi[c]);
+                        env_dk[krow * (size_t)s->d + (size_t)c] +=
+                            s->tau * (e_ds + (1 + n_kv_terms) * u * fabs(ds)) * fabs(qi[c]);
+                        env_dq[row * (size_t)s->d + (size_t)c] +=
+                            s->tau * (e_ds + (1 + n_q_terms) * u * fabs(ds)) * fabs(kj[c]);
+                    }
+                }
+            }
+    if (env_dq) {
+        for (size_t x = 0; x < nq; x++)
+            env_dq[x] += 2 * u * fabs(dq[x]);
+        for (size_t x = 0; x < nkv; x++)
+            env_dk[x] += 2 * u * fabs(dk[x]);
+    }
+}
+
+/* The reference against central differences of L = sum dO . O(q, k, v). */
+static void test_finite_differences(void)
+{
+    const shape s = {1, 2, 1, 3, 5, 4, 0.7};
+    const size_t nq = 2 * 3 * 4, nkv = 5 * 4;
+    double q[24], k[20], v[20], dout[24], out[24], lse[6];
+    double dq[24], dk[20], dv[20];
+    fxt_rng r;
+    fxt_rng_seed(&r, 11);
+    for (size_t x = 0; x < nq; x++) {
+        q[x] = fxt_rng_normal(&r);
+        dout[x] = fxt_rng_normal(&r);
+    }
+    for (size_t x = 0; x < nkv; x++) {
+        k[x] = fxt_rng_normal(&r);
+        v[x] = fxt_rng_normal(&r);
+    }
+    ref_forward(&s, q, k, v, out, lse);
+    ref_backward(&s, q, k, v, out, dout, lse, dq, dk, dv, NULL, NULL, NULL);
+    double *const xs[3] = {q, k, v};
+    const double *const gs[3] = {dq, dk, dv};
+    const size_t ns[3] = {nq, nkv, nkv};
+    const double hstep = 1e-5;
+    double worst = 0.0;
+    for (int t = 0; t < 3; t++)
+        for (size_t x = 0; x < ns[t]; x++) {
+            double lo = 0.0, hi = 0.0, o2[24], l2[6];
+            const double keep = xs[t][x];
+            xs[t][x] = keep + hstep;
+            ref_forward(&s, q, k, v, o2, l2);
+            for (size_t y = 0; y < nq; y++)
+                hi += dout[y] * o2[y];
+            xs[t][x] = keep - hstep;
+            ref_forward(&s, q, k, v, o2, l2);
+            for (size_t y = 0; y < nq; y++)
+                lo += dout[y] * o2[y];
+            xs[t][x] = keep;
+            const double fd = (hi - lo) / (2 * hstep);
+            worst = fmax(worst, fabs(fd - gs[t][x]));
+        }
+    /* central differences err by ~h^2 |L'''| + eps/h: ~1e-10 here */
+    CHECK(worst < 1e-7, "reference gradients differ from finite differences by %.3g", worst);
+    printf("finite differences: max |fd - ref| = %.3g\n", worst);
+}
+
+/* ---- one fxattn case ---- */
+
+typedef struct bcase {
+    const char *label;
+    shape s;
+    fxa_layout layout;
+    fxa_dtype dtype;
+    int pad;             /* extra elements per token row (explicit strides) */
+    double hot;          /* every 7th query row scaled by this (0: none) */
+    double scale;        /* input scale */
+    fxa_dtype out_dtype; /* of out and dout (0: f32) */
+} bcase;
+
+/* Element offset of row (b, h, s) in a tensor of `heads` heads and `seq`
+ * tokens in the case's layout, with pad elements after each row group. */
+static fxa_attn_strides case_strides(const bcase *c, int64_t heads, int64_t seq)
+{
+    const int64_t d = c->s.d;
+    fxa_attn_strides st;
+    if (c->layout == FXA_LAYOUT_BSHD) {
+        st.head = d;
+        st.token = heads * d + c->pad;
+        st.batch = seq * st.token;
+    } else {
+        st.token = d + c->pad;
+        st.head = seq * st.token;
+        st.batch = heads * st.head;
+    }
+    return st;
+}
+
+static int64_t at(const fxa_attn_strides *st, int64_t b, int64_t h, int64_t s)
+{
+    return b * st->batch + h * st->head + s * st->token;
+}
+
+/* Scatter contiguous [B,H,S,D] doubles into a strided float tensor (or bf16
+ * bits) and read back the rounded values. */
+static void scatter(const bcase *c, const fxa_attn_strides *st, int64_t heads, int64_t seq,
+                    double *x, void *dst, fxa_dtype dtype)
+{
+    for (int64_t b = 0; b < c->s.b; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t s = 0; s < seq; s++)
+                for (int64_t e = 0; e < c->s.d; e++) {
+                    double *src = x + ((b * heads + h) * seq + s) * c->s.d + e;
+                    const int64_t o = at(st, b, h, s) + e;
+                    if (dtype == FXA_F32) {
+                        ((float *)dst)[o] = (float)*src;
+                        *src = (float)*src;
+                    } else if (dtype == FXA_BF16) {
+                        ((uint16_t *)dst)[o] = fxa_f32_to_bf16((float)*src);
+                        *src = fxa_bf16_to_f32(((uint16_t *)dst)[o]);
+                    } else {
+                        ((uint16_t *)dst)[o] = fxa_f32_to_f16((float)*src);
+                        *src = fxa_f16_to_f32(((uint16_t *)dst)[o]);
+                    }
+                }
+}
+
+/* Read a strided float (or bf16) tensor into contiguous doubles. */
+static void gather(const bcase *c, const fxa_attn_strides *st, int64_t heads, int64_t seq,
+                   const void *src, fxa_dtype dtype, double *x)
+{
+    for (int64_t b = 0; b < c->s.b; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t s = 0; s < seq; s++)
+                for (int64_t e = 0; e < c->s.d; e++) {
+                    const int64_t o = at(st, b, h, s) + e;
+                    x[((b * heads + h) * seq + s) * c->s.d + e] =
+                        dtype == FXA_F32 ? ((const float *)src)[o]
+                                         : fxa_bf16_to_f32(((const uint16_t *)src)[o]);
+                }
+}
+
+static size_t extent(const fxa_attn_strides *st, const shape *s, int64_t heads, int64_t seq)
+{
+    return (size_t)(at(st, s->b - 1, heads - 1, seq - 1) + s->d);
+}
+
+typedef struct tensors {
+    fxa_attn_desc d;
+    fxa_attn_strides sq, skv;
+    void *q, *k, *v;
+    void *out, *dout; /* out_dtype */
+    float *lse, *dq, *dk, *dv;
+    size_t eq, ekv;
+} tensors;
+
+static void tensors_free(tensors *t)
+{
+    free(t->q);
+    free(t->k);
+    free(t->v);
+    free(t->out);
+    free(t->dout);
+    free(t->lse);
+    free(t->dq);
+    free(t->dk);
+    free(t->dv);
+}
+
+/* Run the backward on a context of n_threads threads; status. */
+static fxa_status run_bwd(tensors *t, int n_threads, const fxa_attn_bwd_args *override)
+{
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = n_threads;
+    fxa_ctx *ctx = NULL;
+    if (fxa_ctx_create(&cp, &ctx) != FXA_OK)
+        return FXA_ERR_INTERNAL;
+    fxa_attn_bwd_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    fxa_status st = fxa_attn_bwd_plan_create(ctx, &t->d, &plan, &ws_bytes);
+    if (st == FXA_OK) {
+        void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+        const fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                                     .q = t->q,
+                                     .k = t->k,
+                                     .v = t->v,
+                                     .out = t->out,
+                                     .dout = t->dout,
+                                     .lse = t->lse,
+                                     .dq = t->dq,
+                                     .dk = t->dk,
+                                     .dv = t->dv};
+        fxa_attn_bwd_stats stats = {.struct_size = sizeof stats};
+        st = fxa_attn_bwd_run(plan, override ? override : &a, ws, &stats);
+        if (st != FXA_OK)
+            printf("  backward: %s\n", fxa_ctx_last_error(ctx));
+        else
+            CHECK(stats.rows == t->d.batch * t->d.heads_q * t->d.seq_q && stats.keys == t->d.seq_kv,
+                  "stats rows %lld keys %lld", (long long)stats.rows, (long long)stats.keys);
+        free(ws);
+    } else {
+        printf("  plan: %s\n", fxa_ctx_last_error(ctx));
+    }
+    fxa_attn_bwd_plan_destroy(plan);
+    fxa_ctx_destroy(ctx);
+    return st;
+}
+
+/* Build a case's tensors: random inputs, the forward's out and lse from
+ * fxattn; the exact (rounded) inputs in contiguous doubles. */
+static void build(const bcase *c, tensors *t, double *q, double *k, double *v, double *dout)
+{
+    const shape *s = &c->s;
+    fxt_rng r;
+    fxt_rng_seed(&r, (uint64_t)(s->sq * 131 + s->skv * 7 + s->d));
+    const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
+    const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
+    for (size_t x = 0; x < nq; x++) {
+        q[x] = c->scale * fxt_rng_normal(&r);
+        dout[x] = fxt_rng_normal(&r);
+    }
+    if (c->hot > 0)
+        for (size_t x = 0; x < nq; x++)
+            if ((x / (size_t)s->d) % 7 == 3)
+                q[x] *= c->hot;
+    for (size_t x = 0; x < nkv; x++) {
+        k[x] = c->scale * fxt_rng_normal(&r);
+        v[x] = fxt_rng_normal(&r);
+    }
+    memset(t, 0, sizeof *t);
+    fxa_attn_desc_init(&t->d);
+    t->d.batch = s->b;
+    t->d.heads_q = s->hq;
+    t->d.heads_kv = s->hkv;
+    t->d.seq_q = s->sq;
+    t->d.seq_kv = s->skv;
+    t->d.head_dim = s->d;
+    t->d.layout = c->layout;
+    t->d.dtype = c->dtype;
+    t->d.scale = s->tau;
+    t->d.out_dtype = c->out_dtype;
+    t->sq = case_strides(c, s->hq, s->sq);
+    t->skv = case_strides(c, s->hkv, s->skv);
+    if (c->pad) {
+        t->d.q_strides = t->d.o_strides = t->sq;
+        t->d.k_strides = t->d.v_strides = t->skv;
+    }
+    t->eq = extent(&t->sq, s, s->hq, s->sq);
+    t->ekv = extent(&t->skv, s, s->hkv, s->skv);
+    const size_t el = c->dtype == FXA_F32 ? 4 : 2;
+    t->q = calloc(t->eq, el);
+    t->k = calloc(t->ekv, el);
+    t->v = calloc(t->ekv, el);
+    t->out = calloc(t->eq, c->out_dtype == FXA_F32 ? 4 : 2);
+    t->dout = calloc(t->eq, c->out_dtype == FXA_F32 ? 4 : 2);
+    t->lse = calloc((size_t)(s->b * s->hq * s->sq), 4);
+    t->dq = calloc(t->eq, 4);
+    t->dk = calloc(t->ekv, 4);
+    t->dv = calloc(t->ekv, 4);
+    scatter(c, &t->sq, s->hq, s->sq, q, t->q, c->dtype);
+    scatter(c, &t->skv, s->hkv, s->skv, k, t->k, c->dtype);
+    scatter(c, &t->skv, s->hkv, s->skv, v, t->v, c->dtype);
+    scatter(c, &t->sq, s->hq, s->sq, dout, t->dout, c->out_dtype);
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_create(NULL, &ctx);
+    fxa_attn_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    fxa_status st = fxa_attn_plan_create(ctx, &t->d, &plan, &ws_bytes);
+    void *ws = aligned_alloc(64, (ws_bytes + 127) / 64 * 64);
+    const fxa_attn_args a = {
+        .struct_size = sizeof a, .q = t->q, .k = t->k, .v = t->v, .out = t->out, .lse = t->lse};
+    if (st == FXA_OK)
+        st = fxa_attn_run(plan, &a, ws, NULL);
+    CHECK(st == FXA_OK, "[%s] forward: %s", c->label, fxa_ctx_last_error(ctx));
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+    fxa_ctx_destroy(ctx);
+}
+
+static void test_case(const bcase *c)
+{
+    const shape *s = &c->s;
+    const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
+    const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
+    const size_t rows = (size_t)(s->b * s->hq * s->sq);
+    double *q = malloc(nq * 8), *k = malloc(nkv * 8), *v = malloc(nkv * 8);
+    double *dout = malloc(nq * 8), *out = malloc(nq * 8), *lse = malloc(rows * 8);
+    double *g[3] = {malloc(nq * 8), malloc(nkv * 8), malloc(nkv * 8)};
+    double *env[3] = {malloc(nq * 8), malloc(nkv * 8), malloc(nkv * 8)};
+    double *got = malloc((nq > nkv ? nq : nkv) * 8);
+    tensors t;
+    build(c, &t, q, k, v, dout);
+    gather(c, &t.sq, s->hq, s->sq, t.out, c->out_dtype, out);
+    for (size_t x = 0; x < rows; x++)
+        lse[x] = t.lse[x];
+    ref_backward(s, q, k, v, out, dout, lse, g[0], g[1], g[2], env[0], env[1], env[2]);
+    CHECK(run_bwd(&t, 2, NULL) == FXA_OK, "[%s] backward failed", c->label);
+    const float *res[3] = {t.dq, t.dk, t.dv};
+    const char *names[3] = {"dq", "dk", "dv"};
+    for (int w = 0; w < 3; w++) {
+        const int64_t heads = w == 0 ? s->hq : s->hkv, seq = w == 0 ? s->sq : s->skv;
+        const size_t n = w == 0 ? nq : nkv;
+        gather(c, w == 0 ? &t.sq : &t.skv, heads, seq, res[w], FXA_F32, got);
+        double worst = 0.0, err_max = 0.0, mag = 0.0;
+        size_t worst_at = 0;
+        for (size_t x = 0; x < n; x++) {
+            const double err = fabs(got[x] - g[w][x]);
+            const double ratio = err / (2.0 * env[w][x] + 1e-300);
+            if (ratio > worst || !(err == err)) {
+                worst = ratio;
+                worst_at = x;
+            }
+            err_max = fmax(err_max, err);
+            mag = fmax(mag, fabs(g[w][x]));
+        }
+        CHECK(worst <= 1.0, "[%s] %s[%zu] = %.9g, fp64 %.9g: error %.3g over 2x the envelope %.3g",
+              c->label, names[w], worst_at, got[worst_at], g[w][worst_at],
+              fabs(got[worst_at] - g[w][worst_at]), env[w][worst_at]);
+        printf("[%s] %s: max err %.3g (max |g| %.3g), at most %.3f of 2x the envelope\n", c->label,
+               names[w], err_max, mag, worst);
+    }
+    /* Bit-identical on 1, 2 and 3 threads: 1 kv head runs one pass on 1
+     * thread and two on 2 and 3; 2 kv heads one pass on 1 and 2 threads and
+     * two on 3; 6 kv heads one pass on all (bwd_run.c). */
+    float *keep[3] = {malloc(t.eq * 4), malloc(t.ekv * 4), malloc(t.ekv * 4)};
+    memcpy(keep[0], t.dq, t.eq * 4);
+    memcpy(keep[1], t.dk, t.ekv * 4);
+    memcpy(keep[2], t.dv, t.ekv * 4);
+    for (int threads = 1; threads <= 3; threads += 2) {
+        memset(t.dq, 0, t.eq * 4);
+        memset(t.dk, 0, t.ekv * 4);
+        memset(t.dv, 0, t.ekv * 4);
+        CHECK(run_bwd(&t, threads, NULL) == FXA_OK, "[%s] %d threads", c->label, threads);
+        CHECK(memcmp(keep[0], t.dq, t.eq * 4) == 0 && memcmp(keep[1], t.dk, t.ekv * 4) == 0 &&
+                  memcmp(keep[2], t.dv, t.ekv * 4) == 0,
+              "[%s] gradients on %d threads differ from 2 threads'", c->label, threads);
+    }
+    for (int w = 0; w < 3; w++) {
+        free(keep[w]);
+        free(g[w]);
+        free(env[w]);
+    }
+    free(got);
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    free(out);
+    free(lse);
+    tensors_free(&t);
+}
+
+/* A run in chunks of one kv head (GQA 16:1, D 256: one head's Q and dO fill
+ * the chunk budget) gives every head the bits of a plan over that head
+ * alone (strided into the same buffers). */
+static void test_chunks(void)
+{
+    enum { HQ = 32, HKV = 2, G = 16, SQ = 1030, SKV = 16, DD = 256 };
+    const size_t nq = (size_t)HQ * SQ * DD, nkv = (size_t)HKV * SKV * DD;
+    const char *isa = getenv("FXA_ISA");
+    if (isa && strcmp(isa, "ref") == 0) { /* the driver is the same for every set */
+        printf("chunks: run with the SIMD kernel sets (ref: too slow for its 3 GFLOP)\n");
+        return;
+    }
+    float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *dout = malloc(nq * 4);
+    float *out = malloc(nq * 4), *lse = malloc((size_t)HQ * SQ * 4);
+    float *g[3] = {malloc(nq * 4), malloc(nkv * 4), malloc(nkv * 4)};
+    float *h[3] = {malloc(nq * 4), malloc(nkv * 4), malloc(nkv * 4)};
+    fxt_rng r;
+    fxt_rng_seed(&r, 3); /* uniform in [-2, 2): cheap for 17M values */
+    for (size_t x = 0; x < nq; x++) {
+        q[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
+        dout[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
+    }
+    for (size_t x = 0; x < nkv; x++) {
+        k[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
+        v[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
+    }
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_create(NULL, &ctx);
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = 1;
+    d.heads_q = HQ;
+    d.heads_kv = HKV;
+    d.seq_q = SQ;
+    d.seq_kv = SKV;
+    d.head_dim = DD;
+    d.layout = FXA_LAYOUT_BHSD;
+    fxa_attn_plan *fwd = NULL;
+    fxa_attn_bwd_plan *bwd = NULL;
+    size_t ws_f = 0, ws_b = 0;
+    CHECK(fxa_attn_plan_create(ctx, &d, &fwd, &ws_f) == FXA_OK, "chunks: %s",
+          fxa_ctx_last_error(ctx));
+    void *wf = aligned_alloc(64, (ws_f + 63) / 64 * 64);
+    const fxa_attn_args fa = {
+        .struct_size = sizeof fa, .q = q, .k = k, .v = v, .out = out, .lse = lse};
+    CHECK(fxa_attn_run(fwd, &fa, wf, NULL) == FXA_OK, "chunks forward: %s",
+          fxa_ctx_last_error(ctx));
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &bwd, &ws_b) == FXA_OK, "chunks: %s",
+          fxa_ctx_last_error(ctx));
+    CHECK(bwd && bwd->chunk_kv_heads == 1, "the chunk holds %lld kv heads, not 1",
+          bwd ? (long long)bwd->chunk_kv_heads : -1LL);
+    void *wb = aligned_alloc(64, (ws_b + 63) / 64 * 64);
+    fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                           .q = q,
+                           .k = k,
+                           .v = v,
+                           .out = out,
+                           .dout = dout,
+                           .lse = lse,
+                           .dq = g[0],
+                           .dk = g[1],
+                           .dv = g[2]};
+    CHECK(fxa_attn_bwd_run(bwd, &a, wb, NULL) == FXA_OK, "chunks: %s", fxa_ctx_last_error(ctx));
+    fxa_attn_bwd_plan_destroy(bwd);
+    free(wb);
+    /* Each kv head alone, through strides of the whole tensors. */
+    fxa_attn_desc one = d;
+    one.heads_q = G;
+    one.heads_kv = 1;
+    one.q_strides = one.o_strides = fxa_attn_layout_strides(FXA_LAYOUT_BHSD, HQ, SQ, DD);
+    one.k_strides = one.v_strides = fxa_attn_layout_strides(FXA_LAYOUT_BHSD, HKV, SKV, DD);
+    CHECK(fxa_attn_bwd_plan_create(ctx, &one, &bwd, &ws_b) == FXA_OK, "one head: %s",
+          fxa_ctx_last_error(ctx));
+    wb = aligned_alloc(64, (ws_b + 63) / 64 * 64);
+    for (int64_t kv = 0; kv < HKV; kv++) {
+        const size_t qo = (size_t)(kv * G * SQ * DD), ko = (size_t)(kv * SKV * DD);
+        a = (fxa_attn_bwd_args){.struct_size = sizeof a,
+                                .q = q + qo,
+                                .k = k + ko,
+                                .v = v + ko,
+                                .out = out + qo,
+                                .dout = dout + qo,
+                                .lse = lse + kv * G * SQ,
+                                .dq = h[0] + qo,
+                                .dk = h[1] + ko,
+                                .dv = h[2] + ko};
+        CHECK(fxa_attn_bwd_run(bwd, &a, wb, NULL) == FXA_OK, "one head: %s",
+              fxa_ctx_last_error(ctx));
+    }
+    CHECK(memcmp(g[0], h[0], nq * 4) == 0 && memcmp(g[1], h[1], nkv * 4) == 0 &&
+              memcmp(g[2], h[2], nkv * 4) == 0,
+          "chunked gradients differ from each head's own plan's");
+    fxa_attn_bwd_plan_destroy(bwd);
+    fxa_attn_plan_destroy(fwd);
+    fxa_ctx_destroy(ctx);
+    free(wb);
+    free(wf);
+    for (int w = 0; w < 3; w++) {
+        free(g[w]);
+        free(h[w]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    free(out);
+    free(lse);
+}
+
+/* Bad inputs: refused with a status and a message, no output written. */
+static void test_refusals(void)
+{
+    const bcase c = {"refusals", {1, 2, 1, 20, 30, 16, 0.25}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1,
+                     FXA_F32};
+    const shape *s = &c.s;
+    const size_t nq = (size_t)(s->hq * s->sq * s->d), nkv = (size_t)(s->hkv * s->skv * s->d);
+    double *q = malloc(nq * 8), *k = malloc(nkv * 8), *v = malloc(nkv * 8), *dout = malloc(nq * 8);
+    tensors t;
+    build(&c, &t, q, k, v, dout);
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_create(NULL, &ctx);
+    fxa_attn_bwd_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    CHECK(fxa_attn_bwd_plan_create(ctx, &t.d, &plan, &ws_bytes) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(ctx));
+    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+    fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                           .q = t.q,
+                           .k = t.k,
+                           .v = t.v,
+                           .out = t.out,
+                           .dout = t.dout,
+                           .lse = t.lse,
+                           .dq = t.dq,
+                           .dk = t.dk,
+                           .dv = t.dv};
+    memset(t.dq, 0xff, t.eq * 4);
+    struct {
+        const char *what, *expect;
+        fxa_attn_bwd_args a;
+    } bad[6];
+    for (int i = 0; i < 6; i++)
+        bad[i].a = a;
+    bad[0].what = "NULL q";
+    bad[0].expect = "must not be NULL";
+    bad[0].a.q = NULL;
+    bad[1].what = "missing lse";
+    bad[1].expect = "lse is missing";
+    bad[1].a.lse = NULL;
+    bad[2].what = "NULL dv";
+    bad[2].expect = "must not be NULL";
+    bad[2].a.dv = NULL;
+    bad[3].what = "struct_size";
+    bad[3].expect = "fxa_attn_bwd_args";
+    bad[3].a.struct_size = 3;
+    bad[4].what = "dq over K";
+    bad[4].expect = "dq";
+    bad[4].a.dq = (float *)t.k;
+    bad[5].what = "dout NaN";
+    bad[5].expect = "dout has a non-finite value at batch 0, token 5, head 1, dim 3";
+    float *dout32 = t.dout;
+    const float keep = dout32[(1 * s->sq + 5) * s->d + 3];
+    for (int i = 0; i < 6; i++) {
+        if (i == 5)
+            dout32[(1 * s->sq + 5) * s->d + 3] = NAN;
+        const fxa_status st = fxa_attn_bwd_run(plan, &bad[i].a, ws, NULL);
+        CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(ctx), bad[i].expect),
+              "%s: status %d, message \"%s\"", bad[i].what, (int)st, fxa_ctx_last_error(ctx));
+        printf("refused (%s): %s\n", bad[i].what, fxa_ctx_last_error(ctx));
+    }
+    dout32[(1 * s->sq + 5) * s->d + 3] = keep;
+    const float lse_keep = t.lse[7];
+    t.lse[7] = INFINITY;
+    CHECK(fxa_attn_bwd_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "lse has a non-finite value"),
+          "Inf lse: %s", fxa_ctx_last_error(ctx));
+    t.lse[7] = lse_keep;
+    uint32_t bits;
+    memcpy(&bits, t.dq, 4);
+    CHECK(bits == 0xffffffffu, "a refused run wrote dq");
+    /* Stats: written within struct_size (a canary past it stays), a size
+     * past sizeof refused before anything is computed. */
+    unsigned char buf[sizeof(fxa_attn_bwd_stats) + 16];
+    memset(buf, 0xa5, sizeof buf);
+    const size_t ssz = sizeof(fxa_attn_bwd_stats);
+    memcpy(buf, &ssz, sizeof ssz);
+    CHECK(fxa_attn_bwd_run(plan, &a, ws, (fxa_attn_bwd_stats *)(void *)buf) == FXA_OK, "stats: %s",
+          fxa_ctx_last_error(ctx));
+    int canary = 1;
+    for (size_t x = ssz; x < sizeof buf; x++)
+        canary &= buf[x] == 0xa5;
+    CHECK(canary, "the stats were written past struct_size");
+    fxa_attn_bwd_stats big = {.struct_size = sizeof big + 8};
+    CHECK(fxa_attn_bwd_run(plan, &a, ws, &big) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "fxa_attn_bwd_stats"),
+          "oversized stats: %s", fxa_ctx_last_error(ctx));
+    /* Finite inputs whose q.k could overflow fp32: unsupported, said so. */
+    float *huge = malloc(t.eq * 4);
+    for (size_t x = 0; x < t.eq; x++)
+        huge[x] = 1e38f;
+    fxa_attn_bwd_args h = a;
+    h.q = huge;
+    CHECK(fxa_attn_bwd_run(plan, &h, ws, NULL) == FXA_ERR_UNSUPPORTED &&
+              strstr(fxa_ctx_last_error(ctx), "without prescaling"),
+          "huge q: %s", fxa_ctx_last_error(ctx));
+    free(huge);
+    CHECK(fxa_attn_bwd_run(NULL, &a, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL plan");
+    CHECK(fxa_attn_bwd_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL args");
+    CHECK(fxa_attn_bwd_run(plan, &a, NULL, NULL) == FXA_ERR_INVALID_ARG, "NULL workspace");
+    fxa_attn_bwd_plan_destroy(plan);
+    /* Plans: bf16 compute unsupported, aliasing gradient strides, NULLs. */
+    fxa_attn_desc d = t.d;
+    d.dtype = FXA_BF16;
+    d.compute = FXA_COMPUTE_BF16;
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_UNSUPPORTED &&
+              plan == NULL && strstr(fxa_ctx_last_error(ctx), "fp32 only"),
+          "bf16 compute: %s", fxa_ctx_last_error(ctx));
+    d = t.d;
+    d.k_strides = (fxa_attn_strides){0, (int64_t)s->d, 0}; /* batch 0, head 0: heads share rows */
+    d.heads_kv = 2;
+    d.heads_q = 2;
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "dk alias"),
+          "aliasing k_strides: %s", fxa_ctx_last_error(ctx));
+    CHECK(fxa_attn_bwd_plan_create(ctx, NULL, &plan, &ws_bytes) == FXA_ERR_INVALID_ARG,
+          "NULL desc");
+    CHECK(fxa_attn_bwd_plan_create(NULL, &t.d, &plan, &ws_bytes) == FXA_ERR_INVALID_ARG,
+          "NULL ctx");
+    CHECK(fxa_attn_bwd_flops(NULL) == 0.0 && fxa_attn_bwd_flops(&t.d) == 2.5 * fxa_attn_flops(&t.d),
+          "flops");
+    fxa_attn_bwd_plan_destroy(NULL);
+    free(ws);
+    fxa_ctx_destroy(ctx);
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    tensors_free(&t);
+}
+
+int main(void)
+{
+    test_require_isa("test_attn_bwd");
+    test_finite_differences();
+    const bcase cases[] = {
+        {"random bhsd D40", {1, 2, 2, 70, 150, 40, 0}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1, FXA_F32},
+        {"gqa bshd D72", {2, 4, 2, 33, 200, 72, 0}, FXA_LAYOUT_BSHD, FXA_F32, 0, 0, 1, FXA_F32},
+        {"mqa padded D128", {1, 3, 1, 130, 97, 128, 0}, FXA_LAYOUT_BSHD, FXA_F32, 5, 0, 1, FXA_F32},
+        {"hot rows bhsd",
+         {1, 2, 1, 64, 129, 64, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_F32,
+         0,
+         8.0,
+         2.0,
+         FXA_F32},
+        {"bf16 inputs D16",
+         {1, 2, 2, 40, 260, 16, 0.3},
+         FXA_LAYOUT_BSHD,
+         FXA_BF16,
+         0,
+         0,
+         1,
+         FXA_F32},
+        {"one pass, 6 kv heads",
+         {1, 6, 6, 40, 90, 32, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_F32,
+         0,
+         0,
+         1,
+         FXA_F32},
+        {"f16 inputs, bf16 out and dout",
+         {1, 4, 2, 50, 70, 24, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_F16,
+         3,
+         0,
+         1,
+         FXA_BF16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bcase c = cases[i];
+        if (c.s.tau == 0)
+            c.s.tau = 1.0 / sqrt((double)c.s.d);
+        test_case(&c);
+    }
+    test_chunks();
+    test_refusals();
+    return test_summary("test_attn_bwd");
+}

@@ -1,0 +1,107 @@
+/*
+ * test_bwd_alloc: the attention backward's runs allocate nothing. After
+ * plan creation and one warm-up run, a counting allocator
+ * (tests/common/alloc_count.h) sees no allocation or free, from any
+ * thread, during fxa_attn_bwd_run (GQA, a key tail, stats) on contexts of 1
+ * and 3 threads, with the default kernel set and the reference one; a
+ * malloc and free in the test prove the counter counts. Built only without
+ * sanitizers (they own malloc).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_count.h"
+#include "fxattn.h"
+#include "testutil.h"
+
+enum { B = 1, HQ = 4, HKV = 2, SQ = 70, SKV = 150, D = 40 };
+#define NQ ((size_t)B * SQ * HQ * D)
+#define NKV ((size_t)B * SKV * HKV * D)
+#define ROWS ((size_t)B * HQ * SQ)
+
+static float g_q[NQ], g_k[NKV], g_v[NKV], g_out[NQ], g_dout[NQ], g_lse[ROWS];
+static float g_dq[NQ], g_dk[NKV], g_dv[NKV];
+
+static void *ws_alloc(size_t bytes)
+{
+    return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+}
+
+static void run_case(int threads, const char *isa)
+{
+    if (isa)
+        setenv("FXA_ISA", isa, 1);
+    else
+        unsetenv("FXA_ISA");
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = threads;
+    fxa_ctx *ctx = NULL;
+    CHECK(fxa_ctx_create(&cp, &ctx) == FXA_OK, "context: %s", fxa_ctx_create_error());
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = B;
+    d.heads_q = HQ;
+    d.heads_kv = HKV;
+    d.seq_q = SQ;
+    d.seq_kv = SKV;
+    d.head_dim = D;
+    fxa_attn_plan *fwd = NULL;
+    fxa_attn_bwd_plan *bwd = NULL;
+    size_t ws_f = 0, ws_b = 0;
+    CHECK(fxa_attn_plan_create(ctx, &d, &fwd, &ws_f) == FXA_OK, "plan: %s",
+          fxa_ctx_last_error(ctx));
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &bwd, &ws_b) == FXA_OK, "bwd plan: %s",
+          fxa_ctx_last_error(ctx));
+    void *wf = ws_alloc(ws_f), *wb = ws_alloc(ws_b);
+    const fxa_attn_args a = {
+        .struct_size = sizeof a, .q = g_q, .k = g_k, .v = g_v, .out = g_out, .lse = g_lse};
+    CHECK(fxa_attn_run(fwd, &a, wf, NULL) == FXA_OK, "forward: %s", fxa_ctx_last_error(ctx));
+    const fxa_attn_bwd_args g = {.struct_size = sizeof g,
+                                 .q = g_q,
+                                 .k = g_k,
+                                 .v = g_v,
+                                 .out = g_out,
+                                 .dout = g_dout,
+                                 .lse = g_lse,
+                                 .dq = g_dq,
+                                 .dk = g_dk,
+                                 .dv = g_dv};
+    fxa_attn_bwd_stats st = {.struct_size = sizeof st};
+    CHECK(fxa_attn_bwd_run(bwd, &g, wb, &st) == FXA_OK, "warm-up: %s", fxa_ctx_last_error(ctx));
+    fxt_alloc_count_begin();
+    const fxa_status s = fxa_attn_bwd_run(bwd, &g, wb, &st);
+    const long n = fxt_alloc_count_end();
+    CHECK(s == FXA_OK, "[%d threads, %s] backward: %s", threads, fxa_ctx_isa(ctx),
+          fxa_ctx_last_error(ctx));
+    CHECK(n == 0, "[%d threads, %s] fxa_attn_bwd_run: %ld allocation calls, the first from %p",
+          threads, fxa_ctx_isa(ctx), n, fxt_alloc_first_caller());
+    free(wf);
+    free(wb);
+    fxa_attn_bwd_plan_destroy(bwd);
+    fxa_attn_plan_destroy(fwd);
+    fxa_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+    fxt_alloc_count_begin();
+    void *volatile p = malloc(24);
+    free(p);
+    CHECK(fxt_alloc_count_end() == 2, "the counter saw a malloc and a free");
+    fxt_rng r;
+    fxt_rng_seed(&r, 5);
+    for (size_t i = 0; i < NQ; i++) {
+        g_q[i] = (float)fxt_rng_normal(&r);
+        g_dout[i] = (float)fxt_rng_normal(&r);
+    }
+    for (size_t i = 0; i < NKV; i++) {
+        g_k[i] = (float)fxt_rng_normal(&r);
+        g_v[i] = (float)fxt_rng_normal(&r);
+    }
+    for (int t = 1; t <= 3; t += 2) {
+        run_case(t, NULL);
+        run_case(t, "ref");
+    }
+    return test_summary("test_bwd_alloc");
+}
