@@ -196,7 +196,7 @@ def _run_torch(q, k, v, mask, is_causal: bool, scale, compute: str, threads):
     format, as SDPA does."""
     import torch
 
-    from . import _torch  # noqa: F401  (registers the operator)
+    from . import _torch
 
     bshd = q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) < q.stride(2)
     if bshd:
@@ -210,7 +210,7 @@ def _run_torch(q, k, v, mask, is_causal: bool, scale, compute: str, threads):
         "auto",
         True,
         compute,
-        False,
+        _torch.needs_grad(q, k, v),
         "",
         _check_args.threads(threads),
         mask,
