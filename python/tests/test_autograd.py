@@ -78,7 +78,10 @@ def test_bshd_layout_and_transposed_views():
     )
     _check_envelope(got, q, k, v, dout)
     # transposed views: bhsd leaves read as bshd without a copy, and the reverse
-    _, got_views = _grads(lambda *t: fxattn.attention(*(x.transpose(1, 2) for x in t), layout="bshd").transpose(1, 2), q, k, v, dout, torch.float32)
+    def views(*t):
+        return fxattn.attention(*(x.transpose(1, 2) for x in t), layout="bshd").transpose(1, 2)
+
+    _, got_views = _grads(views, q, k, v, dout, torch.float32)
     for a, b in zip(got, got_views):
         assert torch.equal(a, b)  # the same values whatever the strides
     _, got_sdpa = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True), q, k, v, dout, torch.float32)
@@ -201,7 +204,7 @@ def _train(attention: str, steps: int = 3):
         m.set_attn_processor(fd.WanAttnProcessor(threads=2))
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(1)
-    x, ctx, target = torch.randn(2, 4, 3, 8, 10, generator=g), torch.randn(2, 7, 16, generator=g), torch.randn(2, 4, 3, 8, 10, generator=g)
+    x, ctx, target = (torch.randn(*shape, generator=g) for shape in ((2, 4, 3, 8, 10), (2, 7, 16), (2, 4, 3, 8, 10)))
     losses = []
     for _ in range(steps):
         opt.zero_grad()

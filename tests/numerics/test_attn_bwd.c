@@ -687,13 +687,24 @@ static void test_refusals(void)
     CHECK(fxa_attn_bwd_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL args");
     CHECK(fxa_attn_bwd_run(plan, &a, NULL, NULL) == FXA_ERR_INVALID_ARG, "NULL workspace");
     fxa_attn_bwd_plan_destroy(plan);
-    /* Plans: bf16 compute unsupported, aliasing gradient strides, NULLs. */
+    /* Plans: bf16 compute, causal and masks unsupported, aliasing gradient strides, NULLs. */
     fxa_attn_desc d = t.d;
     d.dtype = FXA_BF16;
     d.compute = FXA_COMPUTE_BF16;
     CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_UNSUPPORTED &&
               plan == NULL && strstr(fxa_ctx_last_error(ctx), "fp32 only"),
           "bf16 compute: %s", fxa_ctx_last_error(ctx));
+    d = t.d;
+    d.causal = 1;
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_UNSUPPORTED &&
+              plan == NULL && strstr(fxa_ctx_last_error(ctx), "no causal"),
+          "causal: %s", fxa_ctx_last_error(ctx));
+    d = t.d;
+    d.mask_kind = FXA_MASK_BOOL;
+    d.mask_strides = (fxa_mask_strides){.key = 1};
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_UNSUPPORTED &&
+              plan == NULL && strstr(fxa_ctx_last_error(ctx), "no mask"),
+          "mask: %s", fxa_ctx_last_error(ctx));
     d = t.d;
     d.k_strides = (fxa_attn_strides){0, (int64_t)s->d, 0}; /* batch 0, head 0: heads share rows */
     d.heads_kv = 2;
