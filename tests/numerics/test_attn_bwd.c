@@ -687,7 +687,7 @@ static void test_refusals(void)
     CHECK(fxa_attn_bwd_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL args");
     CHECK(fxa_attn_bwd_run(plan, &a, NULL, NULL) == FXA_ERR_INVALID_ARG, "NULL workspace");
     fxa_attn_bwd_plan_destroy(plan);
-    /* Plans: bf16 compute unsupported, aliasing gradient strides, NULLs. */
+    /* Plans: bf16 compute, causal and masks unsupported, aliasing gradient strides, NULLs. */
     fxa_attn_desc d = t.d;
     d.dtype = FXA_BF16;
     d.compute = FXA_COMPUTE_BF16;

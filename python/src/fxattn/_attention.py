@@ -42,7 +42,8 @@ def attention(
     return_lse=True, (out, lse) where lse [B, Hq, Sq] is the fp32
     natural-log log-sum-exp of the scaled scores. Raises
     fxattn.InvalidArgumentError (a ValueError) with the library's message on
-    bad input (shapes, dtypes, NaN or Inf in q, k or v).
+    bad input (shapes, dtypes, NaN or Inf in q, k or v). Torch tensors
+    requiring grad get gradients (docs/python.md, "Autograd").
     """
     opts = Options.parse(scale, layout, mode, center, compute, threads)
     return_lse = _check_args.boolean("return_lse", return_lse)

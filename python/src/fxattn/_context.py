@@ -36,10 +36,12 @@ _CONTEXT_CACHE = 4
 class Plan:
     """An fxa_attn_plan; destroyed with its context or when evicted."""
 
+    _api = "fxa_attn_plan"  # the C functions <_api>_create and <_api>_destroy
+
     def __init__(self, ctx: "Context", desc: _lib.AttnDesc):
         handle = ctypes.c_void_p()
         ws = ctypes.c_size_t()
-        status = core.fxa_attn_plan_create(ctx.handle, ctypes.byref(desc), ctypes.byref(handle), ctypes.byref(ws))
+        status = getattr(core, self._api + "_create")(ctx.handle, ctypes.byref(desc), ctypes.byref(handle), ctypes.byref(ws))
         _lib.raise_status(status, ctx.last_error())
         self.handle = handle
         self.workspace_bytes = ws.value
@@ -47,8 +49,14 @@ class Plan:
 
     def destroy(self) -> None:
         if self.handle:
-            core.fxa_attn_plan_destroy(self.handle)
+            getattr(core, self._api + "_destroy")(self.handle)
             self.handle = None
+
+
+class BwdPlan(Plan):
+    """An fxa_attn_bwd_plan (the backward of the forward descriptor desc)."""
+
+    _api = "fxa_attn_bwd_plan"
 
 
 class Context:
@@ -62,7 +70,7 @@ class Context:
         self.handle = handle
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self._plans: OrderedDict[bytes, Plan] = OrderedDict()
+        self._plans: OrderedDict[tuple, Plan] = OrderedDict()
         self._workspace = np.empty(0, np.uint8)
 
     @property
@@ -80,14 +88,15 @@ class Context:
     def last_error(self) -> str:
         return core.fxa_ctx_last_error(self.handle).decode()
 
-    def plan(self, desc: _lib.AttnDesc) -> Plan:
-        """The cached plan of desc, or a new one (caller holds the lock)."""
-        key = bytes(desc)
+    def plan(self, desc: _lib.AttnDesc, kind: type = Plan) -> Plan:
+        """The cached plan of desc (kind Plan: the forward's, BwdPlan: the
+        backward's), or a new one (caller holds the lock)."""
+        key = (kind, bytes(desc))
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
             return plan
-        plan = Plan(self, desc)
+        plan = kind(self, desc)
         self._plans[key] = plan
         if len(self._plans) > _PLAN_CACHE:
             self._plans.popitem(last=False)[1].destroy()

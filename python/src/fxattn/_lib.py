@@ -165,6 +165,27 @@ class AttnArgs(ctypes.Structure):
     ]
 
 
+class AttnBwdArgs(ctypes.Structure):
+    _c_name_ = "fxa_attn_bwd_args"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("q", c_void_p),
+        ("k", c_void_p),
+        ("v", c_void_p),
+        ("out", c_void_p),
+        ("dout", c_void_p),
+        ("lse", c_void_p),
+        ("dq", c_void_p),
+        ("dk", c_void_p),
+        ("dv", c_void_p),
+    ]
+
+
+class AttnBwdStats(ctypes.Structure):
+    _c_name_ = "fxa_attn_bwd_stats"
+    _fields_ = [("struct_size", c_size_t), ("rows", c_int64), ("keys", c_int64), ("seconds", c_double)]
+
+
 class CheckHead(ctypes.Structure):
     _c_name_ = "fxa_check_head"
     _fields_ = [("struct_size", c_size_t)]
@@ -260,6 +281,10 @@ _d(core, "fxa_attn_plan_destroy", None, c_void_p)
 _d(core, "fxa_attn_run", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(AttnStats))
 _d(core, "fxa_attn_bounds", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(AttnStats))
 _d(core, "fxa_attn_flops", c_double, POINTER(AttnDesc))
+_d(core, "fxa_attn_bwd_plan_create", c_int, c_void_p, POINTER(AttnDesc), POINTER(c_void_p), POINTER(c_size_t))
+_d(core, "fxa_attn_bwd_plan_destroy", None, c_void_p)
+_d(core, "fxa_attn_bwd_run", c_int, c_void_p, POINTER(AttnBwdArgs), c_void_p, POINTER(AttnBwdStats))
+_d(core, "fxa_attn_bwd_flops", c_double, POINTER(AttnDesc))
 _d(core, "fxa_check_plan_create", c_int, c_void_p, POINTER(CheckDesc), POINTER(c_void_p), POINTER(c_size_t))
 _d(core, "fxa_check_run", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(CheckHead), c_size_t)
 _d(core, "fxa_check_plan_destroy", None, c_void_p)

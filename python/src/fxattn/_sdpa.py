@@ -1,5 +1,5 @@
 """fxattn.scaled_dot_product_attention: torch's scaled_dot_product_attention
-on fxattn (inference, CPU), for torch tensors and numpy arrays."""
+on fxattn (CPU), for torch tensors and numpy arrays."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def scaled_dot_product_attention(
     threads=None,
 ):
     """torch.nn.functional.scaled_dot_product_attention's call and results,
-    computed by fxattn (exact fixed-max attention, CPU, inference).
+    computed by fxattn (exact fixed-max attention, CPU; differentiable for
+    torch tensors without attn_mask and is_causal).
 
     query [..., Hq, Sq, E], key and value [..., Hkv, Skv, E] (any leading
     batch dims, 2-D and 3-D too; key's and value's leading dims may
@@ -196,7 +197,7 @@ def _run_torch(q, k, v, mask, is_causal: bool, scale, compute: str, threads):
     format, as SDPA does."""
     import torch
 
-    from . import _torch  # noqa: F401  (registers the operator)
+    from . import _torch
 
     bshd = q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) < q.stride(2)
     if bshd:
@@ -210,7 +211,7 @@ def _run_torch(q, k, v, mask, is_causal: bool, scale, compute: str, threads):
         "auto",
         True,
         compute,
-        False,
+        _torch.needs_grad(q, k, v),
         "",
         _check_args.threads(threads),
         mask,

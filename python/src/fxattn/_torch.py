@@ -2,8 +2,10 @@
 
 The operator has a fake (meta) implementation that gives the outputs'
 shapes and dtypes, so torch.compile traces a call without running it and
-without a graph break. It has no autograd formula (inference only): a
-backward through it raises. Imported by fxattn when torch is.
+without a graph break. Its autograd formula calls a second operator,
+`torch.ops.fxattn.attention_backward` (the C library's backward, with a
+fake implementation too), so torch.compile traces the backward as well.
+Imported by fxattn when torch is.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _arrays, _lib
-from ._attn_core import Mask, Options, lse_shape, operands, run
+from ._attn_core import Mask, Options, lse_shape, operands, run, run_backward
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -92,6 +94,108 @@ def same_device(q, k, v, mask=None) -> None:
         raise _lib.InvalidArgumentError(f"{what} are on {names}; they must be on one device (the CPU)", _lib.INVALID_ARG)
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """t itself when its strides give distinct elements distinct addresses
+    (torch.empty_like keeps them) with a contiguous last axis, else a
+    contiguous copy: the backward writes t's gradient with t's strides."""
+    like = torch.empty_like(t)
+    if like.stride() == t.stride() and (t.shape[-1] <= 1 or t.stride(-1) == 1):
+        return t
+    return t.contiguous()
+
+
+@torch.library.custom_op("fxattn::attention_backward", mutates_args=(), device_types="cpu")
+def attention_backward_op(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+    layout: str,
+    mode: str,
+    center: bool,
+    compute: str,
+    threads: int,
+    grad_lse: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of fxattn::attention (no mask, not causal) from its
+    inputs, its output out, its lse (empty [0]: computed again here) and
+    the output's gradient grad_out; gradients in q's, k's and v's dtypes,
+    computed in fp32 by the C library. grad_lse: the lse output's gradient
+    (None: zero)."""
+    if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
+        return _backward_with_lse(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse)
+    opts = Options.parse(scale or None, layout, mode, center, compute, threads or None)
+    dense = [_dense(t) for t in (q, k, v)]
+    qo, ko, vo = operands(*dense, layout)
+    if lse.numel() == 0:
+        lse = torch.empty(lse_shape(layout, qo.shape), dtype=torch.float32)
+        scratch = torch.empty(qo.shape, dtype=out.dtype if out.dtype == torch.bfloat16 else torch.float32)
+        run(qo, ko, vo, opts, _arrays.torch_dtype_code(torch, scratch.dtype), scratch.data_ptr(), lse.data_ptr())
+    wide = torch.bfloat16 if out.dtype == torch.bfloat16 else torch.float32
+    out = out.to(wide).contiguous()
+    grad_out = grad_out.to(wide).contiguous()
+    lse = lse.contiguous()
+    grads = [torch.empty_like(t, dtype=torch.float32) for t in (qo.obj, ko.obj, vo.obj)]
+    code = _arrays.torch_dtype_code(torch, wide)
+    run_backward(qo, ko, vo, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), [g.data_ptr() for g in grads])
+    return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v)))
+
+
+def _backward_with_lse(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse):
+    """The backward with the lse's gradient g: it adds g_i P_ij to dS_ij =
+    P_ij (dO_i . v_j - dO_i . O_i), which the C backward computes with one
+    more feature: q, k, v get a zero column (the scores and dO . v stay),
+    O gets -g_i and dO gets 1, so dO . O becomes dO_i . O_i - g_i exactly."""
+    dim = q.shape[-1]
+    scale = scale or dim**-0.5
+    q2, k2, v2 = (torch.nn.functional.pad(t, (0, 1)) for t in (q, k, v))
+    g = (grad_lse if layout == "bhsd" else grad_lse.transpose(1, 2)).unsqueeze(-1).float()
+    out2 = torch.cat([out.float(), -g], -1)
+    dout2 = torch.cat([grad_out.float(), torch.ones_like(g)], -1)
+    grads = attention_backward_op(dout2, q2, k2, v2, out2, lse, scale, layout, mode, center, compute, threads)
+    return tuple(torch.empty_like(_dense(t)).copy_(d[..., :dim]) for t, d in zip((q, k, v), grads))
+
+
+@attention_backward_op.register_fake
+def _(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse=None):
+    same_device(q, k, v)
+    return tuple(torch.empty_like(_dense(t)) for t in (q, k, v))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, scale, layout, mode, center, compute, return_lse, _, threads = inputs[:11]
+    attn_mask, is_causal = (tuple(inputs[11:]) + (None, False))[:2]
+    if attn_mask is not None or is_causal:
+        raise _lib.UnsupportedError(
+            "fxattn's backward takes no attn_mask and no is_causal: run a masked or causal fxattn "
+            "attention without gradients (torch.no_grad() or detached inputs)",
+            _lib.UNSUPPORTED,
+        )
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.options = (scale, layout, mode, center, compute, threads)
+    ctx.return_lse = return_lse
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.fxattn.attention_backward(
+        grad_out, q, k, v, out, lse, *ctx.options, grad_lse if ctx.return_lse else None
+    )
+    return (dq, dk, dv) + (None,) * 10
+
+
+torch.library.register_autograd("fxattn::attention", _backward, setup_context=_setup_context)
+
+
+def needs_grad(*tensors) -> bool:
+    """True when autograd records a call on these tensors."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def _dtype_name(out_dtype) -> str:
     if out_dtype is None:
         return ""
@@ -111,7 +215,7 @@ def attention(q, k, v, opts: Options, return_lse: bool, out_dtype):
         opts.mode,
         opts.center,
         opts.compute,
-        return_lse,
+        return_lse or needs_grad(q, k, v),
         _dtype_name(out_dtype),
         opts.threads,
     )

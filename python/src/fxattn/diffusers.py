@@ -181,8 +181,8 @@ class WanAttnProcessor:
     them), fp32 or bf16 CPU input in the module's dtype, no mask,
     norm_q/norm_k with eps 1e-6, no dropout, no autograd recording the call
     (grad mode on with an input or weight requiring grad runs per op:
-    differentiable projections, and fxattn.attention, whose backward
-    raises naming it), not under torch.compile (which traces the per-op
+    torch's projections and fxattn.attention, both differentiable: the
+    model trains), not under torch.compile (which traces the per-op
     path, a custom operator, without graph breaks), and rotary_emb equal
     to Wan's 3-D RoPE of some latent grid
     (rope_grid: fp32 or fp64 tables, as diffusers makes them and

@@ -553,6 +553,19 @@ def _auto_pick(comm, seq: int, d: _lib.AttnDesc, n_threads: int, seconds: float,
 _ATTENTION_SIGNATURE = inspect.signature(_attention.attention)
 
 
+def _no_autograd(q, k, v):
+    """Refuse torch inputs that autograd would record: the distributed
+    attention has no backward, and an output without grad_fn would lose the
+    gradients silently."""
+    if _arrays.is_torch(q) and _arrays.torch_module().is_grad_enabled():
+        if any(getattr(x, "requires_grad", False) for x in (q, k, v)):
+            raise _lib.UnsupportedError(
+                "fxattn.mpi.attention has no backward: call it under torch.no_grad() or on tensors "
+                "that do not require grad (fxattn.attention is differentiable on one process)",
+                _lib.UNSUPPORTED,
+            )
+
+
 def attention(
     q,
     k,
@@ -609,6 +622,7 @@ def attention(
         seconds = 60.0  # the agreement's deadline; _prepare's error is raised after it
     try:
         return_lse = _check_args.boolean("return_lse", return_lse)
+        _no_autograd(q, k, v)
         auto = _auto_grid(grid, ulysses, ring)
         prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype)
         _, _, _, d, _, info = prepared

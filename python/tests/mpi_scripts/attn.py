@@ -223,6 +223,12 @@ def disagree():
     k = torch.from_numpy(s) if rank == 1 else s
     expect_error("torch and numpy mixed", lambda: fm.attention(s, k, s, comm, layout="bshd", threads=1),
                  fxattn.InvalidArgumentError, "rank 1: q, k and v must be all torch tensors or all numpy arrays")
+    # torch inputs that autograd would record: no backward, refused everywhere
+    t = torch.from_numpy(s.copy()).requires_grad_(True)
+    expect_error("inputs requiring grad", lambda: fm.attention(t, t, t, comm, layout="bshd", threads=1),
+                 fxattn.UnsupportedError, "fxattn.mpi.attention has no backward")
+    with torch.no_grad():
+        fm.attention(t, t, t, comm, layout="bshd", threads=1)
     fm.release(comm)
     print(f"OK rank {rank} cases 0", flush=True)
 

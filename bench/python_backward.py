@@ -1,0 +1,89 @@
+"""fxattn's backward (autograd through fxattn.attention) against torch's
+scaled_dot_product_attention backward, side by side in one process.
+
+    .venv/bin/python bench/python_backward.py [--seqs 1024,4096] [--heads 8] [--dim 128]
+        [--repeats 5] [--threads 2]
+
+On the same q, k, v, dout ~ N(0, 1) [1, H, S, D] (fp32, and the same values
+rounded to bf16), one forward each keeps its graph; a row times
+torch.autograd.grad(out, (q, k, v), dout) on it, that is the backward
+alone: fxattn's (torch.ops.fxattn.attention_backward, the C library's
+fxa_attn_bwd_run, fp32 compute for bf16 inputs too) and torch's (the CPU
+kernel SDPA picks: flash attention's backward). Medians of --repeats rounds,
+each round timing every row once in turn after one warm-up each.
+GFLOP/s = 10 S^2 H D / seconds (FlashAttention's count, as
+fxa_attn_bwd_flops). The gradients are checked against each other first.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import fxattn
+
+
+def interleaved_medians(calls, repeats):
+    for fn in calls.values():
+        fn()
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(x) for name, x in times.items()}
+
+
+def backward_call(fn, q, k, v, dout):
+    """A call timing fn's backward alone: the forward runs once here."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seqs", default="1024,4096", help="sequence lengths S (comma list)")
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    print(f"fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)}), torch {torch.__version__}, "
+          f"{a.threads} threads, H {a.heads}, D {a.dim}, medians of {a.repeats}")
+
+    def fx(q, k, v):
+        return fxattn.attention(q, k, v, layout="bhsd", threads=a.threads)
+
+    for s in (int(x) for x in a.seqs.split(",") if x):
+        g = torch.Generator().manual_seed(0)
+        q, k, v, dout = (torch.randn(1, a.heads, s, a.dim, generator=g) for _ in range(4))
+        flops = 10.0 * s * s * a.heads * a.dim
+        calls = {}
+        for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+            args = [t.to(dtype) for t in (q, k, v, dout)]
+            fx_call = backward_call(fx, *args)
+            sdpa_call = backward_call(F.scaled_dot_product_attention, *args)
+            got, want = fx_call(), sdpa_call()
+            tol = 1e-3 if dtype == torch.float32 else 5e-2
+            for x, y in zip(got, want):
+                err = float((x.float() - y.float()).abs().max() / y.float().abs().max())
+                assert err < tol, (name, err)
+            calls[f"fxattn backward {name}"] = fx_call
+            calls[f"torch SDPA backward {name}"] = sdpa_call
+        med = interleaved_medians(calls, a.repeats)
+        print(f"\nS = {s}")
+        print(f"{'':28} {'seconds':>9} {'GFLOP/s':>9}")
+        for name, sec in med.items():
+            print(f"{name:28} {sec:9.4f} {flops / sec / 1e9:9.1f}")
+        for name in ("fp32", "bf16"):
+            ratio = med[f"torch SDPA backward {name}"] / med[f"fxattn backward {name}"]
+            print(f"{name}: fxattn is {ratio:.2f}x torch SDPA's backward speed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""fxattn.attention and fxattn.scaled_dot_product_attention under autograd:
+gradients against torch's SDPA math backward in float64.
+
+The envelope: per gradient, fxattn's largest error against the fp64
+reference is at most 4x the largest error of torch's own fp32 math backward
+(SDPA in float32 on the same inputs, measured in the same test) plus
+2^-20 max|reference| (a floor for gradients that fp32 gets almost exactly).
+fp32 attention through an fp32 backward is what both compute; the factor
+allows for their different orders of summation.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fxattn  # noqa: E402
+from fxattn import _torch  # noqa: E402,F401  (registers the operators)
+
+F = torch.nn.functional
+
+
+def _inputs(b, hq, hkv, sq, skv, d, hot=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, hq, sq, d, generator=g) * hot
+    k = torch.randn(b, hkv, skv, d, generator=g)
+    v = torch.randn(b, hkv, skv, d, generator=g)
+    dout = torch.randn(b, hq, sq, d, generator=g)
+    return q, k, v, dout
+
+
+def _grads(fn, q, k, v, dout, dtype):
+    leaves = [t.to(dtype).detach().requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(dout.to(out.dtype))
+    return out, [t.grad for t in leaves]
+
+
+def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _check_envelope(fx_grads, q, k, v, dout):
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        _, ref = _grads(_sdpa, q, k, v, dout, torch.float64)
+        _, f32 = _grads(_sdpa, q, k, v, dout, torch.float32)
+    for name, got, r, t32 in zip("qkv", fx_grads, ref, f32):
+        assert got.shape == r.shape and got.dtype == torch.float32
+        err = (got.double() - r).abs().max().item()
+        allow = 4 * (t32.double() - r).abs().max().item() + 2**-20 * r.abs().max().item()
+        assert err <= allow, f"d{name}: error {err:.3g} > envelope {allow:.3g}"
+
+
+@pytest.mark.parametrize(
+    "b,hq,hkv,sq,skv,d,hot",
+    [
+        (2, 4, 4, 70, 70, 32, 1.0),  # random
+        (1, 4, 4, 64, 96, 64, 16.0),  # hot rows: P peaked
+        (2, 8, 2, 33, 150, 40, 1.0),  # GQA, Sq != Skv
+        (1, 4, 1, 90, 50, 16, 1.0),  # MQA, Sq > Skv
+    ],
+)
+def test_gradients_match_fp64_sdpa(b, hq, hkv, sq, skv, d, hot):
+    q, k, v, dout = _inputs(b, hq, hkv, sq, skv, d, hot)
+    _, got = _grads(lambda *t: fxattn.attention(*t, layout="bhsd"), q, k, v, dout, torch.float32)
+    _check_envelope(got, q, k, v, dout)
+
+
+def test_bshd_layout_and_transposed_views():
+    q, k, v, dout = _inputs(2, 4, 2, 48, 72, 32)
+    # bshd tensors of their own
+    _, got = _grads(
+        lambda *t: fxattn.attention(*(x.transpose(1, 2).contiguous() for x in t), layout="bshd").transpose(1, 2),
+        q,
+        k,
+        v,
+        dout,
+        torch.float32,
+    )
+    _check_envelope(got, q, k, v, dout)
+    # transposed views: bhsd leaves read as bshd without a copy, and the reverse
+    def views(*t):
+        return fxattn.attention(*(x.transpose(1, 2) for x in t), layout="bshd").transpose(1, 2)
+
+    _, got_views = _grads(views, q, k, v, dout, torch.float32)
+    for a, b in zip(got, got_views):
+        assert torch.equal(a, b)  # the same values whatever the strides
+    _, got_sdpa = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True), q, k, v, dout, torch.float32)
+    for a, b in zip(got, got_sdpa):
+        assert torch.equal(a, b)
+
+
+def test_bf16_gradients_in_bf16():
+    q, k, v, dout = _inputs(1, 4, 2, 64, 64, 32)
+    out, got = _grads(lambda *t: fxattn.attention(*t, layout="bhsd"), q, k, v, dout, torch.bfloat16)
+    assert out.dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g in got)
+    # fp64 reference on the bf16 values; the output's bf16 rounding (2^-8 relative) dominates
+    qb, kb, vb = (t.bfloat16().float() for t in (q, k, v))
+    _, ref = _grads(_sdpa, qb, kb, vb, dout.bfloat16().float(), torch.float64)
+    for g, r in zip(got, ref):
+        err = (g.double() - r).abs().max().item()
+        assert err <= 2**-6 * r.abs().max().item(), err
+
+
+def test_lse_gradient():
+    q, k, v, dout = _inputs(1, 4, 2, 40, 56, 16)
+    g = torch.randn(1, 4, 40, generator=torch.Generator().manual_seed(1))
+
+    def loss(fn, dtype):
+        leaves = [t.to(dtype).detach().requires_grad_() for t in (q, k, v)]
+        out, lse = fn(*leaves)
+        ((out * dout.to(dtype)).sum() + (lse * g.to(dtype)).sum()).backward()
+        return [t.grad for t in leaves]
+
+    got = loss(lambda *t: fxattn.attention(*t, layout="bhsd", return_lse=True), torch.float32)
+
+    def ref(q, k, v):
+        s = q @ k.repeat_interleave(2, 1).transpose(-1, -2) / 4.0
+        return torch.softmax(s, -1) @ v.repeat_interleave(2, 1), torch.logsumexp(s, -1)
+
+    want = loss(ref, torch.float64)
+    f32 = loss(ref, torch.float32)
+    for a, w, t in zip(got, want, f32):
+        assert (a.double() - w).abs().max() <= 4 * (t.double() - w).abs().max() + 2**-20 * w.abs().max()
+
+
+def test_masks_and_causal_are_refused_under_autograd():
+    q, k, v, _ = _inputs(1, 2, 2, 16, 16, 8)
+    q.requires_grad_()
+    with pytest.raises(fxattn.UnsupportedError, match="is_causal"):
+        fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with pytest.raises(fxattn.UnsupportedError, match="attn_mask"):
+        fxattn.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(16, 16, dtype=torch.bool))
+    with torch.no_grad():  # inference with causal stays available
+        out = fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert out.shape == q.shape
+
+
+def test_lse_recomputed_for_direct_operator_calls():
+    q, k, v, dout = _inputs(1, 2, 2, 40, 24, 16)
+    args = (0.0, "bhsd", "auto", True, "fp32", False, "", 0)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = torch.ops.fxattn.attention(*leaves, *args)  # return_lse False: lse [0]
+    assert lse.shape == (0,)
+    out.backward(dout)
+    _, want = _grads(lambda *t: fxattn.attention(*t, layout="bhsd"), q, k, v, dout, torch.float32)
+    for leaf, w in zip(leaves, want):
+        assert torch.equal(leaf.grad, w)
+
+
+def test_opcheck():
+    q, k, v, dout = _inputs(1, 4, 2, 24, 40, 16)
+    for layout, (a, b, c) in (("bhsd", (q, k, v)), ("bshd", tuple(t.transpose(1, 2) for t in (q, k, v)))):
+        leaves = [t.clone().requires_grad_() for t in (a, b, c)]
+        torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, 0.0, layout, "auto", True, "fp32", True, "", 0))
+        torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, 0.0, layout, "auto", True, "fp32", False, "", 0))
+    out, lse = torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
+    torch.library.opcheck(
+        torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, 0.0, "bhsd", "auto", True, "fp32", 0)
+    )
+
+
+def test_torch_compile_forward_and_backward():
+    torch._dynamo.reset()
+    q, k, v, dout = _inputs(1, 4, 2, 32, 48, 16)
+
+    def f(q, k, v):
+        return (fxattn.attention(q, k, v, layout="bhsd") * 2.0).sin()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    _, want = _grads(f, q, k, v, dout, torch.float32)
+    _, got = _grads(compiled, q, k, v, dout, torch.float32)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+WAN_T2V = dict(
+    patch_size=(1, 2, 2),
+    num_attention_heads=2,
+    attention_head_dim=12,
+    in_channels=4,
+    out_channels=4,
+    text_dim=16,
+    freq_dim=8,
+    ffn_dim=32,
+    num_layers=2,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    rope_max_seq_len=32,
+)
+
+
+def _train(attention: str, steps: int = 3):
+    """Losses and final weights of `steps` Adam steps of a tiny random Wan
+    transformer (no downloads) with attention by diffusers' default
+    ("torch"), fxattn's processor ("processor") or fxattn's backend
+    ("backend")."""
+    diffusers = pytest.importorskip("diffusers")
+    import fxattn.diffusers as fd
+    from diffusers.models.attention_dispatch import attention_backend
+
+    torch.manual_seed(0)
+    m = diffusers.WanTransformer3DModel(**WAN_T2V).train()
+    if attention == "processor":
+        m.set_attn_processor(fd.WanAttnProcessor(threads=2))
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(1)
+    x, ctx, target = (torch.randn(*shape, generator=g) for shape in ((2, 4, 3, 8, 10), (2, 7, 16), (2, 4, 3, 8, 10)))
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        if attention == "backend":
+            with attention_backend("fxattn"):
+                y = m(x, torch.tensor([500, 300]), ctx, return_dict=False)[0]
+        else:
+            y = m(x, torch.tensor([500, 300]), ctx, return_dict=False)[0]
+        loss = F.mse_loss(y, target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach().clone() for n, p in m.named_parameters()}
+
+
+def test_tiny_wan_trains_as_with_torch_attention(monkeypatch):
+    """A few training steps give diffusers' default attention's losses and
+    weights within the fp32 envelope: 2^-16 relative for the losses and
+    of each parameter's scale for the weights (measured: equal losses,
+    weights within 5e-7; Adam's sign-like update, lr 1e-3, amplifies
+    gradient differences where a gradient is tiny)."""
+    calls = []
+    run_backward = _torch.run_backward
+    monkeypatch.setattr(_torch, "run_backward", lambda *a: calls.append(1) or run_backward(*a))
+    ref_losses, ref_w = _train("torch")
+    assert not calls
+    for attention in ("processor", "backend"):
+        losses, w = _train(attention)
+        assert len(calls) == 3 * 2 * 2, attention  # steps x layers x (self + cross attention)
+        calls.clear()
+        for a, b in zip(losses, ref_losses):
+            assert abs(a - b) <= 2**-16 * abs(b), (attention, losses, ref_losses)
+        for n, p in w.items():
+            scale = max(ref_w[n].abs().max().item(), 1e-3)
+            assert (p - ref_w[n]).abs().max().item() <= 2**-16 * scale, (attention, n)
