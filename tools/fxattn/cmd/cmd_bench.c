@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bench_bwd.h"
+#include "bench_causal.h"
 #include "bench_opts.h"
 #include "bench_proj.h"
 #include "cli.h"
@@ -202,6 +203,13 @@ int fxt_cmd_bench(int argc, char **argv)
                             "--backward runs in one process with fp32 compute (not under "
                             "mpirun, not --compute bf16)");
         return fxt_bench_bwd(&o);
+    }
+    if (a.causal) {
+        if (fxt_cp_opts_distributed(&a.cp) || a.backward)
+            return fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "--causal runs in one process, forward only (not under mpirun, "
+                            "not with --backward)");
+        return fxt_bench_causal(&o);
     }
     return fxt_cp_opts_distributed(&a.cp) ? fxt_bench_mpi(&o) : bench_one_process(&o);
 }
