@@ -148,12 +148,12 @@ static float *partial_at(const run_job *job, int64_t split, int64_t row)
            (size_t)(split * chunk_rows + row) * ((size_t)p->d.head_dim + 2);
 }
 
-/* rows shifted down by r rows. */
+/* The rows of `rows` from its row r on (a NULL array stays NULL). */
 static fxa_rows rows_from(const fxa_attn_plan *p, const fxa_rows *rows, size_t r)
 {
     return (fxa_rows){
-        .q = rows->q + r * (size_t)p->d.head_dim,
-        .q16 = rows->q16 + r * fxa_q16_stride(p),
+        .q = rows->q ? rows->q + r * (size_t)p->d.head_dim : NULL,
+        .q16 = rows->q16 ? rows->q16 + r * fxa_q16_stride(p) : NULL,
         .m = rows->m + r,
         .l = rows->l + r,
         .o = rows->o + r * (size_t)p->d.head_dim,
