@@ -148,7 +148,57 @@ static float *partial_at(const run_job *job, int64_t split, int64_t row)
            (size_t)(split * chunk_rows + row) * ((size_t)p->d.head_dim + 2);
 }
 
-/* Work item (head tile of the chunk, query block, key split), item0 on. */
+/* The rows of `rows` from its row r on (a NULL array stays NULL). */
+static fxa_rows rows_from(const fxa_attn_plan *p, const fxa_rows *rows, size_t r)
+{
+    return (fxa_rows){
+        .q = rows->q ? rows->q + r * (size_t)p->d.head_dim : NULL,
+        .q16 = rows->q16 ? rows->q16 + r * fxa_q16_stride(p) : NULL,
+        .m = rows->m + r,
+        .l = rows->l + r,
+        .o = rows->o + r * (size_t)p->d.head_dim,
+        .qk_center = rows->qk_center + r,
+        .online = rows->online + r,
+        .bias_max = rows->bias_max ? rows->bias_max + r : NULL,
+    };
+}
+
+/* Rows per step of a causal diagonal tile: each step runs only the keys its
+ * last row sees, so the masked corner costs about CAUSAL_STEP / 2 keys a row. */
+#define CAUSAL_STEP 48
+
+/* Causal (row i sees keys j <= i): kv tile [j0, j0 + n_kv) into rows
+ * [i0, i0 + n). Rows before j0 see none of the keys (their terms would be
+ * exact zeros) and are left alone; rows that see every key run without a
+ * bias; the rows in between run in steps of CAUSAL_STEP, each on the keys up
+ * to its last row with the bias of those keys. Dropping a row's trailing
+ * masked keys drops exact zero terms, and the tiles' rows are independent,
+ * so every row gets the bits of the whole tile with the whole bias. */
+static void run_causal_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
+                            int64_t i0, size_t n, int64_t j0, size_t n_kv, const float *kt,
+                            const float *vp, fxa_thread_scratch *s)
+{
+    const int64_t first = j0 - i0;                    /* first row that sees key j0 */
+    const int64_t full = j0 + (int64_t)n_kv - 1 - i0; /* first row that sees every key */
+    size_t r = first > 0 ? (size_t)first : 0;
+    const size_t r_full = full <= 0 ? 0 : full < (int64_t)n ? (size_t)full : n;
+    while (r < r_full) {
+        const size_t m = r_full - r < CAUSAL_STEP ? r_full - r : CAUSAL_STEP;
+        const size_t n_use = (size_t)(i0 + (int64_t)(r + m) - j0);
+        const fxa_rows step = rows_from(p, rows, r);
+        fxa_causal_bias(i0 + (int64_t)r, m, j0, n_use, p->kv_tile, s->bias);
+        fxa_rows_run_tile(p, hb, &step, m, kt, vp, n_use, s->scores, s->p16, s->bias);
+        r += m;
+    }
+    if (r < n) {
+        const fxa_rows rest = rows_from(p, rows, r);
+        fxa_rows_run_tile(p, hb, &rest, n - r, kt, vp, n_kv, s->scores, s->p16, NULL);
+    }
+}
+
+/* Work item (head tile of the chunk, query block, key split), item0 on;
+ * causal items go by query block from the last, the ones with most keys, so
+ * that the dynamic schedule ends on light items. */
 static void work_item(void *arg, int64_t item, int thread_id)
 {
     const run_job *job = arg;
@@ -159,8 +209,14 @@ static void work_item(void *arg, int64_t item, int thread_id)
     const int64_t hpt = p->d.heads_per_tile;
     const int64_t b = job->batch;
     const int64_t split = item % p->n_splits;
-    const int64_t qb = item / p->n_splits % p->n_q_blocks;
-    const int64_t h0 = job->chunk_kv0 * p->group + item / (p->n_splits * p->n_q_blocks) * hpt;
+    int64_t qb = item / p->n_splits % p->n_q_blocks;
+    int64_t tile_of = item / (p->n_splits * p->n_q_blocks); /* head tile within the chunk */
+    if (p->d.causal) { /* the costliest (last) query blocks first, every head tile in turn */
+        const int64_t n_tiles = p->chunk_kv_heads * p->group / hpt;
+        qb = p->n_q_blocks - 1 - item / (p->n_splits * n_tiles);
+        tile_of = item / p->n_splits % n_tiles;
+    }
+    const int64_t h0 = job->chunk_kv0 * p->group + tile_of * hpt;
     const int64_t i0 = qb * p->d.block_q;
     const size_t n_rows = (size_t)(p->d.seq_q - i0 < p->d.block_q ? p->d.seq_q - i0 : p->d.block_q);
     const int64_t tile_end =
@@ -181,16 +237,20 @@ static void work_item(void *arg, int64_t item, int thread_id)
             const fxa_rows rows = scratch_rows(p, s, (size_t)slot);
             const fxa_head_bound *hb = (const fxa_head_bound *)(job->ws + p->ws_bounds) +
                                        b * p->d.heads_kv + (h0 + slot) / p->group;
-            size_t n_use = n_kv;
+            const float *kt = (const float *)(job->ws + p->ws_packed_k) + at;
+            const float *vp = (const float *)(job->ws + p->ws_packed_v) + at;
+            if (p->d.causal) {
+                run_causal_tile(p, hb, &rows, i0, n_rows, j0, n_kv, kt, vp, s);
+                continue;
+            }
             const fxa_tile_use use =
                 fxa_attn_masked(p)
-                    ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows, j0, &n_use, s->bias)
+                    ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows, j0, n_kv, s->bias)
                     : FXA_TILE_PLAIN;
             if (use == FXA_TILE_SKIP) /* every term would be an exact 0 */
                 continue;
-            fxa_rows_run_tile(p, hb, &rows, n_rows, (const float *)(job->ws + p->ws_packed_k) + at,
-                              (const float *)(job->ws + p->ws_packed_v) + at, n_use, s->scores,
-                              s->p16, use == FXA_TILE_BIAS ? s->bias : NULL);
+            fxa_rows_run_tile(p, hb, &rows, n_rows, kt, vp, n_kv, s->scores, s->p16,
+                              use == FXA_TILE_BIAS ? s->bias : NULL);
         }
     }
     for (int64_t slot = 0; slot < hpt; slot++) {

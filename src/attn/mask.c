@@ -69,22 +69,9 @@ void fxa_mask_row_max(const fxa_attn_plan *p, const void *mask, int64_t b, int64
 }
 
 fxa_tile_use fxa_mask_tile(const fxa_attn_plan *p, const void *mask, int64_t b, int64_t h,
-                           int64_t i0, size_t n, int64_t j0, size_t *n_kv_io, float *bias)
+                           int64_t i0, size_t n, int64_t j0, size_t n_kv, float *bias)
 {
     const size_t ld = p->kv_tile;
-    size_t n_kv = *n_kv_io;
-    if (p->d.causal) { /* row i attends keys j <= i */
-        if (j0 > i0 + (int64_t)n - 1)
-            return FXA_TILE_SKIP;
-        if (j0 + (int64_t)n_kv - 1 <= i0)
-            return FXA_TILE_PLAIN;
-        if ((int64_t)n_kv > i0 + (int64_t)n - j0) /* keys past the last query */
-            *n_kv_io = n_kv = (size_t)(i0 + (int64_t)n - j0);
-        for (size_t r = 0; r < n; r++)
-            for (size_t j = 0; j < n_kv; j++)
-                bias[r * ld + j] = j0 + (int64_t)j <= i0 + (int64_t)r ? 0.0f : -INFINITY;
-        return FXA_TILE_BIAS;
-    }
     size_t n_masked = 0;
     int biased = 0;
     for (size_t r = 0; r < n; r++) {
@@ -99,4 +86,11 @@ fxa_tile_use fxa_mask_tile(const fxa_attn_plan *p, const void *mask, int64_t b, 
     if (n_masked == n * n_kv)
         return FXA_TILE_SKIP;
     return biased ? FXA_TILE_BIAS : FXA_TILE_PLAIN;
+}
+
+void fxa_causal_bias(int64_t i0, size_t n, int64_t j0, size_t n_kv, size_t ld, float *bias)
+{
+    for (size_t r = 0; r < n; r++)
+        for (size_t j = 0; j < n_kv; j++)
+            bias[r * ld + j] = j0 + (int64_t)j <= i0 + (int64_t)r ? 0.0f : -INFINITY;
 }

@@ -1679,6 +1679,22 @@ static void test_hostile(void)
                "--dtype", "bf16", "--seq", "64", "--heads", "1", "--dim", "16", (const char *)NULL);
     run_free(&r);
 
+    /* bench --causal: one JSON object with positive medians and speedup; not with
+     * --backward. */
+    if (run_ok("bench --causal --json", &r, "bench", "--causal", "--seq", "200", "--heads", "2",
+               "--dim", "40", "--repeats", "1", "--json", (const char *)NULL)) {
+        size_t at;
+        CHECK(json_one_object_line(r.out, &at), "[bench --causal] not one JSON object: %s", r.out);
+        const char *c = json_field(r.out, "causal_seconds_median");
+        const char *x = json_field(r.out, "causal_speedup");
+        CHECK(c && strtod(c, NULL) > 0.0 && x && strtod(x, NULL) > 0.0,
+              "[bench --causal] no positive causal_seconds_median and causal_speedup: %s", r.out);
+    }
+    run_free(&r);
+    run_expect("bench --causal --backward", 2, "forward only", 10.0, &r, "bench", "--causal",
+               "--backward", "--seq", "64", "--heads", "1", "--dim", "16", (const char *)NULL);
+    run_free(&r);
+
     /* Item 5: more memory than any machine has, refused up front. */
     run_expect("bench beyond memory", 1, "GiB available", 10.0, &r, "bench", "--seq", "16777216",
                "--heads", "1024", "--dim", "256", (const char *)NULL);

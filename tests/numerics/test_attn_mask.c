@@ -9,9 +9,10 @@
  *    bf16 compute. Tolerance: fp32 compute within 2^-15 max|v| (fp32 rounding
  *    of scores, biases and sums; measured errors are ~1e-7); bf16 compute
  *    within 2^-6 max|v| (twice test_attn_bf16.c's budget of 2^-7 max|v|).
- *  - bit for bit: 1 and 3 threads, block_q 256 and 32 (other tiles skipped,
- *    cut short or masked per element), fp32 and bf16 compute; an all-true boolean mask and an all-zero
- *    additive one give the unmasked bits.
+ *  - bit for bit: 1 and 3 threads, block_q 256, 32 and 100, heads_per_tile 1 and 2
+ *    (other tiles skipped, cut short, masked per element or, causal, run in row steps),
+ *    fp32 and bf16 compute; an all-true boolean mask and an all-zero additive one give the
+ *    unmasked bits.
  *  - refused with a message: causal with a mask, NaN, +inf and values past
  *    2^120 in an additive mask (naming the element), negative mask strides,
  *    a missing mask, an unknown mask kind; blockwise attention and the check
@@ -296,11 +297,14 @@ static void test_causal(fxa_compute compute, double tol)
     }
 }
 
-/* Results of p at 1 and 3 threads and block_q 256 / 32 are the same bits. */
+/* Results of p at 1 and 3 threads, block_q 256 / 32 / 100 and heads_per_tile 1 / 2 (3
+ * threads, block_q 100: causal diagonal tiles in several row steps, the last one short) are
+ * the same bits. */
 static void bit_identical(problem *p, const char *label)
 {
     const int64_t n = p->d.batch * p->d.heads_q * p->d.seq_q * p->d.head_dim;
     float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+    float *c = malloc((size_t)n * sizeof(float));
     fxa_ctx *ctx1 = NULL, *ctx3 = NULL;
     fxa_ctx_params cp;
     fxa_ctx_params_init(&cp);
@@ -314,10 +318,16 @@ static void bit_identical(problem *p, const char *label)
     CHECK(run_on(ctx3, p, &d, b, NULL, NULL) == FXA_OK, "%s", fxa_ctx_last_error(ctx3));
     CHECK(memcmp(a, b, (size_t)n * sizeof(float)) == 0,
           "%s: 1 thread / block_q 256 and 3 threads / block_q 32 differ", label);
+    d.block_q = 100;
+    d.heads_per_tile = 2;
+    CHECK(run_on(ctx3, p, &d, c, NULL, NULL) == FXA_OK, "%s", fxa_ctx_last_error(ctx3));
+    CHECK(memcmp(a, c, (size_t)n * sizeof(float)) == 0,
+          "%s: block_q 256 / 1 head a tile and block_q 100 / 2 heads a tile differ", label);
     fxa_ctx_destroy(ctx1);
     fxa_ctx_destroy(ctx3);
     free(a);
     free(b);
+    free(c);
 }
 
 static void test_bits(void)

@@ -92,6 +92,7 @@ void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
         {"--json", NULL, FXT_OPT_FLAG, &o->json, 0, 0},
         {"--proj", NULL, FXT_OPT_FLAG, &o->proj, 0, 0},
         {"--backward", NULL, FXT_OPT_FLAG, &o->backward, 0, 0},
+        {"--causal", NULL, FXT_OPT_FLAG, &o->causal, 0, 0},
         FXT_CP_OPTS_ROWS(o->cp),
         {0},
     };

@@ -91,6 +91,7 @@ typedef struct bench_args {
     int json;
     int proj;     /* --proj: the QKV projection instead of attention */
     int backward; /* --backward: the attention backward beside the forward */
+    int causal;   /* --causal: causal attention beside unmasked */
     fxt_cp_opts cp;
 } bench_args;
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bench_bwd.h"
+#include "bench_causal.h"
 #include "bench_opts.h"
 #include "bench_proj.h"
 #include "cli.h"
@@ -185,6 +186,9 @@ int fxt_cmd_bench(int argc, char **argv)
         return FXT_EXIT_BAD_INPUT;
     if (a.dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
+    if (a.causal && (fxt_cp_opts_distributed(&a.cp) || a.backward || a.proj))
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--causal runs attention in one process, forward only "
+                                            "(not under mpirun, not with --backward or --proj)");
     if (a.proj)
         return fxt_bench_proj(&a);
     const bench_opts o = {.seq = a.seq,
@@ -196,6 +200,8 @@ int fxt_cmd_bench(int argc, char **argv)
                           .repeats = a.repeats,
                           .json = a.json,
                           .cp = a.cp};
+    if (a.causal)
+        return fxt_bench_causal(&o);
     if (a.backward) {
         if (fxt_cp_opts_distributed(&a.cp) || compute != FXA_COMPUTE_FP32)
             return fxt_fail(FXT_EXIT_BAD_INPUT,
