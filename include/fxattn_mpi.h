@@ -254,6 +254,41 @@ FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps
 FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args *args,
                                     fxa_mpi_stats *stats);
 
+typedef struct fxa_mpi_attn_bwd_plan fxa_mpi_attn_bwd_plan;
+
+/*
+ * The backward of fxa_mpi_attn_run (collective). d: the forward's global
+ * descriptor (fxa_mpi_attn_plan_create's rules; every rank passes the same
+ * one, compared by a hash). Implemented for Ulysses grids (R == 1) whose
+ * ranks hold whole kv heads (heads_kv >= U); a ring (R > 1) or replicated
+ * kv heads (heads_kv < U) give FXA_ERR_UNSUPPORTED on every rank. The plan
+ * owns every buffer its runs use, allocated here: this rank's heads' Q, K,
+ * V, O, dO, lse and dQ, dK, dV over the whole sequence (BHSD), the staging
+ * of both exchanges, their MPI requests, the local backward plan and its
+ * workspace. Buffers larger than fxa_available_memory() give
+ * FXA_ERR_NO_MEMORY on every rank.
+ */
+FXA_API fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
+                                                fxa_mpi_attn_bwd_plan **out);
+/* Local. Frees the plan and every buffer it owns. NULL is a no-op. */
+FXA_API void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *plan);
+
+/*
+ * Collective. args holds this rank's shards as for fxa_mpi_attn_run: q, k,
+ * v, out (fp32) and dout (fp32, out's shape) of its tokens, lse [B, Hq,
+ * Sq_r] (this rank's shard of the forward's lse), and the fp32 outputs dq,
+ * dk, dv shaped like q, k, v. All-to-alls move the shards to head sharding,
+ * fxa_attn_bwd_run computes this rank's heads over the whole sequence, and
+ * all-to-alls bring dq, dk, dv back to token sharding: the bytes of
+ * fxa_attn_bwd_run on the gathered tensors, for any U and thread count.
+ * Outputs are written only when every rank succeeded; every failure (a
+ * NULL tensor, a non-finite input, plans of different descriptors) is the
+ * same status and message on every rank (fxa_mpi_last_error). stats
+ * (optional): rows, seconds and a2a_seconds. Allocates nothing.
+ */
+FXA_API fxa_status fxa_mpi_attn_bwd_run(fxa_mpi_attn_bwd_plan *plan, const fxa_attn_bwd_args *args,
+                                        fxa_mpi_stats *stats);
+
 /*
  * Collective over m's communicator: which U x R grid to run (the cost
  * model of fxattn_grid.h, docs/cluster.md) for model's shape on this job.
