@@ -1,7 +1,9 @@
 /* The distributed backward (fxa_mpi_attn_bwd_*): its plan (bwd_plan.c)
- * and its run (bwd_run.c). Pure Ulysses: the shards go to head sharding,
+ * and its runs: pure Ulysses (bwd_run.c: the shards go to head sharding,
  * the local backward runs on this rank's heads over the whole sequence,
- * and the gradients come back to token sharding. */
+ * and the gradients come back to token sharding) and pure ring
+ * (bwd_ring.c: K/V blocks and their dK/dV accumulators travel the ring,
+ * dQ stays). */
 #ifndef FXA_MPI_BWD_H
 #define FXA_MPI_BWD_H
 
@@ -17,9 +19,9 @@ struct fxa_mpi_attn_bwd_plan {
     size_t es;       /* bytes per Q, K, V element */
     int64_t q_len;   /* this rank's query and key shards */
     int64_t kv_len;
-    /* Member v of the row (U == P ranks) holds q heads [hq[v], hq[v + 1])
-     * and kv heads [hkv[v], hkv[v + 1]), query tokens [tq[v], tq[v + 1])
-     * and key tokens [tk[v], tk[v + 1]). */
+    /* Rank v (of P) holds query tokens [tq[v], tq[v + 1]) and key tokens
+     * [tk[v], tk[v + 1]); member v of the row (U > 1: U == P) q heads
+     * [hq[v], hq[v + 1]) and kv heads [hkv[v], hkv[v + 1]). */
     int64_t *hq, *hkv, *tq, *tk;
     /* Byte offsets of each member's section in the staging, way in and
      * back ([U + 1] each). */
@@ -35,7 +37,28 @@ struct fxa_mpi_attn_bwd_plan {
     void *bufs; /* owns q .. recv */
     MPI_Request *req;
     int n_req;
+    /* R > 1 (U == 1): the ring's plans, one per block j of keys (this
+     * rank's queries against rank j's keys; NULL where either is empty),
+     * whose workspace is ws, and its buffers, all in the user's layout:
+     * two slots of a block's K then V, the dK then dV accumulator received
+     * and two being sent, one block's dK then dV, dQ's part and sum. */
+    fxa_attn_bwd_plan **blk_plan;
+    char *kv_slot[2];
+    float *acc_in, *acc_out[2], *kv_part, *dq_part, *dq_acc;
+    MPI_Request *kv_req, *acc_req; /* n_kv_req and n_acc_req each */
+    int n_kv_req, n_acc_req;
 };
+
+/* The ring's plans and buffers (R > 1); msg says why on failure. */
+fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap);
+void fxa_bwd_ring_free(fxa_mpi_attn_bwd_plan *p);
+/* The ring's run on copied-in, checked args: this rank's own status (its
+ * message in m->last_error), then agreed by the caller. On success the
+ * gradients are in dq_acc and acc_in until fxa_bwd_ring_write. */
+fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a,
+                            fxa_mpi_stats *stats);
+/* Local, after every rank agreed: write a's dq, dk, dv. */
+void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a);
 
 /* Row (b, h, t) of a [B, heads, seq] grid of rows in layout l, counted in
  * rows from the start. */

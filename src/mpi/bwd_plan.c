@@ -1,8 +1,8 @@
 /*
  * The distributed backward's plan (bwd.h): agree on the descriptor, refuse
- * what is not implemented (a ring, replicated kv heads), split heads and
- * tokens over the row, plan the local backward of this rank's heads over
- * the whole sequence, and allocate every buffer the runs use.
+ * what is not implemented (2-D grids, replicated kv heads), split heads
+ * and tokens, plan the local backward (Ulysses: this rank's heads over the
+ * whole sequence; ring: bwd_ring.c) and allocate every buffer the runs use.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +26,7 @@ void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *p)
     if (!p)
         return;
     fxa_attn_bwd_plan_destroy(p->local);
+    fxa_bwd_ring_free(p);
     free(p->ws);
     free(p->bufs);
     free(p->req);
@@ -52,11 +53,11 @@ static fxa_status check_desc(const fxa_mpi *m, const fxa_attn_desc *d, char *msg
                  "output (out_dtype FXA_F32)");
         return FXA_ERR_UNSUPPORTED;
     }
-    if (m->ring > 1) {
+    if (m->ring > 1 && m->ulysses > 1) {
         snprintf(msg, cap,
-                 "the distributed backward runs on Ulysses grids only (ring %d > 1 is not "
-                 "implemented)",
-                 m->ring);
+                 "the distributed backward runs on a pure Ulysses or a pure ring grid (2-D "
+                 "ulysses %d x ring %d is not implemented)",
+                 m->ulysses, m->ring);
         return FXA_ERR_UNSUPPORTED;
     }
     if (d->heads_kv > 0 && d->heads_kv < m->ulysses) {
@@ -89,12 +90,14 @@ static void size_plan(fxa_mpi_attn_bwd_plan *p)
     for (int v = 0; v < n; v++) {
         int64_t lo;
         int64_t hi;
-        int64_t len;
         fxa_mpi_split(d->heads_kv, n, v, &lo, &hi);
         p->hkv[v] = lo;
         p->hkv[v + 1] = hi;
         p->hq[v] = lo * group;
         p->hq[v + 1] = hi * group;
+    }
+    for (int v = 0; v < m->size; v++) {
+        int64_t len;
         fxa_mpi_shard(d->seq_q, m->size, v, &p->tq[v], &len);
         p->tq[v + 1] = p->tq[v] + len;
         fxa_mpi_shard(d->seq_kv, m->size, v, &p->tk[v], &len);
@@ -240,7 +243,7 @@ fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
     st = fxa_mpi_same_everywhere(m, hash_desc(d), "the attention descriptor (shapes and options)");
     if (st != FXA_OK)
         return st;
-    const size_t nu = (size_t)m->ulysses;
+    const size_t nu = (size_t)m->size; /* U or R, whichever is P */
     p = calloc(1, sizeof *p);
     if (p && (p->tables = calloc(8 * (nu + 1), sizeof(int64_t))) != NULL) {
         int64_t *t = p->tables;
@@ -265,7 +268,7 @@ fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
         fxa_mpi_shard(d->seq_q, m->size, m->rank, &start, &p->q_len);
         fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, &p->kv_len);
         size_plan(p);
-        st = plan_buffers(p, msg, sizeof msg);
+        st = m->ring > 1 ? fxa_bwd_ring_plan(p, msg, sizeof msg) : plan_buffers(p, msg, sizeof msg);
     }
     st = fxa_mpi_agree(m, st, msg);
     if (st != FXA_OK) {

@@ -1,6 +1,7 @@
 /*
- * One distributed backward call (bwd.h), pure Ulysses: check the
- * arguments (agreed); the way in (every member's heads of this rank's
+ * One distributed backward call (bwd.h): check the arguments (agreed),
+ * then the ring's run (bwd_ring.c; agreed, then the gradients written) or,
+ * on a Ulysses grid: the way in (every member's heads of this rank's
  * tokens of Q, K, V, O, dO and lse to their owner, one message per member
  * each way, in pieces of at most FXA_BWD_PIECE bytes); fxa_attn_bwd_run on
  * this rank's heads over the whole sequence (agreed); the way back (dQ,
@@ -265,7 +266,13 @@ fxa_status fxa_mpi_attn_bwd_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_arg
     if (st == FXA_OK)
         st = take_args(p, user_args, &a, msg, sizeof msg);
     st = fxa_mpi_agree_call(m, st, msg, p->call);
-    if (st == FXA_OK && m->ulysses > 1) {
+    if (st == FXA_OK && m->ring > 1) {
+        local.ring_steps = m->ring;
+        st = fxa_bwd_ring_run(p, &a, stats);
+        st = fxa_mpi_agree(m, st, m->last_error);
+        if (st == FXA_OK)
+            fxa_bwd_ring_write(p, &a);
+    } else if (st == FXA_OK && m->ulysses > 1) {
         st = run_ulysses(p, &a, stats);
     } else if (st == FXA_OK) {
         st = run_local(p, &a, msg, sizeof msg); /* one rank: the whole problem */

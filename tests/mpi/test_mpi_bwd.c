@@ -3,16 +3,21 @@
  * Every rank builds the same global problem (the forward's O and lse by
  * fxa_attn_run, a random dO), computes the single-process gradients with
  * fxa_attn_bwd_run, runs fxa_mpi_attn_bwd_run on its shards and checks:
- *   - on Ulysses grids (R == 1): its dq, dk, dv shards bit-identical to the
- *     single process's (the same arithmetic per head), for GQA with uneven
- *     head splits, ragged sequences, fewer query tokens than ranks, bf16
- *     BHSD; a second run writes the same bytes; the statistics;
+ *   - its dq, dk, dv shards against the single process's: bit-identical on
+ *     Ulysses grids (R == 1: the same arithmetic per head); on a ring
+ *     (U == 1) within the rounding of the sum over key blocks (dQ) and
+ *     query shards (dK, dV): |diff| <= 1e-5 max |gradient| of the tensor
+ *     (each of the R partial sums rounds at 2^-24 of a magnitude at most a
+ *     few times the tensor's largest); for GQA with uneven head splits,
+ *     ragged sequences, fewer query tokens than ranks, bf16 BHSD; a second
+ *     run writes the same bytes; the statistics;
  *   - refusals on every rank with FXA_ERR_UNSUPPORTED and the same message:
- *     a ring (R > 1), replicated kv heads (heads_kv < U);
+ *     a 2-D grid (U > 1 and R > 1), replicated kv heads (heads_kv < U);
  *   - a NULL tensor on one rank fails the run on every rank and leaves
  *     every rank's outputs untouched.
  * Any failure on any rank fails the test (the verdict is reduced).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +28,26 @@ static fxa_ctx *g_ctx;
 static fxa_mpi *g_mpi;
 static int g_rank; /* grid rank: the rank to shard by */
 static int g_size;
+static int g_ring; /* R */
+
+/* 1 when got equals want to the bytes (R == 1) or within the ring's
+ * rounding (1e-5 of want's largest magnitude); names the first miss. */
+static int close_enough(const char *name, const char *what, const float *got, const float *want,
+                        int64_t n)
+{
+    if (g_ring == 1)
+        return !memcmp(got, want, (size_t)n * sizeof(float));
+    double most = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        most = fabs((double)want[i]) > most ? fabs((double)want[i]) : most;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - (double)want[i]) <= 1e-5 * most)) {
+            fprintf(stderr, "%s: %s[%lld] = %.9g, one process %.9g (largest %.3g)\n", name, what,
+                    (long long)i, (double)got[i], (double)want[i], most);
+            return 0;
+        }
+    return 1;
+}
 
 /* Copy the shard [t0, t0 + n) of a [B, H, S, D] tensor in layout l (es
  * bytes per element) into dst laid out with S = n. */
@@ -212,17 +237,19 @@ static void run_case(const char *name, const fxa_attn_desc *d)
         st = fxa_mpi_attn_bwd_run(plan, &a, &ms);
         CHECK(st == FXA_OK, "%s: run %d: %s", name, i, fxa_mpi_last_error(g_mpi));
         CHECK(ms.rows == rows, "%s: stats rows %lld", name, (long long)ms.rows);
+        CHECK(ms.ring_steps == (g_ring > 1 ? g_ring : 0), "%s: stats ring_steps %d", name,
+              ms.ring_steps);
         CHECK(ms.seconds > 0.0 && ms.a2a_seconds >= 0.0 && ms.a2a_seconds <= ms.seconds,
               "%s: stats seconds %g a2a %g", name, ms.seconds, ms.a2a_seconds);
     }
     CHECK(same_everywhere((int)st), "%s: ranks got different statuses", name);
     if (st == FXA_OK) {
-        CHECK(!memcmp(g[0][0], ref_dq, (size_t)sq * 4), "%s: rank %d dq differs from one process",
-              name, g_rank);
-        CHECK(!memcmp(g[0][1], ref_dk, (size_t)skv * 4), "%s: rank %d dk differs from one process",
-              name, g_rank);
-        CHECK(!memcmp(g[0][2], ref_dv, (size_t)skv * 4), "%s: rank %d dv differs from one process",
-              name, g_rank);
+        CHECK(close_enough(name, "dq", g[0][0], ref_dq, sq),
+              "%s: rank %d dq differs from one process", name, g_rank);
+        CHECK(close_enough(name, "dk", g[0][1], ref_dk, skv),
+              "%s: rank %d dk differs from one process", name, g_rank);
+        CHECK(close_enough(name, "dv", g[0][2], ref_dv, skv),
+              "%s: rank %d dv differs from one process", name, g_rank);
         for (int j = 0; j < 3; j++)
             CHECK(!memcmp(g[0][j], g[1][j], (size_t)(j ? skv : sq) * 4),
                   "%s: rank %d: a second run wrote other bytes (tensor %d)", name, g_rank, j);
@@ -268,8 +295,9 @@ int main(int argc, char **argv)
     const fxa_attn_desc ragged = make(2, 8, 4, 101, 77, 40, FXA_F32, FXA_LAYOUT_BSHD);
     const fxa_attn_desc bf16 = make(1, 5, 5, 130, 201, 32, FXA_BF16, FXA_LAYOUT_BHSD);
     const fxa_attn_desc tiny = make(1, 4, 4, 3, 5, 16, FXA_F32, FXA_LAYOUT_BSHD);
-    if (ring > 1) {
-        check_refused("ring", &ragged, "ring");
+    g_ring = ring;
+    if (ring > 1 && ulysses > 1) {
+        check_refused("2-D grid", &ragged, "2-D");
     } else {
         run_case("ragged GQA", &ragged);
         run_case("bf16 BHSD, uneven heads", &bf16);
