@@ -41,10 +41,10 @@ struct fxa_mpi_attn_bwd_plan {
      * rank's queries against rank j's keys; NULL where either is empty),
      * whose workspace is ws, and its buffers, all in the user's layout:
      * two slots of a block's K then V, the dK then dV accumulator received
-     * and two being sent, one block's dK then dV, dQ's part and sum. */
+     * and the one sent, one block's part of dK then dV, dQ's part and sum. */
     fxa_attn_bwd_plan **blk_plan;
     char *kv_slot[2];
-    float *acc_in, *acc_out[2], *kv_part, *dq_part, *dq_acc;
+    float *acc_in, *acc_out, *kv_part, *dq_part, *dq_acc;
     MPI_Request *kv_req, *acc_req; /* n_kv_req and n_acc_req each */
     int n_kv_req, n_acc_req;
 };

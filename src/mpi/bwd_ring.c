@@ -73,7 +73,7 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     const int64_t kv = 2 * kv_elems(p, most) * (int64_t)p->es; /* K then V, bytes */
     const int64_t acc = 2 * kv_elems(p, most) * 4;             /* dK then dV */
     const int64_t q = p->d.batch * p->d.heads_q * p->q_len * p->d.head_dim * 4;
-    const int64_t sz[] = {kv, kv, acc, acc, acc, acc, q, q};
+    const int64_t sz[] = {kv, kv, acc, acc, acc, q, q};
     enum { N_REG = sizeof sz / sizeof sz[0] };
     int64_t at[N_REG + 1];
     at[0] = 0;
@@ -104,11 +104,10 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
         p->kv_slot[0] = b + at[0];
         p->kv_slot[1] = b + at[1];
         p->acc_in = (float *)(b + at[2]);
-        p->acc_out[0] = (float *)(b + at[3]);
-        p->acc_out[1] = (float *)(b + at[4]);
-        p->kv_part = (float *)(b + at[5]);
-        p->dq_part = (float *)(b + at[6]);
-        p->dq_acc = (float *)(b + at[7]);
+        p->acc_out = (float *)(b + at[3]);
+        p->kv_part = (float *)(b + at[4]);
+        p->dq_part = (float *)(b + at[5]);
+        p->dq_acc = (float *)(b + at[6]);
     }
     return FXA_OK;
 }
@@ -179,6 +178,10 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
     memcpy(p->kv_slot[0] + (size_t)own * p->es, a->v, (size_t)own * p->es);
     int n_acc_send = 0; /* the accumulator sent last step, still pending */
     int first_q = 1;    /* dq_acc holds no part yet */
+    /* A local run that fails (a non-finite input, a bound) keeps the ring
+     * going, its blocks passed on as they came, so that every rank reaches
+     * the agreement: own holds its status, st the exchange's. */
+    fxa_status own_st = FXA_OK;
     fxa_status st = FXA_OK;
     for (int s = 0; s < r && st == FXA_OK; s++) {
         const int j = (c - s + r) % r;
@@ -200,9 +203,12 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
             st = post(p, 0, p->acc_in, 2 * n * 4, prev, TAG_RING_ACC, acc_recv, &n_acc_recv);
         double wait = MPI_Wtime() - tw;
         const double tc = MPI_Wtime();
-        const int empty = !p->blk_plan[j]; /* no queries here or no keys in block j */
-        if (st == FXA_OK && !empty)
-            st = part(p, a, j, kv);
+        /* no queries here, no keys in block j, or a failed local run */
+        int empty = !p->blk_plan[j] || own_st != FXA_OK;
+        if (st == FXA_OK && !empty) {
+            own_st = part(p, a, j, kv);
+            empty = own_st != FXA_OK;
+        }
         if (st == FXA_OK && !empty) {
             add(p->dq_acc, first_q ? NULL : p->dq_acc, p->dq_part, nq);
             first_q = 0;
@@ -212,13 +218,13 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
         const double tw2 = MPI_Wtime();
         if (st == FXA_OK && n_acc_recv)
             st = fxa_mpi_wait(m, n_acc_recv, acc_recv, prev, "the ring backward");
-        /* The accumulator sent last step has gone before its slot is reused
-         * two steps later; wait for it now (it had a whole step). */
+        /* The accumulator sent last step (it had this step's compute to
+         * go) leaves acc_out before this step's overwrites it. */
         if (st == FXA_OK && n_acc_send)
             st = fxa_mpi_wait(m, n_acc_send, p->acc_req, next, "the ring backward");
         n_acc_send = 0;
         if (st == FXA_OK) {
-            float *out = p->acc_out[s % 2];
+            float *out = p->acc_out;
             if (empty && s == 0)
                 memset(out, 0, (size_t)(2 * n) * sizeof(float));
             else if (empty)
@@ -244,7 +250,7 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
         st = fxa_mpi_wait(m, n_acc_send, p->acc_req, next, "the ring backward");
     if (st == FXA_OK && first_q)
         memset(p->dq_acc, 0, (size_t)nq * sizeof(float)); /* no keys anywhere met */
-    return st;
+    return st != FXA_OK ? st : own_st;
 }
 
 void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a)

@@ -13,7 +13,8 @@
  *     run writes the same bytes; the statistics;
  *   - refusals on every rank with FXA_ERR_UNSUPPORTED and the same message:
  *     a 2-D grid (U > 1 and R > 1), replicated kv heads (heads_kv < U);
- *   - a NULL tensor on one rank fails the run on every rank and leaves
+ *   - a NULL tensor on one rank, or a NaN in one rank's dO, fails the run
+ *     on every rank (in seconds: no rank waits for a deadline) and leaves
  *     every rank's outputs untouched.
  * Any failure on any rank fails the test (the verdict is reduced).
  */
@@ -229,6 +230,18 @@ static void run_case(const char *name, const fxa_attn_desc *d)
           fxa_mpi_last_error(g_mpi));
     CHECK(((const unsigned char *)g[0][0])[0] == 0x7f, "%s: dq written by a failed run", name);
     a.dout = s_dout;
+    /* A NaN in rank 0's dO: every rank fails (the ring keeps going), fast. */
+    if (g_rank == 0)
+        s_dout[0] = NAN;
+    const double t_bad = MPI_Wtime();
+    bad = st == FXA_OK ? fxa_mpi_attn_bwd_run(plan, &a, NULL) : FXA_ERR_INVALID_ARG;
+    CHECK(bad == FXA_ERR_INVALID_ARG, "%s: NaN in dout on rank 0: status %d (%s)", name, (int)bad,
+          fxa_mpi_last_error(g_mpi));
+    CHECK(MPI_Wtime() - t_bad < 10.0, "%s: a NaN took %g s to fail", name, MPI_Wtime() - t_bad);
+    CHECK(((const unsigned char *)g[0][0])[0] == 0x7f, "%s: dq written by a failed run", name);
+    CHECK(same_everywhere((int)bad), "%s: NaN: ranks got different statuses", name);
+    if (g_rank == 0)
+        s_dout[0] = dout[0]; /* rank 0's shard starts at token 0 */
     for (int i = 0; i < 2 && st == FXA_OK; i++) {
         a.dq = g[i][0];
         a.dk = g[i][1];
