@@ -49,6 +49,13 @@ struct fxa_mpi_attn_bwd_plan {
     int n_kv_req, n_acc_req;
 };
 
+/* Copy-in of the caller's args into *a (the struct_size policy), then the
+ * checks a rank makes before any communication: pointers, and a
+ * non-finite input named in global coordinates in msg. Local: the caller
+ * agrees (bwd_args.c). */
+fxa_status fxa_bwd_take_args(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *user,
+                             fxa_attn_bwd_args *a, char *msg, size_t cap);
+
 /* The ring's plans and buffers (R > 1); msg says why on failure. */
 fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap);
 void fxa_bwd_ring_free(fxa_mpi_attn_bwd_plan *p);

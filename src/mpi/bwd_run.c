@@ -171,28 +171,6 @@ static void unpack(const fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, i
     }
 }
 
-/* The caller's args copied in, and the pointers checked. Local. */
-static fxa_status take_args(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *user,
-                            fxa_attn_bwd_args *a, char *msg, size_t cap)
-{
-    (void)p;
-    if (!user) {
-        snprintf(msg, cap, "NULL args");
-        return FXA_ERR_INVALID_ARG;
-    }
-    fxa_status st = fxa_struct_in(a, sizeof *a, user, FXA_ATTN_BWD_ARGS_SIZE_0_3,
-                                  "fxa_attn_bwd_args", msg, cap);
-    if (st != FXA_OK)
-        return st;
-    if (!a->q || !a->k || !a->v || !a->out || !a->dout || !a->lse || !a->dq || !a->dk || !a->dv) {
-        snprintf(msg, cap,
-                 "NULL tensor in fxa_attn_bwd_args (q, k, v, out, dout, lse, dq, dk and "
-                 "dv are required)");
-        return FXA_ERR_INVALID_ARG;
-    }
-    return FXA_OK;
-}
-
 /* The local backward on bwd args a; msg gets its error. */
 static fxa_status run_local(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, char *msg,
                             size_t cap)
@@ -264,7 +242,7 @@ fxa_status fxa_mpi_attn_bwd_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_arg
     const int stats_ok = user_stats && st == FXA_OK;
     fxa_attn_bwd_args a = {.struct_size = sizeof a};
     if (st == FXA_OK)
-        st = take_args(p, user_args, &a, msg, sizeof msg);
+        st = fxa_bwd_take_args(p, user_args, &a, msg, sizeof msg);
     st = fxa_mpi_agree_call(m, st, msg, p->call);
     if (st == FXA_OK && m->ring > 1) {
         local.ring_steps = m->ring;

@@ -15,7 +15,8 @@
  *     a 2-D grid (U > 1 and R > 1), replicated kv heads (heads_kv < U);
  *   - a NULL tensor on one rank, or a NaN in one rank's dO, fails the run
  *     on every rank (in seconds: no rank waits for a deadline) and leaves
- *     every rank's outputs untouched.
+ *     every rank's outputs untouched; so does a local backward that only
+ *     rank 0 refuses (a bound), the ring going on for the others.
  * Any failure on any rank fails the test (the verdict is reduced).
  */
 #include <math.h>
@@ -237,6 +238,9 @@ static void run_case(const char *name, const fxa_attn_desc *d)
     bad = st == FXA_OK ? fxa_mpi_attn_bwd_run(plan, &a, NULL) : FXA_ERR_INVALID_ARG;
     CHECK(bad == FXA_ERR_INVALID_ARG, "%s: NaN in dout on rank 0: status %d (%s)", name, (int)bad,
           fxa_mpi_last_error(g_mpi));
+    CHECK(strstr(fxa_mpi_last_error(g_mpi), "rank 0: dout has a non-finite value (nan) at batch 0, "
+                                            "token 0, head 0, dim 0"),
+          "%s: message '%s'", name, fxa_mpi_last_error(g_mpi));
     CHECK(MPI_Wtime() - t_bad < 10.0, "%s: a NaN took %g s to fail", name, MPI_Wtime() - t_bad);
     CHECK(((const unsigned char *)g[0][0])[0] == 0x7f, "%s: dq written by a failed run", name);
     CHECK(same_everywhere((int)bad), "%s: NaN: ranks got different statuses", name);
@@ -281,6 +285,54 @@ static void run_case(const char *name, const fxa_attn_desc *d)
     free(q), free(k), free(v), free(out), free(dout), free(lse), free(dq), free(dk), free(dv);
 }
 
+/* Inputs that only rank 0's local backward refuses (its ||q|| ||k|| past
+ * 2^120: FXA_ERR_UNSUPPORTED): every rank gets that status, in seconds
+ * (on a ring the other ranks' local runs succeed and the ring goes on). */
+static void check_local_refusal(void)
+{
+    const fxa_attn_desc d = make(1, 4, 4, 64, 64, 16, FXA_F32, FXA_LAYOUT_BSHD);
+    int64_t q0, qn, k0, kn;
+    fxa_mpi_shard(d.seq_q, g_size, g_rank, &q0, &qn);
+    fxa_mpi_shard(d.seq_kv, g_size, g_rank, &k0, &kn);
+    const int64_t nq = d.heads_q * qn * d.head_dim;
+    const int64_t nk = d.heads_kv * kn * d.head_dim;
+    const int64_t rows = d.heads_q * qn;
+    float *t = calloc((size_t)(5 * nq + 2 * nk + rows + 4 * nk), sizeof(float));
+    float *q = t, *out = q + nq, *dout = out + nq, *dq = dout + nq, *lse = dq + nq;
+    float *k = lse + rows, *v = k + nk, *dk = v + nk, *dv = dk + nk;
+    fxt_rng r;
+    fxt_rng_seed(&r, 5 + (uint64_t)g_rank);
+    fill(&r, FXA_F32, t, 5 * nq + 2 * nk + rows);
+    if (g_rank == 0) {
+        q[0] = 1e19f; /* 2^63: with k[0], ||q|| ||k|| > 2^126 */
+        k[0] = 1e19f;
+    }
+    fxa_mpi_attn_bwd_plan *plan = NULL;
+    fxa_status st = fxa_mpi_attn_bwd_plan_create(g_mpi, &d, &plan);
+    CHECK(st == FXA_OK, "bound: plan: %s", fxa_mpi_last_error(g_mpi));
+    const fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                                 .q = q,
+                                 .k = k,
+                                 .v = v,
+                                 .out = out,
+                                 .dout = dout,
+                                 .lse = lse,
+                                 .dq = dq,
+                                 .dk = dk,
+                                 .dv = dv};
+    const double t0 = MPI_Wtime();
+    if (st == FXA_OK)
+        st = fxa_mpi_attn_bwd_run(plan, &a, NULL);
+    CHECK(st == FXA_ERR_UNSUPPORTED, "bound on rank 0: status %d (%s)", (int)st,
+          fxa_mpi_last_error(g_mpi));
+    CHECK(!strncmp(fxa_mpi_last_error(g_mpi), "rank 0: ", 8), "bound: message '%s'",
+          fxa_mpi_last_error(g_mpi));
+    CHECK(MPI_Wtime() - t0 < 10.0, "bound: %g s to fail", MPI_Wtime() - t0);
+    CHECK(same_everywhere((int)st), "bound: ranks got different statuses");
+    fxa_mpi_attn_bwd_plan_destroy(plan);
+    free(t);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -315,6 +367,7 @@ int main(int argc, char **argv)
         run_case("ragged GQA", &ragged);
         run_case("bf16 BHSD, uneven heads", &bf16);
         run_case("fewer query tokens than ranks", &tiny);
+        check_local_refusal();
         if (ulysses > 1) {
             const fxa_attn_desc mqa = make(1, 4, 1, 64, 64, 16, FXA_F32, FXA_LAYOUT_BSHD);
             check_refused("replicated kv heads", &mqa, "whole kv heads");
