@@ -1,9 +1,9 @@
 /* The distributed backward (fxa_mpi_attn_bwd_*): its plan (bwd_plan.c)
- * and its runs: pure Ulysses (bwd_run.c: the shards go to head sharding,
- * the local backward runs on this rank's heads over the whole sequence,
- * and the gradients come back to token sharding) and pure ring
- * (bwd_ring.c: K/V blocks and their dK/dV accumulators travel the ring,
- * dQ stays). */
+ * and its run (bwd_run.c): Ulysses exchanges inside each row (the shards
+ * go to head sharding over the row's tokens, the gradients come back to
+ * token sharding) around either the local backward (R == 1) or the ring
+ * along each column (bwd_ring.c: K/V blocks and their dK/dV accumulators
+ * travel, dQ stays). */
 #ifndef FXA_MPI_BWD_H
 #define FXA_MPI_BWD_H
 
@@ -19,10 +19,14 @@ struct fxa_mpi_attn_bwd_plan {
     size_t es;       /* bytes per Q, K, V element */
     int64_t q_len;   /* this rank's query and key shards */
     int64_t kv_len;
-    /* Rank v (of P) holds query tokens [tq[v], tq[v + 1]) and key tokens
-     * [tk[v], tk[v + 1]); member v of the row (U > 1: U == P) q heads
-     * [hq[v], hq[v + 1]) and kv heads [hkv[v], hkv[v + 1]). */
-    int64_t *hq, *hkv, *tq, *tk;
+    /* Grid rank v (of P) holds query tokens [tq[v], tq[v + 1]) and key
+     * tokens [tk[v], tk[v + 1]); member v of a row q heads [hq[v], hq[v +
+     * 1]) and kv heads [hkv[v], hkv[v + 1]); ring block j has blk[j] keys
+     * (those of row j). */
+    int64_t *hq, *hkv, *tq, *tk, *blk;
+    int base;        /* grid rank of this row's member 0 */
+    int64_t row_sq;  /* the row's query tokens (its ring block) */
+    int64_t row_skv; /* and key tokens */
     /* Byte offsets of each member's section in the staging, way in and
      * back ([U + 1] each). */
     int64_t *in_send_at, *in_recv_at, *back_send_at, *back_recv_at;
@@ -37,12 +41,16 @@ struct fxa_mpi_attn_bwd_plan {
     void *bufs; /* owns q .. recv */
     MPI_Request *req;
     int n_req;
-    /* R > 1 (U == 1): the ring's plans, one per block j of keys (this
-     * rank's queries against rank j's keys; NULL where either is empty),
-     * whose workspace is ws, and its buffers, all in the user's layout:
-     * two slots of a block's K then V, the dK then dV accumulator received
-     * and the one sent, one block's part of dK then dV, dQ's part and sum. */
+    /* R > 1: the problem the ring runs (ring_d: its heads, layout and
+     * queries in seq_q; U == 1 the caller's shards, else the head-sharded
+     * tensors), its plans, one per ring block j (its queries against block
+     * j's keys; NULL where either is empty), whose workspace is ws, and its
+     * buffers (ring_bufs), in ring_d's layout: two slots of a block's K
+     * then V, the dK then dV accumulator received and the one sent, one
+     * block's part of dK then dV, dQ's part and sum. */
+    fxa_attn_desc ring_d;
     fxa_attn_bwd_plan **blk_plan;
+    void *ring_bufs;
     char *kv_slot[2];
     float *acc_in, *acc_out, *kv_part, *dq_part, *dq_acc;
     MPI_Request *kv_req, *acc_req; /* n_kv_req and n_acc_req each */
@@ -56,15 +64,17 @@ struct fxa_mpi_attn_bwd_plan {
 fxa_status fxa_bwd_take_args(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *user,
                              fxa_attn_bwd_args *a, char *msg, size_t cap);
 
-/* The ring's plans and buffers (R > 1); msg says why on failure. */
+/* The ring's plans and buffers (R > 1; ring_d set), raising ws_bytes to
+ * its largest local run; msg says why on failure. */
 fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap);
 void fxa_bwd_ring_free(fxa_mpi_attn_bwd_plan *p);
-/* The ring's run on copied-in, checked args: this rank's own status (its
- * message in m->last_error), then agreed by the caller. On success the
- * gradients are in dq_acc and acc_in until fxa_bwd_ring_write. */
+/* The ring's run on the tensors of ring_d's problem in a (q, k, v, out,
+ * dout, lse): this rank's own status (its message in m->last_error), then
+ * agreed by the caller. On success the gradients are in dq_acc and acc_in
+ * until fxa_bwd_ring_write. */
 fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a,
                             fxa_mpi_stats *stats);
-/* Local, after every rank agreed: write a's dq, dk, dv. */
+/* Local: write a's dq, dk, dv (ring_d's problem). */
 void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a);
 
 /* Row (b, h, t) of a [B, heads, seq] grid of rows in layout l, counted in

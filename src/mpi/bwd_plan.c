@@ -1,8 +1,9 @@
 /*
  * The distributed backward's plan (bwd.h): agree on the descriptor, refuse
- * what is not implemented (2-D grids, replicated kv heads), split heads
- * and tokens, plan the local backward (Ulysses: this rank's heads over the
- * whole sequence; ring: bwd_ring.c) and allocate every buffer the runs use.
+ * what is not implemented (replicated kv heads), split heads and tokens,
+ * plan the local backward (R == 1: this rank's heads over the whole
+ * sequence; R > 1: the ring's, bwd_ring.c) and allocate every buffer the
+ * runs use.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,13 +54,6 @@ static fxa_status check_desc(const fxa_mpi *m, const fxa_attn_desc *d, char *msg
                  "output (out_dtype FXA_F32)");
         return FXA_ERR_UNSUPPORTED;
     }
-    if (m->ring > 1 && m->ulysses > 1) {
-        snprintf(msg, cap,
-                 "the distributed backward runs on a pure Ulysses or a pure ring grid (2-D "
-                 "ulysses %d x ring %d is not implemented)",
-                 m->ulysses, m->ring);
-        return FXA_ERR_UNSUPPORTED;
-    }
     if (d->heads_kv > 0 && d->heads_kv < m->ulysses) {
         snprintf(msg, cap,
                  "the distributed backward needs whole kv heads per rank (heads_kv %lld < "
@@ -103,6 +97,11 @@ static void size_plan(fxa_mpi_attn_bwd_plan *p)
         fxa_mpi_shard(d->seq_kv, m->size, v, &p->tk[v], &len);
         p->tk[v + 1] = p->tk[v] + len;
     }
+    for (int j = 0; j < m->ring; j++)
+        p->blk[j] = p->tk[(j + 1) * n] - p->tk[j * n];
+    p->base = m->c * n;
+    p->row_sq = p->tq[p->base + n] - p->tq[p->base];
+    p->row_skv = p->blk[m->c];
     const int64_t nq = p->hq[me + 1] - p->hq[me];
     const int64_t nk = p->hkv[me + 1] - p->hkv[me];
     int64_t in_req = 0;
@@ -111,8 +110,8 @@ static void size_plan(fxa_mpi_attn_bwd_plan *p)
     for (int v = 0; v < n; v++) {
         const int64_t vq = p->hq[v + 1] - p->hq[v];
         const int64_t vk = p->hkv[v + 1] - p->hkv[v];
-        const int64_t qn = p->tq[v + 1] - p->tq[v];
-        const int64_t kn = p->tk[v + 1] - p->tk[v];
+        const int64_t qn = p->tq[p->base + v + 1] - p->tq[p->base + v];
+        const int64_t kn = p->tk[p->base + v + 1] - p->tk[p->base + v];
         const int64_t in_send = d->batch * (vq * p->q_len * q_row + vk * p->kv_len * kv_row);
         const int64_t in_recv = d->batch * (nq * qn * q_row + nk * kn * kv_row);
         const int64_t back_send = d->batch * 4 * dim * (nq * qn + 2 * nk * kn);
@@ -129,27 +128,39 @@ static void size_plan(fxa_mpi_attn_bwd_plan *p)
     p->n_req = (int)(in_req > back_req ? in_req : back_req);
 }
 
-/* The local backward plan and, with U > 1, the head-sharded tensors and
- * staging. msg says why on failure. */
-static fxa_status plan_buffers(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
+/* The problem this rank computes on: the caller's shards (U == 1), else
+ * its heads over its row's tokens (BHSD); with R == 1 every key. */
+static fxa_attn_desc local_desc(const fxa_mpi_attn_bwd_plan *p)
 {
-    const fxa_mpi *m = p->m;
-    const int n = m->ulysses;
-    const int me = m->u;
+    const int me = p->m->u;
     fxa_attn_desc ld = p->d;
-    if (n > 1) {
+    ld.seq_q = p->m->ulysses > 1 ? p->row_sq : p->q_len;
+    ld.seq_kv = p->row_skv;
+    if (p->m->ulysses > 1) {
         ld.heads_q = p->hq[me + 1] - p->hq[me];
         ld.heads_kv = p->hkv[me + 1] - p->hkv[me];
         ld.layout = FXA_LAYOUT_BHSD;
     }
-    fxa_status st = fxa_attn_bwd_plan_create(m->ctx, &ld, &p->local, &p->ws_bytes);
-    if (st != FXA_OK) {
-        snprintf(msg, cap, "%s", fxa_ctx_last_error(m->ctx));
-        return st;
+    return ld;
+}
+
+/* With R == 1 the local backward plan; with U > 1 the head-sharded
+ * tensors and staging. msg says why on failure. */
+static fxa_status plan_buffers(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
+{
+    const fxa_mpi *m = p->m;
+    const int n = m->ulysses;
+    const fxa_attn_desc ld = local_desc(p);
+    if (m->ring == 1) {
+        const fxa_status st = fxa_attn_bwd_plan_create(m->ctx, &ld, &p->local, &p->ws_bytes);
+        if (st != FXA_OK) {
+            snprintf(msg, cap, "%s", fxa_ctx_last_error(m->ctx));
+            return st;
+        }
     }
     const int64_t dim = p->d.head_dim;
-    const int64_t qrows = n > 1 ? p->d.batch * ld.heads_q * p->d.seq_q : 0;
-    const int64_t krows = n > 1 ? p->d.batch * ld.heads_kv * p->d.seq_kv : 0;
+    const int64_t qrows = n > 1 ? p->d.batch * ld.heads_q * ld.seq_q : 0;
+    const int64_t krows = n > 1 ? p->d.batch * ld.heads_kv * ld.seq_kv : 0;
     const int64_t send =
         p->in_send_at[n] > p->back_send_at[n] ? p->in_send_at[n] : p->back_send_at[n];
     const int64_t recv =
@@ -180,13 +191,11 @@ static fxa_status plan_buffers(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
                  total / 1073741824.0, (double)avail / 1073741824.0);
         return FXA_ERR_NO_MEMORY;
     }
-    if (p->ws_bytes)
-        p->ws = aligned_alloc(64, (p->ws_bytes + 63) / 64 * 64);
     if (at[N_REG])
         p->bufs = aligned_alloc(64, (size_t)at[N_REG]);
     if (p->n_req)
         p->req = malloc((size_t)p->n_req * sizeof *p->req);
-    if ((p->ws_bytes && !p->ws) || (at[N_REG] && !p->bufs) || (p->n_req && !p->req)) {
+    if ((at[N_REG] && !p->bufs) || (p->n_req && !p->req)) {
         snprintf(msg, cap, "out of memory for the distributed backward's buffers (%.0f bytes)",
                  total);
         return FXA_ERR_NO_MEMORY;
@@ -245,7 +254,7 @@ fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
         return st;
     const size_t nu = (size_t)m->size; /* U or R, whichever is P */
     p = calloc(1, sizeof *p);
-    if (p && (p->tables = calloc(8 * (nu + 1), sizeof(int64_t))) != NULL) {
+    if (p && (p->tables = calloc(9 * (nu + 1), sizeof(int64_t))) != NULL) {
         int64_t *t = p->tables;
         p->hq = t;
         p->hkv = t + (nu + 1);
@@ -255,6 +264,7 @@ fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
         p->in_recv_at = t + 5 * (nu + 1);
         p->back_send_at = t + 6 * (nu + 1);
         p->back_recv_at = t + 7 * (nu + 1);
+        p->blk = t + 8 * (nu + 1);
     }
     if (!p || !p->tables) {
         st = FXA_ERR_NO_MEMORY;
@@ -268,7 +278,16 @@ fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
         fxa_mpi_shard(d->seq_q, m->size, m->rank, &start, &p->q_len);
         fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, &p->kv_len);
         size_plan(p);
-        st = m->ring > 1 ? fxa_bwd_ring_plan(p, msg, sizeof msg) : plan_buffers(p, msg, sizeof msg);
+        p->ring_d = local_desc(p);
+        st = plan_buffers(p, msg, sizeof msg);
+        if (st == FXA_OK && m->ring > 1)
+            st = fxa_bwd_ring_plan(p, msg, sizeof msg);
+        if (st == FXA_OK && p->ws_bytes &&
+            !(p->ws = aligned_alloc(64, (p->ws_bytes + 63) / 64 * 64))) {
+            st = FXA_ERR_NO_MEMORY;
+            snprintf(msg, sizeof msg, "out of memory for the local workspace (%zu bytes)",
+                     p->ws_bytes);
+        }
     }
     st = fxa_mpi_agree(m, st, msg);
     if (st != FXA_OK) {

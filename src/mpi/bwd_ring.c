@@ -1,7 +1,9 @@
 /*
- * The distributed backward on a pure ring (R == P, U == 1). Rank c keeps
- * its queries, O, dO and lse, and its dQ; the K/V blocks travel the ring
- * (from rank c - 1 to c + 1) together with their dK/dV accumulators. At
+ * The distributed backward's ring (R > 1) along each column of the grid,
+ * on ring_d's problem: the caller's shards (U == 1) or this rank's heads
+ * over its row's tokens after the Ulysses exchange (U > 1). Ring rank c
+ * keeps its queries, O, dO and lse, and its dQ; the K/V blocks travel the
+ * ring (from rank c - 1 to c + 1) together with their dK/dV accumulators. At
  * step s rank c holds block j = c - s (mod R): fxa_attn_bwd_run on (its
  * queries, block j) gives exact parts of the gradients (D = rowsum(dO * O)
  * and P = exp(tau q.k - lse) need only the global O and lse), so
@@ -29,12 +31,12 @@ static int64_t pieces(int64_t bytes)
 /* Elements of a block of n keys (one of K, V, dK, dV). */
 static int64_t kv_elems(const fxa_mpi_attn_bwd_plan *p, int64_t n)
 {
-    return p->d.batch * p->d.heads_kv * n * p->d.head_dim;
+    return p->ring_d.batch * p->ring_d.heads_kv * n * p->ring_d.head_dim;
 }
 
 static int64_t blk_len(const fxa_mpi_attn_bwd_plan *p, int j)
 {
-    return p->tk[j + 1] - p->tk[j];
+    return p->blk[j];
 }
 
 void fxa_bwd_ring_free(fxa_mpi_attn_bwd_plan *p)
@@ -43,6 +45,7 @@ void fxa_bwd_ring_free(fxa_mpi_attn_bwd_plan *p)
         fxa_attn_bwd_plan_destroy(p->blk_plan[j]);
     free(p->blk_plan);
     free(p->kv_req);
+    free(p->ring_bufs);
 }
 
 fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
@@ -57,10 +60,9 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     int64_t most = 0;
     for (int j = 0; j < r; j++) {
         most = blk_len(p, j) > most ? blk_len(p, j) : most;
-        if (p->q_len == 0 || blk_len(p, j) == 0)
+        if (p->ring_d.seq_q == 0 || blk_len(p, j) == 0)
             continue;
-        fxa_attn_desc ld = p->d;
-        ld.seq_q = p->q_len;
+        fxa_attn_desc ld = p->ring_d;
         ld.seq_kv = blk_len(p, j);
         size_t ws = 0;
         const fxa_status st = fxa_attn_bwd_plan_create(m->ctx, &ld, &p->blk_plan[j], &ws);
@@ -72,7 +74,8 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     }
     const int64_t kv = 2 * kv_elems(p, most) * (int64_t)p->es; /* K then V, bytes */
     const int64_t acc = 2 * kv_elems(p, most) * 4;             /* dK then dV */
-    const int64_t q = p->d.batch * p->d.heads_q * p->q_len * p->d.head_dim * 4;
+    const int64_t q =
+        p->ring_d.batch * p->ring_d.heads_q * p->ring_d.seq_q * p->ring_d.head_dim * 4;
     const int64_t sz[] = {kv, kv, acc, acc, acc, q, q};
     enum { N_REG = sizeof sz / sizeof sz[0] };
     int64_t at[N_REG + 1];
@@ -83,23 +86,22 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     p->n_acc_req = (int)(2 * pieces(acc));
     const double total = (double)at[N_REG] + (double)p->ws_bytes +
                          (double)(p->n_kv_req + p->n_acc_req) * (double)sizeof(MPI_Request);
+    /* (the workspace is allocated with the plan's other buffers) */
     const uint64_t avail = fxa_available_memory();
     if (total > (double)avail) {
         snprintf(msg, cap, "needs %.1f GiB, %.1f GiB available (the ring backward's buffers)",
                  total / 1073741824.0, (double)avail / 1073741824.0);
         return FXA_ERR_NO_MEMORY;
     }
-    if (p->ws_bytes)
-        p->ws = aligned_alloc(64, (p->ws_bytes + 63) / 64 * 64);
     if (at[N_REG])
-        p->bufs = aligned_alloc(64, (size_t)at[N_REG]);
+        p->ring_bufs = aligned_alloc(64, (size_t)at[N_REG]);
     p->kv_req = malloc((size_t)(p->n_kv_req + p->n_acc_req + 1) * sizeof *p->kv_req);
-    if ((p->ws_bytes && !p->ws) || (at[N_REG] && !p->bufs) || !p->kv_req) {
+    if ((at[N_REG] && !p->ring_bufs) || !p->kv_req) {
         snprintf(msg, cap, "out of memory for the ring backward's buffers (%.0f bytes)", total);
         return FXA_ERR_NO_MEMORY;
     }
     p->acc_req = p->kv_req + p->n_kv_req;
-    char *b = p->bufs;
+    char *b = p->ring_bufs;
     if (b) {
         p->kv_slot[0] = b + at[0];
         p->kv_slot[1] = b + at[1];
@@ -171,8 +173,8 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
     const int c = m->c;
     const int prev = (c + r - 1) % r;
     const int next = (c + 1) % r;
-    const int64_t nq = p->d.batch * p->d.heads_q * p->q_len * p->d.head_dim;
-    const int64_t own = kv_elems(p, p->kv_len);
+    const int64_t nq = p->ring_d.batch * p->ring_d.heads_q * p->ring_d.seq_q * p->ring_d.head_dim;
+    const int64_t own = kv_elems(p, blk_len(p, c));
     /* This rank's block (K then V) into slot 0: what travels. */
     memcpy(p->kv_slot[0], a->k, (size_t)own * p->es);
     memcpy(p->kv_slot[0] + (size_t)own * p->es, a->v, (size_t)own * p->es);
@@ -255,8 +257,8 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
 
 void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a)
 {
-    const int64_t nq = p->d.batch * p->d.heads_q * p->q_len * p->d.head_dim;
-    const int64_t own = kv_elems(p, p->kv_len);
+    const int64_t nq = p->ring_d.batch * p->ring_d.heads_q * p->ring_d.seq_q * p->ring_d.head_dim;
+    const int64_t own = kv_elems(p, blk_len(p, p->m->c));
     memcpy(a->dq, p->dq_acc, (size_t)nq * sizeof(float));
     memcpy(a->dk, p->acc_in, (size_t)own * sizeof(float));
     memcpy(a->dv, p->acc_in + own, (size_t)own * sizeof(float));

@@ -1,12 +1,13 @@
 /*
- * One distributed backward call (bwd.h): check the arguments (agreed),
- * then the ring's run (bwd_ring.c; agreed, then the gradients written) or,
- * on a Ulysses grid: the way in (every member's heads of this rank's
- * tokens of Q, K, V, O, dO and lse to their owner, one message per member
- * each way, in pieces of at most FXA_BWD_PIECE bytes); fxa_attn_bwd_run on
- * this rank's heads over the whole sequence (agreed); the way back (dQ,
- * dK, dV rows of each member's tokens to it; agreed); then the caller's
- * dq, dk, dv written. Every buffer is the plan's: a run allocates nothing.
+ * One distributed backward call (bwd.h): check the arguments (agreed);
+ * with U > 1 the way in inside the row (every member's heads of this
+ * rank's tokens of Q, K, V, O, dO and lse to their owner, one message per
+ * member each way, in pieces of at most FXA_BWD_PIECE bytes); then
+ * fxa_attn_bwd_run on this rank's heads over the whole sequence (R == 1)
+ * or the ring along the column (bwd_ring.c), agreed; with U > 1 the way
+ * back (dQ, dK, dV rows of each member's tokens to it; agreed); then the
+ * caller's dq, dk, dv written. Every buffer is the plan's: a run
+ * allocates nothing.
  */
 #include <stdio.h>
 #include <string.h>
@@ -61,15 +62,15 @@ static int sides_in(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, 
     const size_t ro = (size_t)d->head_dim * sizeof(float);
     const fxa_layout l = d->layout;
     const fxa_layout hs = FXA_LAYOUT_BHSD;
-    s[0] = (side){{(char *)a->q, l, d->heads_q, p->q_len}, {p->q, hs, nq, d->seq_q}, rq, 0};
-    s[1] = (side){{(char *)a->k, l, d->heads_kv, p->kv_len}, {p->k, hs, nk, d->seq_kv}, rq, 1};
-    s[2] = (side){{(char *)a->v, l, d->heads_kv, p->kv_len}, {p->v, hs, nk, d->seq_kv}, rq, 1};
+    s[0] = (side){{(char *)a->q, l, d->heads_q, p->q_len}, {p->q, hs, nq, p->row_sq}, rq, 0};
+    s[1] = (side){{(char *)a->k, l, d->heads_kv, p->kv_len}, {p->k, hs, nk, p->row_skv}, rq, 1};
+    s[2] = (side){{(char *)a->v, l, d->heads_kv, p->kv_len}, {p->v, hs, nk, p->row_skv}, rq, 1};
     s[3] = (side){
-        {(char *)a->out, l, d->heads_q, p->q_len}, {(char *)p->out, hs, nq, d->seq_q}, ro, 0};
+        {(char *)a->out, l, d->heads_q, p->q_len}, {(char *)p->out, hs, nq, p->row_sq}, ro, 0};
     s[4] = (side){
-        {(char *)a->dout, l, d->heads_q, p->q_len}, {(char *)p->dout, hs, nq, d->seq_q}, ro, 0};
+        {(char *)a->dout, l, d->heads_q, p->q_len}, {(char *)p->dout, hs, nq, p->row_sq}, ro, 0};
     s[5] = (side){{(char *)a->lse, hs, d->heads_q, p->q_len},
-                  {(char *)p->lse, hs, nq, d->seq_q},
+                  {(char *)p->lse, hs, nq, p->row_sq},
                   sizeof(float),
                   0};
     return 6;
@@ -85,11 +86,11 @@ static int sides_back(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
     const fxa_layout l = d->layout;
     const fxa_layout hs = FXA_LAYOUT_BHSD;
     s[0] =
-        (side){{(char *)a->dq, l, d->heads_q, p->q_len}, {(char *)p->dq, hs, nq, d->seq_q}, ro, 0};
+        (side){{(char *)a->dq, l, d->heads_q, p->q_len}, {(char *)p->dq, hs, nq, p->row_sq}, ro, 0};
     s[1] = (side){
-        {(char *)a->dk, l, d->heads_kv, p->kv_len}, {(char *)p->dk, hs, nk, d->seq_kv}, ro, 1};
+        {(char *)a->dk, l, d->heads_kv, p->kv_len}, {(char *)p->dk, hs, nk, p->row_skv}, ro, 1};
     s[2] = (side){
-        {(char *)a->dv, l, d->heads_kv, p->kv_len}, {(char *)p->dv, hs, nk, d->seq_kv}, ro, 1};
+        {(char *)a->dv, l, d->heads_kv, p->kv_len}, {(char *)p->dv, hs, nk, p->row_skv}, ro, 1};
     return 3;
 }
 
@@ -105,11 +106,11 @@ static void move_section(const fxa_mpi_attn_bwd_plan *p, const side *s, int n_si
         const int64_t *hs = s[i].is_kv ? p->hkv : p->hq;
         const int64_t *ts = s[i].is_kv ? p->tk : p->tq;
         const int64_t nh = tok_side ? hs[v + 1] - hs[v] : hs[me + 1] - hs[me];
-        const int64_t nt = tok_side ? s[i].tok.seq : ts[v + 1] - ts[v];
+        const int64_t nt = tok_side ? s[i].tok.seq : ts[p->base + v + 1] - ts[p->base + v];
         const grid stage = {at, FXA_LAYOUT_BHSD, nh, nt};
         const grid g = tok_side ? s[i].tok : s[i].head;
         const int64_t h0 = tok_side ? hs[v] : 0;
-        const int64_t t0 = tok_side ? 0 : ts[v];
+        const int64_t t0 = tok_side ? 0 : ts[p->base + v] - ts[p->base];
         if (to_stage)
             copy_rows(stage, 0, 0, g, h0, t0, p->d.batch, nh, nt, s[i].rb);
         else
@@ -181,8 +182,8 @@ static fxa_status run_local(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
     return st;
 }
 
-/* U > 1: the way in, the local backward, the way back, each agreed on;
- * then the caller's gradients written. */
+/* U > 1: the way in, the local backward (R == 1) or the ring, the way
+ * back, each agreed on; then the caller's gradients written. */
 static fxa_status run_ulysses(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a,
                               fxa_mpi_stats *stats)
 {
@@ -196,20 +197,25 @@ static fxa_status run_ulysses(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args 
         unpack(p, s, n, 1);
     double a2a = MPI_Wtime() - ta;
     snprintf(msg, sizeof msg, "%s", m->last_error);
-    if (st == FXA_OK) {
-        const fxa_attn_bwd_args loc = {.struct_size = sizeof loc,
-                                       .q = p->q,
-                                       .k = p->k,
-                                       .v = p->v,
-                                       .out = p->out,
-                                       .dout = p->dout,
-                                       .lse = p->lse,
-                                       .dq = p->dq,
-                                       .dk = p->dk,
-                                       .dv = p->dv};
+    const fxa_attn_bwd_args loc = {.struct_size = sizeof loc,
+                                   .q = p->q,
+                                   .k = p->k,
+                                   .v = p->v,
+                                   .out = p->out,
+                                   .dout = p->dout,
+                                   .lse = p->lse,
+                                   .dq = p->dq,
+                                   .dk = p->dk,
+                                   .dv = p->dv};
+    if (st == FXA_OK && m->ring > 1) {
+        st = fxa_bwd_ring_run(p, &loc, stats);
+        snprintf(msg, sizeof msg, "%s", m->last_error);
+    } else if (st == FXA_OK) {
         st = run_local(p, &loc, msg, sizeof msg);
     }
     st = fxa_mpi_agree(m, st, msg);
+    if (st == FXA_OK && m->ring > 1)
+        fxa_bwd_ring_write(p, &loc);
     if (st == FXA_OK) {
         ta = MPI_Wtime();
         n = sides_back(p, a, s);
@@ -244,14 +250,14 @@ fxa_status fxa_mpi_attn_bwd_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_arg
     if (st == FXA_OK)
         st = fxa_bwd_take_args(p, user_args, &a, msg, sizeof msg);
     st = fxa_mpi_agree_call(m, st, msg, p->call);
-    if (st == FXA_OK && m->ring > 1) {
-        local.ring_steps = m->ring;
+    local.ring_steps = m->ring > 1 ? m->ring : 0;
+    if (st == FXA_OK && m->ulysses > 1) {
+        st = run_ulysses(p, &a, stats);
+    } else if (st == FXA_OK && m->ring > 1) {
         st = fxa_bwd_ring_run(p, &a, stats);
         st = fxa_mpi_agree(m, st, m->last_error);
         if (st == FXA_OK)
             fxa_bwd_ring_write(p, &a);
-    } else if (st == FXA_OK && m->ulysses > 1) {
-        st = run_ulysses(p, &a, stats);
     } else if (st == FXA_OK) {
         st = run_local(p, &a, msg, sizeof msg); /* one rank: the whole problem */
         st = fxa_mpi_agree(m, st, msg);
