@@ -259,17 +259,15 @@ typedef struct fxa_mpi_attn_bwd_plan fxa_mpi_attn_bwd_plan;
 /*
  * The backward of fxa_mpi_attn_run (collective). d: the forward's global
  * descriptor (fxa_mpi_attn_plan_create's rules; every rank passes the same
- * one, compared by a hash). Implemented on pure Ulysses grids (R == 1)
- * whose ranks hold whole kv heads (heads_kv >= U) and on pure rings (U ==
- * 1); a 2-D grid (U > 1 and R > 1) or replicated kv heads (heads_kv < U)
- * give FXA_ERR_UNSUPPORTED on every rank. The plan owns every buffer its
- * runs use, allocated here. Ulysses: this rank's heads' Q, K, V, O, dO,
- * lse and dQ, dK, dV over the whole sequence (BHSD), the staging of both
- * exchanges and their MPI requests. Ring: one local backward plan per key
- * block, two slots of a K/V block, its dK/dV accumulator received and
- * sent, one block's dK/dV part, dQ's part and sum. Both: the local
- * workspace. Buffers larger than fxa_available_memory() give
- * FXA_ERR_NO_MEMORY on every rank.
+ * one, compared by a hash), on any U x R grid whose ranks hold whole kv
+ * heads: replicated kv heads (heads_kv < U) give FXA_ERR_UNSUPPORTED on
+ * every rank. The plan owns every buffer its runs use, allocated here.
+ * U > 1: this rank's heads' Q, K, V, O, dO, lse and dQ, dK, dV over its
+ * row's tokens (BHSD), the staging of both exchanges and their MPI
+ * requests. R > 1: one local backward plan per ring block, two slots of a
+ * K/V block, its dK/dV accumulator received and sent, one block's dK/dV
+ * part, dQ's part and sum. Both: the local workspace. Buffers larger than
+ * fxa_available_memory() give FXA_ERR_NO_MEMORY on every rank.
  */
 FXA_API fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
                                                 fxa_mpi_attn_bwd_plan **out);
@@ -281,16 +279,18 @@ FXA_API void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *plan);
  * v, out (fp32) and dout (fp32, out's shape) of its tokens, lse [B, Hq,
  * Sq_r] (this rank's shard of the forward's lse), and the fp32 outputs dq,
  * dk, dv shaped like q, k, v.
- * Ulysses: all-to-alls move the shards to head sharding, fxa_attn_bwd_run
- * computes this rank's heads over the whole sequence, and all-to-alls
- * bring dq, dk, dv back to token sharding: the bytes of fxa_attn_bwd_run
- * on the gathered tensors, for any U and thread count.
- * Ring: K/V blocks travel the ring with their dK/dV accumulators while the
- * queries, O, dO, lse and dQ stay; fxa_attn_bwd_run on (this rank's
- * queries, one key block) gives exact parts (the global lse and O fix P
- * and D), summed in a fixed order: dQ over the blocks from this rank's
- * own, a block's dK, dV over the ranks from its owner on. The same bytes
- * on every run; equal to one process within that summation's rounding.
+ * Ulysses (U > 1): all-to-alls inside each row move the shards to head
+ * sharding over the row's tokens, and bring dq, dk, dv back at the end.
+ * R == 1: fxa_attn_bwd_run computes this rank's heads over the whole
+ * sequence: the bytes of fxa_attn_bwd_run on the gathered tensors, for any
+ * U and thread count.
+ * Ring (R > 1): K/V blocks travel each column with their dK/dV
+ * accumulators while the queries, O, dO, lse and dQ stay;
+ * fxa_attn_bwd_run on (this rank's queries, one key block) gives exact
+ * parts (the global lse and O fix P and D), summed in a fixed order: dQ
+ * over the blocks from this rank's own, a block's dK, dV over the ranks
+ * from its owner on. The same bytes on every run; equal to one process
+ * within that summation's rounding.
  * Outputs are written only when every rank succeeded; every failure (a
  * NULL tensor, a non-finite input, plans of different descriptors) is the
  * same status and message on every rank (fxa_mpi_last_error). stats
