@@ -9,7 +9,9 @@
 
 #include "mpi_internal.h"
 
-/* Most bytes in one message (MPI counts are int). */
+/* Most bytes in one message (MPI counts are int), unless the test hook
+ * FXA_TEST_ULYSSES_PIECE (fxa_mpi.test_ulysses_piece, bytes here) sets
+ * fewer. */
 #define FXA_BWD_PIECE ((int64_t)1 << 30)
 
 struct fxa_mpi_attn_bwd_plan {
@@ -17,6 +19,7 @@ struct fxa_mpi_attn_bwd_plan {
     fxa_attn_desc d; /* global */
     uint64_t call;   /* names its runs in the first agreement (never 0) */
     size_t es;       /* bytes per Q, K, V element */
+    int64_t piece;   /* most bytes in one message */
     int64_t q_len;   /* this rank's query and key shards */
     int64_t kv_len;
     /* Grid rank v (of P) holds query tokens [tq[v], tq[v + 1]) and key
@@ -76,6 +79,12 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
                             fxa_mpi_stats *stats);
 /* Local: write a's dq, dk, dv (ring_d's problem). */
 void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a);
+
+/* Messages of at most p->piece bytes that carry `bytes`. */
+static inline int64_t fxa_bwd_pieces(const fxa_mpi_attn_bwd_plan *p, int64_t bytes)
+{
+    return (bytes + p->piece - 1) / p->piece;
+}
 
 /* Row (b, h, t) of a [B, heads, seq] grid of rows in layout l, counted in
  * rows from the start. */

@@ -64,11 +64,6 @@ static fxa_status check_desc(const fxa_mpi *m, const fxa_attn_desc *d, char *msg
     return FXA_OK;
 }
 
-static int64_t pieces(int64_t bytes)
-{
-    return (bytes + FXA_BWD_PIECE - 1) / FXA_BWD_PIECE;
-}
-
 /* Head and token splits, staging offsets and the request count. */
 static void size_plan(fxa_mpi_attn_bwd_plan *p)
 {
@@ -121,8 +116,8 @@ static void size_plan(fxa_mpi_attn_bwd_plan *p)
         p->back_send_at[v + 1] = p->back_send_at[v] + back_send;
         p->back_recv_at[v + 1] = p->back_recv_at[v] + (v == me ? 0 : back_recv);
         if (v != me) {
-            in_req += pieces(in_send) + pieces(in_recv);
-            back_req += pieces(back_send) + pieces(back_recv);
+            in_req += fxa_bwd_pieces(p, in_send) + fxa_bwd_pieces(p, in_recv);
+            back_req += fxa_bwd_pieces(p, back_send) + fxa_bwd_pieces(p, back_recv);
         }
     }
     p->n_req = (int)(in_req > back_req ? in_req : back_req);
@@ -275,6 +270,9 @@ fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
         p->d = *d;
         p->call = hash_desc(d) | 1;
         p->es = d->dtype == FXA_F32 ? 4 : 2;
+        p->piece = m->test_ulysses_piece > 0 && m->test_ulysses_piece < FXA_BWD_PIECE
+                       ? m->test_ulysses_piece
+                       : FXA_BWD_PIECE;
         fxa_mpi_shard(d->seq_q, m->size, m->rank, &start, &p->q_len);
         fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, &p->kv_len);
         size_plan(p);

@@ -23,11 +23,6 @@
 
 enum { TAG_RING_KV = 21, TAG_RING_ACC = 22 };
 
-static int64_t pieces(int64_t bytes)
-{
-    return (bytes + FXA_BWD_PIECE - 1) / FXA_BWD_PIECE;
-}
-
 /* Elements of a block of n keys (one of K, V, dK, dV). */
 static int64_t kv_elems(const fxa_mpi_attn_bwd_plan *p, int64_t n)
 {
@@ -82,8 +77,8 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     at[0] = 0;
     for (int i = 0; i < N_REG; i++)
         at[i + 1] = at[i] + (sz[i] + 63) / 64 * 64;
-    p->n_kv_req = (int)(2 * pieces(kv));
-    p->n_acc_req = (int)(2 * pieces(acc));
+    p->n_kv_req = (int)(2 * fxa_bwd_pieces(p, kv));
+    p->n_acc_req = (int)(2 * fxa_bwd_pieces(p, acc));
     const double total = (double)at[N_REG] + (double)p->ws_bytes +
                          (double)(p->n_kv_req + p->n_acc_req) * (double)sizeof(MPI_Request);
     /* (the workspace is allocated with the plan's other buffers) */
@@ -120,8 +115,8 @@ static fxa_status post(fxa_mpi_attn_bwd_plan *p, int send, void *buf, int64_t n,
                        MPI_Request *reqs, int *at)
 {
     fxa_mpi *m = p->m;
-    for (int64_t i = 0; i < n; i += FXA_BWD_PIECE) {
-        const int c = (int)(n - i < FXA_BWD_PIECE ? n - i : FXA_BWD_PIECE);
+    for (int64_t i = 0; i < n; i += p->piece) {
+        const int c = (int)(n - i < p->piece ? n - i : p->piece);
         char *x = (char *)buf + i;
         const int rc = send ? MPI_Isend(x, c, MPI_BYTE, peer, tag, m->col_comm, &reqs[*at])
                             : MPI_Irecv(x, c, MPI_BYTE, peer, tag, m->col_comm, &reqs[*at]);

@@ -2,7 +2,7 @@
  * One distributed backward call (bwd.h): check the arguments (agreed);
  * with U > 1 the way in inside the row (every member's heads of this
  * rank's tokens of Q, K, V, O, dO and lse to their owner, one message per
- * member each way, in pieces of at most FXA_BWD_PIECE bytes); then
+ * member each way, in pieces of at most p->piece bytes); then
  * fxa_attn_bwd_run on this rank's heads over the whole sequence (R == 1)
  * or the ring along the column (bwd_ring.c), agreed; with U > 1 the way
  * back (dQ, dK, dV rows of each member's tokens to it; agreed); then the
@@ -124,8 +124,8 @@ static fxa_status post(fxa_mpi_attn_bwd_plan *p, int send, char *buf, int64_t n,
                        int *at)
 {
     fxa_mpi *m = p->m;
-    for (int64_t i = 0; i < n; i += FXA_BWD_PIECE) {
-        const int c = (int)(n - i < FXA_BWD_PIECE ? n - i : FXA_BWD_PIECE);
+    for (int64_t i = 0; i < n; i += p->piece) {
+        const int c = (int)(n - i < p->piece ? n - i : p->piece);
         const int rc = send ? MPI_Isend(buf + i, c, MPI_BYTE, v, tag, m->row_comm, &p->req[*at])
                             : MPI_Irecv(buf + i, c, MPI_BYTE, v, tag, m->row_comm, &p->req[*at]);
         if (rc != MPI_SUCCESS)
