@@ -79,9 +79,9 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
         at[i + 1] = at[i] + (sz[i] + 63) / 64 * 64;
     p->n_kv_req = (int)(2 * fxa_bwd_pieces(p, kv));
     p->n_acc_req = (int)(2 * fxa_bwd_pieces(p, acc));
+    /* The workspace counts here; the plan allocates it last. */
     const double total = (double)at[N_REG] + (double)p->ws_bytes +
                          (double)(p->n_kv_req + p->n_acc_req) * (double)sizeof(MPI_Request);
-    /* (the workspace is allocated with the plan's other buffers) */
     const uint64_t avail = fxa_available_memory();
     if (total > (double)avail) {
         snprintf(msg, cap, "needs %.1f GiB, %.1f GiB available (the ring backward's buffers)",
