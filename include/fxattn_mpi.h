@@ -254,6 +254,52 @@ FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps
 FXA_API fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *plan, const fxa_attn_args *args,
                                     fxa_mpi_stats *stats);
 
+typedef struct fxa_mpi_attn_bwd_plan fxa_mpi_attn_bwd_plan;
+
+/*
+ * The backward of fxa_mpi_attn_run (collective). d: the forward's global
+ * descriptor (fxa_mpi_attn_plan_create's rules; every rank passes the same
+ * one, compared by a hash), on any U x R grid whose ranks hold whole kv
+ * heads: replicated kv heads (heads_kv < U) give FXA_ERR_UNSUPPORTED on
+ * every rank. The plan owns every buffer its runs use, allocated here.
+ * U > 1: this rank's heads' Q, K, V, O, dO, lse and dQ, dK, dV over its
+ * row's tokens (BHSD), the staging of both exchanges and their MPI
+ * requests. R > 1: one local backward plan per ring block, two slots of a
+ * K/V block, its dK/dV accumulator received and sent, one block's dK/dV
+ * part, dQ's part and sum. Both: the local workspace. Buffers larger than
+ * fxa_available_memory() give FXA_ERR_NO_MEMORY on every rank.
+ */
+FXA_API fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
+                                                fxa_mpi_attn_bwd_plan **out);
+/* Local. Frees the plan and every buffer it owns. NULL is a no-op. */
+FXA_API void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *plan);
+
+/*
+ * Collective. args holds this rank's shards as for fxa_mpi_attn_run: q, k,
+ * v, out (fp32) and dout (fp32, out's shape) of its tokens, lse [B, Hq,
+ * Sq_r] (this rank's shard of the forward's lse), and the fp32 outputs dq,
+ * dk, dv shaped like q, k, v.
+ * Ulysses (U > 1): all-to-alls inside each row move the shards to head
+ * sharding over the row's tokens, and bring dq, dk, dv back at the end.
+ * R == 1: fxa_attn_bwd_run computes this rank's heads over the whole
+ * sequence: the bytes of fxa_attn_bwd_run on the gathered tensors, for any
+ * U and thread count.
+ * Ring (R > 1): K/V blocks travel each column with their dK/dV
+ * accumulators while the queries, O, dO, lse and dQ stay;
+ * fxa_attn_bwd_run on (this rank's queries, one key block) gives exact
+ * parts (the global lse and O fix P and D), summed in a fixed order: dQ
+ * over the blocks from this rank's own, a block's dK, dV over the ranks
+ * from its owner on. The same bytes on every run; equal to one process
+ * within that summation's rounding.
+ * Outputs are written only when every rank succeeded; every failure (a
+ * NULL tensor, a non-finite input, plans of different descriptors) is the
+ * same status and message on every rank (fxa_mpi_last_error). stats
+ * (optional): rows, seconds, a2a_seconds (Ulysses), ring_steps,
+ * ring_compute_seconds and ring_wait_seconds (ring). Allocates nothing.
+ */
+FXA_API fxa_status fxa_mpi_attn_bwd_run(fxa_mpi_attn_bwd_plan *plan, const fxa_attn_bwd_args *args,
+                                        fxa_mpi_stats *stats);
+
 /*
  * Collective over m's communicator: which U x R grid to run (the cost
  * model of fxattn_grid.h, docs/cluster.md) for model's shape on this job.

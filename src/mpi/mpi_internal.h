@@ -32,7 +32,8 @@ struct fxa_mpi {
      * unset) and only by plans, never on a run path:
      * FXA_MPI_TEST_MAX_ELEMENTS caps the ring's message pieces
      * (ring_plan.c); FXA_TEST_ULYSSES_GROUPS and FXA_TEST_ULYSSES_PIECE set
-     * the Ulysses exchange's groups and pieces (ulysses_plan.c). */
+     * the Ulysses exchange's groups and pieces (ulysses_plan.c), and
+     * FXA_TEST_ULYSSES_PIECE the backward's messages, in bytes (bwd_plan.c). */
     int64_t test_max_elements;
     int64_t test_ulysses_groups;
     int64_t test_ulysses_piece;

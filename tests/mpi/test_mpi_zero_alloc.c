@@ -14,6 +14,8 @@
  * MPI allocates inside MPI_Isend, MPI_Irecv, MPI_Test* and the nonblocking
  * collectives is counted apart; rank 0 prints that count per function (it
  * is information about Open MPI, not checked).
+ * The backward (fxa_mpi_attn_bwd_run) of the cases with whole kv heads
+ * per rank is counted the same way, on the forward's output and lse.
  * Any failure on any rank fails the test (the verdict is reduced).
  */
 #include <stdlib.h>
@@ -26,6 +28,7 @@
 #define RUNS 3
 
 static int g_rank;
+static int g_ulysses;  /* U: the backward needs heads_kv >= U */
 static int g_counting; /* a counted run is in progress */
 static int g_depth;    /* inside an intercepted MPI function */
 static long g_outside; /* counted outside MPI in this window */
@@ -147,6 +150,66 @@ static void fill(fxt_rng *r, fxa_dtype t, char *x, int64_t n)
     }
 }
 
+/* The backward of case c on the forward's out and lse: 1 + RUNS counted
+ * runs, none allocating outside MPI, the later ones writing the first
+ * one's bytes. */
+static void run_bwd(fxa_mpi *m, const zcase *c, const fxa_attn_desc *d, const void *q,
+                    const void *k, const void *v, const float *out, const float *lse, int64_t nq,
+                    int64_t nkv)
+{
+    float *dout = malloc((size_t)nq * sizeof(float) + 4);
+    float *g[2][3];
+    for (int i = 0; i < 2; i++) {
+        g[i][0] = calloc((size_t)nq + 1, sizeof(float));
+        g[i][1] = calloc((size_t)nkv + 1, sizeof(float));
+        g[i][2] = calloc((size_t)nkv + 1, sizeof(float));
+    }
+    fxt_rng r;
+    fxt_rng_seed(&r, 99 + (uint64_t)g_rank);
+    fill(&r, FXA_F32, (char *)dout, nq);
+    fxa_mpi_attn_bwd_plan *plan = NULL;
+    fxa_status st = fxa_mpi_attn_bwd_plan_create(m, d, &plan);
+    CHECK(st == FXA_OK, "%s: backward plan: %s", c->name, fxa_mpi_last_error(m));
+    fxa_mpi_stats ms = {.struct_size = sizeof ms};
+    for (int run = 0; run <= RUNS && st == FXA_OK; run++) {
+        float **o = g[run > 0];
+        const fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                                     .q = q,
+                                     .k = k,
+                                     .v = v,
+                                     .out = out,
+                                     .dout = dout,
+                                     .lse = lse,
+                                     .dq = o[0],
+                                     .dk = o[1],
+                                     .dv = o[2]};
+        g_outside = 0;
+        g_first = NULL;
+        g_counting = 1;
+        fxt_alloc_count_begin();
+        st = fxa_mpi_attn_bwd_run(plan, &a, &ms);
+        end_outside();
+        g_counting = 0;
+        CHECK(st == FXA_OK, "%s: backward run %d: %s", c->name, run, fxa_mpi_last_error(m));
+        CHECK(g_outside == 0,
+              "%s: backward run %d on rank %d: %ld allocations or frees outside MPI (the first "
+              "from %p)",
+              c->name, run, g_rank, g_outside, g_first);
+        if (run == 0)
+            continue;
+        CHECK(!memcmp(g[0][0], g[1][0], (size_t)nq * sizeof(float)) &&
+                  !memcmp(g[0][1], g[1][1], (size_t)nkv * sizeof(float)) &&
+                  !memcmp(g[0][2], g[1][2], (size_t)nkv * sizeof(float)),
+              "%s: backward run %d wrote other bytes than the first", c->name, run);
+        memset(g[1][0], 0, (size_t)nq * sizeof(float));
+    }
+    fxa_mpi_attn_bwd_plan_destroy(plan);
+    free(dout);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            free(g[i][j]);
+}
+
 static void run_case(fxa_mpi *m, const zcase *c)
 {
     const int size = fxa_mpi_size(m);
@@ -219,6 +282,8 @@ static void run_case(fxa_mpi *m, const zcase *c)
         memset(out[1], 0, (size_t)nq * sizeof(float));
     }
     fxa_mpi_attn_plan_destroy(plan);
+    if (st == FXA_OK && c->heads_kv >= g_ulysses)
+        run_bwd(m, c, &d, q, k, v, out[0], lse[0], nq, nkv);
     free(q);
     free(k);
     free(v);
@@ -250,6 +315,7 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     g_rank = fxa_mpi_rank(m);
+    g_ulysses = mp.ulysses;
     const zcase cases[] = {
         {"fp32 BSHD, whole kv heads", FXA_F32, FXA_LAYOUT_BSHD, 1, 8, 4, 203, 197},
         {"bf16 BHSD, replicated kv heads", FXA_BF16, FXA_LAYOUT_BHSD, 2, 4, 1, 130, 161},

@@ -1,0 +1,97 @@
+/* The distributed backward (fxa_mpi_attn_bwd_*): its plan (bwd_plan.c)
+ * and its run (bwd_run.c): Ulysses exchanges inside each row (the shards
+ * go to head sharding over the row's tokens, the gradients come back to
+ * token sharding) around either the local backward (R == 1) or the ring
+ * along each column (bwd_ring.c: K/V blocks and their dK/dV accumulators
+ * travel, dQ stays). */
+#ifndef FXA_MPI_BWD_H
+#define FXA_MPI_BWD_H
+
+#include "mpi_internal.h"
+
+/* Most bytes in one message (MPI counts are int), unless the test hook
+ * FXA_TEST_ULYSSES_PIECE (fxa_mpi.test_ulysses_piece, bytes here) sets
+ * fewer. */
+#define FXA_BWD_PIECE ((int64_t)1 << 30)
+
+struct fxa_mpi_attn_bwd_plan {
+    fxa_mpi *m;
+    fxa_attn_desc d; /* global */
+    uint64_t call;   /* names its runs in the first agreement (never 0) */
+    size_t es;       /* bytes per Q, K, V element */
+    int64_t piece;   /* most bytes in one message */
+    int64_t q_len;   /* this rank's query and key shards */
+    int64_t kv_len;
+    /* Grid rank v (of P) holds query tokens [tq[v], tq[v + 1]) and key
+     * tokens [tk[v], tk[v + 1]); member v of a row q heads [hq[v], hq[v +
+     * 1]) and kv heads [hkv[v], hkv[v + 1]); ring block j has blk[j] keys
+     * (those of row j). */
+    int64_t *hq, *hkv, *tq, *tk, *blk;
+    int base;        /* grid rank of this row's member 0 */
+    int64_t row_sq;  /* the row's query tokens (its ring block) */
+    int64_t row_skv; /* and key tokens */
+    /* Byte offsets of each member's section in the staging, way in and
+     * back ([U + 1] each). */
+    int64_t *in_send_at, *in_recv_at, *back_send_at, *back_recv_at;
+    void *tables;             /* owns the eight arrays above */
+    fxa_attn_bwd_plan *local; /* this rank's heads, whole sequence (U > 1: BHSD) */
+    void *ws;                 /* its workspace (64-byte aligned) */
+    size_t ws_bytes;
+    /* U > 1: the head-sharded tensors (BHSD, whole sequence) and staging. */
+    char *q, *k, *v;
+    float *out, *dout, *lse, *dq, *dk, *dv;
+    char *send, *recv;
+    void *bufs; /* owns q .. recv */
+    MPI_Request *req;
+    int n_req;
+    /* R > 1: the problem the ring runs (ring_d: its heads, layout and
+     * queries in seq_q; U == 1 the caller's shards, else the head-sharded
+     * tensors), its plans, one per ring block j (its queries against block
+     * j's keys; NULL where either is empty), whose workspace is ws, and its
+     * buffers (ring_bufs), in ring_d's layout: two slots of a block's K
+     * then V, the dK then dV accumulator received and the one sent, one
+     * block's part of dK then dV, dQ's part and sum. */
+    fxa_attn_desc ring_d;
+    fxa_attn_bwd_plan **blk_plan;
+    void *ring_bufs;
+    char *kv_slot[2];
+    float *acc_in, *acc_out, *kv_part, *dq_part, *dq_acc;
+    MPI_Request *kv_req, *acc_req; /* n_kv_req and n_acc_req each */
+    int n_kv_req, n_acc_req;
+};
+
+/* Copy-in of the caller's args into *a (the struct_size policy), then the
+ * checks a rank makes before any communication: pointers, and a
+ * non-finite input named in global coordinates in msg. Local: the caller
+ * agrees (bwd_args.c). */
+fxa_status fxa_bwd_take_args(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *user,
+                             fxa_attn_bwd_args *a, char *msg, size_t cap);
+
+/* The ring's plans and buffers (R > 1; ring_d set), raising ws_bytes to
+ * its largest local run; msg says why on failure. */
+fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap);
+void fxa_bwd_ring_free(fxa_mpi_attn_bwd_plan *p);
+/* The ring's run on the tensors of ring_d's problem in a (q, k, v, out,
+ * dout, lse): this rank's own status (its message in m->last_error), then
+ * agreed by the caller. On success the gradients are in dq_acc and acc_in
+ * until fxa_bwd_ring_write. */
+fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a,
+                            fxa_mpi_stats *stats);
+/* Local: write a's dq, dk, dv (ring_d's problem). */
+void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a);
+
+/* Messages of at most p->piece bytes that carry `bytes`. */
+static inline int64_t fxa_bwd_pieces(const fxa_mpi_attn_bwd_plan *p, int64_t bytes)
+{
+    return (bytes + p->piece - 1) / p->piece;
+}
+
+/* Row (b, h, t) of a [B, heads, seq] grid of rows in layout l, counted in
+ * rows from the start. */
+static inline int64_t fxa_bwd_row(fxa_layout l, int64_t b, int64_t h, int64_t t, int64_t heads,
+                                  int64_t seq)
+{
+    return l == FXA_LAYOUT_BSHD ? (b * seq + t) * heads + h : (b * heads + h) * seq + t;
+}
+
+#endif
