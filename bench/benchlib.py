@@ -1,5 +1,6 @@
 """Pieces the benchmark scripts share (bench/peers.py, python_attention.py,
-python_wan.py; each imports this file from its own folder)."""
+python_sdpa.py, python_wan.py, python_diffusers.py, long_seq.py; each
+imports this file from its own folder)."""
 
 import os
 import platform
@@ -12,6 +13,35 @@ def cpu_name():
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def fxattn_cli():
+    """The fxattn CLI next to the imported fxattn package: the wheel's
+    (fxattn/bin/fxattn), else a build tree's (FXATTN_LIBRARY_PATH=build/lib
+    gives build/fxattn)."""
+    from pathlib import Path
+
+    import fxattn
+    cli = Path(fxattn.__file__).parent / "bin" / "fxattn"
+    if not cli.exists():
+        cli = Path(os.environ["FXATTN_LIBRARY_PATH"]).parent / "fxattn"
+    return cli
+
+
+def peak_gflops(threads, kind):
+    """The machine's peak GFLOP/s on `threads` threads from `fxattn bench`'s
+    throughput probe: kind "fp32" the FMA peak, "bf16" the peak of the units
+    fxattn's bf16 compute runs on (AMX tdpbf16ps, else vdpbf16ps; 0 where
+    the CPU has neither)."""
+    import json
+    import subprocess
+    args = [str(fxattn_cli()), "bench", "--seq", "256", "--heads", "1", "--repeats", "1", "--json",
+            "--threads", str(threads)]
+    if kind == "bf16":
+        args += ["--dtype", "bf16", "--compute", "bf16"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return next(r["peak_gflops"] for r in rows if "peak_gflops" in r)
 
 
 def ort_mha_session(batch, seq, heads, head_dim, threads, spin=False):

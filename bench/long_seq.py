@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 
 import fxattn
-from benchlib import append_jsonl, cpu_name, identity, ort_mha_session
+from benchlib import append_jsonl, cpu_name, identity, ort_mha_session, peak_gflops
 
 D = 128
 
@@ -89,23 +89,6 @@ def parse_shapes(text):
         s, h = parts[:2]
         shapes.append((s, h, parts[2] if len(parts) == 3 else s))
     return shapes
-
-
-def cli_path():
-    cli = Path(fxattn.__file__).parent / "bin" / "fxattn"  # the wheel's CLI
-    if not cli.exists():  # a build tree's (FXATTN_LIBRARY_PATH=build/lib)
-        cli = Path(os.environ["FXATTN_LIBRARY_PATH"]).parent / "fxattn"
-    return cli
-
-
-def peak_gflops(threads, kind):
-    args = [str(cli_path()), "bench", "--seq", "256", "--heads", "1", "--repeats", "1", "--json",
-            "--threads", str(threads)]
-    if kind == "bf16":
-        args += ["--dtype", "bf16", "--compute", "bf16"]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return next(r["peak_gflops"] for r in rows if "peak_gflops" in r)
 
 
 def has_bf16_units(threads):

@@ -35,11 +35,9 @@ per row to FILE (bench/README.md, "Raw results").
 
 import argparse
 import ctypes
-import json
 import os
 import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -48,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 import fxattn
-from benchlib import append_jsonl, cpu_name, identity, ort_mha_session
+from benchlib import append_jsonl, cpu_name, identity, ort_mha_session, peak_gflops
 from fxattn import _lib
 from fxattn._attn_core import Options, descriptor, operands
 from fxattn._context import context
@@ -68,18 +66,6 @@ def interleaved_medians(calls, repeats):
             own = fn()
             times[name].append(own if isinstance(own, float) else time.perf_counter() - t)
     return {name: statistics.median(x) for name, x in times.items()}
-
-
-def peak_gflops(threads, dtype):
-    cli = Path(fxattn.__file__).parent / "bin" / "fxattn"  # the wheel's CLI
-    if not cli.exists():  # a build tree's (FXATTN_LIBRARY_PATH=build/lib)
-        cli = Path(os.environ["FXATTN_LIBRARY_PATH"]).parent / "fxattn"
-    args = [str(cli), "bench", "--seq", "256", "--heads", "1", "--repeats", "1", "--json", "--threads", str(threads)]
-    if dtype == "bf16":
-        args += ["--dtype", "bf16", "--compute", "bf16"]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return next(r["peak_gflops"] for r in rows if "peak_gflops" in r)
 
 
 def c_library_call(q, k, v, threads):

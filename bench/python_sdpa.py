@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""fxattn.scaled_dot_product_attention against torch's
+scaled_dot_product_attention on the CPU, side by side in one process.
+
+    .venv/bin/python bench/python_sdpa.py [--seqs 1024,4096,16384] [--heads 1] [--dim 128]
+        [--threads 2] [--repeats 3] [--json FILE --machine NAME]
+    .venv/bin/python bench/python_sdpa.py --seqs 256 --repeats 1     # a quick check (seconds)
+
+For each S in --seqs, fp32 and bf16 inputs, non-causal and causal
+(is_causal=True), the same call on the same q, k, v ~ N(0, 1) [1, H, S, D]
+(contiguous [B, H, S, D] tensors, SDPA's layout) goes to both:
+  - torch.nn.functional.scaled_dot_product_attention, on
+    torch.set_num_threads(--threads) threads;
+  - fxattn.scaled_dot_product_attention(..., threads=--threads), with its
+    default compute: fp32 for fp32 inputs, bf16 (bf16 products, fp32
+    accumulation) for bf16 inputs.
+First one call of each, whose outputs must agree (max |fxattn - torch| <
+1e-4 for fp32, < 2e-2 for bf16; otherwise exit 1); these calls are the
+warm-up. Then --repeats rounds, each timing both calls once, fxattn first in
+even rounds and torch first in odd ones, so that the machine's drift
+touches both alike; the table gives medians.
+
+GFLOP/s counts 4 S^2 H D per non-causal call and half of it, 2 S^2 H D, per
+causal call (the keys a causal query row attends, summed over the rows, are
+S(S+1)/2). % peak: of the machine's peak from the `fxattn bench` probe the
+package ships (fp32 rows: the FMA peak; bf16 rows: the peak of the units
+fxattn's bf16 compute runs on, AMX tdpbf16ps, else vdpbf16ps, else the FMA
+peak) on --threads threads. fxattn / torch: torch's seconds over fxattn's
+(> 1: fxattn is faster).
+
+The default --heads 1 keeps a run short: at S 16384 (137 GFLOP per
+non-causal call at D 128) the 8 calls of a round take ~10-15 s on 2 cores
+and the whole S 16384 set, warm-up and 3 rounds, about a minute. Every
+head is the same independent problem, so more heads add time and not
+information.
+
+--json FILE appends one JSON object per (S, dtype, causal) to FILE
+(bench/README.md, "Raw results"; kind python_sdpa).
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import diffusers
+import torch
+import torch.nn.functional as F
+
+import fxattn
+from benchlib import append_jsonl, cpu_name, identity, peak_gflops
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2}  # max |fxattn - torch|: fp32 rounding; bf16 outputs and products
+
+
+def alternating_medians(fx, ref, repeats):
+    """(median seconds of fx, of ref) over `repeats` rounds, each timing both
+    once: fx first in even rounds, ref first in odd ones."""
+    times = {fx: [], ref: []}
+    for r in range(repeats):
+        for fn in ((fx, ref) if r % 2 == 0 else (ref, fx)):
+            t0 = time.perf_counter()
+            fn()
+            times[fn].append(time.perf_counter() - t0)
+    return statistics.median(times[fx]), statistics.median(times[ref])
+
+
+def run_case(a, s, dt, causal, peaks):
+    """One (S, dtype, causal) case: checked, then timed; returns its record."""
+    h, d, t = a.heads, a.dim, a.threads
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, h, s, d, generator=g).to(DTYPES[dt]) for _ in range(3))
+
+    def fx():
+        return fxattn.scaled_dot_product_attention(q, k, v, is_causal=causal, threads=t)
+
+    def ref():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    diff = float((fx().float() - ref().float()).abs().max())
+    if not diff < TOLERANCE[dt]:
+        sys.exit(f"python_sdpa.py: S {s} {dt} causal={causal}: max |fxattn - torch| = {diff:.3e}, "
+                 f"above {TOLERANCE[dt]:g}")
+    fx_s, torch_s = alternating_medians(fx, ref, a.repeats)
+    flops = (2.0 if causal else 4.0) * s * s * h * d
+    peak = "bf16" if dt == "bf16" else "fp32"
+    return {"kind": "python_sdpa", "B": 1, "S": s, "H": h, "D": d, "dtype": dt, "compute": dt, "causal": causal,
+            "threads": t, "repeats": a.repeats, "gflop": flops / 1e9,
+            "fxattn_seconds": fx_s, "fxattn_gflops": flops / fx_s / 1e9,
+            "fxattn_peak_share": flops / fx_s / 1e9 / peaks[peak],
+            "torch_seconds": torch_s, "torch_gflops": flops / torch_s / 1e9,
+            "torch_peak_share": flops / torch_s / 1e9 / peaks[peak],
+            "fxattn_over_torch": torch_s / fx_s, "max_abs_diff": diff, "peak": peak, "peak_gflops": peaks[peak]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seqs", "--seq", default="1024,4096,16384", help="sequence lengths S, query = key (comma list)")
+    ap.add_argument("--heads", type=int, default=1, help="heads H (default 1: S 16384 in about a minute on 2 cores)")
+    ap.add_argument("--dim", type=int, default=128, help="head dim D")
+    ap.add_argument("--threads", type=int, default=2, help="threads of both (torch.set_num_threads, fxattn threads=)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up (medians reported)")
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--causal", default="no,yes", help="non-causal (no), causal (yes) or both (no,yes)")
+    ap.add_argument("--json", metavar="FILE", help="append one JSON object per row to FILE (- for stdout)")
+    ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json (default: host name)")
+    a = ap.parse_args()
+    dtypes = a.dtypes.split(",")
+    if any(dt not in DTYPES for dt in dtypes):
+        ap.error(f"--dtypes: {a.dtypes!r}: fp32, bf16 or both")
+    modes = a.causal.split(",")
+    if any(m not in ("no", "yes") for m in modes):
+        ap.error(f"--causal: {a.causal!r}: no, yes or no,yes")
+    if a.repeats < 1 or a.heads < 1 or a.threads < 1:
+        ap.error("--repeats, --heads and --threads must be at least 1")
+    torch.set_num_threads(a.threads)
+    peaks = {"fp32": peak_gflops(a.threads, "fp32")}
+    peaks["bf16"] = peak_gflops(a.threads, "bf16") or peaks["fp32"]  # 0: no bf16 dot units on this CPU
+    kernels = fxattn.kernel_info(a.threads)
+    print(f"# fxattn {fxattn.__version__} ({kernels}), torch {torch.__version__}, diffusers {diffusers.__version__}")
+    print(f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs; {a.threads} threads; "
+          f"[1, {a.heads}, S, {a.dim}]; median of {a.repeats} alternating rounds after a checked warm-up")
+    print(f"# peaks (fxattn bench probe): fp32 {peaks['fp32']:.1f}, bf16 {peaks['bf16']:.1f} GFLOP/s; "
+          f"GFLOP = 4 S^2 H D, causal half of it")
+    print(f"{'S':>6} {'dtype':5} {'causal':6} {'fxattn s':>9} {'GFLOP/s':>8} {'% peak':>7} "
+          f"{'torch s':>9} {'GFLOP/s':>8} {'% peak':>7} {'fx/torch':>8} {'max|diff|':>9}", flush=True)
+    recs = []
+    for s in (int(x) for x in str(a.seqs).split(",") if x):
+        for dt in dtypes:
+            for causal in (m == "yes" for m in modes):
+                r = run_case(a, s, dt, causal, peaks)
+                recs.append(r)
+                print(f"{s:6d} {dt:5} {'yes' if causal else 'no':6} {r['fxattn_seconds']:9.4f} "
+                      f"{r['fxattn_gflops']:8.1f} {100 * r['fxattn_peak_share']:6.1f}% {r['torch_seconds']:9.4f} "
+                      f"{r['torch_gflops']:8.1f} {100 * r['torch_peak_share']:6.1f}% "
+                      f"{r['fxattn_over_torch']:7.2f}x {r['max_abs_diff']:9.2e}", flush=True)
+    if a.json:
+        versions = {"fxattn": fxattn.__version__, "torch": torch.__version__, "diffusers": diffusers.__version__}
+        ident = identity(a.machine, Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent, versions)
+        append_jsonl(a.json, [{**ident, **r, "kernels": kernels} for r in recs])
+
+
+if __name__ == "__main__":
+    main()
