@@ -3,7 +3,8 @@
 page per machine (<machine>.md: its tables with CPU, compiler, library
 versions, commit, command and date), the index (README.md) and the plots
 (plots/<machine>-attention.svg: GFLOP/s against S for fxattn and its peers;
-plots/<machine>-layer.svg: the Wan layer's time by stage). Python's standard
+plots/<machine>-sdpa.svg: scaled_dot_product_attention's GFLOP/s against S,
+fxattn and torch; plots/<machine>-layer.svg: the Wan layer's time by stage). Python's standard
 library only; the plots are SVG written by hand.
 
     bench/results/render.py               # rewrite the pages and plots
@@ -16,8 +17,9 @@ raw/<machine>.jsonl holds one JSON object per line: one {"kind": "machine"}
 line (the page's title and the machine's description), then one object per
 measurement, each with machine, cpu, compiler, versions, commit, command,
 date and kind (peers, fxattn_bench, long_seq, layer, layer_memory, proj, gemm,
-python_attention, python_wan, mpi_bench, plan_validate) and the fields of
-the tool that measured it (bench/README.md, "Raw results").
+python_attention, python_sdpa, python_wan, python_diffusers, mpi_bench,
+plan_validate) and the fields of the tool that measured it (bench/README.md,
+"Raw results").
 Exit status: 0 ok (or --check found no difference), 1 a difference or a bad
 raw line, 2 bad usage."""
 
@@ -151,6 +153,35 @@ KINDS = {
                     ("speedup", "speed-up", "{:.2f}x", V), ("error", "error", "{:.2e}", V),
                     ("qkv_seconds", "QKV s", "{:.3f}", V), ("attention_seconds", "attention s", "{:.3f}", V),
                     ("out_seconds", "output s", "{:.3f}", V)],
+    },
+    "python_sdpa": {
+        "title": "scaled_dot_product_attention: fxattn against torch",
+        "about": ("`bench/python_sdpa.py`: `fxattn.scaled_dot_product_attention` against torch's "
+                  "`scaled_dot_product_attention` on the same contiguous [B, H, S, D] q, k, v, outputs checked first "
+                  "(max\\|diff\\|); medians of rounds alternating which runs first. fxattn's default compute: "
+                  "fp32 for fp32 inputs, bf16 for bf16. GFLOP = 4 S^2 H D, causal half of it; % peak of the FMA peak "
+                  "(fp32 rows) or of the bf16 peak (bf16 rows). fx / torch: torch's seconds over fxattn's."),
+        "columns": [("B", "B", "{}", P), ("H", "H", "{}", P), ("D", "D", "{}", P), ("threads", "threads", "{}", P),
+                    ("repeats", "rounds", "{}", P), ("S", "S", "{}", V), ("dtype", "dtype", "{}", V),
+                    ("causal", "causal", "bool", V), ("fxattn_seconds", "fxattn s", "{:.4f}", V),
+                    ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V), ("fxattn_peak_share", "fxattn % peak", "{:.1%}", V),
+                    ("torch_seconds", "torch s", "{:.4f}", V), ("torch_gflops", "torch GFLOP/s", "{:.1f}", V),
+                    ("torch_peak_share", "torch % peak", "{:.1%}", V),
+                    ("fxattn_over_torch", "fx / torch", "{:.2f}x", V), ("max_abs_diff", "max\\|diff\\|", "{:.2e}", V)],
+    },
+    "python_diffusers": {
+        "title": "diffusers' Wan and Flux with the fxattn backend",
+        "about": ("`bench/python_diffusers.py`: tiny random Wan and Flux transformers built from configs (head dim "
+                  "128), one attention module called directly and the whole forward, with "
+                  "`set_attention_backend(\"fxattn\")` and with the native backend (torch SDPA); outputs compared "
+                  "first (max\\|y_fxattn - y_native\\| / max\\|y_native\\|); medians of rounds alternating "
+                  "which runs first. Speed-up: native seconds over fxattn's."),
+        "columns": [("heads", "heads", "{}", P), ("head_dim", "head dim", "{}", P), ("text", "text tokens", "{}", P),
+                    ("threads", "threads", "{}", P), ("repeats", "rounds", "{}", P), ("model", "model", "`{}`", V),
+                    ("part", "part", "{}", V), ("module", "module", "`{}`", V), ("S", "S", "{}", V),
+                    ("dtype", "dtype", "{}", V), ("fxattn_seconds", "fxattn s", "{:.3f}", V),
+                    ("native_seconds", "native s", "{:.3f}", V), ("speedup", "speed-up", "{:.2f}x", V),
+                    ("max_rel_diff", "max rel diff", "{:.2e}", V)],
     },
     "mpi_bench": {
         "title": "Context parallel on one host: `mpirun fxattn bench`",
@@ -391,7 +422,30 @@ def attention_series(records):
     return series, threads
 
 
-def attention_plot(title, series, threads):
+def sdpa_series(records):
+    """{label: {S: GFLOP/s}} of python_sdpa rows at the largest thread
+    count: fxattn and torch, fp32 and bf16, causal and not."""
+    pts = [r for r in records if r["kind"] == "python_sdpa"]
+    if not pts:
+        return {}, None
+    threads = max(r.get("threads", 1) for r in pts)
+    series = {}
+    for r in pts:
+        if r.get("threads", 1) != threads:
+            continue
+        for engine in ("fxattn", "torch"):
+            label = f"{engine} {r['dtype']}" + (" causal" if r["causal"] else "")
+            series.setdefault(label, {})[r["S"]] = r[f"{engine}_gflops"]
+    return series, threads
+
+
+ATTENTION_PLOT = ("attention GFLOP/s against S",
+                  "bench/peers where it ran, else bench/python_attention.py; GFLOP = 4 B H S^2 D")
+SDPA_PLOT = ("SDPA GFLOP/s against S, fxattn and torch",
+             "bench/python_sdpa.py; GFLOP = 4 B H S^2 D, causal half of it")
+
+
+def attention_plot(title, series, threads, what=ATTENTION_PLOT):
     svg = Svg(720, 400)
     x0, y0, x1, y1 = 70, 350, 490, 50
     xs = sorted({s for pts in series.values() for s in pts})
@@ -406,9 +460,8 @@ def attention_plot(title, series, threads):
     def py(v):
         return y0 - v / ymax * (y0 - y1)
 
-    svg.text((x0 + x1) / 2, 20, f"{title}: attention GFLOP/s against S ({threads} threads)", "middle", 14)
-    svg.text((x0 + x1) / 2, 37, "bench/peers where it ran, else bench/python_attention.py; GFLOP = 4 B H S^2 D",
-             "middle", 11)
+    svg.text((x0 + x1) / 2, 20, f"{title}: {what[0]} ({threads} threads)", "middle", 14)
+    svg.text((x0 + x1) / 2, 37, what[1], "middle", 11)
     k = 0
     while k * step <= ymax + 1e-9:
         y = py(k * step)
@@ -534,7 +587,11 @@ def render_all(raw, out):
         series, threads = attention_series(records)
         if series:
             (out / "plots" / f"{name}-attention.svg").write_text(attention_plot(title, series, threads))
-            plots.append(("attention GFLOP/s against S", f"{name}-attention.svg"))
+            plots.append((ATTENTION_PLOT[0], f"{name}-attention.svg"))
+        series, threads = sdpa_series(records)
+        if series:
+            (out / "plots" / f"{name}-sdpa.svg").write_text(attention_plot(title, series, threads, SDPA_PLOT))
+            plots.append((SDPA_PLOT[0], f"{name}-sdpa.svg"))
         bars = layer_bars(records)
         if bars:
             (out / "plots" / f"{name}-layer.svg").write_text(layer_plot(title, bars))
