@@ -15,7 +15,8 @@ For each S in --seqs, fp32 and bf16 inputs, non-causal and causal
     default compute: fp32 for fp32 inputs, bf16 (bf16 products, fp32
     accumulation) for bf16 inputs.
 First one call of each, whose outputs must agree (max |fxattn - torch| <
-1e-4 for fp32, < 2e-2 for bf16; otherwise exit 1); these calls are the
+1e-4 for fp32, < 2^-5 max|v| for bf16, whose early causal rows are a few
+of v's rows rounded to bf16; otherwise exit 1); these calls are the
 warm-up. Then --repeats rounds, each timing both calls once, fxattn first in
 even rounds and torch first in odd ones, so that the machine's drift
 touches both alike; the table gives medians.
@@ -54,7 +55,9 @@ import fxattn
 from benchlib import append_jsonl, cpu_name, identity, peak_gflops
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2}  # max |fxattn - torch|: fp32 rounding; bf16 outputs and products
+# max |fxattn - torch|: fp32 rounding (absolute); for bf16 times max|v|: each engine's bf16 products and
+# bf16 output are within a few bf16 ulps (2^-8 relative) of the exact output, itself at most max|v|.
+TOLERANCE = {"fp32": 1e-4, "bf16": 2.0**-5}
 
 
 def alternating_medians(fx, ref, repeats):
@@ -82,9 +85,9 @@ def run_case(a, s, dt, causal, peaks):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     diff = float((fx().float() - ref().float()).abs().max())
-    if not diff < TOLERANCE[dt]:
-        sys.exit(f"python_sdpa.py: S {s} {dt} causal={causal}: max |fxattn - torch| = {diff:.3e}, "
-                 f"above {TOLERANCE[dt]:g}")
+    limit = TOLERANCE[dt] * (float(v.float().abs().max()) if dt == "bf16" else 1.0)
+    if not diff < limit:
+        sys.exit(f"python_sdpa.py: S {s} {dt} causal={causal}: max |fxattn - torch| = {diff:.3e}, above {limit:.3e}")
     fx_s, torch_s = alternating_medians(fx, ref, a.repeats)
     flops = (2.0 if causal else 4.0) * s * s * h * d
     peak = "bf16" if dt == "bf16" else "fp32"
