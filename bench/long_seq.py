@@ -111,7 +111,7 @@ def make_calls(names, q, k, v, threads):
     for name in names:
         engine, dtype, compute, mode, _ = ROWS[name]
         if engine == "fxattn" and dtype == "fp32":
-            calls[name] = lambda mode=mode: fxattn.attention(q, k, v, mode=mode, threads=threads)
+            calls[name] = lambda mode=mode: fxattn.attention(q, k, v, layout="bshd", mode=mode, threads=threads)
         elif engine == "fxattn":
             calls[name] = lambda c=compute, mode=mode: fxattn.attention(bq, bk, bv, layout="bhsd", compute=c,
                                                                         mode=mode, threads=threads)

@@ -15,7 +15,7 @@ cmake --build build -j "$(nproc)"
 .venv/bin/python - <<'PY'
 import numpy as np, fxattn
 q, k, v = np.random.default_rng(0).standard_normal((3, 1, 256, 8, 64), dtype=np.float32)
-out, lse = fxattn.attention(q, k, v, return_lse=True)  # [B, S, H, D] numpy arrays
+out, lse = fxattn.attention(q, k, v, layout="bshd", return_lse=True)  # [B, S, H, D] numpy arrays
 print(f"python: fxattn {fxattn.__version__} in .venv: attention {out.shape} {out.dtype}, lse {lse.shape}")
 PY
 echo "python: use it with  source .venv/bin/activate; python -c 'import fxattn; help(fxattn.attention)'"
