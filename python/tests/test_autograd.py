@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 import fxattn  # noqa: E402
 from fxattn import _torch  # noqa: E402,F401  (registers the operators)
+from wan_configs import T2V as WAN_T2V  # noqa: E402
 
 F = torch.nn.functional
 
@@ -171,22 +172,6 @@ def test_torch_compile_forward_and_backward():
     _, got = _grads(compiled, q, k, v, dout, torch.float32)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
-
-
-WAN_T2V = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=2,
-    attention_head_dim=12,
-    in_channels=4,
-    out_channels=4,
-    text_dim=16,
-    freq_dim=8,
-    ffn_dim=32,
-    num_layers=2,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    rope_max_seq_len=32,
-)
 
 
 def _train(attention: str, steps: int = 3):

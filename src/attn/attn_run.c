@@ -45,20 +45,35 @@ static fxa_thread_scratch *thread_scratch(const run_job *job, int thread_id)
     return (fxa_thread_scratch *)(job->ws + job->p->ws_threads) + thread_id;
 }
 
+/* The rows of `rows` from its row r on (a NULL array stays NULL). */
+static fxa_rows rows_from(const fxa_attn_plan *p, const fxa_rows *rows, size_t r)
+{
+    return (fxa_rows){
+        .q = rows->q ? rows->q + r * (size_t)p->d.head_dim : NULL,
+        .q16 = rows->q16 ? rows->q16 + r * fxa_q16_stride(p) : NULL,
+        .m = rows->m + r,
+        .l = rows->l + r,
+        .o = rows->o + r * (size_t)p->d.head_dim,
+        .qk_center = rows->qk_center + r,
+        .online = rows->online + r,
+        .bias_max = rows->bias_max ? rows->bias_max + r : NULL,
+    };
+}
+
 /* The rows of head slot `slot` in the thread's scratch. */
 static fxa_rows scratch_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s, size_t slot)
 {
-    const size_t r = slot * (size_t)p->d.block_q;
-    return (fxa_rows){
-        .q = s->q + r * (size_t)p->d.head_dim,
-        .q16 = s->q16 + r * fxa_q16_stride(p),
-        .m = s->m + r,
-        .l = s->l + r,
-        .o = s->o + r * (size_t)p->d.head_dim,
-        .qk_center = s->qk_center + r,
-        .online = s->online + r,
-        .bias_max = s->bias_max ? s->bias_max + r : NULL,
+    const fxa_rows all = {
+        .q = s->q,
+        .q16 = s->q16,
+        .m = s->m,
+        .l = s->l,
+        .o = s->o,
+        .qk_center = s->qk_center,
+        .online = s->online,
+        .bias_max = s->bias_max,
     };
+    return rows_from(p, &all, slot * (size_t)p->d.block_q);
 }
 
 /* Load one head's query rows and decide, per row, fixed shift or online;
@@ -146,21 +161,6 @@ static float *partial_at(const run_job *job, int64_t split, int64_t row)
     const int64_t chunk_rows = p->chunk_kv_heads * p->group * p->d.seq_q;
     return (float *)(job->ws + p->ws_partials) +
            (size_t)(split * chunk_rows + row) * ((size_t)p->d.head_dim + 2);
-}
-
-/* The rows of `rows` from its row r on (a NULL array stays NULL). */
-static fxa_rows rows_from(const fxa_attn_plan *p, const fxa_rows *rows, size_t r)
-{
-    return (fxa_rows){
-        .q = rows->q ? rows->q + r * (size_t)p->d.head_dim : NULL,
-        .q16 = rows->q16 ? rows->q16 + r * fxa_q16_stride(p) : NULL,
-        .m = rows->m + r,
-        .l = rows->l + r,
-        .o = rows->o + r * (size_t)p->d.head_dim,
-        .qk_center = rows->qk_center + r,
-        .online = rows->online + r,
-        .bias_max = rows->bias_max ? rows->bias_max + r : NULL,
-    };
 }
 
 /* Rows per step of a causal diagonal tile: each step runs only the keys its
