@@ -152,33 +152,14 @@ class AttnStats(ctypes.Structure):
 
 class AttnArgs(ctypes.Structure):
     _c_name_ = "fxa_attn_args"
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("q", c_void_p),
-        ("k", c_void_p),
-        ("v", c_void_p),
-        ("out", c_void_p),
-        ("lse", c_void_p),
-        ("row_fallback", c_void_p),
-        ("row_bound", c_void_p),
-        ("mask", c_void_p),
-    ]
+    _fields_ = [("struct_size", c_size_t)]
+    _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "lse", "row_fallback", "row_bound", "mask")]
 
 
 class AttnBwdArgs(ctypes.Structure):
     _c_name_ = "fxa_attn_bwd_args"
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("q", c_void_p),
-        ("k", c_void_p),
-        ("v", c_void_p),
-        ("out", c_void_p),
-        ("dout", c_void_p),
-        ("lse", c_void_p),
-        ("dq", c_void_p),
-        ("dk", c_void_p),
-        ("dv", c_void_p),
-    ]
+    _fields_ = [("struct_size", c_size_t)]
+    _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv")]
 
 
 class AttnBwdStats(ctypes.Structure):
