@@ -178,6 +178,7 @@ class AttnBwdArgs(ctypes.Structure):
         ("dq", c_void_p),
         ("dk", c_void_p),
         ("dv", c_void_p),
+        ("mask", c_void_p),
     ]
 
 
