@@ -189,11 +189,10 @@ def test_fully_masked_rows_have_zero_gradients():
     assert torch.count_nonzero(got[0][:, :, dead]) == 0
     live = ~dead
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-        _, ref = _grads(
-            lambda q, k, v: _sdpa_masked(q, k, v, attn_mask=mask[:, :, live]), q[:, :, live], k, v, dout[:, :, live], torch.float64
-        )
-    for g, r in zip(got, ref):
-        g = g[:, :, live] if g.shape[2] == 30 else g
+        sdpa_live = lambda q, k, v: _sdpa_masked(q, k, v, attn_mask=mask[:, :, live])  # noqa: E731
+        _, ref = _grads(sdpa_live, q[:, :, live], k, v, dout[:, :, live], torch.float64)
+    # fp32 against fp64 on 50 keys: errors of a few 1e-7 relative (the envelope tests above are the tight ones)
+    for g, r in zip((got[0][:, :, live], got[1], got[2]), ref):
         assert (g.double() - r).abs().max().item() <= 1e-5 * r.abs().max().item()
 
 
@@ -210,7 +209,7 @@ def test_gradcheck_on_the_fp64_reference():
             _, ref = _grads(lambda *t: _sdpa_masked(*t, **kw), q, k, v, dout, torch.float64)
         kw32 = {key: (m.float() if key == "attn_mask" and m.dtype != torch.bool else m) for key, m in kw.items()}
         _, got = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True, **kw32), q, k, v, dout, torch.float32)
-        for g, r in zip(got, ref):
+        for g, r in zip(got, ref):  # fp32 on 7 keys of dim 4: a few ulps of fp32
             assert (g.double() - r).abs().max().item() <= 1e-5 * (1 + r.abs().max().item())
 
 
