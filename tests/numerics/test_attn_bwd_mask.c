@@ -7,7 +7,8 @@
  * finite differences of L = sum dO . O in fp64 on a tiny shape with a
  * boolean mask, an additive mask and causal, a row with every key masked
  * included (a constant: its gradients are 0). Cases: a boolean mask
- * [B, Hq, Sq, Skv] with GQA, an additive mask broadcast over heads (-inf
+ * [B, Hq, Sq, Skv] with GQA, one stored transposed (keys Sq apart), an
+ * additive mask broadcast over heads (-inf
  * entries included), key padding [B, 1, 1, Skv] that masks whole key
  * tiles, causal with Sq == Skv, Sq < Skv (keys no query sees: dK = dV = 0)
  * and Sq > Skv, and rows with every key masked (dQ exactly 0; their lse
@@ -24,7 +25,7 @@
 
 #define LOG2E 1.4426950408889634
 
-typedef enum mkind { M_NONE, M_BOOL, M_ADD, M_PAD, M_CAUSAL } mkind;
+typedef enum mkind { M_NONE, M_BOOL, M_BOOL_T, M_ADD, M_PAD, M_CAUSAL } mkind;
 
 typedef struct mcase {
     const char *label;
@@ -238,6 +239,7 @@ static double mask_value(const mcase *c, fxt_rng *r, int64_t b, int64_t h, int64
 {
     switch (c->kind) {
     case M_BOOL:
+    case M_BOOL_T:
         return (c->dead_rows && i % 9 == 4) || fxt_rng_uniform24(r) < 0.3 ? -INFINITY : 0.0;
     case M_ADD: {
         (void)h;
@@ -290,10 +292,13 @@ static void build(const mcase *c, problem *pb)
         ms = (fxa_mask_strides){c->sq * c->skv, 0, c->skv, 1};
     else if (c->kind == M_PAD)
         ms = (fxa_mask_strides){c->skv, 0, 0, 1};
+    else if (c->kind == M_BOOL_T) /* stored [B, Hq, Skv, Sq]: keys sq apart */
+        ms = (fxa_mask_strides){c->hq * c->sq * c->skv, c->sq * c->skv, 1, c->sq};
     pb->d.causal = c->kind == M_CAUSAL;
-    pb->d.mask_kind = c->kind == M_ADD                        ? FXA_MASK_ADD
-                      : c->kind == M_BOOL || c->kind == M_PAD ? FXA_MASK_BOOL
-                                                              : FXA_MASK_NONE;
+    pb->d.mask_kind = c->kind == M_ADD ? FXA_MASK_ADD
+                      : c->kind == M_BOOL || c->kind == M_BOOL_T || c->kind == M_PAD
+                          ? FXA_MASK_BOOL
+                          : FXA_MASK_NONE;
     pb->d.mask_strides = ms;
     if (pb->d.mask_kind != FXA_MASK_NONE)
         pb->mask = calloc(pb->nbias, 4);
@@ -531,6 +536,7 @@ int main(void)
     test_finite_differences();
     const mcase cases[] = {
         {"bool mask, gqa, D40", 1, 4, 2, 70, 150, 40, M_BOOL, 0},
+        {"bool mask stored transposed", 1, 2, 1, 40, 70, 16, M_BOOL_T, 0},
         {"additive mask over heads, D24", 2, 2, 1, 65, 140, 24, M_ADD, 0},
         {"key padding, 2 batches", 2, 2, 2, 40, 300, 16, M_PAD, 0},
         {"causal Sq = Skv, 2 kv heads", 1, 2, 2, 200, 200, 32, M_CAUSAL, 0},
