@@ -279,6 +279,22 @@ def test_torch_compile_forward_and_backward():
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
+def test_torch_compile_masked_and_causal_backward():
+    torch._dynamo.reset()
+    q, k, v, dout = _inputs(1, 2, 2, 40, 56, 16)
+    mask = _masks(1, 2, 40, 56)["additive"]
+
+    def f(q, k, v):
+        causal = fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return causal + fxattn.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    _, want = _grads(f, q, k, v, dout, torch.float32)
+    _, got = _grads(compiled, q, k, v, dout, torch.float32)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)  # the same operators on the same inputs
+
+
 WAN_T2V = dict(
     patch_size=(1, 2, 2),
     num_attention_heads=2,
