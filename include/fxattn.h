@@ -374,8 +374,15 @@ FXA_API fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_arg
  * The descriptor is the forward's (fxa_attn_desc): shapes, strides, dtype,
  * out_dtype and scale. Supported: FXA_COMPUTE_FP32 with f32, bf16 or f16
  * inputs (widened exactly); mode, center, heads_per_tile and block_q do not
- * apply (the backward takes no shift from a bound). FXA_COMPUTE_BF16, causal
- * and masks (mask_kind other than FXA_MASK_NONE) are FXA_ERR_UNSUPPORTED. Extra memory is O(S D) per kv head in flight: the
+ * apply (the backward takes no shift from a bound). FXA_COMPUTE_BF16 is
+ * FXA_ERR_UNSUPPORTED. Causal and masks are the forward's: P_ij takes the
+ * same bias (-inf where masked, an additive mask's value), dS_ij = 0 where
+ * a key is masked, and key tiles that every row of a query block masks
+ * (causal: past the diagonal) are skipped, about half the work at Sq = Skv.
+ * A row whose keys are all masked (the forward's output 0, LSE -inf) is a
+ * constant: its dQ is 0 and it adds nothing to dK and dV. The gradients
+ * are with respect to Q, K and V only (an additive mask is a constant
+ * here). Extra memory is O(S D) per kv head in flight: the
  * workspace holds K, V, Q and dO of a chunk of kv heads in fp32, never an
  * S x S matrix. Results are bit-identical for any thread count (every
  * gradient element is summed by one work item in a fixed order; no
@@ -409,6 +416,10 @@ typedef struct fxa_attn_bwd_args {
     float *dq;
     float *dk;
     float *dv;
+    /* The forward's mask (fxa_attn_desc.mask_kind, mask_strides), read
+     * only; NULL without one. Added after the struct's first form: a
+     * smaller struct (ending at dv) has no mask. */
+    const void *mask;
 } fxa_attn_bwd_args;
 
 /* What one backward run did. Versioned (new in 0.3); an output: the
@@ -425,8 +436,12 @@ typedef struct fxa_attn_bwd_stats {
  * aligned. Inputs are checked first: NULL tensors, a missing lse, and a
  * non-finite value in Q, K, V, out, dout or lse give FXA_ERR_INVALID_ARG
  * (naming the tensor and position) before any output is written.
- * Allocates nothing. lse must be the forward's for these Q and K (a row's
- * P then sums to 1); another lse gives the gradients of another function.
+ * Allocates nothing. lse must be the forward's for these Q, K and mask (a
+ * row's P then sums to 1); another lse gives the gradients of another
+ * function. lse may be -INFINITY only in a plan with a mask (rows with every
+ * key masked; their gradients are 0); the mask is checked as the forward
+ * checks it (args->mask present, an additive one without NaN or values above
+ * 2^120).
  * Scores are formed in fp32 without the forward's prescaling: inputs whose
  * max ||q|| max ||k|| or max ||dout|| max ||v|| exceeds 2^120 are
  * FXA_ERR_UNSUPPORTED.

@@ -124,16 +124,122 @@ def test_lse_gradient():
         assert (a.double() - w).abs().max() <= 4 * (t.double() - w).abs().max() + 2**-20 * w.abs().max()
 
 
-def test_masks_and_causal_are_refused_under_autograd():
+def _sdpa_masked(q, k, v, **kw):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1], **kw)
+
+
+def _masks(b, hq, sq, skv, seed=3):
+    """Bool, additive (with -inf) and key-padding masks, broadcast in SDPA's ways."""
+    g = torch.Generator().manual_seed(seed)
+    full = torch.rand(b, hq, sq, skv, generator=g) > 0.3
+    full[..., 0] = True  # every row keeps a key (test_fully_masked_rows_have_zero_gradients has dead ones)
+    bias = 3.0 * torch.randn(sq, skv, generator=g)
+    bias[torch.rand(sq, skv, generator=g) < 0.2] = float("-inf")
+    bias[:, 1] = 0.5
+    pad = torch.ones(b, 1, 1, skv, dtype=torch.bool)
+    pad[0, ..., skv // 2 :] = False
+    return {"bool": full, "additive": bias, "key padding": pad}
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive", "key padding"])
+@pytest.mark.parametrize("b,hq,hkv,sq,skv,d", [(2, 4, 2, 70, 150, 32), (1, 2, 2, 90, 40, 16)])
+def test_mask_gradients_match_fp64_sdpa(kind, b, hq, hkv, sq, skv, d):
+    q, k, v, dout = _inputs(b, hq, hkv, sq, skv, d)
+    mask = _masks(b, hq, sq, skv)[kind]
+    _, got = _grads(
+        lambda *t: fxattn.scaled_dot_product_attention(*t, attn_mask=mask, enable_gqa=True), q, k, v, dout, torch.float32
+    )
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        m64 = mask if mask.dtype == torch.bool else mask.double()
+        _, ref = _grads(lambda *t: _sdpa_masked(*t, attn_mask=m64), q, k, v, dout, torch.float64)
+        _, f32 = _grads(lambda *t: _sdpa_masked(*t, attn_mask=mask), q, k, v, dout, torch.float32)
+    for name, g, r, t32 in zip("qkv", got, ref, f32):
+        err = (g.double() - r).abs().max().item()
+        allow = 4 * (t32.double() - r).abs().max().item() + 2**-20 * r.abs().max().item()
+        assert err <= allow, f"{kind} d{name}: error {err:.3g} > envelope {allow:.3g}"
+
+
+@pytest.mark.parametrize("sq,skv", [(96, 96), (40, 130), (130, 40)])
+def test_causal_gradients_match_fp64_sdpa(sq, skv):
+    q, k, v, dout = _inputs(1, 4, 2, sq, skv, 24)
+    _, got = _grads(
+        lambda *t: fxattn.scaled_dot_product_attention(*t, is_causal=True, enable_gqa=True), q, k, v, dout, torch.float32
+    )
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        _, ref = _grads(lambda *t: _sdpa_masked(*t, is_causal=True), q, k, v, dout, torch.float64)
+        _, f32 = _grads(lambda *t: _sdpa_masked(*t, is_causal=True), q, k, v, dout, torch.float32)
+    for name, g, r, t32 in zip("qkv", got, ref, f32):
+        err = (g.double() - r).abs().max().item()
+        allow = 4 * (t32.double() - r).abs().max().item() + 2**-20 * r.abs().max().item()
+        assert err <= allow, f"causal {sq}x{skv} d{name}: error {err:.3g} > envelope {allow:.3g}"
+    if skv > sq:  # keys no query sees get exact zeros
+        assert torch.count_nonzero(got[1][:, :, sq:]) == 0 and torch.count_nonzero(got[2][:, :, sq:]) == 0
+
+
+def test_fully_masked_rows_have_zero_gradients():
+    """Rows with every key masked: fxattn's forward gives them 0 (a constant),
+    so their dq is exactly 0 and they add nothing to dk, dv; torch's math
+    SDPA (2.15) gives 0 and zero gradients there too."""
+    q, k, v, dout = _inputs(1, 2, 2, 30, 50, 16)
+    mask = torch.rand(1, 2, 30, 50, generator=torch.Generator().manual_seed(4)) > 0.4
+    mask[..., 0] = True
+    dead = torch.zeros(30, dtype=torch.bool)
+    dead[[3, 17, 29]] = True
+    mask[:, :, dead] = False
+    _, got = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, attn_mask=mask), q, k, v, dout, torch.float32)
+    assert torch.count_nonzero(got[0][:, :, dead]) == 0
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        _, ref = _grads(lambda *t: _sdpa_masked(*t, attn_mask=mask), q, k, v, dout, torch.float64)
+        _, f32 = _grads(lambda *t: _sdpa_masked(*t, attn_mask=mask), q, k, v, dout, torch.float32)
+    for name, g, r, t32 in zip("qkv", got, ref, f32):
+        err = (g.double() - r).abs().max().item()
+        allow = 4 * (t32.double() - r).abs().max().item() + 2**-20 * r.abs().max().item()
+        assert err <= allow, f"d{name}: error {err:.3g} > envelope {allow:.3g}"
+
+
+def test_gradcheck_on_the_fp64_reference():
+    """torch.autograd.gradcheck (finite differences) on the fp64 reference
+    this file compares with, for a bool mask, an additive mask and causal;
+    then fxattn's fp32 gradients on the same tiny case against it."""
+    q, k, v, dout = _inputs(1, 2, 1, 5, 7, 4)
+    masks = _masks(1, 2, 5, 7)
+    for kw in ({"attn_mask": masks["bool"]}, {"attn_mask": masks["additive"].double()}, {"is_causal": True}):
+        leaves = [t.double().requires_grad_() for t in (q, k, v)]
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            assert torch.autograd.gradcheck(lambda *t: _sdpa_masked(*t, **kw), leaves)
+            _, ref = _grads(lambda *t: _sdpa_masked(*t, **kw), q, k, v, dout, torch.float64)
+        kw32 = {key: (m.float() if key == "attn_mask" and m.dtype != torch.bool else m) for key, m in kw.items()}
+        _, got = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True, **kw32), q, k, v, dout, torch.float32)
+        for g, r in zip(got, ref):  # fp32 on 7 keys of dim 4: a few ulps of fp32
+            assert (g.double() - r).abs().max().item() <= 1e-5 * (1 + r.abs().max().item())
+
+
+def test_mask_requiring_grad_is_refused():
     q, k, v, _ = _inputs(1, 2, 2, 16, 16, 8)
     q.requires_grad_()
-    with pytest.raises(fxattn.UnsupportedError, match="is_causal"):
-        fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
-    with pytest.raises(fxattn.UnsupportedError, match="attn_mask"):
-        fxattn.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(16, 16, dtype=torch.bool))
-    with torch.no_grad():  # inference with causal stays available
-        out = fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
-    assert out.shape == q.shape
+    bias = torch.zeros(16, 16, requires_grad=True)
+    with pytest.raises(fxattn.UnsupportedError, match="attn_mask requires grad"):
+        fxattn.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    out = fxattn.scaled_dot_product_attention(q, k, v, attn_mask=bias.detach())
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_masked_operator_opcheck():
+    q, k, v, dout = _inputs(1, 4, 2, 24, 40, 16)
+    mask = _masks(1, 4, 24, 40)["bool"]
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    base = (0.0, "bhsd", "auto", True, "fp32")
+    torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, *base, True, "", 0, mask, False))
+    torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, *base, True, "", 0, None, True))
+    out, lse = torch.ops.fxattn.attention(q, k, v, *base, True, "", 0, mask, False)
+    torch.library.opcheck(torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, *base, 0, None, mask, False))
+    # an empty lse is computed again with the mask: the same gradients
+    empty = torch.empty(0)
+    a = torch.ops.fxattn.attention_backward(dout, q, k, v, out, lse, *base, 0, None, mask, False)
+    b = torch.ops.fxattn.attention_backward(dout, q, k, v, out, empty, *base, 0, None, mask, False)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
 
 
 def test_lse_recomputed_for_direct_operator_calls():
@@ -172,6 +278,22 @@ def test_torch_compile_forward_and_backward():
     _, got = _grads(compiled, q, k, v, dout, torch.float32)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_torch_compile_masked_and_causal_backward():
+    torch._dynamo.reset()
+    q, k, v, dout = _inputs(1, 2, 2, 40, 56, 16)
+    mask = _masks(1, 2, 40, 56)["additive"]
+
+    def f(q, k, v):
+        causal = fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return causal + fxattn.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    _, want = _grads(f, q, k, v, dout, torch.float32)
+    _, got = _grads(compiled, q, k, v, dout, torch.float32)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)  # the same operators on the same inputs
 
 
 def _train(attention: str, steps: int = 3):

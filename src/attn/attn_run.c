@@ -243,10 +243,10 @@ static void work_item(void *arg, int64_t item, int thread_id)
                 run_causal_tile(p, hb, &rows, i0, n_rows, j0, n_kv, kt, vp, s);
                 continue;
             }
-            const fxa_tile_use use =
-                fxa_attn_masked(p)
-                    ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows, j0, n_kv, s->bias)
-                    : FXA_TILE_PLAIN;
+            const fxa_tile_use use = fxa_attn_masked(p)
+                                         ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows,
+                                                         j0, n_kv, p->kv_tile, s->bias)
+                                         : FXA_TILE_PLAIN;
             if (use == FXA_TILE_SKIP) /* every term would be an exact 0 */
                 continue;
             fxa_rows_run_tile(p, hb, &rows, n_rows, kt, vp, n_kv, s->scores, s->p16,

@@ -1,9 +1,10 @@
-/* The backward's input checks: outputs apart from inputs, every input
- * value finite, and scores that fp32 holds without prescaling. */
+/* The backward's input checks: the mask, outputs apart from inputs, every
+ * input value finite, and scores that fp32 holds without prescaling. */
 #include <math.h>
 
 #include "bwd_internal.h"
 #include "load.h"
+#include "mask.h"
 #include "steps.h"
 
 /* The first non-finite element of a [B, heads, seq, D] tensor, reported
@@ -69,8 +70,9 @@ static fxa_status check_values(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_a
                             "without prescaling; products of norms above 2^120 are not supported",
                             qk, dov);
     const int64_t n = p->d.batch * p->d.heads_q * p->d.seq_q;
+    const int masked_rows = p->d.mask_kind != FXA_MASK_NONE; /* rows may have every key masked */
     for (int64_t r = 0; r < n; r++) {
-        if (!isfinite(a->lse[r]))
+        if (!isfinite(a->lse[r]) && !(masked_rows && a->lse[r] == -INFINITY))
             return fxa_ctx_fail(bp->ctx, FXA_ERR_INVALID_ARG,
                                 "lse has a non-finite value at batch %lld, head %lld, token %lld",
                                 (long long)(r / (p->d.heads_q * p->d.seq_q)),
@@ -87,13 +89,14 @@ static fxa_status check_spans(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_ar
 {
     const fxa_attn_plan *p = bp->fwd;
     const size_t rows = (size_t)(p->d.batch * p->d.heads_q * p->d.seq_q);
-    const fxa_span in[6] = {
+    const fxa_span in[7] = {
         {"Q", a->q, (size_t)p->q_extent * p->in_elem},
         {"K", a->k, (size_t)p->kv_extent[0] * p->in_elem},
         {"V", a->v, (size_t)p->kv_extent[1] * p->in_elem},
         {"out", a->out, (size_t)p->o_extent * p->out_elem},
         {"dout", a->dout, (size_t)p->o_extent * p->out_elem},
         {"lse", a->lse, rows * sizeof(float)},
+        {"mask", p->mask_bytes ? a->mask : NULL, p->mask_bytes},
     };
     const fxa_span out[4] = {
         {"dq", a->dq, (size_t)p->q_extent * sizeof(float)},
@@ -101,12 +104,14 @@ static fxa_status check_spans(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_ar
         {"dv", a->dv, (size_t)p->kv_extent[1] * sizeof(float)},
         {"workspace", workspace, bp->ws_total},
     };
-    return fxa_spans_disjoint(bp->ctx, out, 4, in, 6);
+    return fxa_spans_disjoint(bp->ctx, out, 4, in, 7);
 }
 
 fxa_status fxa_bwd_check_inputs(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
                                 void *workspace, float *row)
 {
-    const fxa_status st = check_spans(bp, a, workspace);
+    fxa_status st = fxa_mask_check(bp->fwd, a->mask);
+    if (st == FXA_OK)
+        st = check_spans(bp, a, workspace);
     return st != FXA_OK ? st : check_values(bp, a, row);
 }

@@ -22,8 +22,9 @@ struct fxa_attn_bwd_plan {
      * [kv_pad][D] and K rows [kv_pad][D]; per query head of the chunk: Q and
      * dO rows [Sq][D], lse2 and delta [Sq], and the dQ accumulator [Sq][D] of
      * the one-pass schedule (bwd_run.c); then per thread: p and ds
-     * [block_q][block_kv], two gradient blocks [max(block_q, block_kv)][D]
-     * and block_kv row pointers. */
+     * [block_q][block_kv], two gradient blocks [max(block_q, block_kv)][D],
+     * block_kv row pointers and, with a mask or causal, a tile's bias
+     * [block_q][block_kv]. */
     size_t ws_kt;
     size_t ws_vt;
     size_t ws_k;
@@ -37,10 +38,11 @@ struct fxa_attn_bwd_plan {
     size_t ws_total;
 };
 
-/* Refuse outputs (dq, dk, dv, the workspace) that overlap an input or each
- * other, then non-finite inputs (named with their position) and inputs
- * whose norms' products (q.k, dout.v) pass 2^120; row is scratch of D
- * floats. bwd_check.c. */
+/* Refuse outputs (dq, dk, dv, the workspace) that overlap an input (the
+ * mask included) or each other, a missing or bad mask (fxa_mask_check),
+ * then non-finite inputs (named with their position; lse may be -INFINITY
+ * with a mask) and inputs whose norms' products (q.k, dout.v) pass 2^120;
+ * row is scratch of D floats. bwd_check.c. */
 fxa_status fxa_bwd_check_inputs(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
                                 void *workspace, float *row);
 

@@ -64,9 +64,11 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
     bp->ws_delta = take(&off, q_rows);
     bp->ws_dq = take(&off, q_rows * bp->dim);
     bp->ws_threads = off;
-    bp->thread_bytes = 2 * fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) +
-                       2 * fxa_align_up(grad_rows * bp->dim * sizeof(float)) +
-                       fxa_align_up(bp->block_kv * sizeof(void *));
+    bp->thread_bytes =
+        2 * fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) +
+        2 * fxa_align_up(grad_rows * bp->dim * sizeof(float)) +
+        fxa_align_up(bp->block_kv * sizeof(void *)) +
+        (fxa_attn_masked(p) ? fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) : 0);
     off += (size_t)n_threads * bp->thread_bytes;
     bp->ws_total = off;
 }
@@ -77,10 +79,6 @@ static fxa_status check_bwd(fxa_ctx *ctx, const fxa_attn_plan *p)
         return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
                             "the attention backward computes in fp32 only (compute must be "
                             "FXA_COMPUTE_FP32; bf16 inputs are widened exactly)");
-    if (fxa_attn_masked(p))
-        return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
-                            "the attention backward takes no mask and no causal (mask_kind must "
-                            "be FXA_MASK_NONE and causal 0)");
     const struct {
         const char *name;
         const fxa_strides *s;

@@ -20,7 +20,11 @@
  * same order (dK, dV over (query head, query block, row); dQ over (key
  * block, key)) of the same tile values, so results do not depend on the
  * thread count (no atomics). P and dS never outlive a tile.
+ * Masks and causal (tile_mask): a tile whose keys every row masks adds only
+ * zeros and is skipped, in both schedules alike; causal tiles stop at the
+ * last key their last row sees; the others take the mask's bias in P.
  */
+#include <math.h>
 #include <string.h>
 
 #include "../base/alloc.h"
@@ -28,6 +32,7 @@
 #include "base/clock.h"
 #include "bwd_internal.h"
 #include "load.h"
+#include "mask.h"
 
 typedef struct bwd_job {
     const fxa_attn_bwd_plan *bp;
@@ -38,13 +43,15 @@ typedef struct bwd_job {
 } bwd_job;
 
 /* Thread t's scratch: p, ds [block_q][block_kv], gradient blocks ga, gb
- * [max(block_q, block_kv)][D], row pointers [block_kv]. */
+ * [max(block_q, block_kv)][D], row pointers [block_kv], and with a mask or
+ * causal a tile's bias [block_q][block_kv]. */
 typedef struct bwd_scratch {
     float *p;
     float *ds;
     float *ga;
     float *gb;
     const void **rows;
+    float *bias;
 } bwd_scratch;
 
 static bwd_scratch scratch_of(const bwd_job *job, int t)
@@ -62,6 +69,8 @@ static bwd_scratch scratch_of(const bwd_job *job, int t)
     s.gb = (float *)at;
     at += fxa_align_up(grad_rows * bp->dim * sizeof(float));
     s.rows = (const void **)at;
+    at += fxa_align_up(bp->block_kv * sizeof(void *));
+    s.bias = fxa_attn_masked(bp->fwd) ? (float *)at : NULL;
     return s;
 }
 
@@ -141,7 +150,9 @@ static void prep_q(const bwd_job *job, int64_t cq, int64_t qb, const bwd_scratch
         for (size_t c = 0; c < bp->dim; c++)
             dot += (double)dout[i * bp->dim + c] * (double)s->ga[i * bp->dim + c];
         delta[i] = (float)dot;
-        lse2[i] = (float)((double)lse[i] * 1.4426950408889634); /* log2(e) */
+        /* A row with every key masked (lse -inf) gets p = 0 for every key. */
+        lse2[i] = lse[i] == -INFINITY ? INFINITY
+                                      : (float)((double)lse[i] * 1.4426950408889634); /* log2(e) */
     }
 }
 
@@ -190,6 +201,45 @@ static fxa_attn_bwd_tile tile_of(const bwd_job *job, const bwd_scratch *s, int64
     };
 }
 
+/* How tile t (chunk query head cq, query block qb, key block kb) meets the
+ * mask or causal: FXA_TILE_SKIP when every row masks every key; else t's
+ * n_kv cut after the last key the block's last row sees (causal), and its
+ * bias set (s->bias, pad keys of the last panel -INFINITY) unless no key is
+ * masked or biased. */
+static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb,
+                              int64_t kb, fxa_attn_bwd_tile *t)
+{
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    if (!fxa_attn_masked(p))
+        return FXA_TILE_PLAIN;
+    const int64_t i0 = qb * (int64_t)bp->block_q;
+    const int64_t j0 = kb * (int64_t)bp->block_kv;
+    const size_t ld = bp->block_kv;
+    if (p->d.causal) {
+        const int64_t i_last = i0 + (int64_t)t->n_q - 1;
+        if (j0 > i_last)
+            return FXA_TILE_SKIP;
+        if (j0 + (int64_t)t->n_kv - 1 > i_last)
+            t->n_kv = (size_t)(i_last + 1 - j0);
+        if (j0 + (int64_t)t->n_kv - 1 <= i0)
+            return FXA_TILE_PLAIN;
+        fxa_causal_bias(i0, t->n_q, j0, t->n_kv, ld, s->bias);
+    } else {
+        const int64_t h = job->chunk_kv0 * p->group + cq;
+        const fxa_tile_use use =
+            fxa_mask_tile(p, job->a->mask, job->batch, h, i0, t->n_q, j0, t->n_kv, ld, s->bias);
+        if (use != FXA_TILE_BIAS)
+            return use;
+    }
+    const size_t end = (t->n_kv + bp->panel - 1) / bp->panel * bp->panel;
+    for (size_t r = 0; r < t->n_q; r++)
+        for (size_t j = t->n_kv; j < end; j++)
+            s->bias[r * ld + j] = -INFINITY;
+    t->bias = s->bias;
+    return FXA_TILE_BIAS;
+}
+
 /* Store n rows of a gradient block g [n][D] times scale at dst + off, rows
  * `token` apart. */
 static void store_rows(const float *g, size_t n, size_t dim, float scale, float *dst, int64_t off,
@@ -231,6 +281,8 @@ static void kv_block(const bwd_job *job, const bwd_scratch *s, int64_t slot, int
     for (int64_t g = 0; g < p->group; g++) {
         for (int64_t qb = 0; qb < bp->n_q_blocks; qb++) {
             fxa_attn_bwd_tile t = tile_of(job, s, slot * p->group + g, qb, slot, kb);
+            if (tile_mask(job, s, slot * p->group + g, qb, kb, &t) == FXA_TILE_SKIP)
+                continue;
             t.dk = s->ga;
             t.dv = s->gb;
             bp->ctx->kernels->attn_bwd_dkdv(&t);
@@ -244,12 +296,17 @@ static void kv_block(const bwd_job *job, const bwd_scratch *s, int64_t slot, int
     store_kv_grads(job, s, job->chunk_kv0 + slot, j0, n);
 }
 
-/* dK, dV of chunk slot `slot`'s key block kb. */
+/* dK, dV of chunk slot `slot`'s key block kb; causal items go by key
+ * block from the first (the most query rows). */
 static void dkdv_item(void *arg, int64_t item, int thread_id)
 {
     const bwd_job *job = arg;
+    const fxa_attn_bwd_plan *bp = job->bp;
     const bwd_scratch s = scratch_of(job, thread_id);
-    kv_block(job, &s, item / job->bp->n_kv_blocks, item % job->bp->n_kv_blocks, NULL);
+    if (bp->fwd->d.causal)
+        kv_block(job, &s, item % bp->chunk_kv_heads, item / bp->chunk_kv_heads, NULL);
+    else
+        kv_block(job, &s, item / bp->n_kv_blocks, item % bp->n_kv_blocks, NULL);
 }
 
 /* Every gradient of chunk slot `slot`'s kv head in one item: P and dS once
@@ -274,21 +331,26 @@ static void head_item(void *arg, int64_t slot, int thread_id)
     }
 }
 
-/* dQ of chunk query head cq's query block qb. */
+/* dQ of chunk query head cq's query block qb; causal items go by query
+ * block from the last (the most keys), so that the threads end on light
+ * items. */
 static void dq_item(void *arg, int64_t item, int thread_id)
 {
     const bwd_job *job = arg;
     const fxa_attn_bwd_plan *bp = job->bp;
     const fxa_attn_plan *p = bp->fwd;
     const bwd_scratch s = scratch_of(job, thread_id);
-    const int64_t cq = item / bp->n_q_blocks;
-    const int64_t qb = item % bp->n_q_blocks;
+    const int64_t chunk_q = bp->chunk_kv_heads * p->group;
+    const int64_t cq = p->d.causal ? item % chunk_q : item / bp->n_q_blocks;
+    const int64_t qb = p->d.causal ? bp->n_q_blocks - 1 - item / chunk_q : item % bp->n_q_blocks;
     const int64_t h = job->chunk_kv0 * p->group + cq;
     const int64_t i0 = qb * (int64_t)bp->block_q;
     const size_t n = rows_in(p->d.seq_q, i0, bp->block_q);
     memset(s.ga, 0, n * bp->dim * sizeof(float));
     for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++) {
         fxa_attn_bwd_tile t = tile_of(job, &s, cq, qb, cq / p->group, kb);
+        if (tile_mask(job, &s, cq, qb, kb, &t) == FXA_TILE_SKIP)
+            continue;
         t.dq = s.ga;
         bp->ctx->kernels->attn_bwd_dq(&t);
     }

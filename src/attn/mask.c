@@ -69,9 +69,8 @@ void fxa_mask_row_max(const fxa_attn_plan *p, const void *mask, int64_t b, int64
 }
 
 fxa_tile_use fxa_mask_tile(const fxa_attn_plan *p, const void *mask, int64_t b, int64_t h,
-                           int64_t i0, size_t n, int64_t j0, size_t n_kv, float *bias)
+                           int64_t i0, size_t n, int64_t j0, size_t n_kv, size_t ld, float *bias)
 {
-    const size_t ld = p->kv_tile;
     size_t n_masked = 0;
     int biased = 0;
     for (size_t r = 0; r < n; r++) {

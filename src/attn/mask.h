@@ -36,10 +36,10 @@ typedef enum fxa_tile_use {
 } fxa_tile_use;
 
 /* The bias of rows [i0, i0 + n) x keys [j0, j0 + n_kv) of head (b, h) for
- * a mask (not causal), written to bias[r * p->kv_tile + j] only when the
- * result is FXA_TILE_BIAS. */
+ * a mask (not causal), at bias[r * ld + j]; the caller uses it only when
+ * the result is FXA_TILE_BIAS. */
 fxa_tile_use fxa_mask_tile(const fxa_attn_plan *p, const void *mask, int64_t b, int64_t h,
-                           int64_t i0, size_t n, int64_t j0, size_t n_kv, float *bias);
+                           int64_t i0, size_t n, int64_t j0, size_t n_kv, size_t ld, float *bias);
 
 /* Causal (row i sees keys j <= i): the bias of rows [i0, i0 + n) x keys
  * [j0, j0 + n_kv), 0 or -INFINITY, at bias[r * ld + j]. */

@@ -36,8 +36,9 @@
 /* (fxa_grid_model and fxa_grid_time: fxattn_grid.h, new in 0.3.) */
 #define FXA_GRID_MODEL_SIZE_0_3 sizeof(fxa_grid_model)
 #define FXA_GRID_TIME_SIZE_0_3 sizeof(fxa_grid_time)
-/* (fxa_attn_bwd_args and fxa_attn_bwd_stats: new in 0.3.) */
-#define FXA_ATTN_BWD_ARGS_SIZE_0_3 sizeof(fxa_attn_bwd_args)
+/* (fxa_attn_bwd_args and fxa_attn_bwd_stats: new in 0.3; the args' first
+ * form ends at dv, mask came after.) */
+#define FXA_ATTN_BWD_ARGS_SIZE_0_3 offsetof(fxa_attn_bwd_args, mask)
 #define FXA_ATTN_BWD_STATS_SIZE_0_3 sizeof(fxa_attn_bwd_stats)
 
 /* The caller's struct_size (the first member of every versioned struct). */

@@ -6,7 +6,8 @@
  *           of K^T (then V^T): MR x BWD_NV accumulators, a panel row loaded
  *           once per depth step and q (dO) broadcast, each score a chain of
  *           FMAs over c from 0; then p = exp2(lambda s - lse2) (one FMA
- *           forms the argument; the ISA's exp2 with shift 0) and
+ *           forms the argument; the ISA's exp2 with shift 0; with a bias,
+ *           lse2 - bias is rounded first and takes lse2's place) and
  *           ds = p (dp - delta). Pad keys of the last panel are zero in K^T
  *           and V^T, so whole panels are computed; their p and ds are never
  *           read.
@@ -67,9 +68,10 @@ static BWD_ALWAYS_INLINE void panel_dots(const float *a, size_t lda, const float
     }
 }
 
-/* p and ds of rows [i0, i0 + mr) x the BWD_PANEL keys of the panel at j0. */
+/* p and ds of rows [i0, i0 + mr) x the BWD_PANEL keys of the panel at j0;
+ * with `biased` (a constant) the exp2's shift is lse2 - bias per key. */
 static BWD_ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile *t, size_t i0, size_t j0,
-                                         const size_t mr)
+                                         const size_t mr, const int biased)
 {
     bwd_vec acc[MR][BWD_NV];
     const size_t panel_at = j0 * t->d;
@@ -79,9 +81,11 @@ static BWD_ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile *t, size_t i0, 
     for (size_t r = 0; r < mr; r++) {
         const bwd_vec lse2 = vset1(t->lse2[i0 + r]);
         float *p = t->p + (i0 + r) * t->ld_p + j0;
+        const float *bias = biased ? t->bias + (i0 + r) * t->ld_p + j0 : NULL;
         BWD_UNROLL
         for (size_t v = 0; v < BWD_NV; v++)
-            vstore(p + BWD_W * v, vexp2_of(lambda, acc[r][v], lse2));
+            vstore(p + BWD_W * v, vexp2_of(lambda, acc[r][v],
+                                           biased ? vsub(lse2, vload(bias + BWD_W * v)) : lse2));
     }
     panel_dots(t->dout + i0 * t->ldq, t->ldq, t->vt + panel_at, t->d, mr, acc);
     BWD_UNROLL
@@ -115,9 +119,14 @@ static BWD_ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile *t, size_t i0, 
 static void p_ds(const fxa_attn_bwd_tile *t)
 {
     for (size_t j0 = 0; j0 < t->n_kv; j0 += BWD_PANEL) {
-#define P_DS(mr) p_ds_block(t, i0, j0, mr)
-        FOR_ROW_BLOCKS(t->n_q, i0, P_DS);
+#define P_DS(mr) p_ds_block(t, i0, j0, mr, 0)
+#define P_DS_BIASED(mr) p_ds_block(t, i0, j0, mr, 1)
+        if (t->bias)
+            FOR_ROW_BLOCKS(t->n_q, i0, P_DS_BIASED);
+        else
+            FOR_ROW_BLOCKS(t->n_q, i0, P_DS);
 #undef P_DS
+#undef P_DS_BIASED
     }
 }
 

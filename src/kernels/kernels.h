@@ -171,6 +171,13 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
  * k [n_kv][ldk] row-major (the dq kernel only). A kernel may block and
  * vectorise: a row's result must not depend on its place in the tile. No
  * aliasing.
+ *
+ * Bias (masks and causal, optional): with bias != NULL ([n_q][ld_p], base-2
+ * units as in fxa_attn_tile, every entry up to n_kv rounded up to kt_panel
+ * set), p_ij = exp2(lambda s_ij - (lse2_i - bias_ij)), lse2_i - bias_ij
+ * rounded once to fp32; -INFINITY masks a key (p = ds = 0), and a bias of 0
+ * gives the unbiased bits. lse2_i = +INFINITY (a row with every key masked)
+ * makes the row's p and ds 0.
  */
 typedef struct fxa_attn_bwd_tile {
     size_t n_q;
@@ -190,6 +197,7 @@ typedef struct fxa_attn_bwd_tile {
     float *p;
     float *ds;
     size_t ld_p;
+    const float *bias; /* [n_q][ld_p] or NULL */
     float *dq;
     float *dk;
     float *dv;

@@ -1679,8 +1679,8 @@ static void test_hostile(void)
                "--dtype", "bf16", "--seq", "64", "--heads", "1", "--dim", "16", (const char *)NULL);
     run_free(&r);
 
-    /* bench --causal: one JSON object with positive medians and speedup; not with
-     * --backward. */
+    /* bench --causal: one JSON object with positive medians and speedup; with
+     * --backward the backward's. */
     if (run_ok("bench --causal --json", &r, "bench", "--causal", "--seq", "200", "--heads", "2",
                "--dim", "40", "--repeats", "1", "--json", (const char *)NULL)) {
         size_t at;
@@ -1691,8 +1691,20 @@ static void test_hostile(void)
               "[bench --causal] no positive causal_seconds_median and causal_speedup: %s", r.out);
     }
     run_free(&r);
-    run_expect("bench --causal --backward", 2, "forward only", 10.0, &r, "bench", "--causal",
-               "--backward", "--seq", "64", "--heads", "1", "--dim", "16", (const char *)NULL);
+    if (run_ok("bench --backward --causal --json", &r, "bench", "--backward", "--causal", "--seq",
+               "200", "--heads", "2", "--dim", "40", "--repeats", "1", "--json",
+               (const char *)NULL)) {
+        size_t at;
+        CHECK(json_one_object_line(r.out, &at), "[bench --backward --causal] not one object: %s",
+              r.out);
+        const char *c = json_field(r.out, "causal_backward_seconds_median");
+        const char *x = json_field(r.out, "causal_backward_speedup");
+        CHECK(c && strtod(c, NULL) > 0.0 && x && strtod(x, NULL) > 0.0,
+              "[bench --backward --causal] no positive causal median and speedup: %s", r.out);
+    }
+    run_free(&r);
+    run_expect("bench --causal --proj", 2, "not with --proj", 10.0, &r, "bench", "--causal",
+               "--proj", "--seq", "64", "--heads", "1", "--dim", "16", (const char *)NULL);
     run_free(&r);
 
     /* Item 5: more memory than any machine has, refused up front. */

@@ -2,11 +2,13 @@
  * test_bwd_alloc: the attention backward's runs allocate nothing. After
  * plan creation and one warm-up run, a counting allocator
  * (tests/common/alloc_count.h) sees no allocation or free, from any
- * thread, during fxa_attn_bwd_run (GQA, a key tail, stats) on contexts of 1
- * and 3 threads, with the default kernel set and the reference one; a
+ * thread, during fxa_attn_bwd_run (GQA, a key tail, stats; unmasked, an
+ * additive mask with -inf entries and causal) on contexts of 1 and 3
+ * threads, with the default kernel set and the reference one; a
  * malloc and free in the test prove the counter counts. Built only without
  * sanitizers (they own malloc).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,13 +23,16 @@ enum { B = 1, HQ = 4, HKV = 2, SQ = 70, SKV = 150, D = 40 };
 
 static float g_q[NQ], g_k[NKV], g_v[NKV], g_out[NQ], g_dout[NQ], g_lse[ROWS];
 static float g_dq[NQ], g_dk[NKV], g_dv[NKV];
+static float g_mask[(size_t)SQ * SKV]; /* additive, [Sq, Skv] broadcast over B and heads */
+
+typedef enum masking { UNMASKED, ADDITIVE, CAUSAL } masking;
 
 static void *ws_alloc(size_t bytes)
 {
     return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
 }
 
-static void run_case(int threads, const char *isa)
+static void run_case(int threads, const char *isa, masking m)
 {
     if (isa)
         setenv("FXA_ISA", isa, 1);
@@ -46,6 +51,11 @@ static void run_case(int threads, const char *isa)
     d.seq_q = SQ;
     d.seq_kv = SKV;
     d.head_dim = D;
+    d.causal = m == CAUSAL;
+    if (m == ADDITIVE) {
+        d.mask_kind = FXA_MASK_ADD;
+        d.mask_strides = (fxa_mask_strides){0, 0, SKV, 1};
+    }
     fxa_attn_plan *fwd = NULL;
     fxa_attn_bwd_plan *bwd = NULL;
     size_t ws_f = 0, ws_b = 0;
@@ -54,8 +64,13 @@ static void run_case(int threads, const char *isa)
     CHECK(fxa_attn_bwd_plan_create(ctx, &d, &bwd, &ws_b) == FXA_OK, "bwd plan: %s",
           fxa_ctx_last_error(ctx));
     void *wf = ws_alloc(ws_f), *wb = ws_alloc(ws_b);
-    const fxa_attn_args a = {
-        .struct_size = sizeof a, .q = g_q, .k = g_k, .v = g_v, .out = g_out, .lse = g_lse};
+    const fxa_attn_args a = {.struct_size = sizeof a,
+                             .q = g_q,
+                             .k = g_k,
+                             .v = g_v,
+                             .out = g_out,
+                             .lse = g_lse,
+                             .mask = m == ADDITIVE ? g_mask : NULL};
     CHECK(fxa_attn_run(fwd, &a, wf, NULL) == FXA_OK, "forward: %s", fxa_ctx_last_error(ctx));
     const fxa_attn_bwd_args g = {.struct_size = sizeof g,
                                  .q = g_q,
@@ -66,16 +81,18 @@ static void run_case(int threads, const char *isa)
                                  .lse = g_lse,
                                  .dq = g_dq,
                                  .dk = g_dk,
-                                 .dv = g_dv};
+                                 .dv = g_dv,
+                                 .mask = m == ADDITIVE ? g_mask : NULL};
     fxa_attn_bwd_stats st = {.struct_size = sizeof st};
     CHECK(fxa_attn_bwd_run(bwd, &g, wb, &st) == FXA_OK, "warm-up: %s", fxa_ctx_last_error(ctx));
     fxt_alloc_count_begin();
     const fxa_status s = fxa_attn_bwd_run(bwd, &g, wb, &st);
     const long n = fxt_alloc_count_end();
-    CHECK(s == FXA_OK, "[%d threads, %s] backward: %s", threads, fxa_ctx_isa(ctx),
-          fxa_ctx_last_error(ctx));
-    CHECK(n == 0, "[%d threads, %s] fxa_attn_bwd_run: %ld allocation calls, the first from %p",
-          threads, fxa_ctx_isa(ctx), n, fxt_alloc_first_caller());
+    CHECK(s == FXA_OK, "[%d threads, %s, masking %d] backward: %s", threads, fxa_ctx_isa(ctx),
+          (int)m, fxa_ctx_last_error(ctx));
+    CHECK(n == 0,
+          "[%d threads, %s, masking %d] fxa_attn_bwd_run: %ld allocation calls, the first from %p",
+          threads, fxa_ctx_isa(ctx), (int)m, n, fxt_alloc_first_caller());
     free(wf);
     free(wb);
     fxa_attn_bwd_plan_destroy(bwd);
@@ -99,9 +116,12 @@ int main(void)
         g_k[i] = (float)fxt_rng_normal(&r);
         g_v[i] = (float)fxt_rng_normal(&r);
     }
-    for (int t = 1; t <= 3; t += 2) {
-        run_case(t, NULL);
-        run_case(t, "ref");
-    }
+    for (size_t i = 0; i < (size_t)SQ * SKV; i++)
+        g_mask[i] = i % 7 == 3 ? -INFINITY : (float)fxt_rng_normal(&r);
+    for (int t = 1; t <= 3; t += 2)
+        for (masking m = UNMASKED; m <= CAUSAL; m++) {
+            run_case(t, NULL, m);
+            run_case(t, "ref", m);
+        }
     return test_summary("test_bwd_alloc");
 }

@@ -20,6 +20,10 @@
  *    read into the result nor written) and fxa_check_head (an output array
  *    of first-version heads: each head's fields that fit, nothing past
  *    the last one). fxa_check_desc sizes out of range are refused.
+ *  - fxa_attn_bwd_args: its first form (ending at dv, before mask) with a
+ *    canary past it gives the full struct's gradients bit for bit on an
+ *    unmasked plan; on a masked plan it has no mask and is refused (args->mask
+ *    NULL); one byte short, 0 and one byte past sizeof are refused.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -282,6 +286,84 @@ static void test_first_inputs(void)
     }
 }
 
+/* fxa_attn_bwd_args at its first form's size and out of range. */
+static void test_bwd_args(void)
+{
+    static float out[N], lse[B * H * S], dout[N], g[3][N], h[3][N];
+    static uint8_t keep[S * S];
+    for (size_t i = 0; i < N; i++)
+        dout[i] = (float)((int)(i * 11 % 13) - 6) * 0.25f;
+    for (size_t i = 0; i < (size_t)S * S; i++)
+        keep[i] = i % 5 != 2;
+    fxa_attn_desc d;
+    init_desc(&d);
+    for (int masked = 0; masked < 2; masked++) {
+        if (masked) {
+            d.mask_kind = FXA_MASK_BOOL;
+            d.mask_strides = (fxa_mask_strides){0, 0, S, 1};
+        }
+        fxa_attn_plan *fwd = NULL;
+        fxa_attn_bwd_plan *bwd = NULL;
+        size_t ws_f = 0, ws_b = 0;
+        CHECK(fxa_attn_plan_create(g_ctx, &d, &fwd, &ws_f) == FXA_OK &&
+                  fxa_attn_bwd_plan_create(g_ctx, &d, &bwd, &ws_b) == FXA_OK,
+              "bwd plans: %s", fxa_ctx_last_error(g_ctx));
+        void *wf = aligned_alloc(64, (ws_f + 63) & ~(size_t)63);
+        void *wb = aligned_alloc(64, (ws_b + 63) & ~(size_t)63);
+        const fxa_attn_args a = {.struct_size = sizeof a,
+                                 .q = g_q,
+                                 .k = g_k,
+                                 .v = g_v,
+                                 .out = out,
+                                 .lse = lse,
+                                 .mask = masked ? keep : NULL};
+        CHECK(fxa_attn_run(fwd, &a, wf, NULL) == FXA_OK, "forward: %s", fxa_ctx_last_error(g_ctx));
+        fxa_attn_bwd_args ba = {.struct_size = sizeof ba,
+                                .q = g_q,
+                                .k = g_k,
+                                .v = g_v,
+                                .out = out,
+                                .dout = dout,
+                                .lse = lse,
+                                .dq = g[0],
+                                .dk = g[1],
+                                .dv = g[2],
+                                .mask = masked ? keep : NULL};
+        CHECK(fxa_attn_bwd_run(bwd, &ba, wb, NULL) == FXA_OK, "bwd: %s", fxa_ctx_last_error(g_ctx));
+        const size_t first = FXA_ATTN_BWD_ARGS_SIZE_0_3;
+        unsigned char buf[256];
+        memset(buf, 0xa5, sizeof buf);
+        ba.struct_size = first;
+        ba.dq = h[0];
+        ba.dk = h[1];
+        ba.dv = h[2];
+        memcpy(buf, &ba, first);
+        const fxa_status st =
+            fxa_attn_bwd_run(bwd, (const fxa_attn_bwd_args *)(const void *)buf, wb, NULL);
+        if (masked)
+            CHECK(st == FXA_ERR_INVALID_ARG &&
+                      strstr(fxa_ctx_last_error(g_ctx), "args->mask is NULL") != NULL,
+                  "first-form bwd args on a masked plan: %d '%s'", (int)st,
+                  fxa_ctx_last_error(g_ctx));
+        else
+            CHECK(st == FXA_OK && memcmp(g, h, sizeof g) == 0,
+                  "first-form bwd args: %d '%s' (or other gradients)", (int)st,
+                  fxa_ctx_last_error(g_ctx));
+        CHECK(canary_intact(buf, first, sizeof buf, 0xa5), "first-form bwd args: bytes written");
+        const size_t bad[3] = {first - 1, 0, sizeof(fxa_attn_bwd_args) + 1};
+        for (int i = 0; i < 3; i++) {
+            ba.struct_size = bad[i];
+            CHECK(fxa_attn_bwd_run(bwd, &ba, wb, NULL) == FXA_ERR_INVALID_ARG &&
+                      strstr(fxa_ctx_last_error(g_ctx), "fxa_attn_bwd_args.struct_size") != NULL,
+                  "bwd args struct_size %zu: '%s'", bad[i], fxa_ctx_last_error(g_ctx));
+        }
+        free(wf);
+        free(wb);
+        fxa_attn_bwd_plan_destroy(bwd);
+        fxa_attn_plan_destroy(fwd);
+    }
+}
+
 /* fxa_check_head outputs at the first version's size: each head's fields,
  * its struct_size set, a canary after the last head untouched. */
 static void test_first_heads(void)
@@ -335,6 +417,7 @@ int main(void)
     test_args_and_params();
     test_first_inputs();
     test_first_heads();
+    test_bwd_args();
     fxa_ctx_destroy(g_ctx);
     return test_summary("test_struct_size");
 }

@@ -147,12 +147,25 @@ def run(
         _lib.raise_status(status, ctx.last_error())
 
 
-def run_backward(q, k, v, opts: Options, out_code: int, out_ptr: int, dout_ptr: int, lse_ptr: int, grads) -> None:
+def run_backward(
+    q,
+    k,
+    v,
+    opts: Options,
+    out_code: int,
+    out_ptr: int,
+    dout_ptr: int,
+    lse_ptr: int,
+    grads,
+    mask: Mask | None = None,
+    causal: bool = False,
+) -> None:
     """fxa_attn_bwd_run on operands: out and dout contiguous in q's shape
     (fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 (the forward's), into
     grads = (dq, dk, dv) addresses of fp32 memory with q's, k's and v's
-    element strides. The gradients are computed in fp32 whatever opts.compute."""
-    d = descriptor(q, k, v, opts, out_code)
+    element strides; the forward's mask and causal. The gradients are
+    computed in fp32 whatever opts.compute."""
+    d = descriptor(q, k, v, opts, out_code, mask, causal)
     d.compute = _lib.COMPUTE_FP32
     ctx = context(opts.threads)
     with ctx.lock:
@@ -160,7 +173,17 @@ def run_backward(q, k, v, opts: Options, out_code: int, out_ptr: int, dout_ptr: 
         ws = ctx.workspace(plan.workspace_bytes)
         dq, dk, dv = grads
         args = _lib.new(
-            _lib.AttnBwdArgs, q=q.ptr, k=k.ptr, v=v.ptr, out=out_ptr, dout=dout_ptr, lse=lse_ptr, dq=dq, dk=dk, dv=dv
+            _lib.AttnBwdArgs,
+            q=q.ptr,
+            k=k.ptr,
+            v=v.ptr,
+            out=out_ptr,
+            dout=dout_ptr,
+            lse=lse_ptr,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            mask=mask.ptr if mask else None,
         )
         status = core.fxa_attn_bwd_run(plan.handle, ctypes.byref(args), ws, None)
         _lib.raise_status(status, ctx.last_error())

@@ -33,7 +33,8 @@ def scaled_dot_product_attention(
 ):
     """torch.nn.functional.scaled_dot_product_attention's call and results,
     computed by fxattn (exact fixed-max attention, CPU; differentiable for
-    torch tensors without attn_mask and is_causal).
+    torch tensors with respect to query, key and value, attn_mask and
+    is_causal included; an attn_mask requiring grad raises UnsupportedError).
 
     query [..., Hq, Sq, E], key and value [..., Hkv, Skv, E] (any leading
     batch dims, 2-D and 3-D too; key's and value's leading dims may
@@ -48,7 +49,8 @@ def scaled_dot_product_attention(
     [..., Hq, Sq, Skv]; a float mask of another float dtype is converted to
     float32. Not together with is_causal (SDPA refuses both). is_causal:
     query i attends keys j <= i, top-left aligned as SDPA's (also when
-    Sq != Skv). A row whose keys are all masked gives 0, as SDPA does.
+    Sq != Skv). A row whose keys are all masked gives 0, as SDPA does, and
+    gradients 0.
     dropout_p: 0 only (inference). scale: None (1/sqrt(E)), a float, a 0-d
     tensor or a numpy scalar. enable_gqa: as SDPA's: without it the head
     counts must match (or key/value have one head, broadcast); with it Hq

@@ -119,32 +119,42 @@ def attention_backward_op(
     compute: str,
     threads: int,
     grad_lse: Optional[torch.Tensor] = None,
+    attn_mask: Optional[torch.Tensor] = None,
+    is_causal: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of fxattn::attention (no mask, not causal) from its
-    inputs, its output out, its lse (empty [0]: computed again here) and
-    the output's gradient grad_out; gradients in q's, k's and v's dtypes,
-    computed in fp32 by the C library. grad_lse: the lse output's gradient
-    (None: zero)."""
+    """(dq, dk, dv) of fxattn::attention from its inputs (the forward's
+    attn_mask and is_causal too), its output out, its lse (empty [0]:
+    computed again here) and the output's gradient grad_out; gradients in
+    q's, k's and v's dtypes, computed in fp32 by the C library. grad_lse:
+    the lse output's gradient (None: zero). A row with every key masked is
+    a constant 0: its gradients are 0."""
     if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
-        return _backward_with_lse(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse)
+        return _backward_with_lse(
+            grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse, attn_mask, is_causal
+        )
     opts = Options.parse(scale or None, layout, mode, center, compute, threads or None)
     dense = [_dense(t) for t in (q, k, v)]
     qo, ko, vo = operands(*dense, layout)
+    mask = None if attn_mask is None else mask_operand(attn_mask.detach())
     if lse.numel() == 0:
         lse = torch.empty(lse_shape(layout, qo.shape), dtype=torch.float32)
         scratch = torch.empty(qo.shape, dtype=out.dtype if out.dtype == torch.bfloat16 else torch.float32)
-        run(qo, ko, vo, opts, _arrays.torch_dtype_code(torch, scratch.dtype), scratch.data_ptr(), lse.data_ptr())
+        code = _arrays.torch_dtype_code(torch, scratch.dtype)
+        run(qo, ko, vo, opts, code, scratch.data_ptr(), lse.data_ptr(), mask, is_causal)
     wide = torch.bfloat16 if out.dtype == torch.bfloat16 else torch.float32
     out = out.to(wide).contiguous()
     grad_out = grad_out.to(wide).contiguous()
     lse = lse.contiguous()
     grads = [torch.empty_like(t, dtype=torch.float32) for t in (qo.obj, ko.obj, vo.obj)]
     code = _arrays.torch_dtype_code(torch, wide)
-    run_backward(qo, ko, vo, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), [g.data_ptr() for g in grads])
+    ptrs = [g.data_ptr() for g in grads]
+    run_backward(qo, ko, vo, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), ptrs, mask, is_causal)
     return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v)))
 
 
-def _backward_with_lse(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse):
+def _backward_with_lse(
+    grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse, attn_mask=None, is_causal=False
+):
     """The backward with the lse's gradient g: it adds g_i P_ij to dS_ij =
     P_ij (dO_i . v_j - dO_i . O_i), which the C backward computes with one
     more feature: q, k, v get a zero column (the scores and dO . v stay),
@@ -155,35 +165,38 @@ def _backward_with_lse(grad_out, q, k, v, out, lse, scale, layout, mode, center,
     g = (grad_lse if layout == "bhsd" else grad_lse.transpose(1, 2)).unsqueeze(-1).float()
     out2 = torch.cat([out.float(), -g], -1)
     dout2 = torch.cat([grad_out.float(), torch.ones_like(g)], -1)
-    grads = attention_backward_op(dout2, q2, k2, v2, out2, lse, scale, layout, mode, center, compute, threads)
+    grads = attention_backward_op(
+        dout2, q2, k2, v2, out2, lse, scale, layout, mode, center, compute, threads, None, attn_mask, is_causal
+    )
     return tuple(torch.empty_like(_dense(t)).copy_(d[..., :dim]) for t, d in zip((q, k, v), grads))
 
 
 @attention_backward_op.register_fake
-def _(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse=None):
-    same_device(q, k, v)
+def _(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse=None, attn_mask=None, is_causal=False):
+    same_device(q, k, v, attn_mask)
     return tuple(torch.empty_like(_dense(t)) for t in (q, k, v))
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, scale, layout, mode, center, compute, return_lse, _, threads = inputs[:11]
     attn_mask, is_causal = (tuple(inputs[11:]) + (None, False))[:2]
-    if attn_mask is not None or is_causal:
+    if attn_mask is not None and attn_mask.requires_grad:
         raise _lib.UnsupportedError(
-            "fxattn's backward takes no attn_mask and no is_causal: run a masked or causal fxattn "
-            "attention without gradients (torch.no_grad() or detached inputs)",
+            "attn_mask requires grad: fxattn's backward gives the gradients of query, key and value "
+            "only (an additive mask is a constant to it); pass attn_mask.detach()",
             _lib.UNSUPPORTED,
         )
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, attn_mask)
     ctx.options = (scale, layout, mode, center, compute, threads)
     ctx.return_lse = return_lse
+    ctx.is_causal = bool(is_causal)
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse, attn_mask = ctx.saved_tensors
     dq, dk, dv = torch.ops.fxattn.attention_backward(
-        grad_out, q, k, v, out, lse, *ctx.options, grad_lse if ctx.return_lse else None
+        grad_out, q, k, v, out, lse, *ctx.options, grad_lse if ctx.return_lse else None, attn_mask, ctx.is_causal
     )
     return (dq, dk, dv) + (None,) * 10
 

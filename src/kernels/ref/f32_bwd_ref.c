@@ -17,7 +17,8 @@ static void p_ds(const fxa_attn_bwd_tile *t)
                 s += q[c] * t->kt[at];
                 dp += dout[c] * t->vt[at];
             }
-            const float p = fxa_exp2_shifted_ref(t->lambda * s - t->lse2[i], 0.0f);
+            const float shift = t->bias ? t->lse2[i] - t->bias[i * t->ld_p + j] : t->lse2[i];
+            const float p = fxa_exp2_shifted_ref(t->lambda * s - shift, 0.0f);
             t->p[i * t->ld_p + j] = p;
             t->ds[i * t->ld_p + j] = p * (dp - t->delta[i]);
         }

@@ -186,9 +186,9 @@ int fxt_cmd_bench(int argc, char **argv)
         return FXT_EXIT_BAD_INPUT;
     if (a.dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
-    if (a.causal && (fxt_cp_opts_distributed(&a.cp) || a.backward || a.proj))
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "--causal runs attention in one process, forward only "
-                                            "(not under mpirun, not with --backward or --proj)");
+    if (a.causal && (fxt_cp_opts_distributed(&a.cp) || a.proj))
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--causal runs attention in one process (not under "
+                                            "mpirun, not with --proj)");
     if (a.proj)
         return fxt_bench_proj(&a);
     const bench_opts o = {.seq = a.seq,
@@ -200,14 +200,14 @@ int fxt_cmd_bench(int argc, char **argv)
                           .repeats = a.repeats,
                           .json = a.json,
                           .cp = a.cp};
-    if (a.causal)
+    if (a.causal && !a.backward)
         return fxt_bench_causal(&o);
     if (a.backward) {
         if (fxt_cp_opts_distributed(&a.cp) || compute != FXA_COMPUTE_FP32)
             return fxt_fail(FXT_EXIT_BAD_INPUT,
                             "--backward runs in one process with fp32 compute (not under "
                             "mpirun, not --compute bf16)");
-        return fxt_bench_bwd(&o);
+        return a.causal ? fxt_bench_bwd_causal(&o) : fxt_bench_bwd(&o);
     }
     return fxt_cp_opts_distributed(&a.cp) ? fxt_bench_mpi(&o) : bench_one_process(&o);
 }
