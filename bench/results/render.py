@@ -429,8 +429,9 @@ def attention_series(records):
 
 def sdpa_series(records):
     """{label: {S: GFLOP/s}} of python_sdpa rows at the largest thread
-    count: fxattn and torch, fp32 and bf16, causal and not."""
-    pts = [r for r in records if r["kind"] == "python_sdpa"]
+    count: fxattn and torch, fp32 and bf16, causal and not; rows recorded
+    with "plot": false (measured on a loaded machine) left out."""
+    pts = [r for r in records if r["kind"] == "python_sdpa" and r.get("plot", True)]
     if not pts:
         return {}, None
     threads = max(r.get("threads", 1) for r in pts)
