@@ -3,9 +3,10 @@ fullgraph=True), of a tiny WanTransformer3DModel whose attention runs in
 fxattn, both ways: fxattn.diffusers.WanAttnProcessor (under compilation it
 traces its per-op path, the fxattn::attention custom operator) and
 diffusers' own processor on the "fxattn" attention backend. fullgraph=True
-raises on any graph break; the backend below records every graph dynamo
-captures, so the test also sees that each WanTransformerBlock was compiled
-and that fxattn's operator is in its graph (not a fallback to eager). The
+raises on any graph break; every WanTransformerBlock is compiled (each
+module's compiled call set), and the backend below records every graph
+dynamo captures, so the test also sees that fxattn's operator is in each
+(not a fallback to eager). The
 compiled model's output equals the eager model's: bit for bit on the
 backend (the same operator calls), within fp32 rounding (FP32_TOL) with
 the processor, whose eager self-attentions run the fused layer.
@@ -53,6 +54,7 @@ def eager_and_compiled(setup):
     torch._dynamo.reset()
     graphs = []
     m.compile_repeated_blocks(fullgraph=True, backend=recording_backend(graphs))
+    assert len(m.blocks) == LAYERS and all(b._compiled_call_impl is not None for b in m.blocks)
     with torch.no_grad():
         compiled = m(**args).sample.float()
     return eager, compiled, graphs
