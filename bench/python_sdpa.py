@@ -27,7 +27,10 @@ S(S+1)/2). % peak: of the machine's peak from the `fxattn bench` probe the
 package ships (fp32 rows: the FMA peak; bf16 rows: the peak of the units
 fxattn's bf16 compute runs on, AMX tdpbf16ps, else vdpbf16ps, else the FMA
 peak) on --threads threads. fxattn / torch: torch's seconds over fxattn's
-(> 1: fxattn is faster).
+(> 1: fxattn is faster). cpu f/t: the same ratio of the CPU seconds each
+call takes on all the process's threads (time.process_time, medians):
+other jobs on a shared machine stretch the elapsed times, much less the
+CPU seconds.
 
 The default --heads 1 keeps a run short: at S 16384 (137 GFLOP per
 non-causal call at D 128) the 8 calls of a round take ~10-15 s on 2 cores
@@ -61,15 +64,21 @@ TOLERANCE = {"fp32": 1e-4, "bf16": 2.0**-5}
 
 
 def alternating_medians(fx, ref, repeats):
-    """(median seconds of fx, of ref) over `repeats` rounds, each timing both
-    once: fx first in even rounds, ref first in odd ones."""
+    """(median seconds of fx, of ref, median CPU seconds of fx, of ref) over
+    `repeats` rounds, each timing both once: fx first in even rounds, ref
+    first in odd ones. CPU seconds: the process's, all threads
+    (time.process_time), which other jobs on a shared machine change far
+    less than the elapsed time."""
     times = {fx: [], ref: []}
+    cpu = {fx: [], ref: []}
     for r in range(repeats):
         for fn in ((fx, ref) if r % 2 == 0 else (ref, fx)):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn()
             times[fn].append(time.perf_counter() - t0)
-    return statistics.median(times[fx]), statistics.median(times[ref])
+            cpu[fn].append(time.process_time() - c0)
+    med = statistics.median
+    return med(times[fx]), med(times[ref]), med(cpu[fx]), med(cpu[ref])
 
 
 def run_case(a, s, dt, causal, peaks):
@@ -88,7 +97,7 @@ def run_case(a, s, dt, causal, peaks):
     limit = TOLERANCE[dt] * (float(v.float().abs().max()) if dt == "bf16" else 1.0)
     if not diff < limit:
         sys.exit(f"python_sdpa.py: S {s} {dt} causal={causal}: max |fxattn - torch| = {diff:.3e}, above {limit:.3e}")
-    fx_s, torch_s = alternating_medians(fx, ref, a.repeats)
+    fx_s, torch_s, fx_cpu, torch_cpu = alternating_medians(fx, ref, a.repeats)
     flops = (2.0 if causal else 4.0) * s * s * h * d
     peak = "bf16" if dt == "bf16" else "fp32"
     return {"kind": "python_sdpa", "B": 1, "S": s, "H": h, "D": d, "dtype": dt, "compute": dt, "causal": causal,
@@ -97,7 +106,8 @@ def run_case(a, s, dt, causal, peaks):
             "fxattn_peak_share": flops / fx_s / 1e9 / peaks[peak],
             "torch_seconds": torch_s, "torch_gflops": flops / torch_s / 1e9,
             "torch_peak_share": flops / torch_s / 1e9 / peaks[peak],
-            "fxattn_over_torch": torch_s / fx_s, "max_abs_diff": diff, "peak": peak, "peak_gflops": peaks[peak]}
+            "fxattn_over_torch": torch_s / fx_s, "fxattn_cpu_seconds": fx_cpu, "torch_cpu_seconds": torch_cpu,
+            "cpu_fxattn_over_torch": torch_cpu / fx_cpu, "max_abs_diff": diff, "peak": peak, "peak_gflops": peaks[peak]}
 
 
 def main():
@@ -130,7 +140,7 @@ def main():
     print(f"# peaks (fxattn bench probe): fp32 {peaks['fp32']:.1f}, bf16 {peaks['bf16']:.1f} GFLOP/s; "
           f"GFLOP = 4 S^2 H D, causal half of it")
     print(f"{'S':>6} {'dtype':5} {'causal':6} {'fxattn s':>9} {'GFLOP/s':>8} {'% peak':>7} "
-          f"{'torch s':>9} {'GFLOP/s':>8} {'% peak':>7} {'fx/torch':>8} {'max|diff|':>9}", flush=True)
+          f"{'torch s':>9} {'GFLOP/s':>8} {'% peak':>7} {'fx/torch':>8} {'cpu f/t':>8} {'max|diff|':>9}", flush=True)
     recs = []
     for s in (int(x) for x in str(a.seqs).split(",") if x):
         for dt in dtypes:
@@ -140,7 +150,8 @@ def main():
                 print(f"{s:6d} {dt:5} {'yes' if causal else 'no':6} {r['fxattn_seconds']:9.4f} "
                       f"{r['fxattn_gflops']:8.1f} {100 * r['fxattn_peak_share']:6.1f}% {r['torch_seconds']:9.4f} "
                       f"{r['torch_gflops']:8.1f} {100 * r['torch_peak_share']:6.1f}% "
-                      f"{r['fxattn_over_torch']:7.2f}x {r['max_abs_diff']:9.2e}", flush=True)
+                      f"{r['fxattn_over_torch']:7.2f}x {r['cpu_fxattn_over_torch']:7.2f}x {r['max_abs_diff']:9.2e}",
+                      flush=True)
     if a.json:
         versions = {"fxattn": fxattn.__version__, "torch": torch.__version__, "diffusers": diffusers.__version__}
         ident = identity(a.machine, Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent, versions)

@@ -160,14 +160,19 @@ KINDS = {
                   "`scaled_dot_product_attention` on the same contiguous [B, H, S, D] q, k, v, outputs checked first "
                   "(max\\|diff\\|); medians of rounds alternating which runs first. fxattn's default compute: "
                   "fp32 for fp32 inputs, bf16 for bf16. GFLOP = 4 S^2 H D, causal half of it; % peak of the FMA peak "
-                  "(fp32 rows) or of the bf16 peak (bf16 rows). fx / torch: torch's seconds over fxattn's."),
+                  "(fp32 rows) or of the bf16 peak (bf16 rows). fx / torch: torch's seconds over fxattn's; CPU fx / torch: "
+                  "the same ratio of the CPU seconds (all threads, `time.process_time`) a call takes, which other jobs "
+                  "on the shared machine change far less."),
         "columns": [("B", "B", "{}", P), ("H", "H", "{}", P), ("D", "D", "{}", P), ("threads", "threads", "{}", P),
                     ("repeats", "rounds", "{}", P), ("S", "S", "{}", V), ("dtype", "dtype", "{}", V),
                     ("causal", "causal", "bool", V), ("fxattn_seconds", "fxattn s", "{:.4f}", V),
                     ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V), ("fxattn_peak_share", "fxattn % peak", "{:.1%}", V),
                     ("torch_seconds", "torch s", "{:.4f}", V), ("torch_gflops", "torch GFLOP/s", "{:.1f}", V),
                     ("torch_peak_share", "torch % peak", "{:.1%}", V),
-                    ("fxattn_over_torch", "fx / torch", "{:.2f}x", V), ("max_abs_diff", "max\\|diff\\|", "{:.2e}", V)],
+                    ("fxattn_over_torch", "fx / torch", "{:.2f}x", V),
+                    ("fxattn_cpu_seconds", "fxattn CPU s", "{:.4f}", V), ("torch_cpu_seconds", "torch CPU s", "{:.4f}", V),
+                    ("cpu_fxattn_over_torch", "CPU fx / torch", "{:.2f}x", V),
+                    ("max_abs_diff", "max\\|diff\\|", "{:.2e}", V)],
     },
     "python_diffusers": {
         "title": "diffusers' Wan and Flux with the fxattn backend",
@@ -424,8 +429,9 @@ def attention_series(records):
 
 def sdpa_series(records):
     """{label: {S: GFLOP/s}} of python_sdpa rows at the largest thread
-    count: fxattn and torch, fp32 and bf16, causal and not."""
-    pts = [r for r in records if r["kind"] == "python_sdpa"]
+    count: fxattn and torch, fp32 and bf16, causal and not; rows recorded
+    with "plot": false (measured on a loaded machine) left out."""
+    pts = [r for r in records if r["kind"] == "python_sdpa" and r.get("plot", True)]
     if not pts:
         return {}, None
     threads = max(r.get("threads", 1) for r in pts)

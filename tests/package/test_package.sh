@@ -41,7 +41,7 @@ ok "sdist $(basename "$sdist"): $(wc -l <<<"$list") entries, sources and LICENSE
 # ---- the wheel's contents ----------------------------------------------------
 for whl in "$raw" "$repaired"; do
     names=$(unzip -Z1 "$whl")
-    for f in fxattn/py.typed fxattn/_cli.py fxattn/bin/fxattn fxattn/lib/libfxattn.so.0 \
+    for f in fxattn/py.typed fxattn/_cli.py fxattn/bin/fxattn fxattn/bin/fxattn-nompi fxattn/lib/libfxattn.so.0 \
         fxattn-$version.dist-info/licenses/LICENSE fxattn-$version.dist-info/entry_points.txt; do
         grep -qx "$f" <<<"$names" || fail "$(basename "$whl") lacks $f"
     done
@@ -52,7 +52,7 @@ for whl in "$raw" "$repaired"; do
 done
 unzip -p "$raw" "fxattn-$version.dist-info/METADATA" | grep -q "^License: Apache-2.0" ||
     fail "the metadata does not say Apache-2.0"
-ok "wheels hold LICENSE (Apache-2.0), py.typed, bin/fxattn and the fxattn console script"
+ok "wheels hold LICENSE (Apache-2.0), py.typed, bin/fxattn, bin/fxattn-nompi and the fxattn console script"
 
 # ---- a fresh environment per wheel ---------------------------------------------
 # attention on 2 x 96 tokens, 3 heads of 40, against fp64; then the Wan layer
@@ -94,7 +94,7 @@ fresh_env "$work/venv-repaired" "$repaired"
 pkg=$("$work/venv-repaired/bin/python" -c "import fxattn, os; print(os.path.dirname(fxattn.__file__))")
 libs=$(dirname "$pkg")/fxattn.libs
 [ -d "$libs" ] || fail "no fxattn.libs/ beside the installed package"
-for elf in "$pkg"/lib/libfxattn*.so.0 "$pkg/bin/fxattn"; do
+for elf in "$pkg"/lib/libfxattn*.so.0 "$pkg/bin/fxattn" "$pkg/bin/fxattn-nompi"; do
     deps=$(ldd "$elf")
     ! grep -q "not found" <<<"$deps" || fail "$elf: $(grep 'not found' <<<"$deps")"
     for name in openblas dnnl gomp; do
@@ -105,9 +105,10 @@ for elf in "$pkg"/lib/libfxattn*.so.0 "$pkg/bin/fxattn"; do
         done < <(grep "$name" <<<"$deps" || true)
     done
 done
+! readelf -d "$pkg/bin/fxattn-nompi" | grep NEEDED | grep -q libmpi || fail "bin/fxattn-nompi needs libmpi"
 readelf -d "$pkg/lib/libfxattn_proj.so.0" | grep NEEDED | grep -q "libopenblas.*-[0-9a-f]\{8\}" ||
     fail "libfxattn_proj.so.0 does not need the renamed OpenBLAS"
-ok "repaired wheel: libfxattn*.so.0 and bin/fxattn resolve OpenBLAS, oneDNN and libgomp in fxattn.libs/"
+ok "repaired wheel: libfxattn*.so.0, bin/fxattn and bin/fxattn-nompi (no libmpi) resolve OpenBLAS, oneDNN and libgomp in fxattn.libs/"
 mapped=$(cd / && "$work/venv-repaired/bin/python" "$work/run.py" "$work/y-repaired.npy") || fail "the repaired wheel's run"
 echo "$mapped"
 for name in openblas dnnl gomp; do

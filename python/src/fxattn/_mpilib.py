@@ -7,6 +7,11 @@ libfxattn_mpi is linked against the system's Open MPI; mpi4py must run on
 that one too (checked here): its wheel picks Open MPI's libmpi.so.40 at run
 time, and `pip install --no-binary mpi4py mpi4py` builds it against the
 `mpicc` on PATH.
+
+Open MPI is the one dependency the wheel does not bundle (mpirun, mpi4py
+and the library must share it), and only this module needs it: without
+libmpi.so.40 or mpi4py, importing it raises ImportError saying what to
+install, and the rest of the package works as before.
 """
 
 from __future__ import annotations
@@ -14,9 +19,24 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int64, c_size_t, c_void_p
 
-from mpi4py import MPI
-
 from . import _gridlib, _lib
+
+_OPEN_MPI = (
+    "fxattn.mpi needs Open MPI's runtime (libmpi.so.40), which this machine does not have: "
+    "install it with `apt-get install openmpi-bin libopenmpi3` (Debian, Ubuntu) or point "
+    "LD_LIBRARY_PATH at the folder holding libmpi.so.40; the rest of fxattn works without it"
+)
+try:
+    # mode=RTLD_GLOBAL as mpi4py and Open MPI's plugins load it.
+    ctypes.CDLL("libmpi.so.40", mode=ctypes.RTLD_GLOBAL)
+except OSError as e:
+    raise ImportError(f"{_OPEN_MPI} ({e})") from None
+try:
+    from mpi4py import MPI
+except ImportError as e:
+    raise ImportError(
+        f"fxattn.mpi needs mpi4py on Open MPI: `pip install mpi4py` (or `pip install fxattn[mpi]`) ({e})"
+    ) from None
 
 if not MPI.Get_library_version().startswith("Open MPI"):
     raise ImportError(
@@ -69,7 +89,10 @@ class MpiStats(ctypes.Structure):
     ]
 
 
-mpi = _lib.load("fxattn_mpi")
+try:
+    mpi = _lib.load("fxattn_mpi")
+except OSError as e:  # a libmpi.so.40 that is not Open MPI 4/5's, or a broken install
+    raise ImportError(f"fxattn.mpi: {e}; {_OPEN_MPI}") from None
 _d = _lib._declare
 _d(mpi, "fxa_mpi_params_init", None, POINTER(MpiParams))
 _d(mpi, "fxa_mpi_default_timeout", c_double)
