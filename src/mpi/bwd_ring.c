@@ -55,7 +55,7 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     int64_t most = 0;
     for (int j = 0; j < r; j++) {
         most = blk_len(p, j) > most ? blk_len(p, j) : most;
-        if (p->ring_d.seq_q == 0 || blk_len(p, j) == 0)
+        if (p->ring_d.seq_q == 0 || p->ring_d.heads_q == 0 || blk_len(p, j) == 0)
             continue;
         fxa_attn_desc ld = p->ring_d;
         ld.seq_kv = blk_len(p, j);
