@@ -268,25 +268,29 @@ static fxa_status run_ulysses(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args 
     return st;
 }
 
-fxa_status fxa_mpi_attn_bwd_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *user_args,
-                                fxa_mpi_stats *user_stats)
+/* fxa_mpi_body of the backward: Ulysses (U > 1), the ring (R > 1) or one
+ * rank's whole problem. */
+static fxa_status body(void *plan, fxa_mpi_call *c)
 {
-    fxa_mpi_call c;
-    fxa_status st =
-        fxa_mpi_call_begin(p ? p->m : NULL, p ? p->call : 0, user_stats, take, p, user_args, &c);
-    const fxa_attn_bwd_args *a = &c.args.bwd; /* the caller's, copied in over defaults */
-    if (st == FXA_OK && p->m->ulysses > 1) {
-        st = run_ulysses(p, a, c.stats);
-    } else if (st == FXA_OK && p->m->ring > 1) {
-        st = fxa_bwd_ring_run(p, a, c.stats);
+    fxa_mpi_attn_bwd_plan *p = plan;
+    const fxa_attn_bwd_args *a = &c->args.bwd;
+    fxa_status st;
+    c->local.rows = p->d.batch * p->d.heads_q * p->d.seq_q;
+    if (p->m->ulysses > 1)
+        return run_ulysses(p, a, c->stats);
+    if (p->m->ring > 1) {
+        st = fxa_bwd_ring_run(p, a, c->stats);
         st = fxa_mpi_agree(p->m, st, p->m->last_error);
         if (st == FXA_OK)
             fxa_bwd_ring_write(p, a);
-    } else if (st == FXA_OK) {
-        st = run_local(p, a, c.msg, sizeof c.msg); /* one rank: the whole problem */
-        st = fxa_mpi_agree(p->m, st, c.msg);
+        return st;
     }
-    c.local.rows = p ? p->d.batch * p->d.heads_q * p->d.seq_q : 0;
-    fxa_mpi_call_end(&c, user_stats);
-    return st;
+    st = run_local(p, a, c->msg, sizeof c->msg);
+    return fxa_mpi_agree(p->m, st, c->msg);
+}
+
+fxa_status fxa_mpi_attn_bwd_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *user_args,
+                                fxa_mpi_stats *user_stats)
+{
+    return fxa_mpi_call_run(p ? p->m : NULL, p ? p->call : 0, p, user_args, user_stats, take, body);
 }

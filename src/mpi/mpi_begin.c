@@ -1,4 +1,4 @@
-/* The common start of the distributed plans and runs (mpi_begin.h). */
+/* What the distributed forward and backward share (mpi_begin.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -97,30 +97,30 @@ void fxa_mpi_plan_init(fxa_mpi *m, const fxa_attn_desc *d, int backward, fxa_mpi
     fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, kv_len);
 }
 
-fxa_status fxa_mpi_call_begin(fxa_mpi *m, uint64_t call, const fxa_mpi_stats *user_stats,
-                              fxa_mpi_take take, const void *plan, const void *user_args,
-                              fxa_mpi_call *c)
+fxa_status fxa_mpi_call_run(fxa_mpi *m, uint64_t call, void *plan, const void *user_args,
+                            fxa_mpi_stats *user_stats, fxa_mpi_take take, fxa_mpi_body body)
 {
-    memset(c, 0, sizeof *c);
-    if (!m || m->broken)
-        return m ? FXA_ERR_TIMEOUT : FXA_ERR_INVALID_ARG;
-    c->m = m;
-    c->t0 = MPI_Wtime();
+    if (!m)
+        return FXA_ERR_INVALID_ARG;
+    if (m->broken)
+        return FXA_ERR_TIMEOUT;
+    const double t0 = MPI_Wtime();
+    fxa_mpi_call c;
+    memset(&c, 0, sizeof c);
     m->last_error[0] = '\0';
-    c->local.struct_size = sizeof c->local;
-    c->local.ring_steps = m->ring > 1 ? m->ring : 0;
-    c->stats = user_stats ? &c->local : NULL;
-    fxa_status st = fxa_struct_out_check(user_stats, FXA_MPI_STATS_SIZE_0_1, sizeof c->local,
-                                         "fxa_mpi_stats", c->msg, sizeof c->msg);
-    c->stats_ok = user_stats && st == FXA_OK; /* one of unknown size is not written */
+    c.local.struct_size = sizeof c.local;
+    c.local.ring_steps = m->ring > 1 ? m->ring : 0;
+    c.stats = user_stats ? &c.local : NULL;
+    fxa_status st = fxa_struct_out_check(user_stats, FXA_MPI_STATS_SIZE_0_1, sizeof c.local,
+                                         "fxa_mpi_stats", c.msg, sizeof c.msg);
+    const int stats_ok = user_stats && st == FXA_OK; /* one of unknown size is not written */
     if (st == FXA_OK)
-        st = take(plan, user_args, c);
-    return fxa_mpi_agree_call(m, st, c->msg, call);
-}
-
-void fxa_mpi_call_end(fxa_mpi_call *c, fxa_mpi_stats *user_stats)
-{
-    c->local.seconds = MPI_Wtime() - c->t0;
-    if (c->stats_ok)
-        fxa_struct_out(user_stats, &c->local, sizeof c->local);
+        st = take(plan, user_args, &c);
+    st = fxa_mpi_agree_call(m, st, c.msg, call);
+    if (st == FXA_OK)
+        st = body(plan, &c);
+    c.local.seconds = MPI_Wtime() - t0;
+    if (stats_ok)
+        fxa_struct_out(user_stats, &c.local, sizeof c.local);
+    return st;
 }

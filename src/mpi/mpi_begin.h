@@ -1,6 +1,7 @@
-/* The common start of the distributed plans (fxa_mpi_attn_plan_create,
- * fxa_mpi_attn_bwd_plan_create) and of their runs (fxa_mpi_attn_run,
- * fxa_mpi_attn_bwd_run): one implementation each (mpi_begin.c). */
+/* What the distributed forward and backward share: the start of their
+ * plans (fxa_mpi_attn_plan_create, fxa_mpi_attn_bwd_plan_create) and the
+ * frame of their runs (fxa_mpi_attn_run, fxa_mpi_attn_bwd_run), one
+ * implementation each (mpi_begin.c). */
 #ifndef FXA_MPI_BEGIN_H
 #define FXA_MPI_BEGIN_H
 
@@ -30,21 +31,17 @@ void fxa_mpi_plan_init(fxa_mpi *m, const fxa_attn_desc *d, int backward, fxa_mpi
                        fxa_attn_desc *pd, uint64_t *call, size_t *es, int64_t *q_len,
                        int64_t *kv_len);
 
-/* One run's bookkeeping: its handle (NULL: the run stops at once), the
- * caller's arguments copied in over defaults (the forward's or the
- * backward's), its start time, the statistics it gathers (stats: &local
- * when the caller passed a struct, else NULL), whether the caller's struct
- * is written at the end, and the message of a local failure. */
+/* One run's state (fxa_mpi_call_run): the caller's arguments copied in
+ * over defaults (the forward's or the backward's), the statistics it
+ * gathers (stats: &local when the caller passed a struct, else NULL) and
+ * the message of a local failure. */
 typedef struct fxa_mpi_call {
-    fxa_mpi *m;
     union {
         fxa_attn_args fwd;
         fxa_attn_bwd_args bwd;
     } args;
-    double t0;
     fxa_mpi_stats local;
     fxa_mpi_stats *stats;
-    int stats_ok;
     char msg[512];
 } fxa_mpi_call;
 
@@ -53,19 +50,19 @@ typedef struct fxa_mpi_call {
  * c->msg says why): fxa_mpi_take_args or fxa_bwd_take_args. */
 typedef fxa_status (*fxa_mpi_take)(const void *plan, const void *user_args, struct fxa_mpi_call *c);
 
-/* Collective, the start of a run on m (a plan's handle; NULL: no plan):
- * with m NULL or broken, c->m NULL and FXA_ERR_INVALID_ARG or
- * FXA_ERR_TIMEOUT, which the caller returns without communicating. Else
- * m's last error cleared, *c set up, the caller's stats struct (NULL:
- * none) checked by the struct_size policy, then take(plan, user_args,
- * c), and every rank's outcome agreed on in one call named `call` (the
- * plan's, fxa_mpi_agree_call). */
-fxa_status fxa_mpi_call_begin(fxa_mpi *m, uint64_t call, const fxa_mpi_stats *user_stats,
-                              fxa_mpi_take take, const void *plan, const void *user_args,
-                              fxa_mpi_call *c);
+/* The work of one run kind on plan once every rank agreed on its
+ * arguments (collective; its statistics into c->stats where not NULL). */
+typedef fxa_status (*fxa_mpi_body)(void *plan, struct fxa_mpi_call *c);
 
-/* Local, the end of a run: the seconds since the start into the
- * statistics, written to user_stats when it was valid. */
-void fxa_mpi_call_end(fxa_mpi_call *c, fxa_mpi_stats *user_stats);
+/* Collective: one run of plan (fxa_mpi_attn_run, fxa_mpi_attn_bwd_run) on
+ * m, its plan's handle (NULL: no plan). With m NULL or broken,
+ * FXA_ERR_INVALID_ARG or FXA_ERR_TIMEOUT at once, without communicating.
+ * Else m's last error cleared, the caller's stats struct (NULL: none)
+ * checked by the struct_size policy, take(plan, user_args), every rank's
+ * outcome agreed on in one call named `call` (the plan's,
+ * fxa_mpi_agree_call), then body; the statistics (the seconds since the
+ * start included) written to user_stats when it was valid. */
+fxa_status fxa_mpi_call_run(fxa_mpi *m, uint64_t call, void *plan, const void *user_args,
+                            fxa_mpi_stats *user_stats, fxa_mpi_take take, fxa_mpi_body body);
 
 #endif

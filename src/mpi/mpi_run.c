@@ -141,22 +141,21 @@ static fxa_status run_grid(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_att
     return st;
 }
 
+/* fxa_mpi_body of the forward: the grid's run, then the statistics. */
+static fxa_status body(void *plan, fxa_mpi_call *c)
+{
+    fxa_mpi_attn_plan *p = plan;
+    const fxa_attn_args *a = &c->args.fwd;
+    fxa_attn_stats sum = {.struct_size = sizeof sum};
+    fxa_status st = p->m->ulysses > 1 && p->m->ring == 1 ? run_ulysses(p, a, &sum, c->stats)
+                                                         : run_grid(p, a, &sum, c->stats);
+    if (st == FXA_OK)
+        st = reduce_stats(p, &sum, c->stats);
+    return st;
+}
+
 fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *user_args,
                             fxa_mpi_stats *user_stats)
 {
-    /* The statistics gather in c.local and reach the caller's struct within
-     * its struct_size at the end. */
-    fxa_mpi_call c;
-    fxa_status st =
-        fxa_mpi_call_begin(p ? p->m : NULL, p ? p->call : 0, user_stats, take, p, user_args, &c);
-    const fxa_attn_args *a = &c.args.fwd; /* the caller's, copied in over defaults */
-    fxa_attn_stats sum = {.struct_size = sizeof sum};
-    if (st == FXA_OK && p->m->ulysses > 1 && p->m->ring == 1)
-        st = run_ulysses(p, a, &sum, c.stats);
-    else if (st == FXA_OK)
-        st = run_grid(p, a, &sum, c.stats);
-    if (st == FXA_OK)
-        st = reduce_stats(p, &sum, c.stats);
-    fxa_mpi_call_end(&c, user_stats);
-    return st;
+    return fxa_mpi_call_run(p ? p->m : NULL, p ? p->call : 0, p, user_args, user_stats, take, body);
 }
