@@ -18,19 +18,19 @@ import ctypes
 import torch
 
 from . import _lib
-from . import mpi as _fm
 from ._mpilib import mpi
 
 
 class Saved:
     """What the backward of one call needs: the forward's handle (its
-    communicator and grid) and context, the global descriptor, this rank's
+    communicator and grid), the lock that guards the handles, its context,
+    the global descriptor, this rank's
     contiguous q, k, v shards, the outputs as returned (out, lse) and the
     fp32 output the library wrote, the layout, and whether lse was returned
     (then its gradient enters the backward)."""
 
-    def __init__(self, handle, ctx, desc, qkv, out32, lse, layout: str, return_lse: bool):
-        self.handle, self.ctx, self.layout, self.return_lse = handle, ctx, layout, return_lse
+    def __init__(self, handle, lock, ctx, desc, qkv, out32, lse, layout: str, return_lse: bool):
+        self.handle, self.lock, self.ctx, self.layout, self.return_lse = handle, lock, ctx, layout, return_lse
         self.desc = _lib.AttnDesc.from_buffer_copy(desc)
         self.qkv, self.out32, self.lse = qkv, out32, lse
         self.outputs = None
@@ -57,7 +57,7 @@ class Saved:
             dout = torch.cat([dout, torch.ones_like(g)], -1).contiguous()
         lse = self.lse.contiguous()
         grads = [torch.empty(t.shape, dtype=torch.float32) for t in (q, k, v)]
-        with _fm._lock, self.ctx.lock:
+        with self.lock, self.ctx.lock:
             h = self.handle
             if not h.handle:
                 raise _lib.InvalidArgumentError(

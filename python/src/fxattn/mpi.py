@@ -688,7 +688,7 @@ def attention(
     if grad:
         from . import _mpi_autograd
 
-        state = _mpi_autograd.Saved(h, ctx, d, (qo.obj, ko.obj, vo.obj), out32, lse, opts.layout, return_lse)
+        state = _mpi_autograd.Saved(h, _lock, ctx, d, (qo.obj, ko.obj, vo.obj), out32, lse, opts.layout, return_lse)
         out, lse = _mpi_autograd.record(q, k, v, out, lse, state)
     return (out, lse) if return_lse else out
 
