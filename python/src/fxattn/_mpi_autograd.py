@@ -24,10 +24,10 @@ from ._mpilib import mpi
 class Saved:
     """What the backward of one call needs: the forward's handle (its
     communicator and grid), the lock that guards the handles, its context,
-    the global descriptor, this rank's
-    contiguous q, k, v shards, the outputs as returned (out, lse) and the
-    fp32 output the library wrote, the layout, and whether lse was returned
-    (then its gradient enters the backward)."""
+    the global descriptor, the layout and whether lse was returned (then
+    its gradient enters the backward); until the autograd node keeps them,
+    this rank's contiguous q, k, v shards, the fp32 output the library
+    wrote, the lse and the outputs as returned."""
 
     def __init__(self, handle, lock, ctx, desc, qkv, out32, lse, layout: str, return_lse: bool):
         self.handle, self.lock, self.ctx, self.layout, self.return_lse = handle, lock, ctx, layout, return_lse
@@ -35,16 +35,15 @@ class Saved:
         self.qkv, self.out32, self.lse = qkv, out32, lse
         self.outputs = None
 
-    def backward(self, g_out, g_lse):
+    def backward(self, saved, g_out, g_lse):
         """Collective: (dq, dk, dv) of this rank's shards in q's, k's, v's
-        dtypes. g_lse (the lse output's gradient, None: not returned) enters
+        dtypes; saved: (q, k, v, out32, lse) as the node kept them. g_lse (the lse output's gradient, None: not returned) enters
         as fxattn's single-process backward takes it: q, k, v get a zero
         feature, O gets -g_lse and dO gets 1, so that D = dO . O becomes
         dO . O - g_lse and dS = P (dO . v - D) carries g_lse P exactly."""
-        q, k, v = self.qkv
+        q, k, v, out, lse = saved
         d = _lib.AttnDesc.from_buffer_copy(self.desc)
         d.compute = _lib.COMPUTE_FP32  # gradients in fp32, as fxattn.attention's
-        out = self.out32
         dout = torch.zeros_like(out) if g_out is None else g_out.to(torch.float32).contiguous()
         dim = d.head_dim
         if g_lse is not None:
@@ -55,7 +54,7 @@ class Saved:
             q, k, v = (torch.nn.functional.pad(t, (0, 1)).contiguous() for t in (q, k, v))
             out = torch.cat([out, -g], -1).contiguous()
             dout = torch.cat([dout, torch.ones_like(g)], -1).contiguous()
-        lse = self.lse.contiguous()
+        lse = lse.contiguous()
         grads = [torch.empty(t.shape, dtype=torch.float32) for t in (q, k, v)]
         with self.lock, self.ctx.lock:
             h = self.handle
@@ -72,20 +71,24 @@ class Saved:
             _lib.raise_status(status, h.last_error())
         if g_lse is not None:
             grads = [t[..., :dim] for t in grads]
-        return tuple(t.to(x.dtype) for t, x in zip(grads, self.qkv))
+        return tuple(t.to(x.dtype) for t, x in zip(grads, saved[:3]))
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, state: Saved):
         ctx.state = state
+        # through save_for_backward: an in-place change before the backward raises
+        ctx.save_for_backward(*state.qkv, state.out32, state.lse)
+        state.qkv = state.out32 = state.lse = None
         out, lse = state.outputs
+        state.outputs = None
         return out, lse
 
     @staticmethod
     def backward(ctx, g_out, g_lse):
         state = ctx.state
-        dq, dk, dv = state.backward(g_out, g_lse if state.return_lse else None)
+        dq, dk, dv = state.backward(ctx.saved_tensors, g_out, g_lse if state.return_lse else None)
         return dq, dk, dv, None
 
 
