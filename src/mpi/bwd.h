@@ -1,7 +1,8 @@
 /* The distributed backward (fxa_mpi_attn_bwd_*): its plan (bwd_plan.c)
  * and its run (bwd_run.c): Ulysses exchanges inside each row (the shards
  * go to head sharding over the row's tokens, the gradients come back to
- * token sharding) around either the local backward (R == 1) or the ring
+ * token sharding, a replicated kv head's dK/dV parts summed in member
+ * order) around either the local backward (R == 1) or the ring
  * along each column (bwd_ring.c: K/V blocks and their dK/dV accumulators
  * travel, dQ stays). */
 #ifndef FXA_MPI_BWD_H
