@@ -259,9 +259,11 @@ typedef struct fxa_mpi_attn_bwd_plan fxa_mpi_attn_bwd_plan;
 /*
  * The backward of fxa_mpi_attn_run (collective). d: the forward's global
  * descriptor (fxa_mpi_attn_plan_create's rules; every rank passes the same
- * one, compared by a hash), on any U x R grid whose ranks hold whole kv
- * heads: replicated kv heads (heads_kv < U) give FXA_ERR_UNSUPPORTED on
- * every rank. The plan owns every buffer its runs use, allocated here.
+ * one, compared by a hash), on any U x R grid. With heads_kv >= U each
+ * member of a row holds whole kv heads and their query heads; with
+ * heads_kv < U the members are split over the kv heads, each holding one
+ * kv head (replicated) and a share of its query heads, and a kv head's dK,
+ * dV is the sum of its members' parts, added in member order. The plan owns every buffer its runs use, allocated here.
  * U > 1: this rank's heads' Q, K, V, O, dO, lse and dQ, dK, dV over its
  * row's tokens (BHSD), the staging of both exchanges and their MPI
  * requests. R > 1: one local backward plan per ring block, two slots of a
@@ -283,7 +285,8 @@ FXA_API void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *plan);
  * sharding over the row's tokens, and bring dq, dk, dv back at the end.
  * R == 1: fxa_attn_bwd_run computes this rank's heads over the whole
  * sequence: the bytes of fxa_attn_bwd_run on the gathered tensors, for any
- * U and thread count.
+ * U and thread count (dK, dV of replicated kv heads: within the rounding
+ * of the sum over the members' parts).
  * Ring (R > 1): K/V blocks travel each column with their dK/dV
  * accumulators while the queries, O, dO, lse and dQ stay;
  * fxa_attn_bwd_run on (this rank's queries, one key block) gives exact

@@ -1,7 +1,8 @@
 /* The distributed backward (fxa_mpi_attn_bwd_*): its plan (bwd_plan.c)
  * and its run (bwd_run.c): Ulysses exchanges inside each row (the shards
  * go to head sharding over the row's tokens, the gradients come back to
- * token sharding) around either the local backward (R == 1) or the ring
+ * token sharding, a replicated kv head's dK/dV parts summed in member
+ * order) around either the local backward (R == 1) or the ring
  * along each column (bwd_ring.c: K/V blocks and their dK/dV accumulators
  * travel, dQ stays). */
 #ifndef FXA_MPI_BWD_H
@@ -24,16 +25,21 @@ struct fxa_mpi_attn_bwd_plan {
     int64_t kv_len;
     /* Grid rank v (of P) holds query tokens [tq[v], tq[v + 1]) and key
      * tokens [tk[v], tk[v + 1]); member v of a row q heads [hq[v], hq[v +
-     * 1]) and kv heads [hkv[v], hkv[v + 1]); ring block j has blk[j] keys
-     * (those of row j). */
-    int64_t *hq, *hkv, *tq, *tk, *blk;
+     * 1]) and kv heads [hkv_lo[v], hkv_hi[v]); ring block j has blk[j] keys
+     * (those of row j). With heads_kv >= U the kv heads are split and each
+     * member takes the q heads of its kv heads; with heads_kv < U
+     * (replicated) the members are split over the kv heads (consecutive
+     * members per kv head), each holds one kv head and a share of its q
+     * heads (none where a kv head has fewer q heads than members). */
+    int64_t *hq, *hkv_lo, *hkv_hi, *tq, *tk, *blk;
+    int replicated;  /* heads_kv < U: dK, dV of a kv head summed over its members */
     int base;        /* grid rank of this row's member 0 */
     int64_t row_sq;  /* the row's query tokens (its ring block) */
     int64_t row_skv; /* and key tokens */
     /* Byte offsets of each member's section in the staging, way in and
      * back ([U + 1] each). */
     int64_t *in_send_at, *in_recv_at, *back_send_at, *back_recv_at;
-    void *tables;             /* owns the eight arrays above */
+    void *tables;             /* owns the nine arrays above */
     fxa_attn_bwd_plan *local; /* this rank's heads, whole sequence (U > 1: BHSD) */
     void *ws;                 /* its workspace (64-byte aligned) */
     size_t ws_bytes;
@@ -79,6 +85,17 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
                             fxa_mpi_stats *stats);
 /* Local: write a's dq, dk, dv (ring_d's problem). */
 void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a);
+
+/* Member v's q heads and kv heads. */
+static inline int64_t fxa_bwd_nq(const fxa_mpi_attn_bwd_plan *p, int v)
+{
+    return p->hq[v + 1] - p->hq[v];
+}
+
+static inline int64_t fxa_bwd_nk(const fxa_mpi_attn_bwd_plan *p, int v)
+{
+    return p->hkv_hi[v] - p->hkv_lo[v];
+}
 
 /* Messages of at most p->piece bytes that carry `bytes`. */
 static inline int64_t fxa_bwd_pieces(const fxa_mpi_attn_bwd_plan *p, int64_t bytes)

@@ -1,26 +1,16 @@
 /*
- * The distributed backward's plan (bwd.h): agree on the descriptor, refuse
- * what is not implemented (replicated kv heads), split heads and tokens,
+ * The distributed backward's plan (bwd.h): agree on the descriptor, split
+ * heads (whole kv heads per member, or kv heads replicated over members)
+ * and tokens,
  * plan the local backward (R == 1: this rank's heads over the whole
  * sequence; R > 1: the ring's, bwd_ring.c) and allocate every buffer the
  * runs use.
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "base/struct_size.h"
 #include "bwd.h"
-
-static uint64_t hash_desc(const fxa_attn_desc *d)
-{
-    /* Field by field: padding bytes must not enter the hash. */
-    const int64_t ints[] = {d->batch,    d->heads_q,        d->heads_kv, d->seq_q, d->seq_kv,
-                            d->head_dim, d->layout,         d->dtype,    d->mode,  d->center,
-                            d->compute,  d->heads_per_tile, d->block_q};
-    uint64_t h = fxa_mpi_hash(0x6b77645f61747466ull, ints, sizeof ints);
-    return fxa_mpi_hash(h, &d->scale, sizeof d->scale);
-}
+#include "mpi_begin.h"
 
 void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *p)
 {
@@ -35,33 +25,16 @@ void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *p)
     free(p);
 }
 
-/* What this descriptor and grid cannot run (msg says why), else FXA_OK. */
-static fxa_status check_desc(const fxa_mpi *m, const fxa_attn_desc *d, char *msg, size_t cap)
+static fxa_status make_plan(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_bwd_plan **out);
+
+fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
+                                        fxa_mpi_attn_bwd_plan **out)
 {
-    fxa_attn_strides zero;
-    memset(&zero, 0, sizeof zero);
-    if (d->causal || d->mask_kind != FXA_MASK_NONE) {
-        snprintf(msg, cap,
-                 "libfxattn_mpi takes no attention mask and no causal (mask_kind %d, causal %d)",
-                 (int)d->mask_kind, d->causal);
-        return FXA_ERR_UNSUPPORTED;
-    }
-    if (d->out_dtype != FXA_F32 || memcmp(&d->q_strides, &zero, sizeof zero) ||
-        memcmp(&d->k_strides, &zero, sizeof zero) || memcmp(&d->v_strides, &zero, sizeof zero) ||
-        memcmp(&d->o_strides, &zero, sizeof zero)) {
-        snprintf(msg, cap,
-                 "libfxattn_mpi takes contiguous BSHD or BHSD shards (strides left 0) and fp32 "
-                 "output (out_dtype FXA_F32)");
-        return FXA_ERR_UNSUPPORTED;
-    }
-    if (d->heads_kv > 0 && d->heads_kv < m->ulysses) {
-        snprintf(msg, cap,
-                 "the distributed backward needs whole kv heads per rank (heads_kv %lld < "
-                 "ulysses %d is not implemented)",
-                 (long long)d->heads_kv, m->ulysses);
-        return FXA_ERR_UNSUPPORTED;
-    }
-    return FXA_OK;
+    fxa_attn_desc full;
+    const fxa_status st = fxa_mpi_plan_begin(m, d, out != NULL, 1, &full);
+    if (out)
+        *out = NULL;
+    return st == FXA_OK ? make_plan(m, &full, out) : st;
 }
 
 /* Head and token splits, staging offsets and the request count. */
@@ -79,11 +52,24 @@ static void size_plan(fxa_mpi_attn_bwd_plan *p)
     for (int v = 0; v < n; v++) {
         int64_t lo;
         int64_t hi;
-        fxa_mpi_split(d->heads_kv, n, v, &lo, &hi);
-        p->hkv[v] = lo;
-        p->hkv[v + 1] = hi;
-        p->hq[v] = lo * group;
-        p->hq[v + 1] = hi * group;
+        if (!p->replicated) {
+            fxa_mpi_split(d->heads_kv, n, v, &lo, &hi);
+            p->hkv_lo[v] = lo;
+            p->hkv_hi[v] = hi;
+            p->hq[v] = lo * group;
+            p->hq[v + 1] = hi * group;
+            continue;
+        }
+        int64_t h = 0; /* the kv head whose members [lo, hi) hold v */
+        for (fxa_mpi_split(n, (int)d->heads_kv, 0, &lo, &hi); v >= hi;)
+            fxa_mpi_split(n, (int)d->heads_kv, (int)++h, &lo, &hi);
+        int64_t a;
+        int64_t b;
+        fxa_mpi_split(group, (int)(hi - lo), (int)(v - lo), &a, &b);
+        p->hq[v] = h * group + a;
+        p->hq[v + 1] = h * group + b;
+        p->hkv_lo[v] = h;
+        p->hkv_hi[v] = b > a ? h + 1 : h;
     }
     for (int v = 0; v < m->size; v++) {
         int64_t len;
@@ -97,14 +83,14 @@ static void size_plan(fxa_mpi_attn_bwd_plan *p)
     p->base = m->c * n;
     p->row_sq = p->tq[p->base + n] - p->tq[p->base];
     p->row_skv = p->blk[m->c];
-    const int64_t nq = p->hq[me + 1] - p->hq[me];
-    const int64_t nk = p->hkv[me + 1] - p->hkv[me];
+    const int64_t nq = fxa_bwd_nq(p, me);
+    const int64_t nk = fxa_bwd_nk(p, me);
     int64_t in_req = 0;
     int64_t back_req = 0;
     p->in_send_at[0] = p->in_recv_at[0] = p->back_send_at[0] = p->back_recv_at[0] = 0;
     for (int v = 0; v < n; v++) {
-        const int64_t vq = p->hq[v + 1] - p->hq[v];
-        const int64_t vk = p->hkv[v + 1] - p->hkv[v];
+        const int64_t vq = fxa_bwd_nq(p, v);
+        const int64_t vk = fxa_bwd_nk(p, v);
         const int64_t qn = p->tq[p->base + v + 1] - p->tq[p->base + v];
         const int64_t kn = p->tk[p->base + v + 1] - p->tk[p->base + v];
         const int64_t in_send = d->batch * (vq * p->q_len * q_row + vk * p->kv_len * kv_row);
@@ -132,8 +118,8 @@ static fxa_attn_desc local_desc(const fxa_mpi_attn_bwd_plan *p)
     ld.seq_q = p->m->ulysses > 1 ? p->row_sq : p->q_len;
     ld.seq_kv = p->row_skv;
     if (p->m->ulysses > 1) {
-        ld.heads_q = p->hq[me + 1] - p->hq[me];
-        ld.heads_kv = p->hkv[me + 1] - p->hkv[me];
+        ld.heads_q = fxa_bwd_nq(p, me);
+        ld.heads_kv = fxa_bwd_nk(p, me);
         ld.layout = FXA_LAYOUT_BHSD;
     }
     return ld;
@@ -146,7 +132,7 @@ static fxa_status plan_buffers(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     const fxa_mpi *m = p->m;
     const int n = m->ulysses;
     const fxa_attn_desc ld = local_desc(p);
-    if (m->ring == 1) {
+    if (m->ring == 1 && ld.heads_q > 0) { /* (no heads here: nothing to compute) */
         const fxa_status st = fxa_attn_bwd_plan_create(m->ctx, &ld, &p->local, &p->ws_bytes);
         if (st != FXA_OK) {
             snprintf(msg, cap, "%s", fxa_ctx_last_error(m->ctx));
@@ -212,69 +198,35 @@ static fxa_status plan_buffers(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     return FXA_OK;
 }
 
-fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
-                                        fxa_mpi_attn_bwd_plan **out)
+/* The rest of fxa_mpi_attn_bwd_plan_create, on the agreed descriptor d. */
+static fxa_status make_plan(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_bwd_plan **out)
 {
-    if (!m)
-        return FXA_ERR_INVALID_ARG;
-    if (m->broken)
-        return FXA_ERR_TIMEOUT;
-    m->last_error[0] = '\0';
     char msg[512] = "";
     fxa_status st = FXA_OK;
-    fxa_mpi_attn_bwd_plan *p = NULL;
-    fxa_attn_bwd_plan *check = NULL;
-    size_t ws;
-    if (out)
-        *out = NULL;
-    fxa_attn_desc full;
-    fxa_attn_desc_init(&full);
-    if (!d || !out) {
-        st = FXA_ERR_INVALID_ARG;
-        snprintf(msg, sizeof msg, "NULL descriptor or output");
-    } else if ((st = fxa_struct_in(&full, sizeof full, d, FXA_ATTN_DESC_SIZE_0_1, "fxa_attn_desc",
-                                   msg, sizeof msg)) != FXA_OK) {
-        /* msg says why */
-    } else if ((st = fxa_attn_bwd_plan_create(m->ctx, (d = &full), &check, &ws)) != FXA_OK) {
-        snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
-    } else {
-        st = check_desc(m, d, msg, sizeof msg);
-    }
-    fxa_attn_bwd_plan_destroy(check);
-    st = fxa_mpi_agree(m, st, msg);
-    if (st != FXA_OK)
-        return st;
-    st = fxa_mpi_same_everywhere(m, hash_desc(d), "the attention descriptor (shapes and options)");
-    if (st != FXA_OK)
-        return st;
+    fxa_mpi_attn_bwd_plan *p = calloc(1, sizeof *p);
     const size_t nu = (size_t)m->size; /* U or R, whichever is P */
-    p = calloc(1, sizeof *p);
-    if (p && (p->tables = calloc(9 * (nu + 1), sizeof(int64_t))) != NULL) {
+    if (p && (p->tables = calloc(10 * (nu + 1), sizeof(int64_t))) != NULL) {
         int64_t *t = p->tables;
         p->hq = t;
-        p->hkv = t + (nu + 1);
-        p->tq = t + 2 * (nu + 1);
-        p->tk = t + 3 * (nu + 1);
-        p->in_send_at = t + 4 * (nu + 1);
-        p->in_recv_at = t + 5 * (nu + 1);
-        p->back_send_at = t + 6 * (nu + 1);
-        p->back_recv_at = t + 7 * (nu + 1);
-        p->blk = t + 8 * (nu + 1);
+        p->hkv_lo = t + (nu + 1);
+        p->hkv_hi = t + 2 * (nu + 1);
+        p->tq = t + 3 * (nu + 1);
+        p->tk = t + 4 * (nu + 1);
+        p->in_send_at = t + 5 * (nu + 1);
+        p->in_recv_at = t + 6 * (nu + 1);
+        p->back_send_at = t + 7 * (nu + 1);
+        p->back_recv_at = t + 8 * (nu + 1);
+        p->blk = t + 9 * (nu + 1);
     }
     if (!p || !p->tables) {
         st = FXA_ERR_NO_MEMORY;
         snprintf(msg, sizeof msg, "out of memory for the distributed backward's plan");
     } else {
-        int64_t start;
-        p->m = m;
-        p->d = *d;
-        p->call = hash_desc(d) | 1;
-        p->es = d->dtype == FXA_F32 ? 4 : 2;
+        fxa_mpi_plan_init(m, d, 1, &p->m, &p->d, &p->call, &p->es, &p->q_len, &p->kv_len);
         p->piece = m->test_ulysses_piece > 0 && m->test_ulysses_piece < FXA_BWD_PIECE
                        ? m->test_ulysses_piece
                        : FXA_BWD_PIECE;
-        fxa_mpi_shard(d->seq_q, m->size, m->rank, &start, &p->q_len);
-        fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, &p->kv_len);
+        p->replicated = d->heads_kv < m->ulysses;
         size_plan(p);
         p->ring_d = local_desc(p);
         st = plan_buffers(p, msg, sizeof msg);
@@ -288,10 +240,9 @@ fxa_status fxa_mpi_attn_bwd_plan_create(fxa_mpi *m, const fxa_attn_desc *d,
         }
     }
     st = fxa_mpi_agree(m, st, msg);
-    if (st != FXA_OK) {
+    if (st == FXA_OK)
+        *out = p;
+    else
         fxa_mpi_attn_bwd_plan_destroy(p);
-        return st;
-    }
-    *out = p;
-    return FXA_OK;
+    return st;
 }

@@ -55,7 +55,7 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
     int64_t most = 0;
     for (int j = 0; j < r; j++) {
         most = blk_len(p, j) > most ? blk_len(p, j) : most;
-        if (p->ring_d.seq_q == 0 || blk_len(p, j) == 0)
+        if (p->ring_d.seq_q == 0 || p->ring_d.heads_q == 0 || blk_len(p, j) == 0)
             continue;
         fxa_attn_desc ld = p->ring_d;
         ld.seq_kv = blk_len(p, j);
@@ -88,24 +88,23 @@ fxa_status fxa_bwd_ring_plan(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
                  total / 1073741824.0, (double)avail / 1073741824.0);
         return FXA_ERR_NO_MEMORY;
     }
-    if (at[N_REG])
-        p->ring_bufs = aligned_alloc(64, (size_t)at[N_REG]);
+    /* At least one line: a rank without heads (replicated kv heads) copies
+     * zero bytes, from and to valid pointers. */
+    p->ring_bufs = aligned_alloc(64, (size_t)(at[N_REG] ? at[N_REG] : 64));
     p->kv_req = malloc((size_t)(p->n_kv_req + p->n_acc_req + 1) * sizeof *p->kv_req);
-    if ((at[N_REG] && !p->ring_bufs) || !p->kv_req) {
+    if (!p->ring_bufs || !p->kv_req) {
         snprintf(msg, cap, "out of memory for the ring backward's buffers (%.0f bytes)", total);
         return FXA_ERR_NO_MEMORY;
     }
     p->acc_req = p->kv_req + p->n_kv_req;
     char *b = p->ring_bufs;
-    if (b) {
-        p->kv_slot[0] = b + at[0];
-        p->kv_slot[1] = b + at[1];
-        p->acc_in = (float *)(b + at[2]);
-        p->acc_out = (float *)(b + at[3]);
-        p->kv_part = (float *)(b + at[4]);
-        p->dq_part = (float *)(b + at[5]);
-        p->dq_acc = (float *)(b + at[6]);
-    }
+    p->kv_slot[0] = b + at[0];
+    p->kv_slot[1] = b + at[1];
+    p->acc_in = (float *)(b + at[2]);
+    p->acc_out = (float *)(b + at[3]);
+    p->kv_part = (float *)(b + at[4]);
+    p->dq_part = (float *)(b + at[5]);
+    p->dq_acc = (float *)(b + at[6]);
     return FXA_OK;
 }
 

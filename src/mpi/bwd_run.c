@@ -12,10 +12,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/struct_size.h"
 #include "bwd.h"
+#include "mpi_begin.h"
 
 enum { TAG_BWD_IN = 11, TAG_BWD_BACK = 12 };
+
+/* fxa_mpi_take of this run kind. */
+static fxa_status take(const void *p, const void *user_args, fxa_mpi_call *c)
+{
+    return fxa_bwd_take_args(p, user_args, &c->args.bwd, c->msg, sizeof c->msg);
+}
 
 /* A [B, heads, seq] grid of rows in layout l at base. */
 typedef struct grid {
@@ -56,8 +62,8 @@ static int sides_in(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, 
 {
     const fxa_attn_desc *d = &p->d;
     const int me = p->m->u;
-    const int64_t nq = p->hq[me + 1] - p->hq[me];
-    const int64_t nk = p->hkv[me + 1] - p->hkv[me];
+    const int64_t nq = fxa_bwd_nq(p, me);
+    const int64_t nk = fxa_bwd_nk(p, me);
     const size_t rq = (size_t)d->head_dim * p->es;
     const size_t ro = (size_t)d->head_dim * sizeof(float);
     const fxa_layout l = d->layout;
@@ -80,8 +86,8 @@ static int sides_back(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
 {
     const fxa_attn_desc *d = &p->d;
     const int me = p->m->u;
-    const int64_t nq = p->hq[me + 1] - p->hq[me];
-    const int64_t nk = p->hkv[me + 1] - p->hkv[me];
+    const int64_t nq = fxa_bwd_nq(p, me);
+    const int64_t nk = fxa_bwd_nk(p, me);
     const size_t ro = (size_t)d->head_dim * sizeof(float);
     const fxa_layout l = d->layout;
     const fxa_layout hs = FXA_LAYOUT_BHSD;
@@ -94,25 +100,55 @@ static int sides_back(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
     return 3;
 }
 
+/* dst's rows (b, h, t) += src's, as copy_rows moves them (fp32 rows of rb
+ * bytes). */
+static void add_rows(grid dst, int64_t dh0, int64_t dt0, grid src, int64_t sh0, int64_t st0,
+                     int64_t batch, int64_t nh, int64_t nt, size_t rb)
+{
+    const int64_t n = (int64_t)(rb / sizeof(float));
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t t = 0; t < nt; t++) {
+                const int64_t to = fxa_bwd_row(dst.l, b, dh0 + h, dt0 + t, dst.heads, dst.seq);
+                const int64_t from = fxa_bwd_row(src.l, b, sh0 + h, st0 + t, src.heads, src.seq);
+                float *x = (float *)(dst.base + (size_t)to * rb);
+                const float *y = (const float *)(src.base + (size_t)from * rb);
+                for (int64_t i = 0; i < n; i++)
+                    x[i] += y[i];
+            }
+}
+
+/* 1 when member v holds a replica of a kv head that an earlier member
+ * holds too (replicated kv heads: a kv head's members are consecutive). */
+static int later_replica(const fxa_mpi_attn_bwd_plan *p, int v)
+{
+    return p->replicated && v > 0 && fxa_bwd_nk(p, v) > 0 && p->hkv_lo[v - 1] == p->hkv_lo[v];
+}
+
 /* Move member v's section of staging at `at` (packed [B][heads][tokens])
  * to or from the tensors: to_stage 1 packs, 0 unpacks. tok_side: the
  * section holds the token side's rows of v's heads (the way in's sends,
- * the way back's receives); else the head side's rows of v's tokens. */
+ * the way back's receives); else the head side's rows of v's tokens. The
+ * way back's dK, dV rows of a kv head held by several members are summed
+ * in member order: the first member's copied, each later one's added. */
 static void move_section(const fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, int v,
                          char *at, int to_stage, int tok_side)
 {
     const int me = p->m->u;
     for (int i = 0; i < n_sides; i++) {
-        const int64_t *hs = s[i].is_kv ? p->hkv : p->hq;
-        const int64_t *ts = s[i].is_kv ? p->tk : p->tq;
-        const int64_t nh = tok_side ? hs[v + 1] - hs[v] : hs[me + 1] - hs[me];
+        const int kv = s[i].is_kv;
+        const int64_t *ts = kv ? p->tk : p->tq;
+        const int w = tok_side ? v : me; /* whose heads */
+        const int64_t nh = kv ? fxa_bwd_nk(p, w) : fxa_bwd_nq(p, w);
         const int64_t nt = tok_side ? s[i].tok.seq : ts[p->base + v + 1] - ts[p->base + v];
         const grid stage = {at, FXA_LAYOUT_BHSD, nh, nt};
         const grid g = tok_side ? s[i].tok : s[i].head;
-        const int64_t h0 = tok_side ? hs[v] : 0;
+        const int64_t h0 = !tok_side ? 0 : kv ? p->hkv_lo[v] : p->hq[v];
         const int64_t t0 = tok_side ? 0 : ts[p->base + v] - ts[p->base];
         if (to_stage)
             copy_rows(stage, 0, 0, g, h0, t0, p->d.batch, nh, nt, s[i].rb);
+        else if (tok_side && kv && later_replica(p, v))
+            add_rows(g, h0, t0, stage, 0, 0, p->d.batch, nh, nt, s[i].rb);
         else
             copy_rows(g, h0, t0, stage, 0, 0, p->d.batch, nh, nt, s[i].rb);
         at += (size_t)(p->d.batch * nh * nt) * s[i].rb;
@@ -176,6 +212,8 @@ static void unpack(const fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, i
 static fxa_status run_local(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, char *msg,
                             size_t cap)
 {
+    if (!p->local)
+        return FXA_OK; /* no heads here (replicated kv heads, fewer q heads than members) */
     const fxa_status st = fxa_attn_bwd_run(p->local, a, p->ws, NULL);
     if (st != FXA_OK)
         snprintf(msg, cap, "%s", fxa_ctx_last_error(p->m->ctx));
@@ -230,41 +268,29 @@ static fxa_status run_ulysses(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args 
     return st;
 }
 
+/* fxa_mpi_body of the backward: Ulysses (U > 1), the ring (R > 1) or one
+ * rank's whole problem. */
+static fxa_status body(void *plan, fxa_mpi_call *c)
+{
+    fxa_mpi_attn_bwd_plan *p = plan;
+    const fxa_attn_bwd_args *a = &c->args.bwd;
+    fxa_status st;
+    c->local.rows = p->d.batch * p->d.heads_q * p->d.seq_q;
+    if (p->m->ulysses > 1)
+        return run_ulysses(p, a, c->stats);
+    if (p->m->ring > 1) {
+        st = fxa_bwd_ring_run(p, a, c->stats);
+        st = fxa_mpi_agree(p->m, st, p->m->last_error);
+        if (st == FXA_OK)
+            fxa_bwd_ring_write(p, a);
+        return st;
+    }
+    st = run_local(p, a, c->msg, sizeof c->msg);
+    return fxa_mpi_agree(p->m, st, c->msg);
+}
+
 fxa_status fxa_mpi_attn_bwd_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *user_args,
                                 fxa_mpi_stats *user_stats)
 {
-    if (!p)
-        return FXA_ERR_INVALID_ARG;
-    fxa_mpi *m = p->m;
-    if (m->broken)
-        return FXA_ERR_TIMEOUT;
-    const double t0 = MPI_Wtime();
-    char msg[512] = "";
-    m->last_error[0] = '\0';
-    fxa_mpi_stats local = {.struct_size = sizeof local};
-    fxa_mpi_stats *stats = user_stats ? &local : NULL;
-    fxa_status st = fxa_struct_out_check(user_stats, FXA_MPI_STATS_SIZE_0_1, sizeof local,
-                                         "fxa_mpi_stats", msg, sizeof msg);
-    const int stats_ok = user_stats && st == FXA_OK;
-    fxa_attn_bwd_args a = {.struct_size = sizeof a};
-    if (st == FXA_OK)
-        st = fxa_bwd_take_args(p, user_args, &a, msg, sizeof msg);
-    st = fxa_mpi_agree_call(m, st, msg, p->call);
-    local.ring_steps = m->ring > 1 ? m->ring : 0;
-    if (st == FXA_OK && m->ulysses > 1) {
-        st = run_ulysses(p, &a, stats);
-    } else if (st == FXA_OK && m->ring > 1) {
-        st = fxa_bwd_ring_run(p, &a, stats);
-        st = fxa_mpi_agree(m, st, m->last_error);
-        if (st == FXA_OK)
-            fxa_bwd_ring_write(p, &a);
-    } else if (st == FXA_OK) {
-        st = run_local(p, &a, msg, sizeof msg); /* one rank: the whole problem */
-        st = fxa_mpi_agree(m, st, msg);
-    }
-    local.rows = p->d.batch * p->d.heads_q * p->d.seq_q;
-    local.seconds = MPI_Wtime() - t0;
-    if (stats_ok)
-        fxa_struct_out(user_stats, &local, sizeof local);
-    return st;
+    return fxa_mpi_call_run(p ? p->m : NULL, p ? p->call : 0, p, user_args, user_stats, take, body);
 }

@@ -4,22 +4,11 @@
  * exchange's (ulysses_plan.c) and the local runs' workspace. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "base/struct_size.h"
+#include "mpi_begin.h"
 #include "mpi_internal.h"
 #include "ring.h"
 #include "ulysses.h"
-
-static uint64_t hash_desc(const fxa_attn_desc *d)
-{
-    /* Field by field: padding bytes must not enter the hash. */
-    const int64_t ints[] = {d->batch,    d->heads_q,        d->heads_kv, d->seq_q, d->seq_kv,
-                            d->head_dim, d->layout,         d->dtype,    d->mode,  d->center,
-                            d->compute,  d->heads_per_tile, d->block_q};
-    uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, ints, sizeof ints);
-    return fxa_mpi_hash(h, &d->scale, sizeof d->scale);
-}
 
 void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *p, int *n_steps, const double **compute,
                              const double **wait)
@@ -41,6 +30,17 @@ void fxa_mpi_attn_plan_destroy(fxa_mpi_attn_plan *p)
     free(p->seg);
     free(p->tables);
     free(p);
+}
+
+static fxa_status make_plan(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_plan **out);
+
+fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_plan **out)
+{
+    fxa_attn_desc full;
+    const fxa_status st = fxa_mpi_plan_begin(m, d, out != NULL, 0, &full);
+    if (out)
+        *out = NULL;
+    return st == FXA_OK ? make_plan(m, &full, out) : st;
 }
 
 /* Ulysses head split. With Hkv >= U whole kv heads (and their query heads)
@@ -145,53 +145,12 @@ static fxa_status make_segments(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     return FXA_OK;
 }
 
-fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_plan **out)
+/* The rest of fxa_mpi_attn_plan_create, on the agreed descriptor d. */
+static fxa_status make_plan(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_plan **out)
 {
-    if (!m)
-        return FXA_ERR_INVALID_ARG;
-    if (m->broken)
-        return FXA_ERR_TIMEOUT;
-    m->last_error[0] = '\0';
     char msg[512] = "";
     fxa_status st = FXA_OK;
-    fxa_mpi_attn_plan *p = NULL;
-    fxa_attn_plan *check = NULL;
-    size_t ws;
-    if (out)
-        *out = NULL;
-    fxa_attn_desc full;
-    fxa_attn_desc_init(&full);
-    if (!d || !out) {
-        st = FXA_ERR_INVALID_ARG;
-        snprintf(msg, sizeof msg, "NULL descriptor or output");
-    } else if ((st = fxa_struct_in(&full, sizeof full, d, FXA_ATTN_DESC_SIZE_0_1, "fxa_attn_desc",
-                                   msg, sizeof msg)) != FXA_OK) {
-        /* msg says why */
-    } else if (full.causal || full.mask_kind != FXA_MASK_NONE) {
-        st = FXA_ERR_UNSUPPORTED;
-        snprintf(msg, sizeof msg,
-                 "libfxattn_mpi takes no attention mask and no causal (mask_kind %d, causal %d)",
-                 (int)full.mask_kind, full.causal);
-    } else if (full.out_dtype != FXA_F32 ||
-               memcmp(&full.q_strides, &(fxa_attn_strides){0}, sizeof full.q_strides) ||
-               memcmp(&full.k_strides, &(fxa_attn_strides){0}, sizeof full.k_strides) ||
-               memcmp(&full.v_strides, &(fxa_attn_strides){0}, sizeof full.v_strides) ||
-               memcmp(&full.o_strides, &(fxa_attn_strides){0}, sizeof full.o_strides)) {
-        st = FXA_ERR_UNSUPPORTED;
-        snprintf(msg, sizeof msg,
-                 "libfxattn_mpi takes contiguous BSHD or BHSD shards (strides left 0) and fp32 "
-                 "output (out_dtype FXA_F32)");
-    } else if ((st = fxa_attn_plan_create(m->ctx, (d = &full), &check, &ws)) != FXA_OK) {
-        snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
-    }
-    fxa_attn_plan_destroy(check);
-    st = fxa_mpi_agree(m, st, msg);
-    if (st != FXA_OK)
-        return st;
-    st = fxa_mpi_same_everywhere(m, hash_desc(d), "the attention descriptor (shapes and options)");
-    if (st != FXA_OK)
-        return st;
-    p = calloc(1, sizeof *p);
+    fxa_mpi_attn_plan *p = calloc(1, sizeof *p);
     const size_t nu = (size_t)m->ulysses, nr = (size_t)m->ring;
     /* The small tables in one block of 8-byte words: four of U int64 (the
      * head ranges), R int64 (the ring blocks) and 2 R doubles (step times). */
@@ -209,13 +168,7 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
         st = FXA_ERR_NO_MEMORY;
         snprintf(msg, sizeof msg, "out of memory for the distributed plan");
     } else {
-        int64_t start;
-        p->m = m;
-        p->d = *d;
-        p->call = hash_desc(d) | 1;
-        p->es = d->dtype == FXA_F32 ? 4 : 2;
-        fxa_mpi_shard(d->seq_q, m->size, m->rank, &start, &p->q_len);
-        fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, &p->kv_len);
+        fxa_mpi_plan_init(m, d, 0, &p->m, &p->d, &p->call, &p->es, &p->q_len, &p->kv_len);
         split_heads(p);
         p->loc_sq = block_tokens(d->seq_q, m, m->c);
         for (int c = 0; c < m->ring; c++) {
@@ -230,10 +183,9 @@ fxa_status fxa_mpi_attn_plan_create(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_
             st = plan_buffers(p, msg, sizeof msg);
     }
     st = fxa_mpi_agree(m, st, msg);
-    if (st != FXA_OK) {
+    if (st == FXA_OK)
+        *out = p;
+    else
         fxa_mpi_attn_plan_destroy(p);
-        return st;
-    }
-    *out = p;
-    return FXA_OK;
+    return st;
 }

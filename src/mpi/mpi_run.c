@@ -9,10 +9,16 @@
  */
 #include <stdio.h>
 
-#include "base/struct_size.h"
+#include "mpi_begin.h"
 #include "mpi_internal.h"
 #include "ring.h"
 #include "ulysses.h"
+
+/* fxa_mpi_take of this run kind. */
+static fxa_status take(const void *p, const void *user_args, fxa_mpi_call *c)
+{
+    return fxa_mpi_take_args(p, user_args, &c->args.fwd, c->msg, sizeof c->msg);
+}
 
 /* R == 1: each segment is a whole local problem for fxa_attn_run, on the
  * plan's workspace (none when this rank holds no query token: its plans
@@ -135,40 +141,21 @@ static fxa_status run_grid(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_att
     return st;
 }
 
+/* fxa_mpi_body of the forward: the grid's run, then the statistics. */
+static fxa_status body(void *plan, fxa_mpi_call *c)
+{
+    fxa_mpi_attn_plan *p = plan;
+    const fxa_attn_args *a = &c->args.fwd;
+    fxa_attn_stats sum = {.struct_size = sizeof sum};
+    fxa_status st = p->m->ulysses > 1 && p->m->ring == 1 ? run_ulysses(p, a, &sum, c->stats)
+                                                         : run_grid(p, a, &sum, c->stats);
+    if (st == FXA_OK)
+        st = reduce_stats(p, &sum, c->stats);
+    return st;
+}
+
 fxa_status fxa_mpi_attn_run(fxa_mpi_attn_plan *p, const fxa_attn_args *user_args,
                             fxa_mpi_stats *user_stats)
 {
-    if (!p)
-        return FXA_ERR_INVALID_ARG;
-    fxa_mpi *m = p->m;
-    if (m->broken)
-        return FXA_ERR_TIMEOUT;
-    const double t0 = MPI_Wtime();
-    char msg[512] = "";
-    m->last_error[0] = '\0';
-    /* The statistics gather in `local` and reach the caller's struct within
-     * its struct_size at the end. */
-    fxa_mpi_stats local = {.struct_size = sizeof local};
-    fxa_mpi_stats *stats = user_stats ? &local : NULL;
-    local.ring_steps = m->ring > 1 ? m->ring : 0;
-    fxa_status st =
-        user_stats ? fxa_struct_size_check(fxa_struct_size_of(user_stats), FXA_MPI_STATS_SIZE_0_1,
-                                           sizeof local, "fxa_mpi_stats", msg, sizeof msg)
-                   : FXA_OK;
-    const int stats_ok = user_stats && st == FXA_OK; /* one of unknown size is not written */
-    fxa_attn_args a = {.struct_size = sizeof a};     /* the caller's, copied in over defaults */
-    if (st == FXA_OK)
-        st = fxa_mpi_take_args(p, user_args, &a, msg, sizeof msg);
-    st = fxa_mpi_agree_call(m, st, msg, p->call);
-    fxa_attn_stats sum = {.struct_size = sizeof sum};
-    if (st == FXA_OK && m->ulysses > 1 && m->ring == 1)
-        st = run_ulysses(p, &a, &sum, stats);
-    else if (st == FXA_OK)
-        st = run_grid(p, &a, &sum, stats);
-    if (st == FXA_OK)
-        st = reduce_stats(p, &sum, stats);
-    local.seconds = MPI_Wtime() - t0;
-    if (stats_ok)
-        fxa_struct_out(user_stats, &local, sizeof local);
-    return st;
+    return fxa_mpi_call_run(p ? p->m : NULL, p ? p->call : 0, p, user_args, user_stats, take, body);
 }

@@ -23,7 +23,8 @@ query/key/value (keys and values of every rank's tokens); every other call
 goes to diffusers unchanged (cross-attention on a replicated context, which
 the processors send without a parallel config). A mask, is_causal or
 dropout under parallelism raises NotImplementedError (libfxattn_mpi has no
-masks), as does a call that autograd would record (no backward). Token order across ranks does not matter to unmasked attention, so
+masks), as does a call that autograd would record (the token split and gather
+are not differentiable). Token order across ranks does not matter to unmasked attention, so
 processors that concatenate two split streams (Flux: [text_r, image_r])
 work when the concatenated lengths are still fxattn.mpi.shard's split of
 their sum: the first stream's length divisible by the rank count.
@@ -83,8 +84,8 @@ def _mpi_attention(config: MPIAttentionConfig, query, key, value, attn_mask, dro
     import torch
 
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
-        raise NotImplementedError("fxattn.diffusers.parallelize runs inference only (fxattn.mpi.attention has no "
-                                  "backward); call the model under torch.no_grad()")
+        raise NotImplementedError("fxattn.diffusers.parallelize runs inference only (its token split and "
+                                  "gather are not differentiable); call the model under torch.no_grad()")
     return _fm.attention(query, key, value, config.comm, layout="bshd", scale=scale, out_dtype=query.dtype,
                          **config.kwargs)
 

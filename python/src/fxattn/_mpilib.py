@@ -110,3 +110,6 @@ _d(mpi, "fxa_mpi_attn_plan_create", c_int, c_void_p, POINTER(_lib.AttnDesc), POI
 _d(mpi, "fxa_mpi_attn_plan_destroy", None, c_void_p)
 _d(mpi, "fxa_mpi_attn_run", c_int, c_void_p, POINTER(_lib.AttnArgs), POINTER(MpiStats))
 _d(mpi, "fxa_mpi_grid_plan", c_int, c_void_p, POINTER(_gridlib.GridModel), POINTER(_gridlib.GridTime))
+_d(mpi, "fxa_mpi_attn_bwd_plan_create", c_int, c_void_p, POINTER(_lib.AttnDesc), POINTER(c_void_p))
+_d(mpi, "fxa_mpi_attn_bwd_plan_destroy", None, c_void_p)
+_d(mpi, "fxa_mpi_attn_bwd_run", c_int, c_void_p, POINTER(_lib.AttnBwdArgs), POINTER(MpiStats))

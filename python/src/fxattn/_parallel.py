@@ -75,9 +75,14 @@ class ShardedWanAttnProcessor:
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
             raise NotImplementedError("ShardedWanAttnProcessor runs self-attention without a mask only")
+        import torch
+
         from ._wan_qkv import heads_qkv  # imported here: torch and diffusers on first use
 
         query, key, value = heads_qkv(attn, hidden_states, None, rotary_emb)
+        if query.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError("fxattn.diffusers.parallelize runs inference only (its token split and "
+                                      "gather are not differentiable); call the model under torch.no_grad()")
         out = _fm.attention(query, key, value, self.comm, layout="bshd", out_dtype=query.dtype, **self.kwargs)
         out = out.flatten(2, 3).type_as(query)
         out = attn.to_out[0](out)

@@ -163,24 +163,29 @@ class _Handle:
         self.ctx = ctx
         self.handle = handle
         self.plans: OrderedDict[bytes, ctypes.c_void_p] = OrderedDict()
+        self.bwd_plans: OrderedDict[bytes, ctypes.c_void_p] = OrderedDict()
 
     def last_error(self) -> str:
         return mpi.fxa_mpi_last_error(self.handle).decode()
 
-    def plan(self, desc: _lib.AttnDesc) -> ctypes.c_void_p:
-        """The cached plan of desc or a new one (collective when new: every
-        rank makes the same cache decisions, since all pass the same desc)."""
+    def plan(self, desc: _lib.AttnDesc, backward: bool = False) -> ctypes.c_void_p:
+        """The cached forward (or backward) plan of desc or a new one
+        (collective when new: every rank makes the same cache decisions,
+        since all pass the same desc)."""
+        plans = self.bwd_plans if backward else self.plans
+        create, destroy = ((mpi.fxa_mpi_attn_bwd_plan_create, mpi.fxa_mpi_attn_bwd_plan_destroy) if backward
+                           else (mpi.fxa_mpi_attn_plan_create, mpi.fxa_mpi_attn_plan_destroy))
         key = bytes(desc)
-        plan = self.plans.get(key)
+        plan = plans.get(key)
         if plan is not None:
-            self.plans.move_to_end(key)
+            plans.move_to_end(key)
             return plan
         plan = ctypes.c_void_p()
-        status = mpi.fxa_mpi_attn_plan_create(self.handle, ctypes.byref(desc), ctypes.byref(plan))
+        status = create(self.handle, ctypes.byref(desc), ctypes.byref(plan))
         _lib.raise_status(status, self.last_error())
-        self.plans[key] = plan
-        if len(self.plans) > _PLAN_CACHE:
-            mpi.fxa_mpi_attn_plan_destroy(self.plans.popitem(last=False)[1])
+        plans[key] = plan
+        if len(plans) > _PLAN_CACHE:
+            destroy(plans.popitem(last=False)[1])
         return plan
 
     def destroy(self) -> None:
@@ -188,6 +193,9 @@ class _Handle:
         for plan in self.plans.values():
             mpi.fxa_mpi_attn_plan_destroy(plan)
         self.plans.clear()
+        for plan in self.bwd_plans.values():
+            mpi.fxa_mpi_attn_bwd_plan_destroy(plan)
+        self.bwd_plans.clear()
         if self.handle:
             mpi.fxa_mpi_destroy(self.handle)
             self.handle = None
@@ -454,8 +462,9 @@ def _check_grid(ulysses, ring, prefetch, timeout, placement, size):
     return ulysses, ring, prefetch, timeout, placement
 
 
-def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype):
-    """This rank's checked inputs (local; may raise)."""
+def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype, grad):
+    """This rank's checked inputs (local; may raise). grad: autograd records
+    this call (every rank must agree: the backward is collective)."""
     opts = Options.parse(*opts_args)
     grid = _check_grid(ulysses, ring, prefetch, timeout, placement, size)
     _arrays.same_kind(q, k, v)
@@ -463,7 +472,7 @@ def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_ar
     d = descriptor(*ops, opts, _lib.F32)  # checks ranks, dtypes, batch, head_dim
     out_code = ops[0].dtype if out_dtype is None else _arrays.dtype_code(out_dtype)
     same = dataclasses.replace(opts, threads=0)  # ranks may run different thread counts
-    info = (d.batch, d.heads_q, d.heads_kv, d.head_dim, d.dtype, out_code, same, grid)
+    info = (d.batch, d.heads_q, d.heads_kv, d.head_dim, d.dtype, out_code, same, grad, grid)
     return opts, grid, ops, d, out_code, info
 
 
@@ -481,7 +490,7 @@ def _agree(comm, local_error, seq_q, seq_kv, info, timeout: float):
         if err is not None:
             cls, status, message = err
             raise cls(f"rank {r}: {message}", status)
-    names = ("batch", "heads_q", "heads_kv", "head_dim", "dtype", "out_dtype", "options", "grid")
+    names = ("batch", "heads_q", "heads_kv", "head_dim", "dtype", "out_dtype", "options", "requires_grad", "grid")
     first = everyone[0][3]
     for r, e in enumerate(everyone):
         for name, theirs, base in zip(names, e[3], first):
@@ -553,17 +562,11 @@ def _auto_pick(comm, seq: int, d: _lib.AttnDesc, n_threads: int, seconds: float,
 _ATTENTION_SIGNATURE = inspect.signature(_attention.attention)
 
 
-def _no_autograd(q, k, v):
-    """Refuse torch inputs that autograd would record: the distributed
-    attention has no backward, and an output without grad_fn would lose the
-    gradients silently."""
-    if _arrays.is_torch(q) and _arrays.torch_module().is_grad_enabled():
-        if any(getattr(x, "requires_grad", False) for x in (q, k, v)):
-            raise _lib.UnsupportedError(
-                "fxattn.mpi.attention has no backward: call it under torch.no_grad() or on tensors "
-                "that do not require grad (fxattn.attention is differentiable on one process)",
-                _lib.UNSUPPORTED,
-            )
+def _needs_grad(q, k, v) -> bool:
+    """True when autograd records a call on these torch tensors."""
+    if not _arrays.is_torch(q) or not _arrays.torch_module().is_grad_enabled():
+        return False
+    return any(getattr(x, "requires_grad", False) for x in (q, k, v))
 
 
 def attention(
@@ -603,7 +606,12 @@ def attention(
     out_dtype, threads), with its defaults; another keyword raises TypeError.
 
     Returns this rank's output shard (q's shape, out_dtype or q's dtype, the
-    same kind as q) or (out, lse) with lse [B, Hq, S_r] fp32. Inputs are
+    same kind as q) or (out, lse) with lse [B, Hq, S_r] fp32.
+    Differentiable for torch tensors that require grad (every rank's must,
+    or none's): the backward is libfxattn_mpi's (fxa_mpi_attn_bwd_run,
+    collective: every rank runs its backward), with out and lse's gradients
+    (lse's through return_lse); gradients in q's, k's, v's dtypes,
+    computed in fp32. Inputs are
     copied when not C-contiguous (the library takes no strides); the library
     writes fp32 and other output dtypes are rounded once from it. Raises the
     package's exceptions with the same message on every rank.
@@ -622,9 +630,9 @@ def attention(
         seconds = 60.0  # the agreement's deadline; _prepare's error is raised after it
     try:
         return_lse = _check_args.boolean("return_lse", return_lse)
-        _no_autograd(q, k, v)
+        grad = _needs_grad(q, k, v)
         auto = _auto_grid(grid, ulysses, ring)
-        prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype)
+        prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_args, out_dtype, grad)
         _, _, _, d, _, info = prepared
         if auto:  # ranks agree on "auto", not on the placeholder grid
             info = info[:-1] + (("auto", "auto") + info[-1][2:],)
@@ -647,12 +655,14 @@ def attention(
     d.out_dtype = _lib.F32
 
     torch_in = _arrays.is_torch(q)
+    grad = info[-2]
+    want_lse = return_lse or grad  # the backward needs the forward's lse
     shape_lse = lse_shape(opts.layout, qo.shape)
     if torch_in:
         torch = _arrays.torch_module()
         out = torch.empty(qo.shape, dtype=torch.float32)
-        lse = torch.empty(shape_lse, dtype=torch.float32) if return_lse else None
-        out_ptr, lse_ptr = out.data_ptr(), (lse.data_ptr() if return_lse else None)
+        lse = torch.empty(shape_lse, dtype=torch.float32) if want_lse else None
+        out_ptr, lse_ptr = out.data_ptr(), (lse.data_ptr() if want_lse else None)
     else:
         out = np.empty(qo.shape, np.float32)
         lse = np.empty(shape_lse, np.float32) if return_lse else None
@@ -667,6 +677,7 @@ def attention(
         status = mpi.fxa_mpi_attn_run(plan, ctypes.byref(args), None)
         _lib.raise_status(status, h.last_error())
 
+    out32 = out
     if out_code == _lib.F16:
         out = _agreed_float16(comm, out, seconds)
     elif out_code == _lib.BF16:
@@ -674,5 +685,10 @@ def attention(
             out = out.to(torch.bfloat16)
         else:
             out = out.astype(qo.obj.dtype if qo.dtype == _lib.BF16 else numpy_bf16())
+    if grad:
+        from . import _mpi_autograd
+
+        state = _mpi_autograd.Saved(h, _lock, ctx, d, (qo.obj, ko.obj, vo.obj), out32, lse, opts.layout, return_lse)
+        out, lse = _mpi_autograd.record(q, k, v, out, lse, state)
     return (out, lse) if return_lse else out
 

@@ -223,10 +223,11 @@ def disagree():
     k = torch.from_numpy(s) if rank == 1 else s
     expect_error("torch and numpy mixed", lambda: fm.attention(s, k, s, comm, layout="bshd", threads=1),
                  fxattn.InvalidArgumentError, "rank 1: q, k and v must be all torch tensors or all numpy arrays")
-    # torch inputs that autograd would record: no backward, refused everywhere
-    t = torch.from_numpy(s.copy()).requires_grad_(True)
-    expect_error("inputs requiring grad", lambda: fm.attention(t, t, t, comm, layout="bshd", threads=1),
-                 fxattn.UnsupportedError, "fxattn.mpi.attention has no backward")
+    # inputs that autograd records on one rank only: the backward is
+    # collective, so every rank refuses
+    t = torch.from_numpy(s.copy()).requires_grad_(rank == 1)
+    expect_error("inputs requiring grad on one rank", lambda: fm.attention(t, t, t, comm, layout="bshd", threads=1),
+                 fxattn.InvalidArgumentError, "ranks disagree on requires_grad: rank 0 has False, rank 1 has True")
     with torch.no_grad():
         fm.attention(t, t, t, comm, layout="bshd", threads=1)
     fm.release(comm)
