@@ -372,12 +372,16 @@ FXA_API fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_arg
  * With GQA / MQA, dK and dV of a kv head sum over its query heads.
  *
  * The descriptor is the forward's (fxa_attn_desc): shapes, strides, dtype,
- * out_dtype and scale. Supported: FXA_COMPUTE_FP32 with f32, bf16 or f16
- * inputs (widened exactly); mode, center, heads_per_tile and block_q do not
- * apply (the backward takes no shift from a bound). FXA_COMPUTE_BF16, causal
- * and masks (mask_kind other than FXA_MASK_NONE) are FXA_ERR_UNSUPPORTED. Extra memory is O(S D) per kv head in flight: the
- * workspace holds K, V, Q and dO of a chunk of kv heads in fp32, never an
- * S x S matrix. Results are bit-identical for any thread count (every
+ * out_dtype, compute and scale. FXA_COMPUTE_FP32 takes f32, bf16 or f16
+ * inputs (widened exactly); FXA_COMPUTE_BF16 (bf16 inputs, as the forward)
+ * runs the five products on bf16 operands (dO, P and dS rounded to bf16)
+ * with fp32 accumulation, vdpbf16ps where the CPU has AVX512-BF16 (the
+ * portable kernel elsewhere, as the forward's bf16 compute). mode, center,
+ * heads_per_tile and block_q do not apply (the backward takes no shift from
+ * a bound). Causal and masks (mask_kind other than FXA_MASK_NONE) are
+ * FXA_ERR_UNSUPPORTED. Extra memory is O(S D) per kv head in flight: the
+ * workspace holds K, V, Q and dO of a chunk of kv heads (fp32, or bf16 with
+ * bf16 compute), never an S x S matrix. Results are bit-identical for any thread count (every
  * gradient element is summed by one work item in a fixed order; no
  * atomics).
  */

@@ -28,6 +28,12 @@ typedef struct shape {
     double tau;
 } shape;
 
+/* The roundings of bf16 compute, for the envelope (0: fp32 compute). */
+typedef struct bf16_rounding {
+    int on;           /* bf16 compute */
+    int dout_rounded; /* an fp32 dout rounded to bf16 for the products */
+} bf16_rounding;
+
 /* Attention in fp64: out [B,Hq,Sq,D] and natural-log lse [B,Hq,Sq]. */
 static void ref_forward(const shape *s, const double *q, const double *k, const double *v,
                         double *out, double *lse)
@@ -72,14 +78,20 @@ static void ref_forward(const shape *s, const double *q, const double *k, const 
  *           B_ij = sum_c |dO_ic v_jc|
  *   dv_jc: sum_i ((eps_ij + u) + n u) P_ij |dO_ic|            (n: terms summed)
  *   dk_jc: tau sum_i (E_ds + (1 + n) u |ds_ij|) |q_ic| + 2u |dk_jc|; dq alike with k
+ * With bf16 compute (br->on; ub = 2^-8, bf16's unit roundoff) P is rounded
+ * for dV (eps_ij + ub), dS for dK and dQ (E_ds + ub |ds_ij|), and an fp32
+ * dO rounded for dP and dV (r = 1: dp by ub B_ij more, dV by ub P |dO|);
+ * the bf16 products themselves are exact.
  * env holds dq, dk, dv envelopes one after the other, as grads do.
  */
-static void ref_backward(const shape *s, const double *q, const double *k, const double *v,
-                         const double *out, const double *dout, const double *lse, double *dq,
-                         double *dk, double *dv, double *env_dq, double *env_dk, double *env_dv)
+static void ref_backward(const shape *s, bf16_rounding br, const double *q, const double *k,
+                         const double *v, const double *out, const double *dout, const double *lse,
+                         double *dq, double *dk, double *dv, double *env_dq, double *env_dk,
+                         double *env_dv)
 {
     const int64_t g = s->hq / s->hkv;
     const double u = 0x1p-24, lambda = s->tau * 1.4426950408889634;
+    const double ub = br.on ? 0x1p-8 : 0.0, r_do = br.dout_rounded ? 1.0 : 0.0;
     const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
     const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
     memset(dq, 0, nq * sizeof *dq);
@@ -127,10 +139,11 @@ static void ref_backward(const shape *s, const double *q, const double *k, const
                         lambda * (double)(s->d + 2) * u * A + u * fabs(lse2) + u * fabs(e);
                     const double eps = 0.6931471805599453 * a + 3 * u;
                     const double e_ds = p * ((eps + 2 * u) * fabs(dp - delta) +
-                                             (double)s->d * u * B + u * fabs(delta));
+                                             ((double)s->d * u + r_do * ub) * B + u * fabs(delta)) +
+                                        ub * fabs(ds);
                     for (int64_t c = 0; c < s->d; c++) {
                         env_dv[krow * (size_t)s->d + (size_t)c] +=
-                            (eps + u + n_kv_terms * u) * p * fabs(doi[c]);
+                            (eps + u + ub * (1 + r_do) + n_kv_terms * u) * p * fabs(doi[c]);
                         env_dk[krow * (size_t)s->d + (size_t)c] +=
                             s->tau * (e_ds + (1 + n_kv_terms) * u * fabs(ds)) * fabs(qi[c]);
                         env_dq[row * (size_t)s->d + (size_t)c] +=
@@ -164,7 +177,7 @@ static void test_finite_differences(void)
         v[x] = fxt_rng_normal(&r);
     }
     ref_forward(&s, q, k, v, out, lse);
-    ref_backward(&s, q, k, v, out, dout, lse, dq, dk, dv, NULL, NULL, NULL);
+    ref_backward(&s, (bf16_rounding){0, 0}, q, k, v, out, dout, lse, dq, dk, dv, NULL, NULL, NULL);
     double *const xs[3] = {q, k, v};
     const double *const gs[3] = {dq, dk, dv};
     const size_t ns[3] = {nq, nkv, nkv};
@@ -202,6 +215,7 @@ typedef struct bcase {
     double hot;          /* every 7th query row scaled by this (0: none) */
     double scale;        /* input scale */
     fxa_dtype out_dtype; /* of out and dout (0: f32) */
+    fxa_compute compute; /* of the forward and the backward (0: fp32) */
 } bcase;
 
 /* Element offset of row (b, h, s) in a tensor of `heads` heads and `seq`
@@ -366,6 +380,7 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     t->d.dtype = c->dtype;
     t->d.scale = s->tau;
     t->d.out_dtype = c->out_dtype;
+    t->d.compute = c->compute;
     t->sq = case_strides(c, s->hq, s->sq);
     t->skv = case_strides(c, s->hkv, s->skv);
     if (c->pad) {
@@ -420,7 +435,9 @@ static void test_case(const bcase *c)
     gather(c, &t.sq, s->hq, s->sq, t.out, c->out_dtype, out);
     for (size_t x = 0; x < rows; x++)
         lse[x] = t.lse[x];
-    ref_backward(s, q, k, v, out, dout, lse, g[0], g[1], g[2], env[0], env[1], env[2]);
+    const bf16_rounding br = {c->compute == FXA_COMPUTE_BF16,
+                              c->compute == FXA_COMPUTE_BF16 && c->out_dtype == FXA_F32};
+    ref_backward(s, br, q, k, v, out, dout, lse, g[0], g[1], g[2], env[0], env[1], env[2]);
     CHECK(run_bwd(&t, 2, NULL) == FXA_OK, "[%s] backward failed", c->label);
     const float *res[3] = {t.dq, t.dk, t.dv};
     const char *names[3] = {"dq", "dk", "dv"};
@@ -589,8 +606,9 @@ static void test_chunks(void)
 /* Bad inputs: refused with a status and a message, no output written. */
 static void test_refusals(void)
 {
-    const bcase c = {"refusals", {1, 2, 1, 20, 30, 16, 0.25}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1,
-                     FXA_F32};
+    const bcase c = {
+        "refusals",      {1, 2, 1, 20, 30, 16, 0.25}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1, FXA_F32,
+        FXA_COMPUTE_FP32};
     const shape *s = &c.s;
     const size_t nq = (size_t)(s->hq * s->sq * s->d), nkv = (size_t)(s->hkv * s->skv * s->d);
     double *q = malloc(nq * 8), *k = malloc(nkv * 8), *v = malloc(nkv * 8), *dout = malloc(nq * 8);
@@ -687,13 +705,13 @@ static void test_refusals(void)
     CHECK(fxa_attn_bwd_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL args");
     CHECK(fxa_attn_bwd_run(plan, &a, NULL, NULL) == FXA_ERR_INVALID_ARG, "NULL workspace");
     fxa_attn_bwd_plan_destroy(plan);
-    /* Plans: bf16 compute, causal and masks unsupported, aliasing gradient strides, NULLs. */
+    /* Plans: bf16 compute on fp32 inputs refused (as the forward's), causal
+     * and masks unsupported, aliasing gradient strides, NULLs. */
     fxa_attn_desc d = t.d;
-    d.dtype = FXA_BF16;
     d.compute = FXA_COMPUTE_BF16;
-    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_UNSUPPORTED &&
-              plan == NULL && strstr(fxa_ctx_last_error(ctx), "fp32 only"),
-          "bf16 compute: %s", fxa_ctx_last_error(ctx));
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_INVALID_ARG &&
+              plan == NULL && strstr(fxa_ctx_last_error(ctx), "bf16 compute needs bf16 inputs"),
+          "bf16 compute on f32: %s", fxa_ctx_last_error(ctx));
     d = t.d;
     d.causal = 1;
     CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_UNSUPPORTED &&
@@ -733,9 +751,33 @@ int main(void)
     test_require_isa("test_attn_bwd");
     test_finite_differences();
     const bcase cases[] = {
-        {"random bhsd D40", {1, 2, 2, 70, 150, 40, 0}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1, FXA_F32},
-        {"gqa bshd D72", {2, 4, 2, 33, 200, 72, 0}, FXA_LAYOUT_BSHD, FXA_F32, 0, 0, 1, FXA_F32},
-        {"mqa padded D128", {1, 3, 1, 130, 97, 128, 0}, FXA_LAYOUT_BSHD, FXA_F32, 5, 0, 1, FXA_F32},
+        {"random bhsd D40",
+         {1, 2, 2, 70, 150, 40, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_F32,
+         0,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_FP32},
+        {"gqa bshd D72",
+         {2, 4, 2, 33, 200, 72, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_F32,
+         0,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_FP32},
+        {"mqa padded D128",
+         {1, 3, 1, 130, 97, 128, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_F32,
+         5,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_FP32},
         {"hot rows bhsd",
          {1, 2, 1, 64, 129, 64, 0},
          FXA_LAYOUT_BHSD,
@@ -743,7 +785,8 @@ int main(void)
          0,
          8.0,
          2.0,
-         FXA_F32},
+         FXA_F32,
+         FXA_COMPUTE_FP32},
         {"bf16 inputs D16",
          {1, 2, 2, 40, 260, 16, 0.3},
          FXA_LAYOUT_BSHD,
@@ -751,7 +794,8 @@ int main(void)
          0,
          0,
          1,
-         FXA_F32},
+         FXA_F32,
+         FXA_COMPUTE_FP32},
         {"one pass, 6 kv heads",
          {1, 6, 6, 40, 90, 32, 0},
          FXA_LAYOUT_BSHD,
@@ -759,7 +803,8 @@ int main(void)
          0,
          0,
          1,
-         FXA_F32},
+         FXA_F32,
+         FXA_COMPUTE_FP32},
         {"f16 inputs, bf16 out and dout",
          {1, 4, 2, 50, 70, 24, 0},
          FXA_LAYOUT_BHSD,
@@ -767,7 +812,45 @@ int main(void)
          3,
          0,
          1,
-         FXA_BF16},
+         FXA_BF16,
+         FXA_COMPUTE_FP32},
+        /* bf16 compute: odd D, odd Sq and Skv (pad pairs), fp32 dout rounded */
+        {"bf16 compute D37 odd",
+         {1, 2, 2, 71, 151, 37, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_BF16,
+         0,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_BF16},
+        {"bf16 compute gqa bshd D72, bf16 out",
+         {2, 4, 2, 33, 200, 72, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_BF16,
+         0,
+         0,
+         1,
+         FXA_BF16,
+         FXA_COMPUTE_BF16},
+        {"bf16 compute mqa padded D128",
+         {1, 3, 1, 130, 97, 128, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_BF16,
+         5,
+         0,
+         1,
+         FXA_BF16,
+         FXA_COMPUTE_BF16},
+        {"bf16 compute hot rows, 6 kv heads",
+         {1, 6, 6, 64, 129, 64, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_BF16,
+         0,
+         8.0,
+         2.0,
+         FXA_F32,
+         FXA_COMPUTE_BF16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bcase c = cases[i];
