@@ -151,9 +151,10 @@ def run_backward(q, k, v, opts: Options, out_code: int, out_ptr: int, dout_ptr: 
     """fxa_attn_bwd_run on operands: out and dout contiguous in q's shape
     (fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 (the forward's), into
     grads = (dq, dk, dv) addresses of fp32 memory with q's, k's and v's
-    element strides. The gradients are computed in fp32 whatever opts.compute."""
+    element strides. opts.compute is the forward's: bf16 compute (bf16
+    inputs) runs the backward's products on bf16 operands too, fp32 compute
+    in fp32; the gradients are fp32 either way."""
     d = descriptor(q, k, v, opts, out_code)
-    d.compute = _lib.COMPUTE_FP32
     ctx = context(opts.threads)
     with ctx.lock:
         plan = ctx.plan(d, BwdPlan)

@@ -123,7 +123,8 @@ def attention_backward_op(
     """(dq, dk, dv) of fxattn::attention (no mask, not causal) from its
     inputs, its output out, its lse (empty [0]: computed again here) and
     the output's gradient grad_out; gradients in q's, k's and v's dtypes,
-    computed in fp32 by the C library. grad_lse: the lse output's gradient
+    computed by the C library in the forward's compute (bf16 compute: bf16
+    operands, fp32 accumulation). grad_lse: the lse output's gradient
     (None: zero)."""
     if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
         return _backward_with_lse(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse)
