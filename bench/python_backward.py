@@ -8,7 +8,8 @@ On the same q, k, v, dout ~ N(0, 1) [1, H, S, D] (fp32, and the same values
 rounded to bf16), one forward each keeps its graph; a row times
 torch.autograd.grad(out, (q, k, v), dout) on it, that is the backward
 alone: fxattn's (torch.ops.fxattn.attention_backward, the C library's
-fxa_attn_bwd_run, fp32 compute for bf16 inputs too) and torch's (the CPU
+fxa_attn_bwd_run, in the forward's compute: fp32, and bf16 compute for bf16
+inputs as fxattn.scaled_dot_product_attention runs them) and torch's (the CPU
 kernel SDPA picks: flash attention's backward). Medians of --repeats rounds,
 each round timing every row once in turn after one warm-up each.
 GFLOP/s = 10 S^2 H D / seconds (FlashAttention's count, as
@@ -57,7 +58,8 @@ def main():
           f"{a.threads} threads, H {a.heads}, D {a.dim}, medians of {a.repeats}")
 
     def fx(q, k, v):
-        return fxattn.attention(q, k, v, layout="bhsd", threads=a.threads)
+        compute = "bf16" if q.dtype == torch.bfloat16 else "fp32"
+        return fxattn.attention(q, k, v, layout="bhsd", compute=compute, threads=a.threads)
 
     for s in (int(x) for x in a.seqs.split(",") if x):
         g = torch.Generator().manual_seed(0)

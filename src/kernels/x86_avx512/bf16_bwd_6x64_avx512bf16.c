@@ -7,9 +7,10 @@
  *           V) pairs: per key-dimension pair, four zmm of packed key pairs
  *           and a broadcast pair of q (dO); 24 fp32 accumulators. p =
  *           exp2(lambda s - lse2) (one FMA forms the argument; the fp32
- *           exp2, fxa_vexp2_shifted_f32x16) and ds = p (dp - delta) in fp32,
- *           then rounded to bf16 (vcvtneps2bf16) into the dS rows and, two
- *           rows interleaved, into the query-row pairs of P and dS. Pad keys
+ *           exp2, fxa_vexp2_shifted_f32x16) and ds = p (dp - delta) in fp32
+ *           for two rows at a time, rounded to bf16 together
+ *           (vcvtne2ps2bf16) into the dS rows and, interleaved (vpermw),
+ *           into the query-row pairs of P and dS. Pad keys
  *           of the last panel are zero in K and V, so whole panels are
  *           computed; their p and ds are never read (an odd n_kv's pad
  *           column of the dS rows is zeroed).
@@ -18,7 +19,7 @@
  *   dQ      6 query rows x 64 columns over the key pairs: four zmm of packed
  *           K row pairs, a broadcast pair of ds. Column tails are masked.
  * A row's bits do not depend on its place in the tile. The hardware flushes
- * subnormal bf16 inputs and products, and vcvtneps2bf16 subnormal values, to
+ * subnormal bf16 inputs and products, and vcvtne2ps2bf16 subnormal values, to
  * zero; the products (and so the results) match the reference otherwise,
  * up to the fused multiply-add forming the exp2 argument.
  */
@@ -79,67 +80,67 @@ static ALWAYS_INLINE void panel_dots(const uint16_t *a, size_t lda, const uint16
     }
 }
 
-/* 16 pairs (even[k], odd[k]) of two fp32 vectors rounded to bf16. */
-static ALWAYS_INLINE __m512i interleave_bf16(__m512 even, __m512 odd)
+/* 16 pairs (even[k], odd[k]) of two fp32 vectors rounded to bf16: one
+ * vcvtne2ps2bf16 (even in the low half), then the halves interleaved. */
+static ALWAYS_INLINE __m512i pairs_of(__m512i both)
 {
-    const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(even));
-    const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(odd));
-    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, both);
 }
 
-/* Rows [i0, i0 + mr) of x (64 values each) rounded to bf16 into the
- * query-row pairs of dst at key j0 (a missing odd row as zero). */
-static ALWAYS_INLINE void store_pairs(const fxa_attn_bwd_tile_bf16 *t, uint16_t *dst,
-                                      const float x[MR][PANEL], size_t i0, size_t j0,
-                                      const size_t mr)
+static ALWAYS_INLINE __m512i round2(__m512 even, __m512 odd)
 {
-    UNROLL
-    for (size_t r = 0; r < mr; r += 2) {
-        uint16_t *at = dst + 2 * ((i0 + r) / 2 * t->ld_p + j0);
-        UNROLL
-        for (size_t v = 0; v < NV; v++) {
-            const __m512 odd = r + 1 < mr ? _mm512_loadu_ps(x[r + 1] + W * v) : _mm512_setzero_ps();
-            _mm512_storeu_si512(at + 2 * W * v,
-                                interleave_bf16(_mm512_loadu_ps(x[r] + W * v), odd));
-        }
-    }
+    return (__m512i)_mm512_cvtne2ps_pbh(odd, even);
 }
 
-/* p and ds of rows [i0, i0 + mr) x the PANEL keys of the panel at j0. */
+/* p and ds of rows [i0, i0 + mr) x the PANEL keys of the panel at j0: dp -
+ * delta first (kept in dpd), then the scores, each row pair's p and ds
+ * formed in registers and stored rounded (a missing odd row as zero). */
 static ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile_bf16 *t, size_t i0, size_t j0,
                                      const size_t mr)
 {
     const size_t pairs = (t->d + 1) / 2;
     __m512 acc[MR][NV];
-    float p[MR][PANEL];
-    float ds[MR][PANEL];
+    float dpd[MR][PANEL];
     const size_t panel_at = 2 * j0 * pairs;
-    panel_dots(t->q + i0 * t->ldq, t->ldq, t->kt + panel_at, pairs, mr, acc);
-    const __m512 lambda = _mm512_set1_ps(t->lambda);
-    UNROLL
-    for (size_t r = 0; r < mr; r++) {
-        const __m512 lse2 = _mm512_set1_ps(t->lse2[i0 + r]);
-        UNROLL
-        for (size_t v = 0; v < NV; v++)
-            _mm512_storeu_ps(p[r] + W * v,
-                             fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r][v], lse2),
-                                                      _mm512_setzero_ps()));
-    }
     panel_dots(t->dout + i0 * t->ldq, t->ldq, t->vt + panel_at, pairs, mr, acc);
     UNROLL
     for (size_t r = 0; r < mr; r++) {
         const __m512 delta = _mm512_set1_ps(t->delta[i0 + r]);
+        UNROLL
+        for (size_t v = 0; v < NV; v++)
+            _mm512_storeu_ps(dpd[r] + W * v, _mm512_sub_ps(acc[r][v], delta));
+    }
+    panel_dots(t->q + i0 * t->ldq, t->ldq, t->kt + panel_at, pairs, mr, acc);
+    const __m512 lambda = _mm512_set1_ps(t->lambda);
+    UNROLL
+    for (size_t r = 0; r < mr; r += 2) {
+        const int two = r + 1 < mr;
+        const __m512 lse_e = _mm512_set1_ps(t->lse2[i0 + r]);
+        const __m512 lse_o = two ? _mm512_set1_ps(t->lse2[i0 + r + 1]) : _mm512_setzero_ps();
+        const size_t pair_at = 2 * ((i0 + r) / 2 * t->ld_p + j0);
         uint16_t *row = t->ds + (i0 + r) * t->ld_p + j0;
         UNROLL
         for (size_t v = 0; v < NV; v++) {
-            const __m512 x =
-                _mm512_mul_ps(_mm512_loadu_ps(p[r] + W * v), _mm512_sub_ps(acc[r][v], delta));
-            _mm512_storeu_ps(ds[r] + W * v, x);
-            _mm256_storeu_si256((__m256i *)(row + W * v), (__m256i)_mm512_cvtneps_pbh(x));
+            const __m512 p_e = fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r][v], lse_e),
+                                                        _mm512_setzero_ps());
+            const __m512 p_o =
+                two ? fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r + 1][v], lse_o),
+                                               _mm512_setzero_ps())
+                    : _mm512_setzero_ps();
+            const __m512 ds_e = _mm512_mul_ps(p_e, _mm512_loadu_ps(dpd[r] + W * v));
+            const __m512 ds_o =
+                two ? _mm512_mul_ps(p_o, _mm512_loadu_ps(dpd[r + 1] + W * v)) : _mm512_setzero_ps();
+            const __m512i ds2 = round2(ds_e, ds_o);
+            _mm512_storeu_si512(t->pt + pair_at + 2 * W * v, pairs_of(round2(p_e, p_o)));
+            _mm512_storeu_si512(t->dst + pair_at + 2 * W * v, pairs_of(ds2));
+            _mm256_storeu_si256((__m256i *)(row + W * v), _mm512_castsi512_si256(ds2));
+            if (two)
+                _mm256_storeu_si256((__m256i *)(row + t->ld_p + W * v),
+                                    _mm512_extracti64x4_epi64(ds2, 1));
         }
     }
-    store_pairs(t, t->pt, (const float(*)[PANEL])p, i0, j0, mr);
-    store_pairs(t, t->dst, (const float(*)[PANEL])ds, i0, j0, mr);
 }
 
 /* CALL(mr) for the rows [0, n) in blocks of MR (i0: the block's first row, even),
