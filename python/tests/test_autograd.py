@@ -123,6 +123,20 @@ def test_bf16_compute_backward():
         assert err <= 2**-5 * r.abs().max().item(), err
 
 
+def test_bf16_gradient_rounding_is_torchs():
+    """The backward's own fp32 -> bf16 rounding of the gradients gives the
+    bits of torch's conversion (nearest even, ties, Inf); NaN stays NaN."""
+    g = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(2)) * 1e3
+    g.view(-1)[:4] = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -float("inf"), float("nan")])
+    g.view(-1)[4] = torch.tensor([0x7FFFFFFF], dtype=torch.int32).view(torch.float32)
+    got = _torch._narrow(g, torch.bfloat16)
+    want = g.to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and got.shape == g.shape
+    nan = torch.isnan(g)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+
+
 def test_lse_gradient():
     q, k, v, dout = _inputs(1, 4, 2, 40, 56, 16)
     g = torch.randn(1, 4, 40, generator=torch.Generator().manual_seed(1))

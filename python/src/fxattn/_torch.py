@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+import numpy as np
 import torch
 
 from . import _arrays, _lib
@@ -142,7 +143,22 @@ def attention_backward_op(
     grads = [torch.empty_like(t, dtype=torch.float32) for t in (qo.obj, ko.obj, vo.obj)]
     code = _arrays.torch_dtype_code(torch, wide)
     run_backward(qo, ko, vo, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), [g.data_ptr() for g in grads])
-    return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v)))
+    return tuple(_narrow(g, t.dtype) for g, t in zip(grads, (q, k, v)))
+
+
+def _narrow(g: torch.Tensor, dtype) -> torch.Tensor:
+    """The fp32 gradient g in dtype; bf16 rounded to nearest even on one
+    thread in numpy (the bits torch's conversion gives), so that no torch
+    parallel region (whose OpenMP workers spin after it) runs beside the
+    next call of the library's threads."""
+    if dtype != torch.bfloat16:
+        return g.to(dtype)
+    b = g.numpy().view(np.uint32)
+    r = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(g.numpy())
+    if nan.any():
+        r[nan] = ((b[nan] >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+    return torch.from_numpy(r).view(torch.bfloat16)
 
 
 def _backward_with_lse(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse):
