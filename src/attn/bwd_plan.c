@@ -7,6 +7,9 @@
 
 #define BWD_BLOCK_Q 64   /* query rows per tile: P and dS stay in L1/L2 */
 #define BWD_BLOCK_KV 128 /* keys per tile and per dK/dV work item */
+/* bf16 compute: twice the keys (P and dS in bf16 take the same bytes), so
+ * the one-pass schedule sweeps each head's dQ accumulator half as often. */
+#define BWD_BLOCK_KV_BF16 256
 /* K, V, Q and dO of one chunk of kv heads stay within this many bytes
  * (unless one kv head needs more). */
 #define BWD_CHUNK_BYTES ((size_t)64 << 20)
@@ -128,7 +131,8 @@ static fxa_status bwd_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
     bp->ctx = ctx;
     bp->dim = (size_t)fwd->d.head_dim;
     bp->panel = ctx->kernels->bwd_kt_panel;
-    bp->block_kv = BWD_BLOCK_KV / bp->panel * bp->panel;
+    bp->block_kv = (fwd->d.compute == FXA_COMPUTE_BF16 ? BWD_BLOCK_KV_BF16 : BWD_BLOCK_KV) /
+                   bp->panel * bp->panel;
     bp->block_q = BWD_BLOCK_Q;
     bp->n_q_blocks = (fwd->d.seq_q + (int64_t)bp->block_q - 1) / (int64_t)bp->block_q;
     bp->n_kv_blocks = (fwd->d.seq_kv + (int64_t)bp->block_kv - 1) / (int64_t)bp->block_kv;
