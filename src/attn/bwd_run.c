@@ -19,7 +19,9 @@
  * Either way every gradient element is the same chain of additions in the
  * same order (dK, dV over (query head, query block, row); dQ over (key
  * block, key)) of the same tile values, so results do not depend on the
- * thread count (no atomics). P and dS never outlive a tile.
+ * thread count (no atomics). P and dS never outlive a tile. With bf16
+ * compute the prep and the tiles are bwd_bf16.c's (bf16 pair layouts); the
+ * schedules and orders are the same.
  */
 #include <string.h>
 
