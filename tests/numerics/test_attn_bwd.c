@@ -7,7 +7,9 @@
  * of L = sum dO . O in fp64 on a tiny shape. Cases: random data, hot rows
  * (large query norms: peaked P), GQA and MQA, Sq != Skv, head dims 40, 72
  * and 128, BHSD, BSHD and padded strides, bf16 and f16 inputs, out and
- * dout in bf16, 6 kv heads; dq, dk, dv bit-identical on 1, 2 and 3 threads
+ * dout in bf16, 6 kv heads; bf16 compute within its envelope (odd D, odd
+ * Sq and Skv, two key blocks), the kernel set's gradients within the
+ * envelope of the reference set's; dq, dk, dv bit-identical on 1, 2 and 3 threads
  * (which run the one-pass or the two-pass schedule by the kv heads per
  * thread: the schedules agree bit for bit); a problem whose kv heads are worked in several chunks gives
  * each head the bits of a plan of that head alone; bad inputs refused with
@@ -419,6 +421,52 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     fxa_ctx_destroy(ctx);
 }
 
+/* bf16 compute: the gradients of the kernel set under test (keep) against
+ * the reference set's (FXA_ISA=ref, the executable spec) on the same
+ * inputs, within the first-order envelope env of either against fp64; the
+ * share of elements that differ at all is printed. got: scratch. */
+static void against_ref_set(const bcase *c, tensors *t, float *const keep[3], double *const env[3],
+                            double *got)
+{
+    const shape *s = &c->s;
+    const char *isa = getenv("FXA_ISA");
+    char was[32] = "";
+    if (isa)
+        snprintf(was, sizeof was, "%s", isa);
+    setenv("FXA_ISA", "ref", 1);
+    CHECK(run_bwd(t, 2, NULL) == FXA_OK, "[%s] reference set", c->label);
+    if (*was)
+        setenv("FXA_ISA", was, 1);
+    else
+        unsetenv("FXA_ISA");
+    const float *ref[3] = {t->dq, t->dk, t->dv};
+    const char *names[3] = {"dq", "dk", "dv"};
+    const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
+    const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
+    double *mine = malloc((nq > nkv ? nq : nkv) * 8);
+    for (int w = 0; w < 3; w++) {
+        const int64_t heads = w == 0 ? s->hq : s->hkv, seq = w == 0 ? s->sq : s->skv;
+        const fxa_attn_strides *st = w == 0 ? &t->sq : &t->skv;
+        const size_t n = w == 0 ? nq : nkv;
+        gather(c, st, heads, seq, keep[w], FXA_F32, mine);
+        gather(c, st, heads, seq, ref[w], FXA_F32, got);
+        double worst = 0.0;
+        size_t differ = 0;
+        for (size_t x = 0; x < n; x++) {
+            differ += mine[x] != got[x];
+            worst = fmax(worst, fabs(mine[x] - got[x]) / (env[w][x] + 1e-300));
+        }
+        CHECK(worst <= 1.0,
+              "[%s] %s: the kernel set differs from the reference set by %.3g of the "
+              "envelope",
+              c->label, names[w], worst);
+        printf("[%s] %s against the reference set: %zu of %zu elements differ, at most %.3f of the "
+               "envelope\n",
+               c->label, names[w], differ, n, worst);
+    }
+    free(mine);
+}
+
 static void test_case(const bcase *c)
 {
     const shape *s = &c->s;
@@ -479,6 +527,8 @@ static void test_case(const bcase *c)
                   memcmp(keep[2], t.dv, t.ekv * 4) == 0,
               "[%s] gradients on %d threads differ from 2 threads'", c->label, threads);
     }
+    if (c->compute == FXA_COMPUTE_BF16)
+        against_ref_set(c, &t, keep, env, got);
     for (int w = 0; w < 3; w++) {
         free(keep[w]);
         free(g[w]);
