@@ -2,27 +2,35 @@
 scaled_dot_product_attention backward, side by side in one process.
 
     .venv/bin/python bench/python_backward.py [--seqs 1024,4096] [--heads 8] [--dim 128]
-        [--repeats 5] [--threads 2]
+        [--repeats 5] [--threads 2] [--json FILE --machine NAME]
 
 On the same q, k, v, dout ~ N(0, 1) [1, H, S, D] (fp32, and the same values
 rounded to bf16), one forward each keeps its graph; a row times
 torch.autograd.grad(out, (q, k, v), dout) on it, that is the backward
 alone: fxattn's (torch.ops.fxattn.attention_backward, the C library's
-fxa_attn_bwd_run, fp32 compute for bf16 inputs too) and torch's (the CPU
+fxa_attn_bwd_run, in the forward's compute: fp32, and bf16 compute for bf16
+inputs as fxattn.scaled_dot_product_attention runs them) and torch's (the CPU
 kernel SDPA picks: flash attention's backward). Medians of --repeats rounds,
 each round timing every row once in turn after one warm-up each.
 GFLOP/s = 10 S^2 H D / seconds (FlashAttention's count, as
 fxa_attn_bwd_flops). The gradients are checked against each other first.
+--json FILE appends one JSON object per (S, dtype) to FILE (kind
+python_backward: both medians and torch's seconds over fxattn's) for
+bench/results/render.py.
 """
 
 import argparse
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import fxattn
+from benchlib import append_jsonl, identity
 
 
 def interleaved_medians(calls, repeats):
@@ -51,14 +59,18 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", metavar="FILE", help="append one JSON object per row to FILE (- for stdout)")
+    ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json (default: host name)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     print(f"fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)}), torch {torch.__version__}, "
           f"{a.threads} threads, H {a.heads}, D {a.dim}, medians of {a.repeats}")
 
     def fx(q, k, v):
-        return fxattn.attention(q, k, v, layout="bhsd", threads=a.threads)
+        compute = "bf16" if q.dtype == torch.bfloat16 else "fp32"
+        return fxattn.attention(q, k, v, layout="bhsd", compute=compute, threads=a.threads)
 
+    recs = []
     for s in (int(x) for x in a.seqs.split(",") if x):
         g = torch.Generator().manual_seed(0)
         q, k, v, dout = (torch.randn(1, a.heads, s, a.dim, generator=g) for _ in range(4))
@@ -81,8 +93,17 @@ def main():
         for name, sec in med.items():
             print(f"{name:28} {sec:9.4f} {flops / sec / 1e9:9.1f}")
         for name in ("fp32", "bf16"):
-            ratio = med[f"torch SDPA backward {name}"] / med[f"fxattn backward {name}"]
-            print(f"{name}: fxattn is {ratio:.2f}x torch SDPA's backward speed")
+            fx_s, torch_s = med[f"fxattn backward {name}"], med[f"torch SDPA backward {name}"]
+            print(f"{name}: fxattn is {torch_s / fx_s:.2f}x torch SDPA's backward speed")
+            recs.append({"kind": "python_backward", "B": 1, "S": s, "H": a.heads, "D": a.dim, "dtype": name,
+                         "compute": name, "threads": a.threads, "repeats": a.repeats,
+                         "fxattn_seconds": fx_s, "fxattn_gflops": flops / fx_s / 1e9,
+                         "torch_seconds": torch_s, "torch_gflops": flops / torch_s / 1e9,
+                         "fxattn_over_torch": torch_s / fx_s})
+    if a.json:
+        versions = {"fxattn": fxattn.__version__, "torch": torch.__version__, "python": platform.python_version()}
+        ident = identity(a.machine, Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent, versions)
+        append_jsonl(a.json, [{**ident, **r, "kernels": fxattn.kernel_info(a.threads)} for r in recs])
 
 
 if __name__ == "__main__":

@@ -372,19 +372,23 @@ FXA_API fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_arg
  * With GQA / MQA, dK and dV of a kv head sum over its query heads.
  *
  * The descriptor is the forward's (fxa_attn_desc): shapes, strides, dtype,
- * out_dtype and scale. Supported: FXA_COMPUTE_FP32 with f32, bf16 or f16
- * inputs (widened exactly); mode, center, heads_per_tile and block_q do not
- * apply (the backward takes no shift from a bound). FXA_COMPUTE_BF16 is
- * FXA_ERR_UNSUPPORTED. Causal and masks are the forward's: P_ij takes the
+ * out_dtype, compute and scale. FXA_COMPUTE_FP32 takes f32, bf16 or f16
+ * inputs (widened exactly); FXA_COMPUTE_BF16 (bf16 inputs, as the forward)
+ * runs the five products on bf16 operands (dO, P and dS rounded to bf16)
+ * with fp32 accumulation, vdpbf16ps where the CPU has AVX512-BF16 (the
+ * portable kernel elsewhere, as the forward's bf16 compute). mode, center,
+ * heads_per_tile and block_q do not apply (the backward takes no shift from
+ * a bound). Causal and masks are the forward's, with FXA_COMPUTE_FP32
+ * (FXA_ERR_UNSUPPORTED with FXA_COMPUTE_BF16): P_ij takes the
  * same bias (-inf where masked, an additive mask's value), dS_ij = 0 where
  * a key is masked, and key tiles that every row of a query block masks
  * (causal: past the diagonal) are skipped, about half the work at Sq = Skv.
  * A row whose keys are all masked (the forward's output 0, LSE -inf) is a
  * constant: its dQ is 0 and it adds nothing to dK and dV. The gradients
  * are with respect to Q, K and V only (an additive mask is a constant
- * here). Extra memory is O(S D) per kv head in flight: the
- * workspace holds K, V, Q and dO of a chunk of kv heads in fp32, never an
- * S x S matrix. Results are bit-identical for any thread count (every
+ * here). Extra memory is O(S D) per kv head in flight: the workspace holds
+ * K, V, Q and dO of a chunk of kv heads (fp32, or bf16 with bf16 compute),
+ * never an S x S matrix. Results are bit-identical for any thread count (every
  * gradient element is summed by one work item in a fixed order; no
  * atomics).
  */

@@ -17,7 +17,7 @@ raw/<machine>.jsonl holds one JSON object per line: one {"kind": "machine"}
 line (the page's title and the machine's description), then one object per
 measurement, each with machine, cpu, compiler, versions, commit, command,
 date and kind (peers, fxattn_bench, long_seq, layer, layer_memory, proj, gemm,
-python_attention, python_sdpa, python_wan, python_diffusers, mpi_bench,
+python_attention, python_sdpa, python_backward, python_wan, python_diffusers, mpi_bench,
 plan_validate) and the fields of the tool that measured it (bench/README.md,
 "Raw results").
 Exit status: 0 ok (or --check found no difference), 1 a difference or a bad
@@ -173,6 +173,20 @@ KINDS = {
                     ("fxattn_cpu_seconds", "fxattn CPU s", "{:.4f}", V), ("torch_cpu_seconds", "torch CPU s", "{:.4f}", V),
                     ("cpu_fxattn_over_torch", "CPU fx / torch", "{:.2f}x", V),
                     ("max_abs_diff", "max\\|diff\\|", "{:.2e}", V)],
+    },
+    "python_backward": {
+        "title": "Attention's backward: fxattn against torch SDPA's",
+        "about": ("`bench/python_backward.py`: `torch.autograd.grad` through `fxattn.attention` (the C library's "
+                  "`fxa_attn_bwd_run`, in the forward's compute: bf16 compute for bf16 rows) and through torch's "
+                  "`scaled_dot_product_attention` (the CPU flash-attention backward) on the same [1, H, S, D] q, k, "
+                  "v and dout, gradients checked against each other first; the backward alone, medians of rounds "
+                  "timing every row once in turn. GFLOP/s = 10 S^2 H D / s (FlashAttention's count). "
+                  "fx / torch: torch's seconds over fxattn's."),
+        "columns": [("B", "B", "{}", P), ("H", "H", "{}", P), ("D", "D", "{}", P), ("threads", "threads", "{}", P),
+                    ("repeats", "rounds", "{}", P), ("S", "S", "{}", V), ("dtype", "dtype", "{}", V),
+                    ("compute", "fxattn compute", "{}", V), ("fxattn_seconds", "fxattn s", "{:.4f}", V),
+                    ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V), ("torch_seconds", "torch s", "{:.4f}", V),
+                    ("torch_gflops", "torch GFLOP/s", "{:.1f}", V), ("fxattn_over_torch", "fx / torch", "{:.2f}x", V)],
     },
     "python_diffusers": {
         "title": "diffusers' Wan and Flux with the fxattn backend",

@@ -102,6 +102,42 @@ def test_bf16_gradients_in_bf16():
         assert err <= 2**-6 * r.abs().max().item(), err
 
 
+def test_bf16_compute_backward():
+    """bf16 inputs through fxattn.scaled_dot_product_attention run bf16
+    compute (its default for bf16) in the forward and the backward: the
+    gradients are those of fxattn.attention(compute="bf16"), bit for bit,
+    not fp32 compute's, and within bf16 compute's envelope of the fp64
+    reference (docs/numerics.md: P, dS and dO rounded to bf16, ~2^-8 of
+    each product; 2^-5 max|reference| here)."""
+    q, k, v, dout = _inputs(1, 4, 2, 75, 131, 40)
+    sdpa = lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True)  # noqa: E731
+    out, got = _grads(sdpa, q, k, v, dout, torch.bfloat16)
+    assert out.dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g in got)
+    _, same = _grads(lambda *t: fxattn.attention(*t, layout="bhsd", compute="bf16"), q, k, v, dout, torch.bfloat16)
+    _, fp32 = _grads(lambda *t: fxattn.attention(*t, layout="bhsd", compute="fp32"), q, k, v, dout, torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(got, same))
+    assert any(not torch.equal(a, b) for a, b in zip(got, fp32))
+    qb, kb, vb = (t.bfloat16().float() for t in (q, k, v))
+    _, ref = _grads(_sdpa, qb, kb, vb, dout.bfloat16().float(), torch.float64)
+    for g, r in zip(got, ref):
+        err = (g.double() - r).abs().max().item()
+        assert err <= 2**-5 * r.abs().max().item(), err
+
+
+def test_bf16_gradient_rounding_is_torchs():
+    """The backward's own fp32 -> bf16 rounding of the gradients gives the
+    bits of torch's conversion (nearest even, ties, Inf); NaN stays NaN."""
+    g = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(2)) * 1e3
+    g.view(-1)[:4] = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -float("inf"), float("nan")])
+    g.view(-1)[4] = torch.tensor([0x7FFFFFFF], dtype=torch.int32).view(torch.float32)
+    got = _torch._narrow(g, torch.bfloat16)
+    want = g.to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and got.shape == g.shape
+    nan = torch.isnan(g)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+
+
 def test_lse_gradient():
     q, k, v, dout = _inputs(1, 4, 2, 40, 56, 16)
     g = torch.randn(1, 4, 40, generator=torch.Generator().manual_seed(1))

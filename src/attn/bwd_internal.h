@@ -18,19 +18,27 @@ struct fxa_attn_bwd_plan {
     int64_t n_kv_blocks;
     size_t kv_pad;          /* n_kv_blocks * block_kv */
     int64_t chunk_kv_heads; /* kv heads whose K, V, Q, dO are in the workspace at once */
+    int bf16;               /* bf16 compute (fxa_attn_bwd_tile_bf16) */
+    size_t d16;             /* bf16 compute: bf16 values per Q, dO row (D rounded up to even) */
     /* Workspace, byte offsets. Per kv head of the chunk: K^T and V^T panels
      * [kv_pad][D] and K rows [kv_pad][D]; per query head of the chunk: Q and
      * dO rows [Sq][D], lse2 and delta [Sq], and the dQ accumulator [Sq][D] of
      * the one-pass schedule (bwd_run.c); then per thread: p and ds
      * [block_q][block_kv], two gradient blocks [max(block_q, block_kv)][D],
      * block_kv row pointers and, with a mask or causal, a tile's bias
-     * [block_q][block_kv]. */
+     * [block_q][block_kv]. With bf16 compute the K^T, V^T, K, Q and
+     * dO areas hold bf16 in the layouts of fxa_attn_bwd_tile_bf16 (K as key
+     * pairs, Q and dO as rows), the Q and dO row pairs follow in qp and dop,
+     * and a thread's p area holds P and dS in row pairs, its ds area the dS
+     * rows (bwd_bf16.c). */
     size_t ws_kt;
     size_t ws_vt;
     size_t ws_k;
     size_t ws_q;
     size_t ws_do;
     size_t ws_lse2;
+    size_t ws_qp;
+    size_t ws_dop;
     size_t ws_delta;
     size_t ws_dq;
     size_t ws_threads;
@@ -45,5 +53,24 @@ struct fxa_attn_bwd_plan {
  * row is scratch of D floats. bwd_check.c. */
 fxa_status fxa_bwd_check_inputs(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
                                 void *workspace, float *row);
+
+/* bf16 compute (bwd_bf16.c). Prep of key block kb of kv head kvh (batch b)
+ * into chunk slot `slot`: K and V pair panels, K key pairs; scratch holds
+ * block_kv rows of D floats, scratch16 as many bf16 rows, rows block_kv
+ * pointers. */
+void fxa_bwd_prep_kv_bf16(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
+                          unsigned char *ws, int64_t b, int64_t kvh, int64_t slot, int64_t kb,
+                          float *scratch, float *scratch16, const void **rows);
+/* Prep of query block qb of query head h (chunk query head cq): Q and dO
+ * rows and row pairs, lse2 and delta; scratch and scratch2 hold block_q
+ * rows of D floats. */
+void fxa_bwd_prep_q_bf16(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a, unsigned char *ws,
+                         int64_t b, int64_t h, int64_t cq, int64_t qb, float *scratch,
+                         float *scratch2);
+/* The bf16 tile of chunk query head cq's block qb against chunk slot
+ * `slot`'s key block kb; p_area, ds_area: the thread's p and ds scratch. */
+fxa_attn_bwd_tile_bf16 fxa_bwd_tile_bf16(const fxa_attn_bwd_plan *bp, unsigned char *ws, int64_t cq,
+                                         int64_t qb, int64_t slot, int64_t kb, float *p_area,
+                                         float *ds_area);
 
 #endif

@@ -7,6 +7,9 @@
 
 #define BWD_BLOCK_Q 64   /* query rows per tile: P and dS stay in L1/L2 */
 #define BWD_BLOCK_KV 128 /* keys per tile and per dK/dV work item */
+/* bf16 compute: twice the keys (P and dS in bf16 take the same bytes), so
+ * the one-pass schedule sweeps each head's dQ accumulator half as often. */
+#define BWD_BLOCK_KV_BF16 256
 /* K, V, Q and dO of one chunk of kv heads stay within this many bytes
  * (unless one kv head needs more). */
 #define BWD_CHUNK_BYTES ((size_t)64 << 20)
@@ -39,11 +42,11 @@ static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp)
     return best;
 }
 
-/* The offset *off of a region of n floats, *off moved past it (64-byte aligned). */
+/* The offset *off of a region of n bytes, *off moved past it (64-byte aligned). */
 static size_t take(size_t *off, size_t n)
 {
     const size_t at = *off;
-    *off += fxa_align_up(n * sizeof(float));
+    *off += fxa_align_up(n);
     return at;
 }
 
@@ -51,18 +54,27 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
 {
     const fxa_attn_plan *p = bp->fwd;
     const size_t chunk = (size_t)bp->chunk_kv_heads;
-    const size_t q_rows = chunk * (size_t)p->group * (size_t)p->d.seq_q;
-    const size_t kv_floats = chunk * bp->kv_pad * bp->dim;
+    const size_t heads_q = chunk * (size_t)p->group;
+    const size_t q_rows = heads_q * (size_t)p->d.seq_q;
     const size_t grad_rows = bp->block_q > bp->block_kv ? bp->block_q : bp->block_kv;
+    /* fp32: K^T, V^T, K, Q, dO in floats; bf16: in bf16 (K as key pairs,
+     * Q and dO rows of d16, then their row pairs) */
+    const size_t kt_bytes = chunk * bp->kv_pad * (bp->bf16 ? bp->d16 * 2 : bp->dim * 4);
+    const size_t k_bytes = chunk * bp->kv_pad * bp->dim * (bp->bf16 ? 2 : 4);
+    const size_t q_bytes = q_rows * (bp->bf16 ? bp->d16 * 2 : bp->dim * 4);
+    const size_t qp_bytes =
+        bp->bf16 ? heads_q * (size_t)((p->d.seq_q + 1) / 2) * 2 * bp->dim * 2 : 0;
     size_t off = 0;
-    bp->ws_kt = take(&off, kv_floats);
-    bp->ws_vt = take(&off, kv_floats);
-    bp->ws_k = take(&off, kv_floats);
-    bp->ws_q = take(&off, q_rows * bp->dim);
-    bp->ws_do = take(&off, q_rows * bp->dim);
-    bp->ws_lse2 = take(&off, q_rows);
-    bp->ws_delta = take(&off, q_rows);
-    bp->ws_dq = take(&off, q_rows * bp->dim);
+    bp->ws_kt = take(&off, kt_bytes);
+    bp->ws_vt = take(&off, kt_bytes);
+    bp->ws_k = take(&off, k_bytes);
+    bp->ws_q = take(&off, q_bytes);
+    bp->ws_do = take(&off, q_bytes);
+    bp->ws_qp = take(&off, qp_bytes);
+    bp->ws_dop = take(&off, qp_bytes);
+    bp->ws_lse2 = take(&off, q_rows * sizeof(float));
+    bp->ws_delta = take(&off, q_rows * sizeof(float));
+    bp->ws_dq = take(&off, q_rows * bp->dim * sizeof(float));
     bp->ws_threads = off;
     bp->thread_bytes =
         2 * fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) +
@@ -75,10 +87,11 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
 
 static fxa_status check_bwd(fxa_ctx *ctx, const fxa_attn_plan *p)
 {
-    if (p->d.compute != FXA_COMPUTE_FP32)
+    if (fxa_attn_masked(p) && p->d.compute != FXA_COMPUTE_FP32)
         return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
-                            "the attention backward computes in fp32 only (compute must be "
-                            "FXA_COMPUTE_FP32; bf16 inputs are widened exactly)");
+                            "the attention backward takes a mask or causal with fp32 compute only "
+                            "(compute must be FXA_COMPUTE_FP32 when mask_kind is not "
+                            "FXA_MASK_NONE or causal is set)");
     const struct {
         const char *name;
         const fxa_strides *s;
@@ -121,11 +134,14 @@ static fxa_status bwd_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
     bp->ctx = ctx;
     bp->dim = (size_t)fwd->d.head_dim;
     bp->panel = ctx->kernels->bwd_kt_panel;
-    bp->block_kv = BWD_BLOCK_KV / bp->panel * bp->panel;
+    bp->block_kv = (fwd->d.compute == FXA_COMPUTE_BF16 ? BWD_BLOCK_KV_BF16 : BWD_BLOCK_KV) /
+                   bp->panel * bp->panel;
     bp->block_q = BWD_BLOCK_Q;
     bp->n_q_blocks = (fwd->d.seq_q + (int64_t)bp->block_q - 1) / (int64_t)bp->block_q;
     bp->n_kv_blocks = (fwd->d.seq_kv + (int64_t)bp->block_kv - 1) / (int64_t)bp->block_kv;
     bp->kv_pad = (size_t)bp->n_kv_blocks * bp->block_kv;
+    bp->bf16 = fwd->d.compute == FXA_COMPUTE_BF16;
+    bp->d16 = (bp->dim + 1) / 2 * 2;
     bp->chunk_kv_heads = chunk_kv_heads(bp);
     layout_workspace(bp, ctx->pool.n_threads);
     const uint64_t avail = fxa_available_memory();

@@ -19,10 +19,13 @@
  * Either way every gradient element is the same chain of additions in the
  * same order (dK, dV over (query head, query block, row); dQ over (key
  * block, key)) of the same tile values, so results do not depend on the
- * thread count (no atomics). P and dS never outlive a tile.
- * Masks and causal (tile_mask): a tile whose keys every row masks adds only
- * zeros and is skipped, in both schedules alike; causal tiles stop at the
- * last key their last row sees; the others take the mask's bias in P.
+ * thread count (no atomics). P and dS never outlive a tile. With bf16
+ * compute the prep and the tiles are bwd_bf16.c's (bf16 pair layouts); the
+ * schedules and orders are the same.
+ * Masks and causal (tile_mask, fp32 compute): a tile whose keys every row
+ * masks adds only zeros and is skipped, in both schedules alike; causal
+ * tiles stop at the last key their last row sees; the others take the
+ * mask's bias in P.
  */
 #include <math.h>
 #include <string.h>
@@ -162,10 +165,18 @@ static void prep_item(void *arg, int64_t item, int thread_id)
     const fxa_attn_bwd_plan *bp = job->bp;
     const bwd_scratch s = scratch_of(job, thread_id);
     const int64_t kv_items = bp->chunk_kv_heads * bp->n_kv_blocks;
-    if (item < kv_items)
-        prep_kv(job, item / bp->n_kv_blocks, item % bp->n_kv_blocks, &s);
+    const int64_t slot = item / bp->n_kv_blocks, kb = item % bp->n_kv_blocks;
+    const int64_t cq = (item - kv_items) / bp->n_q_blocks, qb = (item - kv_items) % bp->n_q_blocks;
+    if (bp->bf16 && item < kv_items)
+        fxa_bwd_prep_kv_bf16(bp, job->a, job->ws, job->batch, job->chunk_kv0 + slot, slot, kb, s.ga,
+                             s.gb, s.rows);
+    else if (bp->bf16)
+        fxa_bwd_prep_q_bf16(bp, job->a, job->ws, job->batch, job->chunk_kv0 * bp->fwd->group + cq,
+                            cq, qb, s.ga, s.gb);
+    else if (item < kv_items)
+        prep_kv(job, slot, kb, &s);
     else
-        prep_q(job, (item - kv_items) / bp->n_q_blocks, (item - kv_items) % bp->n_q_blocks, &s);
+        prep_q(job, cq, qb, &s);
 }
 
 /* The tile of chunk query head cq's query block qb against chunk slot
@@ -240,6 +251,39 @@ static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t 
     return FXA_TILE_BIAS;
 }
 
+/* The tile of chunk query head cq's block qb against chunk slot `slot`'s
+ * key block kb, in the plan's compute: with dk (and dv) dK, dV += and then,
+ * with dq, dQ += from the same P and dS; without dk, dQ += alone. */
+static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb, int64_t slot,
+                     int64_t kb, float *dk, float *dv, float *dq)
+{
+    const fxa_kernels *kern = job->bp->ctx->kernels;
+    if (job->bp->bf16) {
+        fxa_attn_bwd_tile_bf16 t =
+            fxa_bwd_tile_bf16(job->bp, job->ws, cq, qb, slot, kb, s->p, s->ds);
+        t.dk = dk;
+        t.dv = dv;
+        t.dq = dq;
+        if (dk)
+            kern->attn_bwd_dkdv_bf16(&t);
+        t.p_ds_given = dk != NULL;
+        if (dq)
+            kern->attn_bwd_dq_bf16(&t);
+        return;
+    }
+    fxa_attn_bwd_tile t = tile_of(job, s, cq, qb, slot, kb);
+    if (tile_mask(job, s, cq, qb, kb, &t) == FXA_TILE_SKIP)
+        return;
+    t.dk = dk;
+    t.dv = dv;
+    t.dq = dq;
+    if (dk)
+        kern->attn_bwd_dkdv(&t);
+    t.p_ds_given = dk != NULL;
+    if (dq)
+        kern->attn_bwd_dq(&t);
+}
+
 /* Store n rows of a gradient block g [n][D] times scale at dst + off, rows
  * `token` apart. */
 static void store_rows(const float *g, size_t n, size_t dim, float scale, float *dst, int64_t off,
@@ -280,17 +324,8 @@ static void kv_block(const bwd_job *job, const bwd_scratch *s, int64_t slot, int
     memset(s->gb, 0, n * bp->dim * sizeof(float));
     for (int64_t g = 0; g < p->group; g++) {
         for (int64_t qb = 0; qb < bp->n_q_blocks; qb++) {
-            fxa_attn_bwd_tile t = tile_of(job, s, slot * p->group + g, qb, slot, kb);
-            if (tile_mask(job, s, slot * p->group + g, qb, kb, &t) == FXA_TILE_SKIP)
-                continue;
-            t.dk = s->ga;
-            t.dv = s->gb;
-            bp->ctx->kernels->attn_bwd_dkdv(&t);
-            if (dq) {
-                t.dq = dq + (size_t)g * head_rows + (size_t)qb * bp->block_q * bp->dim;
-                t.p_ds_given = 1;
-                bp->ctx->kernels->attn_bwd_dq(&t);
-            }
+            run_tile(job, s, slot * p->group + g, qb, slot, kb, s->ga, s->gb,
+                     dq ? dq + (size_t)g * head_rows + (size_t)qb * bp->block_q * bp->dim : NULL);
         }
     }
     store_kv_grads(job, s, job->chunk_kv0 + slot, j0, n);
@@ -347,13 +382,8 @@ static void dq_item(void *arg, int64_t item, int thread_id)
     const int64_t i0 = qb * (int64_t)bp->block_q;
     const size_t n = rows_in(p->d.seq_q, i0, bp->block_q);
     memset(s.ga, 0, n * bp->dim * sizeof(float));
-    for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++) {
-        fxa_attn_bwd_tile t = tile_of(job, &s, cq, qb, cq / p->group, kb);
-        if (tile_mask(job, &s, cq, qb, kb, &t) == FXA_TILE_SKIP)
-            continue;
-        t.dq = s.ga;
-        bp->ctx->kernels->attn_bwd_dq(&t);
-    }
+    for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++)
+        run_tile(job, &s, cq, qb, cq / p->group, kb, NULL, NULL, s.ga);
     store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->dq,
                row_at(&p->q_strides, job->batch, h, i0), p->q_strides.token);
 }

@@ -16,7 +16,8 @@ function(fxa_kernel_sources flags)
 endfunction()
 
 fxa_kernel_sources("" dispatch.c ref/kernels_ref.c ref/f32_tile_ref.c ref/bf16_tile_ref.c
-                   ref/f32_packkt_ref.c ref/f16_widen_ref.c ref/f32_bwd_ref.c)
+                   ref/f32_packkt_ref.c ref/f16_widen_ref.c ref/f32_bwd_ref.c
+                   ref/bf16_bwd_ref.c)
 # The row statistics: one portable source per ISA; no contraction, so every build gives the
 # reference's bits.
 fxa_kernel_sources("-ffp-contract=off" ref/f32_rowstats_ref.c)
@@ -30,7 +31,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   fxa_kernel_sources("${FXA_AVX2};-ffp-contract=off" x86_avx2/f32_rowstats_avx2.c)
   fxa_kernel_sources("${FXA_AVX512};-mfma" x86_avx512/f32_tile_6x64_avx512.c
                     x86_avx512/f32_bwd_6x64_avx512.c)
-  fxa_kernel_sources("${FXA_AVX512};-mavx512bf16;-mfma" x86_avx512/bf16_tile_6x64_avx512bf16.c)
+  fxa_kernel_sources("${FXA_AVX512};-mavx512bf16;-mfma" x86_avx512/bf16_tile_6x64_avx512bf16.c
+                    x86_avx512/bf16_bwd_6x64_avx512bf16.c)
   fxa_kernel_sources("${FXA_AVX512}" x86_avx512/f32_packkt_16x16_avx512.c)
   fxa_kernel_sources("${FXA_AVX512};-ffp-contract=off" x86_avx512/f32_rowstats_avx512.c)
   # The AMX tile needs a compiler with AMX intrinsics (GCC 11, clang 12);

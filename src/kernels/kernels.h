@@ -14,7 +14,7 @@
  *   type   f32 (fp32 compute or data), bf16 (bf16 compute)
  *   op     tile (a whole fxa_attn_tile: score, softmax, pv), score, pv,
  *          packkt (fxa_pack_kt_fn), rowstats (an fxa_row_stats table),
- *          bwd_dkdv / bwd_dq (an fxa_attn_bwd_tile)
+ *          bwd_dkdv / bwd_dq (an fxa_attn_bwd_tile or fxa_attn_bwd_tile_bf16)
  *   shape  the micro-kernel's rows x columns (MRxNR): for a tile the score
  *          kernel's, then P.V's where it differs; for packkt the register
  *          transpose; absent in the reference, whose blocking is a
@@ -207,6 +207,69 @@ typedef struct fxa_attn_bwd_tile {
 
 typedef void fxa_attn_bwd_fn(const fxa_attn_bwd_tile *t);
 
+/*
+ * The same backward tile with bf16 compute (FXA_COMPUTE_BF16): every
+ * product has bf16 operands and accumulates in fp32, taken in pairs as
+ * vdpbf16ps takes them (acc = (acc + a1 b1) + a0 b0 per pair, pairs in
+ * increasing order). With d_pairs = ceil(d / 2), q_pairs = ceil(n_q / 2),
+ * kv_pairs = ceil(n_kv / 2) and every pad element zero, the inputs are bf16
+ * bits in these layouts:
+ *   q, dout  [n_q][ldq] rows (ldq >= 2 d_pairs): pairs along c
+ *   qp, doutp [q_pairs][ldqp][2] (ldqp >= d): (x[2i][c], x[2i+1][c]) at
+ *            2 (i ldqp + c): pairs along the query rows
+ *   kt, vt   K and V in panels of kt_panel keys, each [d_pairs][kt_panel][2]:
+ *            (k[j][2c], k[j][2c+1]) at 2 fxa_kt_offset(kt_panel, d_pairs, c, j)
+ *            (keys past n_kv in the last panel zero)
+ *   kp       [kv_pairs][ldkp][2] (ldkp >= d): (k[2j][c], k[2j+1][c])
+ * Both kernels first recompute, for i < n_q, j < n_kv,
+ *     s_ij, dp_ij  the pair sums over c of q_i . k_j and dout_i . v_j
+ *     p_ij  = exp2(lambda s_ij - lse2_i)   (the fp32 exp2 of fxa_attn_bwd_tile)
+ *     ds_ij = p_ij (dp_ij - delta_i)       (fp32)
+ * and store them rounded to bf16 (nearest even) into the scratch
+ *   pt, dst  [q_pairs][ld_p][2]: P and dS in query-row pairs (a pad row of an
+ *            odd n_q is zero);
+ *   ds       [n_q][ld_p]: dS rows (column n_kv of an odd n_kv is zero);
+ * (ld_p >= n_kv rounded up to kt_panel; other entries past n_kv
+ * unspecified), then accumulate in fp32, unscaled:
+ *   fxa_attn_bwd_bf16_fn dkdv: dv_j += sum_i p_ij dout_i, dk_j += sum_i ds_ij q_i
+ *                         over the query-row pairs in increasing order;
+ *   fxa_attn_bwd_bf16_fn dq:   dq_i += sum_j ds_ij k_j over the key pairs in
+ *                         increasing order; with p_ds_given, pt, dst and ds
+ *                         hold this tile's values already.
+ * dq, dk, dv as in fxa_attn_bwd_tile. A row's result must not depend on its
+ * place in the tile. No aliasing.
+ */
+typedef struct fxa_attn_bwd_tile_bf16 {
+    size_t n_q;
+    size_t n_kv;
+    size_t d;
+    float lambda; /* tau log2(e) */
+    const uint16_t *q;
+    const uint16_t *dout;
+    size_t ldq;
+    const uint16_t *qp;
+    const uint16_t *doutp;
+    size_t ldqp;
+    const float *lse2;  /* [n_q] */
+    const float *delta; /* [n_q] */
+    const uint16_t *kt;
+    const uint16_t *vt;
+    size_t kt_panel;
+    const uint16_t *kp;
+    size_t ldkp;
+    uint16_t *pt;
+    uint16_t *dst;
+    uint16_t *ds;
+    size_t ld_p;
+    float *dq;
+    float *dk;
+    float *dv;
+    size_t ldg;
+    int p_ds_given;
+} fxa_attn_bwd_tile_bf16;
+
+typedef void fxa_attn_bwd_bf16_fn(const fxa_attn_bwd_tile_bf16 *t);
+
 /* dst[i] = fp16 bits src[i] widened to fp32 (exact), i < n. */
 typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 
@@ -265,6 +328,9 @@ typedef struct fxa_kernels {
     size_t bwd_kt_panel;
     fxa_attn_bwd_fn *attn_bwd_dkdv;
     fxa_attn_bwd_fn *attn_bwd_dq;
+    /* The backward with bf16 compute (fxa_attn_bwd_tile_bf16, same panels). */
+    fxa_attn_bwd_bf16_fn *attn_bwd_dkdv_bf16;
+    fxa_attn_bwd_bf16_fn *attn_bwd_dq_bf16;
 } fxa_kernels;
 
 /* The CPU's features (base/cpu.h). */
@@ -290,6 +356,8 @@ void fxa_f32_packkt__ref(const void *const *rows, size_t n, size_t d, size_t pan
 void fxa_widen_f16_ref(const uint16_t *src, float *dst, size_t n);
 void fxa_f32_bwd_dkdv__ref(const fxa_attn_bwd_tile *t);
 void fxa_f32_bwd_dq__ref(const fxa_attn_bwd_tile *t);
+void fxa_bf16_bwd_dkdv__ref(const fxa_attn_bwd_tile_bf16 *t);
+void fxa_bf16_bwd_dq__ref(const fxa_attn_bwd_tile_bf16 *t);
 
 /* x86 kernels (built only on x86-64). F16C widening, 8 values per
  * instruction, shared by the AVX2 and AVX-512 sets (f16_widen_f16c.c). */
@@ -315,5 +383,10 @@ void fxa_f32_packkt_16x16__avx512(const void *const *rows, size_t n, size_t d, s
  * FXA_AVX512_KT_PANEL keys; gradients 6 rows x 64 columns). */
 void fxa_f32_bwd_dkdv_6x64__avx512(const fxa_attn_bwd_tile *t);
 void fxa_f32_bwd_dq_6x64__avx512(const fxa_attn_bwd_tile *t);
+/* AVX512-BF16 backward for bf16 compute: 6x64 blocks on vdpbf16ps (P, dS
+ * against K / V pair panels of FXA_AVX512_KT_PANEL keys; gradients 6 rows x
+ * 64 columns over query-row or key pairs). */
+void fxa_bf16_bwd_dkdv_6x64__avx512bf16(const fxa_attn_bwd_tile_bf16 *t);
+void fxa_bf16_bwd_dq_6x64__avx512bf16(const fxa_attn_bwd_tile_bf16 *t);
 
 #endif

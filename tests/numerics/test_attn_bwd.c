@@ -7,7 +7,9 @@
  * of L = sum dO . O in fp64 on a tiny shape. Cases: random data, hot rows
  * (large query norms: peaked P), GQA and MQA, Sq != Skv, head dims 40, 72
  * and 128, BHSD, BSHD and padded strides, bf16 and f16 inputs, out and
- * dout in bf16, 6 kv heads; dq, dk, dv bit-identical on 1, 2 and 3 threads
+ * dout in bf16, 6 kv heads; bf16 compute within its envelope (odd D, odd
+ * Sq and Skv, two key blocks), the kernel set's gradients within the
+ * envelope of the reference set's; dq, dk, dv bit-identical on 1, 2 and 3 threads
  * (which run the one-pass or the two-pass schedule by the kv heads per
  * thread: the schedules agree bit for bit); a problem whose kv heads are worked in several chunks gives
  * each head the bits of a plan of that head alone; bad inputs refused with
@@ -27,6 +29,12 @@ typedef struct shape {
     int64_t b, hq, hkv, sq, skv, d;
     double tau;
 } shape;
+
+/* The roundings of bf16 compute, for the envelope (0: fp32 compute). */
+typedef struct bf16_rounding {
+    int on;           /* bf16 compute */
+    int dout_rounded; /* an fp32 dout rounded to bf16 for the products */
+} bf16_rounding;
 
 /* Attention in fp64: out [B,Hq,Sq,D] and natural-log lse [B,Hq,Sq]. */
 static void ref_forward(const shape *s, const double *q, const double *k, const double *v,
@@ -72,14 +80,20 @@ static void ref_forward(const shape *s, const double *q, const double *k, const 
  *           B_ij = sum_c |dO_ic v_jc|
  *   dv_jc: sum_i ((eps_ij + u) + n u) P_ij |dO_ic|            (n: terms summed)
  *   dk_jc: tau sum_i (E_ds + (1 + n) u |ds_ij|) |q_ic| + 2u |dk_jc|; dq alike with k
+ * With bf16 compute (br->on; ub = 2^-8, bf16's unit roundoff) P is rounded
+ * for dV (eps_ij + ub), dS for dK and dQ (E_ds + ub |ds_ij|), and an fp32
+ * dO rounded for dP and dV (r = 1: dp by ub B_ij more, dV by ub P |dO|);
+ * the bf16 products themselves are exact.
  * env holds dq, dk, dv envelopes one after the other, as grads do.
  */
-static void ref_backward(const shape *s, const double *q, const double *k, const double *v,
-                         const double *out, const double *dout, const double *lse, double *dq,
-                         double *dk, double *dv, double *env_dq, double *env_dk, double *env_dv)
+static void ref_backward(const shape *s, bf16_rounding br, const double *q, const double *k,
+                         const double *v, const double *out, const double *dout, const double *lse,
+                         double *dq, double *dk, double *dv, double *env_dq, double *env_dk,
+                         double *env_dv)
 {
     const int64_t g = s->hq / s->hkv;
     const double u = 0x1p-24, lambda = s->tau * 1.4426950408889634;
+    const double ub = br.on ? 0x1p-8 : 0.0, r_do = br.dout_rounded ? 1.0 : 0.0;
     const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
     const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
     memset(dq, 0, nq * sizeof *dq);
@@ -127,10 +141,11 @@ static void ref_backward(const shape *s, const double *q, const double *k, const
                         lambda * (double)(s->d + 2) * u * A + u * fabs(lse2) + u * fabs(e);
                     const double eps = 0.6931471805599453 * a + 3 * u;
                     const double e_ds = p * ((eps + 2 * u) * fabs(dp - delta) +
-                                             (double)s->d * u * B + u * fabs(delta));
+                                             ((double)s->d * u + r_do * ub) * B + u * fabs(delta)) +
+                                        ub * fabs(ds);
                     for (int64_t c = 0; c < s->d; c++) {
                         env_dv[krow * (size_t)s->d + (size_t)c] +=
-                            (eps + u + n_kv_terms * u) * p * fabs(doi[c]);
+                            (eps + u + ub * (1 + r_do) + n_kv_terms * u) * p * fabs(doi[c]);
                         env_dk[krow * (size_t)s->d + (size_t)c] +=
                             s->tau * (e_ds + (1 + n_kv_terms) * u * fabs(ds)) * fabs(qi[c]);
                         env_dq[row * (size_t)s->d + (size_t)c] +=
@@ -164,7 +179,7 @@ static void test_finite_differences(void)
         v[x] = fxt_rng_normal(&r);
     }
     ref_forward(&s, q, k, v, out, lse);
-    ref_backward(&s, q, k, v, out, dout, lse, dq, dk, dv, NULL, NULL, NULL);
+    ref_backward(&s, (bf16_rounding){0, 0}, q, k, v, out, dout, lse, dq, dk, dv, NULL, NULL, NULL);
     double *const xs[3] = {q, k, v};
     const double *const gs[3] = {dq, dk, dv};
     const size_t ns[3] = {nq, nkv, nkv};
@@ -202,6 +217,7 @@ typedef struct bcase {
     double hot;          /* every 7th query row scaled by this (0: none) */
     double scale;        /* input scale */
     fxa_dtype out_dtype; /* of out and dout (0: f32) */
+    fxa_compute compute; /* of the forward and the backward (0: fp32) */
 } bcase;
 
 /* Element offset of row (b, h, s) in a tensor of `heads` heads and `seq`
@@ -366,6 +382,7 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     t->d.dtype = c->dtype;
     t->d.scale = s->tau;
     t->d.out_dtype = c->out_dtype;
+    t->d.compute = c->compute;
     t->sq = case_strides(c, s->hq, s->sq);
     t->skv = case_strides(c, s->hkv, s->skv);
     if (c->pad) {
@@ -404,6 +421,52 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     fxa_ctx_destroy(ctx);
 }
 
+/* bf16 compute: the gradients of the kernel set under test (keep) against
+ * the reference set's (FXA_ISA=ref, the executable spec) on the same
+ * inputs, within the first-order envelope env of either against fp64; the
+ * share of elements that differ at all is printed. got: scratch. */
+static void against_ref_set(const bcase *c, tensors *t, float *const keep[3], double *const env[3],
+                            double *got)
+{
+    const shape *s = &c->s;
+    const char *isa = getenv("FXA_ISA");
+    char was[32] = "";
+    if (isa)
+        snprintf(was, sizeof was, "%s", isa);
+    setenv("FXA_ISA", "ref", 1);
+    CHECK(run_bwd(t, 2, NULL) == FXA_OK, "[%s] reference set", c->label);
+    if (*was)
+        setenv("FXA_ISA", was, 1);
+    else
+        unsetenv("FXA_ISA");
+    const float *ref[3] = {t->dq, t->dk, t->dv};
+    const char *names[3] = {"dq", "dk", "dv"};
+    const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
+    const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
+    double *mine = malloc((nq > nkv ? nq : nkv) * 8);
+    for (int w = 0; w < 3; w++) {
+        const int64_t heads = w == 0 ? s->hq : s->hkv, seq = w == 0 ? s->sq : s->skv;
+        const fxa_attn_strides *st = w == 0 ? &t->sq : &t->skv;
+        const size_t n = w == 0 ? nq : nkv;
+        gather(c, st, heads, seq, keep[w], FXA_F32, mine);
+        gather(c, st, heads, seq, ref[w], FXA_F32, got);
+        double worst = 0.0;
+        size_t differ = 0;
+        for (size_t x = 0; x < n; x++) {
+            differ += mine[x] != got[x];
+            worst = fmax(worst, fabs(mine[x] - got[x]) / (env[w][x] + 1e-300));
+        }
+        CHECK(worst <= 1.0,
+              "[%s] %s: the kernel set differs from the reference set by %.3g of the "
+              "envelope",
+              c->label, names[w], worst);
+        printf("[%s] %s against the reference set: %zu of %zu elements differ, at most %.3f of the "
+               "envelope\n",
+               c->label, names[w], differ, n, worst);
+    }
+    free(mine);
+}
+
 static void test_case(const bcase *c)
 {
     const shape *s = &c->s;
@@ -420,7 +483,9 @@ static void test_case(const bcase *c)
     gather(c, &t.sq, s->hq, s->sq, t.out, c->out_dtype, out);
     for (size_t x = 0; x < rows; x++)
         lse[x] = t.lse[x];
-    ref_backward(s, q, k, v, out, dout, lse, g[0], g[1], g[2], env[0], env[1], env[2]);
+    const bf16_rounding br = {c->compute == FXA_COMPUTE_BF16,
+                              c->compute == FXA_COMPUTE_BF16 && c->out_dtype == FXA_F32};
+    ref_backward(s, br, q, k, v, out, dout, lse, g[0], g[1], g[2], env[0], env[1], env[2]);
     CHECK(run_bwd(&t, 2, NULL) == FXA_OK, "[%s] backward failed", c->label);
     const float *res[3] = {t.dq, t.dk, t.dv};
     const char *names[3] = {"dq", "dk", "dv"};
@@ -462,6 +527,8 @@ static void test_case(const bcase *c)
                   memcmp(keep[2], t.dv, t.ekv * 4) == 0,
               "[%s] gradients on %d threads differ from 2 threads'", c->label, threads);
     }
+    if (c->compute == FXA_COMPUTE_BF16)
+        against_ref_set(c, &t, keep, env, got);
     for (int w = 0; w < 3; w++) {
         free(keep[w]);
         free(g[w]);
@@ -589,8 +656,9 @@ static void test_chunks(void)
 /* Bad inputs: refused with a status and a message, no output written. */
 static void test_refusals(void)
 {
-    const bcase c = {"refusals", {1, 2, 1, 20, 30, 16, 0.25}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1,
-                     FXA_F32};
+    const bcase c = {
+        "refusals",      {1, 2, 1, 20, 30, 16, 0.25}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1, FXA_F32,
+        FXA_COMPUTE_FP32};
     const shape *s = &c.s;
     const size_t nq = (size_t)(s->hq * s->sq * s->d), nkv = (size_t)(s->hkv * s->skv * s->d);
     double *q = malloc(nq * 8), *k = malloc(nkv * 8), *v = malloc(nkv * 8), *dout = malloc(nq * 8);
@@ -687,13 +755,14 @@ static void test_refusals(void)
     CHECK(fxa_attn_bwd_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL args");
     CHECK(fxa_attn_bwd_run(plan, &a, NULL, NULL) == FXA_ERR_INVALID_ARG, "NULL workspace");
     fxa_attn_bwd_plan_destroy(plan);
-    /* Plans: bf16 compute unsupported, causal with a mask, aliasing gradient strides, NULLs. */
+    /* Plans: bf16 compute on fp32 inputs refused (as the forward's), causal
+     * with a mask, a mask or causal with bf16 compute, aliasing gradient
+     * strides, NULLs. */
     fxa_attn_desc d = t.d;
-    d.dtype = FXA_BF16;
     d.compute = FXA_COMPUTE_BF16;
-    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_UNSUPPORTED &&
-              plan == NULL && strstr(fxa_ctx_last_error(ctx), "fp32 only"),
-          "bf16 compute: %s", fxa_ctx_last_error(ctx));
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_INVALID_ARG &&
+              plan == NULL && strstr(fxa_ctx_last_error(ctx), "bf16 compute needs bf16 inputs"),
+          "bf16 compute on f32: %s", fxa_ctx_last_error(ctx));
     d = t.d;
     d.causal = 1; /* with a mask: the forward's refusal (test_attn_bwd_mask: each alone) */
     d.mask_kind = FXA_MASK_BOOL;
@@ -701,6 +770,13 @@ static void test_refusals(void)
     CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_INVALID_ARG &&
               plan == NULL && strstr(fxa_ctx_last_error(ctx), "causal and a mask"),
           "causal and mask: %s", fxa_ctx_last_error(ctx));
+    d = t.d;
+    d.dtype = FXA_BF16;
+    d.compute = FXA_COMPUTE_BF16;
+    d.causal = 1;
+    CHECK(fxa_attn_bwd_plan_create(ctx, &d, &plan, &ws_bytes) == FXA_ERR_UNSUPPORTED &&
+              plan == NULL && strstr(fxa_ctx_last_error(ctx), "fp32 compute only"),
+          "causal with bf16 compute: %s", fxa_ctx_last_error(ctx));
     d = t.d;
     d.k_strides = (fxa_attn_strides){0, (int64_t)s->d, 0}; /* batch 0, head 0: heads share rows */
     d.heads_kv = 2;
@@ -729,9 +805,33 @@ int main(void)
     test_require_isa("test_attn_bwd");
     test_finite_differences();
     const bcase cases[] = {
-        {"random bhsd D40", {1, 2, 2, 70, 150, 40, 0}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1, FXA_F32},
-        {"gqa bshd D72", {2, 4, 2, 33, 200, 72, 0}, FXA_LAYOUT_BSHD, FXA_F32, 0, 0, 1, FXA_F32},
-        {"mqa padded D128", {1, 3, 1, 130, 97, 128, 0}, FXA_LAYOUT_BSHD, FXA_F32, 5, 0, 1, FXA_F32},
+        {"random bhsd D40",
+         {1, 2, 2, 70, 150, 40, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_F32,
+         0,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_FP32},
+        {"gqa bshd D72",
+         {2, 4, 2, 33, 200, 72, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_F32,
+         0,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_FP32},
+        {"mqa padded D128",
+         {1, 3, 1, 130, 97, 128, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_F32,
+         5,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_FP32},
         {"hot rows bhsd",
          {1, 2, 1, 64, 129, 64, 0},
          FXA_LAYOUT_BHSD,
@@ -739,7 +839,8 @@ int main(void)
          0,
          8.0,
          2.0,
-         FXA_F32},
+         FXA_F32,
+         FXA_COMPUTE_FP32},
         {"bf16 inputs D16",
          {1, 2, 2, 40, 260, 16, 0.3},
          FXA_LAYOUT_BSHD,
@@ -747,7 +848,8 @@ int main(void)
          0,
          0,
          1,
-         FXA_F32},
+         FXA_F32,
+         FXA_COMPUTE_FP32},
         {"one pass, 6 kv heads",
          {1, 6, 6, 40, 90, 32, 0},
          FXA_LAYOUT_BSHD,
@@ -755,7 +857,8 @@ int main(void)
          0,
          0,
          1,
-         FXA_F32},
+         FXA_F32,
+         FXA_COMPUTE_FP32},
         {"f16 inputs, bf16 out and dout",
          {1, 4, 2, 50, 70, 24, 0},
          FXA_LAYOUT_BHSD,
@@ -763,7 +866,45 @@ int main(void)
          3,
          0,
          1,
-         FXA_BF16},
+         FXA_BF16,
+         FXA_COMPUTE_FP32},
+        /* bf16 compute: odd D, odd Sq and Skv (pad pairs), fp32 dout rounded */
+        {"bf16 compute D37 odd",
+         {1, 2, 2, 71, 151, 37, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_BF16,
+         0,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_BF16},
+        {"bf16 compute gqa bshd D72, bf16 out, 2 key blocks",
+         {2, 4, 2, 33, 520, 72, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_BF16,
+         0,
+         0,
+         1,
+         FXA_BF16,
+         FXA_COMPUTE_BF16},
+        {"bf16 compute mqa padded D128",
+         {1, 3, 1, 130, 97, 128, 0},
+         FXA_LAYOUT_BSHD,
+         FXA_BF16,
+         5,
+         0,
+         1,
+         FXA_BF16,
+         FXA_COMPUTE_BF16},
+        {"bf16 compute hot rows, 6 kv heads, 2 key blocks",
+         {1, 6, 6, 64, 300, 64, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_BF16,
+         0,
+         8.0,
+         2.0,
+         FXA_F32,
+         FXA_COMPUTE_BF16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bcase c = cases[i];

@@ -2,9 +2,10 @@
  * test_bwd_alloc: the attention backward's runs allocate nothing. After
  * plan creation and one warm-up run, a counting allocator
  * (tests/common/alloc_count.h) sees no allocation or free, from any
- * thread, during fxa_attn_bwd_run (GQA, a key tail, stats; unmasked, an
- * additive mask with -inf entries and causal) on contexts of 1 and 3
- * threads, with the default kernel set and the reference one; a
+ * thread, during fxa_attn_bwd_run (GQA, a key tail, stats; fp32 compute
+ * unmasked, with an additive mask with -inf entries and causal; bf16
+ * compute on bf16 Q, K, V) on contexts of 1 and 3 threads, with the default
+ * kernel set and the reference one; a
  * malloc and free in the test prove the counter counts. Built only without
  * sanitizers (they own malloc).
  */
@@ -24,6 +25,7 @@ enum { B = 1, HQ = 4, HKV = 2, SQ = 70, SKV = 150, D = 40 };
 static float g_q[NQ], g_k[NKV], g_v[NKV], g_out[NQ], g_dout[NQ], g_lse[ROWS];
 static float g_dq[NQ], g_dk[NKV], g_dv[NKV];
 static float g_mask[(size_t)SQ * SKV]; /* additive, [Sq, Skv] broadcast over B and heads */
+static uint16_t g_q16[NQ], g_k16[NKV], g_v16[NKV];
 
 typedef enum masking { UNMASKED, ADDITIVE, CAUSAL } masking;
 
@@ -32,7 +34,7 @@ static void *ws_alloc(size_t bytes)
     return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
 }
 
-static void run_case(int threads, const char *isa, masking m)
+static void run_case(int threads, const char *isa, masking m, fxa_compute compute)
 {
     if (isa)
         setenv("FXA_ISA", isa, 1);
@@ -56,6 +58,11 @@ static void run_case(int threads, const char *isa, masking m)
         d.mask_kind = FXA_MASK_ADD;
         d.mask_strides = (fxa_mask_strides){0, 0, SKV, 1};
     }
+    d.compute = compute;
+    d.dtype = compute == FXA_COMPUTE_BF16 ? FXA_BF16 : FXA_F32;
+    const int bf = compute == FXA_COMPUTE_BF16;
+    const void *q = bf ? (const void *)g_q16 : g_q, *k = bf ? (const void *)g_k16 : g_k,
+               *v = bf ? (const void *)g_v16 : g_v;
     fxa_attn_plan *fwd = NULL;
     fxa_attn_bwd_plan *bwd = NULL;
     size_t ws_f = 0, ws_b = 0;
@@ -65,17 +72,17 @@ static void run_case(int threads, const char *isa, masking m)
           fxa_ctx_last_error(ctx));
     void *wf = ws_alloc(ws_f), *wb = ws_alloc(ws_b);
     const fxa_attn_args a = {.struct_size = sizeof a,
-                             .q = g_q,
-                             .k = g_k,
-                             .v = g_v,
+                             .q = q,
+                             .k = k,
+                             .v = v,
                              .out = g_out,
                              .lse = g_lse,
                              .mask = m == ADDITIVE ? g_mask : NULL};
     CHECK(fxa_attn_run(fwd, &a, wf, NULL) == FXA_OK, "forward: %s", fxa_ctx_last_error(ctx));
     const fxa_attn_bwd_args g = {.struct_size = sizeof g,
-                                 .q = g_q,
-                                 .k = g_k,
-                                 .v = g_v,
+                                 .q = q,
+                                 .k = k,
+                                 .v = v,
                                  .out = g_out,
                                  .dout = g_dout,
                                  .lse = g_lse,
@@ -88,11 +95,12 @@ static void run_case(int threads, const char *isa, masking m)
     fxt_alloc_count_begin();
     const fxa_status s = fxa_attn_bwd_run(bwd, &g, wb, &st);
     const long n = fxt_alloc_count_end();
-    CHECK(s == FXA_OK, "[%d threads, %s, masking %d] backward: %s", threads, fxa_ctx_isa(ctx),
-          (int)m, fxa_ctx_last_error(ctx));
+    CHECK(s == FXA_OK, "[%d threads, %s, masking %d, compute %d] backward: %s", threads,
+          fxa_ctx_isa(ctx), (int)m, (int)compute, fxa_ctx_last_error(ctx));
     CHECK(n == 0,
-          "[%d threads, %s, masking %d] fxa_attn_bwd_run: %ld allocation calls, the first from %p",
-          threads, fxa_ctx_isa(ctx), (int)m, n, fxt_alloc_first_caller());
+          "[%d threads, %s, masking %d, compute %d] fxa_attn_bwd_run: %ld allocation calls, the "
+          "first from %p",
+          threads, fxa_ctx_isa(ctx), (int)m, (int)compute, n, fxt_alloc_first_caller());
     free(wf);
     free(wb);
     fxa_attn_bwd_plan_destroy(bwd);
@@ -111,17 +119,23 @@ int main(void)
     for (size_t i = 0; i < NQ; i++) {
         g_q[i] = (float)fxt_rng_normal(&r);
         g_dout[i] = (float)fxt_rng_normal(&r);
+        g_q16[i] = fxa_f32_to_bf16(g_q[i]);
     }
     for (size_t i = 0; i < NKV; i++) {
         g_k[i] = (float)fxt_rng_normal(&r);
         g_v[i] = (float)fxt_rng_normal(&r);
+        g_k16[i] = fxa_f32_to_bf16(g_k[i]);
+        g_v16[i] = fxa_f32_to_bf16(g_v[i]);
     }
     for (size_t i = 0; i < (size_t)SQ * SKV; i++)
         g_mask[i] = i % 7 == 3 ? -INFINITY : (float)fxt_rng_normal(&r);
-    for (int t = 1; t <= 3; t += 2)
+    for (int t = 1; t <= 3; t += 2) {
         for (masking m = UNMASKED; m <= CAUSAL; m++) {
-            run_case(t, NULL, m);
-            run_case(t, "ref", m);
+            run_case(t, NULL, m, FXA_COMPUTE_FP32);
+            run_case(t, "ref", m, FXA_COMPUTE_FP32);
         }
+        run_case(t, NULL, UNMASKED, FXA_COMPUTE_BF16);
+        run_case(t, "ref", UNMASKED, FXA_COMPUTE_BF16);
+    }
     return test_summary("test_bwd_alloc");
 }

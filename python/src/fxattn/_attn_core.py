@@ -163,10 +163,14 @@ def run_backward(
     """fxa_attn_bwd_run on operands: out and dout contiguous in q's shape
     (fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 (the forward's), into
     grads = (dq, dk, dv) addresses of fp32 memory with q's, k's and v's
-    element strides; the forward's mask and causal. The gradients are
-    computed in fp32 whatever opts.compute."""
+    element strides; the forward's mask and causal. opts.compute is the
+    forward's: bf16 compute (bf16 inputs) runs the backward's products on
+    bf16 operands too, unless a mask or causal is given (the backward takes
+    those in fp32 compute only); fp32 compute in fp32; the gradients are
+    fp32 either way."""
     d = descriptor(q, k, v, opts, out_code, mask, causal)
-    d.compute = _lib.COMPUTE_FP32
+    if mask is not None or causal:
+        d.compute = _lib.COMPUTE_FP32
     ctx = context(opts.threads)
     with ctx.lock:
         plan = ctx.plan(d, BwdPlan)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+import numpy as np
 import torch
 
 from . import _arrays, _lib
@@ -125,9 +126,10 @@ def attention_backward_op(
     """(dq, dk, dv) of fxattn::attention from its inputs (the forward's
     attn_mask and is_causal too), its output out, its lse (empty [0]:
     computed again here) and the output's gradient grad_out; gradients in
-    q's, k's and v's dtypes, computed in fp32 by the C library. grad_lse:
-    the lse output's gradient (None: zero). A row with every key masked is
-    a constant 0: its gradients are 0."""
+    q's, k's and v's dtypes, computed by the C library in the forward's
+    compute (bf16 compute: bf16 operands, fp32 accumulation; fp32 with a
+    mask or causal). grad_lse: the lse output's gradient (None: zero). A row
+    with every key masked is a constant 0: its gradients are 0."""
     if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
         return _backward_with_lse(
             grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse, attn_mask, is_causal
@@ -149,7 +151,22 @@ def attention_backward_op(
     code = _arrays.torch_dtype_code(torch, wide)
     ptrs = [g.data_ptr() for g in grads]
     run_backward(qo, ko, vo, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), ptrs, mask, is_causal)
-    return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v)))
+    return tuple(_narrow(g, t.dtype) for g, t in zip(grads, (q, k, v)))
+
+
+def _narrow(g: torch.Tensor, dtype) -> torch.Tensor:
+    """The fp32 gradient g in dtype; bf16 rounded to nearest even on one
+    thread in numpy (the bits torch's conversion gives), so that no torch
+    parallel region (whose OpenMP workers spin after it) runs beside the
+    next call of the library's threads."""
+    if dtype != torch.bfloat16:
+        return g.to(dtype)
+    b = g.numpy().view(np.uint32)
+    r = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(g.numpy())
+    if nan.any():
+        r[nan] = ((b[nan] >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+    return torch.from_numpy(r).view(torch.bfloat16)
 
 
 def _backward_with_lse(

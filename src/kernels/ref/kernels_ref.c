@@ -15,4 +15,6 @@ void fxa_kernels_init_ref(fxa_kernels *k)
     k->bwd_kt_panel = 16;
     k->attn_bwd_dkdv = fxa_f32_bwd_dkdv__ref;
     k->attn_bwd_dq = fxa_f32_bwd_dq__ref;
+    k->attn_bwd_dkdv_bf16 = fxa_bf16_bwd_dkdv__ref;
+    k->attn_bwd_dq_bf16 = fxa_bf16_bwd_dq__ref;
 }

@@ -1,6 +1,6 @@
 /* The AVX-512 set: the reference set with the AVX-512 fp32 tile, K^T packing,
  * row statistics and backward tiles, and F16C widening; with AVX512-BF16, also the
- * vdpbf16ps tile for bf16 compute. The AMX set is the same with the AMX tile
+ * vdpbf16ps tile and backward tiles for bf16 compute. The AMX set is the same with the AMX tile
  * for bf16 compute. */
 #include "../../base/cpu.h"
 #include "../kernels.h"
@@ -21,8 +21,10 @@ void fxa_kernels_init_avx512(fxa_kernels *k, const fxa_cpu *cpu)
     k->attn_bwd_dq = fxa_f32_bwd_dq_6x64__avx512;
     if (cpu->avx512bf16) {
         k->description = "AVX-512 fp32 tile (6x64 scores, 6x64 P.V); bf16 compute: vdpbf16ps "
-                         "tile (6x64, 6x64)";
+                         "tile (6x64, 6x64), vdpbf16ps backward (6x64)";
         k->attn_tile_bf16 = fxa_bf16_tile_6x64__avx512bf16;
+        k->attn_bwd_dkdv_bf16 = fxa_bf16_bwd_dkdv_6x64__avx512bf16;
+        k->attn_bwd_dq_bf16 = fxa_bf16_bwd_dq_6x64__avx512bf16;
     }
 }
 

@@ -4,8 +4,9 @@
  * context, alternating after a warm-up so that both see the same machine
  * state; medians of --repeats runs. GFLOP/s count the forward's
  * 4 B H S^2 D and the backward's 10 B H S^2 D (fxa_attn_bwd_flops: 2.5x the
- * forward, as FlashAttention counts), each against the fp32 FMA peak
- * measured in the same process.
+ * forward, as FlashAttention counts), each against the peak of the units
+ * its products run on (fp32 FMA, or vdpbf16ps with bf16 compute), measured
+ * in the same process.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ static int setup(bwd_bench *b, const bench_opts *o)
     if (code || (code = fxt_workload_sequence(o->seq, o->heads, o->dim, o->dtype, &b->w)) ||
         (code = fxt_context(o->threads, &b->ctx)))
         return code;
+    b->w.d.compute = o->compute;
     size_t ws_f = 0, ws_b = 0;
     if (fxa_attn_plan_create(b->ctx, &b->w.d, &b->fwd, &ws_f) != FXA_OK ||
         fxa_attn_bwd_plan_create(b->ctx, &b->w.d, &b->bwd, &ws_b) != FXA_OK)
@@ -96,22 +98,24 @@ static void report(const bwd_bench *b, const bench_opts *o, double fwd, double b
     const double gf_bwd = fxa_attn_bwd_flops(&b->w.d) * 1e-9 / bwd;
     const double share_f = peak > 0 ? gf_fwd / peak : 0.0, share_b = peak > 0 ? gf_bwd / peak : 0.0;
     const int threads = fxa_ctx_threads(b->ctx);
+    const char *compute = o->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32";
     if (o->json) {
-        fxt_json_printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"threads\": %d, "
+        fxt_json_printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"compute\": \"%s\", "
+                        "\"threads\": %d, "
                         "\"isa\": \"%s\", \"forward_seconds_median\": %.6f, "
                         "\"backward_seconds_median\": %.6f, \"forward_gflops\": %.3f, "
                         "\"backward_gflops\": %.3f, "
                         "\"peak_gflops\": %.3f, \"forward_fraction_of_peak\": %.4f, "
                         "\"backward_fraction_of_peak\": %.4f, \"backward_over_forward\": %.4f}\n",
-                        (long long)o->seq, (long long)o->heads, (long long)o->dim, threads,
+                        (long long)o->seq, (long long)o->heads, (long long)o->dim, compute, threads,
                         fxa_ctx_isa(b->ctx), fwd, bwd, gf_fwd, gf_bwd, peak, share_f, share_b,
                         bwd / fwd);
         return;
     }
-    printf("fxattn bench --backward: S=%lld heads=%lld D=%lld %s, %d threads, kernels %s, "
-           "median of %lld runs\n",
+    printf("fxattn bench --backward: S=%lld heads=%lld D=%lld %s (compute %s), %d threads, "
+           "kernels %s, median of %lld runs\n",
            (long long)o->seq, (long long)o->heads, (long long)o->dim, fxt_dtype_name(o->dtype),
-           threads, fxa_ctx_isa(b->ctx), (long long)o->repeats);
+           compute, threads, fxa_ctx_isa(b->ctx), (long long)o->repeats);
     printf("measured peak: %.1f GFLOP/s (%s)\n", peak, peak_isa);
     printf("forward   median %8.3f s  %8.2f GFLOP/s  %5.1f%% of peak  (4 B H S^2 D)\n", fwd, gf_fwd,
            100 * share_f);
@@ -134,7 +138,9 @@ int fxt_bench_bwd(const bench_opts *o)
     }
     if (!code) {
         const char *peak_isa = "";
-        const double peak = fxt_peak_gflops(FXT_PEAK_F32_FMA, fxa_ctx_threads(b.ctx), &peak_isa);
+        const double peak =
+            fxt_peak_gflops(o->compute == FXA_COMPUTE_BF16 ? FXT_PEAK_BF16_DOT : FXT_PEAK_F32_FMA,
+                            fxa_ctx_threads(b.ctx), &peak_isa);
         report(&b, o, fxt_median(tf, (size_t)o->repeats), fxt_median(tb, (size_t)o->repeats), peak,
                peak_isa);
     }

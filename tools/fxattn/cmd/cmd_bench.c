@@ -203,10 +203,9 @@ int fxt_cmd_bench(int argc, char **argv)
     if (a.causal && !a.backward)
         return fxt_bench_causal(&o);
     if (a.backward) {
-        if (fxt_cp_opts_distributed(&a.cp) || compute != FXA_COMPUTE_FP32)
+        if (fxt_cp_opts_distributed(&a.cp))
             return fxt_fail(FXT_EXIT_BAD_INPUT,
-                            "--backward runs in one process with fp32 compute (not under "
-                            "mpirun, not --compute bf16)");
+                            "--backward runs in one process (not under mpirun)");
         return a.causal ? fxt_bench_bwd_causal(&o) : fxt_bench_bwd(&o);
     }
     return fxt_cp_opts_distributed(&a.cp) ? fxt_bench_mpi(&o) : bench_one_process(&o);
