@@ -40,10 +40,13 @@ each stage of the slice costs heads / (N / 128) of the whole layer's
 (8 S N heads 128 + 4 S^2 heads 128 FLOP), at the real S and the real N.
 The one thing the slice changes is RMSNorm's sum (over the slice's
 channels, not all heads': the same work per channel). fxattn's fused layer
-runs whole layers only (hidden = heads x head dim), so a slice runs
-fxattn's processor per op (torch's projections, fxattn.attention) against
-diffusers' default processor (its native backend, torch SDPA), both on
-the same module:
+runs whole layers only (hidden = heads x head dim), so on a slice
+diffusers' default processor (its native backend, torch SDPA) runs against
+two fxattn rows on the same module, both with torch's projections:
+fxattn's processor per op (fxattn.attention, fp32 compute whatever the
+input) and diffusers' processor with the "fxattn" attention backend
+("fxattn backend": bf16 inputs in bf16 compute, as the fused bf16 layer
+runs them; --backend adds this row to whole layers too):
 
     ... bench/python_wan.py --grid 27,32,32 --hidden 3072 --heads 1 --rss   # TI2V-5B, S 27648
     ... bench/python_wan.py --grid 21,30,52 --hidden 5120 --heads 1 --rss   # A14B 480p, S 32760
@@ -81,6 +84,7 @@ from pathlib import Path
 import diffusers
 import torch
 from diffusers import WanTransformer3DModel
+from diffusers.models.attention_dispatch import AttentionBackendName
 from diffusers.models.transformers.transformer_wan import WanAttention, WanAttnProcessor, WanRotaryPosEmbed
 
 import fxattn
@@ -147,7 +151,7 @@ def table(title, rows, flops, core_peak=None):
     print(f"\n{title}")
     print(f"{'dtype':5} {'processor':26} {'seconds':>8} {'GFLOP/s':>8} {'speed-up':>9} {'CPU s':>8} "
           f"{'GF/CPU-s':>9} {'CPU %pk':>8} {'CPU speed-up':>13} {'err vs fp32 default':>20}")
-    base = {dt: (sec, cpu) for dt, name, sec, cpu, _ in rows if name.startswith("diffusers")}
+    base = {dt: (sec, cpu) for dt, name, sec, cpu, _ in rows if name.startswith("diffusers")}  # one per dtype
     out = []
     for dt, name, sec, cpu, err in rows:
         share = flops / cpu / 1e9 / core_peak[dt] if core_peak else None
@@ -193,6 +197,10 @@ def layer_calls(a, grid, hidden, dtypes):
         procs = [("diffusers default (SDPA)", WanAttnProcessor())]
         if a.per_op or hidden != inner:
             procs.append(("fxattn per op", FxProcessor(fused=False, threads=a.threads)))
+        if a.backend or hidden != inner:
+            backend = WanAttnProcessor()
+            backend._attention_backend = AttentionBackendName("fxattn")  # what set_attention_backend sets
+            procs.append(("fxattn backend", backend))
         if hidden == inner:  # the fused layer runs whole layers only
             procs.append(("fxattn fused", FxProcessor(fused=True, threads=a.threads)))
         for name, proc in procs:
@@ -233,7 +241,8 @@ def peak_rss(a, dt, name):
     when the child fails)."""
     args = [sys.executable, __file__, "--grid", a.grid, "--heads", str(a.heads), "--head-dim", str(a.head_dim),
             "--hidden", str(a.hidden), "--threads", str(a.threads), "--dtypes", dt, "--rss-child", f"{dt}|{name}"]
-    out = subprocess.run(args + (["--per-op"] if a.per_op else []), capture_output=True, text=True, env=os.environ)
+    args += ["--per-op"] if a.per_op else []
+    out = subprocess.run(args + (["--backend"] if a.backend else []), capture_output=True, text=True, env=os.environ)
     if out.returncode != 0:
         print(f"# peak RSS of {dt} {name}: the child failed: {out.stderr.strip()[-300:]}")
         return None
@@ -326,6 +335,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (medians reported)")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--per-op", action="store_true", help="also fxattn's per-op processor (fxattn.attention)")
+    ap.add_argument("--backend", action="store_true",
+                    help="also diffusers' processor with the \"fxattn\" attention backend")
     ap.add_argument("--model", action="store_true", help="also a one-layer WanTransformer3DModel forward")
     ap.add_argument("--ffn-dim", type=int, default=13824, help="--model's FFN width (Wan2.2 A14B: 13824)")
     ap.add_argument("--rss", action="store_true", help="also each WanAttention row's peak RSS (a fresh process each)")
