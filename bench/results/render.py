@@ -6,7 +6,9 @@ versions, commit, command and date), the index (README.md) and the plots
 plots/<machine>-sdpa.svg: scaled_dot_product_attention's GFLOP/s against S,
 fxattn and torch; plots/<machine>-long-seq.svg: long_seq's GFLOP per
 CPU-second against S, fxattn fp32 and bf16 compute, ONNX Runtime and torch
-SDPA, linked from the long_seq section; plots/<machine>-layer.svg: the Wan
+SDPA, linked from the long_seq section; plots/<machine>-wan-long-seq.svg:
+the same for wan_long_seq's Wan layer slices, diffusers against fxattn;
+plots/<machine>-layer.svg: the Wan
 layer's time by stage). Python's standard
 library only; the plots are SVG written by hand.
 
@@ -20,8 +22,8 @@ raw/<machine>.jsonl holds one JSON object per line: one {"kind": "machine"}
 line (the page's title and the machine's description), then one object per
 measurement, each with machine, cpu, compiler, versions, commit, command,
 date and kind (peers, fxattn_bench, long_seq, layer, layer_memory, proj, gemm,
-python_attention, python_sdpa, python_wan, python_diffusers, mpi_bench,
-plan_validate) and the fields of the tool that measured it (bench/README.md,
+python_attention, python_sdpa, python_wan, wan_long_seq, python_diffusers,
+mpi_bench, plan_validate) and the fields of the tool that measured it (bench/README.md,
 "Raw results").
 Exit status: 0 ok (or --check found no difference), 1 a difference or a bad
 raw line, 2 bad usage."""
@@ -156,6 +158,30 @@ KINDS = {
                     ("speedup", "speed-up", "{:.2f}x", V), ("error", "error", "{:.2e}", V),
                     ("qkv_seconds", "QKV s", "{:.3f}", V), ("attention_seconds", "attention s", "{:.3f}", V),
                     ("out_seconds", "output s", "{:.3f}", V)],
+    },
+    "wan_long_seq": {
+        "title": "The Wan layer at long sequences: fxattn against diffusers",
+        "about": ("`bench/python_wan.py --hidden N`: a head slice of the Wan2.2 self-attention layer of hidden N "
+                  "(3072: TI2V-5B, 24 heads; 5120: A14B, 40 heads) at the models' sequence lengths: diffusers' "
+                  "`WanAttention(dim=N, heads=H)` with the model's width and only H of its heads (every head is an "
+                  "independent problem given x: each stage costs H / model heads of the whole layer's, 8 S N H 128 + "
+                  "4 S^2 H 128 FLOP), diffusers' default processor (native backend, torch SDPA) against fxattn's "
+                  "processor per op (the same torch projections, `fxattn.attention`; fxattn's fused layer runs "
+                  "whole layers only) on the same module and x, outputs checked first (error: max\\|y - y_ref\\| / "
+                  "max\\|y_ref\\| against the fp32 default); medians of interleaved rounds. GFLOP per CPU-s and "
+                  "CPU % peak: per CPU-second the process used (of the fp32 FMA peak per core, bf16 rows of the "
+                  "bf16 peak), the measure that holds on a loaded machine; speed-ups: the same dtype's diffusers "
+                  "row over the row, in wall and in CPU seconds. Peak RSS: a cold call's growth of the peak "
+                  "resident set, in a fresh process."),
+        "columns": [("module", "module", "`{}`", P), ("S", "S", "{}", V), ("grid", "grid", "grid", V),
+                    ("hidden", "hidden", "{}", V), ("model_heads", "model heads", "{}", V),
+                    ("heads", "heads run", "{}", P), ("head_dim", "head dim", "{}", P), ("threads", "threads", "{}", P),
+                    ("rounds", "rounds", "{}", P), ("gflop", "GFLOP", "{:.1f}", V), ("dtype", "dtype", "{}", V),
+                    ("processor", "processor", "{}", V), ("seconds", "seconds", "{:.3f}", V),
+                    ("gflops", "GFLOP/s", "{:.1f}", V), ("speedup", "speed-up", "{:.2f}x", V),
+                    ("cpu_seconds", "CPU s", "{:.2f}", V), ("cpu_gflops", "GFLOP per CPU-s", "{:.1f}", V),
+                    ("cpu_peak_share", "CPU % peak", "{:.1%}", V), ("cpu_speedup", "speed-up, CPU s", "{:.2f}x", V),
+                    ("error", "error", "{:.2e}", V), ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V)],
     },
     "python_sdpa": {
         "title": "scaled_dot_product_attention: fxattn against torch",
@@ -465,6 +491,26 @@ def long_seq_series(records):
     return series, threads, peaks
 
 
+def wan_long_seq_series(records):
+    """({label: {S: GFLOP per CPU-second}}, threads, subtitle) of
+    wan_long_seq rows: diffusers' default processor and fxattn's, fp32 and
+    bf16, each S from the first run that measured it; the subtitle names
+    the hidden size of each S."""
+    pts = [r for r in records if r["kind"] == "wan_long_seq"]
+    if not pts:
+        return {}, None, None
+    threads = max(r["threads"] for r in pts)
+    series, hidden = {}, {}
+    for r in pts:
+        if r["threads"] != threads:
+            continue
+        who = "diffusers SDPA" if r["engine"] == "diffusers" else "fxattn"
+        if series.setdefault(f"{who} {r['dtype']}", {}).setdefault(r["S"], r["cpu_gflops"]) == r["cpu_gflops"]:
+            hidden.setdefault(r["S"], (r["hidden"], r["heads"]))
+    where = ", ".join(f"S {s}: hidden {h}, {n} head{'s' if n > 1 else ''}" for s, (h, n) in sorted(hidden.items()))
+    return series, threads, f"bench/python_wan.py --hidden; head slices ({where}); per CPU-second"
+
+
 # (what the page calls the plot, its subtitle, x axis, y axis)
 ATTENTION_PLOT = ("attention GFLOP/s against S",
                   "bench/peers where it ran, else bench/python_attention.py; GFLOP = 4 B H S^2 D",
@@ -475,6 +521,7 @@ SDPA_PLOT = ("SDPA GFLOP/s against S, fxattn and torch",
 LONG_SEQ_PLOT = ("GFLOP per CPU-second at long S",
                  "bench/long_seq.py; 4 Sq S H D per CPU-second (the machine was loaded); dashed: per-core peaks",
                  "S (key tokens; Sq query rows as in the table)", "GFLOP per CPU-second")
+WAN_LONG_SEQ_PLOT = ("Wan layer GFLOP per CPU-second", None, "S (tokens)", "GFLOP per CPU-second")
 
 
 def attention_plot(title, series, threads, what=ATTENTION_PLOT, hlines=None):
@@ -637,6 +684,11 @@ def render_all(raw, out):
             (out / "plots" / f"{name}-long-seq.svg").write_text(attention_plot(title, series, threads,
                                                                                 LONG_SEQ_PLOT, hl))
             plots.append((LONG_SEQ_PLOT[0], f"{name}-long-seq.svg", "long_seq"))
+        series, threads, sub = wan_long_seq_series(records)
+        if series:
+            what = (WAN_LONG_SEQ_PLOT[0], sub, *WAN_LONG_SEQ_PLOT[2:])
+            (out / "plots" / f"{name}-wan-long-seq.svg").write_text(attention_plot(title, series, threads, what))
+            plots.append((WAN_LONG_SEQ_PLOT[0], f"{name}-wan-long-seq.svg", "wan_long_seq"))
         bars = layer_bars(records)
         if bars:
             (out / "plots" / f"{name}-layer.svg").write_text(layer_plot(title, bars))
