@@ -165,9 +165,10 @@ KINDS = {
                   "(3072: TI2V-5B, 24 heads; 5120: A14B, 40 heads) at the models' sequence lengths: diffusers' "
                   "`WanAttention(dim=N, heads=H)` with the model's width and only H of its heads (every head is an "
                   "independent problem given x: each stage costs H / model heads of the whole layer's, 8 S N H 128 + "
-                  "4 S^2 H 128 FLOP), diffusers' default processor (native backend, torch SDPA) against fxattn's "
-                  "processor per op (the same torch projections, `fxattn.attention`; fxattn's fused layer runs "
-                  "whole layers only) on the same module and x, outputs checked first (error: max\\|y - y_ref\\| / "
+                  "4 S^2 H 128 FLOP), diffusers' default processor (native backend, torch SDPA) against two fxattn rows "
+                  "with the same torch projections (fxattn's fused layer runs whole layers only): fxattn's processor "
+                  "per op (`fxattn.attention`, fp32 compute) and diffusers' processor with the `\"fxattn\"` attention "
+                  "backend (bf16 inputs in bf16 compute), on the same module and x, outputs checked first (error: max\\|y - y_ref\\| / "
                   "max\\|y_ref\\| against the fp32 default); medians of interleaved rounds. GFLOP per CPU-s and "
                   "CPU % peak: per CPU-second the process used (of the fp32 FMA peak per core, bf16 rows of the "
                   "bf16 peak), the measure that holds on a loaded machine; speed-ups: the same dtype's diffusers "
@@ -493,22 +494,24 @@ def long_seq_series(records):
 
 def wan_long_seq_series(records):
     """({label: {S: GFLOP per CPU-second}}, threads, subtitle) of
-    wan_long_seq rows: diffusers' default processor and fxattn's, fp32 and
-    bf16, each S from the first run that measured it; the subtitle names
-    the hidden size of each S."""
+    wan_long_seq rows: diffusers' default processor and fxattn's rows, fp32
+    and bf16, each S from the first run that measured it; the subtitle
+    names the hidden size of each S."""
     pts = [r for r in records if r["kind"] == "wan_long_seq"]
     if not pts:
         return {}, None, None
     threads = max(r["threads"] for r in pts)
-    series, hidden = {}, {}
+    series, seqs, heads = {}, {}, set()
     for r in pts:
         if r["threads"] != threads:
             continue
-        who = "diffusers SDPA" if r["engine"] == "diffusers" else "fxattn"
+        who = "diffusers SDPA" if r["engine"] == "diffusers" else r["processor"]
         if series.setdefault(f"{who} {r['dtype']}", {}).setdefault(r["S"], r["cpu_gflops"]) == r["cpu_gflops"]:
-            hidden.setdefault(r["S"], (r["hidden"], r["heads"]))
-    where = ", ".join(f"S {s}: hidden {h}, {n} head{'s' if n > 1 else ''}" for s, (h, n) in sorted(hidden.items()))
-    return series, threads, f"bench/python_wan.py --hidden; head slices ({where}); per CPU-second"
+            seqs.setdefault(r["hidden"], set()).add(r["S"])
+            heads.add(r["heads"])
+    where = "; ".join(f"{h}: S {', '.join(str(s) for s in sorted(ss))}" for h, ss in sorted(seqs.items()))
+    count = "1 head" if heads == {1} else "/".join(map(str, sorted(heads))) + " heads"
+    return series, threads, f"bench/python_wan.py --hidden, {count} of hidden {where}"
 
 
 # (what the page calls the plot, its subtitle, x axis, y axis)
