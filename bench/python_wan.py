@@ -102,11 +102,11 @@ def relative_error(y, ref):
     return ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
 
-def interleaved_medians(calls, rounds, check=False):
+def interleaved_medians(calls, rounds):
     """{(dtype, name): (median seconds, median CPU seconds, error)}: every
     call once to warm up, its output's error against the fp32 default's
-    (the fp32 "diffusers" call; relative_error) measured then and, when
-    `check`, held to TOLERANCE of its dtype before any timing; then
+    (the fp32 "diffusers" call; relative_error) measured then and held to
+    TOLERANCE of its dtype before any timing (exits otherwise); then
     `rounds` rounds timing each call once, in turn. CPU seconds: the
     process's, every thread. Outputs are dropped as they come (one layer
     output at a time besides the reference)."""
@@ -115,7 +115,7 @@ def interleaved_medians(calls, rounds, check=False):
     err = {}
     for name, fn in calls.items():
         err[name] = 0.0 if name == ref_name else relative_error(fn(), ref)
-        if check and not err[name] < TOLERANCE[name[0]]:
+        if not err[name] < TOLERANCE[name[0]]:
             raise SystemExit(f"python_wan: {' '.join(name)} differs from the fp32 default by {err[name]:.2e} of "
                              f"max|y| (tolerance {TOLERANCE[name[0]]})")
     del ref
@@ -257,7 +257,7 @@ def bench_layer(a, grid, hidden):
         f"a head slice of hidden {hidden} ({hidden // a.head_dim} heads): {a.heads} x {a.head_dim} heads run")
     print(f"\nWan self-attention (WanAttention): S {s} (grid {grid[0]}x{grid[1]}x{grid[2]}), {what}, "
           f"{flops / 1e9:.1f} GFLOP per call")
-    res = interleaved_medians(calls, a.rounds, check=True)
+    res = interleaved_medians(calls, a.rounds)
     core_peak = a.peak_core
     if core_peak is None:
         fp32 = peak_gflops(a.threads, "fp32") / a.threads
