@@ -4,7 +4,12 @@ page per machine (<machine>.md: its tables with CPU, compiler, library
 versions, commit, command and date), the index (README.md) and the plots
 (plots/<machine>-attention.svg: GFLOP/s against S for fxattn and its peers;
 plots/<machine>-sdpa.svg: scaled_dot_product_attention's GFLOP/s against S,
-fxattn and torch; plots/<machine>-layer.svg: the Wan layer's time by stage). Python's standard
+fxattn and torch; plots/<machine>-long-seq.svg: long_seq's GFLOP per
+CPU-second against S, fxattn fp32 and bf16 compute, ONNX Runtime and torch
+SDPA, linked from the long_seq section; plots/<machine>-wan-long-seq.svg:
+the same for wan_long_seq's Wan layer slices, diffusers against fxattn;
+plots/<machine>-layer.svg: the Wan
+layer's time by stage). Python's standard
 library only; the plots are SVG written by hand.
 
     bench/results/render.py               # rewrite the pages and plots
@@ -17,8 +22,8 @@ raw/<machine>.jsonl holds one JSON object per line: one {"kind": "machine"}
 line (the page's title and the machine's description), then one object per
 measurement, each with machine, cpu, compiler, versions, commit, command,
 date and kind (peers, fxattn_bench, long_seq, layer, layer_memory, proj, gemm,
-python_attention, python_sdpa, python_backward, python_wan, python_diffusers, mpi_bench,
-plan_validate) and the fields of the tool that measured it (bench/README.md,
+python_attention, python_sdpa, python_backward, python_wan, wan_long_seq,
+python_diffusers, mpi_bench, plan_validate) and the fields of the tool that measured it (bench/README.md,
 "Raw results").
 Exit status: 0 ok (or --check found no difference), 1 a difference or a bad
 raw line, 2 bad usage."""
@@ -150,9 +155,36 @@ KINDS = {
                     ("ffn_dim", "FFN", "{}", P), ("threads", "threads", "{}", P), ("rounds", "rounds", "{}", P),
                     ("gflop", "GFLOP", "{:.1f}", P), ("dtype", "dtype", "{}", V), ("processor", "processor", "{}", V),
                     ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.1f}", V),
-                    ("speedup", "speed-up", "{:.2f}x", V), ("error", "error", "{:.2e}", V),
+                    ("speedup", "speed-up", "{:.2f}x", V), ("cpu_seconds", "CPU s", "{:.2f}", V),
+                    ("cpu_gflops", "GFLOP per CPU-s", "{:.1f}", V), ("cpu_peak_share", "CPU % peak", "{:.1%}", V),
+                    ("cpu_speedup", "speed-up, CPU s", "{:.2f}x", V), ("error", "error", "{:.2e}", V),
                     ("qkv_seconds", "QKV s", "{:.3f}", V), ("attention_seconds", "attention s", "{:.3f}", V),
                     ("out_seconds", "output s", "{:.3f}", V)],
+    },
+    "wan_long_seq": {
+        "title": "The Wan layer at long sequences: fxattn against diffusers",
+        "about": ("`bench/python_wan.py --hidden N`: a head slice of the Wan2.2 self-attention layer of hidden N "
+                  "(3072: TI2V-5B, 24 heads; 5120: A14B, 40 heads) at the models' sequence lengths: diffusers' "
+                  "`WanAttention(dim=N, heads=H)` with the model's width and only H of its heads (every head is an "
+                  "independent problem given x: each stage costs H / model heads of the whole layer's, 8 S N H 128 + "
+                  "4 S^2 H 128 FLOP), diffusers' default processor (native backend, torch SDPA) against two fxattn rows "
+                  "with the same torch projections (fxattn's fused layer runs whole layers only): fxattn's processor "
+                  "per op (`fxattn.attention`, fp32 compute) and diffusers' processor with the `\"fxattn\"` attention "
+                  "backend (bf16 inputs in bf16 compute), on the same module and x, outputs checked first (error: max\\|y - y_ref\\| / "
+                  "max\\|y_ref\\| against the fp32 default); medians of interleaved rounds. GFLOP per CPU-s and "
+                  "CPU % peak: per CPU-second the process used (of the fp32 FMA peak per core, bf16 rows of the "
+                  "bf16 peak), the measure that holds on a loaded machine; speed-ups: the same dtype's diffusers "
+                  "row over the row, in wall and in CPU seconds. Peak RSS: a cold call's growth of the peak "
+                  "resident set, in a fresh process."),
+        "columns": [("module", "module", "`{}`", P), ("S", "S", "{}", V), ("grid", "grid", "grid", V),
+                    ("hidden", "hidden", "{}", V), ("model_heads", "model heads", "{}", V),
+                    ("heads", "heads run", "{}", P), ("head_dim", "head dim", "{}", P), ("threads", "threads", "{}", P),
+                    ("rounds", "rounds", "{}", P), ("gflop", "GFLOP", "{:.1f}", V), ("dtype", "dtype", "{}", V),
+                    ("processor", "processor", "{}", V), ("seconds", "seconds", "{:.3f}", V),
+                    ("gflops", "GFLOP/s", "{:.1f}", V), ("speedup", "speed-up", "{:.2f}x", V),
+                    ("cpu_seconds", "CPU s", "{:.2f}", V), ("cpu_gflops", "GFLOP per CPU-s", "{:.1f}", V),
+                    ("cpu_peak_share", "CPU % peak", "{:.1%}", V), ("cpu_speedup", "speed-up, CPU s", "{:.2f}x", V),
+                    ("error", "error", "{:.2e}", V), ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V)],
     },
     "python_sdpa": {
         "title": "scaled_dot_product_attention: fxattn against torch",
@@ -336,10 +368,11 @@ def render_page(name, machine, records, plots):
     out += [f"**Date.** {when}; each table names the commit and command that recorded it. Raw results: "
             f"[raw/{name}.jsonl](raw/{name}.jsonl).", ""]
     if plots:
-        out += ["**Plots.** " + ", ".join(f"[{what}](plots/{file})" for what, file in plots) + ".", ""]
-        out += [f"![{what}](plots/{file})" for what, file in plots] + [""]
+        out += ["**Plots.** " + ", ".join(f"[{what}](plots/{file})" for what, file, _ in plots) + ".", ""]
+        out += [f"![{what}](plots/{file})" for what, file, _ in plots] + [""]
     for title, kind, runs in group_tables(records):
         out += [f"## {title}", "", KINDS[kind]["about"], ""]
+        out += [f"Plot: [{what}](plots/{file}).\n" for what, file, section in plots if section == kind]
         for rows in runs:
             out += render_run(rows, kind, machine) + [""]
     return "\n".join(out).rstrip("\n") + "\n"
@@ -459,17 +492,71 @@ def sdpa_series(records):
     return series, threads
 
 
+def long_seq_series(records):
+    """({label: {S: GFLOP per CPU-second}}, threads, {peak kind: per-core
+    peak}) of long_seq rows: fxattn fp32 and bf16 compute (fixed-max) and
+    the peers, each S from the first run that measured it. Per CPU-second
+    (4 Sq S H D over the process's CPU seconds): what a busy core does, on
+    a machine where other jobs take cycles from the wall clock."""
+    keep = ("fxattn fp32", "fxattn bf16 compute", "ONNX Runtime fp32", "torch SDPA fp32", "torch SDPA bf16")
+    pts = [r for r in records if r["kind"] == "long_seq" and r["row"] in keep and r.get("cpu_seconds")]
+    if not pts:
+        return {}, None, {}
+    threads = max(r["threads"] for r in pts)
+    series, peaks = {}, {}
+    for r in pts:
+        if r["threads"] != threads:
+            continue
+        gf = 4.0 * r["Sq"] * r["S"] * r["H"] * r["D"] / r["cpu_seconds"] / 1e9
+        series.setdefault(r["row"], {}).setdefault(r["S"], gf)
+        if r.get("cpu_peak_share"):
+            peaks.setdefault(r["peak"], gf / r["cpu_peak_share"])
+    return series, threads, peaks
+
+
+def wan_long_seq_series(records):
+    """({label: {S: GFLOP per CPU-second}}, threads, subtitle) of
+    wan_long_seq rows: diffusers' default processor and fxattn's rows, fp32
+    and bf16, each S from the first run that measured it; the subtitle
+    names the hidden size of each S."""
+    pts = [r for r in records if r["kind"] == "wan_long_seq"]
+    if not pts:
+        return {}, None, None
+    threads = max(r["threads"] for r in pts)
+    series, seqs, heads = {}, {}, set()
+    for r in pts:
+        if r["threads"] != threads:
+            continue
+        who = "diffusers SDPA" if r["engine"] == "diffusers" else r["processor"]
+        if series.setdefault(f"{who} {r['dtype']}", {}).setdefault(r["S"], r["cpu_gflops"]) == r["cpu_gflops"]:
+            seqs.setdefault(r["hidden"], set()).add(r["S"])
+            heads.add(r["heads"])
+    where = "; ".join(f"{h}: S {', '.join(str(s) for s in sorted(ss))}" for h, ss in sorted(seqs.items()))
+    count = "1 head" if heads == {1} else "/".join(map(str, sorted(heads))) + " heads"
+    return series, threads, f"bench/python_wan.py --hidden, {count} of hidden {where}"
+
+
+# (what the page calls the plot, its subtitle, x axis, y axis)
 ATTENTION_PLOT = ("attention GFLOP/s against S",
-                  "bench/peers where it ran, else bench/python_attention.py; GFLOP = 4 B H S^2 D")
+                  "bench/peers where it ran, else bench/python_attention.py; GFLOP = 4 B H S^2 D",
+                  "S (query = key tokens)", "GFLOP/s")
 SDPA_PLOT = ("SDPA GFLOP/s against S, fxattn and torch",
-             "bench/python_sdpa.py; GFLOP = 4 B H S^2 D, causal half of it")
+             "bench/python_sdpa.py; GFLOP = 4 B H S^2 D, causal half of it",
+             "S (query = key tokens)", "GFLOP/s")
+LONG_SEQ_PLOT = ("GFLOP per CPU-second at long S",
+                 "bench/long_seq.py; 4 Sq S H D per CPU-second (the machine was loaded); dashed: per-core peaks",
+                 "S (key tokens; Sq query rows as in the table)", "GFLOP per CPU-second")
+WAN_LONG_SEQ_PLOT = ("Wan layer GFLOP per CPU-second", None, "S (tokens)", "GFLOP per CPU-second")
 
 
-def attention_plot(title, series, threads, what=ATTENTION_PLOT):
+def attention_plot(title, series, threads, what=ATTENTION_PLOT, hlines=None):
+    """GFLOP/s (what[3]) against S (what[2], log scale) per series; hlines
+    {label: value}: dashed grey reference lines (peaks)."""
     svg = Svg(720, 400)
     x0, y0, x1, y1 = 70, 350, 490, 50
     xs = sorted({s for pts in series.values() for s in pts})
-    top = max(v for pts in series.values() for v in pts.values())
+    hlines = hlines or {}
+    top = max([v for pts in series.values() for v in pts.values()] + list(hlines.values()))
     step = nice_step(top * 1.05)
     ymax = step * math.ceil(top * 1.05 / step)
     lo, hi = math.log2(xs[0]) - 0.5, math.log2(xs[-1]) + 0.5
@@ -493,8 +580,11 @@ def attention_plot(title, series, threads, what=ATTENTION_PLOT):
         svg.text(px(s), y0 + 18, str(s), "middle", 11)
     svg.line(x0, y0, x1, y0)
     svg.line(x0, y0, x0, y1)
-    svg.text((x0 + x1) / 2, y0 + 38, "S (query = key tokens)", "middle", 12)
-    svg.text(20, (y0 + y1) / 2, "GFLOP/s", "middle", 12, rotate=-90)
+    svg.text((x0 + x1) / 2, y0 + 38, what[2], "middle", 12)
+    svg.text(20, (y0 + y1) / 2, what[3], "middle", 12, rotate=-90)
+    for label, v in sorted(hlines.items()):
+        svg.line(x0, py(v), x1, py(v), "#888", 1, "5,4")
+        svg.text(x1 - 4, py(v) - 4, label, "end", 10)
     for i, (label, pts) in enumerate(sorted(series.items())):
         color = PALETTE[i % len(PALETTE)]
         xy = [(px(s), py(pts[s])) for s in sorted(pts)]
@@ -595,7 +685,8 @@ def load(path):
 
 
 def render_all(raw, out):
-    """Writes every page, the index and the plots of raw/*.jsonl under out;
+    """Writes every page, the index and the plots of raw/*.jsonl under out
+    (plots: (name, file, the kind whose section links it, or None));
     returns the relative paths written."""
     written, pages = [], []
     (out / "plots").mkdir(parents=True, exist_ok=True)
@@ -607,17 +698,28 @@ def render_all(raw, out):
         series, threads = attention_series(records)
         if series:
             (out / "plots" / f"{name}-attention.svg").write_text(attention_plot(title, series, threads))
-            plots.append((ATTENTION_PLOT[0], f"{name}-attention.svg"))
+            plots.append((ATTENTION_PLOT[0], f"{name}-attention.svg", None))
         series, threads = sdpa_series(records)
         if series:
             (out / "plots" / f"{name}-sdpa.svg").write_text(attention_plot(title, series, threads, SDPA_PLOT))
-            plots.append((SDPA_PLOT[0], f"{name}-sdpa.svg"))
+            plots.append((SDPA_PLOT[0], f"{name}-sdpa.svg", None))
+        series, threads, peaks = long_seq_series(records)
+        if series:
+            hl = {f"{k} peak per core {v:.0f}": v for k, v in peaks.items()}
+            (out / "plots" / f"{name}-long-seq.svg").write_text(attention_plot(title, series, threads,
+                                                                                LONG_SEQ_PLOT, hl))
+            plots.append((LONG_SEQ_PLOT[0], f"{name}-long-seq.svg", "long_seq"))
+        series, threads, sub = wan_long_seq_series(records)
+        if series:
+            what = (WAN_LONG_SEQ_PLOT[0], sub, *WAN_LONG_SEQ_PLOT[2:])
+            (out / "plots" / f"{name}-wan-long-seq.svg").write_text(attention_plot(title, series, threads, what))
+            plots.append((WAN_LONG_SEQ_PLOT[0], f"{name}-wan-long-seq.svg", "wan_long_seq"))
         bars = layer_bars(records)
         if bars:
             (out / "plots" / f"{name}-layer.svg").write_text(layer_plot(title, bars))
-            plots.append(("Wan layer time by stage", f"{name}-layer.svg"))
+            plots.append(("Wan layer time by stage", f"{name}-layer.svg", None))
         (out / f"{name}.md").write_text(render_page(name, machine, records, plots))
-        written += [f"{name}.md"] + [f"plots/{f}" for _, f in plots]
+        written += [f"{name}.md"] + [f"plots/{f}" for _, f, _ in plots]
         pages.append((name, machine, records))
     (out / "README.md").write_text(render_index(pages))
     return written + ["README.md"]

@@ -25,6 +25,7 @@ import copy
 import pytest
 import torch
 from diffusers import WanTransformer3DModel
+from diffusers.models.transformers.transformer_wan import WanAttention
 from diffusers.models.transformers.transformer_wan import WanAttnProcessor as DefaultProcessor
 
 import fxattn
@@ -184,6 +185,22 @@ def test_rope_grid_and_fallback():
             assert p.fused_calls == (1 if emb is rotary_emb and fd._FUSED_AUTO else 0)
         with pytest.raises(ValueError, match="not Wan's 3-D RoPE"):
             fd.WanAttnProcessor(fused=True)(attn, hs, None, None, shuffled)
+
+
+def test_head_slice_runs_per_op():
+    """A WanAttention with fewer heads than its width (heads x head dim
+    below dim: a head slice of a layer) runs per op in auto mode, as
+    diffusers computes it; fused=True says why it cannot run fused."""
+    _, hs, rotary_emb = self_attention_call()
+    torch.manual_seed(3)
+    attn = WanAttention(dim=hs.shape[-1], heads=1, dim_head=T2V["attention_head_dim"], eps=1e-6).eval()
+    with torch.no_grad():
+        ref = DefaultProcessor()(attn, hs, None, None, rotary_emb)
+        p = fd.WanAttnProcessor(threads=2)
+        assert rel(p(attn, hs, None, None, rotary_emb), ref) < FP32_TOL
+        assert p.calls == 1 and p.fused_calls == 0
+        with pytest.raises(ValueError, match="a head slice"):
+            fd.WanAttnProcessor(fused=True)(attn, hs, None, None, rotary_emb)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

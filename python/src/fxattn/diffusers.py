@@ -175,7 +175,9 @@ class WanAttnProcessor:
     of a weight, in place, through .data, by load_state_dict or a replaced
     parameter, is seen by the next call) when that is the same
     computation, checked on every call: a WanAttention (not a subclass)
-    whose projections, norms and dropout are plain torch.nn.Linear,
+    with heads x head dim equal to its width (a head slice, fewer heads
+    than the width, runs per op) whose projections, norms and dropout are
+    plain torch.nn.Linear,
     RMSNorm and Dropout modules (no PEFT LoRA layer, parametrisation,
     wrapper or forward hook: those run per op, as diffusers computes
     them), fp32 or bf16 CPU input in the module's dtype, no mask,
@@ -248,6 +250,9 @@ class WanAttnProcessor:
         reason = _modules_reason(attn)
         if reason:
             return reason, None
+        if attn.to_out[0].in_features != hidden_states.shape[-1]:
+            return ("a head slice (heads x head dim below the module's width): the fused layer runs whole layers, "
+                    "heads x head dim = hidden"), None
         for p in _fused_params(attn):
             if p is None:
                 return "a projection without a bias", None
