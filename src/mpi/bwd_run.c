@@ -1,13 +1,18 @@
 /*
  * One distributed backward call (bwd.h): check the arguments (agreed);
  * with U > 1 the way in inside the row (every member's heads of this
- * rank's tokens of Q, K, V, O, dO and lse to their owner, one message per
- * member each way, in pieces of at most p->piece bytes); then
- * fxa_attn_bwd_run on this rank's heads over the whole sequence (R == 1)
- * or the ring along the column (bwd_ring.c), agreed; with U > 1 the way
- * back (dQ, dK, dV rows of each member's tokens to it; agreed); then the
- * caller's dq, dk, dv written. Every buffer is the plan's: a run
- * allocates nothing.
+ * rank's tokens of Q, K, V, O, dO and lse to their owner) and the way back
+ * (dQ, dK, dV rows of each member's tokens to it), group of heads by group
+ * (one message per member each way and group, in pieces of at most
+ * p->piece bytes). With R == 1 they are pipelined around the local
+ * backward of each group: group g + 1's way in and group g - 1's way back
+ * are in flight while group g computes, and every rank agrees once at the
+ * end. Each head is computed by the same kernels on the same keys as in
+ * one process, whatever its group, so the gradients keep the single
+ * process's bytes. With R > 1 (one group) the way in, the ring along the
+ * column (bwd_ring.c) and the way back, each agreed on. The caller's dq,
+ * dk, dv are written only once every rank agreed. Every buffer is the
+ * plan's: a run allocates nothing.
  */
 #include <stdio.h>
 #include <string.h>
@@ -125,37 +130,45 @@ static int later_replica(const fxa_mpi_attn_bwd_plan *p, int v)
     return p->replicated && v > 0 && fxa_bwd_nk(p, v) > 0 && p->hkv_lo[v - 1] == p->hkv_lo[v];
 }
 
-/* Move member v's section of staging at `at` (packed [B][heads][tokens])
- * to or from the tensors: to_stage 1 packs, 0 unpacks. tok_side: the
- * section holds the token side's rows of v's heads (the way in's sends,
- * the way back's receives); else the head side's rows of v's tokens. The
- * way back's dK, dV rows of a kv head held by several members are summed
- * in member order: the first member's copied, each later one's added. */
-static void move_section(const fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, int v,
+/* Move member v's section of group g in staging at `at` (packed
+ * [B][heads][tokens]) to or from the tensors: to_stage 1 packs, 0
+ * unpacks. tok_side: the section holds the token side's rows of v's group-g
+ * heads (the way in's sends, the way back's receives); else the head
+ * side's rows (group g's block of the group-major tensor) of v's tokens.
+ * The way back's dK, dV rows of a kv head held by several members are
+ * summed in member order: the first member's copied, each later one's
+ * added. */
+static void move_section(const fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, int v, int g,
                          char *at, int to_stage, int tok_side)
 {
     const int me = p->m->u;
+    const int64_t nb = p->d.batch;
+    int64_t gh[4]; /* q0, nq, k0, nk of whose group */
+    fxa_bwd_group(p, tok_side ? v : me, g, &gh[0], &gh[1], &gh[2], &gh[3]);
     for (int i = 0; i < n_sides; i++) {
         const int kv = s[i].is_kv;
         const int64_t *ts = kv ? p->tk : p->tq;
-        const int w = tok_side ? v : me; /* whose heads */
-        const int64_t nh = kv ? fxa_bwd_nk(p, w) : fxa_bwd_nq(p, w);
+        const int64_t h_in = gh[kv ? 2 : 0]; /* group's first head in whose heads */
+        const int64_t nh = gh[kv ? 3 : 1];
         const int64_t nt = tok_side ? s[i].tok.seq : ts[p->base + v + 1] - ts[p->base + v];
         const grid stage = {at, FXA_LAYOUT_BHSD, nh, nt};
-        const grid g = tok_side ? s[i].tok : s[i].head;
-        const int64_t h0 = !tok_side ? 0 : kv ? p->hkv_lo[v] : p->hq[v];
+        const grid blk = {s[i].head.base + (size_t)(nb * h_in * s[i].head.seq) * s[i].rb,
+                          FXA_LAYOUT_BHSD, nh, s[i].head.seq};
+        const grid gr = tok_side ? s[i].tok : blk;
+        const int64_t h0 = !tok_side ? 0 : (kv ? p->hkv_lo[v] : p->hq[v]) + h_in;
         const int64_t t0 = tok_side ? 0 : ts[p->base + v] - ts[p->base];
         if (to_stage)
-            copy_rows(stage, 0, 0, g, h0, t0, p->d.batch, nh, nt, s[i].rb);
+            copy_rows(stage, 0, 0, gr, h0, t0, nb, nh, nt, s[i].rb);
         else if (tok_side && kv && later_replica(p, v))
-            add_rows(g, h0, t0, stage, 0, 0, p->d.batch, nh, nt, s[i].rb);
+            add_rows(gr, h0, t0, stage, 0, 0, nb, nh, nt, s[i].rb);
         else
-            copy_rows(g, h0, t0, stage, 0, 0, p->d.batch, nh, nt, s[i].rb);
-        at += (size_t)(p->d.batch * nh * nt) * s[i].rb;
+            copy_rows(gr, h0, t0, stage, 0, 0, nb, nh, nt, s[i].rb);
+        at += (size_t)(nb * nh * nt) * s[i].rb;
     }
 }
 
-/* Post a send or receive of n bytes at buf with member v, in pieces. */
+/* Post a send or receive of n bytes at buf with member v, in pieces, into
+ * p->req[*at], p->req[*at + 1], ... */
 static fxa_status post(fxa_mpi_attn_bwd_plan *p, int send, char *buf, int64_t n, int v, int tag,
                        int *at)
 {
@@ -172,97 +185,196 @@ static fxa_status post(fxa_mpi_attn_bwd_plan *p, int send, char *buf, int64_t n,
     return FXA_OK;
 }
 
-/* One all-to-all of the row: post every receive, pack and send every
- * member's section (this rank's own is packed only), wait for all. The
- * received sections stay in p->recv (and this rank's in p->send). */
-static fxa_status exchange(fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, int way_in)
+/* Collective over the row, in group order: group g's all-to-all one way.
+ * Post every receive (the way in's at p->in_req_at[g], the way back's with
+ * the sends after them), pack and send every member's section (this
+ * rank's own is packed only). Nothing is waited for: the received sections
+ * land in recv (recv_back) and this rank's own stays in send (send_back). */
+static fxa_status post_group(fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, int way_in,
+                             int g)
 {
     fxa_mpi *m = p->m;
     const int me = m->u;
-    const int64_t *send_at = way_in ? p->in_send_at : p->back_send_at;
-    const int64_t *recv_at = way_in ? p->in_recv_at : p->back_recv_at;
+    const int n = m->ulysses;
+    const int64_t *send_at = (way_in ? p->in_send_at : p->back_send_at) + g * n;
+    const int64_t *recv_at = (way_in ? p->in_recv_at : p->back_recv_at) + g * n;
+    char *send = way_in ? p->send : p->send_back;
+    char *recv = way_in ? p->recv : p->recv_back;
     const int tag = way_in ? TAG_BWD_IN : TAG_BWD_BACK;
-    int at = 0;
+    int in_at = p->in_req_at[g];
+    int *at = way_in ? &in_at : &p->n_posted;
     fxa_status st = FXA_OK;
-    for (int v = 0; v < m->ulysses && st == FXA_OK; v++)
+    for (int v = 0; v < n && st == FXA_OK; v++)
         if (v != me)
-            st = post(p, 0, p->recv + recv_at[v], recv_at[v + 1] - recv_at[v], v, tag, &at);
-    for (int v = 0; v < m->ulysses && st == FXA_OK; v++) {
-        move_section(p, s, n_sides, v, p->send + send_at[v], 1, way_in);
+            st = post(p, 0, recv + recv_at[v], recv_at[v + 1] - recv_at[v], v, tag, at);
+    for (int v = 0; v < n && st == FXA_OK; v++) {
+        move_section(p, s, n_sides, v, g, send + send_at[v], 1, way_in);
         if (v != me)
-            st = post(p, 1, p->send + send_at[v], send_at[v + 1] - send_at[v], v, tag, &at);
+            st = post(p, 1, send + send_at[v], send_at[v + 1] - send_at[v], v, tag, &p->n_posted);
     }
-    if (st == FXA_OK)
-        st = fxa_mpi_wait(m, at, p->req, -1, "the backward's Ulysses exchange");
     return st;
 }
 
-/* Unpack every member's received section (this rank's own from p->send). */
-static void unpack(const fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, int way_in)
+/* Wait for group g's receives of the way in (its sends stay pending, so
+ * that no rank waits for a slower peer to take its rows), then unpack
+ * every member's section into group g's block of the head-sharded
+ * tensors. */
+static fxa_status take_group(fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides, int g)
 {
     const int me = p->m->u;
-    for (int v = 0; v < p->m->ulysses; v++) {
-        char *at = v == me ? p->send + (way_in ? p->in_send_at : p->back_send_at)[v]
-                           : p->recv + (way_in ? p->in_recv_at : p->back_recv_at)[v];
-        move_section(p, s, n_sides, v, at, 0, !way_in);
+    const int n = p->m->ulysses;
+    const fxa_status st =
+        fxa_mpi_wait(p->m, p->in_req_at[g + 1] - p->in_req_at[g], p->req + p->in_req_at[g], -1,
+                     "the backward's Ulysses exchange");
+    for (int v = 0; v < n && st == FXA_OK; v++) {
+        char *at =
+            v == me ? p->send + p->in_send_at[g * n + v] : p->recv + p->in_recv_at[g * n + v];
+        move_section(p, s, n_sides, v, g, at, 0, 0);
     }
+    return st;
 }
 
-/* The local backward on bwd args a; msg gets its error. */
+/* Wait for every pending request: the sends of both ways and the receives
+ * of the way back. */
+static fxa_status wait_pending(fxa_mpi_attn_bwd_plan *p)
+{
+    const int first = p->in_req_at[p->groups];
+    return fxa_mpi_wait(p->m, p->n_posted - first, p->req + first, -1,
+                        "the backward's Ulysses exchange");
+}
+
+/* Local, after every rank agreed: unpack every group's way back (member
+ * v's section of this rank's tokens; this rank's own from send_back) into
+ * the caller's dq, dk, dv. */
+static void unpack_back(const fxa_mpi_attn_bwd_plan *p, const side *s, int n_sides)
+{
+    const int me = p->m->u;
+    const int n = p->m->ulysses;
+    for (int g = 0; g < p->groups; g++)
+        for (int v = 0; v < n; v++) {
+            const int i = g * n + v;
+            char *at =
+                v == me ? p->send_back + p->back_send_at[i] : p->recv_back + p->back_recv_at[i];
+            move_section(p, s, n_sides, v, g, at, 0, 1);
+        }
+}
+
+/* U == 1, R == 1: the local backward on bwd args a; msg gets its error. */
 static fxa_status run_local(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, char *msg,
                             size_t cap)
 {
     if (!p->local)
-        return FXA_OK; /* no heads here (replicated kv heads, fewer q heads than members) */
+        return FXA_OK; /* no query heads */
     const fxa_status st = fxa_attn_bwd_run(p->local, a, p->ws, NULL);
     if (st != FXA_OK)
         snprintf(msg, cap, "%s", fxa_ctx_last_error(p->m->ctx));
     return st;
 }
 
-/* U > 1: the way in, the local backward (R == 1) or the ring, the way
- * back, each agreed on; then the caller's gradients written. */
-static fxa_status run_ulysses(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a,
-                              fxa_mpi_stats *stats)
+/* Group g's block of the head-sharded tensors (group-major) as the local
+ * backward's args. */
+static fxa_attn_bwd_args group_args(const fxa_mpi_attn_bwd_plan *p, int g)
+{
+    int64_t q0;
+    int64_t nq;
+    int64_t k0;
+    int64_t nk;
+    fxa_bwd_group(p, p->m->u, g, &q0, &nq, &k0, &nk);
+    const size_t dim = (size_t)p->d.head_dim;
+    const size_t qr = (size_t)(p->d.batch * q0 * p->row_sq); /* rows before the block */
+    const size_t kr = (size_t)(p->d.batch * k0 * p->row_skv);
+    return (fxa_attn_bwd_args){.struct_size = sizeof(fxa_attn_bwd_args),
+                               .q = p->q + qr * dim * p->es,
+                               .k = p->k + kr * dim * p->es,
+                               .v = p->v + kr * dim * p->es,
+                               .out = p->out + qr * dim,
+                               .dout = p->dout + qr * dim,
+                               .lse = p->lse + qr,
+                               .dq = p->dq + qr * dim,
+                               .dk = p->dk + kr * dim,
+                               .dv = p->dv + kr * dim};
+}
+
+/* U > 1, R > 1 (one group): the way in, the ring, the way back, each
+ * agreed on. */
+static fxa_status run_ulysses_ring(fxa_mpi_attn_bwd_plan *p, const side *in, int n_in,
+                                   const side *back, int n_back, fxa_mpi_stats *stats, double *a2a)
 {
     fxa_mpi *m = p->m;
     char msg[512];
-    side s[6];
-    double ta = MPI_Wtime();
-    int n = sides_in(p, a, s);
-    fxa_status st = exchange(p, s, n, 1);
+    double t0 = MPI_Wtime();
+    fxa_status st = post_group(p, in, n_in, 1, 0);
     if (st == FXA_OK)
-        unpack(p, s, n, 1);
-    double a2a = MPI_Wtime() - ta;
-    snprintf(msg, sizeof msg, "%s", m->last_error);
-    const fxa_attn_bwd_args loc = {.struct_size = sizeof loc,
-                                   .q = p->q,
-                                   .k = p->k,
-                                   .v = p->v,
-                                   .out = p->out,
-                                   .dout = p->dout,
-                                   .lse = p->lse,
-                                   .dq = p->dq,
-                                   .dk = p->dk,
-                                   .dv = p->dv};
-    if (st == FXA_OK && m->ring > 1) {
+        st = take_group(p, in, n_in, 0);
+    *a2a += MPI_Wtime() - t0;
+    const fxa_attn_bwd_args loc = group_args(p, 0);
+    if (st == FXA_OK)
         st = fxa_bwd_ring_run(p, &loc, stats);
-        snprintf(msg, sizeof msg, "%s", m->last_error);
-    } else if (st == FXA_OK) {
-        st = run_local(p, &loc, msg, sizeof msg);
-    }
+    snprintf(msg, sizeof msg, "%s", m->last_error);
     st = fxa_mpi_agree(m, st, msg);
-    if (st == FXA_OK && m->ring > 1)
+    if (st == FXA_OK)
         fxa_bwd_ring_write(p, &loc);
     if (st == FXA_OK) {
-        ta = MPI_Wtime();
-        n = sides_back(p, a, s);
-        st = exchange(p, s, n, 0);
-        a2a += MPI_Wtime() - ta;
+        t0 = MPI_Wtime();
+        st = post_group(p, back, n_back, 0, 0);
+        if (st == FXA_OK)
+            st = wait_pending(p);
+        *a2a += MPI_Wtime() - t0;
         st = fxa_mpi_agree(m, st, m->last_error);
     }
+    return st;
+}
+
+/* U > 1, R == 1: the pipeline. Group g + 1's way in is posted once group
+ * g's arrived, group g's way back as soon as it computed; a local failure
+ * stops compute, not the exchanges (the peers wait on this rank's rows),
+ * and every rank agrees once at the end. */
+static fxa_status run_ulysses_local(fxa_mpi_attn_bwd_plan *p, const side *in, int n_in,
+                                    const side *back, int n_back, double *a2a)
+{
+    fxa_mpi *m = p->m;
+    char msg[512] = "";
+    fxa_status own = FXA_OK;
+    double t0 = MPI_Wtime();
+    fxa_status st = post_group(p, in, n_in, 1, 0);
+    for (int g = 0; g < p->groups && st == FXA_OK; g++) {
+        st = take_group(p, in, n_in, g);
+        if (st == FXA_OK && g + 1 < p->groups)
+            st = post_group(p, in, n_in, 1, g + 1);
+        *a2a += MPI_Wtime() - t0;
+        if (st == FXA_OK && own == FXA_OK && p->gplan && p->gplan[g]) {
+            const fxa_attn_bwd_args loc = group_args(p, g);
+            own = fxa_attn_bwd_run(p->gplan[g], &loc, p->ws, NULL);
+            if (own != FXA_OK)
+                snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
+        }
+        t0 = MPI_Wtime();
+        if (st == FXA_OK)
+            st = post_group(p, back, n_back, 0, g);
+    }
     if (st == FXA_OK)
-        unpack(p, s, n, 0);
+        st = wait_pending(p);
+    *a2a += MPI_Wtime() - t0;
+    if (st != FXA_OK)
+        snprintf(msg, sizeof msg, "%s", m->last_error);
+    return fxa_mpi_agree(m, st != FXA_OK ? st : own, msg);
+}
+
+/* U > 1: the exchanges around the local backward or the ring; once every
+ * rank agreed, the caller's gradients written. */
+static fxa_status run_ulysses(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a,
+                              fxa_mpi_stats *stats)
+{
+    side in[6];
+    side back[3];
+    const int n_in = sides_in(p, a, in);
+    const int n_back = sides_back(p, a, back);
+    double a2a = 0.0;
+    p->n_posted = p->in_req_at[p->groups]; /* the pending requests follow the way in's receives */
+    const fxa_status st = p->m->ring > 1 ? run_ulysses_ring(p, in, n_in, back, n_back, stats, &a2a)
+                                         : run_ulysses_local(p, in, n_in, back, n_back, &a2a);
+    if (st == FXA_OK)
+        unpack_back(p, back, n_back);
     if (stats)
         stats->a2a_seconds = a2a;
     return st;
