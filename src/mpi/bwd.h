@@ -1,11 +1,12 @@
 /* The distributed backward (fxa_mpi_attn_bwd_*): its plan (bwd_plan.c)
- * and its run (bwd_run.c): Ulysses exchanges inside each row (the shards
- * go to head sharding over the row's tokens, the gradients come back to
- * token sharding, a replicated kv head's dK/dV parts summed in member
- * order) around either the local backward (R == 1, pipelined by groups of
- * heads: group g + 1's inputs and group g - 1's gradients travel while
- * group g computes) or the ring along each column (bwd_ring.c: K/V blocks
- * and their dK/dV accumulators travel, dQ stays). */
+ * and its run (bwd_run.c): Ulysses exchanges (bwd_exchange.c) inside each
+ * row (the shards go to head sharding over the row's tokens, the
+ * gradients come back to token sharding, a replicated kv head's dK/dV
+ * parts summed in member order) around either the local backward (R ==
+ * 1, pipelined by groups of heads: group g + 1's inputs and group g - 1's
+ * gradients travel while group g computes) or the ring along each column
+ * (bwd_ring.c: K/V blocks and their dK/dV accumulators travel, dQ
+ * stays). */
 #ifndef FXA_MPI_BWD_H
 #define FXA_MPI_BWD_H
 
@@ -103,6 +104,53 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
                             fxa_mpi_stats *stats);
 /* Local: write a's dq, dk, dv (ring_d's problem). */
 void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a);
+
+/* The Ulysses exchanges (bwd_exchange.c). */
+/* A [B, heads, seq] grid of rows in layout l at base. */
+typedef struct fxa_bwd_grid {
+    char *base;
+    fxa_layout l;
+    int64_t heads;
+    int64_t seq;
+} fxa_bwd_grid;
+
+/* One tensor of an exchange: the side that holds the tokens (`tok`: the
+ * caller's shard, every head) and the side that holds the heads (`head`:
+ * the plan's BHSD tensor, the whole sequence), with rows of rb bytes. */
+typedef struct fxa_bwd_side {
+    fxa_bwd_grid tok;
+    fxa_bwd_grid head;
+    size_t rb;
+    int is_kv; /* heads and tokens of K/V (else of Q) */
+} fxa_bwd_side;
+
+/* The tensors of each way (the caller's and the plan's sides), in message
+ * order: s holds 6 (the way in) or 3 (back); returns the count. */
+int fxa_bwd_sides_in(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, fxa_bwd_side *s);
+int fxa_bwd_sides_back(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, fxa_bwd_side *s);
+
+/* Collective over the row, in group order: group g's all-to-all one way.
+ * Post every receive (the way in's at p->in_req_at[g], the way back's with
+ * the sends after them), pack and send every member's section (this
+ * rank's own is packed only). Nothing is waited for: the received sections
+ * land in recv (recv_back) and this rank's own stays in send (send_back). */
+fxa_status fxa_bwd_post_group(fxa_mpi_attn_bwd_plan *p, const fxa_bwd_side *s, int n_sides,
+                              int way_in, int g);
+
+/* Wait for group g's receives of the way in (its sends stay pending, so
+ * that no rank waits for a slower peer to take its rows), then unpack
+ * every member's section into group g's block of the head-sharded
+ * tensors. */
+fxa_status fxa_bwd_take_group(fxa_mpi_attn_bwd_plan *p, const fxa_bwd_side *s, int n_sides, int g);
+
+/* Wait for every pending request: the sends of both ways and the receives
+ * of the way back. */
+fxa_status fxa_bwd_wait_pending(fxa_mpi_attn_bwd_plan *p);
+
+/* Local, after every rank agreed: unpack every group's way back (member
+ * v's section of this rank's tokens; this rank's own from send_back) into
+ * the caller's dq, dk, dv. */
+void fxa_bwd_unpack_back(const fxa_mpi_attn_bwd_plan *p, const fxa_bwd_side *s, int n_sides);
 
 /* Member v's q heads and kv heads. */
 static inline int64_t fxa_bwd_nq(const fxa_mpi_attn_bwd_plan *p, int v)
