@@ -1,10 +1,12 @@
 /* The distributed backward (fxa_mpi_attn_bwd_*): its plan (bwd_plan.c)
- * and its run (bwd_run.c): Ulysses exchanges inside each row (the shards
- * go to head sharding over the row's tokens, the gradients come back to
- * token sharding, a replicated kv head's dK/dV parts summed in member
- * order) around either the local backward (R == 1) or the ring
- * along each column (bwd_ring.c: K/V blocks and their dK/dV accumulators
- * travel, dQ stays). */
+ * and its run (bwd_run.c): Ulysses exchanges (bwd_exchange.c) inside each
+ * row (the shards go to head sharding over the row's tokens, the
+ * gradients come back to token sharding, a replicated kv head's dK/dV
+ * parts summed in member order) around either the local backward (R ==
+ * 1, pipelined by groups of heads: group g + 1's inputs and group g - 1's
+ * gradients travel while group g computes) or the ring along each column
+ * (bwd_ring.c: K/V blocks and their dK/dV accumulators travel, dQ
+ * stays). */
 #ifndef FXA_MPI_BWD_H
 #define FXA_MPI_BWD_H
 
@@ -14,6 +16,11 @@
  * FXA_TEST_ULYSSES_PIECE (fxa_mpi.test_ulysses_piece, bytes here) sets
  * fewer. */
 #define FXA_BWD_PIECE ((int64_t)1 << 30)
+
+/* Groups of heads of pure Ulysses (R == 1; at most the most kv heads of a
+ * member), unless the test hook FXA_TEST_ULYSSES_GROUPS sets another
+ * count. */
+#define FXA_BWD_GROUPS 4
 
 struct fxa_mpi_attn_bwd_plan {
     fxa_mpi *m;
@@ -36,20 +43,32 @@ struct fxa_mpi_attn_bwd_plan {
     int base;        /* grid rank of this row's member 0 */
     int64_t row_sq;  /* the row's query tokens (its ring block) */
     int64_t row_skv; /* and key tokens */
-    /* Byte offsets of each member's section in the staging, way in and
-     * back ([U + 1] each). */
+    void *tables;    /* owns the six arrays above */
+    /* U > 1: every member's heads split into G groups by kv head (each q
+     * head with its kv head; G == 1 with replicated kv heads or R > 1),
+     * group g of every member travelling as one step. Byte offsets of
+     * (group g, member v)'s section in the staging, way in and back
+     * ([G * U + 1] each, at g * U + v), and the first request of each
+     * group's receives of the way in ([G + 1]; the sends of both ways and
+     * the receives of the way back follow, n_req in all). */
+    int groups;
     int64_t *in_send_at, *in_recv_at, *back_send_at, *back_recv_at;
-    void *tables;             /* owns the nine arrays above */
-    fxa_attn_bwd_plan *local; /* this rank's heads, whole sequence (U > 1: BHSD) */
-    void *ws;                 /* its workspace (64-byte aligned) */
+    int *in_req_at;
+    void *offsets;             /* owns the five arrays above */
+    fxa_attn_bwd_plan *local;  /* U == 1, R == 1: this rank's shards */
+    fxa_attn_bwd_plan **gplan; /* U > 1, R == 1: group g's heads, whole sequence (BHSD) */
+    void *ws;                  /* their workspace (64-byte aligned) */
     size_t ws_bytes;
-    /* U > 1: the head-sharded tensors (BHSD, whole sequence) and staging. */
+    /* U > 1: the head-sharded tensors (whole sequence; group-major: group
+     * g's heads as one BHSD tensor after group g - 1's) and the staging of
+     * each way. */
     char *q, *k, *v;
     float *out, *dout, *lse, *dq, *dk, *dv;
-    char *send, *recv;
-    void *bufs; /* owns q .. recv */
+    char *send, *recv, *send_back, *recv_back;
+    void *bufs; /* owns q .. recv_back */
     MPI_Request *req;
     int n_req;
+    int n_posted; /* requests posted in this run */
     /* R > 1: the problem the ring runs (ring_d: its heads, layout and
      * queries in seq_q; U == 1 the caller's shards, else the head-sharded
      * tensors), its plans, one per ring block j (its queries against block
@@ -86,6 +105,53 @@ fxa_status fxa_bwd_ring_run(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a
 /* Local: write a's dq, dk, dv (ring_d's problem). */
 void fxa_bwd_ring_write(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a);
 
+/* The Ulysses exchanges (bwd_exchange.c). */
+/* A [B, heads, seq] grid of rows in layout l at base. */
+typedef struct fxa_bwd_grid {
+    char *base;
+    fxa_layout l;
+    int64_t heads;
+    int64_t seq;
+} fxa_bwd_grid;
+
+/* One tensor of an exchange: the side that holds the tokens (`tok`: the
+ * caller's shard, every head) and the side that holds the heads (`head`:
+ * the plan's BHSD tensor, the whole sequence), with rows of rb bytes. */
+typedef struct fxa_bwd_side {
+    fxa_bwd_grid tok;
+    fxa_bwd_grid head;
+    size_t rb;
+    int is_kv; /* heads and tokens of K/V (else of Q) */
+} fxa_bwd_side;
+
+/* The tensors of each way (the caller's and the plan's sides), in message
+ * order: s holds 6 (the way in) or 3 (back); returns the count. */
+int fxa_bwd_sides_in(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, fxa_bwd_side *s);
+int fxa_bwd_sides_back(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, fxa_bwd_side *s);
+
+/* Collective over the row, in group order: group g's all-to-all one way.
+ * Post every receive (the way in's at p->in_req_at[g], the way back's with
+ * the sends after them), pack and send every member's section (this
+ * rank's own is packed only). Nothing is waited for: the received sections
+ * land in recv (recv_back) and this rank's own stays in send (send_back). */
+fxa_status fxa_bwd_post_group(fxa_mpi_attn_bwd_plan *p, const fxa_bwd_side *s, int n_sides,
+                              int way_in, int g);
+
+/* Wait for group g's receives of the way in (its sends stay pending, so
+ * that no rank waits for a slower peer to take its rows), then unpack
+ * every member's section into group g's block of the head-sharded
+ * tensors. */
+fxa_status fxa_bwd_take_group(fxa_mpi_attn_bwd_plan *p, const fxa_bwd_side *s, int n_sides, int g);
+
+/* Wait for every pending request: the sends of both ways and the receives
+ * of the way back. */
+fxa_status fxa_bwd_wait_pending(fxa_mpi_attn_bwd_plan *p);
+
+/* Local, after every rank agreed: unpack every group's way back (member
+ * v's section of this rank's tokens; this rank's own from send_back) into
+ * the caller's dq, dk, dv. */
+void fxa_bwd_unpack_back(const fxa_mpi_attn_bwd_plan *p, const fxa_bwd_side *s, int n_sides);
+
 /* Member v's q heads and kv heads. */
 static inline int64_t fxa_bwd_nq(const fxa_mpi_attn_bwd_plan *p, int v)
 {
@@ -96,6 +162,11 @@ static inline int64_t fxa_bwd_nk(const fxa_mpi_attn_bwd_plan *p, int v)
 {
     return p->hkv_hi[v] - p->hkv_lo[v];
 }
+
+/* Local q heads [*q0, *q0 + *nq) and kv heads [*k0, *k0 + *nk) of member
+ * v's group g (counted from v's first; empty groups have nk == nq == 0). */
+void fxa_bwd_group(const fxa_mpi_attn_bwd_plan *p, int v, int g, int64_t *q0, int64_t *nq,
+                   int64_t *k0, int64_t *nk);
 
 /* Messages of at most p->piece bytes that carry `bytes`. */
 static inline int64_t fxa_bwd_pieces(const fxa_mpi_attn_bwd_plan *p, int64_t bytes)

@@ -4,7 +4,8 @@
  * fxa_attn_run, a random dO), computes the single-process gradients with
  * fxa_attn_bwd_run, runs fxa_mpi_attn_bwd_run on its shards and checks:
  *   - its dq, dk, dv shards against the single process's: bit-identical on
- *     Ulysses grids (R == 1: the same arithmetic per head); with a ring
+ *     Ulysses grids (R == 1: the same arithmetic per head, whatever the head
+ *     group it is computed in: the pipeline by groups of heads); with a ring
  *     (R > 1, 2-D grids too) within the rounding of the sum over key blocks (dQ) and
  *     query shards (dK, dV): |diff| <= 1e-5 max |gradient| of the tensor
  *     (each of the R partial sums rounds at 2^-24 of a magnitude at most a
