@@ -236,8 +236,8 @@ typedef void fxa_attn_bwd_fn(const fxa_attn_bwd_tile *t);
  *   fxa_attn_bwd_bf16_fn dq:   dq_i += sum_j ds_ij k_j over the key pairs in
  *                         increasing order; with p_ds_given, pt, dst and ds
  *                         hold this tile's values already.
- * dq, dk, dv as in fxa_attn_bwd_tile. A row's result must not depend on its
- * place in the tile. No aliasing.
+ * dq, dk, dv and the bias (masks and causal) as in fxa_attn_bwd_tile. A
+ * row's result must not depend on its place in the tile. No aliasing.
  */
 typedef struct fxa_attn_bwd_tile_bf16 {
     size_t n_q;
@@ -261,6 +261,7 @@ typedef struct fxa_attn_bwd_tile_bf16 {
     uint16_t *dst;
     uint16_t *ds;
     size_t ld_p;
+    const float *bias; /* [n_q][ld_p] or NULL, as in fxa_attn_bwd_tile */
     float *dq;
     float *dk;
     float *dv;

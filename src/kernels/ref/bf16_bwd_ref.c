@@ -32,7 +32,8 @@ static void p_ds(const fxa_attn_bwd_tile_bf16 *t)
                 dp = (dp + bf(dout[2 * c + 1]) * bf(t->vt[at + 1])) +
                      bf(dout[2 * c]) * bf(t->vt[at]);
             }
-            const float p = fxa_exp2_shifted_ref(t->lambda * s - t->lse2[i], 0.0f);
+            const float shift = t->bias ? t->lse2[i] - t->bias[i * t->ld_p + j] : t->lse2[i];
+            const float p = fxa_exp2_shifted_ref(t->lambda * s - shift, 0.0f);
             const uint16_t ds = fxa_f32_to_bf16_bits(p * (dp - t->delta[i]));
             t->pt[paired(t->ld_p, i, j)] = fxa_f32_to_bf16_bits(p);
             t->dst[paired(t->ld_p, i, j)] = ds;

@@ -7,7 +7,8 @@
  *           V) pairs: per key-dimension pair, four zmm of packed key pairs
  *           and a broadcast pair of q (dO); 24 fp32 accumulators. p =
  *           exp2(lambda s - lse2) (one FMA forms the argument; the fp32
- *           exp2, fxa_vexp2_shifted_f32x16) and ds = p (dp - delta) in fp32
+ *           exp2, fxa_vexp2_shifted_f32x16; with a bias, lse2 - bias is
+ *           rounded first and takes lse2's place) and ds = p (dp - delta) in fp32
  *           for two rows at a time, rounded to bf16 together
  *           (vcvtne2ps2bf16) into the dS rows and, interleaved (vpermw),
  *           into the query-row pairs of P and dS. Pad keys
@@ -98,7 +99,7 @@ static ALWAYS_INLINE __m512i round2(__m512 even, __m512 odd)
  * delta first (kept in dpd), then the scores, each row pair's p and ds
  * formed in registers and stored rounded (a missing odd row as zero). */
 static ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile_bf16 *t, size_t i0, size_t j0,
-                                     const size_t mr)
+                                     const size_t mr, const int biased)
 {
     const size_t pairs = (t->d + 1) / 2;
     __m512 acc[MR][NV];
@@ -121,12 +122,18 @@ static ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile_bf16 *t, size_t i0,
         const __m512 lse_o = two ? _mm512_set1_ps(t->lse2[i0 + r + 1]) : _mm512_setzero_ps();
         const size_t pair_at = 2 * ((i0 + r) / 2 * t->ld_p + j0);
         uint16_t *row = t->ds + (i0 + r) * t->ld_p + j0;
+        const float *bias = biased ? t->bias + (i0 + r) * t->ld_p + j0 : NULL;
         UNROLL
         for (size_t v = 0; v < NV; v++) {
-            const __m512 p_e = fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r][v], lse_e),
+            const __m512 sh_e =
+                biased ? _mm512_sub_ps(lse_e, _mm512_loadu_ps(bias + W * v)) : lse_e;
+            const __m512 sh_o = biased && two
+                                    ? _mm512_sub_ps(lse_o, _mm512_loadu_ps(bias + t->ld_p + W * v))
+                                    : lse_o;
+            const __m512 p_e = fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r][v], sh_e),
                                                         _mm512_setzero_ps());
             const __m512 p_o =
-                two ? fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r + 1][v], lse_o),
+                two ? fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r + 1][v], sh_o),
                                                _mm512_setzero_ps())
                     : _mm512_setzero_ps();
             const __m512 ds_e = _mm512_mul_ps(p_e, _mm512_loadu_ps(dpd[r] + W * v));
@@ -163,9 +170,14 @@ static ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile_bf16 *t, size_t i0,
 static void p_ds(const fxa_attn_bwd_tile_bf16 *t)
 {
     for (size_t j0 = 0; j0 < t->n_kv; j0 += PANEL) {
-#define P_DS(mr) p_ds_block(t, i0, j0, mr)
-        FOR_ROW_BLOCKS(t->n_q, i0, P_DS);
+#define P_DS(mr) p_ds_block(t, i0, j0, mr, 0)
+#define P_DS_BIASED(mr) p_ds_block(t, i0, j0, mr, 1)
+        if (t->bias)
+            FOR_ROW_BLOCKS(t->n_q, i0, P_DS_BIASED);
+        else
+            FOR_ROW_BLOCKS(t->n_q, i0, P_DS);
 #undef P_DS
+#undef P_DS_BIASED
     }
     if (t->n_kv % 2) {
         for (size_t i = 0; i < t->n_q; i++)
