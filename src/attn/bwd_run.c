@@ -251,10 +251,25 @@ static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t 
     return FXA_TILE_BIAS;
 }
 
+/* Tile t (either compute) under the mask or causal (tile_mask), then its
+ * kernels: with dk (and dv) dK, dV += and then, with dq, dQ += from the
+ * same P and dS; without dk, dQ += alone. */
+#define RUN_TILE(t, dkdv_fn, dq_fn)                                                                \
+    do {                                                                                           \
+        if (tile_mask(job, s, cq, qb, kb, (t).n_q, &(t).n_kv, &(t).bias) == FXA_TILE_SKIP)         \
+            return;                                                                                \
+        (t).dk = dk;                                                                               \
+        (t).dv = dv;                                                                               \
+        (t).dq = dq;                                                                               \
+        if (dk)                                                                                    \
+            dkdv_fn(&(t));                                                                         \
+        (t).p_ds_given = dk != NULL;                                                               \
+        if (dq)                                                                                    \
+            dq_fn(&(t));                                                                           \
+    } while (0)
+
 /* The tile of chunk query head cq's block qb against chunk slot `slot`'s
- * key block kb, in the plan's compute, under the mask or causal
- * (tile_mask): with dk (and dv) dK, dV += and then, with dq, dQ += from
- * the same P and dS; without dk, dQ += alone. */
+ * key block kb, in the plan's compute (RUN_TILE). */
 static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb, int64_t slot,
                      int64_t kb, float *dk, float *dv, float *dq)
 {
@@ -262,30 +277,14 @@ static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64
     if (job->bp->bf16) {
         fxa_attn_bwd_tile_bf16 t =
             fxa_bwd_tile_bf16(job->bp, job->ws, cq, qb, slot, kb, s->p, s->ds);
-        if (tile_mask(job, s, cq, qb, kb, t.n_q, &t.n_kv, &t.bias) == FXA_TILE_SKIP)
-            return;
-        t.dk = dk;
-        t.dv = dv;
-        t.dq = dq;
-        if (dk)
-            kern->attn_bwd_dkdv_bf16(&t);
-        t.p_ds_given = dk != NULL;
-        if (dq)
-            kern->attn_bwd_dq_bf16(&t);
-        return;
+        RUN_TILE(t, kern->attn_bwd_dkdv_bf16, kern->attn_bwd_dq_bf16);
+    } else {
+        fxa_attn_bwd_tile t = tile_of(job, s, cq, qb, slot, kb);
+        RUN_TILE(t, kern->attn_bwd_dkdv, kern->attn_bwd_dq);
     }
-    fxa_attn_bwd_tile t = tile_of(job, s, cq, qb, slot, kb);
-    if (tile_mask(job, s, cq, qb, kb, t.n_q, &t.n_kv, &t.bias) == FXA_TILE_SKIP)
-        return;
-    t.dk = dk;
-    t.dv = dv;
-    t.dq = dq;
-    if (dk)
-        kern->attn_bwd_dkdv(&t);
-    t.p_ds_given = dk != NULL;
-    if (dq)
-        kern->attn_bwd_dq(&t);
 }
+
+#undef RUN_TILE
 
 /* Store n rows of a gradient block g [n][D] times scale at dst + off, rows
  * `token` apart. */
