@@ -74,9 +74,14 @@ static BWD_ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile *t, size_t i0, 
 
 /* dv_j += sum_i p_ij dout_i, dk_j += sum_i ds_ij q_i (key rows j, p and ds
  * columns); dq_i += sum_j ds_ij k_j (ds rows ld_p apart). */
-void BWD_DKDV_NAME(const fxa_attn_bwd_tile *t)
+static void p_ds(const fxa_attn_bwd_tile *t)
 {
     P_DS_PANELS(t);
+}
+
+void BWD_DKDV_NAME(const fxa_attn_bwd_tile *t)
+{
+    p_ds(t);
     grad_blocks(t->d, t->n_kv, t->ldg, t->ld_p, 1, t->ldq, t->n_q, t->dv, t->p, t->dout, t->dk,
                 t->ds, t->q);
 }
@@ -84,7 +89,7 @@ void BWD_DKDV_NAME(const fxa_attn_bwd_tile *t)
 void BWD_DQ_NAME(const fxa_attn_bwd_tile *t)
 {
     if (!t->p_ds_given)
-        P_DS_PANELS(t);
+        p_ds(t);
     grad_blocks(t->d, t->n_q, t->ldg, 1, t->ld_p, t->ldk, t->n_kv, t->dq, t->ds, t->k, NULL, NULL,
                 NULL);
 }

@@ -75,27 +75,31 @@
  * masked keeps m_i = -INFINITY, l_i = 0, o_i = 0. With bias NULL the scores
  * are used as they are.
  */
+/* The fields of both forward tiles (fxa_attn_tile, fxa_attn_tile_bf16). */
+#define FXA_ATTN_TILE_SHARED                                                                       \
+    size_t n_q;                                                                                    \
+    size_t n_kv;                                                                                   \
+    size_t d;                                                                                      \
+    float lambda;                                                                                  \
+    const float *qk_center;                                                                        \
+    const uint8_t *online;                                                                         \
+    float *m;                                                                                      \
+    float *l;                                                                                      \
+    float *o;                                                                                      \
+    size_t ldo;                                                                                    \
+    float *scores;                                                                                 \
+    size_t ld_scores;                                                                              \
+    const float *bias; /* [n_q][ld_bias] or NULL */                                                \
+    size_t ld_bias;
+
 typedef struct fxa_attn_tile {
-    size_t n_q;
-    size_t n_kv;
-    size_t d;
-    float lambda;
+    FXA_ATTN_TILE_SHARED
     const float *q;
     size_t ldq;
     const float *kt;
     size_t kt_panel;
     const float *v;
     size_t ldv;
-    const float *qk_center;
-    const uint8_t *online;
-    float *m;
-    float *l;
-    float *o;
-    size_t ldo;
-    float *scores;
-    size_t ld_scores;
-    const float *bias; /* [n_q][ld_bias] or NULL */
-    size_t ld_bias;
 } fxa_attn_tile;
 
 typedef void fxa_attn_tile_fn(const fxa_attn_tile *t);
@@ -123,27 +127,14 @@ static inline size_t fxa_kt_offset(size_t kt_panel, size_t d, size_t c, size_t j
  * p16 is scratch of n_q rows of ld_scores bf16 (pad columns are zeroed).
  */
 typedef struct fxa_attn_tile_bf16 {
-    size_t n_q;
-    size_t n_kv;
-    size_t d;
-    float lambda;
+    FXA_ATTN_TILE_SHARED
     const uint16_t *q;
     size_t ldq;
     const uint16_t *kp;
     size_t kp_panel;
     const uint16_t *vp;
     size_t ldvp;
-    const float *qk_center;
-    const uint8_t *online;
-    float *m;
-    float *l;
-    float *o;
-    size_t ldo;
-    float *scores;
-    size_t ld_scores;
     uint16_t *p16;
-    const float *bias; /* as in fxa_attn_tile: added to z before the row update */
-    size_t ld_bias;
 } fxa_attn_tile_bf16;
 
 typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
