@@ -378,9 +378,8 @@ FXA_API fxa_status fxa_attn_bounds(const fxa_attn_plan *plan, const fxa_attn_arg
  * with fp32 accumulation, vdpbf16ps where the CPU has AVX512-BF16 (the
  * portable kernel elsewhere, as the forward's bf16 compute). mode, center,
  * heads_per_tile and block_q do not apply (the backward takes no shift from
- * a bound). Causal and masks are the forward's, with FXA_COMPUTE_FP32
- * (FXA_ERR_UNSUPPORTED with FXA_COMPUTE_BF16): P_ij takes the
- * same bias (-inf where masked, an additive mask's value), dS_ij = 0 where
+ * a bound). Causal and masks are the forward's, in either compute: P_ij
+ * takes the same bias (-inf where masked, an additive mask's value), dS_ij = 0 where
  * a key is masked, and key tiles that every row of a query block masks
  * (causal: past the diagonal) are skipped, about half the work at Sq = Skv.
  * A row whose keys are all masked (the forward's output 0, LSE -inf) is a

@@ -212,6 +212,39 @@ def test_causal_gradients_match_fp64_sdpa(sq, skv):
         assert torch.count_nonzero(got[1][:, :, sq:]) == 0 and torch.count_nonzero(got[2][:, :, sq:]) == 0
 
 
+@pytest.mark.parametrize("kind", ["causal", "bool"])
+def test_bf16_compute_masked_backward(kind):
+    """bf16 inputs with is_causal or a bool mask (dead rows included) run
+    bf16 compute in the backward too: the gradients differ from
+    compute="fp32"'s and are within bf16 compute's envelope of the fp64
+    reference on the bf16 values (2^-5 max|reference|, as unmasked); keys
+    no query sees and dead rows get exact zeros."""
+    q, k, v, dout = _inputs(1, 4, 2, 75, 300, 40)
+    if kind == "causal":
+        kw = {"is_causal": True}
+    else:
+        mask = _masks(1, 4, 75, 300)["bool"]
+        mask[:, :, [5, 60]] = False
+        kw = {"attn_mask": mask}
+
+    def sdpa(compute):
+        return lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True, compute=compute, **kw)
+
+    _, got = _grads(sdpa("bf16"), q, k, v, dout, torch.bfloat16)
+    _, fp32 = _grads(sdpa("fp32"), q, k, v, dout, torch.bfloat16)
+    assert any(not torch.equal(a, b) for a, b in zip(got, fp32))
+    qb, kb, vb = (t.bfloat16().float() for t in (q, k, v))
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        _, ref = _grads(lambda *t: _sdpa_masked(*t, **kw), qb, kb, vb, dout.bfloat16().float(), torch.float64)
+    for name, g, r in zip("qkv", got, ref):
+        err = (g.double() - r).abs().max().item()
+        assert err <= 2**-5 * r.abs().max().item(), f"{kind} d{name}: error {err:.3g}"
+    if kind == "causal":  # keys 75.. no query sees
+        assert torch.count_nonzero(got[1][:, :, 75:]) == 0 and torch.count_nonzero(got[2][:, :, 75:]) == 0
+    else:
+        assert torch.count_nonzero(got[0][:, :, [5, 60]]) == 0
+
+
 def test_fully_masked_rows_have_zero_gradients():
     """Rows with every key masked: fxattn's forward gives them 0 (a constant),
     so their dq is exactly 0 and they add nothing to dk, dv; torch's math

@@ -6,6 +6,7 @@
  * are, in double). The schedules and the order of every gradient's
  * additions are bwd_run.c's.
  */
+#include <math.h>
 #include <string.h>
 
 #include "../base/convert_inline.h"
@@ -114,7 +115,9 @@ void fxa_bwd_prep_q_bf16(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a
         for (size_t c = 0; c < bp->dim; c++)
             dot += (double)scratch[i * bp->dim + c] * (double)scratch2[i * bp->dim + c];
         delta[i] = (float)dot;
-        lse2[i] = (float)((double)lse[i] * 1.4426950408889634); /* log2(e) */
+        /* A row with every key masked (lse -inf) gets p = 0 for every key. */
+        lse2[i] = lse[i] == -INFINITY ? INFINITY
+                                      : (float)((double)lse[i] * 1.4426950408889634); /* log2(e) */
     }
     round_rows(scratch, n, bp->dim, bp->d16, ws_bf16(ws, bp->ws_do) + row0 * bp->d16,
                ws_bf16(ws, bp->ws_dop) + 2 * pair0);

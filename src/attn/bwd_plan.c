@@ -87,11 +87,6 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
 
 static fxa_status check_bwd(fxa_ctx *ctx, const fxa_attn_plan *p)
 {
-    if (fxa_attn_masked(p) && p->d.compute != FXA_COMPUTE_FP32)
-        return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
-                            "the attention backward takes a mask or causal with fp32 compute only "
-                            "(compute must be FXA_COMPUTE_FP32 when mask_kind is not "
-                            "FXA_MASK_NONE or causal is set)");
     const struct {
         const char *name;
         const fxa_strides *s;

@@ -22,7 +22,7 @@
  * thread count (no atomics). P and dS never outlive a tile. With bf16
  * compute the prep and the tiles are bwd_bf16.c's (bf16 pair layouts); the
  * schedules and orders are the same.
- * Masks and causal (tile_mask, fp32 compute): a tile whose keys every row
+ * Masks and causal (tile_mask, either compute): a tile whose keys every row
  * masks adds only zeros and is skipped, in both schedules alike; causal
  * tiles stop at the last key their last row sees; the others take the
  * mask's bias in P.
@@ -212,13 +212,13 @@ static fxa_attn_bwd_tile tile_of(const bwd_job *job, const bwd_scratch *s, int64
     };
 }
 
-/* How tile t (chunk query head cq, query block qb, key block kb) meets the
- * mask or causal: FXA_TILE_SKIP when every row masks every key; else t's
- * n_kv cut after the last key the block's last row sees (causal), and its
- * bias set (s->bias, pad keys of the last panel -INFINITY) unless no key is
- * masked or biased. */
+/* How the tile of chunk query head cq's block qb (n_q rows) against key
+ * block kb (*n_kv keys) meets the mask or causal: FXA_TILE_SKIP when every
+ * row masks every key; else *n_kv cut after the last key the block's last
+ * row sees (causal), and *bias set (s->bias [block_q][block_kv], pad keys
+ * of the last panel -INFINITY) unless no key is masked or biased. */
 static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb,
-                              int64_t kb, fxa_attn_bwd_tile *t)
+                              int64_t kb, size_t n_q, size_t *n_kv, const float **bias)
 {
     const fxa_attn_bwd_plan *bp = job->bp;
     const fxa_attn_plan *p = bp->fwd;
@@ -228,32 +228,48 @@ static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t 
     const int64_t j0 = kb * (int64_t)bp->block_kv;
     const size_t ld = bp->block_kv;
     if (p->d.causal) {
-        const int64_t i_last = i0 + (int64_t)t->n_q - 1;
+        const int64_t i_last = i0 + (int64_t)n_q - 1;
         if (j0 > i_last)
             return FXA_TILE_SKIP;
-        if (j0 + (int64_t)t->n_kv - 1 > i_last)
-            t->n_kv = (size_t)(i_last + 1 - j0);
-        if (j0 + (int64_t)t->n_kv - 1 <= i0)
+        if (j0 + (int64_t)*n_kv - 1 > i_last)
+            *n_kv = (size_t)(i_last + 1 - j0);
+        if (j0 + (int64_t)*n_kv - 1 <= i0)
             return FXA_TILE_PLAIN;
-        fxa_causal_bias(i0, t->n_q, j0, t->n_kv, ld, s->bias);
+        fxa_causal_bias(i0, n_q, j0, *n_kv, ld, s->bias);
     } else {
         const int64_t h = job->chunk_kv0 * p->group + cq;
         const fxa_tile_use use =
-            fxa_mask_tile(p, job->a->mask, job->batch, h, i0, t->n_q, j0, t->n_kv, ld, s->bias);
+            fxa_mask_tile(p, job->a->mask, job->batch, h, i0, n_q, j0, *n_kv, ld, s->bias);
         if (use != FXA_TILE_BIAS)
             return use;
     }
-    const size_t end = (t->n_kv + bp->panel - 1) / bp->panel * bp->panel;
-    for (size_t r = 0; r < t->n_q; r++)
-        for (size_t j = t->n_kv; j < end; j++)
+    const size_t end = (*n_kv + bp->panel - 1) / bp->panel * bp->panel;
+    for (size_t r = 0; r < n_q; r++)
+        for (size_t j = *n_kv; j < end; j++)
             s->bias[r * ld + j] = -INFINITY;
-    t->bias = s->bias;
+    *bias = s->bias;
     return FXA_TILE_BIAS;
 }
 
+/* Tile t (either compute) under the mask or causal (tile_mask), then its
+ * kernels: with dk (and dv) dK, dV += and then, with dq, dQ += from the
+ * same P and dS; without dk, dQ += alone. */
+#define RUN_TILE(t, dkdv_fn, dq_fn)                                                                \
+    do {                                                                                           \
+        if (tile_mask(job, s, cq, qb, kb, (t).n_q, &(t).n_kv, &(t).bias) == FXA_TILE_SKIP)         \
+            return;                                                                                \
+        (t).dk = dk;                                                                               \
+        (t).dv = dv;                                                                               \
+        (t).dq = dq;                                                                               \
+        if (dk)                                                                                    \
+            dkdv_fn(&(t));                                                                         \
+        (t).p_ds_given = dk != NULL;                                                               \
+        if (dq)                                                                                    \
+            dq_fn(&(t));                                                                           \
+    } while (0)
+
 /* The tile of chunk query head cq's block qb against chunk slot `slot`'s
- * key block kb, in the plan's compute: with dk (and dv) dK, dV += and then,
- * with dq, dQ += from the same P and dS; without dk, dQ += alone. */
+ * key block kb, in the plan's compute (RUN_TILE). */
 static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb, int64_t slot,
                      int64_t kb, float *dk, float *dv, float *dq)
 {
@@ -261,28 +277,14 @@ static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64
     if (job->bp->bf16) {
         fxa_attn_bwd_tile_bf16 t =
             fxa_bwd_tile_bf16(job->bp, job->ws, cq, qb, slot, kb, s->p, s->ds);
-        t.dk = dk;
-        t.dv = dv;
-        t.dq = dq;
-        if (dk)
-            kern->attn_bwd_dkdv_bf16(&t);
-        t.p_ds_given = dk != NULL;
-        if (dq)
-            kern->attn_bwd_dq_bf16(&t);
-        return;
+        RUN_TILE(t, kern->attn_bwd_dkdv_bf16, kern->attn_bwd_dq_bf16);
+    } else {
+        fxa_attn_bwd_tile t = tile_of(job, s, cq, qb, slot, kb);
+        RUN_TILE(t, kern->attn_bwd_dkdv, kern->attn_bwd_dq);
     }
-    fxa_attn_bwd_tile t = tile_of(job, s, cq, qb, slot, kb);
-    if (tile_mask(job, s, cq, qb, kb, &t) == FXA_TILE_SKIP)
-        return;
-    t.dk = dk;
-    t.dv = dv;
-    t.dq = dq;
-    if (dk)
-        kern->attn_bwd_dkdv(&t);
-    t.p_ds_given = dk != NULL;
-    if (dq)
-        kern->attn_bwd_dq(&t);
 }
+
+#undef RUN_TILE
 
 /* Store n rows of a gradient block g [n][D] times scale at dst + off, rows
  * `token` apart. */

@@ -75,27 +75,31 @@
  * masked keeps m_i = -INFINITY, l_i = 0, o_i = 0. With bias NULL the scores
  * are used as they are.
  */
+/* The fields of both forward tiles (fxa_attn_tile, fxa_attn_tile_bf16). */
+#define FXA_ATTN_TILE_SHARED                                                                       \
+    size_t n_q;                                                                                    \
+    size_t n_kv;                                                                                   \
+    size_t d;                                                                                      \
+    float lambda;                                                                                  \
+    const float *qk_center;                                                                        \
+    const uint8_t *online;                                                                         \
+    float *m;                                                                                      \
+    float *l;                                                                                      \
+    float *o;                                                                                      \
+    size_t ldo;                                                                                    \
+    float *scores;                                                                                 \
+    size_t ld_scores;                                                                              \
+    const float *bias; /* [n_q][ld_bias] or NULL */                                                \
+    size_t ld_bias;
+
 typedef struct fxa_attn_tile {
-    size_t n_q;
-    size_t n_kv;
-    size_t d;
-    float lambda;
+    FXA_ATTN_TILE_SHARED
     const float *q;
     size_t ldq;
     const float *kt;
     size_t kt_panel;
     const float *v;
     size_t ldv;
-    const float *qk_center;
-    const uint8_t *online;
-    float *m;
-    float *l;
-    float *o;
-    size_t ldo;
-    float *scores;
-    size_t ld_scores;
-    const float *bias; /* [n_q][ld_bias] or NULL */
-    size_t ld_bias;
 } fxa_attn_tile;
 
 typedef void fxa_attn_tile_fn(const fxa_attn_tile *t);
@@ -123,27 +127,14 @@ static inline size_t fxa_kt_offset(size_t kt_panel, size_t d, size_t c, size_t j
  * p16 is scratch of n_q rows of ld_scores bf16 (pad columns are zeroed).
  */
 typedef struct fxa_attn_tile_bf16 {
-    size_t n_q;
-    size_t n_kv;
-    size_t d;
-    float lambda;
+    FXA_ATTN_TILE_SHARED
     const uint16_t *q;
     size_t ldq;
     const uint16_t *kp;
     size_t kp_panel;
     const uint16_t *vp;
     size_t ldvp;
-    const float *qk_center;
-    const uint8_t *online;
-    float *m;
-    float *l;
-    float *o;
-    size_t ldo;
-    float *scores;
-    size_t ld_scores;
     uint16_t *p16;
-    const float *bias; /* as in fxa_attn_tile: added to z before the row update */
-    size_t ld_bias;
 } fxa_attn_tile_bf16;
 
 typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
@@ -179,30 +170,34 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
  * gives the unbiased bits. lse2_i = +INFINITY (a row with every key masked)
  * makes the row's p and ds 0.
  */
+/* The fields of both backward tiles (fxa_attn_bwd_tile, fxa_attn_bwd_tile_bf16). */
+#define FXA_ATTN_BWD_TILE_SHARED                                                                   \
+    size_t n_q;                                                                                    \
+    size_t n_kv;                                                                                   \
+    size_t d;                                                                                      \
+    float lambda;       /* tau log2(e) */                                                          \
+    const float *lse2;  /* [n_q] */                                                                \
+    const float *delta; /* [n_q] */                                                                \
+    size_t kt_panel;                                                                               \
+    size_t ld_p;                                                                                   \
+    const float *bias; /* [n_q][ld_p] or NULL */                                                   \
+    float *dq;                                                                                     \
+    float *dk;                                                                                     \
+    float *dv;                                                                                     \
+    size_t ldg;                                                                                    \
+    int p_ds_given;
+
 typedef struct fxa_attn_bwd_tile {
-    size_t n_q;
-    size_t n_kv;
-    size_t d;
-    float lambda; /* tau log2(e) */
+    FXA_ATTN_BWD_TILE_SHARED
     const float *q;
     const float *dout;
     size_t ldq;
-    const float *lse2;  /* [n_q] */
-    const float *delta; /* [n_q] */
     const float *kt;
     const float *vt;
-    size_t kt_panel;
     const float *k;
     size_t ldk;
     float *p;
     float *ds;
-    size_t ld_p;
-    const float *bias; /* [n_q][ld_p] or NULL */
-    float *dq;
-    float *dk;
-    float *dv;
-    size_t ldg;
-    int p_ds_given;
 } fxa_attn_bwd_tile;
 
 typedef void fxa_attn_bwd_fn(const fxa_attn_bwd_tile *t);
@@ -221,51 +216,31 @@ typedef void fxa_attn_bwd_fn(const fxa_attn_bwd_tile *t);
  *            (k[j][2c], k[j][2c+1]) at 2 fxa_kt_offset(kt_panel, d_pairs, c, j)
  *            (keys past n_kv in the last panel zero)
  *   kp       [kv_pairs][ldkp][2] (ldkp >= d): (k[2j][c], k[2j+1][c])
- * Both kernels first recompute, for i < n_q, j < n_kv,
- *     s_ij, dp_ij  the pair sums over c of q_i . k_j and dout_i . v_j
- *     p_ij  = exp2(lambda s_ij - lse2_i)   (the fp32 exp2 of fxa_attn_bwd_tile)
- *     ds_ij = p_ij (dp_ij - delta_i)       (fp32)
- * and store them rounded to bf16 (nearest even) into the scratch
+ * s_ij and dp_ij are the pair sums over c; p_ij (the bias included) and
+ * ds_ij follow in fp32 as in fxa_attn_bwd_tile and are stored rounded to
+ * bf16 (nearest even) into the scratch
  *   pt, dst  [q_pairs][ld_p][2]: P and dS in query-row pairs (a pad row of an
  *            odd n_q is zero);
  *   ds       [n_q][ld_p]: dS rows (column n_kv of an odd n_kv is zero);
- * (ld_p >= n_kv rounded up to kt_panel; other entries past n_kv
- * unspecified), then accumulate in fp32, unscaled:
- *   fxa_attn_bwd_bf16_fn dkdv: dv_j += sum_i p_ij dout_i, dk_j += sum_i ds_ij q_i
- *                         over the query-row pairs in increasing order;
- *   fxa_attn_bwd_bf16_fn dq:   dq_i += sum_j ds_ij k_j over the key pairs in
- *                         increasing order; with p_ds_given, pt, dst and ds
- *                         hold this tile's values already.
- * dq, dk, dv as in fxa_attn_bwd_tile. A row's result must not depend on its
- * place in the tile. No aliasing.
+ * then the sums of fxa_attn_bwd_tile accumulate in fp32, dK and dV over the
+ * query-row pairs in increasing order, dQ over the key pairs (p_ds_given:
+ * pt, dst and ds hold this tile's values already).
  */
 typedef struct fxa_attn_bwd_tile_bf16 {
-    size_t n_q;
-    size_t n_kv;
-    size_t d;
-    float lambda; /* tau log2(e) */
+    FXA_ATTN_BWD_TILE_SHARED
     const uint16_t *q;
     const uint16_t *dout;
     size_t ldq;
     const uint16_t *qp;
     const uint16_t *doutp;
     size_t ldqp;
-    const float *lse2;  /* [n_q] */
-    const float *delta; /* [n_q] */
     const uint16_t *kt;
     const uint16_t *vt;
-    size_t kt_panel;
     const uint16_t *kp;
     size_t ldkp;
     uint16_t *pt;
     uint16_t *dst;
     uint16_t *ds;
-    size_t ld_p;
-    float *dq;
-    float *dk;
-    float *dv;
-    size_t ldg;
-    int p_ds_given;
 } fxa_attn_bwd_tile_bf16;
 
 typedef void fxa_attn_bwd_bf16_fn(const fxa_attn_bwd_tile_bf16 *t);

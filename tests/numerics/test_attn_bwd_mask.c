@@ -12,7 +12,9 @@
  * entries included), key padding [B, 1, 1, Skv] that masks whole key
  * tiles, causal with Sq == Skv, Sq < Skv (keys no query sees: dK = dV = 0)
  * and Sq > Skv, and rows with every key masked (dQ exactly 0; their lse
- * -inf accepted). Each case is bit-identical on 1, 2 and 3 threads (the
+ * -inf accepted); the same kinds with bf16 compute (bf16 inputs) within
+ * test_attn_bwd.c's bf16 envelope (256-key tiles, odd D, odd Sq, causal
+ * cuts at an odd key). Each case is bit-identical on 1, 2 and 3 threads (the
  * one-pass and two-pass schedules). Refusals: a masked plan without
  * args->mask, a mask that overlaps dq, a NaN in an additive mask, lse -inf
  * without a mask. Runs once per kernel set (FXA_ISA).
@@ -32,6 +34,7 @@ typedef struct mcase {
     int64_t b, hq, hkv, sq, skv, d;
     mkind kind;
     int dead_rows; /* every 9th query row (bool mask) has every key masked */
+    int bf16;      /* bf16 inputs and bf16 compute (dO and out fp32) */
 } mcase;
 
 /* The problem: inputs in contiguous [B, H, S, D] fp32 (and their doubles),
@@ -42,6 +45,7 @@ typedef struct problem {
     fxa_attn_desc d;
     size_t nq, nkv, rows, nbias;
     float *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv;
+    uint16_t *q16, *k16, *v16; /* bf16 cases: Q, K, V as given (q, k, v their values) */
     void *mask;
     double *bias;
 } problem;
@@ -95,7 +99,10 @@ static void ref_forward(const mcase *c, const double *q, const double *k, const 
  * bias_ij - lse_i) (0 for a masked key or a row with lse -inf), and with
  * env the first-order fp32 envelope of test_attn_bwd.c with the bias's
  * terms: fxattn rounds the base-2 bias (u |bias2|) and lse2 - bias2
- * (u |lse2 - bias2|) before the exp2's argument is formed.
+ * (u |lse2 - bias2|) before the exp2's argument is formed. bf16 cases add
+ * test_attn_bwd.c's bf16 terms (ub = 2^-8; the fp32 dO rounded): dp off
+ * by ub B_ij, dS rounded (ub |ds_ij|), dV's terms by 2 ub (P and dO
+ * rounded).
  */
 static void ref_backward(const mcase *c, const double *q, const double *k, const double *v,
                          const double *bias, const double *out, const double *dout,
@@ -103,6 +110,7 @@ static void ref_backward(const mcase *c, const double *q, const double *k, const
 {
     const int64_t g = c->hq / c->hkv;
     const double u = 0x1p-24, tau = 1.0 / sqrt((double)c->d), lambda = tau * LOG2E;
+    const double ub = c->bf16 ? 0x1p-8 : 0.0;
     const size_t n[3] = {(size_t)(c->b * c->hq * c->sq * c->d),
                          (size_t)(c->b * c->hkv * c->skv * c->d),
                          (size_t)(c->b * c->hkv * c->skv * c->d)};
@@ -152,9 +160,11 @@ static void ref_backward(const mcase *c, const double *q, const double *k, const
                                      u * fabs(b2) + u * fabs(lse2 - b2) + u * fabs(x);
                     const double eps = 0.6931471805599453 * a + 3 * u;
                     const double e_ds = p * ((eps + 2 * u) * fabs(dp - delta) +
-                                             (double)c->d * u * B + u * fabs(delta));
+                                             ((double)c->d * u + ub) * B + u * fabs(delta)) +
+                                        ub * fabs(ds);
                     for (int64_t e = 0; e < c->d; e++) {
-                        env[2][krow * c->d + e] += (eps + u + n_kv_terms * u) * p * fabs(doi[e]);
+                        env[2][krow * c->d + e] +=
+                            (eps + u + 2 * ub + n_kv_terms * u) * p * fabs(doi[e]);
                         env[1][krow * c->d + e] +=
                             tau * (e_ds + (1 + n_kv_terms) * u * fabs(ds)) * fabs(qi[e]);
                         env[0][row * c->d + e] +=
@@ -174,7 +184,7 @@ static void ref_backward(const mcase *c, const double *q, const double *k, const
 static void test_finite_differences(void)
 {
     enum { SQ = 4, SKV = 5, DD = 3, NQ = SQ * DD, NKV = SKV * DD };
-    const mcase c = {"fd", 1, 1, 1, SQ, SKV, DD, M_NONE, 0};
+    const mcase c = {"fd", 1, 1, 1, SQ, SKV, DD, M_NONE, 0, 0};
     double q[NQ], k[NKV], v[NKV], dout[NQ], out[NQ], lse[SQ], bias[SQ * SKV];
     double dq[NQ], dk[NKV], dv[NKV];
     double *grad[3] = {dq, dk, dv};
@@ -279,6 +289,20 @@ static void build(const mcase *c, problem *pb)
         pb->v[x] = (float)fxt_rng_normal(&r);
     }
     fxa_attn_desc_init(&pb->d);
+    if (c->bf16) {
+        uint16_t **h[3] = {&pb->q16, &pb->k16, &pb->v16};
+        float *x[3] = {pb->q, pb->k, pb->v};
+        for (int t = 0; t < 3; t++) {
+            const size_t nt = t == 0 ? pb->nq : pb->nkv;
+            *h[t] = malloc(nt * sizeof(uint16_t));
+            for (size_t e = 0; e < nt; e++) {
+                (*h[t])[e] = fxa_f32_to_bf16(x[t][e]);
+                x[t][e] = fxa_bf16_to_f32((*h[t])[e]);
+            }
+        }
+        pb->d.dtype = FXA_BF16;
+        pb->d.compute = FXA_COMPUTE_BF16;
+    }
     pb->d.batch = c->b;
     pb->d.heads_q = c->hq;
     pb->d.heads_kv = c->hkv;
@@ -330,9 +354,9 @@ static void build(const mcase *c, problem *pb)
     fxa_status st = fxa_attn_plan_create(ctx, &pb->d, &plan, &ws_bytes);
     void *ws = aligned_alloc(64, (ws_bytes + 127) / 64 * 64);
     const fxa_attn_args a = {.struct_size = sizeof a,
-                             .q = pb->q,
-                             .k = pb->k,
-                             .v = pb->v,
+                             .q = c->bf16 ? (const void *)pb->q16 : pb->q,
+                             .k = c->bf16 ? (const void *)pb->k16 : pb->k,
+                             .v = c->bf16 ? (const void *)pb->v16 : pb->v,
                              .out = pb->out,
                              .lse = pb->lse,
                              .mask = pb->mask};
@@ -349,6 +373,9 @@ static void problem_free(problem *pb)
     float *f[9] = {pb->q, pb->k, pb->v, pb->dout, pb->out, pb->lse, pb->dq, pb->dk, pb->dv};
     for (int x = 0; x < 9; x++)
         free(f[x]);
+    free(pb->q16);
+    free(pb->k16);
+    free(pb->v16);
     free(pb->mask);
     free(pb->bias);
 }
@@ -369,10 +396,11 @@ static fxa_status run_bwd(problem *pb, int n_threads, const fxa_attn_bwd_args *a
     fxa_status st = fxa_attn_bwd_plan_create(ctx, &pb->d, &plan, &ws_bytes);
     if (st == FXA_OK) {
         void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+        const int bf = pb->c->bf16;
         const fxa_attn_bwd_args own = {.struct_size = sizeof own,
-                                       .q = pb->q,
-                                       .k = pb->k,
-                                       .v = pb->v,
+                                       .q = bf ? (const void *)pb->q16 : pb->q,
+                                       .k = bf ? (const void *)pb->k16 : pb->k,
+                                       .v = bf ? (const void *)pb->v16 : pb->v,
                                        .out = pb->out,
                                        .dout = pb->dout,
                                        .lse = pb->lse,
@@ -475,7 +503,7 @@ static void test_case(const mcase *c)
 /* Refused with FXA_ERR_INVALID_ARG and a message naming the cause. */
 static void test_refusals(void)
 {
-    const mcase cb = {"refusals", 1, 2, 1, 20, 30, 8, M_BOOL, 1};
+    const mcase cb = {"refusals", 1, 2, 1, 20, 30, 8, M_BOOL, 1, 0};
     problem pb;
     build(&cb, &pb);
     char msg[512];
@@ -510,7 +538,7 @@ static void test_refusals(void)
     CHECK(st == FXA_ERR_INVALID_ARG && strstr(msg, "lse has a non-finite"), "lse -inf: %d %s",
           (int)st, msg);
     problem_free(&pb);
-    const mcase ca = {"refusals add", 1, 1, 1, 10, 12, 8, M_ADD, 0};
+    const mcase ca = {"refusals add", 1, 1, 1, 10, 12, 8, M_ADD, 0, 0};
     build(&ca, &pb);
     ((float *)pb.mask)[5 * 12 + 3] = NAN;
     a = (fxa_attn_bwd_args){.struct_size = sizeof a,
@@ -535,14 +563,22 @@ int main(void)
     test_require_isa("test_attn_bwd_mask");
     test_finite_differences();
     const mcase cases[] = {
-        {"bool mask, gqa, D40", 1, 4, 2, 70, 150, 40, M_BOOL, 0},
-        {"bool mask stored transposed", 1, 2, 1, 40, 70, 16, M_BOOL_T, 0},
-        {"additive mask over heads, D24", 2, 2, 1, 65, 140, 24, M_ADD, 0},
-        {"key padding, 2 batches", 2, 2, 2, 40, 300, 16, M_PAD, 0},
-        {"causal Sq = Skv, 2 kv heads", 1, 2, 2, 200, 200, 32, M_CAUSAL, 0},
-        {"causal Sq < Skv", 1, 2, 1, 150, 300, 16, M_CAUSAL, 0},
-        {"causal Sq > Skv, gqa", 1, 4, 2, 300, 100, 16, M_CAUSAL, 0},
-        {"dead rows", 1, 2, 1, 50, 90, 16, M_BOOL, 1},
+        {"bool mask, gqa, D40", 1, 4, 2, 70, 150, 40, M_BOOL, 0, 0},
+        {"bool mask stored transposed", 1, 2, 1, 40, 70, 16, M_BOOL_T, 0, 0},
+        {"additive mask over heads, D24", 2, 2, 1, 65, 140, 24, M_ADD, 0, 0},
+        {"key padding, 2 batches", 2, 2, 2, 40, 300, 16, M_PAD, 0, 0},
+        {"causal Sq = Skv, 2 kv heads", 1, 2, 2, 200, 200, 32, M_CAUSAL, 0, 0},
+        {"causal Sq < Skv", 1, 2, 1, 150, 300, 16, M_CAUSAL, 0, 0},
+        {"causal Sq > Skv, gqa", 1, 4, 2, 300, 100, 16, M_CAUSAL, 0, 0},
+        {"dead rows", 1, 2, 1, 50, 90, 16, M_BOOL, 1, 0},
+        /* bf16 compute: 256-key tiles, odd D, odd causal cuts (Sq 201) */
+        {"bf16 bool mask, gqa, D40", 1, 4, 2, 70, 300, 40, M_BOOL, 0, 1},
+        {"bf16 additive mask over heads, D23", 2, 2, 1, 65, 140, 23, M_ADD, 0, 1},
+        {"bf16 key padding, 2 batches", 2, 2, 2, 40, 300, 16, M_PAD, 0, 1},
+        {"bf16 causal Sq = Skv odd", 1, 2, 2, 201, 201, 32, M_CAUSAL, 0, 1},
+        {"bf16 causal Sq < Skv", 1, 2, 1, 150, 300, 16, M_CAUSAL, 0, 1},
+        {"bf16 causal Sq > Skv, gqa", 1, 4, 2, 301, 100, 16, M_CAUSAL, 0, 1},
+        {"bf16 dead rows", 1, 2, 1, 51, 91, 16, M_BOOL, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_case(&cases[i]);

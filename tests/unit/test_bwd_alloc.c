@@ -3,8 +3,8 @@
  * plan creation and one warm-up run, a counting allocator
  * (tests/common/alloc_count.h) sees no allocation or free, from any
  * thread, during fxa_attn_bwd_run (GQA, a key tail, stats; fp32 compute
- * unmasked, with an additive mask with -inf entries and causal; bf16
- * compute on bf16 Q, K, V) on contexts of 1 and 3 threads, with the default
+ * and bf16 compute on bf16 Q, K, V, each unmasked, with an additive mask
+ * with -inf entries and causal) on contexts of 1 and 3 threads, with the default
  * kernel set and the reference one; a
  * malloc and free in the test prove the counter counts. Built only without
  * sanitizers (they own malloc).
@@ -133,9 +133,9 @@ int main(void)
         for (masking m = UNMASKED; m <= CAUSAL; m++) {
             run_case(t, NULL, m, FXA_COMPUTE_FP32);
             run_case(t, "ref", m, FXA_COMPUTE_FP32);
+            run_case(t, NULL, m, FXA_COMPUTE_BF16);
+            run_case(t, "ref", m, FXA_COMPUTE_BF16);
         }
-        run_case(t, NULL, UNMASKED, FXA_COMPUTE_BF16);
-        run_case(t, "ref", UNMASKED, FXA_COMPUTE_BF16);
     }
     return test_summary("test_bwd_alloc");
 }

@@ -165,12 +165,9 @@ def run_backward(
     grads = (dq, dk, dv) addresses of fp32 memory with q's, k's and v's
     element strides; the forward's mask and causal. opts.compute is the
     forward's: bf16 compute (bf16 inputs) runs the backward's products on
-    bf16 operands too, unless a mask or causal is given (the backward takes
-    those in fp32 compute only); fp32 compute in fp32; the gradients are
-    fp32 either way."""
+    bf16 operands too, masked or causal alike; fp32 compute in fp32; the
+    gradients are fp32 either way."""
     d = descriptor(q, k, v, opts, out_code, mask, causal)
-    if mask is not None or causal:
-        d.compute = _lib.COMPUTE_FP32
     ctx = context(opts.threads)
     with ctx.lock:
         plan = ctx.plan(d, BwdPlan)

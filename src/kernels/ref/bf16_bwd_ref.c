@@ -3,7 +3,7 @@
  * pairs. */
 #include "../../base/convert_inline.h"
 #include "../kernels.h"
-#include "exp2_ref.h"
+#include "bwd_p_ds_ref.h"
 
 static float bf(uint16_t h)
 {
@@ -16,31 +16,38 @@ static size_t paired(size_t ld, size_t i, size_t j)
     return 2 * ((i / 2) * ld + j) + i % 2;
 }
 
-/* p and ds of the tile, rounded to bf16 into pt, dst and ds, pads zeroed. */
-static void p_ds(const fxa_attn_bwd_tile_bf16 *t)
+/* s_ij and dp_ij: the pair sums over c, pairs in increasing order. */
+static void dots(const fxa_attn_bwd_tile_bf16 *t, size_t i, size_t j, float *s_out, float *dp_out)
 {
     const size_t pairs = (t->d + 1) / 2;
-    for (size_t i = 0; i < t->n_q; i++) {
-        const uint16_t *q = t->q + i * t->ldq;
-        const uint16_t *dout = t->dout + i * t->ldq;
-        for (size_t j = 0; j < t->n_kv; j++) {
-            float s = 0.0f;
-            float dp = 0.0f;
-            for (size_t c = 0; c < pairs; c++) {
-                const size_t at = 2 * fxa_kt_offset(t->kt_panel, pairs, c, j);
-                s = (s + bf(q[2 * c + 1]) * bf(t->kt[at + 1])) + bf(q[2 * c]) * bf(t->kt[at]);
-                dp = (dp + bf(dout[2 * c + 1]) * bf(t->vt[at + 1])) +
-                     bf(dout[2 * c]) * bf(t->vt[at]);
-            }
-            const float p = fxa_exp2_shifted_ref(t->lambda * s - t->lse2[i], 0.0f);
-            const uint16_t ds = fxa_f32_to_bf16_bits(p * (dp - t->delta[i]));
-            t->pt[paired(t->ld_p, i, j)] = fxa_f32_to_bf16_bits(p);
-            t->dst[paired(t->ld_p, i, j)] = ds;
-            t->ds[i * t->ld_p + j] = ds;
-        }
-        if (t->n_kv % 2)
-            t->ds[i * t->ld_p + t->n_kv] = 0;
+    const uint16_t *q = t->q + i * t->ldq;
+    const uint16_t *dout = t->dout + i * t->ldq;
+    float s = 0.0f;
+    float dp = 0.0f;
+    for (size_t c = 0; c < pairs; c++) {
+        const size_t at = 2 * fxa_kt_offset(t->kt_panel, pairs, c, j);
+        s = (s + bf(q[2 * c + 1]) * bf(t->kt[at + 1])) + bf(q[2 * c]) * bf(t->kt[at]);
+        dp = (dp + bf(dout[2 * c + 1]) * bf(t->vt[at + 1])) + bf(dout[2 * c]) * bf(t->vt[at]);
     }
+    *s_out = s;
+    *dp_out = dp;
+}
+
+/* p and ds rounded to bf16 into pt, dst and ds. */
+static void store(const fxa_attn_bwd_tile_bf16 *t, size_t i, size_t j, float p, float ds)
+{
+    const uint16_t ds16 = fxa_f32_to_bf16_bits(ds);
+    t->pt[paired(t->ld_p, i, j)] = fxa_f32_to_bf16_bits(p);
+    t->dst[paired(t->ld_p, i, j)] = ds16;
+    t->ds[i * t->ld_p + j] = ds16;
+}
+
+/* p and ds of the tile, pads zeroed. */
+static void p_ds(const fxa_attn_bwd_tile_bf16 *t)
+{
+    BWD_P_DS_REF(t, dots, store);
+    for (size_t i = 0; t->n_kv % 2 && i < t->n_q; i++)
+        t->ds[i * t->ld_p + t->n_kv] = 0;
     if (t->n_q % 2) {
         for (size_t j = 0; j < t->n_kv; j++) {
             t->pt[paired(t->ld_p, t->n_q, j)] = 0;
