@@ -12,6 +12,7 @@
 #define _FILE_OFFSET_BITS 64
 
 #include "fxattn_safetensors.h"
+#include "base/alloc.h"
 
 #include "io/file_io.h"
 #include "io/json.h"
@@ -804,12 +805,7 @@ void fxa_st_close(fxa_st_file *f)
     if (f->fd >= 0) {
         close(f->fd);
     }
-    free(f->path);
-    free(f->arena);
-    free(f->tensors);
-    free(f->by_name);
-    free(f->meta);
-    free(f);
+    FXA_FREE_EACH(f->path, f->arena, f->tensors, f->by_name, f->meta, f);
 }
 
 /* ------------------------------------------------------------------------ */

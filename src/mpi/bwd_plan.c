@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "bwd.h"
+#include "base/alloc.h"
 #include "mpi_begin.h"
 
 void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *p)
@@ -19,14 +20,8 @@ void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *p)
     fxa_attn_bwd_plan_destroy(p->local);
     for (int g = 0; p->gplan && g < p->groups; g++)
         fxa_attn_bwd_plan_destroy(p->gplan[g]);
-    free(p->gplan);
     fxa_bwd_ring_free(p);
-    free(p->ws);
-    free(p->bufs);
-    free(p->req);
-    free(p->tables);
-    free(p->offsets);
-    free(p);
+    FXA_FREE_EACH(p->gplan, p->ws, p->bufs, p->req, p->tables, p->offsets, p);
 }
 
 void fxa_bwd_group(const fxa_mpi_attn_bwd_plan *p, int v, int g, int64_t *q0, int64_t *nq,

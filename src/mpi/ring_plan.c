@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "ring.h"
+#include "base/alloc.h"
 
 /* Elements per message: INT_MAX (MPI counts are ints). Test only:
  * FXA_MPI_TEST_MAX_ELEMENTS (a positive count below that, read by
@@ -91,12 +92,6 @@ void fxa_ring_plan_free(fxa_mpi_attn_plan *p)
         return;
     for (int i = 0; r->accs && i < p->n_seg; i++)
         fxa_attn_acc_destroy(r->accs[i]);
-    free(r->accs);
-    free(r->slots);
-    free(r->req);
-    free(r->mine);
-    free(r->all);
-    free(r->sums);
-    free(r);
+    FXA_FREE_EACH(r->accs, r->slots, r->req, r->mine, r->all, r->sums, r);
     p->ring_bufs = NULL;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ulysses.h"
+#include "base/alloc.h"
 
 /* Groups with R == 1 when FXA_TEST_ULYSSES_GROUPS is unset (at most the
  * local kv heads): measured on 40 heads x 128 over 2 ranks (docs/numerics.md). */
@@ -253,27 +254,8 @@ void fxa_ulysses_plan_free(fxa_mpi_attn_plan *p)
         return;
     for (int g = 0; u->plans && g < u->groups; g++)
         fxa_attn_plan_destroy(u->plans[g]);
-    free(u->plans);
-    free(u->stage);
-    free(u->stage_at);
-    free(u->in_send);
-    free(u->back_send);
-    free(u->back_recv);
-    free(u->back_at);
-    free(u->back_from);
-    free(u->in_req);
-    free(u->in_req_at);
-    free(u->pend_req);
-    free(u->pend_at);
-    free(u->pend_n);
-    free(u->in_send_at);
-    free(u->q);
-    free(u->k);
-    free(u->v);
-    free(u->out);
-    free(u->lse);
-    free(u->bound);
-    free(u->fb);
-    free(u);
+    FXA_FREE_EACH(u->plans, u->stage, u->stage_at, u->in_send, u->back_send, u->back_recv,
+                  u->back_at, u->back_from, u->in_req, u->in_req_at, u->pend_req, u->pend_at,
+                  u->pend_n, u->in_send_at, u->q, u->k, u->v, u->out, u->lse, u->bound, u->fb, u);
     p->ulysses_bufs = NULL;
 }
