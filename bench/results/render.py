@@ -169,7 +169,7 @@ KINDS = {
                   "independent problem given x: each stage costs H / model heads of the whole layer's, 8 S N H 128 + "
                   "4 S^2 H 128 FLOP), diffusers' default processor (native backend, torch SDPA) against two fxattn rows "
                   "with the same torch projections (fxattn's fused layer runs whole layers only): fxattn's processor "
-                  "per op (`fxattn.attention`, fp32 compute) and diffusers' processor with the `\"fxattn\"` attention "
+                  "per op (`fxattn.attention`; rows of commit d67a9f9: fp32 compute on any input) and diffusers' processor with the `\"fxattn\"` attention "
                   "backend (bf16 inputs in bf16 compute), on the same module and x, outputs checked first (error: max\\|y - y_ref\\| / "
                   "max\\|y_ref\\| against the fp32 default); medians of interleaved rounds. GFLOP per CPU-s and "
                   "CPU % peak: per CPU-second the process used (of the fp32 FMA peak per core, bf16 rows of the "
