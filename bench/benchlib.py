@@ -135,3 +135,23 @@ def append_jsonl(path, records):
     else:
         with open(path, "a") as f:
             f.write(lines)
+
+
+def _status_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def cold_peak_rss_mib(call):
+    """The growth of the peak resident set (VmHWM) over the resident set
+    (VmRSS) while call() runs once, in MiB; the peak is reset first where
+    /proc/self/clear_refs allows it. The result is dropped before returning."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current resident set
+    except OSError:
+        pass
+    rss0 = _status_kib("VmRSS")
+    out = call()
+    del out
+    return (_status_kib("VmHWM") - rss0) / 1024.0

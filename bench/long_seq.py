@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 
 import fxattn
-from benchlib import append_jsonl, cpu_name, identity, ort_mha_session, peak_gflops
+from benchlib import append_jsonl, cold_peak_rss_mib, cpu_name, identity, ort_mha_session, peak_gflops
 
 D = 128
 
@@ -158,11 +158,6 @@ def peak_core(text):
     return {"fp32": vals[0], "bf16": vals[1] if len(vals) > 1 else 2 * vals[0]}
 
 
-def status_kib(field):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
 def rss_child(name, s, h, sq, threads):
     """Child mode: one cold call of row `name`; prints the growth of VmHWM over VmRSS in MiB."""
     torch.set_num_threads(threads)
@@ -171,15 +166,7 @@ def rss_child(name, s, h, sq, threads):
     q, k, v = make_inputs(s, h, sq)
     calls = make_calls([name], q, k, v, threads)
     del small
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current resident set
-    except OSError:
-        pass
-    rss0 = status_kib("VmRSS")
-    out = calls[name]()
-    del out
-    print(json.dumps({"peak_rss_mib": (status_kib("VmHWM") - rss0) / 1024.0}))
+    print(json.dumps({"peak_rss_mib": cold_peak_rss_mib(calls[name])}))
 
 
 def peak_rss(name, s, h, sq, threads):

@@ -89,7 +89,7 @@ from diffusers.models.attention_dispatch import AttentionBackendName
 from diffusers.models.transformers.transformer_wan import WanAttention, WanAttnProcessor, WanRotaryPosEmbed
 
 import fxattn
-from benchlib import append_jsonl, cpu_name, identity, peak_gflops
+from benchlib import append_jsonl, cold_peak_rss_mib, cpu_name, identity, peak_gflops
 from fxattn.diffusers import WanAttnProcessor as FxProcessor
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -218,26 +218,13 @@ def layer_calls(a, grid, hidden, dtypes):
     return calls, fused, flops
 
 
-def status_kib(field):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
 def rss_child(a, grid, hidden, row):
     """Child mode: one cold call of row "dtype|processor"; prints the growth
     of VmHWM over VmRSS in MiB."""
     dt, name = row.split("|", 1)
     layer_calls(a, (4, 4, 4), hidden, [dt])[0][(dt, name)]()  # load the row's code paths before the reset
     call = layer_calls(a, grid, hidden, [dt])[0][(dt, name)]
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current resident set
-    except OSError:
-        pass
-    rss0 = status_kib("VmRSS")
-    y = call()
-    del y
-    print(json.dumps({"peak_rss_mib": (status_kib("VmHWM") - rss0) / 1024.0}))
+    print(json.dumps({"peak_rss_mib": cold_peak_rss_mib(call)}))
 
 
 def peak_rss(a, dt, name):
