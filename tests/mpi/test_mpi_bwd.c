@@ -10,15 +10,24 @@
  *     query shards (dK, dV): |diff| <= 1e-5 max |gradient| of the tensor
  *     (each of the R partial sums rounds at 2^-24 of a magnitude at most a
  *     few times the tensor's largest); for GQA with uneven head splits,
- *     ragged sequences, fewer query tokens than ranks, bf16 BHSD; a second
- *     run writes the same bytes; the statistics;
+ *     ragged sequences, fewer query tokens than ranks, bf16 BHSD, and bf16
+ *     compute (GQA, BSHD); a second run writes the same bytes; the
+ *     statistics;
  *   - replicated kv heads (heads_kv < U: MQA, GQA with 2 kv heads, fewer q
  *     heads than members): dq as above (bit-identical with R == 1: a q
  *     head's arithmetic is its own), dk and dv within the same 1e-5 bound
  *     on every grid (a kv head's dK, dV is the sum of its members' parts,
  *     each the sum over that member's q heads: at most U partial sums of
  *     one rounding each more than one process's), and repeated runs the
- *     same bytes (the members' parts added in member order);
+ *     same bytes (the members' parts added in member order); fp32 and
+ *     bf16 compute (MQA);
+ *   - bf16 compute is held to the same rules as fp32: its bf16 roundings
+ *     (dO, P, dS) are per element, each a function of one query row and
+ *     one key (q_i.k_j, dO_i.v_j, delta_i, lse_i), so every grid rounds
+ *     the same values; only the fp32 sums over keys, query shards and
+ *     replicas are regrouped, as with fp32 compute (measured: at most
+ *     ~10 x 2^-24 of the largest, as fp32; a flipped bf16 rounding would
+ *     show as ~2^-9 of a term);
  *   - a NULL tensor on one rank, or a NaN in one rank's dO, fails the run
  *     on every rank (in seconds: no rank waits for a deadline) and leaves
  *     every rank's outputs untouched; so does a local backward that only
@@ -361,6 +370,9 @@ int main(int argc, char **argv)
         run_case("ragged GQA", &ragged);
         run_case("bf16 BHSD, uneven heads", &bf16);
         run_case("fewer query tokens than ranks", &tiny);
+        fxa_attn_desc bc = make(2, 8, 4, 70, 61, 32, FXA_BF16, FXA_LAYOUT_BSHD);
+        bc.compute = FXA_COMPUTE_BF16;
+        run_case("bf16 compute, GQA BSHD", &bc);
         check_local_refusal();
         if (ulysses > 1) { /* kv heads replicated over the members */
             const fxa_attn_desc mqa = make(1, 4, 1, 64, 48, 16, FXA_F32, FXA_LAYOUT_BSHD);
@@ -369,6 +381,9 @@ int main(int argc, char **argv)
             run_case("replicated kv heads, MQA", &mqa);
             run_case("replicated kv heads, 2 kv heads", &gqa2);
             run_case("replicated kv heads, fewer q heads than members", &few);
+            fxa_attn_desc bmqa = make(1, 6, 1, 45, 52, 32, FXA_BF16, FXA_LAYOUT_BHSD);
+            bmqa.compute = FXA_COMPUTE_BF16;
+            run_case("replicated kv heads, bf16 compute, MQA", &bmqa);
         }
     }
     fxa_mpi_destroy(g_mpi);
