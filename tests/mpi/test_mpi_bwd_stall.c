@@ -1,0 +1,169 @@
+/*
+ * A peer frozen in the middle of a distributed backward: `test_mpi_bwd_stall
+ * U R` on 2 ranks (2 1: Ulysses 2, 1 2: ring 2), deadline 2 s
+ * (fxa_mpi_params.timeout_seconds). Both ranks loop fxa_mpi_attn_bwd_run on
+ * one thread (a run takes a few tenths of a second); on rank 1 a thread
+ * stops the whole process (SIGSTOP) 1 s into the loop, so the freeze lands
+ * inside a run. On rank 0:
+ *   - at least one run succeeded before the freeze (it was in the loop);
+ *   - the run in flight fails with FXA_ERR_TIMEOUT and "rank 0: no progress
+ *     from ... for 2 s", after at least the deadline (a wait's clock starts
+ *     inside the run) and within the deadline + 4 s of the freeze;
+ *   - it leaves dq, dk, dv untouched (0x7f bytes: outputs are written only
+ *     once every rank agreed);
+ *   - the context is unusable after: the next run fails at once with
+ *     FXA_ERR_TIMEOUT, outputs untouched.
+ * Rank 0 then prints its verdict and ends the job (MPI_Abort, which kills
+ * the stopped rank), so the test passes on its printed line ("bwd_stall:
+ * ok N checks"), not on the job's exit status.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fxattn_mpi.h"
+#include "testutil.h"
+
+enum { FREEZE_AFTER_US = 1000000 };
+static const double DEADLINE = 2.0;
+
+/* Rank 1's thread: stops its process FREEZE_AFTER_US into the loop. */
+static void *freeze_later(void *unused)
+{
+    (void)unused;
+    usleep(FREEZE_AFTER_US);
+    kill(getpid(), SIGSTOP);
+    return NULL;
+}
+
+/* 1 when every byte of the n at p is 0x7f. */
+static int untouched(const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (((const unsigned char *)p)[i] != 0x7f)
+            return 0;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int world = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world != 2 || argc != 3) {
+        fprintf(stderr, "usage: mpirun -np 2 test_mpi_bwd_stall U R (U * R = 2)\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 1;
+    fxa_ctx *ctx = NULL;
+    fxa_mpi *m = NULL;
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.ulysses = atoi(argv[1]);
+    mp.ring = atoi(argv[2]);
+    mp.timeout_seconds = DEADLINE;
+    if (fxa_ctx_create(&cp, &ctx) != FXA_OK ||
+        fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK) {
+        fprintf(stderr, "context: %s %s\n", fxa_ctx_create_error(), fxa_mpi_create_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const int rank = fxa_mpi_rank(m);
+
+    /* 4 heads x 64 over 2560 tokens, fp32, BSHD: this rank's 1280. */
+    fxa_attn_desc d;
+    fxa_attn_desc_init(&d);
+    d.batch = 1;
+    d.heads_q = d.heads_kv = 4;
+    d.seq_q = d.seq_kv = 2560;
+    d.head_dim = 64;
+    d.dtype = FXA_F32;
+    d.layout = FXA_LAYOUT_BSHD;
+    int64_t t0 = 0, tn = 0;
+    fxa_mpi_shard(d.seq_q, 2, rank, &t0, &tn);
+    const size_t n = (size_t)(tn * d.heads_q * d.head_dim);
+    const size_t rows = (size_t)(tn * d.heads_q);
+    float *buf = malloc((8 * n + rows) * sizeof(float));
+    float *q = buf, *k = q + n, *v = k + n, *out = v + n, *dout = out + n;
+    float *dq = dout + n, *dk = dq + n, *dv = dk + n, *lse = dv + n;
+    fxt_rng r;
+    fxt_rng_seed(&r, 11 + (uint64_t)rank);
+    for (size_t i = 0; i < 5 * n; i++)
+        buf[i] = (float)fxt_rng_normal(&r);
+
+    fxa_mpi_attn_plan *fp = NULL;
+    fxa_mpi_attn_bwd_plan *bp = NULL;
+    const fxa_attn_args fa = {
+        .struct_size = sizeof fa, .q = q, .k = k, .v = v, .out = out, .lse = lse};
+    if (fxa_mpi_attn_plan_create(m, &d, &fp) != FXA_OK ||
+        fxa_mpi_attn_run(fp, &fa, NULL) != FXA_OK ||
+        fxa_mpi_attn_bwd_plan_create(m, &d, &bp) != FXA_OK) {
+        fprintf(stderr, "rank %d: setup: %s\n", rank, fxa_mpi_last_error(m));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                                 .q = q,
+                                 .k = k,
+                                 .v = v,
+                                 .out = out,
+                                 .dout = dout,
+                                 .lse = lse,
+                                 .dq = dq,
+                                 .dk = dk,
+                                 .dv = dv};
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double start = MPI_Wtime();
+    if (rank == 1) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, freeze_later, NULL) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        /* Runs until stopped; rank 0 ends the job. Bounded all the same. */
+        while (MPI_Wtime() - start < 50.0 && fxa_mpi_attn_bwd_run(bp, &a, NULL) == FXA_OK)
+            ;
+        fprintf(stderr, "rank 1: still running after its freeze\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+
+    /* Rank 0: run until a run fails (or 30 s pass). */
+    int ok_runs = 0;
+    fxa_status st = FXA_OK;
+    double run_start = start;
+    while (st == FXA_OK && MPI_Wtime() - start < 30.0) {
+        memset(dq, 0x7f, 3 * n * sizeof(float));
+        run_start = MPI_Wtime();
+        st = fxa_mpi_attn_bwd_run(bp, &a, NULL);
+        ok_runs += st == FXA_OK;
+    }
+    const double failed_at = MPI_Wtime();
+    const double freeze = start + FREEZE_AFTER_US * 1e-6;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", fxa_mpi_last_error(m));
+    printf("rank 0: %d runs before the freeze (%.2f s each); the run from %.2f s failed at "
+           "%.2f s: %s\n",
+           ok_runs, ok_runs ? (run_start - start) / ok_runs : 0.0, run_start - start,
+           failed_at - start, msg);
+    CHECK(ok_runs >= 1, "no run succeeded before the freeze");
+    CHECK(st == FXA_ERR_TIMEOUT, "status %s, not FXA_ERR_TIMEOUT", fxa_status_str(st));
+    CHECK(!strncmp(msg, "rank 0: no progress from ", 25) && strstr(msg, " for 2 s ("),
+          "message '%s'", msg);
+    CHECK(failed_at - run_start >= DEADLINE - 0.01,
+          "the run failed after %.2f s, before the %g s deadline", failed_at - run_start, DEADLINE);
+    CHECK(failed_at - freeze <= DEADLINE + 4.0, "the run failed %.2f s after the freeze",
+          failed_at - freeze);
+    CHECK(untouched(dq, 3 * n * sizeof(float)), "a timed-out run wrote dq, dk or dv");
+
+    memset(dq, 0x7f, 3 * n * sizeof(float));
+    const double again = MPI_Wtime();
+    st = fxa_mpi_attn_bwd_run(bp, &a, NULL);
+    CHECK(st == FXA_ERR_TIMEOUT, "the next run: status %s", fxa_status_str(st));
+    CHECK(MPI_Wtime() - again < 0.5, "the next run took %.2f s", MPI_Wtime() - again);
+    CHECK(untouched(dq, 3 * n * sizeof(float)), "the next run wrote dq, dk or dv");
+
+    test_summary("bwd_stall");
+    fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, 0);
+    return 0;
+}
