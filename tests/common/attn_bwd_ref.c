@@ -145,6 +145,54 @@ void fxt_ref_attn_bwd(const fxt_bwd_shape *s, fxt_bf16_rounding br, const double
                 env[w][x] += 2 * u * fabs(grad[w][x]);
 }
 
+double fxt_ref_fd_error(const fxt_bwd_shape *s, double *q, double *k, double *v, const double *bias,
+                        const double *dout, double *const grad[3])
+{
+    const size_t rows = (size_t)(s->b * s->hq * s->sq), nq = rows * (size_t)s->d;
+    const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
+    double *out = malloc(nq * sizeof *out), *lse = malloc(rows * sizeof *lse);
+    fxt_ref_attn_fwd(s, q, k, v, bias, out, lse);
+    fxt_ref_attn_bwd(s, (fxt_bf16_rounding){0, 0}, q, k, v, bias, out, dout, lse, grad, NULL);
+    double *const xs[3] = {q, k, v};
+    const size_t ns[3] = {nq, nkv, nkv};
+    const double hstep = 1e-5;
+    double worst = 0.0;
+    for (int t = 0; t < 3; t++)
+        for (size_t x = 0; x < ns[t]; x++) {
+            double lo = 0.0, hi = 0.0;
+            const double keep = xs[t][x];
+            xs[t][x] = keep + hstep;
+            fxt_ref_attn_fwd(s, q, k, v, bias, out, lse);
+            for (size_t y = 0; y < nq; y++)
+                hi += dout[y] * out[y];
+            xs[t][x] = keep - hstep;
+            fxt_ref_attn_fwd(s, q, k, v, bias, out, lse);
+            for (size_t y = 0; y < nq; y++)
+                lo += dout[y] * out[y];
+            xs[t][x] = keep;
+            worst = fmax(worst, fabs((hi - lo) / (2 * hstep) - grad[t][x]));
+        }
+    free(out);
+    free(lse);
+    return worst;
+}
+
+void fxt_fwd_checked(const char *label, const fxa_attn_desc *d, const fxa_attn_args *a)
+{
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_create(NULL, &ctx);
+    fxa_attn_plan *plan = NULL;
+    size_t ws_bytes = 0;
+    fxa_status st = fxa_attn_plan_create(ctx, d, &plan, &ws_bytes);
+    void *ws = aligned_alloc(64, (ws_bytes + 127) / 64 * 64);
+    if (st == FXA_OK)
+        st = fxa_attn_run(plan, a, ws, NULL);
+    CHECK(st == FXA_OK, "[%s] forward: %s", label, fxa_ctx_last_error(ctx));
+    free(ws);
+    fxa_attn_plan_destroy(plan);
+    fxa_ctx_destroy(ctx);
+}
+
 fxa_status fxt_bwd_once(const fxa_attn_desc *d, int n_threads, const fxa_attn_bwd_args *a,
                         fxa_attn_bwd_stats *stats, char *msg, size_t cap)
 {

@@ -63,6 +63,17 @@ void fxt_ref_attn_bwd(const fxt_bwd_shape *s, fxt_bf16_rounding br, const double
                       const double *dout, const double *lse, double *const grad[3],
                       double *const env[3]);
 
+/* The reference gradients grad = {dq, dk, dv} of q, k, v with bias (NULL:
+ * none) and dout (fp32 roundings off), and their largest difference from
+ * central differences (step 1e-5) of L = sum dO . O over every element of
+ * q, k and v (each restored after). */
+double fxt_ref_fd_error(const fxt_bwd_shape *s, double *q, double *k, double *v, const double *bias,
+                        const double *dout, double *const grad[3]);
+
+/* The forward of d with args a on a fresh context (default threads) and
+ * workspace, CHECKed to succeed (case `label`). */
+void fxt_fwd_checked(const char *label, const fxa_attn_desc *d, const fxa_attn_args *a);
+
 /* The backward of d with args a on a fresh context of n_threads threads
  * and a fresh workspace; the status. stats (may be NULL) as
  * fxa_attn_bwd_run fills it; the context's last error into msg (cap bytes)

@@ -30,7 +30,7 @@ static void test_finite_differences(void)
 {
     const fxt_bwd_shape s = {1, 2, 1, 3, 5, 4, 0.7};
     const size_t nq = 2 * 3 * 4, nkv = 5 * 4;
-    double q[24], k[20], v[20], dout[24], out[24], lse[6];
+    double q[24], k[20], v[20], dout[24];
     double dq[24], dk[20], dv[20];
     fxt_rng r;
     fxt_rng_seed(&r, 11);
@@ -43,29 +43,7 @@ static void test_finite_differences(void)
         v[x] = fxt_rng_normal(&r);
     }
     double *const grad[3] = {dq, dk, dv};
-    fxt_ref_attn_fwd(&s, q, k, v, NULL, out, lse);
-    fxt_ref_attn_bwd(&s, (fxt_bf16_rounding){0, 0}, q, k, v, NULL, out, dout, lse, grad, NULL);
-    double *const xs[3] = {q, k, v};
-    const double *const gs[3] = {dq, dk, dv};
-    const size_t ns[3] = {nq, nkv, nkv};
-    const double hstep = 1e-5;
-    double worst = 0.0;
-    for (int t = 0; t < 3; t++)
-        for (size_t x = 0; x < ns[t]; x++) {
-            double lo = 0.0, hi = 0.0, o2[24], l2[6];
-            const double keep = xs[t][x];
-            xs[t][x] = keep + hstep;
-            fxt_ref_attn_fwd(&s, q, k, v, NULL, o2, l2);
-            for (size_t y = 0; y < nq; y++)
-                hi += dout[y] * o2[y];
-            xs[t][x] = keep - hstep;
-            fxt_ref_attn_fwd(&s, q, k, v, NULL, o2, l2);
-            for (size_t y = 0; y < nq; y++)
-                lo += dout[y] * o2[y];
-            xs[t][x] = keep;
-            const double fd = (hi - lo) / (2 * hstep);
-            worst = fmax(worst, fabs(fd - gs[t][x]));
-        }
+    const double worst = fxt_ref_fd_error(&s, q, k, v, NULL, dout, grad);
     /* central differences err by ~h^2 |L'''| + eps/h: ~1e-10 here */
     CHECK(worst < 1e-7, "reference gradients differ from finite differences by %.3g", worst);
     printf("finite differences: max |fd - ref| = %.3g\n", worst);
@@ -174,20 +152,26 @@ static void tensors_free(tensors *t)
     free(t->dv);
 }
 
+/* The backward's args on the case's tensors. */
+static fxa_attn_bwd_args args_of(const tensors *t)
+{
+    return (fxa_attn_bwd_args){.struct_size = sizeof(fxa_attn_bwd_args),
+                               .q = t->q,
+                               .k = t->k,
+                               .v = t->v,
+                               .out = t->out,
+                               .dout = t->dout,
+                               .lse = t->lse,
+                               .dq = t->dq,
+                               .dk = t->dk,
+                               .dv = t->dv};
+}
+
 /* Run the backward on a context of n_threads threads; status (the message
  * printed on failure), the stats checked. */
 static fxa_status run_bwd(tensors *t, int n_threads)
 {
-    const fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                                 .q = t->q,
-                                 .k = t->k,
-                                 .v = t->v,
-                                 .out = t->out,
-                                 .dout = t->dout,
-                                 .lse = t->lse,
-                                 .dq = t->dq,
-                                 .dk = t->dk,
-                                 .dv = t->dv};
+    const fxa_attn_bwd_args a = args_of(t);
     fxa_attn_bwd_stats stats = {.struct_size = sizeof stats};
     char msg[512];
     const fxa_status st = fxt_bwd_once(&t->d, n_threads, &a, &stats, msg, sizeof msg);
@@ -264,20 +248,9 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     scatter(c, &t->skv, s->hkv, s->skv, k, t->k, c->dtype);
     scatter(c, &t->skv, s->hkv, s->skv, v, t->v, c->dtype);
     scatter(c, &t->sq, s->hq, s->sq, dout, t->dout, c->out_dtype);
-    fxa_ctx *ctx = NULL;
-    fxa_ctx_create(NULL, &ctx);
-    fxa_attn_plan *plan = NULL;
-    size_t ws_bytes = 0;
-    fxa_status st = fxa_attn_plan_create(ctx, &t->d, &plan, &ws_bytes);
-    void *ws = aligned_alloc(64, (ws_bytes + 127) / 64 * 64);
     const fxa_attn_args a = {
         .struct_size = sizeof a, .q = t->q, .k = t->k, .v = t->v, .out = t->out, .lse = t->lse};
-    if (st == FXA_OK)
-        st = fxa_attn_run(plan, &a, ws, NULL);
-    CHECK(st == FXA_OK, "[%s] forward: %s", c->label, fxa_ctx_last_error(ctx));
-    free(ws);
-    fxa_attn_plan_destroy(plan);
-    fxa_ctx_destroy(ctx);
+    fxt_fwd_checked(c->label, &t->d, &a);
 }
 
 /* bf16 compute: the gradients of the kernel set under test (keep) against
@@ -502,16 +475,7 @@ static void test_refusals(void)
     CHECK(fxa_attn_bwd_plan_create(ctx, &t.d, &plan, &ws_bytes) == FXA_OK, "plan: %s",
           fxa_ctx_last_error(ctx));
     void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
-    fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                           .q = t.q,
-                           .k = t.k,
-                           .v = t.v,
-                           .out = t.out,
-                           .dout = t.dout,
-                           .lse = t.lse,
-                           .dq = t.dq,
-                           .dk = t.dk,
-                           .dv = t.dv};
+    fxa_attn_bwd_args a = args_of(&t);
     memset(t.dq, 0xff, t.eq * 4);
     struct {
         const char *what, *expect;

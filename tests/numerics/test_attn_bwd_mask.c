@@ -63,7 +63,7 @@ static void test_finite_differences(void)
     enum { SQ = 4, SKV = 5, DD = 3, NQ = SQ * DD, NKV = SKV * DD };
     const mcase c = {"fd", 1, 1, 1, SQ, SKV, DD, M_NONE, 0, 0};
     const fxt_bwd_shape s = shape_of(&c);
-    double q[NQ], k[NKV], v[NKV], dout[NQ], out[NQ], lse[SQ], bias[SQ * SKV];
+    double q[NQ], k[NKV], v[NKV], dout[NQ], bias[SQ * SKV];
     double dq[NQ], dk[NKV], dv[NKV];
     double *grad[3] = {dq, dk, dv};
     fxt_rng r;
@@ -89,26 +89,7 @@ static void test_finite_differences(void)
                     x = j <= i ? 0.0 : -INFINITY;
                 bias[i * SKV + j] = x;
             }
-        fxt_ref_attn_fwd(&s, q, k, v, bias, out, lse);
-        fxt_ref_attn_bwd(&s, (fxt_bf16_rounding){0, 0}, q, k, v, bias, out, dout, lse, grad, NULL);
-        double *const xs[3] = {q, k, v};
-        const int ns[3] = {NQ, NKV, NKV};
-        const double hstep = 1e-5;
-        for (int t = 0; t < 3; t++)
-            for (int x = 0; x < ns[t]; x++) {
-                double lo = 0.0, hi = 0.0, o2[NQ], l2[SQ];
-                const double keep = xs[t][x];
-                xs[t][x] = keep + hstep;
-                fxt_ref_attn_fwd(&s, q, k, v, bias, o2, l2);
-                for (int y = 0; y < NQ; y++)
-                    hi += dout[y] * o2[y];
-                xs[t][x] = keep - hstep;
-                fxt_ref_attn_fwd(&s, q, k, v, bias, o2, l2);
-                for (int y = 0; y < NQ; y++)
-                    lo += dout[y] * o2[y];
-                xs[t][x] = keep;
-                worst = fmax(worst, fabs((hi - lo) / (2 * hstep) - grad[t][x]));
-            }
+        worst = fmax(worst, fxt_ref_fd_error(&s, q, k, v, bias, dout, grad));
         if (kind == 0)
             for (int e = 0; e < DD; e++)
                 dead = fmax(dead, fabs(dq[2 * DD + e]));
@@ -217,12 +198,6 @@ static void build(const mcase *c, problem *pb)
                 }
     pb->bias = malloc(pb->nbias * sizeof(double));
     fxt_ref_bias(&pb->d, pb->mask, pb->bias);
-    fxa_ctx *ctx = NULL;
-    fxa_ctx_create(NULL, &ctx);
-    fxa_attn_plan *plan = NULL;
-    size_t ws_bytes = 0;
-    fxa_status st = fxa_attn_plan_create(ctx, &pb->d, &plan, &ws_bytes);
-    void *ws = aligned_alloc(64, (ws_bytes + 127) / 64 * 64);
     const fxa_attn_args a = {.struct_size = sizeof a,
                              .q = c->bf16 ? (const void *)pb->q16 : pb->q,
                              .k = c->bf16 ? (const void *)pb->k16 : pb->k,
@@ -230,12 +205,7 @@ static void build(const mcase *c, problem *pb)
                              .out = pb->out,
                              .lse = pb->lse,
                              .mask = pb->mask};
-    if (st == FXA_OK)
-        st = fxa_attn_run(plan, &a, ws, NULL);
-    CHECK(st == FXA_OK, "[%s] forward: %s", c->label, fxa_ctx_last_error(ctx));
-    free(ws);
-    fxa_attn_plan_destroy(plan);
-    fxa_ctx_destroy(ctx);
+    fxt_fwd_checked(c->label, &pb->d, &a);
 }
 
 static void problem_free(problem *pb)
@@ -250,23 +220,29 @@ static void problem_free(problem *pb)
     free(pb->bias);
 }
 
+/* The backward's args on the problem's tensors (Q, K, V as given). */
+static fxa_attn_bwd_args args_of(const problem *pb)
+{
+    const int bf = pb->c->bf16;
+    return (fxa_attn_bwd_args){.struct_size = sizeof(fxa_attn_bwd_args),
+                               .q = bf ? (const void *)pb->q16 : pb->q,
+                               .k = bf ? (const void *)pb->k16 : pb->k,
+                               .v = bf ? (const void *)pb->v16 : pb->v,
+                               .out = pb->out,
+                               .dout = pb->dout,
+                               .lse = pb->lse,
+                               .dq = pb->dq,
+                               .dk = pb->dk,
+                               .dv = pb->dv,
+                               .mask = pb->mask};
+}
+
 /* The backward on n_threads threads with args a (or the problem's own when
  * NULL); status, the context's last error into msg (when not NULL). */
 static fxa_status run_bwd(problem *pb, int n_threads, const fxa_attn_bwd_args *a, char *msg,
                           size_t cap)
 {
-    const int bf = pb->c->bf16;
-    const fxa_attn_bwd_args own = {.struct_size = sizeof own,
-                                   .q = bf ? (const void *)pb->q16 : pb->q,
-                                   .k = bf ? (const void *)pb->k16 : pb->k,
-                                   .v = bf ? (const void *)pb->v16 : pb->v,
-                                   .out = pb->out,
-                                   .dout = pb->dout,
-                                   .lse = pb->lse,
-                                   .dq = pb->dq,
-                                   .dk = pb->dk,
-                                   .dv = pb->dv,
-                                   .mask = pb->mask};
+    const fxa_attn_bwd_args own = args_of(pb);
     return fxt_bwd_once(&pb->d, n_threads, a ? a : &own, NULL, msg, cap);
 }
 
@@ -340,17 +316,8 @@ static void test_refusals(void)
     problem pb;
     build(&cb, &pb);
     char msg[512];
-    fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                           .q = pb.q,
-                           .k = pb.k,
-                           .v = pb.v,
-                           .out = pb.out,
-                           .dout = pb.dout,
-                           .lse = pb.lse,
-                           .dq = pb.dq,
-                           .dk = pb.dk,
-                           .dv = pb.dv,
-                           .mask = NULL};
+    fxa_attn_bwd_args a = args_of(&pb);
+    a.mask = NULL;
     fxa_status st = run_bwd(&pb, 1, &a, msg, sizeof msg);
     CHECK(st == FXA_ERR_INVALID_ARG && strstr(msg, "mask"), "no mask: %d %s", (int)st, msg);
     /* The first form of the args (ending at dv) has no mask. */
@@ -374,18 +341,7 @@ static void test_refusals(void)
     const mcase ca = {"refusals add", 1, 1, 1, 10, 12, 8, M_ADD, 0, 0};
     build(&ca, &pb);
     ((float *)pb.mask)[5 * 12 + 3] = NAN;
-    a = (fxa_attn_bwd_args){.struct_size = sizeof a,
-                            .q = pb.q,
-                            .k = pb.k,
-                            .v = pb.v,
-                            .out = pb.out,
-                            .dout = pb.dout,
-                            .lse = pb.lse,
-                            .dq = pb.dq,
-                            .dk = pb.dk,
-                            .dv = pb.dv,
-                            .mask = pb.mask};
-    st = run_bwd(&pb, 1, &a, msg, sizeof msg);
+    st = run_bwd(&pb, 1, NULL, msg, sizeof msg);
     CHECK(st == FXA_ERR_INVALID_ARG && strstr(msg, "query 5, key 3"), "NaN mask: %d %s", (int)st,
           msg);
     problem_free(&pb);
