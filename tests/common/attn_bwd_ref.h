@@ -64,7 +64,7 @@ void fxt_ref_attn_bwd(const fxt_bwd_shape *s, fxt_bf16_rounding br, const double
                       double *const env[3]);
 
 /* The reference gradients grad = {dq, dk, dv} of q, k, v with bias (NULL:
- * none) and dout (fp32 roundings off), and their largest difference from
+ * none) and dout (no envelope), and their largest difference from
  * central differences (step 1e-5) of L = sum dO . O over every element of
  * q, k and v (each restored after). */
 double fxt_ref_fd_error(const fxt_bwd_shape *s, double *q, double *k, double *v, const double *bias,
@@ -88,8 +88,8 @@ fxa_status fxt_bwd_once(const fxa_attn_desc *d, int n_threads, const fxa_attn_bw
 void fxt_bwd_compare(const char *label, const char *name, const double *got, const double *ref,
                      const double *env, size_t n);
 
-/* Runs the backward a second time (run(arg, threads)) on 1 and on 3
- * threads: 1 kv head runs one pass on 1 thread and two on 2 and 3, 2 kv
+/* Runs the backward again (run(arg, threads)) on 1 and on 3 threads after
+ * a run on 2: 1 kv head runs one pass on 1 thread and two on 2 and 3, 2 kv
  * heads one pass on 1 and 2 threads and two on 3, 6 kv heads one pass on
  * all. Copies grads (n[w] floats each, a run's results) into keep first,
  * fills grads with 0xff bytes before each run, and CHECKs each run OK and
