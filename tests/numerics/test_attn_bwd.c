@@ -1,19 +1,20 @@
 /*
- * test_attn_bwd: the attention backward (fxa_attn_bwd_*) against an fp64
- * reference computed here from the same inputs (Q, K, V, dO and the
- * forward's out and lse as fxattn returned them), within the first-order
- * fp32 envelope of docs/numerics.md ("Backward"), evaluated per element in
- * fp64. The reference itself is checked against central finite differences
- * of L = sum dO . O in fp64 on a tiny shape. Cases: random data, hot rows
- * (large query norms: peaked P), GQA and MQA, Sq != Skv, head dims 40, 72
- * and 128, BHSD, BSHD and padded strides, bf16 and f16 inputs, out and
- * dout in bf16, 6 kv heads; bf16 compute within its envelope (odd D, odd
- * Sq and Skv, two key blocks), the kernel set's gradients within the
- * envelope of the reference set's; dq, dk, dv bit-identical on 1, 2 and 3 threads
- * (which run the one-pass or the two-pass schedule by the kv heads per
- * thread: the schedules agree bit for bit); a problem whose kv heads are worked in several chunks gives
- * each head the bits of a plan of that head alone; bad inputs refused with
- * messages.
+ * test_attn_bwd: the attention backward (fxa_attn_bwd_*) against the fp64
+ * reference of tests/common/attn_bwd_ref.c on the same inputs (Q, K, V, dO
+ * and the forward's out and lse as fxattn returned them), within the
+ * first-order fp32 envelope of docs/numerics.md ("Backward"), evaluated per
+ * element in fp64 (and nonzero only where a term of it reaches). The
+ * reference itself is checked against central finite differences of L = sum
+ * dO . O in fp64 on a tiny shape. Cases: random data, hot rows (large query
+ * norms: peaked P), GQA and MQA, Sq != Skv, head dims 40, 72 and 128, BHSD,
+ * BSHD and padded strides, bf16 and f16 inputs, out and dout in bf16, 6 kv
+ * heads; bf16 compute within its envelope (odd D, odd Sq and Skv, two key
+ * blocks), the kernel set's gradients within the envelope of the reference
+ * set's; dq, dk, dv bit-identical on 1, 2 and 3 threads (which run the
+ * one-pass or the two-pass schedule by the kv heads per thread: the
+ * schedules agree bit for bit); a problem whose kv heads are worked in
+ * several chunks gives each head the bits of a plan of that head alone; bad
+ * inputs refused with messages.
  * Runs once per kernel set (FXA_ISA).
  */
 #include <math.h>
@@ -21,152 +22,15 @@
 #include <string.h>
 
 #include "attn/bwd_internal.h"
+#include "attn_bwd_ref.h"
 #include "testutil.h"
-
-/* ---- fp64 reference (tensors contiguous [B, H, S, D]) ---- */
-
-typedef struct shape {
-    int64_t b, hq, hkv, sq, skv, d;
-    double tau;
-} shape;
-
-/* The roundings of bf16 compute, for the envelope (0: fp32 compute). */
-typedef struct bf16_rounding {
-    int on;           /* bf16 compute */
-    int dout_rounded; /* an fp32 dout rounded to bf16 for the products */
-} bf16_rounding;
-
-/* Attention in fp64: out [B,Hq,Sq,D] and natural-log lse [B,Hq,Sq]. */
-static void ref_forward(const shape *s, const double *q, const double *k, const double *v,
-                        double *out, double *lse)
-{
-    const int64_t g = s->hq / s->hkv;
-    double *z = malloc((size_t)s->skv * sizeof *z);
-    for (int64_t b = 0; b < s->b; b++)
-        for (int64_t h = 0; h < s->hq; h++)
-            for (int64_t i = 0; i < s->sq; i++) {
-                const double *qi = q + ((b * s->hq + h) * s->sq + i) * s->d;
-                const double *kh = k + (b * s->hkv + h / g) * s->skv * s->d;
-                const double *vh = v + (b * s->hkv + h / g) * s->skv * s->d;
-                double m = -INFINITY, l = 0.0;
-                for (int64_t j = 0; j < s->skv; j++) {
-                    double dot = 0.0;
-                    for (int64_t c = 0; c < s->d; c++)
-                        dot += qi[c] * kh[j * s->d + c];
-                    z[j] = s->tau * dot;
-                    m = fmax(m, z[j]);
-                }
-                double *o = out + ((b * s->hq + h) * s->sq + i) * s->d;
-                memset(o, 0, (size_t)s->d * sizeof *o);
-                for (int64_t j = 0; j < s->skv; j++) {
-                    const double p = exp(z[j] - m);
-                    l += p;
-                    for (int64_t c = 0; c < s->d; c++)
-                        o[c] += p * vh[j * s->d + c];
-                }
-                for (int64_t c = 0; c < s->d; c++)
-                    o[c] /= l;
-                lse[(b * s->hq + h) * s->sq + i] = m + log(l);
-            }
-    free(z);
-}
-
-/*
- * The gradients in fp64 from the given out and lse, and (when env is not
- * NULL) each element's first-order fp32 envelope (docs/numerics.md):
- *   a_ij  = lambda (D + 2) u A_ij + u |lse2_i| + u |e_ij|,  A_ij = sum_c |q_ic k_jc|
- *   eps_ij = ln2 a_ij + 3u                       (P's relative error)
- *   E_ds  = P_ij ((eps_ij + 2u) |dp_ij - delta_i| + D u B_ij + u |delta_i|),
- *           B_ij = sum_c |dO_ic v_jc|
- *   dv_jc: sum_i ((eps_ij + u) + n u) P_ij |dO_ic|            (n: terms summed)
- *   dk_jc: tau sum_i (E_ds + (1 + n) u |ds_ij|) |q_ic| + 2u |dk_jc|; dq alike with k
- * With bf16 compute (br->on; ub = 2^-8, bf16's unit roundoff) P is rounded
- * for dV (eps_ij + ub), dS for dK and dQ (E_ds + ub |ds_ij|), and an fp32
- * dO rounded for dP and dV (r = 1: dp by ub B_ij more, dV by ub P |dO|);
- * the bf16 products themselves are exact.
- * env holds dq, dk, dv envelopes one after the other, as grads do.
- */
-static void ref_backward(const shape *s, bf16_rounding br, const double *q, const double *k,
-                         const double *v, const double *out, const double *dout, const double *lse,
-                         double *dq, double *dk, double *dv, double *env_dq, double *env_dk,
-                         double *env_dv)
-{
-    const int64_t g = s->hq / s->hkv;
-    const double u = 0x1p-24, lambda = s->tau * 1.4426950408889634;
-    const double ub = br.on ? 0x1p-8 : 0.0, r_do = br.dout_rounded ? 1.0 : 0.0;
-    const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
-    const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
-    memset(dq, 0, nq * sizeof *dq);
-    memset(dk, 0, nkv * sizeof *dk);
-    memset(dv, 0, nkv * sizeof *dv);
-    if (env_dq) {
-        memset(env_dq, 0, nq * sizeof *dq);
-        memset(env_dk, 0, nkv * sizeof *dk);
-        memset(env_dv, 0, nkv * sizeof *dv);
-    }
-    const double n_kv_terms = (double)(g * s->sq), n_q_terms = (double)s->skv;
-    for (int64_t b = 0; b < s->b; b++)
-        for (int64_t h = 0; h < s->hq; h++)
-            for (int64_t i = 0; i < s->sq; i++) {
-                const size_t row = (size_t)((b * s->hq + h) * s->sq + i);
-                const double *qi = q + row * (size_t)s->d;
-                const double *oi = out + row * (size_t)s->d;
-                const double *doi = dout + row * (size_t)s->d;
-                double delta = 0.0;
-                for (int64_t c = 0; c < s->d; c++)
-                    delta += doi[c] * oi[c];
-                const double lse2 = lse[row] * 1.4426950408889634;
-                for (int64_t j = 0; j < s->skv; j++) {
-                    const size_t krow = (size_t)((b * s->hkv + h / g) * s->skv + j);
-                    const double *kj = k + krow * (size_t)s->d;
-                    const double *vj = v + krow * (size_t)s->d;
-                    double dot = 0.0, dp = 0.0, A = 0.0, B = 0.0;
-                    for (int64_t c = 0; c < s->d; c++) {
-                        dot += qi[c] * kj[c];
-                        dp += doi[c] * vj[c];
-                        A += fabs(qi[c] * kj[c]);
-                        B += fabs(doi[c] * vj[c]);
-                    }
-                    const double p = exp(s->tau * dot - lse[row]);
-                    const double ds = p * (dp - delta);
-                    for (int64_t c = 0; c < s->d; c++) {
-                        dv[krow * (size_t)s->d + (size_t)c] += p * doi[c];
-                        dk[krow * (size_t)s->d + (size_t)c] += s->tau * ds * qi[c];
-                        dq[row * (size_t)s->d + (size_t)c] += s->tau * ds * kj[c];
-                    }
-                    if (!env_dq)
-                        continue;
-                    const double e = lambda * dot - lse2;
-                    const double a =
-                        lambda * (double)(s->d + 2) * u * A + u * fabs(lse2) + u * fabs(e);
-                    const double eps = 0.6931471805599453 * a + 3 * u;
-                    const double e_ds = p * ((eps + 2 * u) * fabs(dp - delta) +
-                                             ((double)s->d * u + r_do * ub) * B + u * fabs(delta)) +
-                                        ub * fabs(ds);
-                    for (int64_t c = 0; c < s->d; c++) {
-                        env_dv[krow * (size_t)s->d + (size_t)c] +=
-                            (eps + u + ub * (1 + r_do) + n_kv_terms * u) * p * fabs(doi[c]);
-                        env_dk[krow * (size_t)s->d + (size_t)c] +=
-                            s->tau * (e_ds + (1 + n_kv_terms) * u * fabs(ds)) * fabs(qi[c]);
-                        env_dq[row * (size_t)s->d + (size_t)c] +=
-                            s->tau * (e_ds + (1 + n_q_terms) * u * fabs(ds)) * fabs(kj[c]);
-                    }
-                }
-            }
-    if (env_dq) {
-        for (size_t x = 0; x < nq; x++)
-            env_dq[x] += 2 * u * fabs(dq[x]);
-        for (size_t x = 0; x < nkv; x++)
-            env_dk[x] += 2 * u * fabs(dk[x]);
-    }
-}
 
 /* The reference against central differences of L = sum dO . O(q, k, v). */
 static void test_finite_differences(void)
 {
-    const shape s = {1, 2, 1, 3, 5, 4, 0.7};
+    const fxt_bwd_shape s = {1, 2, 1, 3, 5, 4, 0.7};
     const size_t nq = 2 * 3 * 4, nkv = 5 * 4;
-    double q[24], k[20], v[20], dout[24], out[24], lse[6];
+    double q[24], k[20], v[20], dout[24];
     double dq[24], dk[20], dv[20];
     fxt_rng r;
     fxt_rng_seed(&r, 11);
@@ -178,29 +42,8 @@ static void test_finite_differences(void)
         k[x] = fxt_rng_normal(&r);
         v[x] = fxt_rng_normal(&r);
     }
-    ref_forward(&s, q, k, v, out, lse);
-    ref_backward(&s, (bf16_rounding){0, 0}, q, k, v, out, dout, lse, dq, dk, dv, NULL, NULL, NULL);
-    double *const xs[3] = {q, k, v};
-    const double *const gs[3] = {dq, dk, dv};
-    const size_t ns[3] = {nq, nkv, nkv};
-    const double hstep = 1e-5;
-    double worst = 0.0;
-    for (int t = 0; t < 3; t++)
-        for (size_t x = 0; x < ns[t]; x++) {
-            double lo = 0.0, hi = 0.0, o2[24], l2[6];
-            const double keep = xs[t][x];
-            xs[t][x] = keep + hstep;
-            ref_forward(&s, q, k, v, o2, l2);
-            for (size_t y = 0; y < nq; y++)
-                hi += dout[y] * o2[y];
-            xs[t][x] = keep - hstep;
-            ref_forward(&s, q, k, v, o2, l2);
-            for (size_t y = 0; y < nq; y++)
-                lo += dout[y] * o2[y];
-            xs[t][x] = keep;
-            const double fd = (hi - lo) / (2 * hstep);
-            worst = fmax(worst, fabs(fd - gs[t][x]));
-        }
+    double *const grad[3] = {dq, dk, dv};
+    const double worst = fxt_ref_fd_error(&s, q, k, v, NULL, dout, grad);
     /* central differences err by ~h^2 |L'''| + eps/h: ~1e-10 here */
     CHECK(worst < 1e-7, "reference gradients differ from finite differences by %.3g", worst);
     printf("finite differences: max |fd - ref| = %.3g\n", worst);
@@ -210,7 +53,7 @@ static void test_finite_differences(void)
 
 typedef struct bcase {
     const char *label;
-    shape s;
+    fxt_bwd_shape s;
     fxa_layout layout;
     fxa_dtype dtype;
     int pad;             /* extra elements per token row (explicit strides) */
@@ -282,7 +125,7 @@ static void gather(const bcase *c, const fxa_attn_strides *st, int64_t heads, in
                 }
 }
 
-static size_t extent(const fxa_attn_strides *st, const shape *s, int64_t heads, int64_t seq)
+static size_t extent(const fxa_attn_strides *st, const fxt_bwd_shape *s, int64_t heads, int64_t seq)
 {
     return (size_t)(at(st, s->b - 1, heads - 1, seq - 1) + s->d);
 }
@@ -309,51 +152,47 @@ static void tensors_free(tensors *t)
     free(t->dv);
 }
 
-/* Run the backward on a context of n_threads threads; status. */
-static fxa_status run_bwd(tensors *t, int n_threads, const fxa_attn_bwd_args *override)
+/* The backward's args on the case's tensors. */
+static fxa_attn_bwd_args args_of(const tensors *t)
 {
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = n_threads;
-    fxa_ctx *ctx = NULL;
-    if (fxa_ctx_create(&cp, &ctx) != FXA_OK)
-        return FXA_ERR_INTERNAL;
-    fxa_attn_bwd_plan *plan = NULL;
-    size_t ws_bytes = 0;
-    fxa_status st = fxa_attn_bwd_plan_create(ctx, &t->d, &plan, &ws_bytes);
-    if (st == FXA_OK) {
-        void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
-        const fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                                     .q = t->q,
-                                     .k = t->k,
-                                     .v = t->v,
-                                     .out = t->out,
-                                     .dout = t->dout,
-                                     .lse = t->lse,
-                                     .dq = t->dq,
-                                     .dk = t->dk,
-                                     .dv = t->dv};
-        fxa_attn_bwd_stats stats = {.struct_size = sizeof stats};
-        st = fxa_attn_bwd_run(plan, override ? override : &a, ws, &stats);
-        if (st != FXA_OK)
-            printf("  backward: %s\n", fxa_ctx_last_error(ctx));
-        else
-            CHECK(stats.rows == t->d.batch * t->d.heads_q * t->d.seq_q && stats.keys == t->d.seq_kv,
-                  "stats rows %lld keys %lld", (long long)stats.rows, (long long)stats.keys);
-        free(ws);
-    } else {
-        printf("  plan: %s\n", fxa_ctx_last_error(ctx));
-    }
-    fxa_attn_bwd_plan_destroy(plan);
-    fxa_ctx_destroy(ctx);
+    return (fxa_attn_bwd_args){.struct_size = sizeof(fxa_attn_bwd_args),
+                               .q = t->q,
+                               .k = t->k,
+                               .v = t->v,
+                               .out = t->out,
+                               .dout = t->dout,
+                               .lse = t->lse,
+                               .dq = t->dq,
+                               .dk = t->dk,
+                               .dv = t->dv};
+}
+
+/* Run the backward on a context of n_threads threads; status (the message
+ * printed on failure), the stats checked. */
+static fxa_status run_bwd(tensors *t, int n_threads)
+{
+    const fxa_attn_bwd_args a = args_of(t);
+    fxa_attn_bwd_stats stats = {.struct_size = sizeof stats};
+    char msg[512];
+    const fxa_status st = fxt_bwd_once(&t->d, n_threads, &a, &stats, msg, sizeof msg);
+    if (st != FXA_OK)
+        printf("  backward: %s\n", msg);
+    else
+        CHECK(stats.rows == t->d.batch * t->d.heads_q * t->d.seq_q && stats.keys == t->d.seq_kv,
+              "stats rows %lld keys %lld", (long long)stats.rows, (long long)stats.keys);
     return st;
+}
+
+static fxa_status run_bwd_on(void *t, int n_threads)
+{
+    return run_bwd(t, n_threads);
 }
 
 /* Build a case's tensors: random inputs, the forward's out and lse from
  * fxattn; the exact (rounded) inputs in contiguous doubles. */
 static void build(const bcase *c, tensors *t, double *q, double *k, double *v, double *dout)
 {
-    const shape *s = &c->s;
+    const fxt_bwd_shape *s = &c->s;
     fxt_rng r;
     fxt_rng_seed(&r, (uint64_t)(s->sq * 131 + s->skv * 7 + s->d));
     const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
@@ -398,27 +237,20 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
     t->out = calloc(t->eq, c->out_dtype == FXA_F32 ? 4 : 2);
     t->dout = calloc(t->eq, c->out_dtype == FXA_F32 ? 4 : 2);
     t->lse = calloc((size_t)(s->b * s->hq * s->sq), 4);
-    t->dq = calloc(t->eq, 4);
-    t->dk = calloc(t->ekv, 4);
-    t->dv = calloc(t->ekv, 4);
+    t->dq = malloc(t->eq * 4);
+    t->dk = malloc(t->ekv * 4);
+    t->dv = malloc(t->ekv * 4);
+    /* NaN bits: the backward writes every gradient element and no padding */
+    memset(t->dq, 0xff, t->eq * 4);
+    memset(t->dk, 0xff, t->ekv * 4);
+    memset(t->dv, 0xff, t->ekv * 4);
     scatter(c, &t->sq, s->hq, s->sq, q, t->q, c->dtype);
     scatter(c, &t->skv, s->hkv, s->skv, k, t->k, c->dtype);
     scatter(c, &t->skv, s->hkv, s->skv, v, t->v, c->dtype);
     scatter(c, &t->sq, s->hq, s->sq, dout, t->dout, c->out_dtype);
-    fxa_ctx *ctx = NULL;
-    fxa_ctx_create(NULL, &ctx);
-    fxa_attn_plan *plan = NULL;
-    size_t ws_bytes = 0;
-    fxa_status st = fxa_attn_plan_create(ctx, &t->d, &plan, &ws_bytes);
-    void *ws = aligned_alloc(64, (ws_bytes + 127) / 64 * 64);
     const fxa_attn_args a = {
         .struct_size = sizeof a, .q = t->q, .k = t->k, .v = t->v, .out = t->out, .lse = t->lse};
-    if (st == FXA_OK)
-        st = fxa_attn_run(plan, &a, ws, NULL);
-    CHECK(st == FXA_OK, "[%s] forward: %s", c->label, fxa_ctx_last_error(ctx));
-    free(ws);
-    fxa_attn_plan_destroy(plan);
-    fxa_ctx_destroy(ctx);
+    fxt_fwd_checked(c->label, &t->d, &a);
 }
 
 /* bf16 compute: the gradients of the kernel set under test (keep) against
@@ -428,13 +260,13 @@ static void build(const bcase *c, tensors *t, double *q, double *k, double *v, d
 static void against_ref_set(const bcase *c, tensors *t, float *const keep[3], double *const env[3],
                             double *got)
 {
-    const shape *s = &c->s;
+    const fxt_bwd_shape *s = &c->s;
     const char *isa = getenv("FXA_ISA");
     char was[32] = "";
     if (isa)
         snprintf(was, sizeof was, "%s", isa);
     setenv("FXA_ISA", "ref", 1);
-    CHECK(run_bwd(t, 2, NULL) == FXA_OK, "[%s] reference set", c->label);
+    CHECK(run_bwd(t, 2) == FXA_OK, "[%s] reference set", c->label);
     if (*was)
         setenv("FXA_ISA", was, 1);
     else
@@ -469,7 +301,7 @@ static void against_ref_set(const bcase *c, tensors *t, float *const keep[3], do
 
 static void test_case(const bcase *c)
 {
-    const shape *s = &c->s;
+    const fxt_bwd_shape *s = &c->s;
     const size_t nq = (size_t)(s->b * s->hq * s->sq * s->d);
     const size_t nkv = (size_t)(s->b * s->hkv * s->skv * s->d);
     const size_t rows = (size_t)(s->b * s->hq * s->sq);
@@ -483,50 +315,22 @@ static void test_case(const bcase *c)
     gather(c, &t.sq, s->hq, s->sq, t.out, c->out_dtype, out);
     for (size_t x = 0; x < rows; x++)
         lse[x] = t.lse[x];
-    const bf16_rounding br = {c->compute == FXA_COMPUTE_BF16,
-                              c->compute == FXA_COMPUTE_BF16 && c->out_dtype == FXA_F32};
-    ref_backward(s, br, q, k, v, out, dout, lse, g[0], g[1], g[2], env[0], env[1], env[2]);
-    CHECK(run_bwd(&t, 2, NULL) == FXA_OK, "[%s] backward failed", c->label);
+    const fxt_bf16_rounding br = {c->compute == FXA_COMPUTE_BF16,
+                                  c->compute == FXA_COMPUTE_BF16 && c->out_dtype == FXA_F32};
+    fxt_ref_attn_bwd(s, br, q, k, v, NULL, out, dout, lse, g, env);
+    CHECK(run_bwd(&t, 2) == FXA_OK, "[%s] backward failed", c->label);
     const float *res[3] = {t.dq, t.dk, t.dv};
     const char *names[3] = {"dq", "dk", "dv"};
     for (int w = 0; w < 3; w++) {
         const int64_t heads = w == 0 ? s->hq : s->hkv, seq = w == 0 ? s->sq : s->skv;
-        const size_t n = w == 0 ? nq : nkv;
         gather(c, w == 0 ? &t.sq : &t.skv, heads, seq, res[w], FXA_F32, got);
-        double worst = 0.0, err_max = 0.0, mag = 0.0;
-        size_t worst_at = 0;
-        for (size_t x = 0; x < n; x++) {
-            const double err = fabs(got[x] - g[w][x]);
-            const double ratio = err / (2.0 * env[w][x] + 1e-300);
-            if (ratio > worst || !(err == err)) {
-                worst = ratio;
-                worst_at = x;
-            }
-            err_max = fmax(err_max, err);
-            mag = fmax(mag, fabs(g[w][x]));
-        }
-        CHECK(worst <= 1.0, "[%s] %s[%zu] = %.9g, fp64 %.9g: error %.3g over 2x the envelope %.3g",
-              c->label, names[w], worst_at, got[worst_at], g[w][worst_at],
-              fabs(got[worst_at] - g[w][worst_at]), env[w][worst_at]);
-        printf("[%s] %s: max err %.3g (max |g| %.3g), at most %.3f of 2x the envelope\n", c->label,
-               names[w], err_max, mag, worst);
+        fxt_bwd_compare(c->label, names[w], got, g[w], env[w], w == 0 ? nq : nkv);
     }
-    /* Bit-identical on 1, 2 and 3 threads: 1 kv head runs one pass on 1
-     * thread and two on 2 and 3; 2 kv heads one pass on 1 and 2 threads and
-     * two on 3; 6 kv heads one pass on all (bwd_run.c). */
+    /* Bit-identical on 1, 2 and 3 threads (padding left alone). */
     float *keep[3] = {malloc(t.eq * 4), malloc(t.ekv * 4), malloc(t.ekv * 4)};
-    memcpy(keep[0], t.dq, t.eq * 4);
-    memcpy(keep[1], t.dk, t.ekv * 4);
-    memcpy(keep[2], t.dv, t.ekv * 4);
-    for (int threads = 1; threads <= 3; threads += 2) {
-        memset(t.dq, 0, t.eq * 4);
-        memset(t.dk, 0, t.ekv * 4);
-        memset(t.dv, 0, t.ekv * 4);
-        CHECK(run_bwd(&t, threads, NULL) == FXA_OK, "[%s] %d threads", c->label, threads);
-        CHECK(memcmp(keep[0], t.dq, t.eq * 4) == 0 && memcmp(keep[1], t.dk, t.ekv * 4) == 0 &&
-                  memcmp(keep[2], t.dv, t.ekv * 4) == 0,
-              "[%s] gradients on %d threads differ from 2 threads'", c->label, threads);
-    }
+    float *const grads[3] = {t.dq, t.dk, t.dv};
+    const size_t ng[3] = {t.eq, t.ekv, t.ekv};
+    fxt_bwd_check_threads(c->label, run_bwd_on, &t, grads, keep, ng);
     if (c->compute == FXA_COMPUTE_BF16)
         against_ref_set(c, &t, keep, env, got);
     for (int w = 0; w < 3; w++) {
@@ -659,7 +463,7 @@ static void test_refusals(void)
     const bcase c = {
         "refusals",      {1, 2, 1, 20, 30, 16, 0.25}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1, FXA_F32,
         FXA_COMPUTE_FP32};
-    const shape *s = &c.s;
+    const fxt_bwd_shape *s = &c.s;
     const size_t nq = (size_t)(s->hq * s->sq * s->d), nkv = (size_t)(s->hkv * s->skv * s->d);
     double *q = malloc(nq * 8), *k = malloc(nkv * 8), *v = malloc(nkv * 8), *dout = malloc(nq * 8);
     tensors t;
@@ -671,16 +475,7 @@ static void test_refusals(void)
     CHECK(fxa_attn_bwd_plan_create(ctx, &t.d, &plan, &ws_bytes) == FXA_OK, "plan: %s",
           fxa_ctx_last_error(ctx));
     void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
-    fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                           .q = t.q,
-                           .k = t.k,
-                           .v = t.v,
-                           .out = t.out,
-                           .dout = t.dout,
-                           .lse = t.lse,
-                           .dq = t.dq,
-                           .dk = t.dk,
-                           .dv = t.dv};
+    fxa_attn_bwd_args a = args_of(&t);
     memset(t.dq, 0xff, t.eq * 4);
     struct {
         const char *what, *expect;

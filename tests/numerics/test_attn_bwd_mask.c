@@ -1,31 +1,30 @@
 /*
  * test_attn_bwd_mask: the attention backward with masks and causal against
- * an fp64 reference computed here from the same inputs (Q, K, V, dO, the
- * mask, and the forward's out and lse as fxattn returned them), within the
- * first-order fp32 envelope of docs/numerics.md ("Backward", with the
- * bias's rounding), per element. The reference is checked against central
- * finite differences of L = sum dO . O in fp64 on a tiny shape with a
- * boolean mask, an additive mask and causal, a row with every key masked
- * included (a constant: its gradients are 0). Cases: a boolean mask
- * [B, Hq, Sq, Skv] with GQA, one stored transposed (keys Sq apart), an
- * additive mask broadcast over heads (-inf
- * entries included), key padding [B, 1, 1, Skv] that masks whole key
- * tiles, causal with Sq == Skv, Sq < Skv (keys no query sees: dK = dV = 0)
- * and Sq > Skv, and rows with every key masked (dQ exactly 0; their lse
- * -inf accepted); the same kinds with bf16 compute (bf16 inputs) within
- * test_attn_bwd.c's bf16 envelope (256-key tiles, odd D, odd Sq, causal
- * cuts at an odd key). Each case is bit-identical on 1, 2 and 3 threads (the
- * one-pass and two-pass schedules). Refusals: a masked plan without
- * args->mask, a mask that overlaps dq, a NaN in an additive mask, lse -inf
- * without a mask. Runs once per kernel set (FXA_ISA).
+ * the fp64 reference of tests/common/attn_bwd_ref.c on the same inputs (Q,
+ * K, V, dO, the mask, and the forward's out and lse as fxattn returned
+ * them), within the first-order fp32 envelope of docs/numerics.md
+ * ("Backward", with the bias's rounding), per element. The reference is
+ * checked against central finite differences of L = sum dO . O in fp64 on a
+ * tiny shape with a boolean mask, an additive mask and causal, a row with
+ * every key masked included (a constant: its gradients are 0). Cases: a
+ * boolean mask [B, Hq, Sq, Skv] with GQA, one stored transposed (keys Sq
+ * apart), an additive mask broadcast over heads (-inf entries included),
+ * key padding [B, 1, 1, Skv] that masks whole key tiles, causal with Sq ==
+ * Skv, Sq < Skv (keys no query sees: dK = dV = 0) and Sq > Skv, and rows
+ * with every key masked (dQ exactly 0; their lse -inf accepted); the same
+ * kinds with bf16 compute (bf16 inputs) within the reference's bf16
+ * envelope (256-key tiles, odd D, odd Sq, causal cuts at an odd key). Each
+ * case is bit-identical on 1, 2 and 3 threads (the one-pass and two-pass
+ * schedules). Refusals: a masked plan without args->mask, a mask that
+ * overlaps dq, a NaN in an additive mask, lse -inf without a mask. Runs
+ * once per kernel set (FXA_ISA).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_bwd_ref.h"
 #include "testutil.h"
-
-#define LOG2E 1.4426950408889634
 
 typedef enum mkind { M_NONE, M_BOOL, M_BOOL_T, M_ADD, M_PAD, M_CAUSAL } mkind;
 
@@ -50,132 +49,10 @@ typedef struct problem {
     double *bias;
 } problem;
 
-/* ---- fp64 reference ---- */
-
-/* Attention in fp64 with bias [B, Hq, Sq, Skv] (natural log): out, lse;
- * a row with every key masked gets out 0 and lse -inf. */
-static void ref_forward(const mcase *c, const double *q, const double *k, const double *v,
-                        const double *bias, double *out, double *lse)
+/* The case's sizes for the fp64 reference (attn_bwd_ref.h). */
+static fxt_bwd_shape shape_of(const mcase *c)
 {
-    const int64_t g = c->hq / c->hkv;
-    double *z = malloc((size_t)c->skv * sizeof *z);
-    for (int64_t b = 0; b < c->b; b++)
-        for (int64_t h = 0; h < c->hq; h++)
-            for (int64_t i = 0; i < c->sq; i++) {
-                const int64_t row = (b * c->hq + h) * c->sq + i;
-                const double *qi = q + row * c->d;
-                const double *kh = k + (b * c->hkv + h / g) * c->skv * c->d;
-                const double *vh = v + (b * c->hkv + h / g) * c->skv * c->d;
-                const double tau = 1.0 / sqrt((double)c->d);
-                double m = -INFINITY, l = 0.0;
-                for (int64_t j = 0; j < c->skv; j++) {
-                    double dot = 0.0;
-                    for (int64_t e = 0; e < c->d; e++)
-                        dot += qi[e] * kh[j * c->d + e];
-                    z[j] = tau * dot + bias[row * c->skv + j];
-                    m = fmax(m, z[j]);
-                }
-                double *o = out + row * c->d;
-                memset(o, 0, (size_t)c->d * sizeof *o);
-                if (m == -INFINITY) {
-                    lse[row] = -INFINITY;
-                    continue;
-                }
-                for (int64_t j = 0; j < c->skv; j++) {
-                    const double p = exp(z[j] - m);
-                    l += p;
-                    for (int64_t e = 0; e < c->d; e++)
-                        o[e] += p * vh[j * c->d + e];
-                }
-                for (int64_t e = 0; e < c->d; e++)
-                    o[e] /= l;
-                lse[row] = m + log(l);
-            }
-    free(z);
-}
-
-/*
- * The gradients in fp64 from the given out and lse, P_ij = exp(tau s_ij +
- * bias_ij - lse_i) (0 for a masked key or a row with lse -inf), and with
- * env the first-order fp32 envelope of test_attn_bwd.c with the bias's
- * terms: fxattn rounds the base-2 bias (u |bias2|) and lse2 - bias2
- * (u |lse2 - bias2|) before the exp2's argument is formed. bf16 cases add
- * test_attn_bwd.c's bf16 terms (ub = 2^-8; the fp32 dO rounded): dp off
- * by ub B_ij, dS rounded (ub |ds_ij|), dV's terms by 2 ub (P and dO
- * rounded).
- */
-static void ref_backward(const mcase *c, const double *q, const double *k, const double *v,
-                         const double *bias, const double *out, const double *dout,
-                         const double *lse, double *grad[3], double *env[3])
-{
-    const int64_t g = c->hq / c->hkv;
-    const double u = 0x1p-24, tau = 1.0 / sqrt((double)c->d), lambda = tau * LOG2E;
-    const double ub = c->bf16 ? 0x1p-8 : 0.0;
-    const size_t n[3] = {(size_t)(c->b * c->hq * c->sq * c->d),
-                         (size_t)(c->b * c->hkv * c->skv * c->d),
-                         (size_t)(c->b * c->hkv * c->skv * c->d)};
-    for (int w = 0; w < 3; w++) {
-        memset(grad[w], 0, n[w] * sizeof(double));
-        if (env)
-            memset(env[w], 0, n[w] * sizeof(double));
-    }
-    const double n_kv_terms = (double)(g * c->sq), n_q_terms = (double)c->skv;
-    for (int64_t b = 0; b < c->b; b++)
-        for (int64_t h = 0; h < c->hq; h++)
-            for (int64_t i = 0; i < c->sq; i++) {
-                const int64_t row = (b * c->hq + h) * c->sq + i;
-                if (lse[row] == -INFINITY)
-                    continue; /* every key masked: a constant row */
-                const double *qi = q + row * c->d, *oi = out + row * c->d;
-                const double *doi = dout + row * c->d;
-                double delta = 0.0;
-                for (int64_t e = 0; e < c->d; e++)
-                    delta += doi[e] * oi[e];
-                const double lse2 = lse[row] * LOG2E;
-                for (int64_t j = 0; j < c->skv; j++) {
-                    const double bij = bias[row * c->skv + j];
-                    if (bij == -INFINITY)
-                        continue;
-                    const int64_t krow = (b * c->hkv + h / g) * c->skv + j;
-                    const double *kj = k + krow * c->d, *vj = v + krow * c->d;
-                    double dot = 0.0, dp = 0.0, A = 0.0, B = 0.0;
-                    for (int64_t e = 0; e < c->d; e++) {
-                        dot += qi[e] * kj[e];
-                        dp += doi[e] * vj[e];
-                        A += fabs(qi[e] * kj[e]);
-                        B += fabs(doi[e] * vj[e]);
-                    }
-                    const double p = exp(tau * dot + bij - lse[row]);
-                    const double ds = p * (dp - delta);
-                    for (int64_t e = 0; e < c->d; e++) {
-                        grad[2][krow * c->d + e] += p * doi[e];
-                        grad[1][krow * c->d + e] += tau * ds * qi[e];
-                        grad[0][row * c->d + e] += tau * ds * kj[e];
-                    }
-                    if (!env)
-                        continue;
-                    const double b2 = bij * LOG2E;
-                    const double x = lambda * dot + b2 - lse2;
-                    const double a = lambda * (double)(c->d + 2) * u * A + u * fabs(lse2) +
-                                     u * fabs(b2) + u * fabs(lse2 - b2) + u * fabs(x);
-                    const double eps = 0.6931471805599453 * a + 3 * u;
-                    const double e_ds = p * ((eps + 2 * u) * fabs(dp - delta) +
-                                             ((double)c->d * u + ub) * B + u * fabs(delta)) +
-                                        ub * fabs(ds);
-                    for (int64_t e = 0; e < c->d; e++) {
-                        env[2][krow * c->d + e] +=
-                            (eps + u + 2 * ub + n_kv_terms * u) * p * fabs(doi[e]);
-                        env[1][krow * c->d + e] +=
-                            tau * (e_ds + (1 + n_kv_terms) * u * fabs(ds)) * fabs(qi[e]);
-                        env[0][row * c->d + e] +=
-                            tau * (e_ds + (1 + n_q_terms) * u * fabs(ds)) * fabs(kj[e]);
-                    }
-                }
-            }
-    if (env)
-        for (int w = 0; w < 2; w++)
-            for (size_t x = 0; x < n[w]; x++)
-                env[w][x] += 2 * u * fabs(grad[w][x]);
+    return (fxt_bwd_shape){c->b, c->hq, c->hkv, c->sq, c->skv, c->d, 1.0 / sqrt((double)c->d)};
 }
 
 /* The reference against central differences of L = sum dO . O(q, k, v),
@@ -185,7 +62,8 @@ static void test_finite_differences(void)
 {
     enum { SQ = 4, SKV = 5, DD = 3, NQ = SQ * DD, NKV = SKV * DD };
     const mcase c = {"fd", 1, 1, 1, SQ, SKV, DD, M_NONE, 0, 0};
-    double q[NQ], k[NKV], v[NKV], dout[NQ], out[NQ], lse[SQ], bias[SQ * SKV];
+    const fxt_bwd_shape s = shape_of(&c);
+    double q[NQ], k[NKV], v[NKV], dout[NQ], bias[SQ * SKV];
     double dq[NQ], dk[NKV], dv[NKV];
     double *grad[3] = {dq, dk, dv};
     fxt_rng r;
@@ -211,26 +89,7 @@ static void test_finite_differences(void)
                     x = j <= i ? 0.0 : -INFINITY;
                 bias[i * SKV + j] = x;
             }
-        ref_forward(&c, q, k, v, bias, out, lse);
-        ref_backward(&c, q, k, v, bias, out, dout, lse, grad, NULL);
-        double *const xs[3] = {q, k, v};
-        const int ns[3] = {NQ, NKV, NKV};
-        const double hstep = 1e-5;
-        for (int t = 0; t < 3; t++)
-            for (int x = 0; x < ns[t]; x++) {
-                double lo = 0.0, hi = 0.0, o2[NQ], l2[SQ];
-                const double keep = xs[t][x];
-                xs[t][x] = keep + hstep;
-                ref_forward(&c, q, k, v, bias, o2, l2);
-                for (int y = 0; y < NQ; y++)
-                    hi += dout[y] * o2[y];
-                xs[t][x] = keep - hstep;
-                ref_forward(&c, q, k, v, bias, o2, l2);
-                for (int y = 0; y < NQ; y++)
-                    lo += dout[y] * o2[y];
-                xs[t][x] = keep;
-                worst = fmax(worst, fabs((hi - lo) / (2 * hstep) - grad[t][x]));
-            }
+        worst = fmax(worst, fxt_ref_fd_error(&s, q, k, v, bias, dout, grad));
         if (kind == 0)
             for (int e = 0; e < DD; e++)
                 dead = fmax(dead, fabs(dq[2 * DD + e]));
@@ -243,8 +102,8 @@ static void test_finite_differences(void)
 
 /* ---- fxattn on one case ---- */
 
-/* Mask element (b, h, i, j) of the case: its bias (natural log), writing
- * the case's mask value at its place (mask strides of build()). */
+/* Mask element (b, h, i, j) of a masked case as a bias (natural log):
+ * -inf for a masked key, else 0 (boolean) or the additive value. */
 static double mask_value(const mcase *c, fxt_rng *r, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     switch (c->kind) {
@@ -259,7 +118,6 @@ static double mask_value(const mcase *c, fxt_rng *r, int64_t b, int64_t h, int64
     case M_PAD: /* batch 0 keeps 100 keys, batch 1 keeps 7 (whole key tiles masked) */
         (void)i;
         return j < (b == 0 ? 100 : 7) ? 0.0 : -INFINITY;
-    case M_CAUSAL: return j <= i ? 0.0 : -INFINITY;
     default: return 0.0;
     }
 }
@@ -310,7 +168,6 @@ static void build(const mcase *c, problem *pb)
     pb->d.seq_kv = c->skv;
     pb->d.head_dim = c->d;
     pb->d.layout = FXA_LAYOUT_BHSD;
-    pb->bias = malloc(pb->nbias * sizeof(double));
     fxa_mask_strides ms = {c->hq * c->sq * c->skv, c->sq * c->skv, c->skv, 1};
     if (c->kind == M_ADD) /* broadcast over heads */
         ms = (fxa_mask_strides){c->sq * c->skv, 0, c->skv, 1};
@@ -326,33 +183,21 @@ static void build(const mcase *c, problem *pb)
     pb->d.mask_strides = ms;
     if (pb->d.mask_kind != FXA_MASK_NONE)
         pb->mask = calloc(pb->nbias, 4);
-    for (int64_t b = 0; b < c->b; b++)
+    for (int64_t b = 0; b < c->b && pb->mask; b++)
         for (int64_t h = 0; h < c->hq; h++)
             for (int64_t i = 0; i < c->sq; i++)
                 for (int64_t j = 0; j < c->skv; j++) {
+                    if ((ms.head == 0 && h > 0) || (ms.query == 0 && i > 0))
+                        continue; /* a broadcast element: the one written first */
                     const int64_t at = b * ms.batch + h * ms.head + i * ms.query + j * ms.key;
-                    double x;
-                    if ((ms.head == 0 && h > 0) || (ms.query == 0 && i > 0)) {
-                        /* a broadcast element: the one written first */
-                        x = c->kind == M_ADD ? (double)((float *)pb->mask)[at]
-                                             : (((uint8_t *)pb->mask)[at] ? 0.0 : -INFINITY);
-                    } else {
-                        x = mask_value(c, &r, b, h, i, j);
-                        if (c->kind == M_ADD) {
-                            ((float *)pb->mask)[at] = (float)x;
-                            x = (float)x;
-                        } else if (pb->mask) {
-                            ((uint8_t *)pb->mask)[at] = x == 0.0;
-                        }
-                    }
-                    pb->bias[((b * c->hq + h) * c->sq + i) * c->skv + j] = x;
+                    const double x = mask_value(c, &r, b, h, i, j);
+                    if (c->kind == M_ADD)
+                        ((float *)pb->mask)[at] = (float)x;
+                    else
+                        ((uint8_t *)pb->mask)[at] = x == 0.0;
                 }
-    fxa_ctx *ctx = NULL;
-    fxa_ctx_create(NULL, &ctx);
-    fxa_attn_plan *plan = NULL;
-    size_t ws_bytes = 0;
-    fxa_status st = fxa_attn_plan_create(ctx, &pb->d, &plan, &ws_bytes);
-    void *ws = aligned_alloc(64, (ws_bytes + 127) / 64 * 64);
+    pb->bias = malloc(pb->nbias * sizeof(double));
+    fxt_ref_bias(&pb->d, pb->mask, pb->bias);
     const fxa_attn_args a = {.struct_size = sizeof a,
                              .q = c->bf16 ? (const void *)pb->q16 : pb->q,
                              .k = c->bf16 ? (const void *)pb->k16 : pb->k,
@@ -360,12 +205,7 @@ static void build(const mcase *c, problem *pb)
                              .out = pb->out,
                              .lse = pb->lse,
                              .mask = pb->mask};
-    if (st == FXA_OK)
-        st = fxa_attn_run(plan, &a, ws, NULL);
-    CHECK(st == FXA_OK, "[%s] forward: %s", c->label, fxa_ctx_last_error(ctx));
-    free(ws);
-    fxa_attn_plan_destroy(plan);
-    fxa_ctx_destroy(ctx);
+    fxt_fwd_checked(c->label, &pb->d, &a);
 }
 
 static void problem_free(problem *pb)
@@ -380,42 +220,35 @@ static void problem_free(problem *pb)
     free(pb->bias);
 }
 
+/* The backward's args on the problem's tensors (Q, K, V as given). */
+static fxa_attn_bwd_args args_of(const problem *pb)
+{
+    const int bf = pb->c->bf16;
+    return (fxa_attn_bwd_args){.struct_size = sizeof(fxa_attn_bwd_args),
+                               .q = bf ? (const void *)pb->q16 : pb->q,
+                               .k = bf ? (const void *)pb->k16 : pb->k,
+                               .v = bf ? (const void *)pb->v16 : pb->v,
+                               .out = pb->out,
+                               .dout = pb->dout,
+                               .lse = pb->lse,
+                               .dq = pb->dq,
+                               .dk = pb->dk,
+                               .dv = pb->dv,
+                               .mask = pb->mask};
+}
+
 /* The backward on n_threads threads with args a (or the problem's own when
- * NULL); status, the message printed on failure into msg (when not NULL). */
+ * NULL); status, the context's last error into msg (when not NULL). */
 static fxa_status run_bwd(problem *pb, int n_threads, const fxa_attn_bwd_args *a, char *msg,
                           size_t cap)
 {
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = n_threads;
-    fxa_ctx *ctx = NULL;
-    if (fxa_ctx_create(&cp, &ctx) != FXA_OK)
-        return FXA_ERR_INTERNAL;
-    fxa_attn_bwd_plan *plan = NULL;
-    size_t ws_bytes = 0;
-    fxa_status st = fxa_attn_bwd_plan_create(ctx, &pb->d, &plan, &ws_bytes);
-    if (st == FXA_OK) {
-        void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
-        const int bf = pb->c->bf16;
-        const fxa_attn_bwd_args own = {.struct_size = sizeof own,
-                                       .q = bf ? (const void *)pb->q16 : pb->q,
-                                       .k = bf ? (const void *)pb->k16 : pb->k,
-                                       .v = bf ? (const void *)pb->v16 : pb->v,
-                                       .out = pb->out,
-                                       .dout = pb->dout,
-                                       .lse = pb->lse,
-                                       .dq = pb->dq,
-                                       .dk = pb->dk,
-                                       .dv = pb->dv,
-                                       .mask = pb->mask};
-        st = fxa_attn_bwd_run(plan, a ? a : &own, ws, NULL);
-        free(ws);
-    }
-    if (msg)
-        snprintf(msg, cap, "%s", fxa_ctx_last_error(ctx));
-    fxa_attn_bwd_plan_destroy(plan);
-    fxa_ctx_destroy(ctx);
-    return st;
+    const fxa_attn_bwd_args own = args_of(pb);
+    return fxt_bwd_once(&pb->d, n_threads, a ? a : &own, NULL, msg, cap);
+}
+
+static fxa_status run_bwd_on(void *pb, int n_threads)
+{
+    return run_bwd(pb, n_threads, NULL, NULL, 0);
 }
 
 static void test_case(const mcase *c)
@@ -437,35 +270,22 @@ static void test_case(const mcase *c)
     }
     double *g[3] = {malloc(pb.nq * 8), malloc(pb.nkv * 8), malloc(pb.nkv * 8)};
     double *env[3] = {malloc(pb.nq * 8), malloc(pb.nkv * 8), malloc(pb.nkv * 8)};
-    ref_backward(c, x[0], x[1], x[2], pb.bias, x[4], x[3], lse, g, env);
+    const fxt_bwd_shape sh = shape_of(c);
+    fxt_ref_attn_bwd(&sh, (fxt_bf16_rounding){c->bf16, c->bf16}, x[0], x[1], x[2], pb.bias, x[4],
+                     x[3], lse, g, env);
     char msg[512];
     const fxa_status st = run_bwd(&pb, 2, NULL, msg, sizeof msg);
     CHECK(st == FXA_OK, "[%s] backward: %s", c->label, msg);
-    const float *res[3] = {pb.dq, pb.dk, pb.dv};
+    float *const res[3] = {pb.dq, pb.dk, pb.dv};
     const char *names[3] = {"dq", "dk", "dv"};
+    const size_t ng[3] = {pb.nq, pb.nkv, pb.nkv};
+    double *got = malloc(pb.nq * 8 > pb.nkv * 8 ? pb.nq * 8 : pb.nkv * 8);
     for (int w = 0; w < 3; w++) {
-        const size_t n = w == 0 ? pb.nq : pb.nkv;
-        double worst = 0.0, err_max = 0.0, mag = 0.0;
-        size_t worst_at = 0, zero_env_nonzero = 0;
-        for (size_t e = 0; e < n; e++) {
-            const double err = fabs(res[w][e] - g[w][e]);
-            const double ratio = err / (2.0 * env[w][e] + 1e-300);
-            if (ratio > worst || !(err == err)) {
-                worst = ratio;
-                worst_at = e;
-            }
-            zero_env_nonzero += env[w][e] == 0.0 && res[w][e] != 0.0f;
-            err_max = fmax(err_max, err);
-            mag = fmax(mag, fabs(g[w][e]));
-        }
-        CHECK(worst <= 1.0, "[%s] %s[%zu] = %.9g, fp64 %.9g: error %.3g over 2x the envelope %.3g",
-              c->label, names[w], worst_at, (double)res[w][worst_at], g[w][worst_at],
-              fabs(res[w][worst_at] - g[w][worst_at]), env[w][worst_at]);
-        CHECK(zero_env_nonzero == 0, "[%s] %s: %zu elements nonzero where no term reaches them",
-              c->label, names[w], zero_env_nonzero);
-        printf("[%s] %s: max err %.3g (max |g| %.3g), at most %.3f of 2x the envelope\n", c->label,
-               names[w], err_max, mag, worst);
+        for (size_t e = 0; e < ng[w]; e++)
+            got[e] = res[w][e];
+        fxt_bwd_compare(c->label, names[w], got, g[w], env[w], ng[w]);
     }
+    free(got);
     if (c->dead_rows) {
         size_t nonzero = 0;
         for (size_t e = 0; e < pb.rows; e++)
@@ -477,18 +297,7 @@ static void test_case(const mcase *c)
     }
     /* Bit-identical on 1 and 3 threads (one pass and two passes). */
     float *keep[3] = {malloc(pb.nq * 4), malloc(pb.nkv * 4), malloc(pb.nkv * 4)};
-    float *out[3] = {pb.dq, pb.dk, pb.dv};
-    for (int w = 0; w < 3; w++)
-        memcpy(keep[w], out[w], (w == 0 ? pb.nq : pb.nkv) * 4);
-    for (int threads = 1; threads <= 3; threads += 2) {
-        for (int w = 0; w < 3; w++)
-            memset(out[w], 0xff, (w == 0 ? pb.nq : pb.nkv) * 4);
-        CHECK(run_bwd(&pb, threads, NULL, NULL, 0) == FXA_OK, "[%s] %d threads", c->label, threads);
-        int same = 1;
-        for (int w = 0; w < 3; w++)
-            same &= memcmp(keep[w], out[w], (w == 0 ? pb.nq : pb.nkv) * 4) == 0;
-        CHECK(same, "[%s] gradients on %d threads differ from 2 threads'", c->label, threads);
-    }
+    fxt_bwd_check_threads(c->label, run_bwd_on, &pb, res, keep, ng);
     for (int w = 0; w < 3; w++) {
         free(keep[w]);
         free(g[w]);
@@ -507,17 +316,8 @@ static void test_refusals(void)
     problem pb;
     build(&cb, &pb);
     char msg[512];
-    fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                           .q = pb.q,
-                           .k = pb.k,
-                           .v = pb.v,
-                           .out = pb.out,
-                           .dout = pb.dout,
-                           .lse = pb.lse,
-                           .dq = pb.dq,
-                           .dk = pb.dk,
-                           .dv = pb.dv,
-                           .mask = NULL};
+    fxa_attn_bwd_args a = args_of(&pb);
+    a.mask = NULL;
     fxa_status st = run_bwd(&pb, 1, &a, msg, sizeof msg);
     CHECK(st == FXA_ERR_INVALID_ARG && strstr(msg, "mask"), "no mask: %d %s", (int)st, msg);
     /* The first form of the args (ending at dv) has no mask. */
@@ -541,18 +341,7 @@ static void test_refusals(void)
     const mcase ca = {"refusals add", 1, 1, 1, 10, 12, 8, M_ADD, 0, 0};
     build(&ca, &pb);
     ((float *)pb.mask)[5 * 12 + 3] = NAN;
-    a = (fxa_attn_bwd_args){.struct_size = sizeof a,
-                            .q = pb.q,
-                            .k = pb.k,
-                            .v = pb.v,
-                            .out = pb.out,
-                            .dout = pb.dout,
-                            .lse = pb.lse,
-                            .dq = pb.dq,
-                            .dk = pb.dk,
-                            .dv = pb.dv,
-                            .mask = pb.mask};
-    st = run_bwd(&pb, 1, &a, msg, sizeof msg);
+    st = run_bwd(&pb, 1, NULL, msg, sizeof msg);
     CHECK(st == FXA_ERR_INVALID_ARG && strstr(msg, "query 5, key 3"), "NaN mask: %d %s", (int)st,
           msg);
     problem_free(&pb);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_bwd_ref.h"
 #include "fxattn_diag.h"
 #include "testutil.h"
 
@@ -89,47 +90,32 @@ static int64_t mask_off(const fxa_attn_desc *d, int64_t b, int64_t h, int64_t i,
     return b * s->batch + h * s->head + i * s->query + j * s->key;
 }
 
-/* Row (b, h, i) in double: out[D], *lse; a row with no key: out 0, lse -inf. */
-static void reference_row(const problem *p, int64_t b, int64_t h, int64_t i, double *out,
-                          double *lse)
+/* The problem in double with the same mask (attn_bwd_ref.h): out [B, Hq,
+ * Sq, D] and lse [B, Hq, Sq]; a row with no key: out 0, lse -inf. */
+static void reference(const problem *p, double *out, double *lse)
 {
     const fxa_attn_desc *d = &p->d;
-    const int64_t dim = d->head_dim, hk = h / (d->heads_q / d->heads_kv);
-    const double scale = d->scale > 0 ? d->scale : 1.0 / sqrt((double)dim);
-    const float *q = p->q + ((b * d->heads_q + h) * d->seq_q + i) * dim;
-    double *s = malloc((size_t)d->seq_kv * sizeof(double));
-    double mx = -INFINITY;
-    for (int64_t j = 0; j < d->seq_kv; j++) {
-        const float *k = p->k + ((b * d->heads_kv + hk) * d->seq_kv + j) * dim;
-        double dot = 0.0;
-        for (int64_t c = 0; c < dim; c++)
-            dot += (double)q[c] * k[c];
-        s[j] = scale * dot;
-        if (d->causal && j > i)
-            s[j] = -INFINITY;
-        if (d->mask_kind == FXA_MASK_BOOL && !((uint8_t *)p->mask)[mask_off(d, b, h, i, j)])
-            s[j] = -INFINITY;
-        if (d->mask_kind == FXA_MASK_ADD)
-            s[j] += ((float *)p->mask)[mask_off(d, b, h, i, j)];
-        mx = s[j] > mx ? s[j] : mx;
-    }
-    for (int64_t c = 0; c < dim; c++)
-        out[c] = 0.0;
-    *lse = -INFINITY;
-    if (mx > -INFINITY) {
-        double l = 0.0;
-        for (int64_t j = 0; j < d->seq_kv; j++) {
-            const double w = exp(s[j] - mx);
-            const float *v = p->v + ((b * d->heads_kv + hk) * d->seq_kv + j) * dim;
-            l += w;
-            for (int64_t c = 0; c < dim; c++)
-                out[c] += w * v[c];
-        }
-        for (int64_t c = 0; c < dim; c++)
-            out[c] /= l;
-        *lse = mx + log(l);
-    }
-    free(s);
+    const fxt_bwd_shape s = {d->batch,
+                             d->heads_q,
+                             d->heads_kv,
+                             d->seq_q,
+                             d->seq_kv,
+                             d->head_dim,
+                             d->scale > 0 ? d->scale : 1.0 / sqrt((double)d->head_dim)};
+    const size_t rows = (size_t)(s.b * s.hq * s.sq), nq = rows * (size_t)s.d;
+    const size_t nk = (size_t)(s.b * s.hkv * s.skv * s.d);
+    double *x[3] = {malloc(nq * sizeof(double)), malloc(nk * sizeof(double)),
+                    malloc(nk * sizeof(double))};
+    const float *src[3] = {p->q, p->k, p->v};
+    for (int t = 0; t < 3; t++)
+        for (size_t e = 0; e < (t == 0 ? nq : nk); e++)
+            x[t][e] = src[t][e];
+    double *bias = malloc(rows * (size_t)s.skv * sizeof(double));
+    fxt_ref_bias(d, p->mask, bias);
+    fxt_ref_attn_fwd(&s, x[0], x[1], x[2], bias, out, lse);
+    free(bias);
+    for (int t = 0; t < 3; t++)
+        free(x[t]);
 }
 
 static fxa_status run_on(fxa_ctx *ctx, const problem *p, const fxa_attn_desc *d, float *out,
@@ -171,20 +157,20 @@ static double check_against_reference(const problem *p, const char *label, doubl
     double vmax = 0.0, err = 0.0, lse_err = 0.0;
     for (int64_t i = 0; i < d->batch * d->heads_kv * d->seq_kv * dim; i++)
         vmax = fmax(vmax, fabs(p->v[i]));
-    double ref[FXA_MAX_HEAD_DIM], ref_lse;
+    double *ref = malloc((size_t)(rows * dim) * sizeof(double));
+    double *ref_lse = malloc((size_t)rows * sizeof(double));
+    reference(p, ref, ref_lse);
     int bad_empty = 0;
-    for (int64_t b = 0; b < d->batch; b++)
-        for (int64_t h = 0; h < d->heads_q; h++)
-            for (int64_t i = 0; i < d->seq_q; i++) {
-                const int64_t r = (b * d->heads_q + h) * d->seq_q + i;
-                reference_row(p, b, h, i, ref, &ref_lse);
-                for (int64_t c = 0; c < dim; c++)
-                    err = fmax(err, fabs(out[r * dim + c] - ref[c]));
-                if (ref_lse == -INFINITY)
-                    bad_empty += lse[r] != -INFINITY;
-                else
-                    lse_err = fmax(lse_err, fabs(lse[r] - ref_lse) / fmax(1.0, fabs(ref_lse)));
-            }
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < dim; c++)
+            err = fmax(err, fabs(out[r * dim + c] - ref[r * dim + c]));
+        if (ref_lse[r] == -INFINITY)
+            bad_empty += lse[r] != -INFINITY;
+        else
+            lse_err = fmax(lse_err, fabs(lse[r] - ref_lse[r]) / fmax(1.0, fabs(ref_lse[r])));
+    }
+    free(ref);
+    free(ref_lse);
     CHECK(st != FXA_OK || err <= tol * vmax, "%s: error %.3g > %.3g max|v| (%.3g)", label, err, tol,
           vmax);
     CHECK(st != FXA_OK || lse_err <= 8.0 * tol, "%s: LSE error %.3g", label, lse_err);
