@@ -5,8 +5,10 @@ torch.ops.fxattn.attention is: the call is collective over an mpi4py
 communicator and runs on a libfxattn_mpi handle, and an operator's schema
 carries only tensors and scalars; a collective call must also run exactly
 once per call on every rank, which a traced or re-run operator would not
-guarantee. The forward saves this rank's q, k, v shards, its fp32 output and
-its lse; the backward runs fxa_mpi_attn_bwd_run on the forward's handle
+guarantee. The forward saves this rank's q, k, v shards, its output as
+returned (rounded to the output dtype, as fxattn.attention's backward takes
+it) and its lse; the backward runs fxa_mpi_attn_bwd_run on the forward's
+handle in the forward's compute
 (collective: every rank's backward must run, as autograd does when every
 rank calls backward on a loss that uses the output).
 """
@@ -26,24 +28,27 @@ class Saved:
     communicator and grid), the lock that guards the handles, its context,
     the global descriptor, the layout and whether lse was returned (then
     its gradient enters the backward); until the autograd node keeps them,
-    this rank's contiguous q, k, v shards, the fp32 output the library
-    wrote, the lse and the outputs as returned."""
+    this rank's contiguous q, k, v shards, the output and the lse, as
+    returned."""
 
-    def __init__(self, handle, lock, ctx, desc, qkv, out32, lse, layout: str, return_lse: bool):
+    def __init__(self, handle, lock, ctx, desc, qkv, out, lse, layout: str, return_lse: bool):
         self.handle, self.lock, self.ctx, self.layout, self.return_lse = handle, lock, ctx, layout, return_lse
         self.desc = _lib.AttnDesc.from_buffer_copy(desc)
-        self.qkv, self.out32, self.lse = qkv, out32, lse
+        self.qkv, self.out, self.lse = qkv, out, lse
         self.outputs = None
 
     def backward(self, saved, g_out, g_lse):
         """Collective: (dq, dk, dv) of this rank's shards in q's, k's, v's
-        dtypes; saved: (q, k, v, out32, lse) as the node kept them. g_lse (the lse output's gradient, None: not returned) enters
-        as fxattn's single-process backward takes it: q, k, v get a zero
+        dtypes, in the forward's compute; saved: (q, k, v, out, lse) as the
+        node kept them (out in its own dtype: D = dO . O on the rounded
+        output, as fxattn.attention's backward). g_lse (the lse output's
+        gradient, None: not returned) enters as fxattn's single-process
+        backward takes it: q, k, v get a zero
         feature, O gets -g_lse and dO gets 1, so that D = dO . O becomes
         dO . O - g_lse and dS = P (dO . v - D) carries g_lse P exactly."""
         q, k, v, out, lse = saved
         d = _lib.AttnDesc.from_buffer_copy(self.desc)
-        d.compute = _lib.COMPUTE_FP32  # gradients in fp32, as fxattn.attention's
+        out = out.to(torch.float32).contiguous()  # exact: the descriptor's fp32 O
         dout = torch.zeros_like(out) if g_out is None else g_out.to(torch.float32).contiguous()
         dim = d.head_dim
         if g_lse is not None:
@@ -79,8 +84,8 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, state: Saved):
         ctx.state = state
         # through save_for_backward: an in-place change before the backward raises
-        ctx.save_for_backward(*state.qkv, state.out32, state.lse)
-        state.qkv = state.out32 = state.lse = None
+        ctx.save_for_backward(*state.qkv, state.out, state.lse)
+        state.qkv = state.out = state.lse = None
         out, lse = state.outputs
         state.outputs = None
         return out, lse

@@ -677,7 +677,6 @@ def attention(
         status = mpi.fxa_mpi_attn_run(plan, ctypes.byref(args), None)
         _lib.raise_status(status, h.last_error())
 
-    out32 = out
     if out_code == _lib.F16:
         out = _agreed_float16(comm, out, seconds)
     elif out_code == _lib.BF16:
@@ -688,7 +687,7 @@ def attention(
     if grad:
         from . import _mpi_autograd
 
-        state = _mpi_autograd.Saved(h, _lock, ctx, d, (qo.obj, ko.obj, vo.obj), out32, lse, opts.layout, return_lse)
+        state = _mpi_autograd.Saved(h, _lock, ctx, d, (qo.obj, ko.obj, vo.obj), out, lse, opts.layout, return_lse)
         out, lse = _mpi_autograd.record(q, k, v, out, lse, state)
     return (out, lse) if return_lse else out
 
