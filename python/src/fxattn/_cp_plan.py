@@ -23,11 +23,24 @@ query/key/value (keys and values of every rank's tokens); every other call
 goes to diffusers unchanged (cross-attention on a replicated context, which
 the processors send without a parallel config). A mask, is_causal or
 dropout under parallelism raises NotImplementedError (libfxattn_mpi has no
-masks), as does a call that autograd would record (the token split and gather
-are not differentiable). Token order across ranks does not matter to unmasked attention, so
+masks). Token order across ranks does not matter to unmasked attention, so
 processors that concatenate two split streams (Flux: [text_r, image_r])
 work when the concatenated lengths are still fxattn.mpi.shard's split of
 their sum: the first stream's length divisible by the rank count.
+
+Training: every rank computes the same loss from the gathered output. The
+split is a narrow (its gradient lands in this rank's shard, zeros
+elsewhere), the gather a torch.autograd.Function whose backward returns
+this rank's shard of the incoming gradient (the same on every rank: no
+communication) and fxattn.mpi.attention is differentiable, so after
+backward each rank's parameter gradients are its tokens' part, and the
+handle's reduce_gradients() sums them over the ranks into the one-process
+gradient. That holds when the loss depends on the parameters only through
+the gathered outputs: a parameter used after a gather would count once per
+rank. Every diffusers plan gathers at the model's last layer (proj_out)
+except Helios, which gathers and splits again around each block's
+attention and feed-forward; a split after a gather under autograd raises
+NotImplementedError.
 
 Nothing in diffusers is edited; the handle's remove() takes the hooks and
 configs off and puts dispatch_attention_fn back.

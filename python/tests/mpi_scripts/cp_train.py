@@ -1,10 +1,12 @@
 """Run under mpirun -np P with args U R: training through
-fxattn.diffusers.parallelize's plan path (fxattn._cp_plan) on a tiny fp32
+fxattn.diffusers.parallelize, its Wan path (fxattn._parallel) and the plan
+path (fxattn._cp_plan, Wan's _cp_plan), on a tiny fp32
 WanTransformer3DModel (python/tests/wan_configs.py T2V, 9 video tokens,
-uneven over the ranks): forward, loss, backward, handle.reduce_gradients()
+uneven over the ranks; one timestep, and a timestep per token as Wan2.2
+TI2V): forward, loss, backward, handle.reduce_gradients()
 and one SGD step, against the same seeded model and inputs run on one
 process with diffusers' default attention. Prints
-'OK rank R grads N err E loss L'; MPI_Abort on a mismatch.
+'OK rank R path P grads N err E loss L'; MPI_Abort on a mismatch.
 
 Loss: mean squared error against a fixed random target (every output
 element enters). Tolerances:
@@ -59,18 +61,25 @@ def step(model, kw, target, handle=None):
     return float(loss.detach()), grads, {k: p.detach().clone() for k, p in model.named_parameters()}, n
 
 
-def train(u, r):
+def train(u, r, path, per_token):
+    """path "plan": fxattn._cp_plan.parallelize_plan (Wan's _cp_plan);
+    "wan": fxattn.diffusers.parallelize (its Wan path, fxattn._parallel).
+    per_token: a timestep per token (Wan2.2 TI2V), else one per sample."""
     from diffusers import WanTransformer3DModel
+
+    from fxattn.diffusers import parallelize
 
     torch.manual_seed(0)
     model = WanTransformer3DModel(**T2V)
     g = torch.Generator().manual_seed(1)
-    kw = dict(hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g), timestep=torch.tensor([500]),
+    timestep = torch.randint(0, 1000, (1, 9), generator=g) if per_token else torch.tensor([500])
+    kw = dict(hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g), timestep=timestep,
               encoder_hidden_states=torch.randn(1, 5, 16, generator=g), return_dict=False)
     target = torch.randn(1, 4, 3, 2, 6, generator=g)
     one = copy.deepcopy(model)
     loss1, grads1, weights1, _ = step(one, kw, target)
-    handle = _cp_plan.parallelize_plan(model, comm, ulysses=u, ring=r, threads=1)
+    par = _cp_plan.parallelize_plan if path == "plan" else parallelize
+    handle = par(model, comm, ulysses=u, ring=r, threads=1)
     loss, grads, weights, n = step(model, kw, target, handle)
     handle.remove()
     assert abs(loss - loss1) <= 1e-5 * abs(loss1), f"U={u} R={r}: loss {loss} vs one process {loss1}"
@@ -91,7 +100,8 @@ def train(u, r):
     assert n == sum(g is not None for g in grads1.values()), (n, len(grads1))
     flat = torch.cat([g.reshape(-1) for g in grads.values() if g is not None]).numpy()
     assert all((f == flat).all() for f in comm.allgather(flat)), "the ranks' reduced gradients differ"
-    print(f"OK rank {rank} grads {n} err {worst:.3g} loss {loss:.6g}", flush=True)
+    path += "-ti2v" if per_token else ""
+    print(f"OK rank {rank} path {path} grads {n} err {worst:.3g} loss {loss:.6g}", flush=True)
 
 
 def edge_cases():
@@ -115,7 +125,9 @@ def edge_cases():
 if __name__ == "__main__":
     try:
         torch.set_num_threads(1)
-        train(int(sys.argv[1]), int(sys.argv[2]))
+        for path in ("plan", "wan"):
+            for per_token in (False, True):
+                train(int(sys.argv[1]), int(sys.argv[2]), path, per_token)
         edge_cases()
     except BaseException:
         traceback.print_exc()
