@@ -242,8 +242,8 @@ def reduce_gradients(model, comm, seconds: float) -> int:
     non-blocking MPI_Iallreduce calls under the deadline). A parameter
     whose grad is None on some ranks and not on others is summed as zeros
     there (its .grad is set); None on every rank stays None. The ranks'
-    models must have the same parameters (names, shapes, dtypes) and grad
-    dtypes, else ValueError on every rank. Sums run in float32 (float64 for
+    models must have the same parameters (names, shapes, dtypes), else
+    ValueError on every rank. Sums run in float32 (float64 for
     float64 grads) in buckets of _BUCKET elements; each bucket is one
     MPI_Iallreduce. Returns the number of gradients summed."""
     import torch
@@ -256,25 +256,26 @@ def reduce_gradients(model, comm, seconds: float) -> int:
         if g is not None and (g.is_sparse or not g.is_floating_point()):
             local = f"{name}'s grad is {'sparse' if g.is_sparse else g.dtype}: only dense floating grads are summed"
             break
-    sig = [(n, tuple(p.shape), str(p.dtype), None if p.grad is None else str(p.grad.dtype)) for n, p in params]
+    sig = [(n, tuple(p.shape), str(p.dtype), p.grad is not None) for n, p in params]  # torch: grad dtype = p's
     every = _fm.allgather_object(comm, (local, sig), seconds, what)
+    # every decision below is made from `every`, the same on every rank
     for r, (err, _) in enumerate(every):
         if err:
             raise ValueError(f"{what}: rank {r}: {err}")
-    for r, (_, other) in enumerate(every):
-        for mine, theirs in zip(sig, other):
-            if mine[:3] != theirs[:3] or (None not in (mine[3], theirs[3]) and mine[3] != theirs[3]):
-                raise ValueError(f"{what}: rank {comm.Get_rank()} has {mine[0]} {mine[1:]}, rank {r} "
-                                 f"{theirs[0]} {theirs[1:]}: the ranks' models differ")
-        if len(other) != len(sig):
-            raise ValueError(f"{what}: rank {comm.Get_rank()} has {len(sig)} parameters, rank {r} {len(other)}")
+    sigs = [other for _, other in every]
+    for r, other in enumerate(sigs):
+        if len(other) != len(sigs[0]):
+            raise ValueError(f"{what}: rank 0 has {len(sigs[0])} parameters, rank {r} {len(other)}")
+        for first, theirs in zip(sigs[0], other):
+            if first[:3] != theirs[:3]:
+                raise ValueError(f"{what}: rank 0 has {first[0]} {first[1:3]}, rank {r} {theirs[0]} "
+                                 f"{theirs[1:3]}: the ranks' models differ")
     grads = []
     for i, (_, p) in enumerate(params):
-        dtypes = {s[i][3] for _, s in every} - {None}
-        if not dtypes:
+        if not any(other[i][3] for other in sigs):
             continue
         if p.grad is None:
-            p.grad = torch.zeros_like(p, dtype=getattr(torch, dtypes.pop().split(".")[-1]))
+            p.grad = torch.zeros_like(p)
         elif not p.grad.is_contiguous():
             p.grad = p.grad.contiguous()
         grads.append(p.grad)

@@ -28,7 +28,10 @@ element enters). Tolerances:
   ulp of max|w| for the rounding of the update.
 Also: every rank holds the same bytes after reduce_gradients (MPI's
 allreduce delivers one sum); a grad None on one rank only is summed as
-zeros; ranks whose models differ raise ValueError on every rank.
+zeros; float64 and bfloat16 gradients cut across buckets of 7 elements
+sum exactly (small integers); ranks whose models differ raise ValueError on every
+rank; a plan that splits again after a gather raises NotImplementedError
+under autograd.
 """
 
 import copy
@@ -104,15 +107,66 @@ def train(u, r, path, per_token):
     print(f"OK rank {rank} path {path} grads {n} err {worst:.3g} loss {loss:.6g}", flush=True)
 
 
+def regather(u, r):
+    """A plan that gathers every block's output and splits again at the next
+    block (as Helios's does): under autograd the split after the gather
+    raises NotImplementedError (the layers between would count once per
+    rank); under no_grad the forward runs."""
+    from diffusers import WanTransformer3DModel
+    from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
+
+    split = ContextParallelInput(split_dim=1, expected_dims=3, split_output=False)
+
+    class Regathered(WanTransformer3DModel):
+        _cp_plan = {"rope": WanTransformer3DModel._cp_plan["rope"], "blocks.0": {"hidden_states": split},
+                    "blocks.1": {"hidden_states": split},
+                    "blocks.*": ContextParallelOutput(gather_dim=1, expected_dims=3)}
+
+    torch.manual_seed(0)
+    model = Regathered(**T2V)
+    g = torch.Generator().manual_seed(1)
+    kw = dict(hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g), timestep=torch.tensor([500]),
+              encoder_hidden_states=torch.randn(1, 5, 16, generator=g), return_dict=False)
+    with torch.no_grad():
+        ref = model(**kw)[0]
+    with _cp_plan.parallelize_plan(model, comm, ulysses=u, ring=r, threads=1):
+        with torch.no_grad():
+            out = model(**kw)[0]
+        try:
+            model(**kw)
+        except NotImplementedError as e:
+            print(f"error [split after gather] {e}", flush=True)
+        else:
+            raise AssertionError("a split after a gather ran under autograd")
+    err = float((out - ref).abs().max())
+    assert err <= 1e-4 * float(ref.abs().max()), f"regathered forward off by {err:.3g}"  # as mpi_scripts/wan.py
+
+
 def edge_cases():
-    """A grad None on one rank only, ranks whose models differ."""
+    """A grad None on one rank only, gradients cut across buckets, ranks
+    whose models differ."""
     lin = torch.nn.Linear(3, 2)
     for p in lin.parameters():
         p.grad = torch.full_like(p, 1.0) if rank == 0 else None
     n = _cp_plan.reduce_gradients(lin, comm, 30.0)
     assert n == 2 and all(torch.equal(p.grad, torch.ones_like(p)) for p in lin.parameters()), "None on one rank"
     print(f"OK rank {rank} none-on-one-rank", flush=True)
-    other = torch.nn.Linear(3, 2 + rank)
+    # gradients cut across buckets of 7 elements, float64 (summed in float64) and bfloat16 (in float32):
+    # the sums of rank-dependent small integers, exact in both
+    for dtype in (torch.float64, torch.bfloat16):
+        wide = torch.nn.Linear(3, 5).to(dtype)
+        for i, p in enumerate(wide.parameters()):
+            p.grad = torch.arange(p.numel(), dtype=p.dtype).reshape(p.shape) * (rank + 1) + i
+        bucket, _cp_plan._BUCKET = _cp_plan._BUCKET, 7
+        try:
+            _cp_plan.reduce_gradients(wide, comm, 30.0)
+        finally:
+            _cp_plan._BUCKET = bucket
+        for i, p in enumerate(wide.parameters()):
+            want = torch.arange(p.numel(), dtype=p.dtype).reshape(p.shape) * (P * (P + 1) // 2) + P * i
+            assert torch.equal(p.grad, want), f"bucketed {dtype} sum of {tuple(p.shape)}: {p.grad} vs {want}"
+    print(f"OK rank {rank} buckets", flush=True)
+    other = torch.nn.Linear(3, 2 + rank)  # a parameter's shape differs
     other.weight.grad = torch.ones_like(other.weight)
     try:
         _cp_plan.reduce_gradients(other, comm, 30.0)
@@ -128,6 +182,7 @@ if __name__ == "__main__":
         for path in ("plan", "wan"):
             for per_token in (False, True):
                 train(int(sys.argv[1]), int(sys.argv[2]), path, per_token)
+        regather(int(sys.argv[1]), int(sys.argv[2]))
         edge_cases()
     except BaseException:
         traceback.print_exc()
