@@ -3,7 +3,7 @@ fxattn.diffusers.parallelize, its Wan path (fxattn._parallel) and the plan
 path (fxattn._cp_plan, Wan's _cp_plan), on a tiny fp32
 WanTransformer3DModel (python/tests/wan_configs.py T2V, 9 video tokens,
 uneven over the ranks; one timestep, and a timestep per token as Wan2.2
-TI2V): forward, loss, backward, handle.reduce_gradients()
+TI2V; and LoRA adapters on the frozen model, through the Wan path): forward, loss, backward, handle.reduce_gradients()
 and one SGD step, against the same seeded model and inputs run on one
 process with diffusers' default attention. Prints
 'OK rank R path P grads N err E loss L'; MPI_Abort on a mismatch.
@@ -64,16 +64,28 @@ def step(model, kw, target, handle=None):
     return float(loss.detach()), grads, {k: p.detach().clone() for k, p in model.named_parameters()}, n
 
 
-def train(u, r, path, per_token):
+def train(u, r, path, per_token, lora=False):
     """path "plan": fxattn._cp_plan.parallelize_plan (Wan's _cp_plan);
     "wan": fxattn.diffusers.parallelize (its Wan path, fxattn._parallel).
-    per_token: a timestep per token (Wan2.2 TI2V), else one per sample."""
+    per_token: a timestep per token (Wan2.2 TI2V), else one per sample.
+    lora: the base weights frozen, peft LoRA adapters (rank 4) on every
+    attention projection, their B matrices random (peft's zeros would make
+    A's gradient 0)."""
     from diffusers import WanTransformer3DModel
 
     from fxattn.diffusers import parallelize
 
     torch.manual_seed(0)
     model = WanTransformer3DModel(**T2V)
+    if lora:
+        from peft import LoraConfig
+
+        model.requires_grad_(False)
+        model.add_adapter(LoraConfig(r=4, lora_alpha=4, target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
     g = torch.Generator().manual_seed(1)
     timestep = torch.randint(0, 1000, (1, 9), generator=g) if per_token else torch.tensor([500])
     kw = dict(hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g), timestep=timestep,
@@ -101,9 +113,10 @@ def train(u, r, path, per_token):
         wtol = LR * 1e-4 * scale + 2 * 2.0**-23 * float(w1.abs().max())
         assert werr <= wtol, f"{k}: weights after one step off by {werr:.3g} > {wtol:.3g}"
     assert n == sum(g is not None for g in grads1.values()), (n, len(grads1))
+    assert not lora or all(("lora_" in k) == (g is not None) for k, g in grads.items()), "LoRA: grads of the adapters"
     flat = torch.cat([g.reshape(-1) for g in grads.values() if g is not None]).numpy()
     assert all((f == flat).all() for f in comm.allgather(flat)), "the ranks' reduced gradients differ"
-    path += "-ti2v" if per_token else ""
+    path += ("-ti2v" if per_token else "") + ("-lora" if lora else "")
     print(f"OK rank {rank} path {path} grads {n} err {worst:.3g} loss {loss:.6g}", flush=True)
 
 
@@ -182,6 +195,7 @@ if __name__ == "__main__":
         for path in ("plan", "wan"):
             for per_token in (False, True):
                 train(int(sys.argv[1]), int(sys.argv[2]), path, per_token)
+        train(int(sys.argv[1]), int(sys.argv[2]), "wan", False, lora=True)
         regather(int(sys.argv[1]), int(sys.argv[2]))
         edge_cases()
     except BaseException:
