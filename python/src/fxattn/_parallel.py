@@ -56,8 +56,6 @@ class ShardedWanAttnProcessor:
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
             raise NotImplementedError("ShardedWanAttnProcessor runs self-attention without a mask only")
-        import torch
-
         from ._wan_qkv import heads_qkv  # imported here: torch and diffusers on first use
 
         query, key, value = heads_qkv(attn, hidden_states, None, rotary_emb)
