@@ -210,7 +210,7 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
     forward is (justified in mpi_scripts/cp_plan.py); the ranks return the
     same bytes, block 0's attention saw only the rank's shard, remove()
     restores the model bit for bit; a bad grid, heads not divisible by U
-    a mask and a forward under autograd raise clear errors, as do a model
+    and a mask raise clear errors, as do a model
     without a plan and a second parallelize of the same model.
     ~10-30 s (np 2), ~20-60 s (np 4), by the machine's load."""
     out = run_mpi("cp_plan.py", np_, str(ulysses), str(ring), timeout=240).stdout
@@ -223,4 +223,27 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
         assert f"error [{what}] " in out, out
     assert "error [no plan] parallelize takes a diffusers model with a context-parallel plan" in out, out
     assert "error [mask] fxattn.diffusers.parallelize: masked attention is not supported" in out, out
-    assert "error [grad] fxattn.diffusers.parallelize runs inference only" in out, out
+
+
+@pytest.mark.parametrize("ulysses,ring", [(2, 1), (1, 2)])
+def test_parallelize_cp_plan_train(ulysses, ring):
+    """Training through parallelize (its Wan path and the plan path) on a
+    tiny fp32 Wan transformer on 2 ranks, one timestep, a timestep per
+    token, LoRA adapters (mpi_scripts/cp_train.py): forward, MSE loss,
+    backward, reduce_gradients() and one SGD step against one process with
+    diffusers' default attention: the loss within 1e-5 relative, every
+    parameter's gradient within 1e-4 of its max|grad| and the weights after
+    the step within lr times that (justified in the script); the ranks hold
+    the same gradient bytes; a grad None on one rank is summed as zeros,
+    gradients cut across buckets exactly; ranks whose models differ raise
+    ValueError on every rank, a plan that splits again after a gather
+    NotImplementedError under autograd. ~10-25 s by
+    the machine's load."""
+    out = run_mpi("cp_train.py", 2, str(ulysses), str(ring)).stdout
+    ok = re.findall(r"OK rank (\d+) path ([\w-]+) grads (\d+) err ([0-9.e+-]+)", out)
+    paths = ("plan", "plan-ti2v", "wan", "wan-lora", "wan-ti2v")
+    assert sorted((p, int(r)) for r, p, _, _ in ok) == [(p, r) for p in paths for r in (0, 1)], out
+    assert all((int(n) == 32 if p == "wan-lora" else int(n) > 50) and float(e) <= 1e-4 for _, p, n, e in ok), out
+    assert out.count("none-on-one-rank") == 2 and out.count("buckets") == 2, out
+    assert out.count("error [split after gather]") == 2 and "plan splits again after a gather" in out, out
+    assert out.count("error [models differ]") == 2 and "the ranks' models differ" in out, out

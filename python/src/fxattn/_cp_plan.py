@@ -23,11 +23,24 @@ query/key/value (keys and values of every rank's tokens); every other call
 goes to diffusers unchanged (cross-attention on a replicated context, which
 the processors send without a parallel config). A mask, is_causal or
 dropout under parallelism raises NotImplementedError (libfxattn_mpi has no
-masks), as does a call that autograd would record (the token split and gather
-are not differentiable). Token order across ranks does not matter to unmasked attention, so
+masks). Token order across ranks does not matter to unmasked attention, so
 processors that concatenate two split streams (Flux: [text_r, image_r])
 work when the concatenated lengths are still fxattn.mpi.shard's split of
 their sum: the first stream's length divisible by the rank count.
+
+Training: every rank computes the same loss from the gathered output. The
+split is a narrow (its gradient lands in this rank's shard, zeros
+elsewhere), the gather a torch.autograd.Function whose backward returns
+this rank's shard of the incoming gradient (the same on every rank: no
+communication) and fxattn.mpi.attention is differentiable, so after
+backward each rank's parameter gradients are its tokens' part, and the
+handle's reduce_gradients() sums them over the ranks into the one-process
+gradient. That holds when the loss depends on the parameters only through
+the gathered outputs: a parameter used after a gather would count once per
+rank. Every diffusers plan gathers at the model's last layer (proj_out)
+except Helios, which gathers and splits again around each block's
+attention and feed-forward; a split after a gather under autograd raises
+NotImplementedError.
 
 Nothing in diffusers is edited; the handle's remove() takes the hooks and
 configs off and puts dispatch_attention_fn back.
@@ -41,7 +54,7 @@ import numpy as np
 
 from . import mpi as _fm
 
-__all__ = ["parallelize_plan", "PlanParallelized", "MPIAttentionConfig", "check_model"]
+__all__ = ["parallelize_plan", "PlanParallelized", "MPIAttentionConfig", "check_model", "reduce_gradients"]
 
 
 def _modules(model, name: str) -> list:
@@ -81,11 +94,6 @@ def _mpi_attention(config: MPIAttentionConfig, query, key, value, attn_mask, dro
             "(libfxattn_mpi has no masks); call the model without an attention mask")
     if is_causal or dropout_p:
         raise NotImplementedError("fxattn.diffusers.parallelize: causal attention and dropout are not supported")
-    import torch
-
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
-        raise NotImplementedError("fxattn.diffusers.parallelize runs inference only (its token split and "
-                                  "gather are not differentiable); call the model under torch.no_grad()")
     return _fm.attention(query, key, value, config.comm, layout="bshd", scale=scale, out_dtype=query.dtype,
                          **config.kwargs)
 
@@ -170,9 +178,10 @@ def check_model(model, size: int, ulysses: int, ring, auto: bool, processors: bo
     return pairs
 
 
-def _gather(comm, x, dim: int, grid: list, seconds: float):
+def _gather_data(comm, x, dim: int, grid: list, seconds: float):
     """All-gather the shards of x along dim (rank r holds shard grid[r] of
-    fxattn.mpi.shard's split); a non-blocking Allgatherv under the deadline."""
+    fxattn.mpi.shard's split); a non-blocking Allgatherv under the deadline.
+    Returns the whole tensor and (start, length) of this rank's shard in it."""
     import torch
 
     size = comm.Get_size()
@@ -190,7 +199,129 @@ def _gather(comm, x, dim: int, grid: list, seconds: float):
                                [recv, ([n * row for n in lengths], [s * row for s, _ in shards]), _fm.MPI.BYTE])
     _fm.wait(comm, request, seconds, "fxattn.diffusers.parallelize's gather")
     full = torch.from_numpy(recv).view(x.dtype).view(seq, *moved.shape[1:])
-    return full.movedim(0, dim).contiguous()
+    return full.movedim(0, dim).contiguous(), shards[comm.Get_rank()]
+
+
+def _gather_function():
+    """The torch.autograd.Function of the gather (made on first use: torch
+    is imported lazily)."""
+    global _Gather
+    if _Gather is None:
+        import torch
+
+        class Gather(torch.autograd.Function):
+            """Forward: _gather_data. Backward: this rank's shard of the
+            incoming gradient (every rank computes the same loss from the
+            same gathered tensor, so the gradient is the same on every rank
+            and each keeps its own part: no communication)."""
+
+            @staticmethod
+            def forward(ctx, x, comm, dim, grid, seconds):
+                full, (start, n) = _gather_data(comm, x, dim, grid, seconds)
+                ctx.dim, ctx.start, ctx.n = dim, start, n
+                return full
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad.narrow(ctx.dim, ctx.start, ctx.n), None, None, None, None
+
+        _Gather = Gather
+    return _Gather
+
+
+_Gather = None
+
+
+def _gather(comm, x, dim: int, grid: list, seconds: float):
+    """All-gather the shards of x along dim, differentiably (_gather_function)."""
+    return _gather_function().apply(x, comm, dim, grid, seconds)
+
+
+def reduce_gradients(model, comm, seconds: float) -> int:
+    """Sum every parameter's .grad of model over comm, in place (collective,
+    non-blocking MPI_Iallreduce calls under the deadline). A parameter
+    whose grad is None on some ranks and not on others is summed as zeros
+    there (its .grad is set); None on every rank stays None. The ranks'
+    models must have the same parameters (names, shapes, dtypes), else
+    ValueError on every rank. Sums run in float32 (float64 for
+    float64 grads) in buckets of _BUCKET elements; each bucket is one
+    MPI_Iallreduce. Returns the number of gradients summed."""
+    import torch
+
+    what = "fxattn.diffusers.parallelize's gradient reduction"
+    params = list(model.named_parameters())
+    local = None
+    for name, p in params:
+        g = p.grad
+        if g is not None and (g.is_sparse or not g.is_floating_point()):
+            local = f"{name}'s grad is {'sparse' if g.is_sparse else g.dtype}: only dense floating grads are summed"
+            break
+    sig = [(n, tuple(p.shape), str(p.dtype), p.grad is not None) for n, p in params]  # torch: grad dtype = p's
+    every = _fm.allgather_object(comm, (local, sig), seconds, what)
+    # every decision below is made from `every`, the same on every rank
+    for r, (err, _) in enumerate(every):
+        if err:
+            raise ValueError(f"{what}: rank {r}: {err}")
+    sigs = [other for _, other in every]
+    for r, other in enumerate(sigs):
+        if len(other) != len(sigs[0]):
+            raise ValueError(f"{what}: rank 0 has {len(sigs[0])} parameters, rank {r} {len(other)}")
+        for first, theirs in zip(sigs[0], other):
+            if first[:3] != theirs[:3]:
+                raise ValueError(f"{what}: rank 0 has {first[0]} {first[1:3]}, rank {r} {theirs[0]} "
+                                 f"{theirs[1:3]}: the ranks' models differ")
+    grads = []
+    for i, (_, p) in enumerate(params):
+        if not any(other[i][3] for other in sigs):
+            continue
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        elif not p.grad.is_contiguous():
+            p.grad = p.grad.contiguous()
+        grads.append(p.grad)
+    for wide in (torch.float64, torch.float32):
+        _allreduce_sum(comm, [g for g in grads if (g.dtype == torch.float64) == (wide == torch.float64)], wide,
+                       seconds, what)
+    return len(grads)
+
+
+_BUCKET = 1 << 22  # elements per MPI_Iallreduce (16 MiB in float32)
+
+
+def _allreduce_sum(comm, grads: list, dtype, seconds: float, what: str) -> None:
+    """Sum the tensors grads over comm in place, through a CPU staging
+    buffer of dtype (float32 or float64) of at most _BUCKET elements."""
+    import torch
+
+    total = sum(g.numel() for g in grads)
+    if not total:
+        return
+    stage = torch.empty(min(total, _BUCKET), dtype=dtype)
+    mpi_type = _fm.MPI.DOUBLE if dtype == torch.float64 else _fm.MPI.FLOAT
+    pending = []  # (flat grad, offset in it, offset in stage, count)
+    fill = 0
+
+    def flush():
+        buf = stage[:fill].numpy()
+        _fm.wait(comm, comm.Iallreduce(_fm.MPI.IN_PLACE, [buf, mpi_type], op=_fm.MPI.SUM), seconds, what)
+        for flat, off, at, n in pending:
+            flat[off : off + n].copy_(stage[at : at + n])
+        pending.clear()
+
+    for g in grads:
+        flat = g.view(-1)
+        off = 0
+        while off < flat.numel():
+            n = min(flat.numel() - off, stage.numel() - fill)
+            stage[fill : fill + n].copy_(flat[off : off + n])
+            pending.append((flat, off, fill, n))
+            fill += n
+            off += n
+            if fill == stage.numel():
+                flush()
+                fill = 0
+    if fill:
+        flush()
 
 
 class PlanParallelized:
@@ -202,7 +333,8 @@ class PlanParallelized:
         self.comm = comm
         self._hooks = []
         self._configs = []
-        seconds = _fm.timeout_seconds(timeout)
+        self._seconds = seconds = _fm.timeout_seconds(timeout)
+        self._gathered = False  # the current forward has gathered (a split after that is refused under autograd)
         size = comm.Get_size()
         grid = _fm._grid_ranks(comm, placement, timeout)
         me = grid[comm.Get_rank()]
@@ -210,6 +342,13 @@ class PlanParallelized:
         def split(x, cpi):
             if not hasattr(x, "ndim") or (cpi.expected_dims is not None and x.ndim != cpi.expected_dims):
                 return x
+            import torch
+
+            if self._gathered and torch.is_grad_enabled():
+                raise NotImplementedError(
+                    f"fxattn.diffusers.parallelize: {type(model).__name__}'s plan splits again after a gather; "
+                    "under autograd the layers between would count once per rank in the summed gradients; "
+                    "call the model under torch.no_grad()")
             start, n = _fm.shard(x.shape[cpi.split_dim], me, size)
             return x.narrow(cpi.split_dim, start, n)
 
@@ -222,6 +361,10 @@ class PlanParallelized:
     def _install(self, model, config, pairs, split, grid, seconds):
         from diffusers.models._modeling_parallel import ContextParallelOutput
 
+        def reset(module, args):
+            self._gathered = False
+
+        self._hooks.append(model.register_forward_pre_hook(reset))
         for name, entry in type(model)._cp_plan.items():
             for m in _modules(model, name):
                 if isinstance(entry, dict):
@@ -277,9 +420,23 @@ class PlanParallelized:
             for i, cpo in enumerate(outs):
                 if cpo is not None and (cpo.expected_dims is None or out[i].ndim == cpo.expected_dims):
                     out[i] = _gather(comm, out[i], cpo.gather_dim, grid, seconds)
+                    self._gathered = True
             return out[0] if single else type(output)(out)
 
         return hook
+
+    def reduce_gradients(self) -> int:
+        """Sum every parameter's .grad of the model over the communicator
+        (collective, under the handle's timeout), so that every rank holds
+        the one-process gradient of the loss; call it after backward and
+        before the optimizer step. After a backward under parallelism each
+        rank's gradients are its tokens' part (the split keeps this rank's
+        shard, the gather's backward returns this rank's shard of the
+        gradient), and the parts sum to the whole when the loss depends on
+        the parameters only through the plan's gathered outputs. A grad that
+        is None on some ranks only is summed as zeros. Returns the number of
+        gradients summed."""
+        return reduce_gradients(self.model, self.comm, self._seconds)
 
     def remove(self) -> None:
         """Take the hooks off, restore the processors' parallel configs and

@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 import fxattn
 import fxattn.mpi as fm
-from fxattn import _parallel
+from fxattn import _cp_plan
 
 T = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
 comm = MPI.COMM_WORLD
@@ -61,7 +61,7 @@ def main():
     shard = x[:, start : start + n]
     timed("attention", lambda: fm.attention(shard, shard, shard, comm_attn, layout="bshd", threads=1, timeout=T))
     tokens = torch.from_numpy(shard.reshape(1, n, -1).copy())
-    timed("gather", lambda: _parallel._gather_tokens(comm_gather, tokens, 2 * P, "hosts", timeout=T))
+    timed("gather", lambda: _cp_plan._gather(comm_gather, tokens, 1, list(range(P)), T))
     callers.Barrier()
     if callers.Get_rank() == 0:
         print("ALL CALLERS TIMED OUT", flush=True)

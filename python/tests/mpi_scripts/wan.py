@@ -69,14 +69,6 @@ def main(u, r):
     from fxattn.mpi import rank as grid_rank
 
     assert seen == [shard(9, grid_rank(comm), P)[1]], f"attn1 saw {seen} tokens on rank {rank}"
-    # under autograd the sharded forward refuses (its token gather is not
-    # differentiable) instead of giving gradients that miss the other ranks
-    with parallelize(model, comm, threads=1, **grid):
-        try:
-            model(x, t, ctx, return_dict=False)
-            raise AssertionError("a forward that autograd records ran")
-        except NotImplementedError as e:
-            assert "parallelize runs inference only" in str(e), str(e)
     print(f"OK rank {rank} err {err:.3g} tol {tol:.3g}", flush=True)
 
 
