@@ -46,6 +46,16 @@ struct fxa_attn_bwd_plan {
     size_t ws_total;
 };
 
+/* 1 when the one-pass schedule (one item per kv head, 10 units of work
+ * each) beats the two passes (14 units spread evenly) for a chunk of
+ * `chunk` kv heads on n_threads threads: 10 ceil(chunk / T) <= 14 chunk / T.
+ * The schedules give the same bits, so the choice may follow the threads. */
+static inline int fxa_bwd_one_pass(int64_t chunk, int64_t n_threads)
+{
+    const int64_t waves = (chunk + n_threads - 1) / n_threads;
+    return 5 * n_threads * waves <= 7 * chunk;
+}
+
 /* Refuse outputs (dq, dk, dv, the workspace) that overlap an input (the
  * mask included) or each other, a missing or bad mask (fxa_mask_check),
  * then non-finite inputs (named with their position; lse may be -INFINITY

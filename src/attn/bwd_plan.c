@@ -11,7 +11,8 @@
  * the one-pass schedule sweeps each head's dQ accumulator half as often. */
 #define BWD_BLOCK_KV_BF16 256
 /* K, V, Q and dO of one chunk of kv heads stay within this many bytes
- * (unless one kv head needs more). */
+ * (unless one kv head needs more, or the threads need more heads for one
+ * pass: chunk_kv_heads). */
 #define BWD_CHUNK_BYTES ((size_t)64 << 20)
 
 double fxa_attn_bwd_flops(const fxa_attn_desc *d)
@@ -29,8 +30,14 @@ static size_t head_bytes(const fxa_attn_bwd_plan *bp)
            2 * fxa_align_up(q_rows * sizeof(float));
 }
 
-/* The largest divisor of Hkv whose chunk fits the budget (at least 1). */
-static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp)
+/* The largest divisor of Hkv whose chunk fits the budget (at least 1);
+ * when that chunk leaves n_threads threads to the two passes, the smallest
+ * larger divisor of at most one kv head per thread that runs one pass
+ * (fxa_bwd_one_pass: 10 units of work per head instead of 14) and fits in
+ * half the available memory. Long sequences need it: one kv head's K, V,
+ * Q and dO pass the budget from S ~ 11k (D 128), and a chunk of one head
+ * on two threads would run two passes. */
+static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp, int n_threads)
 {
     const int64_t hkv = bp->fwd->d.heads_kv;
     const size_t per = head_bytes(bp);
@@ -38,6 +45,13 @@ static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp)
     for (int64_t k = 1; k <= hkv; k++) {
         if (hkv % k == 0 && (size_t)k * per <= BWD_CHUNK_BYTES)
             best = k;
+    }
+    if (fxa_bwd_one_pass(best, n_threads))
+        return best;
+    const uint64_t avail = fxa_available_memory();
+    for (int64_t k = best + 1; k <= hkv && k <= n_threads; k++) {
+        if (hkv % k == 0 && fxa_bwd_one_pass(k, n_threads) && (uint64_t)k * per <= avail / 2)
+            return k;
     }
     return best;
 }
@@ -137,7 +151,7 @@ static fxa_status bwd_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
     bp->kv_pad = (size_t)bp->n_kv_blocks * bp->block_kv;
     bp->bf16 = fwd->d.compute == FXA_COMPUTE_BF16;
     bp->d16 = (bp->dim + 1) / 2 * 2;
-    bp->chunk_kv_heads = chunk_kv_heads(bp);
+    bp->chunk_kv_heads = chunk_kv_heads(bp, ctx->pool.n_threads);
     layout_workspace(bp, ctx->pool.n_threads);
     const uint64_t avail = fxa_available_memory();
     if ((uint64_t)bp->ws_total > avail) {

@@ -424,13 +424,7 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
         return st;
     fxa_pool *pool = &ctx->pool;
     const int64_t chunk_q = bp->chunk_kv_heads * p->group;
-    /* One item per kv head (10 units of work each) unless its waves of
-     * items over the threads take longer than the two passes' 14 units
-     * spread evenly: 10 ceil(H / T) > 14 H / T for H kv heads on T threads.
-     * The schedules give the same bits, so the choice may follow T. */
-    const int64_t n_threads = pool->n_threads;
-    const int64_t waves = (bp->chunk_kv_heads + n_threads - 1) / n_threads;
-    const int one_pass = 5 * n_threads * waves <= 7 * bp->chunk_kv_heads;
+    const int one_pass = fxa_bwd_one_pass(bp->chunk_kv_heads, pool->n_threads);
     for (job.batch = 0; job.batch < p->d.batch; job.batch++) {
         for (job.chunk_kv0 = 0; job.chunk_kv0 < p->d.heads_kv;
              job.chunk_kv0 += bp->chunk_kv_heads) {

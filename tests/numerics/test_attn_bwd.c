@@ -349,8 +349,10 @@ static void test_case(const bcase *c)
 }
 
 /* A run in chunks of one kv head (GQA 16:1, D 256: one head's Q and dO fill
- * the chunk budget) gives every head the bits of a plan over that head
- * alone (strided into the same buffers). */
+ * the chunk budget; one thread) gives every head the bits of a plan over
+ * that head alone (strided into the same buffers). On two threads a chunk
+ * of one kv head would run two passes, so the plan's chunk takes both kv
+ * heads (one pass, past the budget): the same bits again. */
 static void test_chunks(void)
 {
     enum { HQ = 32, HKV = 2, G = 16, SQ = 1030, SKV = 16, DD = 256 };
@@ -374,8 +376,11 @@ static void test_chunks(void)
         k[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
         v[x] = 4.0f * fxt_rng_uniform24(&r) - 2.0f;
     }
+    fxa_ctx_params cp;
+    fxa_ctx_params_init(&cp);
+    cp.n_threads = 1;
     fxa_ctx *ctx = NULL;
-    fxa_ctx_create(NULL, &ctx);
+    fxa_ctx_create(&cp, &ctx);
     fxa_attn_desc d;
     fxa_attn_desc_init(&d);
     d.batch = 1;
@@ -413,6 +418,28 @@ static void test_chunks(void)
     CHECK(fxa_attn_bwd_run(bwd, &a, wb, NULL) == FXA_OK, "chunks: %s", fxa_ctx_last_error(ctx));
     fxa_attn_bwd_plan_destroy(bwd);
     free(wb);
+    cp.n_threads = 2;
+    fxa_ctx *ctx2 = NULL;
+    CHECK(fxa_ctx_create(&cp, &ctx2) == FXA_OK, "two threads: %s", fxa_ctx_create_error());
+    CHECK(fxa_attn_bwd_plan_create(ctx2, &d, &bwd, &ws_b) == FXA_OK, "two threads: %s",
+          fxa_ctx_last_error(ctx2));
+    CHECK(bwd && bwd->chunk_kv_heads == 2, "two threads: the chunk holds %lld kv heads, not 2",
+          bwd ? (long long)bwd->chunk_kv_heads : -1LL);
+    wb = aligned_alloc(64, (ws_b + 63) / 64 * 64);
+    a.dq = h[0];
+    a.dk = h[1];
+    a.dv = h[2];
+    CHECK(fxa_attn_bwd_run(bwd, &a, wb, NULL) == FXA_OK, "two threads: %s",
+          fxa_ctx_last_error(ctx2));
+    CHECK(memcmp(g[0], h[0], nq * 4) == 0 && memcmp(g[1], h[1], nkv * 4) == 0 &&
+              memcmp(g[2], h[2], nkv * 4) == 0,
+          "two threads, one pass: gradients differ from the chunks of one kv head");
+    fxa_attn_bwd_plan_destroy(bwd);
+    fxa_ctx_destroy(ctx2);
+    free(wb);
+    memset(h[0], 0, nq * 4);
+    memset(h[1], 0, nkv * 4);
+    memset(h[2], 0, nkv * 4);
     /* Each kv head alone, through strides of the whole tensors. */
     fxa_attn_desc one = d;
     one.heads_q = G;
