@@ -34,10 +34,10 @@ static size_t head_bytes(const fxa_attn_bwd_plan *bp)
  * when that chunk leaves n_threads threads to the two passes, the smallest
  * larger divisor of at most one kv head per thread that runs one pass
  * (fxa_bwd_one_pass: 10 units of work per head instead of 14) and fits in
- * half the available memory. Long sequences need it: one kv head's K, V,
+ * half the available memory, avail bytes. Long sequences need it: one kv head's K, V,
  * Q and dO pass the budget from S ~ 11k (D 128), and a chunk of one head
  * on two threads would run two passes. */
-static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp, int n_threads)
+static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp, int n_threads, uint64_t avail)
 {
     const int64_t hkv = bp->fwd->d.heads_kv;
     const size_t per = head_bytes(bp);
@@ -48,7 +48,6 @@ static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp, int n_threads)
     }
     if (fxa_bwd_one_pass(best, n_threads))
         return best;
-    const uint64_t avail = fxa_available_memory();
     for (int64_t k = best + 1; k <= hkv && k <= n_threads; k++) {
         if (hkv % k == 0 && fxa_bwd_one_pass(k, n_threads) && (uint64_t)k * per <= avail / 2)
             return k;
@@ -151,9 +150,9 @@ static fxa_status bwd_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
     bp->kv_pad = (size_t)bp->n_kv_blocks * bp->block_kv;
     bp->bf16 = fwd->d.compute == FXA_COMPUTE_BF16;
     bp->d16 = (bp->dim + 1) / 2 * 2;
-    bp->chunk_kv_heads = chunk_kv_heads(bp, ctx->pool.n_threads);
-    layout_workspace(bp, ctx->pool.n_threads);
     const uint64_t avail = fxa_available_memory();
+    bp->chunk_kv_heads = chunk_kv_heads(bp, ctx->pool.n_threads, avail);
+    layout_workspace(bp, ctx->pool.n_threads);
     if ((uint64_t)bp->ws_total > avail) {
         const double need = (double)bp->ws_total / 1073741824.0;
         fxa_attn_bwd_plan_destroy(bp);

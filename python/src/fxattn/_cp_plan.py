@@ -279,9 +279,8 @@ def reduce_gradients(model, comm, seconds: float) -> int:
         elif not p.grad.is_contiguous():
             p.grad = p.grad.contiguous()
         grads.append(p.grad)
-    for wide in (torch.float64, torch.float32):
-        _allreduce_sum(comm, [g for g in grads if (g.dtype == torch.float64) == (wide == torch.float64)], wide,
-                       seconds, what)
+    _allreduce_sum(comm, [g for g in grads if g.dtype == torch.float64], torch.float64, seconds, what)
+    _allreduce_sum(comm, [g for g in grads if g.dtype != torch.float64], torch.float32, seconds, what)
     return len(grads)
 
 
