@@ -8,10 +8,10 @@
 #
 # The last rank freezes itself before it execs fxattn (an MPMD job whose
 # last app is a wrapper): a peer that never arrives. A rank frozen at a
-# random moment can stop inside Open MPI's PMIx handshake with mpirun, and
-# Open MPI 4.1's mpirun then sometimes deadlocks in its own teardown
-# (PMIx_server_finalize) after every rank has ended, which no rank can
-# prevent.
+# random moment of its start-up (inside MPI_Init) leaves Open MPI 4.1's
+# mpirun deadlocked in its own teardown (PMIx_server_finalize) in about one
+# run in fifteen, after every rank has ended: the launcher's defect, which
+# no rank can prevent (docs/cli.md, known gaps).
 set -u
 mpirun=$1
 fxattn=$2
