@@ -11,7 +11,10 @@ alone: fxattn's (torch.ops.fxattn.attention_backward, the C library's
 fxa_attn_bwd_run, in the forward's compute: fp32, and bf16 compute for bf16
 inputs as fxattn.scaled_dot_product_attention runs them) and torch's (the CPU
 kernel SDPA picks: flash attention's backward). Medians of --repeats rounds,
-each round timing every row once in turn after one warm-up each.
+each round timing every row once in turn after one warm-up each. Each call
+follows another, so torch's OpenMP workers may still spin when fxattn's call
+starts (the header prints OMP_WAIT_POLICY; docs/python.md, "Beside torch's
+own threads").
 GFLOP/s = 10 S^2 H D / seconds (FlashAttention's count, as
 fxa_attn_bwd_flops). The gradients are checked against each other first.
 --json FILE appends one JSON object per (S, dtype) to FILE (kind
@@ -63,8 +66,9 @@ def main():
     ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json (default: host name)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    wait_policy = os.environ.get("OMP_WAIT_POLICY", "unset")
     print(f"fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)}), torch {torch.__version__}, "
-          f"{a.threads} threads, H {a.heads}, D {a.dim}, medians of {a.repeats}")
+          f"{a.threads} threads, H {a.heads}, D {a.dim}, medians of {a.repeats}, OMP_WAIT_POLICY {wait_policy}")
 
     def fx(q, k, v):
         compute = "bf16" if q.dtype == torch.bfloat16 else "fp32"
@@ -97,6 +101,7 @@ def main():
             print(f"{name}: fxattn is {torch_s / fx_s:.2f}x torch SDPA's backward speed")
             recs.append({"kind": "python_backward", "B": 1, "S": s, "H": a.heads, "D": a.dim, "dtype": name,
                          "compute": name, "threads": a.threads, "repeats": a.repeats,
+                         "omp_wait_policy": wait_policy,
                          "fxattn_seconds": fx_s, "fxattn_gflops": flops / fx_s / 1e9,
                          "torch_seconds": torch_s, "torch_gflops": flops / torch_s / 1e9,
                          "fxattn_over_torch": torch_s / fx_s})
