@@ -213,9 +213,12 @@ KINDS = {
                   "`scaled_dot_product_attention` (the CPU flash-attention backward) on the same [1, H, S, D] q, k, "
                   "v and dout, gradients checked against each other first; the backward alone, medians of rounds "
                   "timing every row once in turn. GFLOP/s = 10 S^2 H D / s (FlashAttention's count). "
+                  "OMP_WAIT_POLICY: the environment's (recorded from 2026-12-05 on): unset, torch's OpenMP workers "
+                  "still spin when fxattn's call starts; PASSIVE, they sleep. "
                   "fx / torch: torch's seconds over fxattn's."),
         "columns": [("B", "B", "{}", P), ("H", "H", "{}", P), ("D", "D", "{}", P), ("threads", "threads", "{}", P),
-                    ("repeats", "rounds", "{}", P), ("S", "S", "{}", V), ("dtype", "dtype", "{}", V),
+                    ("repeats", "rounds", "{}", P), ("omp_wait_policy", "OMP_WAIT_POLICY", "{}", P),
+                    ("S", "S", "{}", V), ("dtype", "dtype", "{}", V),
                     ("compute", "fxattn compute", "{}", V), ("fxattn_seconds", "fxattn s", "{:.4f}", V),
                     ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V), ("torch_seconds", "torch s", "{:.4f}", V),
                     ("torch_gflops", "torch GFLOP/s", "{:.1f}", V), ("fxattn_over_torch", "fx / torch", "{:.2f}x", V)],
