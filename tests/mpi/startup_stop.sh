@@ -38,8 +38,8 @@ exec "$@"
 EOF
 chmod +x "$dir/frozen.sh"
 
-# stopped NAME RANKS ARGS...: the last of RANKS ranks frozen before it starts.
-stopped() {
+# frozen NAME RANKS ARGS...: the last of RANKS ranks frozen before it starts.
+frozen() {
     local name=$1 np=$2
     shift 2
     rm -f "$dir/frozen.pid"
@@ -67,10 +67,10 @@ stopped() {
     case "$state" in "" | Z*) ;; *) bad "$name: the frozen rank is still there ($state)" ;; esac
 }
 
-stopped "layer, 2 ranks" 2 layer --grid 1,2,4 --heads 2 --dim 16 --threads 1
-stopped "attn, 3 ranks" 3 attn -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" \
+frozen "layer, 2 ranks" 2 layer --grid 1,2,4 --heads 2 --dim 16 --threads 1
+frozen "attn, 3 ranks" 3 attn -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" \
     -o "$dir/out.npy" --threads 1
-stopped "bench, 3 ranks" 3 bench --seq 48 --heads 2 --dim 16 --threads 1 --repeats 1
+frozen "bench, 3 ranks" 3 bench --seq 48 --heads 2 --dim 16 --threads 1 --repeats 1
 [ ! -e "$dir/out.npy" ] || bad "attn wrote an output"
 
 [ "$fail" -eq 0 ] && echo "startup_stop: all passed"
