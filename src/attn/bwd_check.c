@@ -1,64 +1,137 @@
 /* The backward's input checks: the mask, outputs apart from inputs, every
  * input value finite, and scores that fp32 holds without prescaling. */
 #include <math.h>
+#include <string.h>
 
 #include "bwd_internal.h"
 #include "load.h"
 #include "mask.h"
 #include "steps.h"
 
-/* The first non-finite element of a [B, heads, seq, D] tensor, reported
- * with its position, and the largest row norm in *norm_max; row is
- * scratch of D floats. */
-static fxa_status check_finite(const fxa_attn_bwd_plan *bp, const char *name, const void *base,
-                               fxa_dtype dtype, const fxa_strides *st, int64_t heads, int64_t seq,
-                               float *row, double *norm_max)
+/* The tensors whose values the backward checks, in the order their
+ * errors are reported. */
+enum { CHECKED = 5, CHECK_PARTS = 64 };
+
+typedef struct checked {
+    const char *name;
+    const void *base;
+    fxa_dtype dtype;
+    const fxa_strides *st;
+    int64_t heads, seq;
+} checked;
+
+/* One item of the parallel value check: its rows' largest squared norm and
+ * the first of its rows with a non-finite value (-1: none). */
+typedef struct check_part {
+    double n2_max;
+    int64_t bad_row;
+} check_part;
+
+typedef struct check_job {
+    const fxa_attn_bwd_plan *bp;
+    checked t[CHECKED];
+    int64_t parts;   /* items per tensor */
+    float *scratch;  /* thread 0's 2 D floats; thread k's lie k stride further */
+    size_t stride;   /* floats */
+    check_part *out; /* [CHECKED][parts] */
+} check_job;
+
+static int64_t rows_of(const fxa_attn_bwd_plan *bp, const checked *t)
 {
-    const fxa_attn_plan *p = bp->fwd;
-    double n2_max = 0.0;
-    for (int64_t b = 0; b < p->d.batch; b++) {
-        for (int64_t h = 0; h < heads; h++) {
-            for (int64_t s = 0; s < seq; s++) {
-                fxa_load_row(bp->ctx->kernels, base, dtype,
-                             b * st->batch + h * st->head + s * st->token, bp->dim, row);
-                double n2 = 0.0;
-                for (size_t c = 0; c < bp->dim; c++) {
-                    n2 += (double)row[c] * (double)row[c];
-                    if (!isfinite(row[c]))
-                        return fxa_ctx_fail(bp->ctx, FXA_ERR_INVALID_ARG,
-                                            "%s has a non-finite value at batch %lld, token %lld, "
-                                            "head %lld, dim %zu",
-                                            name, (long long)b, (long long)s, (long long)h, c);
-                }
-                n2_max = n2 > n2_max ? n2 : n2_max;
-            }
-        }
-    }
-    *norm_max = sqrt(n2_max);
-    return FXA_OK;
+    return bp->fwd->d.batch * t->heads * t->seq;
 }
 
-/* The values: every element finite, and the norms' products within fp32. */
-static fxa_status check_values(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a, float *row)
+/* Element offset of flat row r (batch, head, token order) of tensor t. */
+static int64_t row_offset(const checked *t, int64_t r)
+{
+    const int64_t s = r % t->seq, h = r / t->seq % t->heads, b = r / (t->seq * t->heads);
+    return b * t->st->batch + h * t->st->head + s * t->st->token;
+}
+
+/* ||row r of t||^2 in double (the kernels' row statistics against a zero
+ * centre): non-finite exactly when one of its values is, since fp32 squares
+ * stay far inside fp64. */
+static double row_norm2(const fxa_attn_bwd_plan *bp, const checked *t, int64_t r, float *row,
+                        const float *zero)
+{
+    const fxa_kernels *k = bp->ctx->kernels;
+    const int64_t off = row_offset(t, r);
+    if (t->dtype == FXA_BF16)
+        return k->row_stats->distance2_bf16((const uint16_t *)t->base + off, zero, bp->dim);
+    return k->row_stats->distance2(fxa_row_f32(k, t->base, t->dtype, off, bp->dim, row), zero,
+                                   bp->dim);
+}
+
+/* Item `item`: part item % parts of tensor item / parts, an equal share of
+ * its flat rows. */
+static void check_item(void *arg, int64_t item, int thread_id)
+{
+    const check_job *job = arg;
+    const checked *t = &job->t[item / job->parts];
+    const int64_t part = item % job->parts, rows = rows_of(job->bp, t);
+    const int64_t r0 = rows * part / job->parts, r1 = rows * (part + 1) / job->parts;
+    float *row = job->scratch + (size_t)thread_id * job->stride;
+    float *zero = row + job->bp->dim;
+    memset(zero, 0, job->bp->dim * sizeof(float));
+    check_part res = {0.0, -1};
+    for (int64_t r = r0; r < r1; r++) {
+        const double n2 = row_norm2(job->bp, t, r, row, zero);
+        if (!isfinite(n2)) {
+            res.bad_row = r;
+            break;
+        }
+        res.n2_max = n2 > res.n2_max ? n2 : res.n2_max;
+    }
+    job->out[item] = res;
+}
+
+/* The first non-finite element of flat row r of t (one exists), named with
+ * its position. */
+static fxa_status report_non_finite(const fxa_attn_bwd_plan *bp, const checked *t, int64_t r,
+                                    float *row)
+{
+    fxa_load_row(bp->ctx->kernels, t->base, t->dtype, row_offset(t, r), bp->dim, row);
+    size_t c = 0;
+    while (c + 1 < bp->dim && isfinite(row[c]))
+        c++;
+    return fxa_ctx_fail(bp->ctx, FXA_ERR_INVALID_ARG,
+                        "%s has a non-finite value at batch %lld, token %lld, head %lld, dim %zu",
+                        t->name, (long long)(r / (t->seq * t->heads)), (long long)(r % t->seq),
+                        (long long)(r / t->seq % t->heads), c);
+}
+
+/* The values: every element finite, and the norms' products within fp32.
+ * The rows are checked on the context's threads, in parts whose results
+ * do not depend on the threads; the first non-finite element in tensor
+ * and row order is reported. */
+static fxa_status check_values(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
+                               float *scratch, size_t stride)
 {
     const fxa_attn_plan *p = bp->fwd;
-    const struct {
-        const char *name;
-        const void *base;
-        fxa_dtype dtype;
-        const fxa_strides *st;
-        int64_t heads, seq;
-    } t[5] = {{"Q", a->q, p->d.dtype, &p->q_strides, p->d.heads_q, p->d.seq_q},
+    check_part out[CHECKED * CHECK_PARTS];
+    check_job job = {
+        .bp = bp,
+        .t = {{"Q", a->q, p->d.dtype, &p->q_strides, p->d.heads_q, p->d.seq_q},
               {"K", a->k, p->d.dtype, &p->k_strides, p->d.heads_kv, p->d.seq_kv},
               {"V", a->v, p->d.dtype, &p->v_strides, p->d.heads_kv, p->d.seq_kv},
               {"out", a->out, p->d.out_dtype, &p->o_strides, p->d.heads_q, p->d.seq_q},
-              {"dout", a->dout, p->d.out_dtype, &p->o_strides, p->d.heads_q, p->d.seq_q}};
-    double norm[5];
-    for (int i = 0; i < 5; i++) {
-        const fxa_status st = check_finite(bp, t[i].name, t[i].base, t[i].dtype, t[i].st,
-                                           t[i].heads, t[i].seq, row, &norm[i]);
-        if (st != FXA_OK)
-            return st;
+              {"dout", a->dout, p->d.out_dtype, &p->o_strides, p->d.heads_q, p->d.seq_q}},
+        .parts = CHECK_PARTS,
+        .scratch = scratch,
+        .stride = stride,
+        .out = out,
+    };
+    fxa_pool_run(&bp->ctx->pool, check_item, &job, CHECKED * CHECK_PARTS);
+    double norm[CHECKED];
+    for (int i = 0; i < CHECKED; i++) {
+        double n2_max = 0.0;
+        for (int64_t k = 0; k < CHECK_PARTS; k++) {
+            const check_part *res = &out[i * CHECK_PARTS + k];
+            if (res->bad_row >= 0)
+                return report_non_finite(bp, &job.t[i], res->bad_row, scratch);
+            n2_max = res->n2_max > n2_max ? res->n2_max : n2_max;
+        }
+        norm[i] = sqrt(n2_max);
     }
     /* Every partial sum of q.k and dout.v is at most the norms' product
      * (Cauchy-Schwarz); the backward forms them in fp32 without the
@@ -108,10 +181,10 @@ static fxa_status check_spans(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_ar
 }
 
 fxa_status fxa_bwd_check_inputs(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
-                                void *workspace, float *row)
+                                void *workspace, float *scratch, size_t stride)
 {
     fxa_status st = fxa_mask_check(bp->fwd, a->mask);
     if (st == FXA_OK)
         st = check_spans(bp, a, workspace);
-    return st != FXA_OK ? st : check_values(bp, a, row);
+    return st != FXA_OK ? st : check_values(bp, a, scratch, stride);
 }

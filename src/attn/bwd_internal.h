@@ -59,10 +59,11 @@ static inline int fxa_bwd_one_pass(int64_t chunk, int64_t n_threads)
 /* Refuse outputs (dq, dk, dv, the workspace) that overlap an input (the
  * mask included) or each other, a missing or bad mask (fxa_mask_check),
  * then non-finite inputs (named with their position; lse may be -INFINITY
- * with a mask) and inputs whose norms' products (q.k, dout.v) pass 2^120;
- * row is scratch of D floats. bwd_check.c. */
+ * with a mask) and inputs whose norms' products (q.k, dout.v) pass 2^120,
+ * the values checked on the context's threads; scratch: thread 0's 2 D
+ * floats, thread k's stride k floats further. bwd_check.c. */
 fxa_status fxa_bwd_check_inputs(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
-                                void *workspace, float *row);
+                                void *workspace, float *scratch, size_t stride);
 
 /* bf16 compute (bwd_bf16.c). Prep of key block kb of kv head kvh (batch b)
  * into chunk slot `slot`: K and V pair panels, K key pairs; scratch holds

@@ -420,7 +420,8 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
     const double t0 = fxa_now_seconds();
     bwd_job job = {bp, &a, workspace, 0, 0};
-    if ((st = fxa_bwd_check_inputs(bp, &a, workspace, scratch_of(&job, 0).ga)) != FXA_OK)
+    if ((st = fxa_bwd_check_inputs(bp, &a, workspace, scratch_of(&job, 0).ga,
+                                   bp->thread_bytes / sizeof(float))) != FXA_OK)
         return st;
     fxa_pool *pool = &ctx->pool;
     const int64_t chunk_q = bp->chunk_kv_heads * p->group;

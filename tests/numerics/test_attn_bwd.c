@@ -537,6 +537,24 @@ static void test_refusals(void)
               "%s: status %d, message \"%s\"", bad[i].what, (int)st, fxa_ctx_last_error(ctx));
         printf("refused (%s): %s\n", bad[i].what, fxa_ctx_last_error(ctx));
     }
+    /* Several non-finite values, checked on the context's threads: the
+     * first in tensor order (Q, K, V, out, dout), then row order (batch,
+     * head, token), is the one named. */
+    float *k32 = t.k;
+    const float k_keep = k32[(0 * s->skv + 29) * s->d + 15];
+    const float dout_keep = dout32[(0 * s->sq + 17) * s->d + 9];
+    dout32[(0 * s->sq + 17) * s->d + 9] = INFINITY;
+    CHECK(fxa_attn_bwd_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx),
+                     "dout has a non-finite value at batch 0, token 17, head 0, dim 9"),
+          "two non-finite dout values: %s", fxa_ctx_last_error(ctx));
+    k32[(0 * s->skv + 29) * s->d + 15] = -INFINITY;
+    CHECK(fxa_attn_bwd_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx),
+                     "K has a non-finite value at batch 0, token 29, head 0, dim 15"),
+          "K and dout non-finite: %s", fxa_ctx_last_error(ctx));
+    k32[(0 * s->skv + 29) * s->d + 15] = k_keep;
+    dout32[(0 * s->sq + 17) * s->d + 9] = dout_keep;
     dout32[(1 * s->sq + 5) * s->d + 3] = keep;
     const float lse_keep = t.lse[7];
     t.lse[7] = INFINITY;
