@@ -412,17 +412,23 @@ typedef struct fxa_attn_bwd_args {
     const void *out;  /* the forward's O: Q's shape, O strides, out_dtype */
     const void *dout; /* dL/dO: the same shape, strides and dtype as out */
     const float *lse; /* [B,Hq,Sq]: the forward's natural-log lse (required) */
-    /* Outputs, always float (fp32 whatever the input dtype), with the
+    /* Outputs in grad_dtype (float unless it says otherwise), with the
      * element strides of Q, K and V respectively (which must then make
      * distinct elements distinct, as O's do). They may not share a byte
      * with an input, each other or the workspace. */
-    float *dq;
-    float *dk;
-    float *dv;
+    void *dq;
+    void *dk;
+    void *dv;
     /* The forward's mask (fxa_attn_desc.mask_kind, mask_strides), read
      * only; NULL without one. Added after the struct's first form: a
      * smaller struct (ending at dv) has no mask. */
     const void *mask;
+    /* dq, dk and dv's dtype: FXA_F32 (0, the default: float), FXA_BF16 or
+     * FXA_F16 (uint16_t bits, each element fxa_f32_to_bf16 or
+     * fxa_f32_to_f16 of what FXA_F32 writes, rounded as the gradients are
+     * stored, on the library's threads). Added after mask: a smaller struct
+     * writes float. */
+    fxa_dtype grad_dtype;
 } fxa_attn_bwd_args;
 
 /* What one backward run did. Versioned (new in 0.3); an output: the

@@ -124,18 +124,35 @@ def test_bf16_compute_backward():
         assert err <= 2**-5 * r.abs().max().item(), err
 
 
-def test_bf16_gradient_rounding_is_torchs():
-    """The backward's own fp32 -> bf16 rounding of the gradients gives the
-    bits of torch's conversion (nearest even, ties, Inf); NaN stays NaN."""
-    g = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(2)) * 1e3
-    g.view(-1)[:4] = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -float("inf"), float("nan")])
-    g.view(-1)[4] = torch.tensor([0x7FFFFFFF], dtype=torch.int32).view(torch.float32)
-    got = _torch._narrow(g, torch.bfloat16)
-    want = g.to(torch.bfloat16)
-    assert got.dtype == torch.bfloat16 and got.shape == g.shape
-    nan = torch.isnan(g)
-    assert torch.equal(torch.isnan(got), nan)
-    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gradient_rounding_is_torchs(dtype):
+    """bf16 and fp16 gradients: the library rounds its fp32 gradients as it
+    stores them, to the bits of torch's conversion of the same fp32
+    gradients (those of the same inputs, asked for in fp32)."""
+    from fxattn import _arrays
+    from fxattn._attn_core import Options, lse_shape, operands, run, run_backward
+
+    q, k, v, dout = (t.to(dtype) for t in _inputs(1, 4, 2, 70, 90, 32, hot=3.0))
+    opts = Options.parse(None, "bhsd", "auto", False, "fp32", None)
+    qo, ko, vo = operands(q, k, v, "bhsd")
+    out = torch.empty(q.shape, dtype=torch.float32)
+    lse = torch.empty(lse_shape("bhsd", q.shape), dtype=torch.float32)
+    run(qo, ko, vo, opts, _arrays.torch_dtype_code(torch, out.dtype), out.data_ptr(), lse.data_ptr())
+    dout32 = dout.float()
+
+    def grads(grad_dtype):
+        g = [torch.empty(t.shape, dtype=grad_dtype) for t in (q, k, v)]
+        code = _arrays.torch_dtype_code(torch, torch.float32)
+        ptrs = [t.data_ptr() for t in g]
+        run_backward(
+            qo, ko, vo, opts, code, out.data_ptr(), dout32.data_ptr(), lse.data_ptr(), ptrs, _arrays.torch_dtype_code(torch, grad_dtype)
+        )
+        return g
+
+    wide, narrow = grads(torch.float32), grads(dtype)
+    for w, n in zip(wide, narrow):
+        assert n.dtype == dtype and torch.isfinite(w).all()
+        assert torch.equal(n.view(torch.int16), w.to(dtype).view(torch.int16))
 
 
 def test_lse_gradient():

@@ -171,10 +171,11 @@ static fxa_status check_spans(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_ar
         {"lse", a->lse, rows * sizeof(float)},
         {"mask", p->mask_bytes ? a->mask : NULL, p->mask_bytes},
     };
+    const size_t grad_elem = a->grad_dtype == FXA_F32 ? sizeof(float) : sizeof(uint16_t);
     const fxa_span out[4] = {
-        {"dq", a->dq, (size_t)p->q_extent * sizeof(float)},
-        {"dk", a->dk, (size_t)p->kv_extent[0] * sizeof(float)},
-        {"dv", a->dv, (size_t)p->kv_extent[1] * sizeof(float)},
+        {"dq", a->dq, (size_t)p->q_extent * grad_elem},
+        {"dk", a->dk, (size_t)p->kv_extent[0] * grad_elem},
+        {"dv", a->dv, (size_t)p->kv_extent[1] * grad_elem},
         {"workspace", workspace, bp->ws_total},
     };
     return fxa_spans_disjoint(bp->ctx, out, 4, in, 7);

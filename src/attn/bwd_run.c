@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "../base/alloc.h"
+#include "../base/convert_inline.h"
 #include "../base/struct_size.h"
 #include "base/clock.h"
 #include "bwd_internal.h"
@@ -286,15 +287,28 @@ static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64
 
 #undef RUN_TILE
 
-/* Store n rows of a gradient block g [n][D] times scale at dst + off, rows
- * `token` apart. */
-static void store_rows(const float *g, size_t n, size_t dim, float scale, float *dst, int64_t off,
-                       int64_t token)
+/* Store n rows of a gradient block g [n][D] times scale at element off of
+ * dst (dtype: the args' grad_dtype, each value rounded once from fp32),
+ * rows `token` elements apart. */
+static void store_rows(const float *g, size_t n, size_t dim, float scale, fxa_dtype dtype,
+                       void *dst, int64_t off, int64_t token)
 {
     for (size_t r = 0; r < n; r++) {
-        float *row = dst + off + (int64_t)r * token;
-        for (size_t c = 0; c < dim; c++)
-            row[c] = scale * g[r * dim + c];
+        const float *src = g + r * dim;
+        const int64_t at = off + (int64_t)r * token;
+        if (dtype == FXA_F32) {
+            float *row = (float *)dst + at;
+            for (size_t c = 0; c < dim; c++)
+                row[c] = scale * src[c];
+        } else if (dtype == FXA_BF16) {
+            uint16_t *row = (uint16_t *)dst + at;
+            for (size_t c = 0; c < dim; c++)
+                row[c] = fxa_f32_to_bf16_bits(scale * src[c]);
+        } else {
+            uint16_t *row = (uint16_t *)dst + at;
+            for (size_t c = 0; c < dim; c++)
+                row[c] = fxa_f32_to_f16(scale * src[c]);
+        }
     }
 }
 
@@ -305,10 +319,10 @@ static void store_kv_grads(const bwd_job *job, const bwd_scratch *s, int64_t kvh
 {
     const fxa_attn_plan *p = job->bp->fwd;
     const size_t dim = job->bp->dim;
-    store_rows(s->ga, n, dim, (float)p->d.scale, job->a->dk,
+    store_rows(s->ga, n, dim, (float)p->d.scale, job->a->grad_dtype, job->a->dk,
                row_at(&p->k_strides, job->batch, kvh, j0), p->k_strides.token);
-    store_rows(s->gb, n, dim, 1.0f, job->a->dv, row_at(&p->v_strides, job->batch, kvh, j0),
-               p->v_strides.token);
+    store_rows(s->gb, n, dim, 1.0f, job->a->grad_dtype, job->a->dv,
+               row_at(&p->v_strides, job->batch, kvh, j0), p->v_strides.token);
 }
 
 /* dK and dV of chunk slot `slot`'s key block kb over all its query heads
@@ -364,7 +378,8 @@ static void head_item(void *arg, int64_t slot, int thread_id)
     for (int64_t g = 0; g < p->group; g++) {
         const int64_t h = kvh * p->group + g;
         store_rows(dq + (size_t)g * head_rows, (size_t)p->d.seq_q, bp->dim, (float)p->d.scale,
-                   job->a->dq, row_at(&p->q_strides, job->batch, h, 0), p->q_strides.token);
+                   job->a->grad_dtype, job->a->dq, row_at(&p->q_strides, job->batch, h, 0),
+                   p->q_strides.token);
     }
 }
 
@@ -386,7 +401,7 @@ static void dq_item(void *arg, int64_t item, int thread_id)
     memset(s.ga, 0, n * bp->dim * sizeof(float));
     for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++)
         run_tile(job, &s, cq, qb, cq / p->group, kb, NULL, NULL, s.ga);
-    store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->dq,
+    store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->grad_dtype, job->a->dq,
                row_at(&p->q_strides, job->batch, h, i0), p->q_strides.token);
 }
 
@@ -413,6 +428,9 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
                             "(fxa_attn_args.lse)");
     if (!a.dq || !a.dk || !a.dv)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "dq, dk and dv must not be NULL");
+    if (a.grad_dtype != FXA_F32 && a.grad_dtype != FXA_BF16 && a.grad_dtype != FXA_F16)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "grad_dtype %d is not FXA_F32, FXA_BF16 or FXA_F16", (int)a.grad_dtype);
     if (!workspace)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes is missing",
                             bp->ws_total);

@@ -188,6 +188,44 @@ static fxa_status run_bwd_on(void *t, int n_threads)
     return run_bwd(t, n_threads);
 }
 
+/* Gradients in bf16 and fp16 (grad_dtype): each element the conversion of
+ * the fp32 run's (t's dq, dk, dv), padding left alone (0xffff). */
+static void check_grad_dtypes(const char *label, tensors *t)
+{
+    const fxa_dtype dtypes[2] = {FXA_BF16, FXA_F16};
+    const float *f32[3] = {t->dq, t->dk, t->dv};
+    const size_t n[3] = {t->eq, t->ekv, t->ekv};
+    for (int i = 0; i < 2; i++) {
+        uint16_t *g[3];
+        for (int w = 0; w < 3; w++) {
+            g[w] = malloc(n[w] * 2);
+            memset(g[w], 0xff, n[w] * 2);
+        }
+        fxa_attn_bwd_args a = args_of(t);
+        a.dq = g[0], a.dk = g[1], a.dv = g[2];
+        a.grad_dtype = dtypes[i];
+        char msg[512];
+        CHECK(fxt_bwd_once(&t->d, 2, &a, NULL, msg, sizeof msg) == FXA_OK, "[%s] grad_dtype %d: %s",
+              label, (int)dtypes[i], msg);
+        size_t wrong = 0;
+        for (int w = 0; w < 3; w++) {
+            for (size_t x = 0; x < n[w]; x++) {
+                uint32_t bits;
+                memcpy(&bits, &f32[w][x], 4);
+                const uint16_t want = bits == 0xffffffffu     ? 0xffff
+                                      : dtypes[i] == FXA_BF16 ? fxa_f32_to_bf16(f32[w][x])
+                                                              : fxa_f32_to_f16(f32[w][x]);
+                wrong += g[w][x] != want;
+            }
+            free(g[w]);
+        }
+        CHECK(wrong == 0,
+              "[%s] grad_dtype %d: %zu gradient elements differ from the fp32 run's, "
+              "converted",
+              label, (int)dtypes[i], wrong);
+    }
+}
+
 /* Build a case's tensors: random inputs, the forward's out and lse from
  * fxattn; the exact (rounded) inputs in contiguous doubles. */
 static void build(const bcase *c, tensors *t, double *q, double *k, double *v, double *dout)
@@ -331,6 +369,7 @@ static void test_case(const bcase *c)
     float *const grads[3] = {t.dq, t.dk, t.dv};
     const size_t ng[3] = {t.eq, t.ekv, t.ekv};
     fxt_bwd_check_threads(c->label, run_bwd_on, &t, grads, keep, ng);
+    check_grad_dtypes(c->label, &t);
     if (c->compute == FXA_COMPUTE_BF16)
         against_ref_set(c, &t, keep, env, got);
     for (int w = 0; w < 3; w++) {
@@ -591,6 +630,11 @@ static void test_refusals(void)
               strstr(fxa_ctx_last_error(ctx), "without prescaling"),
           "huge q: %s", fxa_ctx_last_error(ctx));
     free(huge);
+    fxa_attn_bwd_args odd = a;
+    odd.grad_dtype = (fxa_dtype)7;
+    CHECK(fxa_attn_bwd_run(plan, &odd, ws, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "grad_dtype 7 is not"),
+          "grad_dtype 7: %s", fxa_ctx_last_error(ctx));
     CHECK(fxa_attn_bwd_run(NULL, &a, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL plan");
     CHECK(fxa_attn_bwd_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG, "NULL args");
     CHECK(fxa_attn_bwd_run(plan, &a, NULL, NULL) == FXA_ERR_INVALID_ARG, "NULL workspace");

@@ -157,16 +157,18 @@ def run_backward(
     dout_ptr: int,
     lse_ptr: int,
     grads,
+    grad_code: int,
     mask: Mask | None = None,
     causal: bool = False,
 ) -> None:
     """fxa_attn_bwd_run on operands: out and dout contiguous in q's shape
     (fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 (the forward's), into
-    grads = (dq, dk, dv) addresses of fp32 memory with q's, k's and v's
-    element strides; the forward's mask and causal. opts.compute is the
+    grads = (dq, dk, dv) addresses of memory in grad_code's dtype (fp32,
+    bf16 or fp16, rounded once from the fp32 gradients) with q's, k's and
+    v's element strides; the forward's mask and causal. opts.compute is the
     forward's: bf16 compute (bf16 inputs) runs the backward's products on
     bf16 operands too, masked or causal alike; fp32 compute in fp32; the
-    gradients are fp32 either way."""
+    gradients accumulate in fp32 either way."""
     d = descriptor(q, k, v, opts, out_code, mask, causal)
     ctx = context(opts.threads)
     with ctx.lock:
@@ -185,6 +187,7 @@ def run_backward(
             dk=dk,
             dv=dv,
             mask=mask.ptr if mask else None,
+            grad_dtype=grad_code,
         )
         status = core.fxa_attn_bwd_run(plan.handle, ctypes.byref(args), ws, None)
         _lib.raise_status(status, ctx.last_error())

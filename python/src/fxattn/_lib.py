@@ -160,6 +160,7 @@ class AttnBwdArgs(ctypes.Structure):
     _c_name_ = "fxa_attn_bwd_args"
     _fields_ = [("struct_size", c_size_t)]
     _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv", "mask")]
+    _fields_ += [("grad_dtype", c_int)]
 
 
 class AttnBwdStats(ctypes.Structure):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-import numpy as np
 import torch
 
 from . import _arrays, _lib
@@ -147,26 +146,16 @@ def attention_backward_op(
     out = out.to(wide).contiguous()
     grad_out = grad_out.to(wide).contiguous()
     lse = lse.contiguous()
-    grads = [torch.empty_like(t, dtype=torch.float32) for t in (qo.obj, ko.obj, vo.obj)]
+    # The library rounds the fp32 gradients to q's dtype as it stores them
+    # (nearest even: the bits torch's conversion gives), on its own threads,
+    # so that no torch parallel region (whose OpenMP workers spin after it)
+    # runs beside the next call of the library's threads.
+    grads = [torch.empty_like(t, dtype=q.dtype) for t in (qo.obj, ko.obj, vo.obj)]
     code = _arrays.torch_dtype_code(torch, wide)
     ptrs = [g.data_ptr() for g in grads]
-    run_backward(qo, ko, vo, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), ptrs, mask, is_causal)
-    return tuple(_narrow(g, t.dtype) for g, t in zip(grads, (q, k, v)))
-
-
-def _narrow(g: torch.Tensor, dtype) -> torch.Tensor:
-    """The fp32 gradient g in dtype; bf16 rounded to nearest even on one
-    thread in numpy (the bits torch's conversion gives), so that no torch
-    parallel region (whose OpenMP workers spin after it) runs beside the
-    next call of the library's threads."""
-    if dtype != torch.bfloat16:
-        return g.to(dtype)
-    b = g.numpy().view(np.uint32)
-    r = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-    nan = np.isnan(g.numpy())
-    if nan.any():
-        r[nan] = ((b[nan] >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
-    return torch.from_numpy(r).view(torch.bfloat16)
+    grad_code = _arrays.torch_dtype_code(torch, q.dtype)
+    run_backward(qo, ko, vo, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), ptrs, grad_code, mask, is_causal)
+    return tuple(grads)
 
 
 def _backward_with_lse(
