@@ -71,13 +71,17 @@ static BWD_ALWAYS_INLINE void panel_dots(const bwd_elem *a, size_t lda, const bw
 
 /* g[r][..] += sum over k < n of the weight w[k ldw + r w_step ..] times the
  * row x[BWD_PACK (k ldx) + ..], for rows r < mr of g (ldg), the columns of
- * mask. */
+ * mask; with prefetch, the next MR rows of g are prefetched into L1 first
+ * (for gradients that live past L2 between tiles). */
 static BWD_ALWAYS_INLINE void grad_block(float *g, size_t ldg, const bwd_elem *w, size_t ldw,
                                          size_t w_step, const bwd_elem *x, size_t ldx, size_t n,
-                                         const bwd_mask mask[BWD_NV], const size_t mr)
+                                         const bwd_mask mask[BWD_NV], const size_t mr,
+                                         const int prefetch)
 {
     bwd_vec acc[MR][BWD_NV];
     FOR_ACC(mr, r, v, acc[r][v] = vmaskload(g + r * ldg + BWD_W * v, mask[v]))
+    if (prefetch)
+        FOR_ACC(mr, r, v, _mm_prefetch((const char *)(g + (r + MR) * ldg + BWD_W * v), _MM_HINT_T0))
     for (size_t k = 0; k < n; k++) {
         bwd_in xv[BWD_NV];
         BWD_UNROLL
@@ -129,21 +133,23 @@ static inline void column_masks(size_t d, size_t c0, bwd_mask mask[BWD_NV])
 /* Gradient rows [0, n_rows) of g1 (ldg) += sum over k < n of the weight
  * w1[k ldw + r w_step] (row r) times the operand row x1 + BWD_PACK k ldx,
  * in column blocks of BWD_W BWD_NV and row blocks of MR; then g2 from w2
- * and x2 alike in the same column block (g2 NULL: none). */
+ * and x2 alike in the same column block (g2 NULL: none). prefetch: each
+ * block prefetches the next one's gradient rows (grad_block). */
 static BWD_ALWAYS_INLINE void grad_blocks(size_t d, size_t n_rows, size_t ldg, size_t ldw,
                                           size_t w_step, size_t ldx, size_t n, float *g1,
                                           const bwd_elem *w1, const bwd_elem *x1, float *g2,
-                                          const bwd_elem *w2, const bwd_elem *x2)
+                                          const bwd_elem *w2, const bwd_elem *x2,
+                                          const int prefetch)
 {
     for (size_t c0 = 0; c0 < d; c0 += BWD_W * BWD_NV) {
         bwd_mask mask[BWD_NV];
         column_masks(d, c0, mask);
 #define G1(mr)                                                                                     \
     grad_block(g1 + i0 * ldg + c0, ldg, w1 + i0 * w_step, ldw, w_step, x1 + BWD_PACK * c0, ldx, n, \
-               mask, mr)
+               mask, mr, prefetch)
 #define G2(mr)                                                                                     \
     grad_block(g2 + i0 * ldg + c0, ldg, w2 + i0 * w_step, ldw, w_step, x2 + BWD_PACK * c0, ldx, n, \
-               mask, mr)
+               mask, mr, prefetch)
         FOR_ROW_BLOCKS(n_rows, i0, G1);
         if (g2)
             FOR_ROW_BLOCKS(n_rows, i0, G2);

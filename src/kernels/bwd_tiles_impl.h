@@ -83,7 +83,7 @@ void BWD_DKDV_NAME(const fxa_attn_bwd_tile *t)
 {
     p_ds(t);
     grad_blocks(t->d, t->n_kv, t->ldg, t->ld_p, 1, t->ldq, t->n_q, t->dv, t->p, t->dout, t->dk,
-                t->ds, t->q);
+                t->ds, t->q, 0);
 }
 
 void BWD_DQ_NAME(const fxa_attn_bwd_tile *t)
@@ -91,7 +91,7 @@ void BWD_DQ_NAME(const fxa_attn_bwd_tile *t)
     if (!t->p_ds_given)
         p_ds(t);
     grad_blocks(t->d, t->n_q, t->ldg, 1, t->ld_p, t->ldk, t->n_kv, t->dq, t->ds, t->k, NULL, NULL,
-                NULL);
+                NULL, 1);
 }
 
 #endif

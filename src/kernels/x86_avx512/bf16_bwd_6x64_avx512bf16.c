@@ -134,7 +134,7 @@ void fxa_bf16_bwd_dkdv_6x64__avx512bf16(const fxa_attn_bwd_tile_bf16 *t)
 {
     p_ds(t);
     grad_blocks(t->d, t->n_kv, t->ldg, 2 * t->ld_p, 2, t->ldqp, (t->n_q + 1) / 2, t->dv, t->pt,
-                t->doutp, t->dk, t->dst, t->qp);
+                t->doutp, t->dk, t->dst, t->qp, 0);
 }
 
 void fxa_bf16_bwd_dq_6x64__avx512bf16(const fxa_attn_bwd_tile_bf16 *t)
@@ -142,5 +142,5 @@ void fxa_bf16_bwd_dq_6x64__avx512bf16(const fxa_attn_bwd_tile_bf16 *t)
     if (!t->p_ds_given)
         p_ds(t);
     grad_blocks(t->d, t->n_q, t->ldg, 2, t->ld_p, t->ldkp, (t->n_kv + 1) / 2, t->dq, t->ds, t->kp,
-                NULL, NULL, NULL);
+                NULL, NULL, NULL, 1);
 }
