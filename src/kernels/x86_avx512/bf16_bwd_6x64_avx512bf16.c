@@ -62,6 +62,18 @@ static BWD_ALWAYS_INLINE __m512i round2(__m512 even, __m512 odd)
     return (__m512i)_mm512_cvtne2ps_pbh(odd, even);
 }
 
+/* Prefetch rows [i0, i0 + MR) of q and dout (those within the tile) into L1. */
+static BWD_ALWAYS_INLINE void prefetch_rows(const fxa_attn_bwd_tile_bf16 *t, size_t i0)
+{
+    const size_t end = i0 + MR < t->n_q ? i0 + MR : t->n_q;
+    for (size_t i = i0; i < end; i++) {
+        for (size_t c = 0; c < t->d; c += 32) {
+            _mm_prefetch((const char *)(t->q + i * t->ldq + c), _MM_HINT_T0);
+            _mm_prefetch((const char *)(t->dout + i * t->ldq + c), _MM_HINT_T0);
+        }
+    }
+}
+
 /* p and ds of rows [i0, i0 + mr) x the BWD_PANEL keys of the panel at j0: dp -
  * delta first (kept in dpd), then the scores, each row pair's p and ds
  * formed in registers and stored rounded (a missing odd row as zero). */
@@ -72,6 +84,8 @@ static BWD_ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile_bf16 *t, size_t
     __m512 acc[MR][BWD_NV];
     float dpd[MR][BWD_PANEL];
     const size_t panel_at = 2 * j0 * pairs;
+    if (j0 == 0) /* the first panel brings the rows in: the next block's from L3 meanwhile */
+        prefetch_rows(t, i0 + MR);
     panel_dots(t->dout + i0 * t->ldq, t->ldq, t->vt + panel_at, pairs, mr, acc);
     BWD_UNROLL
     for (size_t r = 0; r < mr; r++) {
