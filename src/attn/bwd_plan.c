@@ -5,7 +5,10 @@
 #include "../base/alloc.h"
 #include "bwd_internal.h"
 
-#define BWD_BLOCK_Q 64   /* query rows per tile: P and dS stay in L1/L2 */
+/* Query rows per tile: P and dS (and dK, dV's accumulators) stay in L2,
+ * and each dK, dV block sums 256 query rows (128 bf16 row pairs) between
+ * its accumulators' load and store. */
+#define BWD_BLOCK_Q 256
 #define BWD_BLOCK_KV 128 /* keys per tile and per dK/dV work item */
 /* bf16 compute: twice the keys (P and dS in bf16 take the same bytes), so
  * the one-pass schedule sweeps each head's dQ accumulator half as often. */
