@@ -33,8 +33,19 @@ static size_t head_bytes(const fxa_attn_bwd_plan *bp)
            2 * fxa_align_up(q_rows * sizeof(float));
 }
 
-/* The largest divisor of Hkv whose chunk fits the budget (at least 1);
- * when that chunk leaves n_threads threads to the two passes, the smallest
+/* Heads per wave of the one-pass schedule that a chunk of k kv heads keeps
+ * busy on n_threads threads: k / (ceil(k / n) n), compared as a fraction. */
+static int busier(int64_t a, int64_t b, int64_t n)
+{
+    const int64_t wa = (a + n - 1) / n * n, wb = (b + n - 1) / n * n;
+    return a * wb > b * wa;
+}
+
+/* The divisor of Hkv whose chunk fits the budget and keeps the most of the
+ * threads busy in the one-pass schedule (one item per kv head: 5 heads on
+ * 2 threads leave one idle a third of the time, 4 none), the largest of
+ * those (at least 1); when that chunk leaves n_threads threads to the two
+ * passes, the smallest
  * larger divisor of at most one kv head per thread that runs one pass
  * (fxa_bwd_one_pass: 10 units of work per head instead of 14) and fits in
  * half the available memory, avail bytes. Long sequences need it: one kv head's K, V,
@@ -45,8 +56,8 @@ static int64_t chunk_kv_heads(const fxa_attn_bwd_plan *bp, int n_threads, uint64
     const int64_t hkv = bp->fwd->d.heads_kv;
     const size_t per = head_bytes(bp);
     int64_t best = 1;
-    for (int64_t k = 1; k <= hkv; k++) {
-        if (hkv % k == 0 && (size_t)k * per <= BWD_CHUNK_BYTES)
+    for (int64_t k = 2; k <= hkv; k++) {
+        if (hkv % k == 0 && (size_t)k * per <= BWD_CHUNK_BYTES && !busier(best, k, n_threads))
             best = k;
     }
     if (fxa_bwd_one_pass(best, n_threads))
