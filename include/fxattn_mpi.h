@@ -280,7 +280,8 @@ FXA_API void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *plan);
  * Collective. args holds this rank's shards as for fxa_mpi_attn_run: q, k,
  * v, out (fp32) and dout (fp32, out's shape) of its tokens, lse [B, Hq,
  * Sq_r] (this rank's shard of the forward's lse), and the fp32 outputs dq,
- * dk, dv shaped like q, k, v.
+ * dk, dv shaped like q, k, v (grad_dtype FXA_F32; another is
+ * FXA_ERR_UNSUPPORTED on every rank).
  * Ulysses (U > 1): all-to-alls inside each row move the shards to head
  * sharding over the row's tokens, and bring dq, dk, dv back at the end.
  * R == 1: fxa_attn_bwd_run computes this rank's heads over the whole

@@ -1,7 +1,7 @@
 /*
  * The arguments of a distributed backward, checked on the rank that passes
  * them before any communication: the caller's struct (struct_size), the
- * pointers, and finiteness (a non-finite value is found, and named in
+ * pointers, fp32 gradients (grad_dtype FXA_F32), and finiteness (a non-finite value is found, and named in
  * global coordinates, on the rank that owns it, before an exchange or the
  * ring moves it).
  */
@@ -60,6 +60,15 @@ fxa_status fxa_bwd_take_args(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_
                  "NULL tensor in fxa_attn_bwd_args (q, k, v, out, dout, lse, dq, dk and "
                  "dv are required)");
         return FXA_ERR_INVALID_ARG;
+    }
+    if (a->grad_dtype != FXA_F32) {
+        const int known = a->grad_dtype == FXA_BF16 || a->grad_dtype == FXA_F16;
+        snprintf(msg, cap,
+                 known ? "grad_dtype %d: the distributed backward writes fp32 gradients "
+                         "(FXA_F32)"
+                       : "grad_dtype %d is not FXA_F32, FXA_BF16 or FXA_F16",
+                 (int)a->grad_dtype);
+        return known ? FXA_ERR_UNSUPPORTED : FXA_ERR_INVALID_ARG;
     }
     const fxa_attn_desc *d = &p->d;
     const int r = p->m->rank;

@@ -233,6 +233,18 @@ static void run_case(const char *name, const fxa_attn_desc *d)
           fxa_mpi_last_error(g_mpi));
     CHECK(((const unsigned char *)g[0][0])[0] == 0x7f, "%s: dq written by a failed run", name);
     a.dout = s_dout;
+    /* bf16 gradients asked for on the last rank: the distributed backward
+     * writes fp32 only; every rank fails, nothing written. */
+    if (g_rank == g_size - 1)
+        a.grad_dtype = FXA_BF16;
+    bad = st == FXA_OK ? fxa_mpi_attn_bwd_run(plan, &a, NULL) : FXA_ERR_UNSUPPORTED;
+    CHECK(bad == FXA_ERR_UNSUPPORTED, "%s: bf16 gradients on rank %d: status %d", name, g_size - 1,
+          (int)bad);
+    CHECK(strstr(fxa_mpi_last_error(g_mpi), "grad_dtype 1: the distributed backward writes fp32"),
+          "%s: message '%s'", name, fxa_mpi_last_error(g_mpi));
+    CHECK(((const unsigned char *)g[0][0])[0] == 0x7f, "%s: dq written by a failed run", name);
+    CHECK(same_everywhere((int)bad), "%s: grad_dtype: ranks got different statuses", name);
+    a.grad_dtype = FXA_F32;
     /* A NaN in rank 0's dO: every rank fails (the ring keeps going), fast. */
     if (g_rank == 0)
         s_dout[0] = NAN;
