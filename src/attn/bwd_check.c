@@ -30,10 +30,9 @@ typedef struct check_part {
 typedef struct check_job {
     const fxa_attn_bwd_plan *bp;
     checked t[CHECKED];
-    int64_t parts;   /* items per tensor */
     float *scratch;  /* thread 0's 2 D floats; thread k's lie k stride further */
     size_t stride;   /* floats */
-    check_part *out; /* [CHECKED][parts] */
+    check_part *out; /* [CHECKED][CHECK_PARTS] */
 } check_job;
 
 static int64_t rows_of(const fxa_attn_bwd_plan *bp, const checked *t)
@@ -62,14 +61,14 @@ static double row_norm2(const fxa_attn_bwd_plan *bp, const checked *t, int64_t r
                                    bp->dim);
 }
 
-/* Item `item`: part item % parts of tensor item / parts, an equal share of
- * its flat rows. */
+/* Item `item`: part item % CHECK_PARTS of tensor item / CHECK_PARTS, an
+ * equal share of its flat rows. */
 static void check_item(void *arg, int64_t item, int thread_id)
 {
     const check_job *job = arg;
-    const checked *t = &job->t[item / job->parts];
-    const int64_t part = item % job->parts, rows = rows_of(job->bp, t);
-    const int64_t r0 = rows * part / job->parts, r1 = rows * (part + 1) / job->parts;
+    const checked *t = &job->t[item / CHECK_PARTS];
+    const int64_t part = item % CHECK_PARTS, rows = rows_of(job->bp, t);
+    const int64_t r0 = rows * part / CHECK_PARTS, r1 = rows * (part + 1) / CHECK_PARTS;
     float *row = job->scratch + (size_t)thread_id * job->stride;
     float *zero = row + job->bp->dim;
     memset(zero, 0, job->bp->dim * sizeof(float));
@@ -116,7 +115,6 @@ static fxa_status check_values(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_a
               {"V", a->v, p->d.dtype, &p->v_strides, p->d.heads_kv, p->d.seq_kv},
               {"out", a->out, p->d.out_dtype, &p->o_strides, p->d.heads_q, p->d.seq_q},
               {"dout", a->dout, p->d.out_dtype, &p->o_strides, p->d.heads_q, p->d.seq_q}},
-        .parts = CHECK_PARTS,
         .scratch = scratch,
         .stride = stride,
         .out = out,

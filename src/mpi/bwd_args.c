@@ -1,9 +1,9 @@
 /*
  * The arguments of a distributed backward, checked on the rank that passes
  * them before any communication: the caller's struct (struct_size), the
- * pointers, fp32 gradients (grad_dtype FXA_F32), and finiteness (a non-finite value is found, and named in
- * global coordinates, on the rank that owns it, before an exchange or the
- * ring moves it).
+ * pointers, fp32 gradients (grad_dtype FXA_F32), and finiteness (a
+ * non-finite value is found, and named in global coordinates, on the rank
+ * that owns it, before an exchange or the ring moves it).
  */
 #include <stdio.h>
 #include <string.h>
