@@ -190,8 +190,50 @@ typedef enum fxa_compute {
      * P rounded to bf16 (nearest even) for P.V, on vdpbf16ps where the CPU
      * has AVX512-BF16 (about twice the fp32 speed). The output error grows
      * to at most about 2^-8 max|v| (P's rounding), as in other bf16 kernels. */
-    FXA_COMPUTE_BF16 = 1
+    FXA_COMPUTE_BF16 = 1,
+    /* The faster of the two for the inputs, chosen once per context by the
+     * rates of its tiles (fxa_ctx_compute_choice): FXA_COMPUTE_FP32 for f32
+     * and f16 inputs; for bf16 inputs FXA_COMPUTE_BF16 where the context's
+     * bf16 tile runs at least 1.25x the fp32 tile's rate (vdpbf16ps on AMD
+     * Zen 4 and 5, AMX tiles), FXA_COMPUTE_FP32 elsewhere (Intel cores whose
+     * vdpbf16ps runs at half the FMA rate, CPUs without a bf16 tile). The
+     * choice carries that compute's error envelope; stats report it. The
+     * default of the command line, the Python package and the Wan layer;
+     * fxa_attn_desc_init keeps FXA_COMPUTE_FP32, whose results do not depend
+     * on the machine. */
+    FXA_COMPUTE_AUTO = 2
 } fxa_compute;
+
+/* What FXA_COMPUTE_AUTO runs on a context (fxa_ctx_compute_choice). An
+ * output: the caller sets struct_size; only the fields inside it are
+ * written. */
+typedef struct fxa_compute_choice {
+    size_t struct_size; /* set by the caller; left as it is */
+    fxa_compute compute; /* FXA_COMPUTE_FP32 or FXA_COMPUTE_BF16 */
+    /* One thread's rate of each tile on a 96-row x kv-tile block of
+     * synthetic inputs at this head dim, in attention GFLOP/s (4 D flops
+     * per score), best of 5 runs taken in turn: measured for bf16 inputs
+     * where the kernel set has a bf16 tile of its own (vdpbf16ps, AMX);
+     * 0.0 where nothing was measured (f32 and f16 inputs, or a portable
+     * bf16 tile, which is always slower than the fp32 tile). */
+    double fp32_gflops;
+    double bf16_gflops;
+} fxa_compute_choice;
+
+/*
+ * The compute FXA_COMPUTE_AUTO gives inputs of dtype with head dim
+ * head_dim on this context, and the rates it was chosen by: bf16 compute
+ * when the bf16 tile's rate is at least 1.25 times the fp32 tile's. Measured
+ * at the first call for a head dim (about 2 ms on the calling thread) and
+ * kept by the context, so every plan on it makes the same choice. The
+ * environment variable FXA_AUTO_COMPUTE, read by fxa_ctx_create, pins the
+ * choice for bf16 inputs instead ("fp32" or "bf16"; nothing is measured,
+ * the rates are 0.0; another value fails fxa_ctx_create). Errors:
+ * FXA_ERR_INVALID_ARG (NULL, unknown dtype, head_dim outside
+ * 1..FXA_MAX_HEAD_DIM, struct_size), FXA_ERR_NO_MEMORY.
+ */
+FXA_API fxa_status fxa_ctx_compute_choice(fxa_ctx *ctx, fxa_dtype dtype, int64_t head_dim,
+                                          fxa_compute_choice *out);
 
 /* Attention masks (fxa_attn_desc.mask_kind), as in PyTorch's
  * scaled_dot_product_attention. */
@@ -229,7 +271,7 @@ typedef struct fxa_attn_desc {
     double scale;      /* softmax scale tau; 0 means 1/sqrt(D) */
     fxa_mode mode;
     int center;          /* virtual key centring: 1 on (default), 0 off */
-    fxa_compute compute; /* FXA_COMPUTE_FP32 (default) or FXA_COMPUTE_BF16 */
+    fxa_compute compute; /* FXA_COMPUTE_FP32 (default), FXA_COMPUTE_BF16 or FXA_COMPUTE_AUTO */
     /* Scheduling (never changes results, bit for bit): */
     int heads_per_tile; /* q heads per work item, divides Hq; 0 = 1 */
     int block_q;        /* query rows per work item; 0 = default */
@@ -275,8 +317,8 @@ typedef struct fxa_attn_desc {
 } fxa_attn_desc;
 
 /* Fill *d with defaults: struct_size, BSHD, f32 inputs and output, scale
- * 1/sqrt(D), auto, centring on, strides from the layout. Shapes are left 0
- * and must be set. */
+ * 1/sqrt(D), auto, fp32 compute, centring on, strides from the layout.
+ * Shapes are left 0 and must be set. */
 FXA_API void fxa_attn_desc_init(fxa_attn_desc *d);
 
 typedef struct fxa_attn_plan fxa_attn_plan;
@@ -307,6 +349,8 @@ typedef struct fxa_attn_stats {
     double seconds;        /* wall time of the run */
     /* Added in 0.2: */
     int64_t keys; /* N, the keys each row attends to (the gates' N) */
+    /* Added in 0.3: */
+    fxa_compute compute; /* the compute that ran (FXA_COMPUTE_AUTO resolved) */
 } fxa_attn_stats;
 
 /* Tensors of one run. Q, K, V have the descriptor's strides and dtype. */

@@ -157,7 +157,9 @@ typedef struct fxa_wan_desc {
      *    computed in fp32;
      *  FXA_BF16: an fp32 x rounded once to bf16; Q, K and V rounded once to
      *    bf16 after the fused epilogue (bias, RMSNorm, RoPE in fp32); attention
-     *    with FXA_COMPUTE_BF16 writing bf16; the output projection on that bf16
+     *    with FXA_COMPUTE_AUTO (bf16 compute where the context measures it
+     *    faster, else fp32; fxa_ctx_compute_choice) writing bf16; the output
+     *    projection on that bf16
      *    with fp32 accumulation. With bf16 (or FP8) weights every GEMM runs
      *    on oneDNN's bf16 matmul (AVX512-BF16); fp32 weights are read as they
      *    are by an fp32 GEMM (the same products, slower).
@@ -212,7 +214,7 @@ FXA_API double fxa_wan_flops(const fxa_wan_desc *d);
 /* ---- pieces, for distributed drivers (token shards, head slices) -------- */
 
 /* The attention of `heads` heads over all S tokens (BSHD; f32, or bf16 in and
- * out with FXA_COMPUTE_BF16 when d->dtype is FXA_BF16). */
+ * out with FXA_COMPUTE_AUTO when d->dtype is FXA_BF16). */
 FXA_API void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad);
 
 /* The Wan RoPE tables of all S tokens, [S][head_dim] each, into caller

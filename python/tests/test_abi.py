@@ -71,6 +71,7 @@ ENUMS = {
     ("_lib", "MODE_ONLINE"): "FXA_MODE_ONLINE",
     ("_lib", "COMPUTE_FP32"): "FXA_COMPUTE_FP32",
     ("_lib", "COMPUTE_BF16"): "FXA_COMPUTE_BF16",
+    ("_lib", "COMPUTE_AUTO"): "FXA_COMPUTE_AUTO",
     ("_lib", "MASK_NONE"): "FXA_MASK_NONE",
     ("_lib", "MASK_BOOL"): "FXA_MASK_BOOL",
     ("_lib", "MASK_ADD"): "FXA_MASK_ADD",
@@ -124,7 +125,7 @@ def test_structs_match_the_c_headers(tmp_path):
     structs = mirrored_structs()
     assert {"fxa_attn_desc", "fxa_attn_args", "fxa_mask_strides", "fxa_attn_stats", "fxa_ctx_params", "fxa_check_head",
             "fxa_check_desc", "fxa_wan_desc", "fxa_wan_weights", "fxa_mpi_params", "fxa_mpi_stats",
-            "fxa_grid_model", "fxa_grid_time", "fxa_grid_link"} <= set(structs)
+            "fxa_grid_model", "fxa_grid_time", "fxa_grid_link", "fxa_compute_choice"} <= set(structs)
     body = []
     for cname, py in structs.items():
         body.append(f'printf("{cname} %zu\\n", sizeof({cname}));')

@@ -134,10 +134,10 @@ def test_float16_inputs_and_output():
 def test_bfloat16_numpy():
     bf16 = ml_dtypes.bfloat16
     q, k, v = (t.astype(bf16) for t in make((1, 40, 2, 32), (1, 50, 2, 32), seed=14))
-    out = fxattn.attention(q, k, v, layout="bshd")
+    out = fxattn.attention(q, k, v, layout="bshd", compute="fp32")
     assert out.dtype == bf16
     ref = reference(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32))
-    out32 = fxattn.attention(q, k, v, out_dtype="float32", layout="bshd")
+    out32 = fxattn.attention(q, k, v, out_dtype="float32", layout="bshd", compute="fp32")
     assert max_err(out32, ref, v.astype(np.float32)) < FP32_TOL
     # The bf16 output is the fp32 output rounded once to nearest even.
     assert out.tobytes() == out32.astype(bf16).tobytes()
@@ -222,3 +222,24 @@ def test_library_version_matches_package():
     assert fxattn.library_version == fxattn.__version__
     assert fxattn.available_cpus() >= 1
     assert fxattn.kernel_info()
+
+
+def test_compute_auto_is_the_machines_choice():
+    """compute="auto" (the default) runs what fxattn.compute_choice names: fp32 for float32 and
+    float16, for bfloat16 the compute whose tile the library measured faster (bf16 from 1.25x
+    the fp32 tile's rate), bit for bit that compute's output."""
+    for dt in ("float32", "float16", np.float32):
+        c = fxattn.compute_choice(dt, 32)
+        assert c.compute == "fp32" and c.fp32_gflops == c.bf16_gflops == 0.0
+    c = fxattn.compute_choice("bfloat16", 32)
+    assert c == fxattn.compute_choice(ml_dtypes.bfloat16, 32)  # kept, not measured again
+    if c.bf16_gflops > 0.0:
+        assert (c.compute == "bf16") == (c.bf16_gflops >= 1.25 * c.fp32_gflops)
+    q, k, v = (t.astype(ml_dtypes.bfloat16) for t in make((1, 40, 2, 32), (1, 50, 2, 32), seed=16))
+    auto = fxattn.attention(q, k, v, layout="bshd", out_dtype="float32")
+    named = fxattn.attention(q, k, v, layout="bshd", out_dtype="float32", compute=c.compute)
+    assert auto.tobytes() == named.tobytes()
+    with pytest.raises(fxattn.InvalidArgumentError, match="dtype int8 is not float32"):
+        fxattn.compute_choice("int8", 32)
+    with pytest.raises(fxattn.InvalidArgumentError, match="head_dim 300 is outside"):
+        fxattn.compute_choice("bfloat16", 300)

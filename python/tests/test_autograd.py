@@ -103,20 +103,25 @@ def test_bf16_gradients_in_bf16():
 
 
 def test_bf16_compute_backward():
-    """bf16 inputs through fxattn.scaled_dot_product_attention run bf16
-    compute (its default for bf16) in the forward and the backward: the
-    gradients are those of fxattn.attention(compute="bf16"), bit for bit,
-    not fp32 compute's, and within bf16 compute's envelope of the fp64
-    reference (docs/numerics.md: P, dS and dO rounded to bf16, ~2^-8 of
-    each product; 2^-5 max|reference| here)."""
+    """bf16 inputs through fxattn.scaled_dot_product_attention(compute="bf16")
+    run bf16 compute in the forward and the backward: the gradients are
+    those of fxattn.attention(compute="bf16"), bit for bit, not fp32
+    compute's, and within bf16 compute's envelope of the fp64 reference
+    (docs/numerics.md: P, dS and dO rounded to bf16, ~2^-8 of each product;
+    2^-5 max|reference| here). The default (compute None, "auto") gives the
+    bits of the compute fxattn.compute_choice names for this machine."""
     q, k, v, dout = _inputs(1, 4, 2, 75, 131, 40)
-    sdpa = lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True)  # noqa: E731
+    sdpa = lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True, compute="bf16")  # noqa: E731
     out, got = _grads(sdpa, q, k, v, dout, torch.bfloat16)
     assert out.dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g in got)
     _, same = _grads(lambda *t: fxattn.attention(*t, layout="bhsd", compute="bf16"), q, k, v, dout, torch.bfloat16)
     _, fp32 = _grads(lambda *t: fxattn.attention(*t, layout="bhsd", compute="fp32"), q, k, v, dout, torch.bfloat16)
     assert all(torch.equal(a, b) for a, b in zip(got, same))
     assert any(not torch.equal(a, b) for a, b in zip(got, fp32))
+    default = lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True)  # noqa: E731
+    _, auto = _grads(default, q, k, v, dout, torch.bfloat16)
+    chosen = same if fxattn.compute_choice(torch.bfloat16, 40).compute == "bf16" else fp32
+    assert all(torch.equal(a, b) for a, b in zip(auto, chosen))
     qb, kb, vb = (t.bfloat16().float() for t in (q, k, v))
     _, ref = _grads(_sdpa, qb, kb, vb, dout.bfloat16().float(), torch.float64)
     for g, r in zip(got, ref):

@@ -377,14 +377,15 @@ def test_dispatch_views_lse_scale():
 
 def test_dispatch_gqa_bf16():
     """enable_gqa with 4 query heads on 2 key heads (one key head without
-    it), and bf16 inputs run in fxattn's bf16 compute: as close to fp64 as
-    torch's bf16 SDPA (within 2x) and bit-identical to
-    fxattn.attention(compute="bf16")."""
+    it), and bf16 inputs run in the compute fxattn chooses for this machine
+    (compute="auto"): as close to fp64 as torch's bf16 SDPA (within 2x) and
+    bit-identical to fxattn.attention with compute=fxattn.compute_choice's."""
     q, k, v = _qkv(hq=4, hkv=2, dtype=torch.bfloat16)
     name = AttentionBackendName("fxattn")
     out = dispatch_attention_fn(q, k, v, enable_gqa=True, backend=name)
     assert out.dtype == torch.bfloat16
-    assert torch.equal(out, fxattn.attention(q, k, v, layout="bshd", compute="bf16"))
+    chosen = fxattn.compute_choice(torch.bfloat16, q.shape[-1]).compute
+    assert torch.equal(out, fxattn.attention(q, k, v, layout="bshd", compute=chosen))
     ref = _sdpa64(q, k, v, enable_gqa=True)
     sdpa = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), enable_gqa=True).transpose(1, 2)
     assert (out.double() - ref).abs().max().item() <= 2 * (sdpa.double() - ref).abs().max().item()
@@ -392,7 +393,7 @@ def test_dispatch_gqa_bf16():
         dispatch_attention_fn(q, k, v, backend=name)
     # One key head broadcasts without enable_gqa, as in torch's SDPA.
     k1, v1 = k[:, :, :1], v[:, :, :1]
-    assert torch.equal(dispatch_attention_fn(q, k1, v1, backend=name), fxattn.attention(q, k1, v1, layout="bshd", compute="bf16"))
+    assert torch.equal(dispatch_attention_fn(q, k1, v1, backend=name), fxattn.attention(q, k1, v1, layout="bshd", compute=chosen))
 
 
 def test_dispatch_compiles():

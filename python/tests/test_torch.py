@@ -59,12 +59,12 @@ def test_transposed_view_is_not_copied():
 @pytest.mark.parametrize("dtype,rel", [(torch.bfloat16, 2.0**-8), (torch.float16, 2.0**-11)])
 def test_half_types_return_input_dtype(dtype, rel):
     q, k, v = tensors(seed=2, dtype=dtype)
-    out = fxattn.attention(q, k, v, layout="bhsd")
+    out = fxattn.attention(q, k, v, layout="bhsd", compute="fp32")
     assert out.dtype == dtype
     ref = torch.from_numpy(reference(q.float().numpy(), k.float().numpy(), v.float().numpy(), layout="bhsd"))
     bound = rel * ref.abs() + FP32_TOL * v.float().abs().max()
     assert bool(((out.double() - ref).abs() <= bound).all())
-    out32 = fxattn.attention(q, k, v, layout="bhsd", out_dtype=torch.float32)
+    out32 = fxattn.attention(q, k, v, layout="bhsd", out_dtype=torch.float32, compute="fp32")
     assert out32.dtype == torch.float32 and err(out32, ref, v.float()) < FP32_TOL
     assert torch.equal(out, out32.to(dtype))  # rounded once, to nearest even
     # SDPA in the same dtype is within its own rounding of the same result.

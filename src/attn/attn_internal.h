@@ -129,6 +129,10 @@ struct fxa_attn_plan {
  * fxa_attn_desc_init where d is an older, shorter version; a bad struct_size fails on ctx. */
 fxa_status fxa_attn_desc_in(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_desc *full);
 
+/* d->compute FXA_COMPUTE_AUTO replaced by the context's choice for d's dtype and head dim
+ * (compute_choice.c: measured once per context and head dim); other values are left. */
+fxa_status fxa_compute_resolve(fxa_ctx *ctx, fxa_attn_desc *d);
+
 /* A run's versioned argument struct `args` (named `name`; its first version
  * min_size bytes) copied into full (cur_size bytes, zero-initialised by the
  * caller: the defaults), struct_size cur_size: FXA_ERR_INVALID_ARG, explained

@@ -345,6 +345,7 @@ static void fill_stats(const run_job *job, fxa_attn_stats *st)
     st->struct_size = sizeof *st;
     st->rows = p->d.batch * p->d.heads_q * p->d.seq_q;
     st->keys = p->d.seq_kv;
+    st->compute = p->d.compute;
     st->c_min = c_min;
     st->gate_strict = fxa_fixed_m_gate_strict(c_min);
     st->gate_centered = p->d.center ? fxa_fixed_m_gate_centered(c_min, p->d.seq_kv) : 0;

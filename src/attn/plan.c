@@ -22,6 +22,7 @@ void fxa_attn_desc_init(fxa_attn_desc *d)
     d->dtype = FXA_F32;
     d->scale = 0.0;
     d->mode = FXA_MODE_AUTO;
+    d->compute = FXA_COMPUTE_FP32;
     d->center = 1;
     d->heads_per_tile = 1;
 }
@@ -171,7 +172,8 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown dtype %d", (int)d->dtype);
     if (d->mode != FXA_MODE_AUTO && d->mode != FXA_MODE_ONLINE)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown mode %d", (int)d->mode);
-    if (d->compute != FXA_COMPUTE_FP32 && d->compute != FXA_COMPUTE_BF16)
+    if (d->compute != FXA_COMPUTE_FP32 && d->compute != FXA_COMPUTE_BF16 &&
+        d->compute != FXA_COMPUTE_AUTO)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown compute mode %d", (int)d->compute);
     if (d->compute == FXA_COMPUTE_BF16 && d->dtype != FXA_BF16)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
@@ -401,6 +403,8 @@ static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_pla
     fxa_status st = fxa_attn_desc_in(ctx, d, &full);
     if (st == FXA_OK)
         st = check_desc(ctx, &full);
+    if (st == FXA_OK)
+        st = fxa_compute_resolve(ctx, &full);
     if (st != FXA_OK)
         return st;
     d = &full;

@@ -40,6 +40,8 @@
  * form ends at dv, mask came after.) */
 #define FXA_ATTN_BWD_ARGS_SIZE_0_3 offsetof(fxa_attn_bwd_args, mask)
 #define FXA_ATTN_BWD_STATS_SIZE_0_3 sizeof(fxa_attn_bwd_stats)
+/* (fxa_compute_choice: new in 0.3.) */
+#define FXA_COMPUTE_CHOICE_SIZE_0_3 sizeof(fxa_compute_choice)
 
 /* The caller's struct_size (the first member of every versioned struct). */
 static inline size_t fxa_struct_size_of(const void *s)

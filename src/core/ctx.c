@@ -33,6 +33,27 @@ const char *fxa_ctx_create_error(void)
     return g_create_error;
 }
 
+/* FXA_AUTO_COMPUTE: "fp32" or "bf16" pin the automatic compute of bf16
+ * inputs; unset or "" measure it. Anything else is refused. */
+static fxa_status read_auto_compute(fxa_compute *out)
+{
+    const char *v = getenv("FXA_AUTO_COMPUTE");
+    *out = FXA_COMPUTE_AUTO;
+    if (!v || !*v)
+        return FXA_OK;
+    if (strcmp(v, "fp32") == 0) {
+        *out = FXA_COMPUTE_FP32;
+        return FXA_OK;
+    }
+    if (strcmp(v, "bf16") == 0) {
+        *out = FXA_COMPUTE_BF16;
+        return FXA_OK;
+    }
+    snprintf(g_create_error, sizeof g_create_error,
+             "FXA_AUTO_COMPUTE=%.64s: choose fp32 or bf16 (unset: measured)", v);
+    return FXA_ERR_INVALID_ARG;
+}
+
 fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
 {
     fxa_ctx_params defaults;
@@ -61,12 +82,16 @@ fxa_status fxa_ctx_create(const fxa_ctx_params *p, fxa_ctx **ctx_out)
     st = fxa_kernels_select(getenv("FXA_ISA"), &kernels, g_create_error, sizeof g_create_error);
     if (st != FXA_OK)
         return st;
+    fxa_compute auto_compute;
+    if ((st = read_auto_compute(&auto_compute)) != FXA_OK)
+        return st;
     fxa_ctx *ctx = fxa_calloc_aligned(sizeof *ctx);
     if (!ctx) {
         snprintf(g_create_error, sizeof g_create_error, "out of memory for the context");
         return FXA_ERR_NO_MEMORY;
     }
     ctx->kernels = kernels;
+    ctx->auto_compute = auto_compute;
     copy_env(ctx->proj_gemm, sizeof ctx->proj_gemm, "FXA_PROJ_GEMM");
     const int threads = p->n_threads == 0 ? fxa_available_cpus() : p->n_threads;
     st = fxa_pool_init(&ctx->pool, threads);

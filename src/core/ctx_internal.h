@@ -16,6 +16,17 @@ struct fxa_ctx {
      * GEMM library of libfxattn_proj's projections on this context. */
     char proj_gemm[64];
     char last_error[512];
+    /* FXA_AUTO_COMPUTE as it was at fxa_ctx_create: FXA_COMPUTE_FP32 or
+     * FXA_COMPUTE_BF16 where it pins what FXA_COMPUTE_AUTO runs for bf16
+     * inputs, FXA_COMPUTE_AUTO (unset) to measure. */
+    fxa_compute auto_compute;
+    /* The choices of FXA_COMPUTE_AUTO for bf16 inputs made so far, one per
+     * head dim (attn/compute_choice.c measures and fills them). */
+    struct fxa_compute_memo {
+        int64_t head_dim;
+        fxa_compute_choice choice;
+    } compute_memo[8];
+    int n_compute_memo;
 };
 
 #endif

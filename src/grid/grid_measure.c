@@ -98,7 +98,7 @@ static fxa_status shape_init(fxa_ctx *ctx, const fxa_grid_model *m, int64_t toke
     d.seq_kv = kv;
     d.head_dim = m->head_dim;
     d.dtype = m->dtype;
-    d.compute = m->dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+    d.compute = FXA_COMPUTE_AUTO; /* what a run on this context computes in */
     size_t ws = 0;
     fxa_status st = fxa_attn_plan_create(ctx, &d, &r->plan, &ws);
     if (st != FXA_OK)

@@ -259,7 +259,7 @@ static fxa_status measure_call(fxa_mpi *m, fxa_grid_model *model)
     d.seq_q = d.seq_kv = c.seq;
     d.head_dim = c.head_dim;
     d.dtype = c.dtype;
-    d.compute = c.dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+    d.compute = FXA_COMPUTE_AUTO;
     int64_t s0, n;
     fxa_mpi_shard(c.seq, m->size, m->rank, &s0, &n);
     const size_t count = (size_t)(n * c.head_dim);

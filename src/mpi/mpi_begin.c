@@ -58,6 +58,25 @@ static fxa_status check_local(fxa_mpi *m, const fxa_attn_desc *d, int backward, 
     return st;
 }
 
+/* FXA_COMPUTE_AUTO in d resolved once for all ranks: bf16 compute only where every rank's
+ * context chooses it (fxa_ctx_compute_choice), so that hosts with different cores still run
+ * one compute. Collective. */
+static fxa_status agree_compute(fxa_mpi *m, fxa_attn_desc *d)
+{
+    fxa_compute_choice c = {.struct_size = sizeof c};
+    char msg[512] = "";
+    fxa_status st = fxa_ctx_compute_choice(m->ctx, d->dtype, d->head_dim, &c);
+    if (st != FXA_OK)
+        snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(m->ctx));
+    if ((st = fxa_mpi_agree(m, st, msg)) != FXA_OK)
+        return st;
+    int bf16 = c.compute == FXA_COMPUTE_BF16;
+    int all = 0;
+    st = fxa_mpi_allreduce(m, &bf16, &all, 1, MPI_INT, MPI_MIN, m->comm, "agreeing on the compute");
+    d->compute = all ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+    return st;
+}
+
 fxa_status fxa_mpi_plan_begin(fxa_mpi *m, const fxa_attn_desc *d, int has_out, int backward,
                               fxa_attn_desc *full)
 {
@@ -78,6 +97,8 @@ fxa_status fxa_mpi_plan_begin(fxa_mpi *m, const fxa_attn_desc *d, int has_out, i
         st = check_local(m, full, backward, msg, sizeof msg);
     }
     st = fxa_mpi_agree(m, st, msg);
+    if (st == FXA_OK && full->compute == FXA_COMPUTE_AUTO)
+        st = agree_compute(m, full);
     if (st != FXA_OK)
         return st;
     return fxa_mpi_same_everywhere(m, fxa_mpi_desc_hash(full, backward),

@@ -406,7 +406,7 @@ void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad)
     ad->head_dim = d->head_dim;
     if (d->dtype == FXA_BF16) {
         ad->dtype = ad->out_dtype = FXA_BF16;
-        ad->compute = FXA_COMPUTE_BF16;
+        ad->compute = FXA_COMPUTE_AUTO; /* the faster on this machine */
     }
 }
 

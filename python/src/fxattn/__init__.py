@@ -67,6 +67,30 @@ def kernel_info(threads=None) -> str:
     return context(threads).kernel_info
 
 
+def compute_choice(dtype="bfloat16", head_dim=128, threads=None):
+    """What compute="auto" (the default of attention,
+    scaled_dot_product_attention, the diffusers backend and processor, and
+    fxattn.mpi) runs for inputs of dtype ("float32", "bfloat16", "float16",
+    or a numpy or torch dtype) with head_dim on this machine: a
+    ComputeChoice with compute ("fp32" or "bf16") and the one-thread tile
+    rates it was chosen by (GFLOP/s; 0.0 where nothing was measured: f32
+    and f16 inputs always compute in fp32). bf16 compute is chosen where
+    the bf16 tile runs at least 1.25x the fp32 tile (AMD Zen 4 and 5, AMX);
+    on Intel cores whose vdpbf16ps runs at half the FMA rate, fp32. The
+    environment variable FXA_AUTO_COMPUTE ("fp32" or "bf16"), read when a
+    context is created, pins it."""
+    from ._arrays import dtype_code
+    from ._attn_core import compute_choice_code
+    from ._check_args import INT32_MAX, integer
+    from ._lib import INVALID_ARG as _INVALID_ARG
+
+    try:
+        code = dtype_code(dtype)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(f"dtype {dtype} is not float32, bfloat16 or float16", _INVALID_ARG) from None
+    return compute_choice_code(code, integer("head_dim", head_dim, 1, INT32_MAX), threads)
+
+
 def release_contexts() -> None:
     """Free the cached thread pools: every context (worker threads, plans,
     workspace) is destroyed once no call in progress and no object (a
@@ -96,6 +120,7 @@ __all__ = [
     "check",
     "available_cpus",
     "kernel_info",
+    "compute_choice",
     "library_version",
     "release_contexts",
 ]

@@ -15,7 +15,7 @@ def attention(
     scale=None,
     mode="auto",
     center=True,
-    compute="fp32",
+    compute="auto",
     return_lse=False,
     out_dtype=None,
     threads=None,
@@ -33,8 +33,10 @@ def attention(
 
     scale: softmax scale (None: 1/sqrt(D)). mode: "auto" (fixed-max, rows
     that fail the gate run online softmax) or "online". center: virtual key
-    centring. compute: "fp32" (exact to fp32 rounding) or "bf16" (bf16
-    inputs only: bf16 products, P rounded to bf16). out_dtype: the output's
+    centring. compute: "auto" (fp32 for float32 and float16 inputs; for
+    bfloat16 inputs the faster of the two on this machine, as
+    fxattn.compute_choice says), "fp32" (exact to fp32 rounding) or "bf16"
+    (bf16 inputs only: bf16 products, P rounded to bf16). out_dtype: the output's
     dtype (default: the input's, like torch's scaled_dot_product_attention).
     threads: worker threads (None: the CPUs this process may use).
 

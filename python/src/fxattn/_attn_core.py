@@ -15,11 +15,47 @@ from ._lib import core
 
 _LAYOUTS = {"bshd": _lib.LAYOUT_BSHD, "bhsd": _lib.LAYOUT_BHSD}
 _MODES = {"auto": _lib.MODE_AUTO, "online": _lib.MODE_ONLINE}
-_COMPUTES = {"fp32": _lib.COMPUTE_FP32, "bf16": _lib.COMPUTE_BF16}
+_COMPUTES = {"auto": _lib.COMPUTE_AUTO, "fp32": _lib.COMPUTE_FP32, "bf16": _lib.COMPUTE_BF16}
+_COMPUTE_NAMES = {_lib.COMPUTE_FP32: "fp32", _lib.COMPUTE_BF16: "bf16"}
+# What compute="auto" runs, per (dtype code, head dim): asked of the library once per process,
+# so that a forward and its backward agree whichever context runs them.
+_AUTO_COMPUTE: dict = {}
 
 
 def _bad(message: str):
     return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+
+
+@dataclass(frozen=True)
+class ComputeChoice:
+    """What compute="auto" runs: compute ("fp32" or "bf16") and the tile
+    rates it was chosen by (one thread, attention GFLOP/s; 0.0 where nothing
+    was measured)."""
+
+    compute: str
+    fp32_gflops: float
+    bf16_gflops: float
+
+
+def compute_choice_code(dtype_code: int, head_dim: int, threads=None) -> ComputeChoice:
+    """fxa_ctx_compute_choice on the context of `threads`."""
+    ctx = context(threads)
+    c = _lib.ComputeChoice(struct_size=ctypes.sizeof(_lib.ComputeChoice))
+    with ctx.lock:
+        status = core.fxa_ctx_compute_choice(ctx.handle, dtype_code, head_dim, ctypes.byref(c))
+        _lib.raise_status(status, ctx.last_error())
+    return ComputeChoice(_COMPUTE_NAMES[c.compute], c.fp32_gflops, c.bf16_gflops)
+
+
+def compute_code(compute: str, dtype_code: int, head_dim: int, threads=None) -> int:
+    """The C compute of option `compute` for inputs of dtype_code and head_dim: "auto" resolved
+    once per process (_AUTO_COMPUTE)."""
+    if compute != "auto":
+        return _COMPUTES[compute]
+    key = (dtype_code, head_dim)
+    if key not in _AUTO_COMPUTE:
+        _AUTO_COMPUTE[key] = _COMPUTES[compute_choice_code(dtype_code, head_dim, threads).compute]
+    return _AUTO_COMPUTE[key]
 
 
 @dataclass(frozen=True)
@@ -97,9 +133,12 @@ class Mask:
     obj: object
 
 
-def descriptor(q, k, v, opts: Options, out_code: int, mask: Mask | None = None, causal: bool = False) -> _lib.AttnDesc:
+def descriptor(
+    q, k, v, opts: Options, out_code: int, mask: Mask | None = None, causal: bool = False, resolve_compute: bool = True
+) -> _lib.AttnDesc:
     """The fxa_attn_desc of operands q, k, v (from operands()) with options
-    opts, a mask and causal."""
+    opts, a mask and causal. compute "auto" is resolved here (compute_code)
+    unless resolve_compute is False (libfxattn_mpi resolves it across ranks)."""
     b, sq, hq, dim = _shapes(opts.layout, q.shape)
     _, skv, hkv, _ = _shapes(opts.layout, k.shape)
     d = _lib.AttnDesc()
@@ -110,7 +149,7 @@ def descriptor(q, k, v, opts: Options, out_code: int, mask: Mask | None = None, 
     d.scale = opts.scale
     d.mode = _MODES[opts.mode]
     d.center = int(opts.center)
-    d.compute = _COMPUTES[opts.compute]
+    d.compute = compute_code(opts.compute, q.dtype, dim, opts.threads) if resolve_compute else _COMPUTES[opts.compute]
     d.q_strides = _strides(opts.layout, q.strides)
     d.k_strides = _strides(opts.layout, k.strides)
     d.v_strides = _strides(opts.layout, v.strides)

@@ -146,8 +146,9 @@ def fxattn_attention(
     without a copy), output [B, Sq, Hq, D] in query's dtype, and with
     return_lse (out, lse), lse [B, Sq, Hq] fp32, the natural-log
     log-sum-exp of the scaled scores (the layout of diffusers' backends
-    that return one). bf16 inputs run fxattn's bf16 compute, fp32 and fp16
-    inputs fp32 compute. attn_mask (bool or additive, as torch's SDPA takes
+    that return one). bf16 inputs run the compute fxattn finds faster on
+    this machine (fxattn.compute_choice), fp32 and fp16 inputs fp32
+    compute. attn_mask (bool or additive, as torch's SDPA takes
     it, or a 2-D [B, Skv] key mask) and is_causal run through
     fxattn.scaled_dot_product_attention. Hq != Hkv needs enable_gqa or
     Hkv = 1 (broadcast), as in torch. Raises ValueError for dropout_p > 0, context parallelism, or an
@@ -174,8 +175,7 @@ def fxattn_attention(
             enable_gqa=enable_gqa,
         )
         return out.transpose(1, 2)
-    compute = "bf16" if query.dtype == torch.bfloat16 else "fp32"
-    res = _fx.attention(query, key, value, layout="bshd", scale=scale, compute=compute, return_lse=return_lse)
+    res = _fx.attention(query, key, value, layout="bshd", scale=scale, return_lse=return_lse)
     if return_lse:
         out, lse = res
         return out, lse.transpose(1, 2).contiguous()

@@ -84,7 +84,7 @@ def raise_status(status: int, message: str) -> None:
 F32, BF16, F16 = 0, 1, 2
 LAYOUT_BSHD, LAYOUT_BHSD = 0, 1
 MODE_AUTO, MODE_ONLINE = 0, 1
-COMPUTE_FP32, COMPUTE_BF16 = 0, 1
+COMPUTE_FP32, COMPUTE_BF16, COMPUTE_AUTO = 0, 1, 2
 MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
 
 # ---- structs ------------------------------------------------------------------
@@ -147,7 +147,13 @@ class AttnStats(ctypes.Structure):
         ("max_bound", c_double),
         ("seconds", c_double),
         ("keys", c_int64),
+        ("compute", c_int),
     ]
+
+
+class ComputeChoice(ctypes.Structure):
+    _c_name_ = "fxa_compute_choice"
+    _fields_ = [("struct_size", c_size_t), ("compute", c_int), ("fp32_gflops", c_double), ("bf16_gflops", c_double)]
 
 
 class AttnArgs(ctypes.Structure):
@@ -257,6 +263,7 @@ _d(core, "fxa_ctx_threads", c_int, c_void_p)
 _d(core, "fxa_ctx_isa", c_char_p, c_void_p)
 _d(core, "fxa_ctx_kernel_info", c_char_p, c_void_p)
 _d(core, "fxa_ctx_last_error", c_char_p, c_void_p)
+_d(core, "fxa_ctx_compute_choice", c_int, c_void_p, c_int, c_int64, POINTER(ComputeChoice))
 _d(core, "fxa_attn_desc_init", None, POINTER(AttnDesc))
 _d(core, "fxa_attn_plan_create", c_int, c_void_p, POINTER(AttnDesc), POINTER(c_void_p), POINTER(c_size_t))
 _d(core, "fxa_attn_plan_destroy", None, c_void_p)

@@ -56,9 +56,10 @@ def scaled_dot_product_attention(
     counts must match (or key/value have one head, broadcast); with it Hq
     must be a multiple of Hkv.
 
-    compute (fxattn's): "fp32" (exact to fp32 rounding) or "bf16" (bf16
-    products, P rounded to bf16: error at most 2^-7 max|v|); the default is
-    "bf16" for bfloat16 inputs, "fp32" otherwise. threads: worker threads
+    compute (fxattn's): "fp32" (exact to fp32 rounding), "bf16" (bf16
+    products, P rounded to bf16: error at most 2^-7 max|v|) or None, the
+    default: fp32 for float32 and float16 inputs, and for bfloat16 the faster
+    of the two on this machine (fxattn.compute_choice). threads: worker threads
     (None: the CPUs this process may use).
 
     torch tensors go through the custom operator torch.ops.fxattn.attention,
@@ -103,7 +104,7 @@ def scaled_dot_product_attention(
     v4 = _broadcast(v, lead + (hkv, skv, e), use_torch).reshape(batch, hkv, skv, e)
     scale = None if scale is None else _check_args.positive_real("scale", scale)
     if compute is None:
-        compute = "bf16" if str(q.dtype).endswith("bfloat16") else "fp32"
+        compute = "auto"
     mask4 = None
     if attn_mask is not None:
         mask4 = _mask4(attn_mask, lead, (hq, sq, skv), batch, use_torch)

@@ -164,8 +164,9 @@ class WanAttnProcessor:
     branch (first encoder tokens minus 512 through add_k_proj/add_v_proj,
     norm_added_k) follow diffusers' semantics; each attention is one
     fxattn.attention call on the BSHD views (no copies), output in the
-    input's dtype (fp32, bf16 or fp16; bf16 inputs in fxattn's bf16 compute,
-    as the "fxattn" attention backend runs them). attention_mask must be None
+    input's dtype (fp32, bf16 or fp16; bf16 inputs in the compute fxattn
+    finds faster on this machine, fxattn.compute_choice, as the "fxattn"
+    attention backend runs them). attention_mask must be None
     (fxattn has no masks): anything else raises ValueError.
 
     attn must be a diffusers WanAttention (anything else raises TypeError).
@@ -322,7 +323,6 @@ class WanAttnProcessor:
             encoder_hidden_states = encoder_hidden_states[:, image_context_length:]
 
         query, key, value = heads_qkv(attn, hidden_states, encoder_hidden_states, rotary_emb)
-        compute = "bf16" if query.dtype == torch.bfloat16 else "fp32"
 
         hidden_states_img = None
         if encoder_hidden_states_img is not None:
@@ -330,12 +330,10 @@ class WanAttnProcessor:
             key_img = attn.norm_added_k(key_img)
             key_img = key_img.unflatten(2, (attn.heads, -1))
             value_img = value_img.unflatten(2, (attn.heads, -1))
-            hidden_states_img = _fx.attention(
-                query, key_img, value_img, threads=self.threads, layout="bshd", compute=compute
-            )
+            hidden_states_img = _fx.attention(query, key_img, value_img, threads=self.threads, layout="bshd")
             hidden_states_img = hidden_states_img.flatten(2, 3).type_as(query)
 
-        hidden_states = _fx.attention(query, key, value, threads=self.threads, layout="bshd", compute=compute)
+        hidden_states = _fx.attention(query, key, value, threads=self.threads, layout="bshd")
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         if hidden_states_img is not None:
             hidden_states = hidden_states + hidden_states_img

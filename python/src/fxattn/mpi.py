@@ -469,7 +469,7 @@ def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, opts_ar
     grid = _check_grid(ulysses, ring, prefetch, timeout, placement, size)
     _arrays.same_kind(q, k, v)
     ops = tuple(_contiguous(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-    d = descriptor(*ops, opts, _lib.F32)  # checks ranks, dtypes, batch, head_dim
+    d = descriptor(*ops, opts, _lib.F32, resolve_compute=False)  # checks ranks, dtypes, batch, head_dim
     out_code = ops[0].dtype if out_dtype is None else _arrays.dtype_code(out_dtype)
     same = dataclasses.replace(opts, threads=0)  # ranks may run different thread counts
     info = (d.batch, d.heads_q, d.heads_kv, d.head_dim, d.dtype, out_code, same, grad, grid)

@@ -44,7 +44,8 @@ void fxt_fail_capture(char *buf, size_t cap);
 /* Exit code for a library status: invalid input -> 2, anything else -> 1. */
 int fxt_exit_code(fxa_status st);
 
-/* Parse "bshd"/"bhsd", "auto"/"online", "on"/"off", "f32"/"bf16"/"f16".
+/* Parse "bshd"/"bhsd", "auto"/"online", "on"/"off", "f32"/"bf16"/"f16",
+ * "auto"/"fp32"/"bf16" (compute).
  * Return 0 on success, else print an error and return FXT_EXIT_BAD_INPUT. */
 int fxt_parse_layout(const char *s, fxa_layout *out);
 int fxt_parse_mode(const char *s, fxa_mode *out);
@@ -52,6 +53,11 @@ int fxt_parse_onoff(const char *opt, const char *s, int *out);
 int fxt_parse_dtype(const char *s, fxa_dtype *out);
 int fxt_parse_compute(const char *s, fxa_compute *out);
 const char *fxt_dtype_name(fxa_dtype t);
+
+/* *compute FXA_COMPUTE_AUTO replaced by what the library chooses for dtype
+ * and head_dim on this machine (fxa_ctx_compute_choice); other values are
+ * left. 0, or a printed error's exit code. */
+int fxt_resolve_compute(fxa_compute *compute, fxa_dtype dtype, int64_t head_dim);
 
 /* A path and the option that named it ("-o", "--lse"); path NULL: not given. */
 typedef struct fxt_path {

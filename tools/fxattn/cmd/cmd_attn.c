@@ -32,7 +32,7 @@ static void print_stats(const fxa_attn_desc *d, const fxa_attn_stats *st, const 
         (long long)st->rows, (long long)st->fallback_rows, st->c_min, st->gate_strict,
         st->gate_centered, st->vmax, st->max_bound, d->mode == FXA_MODE_AUTO ? "auto" : "online",
         d->center ? "on" : "off", fxt_dtype_name(d->dtype),
-        d->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", fxa_ctx_threads(r->ctx),
+        st->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32", fxa_ctx_threads(r->ctx),
         fxa_ctx_isa(r->ctx), st->seconds, st->seconds > 0 ? flops / st->seconds * 1e-9 : 0.0);
     if (vr)
         fxt_json_printf(", \"verify_rows\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "
@@ -180,7 +180,8 @@ int fxt_cmd_attn(int argc, char **argv)
         return code;
     if ((code = fxt_inputs_load(o.in.q, o.in.k, o.in.v, layout, o.in.dtype, &in)))
         return code;
-    if ((code = fxt_attn_apply_options(&o, &in.d)))
+    if ((code = fxt_attn_apply_options(&o, &in.d)) ||
+        (code = fxt_resolve_compute(&in.d.compute, in.d.dtype, in.d.head_dim)))
         goto out_inputs;
     if ((code = fxt_runner_init(&r, (int)o.in.threads, &in.d)))
         goto out_inputs;

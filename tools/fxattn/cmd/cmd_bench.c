@@ -180,10 +180,13 @@ int fxt_cmd_bench(int argc, char **argv)
         return code;
     if (fxt_parse_dtype(a.dtype_s, &dtype))
         return FXT_EXIT_BAD_INPUT;
-    /* bf16 inputs run the bf16 kernels unless --compute fp32 asks otherwise. */
-    fxa_compute compute = dtype == FXA_BF16 ? FXA_COMPUTE_BF16 : FXA_COMPUTE_FP32;
+    /* The library's choice unless --compute names one; one process resolves it here, so that
+     * the report names what ran (ranks resolve it together, in their plans). */
+    fxa_compute compute = FXA_COMPUTE_AUTO;
     if (a.compute_s && fxt_parse_compute(a.compute_s, &compute))
         return FXT_EXIT_BAD_INPUT;
+    if (!fxt_cp_opts_distributed(&a.cp) && (code = fxt_resolve_compute(&compute, dtype, a.dim)))
+        return code;
     if (a.dim % 2)
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--dim must be even");
     if (a.causal && (fxt_cp_opts_distributed(&a.cp) || a.proj))
