@@ -208,7 +208,7 @@ typedef enum fxa_compute {
  * output: the caller sets struct_size; only the fields inside it are
  * written. */
 typedef struct fxa_compute_choice {
-    size_t struct_size; /* set by the caller; left as it is */
+    size_t struct_size;  /* set by the caller; left as it is */
     fxa_compute compute; /* FXA_COMPUTE_FP32 or FXA_COMPUTE_BF16 */
     /* One thread's rate of each tile on a 96-row x kv-tile block of
      * synthetic inputs at this head dim, in attention GFLOP/s (4 D flops
