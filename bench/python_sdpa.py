@@ -12,8 +12,11 @@ For each S in --seqs, fp32 and bf16 inputs, non-causal and causal
   - torch.nn.functional.scaled_dot_product_attention, on
     torch.set_num_threads(--threads) threads;
   - fxattn.scaled_dot_product_attention(..., threads=--threads), with its
-    default compute: fp32 for fp32 inputs, bf16 (bf16 products, fp32
-    accumulation) for bf16 inputs.
+    default compute: fp32 for fp32 inputs; for bf16 inputs the one
+    fxattn.compute_choice names for this machine (bf16 products with fp32
+    accumulation where its tile is the faster, else fp32 compute).
+    --bf16-computes auto,bf16,fp32 times bf16 inputs once per compute named
+    (each beside torch), so that one run shows what the choice gained.
 First one call of each, whose outputs must agree (max |fxattn - torch| <
 1e-4 for fp32, < 2^-5 max|v| for bf16, whose early causal rows are a few
 of v's rows rounded to bf16; otherwise exit 1); these calls are the
@@ -26,7 +29,7 @@ causal call (the keys a causal query row attends, summed over the rows, are
 S(S+1)/2). % peak: of the machine's peak from the `fxattn bench` probe the
 package ships (fp32 rows: the FMA peak; bf16 rows: the peak of the units
 fxattn's bf16 compute runs on, AMX tdpbf16ps, else vdpbf16ps, else the FMA
-peak) on --threads threads. fxattn / torch: torch's seconds over fxattn's
+peak; a bf16 row computed in fp32: the FMA peak) on --threads threads. fxattn / torch: torch's seconds over fxattn's
 (> 1: fxattn is faster). cpu f/t: the same ratio of the CPU seconds each
 call takes on all the process's threads (time.process_time, medians):
 other jobs on a shared machine stretch the elapsed times, much less the
@@ -81,14 +84,16 @@ def alternating_medians(fx, ref, repeats):
     return med(times[fx]), med(times[ref]), med(cpu[fx]), med(cpu[ref])
 
 
-def run_case(a, s, dt, causal, peaks):
-    """One (S, dtype, causal) case: checked, then timed; returns its record."""
+def run_case(a, s, dt, causal, peaks, compute="auto"):
+    """One (S, dtype, causal, fxattn compute) case: checked, then timed;
+    returns its record."""
     h, d, t = a.heads, a.dim, a.threads
+    ran = "fp32" if dt == "fp32" else compute if compute != "auto" else fxattn.compute_choice(DTYPES[dt], d, t).compute
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, h, s, d, generator=g).to(DTYPES[dt]) for _ in range(3))
 
     def fx():
-        return fxattn.scaled_dot_product_attention(q, k, v, is_causal=causal, threads=t)
+        return fxattn.scaled_dot_product_attention(q, k, v, is_causal=causal, threads=t, compute=compute)
 
     def ref():
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -99,8 +104,9 @@ def run_case(a, s, dt, causal, peaks):
         sys.exit(f"python_sdpa.py: S {s} {dt} causal={causal}: max |fxattn - torch| = {diff:.3e}, above {limit:.3e}")
     fx_s, torch_s, fx_cpu, torch_cpu = alternating_medians(fx, ref, a.repeats)
     flops = (2.0 if causal else 4.0) * s * s * h * d
-    peak = "bf16" if dt == "bf16" else "fp32"
-    return {"kind": "python_sdpa", "B": 1, "S": s, "H": h, "D": d, "dtype": dt, "compute": dt, "causal": causal,
+    peak = ran
+    return {"kind": "python_sdpa", "B": 1, "S": s, "H": h, "D": d, "dtype": dt, "compute": ran,
+            "compute_option": compute, "causal": causal,
             "threads": t, "repeats": a.repeats, "gflop": flops / 1e9,
             "fxattn_seconds": fx_s, "fxattn_gflops": flops / fx_s / 1e9,
             "fxattn_peak_share": flops / fx_s / 1e9 / peaks[peak],
@@ -119,12 +125,16 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up (medians reported)")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--causal", default="no,yes", help="non-causal (no), causal (yes) or both (no,yes)")
+    ap.add_argument("--bf16-computes", default="auto", help="fxattn computes timed on bf16 inputs: auto, bf16, fp32 (comma list)")
     ap.add_argument("--json", metavar="FILE", help="append one JSON object per row to FILE (- for stdout)")
     ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json (default: host name)")
     a = ap.parse_args()
     dtypes = a.dtypes.split(",")
     if any(dt not in DTYPES for dt in dtypes):
         ap.error(f"--dtypes: {a.dtypes!r}: fp32, bf16 or both")
+    bf16_computes = a.bf16_computes.split(",")
+    if any(c not in ("auto", "bf16", "fp32") for c in bf16_computes):
+        ap.error(f"--bf16-computes: {a.bf16_computes!r}: auto, bf16, fp32 (comma list)")
     modes = a.causal.split(",")
     if any(m not in ("no", "yes") for m in modes):
         ap.error(f"--causal: {a.causal!r}: no, yes or no,yes")
@@ -139,15 +149,19 @@ def main():
           f"[1, {a.heads}, S, {a.dim}]; median of {a.repeats} alternating rounds after a checked warm-up")
     print(f"# peaks (fxattn bench probe): fp32 {peaks['fp32']:.1f}, bf16 {peaks['bf16']:.1f} GFLOP/s; "
           f"GFLOP = 4 S^2 H D, causal half of it")
-    print(f"{'S':>6} {'dtype':5} {'causal':6} {'fxattn s':>9} {'GFLOP/s':>8} {'% peak':>7} "
+    choice = fxattn.compute_choice("bfloat16", a.dim, a.threads)
+    print(f"# compute auto for bf16 at D {a.dim}: {choice.compute} (one-thread tiles: bf16 {choice.bf16_gflops:.1f}, "
+          f"fp32 {choice.fp32_gflops:.1f} GFLOP/s)")
+    print(f"{'S':>6} {'dtype':5} {'compute':10} {'causal':6} {'fxattn s':>9} {'GFLOP/s':>8} {'% peak':>7} "
           f"{'torch s':>9} {'GFLOP/s':>8} {'% peak':>7} {'fx/torch':>8} {'cpu f/t':>8} {'max|diff|':>9}", flush=True)
     recs = []
     for s in (int(x) for x in str(a.seqs).split(",") if x):
-        for dt in dtypes:
+        for dt, compute in [(dt, c) for dt in dtypes for c in (bf16_computes if dt == "bf16" else ["auto"])]:
             for causal in (m == "yes" for m in modes):
-                r = run_case(a, s, dt, causal, peaks)
+                r = run_case(a, s, dt, causal, peaks, compute)
                 recs.append(r)
-                print(f"{s:6d} {dt:5} {'yes' if causal else 'no':6} {r['fxattn_seconds']:9.4f} "
+                shown = f"{r['compute']}" + (" (auto)" if compute == "auto" and dt == "bf16" else "")
+                print(f"{s:6d} {dt:5} {shown:10} {'yes' if causal else 'no':6} {r['fxattn_seconds']:9.4f} "
                       f"{r['fxattn_gflops']:8.1f} {100 * r['fxattn_peak_share']:6.1f}% {r['torch_seconds']:9.4f} "
                       f"{r['torch_gflops']:8.1f} {100 * r['torch_peak_share']:6.1f}% "
                       f"{r['fxattn_over_torch']:7.2f}x {r['cpu_fxattn_over_torch']:7.2f}x {r['max_abs_diff']:9.2e}",
