@@ -147,7 +147,11 @@ typedef enum fxa_proj_layout {
  *     fxa_wan_rope_tables makes Wan's); without norm, r = gamma = 1.
  * V is never normalised or rotated.
  * The GEMM goes to oneDNN's bf16 matmul when both operands are bf16 or FP8
- * (FP8 codes decode exactly to bf16) and the CPU has AVX512-BF16, else to
+ * (FP8 codes decode exactly to bf16), the CPU has AVX512-BF16 and the
+ * context runs bf16 products faster than fp32 ones (its automatic compute
+ * for bf16 inputs at this head dim is bf16, fxa_ctx_compute_choice: AMD Zen
+ * 4 and 5, AMX; not Intel cores whose vdpbf16ps runs at half the FMA rate;
+ * FXA_AUTO_COMPUTE pins it), else to
  * an fp32 GEMM (fp32 or mixed operands, fp32 read in place): OpenBLAS
  * sgemm, or oneDNN's fp32 matmul on AVX-512 CPUs for which the OpenBLAS
  * found at run time has no AVX-512 kernels (OpenBLAS 0.3.21 runs its

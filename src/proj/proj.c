@@ -662,18 +662,34 @@ static int gemm_f32_on_onednn(const char *force)
     return g_auto_onednn;
 }
 
+/* *faster = 1 where 16-bit operands multiply faster as bf16 than in fp32: the CPU has
+ * AVX512-BF16 (oneDNN has no bf16 matmul without it) and the context's bf16 products run
+ * faster than its fp32 ones, as the attention's automatic compute measures them
+ * (fxa_ctx_compute_choice: vdpbf16ps on AMD Zen 4 and 5, AMX tiles; not Intel cores whose
+ * vdpbf16ps runs at half the FMA rate, where an fp32 GEMM of the same exact products is
+ * faster). */
+static fxa_status bf16_gemm_faster(fxa_ctx *ctx, int64_t head_dim, int *faster)
+{
+    *faster = 0;
+    if (!fxa_cpu_get()->avx512bf16)
+        return FXA_OK;
+    fxa_compute_choice c = {.struct_size = sizeof c};
+    const fxa_status st = fxa_ctx_compute_choice(ctx, FXA_BF16, head_dim, &c);
+    *faster = st == FXA_OK && c.compute == FXA_COMPUTE_BF16;
+    return st;
+}
+
 /* 16- and 8-bit operands on both sides multiply as bf16 (exact: every E4M3
- * value is a bf16 value), read in place when bf16, decoded when E4M3, on
- * CPUs with AVX512-BF16 (oneDNN has no bf16 matmul without it); otherwise
- * the GEMM is fp32, reading fp32 in place and decoding the rest (every
- * bf16 and E4M3 value is an fp32 value: the same products). */
-static void layout(const fxa_proj_desc *d, int n_threads, proj_ws *l)
+ * value is a bf16 value), read in place when bf16, decoded when E4M3, where
+ * bf16_gemm (bf16_gemm_faster); otherwise the GEMM is fp32, reading fp32 in
+ * place and decoding the rest (every bf16 and E4M3 value is an fp32 value:
+ * the same products). */
+static void layout(const fxa_proj_desc *d, int n_threads, int bf16_gemm, proj_ws *l)
 {
     const size_t s = (size_t)d->tokens;
     const size_t x_elems = s * (size_t)d->in_features;
     *l = (proj_ws){0};
-    l->bf16_path =
-        d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32 && fxa_cpu_get()->avx512bf16;
+    l->bf16_path = d->x_format != FXA_PROJ_X_F32 && d->w_format != FXA_PROJ_W_F32 && bf16_gemm;
     const int decode_w16 = l->bf16_path && d->w_format == FXA_PROJ_W_E4M3;
     const int decode_w32 = !l->bf16_path && d->w_format != FXA_PROJ_W_F32;
     l->w_block = decode_w16   ? w_block_rows(d, sizeof(uint16_t))
@@ -906,7 +922,12 @@ static fxa_status plan_build(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_pro
     p->has_tp = tp != NULL;
     p->tp = tp_full;
     p->n_threads = fxa_ctx_threads(ctx);
-    layout(&p->d, p->n_threads, &p->l);
+    int bf16_gemm = 0;
+    if ((st = bf16_gemm_faster(ctx, p->d.head_dim, &bf16_gemm)) != FXA_OK) {
+        fxa_proj_plan_destroy(p);
+        return st;
+    }
+    layout(&p->d, p->n_threads, bf16_gemm, &p->l);
     if ((st = plan_gemm(p)) != FXA_OK) {
         fxa_proj_plan_destroy(p);
         return st;
