@@ -58,8 +58,9 @@ max|y_ref| against the fp32 default's output, or the bf16 default's when
 row also reports its CPU seconds (the process's, all threads; torch's idle
 OpenMP workers sleep, OMP_WAIT_POLICY=PASSIVE unless set):
 GFLOP per CPU-second, CPU % peak (of the fp32 FMA peak per core, bf16
-rows of the bf16 peak: --peak-core, else `fxattn bench`'s probe per
-thread) and the speed-up in CPU seconds, which a machine shared with other
+rows of the larger of the bf16 and fp32 peaks, the units a bf16 row can
+use at best (fp32 on Intel cores whose vdpbf16ps runs at half the FMA
+rate): --peak-core, else `fxattn bench`'s probe per thread) and the speed-up in CPU seconds, which a machine shared with other
 jobs leaves meaningful when the wall clock is not. --rss adds each row's
 peak RSS: its first call alone in a fresh process (after one call on a
 4 x 4 x 4 grid that loads its code), as the growth of the peak resident set
@@ -252,7 +253,7 @@ def bench_layer(a, grid, hidden):
     core_peak = a.peak_core
     if core_peak is None:
         fp32 = peak_gflops(a.threads, "fp32") / a.threads
-        core_peak = {"fp32": fp32, "bf16": peak_gflops(a.threads, "bf16") / a.threads or fp32}  # 0: no bf16 units
+        core_peak = {"fp32": fp32, "bf16": max(peak_gflops(a.threads, "bf16") / a.threads, fp32)}
     recs = table("one WanAttention call:", [(dt, name, *res[(dt, name)]) for dt, name in calls], flops, core_peak)
     for dt, (attn, proc) in fused.items():
         assert proc.fused_calls == a.rounds + 1, (dt, proc.fused_calls)

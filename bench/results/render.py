@@ -190,13 +190,16 @@ KINDS = {
         "title": "scaled_dot_product_attention: fxattn against torch",
         "about": ("`bench/python_sdpa.py`: `fxattn.scaled_dot_product_attention` against torch's "
                   "`scaled_dot_product_attention` on the same contiguous [B, H, S, D] q, k, v, outputs checked first "
-                  "(max\\|diff\\|); medians of rounds alternating which runs first. fxattn's default compute: "
-                  "fp32 for fp32 inputs, bf16 for bf16. GFLOP = 4 S^2 H D, causal half of it; % peak of the FMA peak "
-                  "(fp32 rows) or of the bf16 peak (bf16 rows). fx / torch: torch's seconds over fxattn's; CPU fx / torch: "
+                  "(max\\|diff\\|); medians of rounds alternating which runs first. fxattn compute: the compute "
+                  "that ran, fxattn's default (`compute=` auto, or blank in rows recorded before the automatic "
+                  "choice, when bf16 inputs computed in bf16 by default) or the one named. GFLOP = 4 S^2 H D, causal "
+                  "half of it; % peak of the FMA peak (fp32 compute) or of the bf16 peak (bf16 compute). fx / torch: "
+                  "torch's seconds over fxattn's; CPU fx / torch: "
                   "the same ratio of the CPU seconds (all threads, `time.process_time`) a call takes, which other jobs "
                   "on the shared machine change far less."),
         "columns": [("B", "B", "{}", P), ("H", "H", "{}", P), ("D", "D", "{}", P), ("threads", "threads", "{}", P),
                     ("repeats", "rounds", "{}", P), ("S", "S", "{}", V), ("dtype", "dtype", "{}", V),
+                    ("compute", "fxattn compute", "{}", V), ("compute_option", "compute=", "{}", V),
                     ("causal", "causal", "bool", V), ("fxattn_seconds", "fxattn s", "{:.4f}", V),
                     ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V), ("fxattn_peak_share", "fxattn % peak", "{:.1%}", V),
                     ("torch_seconds", "torch s", "{:.4f}", V), ("torch_gflops", "torch GFLOP/s", "{:.1f}", V),
