@@ -8,8 +8,9 @@ On the same q, k, v, dout ~ N(0, 1) [1, H, S, D] (fp32, and the same values
 rounded to bf16), one forward each keeps its graph; a row times
 torch.autograd.grad(out, (q, k, v), dout) on it, that is the backward
 alone: fxattn's (torch.ops.fxattn.attention_backward, the C library's
-fxa_attn_bwd_run, in the forward's compute: fp32, and bf16 compute for bf16
-inputs as fxattn.scaled_dot_product_attention runs them) and torch's (the CPU
+fxa_attn_bwd_run, in the forward's compute: fp32 for fp32 inputs; for bf16
+inputs twice, in the default compute (auto: what fxattn.compute_choice names
+for this machine) and in bf16 compute) and torch's (the CPU
 kernel SDPA picks: flash attention's backward). Medians of --repeats rounds,
 each round timing every row once in turn after one warm-up each. Each call
 follows another, so torch's OpenMP workers may still spin when fxattn's call
@@ -70,9 +71,11 @@ def main():
     print(f"fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)}), torch {torch.__version__}, "
           f"{a.threads} threads, H {a.heads}, D {a.dim}, medians of {a.repeats}, OMP_WAIT_POLICY {wait_policy}")
 
-    def fx(q, k, v):
-        compute = "bf16" if q.dtype == torch.bfloat16 else "fp32"
-        return fxattn.attention(q, k, v, layout="bhsd", compute=compute, threads=a.threads)
+    auto = fxattn.compute_choice(torch.bfloat16, a.dim, a.threads).compute
+    print(f"compute auto for bf16 inputs at D {a.dim}: {auto}")
+
+    def fx_in(compute):
+        return lambda q, k, v: fxattn.attention(q, k, v, layout="bhsd", compute=compute, threads=a.threads)
 
     recs = []
     for s in (int(x) for x in a.seqs.split(",") if x):
@@ -80,9 +83,10 @@ def main():
         q, k, v, dout = (torch.randn(1, a.heads, s, a.dim, generator=g) for _ in range(4))
         flops = 10.0 * s * s * a.heads * a.dim
         calls = {}
-        for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        rows = (("fp32", torch.float32, "auto"), ("bf16", torch.bfloat16, "auto"), ("bf16 compute", torch.bfloat16, "bf16"))
+        for name, dtype, compute in rows:
             args = [t.to(dtype) for t in (q, k, v, dout)]
-            fx_call = backward_call(fx, *args)
+            fx_call = backward_call(fx_in(compute), *args)
             sdpa_call = backward_call(F.scaled_dot_product_attention, *args)
             got, want = fx_call(), sdpa_call()
             tol = 1e-3 if dtype == torch.float32 else 5e-2
@@ -90,17 +94,20 @@ def main():
                 err = float((x.float() - y.float()).abs().max() / y.float().abs().max())
                 assert err < tol, (name, err)
             calls[f"fxattn backward {name}"] = fx_call
-            calls[f"torch SDPA backward {name}"] = sdpa_call
+            if name != "bf16 compute":  # torch's bf16 row is the same call
+                calls[f"torch SDPA backward {name}"] = sdpa_call
         med = interleaved_medians(calls, a.repeats)
         print(f"\nS = {s}")
         print(f"{'':28} {'seconds':>9} {'GFLOP/s':>9}")
         for name, sec in med.items():
             print(f"{name:28} {sec:9.4f} {flops / sec / 1e9:9.1f}")
-        for name in ("fp32", "bf16"):
-            fx_s, torch_s = med[f"fxattn backward {name}"], med[f"torch SDPA backward {name}"]
-            print(f"{name}: fxattn is {torch_s / fx_s:.2f}x torch SDPA's backward speed")
-            recs.append({"kind": "python_backward", "B": 1, "S": s, "H": a.heads, "D": a.dim, "dtype": name,
-                         "compute": name, "threads": a.threads, "repeats": a.repeats,
+        for name, _, compute in rows:
+            dtype = name.split()[0]
+            ran = "fp32" if dtype == "fp32" else (auto if compute == "auto" else compute)
+            fx_s, torch_s = med[f"fxattn backward {name}"], med[f"torch SDPA backward {dtype}"]
+            print(f"{name} (compute {ran}): fxattn is {torch_s / fx_s:.2f}x torch SDPA's backward speed")
+            recs.append({"kind": "python_backward", "B": 1, "S": s, "H": a.heads, "D": a.dim, "dtype": dtype,
+                         "compute": ran, "threads": a.threads, "repeats": a.repeats,
                          "omp_wait_policy": wait_policy,
                          "fxattn_seconds": fx_s, "fxattn_gflops": flops / fx_s / 1e9,
                          "torch_seconds": torch_s, "torch_gflops": flops / torch_s / 1e9,

@@ -212,7 +212,7 @@ KINDS = {
     "python_backward": {
         "title": "Attention's backward: fxattn against torch SDPA's",
         "about": ("`bench/python_backward.py`: `torch.autograd.grad` through `fxattn.attention` (the C library's "
-                  "`fxa_attn_bwd_run`, in the forward's compute: bf16 compute for bf16 rows) and through torch's "
+                  "`fxa_attn_bwd_run`, in the forward's compute, the column compute: bf16 for bf16 rows recorded before the automatic choice) and through torch's "
                   "`scaled_dot_product_attention` (the CPU flash-attention backward) on the same [1, H, S, D] q, k, "
                   "v and dout, gradients checked against each other first; the backward alone, medians of rounds "
                   "timing every row once in turn. GFLOP/s = 10 S^2 H D / s (FlashAttention's count). "
