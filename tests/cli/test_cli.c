@@ -1537,6 +1537,29 @@ static void check_one_row(const char *label, const char *out, const char *lse, f
     }
 }
 
+/* The automatic compute: `info` names what bf16 inputs compute in; FXA_AUTO_COMPUTE=bf16 makes
+ * bench's default (--compute auto) run bf16 compute, and an unknown value exits 2 naming it. */
+static void check_compute_auto(run_result *r)
+{
+    if (run_ok("info compute", r, "info", (const char *)NULL))
+        CHECK(strstr(r->out, "compute auto: bf16 inputs compute in ") != NULL,
+              "[info] no compute choice: %s", r->out);
+    run_free(r);
+    setenv("FXA_AUTO_COMPUTE", "bf16", 1);
+    if (run_ok("bench pinned bf16", r, "bench", "--dtype", "bf16", "--seq", "64", "--heads", "1",
+               "--dim", "16", "--repeats", "1", "--json", (const char *)NULL)) {
+        const char *c = json_field(r->out, "compute");
+        CHECK(c && strncmp(c, "\"bf16\"", 6) == 0, "[bench pinned bf16] not bf16 compute: %s",
+              r->out);
+    }
+    run_free(r);
+    setenv("FXA_AUTO_COMPUTE", "fast", 1);
+    run_expect("FXA_AUTO_COMPUTE=fast", 2, "FXA_AUTO_COMPUTE=fast", 30, r, "info",
+               (const char *)NULL);
+    run_free(r);
+    unsetenv("FXA_AUTO_COMPUTE");
+}
+
 static void test_hostile(void)
 {
     run_result r;
@@ -1663,7 +1686,7 @@ static void test_hostile(void)
     run_free(&r);
 
     /* bench --backward: one JSON object with positive forward and backward
-     * rates, in fp32 and in bf16 compute (bf16 inputs' default). */
+     * rates, in fp32 and in bf16 compute. */
     if (run_ok("bench --backward --json", &r, "bench", "--backward", "--seq", "200", "--heads", "2",
                "--dim", "40", "--repeats", "1", "--json", (const char *)NULL)) {
         size_t at;
@@ -1676,8 +1699,8 @@ static void test_hostile(void)
     }
     run_free(&r);
     if (run_ok("bench --backward bf16 compute", &r, "bench", "--backward", "--dtype", "bf16",
-               "--seq", "64", "--heads", "1", "--dim", "16", "--repeats", "1", "--json",
-               (const char *)NULL)) {
+               "--compute", "bf16", "--seq", "64", "--heads", "1", "--dim", "16", "--repeats", "1",
+               "--json", (const char *)NULL)) {
         const char *c = json_field(r.out, "compute");
         const char *b = json_field(r.out, "backward_gflops");
         CHECK(c && strncmp(c, "\"bf16\"", 6) == 0 && b && strtod(b, NULL) > 0.0,
@@ -1685,6 +1708,7 @@ static void test_hostile(void)
               r.out);
     }
     run_free(&r);
+    check_compute_auto(&r);
 
     /* bench --causal: one JSON object with positive medians and speedup; with
      * --backward the backward's. */
