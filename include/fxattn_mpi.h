@@ -227,6 +227,9 @@ typedef struct fxa_mpi_stats {
     double ring_compute_seconds; /* summed over ring steps */
     double ring_wait_seconds;    /* blocked on ring transfers */
     int ring_steps;
+    /* Added in 0.3: the compute every rank ran (FXA_COMPUTE_AUTO resolved
+     * across the ranks). */
+    fxa_compute compute;
 } fxa_mpi_stats;
 
 /* Per ring step of this rank's last fxa_mpi_attn_run: compute seconds and

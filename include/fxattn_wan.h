@@ -194,6 +194,8 @@ typedef struct fxa_wan_stats {
     double qkv_seconds, attention_seconds, out_seconds;
     int64_t rows;          /* attention rows: heads * S */
     int64_t fallback_rows; /* rows computed by online softmax */
+    /* Added in 0.3: the attention's compute (FXA_COMPUTE_AUTO resolved). */
+    fxa_compute compute;
 } fxa_wan_stats;
 
 /*

@@ -28,7 +28,7 @@
 #define FXA_ATTN_DESC_SIZE_0_1 offsetof(fxa_attn_desc, q_strides)
 #define FXA_ATTN_STATS_SIZE_0_1 offsetof(fxa_attn_stats, keys)
 /* (fxa_mpi_stats: fxattn_mpi.h, which this header does not include.) */
-#define FXA_MPI_STATS_SIZE_0_1 sizeof(fxa_mpi_stats)
+#define FXA_MPI_STATS_SIZE_0_1 offsetof(fxa_mpi_stats, compute)
 /* Structs added later: their first version's size. (fxa_check_head and
  * fxa_check_desc: fxattn_diag.h, new in 0.2 and 0.3.) */
 #define FXA_CHECK_HEAD_SIZE_0_2 sizeof(fxa_check_head)

@@ -155,6 +155,7 @@ static fxa_status body(void *plan, fxa_mpi_call *c)
     const fxa_attn_bwd_args *a = &c->args.bwd;
     fxa_status st;
     c->local.rows = p->d.batch * p->d.heads_q * p->d.seq_q;
+    c->local.compute = p->d.compute;
     if (p->m->ulysses > 1)
         return run_ulysses(p, a, c->stats);
     if (p->m->ring > 1) {

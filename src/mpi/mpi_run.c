@@ -52,6 +52,7 @@ static fxa_status reduce_stats(fxa_mpi_attn_plan *p, const fxa_attn_stats *sum,
         stats->fallback_rows = fb_all;
         stats->vmax = mx_all[0];
         stats->max_bound = mx_all[1];
+        stats->compute = p->d.compute;
     }
     return FXA_OK;
 }

@@ -17,7 +17,7 @@
  * and fxa_wan_grid as they are. */
 #define FXA_WAN_DESC_SIZE_0_1 offsetof(fxa_wan_desc, dtype)
 #define FXA_WAN_LOAD_PARAMS_SIZE_0_1 offsetof(fxa_wan_load_params, dtype)
-#define FXA_WAN_STATS_SIZE_0_1 sizeof(fxa_wan_stats)
+#define FXA_WAN_STATS_SIZE_0_1 offsetof(fxa_wan_stats, compute)
 #define FXA_WAN_GRID_SIZE_0_1 sizeof(fxa_wan_grid)
 
 /* The descriptor checks of fxa_wan_plan_create (struct_size, grid, heads,

@@ -322,7 +322,8 @@ static fxa_status run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, 
                                 .attention_seconds = t2 - t1,
                                 .out_seconds = fxa_now_seconds() - t2,
                                 .rows = ast.rows,
-                                .fallback_rows = ast.fallback_rows};
+                                .fallback_rows = ast.fallback_rows,
+                                .compute = ast.compute};
     if (stats)
         fxa_struct_out(stats, &full, sizeof full);
     return FXA_OK;

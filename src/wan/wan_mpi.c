@@ -416,9 +416,9 @@ static fxa_status sum_rows(fxa_wan_mpi_plan *p, int64_t rows[2])
 }
 
 /* Attention of this rank's heads: over the CP group, or over all tokens
- * locally (pure tensor parallelism). */
+ * locally (pure tensor parallelism); *compute: the compute it ran. */
 static fxa_status attention(fxa_wan_mpi_plan *p, const void *q, const void *k, const void *v,
-                            void *a, void *tp_ws, int64_t rows[2])
+                            void *a, void *tp_ws, int64_t rows[2], fxa_compute *compute)
 {
     const fxa_attn_args args = {.struct_size = sizeof args, .q = q, .k = k, .v = v, .out = a};
     fxa_status st;
@@ -428,6 +428,7 @@ static fxa_status attention(fxa_wan_mpi_plan *p, const void *q, const void *k, c
         st = group_agree(p, "context-parallel", p->C, st, fxa_mpi_last_error(p->m_cp));
         rows[0] = ms.rows;
         rows[1] = ms.fallback_rows;
+        *compute = ms.compute;
         /* In place, in index order: element i's bf16 lands at or below its
          * own fp32, never on one not yet read. */
         const size_t n = (size_t)(p->shard.token_count * p->shard.head_count * p->d.head_dim);
@@ -447,6 +448,7 @@ static fxa_status attention(fxa_wan_mpi_plan *p, const void *q, const void *k, c
         st = agree(p, st, why);
         rows[0] = ast.rows;
         rows[1] = ast.fallback_rows;
+        *compute = ast.compute;
     }
     return st == FXA_OK ? sum_rows(p, rows) : st;
 }
@@ -518,11 +520,12 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
     void *proj_ws = tp_ws + p->tp_bytes;
     double t[4], secs[3];
     int64_t rows[2] = {0, 0};
+    fxa_compute compute = FXA_COMPUTE_FP32;
     t[0] = now();
     if ((st = qkv(p, w, x, q, k, v, x16, proj_ws)) != FXA_OK)
         return st;
     t[1] = now();
-    if ((st = attention(p, q, k, v, a, tp_ws, rows)) != FXA_OK)
+    if ((st = attention(p, q, k, v, a, tp_ws, rows, &compute)) != FXA_OK)
         return st;
     t[2] = now();
     if ((st = out_proj(p, w, a, y, proj_ws)) != FXA_OK)
@@ -539,7 +542,8 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
                                 .attention_seconds = secs[1],
                                 .out_seconds = secs[2],
                                 .rows = rows[0],
-                                .fallback_rows = rows[1]};
+                                .fallback_rows = rows[1],
+                                .compute = compute};
     if (stats)
         fxa_struct_out(stats, &full, sizeof full);
     return FXA_OK;

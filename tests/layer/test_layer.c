@@ -729,9 +729,13 @@ static void test_verify_stats(void)
     }
     CHECK(rel >= 0 && rel <= tol && tol < 1e-5, "--verify: rel %g, tolerance %g in %s", rel, tol,
           r.out);
-    const char *keys[] = {"\"qkv_seconds\"", "\"attention_seconds\"",
-                          "\"out_seconds\"", "\"fallback_rows\"",
-                          "\"gflops\"",      "\"tokens\": 24"};
+    const char *keys[] = {"\"qkv_seconds\"",
+                          "\"attention_seconds\"",
+                          "\"out_seconds\"",
+                          "\"fallback_rows\"",
+                          "\"gflops\"",
+                          "\"tokens\": 24",
+                          "\"attention_compute\": \"fp32\""}; /* f32 layer: fp32 */
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CHECK(strstr(r.out, keys[i]) != NULL, "--stats lacks %s: %s", keys[i], r.out);
     CHECK(r.out[0] == '{' && strchr(r.out, '\n') == strrchr(r.out, '\n'), "--stats: one line");

@@ -170,6 +170,8 @@ static void run_problem(const problem *pr)
     st = plan ? fxa_mpi_attn_run(plan, &a, &ms) : FXA_ERR_INVALID_ARG;
     CHECK(st == FXA_OK, "%s: run: %s", pr->name, fxa_mpi_last_error(g_mpi));
     CHECK(ms.struct_size == sizeof ms, "%s: the run changed stats.struct_size", pr->name);
+    CHECK(st != FXA_OK || ms.compute == ref_st.compute, "%s: stats name compute %d, one process %d",
+          pr->name, (int)ms.compute, (int)ref_st.compute);
     int n_steps = -1;
     const double *step_c = NULL;
     const double *step_w = NULL;

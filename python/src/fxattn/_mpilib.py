@@ -86,6 +86,7 @@ class MpiStats(ctypes.Structure):
         ("ring_compute_seconds", c_double),
         ("ring_wait_seconds", c_double),
         ("ring_steps", c_int),
+        ("compute", c_int),
     ]
 
 

@@ -85,6 +85,7 @@ class WanStats(ctypes.Structure):
         ("out_seconds", c_double),
         ("rows", c_int64),
         ("fallback_rows", c_int64),
+        ("compute", c_int),
     ]
 
 

@@ -38,6 +38,7 @@ static int forward(fxa_ctx *ctx, const fxt_layer_cfg *cfg, const fxa_wan_weights
     rep->out_seconds = s.out_seconds;
     rep->rows = s.rows;
     rep->fallback_rows = s.fallback_rows;
+    rep->compute = s.compute;
     return 0;
 }
 

@@ -66,6 +66,7 @@ typedef struct fxt_layer_report {
     const char *isa;
     double qkv_seconds, attention_seconds, out_seconds; /* slowest rank */
     int64_t rows, fallback_rows;                        /* attention rows: heads * S */
+    fxa_compute compute;                                /* the attention's */
     const fxt_layer_check *check;                       /* NULL without --verify */
 } fxt_layer_report;
 

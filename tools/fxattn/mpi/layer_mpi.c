@@ -211,6 +211,7 @@ static int forward(job *j)
     j->rep.out_seconds = st.out_seconds;
     j->rep.rows = st.rows;
     j->rep.fallback_rows = st.fallback_rows;
+    j->rep.compute = st.compute;
     return 0;
 }
 
