@@ -1560,6 +1560,26 @@ static void check_compute_auto(run_result *r)
     unsetenv("FXA_AUTO_COMPUTE");
 }
 
+/* bench --seq-kv: cross-attention rows with Skv keys, positive rates; more keys than queries or
+ * with --backward exits 2 naming the option. */
+static void check_bench_seq_kv(run_result *r)
+{
+    if (run_ok("bench --seq-kv", r, "bench", "--seq", "300", "--seq-kv", "40", "--heads", "1",
+               "--dim", "16", "--repeats", "1", "--json", (const char *)NULL)) {
+        const char *kv = json_field(r->out, "seq_kv");
+        const char *g = json_field(r->out, "gflops");
+        CHECK(kv && strtol(kv, NULL, 10) == 40 && g && strtod(g, NULL) > 0.0,
+              "[bench --seq-kv] not 40 keys with a positive rate: %s", r->out);
+    }
+    run_free(r);
+    run_expect("bench --seq-kv > --seq", 2, "--seq-kv", 30, r, "bench", "--seq", "10", "--seq-kv",
+               "20", (const char *)NULL);
+    run_free(r);
+    run_expect("bench --seq-kv --backward", 2, "--seq-kv", 30, r, "bench", "--seq", "64",
+               "--seq-kv", "20", "--backward", (const char *)NULL);
+    run_free(r);
+}
+
 static void test_hostile(void)
 {
     run_result r;
@@ -1709,6 +1729,7 @@ static void test_hostile(void)
     }
     run_free(&r);
     check_compute_auto(&r);
+    check_bench_seq_kv(&r);
 
     /* bench --causal: one JSON object with positive medians and speedup; with
      * --backward the backward's. */

@@ -10,6 +10,7 @@
 
 typedef struct bench_opts {
     int64_t seq;
+    int64_t seq_kv; /* keys per row: seq, or fewer (cross-attention, one process) */
     int64_t heads;
     int64_t dim;
     fxa_dtype dtype;

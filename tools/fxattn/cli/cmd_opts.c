@@ -83,6 +83,7 @@ void fxt_bench_args_table(bench_args *o, fxt_opt t[FXT_MAX_OPTS])
 {
     const fxt_opt src[] = {
         {"--seq", NULL, FXT_OPT_INT, &o->seq, 1, 1 << 24},
+        {"--seq-kv", NULL, FXT_OPT_INT, &o->seq_kv, 1, 1 << 24},
         {"--heads", NULL, FXT_OPT_INT, &o->heads, 1, 1024},
         {"--dim", NULL, FXT_OPT_INT, &o->dim, 6, FXA_MAX_HEAD_DIM},
         {"--dtype", NULL, FXT_OPT_STRING, &o->dtype_s, 0, 0},

@@ -82,6 +82,7 @@ typedef struct check_opts {
 /* `fxattn bench`, as parsed; cmd_bench.c converts it to bench_opts. */
 typedef struct bench_args {
     int64_t seq;
+    int64_t seq_kv; /* --seq-kv: keys (cross-attention); 0: --seq */
     int64_t heads;
     int64_t dim;
     const char *dtype_s;

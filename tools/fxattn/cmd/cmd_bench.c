@@ -69,6 +69,7 @@ static int single_setup(bench_single *b, const bench_opts *o)
                                 "bench: q, k, v and the output");
     if (code || (code = fxt_workload_sequence(o->seq, o->heads, o->dim, o->dtype, &b->w)))
         return code;
+    b->w.d.seq_kv = o->seq_kv; /* the first keys of the sequence: a contiguous [1, Skv, H, D] */
     b->out = malloc((size_t)(o->seq * o->heads * o->dim) * sizeof(float));
     if (!b->out)
         return fxt_fail(FXT_EXIT_FAILURE, "out of memory");
@@ -118,10 +119,11 @@ static void single_report(const bench_single *b, const bench_opts *o)
     const double bound_share = b->bounds.median / b->modes[0].median;
     const char *compute = o->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32";
     if (!o->json) {
-        printf("fxattn bench: S=%lld heads=%lld D=%lld %s (compute %s), %d threads, kernels %s, "
-               "median of %lld runs\n",
-               (long long)o->seq, (long long)o->heads, (long long)o->dim, fxt_dtype_name(o->dtype),
-               compute, b->n_threads, fxa_ctx_isa(b->modes[0].r.ctx), (long long)o->repeats);
+        printf("fxattn bench: S=%lld Skv=%lld heads=%lld D=%lld %s (compute %s), %d threads, "
+               "kernels %s, median of %lld runs\n",
+               (long long)o->seq, (long long)o->seq_kv, (long long)o->heads, (long long)o->dim,
+               fxt_dtype_name(o->dtype), compute, b->n_threads, fxa_ctx_isa(b->modes[0].r.ctx),
+               (long long)o->repeats);
         printf("measured peak: %.1f GFLOP/s (%s)\n", b->peak, b->peak_isa);
     }
     for (int i = 0; i < 2; i++) {
@@ -131,14 +133,15 @@ static void single_report(const bench_single *b, const bench_opts *o)
         const char *name = i ? "online" : "auto";
         if (o->json)
             fxt_json_printf(
-                "{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": \"%s\", "
-                "\"compute\": \"%s\", \"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", "
+                "{\"seq\": %lld, \"seq_kv\": %lld, \"heads\": %lld, \"dim\": %lld, \"dtype\": "
+                "\"%s\", \"compute\": \"%s\", \"threads\": %d, \"mode\": \"%s\", \"isa\": \"%s\", "
                 "\"seconds_median\": %.6f, "
                 "\"seconds_best\": %.6f, \"gflops\": %.3f, \"peak_gflops\": %.3f, "
                 "\"fraction_of_peak\": %.4f, \"fallback_rows\": %lld, \"rows\": %lld}\n",
-                (long long)o->seq, (long long)o->heads, (long long)o->dim, fxt_dtype_name(o->dtype),
-                compute, b->n_threads, name, fxa_ctx_isa(m->r.ctx), m->median, m->seconds[0], gf,
-                b->peak, share, (long long)m->st.fallback_rows, (long long)m->st.rows);
+                (long long)o->seq, (long long)o->seq_kv, (long long)o->heads, (long long)o->dim,
+                fxt_dtype_name(o->dtype), compute, b->n_threads, name, fxa_ctx_isa(m->r.ctx),
+                m->median, m->seconds[0], gf, b->peak, share, (long long)m->st.fallback_rows,
+                (long long)m->st.rows);
         else
             printf("%-7s median %8.3f s  best %8.3f s  %8.2f GFLOP/s  %5.1f%% of peak  "
                    "fallback rows %lld/%lld\n",
@@ -192,9 +195,15 @@ int fxt_cmd_bench(int argc, char **argv)
     if (a.causal && (fxt_cp_opts_distributed(&a.cp) || a.proj))
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--causal runs attention in one process (not under "
                                             "mpirun, not with --proj)");
+    if (a.seq_kv &&
+        (a.seq_kv > a.seq || a.proj || a.backward || a.causal || fxt_cp_opts_distributed(&a.cp)))
+        return fxt_fail(FXT_EXIT_BAD_INPUT,
+                        "--seq-kv runs the forward in one process (not with --proj, --backward, "
+                        "--causal or under mpirun) with at most --seq keys");
     if (a.proj)
         return fxt_bench_proj(&a);
     const bench_opts o = {.seq = a.seq,
+                          .seq_kv = a.seq_kv ? a.seq_kv : a.seq,
                           .heads = a.heads,
                           .dim = a.dim,
                           .dtype = dtype,
