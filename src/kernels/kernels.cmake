@@ -5,10 +5,12 @@
 # init functions) take no ISA flags: dispatch builds every set on any CPU.
 set(k ${CMAKE_CURRENT_SOURCE_DIR}/kernels)
 
-# Kernel sources of libfxattn, each compiled with the options `flags` (a list; "" for none).
+# Kernel sources of libfxattn, each compiled with the options `flags` (a list; "" for none),
+# and listed in the global property FXA_KERNEL_SOURCES.
 function(fxa_kernel_sources flags)
   foreach(f ${ARGN})
     target_sources(fxattn_obj PRIVATE ${k}/${f})
+    set_property(GLOBAL APPEND PROPERTY FXA_KERNEL_SOURCES ${k}/${f})
     if(flags)
       set_source_files_properties(${k}/${f} PROPERTIES COMPILE_OPTIONS "${flags}")
     endif()
@@ -45,4 +47,21 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     target_compile_definitions(fxattn_obj PRIVATE FXA_HAVE_AMX_KERNELS)
   endif()
   target_compile_definitions(fxattn_obj PRIVATE FXA_HAVE_X86_KERNELS)
+endif()
+
+# For the test suite: every kernel source again, with the optimisation flags of a Release build
+# (CMAKE_C_FLAGS_RELEASE, what users build) after those of the configuration in use, the same
+# per-file ISA flags and libfxattn's definitions. Tests link these objects ahead of
+# libfxattn.a, whose own kernels they replace (tests/CMakeLists.txt, fxa_release_kernels_test).
+# Not in sanitized builds, which do not run those tests.
+if(FXA_BUILD_TESTS AND NOT FXA_SANITIZE)
+  get_property(fxa_kernel_srcs GLOBAL PROPERTY FXA_KERNEL_SOURCES)
+  add_library(fxattn_kernels_release OBJECT ${fxa_kernel_srcs})
+  separate_arguments(fxa_release_flags UNIX_COMMAND "${CMAKE_C_FLAGS_RELEASE}")
+  target_compile_options(fxattn_kernels_release PRIVATE
+    $<TARGET_PROPERTY:fxattn_obj,COMPILE_OPTIONS> ${fxa_release_flags})
+  target_compile_definitions(fxattn_kernels_release PRIVATE
+    $<TARGET_PROPERTY:fxattn_obj,COMPILE_DEFINITIONS>)
+  target_include_directories(fxattn_kernels_release PRIVATE
+    $<TARGET_PROPERTY:fxattn_obj,INCLUDE_DIRECTORIES>)
 endif()

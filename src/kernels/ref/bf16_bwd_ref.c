@@ -3,6 +3,7 @@
  * pairs. */
 #include "../../base/convert_inline.h"
 #include "../kernels.h"
+#include "bf16_pair_ref.h"
 #include "bwd_p_ds_ref.h"
 
 static float bf(uint16_t h)
@@ -26,8 +27,8 @@ static void dots(const fxa_attn_bwd_tile_bf16 *t, size_t i, size_t j, float *s_o
     float dp = 0.0f;
     for (size_t c = 0; c < pairs; c++) {
         const size_t at = 2 * fxa_kt_offset(t->kt_panel, pairs, c, j);
-        s = (s + bf(q[2 * c + 1]) * bf(t->kt[at + 1])) + bf(q[2 * c]) * bf(t->kt[at]);
-        dp = (dp + bf(dout[2 * c + 1]) * bf(t->vt[at + 1])) + bf(dout[2 * c]) * bf(t->vt[at]);
+        s = fxa_bf16_pair_dot(s, q + 2 * c, t->kt + at);
+        dp = fxa_bf16_pair_dot(dp, dout + 2 * c, t->vt + at);
     }
     *s_out = s;
     *dp_out = dp;

@@ -9,6 +9,7 @@
 
 #include "../../base/convert_inline.h"
 #include "../kernels.h"
+#include "bf16_pair_ref.h"
 #include "exp2_ref.h"
 #include "fxattn.h"
 #include "rows_ref.h"
@@ -28,7 +29,7 @@ static void fxa_bf16_score__ref(const fxa_attn_tile_bf16 *t)
             float s = 0.0f;
             for (size_t c = 0; c < pairs; c++) {
                 const uint16_t *k = t->kp + 2 * fxa_kt_offset(t->kp_panel, pairs, c, j);
-                s = (s + bf(q[2 * c + 1]) * bf(k[1])) + bf(q[2 * c]) * bf(k[0]);
+                s = fxa_bf16_pair_dot(s, q + 2 * c, k);
             }
             z[j] = t->lambda * (s - t->qk_center[i]);
         }
