@@ -120,13 +120,18 @@ def test_scale_forms_give_the_same_bits():
         assert torch.equal(fxattn.scaled_dot_product_attention(q, k, v, scale=s), a)
 
 
-def test_bf16_computes_in_bf16_unless_asked():
+def test_bf16_computes_as_chosen_unless_asked():
+    """bf16 inputs: compute="bf16" and "fp32" each within their envelope and different;
+    the default is the compute fxattn.compute_choice names for this machine, bit for bit."""
     q, k, v = qkv(dtype=torch.bfloat16)
-    fast = fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    fast = fxattn.scaled_dot_product_attention(q, k, v, is_causal=True, compute="bf16")
     exact = fxattn.scaled_dot_product_attention(q, k, v, is_causal=True, compute="fp32")
     e_fast = check(fast, q, k, v, BF16, is_causal=True)
     e_exact = check(exact, q, k, v, 2.0**-8, is_causal=True)  # only the output's bf16 rounding
     assert not torch.equal(fast, exact) and e_exact <= e_fast
+    default = fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    chosen = fxattn.compute_choice(torch.bfloat16, q.shape[-1]).compute
+    assert torch.equal(default, fast if chosen == "bf16" else exact)
 
 
 def test_float16_output():
