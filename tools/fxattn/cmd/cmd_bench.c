@@ -189,6 +189,9 @@ int fxt_cmd_bench(int argc, char **argv)
     if (a.causal && (fxt_cp_opts_distributed(&a.cp) || a.proj))
         return fxt_fail(FXT_EXIT_BAD_INPUT, "--causal runs attention in one process (not under "
                                             "mpirun, not with --proj)");
+    if (a.backward && a.proj)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--backward times attention's backward, --proj the "
+                                            "forward layer's projections: pass one of them");
     if (a.proj)
         return fxt_bench_proj(&a);
     const bench_opts o = {.seq = a.seq,
