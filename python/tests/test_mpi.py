@@ -211,7 +211,9 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
     same bytes, block 0's attention saw only the rank's shard, remove()
     restores the model bit for bit; a bad grid, heads not divisible by U
     and a mask raise clear errors, as do a model
-    without a plan and a second parallelize of the same model.
+    without a plan and a second parallelize of the same model; Flux and
+    Qwen-Image with text and image lengths both not divisible by P, or a
+    text shorter than P, raise ValueError on every rank before the forward.
     ~10-30 s (np 2), ~20-60 s (np 4), by the machine's load."""
     out = run_mpi("cp_plan.py", np_, str(ulysses), str(ring), timeout=240).stdout
     ok = re.findall(r"OK rank (\d+) model (\w+) err ([0-9.e+-]+) tol ([0-9.e+-]+)", out)
@@ -223,6 +225,13 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
         assert f"error [{what}] " in out, out
     assert "error [no plan] parallelize takes a diffusers model with a context-parallel plan" in out, out
     assert "error [mask] fxattn.diffusers.parallelize: masked attention is not supported" in out, out
+    # joint attention with lengths no rank can run: ValueError on every rank, before the forward
+    for model in ("flux", "qwen"):
+        for r in range(np_):
+            assert re.search(rf"error \[text length\] {model} rank {r} .*joint attention .*text "
+                             rf"\(encoder_hidden_states, 5 tokens\).*the {np_} ranks", out), out
+            assert re.search(rf"error \[empty shard\] {model} rank {r} fxattn.diffusers.parallelize: \w+'s "
+                             rf"(encoder_hidden_states|txt_ids) has 1 tokens, fewer than the {np_} ranks", out), out
 
 
 @pytest.mark.parametrize("ulysses,ring", [(2, 1), (1, 2)])
