@@ -299,6 +299,20 @@ def test_operator_reads_broadcast_mask_axes_with_stride_zero(view):
     assert (out.double() - ref).abs().max().item() <= 2**-16 * v.abs().max().item()
 
 
+def test_double_backward_is_refused_clearly():
+    """fxattn has no second-order gradients: a backward through gradients
+    taken with create_graph=True (a gradient penalty) raises an error
+    naming fxattn; first-order gradients under create_graph are right."""
+    q, k, v, dout = _inputs(1, 2, 2, 16, 16, 8)
+    q.requires_grad_()
+    out = fxattn.scaled_dot_product_attention(q, k, v)
+    (dq,) = torch.autograd.grad(out, q, dout, create_graph=True)
+    _, ref = _grads(F.scaled_dot_product_attention, q.detach(), k, v, dout, torch.float64)
+    assert (dq.double() - ref[0]).abs().max().item() <= 2**-16 * ref[0].abs().max().item()
+    with pytest.raises(fxattn.UnsupportedError, match="fxattn has no second-order gradients"):
+        dq.square().sum().backward()
+
+
 @pytest.mark.parametrize("kind", ["causal", "bool"])
 def test_bf16_compute_masked_backward(kind):
     """bf16 inputs with is_causal or a bool mask (dead rows included) run

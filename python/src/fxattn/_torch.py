@@ -247,6 +247,23 @@ def _backward(ctx, grad_out, grad_lse):
 torch.library.register_autograd("fxattn::attention", _backward, setup_context=_setup_context)
 
 
+def second_order_error() -> Exception:
+    """The error of a double backward through fxattn attention."""
+    return _lib.UnsupportedError(
+        "fxattn has no second-order gradients: double backward through fxattn attention "
+        "(backward of gradients taken with create_graph=True, e.g. a gradient penalty) is not "
+        "supported; use torch.nn.functional.scaled_dot_product_attention for that term",
+        _lib.UNSUPPORTED,
+    )
+
+
+def _no_second_order(ctx, *grads):
+    raise second_order_error()
+
+
+torch.library.register_autograd("fxattn::attention_backward", _no_second_order, setup_context=lambda ctx, inputs, output: None)
+
+
 def needs_grad(*tensors) -> bool:
     """True when autograd records a call on these tensors."""
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
