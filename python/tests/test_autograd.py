@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.nn.attention import bias as attn_bias  # noqa: E402
+
 import fxattn  # noqa: E402
 from fxattn import _torch  # noqa: E402,F401  (registers the operators)
 from wan_configs import T2V as WAN_T2V  # noqa: E402
@@ -232,6 +234,88 @@ def test_causal_gradients_match_fp64_sdpa(sq, skv):
         assert err <= allow, f"causal {sq}x{skv} d{name}: error {err:.3g} > envelope {allow:.3g}"
     if skv > sq:  # keys no query sees get exact zeros
         assert torch.count_nonzero(got[1][:, :, sq:]) == 0 and torch.count_nonzero(got[2][:, :, sq:]) == 0
+
+
+@pytest.mark.parametrize("variant", ["upper_left", "lower_right"])
+@pytest.mark.parametrize("sq,skv", [(96, 96), (40, 130), (130, 40)])
+def test_causal_bias_masks_match_fp64_sdpa(variant, sq, skv):
+    """torch.nn.attention.bias's CausalBias masks (whose storage holds no
+    values) run as torch's SDPA runs them: output and gradients within the
+    envelope of the fp64 SDPA given the same bias (lower-right with Sq > Skv
+    has rows with no key: 0 and zero gradients, as SDPA gives)."""
+    bias = getattr(attn_bias, f"causal_{variant}")(sq, skv)
+    q, k, v, dout = _inputs(1, 4, 2, sq, skv, 24)
+    out, got = _grads(
+        lambda *t: fxattn.scaled_dot_product_attention(*t, attn_mask=bias, enable_gqa=True), q, k, v, dout, torch.float32
+    )
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        ref_out, ref = _grads(lambda *t: _sdpa_masked(*t, attn_mask=bias), q, k, v, dout, torch.float64)
+        out32, f32 = _grads(lambda *t: _sdpa_masked(*t, attn_mask=bias), q, k, v, dout, torch.float32)
+    for name, g, r, t32 in zip(("out", "dq", "dk", "dv"), [out] + got, [ref_out] + ref, [out32] + f32):
+        err = (g.double() - r).abs().max().item()
+        allow = 4 * (t32.double() - r).abs().max().item() + 2**-20 * r.abs().max().item()
+        assert err <= allow, f"{variant} {sq}x{skv} {name}: error {err:.3g} > envelope {allow:.3g}"
+
+
+def test_tensor_subclass_masks_are_refused():
+    """A mask of another tensor subclass is refused before its memory is
+    read, by the function and by the operator."""
+
+    class Wrapped(torch.Tensor):
+        pass
+
+    q, k, v, _ = _inputs(1, 2, 2, 8, 8, 16)
+    mask = torch.zeros(8, 8).as_subclass(Wrapped)
+    with pytest.raises(fxattn.InvalidArgumentError, match="tensor subclass"):
+        fxattn.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    with pytest.raises(fxattn.InvalidArgumentError, match="tensor subclass"):
+        torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", False, "", 1, mask[None, None])
+    with pytest.raises(fxattn.InvalidArgumentError, match="3 queries and 8 keys"):
+        fxattn.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias.causal_lower_right(3, 8))
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 8, 12), (1, 1, 8, 5), (3, 1, 1, 1), (1, 1, 1, 24)])
+def test_operator_refuses_masks_that_do_not_broadcast(shape):
+    """torch.ops.fxattn.attention takes a 4-D mask that broadcasts to
+    [B, Hq, Sq, Skv] (each axis 1 or the full extent) and refuses another
+    before reading it, in eager and fake (traced) calls."""
+    q, k, v, _ = _inputs(2, 2, 2, 8, 12, 16)
+    mask = torch.zeros(shape)
+    with pytest.raises(fxattn.InvalidArgumentError, match=r"does not broadcast to \[B, Hq, Sq, Skv\] = \[2, 2, 8, 12\]"):
+        torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", False, "", 1, mask)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) for t in (q, k, v, mask)]
+        with pytest.raises(fxattn.InvalidArgumentError, match="does not broadcast"):
+            torch.ops.fxattn.attention(*fake[:3], 0.0, "bhsd", "auto", True, "fp32", False, "", 1, fake[3])
+
+
+@pytest.mark.parametrize("view", ["one element", "key row of a bigger tensor", "full"])
+def test_operator_reads_broadcast_mask_axes_with_stride_zero(view):
+    """Size-1 mask axes broadcast (read with stride 0 whatever their
+    stride): a [1, 1, 1, 1] mask of one element, a [1, 1, 1, Skv] key mask
+    sliced from a bigger tensor (other rows past each axis) and a full mask
+    give SDPA's result."""
+    q, k, v, _ = _inputs(2, 2, 2, 8, 12, 16)
+    big = 4 * torch.randn(3, 5, 8, 12, generator=torch.Generator().manual_seed(5))
+    mask = {"one element": big[:1, :1, :1, :1].clone(), "key row of a bigger tensor": big[:1, :1, :1],
+            "full": big[:2, :2]}[view]
+    out, _ = torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", False, "", 1, mask)
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask.double())
+    assert (out.double() - ref).abs().max().item() <= 2**-16 * v.abs().max().item()
+
+
+def test_double_backward_is_refused_clearly():
+    """fxattn has no second-order gradients: a backward through gradients
+    taken with create_graph=True (a gradient penalty) raises an error
+    naming fxattn; first-order gradients under create_graph are right."""
+    q, k, v, dout = _inputs(1, 2, 2, 16, 16, 8)
+    q.requires_grad_()
+    out = fxattn.scaled_dot_product_attention(q, k, v)
+    (dq,) = torch.autograd.grad(out, q, dout, create_graph=True)
+    _, ref = _grads(F.scaled_dot_product_attention, q.detach(), k, v, dout, torch.float64)
+    assert (dq.double() - ref[0]).abs().max().item() <= 2**-16 * ref[0].abs().max().item()
+    with pytest.raises(fxattn.UnsupportedError, match="fxattn has no second-order gradients"):
+        dq.square().sum().backward()
 
 
 @pytest.mark.parametrize("kind", ["causal", "bool"])

@@ -106,12 +106,16 @@ def test_attention_grad(np_):
     GQA, MQA, both layouts, lse's gradient, bf16 inputs in fp32 compute
     (vs fp64 within 2^-6) and in bf16 compute (within 2^-5), one process's
     bytes on Ulysses with whole kv heads; requires_grad on one rank only
-    raises the same error on every rank. ~20 s (np 2), ~40 s (np 4)."""
+    raises the same error on every rank; a double backward raises
+    "fxattn has no second-order gradients" on every rank. ~20 s (np 2),
+    ~40 s (np 4)."""
     out = run_mpi("grad.py", np_, timeout=180).stdout
     ok = re.findall(r"OK rank (\d+) cases (\d+)", out)
     assert sorted(int(r) for r, _ in ok) == list(range(np_)), out
     assert all(int(n) == 6 * (2 if np_ == 2 else 3) for _, n in ok), out
     assert "error [grad on one rank] ranks disagree on requires_grad" in out, out
+    for r in range(np_):
+        assert f"error [double backward] rank {r} fxattn has no second-order gradients" in out, out
 
 
 def test_attention_hosts_interleaved():
@@ -211,7 +215,9 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
     same bytes, block 0's attention saw only the rank's shard, remove()
     restores the model bit for bit; a bad grid, heads not divisible by U
     and a mask raise clear errors, as do a model
-    without a plan and a second parallelize of the same model.
+    without a plan and a second parallelize of the same model; Flux and
+    Qwen-Image with text and image lengths both not divisible by P, or a
+    text shorter than P, raise ValueError on every rank before the forward.
     ~10-30 s (np 2), ~20-60 s (np 4), by the machine's load."""
     out = run_mpi("cp_plan.py", np_, str(ulysses), str(ring), timeout=240).stdout
     ok = re.findall(r"OK rank (\d+) model (\w+) err ([0-9.e+-]+) tol ([0-9.e+-]+)", out)
@@ -223,6 +229,13 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
         assert f"error [{what}] " in out, out
     assert "error [no plan] parallelize takes a diffusers model with a context-parallel plan" in out, out
     assert "error [mask] fxattn.diffusers.parallelize: masked attention is not supported" in out, out
+    # joint attention with lengths no rank can run: ValueError on every rank, before the forward
+    for model in ("flux", "qwen"):
+        for r in range(np_):
+            assert re.search(rf"error \[text length\] {model} rank {r} .*joint attention .*text "
+                             rf"\(encoder_hidden_states, 5 tokens\).*the {np_} ranks", out), out
+            assert re.search(rf"error \[empty shard\] {model} rank {r} fxattn.diffusers.parallelize: \w+'s "
+                             rf"(encoder_hidden_states|txt_ids) has 1 tokens, fewer than the {np_} ranks", out), out
 
 
 @pytest.mark.parametrize("ulysses,ring", [(2, 1), (1, 2)])

@@ -1755,6 +1755,23 @@ static void test_hostile(void)
               "[bench --backward --causal] no positive causal median and speedup: %s", r.out);
     }
     run_free(&r);
+    /* --backward --causal times the compute asked for (bf16 inputs: bf16
+     * unless --compute fp32) and refuses bf16 compute of fp32 inputs. */
+    if (run_ok("bench --backward --causal bf16 compute", &r, "bench", "--backward", "--causal",
+               "--dtype", "bf16", "--compute", "bf16", "--seq", "64", "--heads", "1", "--dim", "16",
+               "--repeats", "1", "--json", (const char *)NULL)) {
+        const char *c = json_field(r.out, "compute");
+        CHECK(c && strncmp(c, "\"bf16\"", 6) == 0,
+              "[bench --backward --causal bf16] not timed in bf16 compute: %s", r.out);
+    }
+    run_free(&r);
+    run_expect("bench --backward --causal bf16 compute of f32", 2, "bf16 inputs", 10.0, &r, "bench",
+               "--backward", "--causal", "--compute", "bf16", "--seq", "64", "--heads", "1",
+               "--dim", "16", "--repeats", "1", (const char *)NULL);
+    run_free(&r);
+    run_expect("bench --backward --proj", 2, "pass one of them", 10.0, &r, "bench", "--backward",
+               "--proj", "--seq", "64", "--heads", "1", "--dim", "16", (const char *)NULL);
+    run_free(&r);
     run_expect("bench --causal --proj", 2, "not with --proj", 10.0, &r, "bench", "--causal",
                "--proj", "--seq", "64", "--heads", "1", "--dim", "16", (const char *)NULL);
     run_free(&r);

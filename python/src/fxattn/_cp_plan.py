@@ -26,7 +26,11 @@ dropout under parallelism raises NotImplementedError (libfxattn_mpi has no
 masks). Token order across ranks does not matter to unmasked attention, so
 processors that concatenate two split streams (Flux: [text_r, image_r])
 work when the concatenated lengths are still fxattn.mpi.shard's split of
-their sum: the first stream's length divisible by the rank count.
+their sum: the text's or the image's length divisible by the rank count.
+Before each forward the ranks check and agree on the lengths of the inputs
+the plan splits at the model (that, and no input shorter than the ranks):
+a forward that cannot run raises ValueError on every rank, naming the
+lengths and the rank count.
 
 Training: every rank computes the same loss from the gathered output. The
 split is a narrow (its gradient lands in this rank's shard, zeros
@@ -176,6 +180,34 @@ def check_model(model, size: int, ulysses: int, ring, auto: bool, processors: bo
             if not auto and isinstance(h, int) and h % ulysses:
                 raise ValueError(f"{type(module).__name__}.{attr} = {h} is not divisible by ulysses={ulysses}")
     return pairs
+
+
+def _joint_attention(model) -> bool:
+    """The model has joint attention (Flux, Qwen-Image: an attention module
+    with added query projections, which concatenates the text and image
+    streams' shards into one sequence)."""
+    return any(getattr(m, "add_q_proj", None) is not None for m in model.modules())
+
+
+def _length_error(model: str, lengths: dict, size: int, joint: bool) -> str:
+    """Why a forward whose split inputs have these lengths ({input name:
+    tokens along its split dim}) cannot run on size ranks ("" when it can):
+    an input shorter than the ranks leaves a rank an empty shard; joint
+    attention concatenates each rank's text and image shards, which is
+    fxattn.mpi.shard's split of the joint sequence only when the text's
+    length (encoder_hidden_states) or the image's (hidden_states) is
+    divisible by the rank count."""
+    for name, n in lengths.items():
+        if n < size:
+            return (f"{model}'s {name} has {n} tokens, fewer than the {size} ranks: a rank's shard would be empty; "
+                    f"give it at least {size} tokens")
+    text, image = lengths.get("encoder_hidden_states"), lengths.get("hidden_states")
+    if joint and text is not None and image is not None and text % size and image % size:
+        return (f"{model}'s joint attention concatenates each rank's shard of the text (encoder_hidden_states, "
+                f"{text} tokens) and of the image (hidden_states, {image} tokens), an even split of the joint "
+                f"sequence over the {size} ranks only when one of the two lengths is divisible by {size}: pad the "
+                f"text to a multiple of {size} tokens")
+    return ""
 
 
 def _gather_data(comm, x, dim: int, grid: list, seconds: float):
@@ -364,6 +396,9 @@ class PlanParallelized:
             self._gathered = False
 
         self._hooks.append(model.register_forward_pre_hook(reset))
+        check = self._length_hook(model, len(grid), seconds)
+        if check is not None:
+            self._hooks.append(model.register_forward_pre_hook(check, with_kwargs=True))
         for name, entry in type(model)._cp_plan.items():
             for m in _modules(model, name):
                 if isinstance(entry, dict):
@@ -376,6 +411,47 @@ class PlanParallelized:
             _wrap_dispatch(type(proc).__call__.__globals__)
             self._configs.append((proc, own, vars(proc).get("_parallel_config")))
             proc._parallel_config = config
+
+    def _length_hook(self, model, size: int, seconds: float):
+        """A forward pre-hook of the model, run before its inputs are split
+        (None when there is nothing to check): every rank checks the lengths
+        of the inputs the plan splits at the model and, with joint
+        attention, of hidden_states and encoder_hidden_states
+        (_length_error), and the ranks agree (one small collective per
+        forward), so that a forward that cannot run raises ValueError on
+        every rank before it starts."""
+        params = list(inspect.signature(model.forward).parameters)
+        entry = type(model)._cp_plan.get("")
+        # {input: (split dim, expected dims)}: what the plan splits at the model and, for joint
+        # attention, the two streams (split at the model, Flux, or at the first block, Qwen-Image)
+        inputs = {k: (v.split_dim, v.expected_dims) for k, v in entry.items() if not v.split_output} \
+            if isinstance(entry, dict) else {}
+        joint = _joint_attention(model)
+        if joint:
+            for k in ("hidden_states", "encoder_hidden_states"):
+                if k in params:
+                    inputs.setdefault(k, (1, 3))
+        if not inputs:
+            return None
+        comm, name = self.comm, type(model).__name__
+
+        def hook(module, args, kwargs):
+            lengths = {}
+            for k, (dim, dims) in inputs.items():
+                at = params.index(k) if k in params else len(args)
+                x = kwargs[k] if k in kwargs else (args[at] if at < len(args) else None)
+                if hasattr(x, "ndim") and (dims is None or x.ndim == dims):
+                    lengths[k] = int(x.shape[dim])
+            mine = (_length_error(name, lengths, size, joint), lengths)
+            every = _fm.allgather_object(comm, mine, seconds, "fxattn.diffusers.parallelize's length check")
+            for r, (error, theirs) in enumerate(every):
+                if error:
+                    raise ValueError(f"fxattn.diffusers.parallelize: {error}")
+                if theirs != every[0][1]:
+                    raise ValueError(f"fxattn.diffusers.parallelize: the ranks' inputs differ: rank 0 splits "
+                                     f"{every[0][1]} tokens, rank {r} {theirs}; every rank must run the same forward")
+
+        return hook
 
     def _split_hooks(self, m, entry: dict, split):
         params = list(inspect.signature(m.forward).parameters)

@@ -83,8 +83,9 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, state: Saved):
         ctx.state = state
-        # through save_for_backward: an in-place change before the backward raises
-        ctx.save_for_backward(*state.qkv, state.out, state.lse)
+        # through save_for_backward: an in-place change before the backward raises; the
+        # inputs themselves (no copies) for a double backward's error (_FirstOrder)
+        ctx.save_for_backward(*state.qkv, state.out, state.lse, q, k, v)
         state.qkv = state.out = state.lse = None
         out, lse = state.outputs
         state.outputs = None
@@ -93,8 +94,26 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_out, g_lse):
         state = ctx.state
-        dq, dk, dv = state.backward(ctx.saved_tensors, g_out, g_lse if state.return_lse else None)
-        return dq, dk, dv, None
+        saved = ctx.saved_tensors
+        grads = state.backward(saved[:5], g_out, g_lse if state.return_lse else None)
+        if torch.is_grad_enabled():  # create_graph=True: a backward of these gradients raises
+            grads = _FirstOrder.apply(*saved[5:], *grads)
+        return (*grads, None)
+
+
+class _FirstOrder(torch.autograd.Function):
+    """(dq, dk, dv) as they are, recorded over q, k, v with a backward that
+    raises: fxattn has no second-order gradients."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, dq, dk, dv):
+        return dq.clone(), dk.clone(), dv.clone()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        from ._torch import second_order_error
+
+        raise second_order_error()
 
 
 def record(q, k, v, out, lse, state: Saved):

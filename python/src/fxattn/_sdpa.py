@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 
 import numpy as np
 
@@ -47,7 +48,10 @@ def scaled_dot_product_attention(
     attn_mask: None, a bool mask (True = the key takes part) or a float
     mask added to the scores (-inf masks), broadcastable to
     [..., Hq, Sq, Skv]; a float mask of another float dtype is converted to
-    float32. Not together with is_causal (SDPA refuses both). is_causal:
+    float32; or torch.nn.attention.bias.causal_upper_left(Sq, Skv) (is_causal)
+    or causal_lower_right(Sq, Skv) (query i attends keys j <= i + Skv - Sq),
+    as SDPA reads them. Another tensor subclass raises
+    InvalidArgumentError. Not together with is_causal (SDPA refuses both). is_causal:
     query i attends keys j <= i, top-left aligned as SDPA's (also when
     Sq != Skv). A row whose keys are all masked gives 0, as SDPA does, and
     gradients 0.
@@ -74,6 +78,9 @@ def scaled_dot_product_attention(
     use_torch = _arrays.is_torch(query)
     if attn_mask is not None and _arrays.is_torch(attn_mask) != use_torch:
         raise bad("attn_mask must be of the same kind as query (a torch tensor or a numpy array)")
+    causal_bias = None
+    if attn_mask is not None and use_torch:
+        causal_bias = _causal_bias(attn_mask, query)
     if attn_mask is not None and is_causal:
         raise bad(
             "attn_mask and is_causal=True together: pass one (torch's scaled_dot_product_attention "
@@ -105,6 +112,8 @@ def scaled_dot_product_attention(
     scale = None if scale is None else _check_args.positive_real("scale", scale)
     if compute is None:
         compute = "auto"
+    if causal_bias is not None:
+        attn_mask, is_causal = _causal_bias_mask(causal_bias, sq, skv)
     mask4 = None
     if attn_mask is not None:
         mask4 = _mask4(attn_mask, lead, (hq, sq, skv), batch, use_torch)
@@ -115,6 +124,46 @@ def scaled_dot_product_attention(
         out = attention_numpy(q4, k4, v4, opts, False, None, mask4, is_causal)
     out = out.reshape(lead + (hq, sq, e))
     return out[0] if flat else out
+
+
+def _causal_bias(m, query):
+    """m itself when it is one of torch.nn.attention.bias's CausalBias masks
+    (causal_upper_left, causal_lower_right), None when it is a plain tensor
+    (or of query's own class, as tracing passes them). Any other tensor
+    subclass is refused before its memory is read: a subclass's storage need
+    not hold its values (a CausalBias's never does)."""
+    import torch
+
+    bias = sys.modules.get("torch.nn.attention.bias")  # a CausalBias exists only once it is imported
+    if bias is not None and isinstance(m, bias.CausalBias):
+        return m
+    if type(m) in (torch.Tensor, torch.nn.Parameter) or type(m) is type(query):
+        return None
+    name = f"{type(m).__module__}.{type(m).__qualname__}"
+    raise bad(
+        f"attn_mask is a {name}, a tensor subclass whose memory need not hold its values; fxattn "
+        "takes a plain torch.Tensor mask or torch.nn.attention.bias.causal_upper_left / "
+        "causal_lower_right"
+    )
+
+
+def _causal_bias_mask(bias, sq: int, skv: int):
+    """(attn_mask, is_causal) doing what CausalBias bias does in torch's SDPA on
+    Sq queries and Skv keys: upper-left (and lower-right at Sq = Skv) is
+    is_causal; lower-right otherwise is the bool mask tril(ones(Sq, Skv),
+    Skv - Sq), query i attending keys j <= i + Skv - Sq (Sq Skv bytes,
+    broadcast over batch and heads)."""
+    import torch
+    from torch.nn.attention.bias import CausalVariant
+
+    if (bias.seq_len_q, bias.seq_len_kv) != (sq, skv):
+        raise bad(
+            f"attn_mask is a causal bias for {bias.seq_len_q} queries and {bias.seq_len_kv} keys, "
+            f"but query has {sq} and key {skv}"
+        )
+    if bias.variant == CausalVariant.UPPER_LEFT or sq == skv:
+        return None, True
+    return torch.ones(sq, skv, dtype=torch.bool).tril(skv - sq), False
 
 
 def _no_dropout(dropout_p) -> None:

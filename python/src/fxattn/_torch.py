@@ -49,7 +49,7 @@ def attention_op(
     Returns (out, lse), lse empty [0] unless return_lse."""
     opts = Options.parse(scale or None, layout, mode, center, compute, threads or None)
     qo, ko, vo = operands(q, k, v, layout)
-    mask = None if attn_mask is None else mask_operand(attn_mask)
+    mask = None if attn_mask is None else mask_operand(attn_mask, mask_shape(layout, qo.shape, ko.shape))
     dtype = _out_dtype(q, out_dtype)
     out_code = _arrays.torch_dtype_code(torch, dtype)
     # fp16 outputs are written as fp32 and rounded once by torch.
@@ -59,25 +59,62 @@ def attention_op(
     return (_arrays.to_float16(out) if out_code == _lib.F16 else out), lse
 
 
-def mask_operand(m: torch.Tensor) -> Mask:
-    """A 4-D bool or float32 CPU tensor as the C API's mask (its strides as
-    they are; negative ones copied)."""
+def mask_shape(layout: str, q_shape, k_shape) -> tuple:
+    """[B, Hq, Sq, Skv] of q and k shapes in layout."""
+    b, h, sq = lse_shape(layout, q_shape)
+    return (b, h, sq, lse_shape(layout, k_shape)[2])
+
+
+def check_mask(m: torch.Tensor, shape) -> None:
+    """Refuse a mask that is not a plain tensor (a subclass's memory need
+    not hold its values) or not of check_mask_shape's shape, before its
+    memory is read."""
+    if type(m) not in (torch.Tensor, torch.nn.Parameter):
+        raise _lib.InvalidArgumentError(
+            f"attn_mask is a {type(m).__module__}.{type(m).__qualname__}, a tensor subclass whose memory "
+            "need not hold its values; the operator takes a plain torch.Tensor "
+            "(fxattn.scaled_dot_product_attention also takes torch's causal biases)",
+            _lib.INVALID_ARG,
+        )
+    check_mask_shape(m, shape)
+
+
+def check_mask_shape(m: torch.Tensor, shape) -> None:
+    """Refuse a mask that is not a 4-D bool or float32 tensor whose shape
+    broadcasts to shape = [B, Hq, Sq, Skv] (each axis 1 or the full
+    extent)."""
     if m.dim() != 4 or m.dtype not in (torch.bool, torch.float32):
         raise _lib.InvalidArgumentError(
             f"attn_mask must be a 4-D [B, Hq, Sq, Skv] bool or float32 tensor, not {m.dtype} {list(m.shape)}", _lib.INVALID_ARG
         )
+    if any(n not in (1, want) for n, want in zip(m.shape, shape)):
+        raise _lib.InvalidArgumentError(
+            f"attn_mask has shape {list(m.shape)}, which does not broadcast to [B, Hq, Sq, Skv] = "
+            f"{list(shape)}: each axis must be 1 or the full extent",
+            _lib.INVALID_ARG,
+        )
+
+
+def mask_operand(m: torch.Tensor, shape) -> Mask:
+    """A bool or float32 CPU tensor that broadcasts to shape = [B, Hq, Sq, Skv]
+    as the C API's mask (check_mask; its strides as they are, 0 on the axes
+    it broadcasts along; negative ones copied)."""
+    check_mask(m, shape)
     m = _arrays.torch_values(m, "attn_mask")
     if any(st < 0 for st in m.stride()):
         m = m.contiguous()
     if m.dtype == torch.bool:
         m = m.view(torch.uint8)
     kind = _lib.MASK_BOOL if m.dtype == torch.uint8 else _lib.MASK_ADD
-    return Mask(kind, tuple(m.stride()), m.data_ptr(), m)
+    strides = tuple(0 if n == 1 else st for n, st in zip(m.shape, m.stride()))
+    return Mask(kind, strides, m.data_ptr(), m)
 
 
 @attention_op.register_fake
 def _(q, k, v, scale, layout, mode, center, compute, return_lse, out_dtype, threads, attn_mask=None, is_causal=False):
     same_device(q, k, v, attn_mask)
+    if attn_mask is not None and q.dim() == k.dim() == 4:
+        check_mask_shape(attn_mask, mask_shape(layout, q.shape, k.shape))
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
     lse = q.new_empty(lse_shape(layout, q.shape) if return_lse else (0,), dtype=torch.float32)
     return out, lse
@@ -136,7 +173,7 @@ def attention_backward_op(
     opts = Options.parse(scale or None, layout, mode, center, compute, threads or None)
     dense = [_dense(t) for t in (q, k, v)]
     qo, ko, vo = operands(*dense, layout)
-    mask = None if attn_mask is None else mask_operand(attn_mask.detach())
+    mask = None if attn_mask is None else mask_operand(attn_mask.detach(), mask_shape(layout, qo.shape, ko.shape))
     if lse.numel() == 0:
         lse = torch.empty(lse_shape(layout, qo.shape), dtype=torch.float32)
         scratch = torch.empty(qo.shape, dtype=out.dtype if out.dtype == torch.bfloat16 else torch.float32)
@@ -208,6 +245,23 @@ def _backward(ctx, grad_out, grad_lse):
 
 
 torch.library.register_autograd("fxattn::attention", _backward, setup_context=_setup_context)
+
+
+def second_order_error() -> Exception:
+    """The error of a double backward through fxattn attention."""
+    return _lib.UnsupportedError(
+        "fxattn has no second-order gradients: double backward through fxattn attention "
+        "(backward of gradients taken with create_graph=True, e.g. a gradient penalty) is not "
+        "supported; use torch.nn.functional.scaled_dot_product_attention for that term",
+        _lib.UNSUPPORTED,
+    )
+
+
+def _no_second_order(ctx, *grads):
+    raise second_order_error()
+
+
+torch.library.register_autograd("fxattn::attention_backward", _no_second_order, setup_context=lambda ctx, inputs, output: None)
 
 
 def needs_grad(*tensors) -> bool:

@@ -29,6 +29,7 @@ same rows of the whole sequence; the fp64 bound above is the check.
 """
 
 import copy
+import itertools
 import sys
 import traceback
 
@@ -44,7 +45,7 @@ comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
 
 
-def flux():
+def flux(text=4):
     from diffusers import FluxTransformer2DModel
 
     model = FluxTransformer2DModel(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1,
@@ -52,13 +53,13 @@ def flux():
                                    pooled_projection_dim=8, axes_dims_rope=(2, 2, 4))
     g = torch.Generator().manual_seed(1)
     # 4 text tokens (divisible by 2 and 4: [text_r, image_r] stays shard()'s split), 9 image tokens (uneven)
-    kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, 4, 16, generator=g),
+    kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, text, 16, generator=g),
               pooled_projections=torch.randn(1, 8, generator=g), timestep=torch.tensor([0.5]),
-              img_ids=torch.randn(9, 3, generator=g), txt_ids=torch.randn(4, 3, generator=g))
+              img_ids=torch.randn(9, 3, generator=g), txt_ids=torch.randn(text, 3, generator=g))
     return model, kw, 9, "transformer_blocks.0.attn"
 
 
-def qwen():
+def qwen(text=4):
     from diffusers import QwenImageTransformer2DModel
 
     model = QwenImageTransformer2DModel(patch_size=1, in_channels=4, out_channels=4, num_layers=2,
@@ -66,7 +67,7 @@ def qwen():
                                         axes_dims_rope=(2, 2, 4))
     g = torch.Generator().manual_seed(1)
     # [text_r, image_r] joint attention as Flux: 4 text tokens, 9 image tokens; RoPE split at pos_embed's output
-    kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, 4, 16, generator=g),
+    kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, text, 16, generator=g),
               timestep=torch.tensor([0.5]), img_shapes=[(1, 3, 3)])
     return model, kw, 9, "transformer_blocks.0.attn"
 
@@ -170,6 +171,18 @@ def errors(u, r):
             print(f"error [mask] {e}", flush=True)
         else:
             raise AssertionError("a mask under parallelism ran")
+    # joint attention: 5 text and 9 image tokens (neither divisible by P = 2 or 4), 1 text token (empty shards):
+    # ValueError on every rank before the forward, naming the text length and the rank count
+    for (what, text), (name, build) in itertools.product((("text length", 5), ("empty shard", 1)),
+                                                         (("flux", flux), ("qwen", qwen))):
+        joint, joint_kw, _, _ = build(text)
+        with torch.no_grad(), parallelize(joint.eval(), comm, ulysses=u, ring=r, threads=1):
+            try:
+                joint(**dict(joint_kw, return_dict=False))
+            except ValueError as e:
+                print(f"error [{what}] {name} rank {rank} {e}", flush=True)
+            else:
+                raise AssertionError(f"no error for {name} {what}")
     with parallelize(model, comm, ulysses=u, ring=r, threads=1):
         try:
             parallelize(model, comm, ulysses=u, ring=r)

@@ -185,6 +185,16 @@ def main():
     except fxattn.InvalidArgumentError as e:
         assert "ranks disagree on requires_grad" in str(e), str(e)
         print(f"error [grad on one rank] {e}", flush=True)
+    # double backward (a gradient penalty): first-order gradients under create_graph, then a clear error
+    x = [cut(q, 4, "bshd").clone().requires_grad_() for _ in range(3)]
+    out = fm.attention(*x, comm, ulysses=P, layout="bshd", threads=1)
+    (dq,) = torch.autograd.grad(out.square().sum(), x[0], create_graph=True)
+    try:
+        dq.square().sum().backward()
+        raise AssertionError("double backward did not raise")
+    except fxattn.UnsupportedError as e:
+        assert "fxattn has no second-order gradients" in str(e), str(e)
+        print(f"error [double backward] rank {rank} {e}", flush=True)
     print(f"OK rank {rank} cases {cases}", flush=True)
 
 

@@ -1,9 +1,10 @@
 /*
  * `fxattn bench --backward --causal`: the attention backward
- * (fxa_attn_bwd_run) unmasked and causal on the same Wan-like inputs, one
- * context, each with its own forward's output and lse (computed once
- * before timing), alternating after a warm-up so that both see the same
- * machine state; medians of --repeats runs and the causal speedup
+ * (fxa_attn_bwd_run) unmasked and causal on the same Wan-like inputs in the
+ * asked compute (fp32, or bf16 products), one context, each with its own
+ * forward's output and lse (computed once before timing), alternating after
+ * a warm-up so that both see the same machine state; medians of --repeats
+ * runs and the causal speedup
  * (unmasked median over causal median; causal skips the key tiles past the
  * diagonal, about half the work at Sq = Skv, so 2 is the ideal).
  */
@@ -30,11 +31,12 @@ static void *ws_alloc(size_t bytes)
     return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
 }
 
-/* Way i's plan and workspace, and its forward's out and lse. */
-static int setup_way(way *w, fxa_ctx *ctx, const fxt_workload *wl, int causal, size_t elems,
-                     size_t rows)
+/* Way i's plan and workspace (in compute), and its forward's out and lse. */
+static int setup_way(way *w, fxa_ctx *ctx, const fxt_workload *wl, fxa_compute compute, int causal,
+                     size_t elems, size_t rows)
 {
     fxa_attn_desc d = wl->d;
+    d.compute = compute;
     d.causal = causal;
     fxa_attn_plan *fwd = NULL;
     size_t ws_f = 0, ws_b = 0;
@@ -89,7 +91,7 @@ int fxt_bench_bwd_causal(const bench_opts *o)
     for (size_t i = 0; !code && i < elems; i++) /* a smooth, deterministic dL/dO */
         dout[i] = wl.v32[(i * 7919) % elems];
     for (int i = 0; i < N_WAYS && !code; i++)
-        code = setup_way(&w[i], ctx, &wl, i, elems, rows);
+        code = setup_way(&w[i], ctx, &wl, o->compute, i, elems, rows);
     for (int64_t rep = -1; !code && rep < o->repeats; rep++) { /* rep -1: warm-up */
         for (int i = 0; i < N_WAYS && !code; i++) {
             const fxa_attn_bwd_args g = {.struct_size = sizeof g,
@@ -110,23 +112,25 @@ int fxt_bench_bwd_causal(const bench_opts *o)
         }
     }
     if (!code) {
+        const char *compute = o->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32";
         const double unmasked = fxt_median(seconds[0], (size_t)o->repeats);
         const double causal = fxt_median(seconds[1], (size_t)o->repeats);
         if (o->json)
-            fxt_json_printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"threads\": %d, "
-                            "\"isa\": \"%s\", \"unmasked_backward_seconds_median\": %.6f, "
+            fxt_json_printf("{\"seq\": %lld, \"heads\": %lld, \"dim\": %lld, \"compute\": "
+                            "\"%s\", \"threads\": %d, \"isa\": \"%s\", "
+                            "\"unmasked_backward_seconds_median\": %.6f, "
                             "\"causal_backward_seconds_median\": %.6f, "
                             "\"causal_backward_speedup\": %.4f}\n",
-                            (long long)o->seq, (long long)o->heads, (long long)o->dim,
+                            (long long)o->seq, (long long)o->heads, (long long)o->dim, compute,
                             fxa_ctx_threads(ctx), fxa_ctx_isa(ctx), unmasked, causal,
                             unmasked / causal);
         else
-            printf("fxattn bench --backward --causal: S=%lld heads=%lld D=%lld %s, %d threads, "
-                   "kernels %s, median of %lld runs\nunmasked backward median %8.4f s\n"
+            printf("fxattn bench --backward --causal: S=%lld heads=%lld D=%lld %s (compute %s), "
+                   "%d threads, kernels %s, median of %lld runs\nunmasked backward median %8.4f s\n"
                    "causal   backward median %8.4f s\ncausal backward speedup over unmasked: "
                    "%.3fx\n",
                    (long long)o->seq, (long long)o->heads, (long long)o->dim,
-                   fxt_dtype_name(o->dtype), fxa_ctx_threads(ctx), fxa_ctx_isa(ctx),
+                   fxt_dtype_name(o->dtype), compute, fxa_ctx_threads(ctx), fxa_ctx_isa(ctx),
                    (long long)o->repeats, unmasked, causal, unmasked / causal);
     }
     for (int i = 0; i < N_WAYS; i++) {

@@ -200,6 +200,9 @@ int fxt_cmd_bench(int argc, char **argv)
         return fxt_fail(FXT_EXIT_BAD_INPUT,
                         "--seq-kv runs the forward in one process (not with --proj, --backward, "
                         "--causal or under mpirun) with at most --seq keys");
+    if (a.backward && a.proj)
+        return fxt_fail(FXT_EXIT_BAD_INPUT, "--backward times attention's backward, --proj the "
+                                            "forward layer's projections: pass one of them");
     if (a.proj)
         return fxt_bench_proj(&a);
     const bench_opts o = {.seq = a.seq,
