@@ -464,7 +464,10 @@ typedef struct fxa_attn_bwd_stats {
  * (naming the tensor and position) before any output is written.
  * Allocates nothing. lse must be the forward's for these Q, K and mask (a
  * row's P then sums to 1); another lse gives the gradients of another
- * function. lse may be -INFINITY only in a plan with a mask (rows with every
+ * function, and one under which a recomputed P passes 2 (or is NaN) is
+ * FXA_ERR_INVALID_ARG naming the row, found during the run (dq, dk and dv
+ * then hold no valid values). With the forward's lse_parts, P is the
+ * forward's own (docs/numerics.md "Backward"). lse may be -INFINITY only in a plan with a mask (rows with every
  * key masked; their gradients are 0); the mask is checked as the forward
  * checks it (args->mask present, an additive one without NaN or values above
  * 2^120).
