@@ -372,6 +372,17 @@ typedef struct fxa_attn_args {
     /* Added in 0.3: the mask of fxa_attn_desc.mask_kind (uint8_t or float,
      * with its mask_strides), read only; NULL without one. */
     const void *mask;
+    /* Added after mask (a smaller struct writes none): optional
+     * [B,Hq,Sq][3], each row's softmax state as the run left it, for the
+     * backward (fxa_attn_bwd_args.lse_parts): {m, l, c}, the row's base-2
+     * shift m, its shifted sum l and its score centre c: the run's scores
+     * are z_j = tau log2(e) (q.k_j - c) (rounded in fp32) plus the mask's
+     * base-2 bias, P_j = 2^(z_j - m) / l, and the row's base-2 LSE is
+     * m + log2(l) + tau log2(e) c (with a mask's row offset, docs/numerics.md).
+     * Unlike lse, no part is rounded at the LSE's magnitude, so the backward
+     * rebuilds the forward's P at any score or mask magnitude. A row with
+     * every key masked gets {-INFINITY, 0, 0}. */
+    float *lse_parts;
 } fxa_attn_args;
 
 /*
@@ -473,6 +484,12 @@ typedef struct fxa_attn_bwd_args {
      * stored, on the library's threads). Added after mask: a smaller struct
      * writes float. */
     fxa_dtype grad_dtype;
+    /* Optional [B,Hq,Sq][3]: the forward's fxa_attn_args.lse_parts for the
+     * same inputs (NULL: P is rebuilt from lse alone, whose fp32 rounding
+     * at the LSE's magnitude then enters P: rows with a large |lse|, from a
+     * large mask value or saturated scores, lose accuracy). Added after
+     * grad_dtype: a smaller struct has none. */
+    const float *lse_parts;
 } fxa_attn_bwd_args;
 
 /* What one backward run did. Versioned (new in 0.3); an output: the
@@ -491,7 +508,10 @@ typedef struct fxa_attn_bwd_stats {
  * (naming the tensor and position) before any output is written.
  * Allocates nothing. lse must be the forward's for these Q, K and mask (a
  * row's P then sums to 1); another lse gives the gradients of another
- * function. lse may be -INFINITY only in a plan with a mask (rows with every
+ * function, and one under which a recomputed P passes 2 (or is NaN) is
+ * FXA_ERR_INVALID_ARG naming the row, found during the run (dq, dk and dv
+ * then hold no valid values). With the forward's lse_parts, P is the
+ * forward's own (docs/numerics.md "Backward"). lse may be -INFINITY only in a plan with a mask (rows with every
  * key masked; their gradients are 0); the mask is checked as the forward
  * checks it (args->mask present, an additive one without NaN or values above
  * 2^120).

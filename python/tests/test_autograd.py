@@ -407,11 +407,14 @@ def test_masked_operator_opcheck():
     base = (0.0, "bhsd", "auto", True, "fp32")
     torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, *base, True, "", 0, mask, False))
     torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, *base, True, "", 0, None, True))
-    out, lse = torch.ops.fxattn.attention(q, k, v, *base, True, "", 0, mask, False)
+    out, lse, parts = torch.ops.fxattn.attention(q, k, v, *base, True, "", 0, mask, False)
     torch.library.opcheck(torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, *base, 0, None, mask, False))
-    # an empty lse is computed again with the mask: the same gradients
+    torch.library.opcheck(
+        torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, *base, 0, None, mask, False, parts)
+    )
+    # an empty lse is computed again with the mask (and its parts): the same gradients
     empty = torch.empty(0)
-    a = torch.ops.fxattn.attention_backward(dout, q, k, v, out, lse, *base, 0, None, mask, False)
+    a = torch.ops.fxattn.attention_backward(dout, q, k, v, out, lse, *base, 0, None, mask, False, parts)
     b = torch.ops.fxattn.attention_backward(dout, q, k, v, out, empty, *base, 0, None, mask, False)
     for x, y in zip(a, b):
         assert torch.equal(x, y)
@@ -421,8 +424,8 @@ def test_lse_recomputed_for_direct_operator_calls():
     q, k, v, dout = _inputs(1, 2, 2, 40, 24, 16)
     args = (0.0, "bhsd", "auto", True, "fp32", False, "", 0)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    out, lse = torch.ops.fxattn.attention(*leaves, *args)  # return_lse False: lse [0]
-    assert lse.shape == (0,)
+    out, lse, parts = torch.ops.fxattn.attention(*leaves, *args)  # return_lse False: lse [0]
+    assert lse.shape == (0,) and parts.shape == (0,)
     out.backward(dout)
     _, want = _grads(lambda *t: fxattn.attention(*t, layout="bhsd"), q, k, v, dout, torch.float32)
     for leaf, w in zip(leaves, want):
@@ -435,9 +438,13 @@ def test_opcheck():
         leaves = [t.clone().requires_grad_() for t in (a, b, c)]
         torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, 0.0, layout, "auto", True, "fp32", True, "", 0))
         torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, 0.0, layout, "auto", True, "fp32", False, "", 0))
-    out, lse = torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
+    out, lse, parts = torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
     torch.library.opcheck(
         torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, 0.0, "bhsd", "auto", True, "fp32", 0)
+    )
+    torch.library.opcheck(
+        torch.ops.fxattn.attention_backward.default,
+        (dout, q, k, v, out, lse, 0.0, "bhsd", "auto", True, "fp32", 0, None, None, False, parts),
     )
 
 

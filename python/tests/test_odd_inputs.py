@@ -96,7 +96,7 @@ def test_operator_called_directly_checks_its_options():
         op(q, k, v, 0.0, "bshd", "auto", True, "fp32", False, "float64", 1)
     with pytest.raises(fxattn.InvalidArgumentError, match="scale"):
         op(q, k, v, -1.0, "bshd", "auto", True, "fp32", False, "", 1)
-    out, _ = op(q, k, v, 0.0, "bshd", "auto", True, "fp32", False, "", 1)
+    out, _, _ = op(q, k, v, 0.0, "bshd", "auto", True, "fp32", False, "", 1)
     assert torch.equal(out, fxattn.attention(q, k, v, threads=1, layout="bshd"))
 
 

@@ -102,8 +102,8 @@ def test_custom_operator_is_registered_with_fake():
     q, k, v = tensors(seed=6)
     with torch._subclasses.fake_tensor.FakeTensorMode():
         fq, fk, fv = (torch.empty(t.shape) for t in (q, k, v))
-        out, lse = torch.ops.fxattn.attention(fq, fk, fv, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
-    assert out.shape == q.shape and lse.shape == (1, 4, 64)
+        out, lse, parts = torch.ops.fxattn.attention(fq, fk, fv, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
+    assert out.shape == q.shape and lse.shape == (1, 4, 64) and parts.shape == (1, 4, 64, 3)
     torch.library.opcheck(
         torch.ops.fxattn.attention.default, (q, k, v, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
     )

@@ -638,7 +638,8 @@ static void finish_item(void *arg, int64_t item, int thread_id)
     (void)thread_id;
     fxa_rows_finish(p, hb, &rows, n, a->out,
                     b * p->o_strides.batch + h * p->o_strides.head + i0 * p->o_strides.token,
-                    p->o_strides.token, a->lse ? a->lse + diag : NULL);
+                    p->o_strides.token, a->lse ? a->lse + diag : NULL,
+                    a->lse_parts ? a->lse_parts + 3 * diag : NULL);
     if (a->row_bound)
         memcpy(a->row_bound + diag, acc->bound + diag, n * sizeof(float));
     if (a->row_fallback)
@@ -652,13 +653,14 @@ static fxa_status check_spans(const fxa_attn_acc *acc, const fxa_attn_args *a)
     const fxa_attn_plan *p = acc->p;
     const size_t rows = (size_t)acc->n_rows;
     const fxa_span in[1] = {{"Q", acc->q, (size_t)p->q_extent * p->in_elem}};
-    const fxa_span out[4] = {
+    const fxa_span out[5] = {
         {"out", a->out, (size_t)p->o_extent * p->out_elem},
         {"lse", a->lse, rows * sizeof(float)},
+        {"lse_parts", a->lse_parts, 3 * rows * sizeof(float)},
         {"row_fallback", a->row_fallback, rows},
         {"row_bound", a->row_bound, rows * sizeof(float)},
     };
-    return fxa_spans_disjoint(p->ctx, out, 4, in, 1);
+    return fxa_spans_disjoint(p->ctx, out, 5, in, 1);
 }
 
 static fxa_status acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,

@@ -58,6 +58,7 @@ typedef struct fxa_thread_scratch {
     uint16_t *p16;    /* [block_q][kv_tile]: bf16 compute only */
     /* Masks and causal only (NULL otherwise): */
     float *bias_max; /* [hpt][block_q]: each row's largest finite bias, base 2 */
+    float *bias_off; /* [hpt][block_q]: each row's bias offset (mask.h) */
     float *bias;     /* [block_q][kv_tile]: one tile's bias (fxa_attn_tile.bias) */
     int64_t fallback_rows;
     double max_bound;

@@ -57,6 +57,7 @@ static fxa_rows rows_from(const fxa_attn_plan *p, const fxa_rows *rows, size_t r
         .qk_center = rows->qk_center + r,
         .online = rows->online + r,
         .bias_max = rows->bias_max ? rows->bias_max + r : NULL,
+        .bias_off = rows->bias_off ? rows->bias_off + r : NULL,
     };
 }
 
@@ -72,6 +73,7 @@ static fxa_rows scratch_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s
         .qk_center = s->qk_center,
         .online = s->online,
         .bias_max = s->bias_max,
+        .bias_off = s->bias_off,
     };
     return rows_from(p, &all, slot * (size_t)p->d.block_q);
 }
@@ -92,7 +94,8 @@ static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, i
     fxa_load_q(p, job->a->q, q_off, p->q_strides.token, n_rows, (float *)rows.q,
                (uint16_t *)rows.q16);
     if (rows.bias_max)
-        fxa_mask_row_max(p, job->a->mask, b, h, i0, n_rows, (float *)rows.bias_max);
+        fxa_mask_row_max(p, job->a->mask, b, h, i0, n_rows, (float *)rows.bias_max,
+                         (float *)rows.bias_off);
     const int64_t n_online = fxa_rows_decide(p, hb, kbar, &rows, n_rows, bound);
     if (!report)
         return;
@@ -116,8 +119,10 @@ static void finish_rows(const run_job *job, const fxa_thread_scratch *s, size_t 
     const fxa_rows rows = scratch_rows(p, s, slot);
     const fxa_head_bound *hb =
         (const fxa_head_bound *)(job->ws + p->ws_bounds) + b * p->d.heads_kv + h / p->group;
-    float *lse = job->a->lse ? job->a->lse + (b * p->d.heads_q + h) * p->d.seq_q + i0 : NULL;
-    fxa_rows_finish(p, hb, &rows, n_rows, job->a->out, o_off, p->o_strides.token, lse);
+    const int64_t row = (b * p->d.heads_q + h) * p->d.seq_q + i0;
+    float *lse = job->a->lse ? job->a->lse + row : NULL;
+    float *parts = job->a->lse_parts ? job->a->lse_parts + 3 * row : NULL;
+    fxa_rows_finish(p, hb, &rows, n_rows, job->a->out, o_off, p->o_strides.token, lse, parts);
 }
 
 /* Where kv tile `tile` of chunk slot `slot` is packed, in floats from the
@@ -243,10 +248,10 @@ static void work_item(void *arg, int64_t item, int thread_id)
                 run_causal_tile(p, hb, &rows, i0, n_rows, j0, n_kv, kt, vp, s);
                 continue;
             }
-            const fxa_tile_use use = fxa_attn_masked(p)
-                                         ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows,
-                                                         j0, n_kv, p->kv_tile, s->bias)
-                                         : FXA_TILE_PLAIN;
+            const fxa_tile_use use =
+                fxa_attn_masked(p) ? fxa_mask_tile(p, job->a->mask, b, h0 + slot, i0, n_rows,
+                                                   rows.bias_off, j0, n_kv, p->kv_tile, s->bias)
+                                   : FXA_TILE_PLAIN;
             if (use == FXA_TILE_SKIP) /* every term would be an exact 0 */
                 continue;
             fxa_rows_run_tile(p, hb, &rows, n_rows, kt, vp, n_kv, s->scores, s->p16,
@@ -371,14 +376,15 @@ static fxa_status check_spans(const fxa_attn_plan *p, const fxa_attn_args *a, vo
         {"V", a->v, (size_t)p->kv_extent[1] * p->in_elem},
         {"mask", p->mask_bytes ? a->mask : NULL, p->mask_bytes},
     };
-    const fxa_span out[5] = {
+    const fxa_span out[6] = {
         {"row_fallback", a->row_fallback, rows},
         {"row_bound", a->row_bound, rows * sizeof(float)},
         {"workspace", workspace, p->ws_total},
         {"out", bounds_only ? NULL : a->out, (size_t)p->o_extent * p->out_elem},
         {"lse", bounds_only ? NULL : a->lse, rows * sizeof(float)},
+        {"lse_parts", bounds_only ? NULL : a->lse_parts, 3 * rows * sizeof(float)},
     };
-    return fxa_spans_disjoint(p->ctx, out, 5, in, 4);
+    return fxa_spans_disjoint(p->ctx, out, 6, in, 4);
 }
 
 static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,

@@ -98,7 +98,6 @@ void fxa_bwd_prep_q_bf16(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a
     const size_t n = rows_in(p->d.seq_q, i0, bp->block_q);
     const size_t row0 = (size_t)(cq * p->d.seq_q + i0);
     const size_t pair0 = ((size_t)cq * (size_t)((p->d.seq_q + 1) / 2) + (size_t)i0 / 2) * bp->dim;
-    float *lse2 = (float *)(ws + bp->ws_lse2) + row0;
     float *delta = (float *)(ws + bp->ws_delta) + row0;
     const int64_t o_off = row_at(&p->o_strides, b, h, i0);
     fxa_load_rows(kern, a->q, p->d.dtype, row_at(&p->q_strides, b, h, i0), p->q_strides.token, n,
@@ -109,16 +108,13 @@ void fxa_bwd_prep_q_bf16(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a
                   bp->dim);
     fxa_load_rows(kern, a->out, p->d.out_dtype, o_off, p->o_strides.token, n, bp->dim, scratch2,
                   bp->dim);
-    const float *lse = a->lse + (b * p->d.heads_q + h) * p->d.seq_q + i0;
     for (size_t i = 0; i < n; i++) {
         double dot = 0.0;
         for (size_t c = 0; c < bp->dim; c++)
             dot += (double)scratch[i * bp->dim + c] * (double)scratch2[i * bp->dim + c];
         delta[i] = (float)dot;
-        /* A row with every key masked (lse -inf) gets p = 0 for every key. */
-        lse2[i] = lse[i] == -INFINITY ? INFINITY
-                                      : (float)((double)lse[i] * 1.4426950408889634); /* log2(e) */
     }
+    fxa_bwd_rows_shift(bp, a, b, h, i0, n, fxa_bwd_rows_p_at(bp, ws, row0));
     round_rows(scratch, n, bp->dim, bp->d16, ws_bf16(ws, bp->ws_do) + row0 * bp->d16,
                ws_bf16(ws, bp->ws_dop) + 2 * pair0);
 }
@@ -146,6 +142,8 @@ fxa_attn_bwd_tile_bf16 fxa_bwd_tile_bf16(const fxa_attn_bwd_plan *bp, unsigned c
         .doutp = ws_bf16(ws, bp->ws_dop) + 2 * pair0,
         .ldqp = bp->dim,
         .lse2 = (const float *)(ws + bp->ws_lse2) + row0,
+        .inv_sum = (const float *)(ws + bp->ws_inv_sum) + row0,
+        .center = (const float *)(ws + bp->ws_center) + row0,
         .delta = (const float *)(ws + bp->ws_delta) + row0,
         .kt = ws_bf16(ws, bp->ws_kt) + key0 * bp->d16,
         .vt = ws_bf16(ws, bp->ws_vt) + key0 * bp->d16,

@@ -22,11 +22,12 @@ struct fxa_attn_bwd_plan {
     size_t d16;             /* bf16 compute: bf16 values per Q, dO row (D rounded up to even) */
     /* Workspace, byte offsets. Per kv head of the chunk: K^T and V^T panels
      * [kv_pad][D] and K rows [kv_pad][D]; per query head of the chunk: Q and
-     * dO rows [Sq][D], lse2 and delta [Sq], and the dQ accumulator [Sq][D] of
+     * dO rows [Sq][D], lse2, inv_sum, center, the mask's row offsets (mask.h;
+ * with a mask or causal) and delta [Sq], and the dQ accumulator [Sq][D] of
      * the one-pass schedule (bwd_run.c); then per thread: p and ds
      * [block_q][block_kv], two gradient blocks [max(block_q, block_kv)][D],
-     * block_kv row pointers and, with a mask or causal, a tile's bias
-     * [block_q][block_kv]. With bf16 compute the K^T, V^T, K, Q and
+     * block_kv row pointers, with a mask or causal a tile's bias
+     * [block_q][block_kv], and its fxa_bwd_bad_p. With bf16 compute the K^T, V^T, K, Q and
      * dO areas hold bf16 in the layouts of fxa_attn_bwd_tile_bf16 (K as key
      * pairs, Q and dO as rows), the Q and dO row pairs follow in qp and dop,
      * and a thread's p area holds P and dS in row pairs, its ds area the dS
@@ -37,6 +38,9 @@ struct fxa_attn_bwd_plan {
     size_t ws_q;
     size_t ws_do;
     size_t ws_lse2;
+    size_t ws_inv_sum;
+    size_t ws_center;
+    size_t ws_off;
     size_t ws_qp;
     size_t ws_dop;
     size_t ws_delta;
@@ -45,6 +49,20 @@ struct fxa_attn_bwd_plan {
     size_t thread_bytes;
     size_t ws_total;
 };
+
+/* A thread's first recomputed P above FXA_BWD_P_LIMIT (bwd_run.c), kept in
+ * its workspace area: where, and the value. */
+typedef struct fxa_bwd_bad_p {
+    int found;
+    float p;
+    int64_t batch;
+    int64_t head;
+    int64_t token;
+} fxa_bwd_bad_p;
+
+/* A recomputed P past this (or NaN) means an lse that is not the forward's:
+ * the forward's gives P <= 1 up to rounding. */
+#define FXA_BWD_P_LIMIT 2.0f
 
 /* 1 when the one-pass schedule (one item per kv head, 10 units of work
  * each) beats the two passes (14 units spread evenly) for a chunk of
@@ -64,6 +82,27 @@ static inline int fxa_bwd_one_pass(int64_t chunk, int64_t n_threads)
  * floats, thread k's stride k floats further. bwd_check.c. */
 fxa_status fxa_bwd_check_inputs(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,
                                 void *workspace, float *scratch, size_t stride);
+
+/* Where a prep writes its rows' P parameters (fxa_attn_bwd_tile): lse2,
+ * inv_sum, center, and with a mask or causal the rows' bias offsets (NULL
+ * without one). */
+typedef struct fxa_bwd_rows_p {
+    float *lse2;
+    float *inv_sum;
+    float *center;
+    float *off;
+} fxa_bwd_rows_p;
+
+/* The P of n rows i0.. of query head h (batch b) as the tiles take it,
+ * into out: from a->lse_parts when given (the forward's shift, sum and
+ * centre: its P), else from a->lse (lse2 = lse log2(e) rounded, inv_sum 1,
+ * center 0), and each row's bias offset (fxa_mask_row_max). A row with lse
+ * -INFINITY gets lse2 +INFINITY and inv_sum 0 (p = 0). bwd_rows.c. */
+void fxa_bwd_rows_shift(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a, int64_t b,
+                        int64_t h, int64_t i0, size_t n, fxa_bwd_rows_p out);
+
+/* The P parameters of chunk row row0 on in workspace ws (bwd_rows.c). */
+fxa_bwd_rows_p fxa_bwd_rows_p_at(const fxa_attn_bwd_plan *bp, unsigned char *ws, size_t row0);
 
 /* bf16 compute (bwd_bf16.c). Prep of key block kb of kv head kvh (batch b)
  * into chunk slot `slot`: K and V pair panels, K key pairs; scratch holds

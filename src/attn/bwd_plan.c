@@ -100,6 +100,9 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
     bp->ws_qp = take(&off, qp_bytes);
     bp->ws_dop = take(&off, qp_bytes);
     bp->ws_lse2 = take(&off, q_rows * sizeof(float));
+    bp->ws_inv_sum = take(&off, q_rows * sizeof(float));
+    bp->ws_center = take(&off, q_rows * sizeof(float));
+    bp->ws_off = take(&off, fxa_attn_masked(p) ? q_rows * sizeof(float) : 0);
     bp->ws_delta = take(&off, q_rows * sizeof(float));
     bp->ws_dq = take(&off, q_rows * bp->dim * sizeof(float));
     bp->ws_threads = off;
@@ -107,7 +110,8 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
         2 * fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) +
         2 * fxa_align_up(grad_rows * bp->dim * sizeof(float)) +
         fxa_align_up(bp->block_kv * sizeof(void *)) +
-        (fxa_attn_masked(p) ? fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) : 0);
+        (fxa_attn_masked(p) ? fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) : 0) +
+        fxa_align_up(sizeof(fxa_bwd_bad_p));
     off += (size_t)n_threads * bp->thread_bytes;
     bp->ws_total = off;
 }

@@ -3,7 +3,8 @@
  * docs/numerics.md "Backward"). After the inputs are checked, chunk by
  * chunk of kv heads:
  *   1. prep: K rows (fp32), K^T and V^T in the kernels' panels, per kv head;
- *      Q and dO rows (fp32), lse2 = lse log2(e) and delta = dO . O (in
+ *      Q and dO rows (fp32), the row's shift lse2 and 1 / sum inv_sum (from
+ *      the forward's lse parts, else from lse log2(e)) and delta = dO . O (in
  *      double, rounded once), per query head;
  * then one of two schedules, which give the same bits:
  *   two passes (when one item per kv head would leave threads idle):
@@ -47,8 +48,8 @@ typedef struct bwd_job {
 } bwd_job;
 
 /* Thread t's scratch: p, ds [block_q][block_kv], gradient blocks ga, gb
- * [max(block_q, block_kv)][D], row pointers [block_kv], and with a mask or
- * causal a tile's bias [block_q][block_kv]. */
+ * [max(block_q, block_kv)][D], row pointers [block_kv], with a mask or
+ * causal a tile's bias [block_q][block_kv], and its first P past the limit. */
 typedef struct bwd_scratch {
     float *p;
     float *ds;
@@ -56,6 +57,7 @@ typedef struct bwd_scratch {
     float *gb;
     const void **rows;
     float *bias;
+    fxa_bwd_bad_p *bad;
 } bwd_scratch;
 
 static bwd_scratch scratch_of(const bwd_job *job, int t)
@@ -75,6 +77,8 @@ static bwd_scratch scratch_of(const bwd_job *job, int t)
     s.rows = (const void **)at;
     at += fxa_align_up(bp->block_kv * sizeof(void *));
     s.bias = fxa_attn_masked(bp->fwd) ? (float *)at : NULL;
+    at += fxa_attn_masked(bp->fwd) ? fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) : 0;
+    s.bad = (fxa_bwd_bad_p *)at;
     return s;
 }
 
@@ -126,8 +130,8 @@ static void prep_kv(const bwd_job *job, int64_t slot, int64_t kb, const bwd_scra
     kern->pack_kt(s->rows, n, bp->dim, bp->panel, vt);
 }
 
-/* Prep of query block qb of chunk query head cq: Q and dO rows, lse2 and
- * delta. */
+/* Prep of query block qb of chunk query head cq: Q and dO rows, lse2,
+ * inv_sum, the mask's row offsets and delta. */
 static void prep_q(const bwd_job *job, int64_t cq, int64_t qb, const bwd_scratch *s)
 {
     const fxa_attn_bwd_plan *bp = job->bp;
@@ -139,7 +143,6 @@ static void prep_q(const bwd_job *job, int64_t cq, int64_t qb, const bwd_scratch
     const size_t row0 = (size_t)(cq * p->d.seq_q + i0);
     float *q = ws_floats(job, bp->ws_q) + row0 * bp->dim;
     float *dout = ws_floats(job, bp->ws_do) + row0 * bp->dim;
-    float *lse2 = ws_floats(job, bp->ws_lse2) + row0;
     float *delta = ws_floats(job, bp->ws_delta) + row0;
     const int64_t q_off = row_at(&p->q_strides, job->batch, h, i0);
     const int64_t o_off = row_at(&p->o_strides, job->batch, h, i0);
@@ -148,16 +151,13 @@ static void prep_q(const bwd_job *job, int64_t cq, int64_t qb, const bwd_scratch
                   bp->dim);
     fxa_load_rows(kern, job->a->out, p->d.out_dtype, o_off, p->o_strides.token, n, bp->dim, s->ga,
                   bp->dim);
-    const float *lse = job->a->lse + (job->batch * p->d.heads_q + h) * p->d.seq_q + i0;
     for (size_t i = 0; i < n; i++) {
         double dot = 0.0;
         for (size_t c = 0; c < bp->dim; c++)
             dot += (double)dout[i * bp->dim + c] * (double)s->ga[i * bp->dim + c];
         delta[i] = (float)dot;
-        /* A row with every key masked (lse -inf) gets p = 0 for every key. */
-        lse2[i] = lse[i] == -INFINITY ? INFINITY
-                                      : (float)((double)lse[i] * 1.4426950408889634); /* log2(e) */
     }
+    fxa_bwd_rows_shift(bp, job->a, job->batch, h, i0, n, fxa_bwd_rows_p_at(bp, job->ws, row0));
 }
 
 static void prep_item(void *arg, int64_t item, int thread_id)
@@ -200,6 +200,8 @@ static fxa_attn_bwd_tile tile_of(const bwd_job *job, const bwd_scratch *s, int64
         .dout = ws_floats(job, bp->ws_do) + row0 * bp->dim,
         .ldq = bp->dim,
         .lse2 = ws_floats(job, bp->ws_lse2) + row0,
+        .inv_sum = ws_floats(job, bp->ws_inv_sum) + row0,
+        .center = ws_floats(job, bp->ws_center) + row0,
         .delta = ws_floats(job, bp->ws_delta) + row0,
         .kt = ws_floats(job, bp->ws_kt) + at,
         .vt = ws_floats(job, bp->ws_vt) + at,
@@ -239,8 +241,9 @@ static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t 
         fxa_causal_bias(i0, n_q, j0, *n_kv, ld, s->bias);
     } else {
         const int64_t h = job->chunk_kv0 * p->group + cq;
+        const float *off = ws_floats(job, bp->ws_off) + (size_t)(cq * p->d.seq_q + i0);
         const fxa_tile_use use =
-            fxa_mask_tile(p, job->a->mask, job->batch, h, i0, n_q, j0, *n_kv, ld, s->bias);
+            fxa_mask_tile(p, job->a->mask, job->batch, h, i0, n_q, off, j0, *n_kv, ld, s->bias);
         if (use != FXA_TILE_BIAS)
             return use;
     }
@@ -252,9 +255,40 @@ static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t 
     return FXA_TILE_BIAS;
 }
 
+/* Row r's P at key j of a tile's P scratch area: fp32 rows ld_p apart, or
+ * (bf16) bf16 row pairs, (r, j) at 2 ((r / 2) ld_p + j) + r % 2, widened. */
+static float p_at(const float *area, int bf16, size_t ld_p, size_t r, size_t j)
+{
+    if (!bf16)
+        return area[r * ld_p + j];
+    const uint16_t bits = ((const uint16_t *)area)[2 * ((r / 2) * ld_p + j) + r % 2];
+    return fxa_bf16_bits_to_f32(bits);
+}
+
+/* Record in s->bad the tile's first P past FXA_BWD_P_LIMIT (or NaN), if the
+ * thread has none yet: n_q rows of chunk query head cq's block qb, n_kv
+ * keys. */
+static void check_p(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb, size_t n_q,
+                    size_t n_kv)
+{
+    const fxa_attn_bwd_plan *bp = job->bp;
+    if (s->bad->found)
+        return;
+    for (size_t r = 0; r < n_q; r++) {
+        for (size_t j = 0; j < n_kv; j++) {
+            const float x = p_at(s->p, bp->bf16, bp->block_kv, r, j);
+            if (!(x <= FXA_BWD_P_LIMIT)) {
+                *s->bad = (fxa_bwd_bad_p){1, x, job->batch, job->chunk_kv0 * bp->fwd->group + cq,
+                                          qb * (int64_t)bp->block_q + (int64_t)r};
+                return;
+            }
+        }
+    }
+}
+
 /* Tile t (either compute) under the mask or causal (tile_mask), then its
- * kernels: with dk (and dv) dK, dV += and then, with dq, dQ += from the
- * same P and dS; without dk, dQ += alone. */
+ * kernels: with dk (and dv) dK, dV += (P checked, check_p) and then, with
+ * dq, dQ += from the same P and dS; without dk, dQ += alone. */
 #define RUN_TILE(t, dkdv_fn, dq_fn)                                                                \
     do {                                                                                           \
         if (tile_mask(job, s, cq, qb, kb, (t).n_q, &(t).n_kv, &(t).bias) == FXA_TILE_SKIP)         \
@@ -262,8 +296,10 @@ static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t 
         (t).dk = dk;                                                                               \
         (t).dv = dv;                                                                               \
         (t).dq = dq;                                                                               \
-        if (dk)                                                                                    \
+        if (dk) {                                                                                  \
             dkdv_fn(&(t));                                                                         \
+            check_p(job, s, cq, qb, (t).n_q, (t).n_kv);                                            \
+        }                                                                                          \
         (t).p_ds_given = dk != NULL;                                                               \
         if (dq)                                                                                    \
             dq_fn(&(t));                                                                           \
@@ -405,6 +441,24 @@ static void dq_item(void *arg, int64_t item, int thread_id)
                row_at(&p->q_strides, job->batch, h, i0), p->q_strides.token);
 }
 
+/* FXA_ERR_INVALID_ARG naming the first P past FXA_BWD_P_LIMIT that a thread
+ * met (the lowest thread's), else FXA_OK. */
+static fxa_status bad_p_status(const bwd_job *job)
+{
+    for (int t = 0; t < job->bp->ctx->pool.n_threads; t++) {
+        const fxa_bwd_bad_p *bad = scratch_of(job, t).bad;
+        if (bad->found)
+            return fxa_ctx_fail(job->bp->ctx, FXA_ERR_INVALID_ARG,
+                                "lse is not the forward's for these inputs: the recomputed "
+                                "softmax weight P is %g (above %g; the forward's lse gives at "
+                                "most 1) at batch %lld, head %lld, token %lld; dq, dk and dv "
+                                "are not valid",
+                                (double)bad->p, (double)FXA_BWD_P_LIMIT, (long long)bad->batch,
+                                (long long)bad->head, (long long)bad->token);
+    }
+    return FXA_OK;
+}
+
 static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *args,
                           void *workspace, fxa_attn_bwd_stats *stats_out)
 {
@@ -442,6 +496,8 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
                                    bp->thread_bytes / sizeof(float))) != FXA_OK)
         return st;
     fxa_pool *pool = &ctx->pool;
+    for (int t = 0; t < pool->n_threads; t++)
+        scratch_of(&job, t).bad->found = 0;
     const int64_t chunk_q = bp->chunk_kv_heads * p->group;
     const int one_pass = fxa_bwd_one_pass(bp->chunk_kv_heads, pool->n_threads);
     for (job.batch = 0; job.batch < p->d.batch; job.batch++) {
@@ -457,6 +513,8 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
             fxa_pool_run(pool, dq_item, &job, chunk_q * bp->n_q_blocks);
         }
     }
+    if ((st = bad_p_status(&job)) != FXA_OK)
+        return st;
     if (stats_out) {
         const fxa_attn_bwd_stats full = {
             .struct_size = sizeof full,

@@ -1,6 +1,7 @@
 /* Masks and causal as biases of the base-2 scores (see mask.h). */
 #include "mask.h"
 
+#include <float.h>
 #include <math.h>
 
 #define LOG2E 1.4426950408889634
@@ -12,12 +13,22 @@ static int64_t mask_at(const fxa_attn_plan *p, int64_t b, int64_t h, int64_t i, 
     return b * s->batch + h * s->head + i * s->query + j * s->key;
 }
 
-/* Element (at) as a base-2 bias. */
-static float bias_of(const fxa_attn_plan *p, const void *mask, int64_t at)
+/* Element (at) in base 2, unrounded: 0 or -INFINITY for a boolean mask,
+ * x log2(e) in double for an additive one. */
+static double bias2_of(const fxa_attn_plan *p, const void *mask, int64_t at)
 {
     if (p->d.mask_kind == FXA_MASK_BOOL)
-        return ((const uint8_t *)mask)[at] ? 0.0f : -INFINITY;
-    return (float)((double)((const float *)mask)[at] * LOG2E);
+        return ((const uint8_t *)mask)[at] ? 0.0 : -INFINITY;
+    return (double)((const float *)mask)[at] * LOG2E;
+}
+
+/* Element (at) as the bias of a row with offset off (0 or
+ * FXA_MASK_LOW_OFFSET): bias2_of + off rounded once to fp32, -INFINITY
+ * below -FLT_MAX (such a key's weight is 0 next to the row's largest). */
+static float bias_of(const fxa_attn_plan *p, const void *mask, int64_t at, double off)
+{
+    const double b = bias2_of(p, mask, at) + off;
+    return b < -(double)FLT_MAX ? -INFINITY : (float)b;
 }
 
 fxa_status fxa_mask_check(const fxa_attn_plan *p, const void *mask)
@@ -51,32 +62,32 @@ fxa_status fxa_mask_check(const fxa_attn_plan *p, const void *mask)
 }
 
 void fxa_mask_row_max(const fxa_attn_plan *p, const void *mask, int64_t b, int64_t h, int64_t i0,
-                      size_t n, float *out)
+                      size_t n, float *out, float *off)
 {
     for (size_t r = 0; r < n; r++) {
-        float mx = -INFINITY;
-        if (p->d.causal) {
-            mx = 0.0f; /* key 0 takes part in every row */
-        } else {
+        double mx = p->d.causal ? 0.0 : -INFINITY; /* causal: key 0 takes part in every row */
+        if (!p->d.causal) {
             const int64_t at = mask_at(p, b, h, i0 + (int64_t)r, 0);
             for (int64_t j = 0; j < p->d.seq_kv; j++) {
-                const float x = bias_of(p, mask, at + j * p->d.mask_strides.key);
+                const double x = bias2_of(p, mask, at + j * p->d.mask_strides.key);
                 mx = x > mx ? x : mx;
             }
         }
-        out[r] = mx;
+        off[r] = mx > -INFINITY && mx < -(double)FLT_MAX ? (float)FXA_MASK_LOW_OFFSET : 0.0f;
+        out[r] = mx == -INFINITY ? -INFINITY : (float)(mx + (double)off[r]);
     }
 }
 
 fxa_tile_use fxa_mask_tile(const fxa_attn_plan *p, const void *mask, int64_t b, int64_t h,
-                           int64_t i0, size_t n, int64_t j0, size_t n_kv, size_t ld, float *bias)
+                           int64_t i0, size_t n, const float *off, int64_t j0, size_t n_kv,
+                           size_t ld, float *bias)
 {
     size_t n_masked = 0;
     int biased = 0;
     for (size_t r = 0; r < n; r++) {
         const int64_t at = mask_at(p, b, h, i0 + (int64_t)r, j0);
         for (size_t j = 0; j < n_kv; j++) {
-            const float x = bias_of(p, mask, at + (int64_t)j * p->d.mask_strides.key);
+            const float x = bias_of(p, mask, at + (int64_t)j * p->d.mask_strides.key, off[r]);
             bias[r * ld + j] = x;
             n_masked += x == -INFINITY;
             biased |= x != 0.0f;

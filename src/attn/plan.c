@@ -332,15 +332,16 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     p->ws_threads = off;
     off += fxa_align_up((size_t)n_threads * sizeof(fxa_thread_scratch));
     p->ws_scratch = off;
-    p->thread_bytes = 2 * fxa_align_up(hpt * bq * dim * sizeof(float)) + /* q, o */
-                      4 * fxa_align_up(hpt * bq * sizeof(float)) +       /* m, l, center, bound */
-                      fxa_align_up(hpt * bq) +                           /* online */
-                      fxa_align_up(bq * p->kv_tile * sizeof(float)) +    /* scores */
-                      fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) +        /* q16 */
-                      fxa_align_up(bq * p->kv_tile * sizeof(uint16_t)) +             /* p16 */
-                      (fxa_attn_masked(p) ? fxa_align_up(hpt * bq * sizeof(float)) + /* bias_max */
-                                                fxa_align_up(bq * p->kv_tile * sizeof(float))
-                                          : 0); /* bias */
+    p->thread_bytes =
+        2 * fxa_align_up(hpt * bq * dim * sizeof(float)) +                 /* q, o */
+        4 * fxa_align_up(hpt * bq * sizeof(float)) +                       /* m, l, center, bound */
+        fxa_align_up(hpt * bq) +                                           /* online */
+        fxa_align_up(bq * p->kv_tile * sizeof(float)) +                    /* scores */
+        fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) +            /* q16 */
+        fxa_align_up(bq * p->kv_tile * sizeof(uint16_t)) +                 /* p16 */
+        (fxa_attn_masked(p) ? 2 * fxa_align_up(hpt * bq * sizeof(float)) + /* bias_max, bias_off */
+                                  fxa_align_up(bq * p->kv_tile * sizeof(float))
+                            : 0); /* bias */
     off += (size_t)n_threads * p->thread_bytes;
     return off;
 }
@@ -372,6 +373,8 @@ void fxa_thread_scratch_carve(const fxa_attn_plan *p, unsigned char *ws, int t)
     s->p16 = (uint16_t *)at;
     at += fxa_align_up((size_t)p->d.block_q * p->kv_tile * sizeof(uint16_t));
     s->bias_max = fxa_attn_masked(p) ? (float *)at : NULL;
+    at += fxa_attn_masked(p) ? fxa_align_up(rows * sizeof(float)) : 0;
+    s->bias_off = fxa_attn_masked(p) ? (float *)at : NULL;
     at += fxa_attn_masked(p) ? fxa_align_up(rows * sizeof(float)) : 0;
     s->bias = fxa_attn_masked(p) ? (float *)at : NULL;
     s->fallback_rows = 0;

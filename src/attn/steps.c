@@ -375,8 +375,24 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const f
     p->ctx->kernels->attn_tile(&t);
 }
 
+/* Row i's lse and lse parts (fxa_rows_finish) from its state, l_i > 0. */
+static void row_lse(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
+                    size_t i, float *lse, float *parts)
+{
+    const double off = rows->bias_off ? (double)rows->bias_off[i] : 0.0;
+    if (lse)
+        *lse = (float)(((double)rows->m[i] + log2((double)rows->l[i]) - off) * 0.6931471805599453 +
+                       p->d.scale * ldexp((double)rows->qk_center[i], hb->kshift));
+    if (parts) {
+        parts[0] = rows->m[i];
+        parts[1] = rows->l[i];
+        parts[2] = ldexpf(rows->qk_center[i], hb->kshift);
+    }
+}
+
 void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
-                     size_t n, void *out_base, int64_t out_off, int64_t token_stride, float *lse)
+                     size_t n, void *out_base, int64_t out_off, int64_t token_stride, float *lse,
+                     float *parts)
 {
     const size_t dim = (size_t)p->d.head_dim;
     for (size_t i = 0; i < n; i++) {
@@ -392,12 +408,16 @@ void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa
             for (size_t c = 0; c < dim; c++)
                 dst[c] = o[c] / l;
         }
-        if (lse && rows->l[i] == 0.0f) {
-            lse[i] = -INFINITY; /* every key masked */
-        } else if (lse) {
-            const double log2_sum = (double)rows->m[i] + log2((double)l);
-            lse[i] = (float)(log2_sum * 0.6931471805599453 +
-                             p->d.scale * ldexp((double)rows->qk_center[i], hb->kshift));
+        if (rows->l[i] == 0.0f) { /* every key masked */
+            if (lse)
+                lse[i] = -INFINITY;
+            if (parts) {
+                parts[3 * i] = -INFINITY;
+                parts[3 * i + 1] = 0.0f;
+                parts[3 * i + 2] = 0.0f;
+            }
+        } else {
+            row_lse(p, hb, rows, i, lse ? lse + i : NULL, parts ? parts + 3 * i : NULL);
         }
     }
 }

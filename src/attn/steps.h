@@ -22,6 +22,8 @@ typedef struct fxa_rows {
     /* Masks and causal: each row's largest finite bias (base 2; -INFINITY
      * when every key is masked). NULL without a mask. */
     const float *bias_max;
+    /* Each row's bias offset (mask.h), base 2; NULL without a mask. */
+    const float *bias_off;
 } fxa_rows;
 
 /* Where consecutive rows of one head of a tensor are: the first's element
@@ -93,8 +95,12 @@ void fxa_rows_run_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, const f
  * (bf16: that fp32 value rounded once to nearest even), row i at element
  * out_off + i token_stride of out_base, and, when lse is not NULL, lse_i in
  * natural log of the unshifted, uncentred scores (qk_center is in the
- * head's prescaled units, 2^-kshift; -INFINITY where l_i = 0). */
+ * head's prescaled units, 2^-kshift; the row's bias offset, mask.h, taken
+ * back; -INFINITY where l_i = 0), and, when parts is not NULL, parts[3i ..
+ * 3i + 2] = fxa_attn_args.lse_parts of the row ({-INFINITY, 0, 0} where
+ * l_i = 0). */
 void fxa_rows_finish(const fxa_attn_plan *p, const fxa_head_bound *hb, const fxa_rows *rows,
-                     size_t n, void *out_base, int64_t out_off, int64_t token_stride, float *lse);
+                     size_t n, void *out_base, int64_t out_off, int64_t token_stride, float *lse,
+                     float *parts);
 
 #endif

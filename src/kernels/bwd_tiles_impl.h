@@ -4,9 +4,9 @@
  *
  *   P, dS   MR x (BWD_NV vectors) blocks against one panel of BWD_PANEL keys
  *           of K^T (then V^T) (panel_dots: FMA chains over c from 0); then
- *           p = exp2(lambda s - lse2) (one FMA forms the argument; the ISA's
- *           exp2 with shift 0; with a bias, lse2 - bias is rounded first and
- *           takes lse2's place) and ds = p (dp - delta). Pad keys of the
+ *           p = exp2((lambda (s - center) + bias) - lse2) inv_sum (each step rounded
+ *           to fp32 as the forward forms z, the ISA's exp2 with shift 0)
+ *           and ds = p (dp - delta). Pad keys of the
  *           last panel are zero in K^T and V^T, so whole panels are
  *           computed; their p and ds are never read.
  *   dK, dV  MR key rows x BWD_NV vectors of columns, one row of dO (Q) loaded
@@ -19,8 +19,8 @@
  * A tile file defines, before including this header, under its own ISA
  * flags, the vector set of bwd_blocks_impl.h, vset1(x), vbroadcast(ptr),
  * vload(ptr), vstore(ptr, v), vfmadd(a, b, c) (a b + c), vmul(a, b),
- * vsub(a, b), vexp2_of(lambda, s, lse2) (exp2(lambda s - lse2): one FMA,
- * then exp2) and BWD_DKDV_NAME, BWD_DQ_NAME, the fxa_attn_bwd_fn names
+ * vsub(a, b), vadd(a, b), vexp2_of(z, shift) (exp2(z - shift), z - shift
+ * rounded once) and BWD_DKDV_NAME, BWD_DQ_NAME, the fxa_attn_bwd_fn names
  * this header defines.
  */
 #ifndef FXA_BWD_TILES_IMPL_H
@@ -42,7 +42,7 @@ typedef bwd_vec bwd_in;
 #include "bwd_blocks_impl.h"
 
 /* p and ds of rows [i0, i0 + mr) x the BWD_PANEL keys of the panel at j0;
- * with `biased` (a constant) the exp2's shift is lse2 - bias per key. */
+ * with `biased` (a constant) each score takes its bias before the shift. */
 static BWD_ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile *t, size_t i0, size_t j0,
                                          const size_t mr, const int biased)
 {
@@ -53,12 +53,16 @@ static BWD_ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile *t, size_t i0, 
     BWD_UNROLL
     for (size_t r = 0; r < mr; r++) {
         const bwd_vec lse2 = vset1(t->lse2[i0 + r]);
+        const bwd_vec inv_sum = vset1(t->inv_sum[i0 + r]);
+        const bwd_vec center = vset1(t->center[i0 + r]);
         float *p = t->p + (i0 + r) * t->ld_p + j0;
         const float *bias = biased ? t->bias + (i0 + r) * t->ld_p + j0 : NULL;
         BWD_UNROLL
-        for (size_t v = 0; v < BWD_NV; v++)
-            vstore(p + BWD_W * v, vexp2_of(lambda, acc[r][v],
-                                           biased ? vsub(lse2, vload(bias + BWD_W * v)) : lse2));
+        for (size_t v = 0; v < BWD_NV; v++) {
+            const bwd_vec z = vmul(lambda, vsub(acc[r][v], center));
+            const bwd_vec zb = biased ? vadd(z, vload(bias + BWD_W * v)) : z;
+            vstore(p + BWD_W * v, vmul(vexp2_of(zb, lse2), inv_sum));
+        }
     }
     panel_dots(t->dout + i0 * t->ldq, t->ldq, t->vt + panel_at, t->d, mr, acc);
     BWD_UNROLL

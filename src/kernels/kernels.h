@@ -143,9 +143,13 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
  * One backward tile (attention's gradients, fp32): n_q query rows of one
  * head against n_kv keys. Both kernels first recompute, for i < n_q, j < n_kv,
  *     s_ij  = q_i . k_j             (fp32, summed in increasing c from 0.0f)
- *     p_ij  = exp2(lambda s_ij - lse2_i)   (<= 1 when lse2 is the row's
- *             base-2 log-sum-exp: no shift, no overflow; results below
- *             2^-126 flush to 0 as in every exp2 here)
+ *     p_ij  = exp2(z_ij - lse2_i) inv_sum_i, z_ij = lambda (s_ij - center_i)
+ *             rounded to fp32 as the forward forms it (fxa_attn_tile's
+ *             scores), z_ij - lse2_i rounded once (lse2_i the forward's
+ *             base-2 shift of the row, inv_sum_i 1 / its shifted sum, up to
+ *             a power of two moved into lse2_i): the forward's P with its
+ *             scores' rounding; results below 2^-126 flush to 0 as in every
+ *             exp2 here)
  *     dp_ij = dout_i . v_j          (fp32, increasing c)
  *     ds_ij = p_ij (dp_ij - delta_i)
  * into the scratch p and ds ([n_q][ld_p], ld_p >= n_kv rounded up to kt_panel;
@@ -165,8 +169,8 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
  *
  * Bias (masks and causal, optional): with bias != NULL ([n_q][ld_p], base-2
  * units as in fxa_attn_tile, every entry up to n_kv rounded up to kt_panel
- * set), p_ij = exp2(lambda s_ij - (lse2_i - bias_ij)), lse2_i - bias_ij
- * rounded once to fp32; -INFINITY masks a key (p = ds = 0), and a bias of 0
+ * set), z_ij + bias_ij, the sum rounded to fp32 as the forward adds a
+ * bias; -INFINITY masks a key (p = ds = 0), and a bias of 0
  * gives the unbiased bits. lse2_i = +INFINITY (a row with every key masked)
  * makes the row's p and ds 0.
  */
@@ -175,9 +179,11 @@ typedef void fxa_attn_tile_bf16_fn(const fxa_attn_tile_bf16 *t);
     size_t n_q;                                                                                    \
     size_t n_kv;                                                                                   \
     size_t d;                                                                                      \
-    float lambda;       /* tau log2(e) */                                                          \
-    const float *lse2;  /* [n_q] */                                                                \
-    const float *delta; /* [n_q] */                                                                \
+    float lambda;         /* tau log2(e) */                                                        \
+    const float *lse2;    /* [n_q] */                                                              \
+    const float *inv_sum; /* [n_q] */                                                              \
+    const float *center;  /* [n_q] */                                                              \
+    const float *delta;   /* [n_q] */                                                              \
     size_t kt_panel;                                                                               \
     size_t ld_p;                                                                                   \
     const float *bias; /* [n_q][ld_p] or NULL */                                                   \

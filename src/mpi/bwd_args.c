@@ -55,10 +55,14 @@ fxa_status fxa_bwd_take_args(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_
                                   "fxa_attn_bwd_args", msg, cap);
     if (st != FXA_OK)
         return st;
-    if (!a->q || !a->k || !a->v || !a->out || !a->dout || !a->lse || !a->dq || !a->dk || !a->dv) {
+    /* An empty shard (a sequence shorter than the ranks) may pass NULL for
+     * its tensors, as the forward's may. */
+    const int q_null = !a->q || !a->out || !a->dout || !a->lse || !a->dq;
+    const int kv_null = !a->k || !a->v || !a->dk || !a->dv;
+    if ((p->q_len > 0 && q_null) || (p->kv_len > 0 && kv_null)) {
         snprintf(msg, cap,
                  "NULL tensor in fxa_attn_bwd_args (q, k, v, out, dout, lse, dq, dk and "
-                 "dv are required)");
+                 "dv are required where this rank's shard is not empty)");
         return FXA_ERR_INVALID_ARG;
     }
     if (a->grad_dtype != FXA_F32) {

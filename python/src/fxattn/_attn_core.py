@@ -171,17 +171,29 @@ def operands(q, k, v, layout: str):
 
 
 def run(
-    q, k, v, opts: Options, out_code: int, out_ptr: int, lse_ptr: int | None, mask: Mask | None = None, causal: bool = False
+    q,
+    k,
+    v,
+    opts: Options,
+    out_code: int,
+    out_ptr: int,
+    lse_ptr: int | None,
+    mask: Mask | None = None,
+    causal: bool = False,
+    parts_ptr: int | None = None,
 ) -> None:
     """fxa_attn_run on operands into caller memory: out (contiguous, q's shape,
     fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 or None; an optional
-    mask and causal."""
+    mask and causal; parts_ptr: the lse parts [B, Hq, Sq, 3] fp32 (for the
+    backward) or None."""
     d = descriptor(q, k, v, opts, out_code, mask, causal)
     ctx = context(opts.threads)
     with ctx.lock:
         plan = ctx.plan(d)
         ws = ctx.workspace(plan.workspace_bytes)
-        args = _lib.new(_lib.AttnArgs, q=q.ptr, k=k.ptr, v=v.ptr, out=out_ptr, lse=lse_ptr, mask=mask.ptr if mask else None)
+        args = _lib.new(
+            _lib.AttnArgs, q=q.ptr, k=k.ptr, v=v.ptr, out=out_ptr, lse=lse_ptr, mask=mask.ptr if mask else None, lse_parts=parts_ptr
+        )
         status = core.fxa_attn_run(plan.handle, ctypes.byref(args), ws, None)
         _lib.raise_status(status, ctx.last_error())
 
@@ -199,9 +211,11 @@ def run_backward(
     grad_code: int,
     mask: Mask | None = None,
     causal: bool = False,
+    parts_ptr: int | None = None,
 ) -> None:
     """fxa_attn_bwd_run on operands: out and dout contiguous in q's shape
-    (fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 (the forward's), into
+    (fp32 or bf16 as out_code), lse [B, Hq, Sq] fp32 (the forward's) and
+    its parts [B, Hq, Sq, 3] (parts_ptr, the forward's, or None), into
     grads = (dq, dk, dv) addresses of memory in grad_code's dtype (fp32,
     bf16 or fp16, rounded once from the fp32 gradients) with q's, k's and
     v's element strides; the forward's mask and causal. opts.compute is the
@@ -227,6 +241,7 @@ def run_backward(
             dv=dv,
             mask=mask.ptr if mask else None,
             grad_dtype=grad_code,
+            lse_parts=parts_ptr,
         )
         status = core.fxa_attn_bwd_run(plan.handle, ctypes.byref(args), ws, None)
         _lib.raise_status(status, ctx.last_error())

@@ -160,13 +160,14 @@ class AttnArgs(ctypes.Structure):
     _c_name_ = "fxa_attn_args"
     _fields_ = [("struct_size", c_size_t)]
     _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "lse", "row_fallback", "row_bound", "mask")]
+    _fields_ += [("lse_parts", c_void_p)]
 
 
 class AttnBwdArgs(ctypes.Structure):
     _c_name_ = "fxa_attn_bwd_args"
     _fields_ = [("struct_size", c_size_t)]
     _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv", "mask")]
-    _fields_ += [("grad_dtype", c_int)]
+    _fields_ += [("grad_dtype", c_int), ("lse_parts", c_void_p)]
 
 
 class AttnBwdStats(ctypes.Structure):

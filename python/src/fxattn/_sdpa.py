@@ -254,7 +254,7 @@ def _run_torch(q, k, v, mask, is_causal: bool, scale, compute: str, threads):
     bshd = q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) < q.stride(2)
     if bshd:
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    out, _ = torch.ops.fxattn.attention(
+    out, _, _ = torch.ops.fxattn.attention(
         q,
         k,
         v,

@@ -41,12 +41,14 @@ def attention_op(
     threads: int,
     attn_mask: Optional[torch.Tensor] = None,
     is_causal: bool = False,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """fxattn.attention on CPU tensors. scale 0: 1/sqrt(D); out_dtype "":
     q's dtype; threads 0: the CPUs this process may use. attn_mask: a
     [B, Hq, Sq, Skv] mask (any strides, 0 broadcasts), bool (True =
     attend) or float32 (added to the scores); is_causal: top-left causal.
-    Returns (out, lse), lse empty [0] unless return_lse."""
+    Returns (out, lse, lse_parts), lse [B, Hq, Sq] and lse_parts
+    [B, Hq, Sq, 3] (the softmax state for the backward,
+    fxa_attn_args.lse_parts) empty [0] unless return_lse."""
     opts = Options.parse(scale or None, layout, mode, center, compute, threads or None)
     qo, ko, vo = operands(q, k, v, layout)
     mask = None if attn_mask is None else mask_operand(attn_mask, mask_shape(layout, qo.shape, ko.shape))
@@ -55,8 +57,10 @@ def attention_op(
     # fp16 outputs are written as fp32 and rounded once by torch.
     out = torch.empty(qo.shape, dtype=torch.float32 if out_code == _lib.F16 else dtype)
     lse = torch.empty(lse_shape(layout, qo.shape) if return_lse else (0,), dtype=torch.float32)
-    run(qo, ko, vo, opts, out_code, out.data_ptr(), lse.data_ptr() if return_lse else None, mask, is_causal)
-    return (_arrays.to_float16(out) if out_code == _lib.F16 else out), lse
+    parts = torch.empty(lse_shape(layout, qo.shape) + (3,) if return_lse else (0,), dtype=torch.float32)
+    ptrs = (lse.data_ptr(), parts.data_ptr()) if return_lse else (None, None)
+    run(qo, ko, vo, opts, out_code, out.data_ptr(), ptrs[0], mask, is_causal, ptrs[1])
+    return (_arrays.to_float16(out) if out_code == _lib.F16 else out), lse, parts
 
 
 def mask_shape(layout: str, q_shape, k_shape) -> tuple:
@@ -117,7 +121,8 @@ def _(q, k, v, scale, layout, mode, center, compute, return_lse, out_dtype, thre
         check_mask_shape(attn_mask, mask_shape(layout, q.shape, k.shape))
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
     lse = q.new_empty(lse_shape(layout, q.shape) if return_lse else (0,), dtype=torch.float32)
-    return out, lse
+    parts = q.new_empty(lse_shape(layout, q.shape) + (3,) if return_lse else (0,), dtype=torch.float32)
+    return out, lse, parts
 
 
 def same_device(q, k, v, mask=None) -> None:
@@ -158,17 +163,20 @@ def attention_backward_op(
     grad_lse: Optional[torch.Tensor] = None,
     attn_mask: Optional[torch.Tensor] = None,
     is_causal: bool = False,
+    lse_parts: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of fxattn::attention from its inputs (the forward's
     attn_mask and is_causal too), its output out, its lse (empty [0]:
-    computed again here) and the output's gradient grad_out; gradients in
+    computed again here, with its parts) and lse_parts (the forward's; None
+    or empty: P is rebuilt from lse alone, fxa_attn_bwd_args.lse_parts),
+    and the output's gradient grad_out; gradients in
     q's, k's and v's dtypes, computed by the C library in the forward's
     compute (bf16 compute: bf16 operands, fp32 accumulation; fp32 with a
     mask or causal). grad_lse: the lse output's gradient (None: zero). A row
     with every key masked is a constant 0: its gradients are 0."""
     if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
         return _backward_with_lse(
-            grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse, attn_mask, is_causal
+            grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse, attn_mask, is_causal, lse_parts
         )
     opts = Options.parse(scale or None, layout, mode, center, compute, threads or None)
     dense = [_dense(t) for t in (q, k, v)]
@@ -176,9 +184,11 @@ def attention_backward_op(
     mask = None if attn_mask is None else mask_operand(attn_mask.detach(), mask_shape(layout, qo.shape, ko.shape))
     if lse.numel() == 0:
         lse = torch.empty(lse_shape(layout, qo.shape), dtype=torch.float32)
+        lse_parts = torch.empty(lse_shape(layout, qo.shape) + (3,), dtype=torch.float32)
         scratch = torch.empty(qo.shape, dtype=out.dtype if out.dtype == torch.bfloat16 else torch.float32)
         code = _arrays.torch_dtype_code(torch, scratch.dtype)
-        run(qo, ko, vo, opts, code, scratch.data_ptr(), lse.data_ptr(), mask, is_causal)
+        run(qo, ko, vo, opts, code, scratch.data_ptr(), lse.data_ptr(), mask, is_causal, lse_parts.data_ptr())
+    parts = None if lse_parts is None or lse_parts.numel() == 0 else lse_parts.contiguous()
     wide = torch.bfloat16 if out.dtype == torch.bfloat16 else torch.float32
     out = out.to(wide).contiguous()
     grad_out = grad_out.to(wide).contiguous()
@@ -191,17 +201,32 @@ def attention_backward_op(
     code = _arrays.torch_dtype_code(torch, wide)
     ptrs = [g.data_ptr() for g in grads]
     grad_code = _arrays.torch_dtype_code(torch, q.dtype)
-    run_backward(qo, ko, vo, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), ptrs, grad_code, mask, is_causal)
+    run_backward(
+        qo,
+        ko,
+        vo,
+        opts,
+        code,
+        out.data_ptr(),
+        grad_out.data_ptr(),
+        lse.data_ptr(),
+        ptrs,
+        grad_code,
+        mask,
+        is_causal,
+        None if parts is None else parts.data_ptr(),
+    )
     return tuple(grads)
 
 
 def _backward_with_lse(
-    grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse, attn_mask=None, is_causal=False
+    grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse, attn_mask=None, is_causal=False, lse_parts=None
 ):
     """The backward with the lse's gradient g: it adds g_i P_ij to dS_ij =
     P_ij (dO_i . v_j - dO_i . O_i), which the C backward computes with one
-    more feature: q, k, v get a zero column (the scores and dO . v stay),
-    O gets -g_i and dO gets 1, so dO . O becomes dO_i . O_i - g_i exactly."""
+    more feature: q, k, v get a zero column (the scores, dO . v and the lse
+    parts stay), O gets -g_i and dO gets 1, so dO . O becomes dO_i . O_i - g_i
+    exactly."""
     dim = q.shape[-1]
     scale = scale or dim**-0.5
     q2, k2, v2 = (torch.nn.functional.pad(t, (0, 1)) for t in (q, k, v))
@@ -209,13 +234,15 @@ def _backward_with_lse(
     out2 = torch.cat([out.float(), -g], -1)
     dout2 = torch.cat([grad_out.float(), torch.ones_like(g)], -1)
     grads = attention_backward_op(
-        dout2, q2, k2, v2, out2, lse, scale, layout, mode, center, compute, threads, None, attn_mask, is_causal
+        dout2, q2, k2, v2, out2, lse, scale, layout, mode, center, compute, threads, None, attn_mask, is_causal, lse_parts
     )
     return tuple(torch.empty_like(_dense(t)).copy_(d[..., :dim]) for t, d in zip((q, k, v), grads))
 
 
 @attention_backward_op.register_fake
-def _(grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse=None, attn_mask=None, is_causal=False):
+def _(
+    grad_out, q, k, v, out, lse, scale, layout, mode, center, compute, threads, grad_lse=None, attn_mask=None, is_causal=False, lse_parts=None
+):
     same_device(q, k, v, attn_mask)
     return tuple(torch.empty_like(_dense(t)) for t in (q, k, v))
 
@@ -229,17 +256,17 @@ def _setup_context(ctx, inputs, output):
             "only (an additive mask is a constant to it); pass attn_mask.detach()",
             _lib.UNSUPPORTED,
         )
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, attn_mask)
+    out, lse, lse_parts = output
+    ctx.save_for_backward(q, k, v, out, lse, attn_mask, lse_parts)
     ctx.options = (scale, layout, mode, center, compute, threads)
     ctx.return_lse = return_lse
     ctx.is_causal = bool(is_causal)
 
 
-def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, attn_mask = ctx.saved_tensors
+def _backward(ctx, grad_out, grad_lse, _grad_parts):
+    q, k, v, out, lse, attn_mask, lse_parts = ctx.saved_tensors
     dq, dk, dv = torch.ops.fxattn.attention_backward(
-        grad_out, q, k, v, out, lse, *ctx.options, grad_lse if ctx.return_lse else None, attn_mask, ctx.is_causal
+        grad_out, q, k, v, out, lse, *ctx.options, grad_lse if ctx.return_lse else None, attn_mask, ctx.is_causal, lse_parts
     )
     return (dq, dk, dv) + (None,) * 10
 
@@ -279,7 +306,7 @@ def attention(q, k, v, opts: Options, return_lse: bool, out_dtype):
     """fxattn.attention's torch path: one call of the custom operator."""
     q, k, v = (_arrays.torch_values(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v")))
     same_device(q, k, v)
-    out, lse = torch.ops.fxattn.attention(
+    out, lse, _ = torch.ops.fxattn.attention(
         q,
         k,
         v,

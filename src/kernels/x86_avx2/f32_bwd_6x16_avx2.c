@@ -34,7 +34,7 @@ static inline bwd_mask first_lanes(ptrdiff_t n)
 #define vfmadd(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define vmul(a, b) _mm256_mul_ps(a, b)
 #define vsub(a, b) _mm256_sub_ps(a, b)
-#define vexp2_of(lambda, s, lse2)                                                                  \
-    fxa_vexp2_shifted_f32x8(_mm256_fmsub_ps(lambda, s, lse2), _mm256_setzero_ps())
+#define vadd(a, b) _mm256_add_ps(a, b)
+#define vexp2_of(z, shift) fxa_vexp2_shifted_f32x8(_mm256_sub_ps(z, shift), _mm256_setzero_ps())
 
 #include "../bwd_tiles_impl.h"

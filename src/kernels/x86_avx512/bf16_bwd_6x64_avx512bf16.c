@@ -6,9 +6,9 @@
  *   P, dS   6 x 64 blocks on vdpbf16ps against one 64-key panel of K (then
  *           V) pairs: per key-dimension pair, four zmm of packed key pairs
  *           and a broadcast pair of q (dO); 24 fp32 accumulators. p =
- *           exp2(lambda s - lse2) (one FMA forms the argument; the fp32
- *           exp2, fxa_vexp2_shifted_f32x16; with a bias, lse2 - bias is
- *           rounded first and takes lse2's place) and ds = p (dp - delta) in fp32
+ *           exp2((lambda (s - center) + bias) - lse2) inv_sum (each step rounded to
+ *           fp32; the fp32 exp2, fxa_vexp2_shifted_f32x16) and
+ *           ds = p (dp - delta) in fp32
  *           for two rows at a time, rounded to bf16 together
  *           (vcvtne2ps2bf16) into the dS rows and, interleaved (vpermw),
  *           into the query-row pairs of P and dS. Pad keys
@@ -101,21 +101,29 @@ static BWD_ALWAYS_INLINE void p_ds_block(const fxa_attn_bwd_tile_bf16 *t, size_t
         const int two = r + 1 < mr;
         const __m512 lse_e = _mm512_set1_ps(t->lse2[i0 + r]);
         const __m512 lse_o = two ? _mm512_set1_ps(t->lse2[i0 + r + 1]) : _mm512_setzero_ps();
+        const __m512 inv_e = _mm512_set1_ps(t->inv_sum[i0 + r]);
+        const __m512 inv_o = two ? _mm512_set1_ps(t->inv_sum[i0 + r + 1]) : _mm512_setzero_ps();
+        const __m512 c_e = _mm512_set1_ps(t->center[i0 + r]);
+        const __m512 c_o = two ? _mm512_set1_ps(t->center[i0 + r + 1]) : _mm512_setzero_ps();
         const size_t pair_at = 2 * ((i0 + r) / 2 * t->ld_p + j0);
         uint16_t *row = t->ds + (i0 + r) * t->ld_p + j0;
         const float *bias = biased ? t->bias + (i0 + r) * t->ld_p + j0 : NULL;
         BWD_UNROLL
         for (size_t v = 0; v < BWD_NV; v++) {
-            const __m512 sh_e =
-                biased ? _mm512_sub_ps(lse_e, _mm512_loadu_ps(bias + BWD_W * v)) : lse_e;
-            const __m512 sh_o =
-                biased && two ? _mm512_sub_ps(lse_o, _mm512_loadu_ps(bias + t->ld_p + BWD_W * v))
-                              : lse_o;
-            const __m512 p_e = fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r][v], sh_e),
-                                                        _mm512_setzero_ps());
+            const __m512 z_e = _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r][v], c_e));
+            const __m512 z_o = two ? _mm512_mul_ps(lambda, _mm512_sub_ps(acc[r + 1][v], c_o))
+                                   : _mm512_setzero_ps();
+            const __m512 zb_e =
+                biased ? _mm512_add_ps(z_e, _mm512_loadu_ps(bias + BWD_W * v)) : z_e;
+            const __m512 zb_o =
+                biased && two ? _mm512_add_ps(z_o, _mm512_loadu_ps(bias + t->ld_p + BWD_W * v))
+                              : z_o;
+            const __m512 p_e = _mm512_mul_ps(
+                fxa_vexp2_shifted_f32x16(_mm512_sub_ps(zb_e, lse_e), _mm512_setzero_ps()), inv_e);
             const __m512 p_o =
-                two ? fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, acc[r + 1][v], sh_o),
-                                               _mm512_setzero_ps())
+                two ? _mm512_mul_ps(
+                          fxa_vexp2_shifted_f32x16(_mm512_sub_ps(zb_o, lse_o), _mm512_setzero_ps()),
+                          inv_o)
                     : _mm512_setzero_ps();
             const __m512 ds_e = _mm512_mul_ps(p_e, _mm512_loadu_ps(dpd[r] + BWD_W * v));
             const __m512 ds_o = two ? _mm512_mul_ps(p_o, _mm512_loadu_ps(dpd[r + 1] + BWD_W * v))

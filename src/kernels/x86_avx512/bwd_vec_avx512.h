@@ -39,7 +39,7 @@ static inline bwd_mask first_lanes(ptrdiff_t n)
 #define vfmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define vmul(a, b) _mm512_mul_ps(a, b)
 #define vsub(a, b) _mm512_sub_ps(a, b)
-#define vexp2_of(lambda, s, lse2)                                                                  \
-    fxa_vexp2_shifted_f32x16(_mm512_fmsub_ps(lambda, s, lse2), _mm512_setzero_ps())
+#define vadd(a, b) _mm512_add_ps(a, b)
+#define vexp2_of(z, shift) fxa_vexp2_shifted_f32x16(_mm512_sub_ps(z, shift), _mm512_setzero_ps())
 
 #endif
