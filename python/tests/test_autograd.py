@@ -299,7 +299,7 @@ def test_operator_reads_broadcast_mask_axes_with_stride_zero(view):
     big = 4 * torch.randn(3, 5, 8, 12, generator=torch.Generator().manual_seed(5))
     mask = {"one element": big[:1, :1, :1, :1].clone(), "key row of a bigger tensor": big[:1, :1, :1],
             "full": big[:2, :2]}[view]
-    out, _ = torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", False, "", 1, mask)
+    out, _, _ = torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", False, "", 1, mask)
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask.double())
     assert (out.double() - ref).abs().max().item() <= 2**-16 * v.abs().max().item()
 
