@@ -243,6 +243,8 @@ static void check_value_parsers(const char *s)
         CHECK(r == 0 && compute == FXA_COMPUTE_FP32);
     } else if (strcmp(s, "bf16") == 0) {
         CHECK(r == 0 && compute == FXA_COMPUTE_BF16);
+    } else if (strcmp(s, "auto") == 0) {
+        CHECK(r == 0 && compute == FXA_COMPUTE_AUTO);
     } else {
         CHECK(r == FXT_EXIT_BAD_INPUT && compute == (fxa_compute)-7);
     }

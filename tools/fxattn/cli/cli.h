@@ -54,11 +54,6 @@ int fxt_parse_dtype(const char *s, fxa_dtype *out);
 int fxt_parse_compute(const char *s, fxa_compute *out);
 const char *fxt_dtype_name(fxa_dtype t);
 
-/* *compute FXA_COMPUTE_AUTO replaced by what the library chooses for dtype
- * and head_dim on this machine (fxa_ctx_compute_choice); other values are
- * left. 0, or a printed error's exit code. */
-int fxt_resolve_compute(fxa_compute *compute, fxa_dtype dtype, int64_t head_dim);
-
 /* A path and the option that named it ("-o", "--lse"); path NULL: not given. */
 typedef struct fxt_path {
     const char *opt;

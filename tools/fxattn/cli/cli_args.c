@@ -258,25 +258,6 @@ int fxt_parse_compute(const char *s, fxa_compute *out)
     return 0;
 }
 
-int fxt_resolve_compute(fxa_compute *compute, fxa_dtype dtype, int64_t head_dim)
-{
-    if (*compute != FXA_COMPUTE_AUTO)
-        return 0;
-    fxa_ctx_params p;
-    fxa_ctx *ctx = NULL;
-    fxa_ctx_params_init(&p);
-    p.n_threads = 1;
-    fxa_status st = fxa_ctx_create(&p, &ctx);
-    if (st != FXA_OK)
-        return fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_create_error());
-    fxa_compute_choice c = {.struct_size = sizeof c};
-    st = fxa_ctx_compute_choice(ctx, dtype, head_dim, &c);
-    const int code = st == FXA_OK ? 0 : fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
-    fxa_ctx_destroy(ctx);
-    *compute = c.compute;
-    return code;
-}
-
 const char *fxt_dtype_name(fxa_dtype t)
 {
     return t == FXA_F32 ? "f32" : (t == FXA_BF16 ? "bf16" : "f16");

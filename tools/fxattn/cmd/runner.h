@@ -22,4 +22,9 @@ int fxt_runner_init(fxt_runner *r, int threads, const fxa_attn_desc *d);
 int fxt_runner_run(fxt_runner *r, const fxa_attn_args *a, fxa_attn_stats *st, int bounds_only);
 void fxt_runner_free(fxt_runner *r);
 
+/* *compute FXA_COMPUTE_AUTO replaced by what the library chooses for dtype
+ * and head_dim on this machine (fxa_ctx_compute_choice); other values are
+ * left. 0, or a printed error's exit code. */
+int fxt_resolve_compute(fxa_compute *compute, fxa_dtype dtype, int64_t head_dim);
+
 #endif
