@@ -242,7 +242,9 @@ FXA_API void fxa_mpi_attn_step_times(const fxa_mpi_attn_plan *plan, int *n_steps
  * Collective. args holds this rank's shards: q [B, Sq_r, Hq, D] (BSHD) or
  * [B, Hq, Sq_r, D] (BHSD) with Sq_r from fxa_mpi_shard(seq_q, P, rank), k
  * and v likewise with seq_kv, out like q (fp32), and the optional lse,
- * row_fallback and row_bound as [B, Hq, Sq_r]. A non-finite input on any
+ * row_fallback and row_bound as [B, Hq, Sq_r] and lse_parts as [B, Hq,
+ * Sq_r][3] (each row's global softmax state, for the backward; with R == 1
+ * and whole kv heads the bytes of one process). A non-finite input on any
  * rank, or outputs that share memory with the inputs or with each other,
  * fail the call on every rank before any output is written, and so do
  * ranks that pass plans of different descriptors (FXA_ERR_INVALID_ARG).
@@ -282,8 +284,12 @@ FXA_API void fxa_mpi_attn_bwd_plan_destroy(fxa_mpi_attn_bwd_plan *plan);
 /*
  * Collective. args holds this rank's shards as for fxa_mpi_attn_run: q, k,
  * v, out (fp32) and dout (fp32, out's shape) of its tokens, lse [B, Hq,
- * Sq_r] (this rank's shard of the forward's lse), and the fp32 outputs dq,
- * dk, dv shaped like q, k, v (grad_dtype FXA_F32; another is
+ * Sq_r] (this rank's shard of the forward's lse), the optional lse_parts
+ * [B, Hq, Sq_r][3] (this rank's shard of the forward's: P is then the
+ * forward's own at any score magnitude, as in fxa_attn_bwd_run; with U > 1
+ * they travel with the lse, and every rank with query tokens passes them
+ * or none does, else FXA_ERR_INVALID_ARG on every rank), and the fp32
+ * outputs dq, dk, dv shaped like q, k, v (grad_dtype FXA_F32; another is
  * FXA_ERR_UNSUPPORTED on every rank).
  * Ulysses (U > 1): all-to-alls inside each row move the shards to head
  * sharding over the row's tokens, and bring dq, dk, dv back at the end.

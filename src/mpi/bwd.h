@@ -65,7 +65,9 @@ struct fxa_mpi_attn_bwd_plan {
     char *q, *k, *v;
     float *out, *dout, *lse, *dq, *dk, *dv;
     char *send, *recv, *send_back, *recv_back;
-    void *bufs; /* owns q .. recv_back */
+    float *parts;   /* [rows][3]: the forward's lse_parts, where the run has them */
+    void *bufs;     /* owns q .. parts */
+    int with_parts; /* this run's ranks passed lse_parts (agreed; U > 1) */
     MPI_Request *req;
     int n_req;
     int n_posted; /* requests posted in this run */

@@ -55,7 +55,13 @@ int fxa_bwd_sides_in(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a,
                           {(char *)p->lse, hs, nq, p->row_sq},
                           sizeof(float),
                           0};
-    return 6;
+    if (!p->with_parts)
+        return 6;
+    s[6] = (fxa_bwd_side){{(char *)a->lse_parts, hs, d->heads_q, p->q_len},
+                          {(char *)p->parts, hs, nq, p->row_sq},
+                          3 * sizeof(float),
+                          0};
+    return 7;
 }
 
 int fxa_bwd_sides_back(const fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, fxa_bwd_side *s)

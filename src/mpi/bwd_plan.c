@@ -8,6 +8,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bwd.h"
 #include "base/alloc.h"
@@ -116,7 +117,7 @@ static void size_exchanges(fxa_mpi_attn_bwd_plan *p)
     const int me = p->m->u;
     const int64_t dim = d->head_dim;
     const int64_t es = (int64_t)p->es;
-    const int64_t q_row = dim * es + 8 * dim + 4; /* q, out, dout, lse */
+    const int64_t q_row = dim * es + 8 * dim + 16; /* q, out, dout, lse, lse_parts */
     const int64_t kv_row = 2 * dim * es;          /* k, v */
     int64_t in_recv_req = 0;
     int64_t pending = 0;
@@ -228,7 +229,8 @@ static fxa_status plan_buffers(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
                           n > 1 ? p->in_send_at[last] : 0,
                           n > 1 ? p->in_recv_at[last] : 0,
                           n > 1 ? p->back_send_at[last] : 0,
-                          n > 1 ? p->back_recv_at[last] : 0};
+                          n > 1 ? p->back_recv_at[last] : 0,
+                          qrows * 12};
     enum { N_REG = sizeof sz / sizeof sz[0] };
     int64_t at[N_REG + 1];
     at[0] = 0;
@@ -267,6 +269,10 @@ static fxa_status plan_buffers(fxa_mpi_attn_bwd_plan *p, char *msg, size_t cap)
         p->recv = b + at[10];
         p->send_back = b + at[11];
         p->recv_back = b + at[12];
+        p->parts = (float *)(b + at[13]);
+        /* A run without lse_parts leaves their place in each section of the
+         * way in unwritten: zeros travel there, never stale bytes. */
+        memset(p->send, 0, (size_t)sz[9]);
     }
     return FXA_OK;
 }

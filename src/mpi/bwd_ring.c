@@ -150,6 +150,7 @@ static fxa_status part(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a, int
                                   .out = a->out,
                                   .dout = a->dout,
                                   .lse = a->lse,
+                                  .lse_parts = a->lse_parts,
                                   .dq = p->dq_part,
                                   .dk = p->kv_part,
                                   .dv = p->kv_part + n};

@@ -56,6 +56,7 @@ static fxa_attn_bwd_args group_args(const fxa_mpi_attn_bwd_plan *p, int g)
                                .out = p->out + qr * dim,
                                .dout = p->dout + qr * dim,
                                .lse = p->lse + qr,
+                               .lse_parts = p->with_parts ? p->parts + 3 * qr : NULL,
                                .dq = p->dq + qr * dim,
                                .dk = p->dk + kr * dim,
                                .dv = p->dv + kr * dim};
@@ -127,12 +128,37 @@ static fxa_status run_ulysses_local(fxa_mpi_attn_bwd_plan *p, const fxa_bwd_side
     return fxa_mpi_agree(m, st != FXA_OK ? st : own, msg);
 }
 
+/* U > 1: whether the run carries lse_parts, agreed: every rank with query
+ * tokens passes them or none does (a rank's parts travel to the owners of
+ * its heads), else FXA_ERR_INVALID_ARG on every rank. */
+static fxa_status agree_parts(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a)
+{
+    const int has = p->q_len > 0 && a->lse_parts;
+    const int lacks = p->q_len > 0 && !a->lse_parts;
+    const int in[2] = {has, lacks};
+    int any[2] = {0, 0};
+    const fxa_status st = fxa_mpi_allreduce(p->m, in, any, 2, MPI_INT, MPI_MAX, p->m->comm,
+                                            "agreeing on lse_parts");
+    if (st != FXA_OK)
+        return st;
+    if (any[0] && any[1])
+        return fxa_mpi_fail(p->m, FXA_ERR_INVALID_ARG,
+                            "lse_parts given on some ranks and not on others: every rank with "
+                            "query tokens passes its shard of the forward's lse_parts, or none "
+                            "does");
+    p->with_parts = any[0];
+    return FXA_OK;
+}
+
 /* U > 1: the exchanges around the local backward or the ring; once every
  * rank agreed, the caller's gradients written. */
 static fxa_status run_ulysses(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args *a,
                               fxa_mpi_stats *stats)
 {
-    fxa_bwd_side in[6];
+    const fxa_status sp = agree_parts(p, a);
+    if (sp != FXA_OK)
+        return sp;
+    fxa_bwd_side in[7];
     fxa_bwd_side back[3];
     const int n_in = fxa_bwd_sides_in(p, a, in);
     const int n_back = fxa_bwd_sides_back(p, a, back);

@@ -114,12 +114,13 @@ static fxa_status check_disjoint(const fxa_mpi_attn_plan *p, const fxa_attn_args
     const size_t keys = (size_t)(d->batch * d->heads_kv * p->kv_len * d->head_dim) * p->es;
     const fxa_span in[3] = {
         {"Q", a->q, rows * (size_t)d->head_dim * p->es}, {"K", a->k, keys}, {"V", a->v, keys}};
-    const fxa_span out[4] = {{"out", a->out, rows * (size_t)d->head_dim * sizeof(float)},
+    const fxa_span out[5] = {{"out", a->out, rows * (size_t)d->head_dim * sizeof(float)},
                              {"lse", a->lse, rows * sizeof(float)},
+                             {"lse_parts", a->lse_parts, 3 * rows * sizeof(float)},
                              {"row_fallback", a->row_fallback, rows},
                              {"row_bound", a->row_bound, rows * sizeof(float)}};
     const fxa_span *x, *y;
-    if (fxa_spans_clash(out, 4, in, 3, &x, &y)) {
+    if (fxa_spans_clash(out, 5, in, 3, &x, &y)) {
         snprintf(msg, cap,
                  "%s overlaps %s: the outputs must not share memory with the inputs or with "
                  "each other",

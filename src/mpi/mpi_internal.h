@@ -214,7 +214,8 @@ typedef struct fxa_mpi_local {
     const char *k; /* this rank's own ring block */
     const char *v;
     float *out;
-    float *lse; /* may be NULL with U == 1 */
+    float *lse;   /* may be NULL with U == 1 */
+    float *parts; /* [rows][3] lse_parts; may be NULL with U == 1 */
     uint8_t *fb;
     float *bound;
 } fxa_mpi_local;

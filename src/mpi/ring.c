@@ -250,6 +250,7 @@ fxa_status fxa_ring_finish(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, fxa_a
             .struct_size = sizeof a,
             .out = loc->out + row * p->d.head_dim,
             .lse = loc->lse ? loc->lse + row : NULL,
+            .lse_parts = loc->parts ? loc->parts + 3 * row : NULL,
             .row_fallback = loc->fb ? loc->fb + row : NULL,
             .row_bound = loc->bound ? loc->bound + row : NULL,
         };

@@ -45,6 +45,7 @@ fxa_status fxa_mpi_run_segment(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc,
         .v = loc->v + kv * (int64_t)p->es,
         .out = loc->out + row * p->d.head_dim,
         .lse = loc->lse ? loc->lse + row : NULL,
+        .lse_parts = loc->parts ? loc->parts + 3 * row : NULL,
         .row_fallback = loc->fb ? loc->fb + row : NULL,
         .row_bound = loc->bound ? loc->bound + row : NULL,
     };

@@ -10,7 +10,7 @@
  *         its heads, BHSD). The sender packs; each (tensor, batch, head)
  *         block from a member is received straight into its place in the
  *         local tensors, and a rank's own rows are copied there directly.
- *   back  output rows (o, lse, bound, fallback: D + 3 floats), one message
+ *   back  output rows (o, lse, bound, fallback, lse_parts: D + 6 floats), one message
  *         per (group, member), written to the user's output only once
  *         every rank agreed (fxa_ulysses_write).
  * Every message goes as pieces of at most u->piece elements (MPI counts are
@@ -198,7 +198,7 @@ fxa_status fxa_ulysses_back_post(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u, int 
     const int n = m->ulysses;
     const int me = m->u;
     const int64_t dim = d->head_dim;
-    const int64_t row = dim + 3;
+    const int64_t row = fxa_ulysses_back_row(dim);
     const int64_t nq_loc = fxa_mpi_loc_hq(p);
     int64_t q0;
     int64_t nq;
@@ -221,6 +221,7 @@ fxa_status fxa_ulysses_back_post(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u, int 
                     at[dim] = u->lse[r];
                     at[dim + 1] = u->bound[r];
                     at[dim + 2] = (float)u->fb[r];
+                    memcpy(at + dim + 3, u->parts + 3 * r, 3 * sizeof(float));
                     at += row;
                 }
         int i = u->pend_at[v] + u->pend_n[v];
@@ -242,9 +243,10 @@ fxa_status fxa_ulysses_pending_wait(fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u)
 }
 
 /* One output row (b, global head h, token t) of a: o and, where asked, lse,
- * bound and the fallback flag. */
+ * bound, the fallback flag and lse_parts (parts: 3 floats). */
 static void write_row(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, int64_t b, int64_t h,
-                      int64_t t, const float *o, float lse, float bound, uint8_t fb)
+                      int64_t t, const float *o, float lse, float bound, uint8_t fb,
+                      const float *parts)
 {
     const fxa_attn_desc *d = &p->d;
     const int64_t r = (b * d->heads_q + h) * p->q_len + t;
@@ -256,6 +258,8 @@ static void write_row(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, int64_
         a->row_bound[r] = bound;
     if (a->row_fallback)
         a->row_fallback[r] = fb;
+    if (a->lse_parts)
+        memcpy(a->lse_parts + 3 * r, parts, 3 * sizeof(float));
 }
 
 void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
@@ -274,7 +278,7 @@ void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
             for (int64_t t = 0; t < p->q_len; t++) {
                 const int64_t r = (b * nq_loc + h) * p->loc_sq + off + t;
                 write_row(p, a, b, p->hq_lo[m->u] + h, t, u->out + r * dim, u->lse[r], u->bound[r],
-                          u->fb[r]);
+                          u->fb[r], u->parts + 3 * r);
             }
     for (int v = 0; v < n; v++)
         for (int g = 0; g < u->groups && v != m->u; g++) {
@@ -286,8 +290,8 @@ void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
             const float *at = u->back_recv + u->back_from[g * n + v];
             for (int64_t b = 0; b < d->batch; b++)
                 for (int64_t h = q0; h < q0 + nq; h++)
-                    for (int64_t t = 0; t < p->q_len; t++, at += dim + 3)
+                    for (int64_t t = 0; t < p->q_len; t++, at += fxa_ulysses_back_row(dim))
                         write_row(p, a, b, p->hq_lo[v] + h, t, at, at[dim], at[dim + 1],
-                                  (uint8_t)at[dim + 2]);
+                                  (uint8_t)at[dim + 2], at + dim + 3);
         }
 }

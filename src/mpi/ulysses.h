@@ -14,7 +14,8 @@ typedef struct fxa_ulysses_bufs {
     char *k; /* [B][Hkv_loc][own block keys][D] */
     char *v;
     float *out; /* [B][Hq_loc][loc_sq][D] */
-    float *lse; /* [B][Hq_loc][loc_sq] */
+    float *lse;   /* [B][Hq_loc][loc_sq] */
+    float *parts; /* [B][Hq_loc][loc_sq][3]: each row's lse_parts */
     float *bound;
     uint8_t *fb;
     int groups;          /* G: every member's local heads split into G groups by kv head */
@@ -37,6 +38,13 @@ typedef struct fxa_ulysses_bufs {
     int *stage_at;         /* [G + 1] */
     fxa_attn_plan **plans; /* [G] owned plans of aligned heads (NULL entries otherwise) */
 } fxa_ulysses_bufs;
+
+/* Floats of one output row on the Ulysses way back: o (D), lse, bound, the
+ * fallback flag and the row's three lse_parts. */
+static inline int64_t fxa_ulysses_back_row(int64_t dim)
+{
+    return dim + 6;
+}
 
 /* Plan and allocate p->ulysses_bufs (U > 1; the segments planned), and
  * with R == 1 raise p->ws_bytes to the pipeline's largest stage. Local: a

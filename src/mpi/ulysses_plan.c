@@ -79,7 +79,7 @@ static void size_exchanges(const fxa_mpi_attn_plan *p, fxa_ulysses_bufs *u, int 
     const fxa_attn_desc *d = &p->d;
     const int n = m->ulysses;
     const int64_t dim = d->head_dim;
-    const int64_t row = dim + 3;
+    const int64_t row = fxa_ulysses_back_row(dim);
     const int64_t nb = d->batch;
     const int64_t pc = u->piece;
     *in_reqs = 0;
@@ -218,7 +218,7 @@ fxa_status fxa_ulysses_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     size_exchanges(p, u, &in_reqs);
     const double tensors = (double)rows * (double)dim * (double)(p->es + sizeof(float)) +
                            2.0 * (double)(b * nkv * own_kv * dim * p->es) +
-                           (double)rows * (2 * sizeof(float) + 1);
+                           (double)rows * (5 * sizeof(float) + 1);
     const double staging =
         (double)u->in_send_at[u->groups] * (double)p->es +
         (double)(u->back_at[pairs - 1] + u->back_from[pairs - 1]) * sizeof(float);
@@ -231,6 +231,7 @@ fxa_status fxa_ulysses_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     u->v = malloc(b * nkv * own_kv * dim * p->es + 1);
     u->out = malloc(rows * dim * sizeof(float) + 1);
     u->lse = malloc(rows * sizeof(float) + 1);
+    u->parts = malloc(3 * rows * sizeof(float) + 1);
     u->bound = malloc(rows * sizeof(float) + 1);
     u->fb = malloc(rows + 1);
     u->in_send = malloc((size_t)u->in_send_at[u->groups] * p->es + 1);
@@ -238,7 +239,7 @@ fxa_status fxa_ulysses_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     u->back_recv = malloc((size_t)u->back_from[pairs - 1] * sizeof(float) + 1);
     u->in_req = malloc((size_t)in_reqs * sizeof(MPI_Request) + 1);
     u->pend_req = malloc((size_t)u->pend_at[n] * sizeof(MPI_Request) + 1);
-    if (!u->q || !u->k || !u->v || !u->out || !u->lse || !u->bound || !u->fb || !u->in_send ||
+    if (!u->q || !u->k || !u->v || !u->out || !u->lse || !u->parts || !u->bound || !u->fb || !u->in_send ||
         !u->back_send || !u->back_recv || !u->in_req || !u->pend_req) {
         snprintf(msg, cap, "out of memory for the Ulysses buffers (%zu bytes of head-sharded Q)",
                  rows * dim * p->es);
@@ -256,6 +257,7 @@ void fxa_ulysses_plan_free(fxa_mpi_attn_plan *p)
         fxa_attn_plan_destroy(u->plans[g]);
     FXA_FREE_EACH(u->plans, u->stage, u->stage_at, u->in_send, u->back_send, u->back_recv,
                   u->back_at, u->back_from, u->in_req, u->in_req_at, u->pend_req, u->pend_at,
-                  u->pend_n, u->in_send_at, u->q, u->k, u->v, u->out, u->lse, u->bound, u->fb, u);
+                  u->pend_n, u->in_send_at, u->q, u->k, u->v, u->out, u->lse, u->parts, u->bound,
+                  u->fb, u);
     p->ulysses_bufs = NULL;
 }

@@ -38,7 +38,7 @@ fxa_status fxa_ulysses_run(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_uly
                            fxa_attn_stats *sum, double *a2a_seconds)
 {
     /* The head-sharded tensors are the local problem. */
-    const fxa_mpi_local loc = {u->q, u->k, u->v, u->out, u->lse, u->fb, u->bound};
+    const fxa_mpi_local loc = {u->q, u->k, u->v, u->out, u->lse, u->parts, u->fb, u->bound};
     double t0 = MPI_Wtime();
     fxa_status st = fxa_ulysses_in_post(p, a, u, 0);
     /* A local failure stops compute, not the exchanges: the peers wait on

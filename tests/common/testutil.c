@@ -129,8 +129,10 @@ int64_t tcase_kv_off(const tcase *t, int64_t b, int64_t h, int64_t s)
     return fxt_row_offset(&t->d, t->d.heads_kv, t->d.seq_kv, b, h, s);
 }
 
-fxa_status tcase_run(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn_desc *override,
-                     float *out, float *lse, uint8_t *fb, float *bound, fxa_attn_stats *st)
+/* tcase_run with every output: lse_parts (parts) too. */
+static fxa_status run_all(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn_desc *override,
+                          float *out, float *lse, uint8_t *fb, float *bound, float *parts,
+                          fxa_attn_stats *st)
 {
     fxa_attn_desc d = override ? *override : t->d;
     fxa_attn_plan *plan = NULL;
@@ -150,6 +152,7 @@ fxa_status tcase_run(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn
         .lse = lse,
         .row_fallback = fb,
         .row_bound = bound,
+        .lse_parts = parts,
     };
     if (st) /* a full-size stats struct: the caller's may be uninitialised */
         st->struct_size = sizeof *st;
@@ -157,6 +160,17 @@ fxa_status tcase_run(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn
     free(ws);
     fxa_attn_plan_destroy(plan);
     return s;
+}
+
+fxa_status tcase_run(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn_desc *override,
+                     float *out, float *lse, uint8_t *fb, float *bound, fxa_attn_stats *st)
+{
+    return run_all(t, ctx, mode, override, out, lse, fb, bound, NULL, st);
+}
+
+fxa_status tcase_run_parts(const tcase *t, fxa_ctx *ctx, float *out, float *lse, float *parts)
+{
+    return run_all(t, ctx, t->d.mode, NULL, out, lse, NULL, NULL, parts, NULL);
 }
 
 /* Independent fp32 online softmax (classic streaming form, natural exp). */

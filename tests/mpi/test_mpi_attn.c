@@ -9,7 +9,11 @@
  *   - per-row fallback flags equal to the single process's everywhere
  *     (a sink on one rank only), a huge V on one rank only, global centring,
  *     ragged sequences (Sq != Skv, not divisible), GQA with replicated kv
- *     heads, uneven head splits, bf16.
+ *     heads, uneven head splits, bf16;
+ *   - the rows' lse_parts (the backward's softmax state): bit-identical to
+ *     the single process's for pure Ulysses; with a ring (its own sums)
+ *     the base-2 LSE they give, m + log2(l) + tau log2(e) c, is the run's
+ *     lse within 8 roundings at its magnitude (and at least 2^-20).
  * Each rank shards by its grid rank (fxa_mpi_rank). With FXA_MPI_TEST_HOSTS
  * (the library's test-only host labels per world rank, e.g. "0,1,0,1": the
  * hosts of mpirun --map-by node) it also checks the placement: the grid
@@ -144,6 +148,12 @@ static void run_problem(const problem *pr)
     char *v = malloc((size_t)(d->batch * d->heads_kv * kn * d->head_dim) * es + 1);
     float *out = calloc((size_t)(d->batch * d->heads_q * qn * d->head_dim) + 1, sizeof(float));
     float *lse = calloc((size_t)(d->batch * d->heads_q * qn) + 1, sizeof(float));
+    float *parts = calloc((size_t)(3 * d->batch * d->heads_q * qn) + 1, sizeof(float));
+    float *ref_parts = calloc((size_t)(3 * rows), sizeof(float));
+    float *scratch = calloc((size_t)t.nq, sizeof(float));
+    float *scratch_lse = calloc((size_t)rows, sizeof(float));
+    CHECK(tcase_run_parts(&t, g_ctx, scratch, scratch_lse, ref_parts) == FXA_OK,
+          "%s: single-process run with lse_parts: %s", pr->name, fxa_ctx_last_error(g_ctx));
     uint8_t *fb = calloc((size_t)(d->batch * d->heads_q * qn) + 1, 1);
     take_shard(d, wide ? (void *)t.q16 : (void *)t.q, d->heads_q, d->seq_q, q0, qn, es, q);
     take_shard(d, wide ? (void *)t.k16 : (void *)t.k, d->heads_kv, d->seq_kv, k0, kn, es, k);
@@ -158,7 +168,8 @@ static void run_problem(const problem *pr)
                              .v = v,
                              .out = out,
                              .lse = lse,
-                             .row_fallback = fb};
+                             .row_fallback = fb,
+                             .lse_parts = parts};
     /* A stats struct of a size this library does not know is refused (on
      * every rank: they all pass it) and left as it is. */
     fxa_mpi_stats bad = {.struct_size = sizeof bad + 8, .rows = -5};
@@ -210,6 +221,10 @@ static void run_problem(const problem *pr)
     /* This rank's shard against the single process. */
     int fb_same = 1;
     int bits_same = 1;
+    int parts_same = 1;
+    double parts_err = 0.0; /* the parts' LSE against lse, in units of the allowance */
+    const double tau2 = (d->scale != 0.0f ? d->scale : 1.0 / sqrt((double)d->head_dim)) *
+                        1.4426950408889634;
     double max_diff = 0.0;
     for (int64_t b = 0; b < d->batch; b++)
         for (int64_t h = 0; h < d->heads_q; h++)
@@ -218,6 +233,12 @@ static void run_problem(const problem *pr)
                 const int64_t rl = (b * d->heads_q + h) * qn + i;
                 fb_same &= ref_fb[r] == fb[rl];
                 bits_same &= test_f32_bits(ref_lse[r]) == test_f32_bits(lse[rl]);
+                const float *pr3 = parts + 3 * rl;
+                parts_same &= !memcmp(pr3, ref_parts + 3 * r, 3 * sizeof(float));
+                const double lse2 = (double)pr3[0] + log2((double)pr3[1]) + tau2 * pr3[2];
+                const double want = (double)lse[rl] * 1.4426950408889634;
+                const double allow = fmax(8.0 * 0x1p-24 * fabs(want), 0x1p-20);
+                parts_err = fmax(parts_err, fabs(lse2 - want) / allow);
                 const float *x = full + tcase_q_off(&t, b, h, q0 + i);
                 const float *y = ref + tcase_q_off(&t, b, h, q0 + i);
                 for (int64_t c = 0; c < d->head_dim; c++) {
@@ -230,9 +251,13 @@ static void run_problem(const problem *pr)
     CHECK(st != FXA_OK || ms.fallback_rows == ref_st.fallback_rows,
           "%s: %lld fallback rows, single process %lld", pr->name, (long long)ms.fallback_rows,
           (long long)ref_st.fallback_rows);
+    CHECK(st != FXA_OK || parts_err <= 1.0,
+          "%s: lse_parts give an LSE %g allowances from the run's lse", pr->name, parts_err);
     if (g_ring == 1) {
         CHECK(st != FXA_OK || bits_same, "%s: pure Ulysses must be bit-identical (max diff %g)",
               pr->name, max_diff);
+        CHECK(st != FXA_OK || parts_same, "%s: pure Ulysses lse_parts differ from one process",
+              pr->name);
     } else {
         /* Reordered fp32 sums over Skv terms of |v| <= Vmax: a few ulps of Vmax. */
         const double tol = 64.0 * 0x1p-24 * (e.vmax > 1.0 ? e.vmax : 1.0);
@@ -245,6 +270,10 @@ static void run_problem(const problem *pr)
     free(v);
     free(out);
     free(lse);
+    free(parts);
+    free(ref_parts);
+    free(scratch);
+    free(scratch_lse);
     free(fb);
     free(ref);
     free(ref_lse);

@@ -28,6 +28,12 @@
  *     replicas are regrouped, as with fp32 compute (measured: at most
  *     ~10 x 2^-24 of the largest, as fp32; a flipped bf16 rounding would
  *     show as ~2^-9 of a term);
+ *   - with the forward's lse_parts (ragged GQA, MQA with replicated kv
+ *     heads, and saturated softmax, scale 1e4, where every row runs online
+ *     softmax and the lse alone would put P off by |lse| 2^-24): the same
+ *     rules against the single process's backward on the same parts;
+ *     lse_parts on some ranks and not others fails on every rank where
+ *     they travel (U > 1);
  *   - a NULL tensor on one rank, or a NaN in one rank's dO, fails the run
  *     on every rank (in seconds: no rank waits for a deadline) and leaves
  *     every rank's outputs untouched; so does a local backward that only
@@ -123,7 +129,8 @@ static int same_everywhere(int st)
     return lo == hi;
 }
 
-static void run_case(const char *name, const fxa_attn_desc *d)
+/* The case d; with_parts: the forward's lse_parts enter both backwards. */
+static void run_case(const char *name, const fxa_attn_desc *d, int with_parts)
 {
     const size_t es = d->dtype == FXA_F32 ? 4 : 2;
     const int64_t dim = d->head_dim;
@@ -136,6 +143,7 @@ static void run_case(const char *name, const fxa_attn_desc *d)
     float *out = calloc((size_t)nq, 4);
     float *dout = malloc((size_t)nq * 4);
     float *lse = calloc((size_t)rows, 4);
+    float *parts = with_parts ? calloc((size_t)(3 * rows), 4) : NULL;
     float *dq = calloc((size_t)nq, 4);
     float *dk = calloc((size_t)nkv, 4);
     float *dv = calloc((size_t)nkv, 4);
@@ -151,7 +159,7 @@ static void run_case(const char *name, const fxa_attn_desc *d)
     fxa_status st = fxa_attn_plan_create(g_ctx, d, &fp, &fws);
     void *ws = st == FXA_OK ? aligned_alloc(64, (fws + 63) / 64 * 64 + 64) : NULL;
     const fxa_attn_args fa = {
-        .struct_size = sizeof fa, .q = q, .k = k, .v = v, .out = out, .lse = lse};
+        .struct_size = sizeof fa, .q = q, .k = k, .v = v, .out = out, .lse = lse, .lse_parts = parts};
     if (st == FXA_OK)
         st = fxa_attn_run(fp, &fa, ws, NULL);
     CHECK(st == FXA_OK, "%s: forward: %s", name, fxa_ctx_last_error(g_ctx));
@@ -170,7 +178,8 @@ static void run_case(const char *name, const fxa_attn_desc *d)
                                   .lse = lse,
                                   .dq = dq,
                                   .dk = dk,
-                                  .dv = dv};
+                                  .dv = dv,
+                                  .lse_parts = parts};
     if (st == FXA_OK)
         st = fxa_attn_bwd_run(bp, &ba, ws, NULL);
     CHECK(st == FXA_OK, "%s: backward: %s", name, fxa_ctx_last_error(g_ctx));
@@ -188,6 +197,7 @@ static void run_case(const char *name, const fxa_attn_desc *d)
     float *s_out = malloc((size_t)sq * 4 + 4);
     float *s_dout = malloc((size_t)sq * 4 + 4);
     float *s_lse = malloc((size_t)(d->batch * d->heads_q * qn) * 4 + 4);
+    float *s_parts = with_parts ? malloc((size_t)(3 * d->batch * d->heads_q * qn) * 4 + 4) : NULL;
     float *ref_dq = malloc((size_t)sq * 4 + 4);
     float *ref_dk = malloc((size_t)skv * 4 + 4);
     float *ref_dv = malloc((size_t)skv * 4 + 4);
@@ -207,6 +217,8 @@ static void run_case(const char *name, const fxa_attn_desc *d)
     take_shard(l, d->batch, d->heads_q, d->seq_q, dim, out, q0, qn, 4, s_out);
     take_shard(l, d->batch, d->heads_q, d->seq_q, dim, dout, q0, qn, 4, s_dout);
     take_shard(FXA_LAYOUT_BHSD, d->batch, d->heads_q, d->seq_q, 1, lse, q0, qn, 4, s_lse);
+    if (with_parts)
+        take_shard(FXA_LAYOUT_BHSD, d->batch, d->heads_q, d->seq_q, 3, parts, q0, qn, 4, s_parts);
     take_shard(l, d->batch, d->heads_q, d->seq_q, dim, dq, q0, qn, 4, ref_dq);
     take_shard(l, d->batch, d->heads_kv, d->seq_kv, dim, dk, k0, kn, 4, ref_dk);
     take_shard(l, d->batch, d->heads_kv, d->seq_kv, dim, dv, k0, kn, 4, ref_dv);
@@ -224,7 +236,21 @@ static void run_case(const char *name, const fxa_attn_desc *d)
                            .lse = s_lse,
                            .dq = g[0][0],
                            .dk = g[0][1],
-                           .dv = g[0][2]};
+                           .dv = g[0][2],
+                           .lse_parts = s_parts};
+    if (with_parts && g_ulysses > 1) {
+        /* lse_parts missing on rank 0 only: they travel, so every rank fails. */
+        if (g_rank == 0)
+            a.lse_parts = NULL;
+        fxa_status bp_st = st == FXA_OK ? fxa_mpi_attn_bwd_run(plan, &a, NULL) : FXA_ERR_INVALID_ARG;
+        CHECK(bp_st == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_mpi_last_error(g_mpi), "lse_parts given on some ranks and not"),
+              "%s: lse_parts on some ranks only: status %d, '%s'", name, (int)bp_st,
+              fxa_mpi_last_error(g_mpi));
+        CHECK(((const unsigned char *)g[0][0])[0] == 0x7f, "%s: dq written by a failed run", name);
+        CHECK(same_everywhere((int)bp_st), "%s: lse_parts: ranks got different statuses", name);
+        a.lse_parts = s_parts;
+    }
     if (g_rank == 0)
         a.dout = NULL;
     fxa_status bad = st == FXA_OK ? fxa_mpi_attn_bwd_run(plan, &a, NULL) : FXA_ERR_INVALID_ARG;
@@ -296,9 +322,9 @@ static void run_case(const char *name, const fxa_attn_desc *d)
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++)
             free(g[i][j]);
-    free(s_q), free(s_k), free(s_v), free(s_out), free(s_dout), free(s_lse);
+    free(s_q), free(s_k), free(s_v), free(s_out), free(s_dout), free(s_lse), free(s_parts);
     free(ref_dq), free(ref_dk), free(ref_dv);
-    free(q), free(k), free(v), free(out), free(dout), free(lse), free(dq), free(dk), free(dv);
+    free(q), free(k), free(v), free(out), free(dout), free(lse), free(parts), free(dq), free(dk), free(dv);
 }
 
 /* Inputs that only rank 0's local backward refuses (its ||q|| ||k|| past
@@ -379,23 +405,28 @@ int main(int argc, char **argv)
     g_ring = ring;
     g_ulysses = ulysses;
     {
-        run_case("ragged GQA", &ragged);
-        run_case("bf16 BHSD, uneven heads", &bf16);
-        run_case("fewer query tokens than ranks", &tiny);
+        run_case("ragged GQA", &ragged, 0);
+        run_case("ragged GQA, lse parts", &ragged, 1);
+        run_case("bf16 BHSD, uneven heads", &bf16, 0);
+        run_case("fewer query tokens than ranks", &tiny, 0);
         fxa_attn_desc bc = make(2, 8, 4, 70, 61, 32, FXA_BF16, FXA_LAYOUT_BSHD);
         bc.compute = FXA_COMPUTE_BF16;
-        run_case("bf16 compute, GQA BSHD", &bc);
+        run_case("bf16 compute, GQA BSHD", &bc, 0);
+        fxa_attn_desc sat = make(1, 4, 2, 40, 37, 16, FXA_F32, FXA_LAYOUT_BHSD);
+        sat.scale = 1e4f;
+        run_case("saturated softmax, lse parts", &sat, 1);
         check_local_refusal();
         if (ulysses > 1) { /* kv heads replicated over the members */
             const fxa_attn_desc mqa = make(1, 4, 1, 64, 48, 16, FXA_F32, FXA_LAYOUT_BSHD);
             const fxa_attn_desc gqa2 = make(2, 8, 2, 50, 70, 16, FXA_F32, FXA_LAYOUT_BHSD);
             const fxa_attn_desc few = make(1, 2, 1, 20, 23, 8, FXA_BF16, FXA_LAYOUT_BSHD);
-            run_case("replicated kv heads, MQA", &mqa);
-            run_case("replicated kv heads, 2 kv heads", &gqa2);
-            run_case("replicated kv heads, fewer q heads than members", &few);
+            run_case("replicated kv heads, MQA", &mqa, 0);
+            run_case("replicated kv heads, MQA, lse parts", &mqa, 1);
+            run_case("replicated kv heads, 2 kv heads", &gqa2, 0);
+            run_case("replicated kv heads, fewer q heads than members", &few, 0);
             fxa_attn_desc bmqa = make(1, 6, 1, 45, 52, 32, FXA_BF16, FXA_LAYOUT_BHSD);
             bmqa.compute = FXA_COMPUTE_BF16;
-            run_case("replicated kv heads, bf16 compute, MQA", &bmqa);
+            run_case("replicated kv heads, bf16 compute, MQA", &bmqa, 0);
         }
     }
     fxa_mpi_destroy(g_mpi);

@@ -7,7 +7,9 @@ carries only tensors and scalars; a collective call must also run exactly
 once per call on every rank, which a traced or re-run operator would not
 guarantee. The forward saves this rank's q, k, v shards, its output as
 returned (rounded to the output dtype, as fxattn.attention's backward takes
-it) and its lse; the backward runs fxa_mpi_attn_bwd_run on the forward's
+it), its lse and its rows' softmax state (lse_parts, from which the backward
+rebuilds the forward's P at any score magnitude); the backward runs
+fxa_mpi_attn_bwd_run on the forward's
 handle in the forward's compute
 (collective: every rank's backward must run, as autograd does when every
 rank calls backward on a loss that uses the output).
@@ -29,24 +31,24 @@ class Saved:
     the global descriptor, the layout and whether lse was returned (then
     its gradient enters the backward); until the autograd node keeps them,
     this rank's contiguous q, k, v shards, the output and the lse, as
-    returned."""
+    returned, and the rows' lse_parts (flat, the library's row order)."""
 
-    def __init__(self, handle, lock, ctx, desc, qkv, out, lse, layout: str, return_lse: bool):
+    def __init__(self, handle, lock, ctx, desc, qkv, out, lse, parts, layout: str, return_lse: bool):
         self.handle, self.lock, self.ctx, self.layout, self.return_lse = handle, lock, ctx, layout, return_lse
         self.desc = _lib.AttnDesc.from_buffer_copy(desc)
-        self.qkv, self.out, self.lse = qkv, out, lse
+        self.qkv, self.out, self.lse, self.parts = qkv, out, lse, parts
         self.outputs = None
 
     def backward(self, saved, g_out, g_lse):
         """Collective: (dq, dk, dv) of this rank's shards in q's, k's, v's
-        dtypes, in the forward's compute; saved: (q, k, v, out, lse) as the
+        dtypes, in the forward's compute; saved: (q, k, v, out, lse, parts) as the
         node kept them (out in its own dtype: D = dO . O on the rounded
         output, as fxattn.attention's backward). g_lse (the lse output's
         gradient, None: not returned) enters as fxattn's single-process
         backward takes it: q, k, v get a zero
         feature, O gets -g_lse and dO gets 1, so that D = dO . O becomes
         dO . O - g_lse and dS = P (dO . v - D) carries g_lse P exactly."""
-        q, k, v, out, lse = saved
+        q, k, v, out, lse, parts = saved
         d = _lib.AttnDesc.from_buffer_copy(self.desc)
         out = out.to(torch.float32).contiguous()  # exact: the descriptor's fp32 O
         dout = torch.zeros_like(out) if g_out is None else g_out.to(torch.float32).contiguous()
@@ -71,7 +73,7 @@ class Saved:
             plan = h.plan(d, backward=True)
             args = _lib.new(_lib.AttnBwdArgs, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
                             dout=dout.data_ptr(), lse=lse.data_ptr(), dq=grads[0].data_ptr(),
-                            dk=grads[1].data_ptr(), dv=grads[2].data_ptr())
+                            dk=grads[1].data_ptr(), dv=grads[2].data_ptr(), lse_parts=parts.data_ptr())
             status = mpi.fxa_mpi_attn_bwd_run(plan, ctypes.byref(args), None)
             _lib.raise_status(status, h.last_error())
         if g_lse is not None:
@@ -85,8 +87,8 @@ class _Attention(torch.autograd.Function):
         ctx.state = state
         # through save_for_backward: an in-place change before the backward raises; the
         # inputs themselves (no copies) for a double backward's error (_FirstOrder)
-        ctx.save_for_backward(*state.qkv, state.out, state.lse, q, k, v)
-        state.qkv = state.out = state.lse = None
+        ctx.save_for_backward(*state.qkv, state.out, state.lse, state.parts, q, k, v)
+        state.qkv = state.out = state.lse = state.parts = None
         out, lse = state.outputs
         state.outputs = None
         return out, lse
@@ -95,9 +97,9 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, g_out, g_lse):
         state = ctx.state
         saved = ctx.saved_tensors
-        grads = state.backward(saved[:5], g_out, g_lse if state.return_lse else None)
+        grads = state.backward(saved[:6], g_out, g_lse if state.return_lse else None)
         if torch.is_grad_enabled():  # create_graph=True: a backward of these gradients raises
-            grads = _FirstOrder.apply(*saved[5:], *grads)
+            grads = _FirstOrder.apply(*saved[6:], *grads)
         return (*grads, None)
 
 

@@ -663,17 +663,21 @@ def attention(
         out = torch.empty(qo.shape, dtype=torch.float32)
         lse = torch.empty(shape_lse, dtype=torch.float32) if want_lse else None
         out_ptr, lse_ptr = out.data_ptr(), (lse.data_ptr() if want_lse else None)
+        # the rows' softmax state for the backward: its P at any score magnitude
+        parts = torch.empty(3 * lse.numel(), dtype=torch.float32) if grad else None
     else:
         out = np.empty(qo.shape, np.float32)
         lse = np.empty(shape_lse, np.float32) if return_lse else None
         out_ptr, lse_ptr = out.ctypes.data, (lse.ctypes.data if return_lse else None)
+        parts = None
 
     with _lock, ctx.lock:
         h = _handles.get(key)
         if h is None:
             h = _handles[key] = _Handle(comm, ctx, u, r, pf, to, _placement_code(pl))
         plan = h.plan(d)
-        args = _lib.new(_lib.AttnArgs, q=qo.ptr, k=ko.ptr, v=vo.ptr, out=out_ptr, lse=lse_ptr)
+        args = _lib.new(_lib.AttnArgs, q=qo.ptr, k=ko.ptr, v=vo.ptr, out=out_ptr, lse=lse_ptr,
+                        lse_parts=None if parts is None else parts.data_ptr())
         status = mpi.fxa_mpi_attn_run(plan, ctypes.byref(args), None)
         _lib.raise_status(status, h.last_error())
 
@@ -687,7 +691,8 @@ def attention(
     if grad:
         from . import _mpi_autograd
 
-        state = _mpi_autograd.Saved(h, _lock, ctx, d, (qo.obj, ko.obj, vo.obj), out, lse, opts.layout, return_lse)
+        state = _mpi_autograd.Saved(h, _lock, ctx, d, (qo.obj, ko.obj, vo.obj), out, lse, parts, opts.layout,
+                                    return_lse)
         out, lse = _mpi_autograd.record(q, k, v, out, lse, state)
     return (out, lse) if return_lse else out
 
