@@ -265,6 +265,43 @@ static float p_at(const float *area, int bf16, size_t ld_p, size_t r, size_t j)
     return fxa_bf16_bits_to_f32(bits);
 }
 
+/* 1 when the tile's n_q x n_kv P are all at most FXA_BWD_P_LIMIT. P is a
+ * product of exp2 and a row's 1 / l, never negative, so it is compared by
+ * its bits: a non-negative float is at most the limit exactly when its
+ * bits are, and NaN's bits are above (so is a sign bit). A max over the
+ * bits, which the compiler vectorises: the tile's P costs a few percent of
+ * the backward as a branch per element. bf16 P are row pairs (p_at): the
+ * full pairs' 2 n_kv halves are contiguous; an odd last row is read alone. */
+static int p_within_limit(const float *area, int bf16, size_t ld_p, size_t n_q, size_t n_kv)
+{
+    const float limit = FXA_BWD_P_LIMIT;
+    if (!bf16) {
+        uint32_t lim;
+        memcpy(&lim, &limit, sizeof lim);
+        uint32_t most = 0;
+        for (size_t r = 0; r < n_q; r++) {
+            const uint32_t *row = (const uint32_t *)(const void *)(area + r * ld_p);
+            for (size_t j = 0; j < n_kv; j++)
+                most = row[j] > most ? row[j] : most;
+        }
+        return most <= lim;
+    }
+    const uint16_t lim = fxa_f32_to_bf16(limit);
+    const uint16_t *bits = (const uint16_t *)(const void *)area;
+    uint16_t most = 0;
+    for (size_t r = 0; r + 1 < n_q; r += 2) {
+        const uint16_t *pair = bits + 2 * (r / 2) * ld_p;
+        for (size_t j = 0; j < 2 * n_kv; j++)
+            most = pair[j] > most ? pair[j] : most;
+    }
+    if (n_q % 2)
+        for (size_t j = 0; j < n_kv; j++) {
+            const uint16_t x = bits[2 * ((n_q - 1) / 2 * ld_p + j)];
+            most = x > most ? x : most;
+        }
+    return most <= lim;
+}
+
 /* Record in s->bad the tile's first P past FXA_BWD_P_LIMIT (or NaN), if the
  * thread has none yet: n_q rows of chunk query head cq's block qb, n_kv
  * keys. */
@@ -272,7 +309,7 @@ static void check_p(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_
                     size_t n_kv)
 {
     const fxa_attn_bwd_plan *bp = job->bp;
-    if (s->bad->found)
+    if (s->bad->found || p_within_limit(s->p, bp->bf16, bp->block_kv, n_q, n_kv))
         return;
     for (size_t r = 0; r < n_q; r++) {
         for (size_t j = 0; j < n_kv; j++) {

@@ -684,6 +684,64 @@ static void test_refusals(void)
     tensors_free(&t);
 }
 
+/* An lse that is not the forward's: a row's lse lowered by 10 puts its
+ * recomputed P above 2 (e^10 times a weight of at least 1 / Skv), finite;
+ * lowered by 200, inf. Refused naming the row, in both computes, for a
+ * row of a full bf16 row pair and for the odd last row of a block (13
+ * query rows: its pair has one row), so the P check reads exactly the
+ * tile's rows in either layout. */
+static void test_foreign_lse(void)
+{
+    const bcase cases[2] = {
+        {"foreign lse fp32", {1, 2, 1, 13, 30, 16, 0}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1,
+         FXA_F32, FXA_COMPUTE_FP32},
+        {"foreign lse bf16 compute", {1, 2, 1, 13, 30, 16, 0}, FXA_LAYOUT_BHSD, FXA_BF16, 0, 0,
+         1, FXA_F32, FXA_COMPUTE_BF16},
+    };
+    fxa_ctx *ctx = NULL;
+    fxa_ctx_create(NULL, &ctx);
+    for (int c = 0; c < 2; c++) {
+        const fxt_bwd_shape *s = &cases[c].s;
+        const size_t nq = (size_t)(s->hq * s->sq * s->d), nkv = (size_t)(s->hkv * s->skv * s->d);
+        double *q = malloc(nq * 8), *k = malloc(nkv * 8), *v = malloc(nkv * 8);
+        double *dout = malloc(nq * 8);
+        tensors t;
+        build(&cases[c], &t, q, k, v, dout);
+        fxa_attn_bwd_plan *plan = NULL;
+        size_t ws_bytes = 0;
+        CHECK(fxa_attn_bwd_plan_create(ctx, &t.d, &plan, &ws_bytes) == FXA_OK, "%s: plan: %s",
+              cases[c].label, fxa_ctx_last_error(ctx));
+        void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64 + 64);
+        const fxa_attn_bwd_args a = args_of(&t);
+        CHECK(fxa_attn_bwd_run(plan, &a, ws, NULL) == FXA_OK, "%s: the forward's lse: %s",
+              cases[c].label, fxa_ctx_last_error(ctx));
+        const struct {
+            int64_t head, token;
+            float by;
+        } shift[4] = {{1, 12, 10.0f}, {0, 3, 10.0f}, {1, 12, 200.0f}, {0, 6, 200.0f}};
+        for (int i = 0; i < 4; i++) {
+            float *row = t.lse + shift[i].head * s->sq + shift[i].token;
+            const float keep = *row;
+            *row -= shift[i].by;
+            char want[64];
+            snprintf(want, sizeof want, "head %lld, token %lld;", (long long)shift[i].head,
+                     (long long)shift[i].token);
+            const fxa_status st = fxa_attn_bwd_run(plan, &a, ws, NULL);
+            CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(ctx), "not the forward's") &&
+                      strstr(fxa_ctx_last_error(ctx), want),
+                  "%s: lse of head %lld token %lld lowered by %g: status %d, '%s'", cases[c].label,
+                  (long long)shift[i].head, (long long)shift[i].token, (double)shift[i].by,
+                  (int)st, fxa_ctx_last_error(ctx));
+            *row = keep;
+        }
+        fxa_attn_bwd_plan_destroy(plan);
+        free(ws);
+        free(q), free(k), free(v), free(dout);
+        tensors_free(&t);
+    }
+    fxa_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     test_require_isa("test_attn_bwd");
@@ -798,5 +856,6 @@ int main(void)
     }
     test_chunks();
     test_refusals();
+    test_foreign_lse();
     return test_summary("test_attn_bwd");
 }
