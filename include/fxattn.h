@@ -71,7 +71,7 @@ typedef enum fxa_status {
     FXA_ERR_NO_MEMORY = 3,
     FXA_ERR_MPI = 4,
     FXA_ERR_INTERNAL = 5,
-    FXA_ERR_IO = 6,     /* used by file helpers of the tools */
+    FXA_ERR_IO = 6,     /* a file could not be opened, read or written (libfxattn_io) */
     FXA_ERR_TIMEOUT = 7 /* a peer made no progress within the deadline (MPI) */
 } fxa_status;
 

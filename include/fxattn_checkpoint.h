@@ -38,14 +38,18 @@
  *  - fxa_ckpt_find may open a shard: one thread at a time per checkpoint. The file objects it
  *    returns are read as fxattn_safetensors.h says (several threads may read one at once).
  */
-#ifndef FXA_CHECKPOINT_H
-#define FXA_CHECKPOINT_H
+#ifndef FXATTN_CHECKPOINT_H
+#define FXATTN_CHECKPOINT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fxattn.h"
 #include "fxattn_safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define FXA_CKPT_MAX_INDEX_LEN (64 * 1024 * 1024) /* bytes of an index file */
 #define FXA_CKPT_MAX_TENSORS (1 << 22)            /* entries of a weight_map */
@@ -79,4 +83,8 @@ FXA_API int64_t fxa_ckpt_shards_opened(const fxa_ckpt *c);
 /* Close every open shard and free everything. NULL-safe. */
 FXA_API void fxa_ckpt_close(fxa_ckpt *c);
 
-#endif /* FXA_CHECKPOINT_H */
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FXATTN_CHECKPOINT_H */

@@ -54,22 +54,6 @@ extern "C" {
 
 typedef struct fxa_mpi fxa_mpi;
 
-typedef struct fxa_mpi_params {
-    size_t struct_size; /* sizeof(fxa_mpi_params) */
-    int ulysses;        /* U >= 1 */
-    int ring;           /* R >= 1; U * R must equal the communicator's size */
-    int prefetch; /* ring blocks in flight ahead of compute, clamped to [1, min(R-1, 64)]; 0 = 1 */
-    /* Deadline: a wait on a peer (a ring block, an exchange, a collective)
-     * that sees no progress for this many seconds fails the call with
-     * FXA_ERR_TIMEOUT on this rank, and the context is unusable after.
-     * 0 = the environment's FXA_MPI_TIMEOUT, else 60. Added in 0.1.1: a
-     * struct_size that ends before it takes the default. */
-    double timeout_seconds;
-    /* Where each rank sits in the grid (fxa_mpi_placement). Added in 0.2: a
-     * struct_size that ends before it takes FXA_MPI_PLACE_HOSTS. */
-    int placement;
-} fxa_mpi_params;
-
 /*
  * Grid placement. The grid's rank (fxa_mpi_rank) is the rank to shard by:
  * the user's shards of a rank are fxa_mpi_shard(seq, P, fxa_mpi_rank(m)),
@@ -89,6 +73,22 @@ typedef enum fxa_mpi_placement {
     FXA_MPI_PLACE_HOSTS = 0,
     FXA_MPI_PLACE_RANKS = 1,
 } fxa_mpi_placement;
+
+typedef struct fxa_mpi_params {
+    size_t struct_size; /* sizeof(fxa_mpi_params) */
+    int ulysses;        /* U >= 1 */
+    int ring;           /* R >= 1; U * R must equal the communicator's size */
+    int prefetch; /* ring blocks in flight ahead of compute, clamped to [1, min(R-1, 64)]; 0 = 1 */
+    /* Deadline: a wait on a peer (a ring block, an exchange, a collective)
+     * that sees no progress for this many seconds fails the call with
+     * FXA_ERR_TIMEOUT on this rank, and the context is unusable after.
+     * 0 = the environment's FXA_MPI_TIMEOUT, else 60. Added in 0.1.1: a
+     * struct_size that ends before it takes the default. */
+    double timeout_seconds;
+    /* Where each rank sits in the grid. Added in 0.2: a struct_size that
+     * ends before it takes FXA_MPI_PLACE_HOSTS. */
+    fxa_mpi_placement placement;
+} fxa_mpi_params;
 
 /* Defaults: U = 1, R = 0 (= the communicator's size: a pure ring),
  * prefetch 1, timeout 0 (FXA_MPI_TIMEOUT or 60 s), placement by hosts.
@@ -127,7 +127,7 @@ FXA_API int fxa_mpi_size(const fxa_mpi *m);
  * placement or a communicator that fxa_mpi_create refuses, FXA_ERR_MPI when MPI fails, FXA_ERR_TIMEOUT when a peer makes
  * no progress for fxa_mpi_default_timeout() seconds;
  * fxa_mpi_create_error() says why. */
-FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_rank);
+FXA_API fxa_status fxa_mpi_grid_rank(MPI_Comm comm, fxa_mpi_placement placement, int *grid_rank);
 
 /* Collective over comm. The thread count this rank should use by default:
  * its share of the CPUs its affinity mask holds, each CPU divided among the

@@ -44,13 +44,17 @@
  * err may be NULL or errlen 0; messages are truncated to errlen - 1 bytes and
  * never end with a newline. The host must be little-endian.
  */
-#ifndef FXA_NPY_H
-#define FXA_NPY_H
+#ifndef FXATTN_NPY_H
+#define FXATTN_NPY_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fxattn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define FXA_NPY_MAX_DIMS 8
 #define FXA_NPY_MAX_HEADER_LEN (1 << 20) /* bytes of the header dict, padding included */
@@ -138,4 +142,8 @@ FXA_API fxa_status fxa_output_check(const char *path, char *err, size_t errlen);
  */
 FXA_API int fxa_same_output(const char *a, const char *b);
 
-#endif /* FXA_NPY_H */
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FXATTN_NPY_H */

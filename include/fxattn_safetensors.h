@@ -56,13 +56,17 @@
  * a newline. Text from the file is quoted with bytes outside printable ASCII shown as '?' and
  * long text cut. The host must be little-endian.
  */
-#ifndef FXA_SAFETENSORS_H
-#define FXA_SAFETENSORS_H
+#ifndef FXATTN_SAFETENSORS_H
+#define FXATTN_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fxattn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define FXA_ST_MAX_DIMS 8
 #define FXA_ST_MAX_HEADER_LEN (100 * 1024 * 1024) /* bytes of JSON, padding included */
@@ -70,7 +74,12 @@
 #define FXA_ST_MAX_NAME_LEN 4096 /* bytes of a tensor name or metadata key, UTF-8 decoded */
 #define FXA_ST_MAX_DEPTH 64      /* nested objects and arrays in the header */
 
-typedef enum fxa_st_dtype { FXA_ST_F32, FXA_ST_BF16, FXA_ST_F16, FXA_ST_F8_E4M3 } fxa_st_dtype;
+typedef enum fxa_st_dtype {
+    FXA_ST_F32 = 0,
+    FXA_ST_BF16 = 1,
+    FXA_ST_F16 = 2,
+    FXA_ST_F8_E4M3 = 3,
+} fxa_st_dtype;
 
 typedef struct fxa_st_tensor {
     const char *name;       /* NUL-terminated UTF-8, unique in the file */
@@ -149,4 +158,8 @@ FXA_API fxa_status fxa_st_read_rows_f32(const fxa_st_file *f, const fxa_st_tenso
 /* Close the file and free everything. NULL-safe. */
 FXA_API void fxa_st_close(fxa_st_file *f);
 
-#endif /* FXA_SAFETENSORS_H */
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FXATTN_SAFETENSORS_H */

@@ -34,7 +34,7 @@ esac
 lib='/usr/lib/*-linux-gnu'
 inc='/usr/include/*-linux-gnu'
 reqs=(
-    "C compiler (cc) and libc headers|build-essential|command -v cc && test -e /usr/include/stdio.h"
+    "C and C++ compilers (cc, c++) and libc headers|build-essential|command -v cc && command -v c++ && test -e /usr/include/stdio.h"
     "make|make|command -v make"
     "CMake >= 3.25|cmake|command -v cmake"
     "Open MPI compiler wrapper and library (mpicc, libmpi.so)|libopenmpi-dev|command -v mpicc && ls $lib/libmpi.so"

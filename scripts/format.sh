@@ -9,7 +9,7 @@ check=0
 [ "${1:-}" = --check ] && check=1
 cf=$(command -v clang-format-14 || command -v clang-format || true)
 [ -n "$cf" ] || { echo "format.sh: clang-format is not installed (scripts/deps.sh --test)" >&2; exit 1; }
-mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.c' '*.h')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' '*.cpp')
 if [ $check = 0 ]; then
     "$cf" -i "${files[@]}"
     exit 0

@@ -118,7 +118,7 @@ static void size_exchanges(fxa_mpi_attn_bwd_plan *p)
     const int64_t dim = d->head_dim;
     const int64_t es = (int64_t)p->es;
     const int64_t q_row = dim * es + 8 * dim + 16; /* q, out, dout, lse, lse_parts */
-    const int64_t kv_row = 2 * dim * es;          /* k, v */
+    const int64_t kv_row = 2 * dim * es;           /* k, v */
     int64_t in_recv_req = 0;
     int64_t pending = 0;
     p->in_send_at[0] = p->in_recv_at[0] = p->back_send_at[0] = p->back_recv_at[0] = 0;

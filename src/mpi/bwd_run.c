@@ -137,8 +137,8 @@ static fxa_status agree_parts(fxa_mpi_attn_bwd_plan *p, const fxa_attn_bwd_args 
     const int lacks = p->q_len > 0 && !a->lse_parts;
     const int in[2] = {has, lacks};
     int any[2] = {0, 0};
-    const fxa_status st = fxa_mpi_allreduce(p->m, in, any, 2, MPI_INT, MPI_MAX, p->m->comm,
-                                            "agreeing on lse_parts");
+    const fxa_status st =
+        fxa_mpi_allreduce(p->m, in, any, 2, MPI_INT, MPI_MAX, p->m->comm, "agreeing on lse_parts");
     if (st != FXA_OK)
         return st;
     if (any[0] && any[1])

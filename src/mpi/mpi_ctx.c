@@ -301,7 +301,7 @@ static int placement_known(int placement)
     return placement == FXA_MPI_PLACE_HOSTS || placement == FXA_MPI_PLACE_RANKS;
 }
 
-fxa_status fxa_mpi_grid_rank(MPI_Comm comm, int placement, int *grid_rank)
+fxa_status fxa_mpi_grid_rank(MPI_Comm comm, fxa_mpi_placement placement, int *grid_rank)
 {
     g_create_error[0] = '\0';
     int inited = 0;

@@ -116,8 +116,8 @@ static fxa_status run_grid(fxa_mpi_attn_plan *p, const fxa_attn_args *a, fxa_att
             stats->a2a_seconds += MPI_Wtime() - ta;
         loc = (fxa_mpi_local){ub->q, ub->k, ub->v, ub->out, ub->lse, ub->parts, ub->fb, ub->bound};
     } else {
-        loc = (fxa_mpi_local){a->q,   a->k,         a->v,           a->out,
-                              a->lse, a->lse_parts, a->row_fallback, a->row_bound};
+        loc = (fxa_mpi_local){
+            a->q, a->k, a->v, a->out, a->lse, a->lse_parts, a->row_fallback, a->row_bound};
     }
     /* Local work: this rank's own status; a peer's failure shows up in the
      * agreement below. */

@@ -13,7 +13,7 @@ typedef struct fxa_ulysses_bufs {
     char *q; /* [B][Hq_loc][loc_sq][D] input dtype */
     char *k; /* [B][Hkv_loc][own block keys][D] */
     char *v;
-    float *out; /* [B][Hq_loc][loc_sq][D] */
+    float *out;   /* [B][Hq_loc][loc_sq][D] */
     float *lse;   /* [B][Hq_loc][loc_sq] */
     float *parts; /* [B][Hq_loc][loc_sq][3]: each row's lse_parts */
     float *bound;

@@ -239,8 +239,8 @@ fxa_status fxa_ulysses_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     u->back_recv = malloc((size_t)u->back_from[pairs - 1] * sizeof(float) + 1);
     u->in_req = malloc((size_t)in_reqs * sizeof(MPI_Request) + 1);
     u->pend_req = malloc((size_t)u->pend_at[n] * sizeof(MPI_Request) + 1);
-    if (!u->q || !u->k || !u->v || !u->out || !u->lse || !u->parts || !u->bound || !u->fb || !u->in_send ||
-        !u->back_send || !u->back_recv || !u->in_req || !u->pend_req) {
+    if (!u->q || !u->k || !u->v || !u->out || !u->lse || !u->parts || !u->bound || !u->fb ||
+        !u->in_send || !u->back_send || !u->back_recv || !u->in_req || !u->pend_req) {
         snprintf(msg, cap, "out of memory for the Ulysses buffers (%zu bytes of head-sharded Q)",
                  rows * dim * p->es);
         return FXA_ERR_NO_MEMORY;

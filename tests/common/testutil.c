@@ -130,9 +130,9 @@ int64_t tcase_kv_off(const tcase *t, int64_t b, int64_t h, int64_t s)
 }
 
 /* tcase_run with every output: lse_parts (parts) too. */
-static fxa_status run_all(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn_desc *override,
-                          float *out, float *lse, uint8_t *fb, float *bound, float *parts,
-                          fxa_attn_stats *st)
+static fxa_status run_all(const tcase *t, fxa_ctx *ctx, fxa_mode mode,
+                          const fxa_attn_desc *override, float *out, float *lse, uint8_t *fb,
+                          float *bound, float *parts, fxa_attn_stats *st)
 {
     fxa_attn_desc d = override ? *override : t->d;
     fxa_attn_plan *plan = NULL;

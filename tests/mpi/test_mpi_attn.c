@@ -223,8 +223,8 @@ static void run_problem(const problem *pr)
     int bits_same = 1;
     int parts_same = 1;
     double parts_err = 0.0; /* the parts' LSE against lse, in units of the allowance */
-    const double tau2 = (d->scale != 0.0f ? d->scale : 1.0 / sqrt((double)d->head_dim)) *
-                        1.4426950408889634;
+    const double tau2 =
+        (d->scale != 0.0f ? d->scale : 1.0 / sqrt((double)d->head_dim)) * 1.4426950408889634;
     double max_diff = 0.0;
     for (int64_t b = 0; b < d->batch; b++)
         for (int64_t h = 0; h < d->heads_q; h++)

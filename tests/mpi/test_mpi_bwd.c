@@ -158,8 +158,13 @@ static void run_case(const char *name, const fxa_attn_desc *d, int with_parts)
     size_t fws = 0;
     fxa_status st = fxa_attn_plan_create(g_ctx, d, &fp, &fws);
     void *ws = st == FXA_OK ? aligned_alloc(64, (fws + 63) / 64 * 64 + 64) : NULL;
-    const fxa_attn_args fa = {
-        .struct_size = sizeof fa, .q = q, .k = k, .v = v, .out = out, .lse = lse, .lse_parts = parts};
+    const fxa_attn_args fa = {.struct_size = sizeof fa,
+                              .q = q,
+                              .k = k,
+                              .v = v,
+                              .out = out,
+                              .lse = lse,
+                              .lse_parts = parts};
     if (st == FXA_OK)
         st = fxa_attn_run(fp, &fa, ws, NULL);
     CHECK(st == FXA_OK, "%s: forward: %s", name, fxa_ctx_last_error(g_ctx));
@@ -242,7 +247,8 @@ static void run_case(const char *name, const fxa_attn_desc *d, int with_parts)
         /* lse_parts missing on rank 0 only: they travel, so every rank fails. */
         if (g_rank == 0)
             a.lse_parts = NULL;
-        fxa_status bp_st = st == FXA_OK ? fxa_mpi_attn_bwd_run(plan, &a, NULL) : FXA_ERR_INVALID_ARG;
+        fxa_status bp_st =
+            st == FXA_OK ? fxa_mpi_attn_bwd_run(plan, &a, NULL) : FXA_ERR_INVALID_ARG;
         CHECK(bp_st == FXA_ERR_INVALID_ARG &&
                   strstr(fxa_mpi_last_error(g_mpi), "lse_parts given on some ranks and not"),
               "%s: lse_parts on some ranks only: status %d, '%s'", name, (int)bp_st,
@@ -324,7 +330,8 @@ static void run_case(const char *name, const fxa_attn_desc *d, int with_parts)
             free(g[i][j]);
     free(s_q), free(s_k), free(s_v), free(s_out), free(s_dout), free(s_lse), free(s_parts);
     free(ref_dq), free(ref_dk), free(ref_dv);
-    free(q), free(k), free(v), free(out), free(dout), free(lse), free(parts), free(dq), free(dk), free(dv);
+    free(q), free(k), free(v), free(out), free(dout), free(lse), free(parts), free(dq), free(dk),
+        free(dv);
 }
 
 /* Inputs that only rank 0's local backward refuses (its ||q|| ||k|| past

@@ -693,10 +693,24 @@ static void test_refusals(void)
 static void test_foreign_lse(void)
 {
     const bcase cases[2] = {
-        {"foreign lse fp32", {1, 2, 1, 13, 30, 16, 0}, FXA_LAYOUT_BHSD, FXA_F32, 0, 0, 1,
-         FXA_F32, FXA_COMPUTE_FP32},
-        {"foreign lse bf16 compute", {1, 2, 1, 13, 30, 16, 0}, FXA_LAYOUT_BHSD, FXA_BF16, 0, 0,
-         1, FXA_F32, FXA_COMPUTE_BF16},
+        {"foreign lse fp32",
+         {1, 2, 1, 13, 30, 16, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_F32,
+         0,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_FP32},
+        {"foreign lse bf16 compute",
+         {1, 2, 1, 13, 30, 16, 0},
+         FXA_LAYOUT_BHSD,
+         FXA_BF16,
+         0,
+         0,
+         1,
+         FXA_F32,
+         FXA_COMPUTE_BF16},
     };
     fxa_ctx *ctx = NULL;
     fxa_ctx_create(NULL, &ctx);
@@ -727,11 +741,12 @@ static void test_foreign_lse(void)
             snprintf(want, sizeof want, "head %lld, token %lld;", (long long)shift[i].head,
                      (long long)shift[i].token);
             const fxa_status st = fxa_attn_bwd_run(plan, &a, ws, NULL);
-            CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(ctx), "not the forward's") &&
+            CHECK(st == FXA_ERR_INVALID_ARG &&
+                      strstr(fxa_ctx_last_error(ctx), "not the forward's") &&
                       strstr(fxa_ctx_last_error(ctx), want),
                   "%s: lse of head %lld token %lld lowered by %g: status %d, '%s'", cases[c].label,
-                  (long long)shift[i].head, (long long)shift[i].token, (double)shift[i].by,
-                  (int)st, fxa_ctx_last_error(ctx));
+                  (long long)shift[i].head, (long long)shift[i].token, (double)shift[i].by, (int)st,
+                  fxa_ctx_last_error(ctx));
             *row = keep;
         }
         fxa_attn_bwd_plan_destroy(plan);
