@@ -269,6 +269,7 @@ void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
     const fxa_attn_desc *d = &p->d;
     const int n = m->ulysses;
     const int64_t dim = d->head_dim;
+    const int64_t row = fxa_ulysses_back_row(dim);
     const int64_t nq_loc = fxa_mpi_loc_hq(p);
     int64_t off;
     int64_t qn;
@@ -290,7 +291,7 @@ void fxa_ulysses_write(const fxa_mpi_attn_plan *p, const fxa_ulysses_bufs *u,
             const float *at = u->back_recv + u->back_from[g * n + v];
             for (int64_t b = 0; b < d->batch; b++)
                 for (int64_t h = q0; h < q0 + nq; h++)
-                    for (int64_t t = 0; t < p->q_len; t++, at += fxa_ulysses_back_row(dim))
+                    for (int64_t t = 0; t < p->q_len; t++, at += row)
                         write_row(p, a, b, p->hq_lo[v] + h, t, at, at[dim], at[dim + 1],
                                   (uint8_t)at[dim + 2], at + dim + 3);
         }

@@ -168,9 +168,10 @@ fxa_status tcase_run(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn
     return run_all(t, ctx, mode, override, out, lse, fb, bound, NULL, st);
 }
 
-fxa_status tcase_run_parts(const tcase *t, fxa_ctx *ctx, float *out, float *lse, float *parts)
+fxa_status tcase_run_parts(const tcase *t, fxa_ctx *ctx, float *out, float *lse, uint8_t *fb,
+                           float *parts, fxa_attn_stats *st)
 {
-    return run_all(t, ctx, t->d.mode, NULL, out, lse, NULL, NULL, parts, NULL);
+    return run_all(t, ctx, t->d.mode, NULL, out, lse, fb, NULL, parts, st);
 }
 
 /* Independent fp32 online softmax (classic streaming form, natural exp). */

@@ -100,9 +100,9 @@ int64_t tcase_kv_off(const tcase *t, int64_t b, int64_t h, int64_t s);
  * context's message when verbose. */
 fxa_status tcase_run(const tcase *t, fxa_ctx *ctx, fxa_mode mode, const fxa_attn_desc *override,
                      float *out, float *lse, uint8_t *fb, float *bound, fxa_attn_stats *st);
-/* tcase_run with the case's mode, writing out, lse and lse_parts
- * ([rows][3]). */
-fxa_status tcase_run_parts(const tcase *t, fxa_ctx *ctx, float *out, float *lse, float *parts);
+/* tcase_run with the case's mode, lse_parts ([rows][3]) written too. */
+fxa_status tcase_run_parts(const tcase *t, fxa_ctx *ctx, float *out, float *lse, uint8_t *fb,
+                           float *parts, fxa_attn_stats *st);
 
 /* Errors against the fp64 reference over sampled rows (all rows of small
  * problems): max |x - ref| of the output and of the LSE. */

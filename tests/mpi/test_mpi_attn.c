@@ -122,8 +122,9 @@ static void run_problem(const problem *pr)
     float *ref = calloc((size_t)t.nq, sizeof(float));
     float *ref_lse = calloc((size_t)rows, sizeof(float));
     uint8_t *ref_fb = calloc((size_t)rows, 1);
+    float *ref_parts = calloc((size_t)(3 * rows), sizeof(float));
     fxa_attn_stats ref_st = {.struct_size = sizeof ref_st};
-    CHECK(tcase_run(&t, g_ctx, d->mode, NULL, ref, ref_lse, ref_fb, NULL, &ref_st) == FXA_OK,
+    CHECK(tcase_run_parts(&t, g_ctx, ref, ref_lse, ref_fb, ref_parts, &ref_st) == FXA_OK,
           "%s: single-process run: %s", pr->name, fxa_ctx_last_error(g_ctx));
     if (pr->k_offset != 0.0) {
         /* The case is only a test of global centring if centring matters. */
@@ -149,11 +150,6 @@ static void run_problem(const problem *pr)
     float *out = calloc((size_t)(d->batch * d->heads_q * qn * d->head_dim) + 1, sizeof(float));
     float *lse = calloc((size_t)(d->batch * d->heads_q * qn) + 1, sizeof(float));
     float *parts = calloc((size_t)(3 * d->batch * d->heads_q * qn) + 1, sizeof(float));
-    float *ref_parts = calloc((size_t)(3 * rows), sizeof(float));
-    float *scratch = calloc((size_t)t.nq, sizeof(float));
-    float *scratch_lse = calloc((size_t)rows, sizeof(float));
-    CHECK(tcase_run_parts(&t, g_ctx, scratch, scratch_lse, ref_parts) == FXA_OK,
-          "%s: single-process run with lse_parts: %s", pr->name, fxa_ctx_last_error(g_ctx));
     uint8_t *fb = calloc((size_t)(d->batch * d->heads_q * qn) + 1, 1);
     take_shard(d, wide ? (void *)t.q16 : (void *)t.q, d->heads_q, d->seq_q, q0, qn, es, q);
     take_shard(d, wide ? (void *)t.k16 : (void *)t.k, d->heads_kv, d->seq_kv, k0, kn, es, k);
@@ -272,8 +268,6 @@ static void run_problem(const problem *pr)
     free(lse);
     free(parts);
     free(ref_parts);
-    free(scratch);
-    free(scratch_lse);
     free(fb);
     free(ref);
     free(ref_lse);
