@@ -22,6 +22,7 @@ def fxattn_cli():
     from pathlib import Path
 
     import fxattn
+
     cli = Path(fxattn.__file__).parent / "bin" / "fxattn"
     if not cli.exists():
         cli = Path(os.environ["FXATTN_LIBRARY_PATH"]).parent / "fxattn"
@@ -35,8 +36,8 @@ def peak_gflops(threads, kind):
     the CPU has neither)."""
     import json
     import subprocess
-    args = [str(fxattn_cli()), "bench", "--seq", "256", "--heads", "1", "--repeats", "1", "--json",
-            "--threads", str(threads)]
+
+    args = [str(fxattn_cli()), "bench", "--seq", "256", "--heads", "1", "--repeats", "1", "--json", "--threads", str(threads)]
     if kind == "bf16":
         args += ["--dtype", "bf16", "--compute", "bf16"]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -57,8 +58,7 @@ def ort_mha_session(batch, seq, heads, head_dim, threads, spin=False):
 
     node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=heads)
     graph = helper.make_graph([node], "mha", [vi("q"), vi("k"), vi("v")], [vi("o")])
-    model = helper.make_model(graph, ir_version=8,
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -72,11 +72,10 @@ def _git_head(root):
     """The tree's short HEAD, with "+dirty" when tracked files differ from it
     (None outside a git checkout)."""
     import subprocess
+
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=30)
-        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"],
-                               capture_output=True, timeout=30)
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30)
+        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"], capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     if head.returncode != 0:
@@ -89,6 +88,7 @@ def build_compiler(build_dir):
     Release"), or None when build_dir holds no CMake tree."""
     import glob
     import re
+
     found = sorted(glob.glob(os.path.join(str(build_dir), "CMakeFiles", "*", "CMakeCCompiler.cmake")))
     if not found:
         return None
@@ -114,20 +114,25 @@ def identity(machine, build_dir, versions):
     import datetime
     import shlex
     import sys
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return {"machine": machine, "cpu": cpu_name(), "cpus": os.cpu_count(),
-            "compiler": build_compiler(build_dir),
-            "versions": dict(sorted({"python": platform.python_version(), **versions}.items())),
-            "commit": _git_head(root),
-            "command": shlex.join([os.path.relpath(sys.argv[0], root) if sys.argv[0].startswith(root) else sys.argv[0],
-                                   *sys.argv[1:]]),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
+    return {
+        "machine": machine,
+        "cpu": cpu_name(),
+        "cpus": os.cpu_count(),
+        "compiler": build_compiler(build_dir),
+        "versions": dict(sorted({"python": platform.python_version(), **versions}.items())),
+        "commit": _git_head(root),
+        "command": shlex.join([os.path.relpath(sys.argv[0], root) if sys.argv[0].startswith(root) else sys.argv[0], *sys.argv[1:]]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+    }
 
 
 def append_jsonl(path, records):
     """Appends each record as one JSON line to path ("-": stdout)."""
     import json
     import sys
+
     lines = "".join(json.dumps(r, sort_keys=False) + "\n" for r in records)
     if path == "-":
         sys.stdout.write(lines)

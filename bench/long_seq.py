@@ -61,9 +61,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from benchlib import append_jsonl, cold_peak_rss_mib, cpu_name, identity, ort_mha_session, peak_gflops
 
 import fxattn
-from benchlib import append_jsonl, cold_peak_rss_mib, cpu_name, identity, ort_mha_session, peak_gflops
 
 D = 128
 
@@ -113,8 +113,7 @@ def make_calls(names, q, k, v, threads):
         if engine == "fxattn" and dtype == "fp32":
             calls[name] = lambda mode=mode: fxattn.attention(q, k, v, layout="bshd", mode=mode, threads=threads)
         elif engine == "fxattn":
-            calls[name] = lambda c=compute, mode=mode: fxattn.attention(bq, bk, bv, layout="bhsd", compute=c,
-                                                                        mode=mode, threads=threads)
+            calls[name] = lambda c=compute, mode=mode: fxattn.attention(bq, bk, bv, layout="bhsd", compute=c, mode=mode, threads=threads)
         elif engine == "torch SDPA":
             x = (tq, tk, tv) if dtype == "fp32" else (bq, bk, bv)
             calls[name] = lambda x=x: F.scaled_dot_product_attention(*x)
@@ -129,11 +128,14 @@ def ort_cross_session(sq, s, h, threads):
     """ORT MultiHeadAttention with Sq query rows against S keys."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, n_, h * D])
-          for n, n_ in (("q", sq), ("k", s), ("v", s), ("o", sq))]
+
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, n_, h * D]) for n, n_ in (("q", sq), ("k", s), ("v", s), ("o", sq))]
     node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=h)
-    model = helper.make_model(helper.make_graph([node], "mha", vi[:3], vi[3:]), ir_version=8,
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(
+        helper.make_graph([node], "mha", vi[:3], vi[3:]),
+        ir_version=8,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+    )
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -226,10 +228,14 @@ def run_shape(a, s, h, sq, peaks, names, ident):
     rss = {name: (None if a.no_rss else peak_rss(name, s, h, sq, a.threads)) for name in names}
     flops = 4.0 * sq * s * h * D
     sec = medians
-    print(f"\n# S={s} (queries {sq}) H={h} D={D} threads={a.threads}; median of {a.repeats} interleaved rounds; "
-          f"peaks fp32 {pk['fp32']:.1f} (probe after this shape {probe:.1f}), bf16 {pk['bf16']:.1f} GFLOP/s")
-    print(f"{'row':30s} {'seconds':>8s} {'GFLOP/s':>8s} {'% peak':>7s} {'CPU s':>7s} {'CPU %pk':>7s} "
-          f"{'ORT/row':>8s} {'SDPA/row':>9s} {'CPU ORT/row':>11s} {'CPU SDPA/row':>12s} {'peak RSS MiB':>12s}")
+    print(
+        f"\n# S={s} (queries {sq}) H={h} D={D} threads={a.threads}; median of {a.repeats} interleaved rounds; "
+        f"peaks fp32 {pk['fp32']:.1f} (probe after this shape {probe:.1f}), bf16 {pk['bf16']:.1f} GFLOP/s"
+    )
+    print(
+        f"{'row':30s} {'seconds':>8s} {'GFLOP/s':>8s} {'% peak':>7s} {'CPU s':>7s} {'CPU %pk':>7s} "
+        f"{'ORT/row':>8s} {'SDPA/row':>9s} {'CPU ORT/row':>11s} {'CPU SDPA/row':>12s} {'peak RSS MiB':>12s}"
+    )
     recs = []
     ort_s = sec.get("ONNX Runtime fp32")
     for name in names:
@@ -242,42 +248,83 @@ def run_shape(a, s, h, sq, peaks, names, ident):
         r_sdpa = sdpa_s / sec[name] if sdpa_s else None
         c_ort = cpu_s["ONNX Runtime fp32"] / cpu_s[name] if ort_s else None
         c_sdpa = cpu_s["torch SDPA " + dtype] / cpu_s[name] if sdpa_s else None
-        print(f"{name:30s} {sec[name]:8.3f} {gf:8.1f} {100 * gf / pk[peak_kind]:6.1f}% "
-              f"{cpu_s[name]:7.3f} {100 * cpu_share:6.1f}% "
-              f"{'' if r_ort is None else f'{r_ort:7.3f}x':>8s} {'' if r_sdpa is None else f'{r_sdpa:8.3f}x':>9s} "
-              f"{'' if c_ort is None else f'{c_ort:10.3f}x':>11s} {'' if c_sdpa is None else f'{c_sdpa:11.3f}x':>12s} "
-              f"{'' if rss[name] is None else f'{rss[name]:.0f}':>12s}")
-        recs.append({**ident, "kind": "long_seq", "engine": engine, "row": name, "dtype": dtype, "compute": compute,
-                     "mode": mode, "S": s, "Sq": sq, "H": h, "D": D, "threads": a.threads, "repeats": a.repeats,
-                     "kernels": fxattn.kernel_info(a.threads), "seconds": sec[name],
-                     "seconds_all": all_times[name], "gflops": gf, "peak": peak_kind,
-                     "peak_gflops": pk[peak_kind], "peak_share": gf / pk[peak_kind],
-                     "cpu_seconds": cpu_s[name], "cpu_peak_share": cpu_share,
-                     "probe_ratio": probe / max(peaks["fp32_all"]),
-                     "ort_over": r_ort, "sdpa_over": r_sdpa, "ort_over_cpu": c_ort, "sdpa_over_cpu": c_sdpa,
-                     "peak_rss_mib": rss[name]})
+        print(
+            f"{name:30s} {sec[name]:8.3f} {gf:8.1f} {100 * gf / pk[peak_kind]:6.1f}% "
+            f"{cpu_s[name]:7.3f} {100 * cpu_share:6.1f}% "
+            f"{'' if r_ort is None else f'{r_ort:7.3f}x':>8s} {'' if r_sdpa is None else f'{r_sdpa:8.3f}x':>9s} "
+            f"{'' if c_ort is None else f'{c_ort:10.3f}x':>11s} {'' if c_sdpa is None else f'{c_sdpa:11.3f}x':>12s} "
+            f"{'' if rss[name] is None else f'{rss[name]:.0f}':>12s}"
+        )
+        recs.append(
+            {
+                **ident,
+                "kind": "long_seq",
+                "engine": engine,
+                "row": name,
+                "dtype": dtype,
+                "compute": compute,
+                "mode": mode,
+                "S": s,
+                "Sq": sq,
+                "H": h,
+                "D": D,
+                "threads": a.threads,
+                "repeats": a.repeats,
+                "kernels": fxattn.kernel_info(a.threads),
+                "seconds": sec[name],
+                "seconds_all": all_times[name],
+                "gflops": gf,
+                "peak": peak_kind,
+                "peak_gflops": pk[peak_kind],
+                "peak_share": gf / pk[peak_kind],
+                "cpu_seconds": cpu_s[name],
+                "cpu_peak_share": cpu_share,
+                "probe_ratio": probe / max(peaks["fp32_all"]),
+                "ort_over": r_ort,
+                "sdpa_over": r_sdpa,
+                "ort_over_cpu": c_ort,
+                "sdpa_over_cpu": c_sdpa,
+                "peak_rss_mib": rss[name],
+            }
+        )
     if "fxattn fp32 online" in sec:
-        print(f"fixed-max over online: fp32 {sec['fxattn fp32 online'] / sec['fxattn fp32']:.3f}x" +
-              (f", bf16 compute {sec['fxattn bf16 compute online'] / sec['fxattn bf16 compute']:.3f}x"
-               if "fxattn bf16 compute online" in sec else ""))
+        print(
+            f"fixed-max over online: fp32 {sec['fxattn fp32 online'] / sec['fxattn fp32']:.3f}x"
+            + (
+                f", bf16 compute {sec['fxattn bf16 compute online'] / sec['fxattn bf16 compute']:.3f}x"
+                if "fxattn bf16 compute online" in sec
+                else ""
+            )
+        )
     if probe < 0.9 * max(peaks["fp32_all"]):
-        print(f"WARNING: the peak probe after S={s} ran at {100 * probe / max(peaks['fp32_all']):.0f}% of the best: "
-              "the machine was busy; these rows are suspect")
+        print(
+            f"WARNING: the peak probe after S={s} ran at {100 * probe / max(peaks['fp32_all']):.0f}% of the best: "
+            "the machine was busy; these rows are suspect"
+        )
     sys.stdout.flush()
     return recs
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", type=parse_shapes, default=parse_shapes("4096:8,16384:2,27648:1,32760:1,75600:1:8192"),
-                    help="S:H[:Sq] list (default: %(default)s)")
+    ap.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default=parse_shapes("4096:8,16384:2,27648:1,32760:1,75600:1:8192"),
+        help="S:H[:Sq] list (default: %(default)s)",
+    )
     ap.add_argument("--rows", default=None, help="comma list of row names (default: all; see ROWS)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
-    ap.add_argument("--peak-core", type=peak_core, default=None, metavar="FP32[,BF16]",
-                    help="per-core peaks (GFLOP/s) for CPU %% peak instead of the probe's per thread, for a machine "
-                         "too busy to probe (bf16 default: twice fp32)")
+    ap.add_argument(
+        "--peak-core",
+        type=peak_core,
+        default=None,
+        metavar="FP32[,BF16]",
+        help="per-core peaks (GFLOP/s) for CPU %% peak instead of the probe's per thread, for a machine "
+        "too busy to probe (bf16 default: twice fp32)",
+    )
     ap.add_argument("--json", metavar="FILE", help="append one JSON object per row to FILE (- for stdout)")
     ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json")
     ap.add_argument("--rss-child", help=argparse.SUPPRESS)
@@ -289,6 +336,7 @@ def main():
     try:
         import onnx
         import onnxruntime as ort
+
         versions = {"onnxruntime": ort.__version__, "onnx": onnx.__version__}
     except ImportError as e:
         print(f"# no ONNX Runtime ({e}): its rows are left out")
@@ -300,8 +348,11 @@ def main():
     names += [ref for ref in refs if ref not in names]  # the outputs are checked against them
     versions.update(fxattn=fxattn.__version__, torch=torch.__version__, numpy=np.__version__)
     print(f"# fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)})")
-    print("# " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) +
-          f", python {platform.python_version()}; {cpu_name()}, {os.cpu_count()} CPUs")
+    print(
+        "# "
+        + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+        + f", python {platform.python_version()}; {cpu_name()}, {os.cpu_count()} CPUs"
+    )
     peaks = {"fp32_all": [peak_gflops(a.threads, "fp32")], "bf16": peak_gflops(a.threads, "bf16")}
     peaks["bf16"] = peaks["bf16"] or peaks["fp32_all"][0]  # 0: no bf16 dot units
     build = Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent

@@ -30,7 +30,7 @@ from benchlib import identity, ort_mha_session
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
-BUILD_HINT = ("cd %s && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2" % ROOT)
+BUILD_HINT = "cd %s && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2" % ROOT
 
 TOL_F32 = 1e-4
 TOL_BF16 = 2e-2
@@ -57,7 +57,7 @@ def int_list(text):
     try:
         vals = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of integers, got %r" % text)
+        raise argparse.ArgumentTypeError("expected a comma-separated list of integers, got %r" % text) from None
     if not vals or any(v <= 0 for v in vals):
         raise argparse.ArgumentTypeError("expected positive integers, got %r" % text)
     return vals
@@ -67,36 +67,55 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="bench/peers",
         description="fxattn vs ONNX Runtime MultiHeadAttention (fp32, CPU), B=1, non-causal, BSHD.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--seqs", type=int_list, default=[1024, 4096, 8192], help="sequence lengths S (comma list)")
     p.add_argument("--heads", type=int, default=40, help="number of heads H")
     p.add_argument("--dim", type=int, default=128, help="head dimension D")
     p.add_argument("--threads", type=int_list, default=[1, 2], help="thread counts (comma list)")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per configuration (medians reported)")
     p.add_argument("--seed", type=int, default=0, help="numpy seed for the inputs")
-    p.add_argument("--bf16", action="store_true",
-                   help="also time fxattn --dtype bf16 (bf16-rounded inputs, fp32 compute) against ORT fp32 "
-                        "(check tolerance %g); row 'bf16'" % TOL_BF16)
-    p.add_argument("--bf16-compute", action="store_true",
-                   help="also time fxattn --dtype bf16 --compute bf16 (AMX or vdpbf16ps) against ORT fp32 (tolerance %g; "
-                        "%%%%peak vs the bf16 peak); row 'bf16c'" % TOL_BF16)
-    p.add_argument("--ort-unfused", action="store_true",
-                   help="set ORT_DISABLE_FLASH_ATTENTION=1: ORT's unfused baseline (materializes H*S*S scores)")
-    p.add_argument("--ort-spin", action="store_true",
-                   help="leave ORT's intra-op thread spinning on (default off so that idle ORT workers do not "
-                        "steal cycles from the fxattn process that runs right after)")
-    p.add_argument("--peak-core", type=float, default=None, metavar="GFLOPS",
-                   help="use T * GFLOPS as the fp32 peak instead of measuring it (e.g. 117 on a 3.65 GHz Zen 4 "
-                        "core; useful when other work disturbs the measurement)")
-    p.add_argument("--peak-core-bf16", type=float, default=None, metavar="GFLOPS",
-                   help="same for the bf16 peak (AMX or vdpbf16ps, e.g. 234)")
-    p.add_argument("--ref-rows", type=int, default=32,
-                   help="query rows checked against an fp64 numpy reference (0: skip)")
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="also time fxattn --dtype bf16 (bf16-rounded inputs, fp32 compute) against ORT fp32 "
+        "(check tolerance %g); row 'bf16'" % TOL_BF16,
+    )
+    p.add_argument(
+        "--bf16-compute",
+        action="store_true",
+        help="also time fxattn --dtype bf16 --compute bf16 (AMX or vdpbf16ps) against ORT fp32 (tolerance %g; "
+        "%%%%peak vs the bf16 peak); row 'bf16c'" % TOL_BF16,
+    )
+    p.add_argument(
+        "--ort-unfused", action="store_true", help="set ORT_DISABLE_FLASH_ATTENTION=1: ORT's unfused baseline (materializes H*S*S scores)"
+    )
+    p.add_argument(
+        "--ort-spin",
+        action="store_true",
+        help="leave ORT's intra-op thread spinning on (default off so that idle ORT workers do not "
+        "steal cycles from the fxattn process that runs right after)",
+    )
+    p.add_argument(
+        "--peak-core",
+        type=float,
+        default=None,
+        metavar="GFLOPS",
+        help="use T * GFLOPS as the fp32 peak instead of measuring it (e.g. 117 on a 3.65 GHz Zen 4 "
+        "core; useful when other work disturbs the measurement)",
+    )
+    p.add_argument(
+        "--peak-core-bf16", type=float, default=None, metavar="GFLOPS", help="same for the bf16 peak (AMX or vdpbf16ps, e.g. 234)"
+    )
+    p.add_argument("--ref-rows", type=int, default=32, help="query rows checked against an fp64 numpy reference (0: skip)")
     p.add_argument("--fxattn", default=os.path.join(ROOT, "build", "fxattn"), help="fxattn binary")
     p.add_argument("--tmpdir", default=None, help="directory for the .npy files (default: system temp)")
     p.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
-    p.add_argument("--machine", default=platform.node(),
-                   help="the results page's name in the JSON rows (bench/results/<machine>.md; default: host name)")
+    p.add_argument(
+        "--machine",
+        default=platform.node(),
+        help="the results page's name in the JSON rows (bench/results/<machine>.md; default: host name)",
+    )
     a = p.parse_args(argv)
     if a.heads <= 0 or a.dim <= 0 or a.repeats <= 0:
         p.error("--heads, --dim and --repeats must be positive")
@@ -104,6 +123,7 @@ def parse_args(argv):
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
 
 def proc_status(field):
     """kB value of a /proc/self/status field (VmRSS, VmHWM), or None."""
@@ -130,12 +150,14 @@ def run_fxattn(cmd, timeout=3600):
     try:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise Failure("timed out after %d s: %s" % (timeout, " ".join(cmd)))
+        raise Failure("timed out after %d s: %s" % (timeout, " ".join(cmd))) from None
     except OSError as e:
-        raise Failure("cannot run %s: %s" % (cmd[0], e))
+        raise Failure("cannot run %s: %s" % (cmd[0], e)) from e
     if r.returncode != 0:
-        raise Failure("%s exited with status %d\n  stdout: %s\n  stderr: %s"
-                      % (" ".join(cmd), r.returncode, r.stdout.strip()[-2000:], r.stderr.strip()[-2000:]))
+        raise Failure(
+            "%s exited with status %d\n  stdout: %s\n  stderr: %s"
+            % (" ".join(cmd), r.returncode, r.stdout.strip()[-2000:], r.stderr.strip()[-2000:])
+        )
     objs = []
     for line in r.stdout.splitlines():
         line = line.strip()
@@ -150,8 +172,10 @@ def run_fxattn(cmd, timeout=3600):
 
 
 def measure_peak(fxattn, threads, dtype):
-    objs = run_fxattn([fxattn, "bench", "--seq", "256", "--heads", "1", "--repeats", "1", "--json",
-                       "--threads", str(threads)] + (["--dtype", dtype] if dtype != "f32" else []))
+    objs = run_fxattn(
+        [fxattn, "bench", "--seq", "256", "--heads", "1", "--repeats", "1", "--json", "--threads", str(threads)]
+        + (["--dtype", dtype] if dtype != "f32" else [])
+    )
     peaks = [o["peak_gflops"] for o in objs if "peak_gflops" in o]
     if not peaks:
         raise Failure("fxattn bench printed no peak_gflops (threads=%d, dtype=%s)" % (threads, dtype))
@@ -193,6 +217,7 @@ class CpuMeter:
     @staticmethod
     def _own():
         import resource
+
         s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
@@ -217,23 +242,27 @@ def max_or_none(xs):
 
 def file_sha(path):
     import hashlib
+
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 def fxattn_identity(fxattn):
     """What binary is being measured: sha256 prefix, mtime, `fxattn info` kernel line, git HEAD of the tree."""
-    ident = {"fxattn_sha256": file_sha(fxattn),
-             "fxattn_mtime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(os.path.getmtime(fxattn)))}
+    ident = {
+        "fxattn_sha256": file_sha(fxattn),
+        "fxattn_mtime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(os.path.getmtime(fxattn))),
+    }
     try:
         r = subprocess.run([fxattn, "info"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=60)
         if r.returncode == 0:
-            ident["fxattn_info"] = " | ".join(l.strip() for l in r.stdout.splitlines() if l.strip())
+            ident["fxattn_info"] = " | ".join(line.strip() for line in r.stdout.splitlines() if line.strip())
     except (OSError, subprocess.TimeoutExpired):
         pass
-    try:   # read-only
-        r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, timeout=30)
+    try:  # read-only
+        r = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30
+        )
         if r.returncode == 0:
             ident["git_head"] = r.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
@@ -250,6 +279,7 @@ def loadavg():
 
 # ---------------------------------------------------------------------------------------------- main
 
+
 def main(argv):
     a = parse_args(argv)
 
@@ -265,8 +295,8 @@ def main(argv):
 
     try:
         import numpy as np
-        import onnxruntime as ort
         import onnx
+        import onnxruntime as ort
     except ImportError as e:
         log("error: %s (the venv is incomplete; delete bench/.venv and rerun bench/peers)" % e)
         return 3
@@ -278,25 +308,33 @@ def main(argv):
         avail = None
         try:
             with open("/proc/meminfo") as f:
-                avail = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
+                avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
         except (OSError, StopIteration, ValueError):
             pass
         if avail is not None and need > 0.8 * avail:
-            log("error: --ort-unfused at S=%d H=%d needs about %.1f GB (the S*S score matrix); %.1f GB available"
-                % (max(a.seqs), H, need / 1e9, avail / 1e9))
+            log(
+                "error: --ort-unfused at S=%d H=%d needs about %.1f GB (the S*S score matrix); %.1f GB available"
+                % (max(a.seqs), H, need / 1e9, avail / 1e9)
+            )
             return 2
     ort_mode = "unfused" if a.ort_unfused else "flash"
-    meta = {"onnxruntime": ort.__version__, "onnx": onnx.__version__, "numpy": np.__version__,
-            "python": platform.python_version(), "cpus": os.cpu_count()}
-    log("onnxruntime %s, numpy %s, fxattn %s, ORT mode requested: %s"
-        % (ort.__version__, np.__version__, a.fxattn, ort_mode))
+    meta = {
+        "onnxruntime": ort.__version__,
+        "onnx": onnx.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    log("onnxruntime %s, numpy %s, fxattn %s, ORT mode requested: %s" % (ort.__version__, np.__version__, a.fxattn, ort_mode))
     ident = fxattn_identity(a.fxattn)
     versions = {k: meta[k] for k in ("onnxruntime", "onnx", "numpy")}
     if ident.get("fxattn_info", "").startswith("fxattn "):
         versions["fxattn"] = ident["fxattn_info"].split()[1]
     run_ident = identity(a.machine, os.path.dirname(os.path.abspath(a.fxattn)), versions)
-    log("fxattn binary: sha256 %s, built %s, tree HEAD %s; %s"
-        % (ident["fxattn_sha256"], ident["fxattn_mtime"], ident.get("git_head", "?"), ident.get("fxattn_info", "")))
+    log(
+        "fxattn binary: sha256 %s, built %s, tree HEAD %s; %s"
+        % (ident["fxattn_sha256"], ident["fxattn_mtime"], ident.get("git_head", "?"), ident.get("fxattn_info", ""))
+    )
     load_start = loadavg()
     log("load average at start: %s (cpus: %s)" % (load_start, os.cpu_count()))
 
@@ -305,7 +343,7 @@ def main(argv):
     peak_kinds = sorted({VARIANTS[dt][2] for dt in dtypes}, key=lambda k: k != "f32")
     peaks = {}
     fixed_peak = {"f32": a.peak_core, "bf16": a.peak_core_bf16}
-    probes = {T: [] for T in a.threads}     # fp32 FMA-peak probes after each row
+    probes = {T: [] for T in a.threads}  # fp32 FMA-peak probes after each row
     for T in a.threads:
         for dt in peak_kinds:
             if fixed_peak[dt] is not None:
@@ -323,25 +361,46 @@ def main(argv):
     try:
         for S in a.seqs:
             flop = 4.0 * B * H * S * S * D
-            log("S=%d H=%d D=%d: generating inputs (%.0f MB per tensor), %.1f GFLOP per attention"
-                % (S, H, D, B * S * E * 4 / 1e6, flop / 1e9))
+            log(
+                "S=%d H=%d D=%d: generating inputs (%.0f MB per tensor), %.1f GFLOP per attention"
+                % (S, H, D, B * S * E * 4 / 1e6, flop / 1e9)
+            )
             rng = np.random.default_rng(a.seed)
             qkv = {n: rng.standard_normal((B, S, H, D), dtype=np.float32) for n in "qkv"}
             paths = {n: os.path.join(tmp, n + ".npy") for n in "qkv"}
             for n in "qkv":
                 np.save(paths[n], qkv[n])
-            feeds = {n: qkv[n].reshape(B, S, E) for n in "qkv"}   # views, same memory
+            feeds = {n: qkv[n].reshape(B, S, E) for n in "qkv"}  # views, same memory
             out_path = os.path.join(tmp, "out.npy")
-            sample = (np.sort(np.random.default_rng(a.seed + 1).choice(S, size=min(a.ref_rows, S), replace=False))
-                      if a.ref_rows > 0 else None)
+            sample = (
+                np.sort(np.random.default_rng(a.seed + 1).choice(S, size=min(a.ref_rows, S), replace=False)) if a.ref_rows > 0 else None
+            )
             ref = ref_rows(np, qkv["q"], qkv["k"], qkv["v"], sample) if sample is not None else None
 
             for T in a.threads:
                 sha_before = file_sha(a.fxattn)
                 sess = make_session(S, T)
-                fx_cmd = {dt: [a.fxattn, "attn", "-q", paths["q"], "-k", paths["k"], "-v", paths["v"],
-                               "-o", out_path, "--threads", str(T), "--stats", "--repeats", "2"]
-                          + VARIANTS[dt][0] for dt in dtypes}
+                fx_cmd = {
+                    dt: [
+                        a.fxattn,
+                        "attn",
+                        "-q",
+                        paths["q"],
+                        "-k",
+                        paths["k"],
+                        "-v",
+                        paths["v"],
+                        "-o",
+                        out_path,
+                        "--threads",
+                        str(T),
+                        "--stats",
+                        "--repeats",
+                        "2",
+                    ]
+                    + VARIANTS[dt][0]
+                    for dt in dtypes
+                }
 
                 # ---- warm-up runs double as the correctness check (before any timing)
                 rss0 = proc_status("VmRSS")
@@ -356,7 +415,7 @@ def main(argv):
                 # fp32 score matrix. Measured growth of peak RSS over the first run tells them apart.
                 base_bytes = 4 * B * S * E * 4
                 if scratch is None or scores_bytes < 16e6:
-                    ort_path = "?"      # no /proc, or the score matrix too small to stand out of allocator noise
+                    ort_path = "?"  # no /proc, or the score matrix too small to stand out of allocator noise
                 else:
                     ort_path = "unfused" if scratch > base_bytes + 0.5 * scores_bytes else "flash"
                 checks = {}
@@ -377,17 +436,38 @@ def main(argv):
                     tol = VARIANTS[dt][1]
                     c["tol"] = tol
                     checks[dt] = c
-                    log("S=%d T=%d check fxattn(%s) vs ORT(fp32, %s): max|diff| = %.3g (tol %g)%s"
-                        % (S, T, dt, ort_path, diff, tol,
-                           "; vs fp64 ref on %d rows: fxattn %.3g, ORT %.3g"
-                           % (len(sample), c["ref_err_fxattn"], c["ref_err_ort"]) if ref is not None else ""))
-                    if not (diff < tol):   # also catches NaN
-                        raise Failure("CORRECTNESS CHECK FAILED: S=%d H=%d D=%d threads=%d dtype=%s: "
-                                      "max |fxattn - ORT| = %r >= %g%s"
-                                      % (S, H, D, T, dt, diff, tol,
-                                         " (fp64 ref errors on %d sampled rows: fxattn %.3g, ORT %.3g)"
-                                         % (len(sample), c["ref_err_fxattn"], c["ref_err_ort"])
-                                         if ref is not None else ""))
+                    log(
+                        "S=%d T=%d check fxattn(%s) vs ORT(fp32, %s): max|diff| = %.3g (tol %g)%s"
+                        % (
+                            S,
+                            T,
+                            dt,
+                            ort_path,
+                            diff,
+                            tol,
+                            "; vs fp64 ref on %d rows: fxattn %.3g, ORT %.3g" % (len(sample), c["ref_err_fxattn"], c["ref_err_ort"])
+                            if ref is not None
+                            else "",
+                        )
+                    )
+                    if not (diff < tol):  # also catches NaN
+                        raise Failure(
+                            "CORRECTNESS CHECK FAILED: S=%d H=%d D=%d threads=%d dtype=%s: "
+                            "max |fxattn - ORT| = %r >= %g%s"
+                            % (
+                                S,
+                                H,
+                                D,
+                                T,
+                                dt,
+                                diff,
+                                tol,
+                                " (fp64 ref errors on %d sampled rows: fxattn %.3g, ORT %.3g)"
+                                % (len(sample), c["ref_err_fxattn"], c["ref_err_ort"])
+                                if ref is not None
+                                else "",
+                            )
+                        )
                     del o_fx
                 del o_ort
 
@@ -410,11 +490,20 @@ def main(argv):
                         oth_fx[dt].append(meter.others(m0))
                         t_fx[dt].append(float(st["seconds"]))
                         last_stats[dt] = st
-                    log("S=%d T=%d round %d/%d: ORT %.4f s (others %s cores), %s"
-                        % (S, T, r + 1, a.repeats, t_ort[-1], fmt_cores(oth_ort[-1]),
-                           ", ".join("fxattn(%s) %.4f s (others %s cores)" % (dt, t_fx[dt][-1],
-                                                                            fmt_cores(oth_fx[dt][-1]))
-                                     for dt in dtypes)))
+                    log(
+                        "S=%d T=%d round %d/%d: ORT %.4f s (others %s cores), %s"
+                        % (
+                            S,
+                            T,
+                            r + 1,
+                            a.repeats,
+                            t_ort[-1],
+                            fmt_cores(oth_ort[-1]),
+                            ", ".join(
+                                "fxattn(%s) %.4f s (others %s cores)" % (dt, t_fx[dt][-1], fmt_cores(oth_fx[dt][-1])) for dt in dtypes
+                            ),
+                        )
+                    )
                 del sess
                 # An FMA-peak probe right after the row: contention from outside this kernel (co-tenant VMs) does
                 # not show in /proc/stat but does pull this number down.
@@ -423,8 +512,7 @@ def main(argv):
                 if fixed_peak["f32"] is None:
                     peaks[(T, "f32")].append(row_peak)
                 if file_sha(a.fxattn) != sha_before or sha_before != ident["fxattn_sha256"]:
-                    raise Failure("%s changed during the run (someone rebuilt it); the timings mix two binaries, "
-                                  "rerun" % a.fxattn)
+                    raise Failure("%s changed during the run (someone rebuilt it); the timings mix two binaries, rerun" % a.fxattn)
 
                 ort_s = statistics.median(t_ort)
                 for dt in dtypes:
@@ -432,28 +520,47 @@ def main(argv):
                     pk_ort = max(peaks[(T, "f32")])
                     pk_fx = max(peaks[(T, VARIANTS[dt][2])])
                     st = last_stats[dt]
-                    rows_out.append({
-                        "S": S, "B": B, "H": H, "D": D, "threads": T, "gflop": flop / 1e9,
-                        "ort_path": ort_path, "ort_mode_requested": ort_mode,
-                        "ort_scratch_mb": None if scratch is None else round(scratch / 1e6, 1),
-                        "ort_seconds": ort_s, "ort_gflops": flop / ort_s / 1e9,
-                        "ort_pct_peak": 100.0 * flop / ort_s / 1e9 / pk_ort,
-                        "fxattn_dtype": dt, "fxattn_seconds": fx_s, "fxattn_gflops": flop / fx_s / 1e9,
-                        "fxattn_pct_peak": 100.0 * flop / fx_s / 1e9 / pk_fx,
-                        "speed_fxattn_over_ort": ort_s / fx_s,
-                        "max_abs_diff": checks[dt]["max_abs_diff"], "tol": checks[dt]["tol"],
-                        "ref_err_fxattn": checks[dt].get("ref_err_fxattn"),
-                        "ref_err_ort": checks[dt].get("ref_err_ort"),
-                        "peak_gflops_f32": pk_ort, "peak_gflops_fxattn_dtype": pk_fx,
-                        "ort_seconds_all": t_ort, "fxattn_seconds_all": t_fx[dt],
-                        "fxattn_process_wall_median": statistics.median(wall_fx[dt]),
-                        "others_cores_ort": oth_ort, "others_cores_fxattn": oth_fx[dt],
-                        "others_cores_max": max_or_none(oth_ort + oth_fx[dt]),
-                        "peak_probe_after_row": row_peak,
-                        "fxattn_compute": st.get("compute"), "fxattn_isa": st.get("isa"), "fxattn_mode": st.get("mode"),
-                        "fxattn_fallback_rows": st.get("fallback_rows"), "fxattn_rows": st.get("rows"),
-                        "repeats": a.repeats, "seed": a.seed,
-                    })
+                    rows_out.append(
+                        {
+                            "S": S,
+                            "B": B,
+                            "H": H,
+                            "D": D,
+                            "threads": T,
+                            "gflop": flop / 1e9,
+                            "ort_path": ort_path,
+                            "ort_mode_requested": ort_mode,
+                            "ort_scratch_mb": None if scratch is None else round(scratch / 1e6, 1),
+                            "ort_seconds": ort_s,
+                            "ort_gflops": flop / ort_s / 1e9,
+                            "ort_pct_peak": 100.0 * flop / ort_s / 1e9 / pk_ort,
+                            "fxattn_dtype": dt,
+                            "fxattn_seconds": fx_s,
+                            "fxattn_gflops": flop / fx_s / 1e9,
+                            "fxattn_pct_peak": 100.0 * flop / fx_s / 1e9 / pk_fx,
+                            "speed_fxattn_over_ort": ort_s / fx_s,
+                            "max_abs_diff": checks[dt]["max_abs_diff"],
+                            "tol": checks[dt]["tol"],
+                            "ref_err_fxattn": checks[dt].get("ref_err_fxattn"),
+                            "ref_err_ort": checks[dt].get("ref_err_ort"),
+                            "peak_gflops_f32": pk_ort,
+                            "peak_gflops_fxattn_dtype": pk_fx,
+                            "ort_seconds_all": t_ort,
+                            "fxattn_seconds_all": t_fx[dt],
+                            "fxattn_process_wall_median": statistics.median(wall_fx[dt]),
+                            "others_cores_ort": oth_ort,
+                            "others_cores_fxattn": oth_fx[dt],
+                            "others_cores_max": max_or_none(oth_ort + oth_fx[dt]),
+                            "peak_probe_after_row": row_peak,
+                            "fxattn_compute": st.get("compute"),
+                            "fxattn_isa": st.get("isa"),
+                            "fxattn_mode": st.get("mode"),
+                            "fxattn_fallback_rows": st.get("fallback_rows"),
+                            "fxattn_rows": st.get("rows"),
+                            "repeats": a.repeats,
+                            "seed": a.seed,
+                        }
+                    )
             del qkv, feeds
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -472,13 +579,16 @@ def main(argv):
     disturbed = [r for r in rows_out if r["others_cores_max"] is not None and r["others_cores_max"] > 0.1]
     slow_probe = [r for r in rows_out if r["peak_probe_ratio"] < 0.9]
     if slow_probe:
-        log("WARNING: the FMA-peak probe after %d of %d rows ran at %.0f%% of the best probe: the machine was slowed "
+        log(
+            "WARNING: the FMA-peak probe after %d of %d rows ran at %.0f%% of the best probe: the machine was slowed "
             "by something (co-tenant load?); those rows' timings are suspect"
-            % (len(slow_probe), len(rows_out), 100 * min(r["peak_probe_ratio"] for r in slow_probe)))
+            % (len(slow_probe), len(rows_out), 100 * min(r["peak_probe_ratio"] for r in slow_probe))
+        )
     if disturbed:
-        log("WARNING: other processes used up to %.2f cores during %d of %d rows' timed runs: timings and %%peak "
-            "are disturbed; rerun on a quiet machine" % (max(r["others_cores_max"] for r in disturbed),
-                                                          len(disturbed), len(rows_out)))
+        log(
+            "WARNING: other processes used up to %.2f cores during %d of %d rows' timed runs: timings and %%peak "
+            "are disturbed; rerun on a quiet machine" % (max(r["others_cores_max"] for r in disturbed), len(disturbed), len(rows_out))
+        )
     for row in rows_out:
         T, dt = row["threads"], row["fxattn_dtype"]
         pk_ort, pk_fx = max(peaks[(T, "f32")]), max(peaks[(T, VARIANTS[dt][2])])
@@ -501,32 +611,70 @@ def main(argv):
 
 
 def print_table(rows, peaks, peak_kinds, a, load_start, load_end, meta, ident):
-    print("fxattn vs ONNX Runtime %s MultiHeadAttention (fp32), B=1 H=%d D=%d, median of %d, GFLOP = 4*B*H*S^2*D"
-          % (meta["onnxruntime"], a.heads, a.dim, a.repeats))
-    print("fxattn binary sha256 %s (built %s, tree HEAD %s)%s"
-          % (ident["fxattn_sha256"], ident["fxattn_mtime"], ident.get("git_head", "?"),
-             "; " + ident["fxattn_info"] if "fxattn_info" in ident else ""))
-    print("peak GFLOP/s (measured by `fxattn bench` before the run, after each row and at the end; max used; "
-          "or T * --peak-core*): "
-          + "; ".join("%dT %s %s" % (T, dt, "/".join("%.1f" % p for p in peaks[(T, dt)]))
-                      for T in a.threads for dt in peak_kinds))
-    hdr = ("%6s %3s %-8s %9s %8s %6s  %-5s %9s %8s %6s  %8s  %9s  %6s %5s"
-           % ("S", "T", "ORT-path", "ORT s", "ORT GF/s", "ORT%pk", "fx", "fx s", "fx GF/s", "fx%pk",
-              "fx/ORT", "max|diff|", "others", "probe"))
+    print(
+        "fxattn vs ONNX Runtime %s MultiHeadAttention (fp32), B=1 H=%d D=%d, median of %d, GFLOP = 4*B*H*S^2*D"
+        % (meta["onnxruntime"], a.heads, a.dim, a.repeats)
+    )
+    print(
+        "fxattn binary sha256 %s (built %s, tree HEAD %s)%s"
+        % (
+            ident["fxattn_sha256"],
+            ident["fxattn_mtime"],
+            ident.get("git_head", "?"),
+            "; " + ident["fxattn_info"] if "fxattn_info" in ident else "",
+        )
+    )
+    print(
+        "peak GFLOP/s (measured by `fxattn bench` before the run, after each row and at the end; max used; "
+        "or T * --peak-core*): "
+        + "; ".join("%dT %s %s" % (T, dt, "/".join("%.1f" % p for p in peaks[(T, dt)])) for T in a.threads for dt in peak_kinds)
+    )
+    hdr = "%6s %3s %-8s %9s %8s %6s  %-5s %9s %8s %6s  %8s  %9s  %6s %5s" % (
+        "S",
+        "T",
+        "ORT-path",
+        "ORT s",
+        "ORT GF/s",
+        "ORT%pk",
+        "fx",
+        "fx s",
+        "fx GF/s",
+        "fx%pk",
+        "fx/ORT",
+        "max|diff|",
+        "others",
+        "probe",
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
-        print("%6d %3d %-8s %9.4f %8.1f %5.1f%%  %-5s %9.4f %8.1f %5.1f%%  %7.3fx  %9.2e  %6s %4.0f%%"
-              % (r["S"], r["threads"], r["ort_path"], r["ort_seconds"], r["ort_gflops"], r["ort_pct_peak"],
-                 r["fxattn_dtype"], r["fxattn_seconds"], r["fxattn_gflops"], r["fxattn_pct_peak"],
-                 r["speed_fxattn_over_ort"], r["max_abs_diff"], fmt_cores(r["others_cores_max"]),
-                 100 * r["peak_probe_ratio"]))
-    print("fx/ORT = ORT seconds / fxattn seconds (> 1: fxattn faster). fx = fxattn variant: f32; bf16 = --dtype bf16 "
-          "(rounded inputs, fp32 compute, %%pk vs the FMA peak); bf16c = --dtype bf16 --compute bf16 (%%pk vs the "
-          "bf16 peak: AMX tdpbf16ps or vdpbf16ps); bf16 rows are checked against ORT fp32 with tol %g.\nothers = most cores used by other processes (incl. steal) during any timed run "
-          "of the row (from /proc/stat); > ~0.1 means the timings are disturbed.\n"
-          "probe = FMA-peak probe right after the row / best probe; < 90%% means the machine was slowed (co-tenants).\n"
-          "load average start %s, end %s." % (TOL_BF16, load_start, load_end))
+        print(
+            "%6d %3d %-8s %9.4f %8.1f %5.1f%%  %-5s %9.4f %8.1f %5.1f%%  %7.3fx  %9.2e  %6s %4.0f%%"
+            % (
+                r["S"],
+                r["threads"],
+                r["ort_path"],
+                r["ort_seconds"],
+                r["ort_gflops"],
+                r["ort_pct_peak"],
+                r["fxattn_dtype"],
+                r["fxattn_seconds"],
+                r["fxattn_gflops"],
+                r["fxattn_pct_peak"],
+                r["speed_fxattn_over_ort"],
+                r["max_abs_diff"],
+                fmt_cores(r["others_cores_max"]),
+                100 * r["peak_probe_ratio"],
+            )
+        )
+    print(
+        "fx/ORT = ORT seconds / fxattn seconds (> 1: fxattn faster). fx = fxattn variant: f32; bf16 = --dtype bf16 "
+        "(rounded inputs, fp32 compute, %%pk vs the FMA peak); bf16c = --dtype bf16 --compute bf16 (%%pk vs the "
+        "bf16 peak: AMX tdpbf16ps or vdpbf16ps); bf16 rows are checked against ORT fp32 with tol %g.\nothers = most cores used by other processes (incl. steal) during any timed run "
+        "of the row (from /proc/stat); > ~0.1 means the timings are disturbed.\n"
+        "probe = FMA-peak probe right after the row / best probe; < 90%% means the machine was slowed (co-tenants).\n"
+        "load average start %s, end %s." % (TOL_BF16, load_start, load_end)
+    )
 
 
 if __name__ == "__main__":

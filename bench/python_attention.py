@@ -44,12 +44,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from benchlib import append_jsonl, cpu_name, identity, ort_mha_session, peak_gflops
 
 import fxattn
-from benchlib import append_jsonl, cpu_name, identity, ort_mha_session, peak_gflops
-from fxattn import _lib
-from fxattn._attn_core import Options, descriptor, operands
-from fxattn._context import context
+from fxattn import _capi
+from fxattn._common.context import context
+from fxattn.attn.inputs import Inputs
+from fxattn.attn.options import Options
 
 
 def interleaved_medians(calls, repeats):
@@ -72,9 +73,9 @@ def c_library_call(q, k, v, threads):
     """A call of fxa_attn_run alone on a prepared plan, output buffer and
     workspace, returning the wall time of the C call (its input checks
     included)."""
-    opts = Options.parse(None, "bshd", "auto", True, "fp32", threads)
-    qo, ko, vo = operands(q, k, v, "bshd")
-    d = descriptor(qo, ko, vo, opts, _lib.F32)
+    opts = Options.parse(None, "bshd", compute="fp32", threads=threads)
+    x = Inputs.of(q, k, v, "bshd")
+    d = x.descriptor(opts, _capi.F32)
     out = np.empty(q.shape, np.float32)
     ctx = context(threads)
 
@@ -82,11 +83,11 @@ def c_library_call(q, k, v, threads):
         with ctx.lock:
             plan = ctx.plan(d)
             ws = ctx.workspace(plan.workspace_bytes)
-            args = _lib.new(_lib.AttnArgs, q=qo.ptr, k=ko.ptr, v=vo.ptr, out=out.ctypes.data)
+            args = _capi.new(_capi.AttnArgs, q=x.q.ptr, k=x.k.ptr, v=x.v.ptr, out=out.ctypes.data)
             t0 = time.perf_counter()
-            status = _lib.core.fxa_attn_run(plan.handle, ctypes.byref(args), ws, None)
+            status = _capi.core.fxa_attn_run(plan.handle, ctypes.byref(args), ws, None)
             seconds = time.perf_counter() - t0
-            _lib.raise_status(status, ctx.last_error())
+            _capi.raise_status(status, ctx.last_error())
         return seconds
 
     return call
@@ -99,6 +100,7 @@ def onnxruntime_mha(s, h, d, threads):
     try:
         import onnx
         import onnxruntime as ort
+
         sess = ort_mha_session(1, s, h, d, threads)
     except ImportError as e:
         return None, str(e)
@@ -153,23 +155,37 @@ def run_seq(a, s, peaks):
     # name: (peak, engine, api, dtype, compute, call)
     calls = {
         "C library fxa_attn_run (fp32)": ("fp32", "fxattn", "C fxa_attn_run", "fp32", "fp32", c_library_call(q, k, v, t)),
-        "fxattn.attention numpy fp32": ("fp32", "fxattn", "fxattn.attention, numpy", "fp32", "fp32",
-                                        lambda: fxattn.attention(q, k, v, threads=t, layout="bshd")),
-        "fxattn.attention torch fp32": ("fp32", "fxattn", "fxattn.attention, torch", "fp32", "fp32",
-                                        lambda: fx(tq, tk, tv)),
-        "torch SDPA fp32": ("fp32", "torch SDPA", "scaled_dot_product_attention", "fp32", "fp32",
-                            lambda: sdpa(tq, tk, tv)),
-        "fxattn.attention torch bf16": ("fp32", "fxattn", "fxattn.attention, torch", "bf16", "fp32",
-                                        lambda: fx(bq, bk, bv)),
+        "fxattn.attention numpy fp32": (
+            "fp32",
+            "fxattn",
+            "fxattn.attention, numpy",
+            "fp32",
+            "fp32",
+            lambda: fxattn.attention(q, k, v, threads=t, layout="bshd"),
+        ),
+        "fxattn.attention torch fp32": ("fp32", "fxattn", "fxattn.attention, torch", "fp32", "fp32", lambda: fx(tq, tk, tv)),
+        "torch SDPA fp32": ("fp32", "torch SDPA", "scaled_dot_product_attention", "fp32", "fp32", lambda: sdpa(tq, tk, tv)),
+        "fxattn.attention torch bf16": ("fp32", "fxattn", "fxattn.attention, torch", "bf16", "fp32", lambda: fx(bq, bk, bv)),
     }
     if vdpbf16ps:  # elsewhere bf16 compute runs a portable tile, far slower than fp32
-        calls["fxattn.attention torch bf16, compute bf16"] = ("bf16", "fxattn", "fxattn.attention, torch", "bf16",
-                                                              "bf16", lambda: fx(bq, bk, bv, compute="bf16"))
-    calls["torch SDPA bf16"] = ("bf16", "torch SDPA", "scaled_dot_product_attention", "bf16", "bf16",
-                                lambda: sdpa(bq, bk, bv))
+        calls["fxattn.attention torch bf16, compute bf16"] = (
+            "bf16",
+            "fxattn",
+            "fxattn.attention, torch",
+            "bf16",
+            "bf16",
+            lambda: fx(bq, bk, bv, compute="bf16"),
+        )
+    calls["torch SDPA bf16"] = ("bf16", "torch SDPA", "scaled_dot_product_attention", "bf16", "bf16", lambda: sdpa(bq, bk, bv))
     if ort is not None:
-        calls["ONNX Runtime MultiHeadAttention fp32"] = ("fp32", "ONNX Runtime", "MultiHeadAttention", "fp32", "fp32",
-                                                         lambda: sess.run(None, feeds))
+        calls["ONNX Runtime MultiHeadAttention fp32"] = (
+            "fp32",
+            "ONNX Runtime",
+            "MultiHeadAttention",
+            "fp32",
+            "fp32",
+            lambda: sess.run(None, feeds),
+        )
     medians = interleaved_medians({name: c[-1] for name, c in calls.items()}, a.repeats)
     rows = [(name, c[0], medians[name]) for name, c in calls.items()]
     if a.json:
@@ -178,12 +194,32 @@ def run_seq(a, s, peaks):
             versions.update(onnxruntime=ort.__version__, onnx=ort.onnx_version)
         build = Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent
         ident = identity(a.machine, build, versions)
-        append_jsonl(a.json, [{**ident, "kind": "python_attention", "engine": calls[name][1], "api": calls[name][2],
-                               "dtype": calls[name][3], "compute": calls[name][4], "B": 1, "S": s, "H": h, "D": d,
-                               "threads": t, "kernels": fxattn.kernel_info(t), "repeats": a.repeats,
-                               "seconds": sec, "gflops": flops / sec / 1e9,
-                               "peak": kind, "peak_gflops": peaks[kind], "peak_share": flops / sec / 1e9 / peaks[kind]}
-                              for name, kind, sec in rows])
+        append_jsonl(
+            a.json,
+            [
+                {
+                    **ident,
+                    "kind": "python_attention",
+                    "engine": calls[name][1],
+                    "api": calls[name][2],
+                    "dtype": calls[name][3],
+                    "compute": calls[name][4],
+                    "B": 1,
+                    "S": s,
+                    "H": h,
+                    "D": d,
+                    "threads": t,
+                    "kernels": fxattn.kernel_info(t),
+                    "repeats": a.repeats,
+                    "seconds": sec,
+                    "gflops": flops / sec / 1e9,
+                    "peak": kind,
+                    "peak_gflops": peaks[kind],
+                    "peak_share": flops / sec / 1e9 / peaks[kind],
+                }
+                for name, kind, sec in rows
+            ],
+        )
     versions = f"onnxruntime {ort.__version__}, onnx {ort.onnx_version}" if ort is not None else f"no ONNX Runtime ({sess})"
     print(f"\n# fxattn {fxattn.__version__} ({fxattn.kernel_info(t)}), torch {torch.__version__}, {versions}, numpy {np.__version__}")
     print(f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs")
@@ -194,10 +230,14 @@ def run_seq(a, s, peaks):
         print(f"{name:44s} {sec:8.3f} {gf:8.1f} {100 * gf / peaks[kind]:6.1f}%")
     sec = {name: x for name, _, x in rows}
     c = sec["C library fxa_attn_run (fp32)"]
-    print(f"python overhead over the C library: numpy {100 * (sec['fxattn.attention numpy fp32'] / c - 1):+.2f}%, "
-          f"torch {100 * (sec['fxattn.attention torch fp32'] / c - 1):+.2f}%")
-    line = (f"SDPA / fxattn: fp32 {sec['torch SDPA fp32'] / sec['fxattn.attention torch fp32']:.2f}x, "
-            f"bf16 {sec['torch SDPA bf16'] / sec['fxattn.attention torch bf16']:.2f}x")
+    print(
+        f"python overhead over the C library: numpy {100 * (sec['fxattn.attention numpy fp32'] / c - 1):+.2f}%, "
+        f"torch {100 * (sec['fxattn.attention torch fp32'] / c - 1):+.2f}%"
+    )
+    line = (
+        f"SDPA / fxattn: fp32 {sec['torch SDPA fp32'] / sec['fxattn.attention torch fp32']:.2f}x, "
+        f"bf16 {sec['torch SDPA bf16'] / sec['fxattn.attention torch bf16']:.2f}x"
+    )
     if vdpbf16ps:
         line += f" (bf16 compute {sec['torch SDPA bf16'] / sec['fxattn.attention torch bf16, compute bf16']:.2f}x)"
     print(line)

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from benchlib import append_jsonl, identity
 
 import fxattn
-from benchlib import append_jsonl, identity
 
 
 def interleaved_medians(calls, repeats):
@@ -68,8 +68,10 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     wait_policy = os.environ.get("OMP_WAIT_POLICY", "unset")
-    print(f"fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)}), torch {torch.__version__}, "
-          f"{a.threads} threads, H {a.heads}, D {a.dim}, medians of {a.repeats}, OMP_WAIT_POLICY {wait_policy}")
+    print(
+        f"fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)}), torch {torch.__version__}, "
+        f"{a.threads} threads, H {a.heads}, D {a.dim}, medians of {a.repeats}, OMP_WAIT_POLICY {wait_policy}"
+    )
 
     auto = fxattn.compute_choice(torch.bfloat16, a.dim, a.threads).compute
     print(f"compute auto for bf16 inputs at D {a.dim}: {auto}")
@@ -106,12 +108,25 @@ def main():
             ran = "fp32" if dtype == "fp32" else (auto if compute == "auto" else compute)
             fx_s, torch_s = med[f"fxattn backward {name}"], med[f"torch SDPA backward {dtype}"]
             print(f"{name} (compute {ran}): fxattn is {torch_s / fx_s:.2f}x torch SDPA's backward speed")
-            recs.append({"kind": "python_backward", "B": 1, "S": s, "H": a.heads, "D": a.dim, "dtype": dtype,
-                         "compute": ran, "threads": a.threads, "repeats": a.repeats,
-                         "omp_wait_policy": wait_policy,
-                         "fxattn_seconds": fx_s, "fxattn_gflops": flops / fx_s / 1e9,
-                         "torch_seconds": torch_s, "torch_gflops": flops / torch_s / 1e9,
-                         "fxattn_over_torch": torch_s / fx_s})
+            recs.append(
+                {
+                    "kind": "python_backward",
+                    "B": 1,
+                    "S": s,
+                    "H": a.heads,
+                    "D": a.dim,
+                    "dtype": dtype,
+                    "compute": ran,
+                    "threads": a.threads,
+                    "repeats": a.repeats,
+                    "omp_wait_policy": wait_policy,
+                    "fxattn_seconds": fx_s,
+                    "fxattn_gflops": flops / fx_s / 1e9,
+                    "torch_seconds": torch_s,
+                    "torch_gflops": flops / torch_s / 1e9,
+                    "fxattn_over_torch": torch_s / fx_s,
+                }
+            )
     if a.json:
         versions = {"fxattn": fxattn.__version__, "torch": torch.__version__, "python": platform.python_version()}
         ident = identity(a.machine, Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent, versions)

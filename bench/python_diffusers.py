@@ -51,11 +51,11 @@ from pathlib import Path
 
 import diffusers
 import torch
+from benchlib import append_jsonl, cpu_name, identity
 from diffusers import FluxTransformer2DModel, WanTransformer3DModel
 
 import fxattn
 import fxattn.diffusers  # noqa: F401  (registers the "fxattn" backend)
-from benchlib import append_jsonl, cpu_name, identity
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}  # max relative difference fxattn against native
@@ -64,9 +64,21 @@ HEADS, HEAD_DIM, TEXT, TEXT_DIM = 2, 128, 512, 256
 
 def wan(tokens):
     """(model, {part: (module, kwargs(dtype))}, S) of the tiny Wan."""
-    config = dict(patch_size=(1, 2, 2), num_attention_heads=HEADS, attention_head_dim=HEAD_DIM, in_channels=16,
-                  out_channels=16, text_dim=TEXT_DIM, freq_dim=256, ffn_dim=1024, num_layers=2, cross_attn_norm=True,
-                  qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+    config = dict(
+        patch_size=(1, 2, 2),
+        num_attention_heads=HEADS,
+        attention_head_dim=HEAD_DIM,
+        in_channels=16,
+        out_channels=16,
+        text_dim=TEXT_DIM,
+        freq_dim=256,
+        ffn_dim=1024,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        eps=1e-6,
+        rope_max_seq_len=1024,
+    )
     side = 32 if tokens is None else max(1, round(math.sqrt(tokens)))
     frames = 3 if tokens is None else 1
     torch.manual_seed(0)
@@ -81,17 +93,25 @@ def wan(tokens):
         return dict(hidden_states=x.to(dtype), rotary_emb=model.rope(latents.to(dtype)))
 
     def whole(dtype):
-        return dict(hidden_states=latents.to(dtype), timestep=torch.tensor([500]),
-                    encoder_hidden_states=text.to(dtype))
+        return dict(hidden_states=latents.to(dtype), timestep=torch.tensor([500]), encoder_hidden_states=text.to(dtype))
 
     return model, {"attention": (model.blocks[0].attn1, attention), "model": (model, whole)}, s
 
 
 def flux(tokens):
     """(model, {part: (module, kwargs(dtype))}, S) of the tiny Flux (S: text + image tokens)."""
-    config = dict(patch_size=1, in_channels=64, num_layers=1, num_single_layers=2, attention_head_dim=HEAD_DIM,
-                  num_attention_heads=HEADS, joint_attention_dim=TEXT_DIM, pooled_projection_dim=256,
-                  guidance_embeds=False, axes_dims_rope=(16, 56, 56))
+    config = dict(
+        patch_size=1,
+        in_channels=64,
+        num_layers=1,
+        num_single_layers=2,
+        attention_head_dim=HEAD_DIM,
+        num_attention_heads=HEADS,
+        joint_attention_dim=TEXT_DIM,
+        pooled_projection_dim=256,
+        guidance_embeds=False,
+        axes_dims_rope=(16, 56, 56),
+    )
     side = 48 if tokens is None else max(1, round(math.sqrt(tokens)))
     torch.manual_seed(0)
     model = FluxTransformer2DModel(**config).eval()
@@ -106,16 +126,21 @@ def flux(tokens):
     c = torch.randn(1, TEXT, HEADS * HEAD_DIM, generator=g)
 
     def attention(dtype):
-        return dict(hidden_states=x.to(dtype), encoder_hidden_states=c.to(dtype),
-                    image_rotary_emb=model.pos_embed(torch.cat((txt_ids, img_ids), 0)))
+        return dict(
+            hidden_states=x.to(dtype), encoder_hidden_states=c.to(dtype), image_rotary_emb=model.pos_embed(torch.cat((txt_ids, img_ids), 0))
+        )
 
     def whole(dtype):
-        return dict(hidden_states=img.to(dtype), encoder_hidden_states=text.to(dtype),
-                    pooled_projections=pooled.to(dtype), timestep=torch.tensor([0.5]), img_ids=img_ids,
-                    txt_ids=txt_ids)
+        return dict(
+            hidden_states=img.to(dtype),
+            encoder_hidden_states=text.to(dtype),
+            pooled_projections=pooled.to(dtype),
+            timestep=torch.tensor([0.5]),
+            img_ids=img_ids,
+            txt_ids=txt_ids,
+        )
 
-    return model, {"attention": (model.transformer_blocks[0].attn, attention), "model": (model, whole)}, \
-        TEXT + side * side
+    return model, {"attention": (model.transformer_blocks[0].attn, attention), "model": (model, whole)}, TEXT + side * side
 
 
 MODELS = {"wan": ("WanTransformer3DModel", wan), "flux": ("FluxTransformer2DModel", flux)}
@@ -151,6 +176,7 @@ def run_case(a, model, module, kwargs, dtype):
                 t0 = time.perf_counter()
                 y = output(module(**args))
                 return time.perf_counter() - t0, y
+
         return fn
 
     fx, native = call("fxattn"), call("native")
@@ -159,7 +185,7 @@ def run_case(a, model, module, kwargs, dtype):
     diff = float((y_fx.float() - y_nat.float()).abs().max() / y_nat.float().abs().max())
     times = {fx: [], native: []}
     for r in range(a.repeats):
-        for fn in ((fx, native) if r % 2 == 0 else (native, fx)):
+        for fn in (fx, native) if r % 2 == 0 else (native, fx):
             times[fn].append(fn()[0])
     model.reset_attention_backend()
     return statistics.median(times[fx]), statistics.median(times[native]), diff
@@ -186,10 +212,11 @@ def main():
     diffusers.utils.logging.set_verbosity_error()  # set_attention_backend warns "experimental" at every call
     kernels = fxattn.kernel_info()
     print(f"# fxattn {fxattn.__version__} ({kernels}), torch {torch.__version__}, diffusers {diffusers.__version__}")
-    print(f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs; torch {a.threads} threads, "
-          f"fxattn {len(os.sched_getaffinity(0))}; median of {a.repeats} alternating rounds after a checked warm-up")
-    print(f"{'model':24} {'part':9} {'S':>5} {'dtype':5} {'fxattn s':>9} {'native s':>9} {'speed-up':>8} "
-          f"{'max rel diff':>12}", flush=True)
+    print(
+        f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs; torch {a.threads} threads, "
+        f"fxattn {len(os.sched_getaffinity(0))}; median of {a.repeats} alternating rounds after a checked warm-up"
+    )
+    print(f"{'model':24} {'part':9} {'S':>5} {'dtype':5} {'fxattn s':>9} {'native s':>9} {'speed-up':>8} {'max rel diff':>12}", flush=True)
     recs = []
     for name in a.models.split(","):
         cls, build = MODELS[name]
@@ -202,15 +229,28 @@ def main():
                 module, kwargs = parts[part]
                 fx_s, nat_s, diff = run_case(a, model, module, kwargs, dtype)
                 what = type(module).__name__ if part == "attention" else cls
-                print(f"{cls:24} {part:9} {s:5d} {dtype:5} {fx_s:9.4f} {nat_s:9.4f} {nat_s / fx_s:7.2f}x "
-                      f"{diff:12.2e}", flush=True)
+                print(f"{cls:24} {part:9} {s:5d} {dtype:5} {fx_s:9.4f} {nat_s:9.4f} {nat_s / fx_s:7.2f}x {diff:12.2e}", flush=True)
                 if not diff < TOLERANCE[dtype]:
-                    sys.exit(f"python_diffusers.py: {cls} {part} {dtype}: max relative difference {diff:.3e}, "
-                             f"above {TOLERANCE[dtype]:g}")
-                recs.append({"kind": "python_diffusers", "model": cls, "part": part, "module": what, "S": s,
-                             "heads": HEADS, "head_dim": HEAD_DIM, "text": TEXT, "dtype": dtype,
-                             "threads": a.threads, "repeats": a.repeats, "fxattn_seconds": fx_s,
-                             "native_seconds": nat_s, "speedup": nat_s / fx_s, "max_rel_diff": diff})
+                    sys.exit(f"python_diffusers.py: {cls} {part} {dtype}: max relative difference {diff:.3e}, above {TOLERANCE[dtype]:g}")
+                recs.append(
+                    {
+                        "kind": "python_diffusers",
+                        "model": cls,
+                        "part": part,
+                        "module": what,
+                        "S": s,
+                        "heads": HEADS,
+                        "head_dim": HEAD_DIM,
+                        "text": TEXT,
+                        "dtype": dtype,
+                        "threads": a.threads,
+                        "repeats": a.repeats,
+                        "fxattn_seconds": fx_s,
+                        "native_seconds": nat_s,
+                        "speedup": nat_s / fx_s,
+                        "max_rel_diff": diff,
+                    }
+                )
     if a.json:
         versions = {"fxattn": fxattn.__version__, "torch": torch.__version__, "diffusers": diffusers.__version__}
         ident = identity(a.machine, Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent, versions)

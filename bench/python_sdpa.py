@@ -56,9 +56,9 @@ from pathlib import Path
 import diffusers
 import torch
 import torch.nn.functional as F
+from benchlib import append_jsonl, cpu_name, identity, peak_gflops
 
 import fxattn
-from benchlib import append_jsonl, cpu_name, identity, peak_gflops
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # max |fxattn - torch|: fp32 rounding (absolute); for bf16 times max|v|: each engine's bf16 products and
@@ -75,7 +75,7 @@ def alternating_medians(fx, ref, repeats):
     times = {fx: [], ref: []}
     cpu = {fx: [], ref: []}
     for r in range(repeats):
-        for fn in ((fx, ref) if r % 2 == 0 else (ref, fx)):
+        for fn in (fx, ref) if r % 2 == 0 else (ref, fx):
             c0, t0 = time.process_time(), time.perf_counter()
             fn()
             times[fn].append(time.perf_counter() - t0)
@@ -105,15 +105,33 @@ def run_case(a, s, dt, causal, peaks, compute="auto"):
     fx_s, torch_s, fx_cpu, torch_cpu = alternating_medians(fx, ref, a.repeats)
     flops = (2.0 if causal else 4.0) * s * s * h * d
     peak = ran
-    return {"kind": "python_sdpa", "B": 1, "S": s, "H": h, "D": d, "dtype": dt, "compute": ran,
-            "compute_option": compute, "causal": causal,
-            "threads": t, "repeats": a.repeats, "gflop": flops / 1e9,
-            "fxattn_seconds": fx_s, "fxattn_gflops": flops / fx_s / 1e9,
-            "fxattn_peak_share": flops / fx_s / 1e9 / peaks[peak],
-            "torch_seconds": torch_s, "torch_gflops": flops / torch_s / 1e9,
-            "torch_peak_share": flops / torch_s / 1e9 / peaks[peak],
-            "fxattn_over_torch": torch_s / fx_s, "fxattn_cpu_seconds": fx_cpu, "torch_cpu_seconds": torch_cpu,
-            "cpu_fxattn_over_torch": torch_cpu / fx_cpu, "max_abs_diff": diff, "peak": peak, "peak_gflops": peaks[peak]}
+    return {
+        "kind": "python_sdpa",
+        "B": 1,
+        "S": s,
+        "H": h,
+        "D": d,
+        "dtype": dt,
+        "compute": ran,
+        "compute_option": compute,
+        "causal": causal,
+        "threads": t,
+        "repeats": a.repeats,
+        "gflop": flops / 1e9,
+        "fxattn_seconds": fx_s,
+        "fxattn_gflops": flops / fx_s / 1e9,
+        "fxattn_peak_share": flops / fx_s / 1e9 / peaks[peak],
+        "torch_seconds": torch_s,
+        "torch_gflops": flops / torch_s / 1e9,
+        "torch_peak_share": flops / torch_s / 1e9 / peaks[peak],
+        "fxattn_over_torch": torch_s / fx_s,
+        "fxattn_cpu_seconds": fx_cpu,
+        "torch_cpu_seconds": torch_cpu,
+        "cpu_fxattn_over_torch": torch_cpu / fx_cpu,
+        "max_abs_diff": diff,
+        "peak": peak,
+        "peak_gflops": peaks[peak],
+    }
 
 
 def main():
@@ -145,27 +163,35 @@ def main():
     peaks["bf16"] = peak_gflops(a.threads, "bf16") or peaks["fp32"]  # 0: no bf16 dot units on this CPU
     kernels = fxattn.kernel_info(a.threads)
     print(f"# fxattn {fxattn.__version__} ({kernels}), torch {torch.__version__}, diffusers {diffusers.__version__}")
-    print(f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs; {a.threads} threads; "
-          f"[1, {a.heads}, S, {a.dim}]; median of {a.repeats} alternating rounds after a checked warm-up")
-    print(f"# peaks (fxattn bench probe): fp32 {peaks['fp32']:.1f}, bf16 {peaks['bf16']:.1f} GFLOP/s; "
-          f"GFLOP = 4 S^2 H D, causal half of it")
+    print(
+        f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs; {a.threads} threads; "
+        f"[1, {a.heads}, S, {a.dim}]; median of {a.repeats} alternating rounds after a checked warm-up"
+    )
+    print(f"# peaks (fxattn bench probe): fp32 {peaks['fp32']:.1f}, bf16 {peaks['bf16']:.1f} GFLOP/s; GFLOP = 4 S^2 H D, causal half of it")
     choice = fxattn.compute_choice("bfloat16", a.dim, a.threads)
-    print(f"# compute auto for bf16 at D {a.dim}: {choice.compute} (one-thread tiles: bf16 {choice.bf16_gflops:.1f}, "
-          f"fp32 {choice.fp32_gflops:.1f} GFLOP/s)")
-    print(f"{'S':>6} {'dtype':5} {'compute':10} {'causal':6} {'fxattn s':>9} {'GFLOP/s':>8} {'% peak':>7} "
-          f"{'torch s':>9} {'GFLOP/s':>8} {'% peak':>7} {'fx/torch':>8} {'cpu f/t':>8} {'max|diff|':>9}", flush=True)
+    print(
+        f"# compute auto for bf16 at D {a.dim}: {choice.compute} (one-thread tiles: bf16 {choice.bf16_gflops:.1f}, "
+        f"fp32 {choice.fp32_gflops:.1f} GFLOP/s)"
+    )
+    print(
+        f"{'S':>6} {'dtype':5} {'compute':10} {'causal':6} {'fxattn s':>9} {'GFLOP/s':>8} {'% peak':>7} "
+        f"{'torch s':>9} {'GFLOP/s':>8} {'% peak':>7} {'fx/torch':>8} {'cpu f/t':>8} {'max|diff|':>9}",
+        flush=True,
+    )
     recs = []
     for s in (int(x) for x in str(a.seqs).split(",") if x):
-        for dt, compute in [(dt, c) for dt in dtypes for c in (bf16_computes if dt == "bf16" else ["auto"])]:
+        for dt, compute in [(d, c) for d in dtypes for c in (bf16_computes if d == "bf16" else ["auto"])]:
             for causal in (m == "yes" for m in modes):
                 r = run_case(a, s, dt, causal, peaks, compute)
                 recs.append(r)
                 shown = f"{r['compute']}" + (" (auto)" if compute == "auto" and dt == "bf16" else "")
-                print(f"{s:6d} {dt:5} {shown:10} {'yes' if causal else 'no':6} {r['fxattn_seconds']:9.4f} "
-                      f"{r['fxattn_gflops']:8.1f} {100 * r['fxattn_peak_share']:6.1f}% {r['torch_seconds']:9.4f} "
-                      f"{r['torch_gflops']:8.1f} {100 * r['torch_peak_share']:6.1f}% "
-                      f"{r['fxattn_over_torch']:7.2f}x {r['cpu_fxattn_over_torch']:7.2f}x {r['max_abs_diff']:9.2e}",
-                      flush=True)
+                print(
+                    f"{s:6d} {dt:5} {shown:10} {'yes' if causal else 'no':6} {r['fxattn_seconds']:9.4f} "
+                    f"{r['fxattn_gflops']:8.1f} {100 * r['fxattn_peak_share']:6.1f}% {r['torch_seconds']:9.4f} "
+                    f"{r['torch_gflops']:8.1f} {100 * r['torch_peak_share']:6.1f}% "
+                    f"{r['fxattn_over_torch']:7.2f}x {r['cpu_fxattn_over_torch']:7.2f}x {r['max_abs_diff']:9.2e}",
+                    flush=True,
+                )
     if a.json:
         versions = {"fxattn": fxattn.__version__, "torch": torch.__version__, "diffusers": diffusers.__version__}
         ident = identity(a.machine, Path(os.environ.get("FXATTN_LIBRARY_PATH", "build/lib")).parent, versions)

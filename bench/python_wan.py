@@ -85,12 +85,12 @@ from pathlib import Path
 
 import diffusers
 import torch
+from benchlib import append_jsonl, cold_peak_rss_mib, cpu_name, identity, peak_gflops
 from diffusers import WanTransformer3DModel
 from diffusers.models.attention_dispatch import AttentionBackendName
 from diffusers.models.transformers.transformer_wan import WanAttention, WanAttnProcessor, WanRotaryPosEmbed
 
 import fxattn
-from benchlib import append_jsonl, cold_peak_rss_mib, cpu_name, identity, peak_gflops
 from fxattn.diffusers import WanAttnProcessor as FxProcessor
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -120,8 +120,10 @@ def interleaved_medians(calls, rounds):
     for name, fn in calls.items():
         err[name] = 0.0 if name == ref_name else relative_error(fn(), ref)
         if not err[name] < TOLERANCE[name[0]]:
-            raise SystemExit(f"python_wan: {' '.join(name)} differs from the {ref_name[0]} default by {err[name]:.2e} of "
-                             f"max|y| (tolerance {TOLERANCE[name[0]]})")
+            raise SystemExit(
+                f"python_wan: {' '.join(name)} differs from the {ref_name[0]} default by {err[name]:.2e} of "
+                f"max|y| (tolerance {TOLERANCE[name[0]]})"
+            )
     del ref
     times = {name: [] for name in calls}
     cpu = {name: [] for name in calls}
@@ -154,18 +156,31 @@ def table(title, rows, flops, core_peak=None):
     CPU % peak against core_peak[dtype] (GFLOP/s per core) when given."""
     ref = "fp32" if any(dt == "fp32" for dt, *_ in rows) else rows[0][0]
     print(f"\n{title}")
-    print(f"{'dtype':5} {'processor':26} {'seconds':>8} {'GFLOP/s':>8} {'speed-up':>9} {'CPU s':>8} "
-          f"{'GF/CPU-s':>9} {'CPU %pk':>8} {'CPU speed-up':>13} {'err vs ' + ref + ' default':>20}")
+    print(
+        f"{'dtype':5} {'processor':26} {'seconds':>8} {'GFLOP/s':>8} {'speed-up':>9} {'CPU s':>8} "
+        f"{'GF/CPU-s':>9} {'CPU %pk':>8} {'CPU speed-up':>13} {'err vs ' + ref + ' default':>20}"
+    )
     base = {dt: (sec, cpu) for dt, name, sec, cpu, _ in rows if name.startswith("diffusers")}  # one per dtype
     out = []
     for dt, name, sec, cpu, err in rows:
         share = flops / cpu / 1e9 / core_peak[dt] if core_peak else None
-        print(f"{dt:5} {name:26} {sec:8.3f} {flops / sec / 1e9:8.1f} {base[dt][0] / sec:8.2f}x {cpu:8.2f} "
-              f"{flops / cpu / 1e9:9.1f} {'' if share is None else f'{100 * share:7.1f}%':>8} "
-              f"{base[dt][1] / cpu:12.2f}x {err:20.2e}")
-        rec = {"dtype": dt, "processor": name, "engine": "diffusers" if name.startswith("diffusers") else "fxattn",
-               "seconds": sec, "gflops": flops / sec / 1e9, "speedup": base[dt][0] / sec, "cpu_seconds": cpu,
-               "cpu_gflops": flops / cpu / 1e9, "cpu_speedup": base[dt][1] / cpu, "error": err}
+        print(
+            f"{dt:5} {name:26} {sec:8.3f} {flops / sec / 1e9:8.1f} {base[dt][0] / sec:8.2f}x {cpu:8.2f} "
+            f"{flops / cpu / 1e9:9.1f} {'' if share is None else f'{100 * share:7.1f}%':>8} "
+            f"{base[dt][1] / cpu:12.2f}x {err:20.2e}"
+        )
+        rec = {
+            "dtype": dt,
+            "processor": name,
+            "engine": "diffusers" if name.startswith("diffusers") else "fxattn",
+            "seconds": sec,
+            "gflops": flops / sec / 1e9,
+            "speedup": base[dt][0] / sec,
+            "cpu_seconds": cpu,
+            "cpu_gflops": flops / cpu / 1e9,
+            "cpu_speedup": base[dt][1] / cpu,
+            "error": err,
+        }
         if share is not None:
             rec["cpu_peak_share"] = share
         out.append(rec)
@@ -192,8 +207,11 @@ def layer_calls(a, grid, hidden, dtypes):
     calls, fused = {}, {}
     for dt in dtypes:
         dtype = DTYPES[dt]
-        attn = attn32 if dtype == torch.float32 else WanAttention(
-            dim=hidden, heads=a.heads, dim_head=a.head_dim, eps=1e-6, processor=WanAttnProcessor()).eval()
+        attn = (
+            attn32
+            if dtype == torch.float32
+            else WanAttention(dim=hidden, heads=a.heads, dim_head=a.head_dim, eps=1e-6, processor=WanAttnProcessor()).eval()
+        )
         if attn is not attn32:
             attn.load_state_dict(attn32.state_dict())
             attn.to(dtype)
@@ -209,10 +227,12 @@ def layer_calls(a, grid, hidden, dtypes):
         if hidden == inner:  # the fused layer runs whole layers only
             procs.append(("fxattn fused", FxProcessor(fused=True, threads=a.threads)))
         for name, proc in procs:
+
             def call(attn=attn, proc=proc, x=x, emb=emb):
                 attn.set_processor(proc)
                 with torch.no_grad():
                     return attn(x, None, None, emb)
+
             calls[(dt, name)] = call
             if name == "fxattn fused":
                 fused[dt] = (attn, proc)
@@ -231,8 +251,24 @@ def rss_child(a, grid, hidden, row):
 def peak_rss(a, dt, name):
     """A row's peak RSS growth (MiB) from rss_child in a fresh process (None
     when the child fails)."""
-    args = [sys.executable, __file__, "--grid", a.grid, "--heads", str(a.heads), "--head-dim", str(a.head_dim),
-            "--hidden", str(a.hidden), "--threads", str(a.threads), "--dtypes", dt, "--rss-child", f"{dt}|{name}"]
+    args = [
+        sys.executable,
+        __file__,
+        "--grid",
+        a.grid,
+        "--heads",
+        str(a.heads),
+        "--head-dim",
+        str(a.head_dim),
+        "--hidden",
+        str(a.hidden),
+        "--threads",
+        str(a.threads),
+        "--dtypes",
+        dt,
+        "--rss-child",
+        f"{dt}|{name}",
+    ]
     args += ["--per-op"] if a.per_op else []
     out = subprocess.run(args + (["--backend"] if a.backend else []), capture_output=True, text=True, env=os.environ)
     if out.returncode != 0:
@@ -245,10 +281,12 @@ def bench_layer(a, grid, hidden):
     s = grid[0] * grid[1] * grid[2]
     inner = a.heads * a.head_dim
     calls, fused, flops = layer_calls(a, grid, hidden, a.dtypes)
-    what = f"hidden {hidden} = {a.heads} x {a.head_dim}" if hidden == inner else (
-        f"a head slice of hidden {hidden} ({hidden // a.head_dim} heads): {a.heads} x {a.head_dim} heads run")
-    print(f"\nWan self-attention (WanAttention): S {s} (grid {grid[0]}x{grid[1]}x{grid[2]}), {what}, "
-          f"{flops / 1e9:.1f} GFLOP per call")
+    what = (
+        f"hidden {hidden} = {a.heads} x {a.head_dim}"
+        if hidden == inner
+        else (f"a head slice of hidden {hidden} ({hidden // a.head_dim} heads): {a.heads} x {a.head_dim} heads run")
+    )
+    print(f"\nWan self-attention (WanAttention): S {s} (grid {grid[0]}x{grid[1]}x{grid[2]}), {what}, {flops / 1e9:.1f} GFLOP per call")
     res = interleaved_medians(calls, a.rounds)
     core_peak = a.peak_core
     if core_peak is None:
@@ -258,11 +296,18 @@ def bench_layer(a, grid, hidden):
     for dt, (attn, proc) in fused.items():
         assert proc.fused_calls == a.rounds + 1, (dt, proc.fused_calls)
         st = proc._layers[attn][1].last_stats
-        print(f"{dt:5} fxattn fused stages (last run): qkv {st.qkv_seconds:.3f} s, attention {st.attention_seconds:.3f} s, "
-              f"out {st.out_seconds:.3f} s, fallback rows {st.fallback_rows} of {st.rows}")
+        print(
+            f"{dt:5} fxattn fused stages (last run): qkv {st.qkv_seconds:.3f} s, attention {st.attention_seconds:.3f} s, "
+            f"out {st.out_seconds:.3f} s, fallback rows {st.fallback_rows} of {st.rows}"
+        )
         rec = next(r for r in recs if r["dtype"] == dt and r["processor"] == "fxattn fused")
-        rec.update(qkv_seconds=st.qkv_seconds, attention_seconds=st.attention_seconds, out_seconds=st.out_seconds,
-                   fallback_rows=st.fallback_rows, rows=st.rows)
+        rec.update(
+            qkv_seconds=st.qkv_seconds,
+            attention_seconds=st.attention_seconds,
+            out_seconds=st.out_seconds,
+            fallback_rows=st.fallback_rows,
+            rows=st.rows,
+        )
     if a.rss:
         del calls, fused, res
         for r in recs:
@@ -270,25 +315,53 @@ def bench_layer(a, grid, hidden):
             if r["peak_rss_mib"] is not None:
                 print(f"# peak RSS {r['dtype']} {r['processor']}: {r['peak_rss_mib']:.0f} MiB")
     kind = "python_wan" if hidden == inner else "wan_long_seq"
-    return [{"kind": kind, "module": "WanAttention", "S": s, "grid": list(grid), "hidden": hidden,
-             "heads": a.heads, "model_heads": hidden // a.head_dim, "head_dim": a.head_dim, "threads": a.threads,
-             "rounds": a.rounds, "gflop": flops / 1e9, **r} for r in recs]
+    return [
+        {
+            "kind": kind,
+            "module": "WanAttention",
+            "S": s,
+            "grid": list(grid),
+            "hidden": hidden,
+            "heads": a.heads,
+            "model_heads": hidden // a.head_dim,
+            "head_dim": a.head_dim,
+            "threads": a.threads,
+            "rounds": a.rounds,
+            "gflop": flops / 1e9,
+            **r,
+        }
+        for r in recs
+    ]
 
 
 def bench_model(a, grid, hidden):
     s = grid[0] * grid[1] * grid[2]
     h, f, L = hidden, a.ffn_dim, TEXT
     flops = 8.0 * s * h * h + 4.0 * s * s * h + 4.0 * s * h * h + 4.0 * L * h * h + 4.0 * s * L * h + 4.0 * s * h * f
-    config = dict(patch_size=(1, 2, 2), num_attention_heads=a.heads, attention_head_dim=a.head_dim, in_channels=16,
-                  out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=f, num_layers=1, cross_attn_norm=True,
-                  qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+    config = dict(
+        patch_size=(1, 2, 2),
+        num_attention_heads=a.heads,
+        attention_head_dim=a.head_dim,
+        in_channels=16,
+        out_channels=16,
+        text_dim=4096,
+        freq_dim=256,
+        ffn_dim=f,
+        num_layers=1,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        eps=1e-6,
+        rope_max_seq_len=1024,
+    )
     torch.manual_seed(0)
     m32 = WanTransformer3DModel(**config).eval()
     g = torch.Generator().manual_seed(1)
     latents = torch.randn(1, 16, grid[0], 2 * grid[1], 2 * grid[2], generator=g)
     text = torch.randn(1, L, 4096, generator=g)
-    print(f"\none-layer WanTransformer3DModel forward: {sum(p.numel() for p in m32.parameters()) / 1e6:.0f} M parameters, "
-          f"S {s}, text {L} x 4096, FFN {f}, {flops / 1e9:.1f} GFLOP in the block's matmuls")
+    print(
+        f"\none-layer WanTransformer3DModel forward: {sum(p.numel() for p in m32.parameters()) / 1e6:.0f} M parameters, "
+        f"S {s}, text {L} x 4096, FFN {f}, {flops / 1e9:.1f} GFLOP in the block's matmuls"
+    )
     calls = {}
     for dt in a.dtypes:
         dtype = DTYPES[dt]
@@ -299,16 +372,32 @@ def bench_model(a, grid, hidden):
             keep_fp32_cast(m, dtype)
         args = dict(hidden_states=latents.to(dtype), timestep=torch.tensor([500]), encoder_hidden_states=text.to(dtype))
         for name, proc in (("diffusers default (SDPA)", WanAttnProcessor()), ("fxattn", FxProcessor(threads=a.threads))):
+
             def call(m=m, proc=proc, args=args):
                 m.set_attn_processor(proc)
                 with torch.no_grad():
                     return m(**args).sample
+
             calls[(dt, name)] = call
     res = interleaved_medians(calls, a.rounds)
     recs = table("one-layer WanTransformer3DModel forward:", [(dt, name, *res[(dt, name)]) for dt, name in calls], flops)
-    return [{"kind": "python_wan", "module": "WanTransformer3DModel, one layer", "S": s, "grid": list(grid),
-             "hidden": hidden, "heads": a.heads, "head_dim": a.head_dim, "ffn_dim": f, "threads": a.threads,
-             "rounds": a.rounds, "gflop": flops / 1e9, **r} for r in recs]
+    return [
+        {
+            "kind": "python_wan",
+            "module": "WanTransformer3DModel, one layer",
+            "S": s,
+            "grid": list(grid),
+            "hidden": hidden,
+            "heads": a.heads,
+            "head_dim": a.head_dim,
+            "ffn_dim": f,
+            "threads": a.threads,
+            "rounds": a.rounds,
+            "gflop": flops / 1e9,
+            **r,
+        }
+        for r in recs
+    ]
 
 
 def peak_core(text):
@@ -320,21 +409,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", default="4,32,32", help="latent grid F,H,W after patching (S = F H W)")
     ap.add_argument("--heads", type=int, default=40, help="heads run")
-    ap.add_argument("--hidden", type=int, default=None,
-                    help="the layer's hidden size (default heads x head dim); larger: a head slice of that layer")
+    ap.add_argument(
+        "--hidden", type=int, default=None, help="the layer's hidden size (default heads x head dim); larger: a head slice of that layer"
+    )
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (medians reported)")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--per-op", action="store_true", help="also fxattn's per-op processor (fxattn.attention)")
-    ap.add_argument("--backend", action="store_true",
-                    help="also diffusers' processor with the \"fxattn\" attention backend")
+    ap.add_argument("--backend", action="store_true", help='also diffusers\' processor with the "fxattn" attention backend')
     ap.add_argument("--model", action="store_true", help="also a one-layer WanTransformer3DModel forward")
     ap.add_argument("--ffn-dim", type=int, default=13824, help="--model's FFN width (Wan2.2 A14B: 13824)")
     ap.add_argument("--rss", action="store_true", help="also each WanAttention row's peak RSS (a fresh process each)")
-    ap.add_argument("--peak-core", type=peak_core, default=None, metavar="FP32[,BF16]",
-                    help="per-core peaks (GFLOP/s) for CPU %% peak instead of the probe's per thread (bf16 default: "
-                         "twice fp32)")
+    ap.add_argument(
+        "--peak-core",
+        type=peak_core,
+        default=None,
+        metavar="FP32[,BF16]",
+        help="per-core peaks (GFLOP/s) for CPU %% peak instead of the probe's per thread (bf16 default: twice fp32)",
+    )
     ap.add_argument("--json", metavar="FILE", help="append one JSON object per row to FILE (- for stdout)")
     ap.add_argument("--machine", default=platform.node(), help="the results page's name for --json (default: host name)")
     ap.add_argument("--rss-child", help=argparse.SUPPRESS)
@@ -353,10 +446,11 @@ def main():
     if a.rss_child:
         rss_child(a, grid, hidden, a.rss_child)
         return
-    print(f"# torch {torch.__version__}, diffusers {diffusers.__version__}, fxattn {fxattn.__version__} "
-          f"({fxattn.kernel_info(a.threads)})")
-    print(f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs; {a.threads} threads "
-          f"(torch.set_num_threads, fxattn threads=); median of {a.rounds} interleaved rounds after one warm-up")
+    print(f"# torch {torch.__version__}, diffusers {diffusers.__version__}, fxattn {fxattn.__version__} ({fxattn.kernel_info(a.threads)})")
+    print(
+        f"# python {platform.python_version()}, {cpu_name()}, {os.cpu_count()} CPUs; {a.threads} threads "
+        f"(torch.set_num_threads, fxattn threads=); median of {a.rounds} interleaved rounds after one warm-up"
+    )
     recs = bench_layer(a, grid, hidden)
     if a.model:
         recs += bench_model(a, grid, hidden)

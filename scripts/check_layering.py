@@ -14,12 +14,15 @@ belongs to a folder of src/ (a layer) or to tools/.
   - Modules (a .c with the .h of the same name) include each other in no
     cycle; no C file calls a function of a file that calls it back (through
     any chain), nor one defined in a higher layer.
-Python (python/src/fxattn): the modules import each other (at top level or
-inside functions) in no cycle, and the package binds no module's name to
-something else (a function named like its module).
+Python (python/src/fxattn): every module belongs to a layer (PY_LAYERS: a
+subpackage or a top-level module) and imports, at top level or inside
+functions, only modules of its own layer or below, in no cycle; no package
+binds a submodule's name to something else (a function named like its
+module).
 
 Exits non-zero with one line per violation.
 """
+
 import ast
 import os
 import re
@@ -30,16 +33,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # From the ground up; a folder may include only itself and folders before it.
 LAYERS = ["base", "kernels", "core", "attn", "grid", "io", "proj", "mpi", "wan"]
 # The libraries the folders build (src/*/CMakeLists.txt, src/CMakeLists.txt).
-LIBRARY = {"base": "fxattn", "kernels": "fxattn", "core": "fxattn", "attn": "fxattn", "grid": "fxattn",
-           "io": "fxattn_io", "proj": "fxattn_proj", "mpi": "fxattn_mpi", "wan": "fxattn_wan"}
+LIBRARY = {
+    "base": "fxattn",
+    "kernels": "fxattn",
+    "core": "fxattn",
+    "attn": "fxattn",
+    "grid": "fxattn",
+    "io": "fxattn_io",
+    "proj": "fxattn_proj",
+    "mpi": "fxattn_mpi",
+    "wan": "fxattn_wan",
+}
 # The core's declared internal API (FXA_INTERNAL functions other libraries
 # call): the context's calls and the thread pool.
 CORE_API = {"src/core/ctx_api.h", "src/core/pool.h"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # A function definition at file scope: its name, then its body's brace on a
 # line of its own (the tree's clang-format style).
-DEF_RE = re.compile(r'^(?!static\b)[A-Za-z_][\w \t\*]*?\b(\w+)\(([^;{}]*?)\)\s*\n\{', re.M)
-CALL_RE = re.compile(r'\b([A-Za-z_]\w*)\s*\(')
+DEF_RE = re.compile(r"^(?!static\b)[A-Za-z_][\w \t\*]*?\b(\w+)\(([^;{}]*?)\)\s*\n\{", re.M)
+CALL_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 
 
 def c_files(top):
@@ -50,8 +62,7 @@ def c_files(top):
 
 
 def resolve(inc, src):
-    for base in (os.path.dirname(src), os.path.join(ROOT, "src"), os.path.join(ROOT, "include"),
-                 os.path.join(ROOT, "tools", "common")):
+    for base in (os.path.dirname(src), os.path.join(ROOT, "src"), os.path.join(ROOT, "include"), os.path.join(ROOT, "tools", "common")):
         p = os.path.normpath(os.path.join(base, inc))
         if os.path.isfile(p):
             return p
@@ -155,49 +166,105 @@ def call_graph():
     return graph
 
 
-def py_imports(path, package, names):
-    with open(path, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read(), path)
+# The Python package's layers, from the ground up: a module may import only
+# modules of its own layer or of layers before it. A layer is a subpackage
+# (every module under it) or a top-level module.
+PY_LAYERS = ["_capi", "_common", "plot", "_cli", "attn", "wan", "mpi", "integrations", "diffusers", "__init__"]
+
+
+def py_modules(pkg_dir):
+    """Every module of the package by dotted name below it ("attn.run",
+    "mpi" for mpi/__init__.py, "__init__" for the package's own), with its
+    file and whether it is a package's __init__."""
+    found = {}
+    for folder, dirs, files in os.walk(pkg_dir):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
+        rel = os.path.relpath(folder, pkg_dir)
+        parts = [] if rel == "." else rel.split(os.sep)
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            if f == "__init__.py":
+                name = ".".join(parts) or "__init__"
+            else:
+                name = ".".join(parts + [f[:-3]])
+            found[name] = (os.path.join(folder, f), f == "__init__.py")
+    return found
+
+
+def py_resolve(name, is_init, node, modules):
+    """The package modules an import statement of module `name` names."""
+    here = [] if name == "__init__" else name.split(".")
+    base = here if is_init else here[:-1]
+    if isinstance(node, ast.Import):
+        targets = [a.name.split(".")[1:] for a in node.names if a.name.split(".")[0] == "fxattn"]
+        return {".".join(t) or "__init__" for t in targets if ".".join(t) in modules or not t}
+    if node.level == 0:
+        if not node.module or node.module.split(".")[0] != "fxattn":
+            return set()
+        prefix = node.module.split(".")[1:]
+    else:
+        prefix = base[: len(base) - (node.level - 1)] + (node.module.split(".") if node.module else [])
     out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module is None:
-                out.update(a.name for a in node.names if a.name in names)
-            elif node.level == 1:
-                out.add(node.module.split(".")[0])
-            elif node.module and node.module.split(".")[0] == package and "." in node.module:
-                out.add(node.module.split(".")[1])
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                parts = a.name.split(".")
-                if parts[0] == package and len(parts) > 1:
-                    out.add(parts[1])
-    return {m for m in out if m in names}
+    mod = ".".join(prefix) or "__init__"
+    for a in node.names:
+        sub = ".".join(prefix + [a.name])
+        if sub in modules:  # from package import module
+            out.add(sub)
+        elif mod in modules:  # from module import name
+            out.add(mod)
+    return out
+
+
+def py_layer(name):
+    return PY_LAYERS.index(name.split(".")[0])
 
 
 def check_python(errors):
     pkg_dir = os.path.join(ROOT, "python", "src", "fxattn")
-    names = {n[:-3] for n in os.listdir(pkg_dir) if n.endswith(".py")}
+    modules = py_modules(pkg_dir)
     graph = {}
-    for n in names:
-        if n == "__init__":
+    for name, (path, is_init) in modules.items():
+        if name.split(".")[0] not in PY_LAYERS:
+            errors.append(f"{os.path.relpath(path, ROOT)}: in no layer of PY_LAYERS")
             continue
-        graph[n] = py_imports(os.path.join(pkg_dir, n + ".py"), "fxattn", names) - {n, "__init__"}
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                deps |= py_resolve(name, is_init, node, modules)
+        deps.discard(name)
+        for dep in sorted(deps):
+            if dep.split(".")[0] in PY_LAYERS and py_layer(dep) > py_layer(name):
+                errors.append(f"{os.path.relpath(path, ROOT)}: imports fxattn.{dep}, a higher layer")
+        # A package's __init__ is imported with any of its modules: an import
+        # of it from inside the package is no edge of the cycle graph.
+        graph[name] = {d for d in deps if not (modules[d][1] and name.startswith(d + "."))}
     errors.extend("python import cycle among: " + ", ".join(c) for c in cycles(graph))
-    with open(os.path.join(pkg_dir, "__init__.py"), encoding="utf-8") as fh:
-        tree = ast.parse(fh.read())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            for a in node.names:
-                bound = a.asname or a.name
-                if bound in names and bound != node.module.split(".")[-1]:
-                    errors.append(f"python/src/fxattn/__init__.py: binds {bound!r} (a module's name) "
-                                  f"to {node.module}.{a.name}")
-        elif isinstance(node, (ast.FunctionDef, ast.Assign)):
-            targets = [node.name] if isinstance(node, ast.FunctionDef) else [
-                t.id for t in node.targets if isinstance(t, ast.Name)]
-            errors.extend(f"python/src/fxattn/__init__.py: defines {t!r}, a module's name"
-                          for t in targets if t in names)
+    # No package binds a submodule's name to something else (a function
+    # named like its module shadows it: fxattn.attention is a function, so
+    # the operator's subpackage is attn/).
+    for name, (path, is_init) in modules.items():
+        if not is_init:
+            continue
+        pkg = "" if name == "__init__" else name + "."
+        subs = {m[len(pkg) :] for m in modules if m.startswith(pkg) and "." not in m[len(pkg) :] and m != name}
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        for node in tree.body:
+            bound = []
+            if isinstance(node, ast.ImportFrom):
+                bound = [(a.asname or a.name, a.name, node.module or "") for a in node.names]
+                bound = [(b, n) for b, n, m in bound if not (m == "" and node.level == 1 and n == b)]
+                bound = [b for b, n in bound]
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                bound = [node.name]
+            elif isinstance(node, ast.Assign):
+                bound = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            for b in bound:
+                if b in subs:
+                    errors.append(f"{os.path.relpath(path, ROOT)}: binds {b!r}, the name of its module {pkg}{b}")
 
 
 def main():

@@ -48,229 +48,416 @@ P, V = True, False
 KINDS = {
     "peers": {
         "title": "Attention against ONNX Runtime {onnxruntime}",
-        "about": ("`bench/peers`: fxattn against ONNX Runtime's fused `com.microsoft` MultiHeadAttention on the same "
-                  "N(0,1) inputs, outputs checked first; medians. `fx`: fxattn's variant (`f32`; `bf16c` = `--dtype "
-                  "bf16 --compute bf16` against ORT fp32 on the unrounded inputs, % of the bf16 peak). `others`: "
-                  "cores other processes used during the timed runs; `probe`: the peak probe after the row over the "
-                  "best probe ([bench/README.md](../README.md))."),
-        "columns": [("B", "B", "{}", P), ("H", "H", "{}", P), ("D", "D", "{}", P), ("repeats", "repeats", "{}", P),
-                    ("S", "S", "{}", V), ("threads", "threads", "{}", P), ("ort_path", "ORT path", "{}", P),
-                    ("ort_seconds", "ORT s", "{:.4f}", V), ("ort_gflops", "ORT GFLOP/s", "{:.1f}", V),
-                    ("ort_pct_peak", "ORT % peak", "{:.1f}%", V), ("fxattn_dtype", "fx", "`{}`", V),
-                    ("fxattn_seconds", "fx s", "{:.4f}", V), ("fxattn_gflops", "fx GFLOP/s", "{:.1f}", V),
-                    ("fxattn_pct_peak", "fx % peak", "{:.1f}%", V),
-                    ("speed_fxattn_over_ort", "ORT s / fx s", "{:.3f}x", V),
-                    ("max_abs_diff", "max\\|diff\\|", "{:.2e}", V), ("others_cores_max", "others", "{:.2f}", V),
-                    ("peak_probe_ratio", "probe", "{:.0%}", V)],
+        "about": (
+            "`bench/peers`: fxattn against ONNX Runtime's fused `com.microsoft` MultiHeadAttention on the same "
+            "N(0,1) inputs, outputs checked first; medians. `fx`: fxattn's variant (`f32`; `bf16c` = `--dtype "
+            "bf16 --compute bf16` against ORT fp32 on the unrounded inputs, % of the bf16 peak). `others`: "
+            "cores other processes used during the timed runs; `probe`: the peak probe after the row over the "
+            "best probe ([bench/README.md](../README.md))."
+        ),
+        "columns": [
+            ("B", "B", "{}", P),
+            ("H", "H", "{}", P),
+            ("D", "D", "{}", P),
+            ("repeats", "repeats", "{}", P),
+            ("S", "S", "{}", V),
+            ("threads", "threads", "{}", P),
+            ("ort_path", "ORT path", "{}", P),
+            ("ort_seconds", "ORT s", "{:.4f}", V),
+            ("ort_gflops", "ORT GFLOP/s", "{:.1f}", V),
+            ("ort_pct_peak", "ORT % peak", "{:.1f}%", V),
+            ("fxattn_dtype", "fx", "`{}`", V),
+            ("fxattn_seconds", "fx s", "{:.4f}", V),
+            ("fxattn_gflops", "fx GFLOP/s", "{:.1f}", V),
+            ("fxattn_pct_peak", "fx % peak", "{:.1f}%", V),
+            ("speed_fxattn_over_ort", "ORT s / fx s", "{:.3f}x", V),
+            ("max_abs_diff", "max\\|diff\\|", "{:.2e}", V),
+            ("others_cores_max", "others", "{:.2f}", V),
+            ("peak_probe_ratio", "probe", "{:.0%}", V),
+        ],
     },
     "fxattn_bench": {
         "title": "`fxattn bench`",
-        "about": ("Attention on Wan-like synthetic data, fixed-max (`auto`) and online alternately after a warm-up; "
-                  "medians; the share of the peak measured in the same process "
-                  "([cli.md](../../docs/cli.md#fxattn-bench))."),
-        "columns": [("seq", "S", "{}", P), ("heads", "heads", "{}", P), ("dim", "D", "{}", P),
-                    ("dtype", "dtype", "{}", P), ("compute", "compute", "{}", P), ("threads", "threads", "{}", P),
-                    ("isa", "kernels", "`{}`", P), ("mode", "mode", "{}", P), ("peak_gflops", "peak GFLOP/s", "{:.1f}", P),
-                    ("seconds_median", "seconds", "{:.3f}", V), ("seconds_best", "best", "{:.3f}", V),
-                    ("gflops", "GFLOP/s", "{:.1f}", V), ("fraction_of_peak", "% peak", "{:.1%}", V),
-                    ("fallback_rows", "fallback rows", "{}", V), ("rows", "rows", "{}", P),
-                    ("fixed_over_online", "fixed-max over online", "{:.3f}x", V),
-                    ("bound_pass_seconds_median", "bound pass s", "{:.4f}", V),
-                    ("bound_pass_share", "bound pass share", "{:.1%}", V)],
+        "about": (
+            "Attention on Wan-like synthetic data, fixed-max (`auto`) and online alternately after a warm-up; "
+            "medians; the share of the peak measured in the same process "
+            "([cli.md](../../docs/cli.md#fxattn-bench))."
+        ),
+        "columns": [
+            ("seq", "S", "{}", P),
+            ("heads", "heads", "{}", P),
+            ("dim", "D", "{}", P),
+            ("dtype", "dtype", "{}", P),
+            ("compute", "compute", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("isa", "kernels", "`{}`", P),
+            ("mode", "mode", "{}", P),
+            ("peak_gflops", "peak GFLOP/s", "{:.1f}", P),
+            ("seconds_median", "seconds", "{:.3f}", V),
+            ("seconds_best", "best", "{:.3f}", V),
+            ("gflops", "GFLOP/s", "{:.1f}", V),
+            ("fraction_of_peak", "% peak", "{:.1%}", V),
+            ("fallback_rows", "fallback rows", "{}", V),
+            ("rows", "rows", "{}", P),
+            ("fixed_over_online", "fixed-max over online", "{:.3f}x", V),
+            ("bound_pass_seconds_median", "bound pass s", "{:.4f}", V),
+            ("bound_pass_share", "bound pass share", "{:.1%}", V),
+        ],
     },
     "layer": {
         "title": "The Wan layer: `fxattn layer`",
-        "about": ("One Wan2.2 self-attention layer (QKV projection with RMSNorm and RoPE, attention, output "
-                  "projection); stage times from `--stats`; medians."),
-        "columns": [("grid", "grid", "grid", P), ("tokens", "S", "{}", P), ("heads", "heads", "{}", P),
-                    ("hidden", "hidden", "{}", P), ("weights", "weights", "{}", P), ("threads", "threads", "{}", P),
-                    ("repeats", "repeats", "{}", P), ("gflop", "GFLOP per call", "{:.1f}", P),
-                    ("dtype", "dtype", "{}", V), ("fp8", "FP8 QKV", "bool", V),
-                    ("qkv_seconds", "QKV s", "{:.3f}", V), ("attention_seconds", "attention s", "{:.3f}", V),
-                    ("out_seconds", "output s", "{:.3f}", V), ("seconds", "total s", "{:.3f}", V),
-                    ("gflops", "GFLOP/s", "{:.0f}", V)],
+        "about": (
+            "One Wan2.2 self-attention layer (QKV projection with RMSNorm and RoPE, attention, output "
+            "projection); stage times from `--stats`; medians."
+        ),
+        "columns": [
+            ("grid", "grid", "grid", P),
+            ("tokens", "S", "{}", P),
+            ("heads", "heads", "{}", P),
+            ("hidden", "hidden", "{}", P),
+            ("weights", "weights", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("repeats", "repeats", "{}", P),
+            ("gflop", "GFLOP per call", "{:.1f}", P),
+            ("dtype", "dtype", "{}", V),
+            ("fp8", "FP8 QKV", "bool", V),
+            ("qkv_seconds", "QKV s", "{:.3f}", V),
+            ("attention_seconds", "attention s", "{:.3f}", V),
+            ("out_seconds", "output s", "{:.3f}", V),
+            ("seconds", "total s", "{:.3f}", V),
+            ("gflops", "GFLOP/s", "{:.0f}", V),
+        ],
     },
     "layer_memory": {
         "title": "The Wan layer's peak memory",
         "about": "Peak resident set of `fxattn layer` (`/usr/bin/time -f %M`).",
-        "columns": [("grid", "grid", "grid", P), ("tokens", "S", "{}", P), ("heads", "heads", "{}", P),
-                    ("hidden", "hidden", "{}", P), ("dtype", "dtype", "{}", V),
-                    ("peak_rss_mib", "peak RSS MiB", "{}", V)],
+        "columns": [
+            ("grid", "grid", "grid", P),
+            ("tokens", "S", "{}", P),
+            ("heads", "heads", "{}", P),
+            ("hidden", "hidden", "{}", P),
+            ("dtype", "dtype", "{}", V),
+            ("peak_rss_mib", "peak RSS MiB", "{}", V),
+        ],
     },
     "proj": {
         "title": "The QKV projection: `fxattn bench --proj`",
-        "about": ("The fused [Q|K|V] projection with RMSNorm across heads and RoPE against the bare sgemm, "
-                  "interleaved in one process; medians."),
-        "columns": [("seq", "S", "{}", P), ("hidden", "hidden", "{}", P), ("out", "out", "{}", P),
-                    ("threads", "threads", "{}", P), ("proj", "way", "{}", V), ("seconds", "seconds", "{:.3f}", V),
-                    ("gflops", "GFLOP/s", "{:.1f}", V), ("fraction_of_peak", "% of its peak", "{:.1%}", V),
-                    ("over_bare_sgemm", "time over the bare sgemm", "{:.3f}x", V),
-                    ("over_bf16", "time over bf16", "{:.3f}x", V)],
+        "about": (
+            "The fused [Q|K|V] projection with RMSNorm across heads and RoPE against the bare sgemm, interleaved in one process; medians."
+        ),
+        "columns": [
+            ("seq", "S", "{}", P),
+            ("hidden", "hidden", "{}", P),
+            ("out", "out", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("proj", "way", "{}", V),
+            ("seconds", "seconds", "{:.3f}", V),
+            ("gflops", "GFLOP/s", "{:.1f}", V),
+            ("fraction_of_peak", "% of its peak", "{:.1%}", V),
+            ("over_bare_sgemm", "time over the bare sgemm", "{:.3f}x", V),
+            ("over_bf16", "time over bf16", "{:.3f}x", V),
+        ],
     },
     "gemm": {
         "title": "The projections' GEMM and its peers",
         "about": "The QKV projection's GEMM (M x K x N) in fxattn and in other libraries.",
-        "columns": [("shape", "M x K x N", "{}", P), ("threads", "threads", "{}", P), ("repeats", "medians of", "{}", P),
-                    ("engine", "GEMM", "{}", V), ("variant", "variant", "{}", V), ("dtype", "dtype", "{}", V),
-                    ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.0f}", V),
-                    ("fraction_of_peak", "% FMA peak", "{:.1%}", V)],
+        "columns": [
+            ("shape", "M x K x N", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("repeats", "medians of", "{}", P),
+            ("engine", "GEMM", "{}", V),
+            ("variant", "variant", "{}", V),
+            ("dtype", "dtype", "{}", V),
+            ("seconds", "seconds", "{:.3f}", V),
+            ("gflops", "GFLOP/s", "{:.0f}", V),
+            ("fraction_of_peak", "% FMA peak", "{:.1%}", V),
+        ],
     },
     "python_attention": {
         "title": "Attention through Python: fxattn, torch SDPA, ONNX Runtime",
-        "about": ("`bench/python_attention.py`: the C library's `fxa_attn_run`, `fxattn.attention` on numpy and torch, "
-                  "torch's `scaled_dot_product_attention` and ONNX Runtime's MultiHeadAttention on the same q, k, v, "
-                  "outputs checked first; medians of interleaved rounds. % peak: of the FMA peak, or of the bf16 "
-                  "peak where the peak column says bf16."),
-        "columns": [("B", "B", "{}", P), ("S", "S", "{}", V), ("H", "H", "{}", P), ("D", "D", "{}", P),
-                    ("threads", "threads", "{}", P), ("repeats", "rounds", "{}", P), ("engine", "engine", "{}", V),
-                    ("api", "call", "`{}`", V), ("dtype", "dtype", "{}", V), ("compute", "compute", "{}", V),
-                    ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.1f}", V),
-                    ("peak_share", "% peak", "{:.1%}", V), ("peak", "peak", "{}", V)],
+        "about": (
+            "`bench/python_attention.py`: the C library's `fxa_attn_run`, `fxattn.attention` on numpy and torch, "
+            "torch's `scaled_dot_product_attention` and ONNX Runtime's MultiHeadAttention on the same q, k, v, "
+            "outputs checked first; medians of interleaved rounds. % peak: of the FMA peak, or of the bf16 "
+            "peak where the peak column says bf16."
+        ),
+        "columns": [
+            ("B", "B", "{}", P),
+            ("S", "S", "{}", V),
+            ("H", "H", "{}", P),
+            ("D", "D", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("repeats", "rounds", "{}", P),
+            ("engine", "engine", "{}", V),
+            ("api", "call", "`{}`", V),
+            ("dtype", "dtype", "{}", V),
+            ("compute", "compute", "{}", V),
+            ("seconds", "seconds", "{:.3f}", V),
+            ("gflops", "GFLOP/s", "{:.1f}", V),
+            ("peak_share", "% peak", "{:.1%}", V),
+            ("peak", "peak", "{}", V),
+        ],
     },
     "long_seq": {
         "title": "Long sequences: fxattn, ONNX Runtime and torch SDPA",
-        "about": ("`bench/long_seq.py`: the Wan2.2 sequence lengths at fewer heads than the models run (every head is "
-                  "the same independent problem), in one process, outputs checked first; medians of interleaved "
-                  "rounds. Sq: the query rows run (every row streams all S keys). % peak: of the fp32 FMA peak, or "
-                  "of the bf16 peak for bf16 compute; CPU % peak: GFLOP per CPU-second the process used, over the peak per "
-                  "thread (how well the row uses the cycles it gets on a shared machine). ORT / row and SDPA / row: their seconds over the row's (> 1: "
-                  "the row is faster); the CPU s columns compare CPU seconds. Peak RSS: a cold call's growth of the peak resident set, in a fresh process."),
-        "columns": [("S", "S", "{}", V), ("Sq", "Sq", "{}", V), ("H", "H", "{}", V), ("D", "D", "{}", P),
-                    ("threads", "threads", "{}", P), ("repeats", "rounds", "{}", P), ("row", "row", "{}", V),
-                    ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.1f}", V),
-                    ("peak_share", "% peak", "{:.1%}", V), ("cpu_peak_share", "CPU % peak", "{:.1%}", V),
-                    ("ort_over", "ORT / row", "{:.2f}x", V),
-                    ("sdpa_over", "SDPA / row", "{:.2f}x", V), ("ort_over_cpu", "ORT / row, CPU s", "{:.2f}x", V),
-                    ("sdpa_over_cpu", "SDPA / row, CPU s", "{:.2f}x", V), ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V),
-                    ("probe_ratio", "probe", "{:.0%}", V)],
+        "about": (
+            "`bench/long_seq.py`: the Wan2.2 sequence lengths at fewer heads than the models run (every head is "
+            "the same independent problem), in one process, outputs checked first; medians of interleaved "
+            "rounds. Sq: the query rows run (every row streams all S keys). % peak: of the fp32 FMA peak, or "
+            "of the bf16 peak for bf16 compute; CPU % peak: GFLOP per CPU-second the process used, over the peak per "
+            "thread (how well the row uses the cycles it gets on a shared machine). ORT / row and SDPA / row: their seconds over the row's (> 1: "
+            "the row is faster); the CPU s columns compare CPU seconds. Peak RSS: a cold call's growth of the peak resident set, in a fresh process."
+        ),
+        "columns": [
+            ("S", "S", "{}", V),
+            ("Sq", "Sq", "{}", V),
+            ("H", "H", "{}", V),
+            ("D", "D", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("repeats", "rounds", "{}", P),
+            ("row", "row", "{}", V),
+            ("seconds", "seconds", "{:.3f}", V),
+            ("gflops", "GFLOP/s", "{:.1f}", V),
+            ("peak_share", "% peak", "{:.1%}", V),
+            ("cpu_peak_share", "CPU % peak", "{:.1%}", V),
+            ("ort_over", "ORT / row", "{:.2f}x", V),
+            ("sdpa_over", "SDPA / row", "{:.2f}x", V),
+            ("ort_over_cpu", "ORT / row, CPU s", "{:.2f}x", V),
+            ("sdpa_over_cpu", "SDPA / row, CPU s", "{:.2f}x", V),
+            ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V),
+            ("probe_ratio", "probe", "{:.0%}", V),
+        ],
     },
     "python_wan": {
         "title": "A Wan layer through diffusers",
-        "about": ("`bench/python_wan.py`: diffusers' `WanAttention` (or a one-layer `WanTransformer3DModel`, whole "
-                  "forward) with its default processor and with fxattn's, in interleaved rounds; medians. Speed-up "
-                  "over the same dtype's default row; error max\\|y - y_ref\\| / max\\|y_ref\\| against the fp32 "
-                  "default's output. fxattn's fused rows carry the fused layer's stages."),
-        "columns": [("module", "module", "`{}`", P), ("S", "S", "{}", P), ("grid", "grid", "grid", P),
-                    ("hidden", "hidden", "{}", P), ("heads", "heads", "{}", P), ("head_dim", "head dim", "{}", P),
-                    ("ffn_dim", "FFN", "{}", P), ("threads", "threads", "{}", P), ("rounds", "rounds", "{}", P),
-                    ("gflop", "GFLOP", "{:.1f}", P), ("dtype", "dtype", "{}", V), ("processor", "processor", "{}", V),
-                    ("seconds", "seconds", "{:.3f}", V), ("gflops", "GFLOP/s", "{:.1f}", V),
-                    ("speedup", "speed-up", "{:.2f}x", V), ("cpu_seconds", "CPU s", "{:.2f}", V),
-                    ("cpu_gflops", "GFLOP per CPU-s", "{:.1f}", V), ("cpu_peak_share", "CPU % peak", "{:.1%}", V),
-                    ("cpu_speedup", "speed-up, CPU s", "{:.2f}x", V), ("error", "error", "{:.2e}", V),
-                    ("qkv_seconds", "QKV s", "{:.3f}", V), ("attention_seconds", "attention s", "{:.3f}", V),
-                    ("out_seconds", "output s", "{:.3f}", V)],
+        "about": (
+            "`bench/python_wan.py`: diffusers' `WanAttention` (or a one-layer `WanTransformer3DModel`, whole "
+            "forward) with its default processor and with fxattn's, in interleaved rounds; medians. Speed-up "
+            "over the same dtype's default row; error max\\|y - y_ref\\| / max\\|y_ref\\| against the fp32 "
+            "default's output. fxattn's fused rows carry the fused layer's stages."
+        ),
+        "columns": [
+            ("module", "module", "`{}`", P),
+            ("S", "S", "{}", P),
+            ("grid", "grid", "grid", P),
+            ("hidden", "hidden", "{}", P),
+            ("heads", "heads", "{}", P),
+            ("head_dim", "head dim", "{}", P),
+            ("ffn_dim", "FFN", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("rounds", "rounds", "{}", P),
+            ("gflop", "GFLOP", "{:.1f}", P),
+            ("dtype", "dtype", "{}", V),
+            ("processor", "processor", "{}", V),
+            ("seconds", "seconds", "{:.3f}", V),
+            ("gflops", "GFLOP/s", "{:.1f}", V),
+            ("speedup", "speed-up", "{:.2f}x", V),
+            ("cpu_seconds", "CPU s", "{:.2f}", V),
+            ("cpu_gflops", "GFLOP per CPU-s", "{:.1f}", V),
+            ("cpu_peak_share", "CPU % peak", "{:.1%}", V),
+            ("cpu_speedup", "speed-up, CPU s", "{:.2f}x", V),
+            ("error", "error", "{:.2e}", V),
+            ("qkv_seconds", "QKV s", "{:.3f}", V),
+            ("attention_seconds", "attention s", "{:.3f}", V),
+            ("out_seconds", "output s", "{:.3f}", V),
+        ],
     },
     "wan_long_seq": {
         "title": "The Wan layer at long sequences: fxattn against diffusers",
-        "about": ("`bench/python_wan.py --hidden N`: a head slice of the Wan2.2 self-attention layer of hidden N "
-                  "(3072: TI2V-5B, 24 heads; 5120: A14B, 40 heads) at the models' sequence lengths: diffusers' "
-                  "`WanAttention(dim=N, heads=H)` with the model's width and only H of its heads (every head is an "
-                  "independent problem given x: each stage costs H / model heads of the whole layer's, 8 S N H 128 + "
-                  "4 S^2 H 128 FLOP), diffusers' default processor (native backend, torch SDPA) against two fxattn rows "
-                  "with the same torch projections (fxattn's fused layer runs whole layers only): fxattn's processor "
-                  "per op (`fxattn.attention`; rows of commit d67a9f9: fp32 compute on any input) and diffusers' processor with the `\"fxattn\"` attention "
-                  "backend (bf16 inputs in bf16 compute), on the same module and x, outputs checked first (error: max\\|y - y_ref\\| / "
-                  "max\\|y_ref\\| against the fp32 default); medians of interleaved rounds. GFLOP per CPU-s and "
-                  "CPU % peak: per CPU-second the process used (of the fp32 FMA peak per core, bf16 rows of the "
-                  "bf16 peak), the measure that holds on a loaded machine; speed-ups: the same dtype's diffusers "
-                  "row over the row, in wall and in CPU seconds. Peak RSS: a cold call's growth of the peak "
-                  "resident set, in a fresh process."),
-        "columns": [("module", "module", "`{}`", P), ("S", "S", "{}", V), ("grid", "grid", "grid", V),
-                    ("hidden", "hidden", "{}", V), ("model_heads", "model heads", "{}", V),
-                    ("heads", "heads run", "{}", P), ("head_dim", "head dim", "{}", P), ("threads", "threads", "{}", P),
-                    ("rounds", "rounds", "{}", P), ("gflop", "GFLOP", "{:.1f}", V), ("dtype", "dtype", "{}", V),
-                    ("processor", "processor", "{}", V), ("seconds", "seconds", "{:.3f}", V),
-                    ("gflops", "GFLOP/s", "{:.1f}", V), ("speedup", "speed-up", "{:.2f}x", V),
-                    ("cpu_seconds", "CPU s", "{:.2f}", V), ("cpu_gflops", "GFLOP per CPU-s", "{:.1f}", V),
-                    ("cpu_peak_share", "CPU % peak", "{:.1%}", V), ("cpu_speedup", "speed-up, CPU s", "{:.2f}x", V),
-                    ("error", "error", "{:.2e}", V), ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V)],
+        "about": (
+            "`bench/python_wan.py --hidden N`: a head slice of the Wan2.2 self-attention layer of hidden N "
+            "(3072: TI2V-5B, 24 heads; 5120: A14B, 40 heads) at the models' sequence lengths: diffusers' "
+            "`WanAttention(dim=N, heads=H)` with the model's width and only H of its heads (every head is an "
+            "independent problem given x: each stage costs H / model heads of the whole layer's, 8 S N H 128 + "
+            "4 S^2 H 128 FLOP), diffusers' default processor (native backend, torch SDPA) against two fxattn rows "
+            "with the same torch projections (fxattn's fused layer runs whole layers only): fxattn's processor "
+            'per op (`fxattn.attention`; rows of commit d67a9f9: fp32 compute on any input) and diffusers\' processor with the `"fxattn"` attention '
+            "backend (bf16 inputs in bf16 compute), on the same module and x, outputs checked first (error: max\\|y - y_ref\\| / "
+            "max\\|y_ref\\| against the fp32 default); medians of interleaved rounds. GFLOP per CPU-s and "
+            "CPU % peak: per CPU-second the process used (of the fp32 FMA peak per core, bf16 rows of the "
+            "bf16 peak), the measure that holds on a loaded machine; speed-ups: the same dtype's diffusers "
+            "row over the row, in wall and in CPU seconds. Peak RSS: a cold call's growth of the peak "
+            "resident set, in a fresh process."
+        ),
+        "columns": [
+            ("module", "module", "`{}`", P),
+            ("S", "S", "{}", V),
+            ("grid", "grid", "grid", V),
+            ("hidden", "hidden", "{}", V),
+            ("model_heads", "model heads", "{}", V),
+            ("heads", "heads run", "{}", P),
+            ("head_dim", "head dim", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("rounds", "rounds", "{}", P),
+            ("gflop", "GFLOP", "{:.1f}", V),
+            ("dtype", "dtype", "{}", V),
+            ("processor", "processor", "{}", V),
+            ("seconds", "seconds", "{:.3f}", V),
+            ("gflops", "GFLOP/s", "{:.1f}", V),
+            ("speedup", "speed-up", "{:.2f}x", V),
+            ("cpu_seconds", "CPU s", "{:.2f}", V),
+            ("cpu_gflops", "GFLOP per CPU-s", "{:.1f}", V),
+            ("cpu_peak_share", "CPU % peak", "{:.1%}", V),
+            ("cpu_speedup", "speed-up, CPU s", "{:.2f}x", V),
+            ("error", "error", "{:.2e}", V),
+            ("peak_rss_mib", "peak RSS MiB", "{:.0f}", V),
+        ],
     },
     "python_sdpa": {
         "title": "scaled_dot_product_attention: fxattn against torch",
-        "about": ("`bench/python_sdpa.py`: `fxattn.scaled_dot_product_attention` against torch's "
-                  "`scaled_dot_product_attention` on the same contiguous [B, H, S, D] q, k, v, outputs checked first "
-                  "(max\\|diff\\|); medians of rounds alternating which runs first. fxattn compute: the compute "
-                  "that ran, fxattn's default (`compute=` auto, or blank in rows recorded before the automatic "
-                  "choice, when bf16 inputs computed in bf16 by default) or the one named. GFLOP = 4 S^2 H D, causal "
-                  "half of it; % peak of the FMA peak (fp32 compute) or of the bf16 peak (bf16 compute). fx / torch: "
-                  "torch's seconds over fxattn's; CPU fx / torch: "
-                  "the same ratio of the CPU seconds (all threads, `time.process_time`) a call takes, which other jobs "
-                  "on the shared machine change far less."),
-        "columns": [("B", "B", "{}", P), ("H", "H", "{}", P), ("D", "D", "{}", P), ("threads", "threads", "{}", P),
-                    ("repeats", "rounds", "{}", P), ("S", "S", "{}", V), ("dtype", "dtype", "{}", V),
-                    ("compute", "fxattn compute", "{}", V), ("compute_option", "compute=", "{}", V),
-                    ("causal", "causal", "bool", V), ("fxattn_seconds", "fxattn s", "{:.4f}", V),
-                    ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V), ("fxattn_peak_share", "fxattn % peak", "{:.1%}", V),
-                    ("torch_seconds", "torch s", "{:.4f}", V), ("torch_gflops", "torch GFLOP/s", "{:.1f}", V),
-                    ("torch_peak_share", "torch % peak", "{:.1%}", V),
-                    ("fxattn_over_torch", "fx / torch", "{:.2f}x", V),
-                    ("fxattn_cpu_seconds", "fxattn CPU s", "{:.4f}", V), ("torch_cpu_seconds", "torch CPU s", "{:.4f}", V),
-                    ("cpu_fxattn_over_torch", "CPU fx / torch", "{:.2f}x", V),
-                    ("max_abs_diff", "max\\|diff\\|", "{:.2e}", V)],
+        "about": (
+            "`bench/python_sdpa.py`: `fxattn.scaled_dot_product_attention` against torch's "
+            "`scaled_dot_product_attention` on the same contiguous [B, H, S, D] q, k, v, outputs checked first "
+            "(max\\|diff\\|); medians of rounds alternating which runs first. fxattn compute: the compute "
+            "that ran, fxattn's default (`compute=` auto, or blank in rows recorded before the automatic "
+            "choice, when bf16 inputs computed in bf16 by default) or the one named. GFLOP = 4 S^2 H D, causal "
+            "half of it; % peak of the FMA peak (fp32 compute) or of the bf16 peak (bf16 compute). fx / torch: "
+            "torch's seconds over fxattn's; CPU fx / torch: "
+            "the same ratio of the CPU seconds (all threads, `time.process_time`) a call takes, which other jobs "
+            "on the shared machine change far less."
+        ),
+        "columns": [
+            ("B", "B", "{}", P),
+            ("H", "H", "{}", P),
+            ("D", "D", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("repeats", "rounds", "{}", P),
+            ("S", "S", "{}", V),
+            ("dtype", "dtype", "{}", V),
+            ("compute", "fxattn compute", "{}", V),
+            ("compute_option", "compute=", "{}", V),
+            ("causal", "causal", "bool", V),
+            ("fxattn_seconds", "fxattn s", "{:.4f}", V),
+            ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V),
+            ("fxattn_peak_share", "fxattn % peak", "{:.1%}", V),
+            ("torch_seconds", "torch s", "{:.4f}", V),
+            ("torch_gflops", "torch GFLOP/s", "{:.1f}", V),
+            ("torch_peak_share", "torch % peak", "{:.1%}", V),
+            ("fxattn_over_torch", "fx / torch", "{:.2f}x", V),
+            ("fxattn_cpu_seconds", "fxattn CPU s", "{:.4f}", V),
+            ("torch_cpu_seconds", "torch CPU s", "{:.4f}", V),
+            ("cpu_fxattn_over_torch", "CPU fx / torch", "{:.2f}x", V),
+            ("max_abs_diff", "max\\|diff\\|", "{:.2e}", V),
+        ],
     },
     "python_backward": {
         "title": "Attention's backward: fxattn against torch SDPA's",
-        "about": ("`bench/python_backward.py`: `torch.autograd.grad` through `fxattn.attention` (the C library's "
-                  "`fxa_attn_bwd_run`, in the forward's compute, the column compute: bf16 for bf16 rows recorded before the automatic choice) and through torch's "
-                  "`scaled_dot_product_attention` (the CPU flash-attention backward) on the same [1, H, S, D] q, k, "
-                  "v and dout, gradients checked against each other first; the backward alone, medians of rounds "
-                  "timing every row once in turn. GFLOP/s = 10 S^2 H D / s (FlashAttention's count). "
-                  "OMP_WAIT_POLICY: the environment's (recorded from 2026-12-05 on): unset, torch's OpenMP workers "
-                  "still spin when fxattn's call starts; PASSIVE, they sleep. "
-                  "fx / torch: torch's seconds over fxattn's."),
-        "columns": [("B", "B", "{}", P), ("H", "H", "{}", P), ("D", "D", "{}", P), ("threads", "threads", "{}", P),
-                    ("repeats", "rounds", "{}", P), ("omp_wait_policy", "OMP_WAIT_POLICY", "{}", P),
-                    ("S", "S", "{}", V), ("dtype", "dtype", "{}", V),
-                    ("compute", "fxattn compute", "{}", V), ("fxattn_seconds", "fxattn s", "{:.4f}", V),
-                    ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V), ("torch_seconds", "torch s", "{:.4f}", V),
-                    ("torch_gflops", "torch GFLOP/s", "{:.1f}", V), ("fxattn_over_torch", "fx / torch", "{:.2f}x", V)],
+        "about": (
+            "`bench/python_backward.py`: `torch.autograd.grad` through `fxattn.attention` (the C library's "
+            "`fxa_attn_bwd_run`, in the forward's compute, the column compute: bf16 for bf16 rows recorded before the automatic choice) and through torch's "
+            "`scaled_dot_product_attention` (the CPU flash-attention backward) on the same [1, H, S, D] q, k, "
+            "v and dout, gradients checked against each other first; the backward alone, medians of rounds "
+            "timing every row once in turn. GFLOP/s = 10 S^2 H D / s (FlashAttention's count). "
+            "OMP_WAIT_POLICY: the environment's (recorded from 2026-12-05 on): unset, torch's OpenMP workers "
+            "still spin when fxattn's call starts; PASSIVE, they sleep. "
+            "fx / torch: torch's seconds over fxattn's."
+        ),
+        "columns": [
+            ("B", "B", "{}", P),
+            ("H", "H", "{}", P),
+            ("D", "D", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("repeats", "rounds", "{}", P),
+            ("omp_wait_policy", "OMP_WAIT_POLICY", "{}", P),
+            ("S", "S", "{}", V),
+            ("dtype", "dtype", "{}", V),
+            ("compute", "fxattn compute", "{}", V),
+            ("fxattn_seconds", "fxattn s", "{:.4f}", V),
+            ("fxattn_gflops", "fxattn GFLOP/s", "{:.1f}", V),
+            ("torch_seconds", "torch s", "{:.4f}", V),
+            ("torch_gflops", "torch GFLOP/s", "{:.1f}", V),
+            ("fxattn_over_torch", "fx / torch", "{:.2f}x", V),
+        ],
     },
     "python_diffusers": {
         "title": "diffusers' Wan and Flux with the fxattn backend",
-        "about": ("`bench/python_diffusers.py`: tiny random Wan and Flux transformers built from configs (head dim "
-                  "128), one attention module called directly and the whole forward, with "
-                  "`set_attention_backend(\"fxattn\")` and with the native backend (torch SDPA); outputs compared "
-                  "first (max\\|y_fxattn - y_native\\| / max\\|y_native\\|); medians of rounds alternating "
-                  "which runs first. Speed-up: native seconds over fxattn's."),
-        "columns": [("heads", "heads", "{}", P), ("head_dim", "head dim", "{}", P), ("text", "text tokens", "{}", P),
-                    ("threads", "threads", "{}", P), ("repeats", "rounds", "{}", P), ("model", "model", "`{}`", V),
-                    ("part", "part", "{}", V), ("module", "module", "`{}`", V), ("S", "S", "{}", V),
-                    ("dtype", "dtype", "{}", V), ("fxattn_seconds", "fxattn s", "{:.3f}", V),
-                    ("native_seconds", "native s", "{:.3f}", V), ("speedup", "speed-up", "{:.2f}x", V),
-                    ("max_rel_diff", "max rel diff", "{:.2e}", V)],
+        "about": (
+            "`bench/python_diffusers.py`: tiny random Wan and Flux transformers built from configs (head dim "
+            "128), one attention module called directly and the whole forward, with "
+            '`set_attention_backend("fxattn")` and with the native backend (torch SDPA); outputs compared '
+            "first (max\\|y_fxattn - y_native\\| / max\\|y_native\\|); medians of rounds alternating "
+            "which runs first. Speed-up: native seconds over fxattn's."
+        ),
+        "columns": [
+            ("heads", "heads", "{}", P),
+            ("head_dim", "head dim", "{}", P),
+            ("text", "text tokens", "{}", P),
+            ("threads", "threads", "{}", P),
+            ("repeats", "rounds", "{}", P),
+            ("model", "model", "`{}`", V),
+            ("part", "part", "{}", V),
+            ("module", "module", "`{}`", V),
+            ("S", "S", "{}", V),
+            ("dtype", "dtype", "{}", V),
+            ("fxattn_seconds", "fxattn s", "{:.3f}", V),
+            ("native_seconds", "native s", "{:.3f}", V),
+            ("speedup", "speed-up", "{:.2f}x", V),
+            ("max_rel_diff", "max rel diff", "{:.2e}", V),
+        ],
     },
     "mpi_bench": {
         "title": "Context parallel on one host: `mpirun fxattn bench`",
-        "about": ("Ranks on one host against one rank alone on the same problem; efficiency = T_single / "
-                  "(P T_parallel); all-gather + local exchanges everything first, then computes."),
-        "columns": [("seq", "S", "{}", V), ("heads", "heads", "{}", P), ("dim", "D", "{}", P),
-                    ("dtype", "dtype", "{}", P), ("ranks", "ranks", "{}", P), ("threads", "threads per rank", "{}", P),
-                    ("grid", "grid", "{}", V), ("single_seconds", "one rank s", "{:.3f}", V),
-                    ("seconds", "fxattn s", "{:.3f}", V), ("efficiency_runs", "efficiency of each run", "{:.3f}", V),
-                    ("efficiency", "efficiency", "{:.3f}", V), ("mpi_wait_share", "ring steps waiting on MPI", "{:.1%}", V),
-                    ("allgather_seconds", "all-gather + local s", "{:.3f}", V),
-                    ("allgather_efficiency", "its efficiency", "{:.3f}", V),
-                    ("over_allgather", "fxattn over all-gather", "{:.2f}x", V)],
+        "about": (
+            "Ranks on one host against one rank alone on the same problem; efficiency = T_single / "
+            "(P T_parallel); all-gather + local exchanges everything first, then computes."
+        ),
+        "columns": [
+            ("seq", "S", "{}", V),
+            ("heads", "heads", "{}", P),
+            ("dim", "D", "{}", P),
+            ("dtype", "dtype", "{}", P),
+            ("ranks", "ranks", "{}", P),
+            ("threads", "threads per rank", "{}", P),
+            ("grid", "grid", "{}", V),
+            ("single_seconds", "one rank s", "{:.3f}", V),
+            ("seconds", "fxattn s", "{:.3f}", V),
+            ("efficiency_runs", "efficiency of each run", "{:.3f}", V),
+            ("efficiency", "efficiency", "{:.3f}", V),
+            ("mpi_wait_share", "ring steps waiting on MPI", "{:.1%}", V),
+            ("allgather_seconds", "all-gather + local s", "{:.3f}", V),
+            ("allgather_efficiency", "its efficiency", "{:.3f}", V),
+            ("over_allgather", "fxattn over all-gather", "{:.2f}x", V),
+        ],
     },
     "plan_validate": {
         "title": "The grid planner against measured grids",
-        "about": ("`bench/plan_validate.sh`: test hosts as network namespaces on one machine, links shaped by "
-                  "`tc qdisc ... tbf`; the planner's predicted time of each grid against the measured median "
-                  "([cluster.md](../../docs/cluster.md#validation)). Error: predicted over measured, minus one."),
-        "columns": [("seq", "S", "{}", P), ("heads", "heads", "{}", P), ("dim", "D", "{}", P),
-                    ("dtype", "dtype", "{}", P), ("threads", "threads per rank", "{}", P),
-                    ("rounds", "medians of", "{}", P), ("mpi", "MPI", "{}", P), ("hosts_ranks", "hosts x ranks", "{}", V),
-                    ("link", "link", "{}", V), ("grid", "grid", "{}", V),
-                    ("predicted_seconds", "predicted s", "{:.4f}", V), ("measured_seconds", "measured s", "{:.4f}", V),
-                    ("measured_range_seconds", "measured min-max", "{:.4f}", V), ("error_pct", "error", "{:+.1f}%", V)],
+        "about": (
+            "`bench/plan_validate.sh`: test hosts as network namespaces on one machine, links shaped by "
+            "`tc qdisc ... tbf`; the planner's predicted time of each grid against the measured median "
+            "([cluster.md](../../docs/cluster.md#validation)). Error: predicted over measured, minus one."
+        ),
+        "columns": [
+            ("seq", "S", "{}", P),
+            ("heads", "heads", "{}", P),
+            ("dim", "D", "{}", P),
+            ("dtype", "dtype", "{}", P),
+            ("threads", "threads per rank", "{}", P),
+            ("rounds", "medians of", "{}", P),
+            ("mpi", "MPI", "{}", P),
+            ("hosts_ranks", "hosts x ranks", "{}", V),
+            ("link", "link", "{}", V),
+            ("grid", "grid", "{}", V),
+            ("predicted_seconds", "predicted s", "{:.4f}", V),
+            ("measured_seconds", "measured s", "{:.4f}", V),
+            ("measured_range_seconds", "measured min-max", "{:.4f}", V),
+            ("error_pct", "error", "{:+.1f}%", V),
+        ],
     },
 }
 IDENTITY = ("commit", "command", "date")
 REQUIRED = ("machine", "cpu", "compiler", "versions", "commit", "command", "date")  # null when not recorded
-VERSION_NAMES = {"fxattn": "fxattn", "openblas": "OpenBLAS", "onednn": "oneDNN", "openmpi": "Open MPI",
-                 "onnxruntime": "ONNX Runtime", "onnx": "onnx", "torch": "torch", "diffusers": "diffusers",
-                 "numpy": "numpy", "python": "Python"}
+VERSION_NAMES = {
+    "fxattn": "fxattn",
+    "openblas": "OpenBLAS",
+    "onednn": "oneDNN",
+    "openmpi": "Open MPI",
+    "onnxruntime": "ONNX Runtime",
+    "onnx": "onnx",
+    "torch": "torch",
+    "diffusers": "diffusers",
+    "numpy": "numpy",
+    "python": "Python",
+}
 
 
 def fmt(value, spec):
@@ -284,7 +471,7 @@ def fmt(value, spec):
     if isinstance(value, list):  # a range: lo-hi, the unit once
         cells = [fmt(v, spec) for v in value]
         unit = "%" if spec.endswith("%}") else re.search(r"[^}]*$", spec).group(0)
-        return "-".join(c[:len(c) - len(unit)] if unit and c.endswith(unit) else c for c in cells[:-1]) + "-" + cells[-1]
+        return "-".join(c[: len(c) - len(unit)] if unit and c.endswith(unit) else c for c in cells[:-1]) + "-" + cells[-1]
     if isinstance(value, str):
         value = value.replace("|", "\\|")
         return spec.format(value) if spec in ("{}", "`{}`") else value
@@ -360,9 +547,12 @@ def planner_summary(rows):
 
 def render_page(name, machine, records, plots):
     title = machine.get("title", name)
-    out = [f"# Results: {title}", "",
-           f"<!-- Written by bench/results/render.py from raw/{name}.jsonl: edit the raw results, not this page. -->",
-           ""]
+    out = [
+        f"# Results: {title}",
+        "",
+        f"<!-- Written by bench/results/render.py from raw/{name}.jsonl: edit the raw results, not this page. -->",
+        "",
+    ]
     about = " ".join(x for x in (machine.get("about"), machine.get("peaks")) if x)
     if machine.get("kernels"):
         about += f" Kernel set `{machine['kernels']}`."
@@ -371,8 +561,10 @@ def render_page(name, machine, records, plots):
     out += [f"**Software.** {soft}.", ""]
     dates = sorted({r["date"] for r in records if r.get("date")})
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "not recorded"
-    out += [f"**Date.** {when}; each table names the commit and command that recorded it. Raw results: "
-            f"[raw/{name}.jsonl](raw/{name}.jsonl).", ""]
+    out += [
+        f"**Date.** {when}; each table names the commit and command that recorded it. Raw results: [raw/{name}.jsonl](raw/{name}.jsonl).",
+        "",
+    ]
     if plots:
         out += ["**Plots.** " + ", ".join(f"[{what}](plots/{file})" for what, file, _ in plots) + ".", ""]
         out += [f"![{what}](plots/{file})" for what, file, _ in plots] + [""]
@@ -385,19 +577,26 @@ def render_page(name, machine, records, plots):
 
 
 def render_index(pages):
-    out = ["# Benchmark results, one page per machine", "",
-           "<!-- Written by bench/results/render.py from raw/*.jsonl: edit the raw results, not this page. -->", "",
-           "| machine | page | kernel set | tables |", "|---|---|---|---|"]
+    out = [
+        "# Benchmark results, one page per machine",
+        "",
+        "<!-- Written by bench/results/render.py from raw/*.jsonl: edit the raw results, not this page. -->",
+        "",
+        "| machine | page | kernel set | tables |",
+        "|---|---|---|---|",
+    ]
     for name, machine, records in pages:
         titles = "; ".join(t for t, _, _ in group_tables(records))
-        out.append(f"| {machine.get('title', name)} | [{name}.md]({name}.md) | `{machine.get('kernels', '?')}` | "
-                   f"{titles} |")
-    out += ["", "Each page gives the CPU and its measured peaks, the compiler and library versions, and for each "
-            "table the command, commit and date that recorded it. The pages and plots are written by "
-            "[render.py](render.py) from the JSON lines in [raw/](raw/); how to run the benchmarks and add a "
-            "result: [bench/README.md](../README.md#raw-results). How to measure: "
-            "[docs/performance.md](../../docs/performance.md). What was measured and not kept: "
-            "[docs/design/](../../docs/design/README.md)."]
+        out.append(f"| {machine.get('title', name)} | [{name}.md]({name}.md) | `{machine.get('kernels', '?')}` | {titles} |")
+    out += [
+        "",
+        "Each page gives the CPU and its measured peaks, the compiler and library versions, and for each "
+        "table the command, commit and date that recorded it. The pages and plots are written by "
+        "[render.py](render.py) from the JSON lines in [raw/](raw/); how to run the benchmarks and add a "
+        "result: [bench/README.md](../README.md#raw-results). How to measure: "
+        "[docs/performance.md](../../docs/performance.md). What was measured and not kept: "
+        "[docs/design/](../../docs/design/README.md).",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -422,13 +621,11 @@ class Svg:
 
     def line(self, x1, y1, x2, y2, color="#000", width=1, dash=None):
         d = f' stroke-dasharray="{dash}"' if dash else ""
-        self.items.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{color}" '
-                          f'stroke-width="{width}"{d}/>')
+        self.items.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{color}" stroke-width="{width}"{d}/>')
 
     def text(self, x, y, s, anchor="start", size=12, rotate=None):
         t = f' transform="rotate({rotate} {x:.1f} {y:.1f})"' if rotate is not None else ""
-        self.items.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{t}>'
-                          f'{esc(s)}</text>')
+        self.items.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{t}>{esc(s)}</text>')
 
     def rect(self, x, y, w, h, color):
         self.items.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{color}"/>')
@@ -441,9 +638,11 @@ class Svg:
         self.items.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"/>')
 
     def __str__(self):
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.w}" height="{self.h}" '
-                f'viewBox="0 0 {self.w} {self.h}" font-family="sans-serif">\n'
-                f'<rect width="{self.w}" height="{self.h}" fill="#fff"/>\n' + "\n".join(self.items) + "\n</svg>\n")
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.w}" height="{self.h}" '
+            f'viewBox="0 0 {self.w} {self.h}" font-family="sans-serif">\n'
+            f'<rect width="{self.w}" height="{self.h}" fill="#fff"/>\n' + "\n".join(self.items) + "\n</svg>\n"
+        )
 
 
 def series_label(engine, dtype, compute):
@@ -543,15 +742,24 @@ def wan_long_seq_series(records):
 
 
 # (what the page calls the plot, its subtitle, x axis, y axis)
-ATTENTION_PLOT = ("attention GFLOP/s against S",
-                  "bench/peers where it ran, else bench/python_attention.py; GFLOP = 4 B H S^2 D",
-                  "S (query = key tokens)", "GFLOP/s")
-SDPA_PLOT = ("SDPA GFLOP/s against S, fxattn and torch",
-             "bench/python_sdpa.py; GFLOP = 4 B H S^2 D, causal half of it",
-             "S (query = key tokens)", "GFLOP/s")
-LONG_SEQ_PLOT = ("GFLOP per CPU-second at long S",
-                 "bench/long_seq.py; 4 Sq S H D per CPU-second (the machine was loaded); dashed: per-core peaks",
-                 "S (key tokens; Sq query rows as in the table)", "GFLOP per CPU-second")
+ATTENTION_PLOT = (
+    "attention GFLOP/s against S",
+    "bench/peers where it ran, else bench/python_attention.py; GFLOP = 4 B H S^2 D",
+    "S (query = key tokens)",
+    "GFLOP/s",
+)
+SDPA_PLOT = (
+    "SDPA GFLOP/s against S, fxattn and torch",
+    "bench/python_sdpa.py; GFLOP = 4 B H S^2 D, causal half of it",
+    "S (query = key tokens)",
+    "GFLOP/s",
+)
+LONG_SEQ_PLOT = (
+    "GFLOP per CPU-second at long S",
+    "bench/long_seq.py; 4 Sq S H D per CPU-second (the machine was loaded); dashed: per-core peaks",
+    "S (key tokens; Sq query rows as in the table)",
+    "GFLOP per CPU-second",
+)
 WAN_LONG_SEQ_PLOT = ("Wan layer GFLOP per CPU-second", None, "S (tokens)", "GFLOP per CPU-second")
 
 
@@ -605,8 +813,11 @@ def attention_plot(title, series, threads, what=ATTENTION_PLOT, hlines=None):
     return str(svg)
 
 
-STAGES = (("qkv_seconds", "QKV projection", "#1f77b4"), ("attention_seconds", "attention", "#d62728"),
-          ("out_seconds", "output projection", "#2ca02c"))
+STAGES = (
+    ("qkv_seconds", "QKV projection", "#1f77b4"),
+    ("attention_seconds", "attention", "#d62728"),
+    ("out_seconds", "output projection", "#2ca02c"),
+)
 
 
 def layer_bars(records):
@@ -665,6 +876,7 @@ def layer_plot(title, bars):
 
 # ---------------------------------------------------------------- files
 
+
 def load(path):
     """(machine record, measurement records) of one raw file; ValueError on a bad line."""
     machine, records = None, []
@@ -680,13 +892,12 @@ def load(path):
         elif r.get("kind") in KINDS:
             missing = [k for k in REQUIRED if k not in r]
             if missing or r["machine"] != path.stem:
-                raise ValueError(f"{path}:{no}: " + (f"no {', '.join(missing)}" if missing else
-                                                    f"machine {r['machine']!r} in {path.name}"))
+                raise ValueError(f"{path}:{no}: " + (f"no {', '.join(missing)}" if missing else f"machine {r['machine']!r} in {path.name}"))
             records.append(r)
         else:
             raise ValueError(f"{path}:{no}: unknown kind {r.get('kind')!r}")
     if machine is None:
-        raise ValueError(f"{path}: no {{\"kind\": \"machine\"}} line")
+        raise ValueError(f'{path}: no {{"kind": "machine"}} line')
     return machine, records
 
 
@@ -712,8 +923,7 @@ def render_all(raw, out):
         series, threads, peaks = long_seq_series(records)
         if series:
             hl = {f"{k} peak per core {v:.0f}": v for k, v in peaks.items()}
-            (out / "plots" / f"{name}-long-seq.svg").write_text(attention_plot(title, series, threads,
-                                                                                LONG_SEQ_PLOT, hl))
+            (out / "plots" / f"{name}-long-seq.svg").write_text(attention_plot(title, series, threads, LONG_SEQ_PLOT, hl))
             plots.append((LONG_SEQ_PLOT[0], f"{name}-long-seq.svg", "long_seq"))
         series, threads, sub = wan_long_seq_series(records)
         if series:
@@ -736,8 +946,9 @@ def check(raw, here):
     with tempfile.TemporaryDirectory() as tmp:
         written = render_all(raw, Path(tmp))
         bad = [f for f in written if not (here / f).is_file() or not filecmp.cmp(Path(tmp) / f, here / f, False)]
-        stale = [f"{p.relative_to(here)}" for p in [*here.glob("*.md"), *(here / "plots").glob("*")]
-                 if str(p.relative_to(here)) not in written]
+        stale = [
+            f"{p.relative_to(here)}" for p in [*here.glob("*.md"), *(here / "plots").glob("*")] if str(p.relative_to(here)) not in written
+        ]
     return [f"{f}: differs from what raw/ renders" for f in bad] + [f"{f}: not rendered from raw/" for f in stale]
 
 
@@ -746,6 +957,7 @@ def append(a):
     with the identity fields; fxattn bench's summary line joins its auto row."""
     sys.path.insert(0, str(HERE.parent))
     from benchlib import append_jsonl, identity
+
     versions = dict(v.split("=", 1) for v in a.version)
     ident = identity(a.machine, a.build, versions)
     ident["command"] = a.command
@@ -761,8 +973,10 @@ def append(a):
             recs.append({**ident, "kind": a.kind, **obj})
     path = HERE / "raw" / f"{a.machine}.jsonl"
     if not path.exists():
-        print(f"render.py: {path} does not exist: start it with a {{\"kind\": \"machine\"}} line "
-              f"(bench/README.md, \"Raw results\")", file=sys.stderr)
+        print(
+            f'render.py: {path} does not exist: start it with a {{"kind": "machine"}} line (bench/README.md, "Raw results")',
+            file=sys.stderr,
+        )
         return 2
     append_jsonl(str(path), recs)
     print(f"render.py: {len(recs)} records added to {path}", file=sys.stderr)
@@ -776,8 +990,13 @@ def main(argv):
         ap.add_argument("--kind", required=True, choices=sorted(KINDS))
         ap.add_argument("--command", required=True, help="the command that printed the JSON lines")
         ap.add_argument("--build", default="build", help="the CMake build tree that built the tool (its compiler)")
-        ap.add_argument("--version", action="append", default=[], metavar="NAME=VERSION",
-                        help="a library version the run used (repeatable), e.g. fxattn=0.2.0 openblas=0.3.21")
+        ap.add_argument(
+            "--version",
+            action="append",
+            default=[],
+            metavar="NAME=VERSION",
+            help="a library version the run used (repeatable), e.g. fxattn=0.2.0 openblas=0.3.21",
+        )
         return append(ap.parse_args(argv[1:]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare the committed files with a fresh rendering")

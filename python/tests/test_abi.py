@@ -13,14 +13,13 @@ import subprocess
 from pathlib import Path
 
 import fxattn
+import fxattn._capi
 
 
 def mirrored_structs():
     found = {}
-    for info in pkgutil.iter_modules(fxattn.__path__):
-        if info.name in ("diffusers", "_parallel", "_wan_qkv"):  # import torch/diffusers; no structs
-            continue
-        mod = importlib.import_module(f"fxattn.{info.name}")
+    for info in pkgutil.iter_modules(fxattn._capi.__path__):
+        mod = importlib.import_module(f"fxattn._capi.{info.name}")
         for obj in vars(mod).values():
             if isinstance(obj, type) and issubclass(obj, ctypes.Structure) and "_c_name_" in vars(obj):
                 found[obj._c_name_] = obj
@@ -54,51 +53,51 @@ def compile_and_run(tmp_path, body):
 
 # The package's mirrors of C enum values and constants: (module, name) -> C.
 ENUMS = {
-    ("_lib", "OK"): "FXA_OK",
-    ("_lib", "INVALID_ARG"): "FXA_ERR_INVALID_ARG",
-    ("_lib", "UNSUPPORTED"): "FXA_ERR_UNSUPPORTED",
-    ("_lib", "NO_MEMORY"): "FXA_ERR_NO_MEMORY",
-    ("_lib", "ERR_MPI"): "FXA_ERR_MPI",
-    ("_lib", "INTERNAL"): "FXA_ERR_INTERNAL",
-    ("_lib", "ERR_IO"): "FXA_ERR_IO",
-    ("_lib", "TIMEOUT"): "FXA_ERR_TIMEOUT",
-    ("_lib", "F32"): "FXA_F32",
-    ("_lib", "BF16"): "FXA_BF16",
-    ("_lib", "F16"): "FXA_F16",
-    ("_lib", "LAYOUT_BSHD"): "FXA_LAYOUT_BSHD",
-    ("_lib", "LAYOUT_BHSD"): "FXA_LAYOUT_BHSD",
-    ("_lib", "MODE_AUTO"): "FXA_MODE_AUTO",
-    ("_lib", "MODE_ONLINE"): "FXA_MODE_ONLINE",
-    ("_lib", "COMPUTE_FP32"): "FXA_COMPUTE_FP32",
-    ("_lib", "COMPUTE_BF16"): "FXA_COMPUTE_BF16",
-    ("_lib", "COMPUTE_AUTO"): "FXA_COMPUTE_AUTO",
-    ("_lib", "MASK_NONE"): "FXA_MASK_NONE",
-    ("_lib", "MASK_BOOL"): "FXA_MASK_BOOL",
-    ("_lib", "MASK_ADD"): "FXA_MASK_ADD",
-    ("_mpilib", "PLACE_HOSTS"): "FXA_MPI_PLACE_HOSTS",
-    ("_mpilib", "PLACE_RANKS"): "FXA_MPI_PLACE_RANKS",
-    ("_gridlib", "MAX_STEP_RATES"): "FXA_GRID_MAX_STEP_RATES",
-    ("_gridlib", "MEASURE_INTER"): "FXA_GRID_MEASURE_INTER",
-    ("_gridlib", "MEASURE_INTER_CPU"): "FXA_GRID_MEASURE_INTER_CPU",
-    ("_gridlib", "MEASURE_INTRA"): "FXA_GRID_MEASURE_INTRA",
-    ("_gridlib", "MEASURE_INTRA_CPU"): "FXA_GRID_MEASURE_INTRA_CPU",
-    ("_gridlib", "MEASURE_COMPUTE"): "FXA_GRID_MEASURE_COMPUTE",
-    ("_gridlib", "MEASURE_CALL"): "FXA_GRID_MEASURE_CALL",
-    ("_gridlib", "MEASURE_ALL"): "FXA_GRID_MEASURE_ALL",
-    ("_gridlib", "UNEVEN_HOSTS"): "FXA_GRID_UNEVEN_HOSTS",
-    ("_wanlib", "PROJ_X_F32"): "FXA_PROJ_X_F32",
-    ("_wanlib", "PROJ_X_BF16"): "FXA_PROJ_X_BF16",
-    ("_wanlib", "PROJ_X_E4M3_ROWS"): "FXA_PROJ_X_E4M3_ROWS",
-    ("_wanlib", "PROJ_W_F32"): "FXA_PROJ_W_F32",
-    ("_wanlib", "PROJ_W_BF16"): "FXA_PROJ_W_BF16",
-    ("_wanlib", "PROJ_W_E4M3"): "FXA_PROJ_W_E4M3",
-    ("_wanlib", "F32"): "FXA_F32",
-    ("_wanlib", "BF16"): "FXA_BF16",
-    ("_wanlib", "SYNTH_X"): "FXA_WAN_SYNTH_X",
+    ("_capi", "OK"): "FXA_OK",
+    ("_capi", "INVALID_ARG"): "FXA_ERR_INVALID_ARG",
+    ("_capi", "UNSUPPORTED"): "FXA_ERR_UNSUPPORTED",
+    ("_capi", "NO_MEMORY"): "FXA_ERR_NO_MEMORY",
+    ("_capi", "ERR_MPI"): "FXA_ERR_MPI",
+    ("_capi", "INTERNAL"): "FXA_ERR_INTERNAL",
+    ("_capi", "ERR_IO"): "FXA_ERR_IO",
+    ("_capi", "TIMEOUT"): "FXA_ERR_TIMEOUT",
+    ("_capi", "F32"): "FXA_F32",
+    ("_capi", "BF16"): "FXA_BF16",
+    ("_capi", "F16"): "FXA_F16",
+    ("_capi", "LAYOUT_BSHD"): "FXA_LAYOUT_BSHD",
+    ("_capi", "LAYOUT_BHSD"): "FXA_LAYOUT_BHSD",
+    ("_capi", "MODE_AUTO"): "FXA_MODE_AUTO",
+    ("_capi", "MODE_ONLINE"): "FXA_MODE_ONLINE",
+    ("_capi", "COMPUTE_FP32"): "FXA_COMPUTE_FP32",
+    ("_capi", "COMPUTE_BF16"): "FXA_COMPUTE_BF16",
+    ("_capi", "COMPUTE_AUTO"): "FXA_COMPUTE_AUTO",
+    ("_capi", "MASK_NONE"): "FXA_MASK_NONE",
+    ("_capi", "MASK_BOOL"): "FXA_MASK_BOOL",
+    ("_capi", "MASK_ADD"): "FXA_MASK_ADD",
+    ("_capi.mpi", "PLACE_HOSTS"): "FXA_MPI_PLACE_HOSTS",
+    ("_capi.mpi", "PLACE_RANKS"): "FXA_MPI_PLACE_RANKS",
+    ("_capi.grid", "MAX_STEP_RATES"): "FXA_GRID_MAX_STEP_RATES",
+    ("_capi.grid", "MEASURE_INTER"): "FXA_GRID_MEASURE_INTER",
+    ("_capi.grid", "MEASURE_INTER_CPU"): "FXA_GRID_MEASURE_INTER_CPU",
+    ("_capi.grid", "MEASURE_INTRA"): "FXA_GRID_MEASURE_INTRA",
+    ("_capi.grid", "MEASURE_INTRA_CPU"): "FXA_GRID_MEASURE_INTRA_CPU",
+    ("_capi.grid", "MEASURE_COMPUTE"): "FXA_GRID_MEASURE_COMPUTE",
+    ("_capi.grid", "MEASURE_CALL"): "FXA_GRID_MEASURE_CALL",
+    ("_capi.grid", "MEASURE_ALL"): "FXA_GRID_MEASURE_ALL",
+    ("_capi.grid", "UNEVEN_HOSTS"): "FXA_GRID_UNEVEN_HOSTS",
+    ("_capi.wan", "PROJ_X_F32"): "FXA_PROJ_X_F32",
+    ("_capi.wan", "PROJ_X_BF16"): "FXA_PROJ_X_BF16",
+    ("_capi.wan", "PROJ_X_E4M3_ROWS"): "FXA_PROJ_X_E4M3_ROWS",
+    ("_capi.wan", "PROJ_W_F32"): "FXA_PROJ_W_F32",
+    ("_capi.wan", "PROJ_W_BF16"): "FXA_PROJ_W_BF16",
+    ("_capi.wan", "PROJ_W_E4M3"): "FXA_PROJ_W_E4M3",
+    ("_capi.wan", "F32"): "FXA_F32",
+    ("_capi.wan", "BF16"): "FXA_BF16",
+    ("_capi.wan", "SYNTH_X"): "FXA_WAN_SYNTH_X",
 }
 FLOATS = {
-    ("_wanlib", "EPS"): "FXA_WAN_EPS",
-    ("_wanlib", "ROPE_THETA"): "FXA_WAN_ROPE_THETA",
+    ("_capi.wan", "EPS"): "FXA_WAN_EPS",
+    ("_capi.wan", "ROPE_THETA"): "FXA_WAN_ROPE_THETA",
 }
 
 
@@ -113,7 +112,7 @@ def test_enum_values_match_the_c_headers(tmp_path):
         value = getattr(importlib.import_module(f"fxattn.{mod}"), name)
         assert value == float(seen[c]), f"fxattn.{mod}.{name} is {value}, {c} is {seen[c]}"
     # The mirror holds every status: fxa_status_str knows no value past them.
-    from fxattn._lib import core
+    from fxattn._capi import core
 
     statuses = sorted(int(seen[c]) for c in ENUMS.values() if c == "FXA_OK" or c.startswith("FXA_ERR_"))
     assert statuses == list(range(len(statuses)))
@@ -123,9 +122,23 @@ def test_enum_values_match_the_c_headers(tmp_path):
 
 def test_structs_match_the_c_headers(tmp_path):
     structs = mirrored_structs()
-    assert {"fxa_attn_desc", "fxa_attn_args", "fxa_mask_strides", "fxa_attn_stats", "fxa_ctx_params", "fxa_check_head",
-            "fxa_check_desc", "fxa_wan_desc", "fxa_wan_weights", "fxa_mpi_params", "fxa_mpi_stats",
-            "fxa_grid_model", "fxa_grid_time", "fxa_grid_link", "fxa_compute_choice"} <= set(structs)
+    assert {
+        "fxa_attn_desc",
+        "fxa_attn_args",
+        "fxa_mask_strides",
+        "fxa_attn_stats",
+        "fxa_ctx_params",
+        "fxa_check_head",
+        "fxa_check_desc",
+        "fxa_wan_desc",
+        "fxa_wan_weights",
+        "fxa_mpi_params",
+        "fxa_mpi_stats",
+        "fxa_grid_model",
+        "fxa_grid_time",
+        "fxa_grid_link",
+        "fxa_compute_choice",
+    } <= set(structs)
     body = []
     for cname, py in structs.items():
         body.append(f'printf("{cname} %zu\\n", sizeof({cname}));')

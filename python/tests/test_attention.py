@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import fxattn
-from fxattn import _arrays
+from fxattn._common import arrays as _arrays
 
 FP32_TOL = 2.0**-16
 

@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torch.nn.attention import bias as attn_bias  # noqa: E402
+from wan_configs import T2V as WAN_T2V  # noqa: E402
 
 import fxattn  # noqa: E402
-from fxattn import _torch  # noqa: E402,F401  (registers the operators)
-from wan_configs import T2V as WAN_T2V  # noqa: E402
+from fxattn.attn import torch_op  # noqa: E402,F401  (registers the operators)
 
 F = torch.nn.functional
 
@@ -80,6 +80,7 @@ def test_bshd_layout_and_transposed_views():
         torch.float32,
     )
     _check_envelope(got, q, k, v, dout)
+
     # transposed views: bhsd leaves read as bshd without a copy, and the reverse
     def views(*t):
         return fxattn.attention(*(x.transpose(1, 2) for x in t), layout="bshd").transpose(1, 2)
@@ -136,24 +137,25 @@ def test_gradient_rounding_is_torchs(dtype):
     """bf16 and fp16 gradients: the library rounds its fp32 gradients as it
     stores them, to the bits of torch's conversion of the same fp32
     gradients (those of the same inputs, asked for in fp32)."""
-    from fxattn import _arrays
-    from fxattn._attn_core import Options, lse_shape, operands, run, run_backward
+    from fxattn._common import arrays
+    from fxattn.attn.inputs import Inputs, lse_shape
+    from fxattn.attn.options import Options
+    from fxattn.attn.run import run, run_backward
 
     q, k, v, dout = (t.to(dtype) for t in _inputs(1, 4, 2, 70, 90, 32, hot=3.0))
-    opts = Options.parse(None, "bhsd", "auto", False, "fp32", None)
-    qo, ko, vo = operands(q, k, v, "bhsd")
+    opts = Options.parse(None, "bhsd", center=False, compute="fp32")
+    x = Inputs.of(q, k, v, "bhsd")
     out = torch.empty(q.shape, dtype=torch.float32)
     lse = torch.empty(lse_shape("bhsd", q.shape), dtype=torch.float32)
-    run(qo, ko, vo, opts, _arrays.torch_dtype_code(torch, out.dtype), out.data_ptr(), lse.data_ptr())
+    run(x, opts, arrays.torch_dtype_code(torch, out.dtype), out.data_ptr(), lse.data_ptr())
     dout32 = dout.float()
 
     def grads(grad_dtype):
         g = [torch.empty(t.shape, dtype=grad_dtype) for t in (q, k, v)]
-        code = _arrays.torch_dtype_code(torch, torch.float32)
+        code = arrays.torch_dtype_code(torch, torch.float32)
         ptrs = [t.data_ptr() for t in g]
-        run_backward(
-            qo, ko, vo, opts, code, out.data_ptr(), dout32.data_ptr(), lse.data_ptr(), ptrs, _arrays.torch_dtype_code(torch, grad_dtype)
-        )
+        grad_code = arrays.torch_dtype_code(torch, grad_dtype)
+        run_backward(x, opts, code, out.data_ptr(), dout32.data_ptr(), lse.data_ptr(), None, ptrs, grad_code)
         return g
 
     wide, narrow = grads(torch.float32), grads(dtype)
@@ -206,9 +208,7 @@ def _masks(b, hq, sq, skv, seed=3):
 def test_mask_gradients_match_fp64_sdpa(kind, b, hq, hkv, sq, skv, d):
     q, k, v, dout = _inputs(b, hq, hkv, sq, skv, d)
     mask = _masks(b, hq, sq, skv)[kind]
-    _, got = _grads(
-        lambda *t: fxattn.scaled_dot_product_attention(*t, attn_mask=mask, enable_gqa=True), q, k, v, dout, torch.float32
-    )
+    _, got = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, attn_mask=mask, enable_gqa=True), q, k, v, dout, torch.float32)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
         m64 = mask if mask.dtype == torch.bool else mask.double()
         _, ref = _grads(lambda *t: _sdpa_masked(*t, attn_mask=m64), q, k, v, dout, torch.float64)
@@ -222,9 +222,7 @@ def test_mask_gradients_match_fp64_sdpa(kind, b, hq, hkv, sq, skv, d):
 @pytest.mark.parametrize("sq,skv", [(96, 96), (40, 130), (130, 40)])
 def test_causal_gradients_match_fp64_sdpa(sq, skv):
     q, k, v, dout = _inputs(1, 4, 2, sq, skv, 24)
-    _, got = _grads(
-        lambda *t: fxattn.scaled_dot_product_attention(*t, is_causal=True, enable_gqa=True), q, k, v, dout, torch.float32
-    )
+    _, got = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, is_causal=True, enable_gqa=True), q, k, v, dout, torch.float32)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
         _, ref = _grads(lambda *t: _sdpa_masked(*t, is_causal=True), q, k, v, dout, torch.float64)
         _, f32 = _grads(lambda *t: _sdpa_masked(*t, is_causal=True), q, k, v, dout, torch.float32)
@@ -245,9 +243,7 @@ def test_causal_bias_masks_match_fp64_sdpa(variant, sq, skv):
     has rows with no key: 0 and zero gradients, as SDPA gives)."""
     bias = getattr(attn_bias, f"causal_{variant}")(sq, skv)
     q, k, v, dout = _inputs(1, 4, 2, sq, skv, 24)
-    out, got = _grads(
-        lambda *t: fxattn.scaled_dot_product_attention(*t, attn_mask=bias, enable_gqa=True), q, k, v, dout, torch.float32
-    )
+    out, got = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, attn_mask=bias, enable_gqa=True), q, k, v, dout, torch.float32)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
         ref_out, ref = _grads(lambda *t: _sdpa_masked(*t, attn_mask=bias), q, k, v, dout, torch.float64)
         out32, f32 = _grads(lambda *t: _sdpa_masked(*t, attn_mask=bias), q, k, v, dout, torch.float32)
@@ -297,8 +293,7 @@ def test_operator_reads_broadcast_mask_axes_with_stride_zero(view):
     give SDPA's result."""
     q, k, v, _ = _inputs(2, 2, 2, 8, 12, 16)
     big = 4 * torch.randn(3, 5, 8, 12, generator=torch.Generator().manual_seed(5))
-    mask = {"one element": big[:1, :1, :1, :1].clone(), "key row of a bigger tensor": big[:1, :1, :1],
-            "full": big[:2, :2]}[view]
+    mask = {"one element": big[:1, :1, :1, :1].clone(), "key row of a bigger tensor": big[:1, :1, :1], "full": big[:2, :2]}[view]
     out, _, _ = torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", False, "", 1, mask)
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask.double())
     assert (out.double() - ref).abs().max().item() <= 2**-16 * v.abs().max().item()
@@ -381,10 +376,12 @@ def test_gradcheck_on_the_fp64_reference():
     for kw in ({"attn_mask": masks["bool"]}, {"attn_mask": masks["additive"].double()}, {"is_causal": True}):
         leaves = [t.double().requires_grad_() for t in (q, k, v)]
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-            assert torch.autograd.gradcheck(lambda *t: _sdpa_masked(*t, **kw), leaves)
-            _, ref = _grads(lambda *t: _sdpa_masked(*t, **kw), q, k, v, dout, torch.float64)
+            assert torch.autograd.gradcheck(lambda *t, kw=kw: _sdpa_masked(*t, **kw), leaves)
+            _, ref = _grads(lambda *t, kw=kw: _sdpa_masked(*t, **kw), q, k, v, dout, torch.float64)
         kw32 = {key: (m.float() if key == "attn_mask" and m.dtype != torch.bool else m) for key, m in kw.items()}
-        _, got = _grads(lambda *t: fxattn.scaled_dot_product_attention(*t, enable_gqa=True, **kw32), q, k, v, dout, torch.float32)
+        _, got = _grads(
+            lambda *t, kw32=kw32: fxattn.scaled_dot_product_attention(*t, enable_gqa=True, **kw32), q, k, v, dout, torch.float32
+        )
         for g, r in zip(got, ref):  # fp32 on 7 keys of dim 4: a few ulps of fp32
             assert (g.double() - r).abs().max().item() <= 1e-5 * (1 + r.abs().max().item())
 
@@ -409,9 +406,7 @@ def test_masked_operator_opcheck():
     torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, *base, True, "", 0, None, True))
     out, lse, parts = torch.ops.fxattn.attention(q, k, v, *base, True, "", 0, mask, False)
     torch.library.opcheck(torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, *base, 0, None, mask, False))
-    torch.library.opcheck(
-        torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, *base, 0, None, mask, False, parts)
-    )
+    torch.library.opcheck(torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, *base, 0, None, mask, False, parts))
     # an empty lse is computed again with the mask (and its parts): the same gradients
     empty = torch.empty(0)
     a = torch.ops.fxattn.attention_backward(dout, q, k, v, out, lse, *base, 0, None, mask, False, parts)
@@ -439,9 +434,7 @@ def test_opcheck():
         torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, 0.0, layout, "auto", True, "fp32", True, "", 0))
         torch.library.opcheck(torch.ops.fxattn.attention.default, (*leaves, 0.0, layout, "auto", True, "fp32", False, "", 0))
     out, lse, parts = torch.ops.fxattn.attention(q, k, v, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
-    torch.library.opcheck(
-        torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, 0.0, "bhsd", "auto", True, "fp32", 0)
-    )
+    torch.library.opcheck(torch.ops.fxattn.attention_backward.default, (dout, q, k, v, out, lse, 0.0, "bhsd", "auto", True, "fp32", 0))
     torch.library.opcheck(
         torch.ops.fxattn.attention_backward.default,
         (dout, q, k, v, out, lse, 0.0, "bhsd", "auto", True, "fp32", 0, None, None, False, parts),
@@ -484,8 +477,9 @@ def _train(attention: str, steps: int = 3):
     ("torch"), fxattn's processor ("processor") or fxattn's backend
     ("backend")."""
     diffusers = pytest.importorskip("diffusers")
-    import fxattn.diffusers as fd
     from diffusers.models.attention_dispatch import attention_backend
+
+    import fxattn.diffusers as fd
 
     torch.manual_seed(0)
     m = diffusers.WanTransformer3DModel(**WAN_T2V).train()
@@ -516,8 +510,8 @@ def test_tiny_wan_trains_as_with_torch_attention(monkeypatch):
     weights within 5e-7; Adam's sign-like update, lr 1e-3, amplifies
     gradient differences where a gradient is tiny)."""
     calls = []
-    run_backward = _torch.run_backward
-    monkeypatch.setattr(_torch, "run_backward", lambda *a: calls.append(1) or run_backward(*a))
+    run_backward = torch_op.run_backward
+    monkeypatch.setattr(torch_op, "run_backward", lambda *a: calls.append(1) or run_backward(*a))
     ref_losses, ref_w = _train("torch")
     assert not calls
     for attention in ("processor", "backend"):

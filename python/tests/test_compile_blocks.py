@@ -23,6 +23,7 @@ from diffusers.models.transformers.transformer_wan import WanAttnProcessor as De
 from test_diffusers import FP32_TOL, LAYERS, inputs, model, rel
 
 import fxattn.diffusers as fd
+from fxattn.integrations.diffusers import processor
 
 
 def recording_backend(graphs):
@@ -66,7 +67,7 @@ def test_processor_compiles_per_block():
     # The eager model ran the fused layer on its self-attentions (where it is
     # the default); compiled, the blocks trace the per-op path (no fused
     # call while tracing or running).
-    assert p.fused_calls == (LAYERS if fd._FUSED_AUTO else 0)
+    assert p.fused_calls == (LAYERS if processor._FUSED_AUTO else 0)
     # Each captured block graph holds a self- and a cross-attention call of
     # fxattn's operator.
     assert len(graphs) >= 1 and all(fxattn_ops(g) == 2 for g in graphs), [fxattn_ops(g) for g in graphs]

@@ -27,11 +27,11 @@ import torch
 from diffusers import WanTransformer3DModel
 from diffusers.models.transformers.transformer_wan import WanAttention
 from diffusers.models.transformers.transformer_wan import WanAttnProcessor as DefaultProcessor
+from wan_configs import I2V, LAYERS, T2V
 
-import fxattn
 import fxattn.diffusers as fd
 import fxattn.wan as fw
-from wan_configs import I2V, LAYERS, T2V
+from fxattn.integrations.diffusers import processor
 
 FP32_TOL = 2.0**-15
 BF16_TOL = 2.0**-4
@@ -88,7 +88,7 @@ def test_fp32_matches_default(i2v, fused):
     assert rel(y, ref) < FP32_TOL
     assert p.calls == 2 * LAYERS  # attn1 and attn2 of each block went through it
     # auto: every self-attention ran the fused layer (fp32, Wan's RoPE of 3 x 4 x 5).
-    assert p.fused_calls == (LAYERS if fd._FUSED_AUTO and fused is None else 0)
+    assert p.fused_calls == (LAYERS if processor._FUSED_AUTO and fused is None else 0)
 
 
 @pytest.mark.parametrize("i2v", [False, True], ids=["t2v", "i2v"])
@@ -111,7 +111,7 @@ def test_bf16_as_accurate_as_default(i2v, cast, fused):
         out = m(**args).sample
     assert out.dtype == torch.bfloat16
     y = out.float()
-    fused_runs = fused is None and fd._FUSED_AUTO and cast == "from_pretrained"
+    fused_runs = fused is None and processor._FUSED_AUTO and cast == "from_pretrained"
     assert p.calls == 2 * LAYERS and p.fused_calls == (LAYERS if fused_runs else 0)
     assert rel(y, ref32) <= 2 * rel(ref, ref32) + 2.0**-8
     assert rel(y, ref) < BF16_TOL
@@ -124,7 +124,7 @@ def test_processor_is_really_used(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("fxattn.attention was called")
 
-    monkeypatch.setattr(fxattn, "attention", boom)
+    monkeypatch.setattr(processor, "attention", boom)
     with pytest.raises(RuntimeError, match="fxattn.attention was called"):
         forward(m, fd.WanAttnProcessor(fused=False), args)
     # The fused self-attention does not call fxattn.attention; the cross-attention does.
@@ -139,12 +139,12 @@ def test_image_branch_matters():
     args = inputs(True)
     ref = forward(m, DefaultProcessor(), args)
     p = fd.WanAttnProcessor(fused=False)
-    saved = fd._get_added_kv_projections
+    saved = processor._get_added_kv_projections
     try:
-        fd._get_added_kv_projections = lambda attn, c: tuple(torch.zeros_like(t) for t in saved(attn, c))
+        processor._get_added_kv_projections = lambda attn, c: tuple(torch.zeros_like(t) for t in saved(attn, c))
         y = forward(m, p, args)
     finally:
-        fd._get_added_kv_projections = saved
+        processor._get_added_kv_projections = saved
     assert rel(y, ref) > 100 * FP32_TOL
 
 
@@ -182,7 +182,7 @@ def test_rope_grid_and_fallback():
             p = fd.WanAttnProcessor(threads=2)
             y = p(attn, hs, None, None, emb)
             assert rel(y, ref) < FP32_TOL
-            assert p.fused_calls == (1 if emb is rotary_emb and fd._FUSED_AUTO else 0)
+            assert p.fused_calls == (1 if emb is rotary_emb and processor._FUSED_AUTO else 0)
         with pytest.raises(ValueError, match="not Wan's 3-D RoPE"):
             fd.WanAttnProcessor(fused=True)(attn, hs, None, None, shuffled)
 

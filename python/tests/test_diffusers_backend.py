@@ -1,5 +1,5 @@
 """The "fxattn" attention backend of diffusers' dispatcher
-(fxattn._diffusers_backend, registered by importing fxattn.diffusers), in
+(fxattn.integrations.diffusers.backend, registered by importing fxattn.diffusers), in
 tiny random diffusers models built from configs (no downloads): Wan T2V
 and I2V, Flux, LTX-Video and Qwen-Image, whose attention processors call
 dispatch_attention_fn, and with masks (fxattn.scaled_dot_product_attention)
@@ -36,18 +36,17 @@ from diffusers import (
     QwenImageTransformer2DModel,
     WanTransformer3DModel,
 )
-
-import fxattn
-import fxattn._diffusers_backend as backend
-import fxattn.diffusers  # noqa: F401  (registers "fxattn")
 from diffusers.models import attention_dispatch as dispatch
 from diffusers.models.attention_dispatch import AttentionBackendName, attention_backend, dispatch_attention_fn
 from wan_configs import I2V, T2V
 
+import fxattn
+import fxattn.diffusers  # noqa: F401  (registers "fxattn")
+import fxattn.integrations.diffusers.backend as backend
+
 FP32_TOL = 2.0**-18
 FP32_FLOOR = 2.0**-22
 BF16_TOL = 2.0**-4
-
 
 
 def _randn(g, *shape):
@@ -62,7 +61,9 @@ def wan_inputs(g, i2v):
 
 
 def qwen_inputs(g):
-    a = dict(hidden_states=_randn(g, 1, 16, 16), encoder_hidden_states=_randn(g, 1, 7, 16), timestep=torch.tensor([1.0]), img_shapes=[(1, 4, 4)])
+    a = dict(
+        hidden_states=_randn(g, 1, 16, 16), encoder_hidden_states=_randn(g, 1, 7, 16), timestep=torch.tensor([1.0]), img_shapes=[(1, 4, 4)]
+    )
     if "txt_seq_lens" in inspect.signature(QwenImageTransformer2DModel.forward).parameters:
         a["txt_seq_lens"] = [7]  # diffusers < 0.41 needs them
     return a
@@ -96,7 +97,15 @@ MODELS = {
     ),
     "ltx_video": (
         LTXVideoTransformer3DModel,
-        dict(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=8, cross_attention_dim=16, num_layers=1, caption_channels=16),
+        dict(
+            in_channels=4,
+            out_channels=4,
+            num_attention_heads=2,
+            attention_head_dim=8,
+            cross_attention_dim=16,
+            num_layers=1,
+            caption_channels=16,
+        ),
         lambda g: dict(
             hidden_states=_randn(g, 1, 2 * 4 * 4, 4),
             encoder_hidden_states=_randn(g, 1, 6, 16),
@@ -109,7 +118,16 @@ MODELS = {
     ),
     "qwen_image": (
         QwenImageTransformer2DModel,
-        dict(patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16, num_attention_heads=3, joint_attention_dim=16, axes_dims_rope=(8, 4, 4)),
+        dict(
+            patch_size=2,
+            in_channels=16,
+            out_channels=4,
+            num_layers=2,
+            attention_head_dim=16,
+            num_attention_heads=3,
+            joint_attention_dim=16,
+            axes_dims_rope=(8, 4, 4),
+        ),
         lambda g: qwen_inputs(g),
     ),
 }
@@ -184,7 +202,7 @@ def forward(model, args, dtype, name=None):
 
 
 def _count_calls(monkeypatch, name):
-    """Counts the calls of fxattn.<name> (a one-element list)."""
+    """Counts the backend's calls of fxattn.<name> (a one-element list)."""
     n = [0]
     run = getattr(fxattn, name)
 
@@ -192,7 +210,7 @@ def _count_calls(monkeypatch, name):
         n[0] += 1
         return run(*a, **k)
 
-    monkeypatch.setattr(fxattn, name, counted)
+    monkeypatch.setattr(backend, name, counted)
     return n
 
 
@@ -254,7 +272,7 @@ def test_tolerance_detects_a_wrong_scale(monkeypatch):
     def wrong(q, k, v, *, scale=None, **kw):
         return run(q, k, v, scale=1.01 * q.shape[-1] ** -0.5, **kw)
 
-    monkeypatch.setattr(fxattn, "attention", wrong)
+    monkeypatch.setattr(backend, "attention", wrong)
     fx = forward(model, args, torch.float32, "fxattn")
     assert (fx - native).abs().max().item() > 16 * FP32_TOL * native.abs().max().item()
 
@@ -277,15 +295,16 @@ def test_context_manager(calls):
 _ENV_SCRIPT = textwrap.dedent(
     """
     import json, torch
-    import fxattn, fxattn.diffusers
+    import fxattn.diffusers
+    import fxattn.integrations.diffusers.backend as backend
     from diffusers import WanTransformer3DModel
     from diffusers.models.attention_dispatch import _AttentionBackendRegistry, attention_backend
     n = [0]
-    run = fxattn.attention
+    run = backend.attention
     def counted(*a, **k):
         n[0] += 1
         return run(*a, **k)
-    fxattn.attention = counted
+    backend.attention = counted
     torch.manual_seed(0)
     m = WanTransformer3DModel(**json.loads(CONFIG)).eval()
     x = torch.randn(1, 4, 3, 8, 10); ctx = torch.randn(1, 512, 16)
@@ -446,7 +465,13 @@ def test_dispatch_masks(mask):
     if mask == "key_mask":
         ref_mask = ref_mask[:, None, None, :]
     native = dispatch_attention_fn(q, k, v, backend=AttentionBackendName.NATIVE, **dict(kw, attn_mask=ref_mask))
-    ref = _sdpa64(q, k, v, attn_mask=None if ref_mask is None else (ref_mask if ref_mask.dtype == torch.bool else ref_mask.double()), is_causal=kw.get("is_causal", False))
+    ref = _sdpa64(
+        q,
+        k,
+        v,
+        attn_mask=None if ref_mask is None else (ref_mask if ref_mask.dtype == torch.bool else ref_mask.double()),
+        is_causal=kw.get("is_causal", False),
+    )
     assert out.shape == q.shape and out.dtype == torch.float32
     e_native, e_fx = (native.double() - ref).abs().max().item(), (out.double() - ref).abs().max().item()
     assert e_fx <= 2 * e_native + 1e-6, (e_fx, e_native)

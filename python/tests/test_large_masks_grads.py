@@ -25,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fxattn  # noqa: E402
-from fxattn import _torch  # noqa: E402,F401  (registers the operators)
+from fxattn.attn import torch_op  # noqa: E402,F401  (registers the operators)
 
 F = torch.nn.functional
 FMIN = torch.finfo(torch.float32).min

@@ -59,8 +59,21 @@ def mpi_command(script: str, np_: int, *args, timeout: int = 120, hosts: str = "
     for name in ("FXATTN_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS", "FXA_MPI_TIMEOUT", "FXA_MPI_TEST_HOSTS"):
         if name in env:
             exports += ["-x", name]
-    cmd = ["timeout", "-k", "5", str(timeout), _mpirun(), "--allow-run-as-root", "--oversubscribe",
-           "-np", str(np_), *exports, sys.executable, str(SCRIPTS / script), *args]
+    cmd = [
+        "timeout",
+        "-k",
+        "5",
+        str(timeout),
+        _mpirun(),
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        str(np_),
+        *exports,
+        sys.executable,
+        str(SCRIPTS / script),
+        *args,
+    ]
     return cmd, env
 
 
@@ -91,8 +104,14 @@ def test_attention_grids(np_):
     assert sorted(int(r) for r, _ in ok) == list(range(np_)), out
     # 8 cases on every grid: np 2 has 2 grids, np 4 has 3
     assert all(int(n) == 8 * (2 if np_ == 2 else 3) for _, n in ok), out
-    for what in ("wrong shard length", "wrong k/v shard length", "dtype on one rank", "NaN on one rank", "grid",
-                 "float16 overflow on one rank"):
+    for what in (
+        "wrong shard length",
+        "wrong k/v shard length",
+        "dtype on one rank",
+        "NaN on one rank",
+        "grid",
+        "float16 overflow on one rank",
+    ):
         assert f"error [{what}]" in out, out
     assert "are not fxattn.mpi.shard's split of their sum" in out, out
 
@@ -152,8 +171,9 @@ def test_shard_matches_c_split():
         fm.shard(10, 2, 2)
 
 
-@pytest.mark.parametrize("np_,ulysses,ring,hosts", [(2, 1, 2, ""), (2, 2, 1, ""), (4, 2, 2, ""),
-                                                    (3, 1, 3, "0,1,0"), (2, "auto", "auto", "")])
+@pytest.mark.parametrize(
+    "np_,ulysses,ring,hosts", [(2, 1, 2, ""), (2, 2, 1, ""), (4, 2, 2, ""), (3, 1, 3, "0,1,0"), (2, "auto", "auto", "")]
+)
 def test_parallelize_wan(np_, ulysses, ring, hosts):
     """fxattn.diffusers.parallelize on a tiny random WanTransformer3DModel
     (9 tokens, uneven over 2 and 4 ranks) equals one process's forward with
@@ -233,10 +253,16 @@ def test_parallelize_cp_plan(np_, ulysses, ring):
     # joint attention with lengths no rank can run: ValueError on every rank, before the forward
     for model in ("flux", "qwen"):
         for r in range(np_):
-            assert re.search(rf"error \[text length\] {model} rank {r} .*joint attention .*text "
-                             rf"\(encoder_hidden_states, 5 tokens\).*the {np_} ranks", out), out
-            assert re.search(rf"error \[empty shard\] {model} rank {r} fxattn.diffusers.parallelize: \w+'s "
-                             rf"(encoder_hidden_states|txt_ids) has 1 tokens, fewer than the {np_} ranks", out), out
+            assert re.search(
+                rf"error \[text length\] {model} rank {r} .*joint attention .*text "
+                rf"\(encoder_hidden_states, 5 tokens\).*the {np_} ranks",
+                out,
+            ), out
+            assert re.search(
+                rf"error \[empty shard\] {model} rank {r} fxattn.diffusers.parallelize: \w+'s "
+                rf"(encoder_hidden_states|txt_ids) has 1 tokens, fewer than the {np_} ranks",
+                out,
+            ), out
 
 
 @pytest.mark.parametrize("ulysses,ring", [(2, 1), (1, 2)])

@@ -22,7 +22,7 @@ from test_diffusers import FP32_TOL, rel, self_attention_call
 import fxattn
 import fxattn.diffusers as fd
 import fxattn.wan as fw
-from fxattn import _wanlib as W
+from fxattn._capi import wan as W
 
 GRID = (1, 2, 3)
 HIDDEN, HEADS = 32, 2
@@ -77,7 +77,7 @@ def test_tensors_that_are_not_dense_are_refused():
         "quantized": torch.quantize_per_tensor(q, 0.1, 0, torch.qint8),
         "mkldnn": q.to_mkldnn(),
     }
-    for kind, t in odd.items():
+    for t in odd.values():
         with pytest.raises(fxattn.InvalidArgumentError, match="dense"):
             fxattn.attention(t, k, v, layout="bshd")
     with pytest.raises(fxattn.InvalidArgumentError, match="dense"):
@@ -156,8 +156,9 @@ def test_load_refuses_nul_bytes_and_no_path(tmp_path):
 
 def weights(seed=0):
     rng = np.random.default_rng(seed)
-    pairs = [(rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) / 6, rng.standard_normal(HIDDEN).astype(np.float32))
-             for _ in range(4)]
+    pairs = [
+        (rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) / 6, rng.standard_normal(HIDDEN).astype(np.float32)) for _ in range(4)
+    ]
     return pairs, [1 + 0.1 * rng.standard_normal(HIDDEN).astype(np.float32) for _ in range(2)]
 
 
@@ -182,8 +183,11 @@ def test_plot_cli_names_the_output_it_cannot_write(tmp_path):
     q, k, v = data()
     report = tmp_path / "r.json"
     report.write_text(json.dumps(fxattn.check(q, k, v, threads=1).to_dict()))
-    for out, message in (("", "-o '': not a file path"), (str(tmp_path / "no" / "p.png"), "No such file or directory"),
-                         (str(tmp_path), "Is a directory")):
+    for out, message in (
+        ("", "-o '': not a file path"),
+        (str(tmp_path / "no" / "p.png"), "No such file or directory"),
+        (str(tmp_path), "Is a directory"),
+    ):
         run = subprocess.run([sys.executable, "-m", "fxattn.plot", str(report), "-o", out], capture_output=True, text=True)
         assert run.returncode == 2 and message in run.stderr and "r.json" not in run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
@@ -287,6 +291,7 @@ def replace(module, cls, *args):
 def odd_modules():
     """Ways a WanAttention's submodules compute something other than their
     parameters through Linear / RMSNorm / Dropout."""
+
     def norm(attn):
         attn.norm_q = replace(attn.norm_q, ScaledRMSNorm, 24, 1e-6)
 

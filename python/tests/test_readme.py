@@ -43,9 +43,20 @@ def test_diffusers_example(monkeypatch):
     import fxattn.diffusers
 
     def tiny(cls, *args, **kwargs):
-        return cls(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4,
-                   out_channels=4, text_dim=16, freq_dim=8, ffn_dim=32, num_layers=1,
-                   cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32)
+        return cls(
+            patch_size=(1, 2, 2),
+            num_attention_heads=2,
+            attention_head_dim=12,
+            in_channels=4,
+            out_channels=4,
+            text_dim=16,
+            freq_dim=8,
+            ffn_dim=32,
+            num_layers=1,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            rope_max_seq_len=32,
+        )
 
     monkeypatch.setattr(WanTransformer3DModel, "from_pretrained", classmethod(tiny))
     scope = {}
@@ -62,10 +73,24 @@ def test_mpirun_example(tmp_path):
     script.write_text(examples()["mpirun"] + report)
     mpirun = os.environ.get("MPIRUN") or shutil.which("mpirun")
     assert mpirun, "mpirun not found"
-    cmd = ["timeout", "-k", "5", "300", mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4",
-           "-x", "PYTHONPATH", "-x", "FXATTN_LIBRARY_PATH", sys.executable, str(script)]
+    cmd = [
+        "timeout",
+        "-k",
+        "5",
+        "300",
+        mpirun,
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        "4",
+        "-x",
+        "PYTHONPATH",
+        "-x",
+        "FXATTN_LIBRARY_PATH",
+        sys.executable,
+        str(script),
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stdout + run.stderr
-    shapes = [(tmp_path / f"shard{r}").read_text() if (tmp_path / f"shard{r}").exists() else None
-              for r in range(4)]
+    shapes = [(tmp_path / f"shard{r}").read_text() if (tmp_path / f"shard{r}").exists() else None for r in range(4)]
     assert shapes == ["(1, 1024, 40, 128)"] * 4, run.stdout

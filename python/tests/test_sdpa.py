@@ -154,13 +154,12 @@ def test_torch_compile_traces_masks_and_causal():
     q, k, v = qkv()
     mask = torch.rand(2, 1, 33, 47) > 0.3
     fn = torch.compile(
-        lambda q, k, v, m: fxattn.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2
-        + fxattn.scaled_dot_product_attention(q, k, v, is_causal=True),
+        lambda q, k, v, m: (
+            fxattn.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2 + fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+        ),
         fullgraph=True,
     )
-    want = fxattn.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2 + fxattn.scaled_dot_product_attention(
-        q, k, v, is_causal=True
-    )
+    want = fxattn.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2 + fxattn.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert torch.equal(fn(q, k, v, mask), want)
 
 

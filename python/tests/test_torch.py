@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_attention import FP32_TOL, reference
 
 import fxattn
-from fxattn import _arrays
-
-from test_attention import FP32_TOL, reference
+from fxattn._common import arrays as _arrays
 
 SDPA = F.scaled_dot_product_attention
 
@@ -104,9 +103,7 @@ def test_custom_operator_is_registered_with_fake():
         fq, fk, fv = (torch.empty(t.shape) for t in (q, k, v))
         out, lse, parts = torch.ops.fxattn.attention(fq, fk, fv, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
     assert out.shape == q.shape and lse.shape == (1, 4, 64) and parts.shape == (1, 4, 64, 3)
-    torch.library.opcheck(
-        torch.ops.fxattn.attention.default, (q, k, v, 0.0, "bhsd", "auto", True, "fp32", True, "", 0)
-    )
+    torch.library.opcheck(torch.ops.fxattn.attention.default, (q, k, v, 0.0, "bhsd", "auto", True, "fp32", True, "", 0))
 
 
 def test_torch_errors_are_value_errors_with_message():

@@ -48,8 +48,8 @@ from safetensors.torch import save_file
 
 import fxattn
 import fxattn.wan as fw
-from fxattn import _lib
-from fxattn import _wanlib as W
+from fxattn._capi import loader
+from fxattn._capi import wan as W
 
 TOL = 2.0**-13
 TOL_BF16 = 2.0**-5
@@ -66,7 +66,7 @@ def cli() -> Path:
     a build tree's fxattn beside lib/, or $FXATTN_CLI."""
     if os.environ.get("FXATTN_CLI"):
         return Path(os.environ["FXATTN_CLI"])
-    lib = _lib._lib_dir()
+    lib = loader.library_dir()
     for p in (lib.parent / "bin" / "fxattn", lib.parent / "fxattn"):
         if p.is_file():
             return p
@@ -196,7 +196,9 @@ def test_from_module_matches_diffusers():
     assert rel_err(layer(x, GRID), ref) < TOL
     # Without the RoPE permutation the layer computes something else.
     lin = (attn.to_q, attn.to_k, attn.to_v, attn.to_out[0])
-    raw = fw.WanSelfAttention.from_tensors(*((m.weight, m.bias) for m in lin), attn.norm_q.weight, attn.norm_k.weight, HEADS, rope_half=True)
+    raw = fw.WanSelfAttention.from_tensors(
+        *((m.weight, m.bias) for m in lin), attn.norm_q.weight, attn.norm_k.weight, HEADS, rope_half=True
+    )
     assert rel_err(raw(x, GRID), ref) > 1e-3
 
 
@@ -303,8 +305,14 @@ def bf16_error_cases():
     """(heads, head_dim, grid, norm gain, seed): Wan-like shapes (head_dim 16 to
     64, S 36 to 256), gains 1 to 3 (sharper softmax, larger scores: Q/K
     rounding weighs more), 3 seeds each."""
-    shapes = [(4, 32, (2, 3, 6), 1.0), (2, 64, (3, 4, 5), 1.0), (8, 16, (2, 8, 8), 1.0),
-              (4, 32, (2, 4, 8), 2.0), (4, 64, (4, 8, 8), 1.0), (4, 32, (2, 3, 6), 3.0)]
+    shapes = [
+        (4, 32, (2, 3, 6), 1.0),
+        (2, 64, (3, 4, 5), 1.0),
+        (8, 16, (2, 8, 8), 1.0),
+        (4, 32, (2, 4, 8), 2.0),
+        (4, 64, (4, 8, 8), 1.0),
+        (4, 32, (2, 3, 6), 3.0),
+    ]
     return [(*shape, seed) for shape in shapes for seed in range(3)]
 
 
@@ -375,8 +383,10 @@ def test_bf16_weights_load_the_same_bits(tmp_path):
     ref_b = fw.WanSelfAttention.from_module(ab, threads=2, dtype="bf16")
     assert weight_bytes(ref_b)[0::2][:2] == weight_bytes(ref)[0::2][:2]
     y_b = ref_b(x, GRID)
-    for layer in (fw.WanSelfAttention.load(pb, block=1, heads=HEADS, threads=2, dtype="bf16"),
-                  fw.WanSelfAttention.load(pb.parent, block=1, heads=HEADS, threads=2, dtype=torch.bfloat16)):
+    for layer in (
+        fw.WanSelfAttention.load(pb, block=1, heads=HEADS, threads=2, dtype="bf16"),
+        fw.WanSelfAttention.load(pb.parent, block=1, heads=HEADS, threads=2, dtype=torch.bfloat16),
+    ):
         assert layer.dtype == "bf16"
         assert weight_bytes(layer) == weight_bytes(ref_b)
         assert layer(x, GRID).numpy().tobytes() == y_b.numpy().tobytes()
@@ -399,8 +409,9 @@ def test_bf16_weights_load_the_same_bits(tmp_path):
     qkv, qkv_b = bf16_tensor(w.qkv.w, 3 * HIDDEN, HIDDEN), f32(w.qkv.bias, 3 * HIDDEN)
     pairs = [(qkv[i * HIDDEN : (i + 1) * HIDDEN], qkv_b[i * HIDDEN : (i + 1) * HIDDEN]) for i in range(3)]
     pairs.append((bf16_tensor(w.o.w, HIDDEN, HIDDEN), f32(w.o.bias, HIDDEN)))
-    rebuilt = fw.WanSelfAttention.from_tensors(*pairs, f32(w.gamma_q, HIDDEN), f32(w.gamma_k, HIDDEN), HEADS,
-                                               rope_half=True, threads=2, dtype="bf16")
+    rebuilt = fw.WanSelfAttention.from_tensors(
+        *pairs, f32(w.gamma_q, HIDDEN), f32(w.gamma_k, HIDDEN), HEADS, rope_half=True, threads=2, dtype="bf16"
+    )
     assert weight_bytes(rebuilt) == weight_bytes(syn)
     xs = synth_x()
     assert rebuilt(xs, GRID).tobytes() == syn(xs, GRID).tobytes()

@@ -18,8 +18,9 @@ from diffusers.models.transformers.transformer_wan import WanAttnProcessor as De
 from test_diffusers import FP32_TOL, LAYERS, forward, inputs, model, rel, self_attention_call
 
 import fxattn.diffusers as fd
+from fxattn.integrations.diffusers import processor
 
-pytestmark = pytest.mark.skipif(not fd._FUSED_AUTO, reason="the fused layer is not the auto default")
+pytestmark = pytest.mark.skipif(not processor._FUSED_AUTO, reason="the fused layer is not the auto default")
 
 
 def lora_config():

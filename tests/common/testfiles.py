@@ -5,6 +5,7 @@ same arguments on every machine.
 lcg(seed, count, spread): value i is ((state_i >> 40) / 2**24 - 0.5) * spread,
 state_i the i-th step of Knuth's MMIX LCG from seed.
 """
+
 import json
 import struct
 
@@ -77,7 +78,7 @@ def wan_attention_tensors(hidden, block=0, dtype="F32", seed=7, naming="original
         norm = {"q": "attn1.norm_q", "k": "attn1.norm_k"}
     p = "blocks.%d." % block
     out, s = {}, seed
-    ws = 2.0 / hidden ** 0.5
+    ws = 2.0 / hidden**0.5
     for m in "qkvo":
         out[p + lin[m] + ".weight"] = (dtype, (hidden, hidden), lcg(s, hidden * hidden, ws))
         out[p + lin[m] + ".bias"] = (dtype, (hidden,), lcg(s + 1, hidden, 0.2))
@@ -95,6 +96,7 @@ def write_sharded(folder, tensors, shard_of, stem="diffusion_pytorch_model", mis
     `missing` are listed in the index but not written. Returns the index
     path."""
     import os
+
     groups = {}
     for name in tensors:
         groups.setdefault(shard_of(name), {})[name] = tensors[name]
@@ -103,8 +105,7 @@ def write_sharded(folder, tensors, shard_of, stem="diffusion_pytorch_model", mis
     for k, group in groups.items():
         if k not in missing:
             write_safetensors(os.path.join(folder, files[k]), group)
-    index = {"metadata": {"total_size": 0},
-             "weight_map": {name: files[shard_of(name)] for name in sorted(tensors)}}
+    index = {"metadata": {"total_size": 0}, "weight_map": {name: files[shard_of(name)] for name in sorted(tensors)}}
     path = os.path.join(folder, stem + ".safetensors.index.json")
     with open(path, "w") as f:
         json.dump(index, f, indent=2)

@@ -7,6 +7,7 @@
 Value i is ((state_i >> 40) / 2**24 - 0.5) * SPREAD, state_i the i-th
 step of Knuth's MMIX LCG from SEED: the same file for the same arguments.
 """
+
 import struct
 import sys
 

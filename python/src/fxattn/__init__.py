@@ -16,7 +16,7 @@ bad input raises InvalidArgumentError, which is a ValueError.
 
 import sys as _sys
 
-from ._lib import (
+from ._capi import (
     FxattnError,
     FxattnIOError,
     InvalidArgumentError,
@@ -25,10 +25,8 @@ from ._lib import (
     PeerTimeoutError,
     UnsupportedError,
 )
-from ._lib import core as _core
-from ._attention import attention
-from ._sdpa import scaled_dot_product_attention
-from ._check import CheckReport, check
+from ._capi import core as _core
+from .attn import CheckReport, attention, check, scaled_dot_product_attention
 
 #: The C library's version (the same as __version__ in a consistent install).
 library_version = _core.fxa_version().decode()
@@ -62,7 +60,7 @@ def available_cpus() -> int:
 
 def kernel_info(threads=None) -> str:
     """One line naming the kernel set and tiles a context of `threads` runs."""
-    from ._context import context
+    from ._common.context import context
 
     return context(threads).kernel_info
 
@@ -79,16 +77,15 @@ def compute_choice(dtype="bfloat16", head_dim=128, threads=None):
     on Intel cores whose vdpbf16ps runs at half the FMA rate, fp32. The
     environment variable FXA_AUTO_COMPUTE ("fp32" or "bf16"), read when a
     context is created, pins it."""
-    from ._arrays import dtype_code
-    from ._attn_core import compute_choice_code
-    from ._check_args import INT32_MAX, integer
-    from ._lib import INVALID_ARG as _INVALID_ARG
+    from ._capi import INVALID_ARG
+    from ._common import arrays, validate
+    from .attn.options import compute_choice_code
 
     try:
-        code = dtype_code(dtype)
+        code = arrays.dtype_code(dtype)
     except InvalidArgumentError:
-        raise InvalidArgumentError(f"dtype {dtype} is not float32, bfloat16 or float16", _INVALID_ARG) from None
-    return compute_choice_code(code, integer("head_dim", head_dim, 1, INT32_MAX), threads)
+        raise InvalidArgumentError(f"dtype {dtype} is not float32, bfloat16 or float16", INVALID_ARG) from None
+    return compute_choice_code(code, validate.integer("head_dim", head_dim, 1, validate.INT32_MAX), threads)
 
 
 def release_contexts() -> None:
@@ -96,7 +93,7 @@ def release_contexts() -> None:
     workspace) is destroyed once no call in progress and no object (a
     fxattn.wan layer) holds it. Later calls make new ones. The cache keeps
     the 4 most recently used thread counts on its own."""
-    from ._context import release_contexts as release
+    from ._common.context import release_contexts as release
 
     release()
 
@@ -104,7 +101,7 @@ def release_contexts() -> None:
 # torch users get the custom operator registered at import, outside any
 # torch.compile trace.
 if "torch" in _sys.modules:
-    from . import _torch  # noqa: F401
+    from .attn import torch_op  # noqa: F401
 
 __all__ = [
     "FxattnError",

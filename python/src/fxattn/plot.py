@@ -33,8 +33,7 @@ def plot_report(report: dict, path) -> None:
     top.step(x, [h["gate_centered"] for h in heads], where="mid", color="r", label="centred gate")
     top.set_ylabel("base-2 units")
     top.set_title(
-        f"fxattn check: Hq={report['heads_q']} Hkv={report['heads_kv']} Sq={report['seq_q']} "
-        f"Skv={report['seq_kv']} D={report['head_dim']}"
+        f"fxattn check: Hq={report['heads_q']} Hkv={report['heads_kv']} Sq={report['seq_q']} Skv={report['seq_kv']} D={report['head_dim']}"
     )
     top.legend(fontsize="small", ncol=2)
     width = 0.4

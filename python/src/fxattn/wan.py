@@ -34,9 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _arrays, _check_args, _lib
-from . import _wanlib as W
-from ._context import context
+from . import _capi
+from ._capi import wan as W
+from ._common import arrays, validate
+from ._common.context import context
 
 __all__ = ["WanSelfAttention", "WanLayerStats", "rope_tables", "synth"]
 
@@ -47,7 +48,7 @@ _DTYPE_NAMES = {W.F32: "fp32", W.BF16: "bf16"}
 
 
 def _bad(message: str):
-    return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+    return _capi.InvalidArgumentError(message, _capi.INVALID_ARG)
 
 
 def _dtype_code(dtype) -> int:
@@ -56,7 +57,7 @@ def _dtype_code(dtype) -> int:
     float32 / bfloat16 dtype. Anything else raises InvalidArgumentError (a
     ValueError)."""
     name = dtype
-    torch = _arrays.torch_module()
+    torch = arrays.torch_module()
     if torch is not None and isinstance(dtype, torch.dtype):
         name = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype)
     elif not isinstance(dtype, str):
@@ -85,9 +86,9 @@ class WanLayerStats:
 def synth(seed: int, count: int, stream: int = W.SYNTH_X) -> np.ndarray:
     """Values 0..count-1 of the loader's generator stream (fxa_wan_synth;
     stream 0 is the CLI's synthetic x, element token * hidden + channel), fp32."""
-    seed = _check_args.integer("seed", seed, 0, _check_args.UINT64_MAX)
-    stream = _check_args.integer("stream", stream, 0, _check_args.UINT64_MAX)
-    count = _check_args.integer("count", count, 0, _check_args.INT64_MAX)
+    seed = validate.integer("seed", seed, 0, validate.UINT64_MAX)
+    stream = validate.integer("stream", stream, 0, validate.UINT64_MAX)
+    count = validate.integer("count", count, 0, validate.INT64_MAX)
     f = W.wan.fxa_wan_synth
     return np.fromiter((f(seed, stream, i) for i in range(count)), np.float32, count)
 
@@ -95,14 +96,14 @@ def synth(seed: int, count: int, stream: int = W.SYNTH_X) -> np.ndarray:
 def rope_tables(grid, head_dim: int):
     """Wan's rotate-half RoPE tables of grid (frames, height, width): cos, sin
     [S, head_dim] fp32 numpy arrays (fxa_wan_rope_tables, theta 1e4)."""
-    f, h, w = _check_args.grid("grid", grid)
-    head_dim = _check_args.integer("head_dim", head_dim, 1, _check_args.INT64_MAX)
-    if f * h * w * head_dim > _check_args.INT64_MAX // 4:
+    f, h, w = validate.grid("grid", grid)
+    head_dim = validate.integer("head_dim", head_dim, 1, validate.INT64_MAX)
+    if f * h * w * head_dim > validate.INT64_MAX // 4:
         raise _bad(f"RoPE tables of grid {f} x {h} x {w} and head_dim {head_dim} exceed the addressable size")
     cs = np.empty((f * h * w, head_dim), np.float32)
     sn = np.empty_like(cs)
     st = W.proj.fxa_wan_rope_tables(f, h, w, head_dim, W.ROPE_THETA, cs.ctypes.data, sn.ctypes.data)
-    _lib.raise_status(st, f"no Wan RoPE tables for grid {f} x {h} x {w} and head_dim {head_dim}")
+    _capi.raise_status(st, f"no Wan RoPE tables for grid {f} x {h} x {w} and head_dim {head_dim}")
     return cs, sn
 
 
@@ -118,18 +119,18 @@ def _torch_cpu(t, name: str):
     made under accelerate's init_empty_weights) is refused."""
     if t.device.type == "meta":
         raise _bad(f"{name} is on the meta device: it has no values to copy")
-    return _arrays.torch_values(t.detach(), name).to("cpu")
+    return arrays.torch_values(t.detach(), name).to("cpu")
 
 
 def _f32(t, name: str, copy: bool = True) -> np.ndarray:
     """A torch tensor or array of real numbers as a contiguous fp32 numpy
     copy (copy=False: an fp32 input's own memory when it is contiguous)."""
-    if _arrays.is_torch(t):
-        if t.is_complex() or t.dtype == _arrays.torch_module().bool:
+    if arrays.is_torch(t):
+        if t.is_complex() or t.dtype == arrays.torch_module().bool:
             raise _bad(f"{name} has dtype {t.dtype}; it must hold real numbers (a float or integer dtype)")
         t = _torch_cpu(t, name).float().numpy()
-    t = _arrays.native_array(t, name)
-    _check_args.real_array_dtype(name, t.dtype)
+    t = arrays.native_array(t, name)
+    validate.real_array_dtype(name, t.dtype)
     with np.errstate(over="ignore"):
         a = np.array(t, dtype=np.float32, order="C") if copy else np.asarray(t, dtype=np.float32, order="C")
     if not np.all(np.isfinite(a)):
@@ -150,12 +151,12 @@ def _bf16(t, name: str, copy: bool = True) -> np.ndarray:
     values keep their bits, any other float dtype goes through fp32 (exact
     for fp32, fp16 and bf16) and is rounded once to nearest even."""
     own = np.array if copy else np.asarray
-    if _arrays.is_torch(t) and t.dtype == _arrays.torch_module().bfloat16:
-        torch = _arrays.torch_module()
+    if arrays.is_torch(t) and t.dtype == arrays.torch_module().bfloat16:
+        torch = arrays.torch_module()
         t = _torch_cpu(t, name).contiguous()
         a = own(t.view(torch.int16).numpy().view(np.uint16), order="C")
-    elif not _arrays.is_torch(t) and np.asarray(t).dtype.name == "bfloat16":  # ml_dtypes
-        a = own(_arrays.native_array(t, name).view(np.uint16), order="C")
+    elif not arrays.is_torch(t) and np.asarray(t).dtype.name == "bfloat16":  # ml_dtypes
+        a = own(arrays.native_array(t, name).view(np.uint16), order="C")
     else:
         return _round_bf16(_f32(t, name))
     if np.any((a & 0x7F80) == 0x7F80):
@@ -184,7 +185,7 @@ def _tensor_weights(pairs, norm_q, norm_k, heads, rope_half: bool, code: int, in
     if qw.ndim != 2 or qw.shape[0] != qw.shape[1]:
         raise _bad(f"q.weight has shape {list(qw.shape)}; expected [hidden, hidden]")
     hidden = qw.shape[1]
-    heads = _check_args.integer("heads", heads, 1, _check_args.INT64_MAX)
+    heads = validate.integer("heads", heads, 1, validate.INT64_MAX)
     if hidden < 1 or hidden % heads:
         raise _bad(f"{heads} heads do not divide the hidden size {hidden}")
     shapes = {"q.weight": qw, "k.weight": kw, "v.weight": vw, "o.weight": ow}
@@ -251,7 +252,7 @@ def _c_path(path) -> bytes:
     another file."""
     cpath = os.fsencode(os.fspath(path))
     if b"\0" in cpath:
-        raise _bad(f"path {_check_args.show(path)} holds a NUL byte")
+        raise _bad(f"path {validate.show(path)} holds a NUL byte")
     return cpath
 
 
@@ -284,18 +285,18 @@ class WanSelfAttention:
         code = _dtype_code(dtype)
         p = W.WanLoadParams()
         W.wan.fxa_wan_load_params_init(ctypes.byref(p))
-        p.block = _check_args.integer("block", block, 0, _check_args.INT64_MAX)
-        p.heads = _check_args.integer("heads", heads, 1, _check_args.INT64_MAX)
-        p.rope_half = int(_check_args.boolean("rope_half", rope_half))
-        p.fp8 = int(_check_args.boolean("fp8", fp8))
-        p.seed = _check_args.integer("seed", seed, 0, _check_args.UINT64_MAX)
-        p.hidden = _check_args.integer("hidden", hidden, 0 if path is not None else 1, _check_args.INT64_MAX)
+        p.block = validate.integer("block", block, 0, validate.INT64_MAX)
+        p.heads = validate.integer("heads", heads, 1, validate.INT64_MAX)
+        p.rope_half = int(validate.boolean("rope_half", rope_half))
+        p.fp8 = int(validate.boolean("fp8", fp8))
+        p.seed = validate.integer("seed", seed, 0, validate.UINT64_MAX)
+        p.hidden = validate.integer("hidden", hidden, 0 if path is not None else 1, validate.INT64_MAX)
         p.dtype = code
         w = W.WanWeights()
         err = ctypes.create_string_buffer(_ERRLEN)
         cpath = None if path is None else _c_path(path)
         st = W.wan.fxa_wan_weights_load(cpath, ctypes.byref(p), ctypes.byref(w), err, _ERRLEN)
-        _lib.raise_status(st, err.value.decode(errors="replace"))
+        _capi.raise_status(st, err.value.decode(errors="replace"))
         return cls(w, None, True, threads, code)
 
     @classmethod
@@ -335,7 +336,7 @@ class WanSelfAttention:
         either way (6 hidden floats). Q/K rows and gains are permuted from
         interleaved RoPE pairs to rotate-half unless rope_half."""
         code = _dtype_code(dtype)
-        w, owned = _tensor_weights((q, k, v, o), norm_q, norm_k, heads, _check_args.boolean("rope_half", rope_half), code)
+        w, owned = _tensor_weights((q, k, v, o), norm_q, norm_k, heads, validate.boolean("rope_half", rope_half), code)
         return cls(w, owned, False, threads, code)
 
     @classmethod
@@ -383,7 +384,7 @@ class WanSelfAttention:
 
     @property
     def dtype(self) -> str:
-        """"fp32" or "bf16": the layer's weights and activations."""
+        """ "fp32" or "bf16": the layer's weights and activations."""
         return _DTYPE_NAMES[self._dtype]
 
     @property
@@ -405,7 +406,7 @@ class WanSelfAttention:
 
     def _desc(self, grid, x_format: int = W.PROJ_X_F32) -> W.WanDesc:
         self._require_open()
-        f, h, w = _check_args.grid("grid", grid)
+        f, h, w = validate.grid("grid", grid)
         d = W.WanDesc()
         W.wan.fxa_wan_desc_init(ctypes.byref(d))
         d.frames, d.height, d.width = f, h, w
@@ -426,7 +427,7 @@ class WanSelfAttention:
             return hit
         handle, ws = ctypes.c_void_p(), ctypes.c_size_t()
         st = W.wan.fxa_wan_plan_create(self._ctx.handle, ctypes.byref(d), ctypes.byref(handle), ctypes.byref(ws))
-        _lib.raise_status(st, self._ctx.last_error())
+        _capi.raise_status(st, self._ctx.last_error())
         hit = self._plans[key] = (handle, ws.value)
         if len(self._plans) > _PLAN_CACHE:
             W.wan.fxa_wan_plan_destroy(self._plans.popitem(last=False)[1][0])
@@ -446,14 +447,14 @@ class WanSelfAttention:
         bf16 x); sets last_stats. Raises InvalidArgumentError for a bad
         shape, dtype or grid, or a NaN/Inf in x (the library's message)."""
         self._require_open()
-        torch = _arrays.torch_module() if _arrays.is_torch(x) else None
+        torch = arrays.torch_module() if arrays.is_torch(x) else None
         if torch is not None:
             if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16):
                 raise _bad(f"x is {x.dtype} on {x.device}; the layer takes torch.float32 or torch.bfloat16 on the CPU")
-            x = _arrays.torch_values(x.detach(), "x")
+            x = arrays.torch_values(x.detach(), "x")
             bf16_x = x.dtype == torch.bfloat16
         else:
-            x = _arrays.native_array(x, "x")
+            x = arrays.native_array(x, "x")
             if x.dtype != np.float32 and x.dtype.name != "bfloat16":
                 raise _bad(f"x has dtype {x.dtype}; the layer takes float32 or bfloat16")
             bf16_x = x.dtype.name == "bfloat16"
@@ -474,15 +475,15 @@ class WanSelfAttention:
             x = np.ascontiguousarray(x)
             y = np.empty(shape, np.float32)
             xp, yp = x.ctypes.data, y.ctypes.data
-        stats = _lib.new(W.WanStats)
+        stats = _capi.new(W.WanStats)
         ctx = self._context()
         with ctx.lock:  # close() and a weight reload wait for the run, which holds self._w's memory
             self._require_open()
             plan, nbytes = self._plan(d)
             ws = ctx.workspace(nbytes)
             st = W.wan.fxa_wan_run(plan, ctypes.byref(self._w), xp, yp, ws, ctypes.byref(stats))
-            if st != _lib.OK:
-                _lib.raise_status(st, ctx.last_error())
+            if st != _capi.OK:
+                _capi.raise_status(st, ctx.last_error())
         self.last_stats = WanLayerStats(stats.qkv_seconds, stats.attention_seconds, stats.out_seconds, stats.rows, stats.fallback_rows)
         if bf16_x:
             y = y.to(x.dtype) if torch is not None else _round_bf16(y).view(x.dtype)
@@ -526,9 +527,10 @@ class WanSelfAttention:
     def __reduce_ex__(self, protocol):
         """Refused (copy.copy, copy.deepcopy, pickle): a copy would share
         the C weights and plans that either object frees."""
-        raise TypeError("a WanSelfAttention holds C memory and cannot be copied or pickled; build another with "
-                        "load(), synthetic(), from_tensors() or from_module()")
+        raise TypeError(
+            "a WanSelfAttention holds C memory and cannot be copied or pickled; build another with "
+            "load(), synthetic(), from_tensors() or from_module()"
+        )
 
     def __repr__(self) -> str:
-        return (f"WanSelfAttention(hidden={self.hidden}, heads={self.heads}, head_dim={self.head_dim}, "
-                f"dtype={self.dtype!r}, fp8={self.fp8})")
+        return f"WanSelfAttention(hidden={self.hidden}, heads={self.heads}, head_dim={self.head_dim}, dtype={self.dtype!r}, fp8={self.fp8})"

@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 import fxattn
 import fxattn.mpi as fm
-from fxattn import _cp_plan
+from fxattn.integrations.diffusers import context_parallel as _cp_plan
 
 T = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
 comm = MPI.COMM_WORLD

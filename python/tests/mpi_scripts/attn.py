@@ -51,9 +51,9 @@ def ref64(q, k, v, scale, layout):
     s = scale * q @ k.transpose(0, 1, 3, 2)
     m = s.max(-1, keepdims=True)
     p = np.exp(s - m)
-    l = p.sum(-1, keepdims=True)
-    out = (p / l) @ v
-    lse = (m + np.log(l))[..., 0]
+    denom = p.sum(-1, keepdims=True)
+    out = (p / denom) @ v
+    lse = (m + np.log(denom))[..., 0]
     if layout == "bshd":
         out = out.transpose(0, 2, 1, 3)
     return out, lse
@@ -123,13 +123,12 @@ def case(kind, layout, sq, skv, hq, hkv, d, dtype="float32", compute="fp32", str
     if compute == "bf16":  # bf16 products and P: compare to one process only
         e_s = None
     for u, r in grids(P):
-        out, lse = fm.attention(qs, ks, vs, comm, ulysses=u, ring=r, layout=layout, compute=compute,
-                                return_lse=True, threads=1)
+        out, lse = fm.attention(qs, ks, vs, comm, ulysses=u, ring=r, layout=layout, compute=compute, return_lse=True, threads=1)
         label = f"{kind} {dtype} {layout} Sq={sq} Skv={skv} Hq={hq} Hkv={hkv} U={u} R={r} rank {rank}"
         assert type(out) is type(Q), f"{label}: output kind {type(out)}"
         assert out.dtype == Q.dtype, f"{label}: output dtype {out.dtype} != {Q.dtype}"
         assert tuple(lse.shape) == (1, hq, nq), f"{label}: lse shape {tuple(lse.shape)}"
-        want, want_lse = cut(one, q0, nq, layout), one_lse[:, :, q0:q0 + nq]
+        want, want_lse = cut(one, q0, nq, layout), one_lse[:, :, q0 : q0 + nq]
         if r == 1:
             check(label + " out vs one process (bitwise)", out, want, 0.0)
             check(label + " lse vs one process (bitwise)", lse, want_lse, 0.0)
@@ -139,7 +138,7 @@ def case(kind, layout, sq, skv, hq, hkv, d, dtype="float32", compute="fp32", str
         if e_s is not None:
             tol = 2 * (2 * e_s + 4 * skv * EPS) * vmax + low
             check(label + " out vs fp64", out, cut(r64, q0, nq, layout), tol)
-            check(label + " lse vs fp64", lse, l64[:, :, q0:q0 + nq], 2 * e_s + 2 * skv * EPS + EPS * lmax)
+            check(label + " lse vs fp64", lse, l64[:, :, q0 : q0 + nq], 2 * e_s + 2 * skv * EPS + EPS * lmax)
         cases += 1
 
 
@@ -166,41 +165,61 @@ def errors():
     s = 4 * P + 1
     x = rng.standard_normal((1, s, 2, 8)).astype(np.float32)
     q0, n = fm.shard(s, grid_rank, P)
-    good = x[:, q0:q0 + n]
+    good = x[:, q0 : q0 + n]
     # rank P-1 drops two tokens: the sum and the split no longer agree
     bad = good[:, :-2] if rank == P - 1 else good
-    expect_error("wrong shard length", lambda: fm.attention(bad, bad, bad, comm, layout="bshd", threads=1),
-                 fxattn.InvalidArgumentError, "are not fxattn.mpi.shard's split")
+    expect_error(
+        "wrong shard length",
+        lambda: fm.attention(bad, bad, bad, comm, layout="bshd", threads=1),
+        fxattn.InvalidArgumentError,
+        "are not fxattn.mpi.shard's split",
+    )
     # only the key/value shards are wrong
-    expect_error("wrong k/v shard length", lambda: fm.attention(good, bad, bad, comm, layout="bshd", threads=1),
-                 fxattn.InvalidArgumentError, "key/value shard lengths")
+    expect_error(
+        "wrong k/v shard length",
+        lambda: fm.attention(good, bad, bad, comm, layout="bshd", threads=1),
+        fxattn.InvalidArgumentError,
+        "key/value shard lengths",
+    )
     # a bad dtype on one rank only: its message, prefixed with its rank
     odd = good.astype(np.float64) if rank == P - 1 else good
-    expect_error("dtype on one rank", lambda: fm.attention(odd, odd, odd, comm, layout="bshd", threads=1),
-                 fxattn.InvalidArgumentError, f"rank {P - 1}: q has dtype float64")
+    expect_error(
+        "dtype on one rank",
+        lambda: fm.attention(odd, odd, odd, comm, layout="bshd", threads=1),
+        fxattn.InvalidArgumentError,
+        f"rank {P - 1}: q has dtype float64",
+    )
     # a NaN in one rank's shard: the library's agreed error
     nan = good.copy()
     if rank == P - 1:
         nan[0, 0, 0, 0] = np.nan
-    expect_error("NaN on one rank", lambda: fm.attention(good, nan, good, comm, layout="bshd", threads=1),
-                 fxattn.InvalidArgumentError, "K")
+    expect_error("NaN on one rank", lambda: fm.attention(good, nan, good, comm, layout="bshd", threads=1), fxattn.InvalidArgumentError, "K")
     # a grid that does not match the communicator (from fxa_mpi_create)
-    expect_error("grid", lambda: fm.attention(good, good, good, comm, layout="bshd", ulysses=P, ring=2, threads=1),
-                 fxattn.InvalidArgumentError, "")
+    expect_error(
+        "grid", lambda: fm.attention(good, good, good, comm, layout="bshd", ulysses=P, ring=2, threads=1), fxattn.InvalidArgumentError, ""
+    )
     # an unknown placement on one rank
     where = "nowhere" if rank == P - 1 else "hosts"
-    expect_error("placement", lambda: fm.attention(good, good, good, comm, layout="bshd", threads=1, placement=where),
-                 fxattn.InvalidArgumentError, "placement must be 'hosts' or 'ranks'")
+    expect_error(
+        "placement",
+        lambda: fm.attention(good, good, good, comm, layout="bshd", threads=1, placement=where),
+        fxattn.InvalidArgumentError,
+        "placement must be 'hosts' or 'ranks'",
+    )
     # float16 outputs that overflow on one rank only (grid rank P-1's queries
     # pick the one key whose value is 1e5; the others average it over s
     # keys, below 65504): the same error on every rank
     hot, spike = np.zeros((3, 1, s, 2, 8), np.float32), fm.shard(s, P - 1, P)
-    hot[0, :, spike[0]:spike[0] + spike[1], :, 0] = 10  # q
+    hot[0, :, spike[0] : spike[0] + spike[1], :, 0] = 10  # q
     hot[1, :, 0, :, 0] = 10  # k
     hot[2, :, 0] = 1e5  # v
-    hq, hk, hv = (t[:, q0:q0 + n] for t in hot)
-    expect_error("float16 overflow on one rank", lambda: fm.attention(hq, hk, hv, comm, layout="bshd", threads=1, out_dtype="float16"),
-                 fxattn.InvalidArgumentError, "out_dtype float16: the output holds values up to")
+    hq, hk, hv = (t[:, q0 : q0 + n] for t in hot)
+    expect_error(
+        "float16 overflow on one rank",
+        lambda: fm.attention(hq, hk, hv, comm, layout="bshd", threads=1, out_dtype="float16"),
+        fxattn.InvalidArgumentError,
+        "out_dtype float16: the output holds values up to",
+    )
     # the handle still works after all that
     out = fm.attention(good, good, good, comm, layout="bshd", threads=1)
     check("after errors", out, cut(fxattn.attention(x, x, x, threads=1, layout="bshd"), q0, n, "bshd"), 4 * s * EPS * 4)
@@ -212,22 +231,37 @@ def disagree():
     message on every rank."""
     x = np.random.default_rng(2).standard_normal((1, 2 * P, 2, 8)).astype(np.float32)
     q0, n = fm.shard(2 * P, grid_rank, P)
-    s = x[:, q0:q0 + n]
+    s = x[:, q0 : q0 + n]
     scale = {1: 0.5, 2: 0.25}.get(rank, None)
-    expect_error("options on two ranks", lambda: fm.attention(s, s, s, comm, layout="bshd", threads=1, scale=scale),
-                 fxattn.InvalidArgumentError, "ranks disagree on options: rank 0 has")
+    expect_error(
+        "options on two ranks",
+        lambda: fm.attention(s, s, s, comm, layout="bshd", threads=1, scale=scale),
+        fxattn.InvalidArgumentError,
+        "ranks disagree on options: rank 0 has",
+    )
     half = s.astype(np.float16) if rank == 2 else s
-    expect_error("a dtype on one rank", lambda: fm.attention(half, half, half, comm, layout="bshd", threads=1),
-                 fxattn.InvalidArgumentError,
-                 "ranks disagree on dtype: rank 0 has 'float32', rank 2 has 'float16'")
+    expect_error(
+        "a dtype on one rank",
+        lambda: fm.attention(half, half, half, comm, layout="bshd", threads=1),
+        fxattn.InvalidArgumentError,
+        "ranks disagree on dtype: rank 0 has 'float32', rank 2 has 'float16'",
+    )
     k = torch.from_numpy(s) if rank == 1 else s
-    expect_error("torch and numpy mixed", lambda: fm.attention(s, k, s, comm, layout="bshd", threads=1),
-                 fxattn.InvalidArgumentError, "rank 1: q, k and v must be all torch tensors or all numpy arrays")
+    expect_error(
+        "torch and numpy mixed",
+        lambda: fm.attention(s, k, s, comm, layout="bshd", threads=1),
+        fxattn.InvalidArgumentError,
+        "rank 1: q, k and v must be all torch tensors or all numpy arrays",
+    )
     # inputs that autograd records on one rank only: the backward is
     # collective, so every rank refuses
     t = torch.from_numpy(s.copy()).requires_grad_(rank == 1)
-    expect_error("inputs requiring grad on one rank", lambda: fm.attention(t, t, t, comm, layout="bshd", threads=1),
-                 fxattn.InvalidArgumentError, "ranks disagree on requires_grad: rank 0 has False, rank 1 has True")
+    expect_error(
+        "inputs requiring grad on one rank",
+        lambda: fm.attention(t, t, t, comm, layout="bshd", threads=1),
+        fxattn.InvalidArgumentError,
+        "ranks disagree on requires_grad: rank 0 has False, rank 1 has True",
+    )
     with torch.no_grad():
         fm.attention(t, t, t, comm, layout="bshd", threads=1)
     fm.release(comm)
@@ -267,8 +301,8 @@ def main():
     # default threads (fxa_mpi_default_threads) and the handle cache
     x = np.random.default_rng(8).standard_normal((1, 2 * P, 2, 8)).astype(np.float32)
     q0, n = fm.shard(2 * P, grid_rank, P)
-    a = fm.attention(x[:, q0:q0 + n], x[:, q0:q0 + n], x[:, q0:q0 + n], comm, layout="bshd", ulysses=P)
-    b = fm.attention(x[:, q0:q0 + n], x[:, q0:q0 + n], x[:, q0:q0 + n], comm, layout="bshd", ulysses=P)
+    a = fm.attention(x[:, q0 : q0 + n], x[:, q0 : q0 + n], x[:, q0 : q0 + n], comm, layout="bshd", ulysses=P)
+    b = fm.attention(x[:, q0 : q0 + n], x[:, q0 : q0 + n], x[:, q0 : q0 + n], comm, layout="bshd", ulysses=P)
     assert fm.default_threads(comm) >= 1
     check("repeat", a, b, 0.0)
     check("default threads", a, cut(fxattn.attention(x, x, x, threads=1, layout="bshd"), q0, n, "bshd"), 0.0)

@@ -5,7 +5,7 @@ LTX-Video (LTXVideoTransformer3DModel: RoPE split at its output, the text
 split too, so cross-attention runs distributed with Skv != Sq), Qwen-Image
 (QwenImageTransformer2DModel: joint attention as Flux, RoPE split at
 pos_embed's output) and Wan (WanTransformer3DModel through the plan path,
-fxattn._cp_plan), the same seeded weights and inputs on every rank. Prints
+fxattn.integrations.diffusers.context_parallel), the same seeded weights and inputs on every rank. Prints
 'OK rank R model M err E tol T bytes B'; MPI_Abort on a mismatch.
 
 Reference: the same model and inputs in float64 on one process (torch SDPA
@@ -36,8 +36,8 @@ import traceback
 import torch
 from mpi4py import MPI
 
-from fxattn import _cp_plan
 from fxattn.diffusers import parallelize
+from fxattn.integrations.diffusers import context_parallel as _cp_plan
 from fxattn.mpi import rank as grid_rank
 from fxattn.mpi import shard
 
@@ -48,38 +48,76 @@ rank, P = comm.Get_rank(), comm.Get_size()
 def flux(text=4):
     from diffusers import FluxTransformer2DModel
 
-    model = FluxTransformer2DModel(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1,
-                                   attention_head_dim=8, num_attention_heads=4, joint_attention_dim=16,
-                                   pooled_projection_dim=8, axes_dims_rope=(2, 2, 4))
+    model = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=4,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=4,
+        joint_attention_dim=16,
+        pooled_projection_dim=8,
+        axes_dims_rope=(2, 2, 4),
+    )
     g = torch.Generator().manual_seed(1)
     # 4 text tokens (divisible by 2 and 4: [text_r, image_r] stays shard()'s split), 9 image tokens (uneven)
-    kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, text, 16, generator=g),
-              pooled_projections=torch.randn(1, 8, generator=g), timestep=torch.tensor([0.5]),
-              img_ids=torch.randn(9, 3, generator=g), txt_ids=torch.randn(text, 3, generator=g))
+    kw = dict(
+        hidden_states=torch.randn(1, 9, 4, generator=g),
+        encoder_hidden_states=torch.randn(1, text, 16, generator=g),
+        pooled_projections=torch.randn(1, 8, generator=g),
+        timestep=torch.tensor([0.5]),
+        img_ids=torch.randn(9, 3, generator=g),
+        txt_ids=torch.randn(text, 3, generator=g),
+    )
     return model, kw, 9, "transformer_blocks.0.attn"
 
 
 def qwen(text=4):
     from diffusers import QwenImageTransformer2DModel
 
-    model = QwenImageTransformer2DModel(patch_size=1, in_channels=4, out_channels=4, num_layers=2,
-                                        attention_head_dim=8, num_attention_heads=4, joint_attention_dim=16,
-                                        axes_dims_rope=(2, 2, 4))
+    model = QwenImageTransformer2DModel(
+        patch_size=1,
+        in_channels=4,
+        out_channels=4,
+        num_layers=2,
+        attention_head_dim=8,
+        num_attention_heads=4,
+        joint_attention_dim=16,
+        axes_dims_rope=(2, 2, 4),
+    )
     g = torch.Generator().manual_seed(1)
     # [text_r, image_r] joint attention as Flux: 4 text tokens, 9 image tokens; RoPE split at pos_embed's output
-    kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, text, 16, generator=g),
-              timestep=torch.tensor([0.5]), img_shapes=[(1, 3, 3)])
+    kw = dict(
+        hidden_states=torch.randn(1, 9, 4, generator=g),
+        encoder_hidden_states=torch.randn(1, text, 16, generator=g),
+        timestep=torch.tensor([0.5]),
+        img_shapes=[(1, 3, 3)],
+    )
     return model, kw, 9, "transformer_blocks.0.attn"
 
 
 def ltx():
     from diffusers import LTXVideoTransformer3DModel
 
-    model = LTXVideoTransformer3DModel(in_channels=4, out_channels=4, num_attention_heads=4, attention_head_dim=8,
-                                       cross_attention_dim=32, num_layers=2, caption_channels=16)
+    model = LTXVideoTransformer3DModel(
+        in_channels=4,
+        out_channels=4,
+        num_attention_heads=4,
+        attention_head_dim=8,
+        cross_attention_dim=32,
+        num_layers=2,
+        caption_channels=16,
+    )
     g = torch.Generator().manual_seed(1)
-    kw = dict(hidden_states=torch.randn(1, 9, 4, generator=g), encoder_hidden_states=torch.randn(1, 5, 16, generator=g),
-              timestep=torch.tensor([500]), encoder_attention_mask=None, num_frames=1, height=3, width=3)
+    kw = dict(
+        hidden_states=torch.randn(1, 9, 4, generator=g),
+        encoder_hidden_states=torch.randn(1, 5, 16, generator=g),
+        timestep=torch.tensor([500]),
+        encoder_attention_mask=None,
+        num_frames=1,
+        height=3,
+        width=3,
+    )
     return model, kw, 9, "transformer_blocks.0.attn1"
 
 
@@ -87,13 +125,25 @@ def wan():
     from diffusers import WanTransformer3DModel
 
     model = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=12, in_channels=4, out_channels=4,
-        text_dim=16, freq_dim=8, ffn_dim=32, num_layers=2, cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
+        patch_size=(1, 2, 2),
+        num_attention_heads=4,
+        attention_head_dim=12,
+        in_channels=4,
+        out_channels=4,
+        text_dim=16,
+        freq_dim=8,
+        ffn_dim=32,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
     )
     g = torch.Generator().manual_seed(1)
-    kw = dict(hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g), timestep=torch.tensor([500]),
-              encoder_hidden_states=torch.randn(1, 5, 16, generator=g))
+    kw = dict(
+        hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g),
+        timestep=torch.tensor([500]),
+        encoder_hidden_states=torch.randn(1, 5, 16, generator=g),
+    )
     return model, kw, 9, "blocks.0.attn1"
 
 
@@ -103,15 +153,15 @@ def run(name, build, u, r):
     model = model.eval()
     kw["return_dict"] = False
     with torch.no_grad():
-        ref64 = copy.deepcopy(model).double()(**{k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
-                                                 for k, v in kw.items()})[0]
+        ref64 = copy.deepcopy(model).double()(
+            **{k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in kw.items()}
+        )[0]
         one = model(**kw)[0]
         with _cp_plan.parallelize_plan(model, MPI.COMM_SELF, threads=1):
             one_fx = model(**kw)[0]
         seen = []  # the query tokens of each distributed attention call of block 0
         attn = model.get_submodule(attn_name)
-        hook = attn.register_forward_pre_hook(lambda m, a, k: seen.append((a[0] if a else k["hidden_states"]).shape[1]),
-                                              with_kwargs=True)
+        hook = attn.register_forward_pre_hook(lambda m, a, k: seen.append((a[0] if a else k["hidden_states"]).shape[1]), with_kwargs=True)
         par = parallelize if name != "wan" else _cp_plan.parallelize_plan
         handle = par(model, comm, ulysses=u, ring=r, threads=1)
         out = model(**kw)[0]
@@ -149,9 +199,17 @@ def errors(u, r):
     model, kw, _, _ = ltx()
     from diffusers import FluxTransformer2DModel
 
-    three_heads = FluxTransformer2DModel(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1,
-                                         attention_head_dim=8, num_attention_heads=3, joint_attention_dim=16,
-                                         pooled_projection_dim=8, axes_dims_rope=(2, 2, 4))
+    three_heads = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=4,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=3,
+        joint_attention_dim=16,
+        pooled_projection_dim=8,
+        axes_dims_rope=(2, 2, 4),
+    )
     for what, call in (
         ("grid", lambda: parallelize(model, comm, ulysses=P, ring=2)),
         ("heads", lambda: parallelize(three_heads, comm, ulysses=2, ring=P // 2)),
@@ -173,8 +231,7 @@ def errors(u, r):
             raise AssertionError("a mask under parallelism ran")
     # joint attention: 5 text and 9 image tokens (neither divisible by P = 2 or 4), 1 text token (empty shards):
     # ValueError on every rank before the forward, naming the text length and the rank count
-    for (what, text), (name, build) in itertools.product((("text length", 5), ("empty shard", 1)),
-                                                         (("flux", flux), ("qwen", qwen))):
+    for (what, text), (name, build) in itertools.product((("text length", 5), ("empty shard", 1)), (("flux", flux), ("qwen", qwen))):
         joint, joint_kw, _, _ = build(text)
         with torch.no_grad(), parallelize(joint.eval(), comm, ulysses=u, ring=r, threads=1):
             try:

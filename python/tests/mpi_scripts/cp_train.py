@@ -1,6 +1,6 @@
 """Run under mpirun -np P with args U R: training through
-fxattn.diffusers.parallelize, its Wan path (fxattn._parallel) and the plan
-path (fxattn._cp_plan, Wan's _cp_plan), on a tiny fp32
+fxattn.diffusers.parallelize, its Wan path (fxattn.integrations.diffusers.wan_parallel) and the plan
+path (fxattn.integrations.diffusers.context_parallel, Wan's _cp_plan), on a tiny fp32
 WanTransformer3DModel (python/tests/wan_configs.py T2V, 9 video tokens,
 uneven over the ranks; one timestep, and a timestep per token as Wan2.2
 TI2V; and LoRA adapters on the frozen model, through the Wan path): forward, loss, backward, handle.reduce_gradients()
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python/tests: wa
 
 from wan_configs import T2V  # noqa: E402
 
-from fxattn import _cp_plan  # noqa: E402
+from fxattn.integrations.diffusers import context_parallel as _cp_plan  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -65,8 +65,8 @@ def step(model, kw, target, handle=None):
 
 
 def train(u, r, path, per_token, lora=False):
-    """path "plan": fxattn._cp_plan.parallelize_plan (Wan's _cp_plan);
-    "wan": fxattn.diffusers.parallelize (its Wan path, fxattn._parallel).
+    """path "plan": context_parallel.parallelize_plan (Wan's _cp_plan);
+    "wan": fxattn.diffusers.parallelize (its Wan path, wan_parallel).
     per_token: a timestep per token (Wan2.2 TI2V), else one per sample.
     lora: the base weights frozen, peft LoRA adapters (rank 4) on every
     attention projection, their B matrices random (peft's zeros would make
@@ -88,8 +88,12 @@ def train(u, r, path, per_token, lora=False):
                     p.normal_(0, 0.1)
     g = torch.Generator().manual_seed(1)
     timestep = torch.randint(0, 1000, (1, 9), generator=g) if per_token else torch.tensor([500])
-    kw = dict(hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g), timestep=timestep,
-              encoder_hidden_states=torch.randn(1, 5, 16, generator=g), return_dict=False)
+    kw = dict(
+        hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g),
+        timestep=timestep,
+        encoder_hidden_states=torch.randn(1, 5, 16, generator=g),
+        return_dict=False,
+    )
     target = torch.randn(1, 4, 3, 2, 6, generator=g)
     one = copy.deepcopy(model)
     loss1, grads1, weights1, _ = step(one, kw, target)
@@ -131,15 +135,22 @@ def regather(u, r):
     split = ContextParallelInput(split_dim=1, expected_dims=3, split_output=False)
 
     class Regathered(WanTransformer3DModel):
-        _cp_plan = {"rope": WanTransformer3DModel._cp_plan["rope"], "blocks.0": {"hidden_states": split},
-                    "blocks.1": {"hidden_states": split},
-                    "blocks.*": ContextParallelOutput(gather_dim=1, expected_dims=3)}
+        _cp_plan = {
+            "rope": WanTransformer3DModel._cp_plan["rope"],
+            "blocks.0": {"hidden_states": split},
+            "blocks.1": {"hidden_states": split},
+            "blocks.*": ContextParallelOutput(gather_dim=1, expected_dims=3),
+        }
 
     torch.manual_seed(0)
     model = Regathered(**T2V)
     g = torch.Generator().manual_seed(1)
-    kw = dict(hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g), timestep=torch.tensor([500]),
-              encoder_hidden_states=torch.randn(1, 5, 16, generator=g), return_dict=False)
+    kw = dict(
+        hidden_states=torch.randn(1, 4, 3, 2, 6, generator=g),
+        timestep=torch.tensor([500]),
+        encoder_hidden_states=torch.randn(1, 5, 16, generator=g),
+        return_dict=False,
+    )
     with torch.no_grad():
         ref = model(**kw)[0]
     with _cp_plan.parallelize_plan(model, comm, ulysses=u, ring=r, threads=1):

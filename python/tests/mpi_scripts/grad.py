@@ -136,8 +136,7 @@ def run_case(u, r, case, scale=None):
     shards = [cut(q, sq, layout), cut(k, skv, layout), cut(v, skv, layout)]
 
     def dist(q_, k_, v_):
-        res = fm.attention(q_, k_, v_, comm, ulysses=u, ring=r, scale=given, layout=layout, return_lse=rl,
-                           threads=1)
+        res = fm.attention(q_, k_, v_, comm, ulysses=u, ring=r, scale=given, layout=layout, return_lse=rl, threads=1)
         return res if rl else (res, None)
 
     wl_r = None if wl is None else wl.narrow(2, *fm.shard(sq, grid_rank, P))
@@ -180,8 +179,7 @@ def run_bf16(u, r, compute):
     def dist(q_, k_, v_):
         return fm.attention(q_, k_, v_, comm, ulysses=u, ring=r, layout="bshd", threads=1, compute=compute), None
 
-    got = grads(dist, [cut(t, n, "bshd") for t, n in ((q, sq), (k, skv), (v, skv))], cut(w, sq, "bshd").float(),
-                None)
+    got = grads(dist, [cut(t, n, "bshd") for t, n in ((q, sq), (k, skv), (v, skv))], cut(w, sq, "bshd").float(), None)
     fn64 = lambda a, bb, c: manual(a, bb, c, d**-0.5, "bshd", torch.float64)  # noqa: E731
     r64 = grads(fn64, (q, k, v), w.double(), None, torch.float64)
     if r == 1 and hkv % u == 0:

@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 import fxattn
 import fxattn.mpi as fm
+from fxattn.mpi import handles
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -63,14 +64,14 @@ def auto():
     start, n = fm.shard(s, g, P)
     qs, ks, vs = (x[:, start : start + n] for x in (q, k, v))
     out = fm.attention(qs, ks, vs, comm, layout="bshd", grid="auto", threads=1)
-    picks = fm._auto_picks
+    picks = handles.auto_picks
     assert len(picks) == 1, picks
-    (u, r), = picks.values()
+    ((u, r),) = picks.values()
     assert u * r == P, (u, r)
     want = fm.attention(qs, ks, vs, comm, layout="bshd", ulysses=u, ring=r, threads=1)
     assert np.array_equal(out, want), "grid='auto' differs from its grid"
     again = fm.attention(qs, ks, vs, comm, layout="bshd", grid="auto", threads=1)
-    assert np.array_equal(again, out) and len(fm._auto_picks) == 1
+    assert np.array_equal(again, out) and len(handles.auto_picks) == 1
 
 
 def expect_bad(what, fn, needle):
@@ -90,8 +91,7 @@ def errors():
     expect_bad("grid with ring", lambda: fm.attention(x, x, x, comm, layout="bshd", grid="auto", ring=P), "give one or the other")
     expect_bad("seq 0", lambda: fm.plan(comm, 0, 2, 32), "seq")
     expect_bad("bad link", lambda: fm.plan(comm, 64, 2, 32, inter=(1, 2)), "fxattn.mpi.Link")
-    expect_bad("3 hosts", lambda: fm.plan(comm, 64, 2, 32, rank_gflops=1, hosts=3, ranks=2, measure_call=False),
-               "divide")
+    expect_bad("3 hosts", lambda: fm.plan(comm, 64, 2, 32, rank_gflops=1, hosts=3, ranks=2, measure_call=False), "divide")
 
 
 try:

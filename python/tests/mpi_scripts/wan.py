@@ -22,7 +22,7 @@ from mpi4py import MPI
 try:
     from fxattn.diffusers import parallelize
 except ImportError:  # diffusers.py not written yet
-    from fxattn._parallel import parallelize
+    from fxattn.integrations.diffusers.wan_parallel import parallelize
 from diffusers import WanTransformer3DModel
 
 comm = MPI.COMM_WORLD
@@ -34,9 +34,18 @@ def main(u, r):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=12, in_channels=4, out_channels=4,
-        text_dim=16, freq_dim=8, ffn_dim=32, num_layers=2, cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
+        patch_size=(1, 2, 2),
+        num_attention_heads=4,
+        attention_head_dim=12,
+        in_channels=4,
+        out_channels=4,
+        text_dim=16,
+        freq_dim=8,
+        ffn_dim=32,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
     ).eval()
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1, 4, 3, 2, 6, generator=g)  # 3 x 1 x 3 = 9 tokens: 9 % 2, 9 % 4 != 0
@@ -64,9 +73,8 @@ def main(u, r):
     with parallelize(model, comm, threads=1, **grid), torch.no_grad():
         model(x, t, ctx, return_dict=False)
     hook.remove()
-    from fxattn.mpi import shard
-
     from fxattn.mpi import rank as grid_rank
+    from fxattn.mpi import shard
 
     assert seen == [shard(9, grid_rank(comm), P)[1]], f"attn1 saw {seen} tokens on rank {rank}"
     print(f"OK rank {rank} err {err:.3g} tol {tol:.3g}", flush=True)

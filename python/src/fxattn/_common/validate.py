@@ -13,15 +13,15 @@ import numbers
 
 import numpy as np
 
-from . import _lib
+from .. import _capi
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
 
 
-def bad(message: str) -> _lib.InvalidArgumentError:
-    return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+def bad(message: str) -> _capi.InvalidArgumentError:
+    return _capi.InvalidArgumentError(message, _capi.INVALID_ARG)
 
 
 def show(value, limit: int = 80) -> str:
@@ -85,7 +85,7 @@ def grid(name: str, value) -> tuple:
         raise bad(f"{name} must be (frames, height, width), three positive integers, not {show(value)}")
     try:
         return tuple(integer(name, g, 1, INT64_MAX) for g in value)
-    except _lib.InvalidArgumentError:
+    except _capi.InvalidArgumentError:
         raise bad(f"{name} must be (frames, height, width), three positive integers, not {show(value)}") from None
 
 

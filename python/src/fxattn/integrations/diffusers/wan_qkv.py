@@ -1,6 +1,6 @@
 """Q, K and V of a diffusers WanAttention as diffusers' processor makes
 them: what fxattn.diffusers' WanAttnProcessor and fxattn.diffusers.parallelize's
-ShardedWanAttnProcessor (_parallel) share."""
+ShardedWanAttnProcessor (wan_parallel) share."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The C libraries through ctypes: loading, the public structs, statuses.
+"""libfxattn through ctypes: the enums and structs of include/fxattn.h
+and the declarations of its functions (`core`, the loaded library).
 
 The structs mirror include/fxattn.h field for field; each names its C type
 in _c_name_, and tests/test_abi.py checks every such struct of the package
@@ -11,7 +12,6 @@ length of every call.
 from __future__ import annotations
 
 import ctypes
-import os
 from ctypes import (
     POINTER,
     c_char_p,
@@ -23,61 +23,8 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
-from pathlib import Path
 
-# ---- errors -----------------------------------------------------------------
-
-
-class FxattnError(RuntimeError):
-    """A failed fxattn call; .status is the library's fxa_status code."""
-
-    def __init__(self, message: str, status: int = 5):
-        super().__init__(message)
-        self.status = status
-
-
-class InvalidArgumentError(FxattnError, ValueError):
-    """Bad shapes, options or input values (FXA_ERR_INVALID_ARG)."""
-
-
-class UnsupportedError(FxattnError, NotImplementedError):
-    """A valid request this build or CPU cannot do (FXA_ERR_UNSUPPORTED)."""
-
-
-class OutOfMemoryError(FxattnError, MemoryError):
-    """FXA_ERR_NO_MEMORY: the plan's workspace exceeds the memory available."""
-
-
-class FxattnIOError(FxattnError, OSError):
-    """FXA_ERR_IO: a file could not be read."""
-
-
-class MPIError(FxattnError):
-    """FXA_ERR_MPI: an MPI call failed."""
-
-
-class PeerTimeoutError(FxattnError, TimeoutError):
-    """FXA_ERR_TIMEOUT: a peer made no progress within the deadline."""
-
-
-OK, INVALID_ARG, UNSUPPORTED, NO_MEMORY, ERR_MPI, INTERNAL, ERR_IO, TIMEOUT = range(8)
-_ERRORS = {
-    INVALID_ARG: InvalidArgumentError,
-    UNSUPPORTED: UnsupportedError,
-    NO_MEMORY: OutOfMemoryError,
-    ERR_MPI: MPIError,
-    ERR_IO: FxattnIOError,
-    TIMEOUT: PeerTimeoutError,
-}
-
-
-def raise_status(status: int, message: str) -> None:
-    """Raise the exception class of a non-zero status with the library's message."""
-    if status == OK:
-        return
-    text = message or core.fxa_status_str(status).decode()
-    raise _ERRORS.get(status, FxattnError)(text, status)
-
+from .loader import declare, load
 
 # ---- enums (fxattn.h; explicit values, append-only) ---------------------------
 
@@ -220,39 +167,8 @@ def new(struct_type, **fields):
     return s
 
 
-# ---- loading --------------------------------------------------------------------
-
-
-def _lib_dir() -> Path:
-    """Where the shared libraries are: $FXATTN_LIBRARY_PATH (a build tree's
-    folder holding libfxattn.so), else the wheel's fxattn/lib."""
-    env = os.environ.get("FXATTN_LIBRARY_PATH")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent / "lib"
-
-
-def load(name: str) -> ctypes.CDLL:
-    """Open lib<name>.so.0 from the library folder. By its soname: the file
-    that its fxattn dependents name (found through their RUNPATH, $ORIGIN),
-    so that each library is loaded once."""
-    path = _lib_dir() / f"lib{name}.so.0"
-    if not path.exists():
-        raise ImportError(
-            f"fxattn: {path} not found; install the package with `pip install .` from the repository root "
-            "or point FXATTN_LIBRARY_PATH at a folder holding the built libraries"
-        )
-    return ctypes.CDLL(str(path))
-
-
-def _declare(lib, name, restype, *argtypes):
-    fn = getattr(lib, name)
-    fn.restype = restype
-    fn.argtypes = list(argtypes)
-
-
 core = load("fxattn")
-_d = _declare
+_d = declare
 _d(core, "fxa_version", c_char_p)
 _d(core, "fxa_status_str", c_char_p, c_int)
 _d(core, "fxa_available_cpus", c_int)
@@ -280,4 +196,3 @@ _d(core, "fxa_check_run", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(
 _d(core, "fxa_check_plan_destroy", None, c_void_p)
 _d(core, "fxa_f32_to_bf16", c_uint16, ctypes.c_float)
 _d(core, "fxa_bf16_to_f32", ctypes.c_float, c_uint16)
-

@@ -1,9 +1,12 @@
-"""fxattn.attention: exact fixed-max attention on numpy arrays and torch tensors."""
+"""fxattn.attention, the public entry of the attention operator: exact
+fixed-max attention on numpy arrays and torch tensors."""
 
 from __future__ import annotations
 
-from . import _arrays, _check_args
-from ._attn_core import Options, attention_numpy
+from .._common import arrays, validate
+from .inputs import Inputs
+from .options import Options
+from .run import attention_numpy
 
 
 def attention(
@@ -48,10 +51,10 @@ def attention(
     requiring grad get gradients (docs/python.md, "Autograd").
     """
     opts = Options.parse(scale, layout, mode, center, compute, threads)
-    return_lse = _check_args.boolean("return_lse", return_lse)
-    _arrays.same_kind(q, k, v)
-    if _arrays.is_torch(q):
-        from . import _torch
+    return_lse = validate.boolean("return_lse", return_lse)
+    arrays.same_kind(q, k, v)
+    if arrays.is_torch(q):
+        from . import torch_op
 
-        return _torch.attention(q, k, v, opts, return_lse, out_dtype)
-    return attention_numpy(q, k, v, opts, return_lse, out_dtype)
+        return torch_op.attention(q, k, v, opts, return_lse, out_dtype)
+    return attention_numpy(Inputs.of(q, k, v, opts.layout), opts, return_lse, out_dtype)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import ctypes
 from ctypes import c_size_t, c_void_p
 
-from . import _check_args, _lib
-from ._context import context
-from ._attn_core import Options, descriptor, operands
-from ._lib import CheckHead, core
-
+from .. import _capi
+from .._capi import CheckHead, core
+from .._common import validate
+from .._common.context import context
+from .inputs import Inputs
+from .options import Options
 
 LN2 = 0.6931471805599453
 
@@ -48,7 +49,7 @@ class CheckReport:
     def plot(self, path) -> None:
         """Per head: the bound against the two gates, and the predicted
         fallback share, into a PNG at path (needs matplotlib)."""
-        from .plot import plot_report
+        from ..plot import plot_report
 
         plot_report(self.to_dict(), path)
 
@@ -73,22 +74,23 @@ def check(q, k, v=None, *, scale=None, layout="bshd", sample_rows=32, threads=No
     (batch, head) whose true maximum score measures the overshoot. Raises
     InvalidArgumentError (a ValueError) on bad input, with the library's
     message."""
-    opts = Options.parse(scale, layout, "auto", True, "fp32", threads)
-    sample_rows = _check_args.integer("sample_rows", sample_rows, 1, _check_args.INT32_MAX)
-    qo, ko, vo = operands(q, k, k if v is None else v, layout)
-    d = descriptor(qo, ko, vo, opts, _lib.F32)
+    opts = Options.parse(scale, layout, compute="fp32", threads=threads)
+    sample_rows = validate.integer("sample_rows", sample_rows, 1, validate.INT32_MAX)
+    x = Inputs.of(q, k, k if v is None else v, layout)
+    qo, ko, vo = x.q, x.k, x.v
+    d = x.descriptor(opts, _capi.F32)
     heads = (CheckHead * d.heads_q)()
-    cd = _lib.new(_lib.CheckDesc, attn=ctypes.pointer(d), sample_rows=sample_rows, has_v=int(v is not None))
-    args = _lib.new(_lib.AttnArgs, q=qo.ptr, k=ko.ptr, v=None if v is None else vo.ptr)
+    cd = _capi.new(_capi.CheckDesc, attn=ctypes.pointer(d), sample_rows=sample_rows, has_v=int(v is not None))
+    args = _capi.new(_capi.AttnArgs, q=qo.ptr, k=ko.ptr, v=None if v is None else vo.ptr)
     ctx = context(opts.threads)
     with ctx.lock:
         plan, ws_bytes = c_void_p(), c_size_t()
         status = core.fxa_check_plan_create(ctx.handle, ctypes.byref(cd), ctypes.byref(plan), ctypes.byref(ws_bytes))
-        _lib.raise_status(status, ctx.last_error())
+        _capi.raise_status(status, ctx.last_error())
         try:
             ws = ctx.workspace(ws_bytes.value)
             status = core.fxa_check_run(plan, ctypes.byref(args), ws, heads, ctypes.sizeof(CheckHead))
-            _lib.raise_status(status, ctx.last_error())
+            _capi.raise_status(status, ctx.last_error())
         finally:
             core.fxa_check_plan_destroy(plan)
     scale_used = d.scale if d.scale > 0 else d.head_dim**-0.5

@@ -6,7 +6,8 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int64, c_size_t, c_uint, c_void_p
 
-from ._lib import _declare, core
+from .libfxattn import core
+from .loader import declare
 
 MAX_STEP_RATES = 64
 
@@ -59,7 +60,7 @@ class GridTime(ctypes.Structure):
     ]
 
 
-_declare(core, "fxa_grid_model_init", None, POINTER(GridModel))
-_declare(core, "fxa_grid_cost", c_int, POINTER(GridModel), c_int, c_int, POINTER(GridTime), c_char_p, c_size_t)
-_declare(core, "fxa_grid_best", c_int, POINTER(GridModel), POINTER(GridTime), c_char_p, c_size_t)
-_declare(core, "fxa_grid_measure", c_int, c_void_p, POINTER(GridModel))
+declare(core, "fxa_grid_model_init", None, POINTER(GridModel))
+declare(core, "fxa_grid_cost", c_int, POINTER(GridModel), c_int, c_int, POINTER(GridTime), c_char_p, c_size_t)
+declare(core, "fxa_grid_best", c_int, POINTER(GridModel), POINTER(GridTime), c_char_p, c_size_t)
+declare(core, "fxa_grid_measure", c_int, c_void_p, POINTER(GridModel))

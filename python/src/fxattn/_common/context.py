@@ -26,8 +26,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import _check_args, _lib
-from ._lib import core
+from .. import _capi
+from .._capi import core
+from . import validate
 
 _PLAN_CACHE = 16
 _CONTEXT_CACHE = 4
@@ -38,11 +39,11 @@ class Plan:
 
     _api = "fxa_attn_plan"  # the C functions <_api>_create and <_api>_destroy
 
-    def __init__(self, ctx: "Context", desc: _lib.AttnDesc):
+    def __init__(self, ctx: "Context", desc: _capi.AttnDesc):
         handle = ctypes.c_void_p()
         ws = ctypes.c_size_t()
         status = getattr(core, self._api + "_create")(ctx.handle, ctypes.byref(desc), ctypes.byref(handle), ctypes.byref(ws))
-        _lib.raise_status(status, ctx.last_error())
+        _capi.raise_status(status, ctx.last_error())
         self.handle = handle
         self.workspace_bytes = ws.value
         self.desc = desc
@@ -63,10 +64,10 @@ class Context:
     """An fxa_ctx and its plans. Use `with ctx.lock:` around every call."""
 
     def __init__(self, threads: int):
-        params = _lib.new(_lib.CtxParams, n_threads=threads)
+        params = _capi.new(_capi.CtxParams, n_threads=threads)
         handle = ctypes.c_void_p()
         status = core.fxa_ctx_create(ctypes.byref(params), ctypes.byref(handle))
-        _lib.raise_status(status, core.fxa_ctx_create_error().decode())
+        _capi.raise_status(status, core.fxa_ctx_create_error().decode())
         self.handle = handle
         self.pid = os.getpid()
         self.lock = threading.Lock()
@@ -88,7 +89,7 @@ class Context:
     def last_error(self) -> str:
         return core.fxa_ctx_last_error(self.handle).decode()
 
-    def plan(self, desc: _lib.AttnDesc, kind: type = Plan) -> Plan:
+    def plan(self, desc: _capi.AttnDesc, kind: type = Plan) -> Plan:
         """The cached plan of desc (kind Plan: the forward's, BwdPlan: the
         backward's), or a new one (caller holds the lock)."""
         key = (kind, bytes(desc))
@@ -144,7 +145,7 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 def context(threads: int | None) -> Context:
     """The shared context of `threads` worker threads (None or 0: the CPUs
     this process may use, fxa_available_cpus()), made by this process."""
-    n = 0 if threads is None or (isinstance(threads, int) and threads == 0) else _check_args.threads(threads)
+    n = 0 if threads is None or (isinstance(threads, int) and threads == 0) else validate.threads(threads)
     with _contexts_lock:
         ctx = _contexts.get(n)
         if ctx is not None and ctx.pid != os.getpid():

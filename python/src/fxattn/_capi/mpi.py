@@ -19,7 +19,9 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int64, c_size_t, c_void_p
 
-from . import _gridlib, _lib
+from . import grid
+from .libfxattn import AttnArgs, AttnBwdArgs, AttnDesc
+from .loader import declare, load
 
 _OPEN_MPI = (
     "fxattn.mpi needs Open MPI's runtime (libmpi.so.40), which this machine does not have: "
@@ -34,9 +36,7 @@ except OSError as e:
 try:
     from mpi4py import MPI
 except ImportError as e:
-    raise ImportError(
-        f"fxattn.mpi needs mpi4py on Open MPI: `pip install mpi4py` (or `pip install fxattn[mpi]`) ({e})"
-    ) from None
+    raise ImportError(f"fxattn.mpi needs mpi4py on Open MPI: `pip install mpi4py` (or `pip install fxattn[mpi]`) ({e})") from None
 
 if not MPI.Get_library_version().startswith("Open MPI"):
     raise ImportError(
@@ -91,10 +91,10 @@ class MpiStats(ctypes.Structure):
 
 
 try:
-    mpi = _lib.load("fxattn_mpi")
+    mpi = load("fxattn_mpi")
 except OSError as e:  # a libmpi.so.40 that is not Open MPI 4/5's, or a broken install
     raise ImportError(f"fxattn.mpi: {e}; {_OPEN_MPI}") from None
-_d = _lib._declare
+_d = declare
 _d(mpi, "fxa_mpi_params_init", None, POINTER(MpiParams))
 _d(mpi, "fxa_mpi_default_timeout", c_double)
 _d(mpi, "fxa_mpi_create", c_int, MPI_Comm, c_void_p, POINTER(MpiParams), POINTER(c_void_p))
@@ -107,10 +107,10 @@ _d(mpi, "fxa_mpi_grid_rank", c_int, MPI_Comm, c_int, POINTER(c_int))
 _d(mpi, "fxa_mpi_default_threads", c_int, MPI_Comm)
 _d(mpi, "fxa_mpi_shard", None, c_int64, c_int, c_int, POINTER(c_int64), POINTER(c_int64))
 _d(mpi, "fxa_mpi_agree", c_int, c_void_p, c_int, c_char_p)
-_d(mpi, "fxa_mpi_attn_plan_create", c_int, c_void_p, POINTER(_lib.AttnDesc), POINTER(c_void_p))
+_d(mpi, "fxa_mpi_attn_plan_create", c_int, c_void_p, POINTER(AttnDesc), POINTER(c_void_p))
 _d(mpi, "fxa_mpi_attn_plan_destroy", None, c_void_p)
-_d(mpi, "fxa_mpi_attn_run", c_int, c_void_p, POINTER(_lib.AttnArgs), POINTER(MpiStats))
-_d(mpi, "fxa_mpi_grid_plan", c_int, c_void_p, POINTER(_gridlib.GridModel), POINTER(_gridlib.GridTime))
-_d(mpi, "fxa_mpi_attn_bwd_plan_create", c_int, c_void_p, POINTER(_lib.AttnDesc), POINTER(c_void_p))
+_d(mpi, "fxa_mpi_attn_run", c_int, c_void_p, POINTER(AttnArgs), POINTER(MpiStats))
+_d(mpi, "fxa_mpi_grid_plan", c_int, c_void_p, POINTER(grid.GridModel), POINTER(grid.GridTime))
+_d(mpi, "fxa_mpi_attn_bwd_plan_create", c_int, c_void_p, POINTER(AttnDesc), POINTER(c_void_p))
 _d(mpi, "fxa_mpi_attn_bwd_plan_destroy", None, c_void_p)
-_d(mpi, "fxa_mpi_attn_bwd_run", c_int, c_void_p, POINTER(_lib.AttnBwdArgs), POINTER(MpiStats))
+_d(mpi, "fxa_mpi_attn_bwd_run", c_int, c_void_p, POINTER(AttnBwdArgs), POINTER(MpiStats))

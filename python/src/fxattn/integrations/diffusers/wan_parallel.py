@@ -18,16 +18,16 @@ fxattn.mpi.rank(comm, placement)) from the first block on:
   the replicated text context), the feed-forward, the output norm and
   proj_out stay local, per token;
 - transformer.proj_out (forward hook): its output is all-gathered
-  (fxattn._cp_plan's gather), so unpatchify sees the whole sequence and
+  (context_parallel's gather), so unpatchify sees the whole sequence and
   every rank returns the whole output.
 
 Under autograd the gather's backward keeps this rank's shard of the
 gradient and the handle's reduce_gradients() sums the parameters'
-gradients over the ranks (fxattn._cp_plan.reduce_gradients): every
+gradients over the ranks (context_parallel.reduce_gradients): every
 parameter reaches the output through the gather, as on the plan path.
 
 Every other diffusers model with a context-parallel plan (`_cp_plan`) goes
-through fxattn._cp_plan, which follows that plan.
+through context_parallel, which follows that plan.
 
 Nothing in diffusers is edited; parallelize() returns a handle whose
 remove() takes the hooks off and puts the original processors back.
@@ -35,8 +35,10 @@ remove() takes the hooks off and puts the original processors back.
 
 from __future__ import annotations
 
-from . import _cp_plan
-from . import mpi as _fm
+from ... import mpi as _fm
+from ...mpi import collective as _coll
+from ...mpi import handles as _handles
+from . import context_parallel
 
 __all__ = ["parallelize", "Parallelized", "ShardedWanAttnProcessor"]
 
@@ -45,18 +47,18 @@ class ShardedWanAttnProcessor:
     """WanAttnProcessor for self-attention on this rank's token shard, with
     the attention over the whole sequence through fxattn.mpi.attention."""
 
-    def __init__(self, comm, ulysses=1, ring=None, threads=None, prefetch=1, timeout=None, placement="hosts",
-                 grid=None, **options):
+    def __init__(self, comm, ulysses=1, ring=None, threads=None, prefetch=1, timeout=None, placement="hosts", grid=None, **options):
         self.comm = comm
         self.placement = placement
         self.timeout = timeout
-        self.kwargs = dict(ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch,
-                           timeout=timeout, placement=placement, **options)
+        self.kwargs = dict(
+            ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch, timeout=timeout, placement=placement, **options
+        )
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
             raise NotImplementedError("ShardedWanAttnProcessor runs self-attention without a mask only")
-        from ._wan_qkv import heads_qkv  # imported here: torch and diffusers on first use
+        from .wan_qkv import heads_qkv  # imported here: torch and diffusers on first use
 
         query, key, value = heads_qkv(attn, hidden_states, None, rotary_emb)
         out = _fm.attention(query, key, value, self.comm, layout="bshd", out_dtype=query.dtype, **self.kwargs)
@@ -74,8 +76,8 @@ class Parallelized:
         self.seq = None  # the global token count of the current forward
         self._hooks = []
         self._processors = []
-        self._seconds = seconds = _fm.timeout_seconds(processor.timeout)
-        grid = _fm._grid_ranks(comm, processor.placement, processor.timeout)
+        self._seconds = seconds = _coll.timeout_seconds(processor.timeout)
+        grid = _handles.grid_ranks(comm, processor.placement, processor.timeout)
         rank, size = grid[comm.Get_rank()], comm.Get_size()
 
         def local(x):
@@ -105,7 +107,7 @@ class Parallelized:
             return args, dict(kwargs, hidden_states=local(x))
 
         def gather_hook(module, args, output):
-            return _cp_plan._gather(comm, output, 1, grid, seconds)
+            return context_parallel._gather(comm, output, 1, grid, seconds)
 
         self._hooks.append(transformer.rope.register_forward_hook(rope_hook))
         self._hooks.append(transformer.condition_embedder.register_forward_hook(embedder_hook))
@@ -120,7 +122,7 @@ class Parallelized:
         communicator (collective), so that every rank holds the one-process
         gradient; as PlanParallelized.reduce_gradients (every parameter
         reaches the output through the gather after proj_out)."""
-        return _cp_plan.reduce_gradients(self.transformer, self.comm, self._seconds)
+        return context_parallel.reduce_gradients(self.transformer, self.comm, self._seconds)
 
     def remove(self) -> None:
         """Take the hooks off and restore the attn1 processors (local)."""
@@ -138,13 +140,14 @@ class Parallelized:
         self.remove()
 
 
-def parallelize(transformer, comm, *, ulysses=1, ring=None, grid=None, threads=None, prefetch=1, timeout=None,
-                placement="hosts", **options):
+def parallelize(
+    transformer, comm, *, ulysses=1, ring=None, grid=None, threads=None, prefetch=1, timeout=None, placement="hosts", **options
+):
     """Sequence-parallel forward of a diffusers model over comm.
 
     Any model class with a context-parallel plan (`_cp_plan`: Flux, Flux2,
     LTX-Video, Qwen-Image, ...) is split and gathered by that plan and its
-    self-attention runs through fxattn.mpi.attention (fxattn._cp_plan,
+    self-attention runs through fxattn.mpi.attention (context_parallel,
     returning a PlanParallelized handle); WanTransformer3DModel takes the
     path below. The grid (U * R == ranks) and every attention's heads
     (divisible by U) are checked here, before any forward.
@@ -166,16 +169,27 @@ def parallelize(transformer, comm, *, ulysses=1, ring=None, grid=None, threads=N
     every rank the one-process gradient.
     """
     if type(transformer).__name__ != "WanTransformer3DModel":
-        from ._cp_plan import parallelize_plan
+        from .context_parallel import parallelize_plan
 
-        return parallelize_plan(transformer, comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads,
-                                prefetch=prefetch, timeout=timeout, placement=placement, **options)
-    from ._cp_plan import check_model
+        return parallelize_plan(
+            transformer,
+            comm,
+            ulysses=ulysses,
+            ring=ring,
+            grid=grid,
+            threads=threads,
+            prefetch=prefetch,
+            timeout=timeout,
+            placement=placement,
+            **options,
+        )
+    from .context_parallel import check_model
 
     auto = grid is not None
     if not auto:
         # the grid and the heads, locally, before any forward
         check_model(transformer, comm.Get_size(), ulysses, ring, auto, processors=False)
-    proc = ShardedWanAttnProcessor(comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch,
-                                   timeout=timeout, placement=placement, **options)
+    proc = ShardedWanAttnProcessor(
+        comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch, timeout=timeout, placement=placement, **options
+    )
     return Parallelized(transformer, comm, proc)

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _lib
+from .. import _capi
 
-_NUMPY_DTYPES = {"float32": _lib.F32, "bfloat16": _lib.BF16, "float16": _lib.F16}
-DTYPE_NAMES = {_lib.F32: "float32", _lib.BF16: "bfloat16", _lib.F16: "float16"}
+_NUMPY_DTYPES = {"float32": _capi.F32, "bfloat16": _capi.BF16, "float16": _capi.F16}
+DTYPE_NAMES = {_capi.F32: "float32", _capi.BF16: "bfloat16", _capi.F16: "float16"}
 
 
 def torch_module():
@@ -38,7 +38,7 @@ class Operand:
 
 
 def _bad(message: str):
-    return _lib.InvalidArgumentError(message, _lib.INVALID_ARG)
+    return _capi.InvalidArgumentError(message, _capi.INVALID_ARG)
 
 
 def _usable(shape, strides) -> bool:
@@ -76,7 +76,7 @@ def numpy_operand(x, name: str) -> Operand:
 
 
 def torch_dtype_code(torch, dtype) -> int | None:
-    return {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}.get(dtype)
+    return {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}.get(dtype)
 
 
 def torch_values(t, name: str):

@@ -56,7 +56,10 @@ import inspect
 
 import numpy as np
 
-from . import mpi as _fm
+from ... import mpi as _fm
+from ..._capi.mpi import MPI
+from ...mpi import collective as _coll
+from ...mpi import handles as _handles
 
 __all__ = ["parallelize_plan", "PlanParallelized", "MPIAttentionConfig", "check_model", "reduce_gradients"]
 
@@ -95,11 +98,11 @@ def _mpi_attention(config: MPIAttentionConfig, query, key, value, attn_mask, dro
     if attn_mask is not None:
         raise NotImplementedError(
             "fxattn.diffusers.parallelize: masked attention is not supported under sequence parallelism "
-            "(libfxattn_mpi has no masks); call the model without an attention mask")
+            "(libfxattn_mpi has no masks); call the model without an attention mask"
+        )
     if is_causal or dropout_p:
         raise NotImplementedError("fxattn.diffusers.parallelize: causal attention and dropout are not supported")
-    return _fm.attention(query, key, value, config.comm, layout="bshd", scale=scale, out_dtype=query.dtype,
-                         **config.kwargs)
+    return _fm.attention(query, key, value, config.comm, layout="bshd", scale=scale, out_dtype=query.dtype, **config.kwargs)
 
 
 # the wrapped dispatch_attention_fn of each processor module: globals id -> [globals, original, users]
@@ -124,8 +127,7 @@ def _wrap_dispatch(globs: dict) -> None:
         call = signature.bind(*args, **kwargs)
         call.apply_defaults()
         a = call.arguments
-        return _mpi_attention(config, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
-                              a["is_causal"], a["scale"])
+        return _mpi_attention(config, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"], a["is_causal"], a["scale"])
 
     globs["dispatch_attention_fn"] = dispatch_attention_fn
     _wrapped[id(globs)] = [globs, original, 1]
@@ -153,26 +155,26 @@ def check_model(model, size: int, ulysses: int, ring, auto: bool, processors: bo
     processor) pairs."""
     plan = getattr(type(model), "_cp_plan", None)
     if not plan:
-        raise TypeError(f"parallelize takes a diffusers model with a context-parallel plan (_cp_plan); "
-                        f"{type(model).__name__} has none")
+        raise TypeError(f"parallelize takes a diffusers model with a context-parallel plan (_cp_plan); {type(model).__name__} has none")
     if not auto:
         if ring is None:
             if ulysses < 1 or size % ulysses:
                 raise ValueError(f"ulysses={ulysses} does not divide the {size} ranks of the communicator")
             ring = size // ulysses
         if ulysses < 1 or ring < 1 or ulysses * ring != size:
-            raise ValueError(f"the grid ulysses={ulysses} x ring={ring} must have as many ranks as the communicator, "
-                             f"{size}")
+            raise ValueError(f"the grid ulysses={ulysses} x ring={ring} must have as many ranks as the communicator, {size}")
     pairs = _attention_processors(model)
     if not pairs:
         raise TypeError(f"{type(model).__name__} has no attention modules with processors")
     for module, proc in pairs:
-        call = getattr(type(proc), "__call__", None)
+        call = type(proc).__call__ if callable(proc) else None
         globs = getattr(call, "__globals__", {})
         if processors and ("dispatch_attention_fn" not in globs or not hasattr(proc, "_parallel_config")):
-            raise TypeError(f"{type(module).__name__}'s processor {type(proc).__name__} does not dispatch through "
-                            "diffusers' dispatch_attention_fn with a parallel config; set the model's default "
-                            "processors before parallelize")
+            raise TypeError(
+                f"{type(module).__name__}'s processor {type(proc).__name__} does not dispatch through "
+                "diffusers' dispatch_attention_fn with a parallel config; set the model's default "
+                "processors before parallelize"
+            )
         if isinstance(getattr(proc, "_parallel_config", None), MPIAttentionConfig):
             raise ValueError(f"{type(model).__name__} is already parallelized; remove() that handle first")
         for attr in ("heads", "kv_heads"):
@@ -199,14 +201,18 @@ def _length_error(model: str, lengths: dict, size: int, joint: bool) -> str:
     divisible by the rank count."""
     for name, n in lengths.items():
         if n < size:
-            return (f"{model}'s {name} has {n} tokens, fewer than the {size} ranks: a rank's shard would be empty; "
-                    f"give it at least {size} tokens")
+            return (
+                f"{model}'s {name} has {n} tokens, fewer than the {size} ranks: a rank's shard would be empty; "
+                f"give it at least {size} tokens"
+            )
     text, image = lengths.get("encoder_hidden_states"), lengths.get("hidden_states")
     if joint and text is not None and image is not None and text % size and image % size:
-        return (f"{model}'s joint attention concatenates each rank's shard of the text (encoder_hidden_states, "
-                f"{text} tokens) and of the image (hidden_states, {image} tokens), an even split of the joint "
-                f"sequence over the {size} ranks only when one of the two lengths is divisible by {size}: pad the "
-                f"text to a multiple of {size} tokens")
+        return (
+            f"{model}'s joint attention concatenates each rank's shard of the text (encoder_hidden_states, "
+            f"{text} tokens) and of the image (hidden_states, {image} tokens), an even split of the joint "
+            f"sequence over the {size} ranks only when one of the two lengths is divisible by {size}: pad the "
+            f"text to a multiple of {size} tokens"
+        )
     return ""
 
 
@@ -218,18 +224,16 @@ def _gather_data(comm, x, dim: int, grid: list, seconds: float):
 
     size = comm.Get_size()
     moved = x.detach().movedim(dim, 0).contiguous()  # a rank's tokens are one block
-    lengths = _fm.allgather_int(comm, moved.shape[0], seconds, "fxattn.diffusers.parallelize's gather")
+    lengths = _coll.allgather_int(comm, moved.shape[0], seconds, "fxattn.diffusers.parallelize's gather")
     seq = sum(lengths)
     shards = [_fm.shard(seq, grid[r], size) for r in range(size)]
     if lengths != [n for _, n in shards]:
-        raise ValueError(f"the ranks' shard lengths {lengths} along dim {dim} are not fxattn.mpi.shard's "
-                         f"split of {seq}")
+        raise ValueError(f"the ranks' shard lengths {lengths} along dim {dim} are not fxattn.mpi.shard's split of {seq}")
     row = int(np.prod(moved.shape[1:])) * moved.element_size()
     send = moved.reshape(-1).view(torch.uint8).numpy() if moved.numel() else np.empty(0, np.uint8)
     recv = np.empty(seq * row, np.uint8)
-    request = comm.Iallgatherv([send, _fm.MPI.BYTE],
-                               [recv, ([n * row for n in lengths], [s * row for s, _ in shards]), _fm.MPI.BYTE])
-    _fm.wait(comm, request, seconds, "fxattn.diffusers.parallelize's gather")
+    request = comm.Iallgatherv([send, MPI.BYTE], [recv, ([n * row for n in lengths], [s * row for s, _ in shards]), MPI.BYTE])
+    _coll.wait(comm, request, seconds, "fxattn.diffusers.parallelize's gather")
     full = torch.from_numpy(recv).view(x.dtype).view(seq, *moved.shape[1:])
     return full.movedim(0, dim).contiguous(), shards[comm.Get_rank()]
 
@@ -289,7 +293,7 @@ def reduce_gradients(model, comm, seconds: float) -> int:
             local = f"{name}'s grad is {'sparse' if g.is_sparse else g.dtype}: only dense floating grads are summed"
             break
     sig = [(n, tuple(p.shape), str(p.dtype), p.grad is not None) for n, p in params]  # torch: grad dtype = p's
-    every = _fm.allgather_object(comm, (local, sig), seconds, what)
+    every = _coll.allgather_object(comm, (local, sig), seconds, what)
     # every decision below is made from `every`, the same on every rank
     for r, (err, _) in enumerate(every):
         if err:
@@ -300,8 +304,9 @@ def reduce_gradients(model, comm, seconds: float) -> int:
             raise ValueError(f"{what}: rank 0 has {len(sigs[0])} parameters, rank {r} {len(other)}")
         for first, theirs in zip(sigs[0], other):
             if first[:3] != theirs[:3]:
-                raise ValueError(f"{what}: rank 0 has {first[0]} {first[1:3]}, rank {r} {theirs[0]} "
-                                 f"{theirs[1:3]}: the ranks' models differ")
+                raise ValueError(
+                    f"{what}: rank 0 has {first[0]} {first[1:3]}, rank {r} {theirs[0]} {theirs[1:3]}: the ranks' models differ"
+                )
     grads = []
     for i, (_, p) in enumerate(params):
         if not any(other[i][3] for other in sigs):
@@ -328,13 +333,13 @@ def _allreduce_sum(comm, grads: list, dtype, seconds: float, what: str) -> None:
     if not total:
         return
     stage = torch.empty(min(total, _BUCKET), dtype=dtype)
-    mpi_type = _fm.MPI.DOUBLE if dtype == torch.float64 else _fm.MPI.FLOAT
+    mpi_type = MPI.DOUBLE if dtype == torch.float64 else MPI.FLOAT
     pending = []  # (flat grad, offset in it, offset in stage, count)
     fill = 0
 
     def flush():
         buf = stage[:fill].numpy()
-        _fm.wait(comm, comm.Iallreduce(_fm.MPI.IN_PLACE, [buf, mpi_type], op=_fm.MPI.SUM), seconds, what)
+        _coll.wait(comm, comm.Iallreduce(MPI.IN_PLACE, [buf, mpi_type], op=MPI.SUM), seconds, what)
         for flat, off, at, n in pending:
             flat[off : off + n].copy_(stage[at : at + n])
         pending.clear()
@@ -364,10 +369,10 @@ class PlanParallelized:
         self.comm = comm
         self._hooks = []
         self._configs = []
-        self._seconds = seconds = _fm.timeout_seconds(timeout)
+        self._seconds = seconds = _coll.timeout_seconds(timeout)
         self._gathered = False  # the current forward has gathered (a split after that is refused under autograd)
         size = comm.Get_size()
-        grid = _fm._grid_ranks(comm, placement, timeout)
+        grid = _handles.grid_ranks(comm, placement, timeout)
         me = grid[comm.Get_rank()]
 
         def split(x, cpi):
@@ -379,7 +384,8 @@ class PlanParallelized:
                 raise NotImplementedError(
                     f"fxattn.diffusers.parallelize: {type(model).__name__}'s plan splits again after a gather; "
                     "under autograd the layers between would count once per rank in the summed gradients; "
-                    "call the model under torch.no_grad()")
+                    "call the model under torch.no_grad()"
+                )
             start, n = _fm.shard(x.shape[cpi.split_dim], me, size)
             return x.narrow(cpi.split_dim, start, n)
 
@@ -406,7 +412,7 @@ class PlanParallelized:
                 else:
                     outs = [entry] if isinstance(entry, ContextParallelOutput) else list(entry)
                     self._hooks.append(m.register_forward_hook(self._gather_hook(outs, grid, seconds)))
-        for module, proc in pairs:
+        for _module, proc in pairs:
             own = "_parallel_config" in vars(proc)
             _wrap_dispatch(type(proc).__call__.__globals__)
             self._configs.append((proc, own, vars(proc).get("_parallel_config")))
@@ -424,8 +430,7 @@ class PlanParallelized:
         entry = type(model)._cp_plan.get("")
         # {input: (split dim, expected dims)}: what the plan splits at the model and, for joint
         # attention, the two streams (split at the model, Flux, or at the first block, Qwen-Image)
-        inputs = {k: (v.split_dim, v.expected_dims) for k, v in entry.items() if not v.split_output} \
-            if isinstance(entry, dict) else {}
+        inputs = {k: (v.split_dim, v.expected_dims) for k, v in entry.items() if not v.split_output} if isinstance(entry, dict) else {}
         joint = _joint_attention(model)
         if joint:
             for k in ("hidden_states", "encoder_hidden_states"):
@@ -443,13 +448,15 @@ class PlanParallelized:
                 if hasattr(x, "ndim") and (dims is None or x.ndim == dims):
                     lengths[k] = int(x.shape[dim])
             mine = (_length_error(name, lengths, size, joint), lengths)
-            every = _fm.allgather_object(comm, mine, seconds, "fxattn.diffusers.parallelize's length check")
+            every = _coll.allgather_object(comm, mine, seconds, "fxattn.diffusers.parallelize's length check")
             for r, (error, theirs) in enumerate(every):
                 if error:
                     raise ValueError(f"fxattn.diffusers.parallelize: {error}")
                 if theirs != every[0][1]:
-                    raise ValueError(f"fxattn.diffusers.parallelize: the ranks' inputs differ: rank 0 splits "
-                                     f"{every[0][1]} tokens, rank {r} {theirs}; every rank must run the same forward")
+                    raise ValueError(
+                        f"fxattn.diffusers.parallelize: the ranks' inputs differ: rank 0 splits "
+                        f"{every[0][1]} tokens, rank {r} {theirs}; every rank must run the same forward"
+                    )
 
         return hook
 
@@ -490,8 +497,7 @@ class PlanParallelized:
             single = not isinstance(output, (tuple, list))
             out = [output] if single else list(output)
             if len(out) != len(outs):
-                raise ValueError(f"_cp_plan: {type(module).__name__} returned {len(out)} outputs, the plan has "
-                                 f"{len(outs)}")
+                raise ValueError(f"_cp_plan: {type(module).__name__} returned {len(out)} outputs, the plan has {len(outs)}")
             for i, cpo in enumerate(outs):
                 if cpo is not None and (cpo.expected_dims is None or out[i].ndim == cpo.expected_dims):
                     out[i] = _gather(comm, out[i], cpo.gather_dim, grid, seconds)
@@ -534,8 +540,7 @@ class PlanParallelized:
         self.remove()
 
 
-def parallelize_plan(model, comm, *, ulysses=1, ring=None, grid=None, threads=None, prefetch=1, timeout=None,
-                     placement="hosts", **options):
+def parallelize_plan(model, comm, *, ulysses=1, ring=None, grid=None, threads=None, prefetch=1, timeout=None, placement="hosts", **options):
     """Sequence-parallel forward of a diffusers model with a `_cp_plan` over
     comm, split and gathered by that plan, self-attention through
     fxattn.mpi.attention (arguments as fxattn.diffusers.parallelize).
@@ -549,13 +554,18 @@ def parallelize_plan(model, comm, *, ulysses=1, ring=None, grid=None, threads=No
         pairs = check_model(model, comm.Get_size(), ulysses, ring, auto)
     except (TypeError, ValueError) as e:
         error, pairs = e, None
-    errors = _fm.allgather_object(comm, None if error is None else f"{type(error).__name__}: {error}",
-                                  _fm.timeout_seconds(timeout), "fxattn.diffusers.parallelize's checks")
+    errors = _coll.allgather_object(
+        comm,
+        None if error is None else f"{type(error).__name__}: {error}",
+        _coll.timeout_seconds(timeout),
+        "fxattn.diffusers.parallelize's checks",
+    )
     if error is not None:
         raise error
     bad = next((r for r, e in enumerate(errors) if e), None)
     if bad is not None:
         raise ValueError(f"rank {bad}: {errors[bad]}")
-    config = MPIAttentionConfig(comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch,
-                                timeout=timeout, placement=placement, **options)
+    config = MPIAttentionConfig(
+        comm, ulysses=ulysses, ring=ring, grid=grid, threads=threads, prefetch=prefetch, timeout=timeout, placement=placement, **options
+    )
     return PlanParallelized(model, comm, config, pairs, placement, timeout)

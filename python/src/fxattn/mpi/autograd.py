@@ -21,8 +21,8 @@ import ctypes
 
 import torch
 
-from . import _lib
-from ._mpilib import mpi
+from .. import _capi
+from .._capi.mpi import mpi
 
 
 class Saved:
@@ -35,7 +35,7 @@ class Saved:
 
     def __init__(self, handle, lock, ctx, desc, qkv, out, lse, parts, layout: str, return_lse: bool):
         self.handle, self.lock, self.ctx, self.layout, self.return_lse = handle, lock, ctx, layout, return_lse
-        self.desc = _lib.AttnDesc.from_buffer_copy(desc)
+        self.desc = _capi.AttnDesc.from_buffer_copy(desc)
         self.qkv, self.out, self.lse, self.parts = qkv, out, lse, parts
         self.outputs = None
 
@@ -49,7 +49,7 @@ class Saved:
         feature, O gets -g_lse and dO gets 1, so that D = dO . O becomes
         dO . O - g_lse and dS = P (dO . v - D) carries g_lse P exactly."""
         q, k, v, out, lse, parts = saved
-        d = _lib.AttnDesc.from_buffer_copy(self.desc)
+        d = _capi.AttnDesc.from_buffer_copy(self.desc)
         out = out.to(torch.float32).contiguous()  # exact: the descriptor's fp32 O
         dout = torch.zeros_like(out) if g_out is None else g_out.to(torch.float32).contiguous()
         dim = d.head_dim
@@ -66,16 +66,26 @@ class Saved:
         with self.lock, self.ctx.lock:
             h = self.handle
             if not h.handle:
-                raise _lib.InvalidArgumentError(
+                raise _capi.InvalidArgumentError(
                     "fxattn.mpi.attention's backward after fxattn.mpi.release() of its communicator",
-                    _lib.INVALID_ARG,
+                    _capi.INVALID_ARG,
                 )
             plan = h.plan(d, backward=True)
-            args = _lib.new(_lib.AttnBwdArgs, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
-                            dout=dout.data_ptr(), lse=lse.data_ptr(), dq=grads[0].data_ptr(),
-                            dk=grads[1].data_ptr(), dv=grads[2].data_ptr(), lse_parts=parts.data_ptr())
+            args = _capi.new(
+                _capi.AttnBwdArgs,
+                q=q.data_ptr(),
+                k=k.data_ptr(),
+                v=v.data_ptr(),
+                out=out.data_ptr(),
+                dout=dout.data_ptr(),
+                lse=lse.data_ptr(),
+                dq=grads[0].data_ptr(),
+                dk=grads[1].data_ptr(),
+                dv=grads[2].data_ptr(),
+                lse_parts=parts.data_ptr(),
+            )
             status = mpi.fxa_mpi_attn_bwd_run(plan, ctypes.byref(args), None)
-            _lib.raise_status(status, h.last_error())
+            _capi.raise_status(status, h.last_error())
         if g_lse is not None:
             grads = [t[..., :dim] for t in grads]
         return tuple(t.to(x.dtype) for t, x in zip(grads, saved[:3]))
@@ -113,7 +123,7 @@ class _FirstOrder(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        from ._torch import second_order_error
+        from ..attn.torch_op import second_order_error
 
         raise second_order_error()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, c_char_p, c_double, c_float, c_int, c_int64, c_size_t, c_uint64, c_void_p
 
-from ._lib import _declare, load
+from .loader import declare, load
 
 PROJ_X_F32, PROJ_X_BF16, PROJ_X_E4M3_ROWS = 0, 1, 2
 PROJ_W_F32, PROJ_W_BF16, PROJ_W_E4M3 = 0, 1, 2
@@ -90,7 +90,7 @@ class WanStats(ctypes.Structure):
 
 
 wan = load("fxattn_wan")
-_d = _declare
+_d = declare
 _d(wan, "fxa_wan_load_params_init", None, POINTER(WanLoadParams))
 _d(wan, "fxa_wan_weights_load", c_int, c_char_p, POINTER(WanLoadParams), POINTER(WanWeights), c_char_p, c_size_t)
 _d(wan, "fxa_wan_weights_free", None, POINTER(WanWeights))

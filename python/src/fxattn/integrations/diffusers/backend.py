@@ -26,7 +26,7 @@ import sys
 
 import torch
 
-import fxattn as _fx
+from ...attn import attention, scaled_dot_product_attention
 
 #: The backend's name in diffusers' AttentionBackendName.
 NAME = "fxattn"
@@ -165,7 +165,7 @@ def fxattn_attention(
     if attn_mask is not None or is_causal:
         if return_lse:
             raise ValueError("fxattn attention backend: return_lse with attn_mask or is_causal is not supported")
-        out = _fx.scaled_dot_product_attention(
+        out = scaled_dot_product_attention(
             query.transpose(1, 2),
             key.transpose(1, 2),
             value.transpose(1, 2),
@@ -175,7 +175,7 @@ def fxattn_attention(
             enable_gqa=enable_gqa,
         )
         return out.transpose(1, 2)
-    res = _fx.attention(query, key, value, layout="bshd", scale=scale, return_lse=return_lse)
+    res = attention(query, key, value, layout="bshd", scale=scale, return_lse=return_lse)
     if return_lse:
         out, lse = res
         return out, lse.transpose(1, 2).contiguous()

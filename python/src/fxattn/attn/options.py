@@ -1,0 +1,100 @@
+"""The options of one attention call, checked once, as one bundle that
+travels from the public entries (attention, scaled_dot_product_attention,
+fxattn.mpi.attention) through the torch operator to the C descriptor of the
+forward and of the backward; and what compute="auto" runs."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from .. import _capi
+from .._capi import core
+from .._common import validate
+from .._common.context import context
+
+LAYOUTS = {"bshd": _capi.LAYOUT_BSHD, "bhsd": _capi.LAYOUT_BHSD}
+MODES = {"auto": _capi.MODE_AUTO, "online": _capi.MODE_ONLINE}
+COMPUTES = {"auto": _capi.COMPUTE_AUTO, "fp32": _capi.COMPUTE_FP32, "bf16": _capi.COMPUTE_BF16}
+_COMPUTE_NAMES = {_capi.COMPUTE_FP32: "fp32", _capi.COMPUTE_BF16: "bf16"}
+# What compute="auto" runs, per (dtype code, head dim): asked of the library once per process,
+# so that a forward and its backward agree whichever context runs them.
+_AUTO_COMPUTE: dict = {}
+
+
+@dataclass(frozen=True)
+class Options:
+    """How one attention call runs, its arguments checked: scale (0.0:
+    1/sqrt(D)), layout ("bshd" or "bhsd"), mode ("auto" or "online"), center
+    (virtual key centring), compute ("auto", "fp32" or "bf16"), threads (0:
+    the CPUs this process may use) and causal (top-left aligned)."""
+
+    scale: float = 0.0
+    layout: str = "bhsd"
+    mode: str = "auto"
+    center: bool = True
+    compute: str = "auto"
+    threads: int = 0
+    causal: bool = False
+
+    @staticmethod
+    def parse(scale=None, layout="bhsd", mode="auto", center=True, compute="auto", threads=None, causal=False) -> Options:
+        """The Options of a caller's arguments (scale None: 1/sqrt(D);
+        threads None: every CPU), each checked."""
+        validate.choice("layout", layout, LAYOUTS)
+        validate.choice("mode", mode, MODES)
+        validate.choice("compute", compute, COMPUTES)
+        scale = 0.0 if scale is None else validate.positive_real("scale", scale)
+        center = validate.boolean("center", center)
+        causal = validate.boolean("is_causal", causal)
+        return Options(scale, layout, mode, center, compute, validate.threads(threads), causal)
+
+    @staticmethod
+    def from_op(scale: float, layout: str, mode: str, center: bool, compute: str, threads: int, is_causal: bool) -> Options:
+        """The Options of the torch operators' parameters (op_kwargs)."""
+        return Options.parse(scale or None, layout, mode, center, compute, threads or None, is_causal)
+
+    def op_kwargs(self) -> dict:
+        """These options as the keyword arguments of torch.ops.fxattn.attention
+        and attention_backward (the operators' schema takes scalars only)."""
+        return {
+            "scale": self.scale,
+            "layout": self.layout,
+            "mode": self.mode,
+            "center": self.center,
+            "compute": self.compute,
+            "threads": self.threads,
+            "is_causal": self.causal,
+        }
+
+
+@dataclass(frozen=True)
+class ComputeChoice:
+    """What compute="auto" runs: compute ("fp32" or "bf16") and the tile
+    rates it was chosen by (one thread, attention GFLOP/s; 0.0 where nothing
+    was measured)."""
+
+    compute: str
+    fp32_gflops: float
+    bf16_gflops: float
+
+
+def compute_choice_code(dtype_code: int, head_dim: int, threads=None) -> ComputeChoice:
+    """fxa_ctx_compute_choice on the context of `threads`."""
+    ctx = context(threads)
+    c = _capi.new(_capi.ComputeChoice)
+    with ctx.lock:
+        status = core.fxa_ctx_compute_choice(ctx.handle, dtype_code, head_dim, ctypes.byref(c))
+        _capi.raise_status(status, ctx.last_error())
+    return ComputeChoice(_COMPUTE_NAMES[c.compute], c.fp32_gflops, c.bf16_gflops)
+
+
+def compute_code(compute: str, dtype_code: int, head_dim: int, threads=None) -> int:
+    """The C compute of option `compute` for inputs of dtype_code and head_dim: "auto" resolved
+    once per process (_AUTO_COMPUTE)."""
+    if compute != "auto":
+        return COMPUTES[compute]
+    key = (dtype_code, head_dim)
+    if key not in _AUTO_COMPUTE:
+        _AUTO_COMPUTE[key] = COMPUTES[compute_choice_code(dtype_code, head_dim, threads).compute]
+    return _AUTO_COMPUTE[key]

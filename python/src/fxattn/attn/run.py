@@ -1,0 +1,104 @@
+"""One attention call on caller memory: the forward (fxa_attn_run) and the
+backward (fxa_attn_bwd_run) of Inputs run with Options, and the numpy path
+of fxattn.attention and fxattn.scaled_dot_product_attention."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .. import _capi
+from .._capi import core
+from .._common import arrays
+from .._common.context import BwdPlan, context
+from .inputs import Inputs, lse_shape
+from .options import Options
+
+
+def _ptr(m):
+    return None if m is None else m.ptr
+
+
+def run(x: Inputs, opts: Options, out_code: int, out_ptr: int, lse_ptr: int | None = None, parts_ptr: int | None = None) -> None:
+    """fxa_attn_run into caller memory: out (contiguous, q's shape, fp32 or
+    bf16 as out_code), lse [B, Hq, Sq] fp32 or None, its parts
+    [B, Hq, Sq, 3] fp32 (for the backward) or None."""
+    d = x.descriptor(opts, out_code)
+    ctx = context(opts.threads)
+    with ctx.lock:
+        plan = ctx.plan(d)
+        ws = ctx.workspace(plan.workspace_bytes)
+        args = _capi.new(_capi.AttnArgs, q=x.q.ptr, k=x.k.ptr, v=x.v.ptr, out=out_ptr, lse=lse_ptr, mask=_ptr(x.mask), lse_parts=parts_ptr)
+        status = core.fxa_attn_run(plan.handle, ctypes.byref(args), ws, None)
+        _capi.raise_status(status, ctx.last_error())
+
+
+def run_backward(
+    x: Inputs,
+    opts: Options,
+    out_code: int,
+    out_ptr: int,
+    dout_ptr: int,
+    lse_ptr: int,
+    parts_ptr: int | None,
+    grads,
+    grad_code: int,
+) -> None:
+    """fxa_attn_bwd_run of the forward of x with opts: out and dout
+    contiguous in q's shape (fp32 or bf16 as out_code), lse [B, Hq, Sq]
+    fp32 (the forward's) and its parts [B, Hq, Sq, 3] (parts_ptr, the
+    forward's, or None), into grads = (dq, dk, dv) addresses of memory in
+    grad_code's dtype (fp32, bf16 or fp16, rounded once from the fp32
+    gradients) with q's, k's and v's element strides. opts.compute is the
+    forward's: bf16 compute (bf16 inputs) runs the backward's products on
+    bf16 operands too; fp32 compute in fp32; the gradients accumulate in
+    fp32 either way."""
+    d = x.descriptor(opts, out_code)
+    ctx = context(opts.threads)
+    with ctx.lock:
+        plan = ctx.plan(d, BwdPlan)
+        ws = ctx.workspace(plan.workspace_bytes)
+        dq, dk, dv = grads
+        args = _capi.new(
+            _capi.AttnBwdArgs,
+            q=x.q.ptr,
+            k=x.k.ptr,
+            v=x.v.ptr,
+            out=out_ptr,
+            dout=dout_ptr,
+            lse=lse_ptr,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            mask=_ptr(x.mask),
+            grad_dtype=grad_code,
+            lse_parts=parts_ptr,
+        )
+        status = core.fxa_attn_bwd_run(plan.handle, ctypes.byref(args), ws, None)
+        _capi.raise_status(status, ctx.last_error())
+
+
+def numpy_bf16():
+    """numpy's bfloat16 dtype (ml_dtypes)."""
+    try:
+        import ml_dtypes
+    except ImportError as e:
+        raise _capi.UnsupportedError("a bfloat16 numpy output needs the ml_dtypes package", _capi.UNSUPPORTED) from e
+    return ml_dtypes.bfloat16
+
+
+def attention_numpy(x: Inputs, opts: Options, return_lse: bool, out_dtype):
+    """The numpy path of fxattn.attention and scaled_dot_product_attention
+    (options already checked)."""
+    out_code = x.q.dtype if out_dtype is None else arrays.dtype_code(out_dtype)
+    if out_code == _capi.BF16:
+        bf16 = x.q.obj.dtype if x.q.dtype == _capi.BF16 else numpy_bf16()
+        out = np.empty(x.q.shape, np.uint16).view(bf16)
+    else:
+        out = np.empty(x.q.shape, np.float32)
+    lse = np.empty(lse_shape(opts.layout, x.q.shape), np.float32) if return_lse else None
+    run(x, opts, out_code, out.ctypes.data, lse.ctypes.data if return_lse else None)
+    if out_code == _capi.F16:
+        out = arrays.to_float16(out)
+    return (out, lse) if return_lse else out
