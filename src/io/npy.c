@@ -457,232 +457,270 @@ fxa_status fxa_npy_read_shard(const char *path, int axis, int parts, int part, f
     return read_npy(path, axis, 0, 0, parts, part, out, err, errlen);
 }
 
-/* Whole file (axis < 0), a slice [start, start + len) of `axis`, or with
- * parts > 0 shard `part` of `parts` of it (the first shape[axis] mod parts
- * shards one longer). */
-static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t len, int parts,
-                           int part, fxa_npy *out, char *err, size_t errlen)
+/* The request itself: a path, an output, and an axis of -1 (the whole
+ * array: start and length 0) or 0 and more. */
+static fxa_status check_request(const npy_reader *r, const char *path, int axis, int64_t start,
+                                int64_t len, int parts, const fxa_npy *out)
 {
-    npy_reader reader = {path != NULL ? path : "(null)", err, errlen};
-    fxa_status status = FXA_ERR_INVALID_ARG;
-    int fd = -1;
-    char *header = NULL;
-    void *data = NULL;
-    npy_header hdr;
-    struct stat file_stat;
-
-    memset(&hdr, 0, sizeof hdr);
-    fxa_io_clear_error(err, errlen);
     if (out == NULL || path == NULL) {
-        reader_fail(&reader, "no path or no output given");
+        reader_fail(r, "no path or no output given");
         return FXA_ERR_INVALID_ARG;
     }
-    memset(out, 0, sizeof *out);
     if (path[0] == '\0') {
-        reader_fail(&reader, "the path is empty");
+        reader_fail(r, "the path is empty");
         return FXA_ERR_INVALID_ARG;
     }
     if (axis < -1 || (axis == -1 && parts == 0 && (start != 0 || len != 0))) {
-        reader_fail(&reader,
+        reader_fail(r,
                     "axis %d with start %" PRId64 " and length %" PRId64 ": the axis is -1 "
                     "(the whole array, start and length 0) or a dimension of the array",
                     axis, start, len);
         return FXA_ERR_INVALID_ARG;
     }
+    return FXA_OK;
+}
 
-    char open_why[128];
-    fd = fxa_io_open_regular(path, &file_stat, open_why, sizeof open_why);
-    if (fd < 0) {
-        reader_fail(&reader, "%s", open_why);
-        status = FXA_ERR_IO;
-        goto cleanup;
-    }
-    const int64_t file_size = (int64_t)file_stat.st_size;
+/* The preamble: the magic, a version 1.0, 2.0 or 3.0, and a header length
+ * within the limit and the file; *header_offset where the header starts. */
+static fxa_status read_preamble(const npy_reader *r, int fd, int64_t file_size,
+                                size_t *header_offset, uint32_t *header_len)
+{
     if (file_size == 0) {
-        reader_fail(&reader, "file is empty, not a .npy file");
-        goto cleanup;
+        reader_fail(r, "file is empty, not a .npy file");
+        return FXA_ERR_INVALID_ARG;
     }
-
     unsigned char preamble[NPY_MAX_PREAMBLE_LEN];
-    const size_t preamble_avail =
+    const size_t avail =
         file_size < NPY_MAX_PREAMBLE_LEN ? (size_t)file_size : NPY_MAX_PREAMBLE_LEN;
-    status = read_at(&reader, fd, preamble, preamble_avail, 0, "the preamble");
-    if (status != FXA_OK) {
-        goto cleanup;
+    const fxa_status status = read_at(r, fd, preamble, avail, 0, "the preamble");
+    if (status != FXA_OK)
+        return status;
+    if (avail < NPY_MAGIC_LEN || memcmp(preamble, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
+        reader_fail(r, "not a .npy file (missing the \\x93NUMPY magic)");
+        return FXA_ERR_INVALID_ARG;
     }
-    status = FXA_ERR_INVALID_ARG;
-    if (preamble_avail < NPY_MAGIC_LEN || memcmp(preamble, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
-        reader_fail(&reader, "not a .npy file (missing the \\x93NUMPY magic)");
-        goto cleanup;
-    }
-    if (preamble_avail < NPY_MAGIC_LEN + 2) {
-        reader_fail(&reader, "truncated .npy preamble (%" PRId64 " bytes)", file_size);
-        goto cleanup;
+    if (avail < NPY_MAGIC_LEN + 2) {
+        reader_fail(r, "truncated .npy preamble (%" PRId64 " bytes)", file_size);
+        return FXA_ERR_INVALID_ARG;
     }
     const unsigned major = preamble[NPY_MAGIC_LEN];
     const unsigned minor = preamble[NPY_MAGIC_LEN + 1];
     if (major < 1 || major > 3 || minor != 0) {
-        reader_fail(&reader, "unsupported .npy format version %u.%u (1.0, 2.0 and 3.0 are)", major,
+        reader_fail(r, "unsupported .npy format version %u.%u (1.0, 2.0 and 3.0 are)", major,
                     minor);
-        goto cleanup;
+        return FXA_ERR_INVALID_ARG;
     }
     const size_t length_bytes = major == 1 ? 2 : 4;
     const size_t preamble_len = NPY_MAGIC_LEN + 2 + length_bytes;
-    if (preamble_avail < preamble_len) {
-        reader_fail(&reader, "truncated .npy preamble (%" PRId64 " bytes)", file_size);
-        goto cleanup;
+    if (avail < preamble_len) {
+        reader_fail(r, "truncated .npy preamble (%" PRId64 " bytes)", file_size);
+        return FXA_ERR_INVALID_ARG;
     }
-    uint32_t header_len = 0;
-    for (size_t i = 0; i < length_bytes; i++) {
-        header_len |= (uint32_t)preamble[NPY_MAGIC_LEN + 2 + i] << (8 * i);
-    }
-    if (header_len > FXA_NPY_MAX_HEADER_LEN) {
-        reader_fail(&reader, "header length %" PRIu32 " exceeds the limit of %d bytes", header_len,
+    uint32_t n = 0;
+    for (size_t i = 0; i < length_bytes; i++)
+        n |= (uint32_t)preamble[NPY_MAGIC_LEN + 2 + i] << (8 * i);
+    if (n > FXA_NPY_MAX_HEADER_LEN) {
+        reader_fail(r, "header length %" PRIu32 " exceeds the limit of %d bytes", n,
                     FXA_NPY_MAX_HEADER_LEN);
-        goto cleanup;
+        return FXA_ERR_INVALID_ARG;
     }
-    if ((int64_t)preamble_len + header_len > file_size) {
-        reader_fail(&reader,
+    if ((int64_t)preamble_len + n > file_size) {
+        reader_fail(r,
                     "header length %" PRIu32 " runs past the end of the file (%" PRId64 " bytes)",
-                    header_len, file_size);
-        goto cleanup;
+                    n, file_size);
+        return FXA_ERR_INVALID_ARG;
     }
-    if (header_len == 0) {
-        reader_fail(&reader, "header is empty");
-        goto cleanup;
+    if (n == 0) {
+        reader_fail(r, "header is empty");
+        return FXA_ERR_INVALID_ARG;
     }
+    *header_offset = preamble_len;
+    *header_len = n;
+    return FXA_OK;
+}
 
-    header = malloc(header_len);
+/* The header dictionary (header_len bytes at offset), ending in a newline,
+ * parsed into *hdr. */
+static fxa_status read_header(const npy_reader *r, int fd, size_t offset, uint32_t header_len,
+                              npy_header *hdr)
+{
+    char *header = malloc(header_len);
     if (header == NULL) {
-        reader_fail(&reader, "out of memory for a %" PRIu32 "-byte header", header_len);
-        status = FXA_ERR_NO_MEMORY;
-        goto cleanup;
+        reader_fail(r, "out of memory for a %" PRIu32 "-byte header", header_len);
+        return FXA_ERR_NO_MEMORY;
     }
-    status = read_at(&reader, fd, header, header_len, (int64_t)preamble_len, "the header");
-    if (status != FXA_OK) {
-        goto cleanup;
+    fxa_status status = read_at(r, fd, header, header_len, (int64_t)offset, "the header");
+    if (status == FXA_OK) {
+        status = FXA_ERR_INVALID_ARG;
+        header_parser parser = {r, header, header_len, 0};
+        if (header[header_len - 1] != '\n')
+            reader_fail(r, "header is not terminated by a newline");
+        else if (parse_header(&parser, hdr) == 0)
+            status = FXA_OK;
     }
-    status = FXA_ERR_INVALID_ARG;
-    if (header[header_len - 1] != '\n') {
-        reader_fail(&reader, "header is not terminated by a newline");
-        goto cleanup;
-    }
-    header_parser parser = {&reader, header, header_len, 0};
-    if (parse_header(&parser, &hdr) != 0) {
-        goto cleanup;
-    }
+    free(header);
+    return status;
+}
 
-    int64_t count;
-    int64_t data_bytes;
-    if (shape_size(hdr.shape, hdr.ndim, hdr.itemsize, &count, &data_bytes) != 0) {
-        char shape_text[FXA_IO_SHAPE_TEXT_CAP];
-        fxa_io_format_shape(hdr.shape, hdr.ndim, '(', shape_text);
-        reader_fail(&reader, "shape %s overflows: its size in bytes does not fit in int64",
-                    shape_text);
-        goto cleanup;
-    }
-    const int64_t data_offset = (int64_t)preamble_len + header_len;
-    const int64_t data_avail = file_size - data_offset;
-    if (data_avail < data_bytes) {
-        reader_fail(&reader, "truncated: header says %" PRId64 " bytes of data, file has %" PRId64,
-                    data_bytes, data_avail);
-        goto cleanup;
-    }
-    if (data_avail > data_bytes) {
-        reader_fail(&reader,
-                    "file has %" PRId64 " bytes of data but header says %" PRId64
-                    " (trailing bytes)",
-                    data_avail, data_bytes);
-        goto cleanup;
-    }
+/* Which bytes of the file a read takes: outer blocks of len * inner
+ * contiguous bytes, stride apart, from offset + start * inner; the whole
+ * array is one block. */
+typedef struct npy_extent {
+    int64_t offset;       /* of the data in the file */
+    int64_t count, bytes; /* elements and bytes read */
+    int64_t outer, inner, stride;
+    int64_t start, len; /* along the axis (a slice) */
+} npy_extent;
 
-    /* A slice along `axis`: outer blocks of len * inner contiguous bytes. */
-    int64_t outer = 1;
-    int64_t inner = hdr.itemsize;
-    int64_t stride = 0; /* file bytes from one outer block to the next */
-    if (axis >= 0 && axis < hdr.ndim && parts > 0) {
-        const int64_t n = hdr.shape[axis];
+/* The extent of the whole array after checking that the file holds
+ * exactly its bytes, then narrowed to the slice or shard asked for. */
+static fxa_status plan_extent(const npy_reader *r, const npy_header *hdr, int64_t file_size,
+                              int64_t data_offset, int axis, int64_t start, int64_t len, int parts,
+                              int part, npy_extent *e)
+{
+    memset(e, 0, sizeof *e);
+    e->offset = data_offset;
+    char shape_text[FXA_IO_SHAPE_TEXT_CAP];
+    fxa_io_format_shape(hdr->shape, hdr->ndim, '(', shape_text);
+    if (shape_size(hdr->shape, hdr->ndim, hdr->itemsize, &e->count, &e->bytes) != 0) {
+        reader_fail(r, "shape %s overflows: its size in bytes does not fit in int64", shape_text);
+        return FXA_ERR_INVALID_ARG;
+    }
+    const int64_t avail = file_size - data_offset;
+    if (avail < e->bytes) {
+        reader_fail(r, "truncated: header says %" PRId64 " bytes of data, file has %" PRId64,
+                    e->bytes, avail);
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (avail > e->bytes) {
+        reader_fail(
+            r, "file has %" PRId64 " bytes of data but header says %" PRId64 " (trailing bytes)",
+            avail, e->bytes);
+        return FXA_ERR_INVALID_ARG;
+    }
+    e->outer = 1;
+    e->inner = hdr->itemsize;
+    if (axis < 0)
+        return FXA_OK;
+    if (axis < hdr->ndim && parts > 0) {
+        const int64_t n = hdr->shape[axis];
         start = part * (n / parts) + (part < n % parts ? part : n % parts);
         len = n / parts + (part < n % parts ? 1 : 0);
     }
-    if (axis >= 0) {
-        if (axis >= hdr.ndim || start < 0 || len < 0 || start > hdr.shape[axis] ||
-            len > hdr.shape[axis] - start) {
-            char shape_text[FXA_IO_SHAPE_TEXT_CAP];
-            fxa_io_format_shape(hdr.shape, hdr.ndim, '(', shape_text);
-            reader_fail(&reader,
-                        "cannot take %" PRId64 " entries from index %" PRId64
-                        " of axis %d of shape %s",
-                        len, start, axis, shape_text);
-            goto cleanup;
-        }
-        for (int i = 0; i < axis; i++)
-            outer *= hdr.shape[i];
-        for (int i = axis + 1; i < hdr.ndim; i++)
-            inner *= hdr.shape[i];
-        /* Both products divide data_bytes, which fits in int64. */
-        stride = hdr.shape[axis] * inner;
-        count = outer * len * (inner / hdr.itemsize);
-        data_bytes = outer * len * inner;
+    if (axis >= hdr->ndim || start < 0 || len < 0 || start > hdr->shape[axis] ||
+        len > hdr->shape[axis] - start) {
+        reader_fail(r,
+                    "cannot take %" PRId64 " entries from index %" PRId64 " of axis %d of shape %s",
+                    len, start, axis, shape_text);
+        return FXA_ERR_INVALID_ARG;
     }
+    for (int i = 0; i < axis; i++)
+        e->outer *= hdr->shape[i];
+    for (int i = axis + 1; i < hdr->ndim; i++)
+        e->inner *= hdr->shape[i];
+    /* Both products divide the array's bytes, which fit in int64. */
+    e->stride = hdr->shape[axis] * e->inner;
+    e->count = e->outer * len * (e->inner / hdr->itemsize);
+    e->bytes = e->outer * len * e->inner;
+    e->start = start;
+    e->len = len;
+    return FXA_OK;
+}
 
-    /* aligned_alloc wants a multiple of the alignment; keep at least one block so that an
-     * empty array still has a valid pointer. */
-    if ((uint64_t)data_bytes > (uint64_t)SIZE_MAX - (NPY_ALIGN - 1)) {
-        reader_fail(&reader, "%" PRId64 " bytes of data do not fit in memory", data_bytes);
-        status = FXA_ERR_NO_MEMORY;
-        goto cleanup;
+/* The extent's bytes into a new 64-byte aligned buffer (*data), its tail
+ * up to the alignment zeroed; at least one block, so that an empty array
+ * still has a valid pointer. */
+static fxa_status read_extent(const npy_reader *r, int fd, int axis, const npy_extent *e,
+                              void **data)
+{
+    if ((uint64_t)e->bytes > (uint64_t)SIZE_MAX - (NPY_ALIGN - 1)) {
+        reader_fail(r, "%" PRId64 " bytes of data do not fit in memory", e->bytes);
+        return FXA_ERR_NO_MEMORY;
     }
-    size_t alloc_bytes = ((size_t)data_bytes + (NPY_ALIGN - 1)) & ~(size_t)(NPY_ALIGN - 1);
-    if (alloc_bytes == 0) {
+    size_t alloc_bytes = ((size_t)e->bytes + (NPY_ALIGN - 1)) & ~(size_t)(NPY_ALIGN - 1);
+    if (alloc_bytes == 0)
         alloc_bytes = NPY_ALIGN;
+    unsigned char *buf = aligned_alloc(NPY_ALIGN, alloc_bytes);
+    if (buf == NULL) {
+        reader_fail(r, "out of memory for %" PRId64 " bytes of data", e->bytes);
+        return FXA_ERR_NO_MEMORY;
     }
-    data = aligned_alloc(NPY_ALIGN, alloc_bytes);
-    if (data == NULL) {
-        reader_fail(&reader, "out of memory for %" PRId64 " bytes of data", data_bytes);
-        status = FXA_ERR_NO_MEMORY;
-        goto cleanup;
-    }
-    memset((unsigned char *)data + data_bytes, 0, alloc_bytes - (size_t)data_bytes);
+    memset(buf + e->bytes, 0, alloc_bytes - (size_t)e->bytes);
+    fxa_status status = FXA_OK;
     if (axis < 0) {
-        status = read_at(&reader, fd, data, (size_t)data_bytes, data_offset, "the data");
+        status = read_at(r, fd, buf, (size_t)e->bytes, e->offset, "the data");
     } else {
-        status = FXA_OK;
-        for (int64_t o = 0; o < outer && status == FXA_OK && len > 0; o++)
-            status =
-                read_at(&reader, fd, (unsigned char *)data + o * len * inner, (size_t)(len * inner),
-                        data_offset + o * stride + start * inner, "the data");
+        const int64_t block = e->len * e->inner;
+        for (int64_t o = 0; o < e->outer && status == FXA_OK && e->len > 0; o++)
+            status = read_at(r, fd, buf + o * block, (size_t)block,
+                             e->offset + o * e->stride + e->start * e->inner, "the data");
     }
     if (status != FXA_OK) {
-        goto cleanup;
+        free(buf);
+        return status;
     }
-    const fxa_io_stamp before = fxa_io_stamp_of(&file_stat);
-    char why[256];
-    status = fxa_io_check_unchanged(fd, &before, why, sizeof why);
-    if (status != FXA_OK) {
-        reader_fail(&reader, "%s", why);
-        goto cleanup;
-    }
+    *data = buf;
+    return FXA_OK;
+}
 
+/* Whole file (axis < 0), a slice [start, start + len) of `axis`, or with
+ * parts > 0 shard `part` of `parts` of it (the first shape[axis] mod parts
+ * shards one longer): open, preamble, header, extent, data, and a file
+ * unchanged from open to end. */
+static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t len, int parts,
+                           int part, fxa_npy *out, char *err, size_t errlen)
+{
+    const npy_reader reader = {path != NULL ? path : "(null)", err, errlen};
+    fxa_io_clear_error(err, errlen);
+    fxa_status status = check_request(&reader, path, axis, start, len, parts, out);
+    if (status != FXA_OK)
+        return status;
+    memset(out, 0, sizeof *out);
+
+    struct stat file_stat;
+    char open_why[128];
+    const int fd = fxa_io_open_regular(path, &file_stat, open_why, sizeof open_why);
+    if (fd < 0) {
+        reader_fail(&reader, "%s", open_why);
+        return FXA_ERR_IO;
+    }
+    const int64_t file_size = (int64_t)file_stat.st_size;
+    size_t header_offset = 0;
+    uint32_t header_len = 0;
+    npy_header hdr;
+    memset(&hdr, 0, sizeof hdr);
+    npy_extent extent;
+    void *data = NULL;
+    status = read_preamble(&reader, fd, file_size, &header_offset, &header_len);
+    if (status == FXA_OK)
+        status = read_header(&reader, fd, header_offset, header_len, &hdr);
+    if (status == FXA_OK)
+        status = plan_extent(&reader, &hdr, file_size, (int64_t)header_offset + header_len, axis,
+                             start, len, parts, part, &extent);
+    if (status == FXA_OK)
+        status = read_extent(&reader, fd, axis, &extent, &data);
+    if (status == FXA_OK) {
+        const fxa_io_stamp before = fxa_io_stamp_of(&file_stat);
+        char why[256];
+        status = fxa_io_check_unchanged(fd, &before, why, sizeof why);
+        if (status != FXA_OK)
+            reader_fail(&reader, "%s", why);
+    }
+    close(fd);
+    if (status != FXA_OK) {
+        free(data);
+        return status;
+    }
     out->ndim = hdr.ndim;
     memcpy(out->shape, hdr.shape, sizeof out->shape);
     out->slice_axis = axis < 0 ? -1 : axis;
-    out->slice_start = axis < 0 ? 0 : start;
-    out->slice_len = axis < 0 ? 0 : len;
+    out->slice_start = axis < 0 ? 0 : extent.start;
+    out->slice_len = axis < 0 ? 0 : extent.len;
     out->dtype = hdr.dtype;
-    out->count = count;
+    out->count = extent.count;
     out->data = data;
-    data = NULL;
     fxa_io_clear_error(err, errlen);
-    status = FXA_OK;
-
-cleanup:
-    free(data);
-    free(header);
-    if (fd >= 0) {
-        close(fd);
-    }
-    return status;
+    return FXA_OK;
 }
 
 void fxa_npy_free(fxa_npy *a)
