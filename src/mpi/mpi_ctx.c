@@ -345,6 +345,108 @@ static fxa_status split(fxa_mpi *m, int color, int key, MPI_Comm *out)
     return st;
 }
 
+/* A handle on comm's ranks with nothing created yet (no duplicate, no
+ * grid); NULL when out of memory. */
+static fxa_mpi *new_handle(MPI_Comm comm, fxa_ctx *ctx)
+{
+    fxa_mpi *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->comm = m->row_comm = m->col_comm = MPI_COMM_NULL;
+    MPI_Comm_rank(comm, &m->rank);
+    MPI_Comm_size(comm, &m->size);
+    m->ctx = ctx;
+    m->test_max_elements = env_count("FXA_MPI_TEST_MAX_ELEMENTS");
+    m->test_ulysses_groups = env_count("FXA_TEST_ULYSSES_GROUPS");
+    m->test_ulysses_piece = env_count("FXA_TEST_ULYSSES_PIECE");
+    return m;
+}
+
+/* This rank's checks of the arguments, before any rank is waited for:
+ * *prm the parameters (p, or the defaults, with an older struct's missing
+ * fields defaulted and ring settled), m->timeout the deadline (60 s when
+ * the asked one is bad, so that the agreement still has one). */
+static fxa_status check_params(fxa_mpi *m, const fxa_ctx *ctx, fxa_mpi **out,
+                               const fxa_mpi_params *p, fxa_mpi_params *prm, char *msg,
+                               size_t msglen)
+{
+    fxa_status st = FXA_OK;
+    fxa_mpi_params_init(prm);
+    if (!ctx || !out) {
+        st = FXA_ERR_INVALID_ARG;
+        snprintf(msg, msglen, "NULL context or output");
+    } else if (p) {
+        /* An older, smaller struct: its fields, the defaults for the rest. */
+        st = fxa_struct_in(prm, sizeof *prm, p, FXA_MPI_PARAMS_SIZE_0_1, "fxa_mpi_params", msg,
+                           msglen);
+    }
+    m->timeout = pick_timeout(prm->timeout_seconds, msg, msglen);
+    if (m->timeout == 0.0) {
+        st = FXA_ERR_INVALID_ARG;
+        m->timeout = 60.0;
+    }
+    if (st != FXA_OK)
+        return st;
+    if (prm->ring == 0 && prm->ulysses >= 1)
+        prm->ring = m->size / prm->ulysses;
+    if (prm->ulysses < 1 || prm->ring < 1 || (int64_t)prm->ulysses * prm->ring != m->size) {
+        snprintf(msg, msglen, "Ulysses %d x ring %d does not match %d ranks", prm->ulysses,
+                 prm->ring, m->size);
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (prm->prefetch < 0) {
+        snprintf(msg, msglen, "prefetch %d is negative", prm->prefetch);
+        return FXA_ERR_INVALID_ARG;
+    }
+    if (!placement_known(prm->placement)) {
+        snprintf(msg, msglen,
+                 "placement %d is not FXA_MPI_PLACE_HOSTS (0) or FXA_MPI_PLACE_RANKS (1)",
+                 prm->placement);
+        return FXA_ERR_INVALID_ARG;
+    }
+    return FXA_OK;
+}
+
+/* Collective over the duplicate: every rank's verdict st (msg when it
+ * failed) agreed, then the same grid, prefetch, placement and timeout on
+ * every rank. */
+static fxa_status agree_params(fxa_mpi *m, fxa_status st, const char *msg,
+                               const fxa_mpi_params *prm)
+{
+    st = fxa_mpi_agree(m, st, msg);
+    if (st != FXA_OK)
+        return st;
+    int grid[4] = {prm->ulysses, prm->ring, prm->prefetch, prm->placement};
+    const uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, grid, sizeof grid);
+    return fxa_mpi_same_everywhere(m, fxa_mpi_hash(h, &m->timeout, sizeof m->timeout),
+                                   "the Ulysses x ring grid, prefetch, placement or timeout");
+}
+
+/* Collective: the grid ranks by placement, this rank's (u, c), the ring's
+ * prefetch depth (1 to min(R - 1, 64)), and the row (Ulysses) and column
+ * (ring) communicators. */
+static fxa_status lay_out_grid(fxa_mpi *m, const fxa_mpi_params *prm)
+{
+    fxa_status st = place(m, prm->placement);
+    if (st != FXA_OK)
+        return st;
+    m->ulysses = prm->ulysses;
+    m->ring = prm->ring;
+    m->u = m->rank % m->ulysses;
+    m->c = m->rank / m->ulysses;
+    m->prefetch = prm->prefetch < 1 ? 1 : prm->prefetch;
+    if (m->prefetch > m->ring - 1)
+        m->prefetch = m->ring > 1 ? m->ring - 1 : 1;
+    if (m->prefetch > 64)
+        m->prefetch = 64; /* deeper buys nothing and costs a block of memory each */
+    if ((st = split(m, m->c, m->u, &m->row_comm)) != FXA_OK ||
+        (st = split(m, m->u, m->c, &m->col_comm)) != FXA_OK)
+        return st;
+    MPI_Comm_set_errhandler(m->row_comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(m->col_comm, MPI_ERRORS_RETURN);
+    return FXA_OK;
+}
+
 fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, fxa_mpi **out)
 {
     g_create_error[0] = '\0';
@@ -358,85 +460,24 @@ fxa_status fxa_mpi_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_mpi_params *p, 
     }
     if (fxa_mpi_check_comm(comm, g_create_error, sizeof g_create_error) != FXA_OK)
         return FXA_ERR_INVALID_ARG;
-    fxa_mpi *m = calloc(1, sizeof *m);
+    fxa_mpi *m = new_handle(comm, ctx);
     if (!m) {
         snprintf(g_create_error, sizeof g_create_error, "out of memory");
         return FXA_ERR_NO_MEMORY;
     }
-    m->comm = m->row_comm = m->col_comm = MPI_COMM_NULL;
-    MPI_Comm_rank(comm, &m->rank);
-    MPI_Comm_size(comm, &m->size);
-    m->ctx = ctx;
-    m->test_max_elements = env_count("FXA_MPI_TEST_MAX_ELEMENTS");
-    m->test_ulysses_groups = env_count("FXA_TEST_ULYSSES_GROUPS");
-    m->test_ulysses_piece = env_count("FXA_TEST_ULYSSES_PIECE");
     /* Local checks first; the verdict is agreed so every rank fails alike. */
-    fxa_status st = FXA_OK;
     char msg[256] = "";
     fxa_mpi_params prm;
-    fxa_mpi_params_init(&prm);
-    if (!ctx || !out) {
-        st = FXA_ERR_INVALID_ARG;
-        snprintf(msg, sizeof msg, "NULL context or output");
-    } else if (p) {
-        /* An older, smaller struct: its fields, the defaults for the rest. */
-        st = fxa_struct_in(&prm, sizeof prm, p, FXA_MPI_PARAMS_SIZE_0_1, "fxa_mpi_params", msg,
-                           sizeof msg);
-    }
-    m->timeout = pick_timeout(prm.timeout_seconds, msg, sizeof msg);
-    if (m->timeout == 0.0) {
-        st = FXA_ERR_INVALID_ARG;
-        m->timeout = 60.0; /* for the agreement below */
-    }
-    if (st == FXA_OK) {
-        if (prm.ring == 0 && prm.ulysses >= 1)
-            prm.ring = m->size / prm.ulysses;
-        if (prm.ulysses < 1 || prm.ring < 1 || (int64_t)prm.ulysses * prm.ring != m->size) {
-            st = FXA_ERR_INVALID_ARG;
-            snprintf(msg, sizeof msg, "Ulysses %d x ring %d does not match %d ranks", prm.ulysses,
-                     prm.ring, m->size);
-        } else if (prm.prefetch < 0) {
-            st = FXA_ERR_INVALID_ARG;
-            snprintf(msg, sizeof msg, "prefetch %d is negative", prm.prefetch);
-        } else if (!placement_known(prm.placement)) {
-            st = FXA_ERR_INVALID_ARG;
-            snprintf(msg, sizeof msg,
-                     "placement %d is not FXA_MPI_PLACE_HOSTS (0) or FXA_MPI_PLACE_RANKS (1)",
-                     prm.placement);
-        }
-    }
+    fxa_status st = check_params(m, ctx, out, p, &prm, msg, sizeof msg);
     /* The duplicate, waited for under the deadline just settled. */
     const fxa_status sd = fxa_mpi_dup(m, comm);
-    if (sd != FXA_OK) {
-        snprintf(g_create_error, sizeof g_create_error, "%s", m->last_error);
-        fxa_mpi_destroy(m);
-        return sd;
-    }
-    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-    st = fxa_mpi_agree(m, st, msg);
-    if (st == FXA_OK) {
-        int grid[4] = {prm.ulysses, prm.ring, prm.prefetch, prm.placement};
-        const uint64_t h = fxa_mpi_hash(0xcbf29ce484222325ull, grid, sizeof grid);
-        st = fxa_mpi_same_everywhere(m, fxa_mpi_hash(h, &m->timeout, sizeof m->timeout),
-                                     "the Ulysses x ring grid, prefetch, placement or timeout");
-    }
-    if (st == FXA_OK)
-        st = place(m, prm.placement);
-    if (st == FXA_OK) {
-        m->ulysses = prm.ulysses;
-        m->ring = prm.ring;
-        m->u = m->rank % m->ulysses;
-        m->c = m->rank / m->ulysses;
-        m->prefetch = prm.prefetch < 1 ? 1 : prm.prefetch;
-        if (m->prefetch > m->ring - 1)
-            m->prefetch = m->ring > 1 ? m->ring - 1 : 1;
-        if (m->prefetch > 64)
-            m->prefetch = 64; /* deeper buys nothing and costs a block of memory each */
-        if ((st = split(m, m->c, m->u, &m->row_comm)) == FXA_OK &&
-            (st = split(m, m->u, m->c, &m->col_comm)) == FXA_OK) {
-            MPI_Comm_set_errhandler(m->row_comm, MPI_ERRORS_RETURN);
-            MPI_Comm_set_errhandler(m->col_comm, MPI_ERRORS_RETURN);
-        }
+    if (sd == FXA_OK) {
+        MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+        st = agree_params(m, st, msg, &prm);
+        if (st == FXA_OK)
+            st = lay_out_grid(m, &prm);
+    } else {
+        st = sd;
     }
     if (st != FXA_OK) {
         snprintf(g_create_error, sizeof g_create_error, "%s", m->last_error);
