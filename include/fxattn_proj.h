@@ -283,9 +283,11 @@ FXA_API fxa_status fxa_proj_plan_create_tp(fxa_ctx *ctx, const fxa_proj_desc *d,
  * overflows fp32 (or, for a bf16 output, bf16), outputs that overlap each
  * other or the workspace; FXA_ERR_UNSUPPORTED: a oneDNN plan run in a
  * process forked after oneDNN ran in its parent (fp32 GEMMs fall back to
- * OpenBLAS there); FXA_ERR_INTERNAL: oneDNN failed.
+ * OpenBLAS there); FXA_ERR_INTERNAL: oneDNN failed. The run only reads
+ * the plan.
  */
-FXA_API fxa_status fxa_proj_run(fxa_proj_plan *plan, const fxa_proj_args *args, void *workspace);
+FXA_API fxa_status fxa_proj_run(const fxa_proj_plan *plan, const fxa_proj_args *args,
+                                void *workspace);
 
 /* NULL is a no-op. */
 FXA_API void fxa_proj_plan_destroy(fxa_proj_plan *plan);
