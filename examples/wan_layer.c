@@ -65,7 +65,9 @@ int main(int argc, char **argv)
     fxa_wan_stats stats = {.struct_size = sizeof stats};
     if (!workspace || !y)
         return fail("memory", "out of memory");
-    if (fxa_wan_run(plan, &weights, x.data, y, workspace, &stats) != FXA_OK)
+    const fxa_wan_args args = {
+        .struct_size = sizeof args, .weights = &weights, .x = x.data, .y = y};
+    if (fxa_wan_layer_run(plan, &args, workspace, &stats) != FXA_OK)
         return fail("run", fxa_ctx_last_error(ctx));
 
     fxa_staged out;

@@ -198,14 +198,28 @@ typedef struct fxa_wan_stats {
     fxa_compute compute;
 } fxa_wan_stats;
 
+/* The tensors of one run of the layer (fxa_wan_layer_run; over MPI ranks
+ * fxa_wan_mpi_layer_run, with this rank's shard of each). Added in 0.3. */
+typedef struct fxa_wan_args {
+    size_t struct_size;             /* sizeof(fxa_wan_args) (fxattn.h's struct_size policy) */
+    const fxa_wan_weights *weights; /* all heads of the plan's descriptor */
+    const void *x;                  /* [S][hidden] in the descriptor's x_format */
+    float *y;                       /* [S][hidden] fp32 */
+} fxa_wan_args;
+
 /*
- * y [S][hidden] = the layer on x (d->x_format) with weights w, which must
- * hold all heads of d (shapes checked). workspace: at least the plan's
- * bytes, 64-byte aligned, not overlapping y. Allocates nothing. A
- * non-finite x or weight gives FXA_ERR_INVALID_ARG before y is written.
- * stats may be NULL. The message of a failure: fxa_ctx_last_error of the
- * plan's context.
+ * args->y = the layer on args->x with args->weights, which must hold all
+ * heads of the plan's descriptor (shapes checked). workspace: at least the
+ * plan's bytes, 64-byte aligned, not overlapping y. Allocates nothing; only
+ * reads the plan. A non-finite x or weight gives FXA_ERR_INVALID_ARG before
+ * y is written. stats may be NULL. The message of a failure:
+ * fxa_ctx_last_error of the plan's context. Added in 0.3.
  */
+FXA_API fxa_status fxa_wan_layer_run(const fxa_wan_plan *plan, const fxa_wan_args *args,
+                                     void *workspace, fxa_wan_stats *stats);
+
+/* fxa_wan_layer_run with the tensors one by one (the 0.2 call; kept for one
+ * release). */
 FXA_API fxa_status fxa_wan_run(fxa_wan_plan *plan, const fxa_wan_weights *w, const void *x,
                                float *y, void *workspace, fxa_wan_stats *stats);
 

@@ -92,15 +92,20 @@ FXA_API void fxa_wan_mpi_shard_of(const fxa_wan_mpi_plan *plan, fxa_wan_mpi_shar
 FXA_API void fxa_wan_mpi_grid_of(const fxa_wan_mpi_plan *plan, int *tp, int *ulysses, int *ring);
 
 /*
- * Collective: the layer on this rank's shard. w: the shard's heads
- * (fxa_wan_weights_load with head_begin/head_count of the shard); x: its
- * tokens [token_count][hidden] in d->x_format; y: [token_count][hidden],
- * complete on holds_y ranks (scratch elsewhere). stats (may be NULL; its
- * struct_size set by the caller, written within it only): the slowest
- * rank's stage times, attention rows of all heads and tokens. The plan's
- * projections and attention are planned by fxa_wan_mpi_plan_create; the
- * run allocates nothing.
+ * Collective: the layer on this rank's shard. args->weights: the shard's
+ * heads (fxa_wan_weights_load with head_begin/head_count of the shard);
+ * args->x: its tokens [token_count][hidden] in d->x_format; args->y:
+ * [token_count][hidden], complete on holds_y ranks (scratch elsewhere).
+ * stats (may be NULL; its struct_size set by the caller, written within it
+ * only): the slowest rank's stage times, attention rows of all heads and
+ * tokens. The plan's projections and attention are planned by
+ * fxa_wan_mpi_plan_create; the run allocates nothing. Added in 0.3.
  */
+FXA_API fxa_status fxa_wan_mpi_layer_run(fxa_wan_mpi_plan *plan, const fxa_wan_args *args,
+                                         void *workspace, fxa_wan_stats *stats);
+
+/* fxa_wan_mpi_layer_run with the tensors one by one (the 0.2 call; kept for
+ * one release). */
 FXA_API fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *plan, const fxa_wan_weights *w, const void *x,
                                    float *y, void *workspace, fxa_wan_stats *stats);
 

@@ -138,6 +138,7 @@ def test_structs_match_the_c_headers(tmp_path):
         "fxa_grid_time",
         "fxa_grid_link",
         "fxa_compute_choice",
+        "fxa_wan_args",
     } <= set(structs)
     body = []
     for cname, py in structs.items():

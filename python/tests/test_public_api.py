@@ -16,6 +16,7 @@ import fxattn
 import fxattn.diffusers
 import fxattn.mpi
 import fxattn.wan
+from fxattn.attn import torch_op  # noqa: F401  (registers the operators when fxattn came before torch)
 
 STATED = Path(__file__).resolve().parents[1] / "public_api.txt"
 # The modules whose public names are the API: their __all__, and the names

@@ -19,6 +19,7 @@
 #define FXA_WAN_LOAD_PARAMS_SIZE_0_1 offsetof(fxa_wan_load_params, dtype)
 #define FXA_WAN_STATS_SIZE_0_1 offsetof(fxa_wan_stats, compute)
 #define FXA_WAN_GRID_SIZE_0_1 sizeof(fxa_wan_grid)
+#define FXA_WAN_ARGS_SIZE_0_3 sizeof(fxa_wan_args)
 
 /* The descriptor checks of fxa_wan_plan_create (struct_size, grid, heads,
  * head_dim, x_format, dtype), with d copied into *full (the current size,

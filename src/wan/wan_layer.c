@@ -254,7 +254,7 @@ void fxa_wan_plan_destroy(fxa_wan_plan *p)
 }
 
 /* w holds the whole layer of p, in the shapes fxa_wan_weights describes. */
-static fxa_status check_weights(fxa_wan_plan *p, const fxa_wan_weights *w)
+static fxa_status check_weights(const fxa_wan_plan *p, const fxa_wan_weights *w)
 {
     const int64_t h = p->hidden;
     const int ok = w->hidden == h && w->heads == p->d.heads && w->head_dim == p->d.head_dim &&
@@ -278,13 +278,14 @@ static fxa_status check_weights(fxa_wan_plan *p, const fxa_wan_weights *w)
     return FXA_OK;
 }
 
-/* The layer on caller memory (fxa_wan_run, inside the context's call). */
-static fxa_status run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, float *y,
+/* The layer on caller memory (fxa_wan_layer_run, inside the context's call). */
+static fxa_status run(const fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, float *y,
                       void *workspace, fxa_wan_stats *stats)
 {
     fxa_ctx *ctx = p->ctx;
     if (!w || !x || !y || !workspace)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "fxa_wan_run: NULL argument");
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "the layer's weights, x, y and workspace must not be NULL");
     char why[400];
     if (stats &&
         fxa_struct_size_check(fxa_struct_size_of(stats), FXA_WAN_STATS_SIZE_0_1,
@@ -329,15 +330,31 @@ static fxa_status run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, 
     return FXA_OK;
 }
 
-fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, float *y,
-                       void *workspace, fxa_wan_stats *stats)
+fxa_status fxa_wan_layer_run(const fxa_wan_plan *p, const fxa_wan_args *args, void *workspace,
+                             fxa_wan_stats *stats)
 {
     if (!p)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(p->ctx);
-    const fxa_status st = run(p, w, x, y, workspace, stats);
+    fxa_wan_args a = {0};
+    char why[200];
+    fxa_status st;
+    if (!args)
+        st = fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "fxa_wan_layer_run: NULL args");
+    else if (fxa_struct_in(&a, sizeof a, args, FXA_WAN_ARGS_SIZE_0_3, "fxa_wan_args", why,
+                           sizeof why) != FXA_OK)
+        st = fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "%s", why);
+    else
+        st = run(p, a.weights, a.x, a.y, workspace, stats);
     fxa_ctx_end(p->ctx);
     return st;
+}
+
+fxa_status fxa_wan_run(fxa_wan_plan *p, const fxa_wan_weights *w, const void *x, float *y,
+                       void *workspace, fxa_wan_stats *stats)
+{
+    const fxa_wan_args a = {sizeof a, w, x, y};
+    return fxa_wan_layer_run(p, &a, workspace, stats);
 }
 
 void fxa_wan_qkv_desc(const fxa_wan_desc *d, fxa_proj_w format, int64_t heads, int64_t tokens,

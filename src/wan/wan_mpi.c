@@ -499,16 +499,33 @@ static double now(void)
 fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x, float *y,
                            void *workspace, fxa_wan_stats *stats)
 {
+    const fxa_wan_args a = {sizeof a, w, x, y};
+    return fxa_wan_mpi_layer_run(p, &a, workspace, stats);
+}
+
+fxa_status fxa_wan_mpi_layer_run(fxa_wan_mpi_plan *p, const fxa_wan_args *args, void *workspace,
+                                 fxa_wan_stats *stats)
+{
     if (!p)
         return FXA_ERR_INVALID_ARG;
     p->error[0] = '\0';
     char why[600] = "";
-    fxa_status st =
-        !w || !x || !y || !workspace
-            ? fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG, "fxa_wan_mpi_run: NULL argument")
-        : stats ? fxa_struct_size_check(fxa_struct_size_of(stats), FXA_WAN_STATS_SIZE_0_1,
-                                        sizeof(fxa_wan_stats), "fxa_wan_stats", why, sizeof why)
-                : FXA_OK;
+    fxa_wan_args in = {0};
+    fxa_status st = !args ? fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
+                                          "fxa_wan_mpi_layer_run: NULL args")
+                          : fxa_struct_in(&in, sizeof in, args, FXA_WAN_ARGS_SIZE_0_3,
+                                          "fxa_wan_args", why, sizeof why);
+    const fxa_wan_weights *w = in.weights;
+    const void *x = in.x;
+    float *y = in.y;
+    if (st == FXA_OK)
+        st = !w || !x || !y || !workspace
+                 ? fxa_wan_failf(why, sizeof why, FXA_ERR_INVALID_ARG,
+                                 "the layer's weights, x, y and workspace must not be NULL")
+             : stats
+                 ? fxa_struct_size_check(fxa_struct_size_of(stats), FXA_WAN_STATS_SIZE_0_1,
+                                         sizeof(fxa_wan_stats), "fxa_wan_stats", why, sizeof why)
+                 : FXA_OK;
     if (st == FXA_OK)
         st = check_weights(p, w, why, sizeof why);
     if ((st = agree(p, st, why)) != FXA_OK)

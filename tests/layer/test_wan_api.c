@@ -96,7 +96,8 @@ static fxa_status run(fxa_ctx *ctx, const fxa_wan_desc *d, const fxa_wan_weights
         return st;
     void *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     fxa_wan_stats s = {.struct_size = sizeof s};
-    st = ws ? fxa_wan_run(plan, w, x, y, ws, &s) : FXA_ERR_NO_MEMORY;
+    const fxa_wan_args a = {.struct_size = sizeof a, .weights = w, .x = x, .y = y};
+    st = ws ? fxa_wan_layer_run(plan, &a, ws, &s) : FXA_ERR_NO_MEMORY;
     if (st != FXA_OK)
         snprintf(msg, cap, "%s", fxa_ctx_last_error(ctx));
     else
@@ -340,7 +341,7 @@ static void test_errors(fxa_ctx *ctx)
     CHECK(untouched, "a failed run wrote y");
     CHECK(plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
     CHECK(fxa_wan_run(plan, &w, NULL, y, y, NULL) == FXA_ERR_INVALID_ARG &&
-              strstr(fxa_ctx_last_error(ctx), "NULL") != NULL,
+              strstr(fxa_ctx_last_error(ctx), "must not be NULL") != NULL,
           "NULL x: '%s'", fxa_ctx_last_error(ctx));
     fxa_wan_plan_destroy(plan);
     free(x);
@@ -479,6 +480,58 @@ static void test_hostile_sizes(fxa_ctx *ctx)
     fxa_wan_weights_free(&w);
 }
 
+/* fxa_wan_layer_run's fxa_wan_args: the bytes of fxa_wan_run (its
+ * wrapper); NULL args and a struct_size outside [0.3's, today's] refused
+ * with a message naming them, y untouched. */
+static void test_args(fxa_ctx *ctx)
+{
+    fxa_wan_desc d;
+    desc(&d);
+    fxa_wan_weights w;
+    CHECK(load(0, 0, &w) == FXA_OK, "weights: %s", g_err);
+    fxa_wan_plan *plan = NULL;
+    size_t bytes = 0;
+    char msg[700];
+    CHECK(plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg) == FXA_OK, "plan: %s", msg);
+    const size_t n = (size_t)TOKENS * HIDDEN;
+    float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+    float *y_old = malloc(sizeof(float) * n);
+    void *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    synth_x(x);
+    fxa_wan_args a = {.struct_size = sizeof a, .weights = &w, .x = x, .y = y};
+    CHECK(fxa_wan_layer_run(plan, &a, ws, NULL) == FXA_OK &&
+              fxa_wan_run(plan, &w, x, y_old, ws, NULL) == FXA_OK &&
+              memcmp(y, y_old, sizeof(float) * n) == 0,
+          "fxa_wan_run and fxa_wan_layer_run differ: %s", fxa_ctx_last_error(ctx));
+    CHECK(fxa_wan_layer_run(plan, NULL, ws, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "NULL args") != NULL,
+          "NULL args: '%s'", fxa_ctx_last_error(ctx));
+    const size_t sizes[2] = {sizeof(size_t), sizeof a + 8};
+    for (int i = 0; i < 2; i++) {
+        for (size_t j = 0; j < n; j++)
+            y[j] = -7.0f;
+        a.struct_size = sizes[i];
+        int untouched = 1;
+        CHECK(fxa_wan_layer_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_ctx_last_error(ctx), "fxa_wan_args.struct_size") != NULL,
+              "struct_size %zu: '%s'", sizes[i], fxa_ctx_last_error(ctx));
+        for (size_t j = 0; j < n; j++)
+            untouched &= y[j] == -7.0f;
+        CHECK(untouched, "a refused fxa_wan_args wrote y");
+    }
+    a.struct_size = sizeof a;
+    a.x = NULL;
+    CHECK(fxa_wan_layer_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_ctx_last_error(ctx), "must not be NULL") != NULL,
+          "NULL x: '%s'", fxa_ctx_last_error(ctx));
+    free(ws);
+    free(y_old);
+    free(y);
+    free(x);
+    fxa_wan_plan_destroy(plan);
+    fxa_wan_weights_free(&w);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -493,6 +546,7 @@ int main(int argc, char **argv)
     test_bf16(ctx, argv[1]);
     test_errors(ctx);
     test_hostile_sizes(ctx);
+    test_args(ctx);
     fxa_ctx_destroy(ctx);
     return test_summary("test_wan_api");
 }

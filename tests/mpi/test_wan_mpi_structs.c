@@ -87,6 +87,18 @@ int main(int argc, char **argv)
     CHECK(fxa_wan_mpi_run(plan, &w, x, y1, ws, NULL) == FXA_OK &&
               (!s.holds_y || memcmp(y, y1, (size_t)n * sizeof(float)) == 0),
           "a second run: %s", fxa_wan_mpi_last_error(plan));
+    /* fxa_wan_mpi_layer_run: fxa_wan_mpi_run's bytes; a struct_size outside
+     * fxa_wan_args' sizes on one rank fails every rank. */
+    fxa_wan_args a = {.struct_size = sizeof a, .weights = &w, .x = x, .y = y1};
+    CHECK(fxa_wan_mpi_layer_run(plan, &a, ws, NULL) == FXA_OK &&
+              (!s.holds_y || memcmp(y, y1, (size_t)n * sizeof(float)) == 0),
+          "fxa_wan_mpi_layer_run: %s", fxa_wan_mpi_last_error(plan));
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    a.struct_size = rank == 0 ? sizeof a + 8 : sizeof a;
+    CHECK(fxa_wan_mpi_layer_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
+              strstr(fxa_wan_mpi_last_error(plan), "fxa_wan_args.struct_size") != NULL,
+          "fxa_wan_args of %zu bytes on rank 0: '%s'", sizeof a + 8, fxa_wan_mpi_last_error(plan));
     memset(buf, 0xc3, sizeof buf);
     st->struct_size = offsetof(fxa_wan_stats, rows);
     CHECK(fxa_wan_mpi_run(plan, &w, x, y, ws, st) == FXA_ERR_INVALID_ARG &&

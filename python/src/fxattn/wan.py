@@ -481,7 +481,8 @@ class WanSelfAttention:
             self._require_open()
             plan, nbytes = self._plan(d)
             ws = ctx.workspace(nbytes)
-            st = W.wan.fxa_wan_run(plan, ctypes.byref(self._w), xp, yp, ws, ctypes.byref(stats))
+            args = _capi.new(W.WanArgs, weights=ctypes.pointer(self._w), x=xp, y=yp)
+            st = W.wan.fxa_wan_layer_run(plan, ctypes.byref(args), ws, ctypes.byref(stats))
             if st != _capi.OK:
                 _capi.raise_status(st, ctx.last_error())
         self.last_stats = WanLayerStats(stats.qkv_seconds, stats.attention_seconds, stats.out_seconds, stats.rows, stats.fallback_rows)

@@ -21,13 +21,14 @@ static int forward(fxa_ctx *ctx, const fxt_layer_cfg *cfg, const fxa_wan_weights
     size_t bytes = 0;
     void *ws = NULL;
     fxa_wan_stats s = {.struct_size = sizeof s};
+    const fxa_wan_args args = {.struct_size = sizeof args, .weights = w, .x = x->data, .y = y};
     fxa_status st = fxa_wan_plan_create(ctx, &cfg->wan, &plan, &bytes);
     if (st != FXA_OK)
         return fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
     int code = 0;
     if (!(ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63)))
         code = fxt_fail(FXT_EXIT_FAILURE, "out of memory for the layer's activations");
-    else if ((st = fxa_wan_run(plan, w, x->data, y, ws, &s)) != FXA_OK)
+    else if ((st = fxa_wan_layer_run(plan, &args, ws, &s)) != FXA_OK)
         code = fxt_fail(fxt_exit_code(st), "%s", fxa_ctx_last_error(ctx));
     free(ws);
     fxa_wan_plan_destroy(plan);

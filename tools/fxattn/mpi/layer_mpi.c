@@ -199,7 +199,9 @@ static int check_inputs(job *j)
 static int forward(job *j)
 {
     fxa_wan_stats st = {.struct_size = sizeof st};
-    fxa_status s = fxa_wan_mpi_run(j->plan, &j->part, j->x.data, j->y, j->ws, &st);
+    const fxa_wan_args args = {
+        .struct_size = sizeof args, .weights = &j->part, .x = j->x.data, .y = j->y};
+    fxa_status s = fxa_wan_mpi_layer_run(j->plan, &args, j->ws, &st);
     int code = fxt_world_lib_fail(j->w, s, fxa_wan_mpi_last_error(j->plan));
     if (code)
         return code;

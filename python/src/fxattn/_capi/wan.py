@@ -89,6 +89,11 @@ class WanStats(ctypes.Structure):
     ]
 
 
+class WanArgs(ctypes.Structure):
+    _c_name_ = "fxa_wan_args"
+    _fields_ = [("struct_size", c_size_t), ("weights", POINTER(WanWeights)), ("x", c_void_p), ("y", c_void_p)]
+
+
 wan = load("fxattn_wan")
 _d = declare
 _d(wan, "fxa_wan_load_params_init", None, POINTER(WanLoadParams))
@@ -99,7 +104,7 @@ _d(wan, "fxa_wan_checkpoint_hidden", c_int, c_char_p, c_int64, POINTER(c_int64),
 _d(wan, "fxa_wan_desc_init", None, POINTER(WanDesc))
 _d(wan, "fxa_wan_plan_create", c_int, c_void_p, POINTER(WanDesc), POINTER(c_void_p), POINTER(c_size_t))
 _d(wan, "fxa_wan_plan_destroy", None, c_void_p)
-_d(wan, "fxa_wan_run", c_int, c_void_p, POINTER(WanWeights), c_void_p, c_void_p, c_void_p, POINTER(WanStats))
+_d(wan, "fxa_wan_layer_run", c_int, c_void_p, POINTER(WanArgs), c_void_p, POINTER(WanStats))
 _d(wan, "fxa_wan_flops", c_double, POINTER(WanDesc))
 _d(wan, "fxa_wan_rope", c_int, POINTER(WanDesc), c_void_p, c_void_p)
 
