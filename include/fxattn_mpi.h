@@ -186,6 +186,10 @@ FXA_API fxa_status fxa_mpi_check_same(fxa_mpi *m, const void *data, size_t n, co
  * context on a subgroup of a larger grid: its rank in that grid) instead of
  * its grid rank in m. */
 FXA_API fxa_status fxa_mpi_name_ranks(fxa_mpi *m, int name);
+/* Local: msg becomes fxa_mpi_last_error(m), for a library whose operator on
+ * m failed alike on every rank (its own agreement) with a message of its
+ * own. Added in 0.3. */
+FXA_API void fxa_mpi_report(fxa_mpi *m, const char *msg);
 
 typedef struct fxa_mpi_attn_plan fxa_mpi_attn_plan;
 

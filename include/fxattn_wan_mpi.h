@@ -80,6 +80,20 @@ FXA_API fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fx
                                            const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
                                            size_t *workspace_bytes);
 
+/*
+ * fxa_wan_mpi_plan_create on the ranks of the handle m (fxattn_mpi.h), as
+ * every other MPI operator: the layer's grid ranks are m's (its placement),
+ * its context m's (fxa_mpi_ctx), and a failure leaves the same status on
+ * every rank and its message in fxa_mpi_last_error(m), for the plan's
+ * creation and for its runs (also fxa_wan_mpi_last_error(plan)). m's own
+ * Ulysses x ring grid is not used: g gives the layer's, whose groups wait
+ * g->timeout_seconds. The plan keeps m: destroy the plan first. Added in
+ * 0.3.
+ */
+FXA_API fxa_status fxa_wan_mpi_plan_create_on(fxa_mpi *m, const fxa_wan_desc *d,
+                                              const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
+                                              size_t *workspace_bytes);
+
 /* Why the calling thread's last fxa_wan_mpi_plan_create failed ("" after a
  * success). */
 FXA_API const char *fxa_wan_mpi_create_error(void);

@@ -51,6 +51,12 @@ const char *fxa_mpi_last_error(const fxa_mpi *m)
     return m ? m->last_error : "";
 }
 
+void fxa_mpi_report(fxa_mpi *m, const char *msg)
+{
+    if (m && msg)
+        snprintf(m->last_error, sizeof m->last_error, "%s", msg);
+}
+
 int fxa_mpi_rank(const fxa_mpi *m)
 {
     return m->rank;

@@ -24,6 +24,7 @@ struct fxa_wan_mpi_plan {
     fxa_wan_mpi_shard shard;
     MPI_Comm tp_comm, cp_comm;
     fxa_mpi *m_world; /* error agreement and the layer's own waits */
+    int owns_world;   /* m_world made by fxa_wan_mpi_plan_create (else the caller's) */
     fxa_mpi *m_tp, *m_cp;
     fxa_mpi_attn_plan *cp_plan;
     fxa_attn_plan *tp_plan; /* pure tensor parallel: this rank's heads over all tokens */
@@ -254,39 +255,30 @@ const char *fxa_wan_mpi_create_error(void)
     return create_error;
 }
 
-fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_desc *d,
-                                   const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
-                                   size_t *workspace_bytes)
+/* The plan on the handle m (owned by the plan when owns_m); a failure's
+ * message into err. */
+static fxa_status plan_on(fxa_mpi *m, int owns_m, const fxa_wan_desc *d, const fxa_wan_grid *g,
+                          fxa_wan_mpi_plan **plan_out, size_t *workspace_bytes, char *err,
+                          size_t errlen)
 {
-    char *const err = create_error;
-    const size_t errlen = sizeof create_error;
-    create_error[0] = '\0';
-    if (!ctx || !d || !g || !plan_out || !workspace_bytes)
-        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
-                             "fxa_wan_mpi_plan_create: NULL argument");
-    *plan_out = NULL;
     fxa_wan_mpi_plan *p = calloc(1, sizeof *p);
-    if (!p)
+    if (!p) {
+        if (owns_m)
+            fxa_mpi_destroy(m);
         return fxa_wan_failf(err, errlen, FXA_ERR_NO_MEMORY, "out of memory for the layer's plan");
-    p->ctx = ctx;
-    p->tp_comm = p->cp_comm = MPI_COMM_NULL;
-    fxa_mpi_params mp;
-    fxa_mpi_params_init(&mp);
-    mp.timeout_seconds = g->timeout_seconds;
-    fxa_status st = fxa_mpi_create(comm, ctx, &mp, &p->m_world);
-    if (st != FXA_OK) {
-        fxa_wan_failf(err, errlen, st, "%s", fxa_mpi_create_error());
-        free(p);
-        return st;
     }
-    p->rank = fxa_mpi_rank(p->m_world);
-    p->size = fxa_mpi_size(p->m_world);
+    p->ctx = fxa_mpi_ctx(m);
+    p->tp_comm = p->cp_comm = MPI_COMM_NULL;
+    p->m_world = m;
+    p->owns_world = owns_m;
+    p->rank = fxa_mpi_rank(m);
+    p->size = fxa_mpi_size(m);
     char why[600] = "";
     /* Local checks (the descriptor, the grid), agreed on. */
     fxa_wan_grid grid;
     fxa_wan_grid_init(&grid);
-    st = fxa_struct_in(&grid, sizeof grid, g, FXA_WAN_GRID_SIZE_0_1, "fxa_wan_grid", why,
-                       sizeof why);
+    fxa_status st = fxa_struct_in(&grid, sizeof grid, g, FXA_WAN_GRID_SIZE_0_1, "fxa_wan_grid", why,
+                                  sizeof why);
     if (st == FXA_OK)
         st = fxa_wan_check_desc(d, &p->d, why, sizeof why);
     if (st == FXA_OK) {
@@ -320,6 +312,44 @@ fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_de
     return FXA_OK;
 }
 
+fxa_status fxa_wan_mpi_plan_create(MPI_Comm comm, fxa_ctx *ctx, const fxa_wan_desc *d,
+                                   const fxa_wan_grid *g, fxa_wan_mpi_plan **plan_out,
+                                   size_t *workspace_bytes)
+{
+    char *const err = create_error;
+    const size_t errlen = sizeof create_error;
+    create_error[0] = '\0';
+    if (!ctx || !d || !g || !plan_out || !workspace_bytes)
+        return fxa_wan_failf(err, errlen, FXA_ERR_INVALID_ARG,
+                             "fxa_wan_mpi_plan_create: NULL argument");
+    *plan_out = NULL;
+    fxa_mpi_params mp;
+    fxa_mpi_params_init(&mp);
+    mp.timeout_seconds = g->timeout_seconds;
+    fxa_mpi *m = NULL;
+    const fxa_status st = fxa_mpi_create(comm, ctx, &mp, &m);
+    if (st != FXA_OK)
+        return fxa_wan_failf(err, errlen, st, "%s", fxa_mpi_create_error());
+    return plan_on(m, 1, d, g, plan_out, workspace_bytes, err, errlen);
+}
+
+fxa_status fxa_wan_mpi_plan_create_on(fxa_mpi *m, const fxa_wan_desc *d, const fxa_wan_grid *g,
+                                      fxa_wan_mpi_plan **plan_out, size_t *workspace_bytes)
+{
+    if (!m)
+        return FXA_ERR_INVALID_ARG;
+    if (!d || !g || !plan_out || !workspace_bytes) {
+        fxa_mpi_report(m, "fxa_wan_mpi_plan_create_on: NULL argument");
+        return FXA_ERR_INVALID_ARG;
+    }
+    *plan_out = NULL;
+    char err[sizeof create_error];
+    const fxa_status st = plan_on(m, 0, d, g, plan_out, workspace_bytes, err, sizeof err);
+    if (st != FXA_OK)
+        fxa_mpi_report(m, err);
+    return st;
+}
+
 void fxa_wan_mpi_plan_destroy(fxa_wan_mpi_plan *p)
 {
     if (!p)
@@ -337,7 +367,8 @@ void fxa_wan_mpi_plan_destroy(fxa_wan_mpi_plan *p)
         MPI_Comm_free(&p->cp_comm);
     if (p->tp_comm != MPI_COMM_NULL)
         MPI_Comm_free(&p->tp_comm);
-    fxa_mpi_destroy(p->m_world);
+    if (p->owns_world)
+        fxa_mpi_destroy(p->m_world);
     free(p->cs);
     free(p->sn);
     free(p);
@@ -503,11 +534,10 @@ fxa_status fxa_wan_mpi_run(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const 
     return fxa_wan_mpi_layer_run(p, &a, workspace, stats);
 }
 
-fxa_status fxa_wan_mpi_layer_run(fxa_wan_mpi_plan *p, const fxa_wan_args *args, void *workspace,
-                                 fxa_wan_stats *stats)
+/* fxa_wan_mpi_layer_run, its failure's message in p->error. */
+static fxa_status layer_run(fxa_wan_mpi_plan *p, const fxa_wan_args *args, void *workspace,
+                            fxa_wan_stats *stats)
 {
-    if (!p)
-        return FXA_ERR_INVALID_ARG;
     p->error[0] = '\0';
     char why[600] = "";
     fxa_wan_args in = {0};
@@ -564,6 +594,17 @@ fxa_status fxa_wan_mpi_layer_run(fxa_wan_mpi_plan *p, const fxa_wan_args *args, 
     if (stats)
         fxa_struct_out(stats, &full, sizeof full);
     return FXA_OK;
+}
+
+fxa_status fxa_wan_mpi_layer_run(fxa_wan_mpi_plan *p, const fxa_wan_args *args, void *workspace,
+                                 fxa_wan_stats *stats)
+{
+    if (!p)
+        return FXA_ERR_INVALID_ARG;
+    const fxa_status st = layer_run(p, args, workspace, stats);
+    if (st != FXA_OK && !p->owns_world)
+        fxa_mpi_report(p->m_world, p->error); /* the caller's handle carries the layer's errors */
+    return st;
 }
 
 fxa_status fxa_wan_mpi_gather(fxa_wan_mpi_plan *p, const float *y, float *y_all)

@@ -4,7 +4,10 @@
  * refused on every rank with one message; fxa_wan_stats is written only
  * within the caller's struct_size (canaries past it kept) and a size below
  * its first version's is refused, the struct untouched; the layer's plan
- * holds its projections, so that repeated runs give the same y.
+ * holds its projections, so that repeated runs give the same y; runs take
+ * fxa_wan_args (fxa_wan_mpi_run's bytes); a plan on a caller's fxa_mpi
+ * handle gives the same y and leaves its failures' messages (plan and run)
+ * in the handle, which stays usable.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -108,6 +111,36 @@ int main(int argc, char **argv)
     for (size_t i = sizeof st->struct_size; i < sizeof buf; i++)
         canary &= buf[i] == 0xc3;
     CHECK(canary, "a refused stats struct was written");
+
+    fxa_mpi *m = NULL;
+    CHECK(fxa_mpi_create(MPI_COMM_WORLD, ctx, NULL, &m) == FXA_OK, "handle: %s",
+          fxa_mpi_create_error());
+    fxa_wan_mpi_plan *on = NULL;
+    size_t on_bytes = 0;
+    fxa_wan_desc odd = d;
+    odd.head_dim = DIM - 1;
+    CHECK(fxa_wan_mpi_plan_create_on(m, &odd, &g, &on, &on_bytes) == FXA_ERR_INVALID_ARG &&
+              on == NULL && strstr(fxa_mpi_last_error(m), "must be even") != NULL,
+          "an odd head_dim on a handle: '%s'", fxa_mpi_last_error(m));
+    CHECK(fxa_wan_mpi_plan_create_on(m, &d, &g, &on, &on_bytes) == FXA_OK && on_bytes == bytes,
+          "plan on a handle: %s", fxa_mpi_last_error(m));
+    if (on) {
+        float *y2 = malloc((size_t)n * sizeof(float));
+        a.struct_size = sizeof a;
+        a.y = y2;
+        CHECK(fxa_wan_mpi_layer_run(on, &a, ws, NULL) == FXA_OK &&
+                  (!s.holds_y || memcmp(y, y2, (size_t)n * sizeof(float)) == 0),
+              "the plan on a handle differs: %s", fxa_mpi_last_error(m));
+        a.struct_size = rank == 0 ? sizeof a + 8 : sizeof a;
+        CHECK(fxa_wan_mpi_layer_run(on, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
+                  strstr(fxa_mpi_last_error(m), "fxa_wan_args.struct_size") != NULL,
+              "a refused run on a handle: '%s'", fxa_mpi_last_error(m));
+        fxa_wan_mpi_plan_destroy(on);
+        free(y2);
+    }
+    CHECK(fxa_mpi_agree(m, FXA_OK, "") == FXA_OK, "the handle after the layer: %s",
+          fxa_mpi_last_error(m));
+    fxa_mpi_destroy(m);
     free(ws);
     free(x);
     free(y);
