@@ -194,9 +194,9 @@ def test_plot_cli_names_the_output_it_cannot_write(tmp_path):
 
 
 def slow_runs(monkeypatch, seconds=0.3):
-    """Make every fxa_wan_run sleep first (the GIL released), so that another
+    """Make every fxa_wan_layer_run sleep first (the GIL released), so that another
     thread acts while a run is in progress; returns (started, events)."""
-    real = W.wan.fxa_wan_run
+    real = W.wan.fxa_wan_layer_run
     started = threading.Event()
     events = []
 
@@ -207,7 +207,7 @@ def slow_runs(monkeypatch, seconds=0.3):
         events.append("run")
         return status
 
-    monkeypatch.setattr(W.wan, "fxa_wan_run", run)
+    monkeypatch.setattr(W.wan, "fxa_wan_layer_run", run)
     return started, events
 
 
