@@ -672,10 +672,11 @@ static fxa_status read_npy(const char *path, int axis, int64_t start, int64_t le
 {
     const npy_reader reader = {path != NULL ? path : "(null)", err, errlen};
     fxa_io_clear_error(err, errlen);
+    if (out != NULL)
+        memset(out, 0, sizeof *out); /* a refused request leaves an empty array too */
     fxa_status status = check_request(&reader, path, axis, start, len, parts, out);
     if (status != FXA_OK)
         return status;
-    memset(out, 0, sizeof *out);
 
     struct stat file_stat;
     char open_why[128];
