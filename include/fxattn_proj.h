@@ -289,6 +289,38 @@ FXA_API fxa_status fxa_proj_plan_create_tp(fxa_ctx *ctx, const fxa_proj_desc *d,
 FXA_API fxa_status fxa_proj_run(const fxa_proj_plan *plan, const fxa_proj_args *args,
                                 void *workspace);
 
+/* The GEMM a projection ran on (fxa_proj_stats.gemm). */
+typedef enum fxa_proj_gemm {
+    FXA_PROJ_GEMM_OPENBLAS = 0,    /* OpenBLAS sgemm: fp32 products */
+    FXA_PROJ_GEMM_ONEDNN_F32 = 1,  /* oneDNN's fp32 matmul */
+    FXA_PROJ_GEMM_ONEDNN_BF16 = 2, /* oneDNN's bf16 matmul */
+    FXA_PROJ_GEMM_AMX = 3          /* the `amx` kernel set's bf16 tiles (oneDNN's bf16
+                                      matmul for any block they do not take) */
+} fxa_proj_gemm;
+
+/* What one run did. Added in 0.3. */
+typedef struct fxa_proj_stats {
+    size_t struct_size;      /* set by the caller (sizeof); written within it only */
+    fxa_proj_gemm gemm;      /* the GEMM that ran */
+    fxa_compute compute;     /* its products: FXA_COMPUTE_FP32 or FXA_COMPUTE_BF16 */
+    double flops;            /* the GEMM's: 2 tokens in_features out_features */
+    double seconds;          /* wall time of the run */
+    double gemm_seconds;     /* staging the operands and the GEMM */
+    double epilogue_seconds; /* scales, bias, RMSNorm (and its reduction), RoPE, store */
+} fxa_proj_stats;
+
+#define FXA_PROJ_STATS_SIZE_0_3 sizeof(fxa_proj_stats)
+
+/* "openblas", "onednn_f32", "onednn_bf16" or "amx"; "" for a value outside
+ * fxa_proj_gemm. Added in 0.3. */
+FXA_API const char *fxa_proj_gemm_name(fxa_proj_gemm gemm);
+
+/* fxa_proj_run, and what it did in *stats (NULL: none; else its
+ * struct_size is checked first, FXA_ERR_INVALID_ARG and nothing run when
+ * it is out of range; written only when the run succeeds). Added in 0.3. */
+FXA_API fxa_status fxa_proj_run_stats(const fxa_proj_plan *plan, const fxa_proj_args *args,
+                                      void *workspace, fxa_proj_stats *stats);
+
 /* NULL is a no-op. */
 FXA_API void fxa_proj_plan_destroy(fxa_proj_plan *plan);
 

@@ -194,8 +194,12 @@ typedef struct fxa_wan_stats {
     double qkv_seconds, attention_seconds, out_seconds;
     int64_t rows;          /* attention rows: heads * S */
     int64_t fallback_rows; /* rows computed by online softmax */
-    /* Added in 0.3: the attention's compute (FXA_COMPUTE_AUTO resolved). */
+    /* Added in 0.3: the attention's compute (FXA_COMPUTE_AUTO resolved)
+     * and the GEMMs of the QKV and the output projection (this rank's, on
+     * MPI ranks). */
     fxa_compute compute;
+    fxa_proj_gemm qkv_gemm;
+    fxa_proj_gemm out_gemm;
 } fxa_wan_stats;
 
 /* The tensors of one run of the layer (fxa_wan_layer_run; over MPI ranks

@@ -152,6 +152,11 @@ FXA_API fxa_status fxa_mpi_proj_plan_create(fxa_mpi *m, const fxa_proj_desc *d,
  * (fxa_mpi_last_error(m)). Allocates nothing. */
 FXA_API fxa_status fxa_mpi_proj_run(fxa_mpi_proj_plan *plan, const fxa_proj_args *args,
                                     void *workspace);
+/* fxa_mpi_proj_run, and what this rank's run did in *stats (NULL: none;
+ * as fxa_proj_run_stats: its struct_size checked first, written only when
+ * every rank succeeds). Added in 0.3. */
+FXA_API fxa_status fxa_mpi_proj_run_stats(fxa_mpi_proj_plan *plan, const fxa_proj_args *args,
+                                          void *workspace, fxa_proj_stats *stats);
 /* Local. NULL is a no-op. */
 FXA_API void fxa_mpi_proj_plan_destroy(fxa_mpi_proj_plan *plan);
 

@@ -36,6 +36,7 @@ weights (test_bf16_no_less_accurate_than_diffusers_bf16).
 """
 
 import ctypes
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -90,13 +91,18 @@ def test_synthetic_gives_the_cli_bytes(tmp_path, dtype):
     y = layer(x, GRID)
     out = tmp_path / "y.npy"
     cmd = [str(cli()), "layer", "--grid", ",".join(map(str, GRID)), "--heads", str(HEADS), "--dim", str(DIM)]
-    cmd += ["--seed", str(SEED), "--threads", "2", "-o", str(out)] + (["--dtype", "bf16"] if dtype == "bf16" else [])
-    subprocess.run(cmd, check=True, capture_output=True)
+    cmd += ["--seed", str(SEED), "--threads", "2", "-o", str(out), "--stats"] + (["--dtype", "bf16"] if dtype == "bf16" else [])
+    run = subprocess.run(cmd, check=True, capture_output=True, text=True)
     y_cli = np.load(out)
     assert y_cli.dtype == np.float32 and y_cli.size == y.size
     assert y_cli.reshape(y.shape).tobytes() == y.tobytes()
     assert layer.last_stats.rows == HEADS * S
     assert layer.last_stats.fallback_rows >= 0
+    # The same choices as the CLI's run: the attention's compute and each projection's GEMM.
+    cli_stats = json.loads(run.stdout.strip().splitlines()[-1])
+    assert layer.last_stats.compute == cli_stats["attention_compute"]
+    assert layer.last_stats.qkv_gemm == cli_stats["qkv_gemm"] != ""
+    assert layer.last_stats.out_gemm == cli_stats["out_gemm"] != ""
     assert layer.flops(GRID) == pytest.approx(8 * S * HIDDEN**2 + 4 * S * S * HIDDEN, rel=1e-12)
 
 

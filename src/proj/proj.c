@@ -16,13 +16,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/clock.h"
 #include "../base/struct_size.h"
 #include "../core/ctx_api.h"
 #include "proj_internal.h"
 
+/* st; on success the stats of a run whose GEMM ran from t0 to t1 (and
+ * its epilogue from t1 to now) into *stats (NULL: none). */
+static fxa_status report(fxa_status st, fxa_proj_stats *full, double t0, double t1,
+                         fxa_proj_stats *stats)
+{
+    if (st != FXA_OK || !stats)
+        return st;
+    const double t2 = fxa_now_seconds();
+    full->compute = full->gemm == FXA_PROJ_GEMM_ONEDNN_BF16 || full->gemm == FXA_PROJ_GEMM_AMX
+                        ? FXA_COMPUTE_BF16
+                        : FXA_COMPUTE_FP32;
+    full->seconds = t2 - t0;
+    full->gemm_seconds = t1 - t0;
+    full->epilogue_seconds = t2 - t1;
+    fxa_struct_out(stats, full, sizeof *full);
+    return st;
+}
+
 /* Local work up to the reduction; then (after the reduce of a tensor-
  * parallel plan) phases B and C. */
-static fxa_status run(const fxa_proj_plan *p, const fxa_proj_args *args, unsigned char *ws)
+static fxa_status run(const fxa_proj_plan *p, const fxa_proj_args *args, unsigned char *ws,
+                      fxa_proj_stats *stats)
 {
     fxa_ctx *ctx = p->ctx;
     const fxa_proj_desc *d = &p->d;
@@ -35,8 +55,15 @@ static fxa_status run(const fxa_proj_plan *p, const fxa_proj_args *args, unsigne
     else if (fxa_struct_in(&a, sizeof a, args, FXA_PROJ_ARGS_SIZE_0_3, "fxa_proj_args", msg,
                            sizeof msg) != FXA_OK)
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", msg);
+    if (st == FXA_OK && fxa_struct_out_check(stats, FXA_PROJ_STATS_SIZE_0_3, sizeof(fxa_proj_stats),
+                                             "fxa_proj_stats", msg, sizeof msg) != FXA_OK)
+        st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "%s", msg);
     if (st == FXA_OK)
         st = fxa_proj_check_args(p, &a, ws);
+    fxa_proj_stats full = {.struct_size = sizeof full,
+                           .flops = 2.0 * (double)d->tokens * (double)d->in_features *
+                                    (double)fxa_proj_out_features(d)};
+    const double t0 = fxa_now_seconds();
     const int64_t n_out = fxa_proj_out_features(d);
     float *x32 = l->x32 ? (float *)(ws + l->x32) : NULL;
     uint16_t *x16 = l->x16 ? (uint16_t *)(ws + l->x16) : NULL;
@@ -54,7 +81,8 @@ static fxa_status run(const fxa_proj_plan *p, const fxa_proj_args *args, unsigne
                               (double)a.w_scales[i]);
     epi_job job = {d, &a, y, xs, sums, 0.0, 0.0, 16, bad};
     if (st == FXA_OK)
-        st = fxa_proj_multiply(p, ws, xg, a.w, y);
+        st = fxa_proj_multiply(p, ws, xg, a.w, y, &full.gemm);
+    const double t1 = fxa_now_seconds();
     job.n_q = (double)(p->has_tp ? p->tp.norm_features_q : d->heads_q * d->head_dim);
     job.n_k = (double)(p->has_tp ? p->tp.norm_features_k : d->heads_kv * d->head_dim);
     const int64_t n_items = (d->tokens + 15) / 16;
@@ -65,7 +93,7 @@ static fxa_status run(const fxa_proj_plan *p, const fxa_proj_args *args, unsigne
     if (!p->has_tp) {
         if (st == FXA_OK)
             st = fxa_proj_phase_bc(ctx, &job, n_items);
-        return st;
+        return report(st, &full, t0, t1, stats);
     }
     /* Every rank reaches the reduction, failed or not, so none waits
      * forever; the last element counts the ranks that failed. */
@@ -84,15 +112,32 @@ static fxa_status run(const fxa_proj_plan *p, const fxa_proj_args *args, unsigne
         st = fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "another tensor-parallel rank failed");
     if (st == FXA_OK)
         st = fxa_proj_phase_bc(ctx, &job, n_items);
-    return st;
+    return report(st, &full, t0, t1, stats);
 }
 
-fxa_status fxa_proj_run(const fxa_proj_plan *p, const fxa_proj_args *args, void *workspace)
+fxa_status fxa_proj_run_stats(const fxa_proj_plan *p, const fxa_proj_args *args, void *workspace,
+                              fxa_proj_stats *stats)
 {
     if (!p)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(p->ctx); /* one call at a time per context */
-    return fxa_ctx_end_with(p->ctx, run(p, args, workspace));
+    return fxa_ctx_end_with(p->ctx, run(p, args, workspace, stats));
+}
+
+const char *fxa_proj_gemm_name(fxa_proj_gemm gemm)
+{
+    switch (gemm) {
+    case FXA_PROJ_GEMM_OPENBLAS: return "openblas";
+    case FXA_PROJ_GEMM_ONEDNN_F32: return "onednn_f32";
+    case FXA_PROJ_GEMM_ONEDNN_BF16: return "onednn_bf16";
+    case FXA_PROJ_GEMM_AMX: return "amx";
+    }
+    return "";
+}
+
+fxa_status fxa_proj_run(const fxa_proj_plan *p, const fxa_proj_args *args, void *workspace)
+{
+    return fxa_proj_run_stats(p, args, workspace, NULL);
 }
 
 static fxa_status plan_build(fxa_ctx *ctx, const fxa_proj_desc *d, const fxa_proj_tp *tp,

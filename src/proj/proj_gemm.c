@@ -152,7 +152,7 @@ static void sgemm_on_threads(int n_threads, int64_t m, int64_t n, int64_t k, con
  * OpenBLAS; in a process forked after oneDNN ran, fp32 GEMMs go to
  * OpenBLAS and bf16 ones are refused. */
 fxa_status fxa_proj_multiply(const fxa_proj_plan *p, unsigned char *ws, const void *xg,
-                             const void *w, float *y)
+                             const void *w, float *y, fxa_proj_gemm *gemm)
 {
     const fxa_proj_desc *d = &p->d;
     const proj_ws *l = &p->l;
@@ -169,6 +169,9 @@ fxa_status fxa_proj_multiply(const fxa_proj_plan *p, unsigned char *ws, const vo
             "forked after its parent ran oneDNN; start workers with spawn or "
             "forkserver instead of fork");
     const int blas = !l->bf16_path && (!l->f32_onednn || forked);
+    *gemm = blas           ? FXA_PROJ_GEMM_OPENBLAS
+            : l->bf16_path ? FXA_PROJ_GEMM_ONEDNN_BF16
+                           : FXA_PROJ_GEMM_ONEDNN_F32;
     char why[160];
     fxa_status st = FXA_OK;
     for (int64_t n0 = 0; st == FXA_OK && n0 < n_out; n0 += l->w_block) {
@@ -176,9 +179,10 @@ fxa_status fxa_proj_multiply(const fxa_proj_plan *p, unsigned char *ws, const vo
         const void *wg = NULL;
         if ((st = fxa_proj_stage_w(p, ws, w, n0, nb, w32, w16, &wg, 0)) != FXA_OK)
             break;
-        if (l->amx && fxa_gemm_amx_fits(ctx, k, nb, wg))
+        if (l->amx && fxa_gemm_amx_fits(ctx, k, nb, wg)) {
             fxa_gemm_amx_run(ctx, xg, d->tokens, k, wg, nb, y + n0, n_out, ws + l->amx);
-        else if (blas)
+            *gemm = FXA_PROJ_GEMM_AMX;
+        } else if (blas)
             sgemm_on_threads(p->n_threads, d->tokens, nb, k, xg, wg, y + n0, n_out);
         else if ((st = fxa_gemm_onednn_run(p->g, xg, wg, nb, y + n0, ws + l->onednn, why,
                                            sizeof why)) != FXA_OK)

@@ -62,9 +62,9 @@ fxa_status fxa_proj_bf16_gemm_faster(fxa_ctx *ctx, int64_t head_dim, int *faster
 void fxa_proj_ws_layout(const fxa_proj_desc *d, int n_threads, int bf16_gemm, proj_ws *l);
 /* The GEMM's backends and their workspace. */
 fxa_status fxa_proj_plan_gemm(fxa_proj_plan *p);
-/* y [S][I] = x W^T. */
+/* y [S][I] = x W^T; *gemm: the GEMM that ran. */
 fxa_status fxa_proj_multiply(const fxa_proj_plan *p, unsigned char *ws, const void *xg,
-                             const void *w, float *y);
+                             const void *w, float *y, fxa_proj_gemm *gemm);
 /* Phase A (dequantise, bias, sums of squares) over all tokens (proj_epilogue.c). */
 fxa_status fxa_proj_phase_a(const fxa_proj_plan *p, unsigned char *ws, epi_job *job,
                             int64_t n_items);

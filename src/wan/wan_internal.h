@@ -56,9 +56,10 @@ FXA_INTERNAL void fxa_wan_qkv_args(const fxa_wan_weights *w, const void *x, cons
 FXA_INTERNAL void fxa_wan_out_desc(const fxa_wan_desc *d, fxa_proj_w format, int64_t heads,
                                    int64_t tokens, fxa_proj_desc *pd);
 
-/* Run out (an fxa_wan_out_desc plan) on o's weights: y = a o.w^T (+ bias). */
+/* Run out (an fxa_wan_out_desc plan) on o's weights: y = a o.w^T (+ bias);
+ * stats as fxa_proj_run_stats'. */
 FXA_INTERNAL fxa_status fxa_wan_out_run(fxa_proj_plan *out, const fxa_wan_linear *o, const void *a,
-                                        float *y, void *workspace);
+                                        float *y, void *workspace, fxa_proj_stats *stats);
 
 #define FXA_WAN_FORMATS 3 /* FXA_PROJ_W_F32, _BF16, _E4M3: a plan for each */
 

@@ -308,7 +308,8 @@ static fxa_status run(const fxa_wan_plan *p, const fxa_wan_weights *w, const voi
         return fxa_ctx_fail(ctx, st, "%s", why);
     fxa_proj_args pa;
     fxa_wan_qkv_args(w, x16 ? x16 : x, p->cs, p->sn, q, k, v, &pa);
-    if ((st = fxa_proj_run(p->qkv[w->qkv.format], &pa, proj_ws)) != FXA_OK)
+    fxa_proj_stats ps[2] = {{.struct_size = sizeof ps[0]}, {.struct_size = sizeof ps[1]}};
+    if ((st = fxa_proj_run_stats(p->qkv[w->qkv.format], &pa, proj_ws, &ps[0])) != FXA_OK)
         return fxa_ctx_fail(ctx, st, "QKV projection: %s", fxa_ctx_last_error(ctx));
     const double t1 = fxa_now_seconds();
     const fxa_attn_args aa = {.struct_size = sizeof aa, .q = q, .k = k, .v = v, .out = a};
@@ -316,7 +317,7 @@ static fxa_status run(const fxa_wan_plan *p, const fxa_wan_weights *w, const voi
     if ((st = fxa_attn_run(p->attn, &aa, attn_ws, &ast)) != FXA_OK)
         return st; /* its message is the context's */
     const double t2 = fxa_now_seconds();
-    if ((st = fxa_wan_out_run(p->out[w->o.format], &w->o, a, y, proj_ws)) != FXA_OK)
+    if ((st = fxa_wan_out_run(p->out[w->o.format], &w->o, a, y, proj_ws, &ps[1])) != FXA_OK)
         return fxa_ctx_fail(ctx, st, "output projection: %s", fxa_ctx_last_error(ctx));
     const fxa_wan_stats full = {.struct_size = sizeof full,
                                 .qkv_seconds = t1 - t0,
@@ -324,7 +325,9 @@ static fxa_status run(const fxa_wan_plan *p, const fxa_wan_weights *w, const voi
                                 .out_seconds = fxa_now_seconds() - t2,
                                 .rows = ast.rows,
                                 .fallback_rows = ast.fallback_rows,
-                                .compute = ast.compute};
+                                .compute = ast.compute,
+                                .qkv_gemm = ps[0].gemm,
+                                .out_gemm = ps[1].gemm};
     if (stats)
         fxa_struct_out(stats, &full, sizeof full);
     return FXA_OK;
@@ -404,7 +407,7 @@ void fxa_wan_out_desc(const fxa_wan_desc *d, fxa_proj_w format, int64_t heads, i
 }
 
 fxa_status fxa_wan_out_run(fxa_proj_plan *out, const fxa_wan_linear *o, const void *a, float *y,
-                           void *workspace)
+                           void *workspace, fxa_proj_stats *stats)
 {
     const fxa_proj_args args = {.struct_size = sizeof args,
                                 .x = a,
@@ -412,7 +415,7 @@ fxa_status fxa_wan_out_run(fxa_proj_plan *out, const fxa_wan_linear *o, const vo
                                 .w_scales = o->scales,
                                 .bias = o->bias,
                                 .q_out = y};
-    return fxa_proj_run(out, &args, workspace);
+    return fxa_proj_run_stats(out, &args, workspace, stats);
 }
 
 void fxa_wan_attn_desc(const fxa_wan_desc *d, int64_t heads, fxa_attn_desc *ad)

@@ -411,7 +411,7 @@ static fxa_status check_weights(const fxa_wan_mpi_plan *p, const fxa_wan_weights
 
 /* The QKV projection of this rank's tokens onto its heads. */
 static fxa_status qkv(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *x, void *q,
-                      void *k, void *v, void *x16, void *proj_ws)
+                      void *k, void *v, void *x16, void *proj_ws, fxa_proj_stats *ps)
 {
     const int64_t off = p->shard.token_begin * p->d.head_dim;
     if (x16) {
@@ -425,10 +425,10 @@ static fxa_status qkv(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void 
     fxa_proj_args pa;
     fxa_wan_qkv_args(w, x, p->cs + off, p->sn + off, q, k, v, &pa);
     if (p->tp_mode) {
-        const fxa_status st = fxa_mpi_proj_run(p->qkv_tp[w->qkv.format], &pa, proj_ws);
+        const fxa_status st = fxa_mpi_proj_run_stats(p->qkv_tp[w->qkv.format], &pa, proj_ws, ps);
         return group_agree(p, "tensor-parallel", p->T, st, fxa_mpi_last_error(p->m_tp));
     }
-    const fxa_status st = fxa_proj_run(p->qkv[w->qkv.format], &pa, proj_ws);
+    const fxa_status st = fxa_proj_run_stats(p->qkv[w->qkv.format], &pa, proj_ws, ps);
     char why[600] = "";
     if (st != FXA_OK)
         snprintf(why, sizeof why, "QKV projection: %s", fxa_ctx_last_error(p->ctx));
@@ -508,12 +508,12 @@ static fxa_status reduce_y(fxa_wan_mpi_plan *p, const fxa_wan_linear *o, float *
 /* The output projection of this rank's attention output (tensor parallel:
  * by its heads' columns of o.weight, the bias added after the sum). */
 static fxa_status out_proj(fxa_wan_mpi_plan *p, const fxa_wan_weights *w, const void *a, float *y,
-                           void *proj_ws)
+                           void *proj_ws, fxa_proj_stats *ps)
 {
     fxa_wan_linear o = w->o;
     if (p->tp_mode)
         o.bias = NULL;
-    fxa_status st = fxa_wan_out_run(p->out[o.format], &o, a, y, proj_ws);
+    fxa_status st = fxa_wan_out_run(p->out[o.format], &o, a, y, proj_ws, ps);
     char why[600] = "";
     if (st != FXA_OK)
         snprintf(why, sizeof why, "output projection: %s", fxa_ctx_last_error(p->ctx));
@@ -568,14 +568,15 @@ static fxa_status layer_run(fxa_wan_mpi_plan *p, const fxa_wan_args *args, void 
     double t[4], secs[3];
     int64_t rows[2] = {0, 0};
     fxa_compute compute = FXA_COMPUTE_FP32;
+    fxa_proj_stats ps[2] = {{.struct_size = sizeof ps[0]}, {.struct_size = sizeof ps[1]}};
     t[0] = now();
-    if ((st = qkv(p, w, x, q, k, v, x16, proj_ws)) != FXA_OK)
+    if ((st = qkv(p, w, x, q, k, v, x16, proj_ws, &ps[0])) != FXA_OK)
         return st;
     t[1] = now();
     if ((st = attention(p, q, k, v, a, tp_ws, rows, &compute)) != FXA_OK)
         return st;
     t[2] = now();
-    if ((st = out_proj(p, w, a, y, proj_ws)) != FXA_OK)
+    if ((st = out_proj(p, w, a, y, proj_ws, &ps[1])) != FXA_OK)
         return st;
     t[3] = now();
     for (int i = 0; i < 3; i++)
@@ -590,7 +591,9 @@ static fxa_status layer_run(fxa_wan_mpi_plan *p, const fxa_wan_args *args, void 
                                 .out_seconds = secs[2],
                                 .rows = rows[0],
                                 .fallback_rows = rows[1],
-                                .compute = compute};
+                                .compute = compute,
+                                .qkv_gemm = ps[0].gemm,
+                                .out_gemm = ps[1].gemm};
     if (stats)
         fxa_struct_out(stats, &full, sizeof full);
     return FXA_OK;

@@ -109,11 +109,17 @@ fxa_status fxa_mpi_proj_plan_create(fxa_mpi *m, const fxa_proj_desc *d, int64_t 
 
 fxa_status fxa_mpi_proj_run(fxa_mpi_proj_plan *p, const fxa_proj_args *a, void *workspace)
 {
+    return fxa_mpi_proj_run_stats(p, a, workspace, NULL);
+}
+
+fxa_status fxa_mpi_proj_run_stats(fxa_mpi_proj_plan *p, const fxa_proj_args *a, void *workspace,
+                                  fxa_proj_stats *stats)
+{
     if (!p)
         return FXA_ERR_INVALID_ARG;
     fxa_mpi *m = p->m;
     char msg[512];
-    const fxa_status st = fxa_proj_run(p->proj, a, workspace);
+    const fxa_status st = fxa_proj_run_stats(p->proj, a, workspace, stats);
     snprintf(msg, sizeof msg, "%s", fxa_ctx_last_error(fxa_mpi_ctx(m)));
     /* A failure on one rank shows up on the others as "another rank
      * failed": agree so that every rank reports the failing rank's own. */

@@ -64,6 +64,47 @@ void test_require_isa(const char *name)
     fxa_ctx_destroy(ctx);
 }
 
+fxa_ctx *fxt_ctx(int n_threads)
+{
+    fxa_ctx_params p;
+    fxa_ctx_params_init(&p);
+    p.n_threads = n_threads;
+    fxa_ctx *ctx = NULL;
+    if (fxa_ctx_create(&p, &ctx) != FXA_OK) {
+        fprintf(stderr, "context of %d threads: %s\n", n_threads, fxa_ctx_create_error());
+        return NULL;
+    }
+    return ctx;
+}
+
+void fxt_attn_desc(fxa_attn_desc *d, int64_t batch, int64_t heads_q, int64_t heads_kv,
+                   int64_t seq_q, int64_t seq_kv, int64_t head_dim)
+{
+    fxa_attn_desc_init(d);
+    d->batch = batch;
+    d->heads_q = heads_q;
+    d->heads_kv = heads_kv;
+    d->seq_q = seq_q;
+    d->seq_kv = seq_kv;
+    d->head_dim = head_dim;
+}
+
+fxa_attn_bwd_args fxt_bwd_args(const void *q, const void *k, const void *v, const void *out,
+                               const void *dout, const float *lse, void *dq, void *dk, void *dv)
+{
+    const fxa_attn_bwd_args a = {.struct_size = sizeof a,
+                                 .q = q,
+                                 .k = k,
+                                 .v = v,
+                                 .out = out,
+                                 .dout = dout,
+                                 .lse = lse,
+                                 .dq = dq,
+                                 .dk = dk,
+                                 .dv = dv};
+    return a;
+}
+
 static void *xcalloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size);

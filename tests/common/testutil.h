@@ -73,6 +73,19 @@ static inline double test_now_seconds(void)
  * passed. Call first in main of tests that run the kernels. */
 void test_require_isa(const char *name);
 
+/* A context of n_threads workers (0: the library's default); NULL, after
+ * printing the library's message, when it cannot be made. */
+fxa_ctx *fxt_ctx(int n_threads);
+
+/* d initialised (fxa_attn_desc_init) with the given shape; every other
+ * field keeps its default (bshd, fp32, scale 1/sqrt(head_dim)). */
+void fxt_attn_desc(fxa_attn_desc *d, int64_t batch, int64_t heads_q, int64_t heads_kv,
+                   int64_t seq_q, int64_t seq_kv, int64_t head_dim);
+
+/* The backward's arguments (struct_size set; mask and strides left 0). */
+fxa_attn_bwd_args fxt_bwd_args(const void *q, const void *k, const void *v, const void *out,
+                               const void *dout, const float *lse, void *dq, void *dk, void *dv);
+
 /* An attention problem. q, k, v hold fp32 values exactly representable in
  * d.dtype; q16/k16/v16 hold the 16-bit encodings when d.dtype is not f32. */
 typedef struct tcase {

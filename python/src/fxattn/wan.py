@@ -74,13 +74,26 @@ def _dtype_code(dtype) -> int:
 @dataclass(frozen=True)
 class WanLayerStats:
     """fxa_wan_stats of one run: seconds per stage, attention rows
-    (heads * S) and the rows computed by online softmax."""
+    (heads * S), the rows computed by online softmax, the attention's
+    compute ("fp32" or "bf16") and the GEMM each projection ran on
+    ("openblas", "onednn_f32", "onednn_bf16" or "amx")."""
 
     qkv_seconds: float
     attention_seconds: float
     out_seconds: float
     rows: int
     fallback_rows: int
+    compute: str = "fp32"
+    qkv_gemm: str = ""
+    out_gemm: str = ""
+
+    @classmethod
+    def _of(cls, s: W.WanStats) -> "WanLayerStats":
+        def gemm(g: int) -> str:
+            return W.proj.fxa_proj_gemm_name(g).decode()
+
+        compute = "bf16" if s.compute == _capi.COMPUTE_BF16 else "fp32"
+        return cls(s.qkv_seconds, s.attention_seconds, s.out_seconds, s.rows, s.fallback_rows, compute, gemm(s.qkv_gemm), gemm(s.out_gemm))
 
 
 def synth(seed: int, count: int, stream: int = W.SYNTH_X) -> np.ndarray:
@@ -485,7 +498,7 @@ class WanSelfAttention:
             st = W.wan.fxa_wan_layer_run(plan, ctypes.byref(args), ws, ctypes.byref(stats))
             if st != _capi.OK:
                 _capi.raise_status(st, ctx.last_error())
-        self.last_stats = WanLayerStats(stats.qkv_seconds, stats.attention_seconds, stats.out_seconds, stats.rows, stats.fallback_rows)
+        self.last_stats = WanLayerStats._of(stats)
         if bf16_x:
             y = y.to(x.dtype) if torch is not None else _round_bf16(y).view(x.dtype)
         return y

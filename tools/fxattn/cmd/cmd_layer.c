@@ -40,6 +40,8 @@ static int forward(fxa_ctx *ctx, const fxt_layer_cfg *cfg, const fxa_wan_weights
     rep->rows = s.rows;
     rep->fallback_rows = s.fallback_rows;
     rep->compute = s.compute;
+    rep->qkv_gemm = s.qkv_gemm;
+    rep->out_gemm = s.out_gemm;
     return 0;
 }
 

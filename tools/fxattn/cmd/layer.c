@@ -276,7 +276,7 @@ void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_la
                     "\"tp\": %d, \"threads\": %d, \"isa\": \"%s\", \"qkv_seconds\": %.6f, "
                     "\"attention_seconds\": %.6f, \"out_seconds\": %.6f, \"seconds\": %.6f, "
                     "\"rows\": %lld, \"fallback_rows\": %lld, \"attention_compute\": \"%s\", "
-                    "\"gflops\": %.3f",
+                    "\"qkv_gemm\": \"%s\", \"out_gemm\": \"%s\", \"gflops\": %.3f",
                     (long long)cfg->tokens, (long long)cfg->hidden, (long long)cfg->heads,
                     (long long)cfg->head_dim, (long long)cfg->frames, (long long)cfg->height,
                     (long long)cfg->width, o->weights ? "file" : "synthetic",
@@ -285,6 +285,7 @@ void fxt_layer_print(const layer_opts *o, const fxt_layer_cfg *cfg, const fxt_la
                     r->ring, r->tp, r->threads, r->isa, r->qkv_seconds, r->attention_seconds,
                     r->out_seconds, seconds, (long long)r->rows, (long long)r->fallback_rows,
                     r->compute == FXA_COMPUTE_BF16 ? "bf16" : "fp32",
+                    fxa_proj_gemm_name(r->qkv_gemm), fxa_proj_gemm_name(r->out_gemm),
                     seconds > 0 ? fxa_wan_flops(&cfg->wan) / seconds * 1e-9 : 0.0);
     if (c)
         fxt_json_printf(", \"verify_tokens\": %lld, \"max_abs_err\": %.6g, \"max_rel_err\": %.6g, "

@@ -67,6 +67,7 @@ typedef struct fxt_layer_report {
     double qkv_seconds, attention_seconds, out_seconds; /* slowest rank */
     int64_t rows, fallback_rows;                        /* attention rows: heads * S */
     fxa_compute compute;                                /* the attention's */
+    fxa_proj_gemm qkv_gemm, out_gemm;                   /* the projections' GEMMs */
     const fxt_layer_check *check;                       /* NULL without --verify */
 } fxt_layer_report;
 

@@ -214,6 +214,8 @@ static int forward(job *j)
     j->rep.rows = st.rows;
     j->rep.fallback_rows = st.fallback_rows;
     j->rep.compute = st.compute;
+    j->rep.qkv_gemm = st.qkv_gemm;
+    j->rep.out_gemm = st.out_gemm;
     return 0;
 }
 

@@ -86,6 +86,8 @@ class WanStats(ctypes.Structure):
         ("rows", c_int64),
         ("fallback_rows", c_int64),
         ("compute", c_int),
+        ("qkv_gemm", c_int),
+        ("out_gemm", c_int),
     ]
 
 
@@ -109,4 +111,5 @@ _d(wan, "fxa_wan_flops", c_double, POINTER(WanDesc))
 _d(wan, "fxa_wan_rope", c_int, POINTER(WanDesc), c_void_p, c_void_p)
 
 proj = load("fxattn_proj")
+_d(proj, "fxa_proj_gemm_name", c_char_p, c_int)
 _d(proj, "fxa_wan_rope_tables", c_int, c_int64, c_int64, c_int64, c_int64, c_double, c_void_p, c_void_p)
