@@ -5,10 +5,13 @@
  *   sgemm      the bare OpenBLAS GEMM on fp32 operands (the floor);
  *   separate   sgemm, then bias, RMSNorm and RoPE as separate passes (what a
  *              user of a BLAS writes);
- *   fxattn     fxa_proj_run with norm and RoPE, fp32 / bf16 / FP8 operands
- *              (the last two multiply as bf16 on oneDNN).
+ *   fxattn     fxa_proj_run_stats with norm and RoPE, fp32 / bf16 / FP8
+ *              operands (the last two multiply as bf16 where the context's
+ *              bf16 products are the faster, else in fp32); each row names
+ *              the GEMM the run reports.
  * GFLOP/s count 2 S H I; the fp32 and bf16 peaks are measured in the same
- * process, and each way is reported against the peak of its arithmetic.
+ * process, and each way is reported against the peak of the compute its
+ * GEMM ran.
  */
 #include <cblas.h>
 #include <math.h>
@@ -29,8 +32,9 @@ typedef struct proj_bench {
     float *x, *w, *y, *bias, *gq, *gk, *cs, *sn, *q, *k, *v, *ws;
     uint16_t *x16, *w16;
     uint8_t *x8, *w8;
-    fxa_proj_plan *plan[N_WAYS]; /* ways 2-4, planned once (as an engine would) */
-    void *work;                  /* their workspace, reused by every run */
+    fxa_proj_plan *plan[N_WAYS];  /* ways 2-4, planned once (as an engine would) */
+    fxa_proj_stats stats[N_WAYS]; /* ways 2-4: what their last run reported */
+    void *work;                   /* their workspace, reused by every run */
     size_t work_bytes;
 } proj_bench;
 
@@ -96,7 +100,8 @@ static int run_way(fxa_ctx *ctx, proj_bench *b, int way, int threads)
         .k_out = b->k,
         .v_out = b->v,
     };
-    if (fxa_proj_run(b->plan[way], &a, b->work) != FXA_OK)
+    b->stats[way].struct_size = sizeof b->stats[way];
+    if (fxa_proj_run_stats(b->plan[way], &a, b->work, &b->stats[way]) != FXA_OK)
         return fxt_fail(FXT_EXIT_FAILURE, "%s", fxa_ctx_last_error(ctx));
     return 0;
 }
@@ -223,21 +228,23 @@ int fxt_bench_proj(const bench_args *ba)
                threads, reps, peak, peak_isa, peak16, peak16_isa);
     for (int way = 0; way < N_WAYS; way++) {
         const double gf = gflop / med[way];
-        /* fp32 operands run fp32 FMA; bf16 and FP8 operands run bf16 products. */
-        const double pk = way >= 3 ? peak16 : peak;
+        const int bf16 = way >= 2 && b.stats[way].compute == FXA_COMPUTE_BF16;
+        const double pk = bf16 ? peak16 : peak;
+        const char *gemm = way >= 2 ? fxa_proj_gemm_name(b.stats[way].gemm) : "openblas";
         if (ba->json)
             fxt_json_printf(
                 "{\"proj\": \"%s\", \"seq\": %lld, \"hidden\": %lld, \"out\": %lld, "
                 "\"threads\": %d, \"seconds\": %.6f, \"gflops\": %.3f, \"fraction_of_peak\": "
-                "%.4f, \"peak\": \"%s\", \"over_bare_sgemm\": %.4f, \"weight_bytes\": %zu}\n",
+                "%.4f, \"peak\": \"%s\", \"gemm\": \"%s\", \"over_bare_sgemm\": %.4f, "
+                "\"weight_bytes\": %zu}\n",
                 names[way], (long long)b.s, (long long)b.h, (long long)b.i, threads, med[way], gf,
-                pk > 0 ? gf / pk : 0.0, way >= 3 ? "bf16" : "fp32", med[way] / med[0],
+                pk > 0 ? gf / pk : 0.0, bf16 ? "bf16" : "fp32", gemm, med[way] / med[0],
                 w_bytes[way]);
         else
             printf("%-24s %8.3f s  %8.2f GFLOP/s  %5.1f%% of %s peak  %.3fx bare sgemm time  "
-                   "weights %zu MB\n",
-                   names[way], med[way], gf, pk > 0 ? 100 * gf / pk : 0.0,
-                   way >= 3 ? "bf16" : "fp32", med[way] / med[0], w_bytes[way] >> 20);
+                   "weights %zu MB  (%s)\n",
+                   names[way], med[way], gf, pk > 0 ? 100 * gf / pk : 0.0, bf16 ? "bf16" : "fp32",
+                   med[way] / med[0], w_bytes[way] >> 20, gemm);
     }
 done:
     free(b.x);
