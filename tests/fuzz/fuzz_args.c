@@ -37,16 +37,8 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static FILE *g_report; /* the original stderr, for contract violations */
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(g_report ? g_report : stderr, "fuzz_args: contract violated at %s:%d: %s\n",   \
-                    __FILE__, __LINE__, #cond);                                                    \
-            __builtin_trap();                                                                      \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_args"
+#include "fuzz_check.h"
 
 /* ---- the option tables (tools/fxattn/cli/cmd_opts.c) ------------------------------------ */
 
@@ -187,67 +179,61 @@ static int model_parse(int argc, char **argv, int first, const fxt_opt *opts, va
 
 /* ---- the value parsers -------------------------------------------------------------- */
 
+#define UNTOUCHED (-7) /* a value parser's output before the call */
+
+/* A spelling a value parser accepts, and the value it names. */
+typedef struct spelling {
+    const char *text;
+    int value;
+} spelling;
+
+/* A value parser given s returned r and left its output at out (UNTOUCHED before the call):
+ * when s is one of known[0..n), 0 and that spelling's value; else FXT_EXIT_BAD_INPUT with the
+ * output untouched. */
+static void check_parsed(const char *s, int r, int out, const spelling *known, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(s, known[i].text) == 0) {
+            CHECK(r == 0 && out == known[i].value);
+            return;
+        }
+    }
+    CHECK(r == FXT_EXIT_BAD_INPUT && out == UNTOUCHED);
+}
+
 static void check_value_parsers(const char *s)
 {
+    static const spelling layouts[] = {{"bshd", FXA_LAYOUT_BSHD}, {"bhsd", FXA_LAYOUT_BHSD}};
+    static const spelling modes[] = {{"auto", FXA_MODE_AUTO}, {"online", FXA_MODE_ONLINE}};
+    static const spelling onoffs[] = {{"on", 1}, {"off", 0}};
+    static const spelling dtypes[] = {{"f32", FXA_F32}, {"bf16", FXA_BF16}, {"f16", FXA_F16}};
+    static const spelling computes[] = {
+        {"fp32", FXA_COMPUTE_FP32}, {"bf16", FXA_COMPUTE_BF16}, {"auto", FXA_COMPUTE_AUTO}};
     if (s == NULL) {
         return;
     }
-    fxa_layout layout = (fxa_layout)-7;
+    fxa_layout layout = (fxa_layout)UNTOUCHED;
     int r = fxt_parse_layout(s, &layout);
-    if (strcmp(s, "bshd") == 0) {
-        CHECK(r == 0 && layout == FXA_LAYOUT_BSHD);
-    } else if (strcmp(s, "bhsd") == 0) {
-        CHECK(r == 0 && layout == FXA_LAYOUT_BHSD);
-    } else {
-        CHECK(r == FXT_EXIT_BAD_INPUT && layout == (fxa_layout)-7);
-    }
+    check_parsed(s, r, (int)layout, layouts, sizeof layouts / sizeof layouts[0]);
 
-    fxa_mode mode = (fxa_mode)-7;
+    fxa_mode mode = (fxa_mode)UNTOUCHED;
     r = fxt_parse_mode(s, &mode);
-    if (strcmp(s, "auto") == 0) {
-        CHECK(r == 0 && mode == FXA_MODE_AUTO);
-    } else if (strcmp(s, "online") == 0) {
-        CHECK(r == 0 && mode == FXA_MODE_ONLINE);
-    } else {
-        CHECK(r == FXT_EXIT_BAD_INPUT && mode == (fxa_mode)-7);
-    }
+    check_parsed(s, r, (int)mode, modes, sizeof modes / sizeof modes[0]);
 
-    int onoff = -7;
+    int onoff = UNTOUCHED;
     r = fxt_parse_onoff("--center", s, &onoff);
-    if (strcmp(s, "on") == 0) {
-        CHECK(r == 0 && onoff == 1);
-    } else if (strcmp(s, "off") == 0) {
-        CHECK(r == 0 && onoff == 0);
-    } else {
-        CHECK(r == FXT_EXIT_BAD_INPUT && onoff == -7);
-    }
+    check_parsed(s, r, onoff, onoffs, sizeof onoffs / sizeof onoffs[0]);
 
-    fxa_dtype dtype = (fxa_dtype)-7;
+    fxa_dtype dtype = (fxa_dtype)UNTOUCHED;
     r = fxt_parse_dtype(s, &dtype);
-    if (strcmp(s, "f32") == 0) {
-        CHECK(r == 0 && dtype == FXA_F32);
-    } else if (strcmp(s, "bf16") == 0) {
-        CHECK(r == 0 && dtype == FXA_BF16);
-    } else if (strcmp(s, "f16") == 0) {
-        CHECK(r == 0 && dtype == FXA_F16);
-    } else {
-        CHECK(r == FXT_EXIT_BAD_INPUT && dtype == (fxa_dtype)-7);
-    }
+    check_parsed(s, r, (int)dtype, dtypes, sizeof dtypes / sizeof dtypes[0]);
     if (r == 0) {
         CHECK(strcmp(fxt_dtype_name(dtype), s) == 0);
     }
 
-    fxa_compute compute = (fxa_compute)-7;
+    fxa_compute compute = (fxa_compute)UNTOUCHED;
     r = fxt_parse_compute(s, &compute);
-    if (strcmp(s, "fp32") == 0) {
-        CHECK(r == 0 && compute == FXA_COMPUTE_FP32);
-    } else if (strcmp(s, "bf16") == 0) {
-        CHECK(r == 0 && compute == FXA_COMPUTE_BF16);
-    } else if (strcmp(s, "auto") == 0) {
-        CHECK(r == 0 && compute == FXA_COMPUTE_AUTO);
-    } else {
-        CHECK(r == FXT_EXIT_BAD_INPUT && compute == (fxa_compute)-7);
-    }
+    check_parsed(s, r, (int)compute, computes, sizeof computes / sizeof computes[0]);
 }
 
 /* ---- one command line --------------------------------------------------------------- */
@@ -303,7 +289,7 @@ static void run_table(int cmd, int argc, char **argv)
 
 static void silence_stderr(void)
 {
-    g_report = stderr;
+    g_fuzz_report = stderr; /* the original stderr, for contract violations */
 #if defined(__GLIBC__)
     /* glibc's stderr is an assignable FILE *; libFuzzer copied the old pointer at start-up,
      * so its statistics still reach descriptor 2. A dup2 onto descriptor 2 would hide them. */

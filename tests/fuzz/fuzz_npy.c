@@ -30,14 +30,8 @@
 
 #include "fxattn_npy.h"
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_npy: contract violated at %s:%d: %s\n", __FILE__, __LINE__,      \
-                    #cond);                                                                        \
-            __builtin_trap();                                                                      \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_npy"
+#include "fuzz_check.h"
 
 #define ERR_CAP 1024
 #define GUARD 16
@@ -168,17 +162,6 @@ static void check_success(const fxa_npy *a, const uint8_t *data, size_t size, co
     CHECK(memcmp(a->data, data + offset, (size_t)(a->count * itemsize)) == 0);
 }
 
-/* err holds a failure message for the whole path: "<path>: <reason>", one line. */
-static void check_message(const char *err, size_t errlen)
-{
-    const size_t len = strnlen(err, errlen);
-    CHECK(len < errlen);
-    CHECK(len > g_path_len + 2);
-    CHECK(memcmp(err, g_path, g_path_len) == 0);
-    CHECK(err[g_path_len] == ':' && err[g_path_len + 1] == ' ');
-    CHECK(strchr(err, '\n') == NULL);
-}
-
 /* Read again with a small error buffer (or none): same status, a prefix of the full
  * message, nothing written past errlen. */
 static void check_truncation(size_t size, fxa_status status, const char *full)
@@ -193,14 +176,7 @@ static void check_truncation(size_t size, fxa_status status, const char *full)
     fxa_status again = fxa_npy_read(g_path, &a, use_null ? NULL : small, use_null ? 0 : cap);
     CHECK(again == status);
     CHECK(is_zero(&a, sizeof a));
-    for (size_t i = use_null ? 0 : cap; i < sizeof small; i++) {
-        CHECK(small[i] == 0x5a);
-    }
-    if (!use_null && cap > 0) {
-        const size_t len = strnlen(small, cap);
-        CHECK(len < cap);
-        CHECK(strncmp(small, full, len) == 0);
-    }
+    check_small_message(small, sizeof small, cap, use_null, full);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -223,7 +199,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         CHECK(status == FXA_ERR_INVALID_ARG);
         CHECK(is_zero(&a, sizeof a));
-        check_message(err, ERR_CAP);
+        check_message(err, ERR_CAP, g_path, g_path_len); /* about the whole path */
         if (size % 4 == 1) { /* one failure in four: it costs a second read */
             check_truncation(size, status, err);
         }

@@ -28,14 +28,8 @@
 
 #include "fxattn_safetensors.h"
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_safetensors: contract violated at %s:%d: %s\n", __FILE__,        \
-                    __LINE__, #cond);                                                              \
-            __builtin_trap();                                                                      \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_safetensors"
+#include "fuzz_check.h"
 
 #define NAME "fuzz.safetensors"
 #define NAME_LEN (sizeof NAME - 1)
@@ -83,13 +77,9 @@ static uint64_t load_le64(const uint8_t *b)
 }
 
 /* err holds a failure message: "<NAME>: <reason>", one line. */
-static void check_message(const char *err, size_t errlen)
+static void check_st_message(const char *err, size_t errlen)
 {
-    const size_t len = strnlen(err, errlen);
-    CHECK(len < errlen);
-    CHECK(len > NAME_LEN + 2);
-    CHECK(memcmp(err, NAME ": ", NAME_LEN + 2) == 0);
-    CHECK(strchr(err, '\n') == NULL);
+    check_message(err, errlen, NAME, NAME_LEN);
 }
 
 /* Parse again with a small error buffer (or none): same status, a prefix of the full
@@ -106,14 +96,7 @@ static void check_truncation(const uint8_t *data, size_t size, fxa_status status
         fxa_st_parse(data, size, NAME, &f, use_null ? NULL : small, use_null ? 0 : cap);
     CHECK(again == status);
     CHECK(f == NULL);
-    for (size_t i = use_null ? 0 : cap; i < sizeof small; i++) {
-        CHECK(small[i] == 0x5a);
-    }
-    if (!use_null && cap > 0) {
-        const size_t len = strnlen(small, cap);
-        CHECK(len < cap);
-        CHECK(strncmp(small, full, len) == 0);
-    }
+    check_small_message(small, sizeof small, cap, use_null, full);
 }
 
 /* Rows [shape0 / 2, shape0) give exactly those bytes of the tensor; a range one row past
@@ -124,7 +107,7 @@ static void check_row_reads(const fxa_st_file *f, const fxa_st_tensor *t, const 
     unsigned char probe[GUARD];
     if (t->ndim == 0) {
         CHECK(fxa_st_read_rows(f, t, 0, 1, probe, 0, err, sizeof err) == FXA_ERR_INVALID_ARG);
-        check_message(err, sizeof err);
+        check_st_message(err, sizeof err);
         return;
     }
     const int64_t rows = t->shape[0];
@@ -146,7 +129,7 @@ static void check_row_reads(const fxa_st_file *f, const fxa_st_tensor *t, const 
     memset(buf, 0xa5, nbytes + GUARD);
     status = fxa_st_read_rows(f, t, row0 + 1, rows - row0, buf, nbytes, err, sizeof err);
     CHECK(status == FXA_ERR_INVALID_ARG || status == FXA_ERR_UNSUPPORTED);
-    check_message(err, sizeof err);
+    check_st_message(err, sizeof err);
     CHECK(is_zero_or(buf, nbytes + GUARD, 0xa5));
     free(buf);
 }
@@ -165,7 +148,7 @@ static void check_tensor_reads(const fxa_st_file *f, const fxa_st_tensor *t, con
         CHECK(nbytes == 0 || memcmp(buf, data + t->file_offset, nbytes) == 0);
     } else {
         CHECK(status == FXA_ERR_UNSUPPORTED);
-        check_message(err, sizeof err);
+        check_st_message(err, sizeof err);
     }
     CHECK(is_zero_or(buf + nbytes, GUARD, 0xa5));
 
@@ -173,7 +156,7 @@ static void check_tensor_reads(const fxa_st_file *f, const fxa_st_tensor *t, con
     memset(buf, 0xa5, nbytes + GUARD);
     status = fxa_st_read(f, t, buf, nbytes + 1, err, sizeof err);
     CHECK(status == (t->supported ? FXA_ERR_INVALID_ARG : FXA_ERR_UNSUPPORTED));
-    check_message(err, sizeof err);
+    check_st_message(err, sizeof err);
     CHECK(is_zero_or(buf, nbytes + GUARD, 0xa5));
     free(buf);
 
@@ -184,7 +167,7 @@ static void check_tensor_reads(const fxa_st_file *f, const fxa_st_tensor *t, con
     status = fxa_st_read_f32(f, t, out, count, err, sizeof err);
     if (!t->supported || t->dtype == FXA_ST_F8_E4M3) {
         CHECK(status == FXA_ERR_UNSUPPORTED);
-        check_message(err, sizeof err);
+        check_st_message(err, sizeof err);
     } else {
         CHECK(status == FXA_OK);
         const uint8_t *src = data + t->file_offset;
@@ -313,7 +296,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         CHECK(status == FXA_ERR_INVALID_ARG);
         CHECK(f == NULL);
-        check_message(err, ERR_CAP);
+        check_st_message(err, ERR_CAP);
         if (size % 4 == 1) { /* one failure in four: it costs a second parse */
             check_truncation(data, size, status, err);
         }

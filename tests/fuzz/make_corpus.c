@@ -121,38 +121,36 @@ static void npy(const char *name, npy_spec s)
     write_file("npy", name, buf, build_npy(&s, buf));
 }
 
+/* A file whose header is padded as NumPy pads it (np.save): version major.0, then count
+ * elements of itemsize bytes. */
+static void numpy_padded(const char *name, int major, const char *dict, int64_t itemsize,
+                         int64_t count)
+{
+    npy(name, (npy_spec){.major = major,
+                         .dict = dict,
+                         .numpy_padding = 1,
+                         .itemsize = itemsize,
+                         .count = count});
+}
+
 #define F4(shape) "{'descr': '<f4', 'fortran_order': False, 'shape': " shape ", }"
 #define F2(shape) "{'descr': '<f2', 'fortran_order': False, 'shape': " shape ", }"
 
 static void make_npy(void)
 {
     /* Valid: exactly as NumPy writes them (np.save, version 1.0 unless noted). */
-    npy("ok_v1_f4_2x3.npy",
-        (npy_spec){.major = 1, .dict = F4("(2, 3)"), .numpy_padding = 1, .count = 6});
-    npy("ok_v1_f4_scalar.npy",
-        (npy_spec){.major = 1, .dict = F4("()"), .numpy_padding = 1, .count = 1});
-    npy("ok_v1_f4_empty.npy", (npy_spec){.major = 1, .dict = F4("(0,)"), .numpy_padding = 1});
-    npy("ok_v1_f4_2x0x3.npy", (npy_spec){.major = 1, .dict = F4("(2, 0, 3)"), .numpy_padding = 1});
-    npy("ok_v1_f4_1x4x2x8.npy",
-        (npy_spec){.major = 1, .dict = F4("(1, 4, 2, 8)"), .numpy_padding = 1, .count = 64});
-    npy("ok_v1_f2_5.npy",
-        (npy_spec){.major = 1, .dict = F2("(5,)"), .numpy_padding = 1, .itemsize = 2, .count = 5});
-    npy("ok_v1_f2_scalar.npy",
-        (npy_spec){.major = 1, .dict = F2("()"), .numpy_padding = 1, .itemsize = 2, .count = 1});
-    npy("ok_v1_f2_1x2x3x4.npy", (npy_spec){.major = 1,
-                                           .dict = F2("(1, 2, 3, 4)"),
-                                           .numpy_padding = 1,
-                                           .itemsize = 2,
-                                           .count = 24});
-    npy("ok_v2_f4_1x2x2x4.npy",
-        (npy_spec){.major = 2, .dict = F4("(1, 2, 2, 4)"), .numpy_padding = 1, .count = 16});
-    npy("ok_v2_f2_empty.npy",
-        (npy_spec){.major = 2, .dict = F2("(3, 0)"), .numpy_padding = 1, .itemsize = 2});
-    npy("ok_v3_f2_3x2.npy",
-        (npy_spec){
-            .major = 3, .dict = F2("(3, 2)"), .numpy_padding = 1, .itemsize = 2, .count = 6});
-    npy("ok_v3_f4_scalar.npy",
-        (npy_spec){.major = 3, .dict = F4("()"), .numpy_padding = 1, .count = 1});
+    numpy_padded("ok_v1_f4_2x3.npy", 1, F4("(2, 3)"), 4, 6);
+    numpy_padded("ok_v1_f4_scalar.npy", 1, F4("()"), 4, 1);
+    numpy_padded("ok_v1_f4_empty.npy", 1, F4("(0,)"), 4, 0);
+    numpy_padded("ok_v1_f4_2x0x3.npy", 1, F4("(2, 0, 3)"), 4, 0);
+    numpy_padded("ok_v1_f4_1x4x2x8.npy", 1, F4("(1, 4, 2, 8)"), 4, 64);
+    numpy_padded("ok_v1_f2_5.npy", 1, F2("(5,)"), 2, 5);
+    numpy_padded("ok_v1_f2_scalar.npy", 1, F2("()"), 2, 1);
+    numpy_padded("ok_v1_f2_1x2x3x4.npy", 1, F2("(1, 2, 3, 4)"), 2, 24);
+    numpy_padded("ok_v2_f4_1x2x2x4.npy", 2, F4("(1, 2, 2, 4)"), 4, 16);
+    numpy_padded("ok_v2_f2_empty.npy", 2, F2("(3, 0)"), 2, 0);
+    numpy_padded("ok_v3_f2_3x2.npy", 3, F2("(3, 2)"), 2, 6);
+    numpy_padded("ok_v3_f4_scalar.npy", 3, F4("()"), 4, 1);
     /* Valid, hand-written: other key order, double quotes, no padding, Python 2 'L',
      * no trailing commas, the most dimensions allowed. */
     npy("ok_v1_f4_keys_reordered.npy",
@@ -163,31 +161,17 @@ static void make_npy(void)
         (npy_spec){.major = 1,
                    .dict = "{'descr':'<f4','fortran_order':False,'shape':(2L, 2L)}\t\r ",
                    .count = 4});
-    npy("ok_v1_f4_8d.npy",
-        (npy_spec){
-            .major = 1, .dict = F4("(1, 1, 1, 2, 1, 1, 1, 2)"), .numpy_padding = 1, .count = 4});
+    numpy_padded("ok_v1_f4_8d.npy", 1, F4("(1, 1, 1, 2, 1, 1, 1, 2)"), 4, 4);
 
     /* Refused. */
-    npy("bad_fortran.npy",
-        (npy_spec){.major = 1,
-                   .dict = "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
-                   .numpy_padding = 1,
-                   .count = 6});
-    npy("bad_big_endian.npy",
-        (npy_spec){.major = 1,
-                   .dict = "{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }",
-                   .numpy_padding = 1,
-                   .count = 4});
-    npy("bad_f8.npy",
-        (npy_spec){.major = 1,
-                   .dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
-                   .numpy_padding = 1,
-                   .count = 4});
-    npy("bad_structured.npy",
-        (npy_spec){.major = 1,
-                   .dict = "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }",
-                   .numpy_padding = 1,
-                   .count = 2});
+    numpy_padded("bad_fortran.npy", 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+                 4, 6);
+    numpy_padded("bad_big_endian.npy", 1,
+                 "{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", 4, 4);
+    numpy_padded("bad_f8.npy", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 4,
+                 4);
+    numpy_padded("bad_structured.npy", 1,
+                 "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 4, 2);
     npy("bad_truncated_data.npy",
         (npy_spec){
             .major = 1, .dict = F4("(4, 4)"), .numpy_padding = 1, .count = 16, .extra_bytes = -5});
@@ -207,44 +191,27 @@ static void make_npy(void)
                                               .numpy_padding = 1,
                                               .count = 1,
                                               .len_delta = 0x7fffff00});
-    npy("bad_lying_shape.npy",
-        (npy_spec){.major = 1, .dict = F4("(1000000, 1000000)"), .numpy_padding = 1, .count = 8});
-    npy("bad_shape_overflow.npy",
-        (npy_spec){.major = 1, .dict = F4("(4611686018427387904, 4, 0)"), .numpy_padding = 1});
-    npy("bad_dim_too_large.npy",
-        (npy_spec){.major = 1, .dict = F4("(99999999999999999999,)"), .numpy_padding = 1});
-    npy("bad_negative_dim.npy", (npy_spec){.major = 1, .dict = F4("(-1, 2)"), .numpy_padding = 1});
-    npy("bad_9d.npy",
-        (npy_spec){
-            .major = 1, .dict = F4("(1, 1, 1, 1, 1, 1, 1, 1, 1)"), .numpy_padding = 1, .count = 1});
-    npy("bad_1d_no_comma.npy",
-        (npy_spec){.major = 1,
-                   .dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}",
-                   .numpy_padding = 1,
-                   .count = 3});
+    numpy_padded("bad_lying_shape.npy", 1, F4("(1000000, 1000000)"), 4, 8);
+    numpy_padded("bad_shape_overflow.npy", 1, F4("(4611686018427387904, 4, 0)"), 4, 0);
+    numpy_padded("bad_dim_too_large.npy", 1, F4("(99999999999999999999,)"), 4, 0);
+    numpy_padded("bad_negative_dim.npy", 1, F4("(-1, 2)"), 4, 0);
+    numpy_padded("bad_9d.npy", 1, F4("(1, 1, 1, 1, 1, 1, 1, 1, 1)"), 4, 1);
+    numpy_padded("bad_1d_no_comma.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}",
+                 4, 3);
     npy("bad_no_newline.npy",
         (npy_spec){.major = 1, .dict = F4("(2,)"), .no_newline = 1, .count = 2});
-    npy("bad_version_4.npy",
-        (npy_spec){.major = 4, .dict = F4("(2,)"), .numpy_padding = 1, .count = 2});
+    numpy_padded("bad_version_4.npy", 4, F4("(2,)"), 4, 2);
     npy("bad_version_1_1.npy",
         (npy_spec){.major = 1, .minor = 1, .dict = F4("(2,)"), .numpy_padding = 1, .count = 2});
     npy("bad_duplicate_key.npy",
         (npy_spec){.major = 1,
                    .dict = "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': ()}",
                    .count = 1});
-    npy("bad_unknown_key.npy",
-        (npy_spec){.major = 1,
-                   .dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (), 'x': 1}",
-                   .numpy_padding = 1,
-                   .count = 1});
-    npy("bad_missing_shape.npy", (npy_spec){.major = 1,
-                                            .dict = "{'descr': '<f4', 'fortran_order': False}",
-                                            .numpy_padding = 1});
-    npy("bad_escape.npy",
-        (npy_spec){.major = 1,
-                   .dict = "{'descr': '<f\\x34', 'fortran_order': False, 'shape': ()}",
-                   .numpy_padding = 1,
-                   .count = 1});
+    numpy_padded("bad_unknown_key.npy", 1,
+                 "{'descr': '<f4', 'fortran_order': False, 'shape': (), 'x': 1}", 4, 1);
+    numpy_padded("bad_missing_shape.npy", 1, "{'descr': '<f4', 'fortran_order': False}", 4, 0);
+    numpy_padded("bad_escape.npy", 1, "{'descr': '<f\\x34', 'fortran_order': False, 'shape': ()}",
+                 4, 1);
     npy("bad_garbage_after_dict.npy",
         (npy_spec){.major = 3,
                    .dict = "{'descr': '<f2', 'fortran_order': False, 'shape': (1,)} x",

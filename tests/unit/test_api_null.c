@@ -11,6 +11,7 @@
 
 #include "fxattn_diag.h"
 #include "testutil.h"
+#include "unit_fixtures.h"
 
 #define INVALID(call) CHECK((call) == FXA_ERR_INVALID_ARG, "%s", #call)
 /* A refused call on a live context explains itself there. */
@@ -79,7 +80,7 @@ static void test_run_calls(fxa_ctx *ctx, const fxa_attn_desc *d)
     size_t ws_bytes = 0;
     CHECK(fxa_attn_plan_create(ctx, d, &plan, &ws_bytes) == FXA_OK, "plan: %s",
           fxa_ctx_last_error(ctx));
-    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64 + 64);
+    void *ws = unit_ws_alloc(ws_bytes);
     float q[4 * 8] = {0}, k[4 * 8] = {0}, v[4 * 8] = {0}, out[4 * 8];
     const fxa_attn_args args = {.struct_size = sizeof args, .q = q, .k = k, .v = v, .out = out};
     INVALID_SAID(ctx, fxa_attn_run(plan, NULL, ws, NULL));
@@ -130,18 +131,9 @@ static void test_bwd_calls(fxa_ctx *ctx, const fxa_attn_desc *d)
     CHECK(fxa_attn_bwd_flops(NULL) == 0.0, "fxa_attn_bwd_flops(NULL)");
     CHECK(fxa_attn_bwd_plan_create(ctx, d, &plan, &ws) == FXA_OK, "bwd plan: %s",
           fxa_ctx_last_error(ctx));
-    void *w = aligned_alloc(64, (ws + 63) / 64 * 64);
+    void *w = unit_ws_alloc(ws);
     float x[32] = {0}, lse[4] = {0}, g[3][32];
-    const fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                                 .q = x,
-                                 .k = x,
-                                 .v = x,
-                                 .out = x,
-                                 .dout = x,
-                                 .lse = lse,
-                                 .dq = g[0],
-                                 .dk = g[1],
-                                 .dv = g[2]};
+    const fxa_attn_bwd_args a = fxt_bwd_args(x, x, x, x, x, lse, g[0], g[1], g[2]);
     INVALID(fxa_attn_bwd_run(NULL, &a, w, NULL));
     INVALID_SAID(ctx, fxa_attn_bwd_run(plan, NULL, w, NULL));
     INVALID_SAID(ctx, fxa_attn_bwd_run(plan, &a, NULL, NULL));
@@ -160,22 +152,11 @@ static void test_bwd_calls(fxa_ctx *ctx, const fxa_attn_desc *d)
 
 int main(void)
 {
-    fxa_ctx_params p;
-    fxa_ctx_params_init(&p);
-    p.n_threads = 2;
-    fxa_ctx *ctx = NULL;
-    if (fxa_ctx_create(&p, &ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+    fxa_ctx *ctx = fxt_ctx(2);
+    if (!ctx)
         return 1;
-    }
     fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = 1;
-    d.heads_q = 1;
-    d.heads_kv = 1;
-    d.seq_q = 4;
-    d.seq_kv = 4;
-    d.head_dim = 8;
+    fxt_attn_desc(&d, 1, 1, 1, 4, 4, 8);
     test_context_calls(ctx);
     test_plan_calls(ctx, &d);
     test_run_calls(ctx, &d);

@@ -16,6 +16,7 @@
 #include "alloc_count.h"
 #include "fxattn.h"
 #include "testutil.h"
+#include "unit_fixtures.h"
 
 enum { B = 1, HQ = 4, HKV = 2, SQ = 70, SKV = 150, D = 40 };
 #define NQ ((size_t)B * SQ * HQ * D)
@@ -29,30 +30,12 @@ static uint16_t g_q16[NQ], g_k16[NKV], g_v16[NKV];
 
 typedef enum masking { UNMASKED, ADDITIVE, CAUSAL } masking;
 
-static void *ws_alloc(size_t bytes)
-{
-    return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-}
-
 static void run_case(int threads, const char *isa, masking m, fxa_compute compute)
 {
-    if (isa)
-        setenv("FXA_ISA", isa, 1);
-    else
-        unsetenv("FXA_ISA");
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = threads;
-    fxa_ctx *ctx = NULL;
-    CHECK(fxa_ctx_create(&cp, &ctx) == FXA_OK, "context: %s", fxa_ctx_create_error());
+    fxa_ctx *ctx = unit_ctx_with_env("FXA_ISA", isa, threads);
+    CHECK(ctx != NULL, "context on %s, %d threads", isa ? isa : "the default kernels", threads);
     fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = B;
-    d.heads_q = HQ;
-    d.heads_kv = HKV;
-    d.seq_q = SQ;
-    d.seq_kv = SKV;
-    d.head_dim = D;
+    fxt_attn_desc(&d, B, HQ, HKV, SQ, SKV, D);
     d.causal = m == CAUSAL;
     if (m == ADDITIVE) {
         d.mask_kind = FXA_MASK_ADD;
@@ -70,26 +53,12 @@ static void run_case(int threads, const char *isa, masking m, fxa_compute comput
           fxa_ctx_last_error(ctx));
     CHECK(fxa_attn_bwd_plan_create(ctx, &d, &bwd, &ws_b) == FXA_OK, "bwd plan: %s",
           fxa_ctx_last_error(ctx));
-    void *wf = ws_alloc(ws_f), *wb = ws_alloc(ws_b);
-    const fxa_attn_args a = {.struct_size = sizeof a,
-                             .q = q,
-                             .k = k,
-                             .v = v,
-                             .out = g_out,
-                             .lse = g_lse,
-                             .mask = m == ADDITIVE ? g_mask : NULL};
+    void *wf = unit_ws_alloc(ws_f), *wb = unit_ws_alloc(ws_b);
+    fxa_attn_args a = unit_attn_args(q, k, v, g_out, g_lse);
+    a.mask = m == ADDITIVE ? g_mask : NULL;
     CHECK(fxa_attn_run(fwd, &a, wf, NULL) == FXA_OK, "forward: %s", fxa_ctx_last_error(ctx));
-    const fxa_attn_bwd_args g = {.struct_size = sizeof g,
-                                 .q = q,
-                                 .k = k,
-                                 .v = v,
-                                 .out = g_out,
-                                 .dout = g_dout,
-                                 .lse = g_lse,
-                                 .dq = g_dq,
-                                 .dk = g_dk,
-                                 .dv = g_dv,
-                                 .mask = m == ADDITIVE ? g_mask : NULL};
+    fxa_attn_bwd_args g = fxt_bwd_args(q, k, v, g_out, g_dout, g_lse, g_dq, g_dk, g_dv);
+    g.mask = a.mask;
     fxa_attn_bwd_stats st = {.struct_size = sizeof st};
     CHECK(fxa_attn_bwd_run(bwd, &g, wb, &st) == FXA_OK, "warm-up: %s", fxa_ctx_last_error(ctx));
     fxt_alloc_count_begin();

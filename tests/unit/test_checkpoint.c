@@ -10,9 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "fxattn_checkpoint.h"
-#include "testfiles.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,19 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file_fixtures.h"
 #include "testutil.h"
 
-#define PATH_CAP TEST_PATH_CAP
 #define ERR_CAP 1024
-
-static char g_dir[PATH_CAP];
-
-/* Test set-up that cannot go on (not a check of checkpoint.c). */
-static _Noreturn void die(const char *what)
-{
-    fprintf(stderr, "test_checkpoint: %s: %s\n", what, strerror(errno));
-    exit(2);
-}
 
 /* ---- building files ------------------------------------------------------------------ */
 
@@ -583,10 +572,7 @@ static void test_paths(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/test_checkpoint.XXXXXX");
-    if (mkdtemp(g_dir) == NULL) {
-        die("mkdtemp");
-    }
+    scratch_dir_create("test_checkpoint");
     test_single_file();
     test_sharded();
     test_bad_shards();

@@ -58,30 +58,32 @@ static void mounts(const char *root2, const char *root1)
     put("mountinfo", text);
 }
 
+/* After g_dir/rel is written with text, the quota is want CPUs (0: none). */
+static void expect_quota(const char *rel, const char *text, double want, const char *what)
+{
+    put(rel, text);
+    const double got = quota();
+    CHECK(got == want, "%s: want %g, got %g", what, want, got);
+}
+
 static void test_v2(void)
 {
     folder("v2");
     folder("v2/job");
     folder("v2/job/step");
     mounts("/", "/");
-    put("cgroup", "0::/job/step\n");
-    CHECK(quota() == 0, "no cpu.max anywhere: no quota, got %g", quota());
-    put("v2/job/step/cpu.max", "max 100000\n");
-    CHECK(quota() == 0, "cpu.max 'max': no quota, got %g", quota());
-    put("v2/job/cpu.max", "150000 100000\n");
-    CHECK(quota() == 1.5, "parent's 1.5 CPUs apply to the child, got %g", quota());
-    put("v2/job/step/cpu.max", "300000 100000\n");
-    CHECK(quota() == 1.5, "the tightest of child (3) and parent (1.5), got %g", quota());
-    put("v2/job/step/cpu.max", "50000 100000\n");
-    CHECK(quota() == 0.5, "child's 0.5 is tighter, got %g", quota());
-    put("v2/job/step/cpu.max", "garbage\n");
-    CHECK(quota() == 1.5, "an unreadable cpu.max counts as none, got %g", quota());
+    expect_quota("cgroup", "0::/job/step\n", 0, "no cpu.max anywhere: no quota");
+    expect_quota("v2/job/step/cpu.max", "max 100000\n", 0, "cpu.max 'max': no quota");
+    expect_quota("v2/job/cpu.max", "150000 100000\n", 1.5, "parent's 1.5 CPUs apply to the child");
+    expect_quota("v2/job/step/cpu.max", "300000 100000\n", 1.5,
+                 "the tightest of child (3) and parent (1.5)");
+    expect_quota("v2/job/step/cpu.max", "50000 100000\n", 0.5, "child's 0.5 is tighter");
+    expect_quota("v2/job/step/cpu.max", "garbage\n", 1.5, "an unreadable cpu.max counts as none");
     /* A container sees its own cgroup as the mount's root. */
     mounts("/job", "/");
     put("cgroup", "0::/job/step\n");
     folder("v2/step");
-    put("v2/step/cpu.max", "200000 100000\n");
-    CHECK(quota() == 2.0, "path relative to the mount's root, got %g", quota());
+    expect_quota("v2/step/cpu.max", "200000 100000\n", 2.0, "path relative to the mount's root");
 }
 
 static void test_v1(void)
@@ -93,26 +95,33 @@ static void test_v1(void)
     put("v1/cpu.cfs_quota_us", "-1\n");
     put("v1/cpu.cfs_period_us", "100000\n");
     put("v1/a/cpu.cfs_quota_us", "-1\n");
-    put("v1/a/cpu.cfs_period_us", "100000\n");
-    CHECK(quota() == 0, "quota -1: none, got %g", quota());
-    put("v1/a/cpu.cfs_quota_us", "250000\n");
-    CHECK(quota() == 2.5, "v1 quota / period, got %g", quota());
-    put("v1/a/cpu.cfs_period_us", "50000\n");
-    CHECK(quota() == 5.0, "the period counts, got %g", quota());
-    put("v1/cpu.cfs_quota_us", "100000\n");
-    CHECK(quota() == 1.0, "the parent's tighter 1 CPU, got %g", quota());
-    put("cgroup", "3:memory:/x\n0::/\n");
-    CHECK(quota() == 0, "no cpu hierarchy line: none, got %g", quota());
+    expect_quota("v1/a/cpu.cfs_period_us", "100000\n", 0, "quota -1: none");
+    expect_quota("v1/a/cpu.cfs_quota_us", "250000\n", 2.5, "v1 quota / period");
+    expect_quota("v1/a/cpu.cfs_period_us", "50000\n", 5.0, "the period counts");
+    expect_quota("v1/cpu.cfs_quota_us", "100000\n", 1.0, "the parent's tighter 1 CPU");
+    expect_quota("cgroup", "3:memory:/x\n0::/\n", 0, "no cpu hierarchy line: none");
 }
 
 static void test_cap(void)
 {
-    CHECK(fxa_cap_by_quota(8, 0) == 8, "no quota");
-    CHECK(fxa_cap_by_quota(8, 2.9) == 2, "rounded down");
-    CHECK(fxa_cap_by_quota(8, 0.5) == 1, "at least 1");
-    CHECK(fxa_cap_by_quota(2, 16) == 2, "a quota above the mask does not add CPUs");
-    CHECK(fxa_cap_by_quota(0, 0) == 1, "at least 1 without a mask");
-    CHECK(fxa_cap_by_quota(5000, 0) == 1024, "at most 1024");
+    static const struct {
+        int mask;
+        double quota;
+        int want;
+        const char *what;
+    } cases[] = {
+        {8, 0, 8, "no quota"},
+        {8, 2.9, 2, "rounded down"},
+        {8, 0.5, 1, "at least 1"},
+        {2, 16, 2, "a quota above the mask does not add CPUs"},
+        {0, 0, 1, "at least 1 without a mask"},
+        {5000, 0, 1024, "at most 1024"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int got = fxa_cap_by_quota(cases[i].mask, cases[i].quota);
+        CHECK(got == cases[i].want, "%s: fxa_cap_by_quota(%d, %g) = %d", cases[i].what,
+              cases[i].mask, cases[i].quota, got);
+    }
 }
 
 static void test_affinity(void)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "unit_fixtures.h"
 
 #define SEQ 192
 #define HEADS 2
@@ -126,24 +127,14 @@ static void *busy_parent(void *arg)
 
 int main(void)
 {
-    fxa_ctx_params p;
-    fxa_ctx_params_init(&p);
-    p.n_threads = 3;
-    if (fxa_ctx_create(&p, &g_ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+    g_ctx = fxt_ctx(3);
+    if (!g_ctx)
         return 1;
-    }
     fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = 1;
-    d.heads_q = HEADS;
-    d.heads_kv = HEADS;
-    d.seq_q = SEQ;
-    d.seq_kv = SEQ;
-    d.head_dim = DIM;
+    fxt_attn_desc(&d, 1, HEADS, HEADS, SEQ, SEQ, DIM);
     size_t ws_bytes = 0;
     CHECK(fxa_attn_plan_create(g_ctx, &d, &g_plan, &ws_bytes) == FXA_OK, "plan");
-    g_ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+    g_ws = unit_ws_alloc(ws_bytes);
     fxt_rng r;
     fxt_rng_seed(&r, 7);
     for (int i = 0; i < N_Q; i++) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "unit_fixtures.h"
 
 #define ROUNDS 200
 
@@ -43,7 +44,7 @@ static fxa_status compute(job *j, float *out)
         return st;
     const fxa_attn_args a = {.struct_size = sizeof a, .q = j->q, .k = j->k, .v = j->v, .out = out};
     if (!j->blockwise) {
-        void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+        void *ws = unit_ws_alloc(ws_bytes);
         st = fxa_attn_run(plan, &a, ws, NULL);
         free(ws);
     } else {
@@ -84,13 +85,7 @@ static void job_init(job *j, fxa_ctx *ctx, int64_t seq, int64_t heads, int block
     memset(j, 0, sizeof *j);
     j->ctx = ctx;
     j->blockwise = blockwise;
-    fxa_attn_desc_init(&j->d);
-    j->d.batch = 1;
-    j->d.heads_q = heads;
-    j->d.heads_kv = heads;
-    j->d.seq_q = seq;
-    j->d.seq_kv = seq;
-    j->d.head_dim = 32;
+    fxt_attn_desc(&j->d, 1, heads, heads, seq, seq, 32);
     fxt_rng r;
     fxt_rng_seed(&r, seed);
     j->q = malloc(q_elems(&j->d) * sizeof(float));
@@ -117,14 +112,9 @@ static void job_free(job *j)
 int main(void)
 {
     alarm(60); /* a deadlock ends here (SIGALRM) */
-    fxa_ctx_params p;
-    fxa_ctx_params_init(&p);
-    p.n_threads = 3;
-    fxa_ctx *ctx = NULL;
-    if (fxa_ctx_create(&p, &ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+    fxa_ctx *ctx = fxt_ctx(3);
+    if (!ctx)
         return 1;
-    }
     job jobs[3];
     /* Many kv heads: many pool runs per call, so the calls interleave. */
     job_init(&jobs[0], ctx, 96, 8, 0, 1);

@@ -228,23 +228,44 @@ static void print_stat(const char *label, const errstat *s)
 
 /* ---- batched evaluation of the accuracy sweeps --------------------------------------- */
 
+/* Arguments (z, m) gathered for one call of an implementation, with its results (got) and,
+ * when asked, the scalar reference's (sc). */
+typedef struct zm_buf {
+    size_t n;
+    float z[BATCH], m[BATCH], got[BATCH], sc[BATCH];
+} zm_buf;
+
+/* Appends (z, m); 1 when the buffer is then full. */
+static int zm_add(zm_buf *a, float z, float m)
+{
+    a->z[a->n] = z;
+    a->m[a->n] = m;
+    return ++a->n == BATCH;
+}
+
+/* got = im's results on the gathered arguments; sc = the scalar's too when with_scalar. */
+static void zm_eval(zm_buf *a, const impl *im, int with_scalar)
+{
+    im->eval(a->z, a->m, a->got, a->n);
+    if (with_scalar)
+        eval_scalar(a->z, a->m, a->sc, a->n);
+}
+
 typedef struct batch {
     const impl *im;
     errstat *s; /* statistics of the current sweep */
-    size_t n;
-    float z[BATCH], m[BATCH], got[BATCH], sc[BATCH];
+    zm_buf a;
 } batch;
 static batch g_b;
 
 static void batch_flush(batch *b)
 {
-    if (b->n == 0)
+    zm_buf *a = &b->a;
+    if (a->n == 0)
         return;
-    b->im->eval(b->z, b->m, b->got, b->n);
-    if (b->im->vector)
-        eval_scalar(b->z, b->m, b->sc, b->n);
-    for (size_t i = 0; i < b->n; i++) {
-        const float z = b->z[i], m = b->m[i], got = b->got[i];
+    zm_eval(a, b->im, b->im->vector);
+    for (size_t i = 0; i < a->n; i++) {
+        const float z = a->z[i], m = a->m[i], got = a->got[i];
         const double e = (double)z - (double)m;
         if (e < -126.0) {
             check_zero(b->im, z, m, e, got);
@@ -256,18 +277,18 @@ static void batch_flush(batch *b)
         if (e <= CORE_HI) {
             measure_one(&g_core, z, m, e, got, ref);
             if (b->im->vector)
-                agree_one(z, m, e, got, b->sc[i]);
+                agree_one(z, m, e, got, a->sc[i]);
         }
         measure_one(b->s, z, m, e, got, ref);
     }
-    b->n = 0;
+    a->n = 0;
 }
 
 static void batch_begin(batch *b, errstat *s)
 {
     errstat_init(s);
     b->s = s;
-    b->n = 0;
+    b->a.n = 0;
 }
 
 static void batch_end(batch *b)
@@ -278,9 +299,7 @@ static void batch_end(batch *b)
 
 static void push(batch *b, float z, float m)
 {
-    b->z[b->n] = z;
-    b->m[b->n] = m;
-    if (++b->n == BATCH)
+    if (zm_add(&b->a, z, m))
         batch_flush(b);
 }
 
@@ -305,6 +324,15 @@ static void sweep_floats(batch *b, double lo, double hi, uint32_t stride, float 
         if ((double)z < hi)
             push(b, z, 0.0f);
     }
+}
+
+/* Pushes z = m + e0 (rounded to float) with m, for m a random integer in [-300, 300] and
+ * e0 = lo + span * u, u uniform in [0, 1) drawn after m. */
+static void push_random_shift(batch *b, fxt_rng *r, double lo, double span)
+{
+    const int mi = (int)(fxt_rng_next(r) % 601u) - 300;
+    const double e0 = lo + span * fxt_rng_uniform(r);
+    push(b, (float)((double)mi + e0), (float)mi);
 }
 
 static void test_accuracy(const impl *im)
@@ -362,27 +390,16 @@ static void test_accuracy(const impl *im)
     batch_begin(b, &s);
     fxt_rng r;
     fxt_rng_seed(&r, 20240611u);
-    for (int i = 0; i < 4000000; i++) {
-        const int mi = (int)(fxt_rng_next(&r) % 601u) - 300;
-        const double e0 = -126.0 + 254.0 * fxt_rng_uniform(&r);
-        const float m = (float)mi;
-        const float z = (float)((double)mi + e0);
-        push(b, z, m);
-    }
+    for (int i = 0; i < 4000000; i++)
+        push_random_shift(b, &r, -126.0, 254.0);
     batch_end(b);
     print_stat("random (z, m), m in [-300,300]", &s);
     merge(&all, &s);
 
     /* Random e near the ends of the range, where clamps and 2^n splitting act. */
     batch_begin(b, &s);
-    for (int i = 0; i < 1000000; i++) {
-        const int mi = (int)(fxt_rng_next(&r) % 601u) - 300;
-        const double u = fxt_rng_uniform(&r);
-        const double e0 = (i & 1) ? 128.0 - 1.0 * u : -126.0 + 1.0 * u;
-        const float m = (float)mi;
-        const float z = (float)((double)mi + e0);
-        push(b, z, m);
-    }
+    for (int i = 0; i < 1000000; i++)
+        push_random_shift(b, &r, (i & 1) ? 128.0 : -126.0, (i & 1) ? -1.0 : 1.0);
     batch_end(b);
     print_stat("random e in [-126,-125), [127,128)", &s);
     merge(&all, &s);
@@ -390,14 +407,8 @@ static void test_accuracy(const impl *im)
     /* Random e below the range, which must flush to +0.0f: uniform in [-160, -126) and
      * within 2^-12 below -126 (the few that round up to e >= -126 are measured). */
     batch_begin(b, &s);
-    for (int i = 0; i < 1000000; i++) {
-        const int mi = (int)(fxt_rng_next(&r) % 601u) - 300;
-        const double u = fxt_rng_uniform(&r);
-        const double e0 = (i & 1) ? -126.0 - 34.0 * u : -126.0 - 0x1p-12 * u;
-        const float m = (float)mi;
-        const float z = (float)((double)mi + e0);
-        push(b, z, m);
-    }
+    for (int i = 0; i < 1000000; i++)
+        push_random_shift(b, &r, -126.0, (i & 1) ? -34.0 : -0x1p-12);
     batch_end(b);
     merge(&all, &s);
 
@@ -639,6 +650,17 @@ static void mono_step(mono *s, float z)
     mono_push(s, z, 0);
 }
 
+/* One run from lo (negative) up: every stride-th float from lo through -0, then from +0 to
+ * below hi. */
+static void mono_sweep(mono *s, float lo, float hi, uint32_t stride)
+{
+    mono_start(s, lo);
+    for (uint32_t b = test_f32_bits(lo); b > 0x80000000u; b -= stride)
+        mono_step(s, test_bits_f32(b));
+    for (uint32_t b = 0; b < test_f32_bits(hi); b += stride)
+        mono_step(s, test_bits_f32(b));
+}
+
 static void test_monotone(const impl *im)
 {
     const double t0 = test_now_seconds();
@@ -647,11 +669,7 @@ static void test_monotone(const impl *im)
     s.im = im;
     /* m = 0: every 8th float from -130 up to -0, then +0 up to 128. */
     s.m = 0.0f;
-    mono_start(&s, -130.0f);
-    for (uint32_t b = test_f32_bits(-130.0f); b > 0x80000000u; b -= 8u)
-        mono_step(&s, test_bits_f32(b));
-    for (uint32_t b = 0; b < test_f32_bits(128.0f); b += 8u)
-        mono_step(&s, test_bits_f32(b));
+    mono_sweep(&s, -130.0f, 128.0f, 8u);
     /* Every float in windows around each integer and half-integer in [-130, 128). */
     for (int k2 = -260; k2 < 256; k2++) {
         float z = (float)k2 * 0.5f;
@@ -672,11 +690,7 @@ static void test_monotone(const impl *im)
         mono_step(&s, test_bits_f32(b));
     /* m = 77: every 64th float, e in [-130, 128). */
     s.m = 77.0f;
-    mono_start(&s, -53.0f);
-    for (uint32_t b = test_f32_bits(-53.0f); b > 0x80000000u; b -= 64u)
-        mono_step(&s, test_bits_f32(b));
-    for (uint32_t b = 0; b < test_f32_bits(205.0f); b += 64u)
-        mono_step(&s, test_bits_f32(b));
+    mono_sweep(&s, -53.0f, 205.0f, 64u);
     mono_flush(&s);
 
     printf("monotonicity of %s: %lld consecutive pairs, %lld decreases, largest %.3f ULP at "
@@ -711,49 +725,46 @@ typedef struct wstat {
     long long n, in_window, dis_window, dis_outside, scalar_bad;
     double dis_lo, dis_hi; /* range of e where the two disagree */
     float dis_max;         /* largest vector result where the scalar gives 0 */
-    size_t nb;
-    float z[BATCH], m[BATCH], v[BATCH], s[BATCH];
+    zm_buf a;              /* got: the implementation's results, sc: the scalar's */
 } wstat;
 
 static void window_flush(wstat *w)
 {
-    if (w->nb == 0)
+    zm_buf *a = &w->a;
+    if (a->n == 0)
         return;
-    w->im->eval(w->z, w->m, w->v, w->nb);
-    eval_scalar(w->z, w->m, w->s, w->nb);
-    for (size_t i = 0; i < w->nb; i++) {
-        const double e = (double)w->z[i] - (double)w->m[i];
-        const int sz = test_f32_bits(w->s[i]) == 0u, vz = test_f32_bits(w->v[i]) == 0u;
+    zm_eval(a, w->im, 1);
+    for (size_t i = 0; i < a->n; i++) {
+        const double e = (double)a->z[i] - (double)a->m[i];
+        const int sz = test_f32_bits(a->sc[i]) == 0u, vz = test_f32_bits(a->got[i]) == 0u;
         const int inwin = e > -126.0 - FLUSH_WINDOW && e < -126.0 + FLUSH_WINDOW;
         w->n++;
         w->in_window += inwin;
         if (sz != (e < -126.0) && w->scalar_bad++ < 3)
-            fprintf(stderr, "  scalar: exp2(%a - %a) = %a\n", (double)w->z[i], (double)w->m[i],
-                    (double)w->s[i]);
+            fprintf(stderr, "  scalar: exp2(%a - %a) = %a\n", (double)a->z[i], (double)a->m[i],
+                    (double)a->sc[i]);
         if (sz == vz)
             continue;
         if (!inwin) {
             if (w->dis_outside++ < 5)
                 fprintf(stderr, "  %s: exp2(%a - %a) = %a but the scalar gives %a (e = %.17g)\n",
-                        w->im->name, (double)w->z[i], (double)w->m[i], (double)w->v[i],
-                        (double)w->s[i], e);
+                        w->im->name, (double)a->z[i], (double)a->m[i], (double)a->got[i],
+                        (double)a->sc[i], e);
             continue;
         }
         if (w->dis_window++ == 0)
             w->dis_lo = w->dis_hi = e;
         w->dis_lo = fmin(w->dis_lo, e);
         w->dis_hi = fmax(w->dis_hi, e);
-        if (sz && !(w->v[i] <= w->dis_max))
-            w->dis_max = w->v[i];
+        if (sz && !(a->got[i] <= w->dis_max))
+            w->dis_max = a->got[i];
     }
-    w->nb = 0;
+    a->n = 0;
 }
 
 static void window_push(wstat *w, float z, float m)
 {
-    w->z[w->nb] = z;
-    w->m[w->nb] = m;
-    if (++w->nb == BATCH)
+    if (zm_add(&w->a, z, m))
         window_flush(w);
 }
 

@@ -369,6 +369,17 @@ static void check_row(qstats *q, const float *x, int64_t n, const uint8_t *codes
     }
 }
 
+/* Prints q's worst errors under `what` and checks that every code was encode(x / scale) and
+ * every value within the error bounds. */
+static void check_qstats(const char *what, const qstats *q)
+{
+    printf("%s: %lld values, worst error %.3f of the relative bound, %.3f of the absolute "
+           "bound\n",
+           what, q->checked, q->worst_rel, q->worst_abs);
+    CHECK(q->bad_code == 0, "%s: %lld codes differ from encode(x / scale)", what, q->bad_code);
+    CHECK(q->bad_bound == 0, "%s: %lld values out of the error bounds", what, q->bad_bound);
+}
+
 static float read_scale_le(const uint8_t *p)
 {
     return test_bits_f32((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
@@ -434,13 +445,9 @@ static void test_quantize_rows(void)
         if (kind == 8)
             bad_special += !(s == FLT_MIN && pr[0] == 0x7eu);
     }
-    printf("quantize_rows: %lld values, worst error %.3f of the relative bound, %.3f of the "
-           "absolute bound\n",
-           q.checked, q.worst_rel, q.worst_abs);
+    check_qstats("quantize_rows", &q);
     CHECK(bad_scale == 0, "%d row scales wrong (or not little-endian)", bad_scale);
-    CHECK(q.bad_code == 0, "%lld codes differ from encode(x / scale)", q.bad_code);
     CHECK(q.bad_deq == 0, "%lld dequantised values differ from decode * scale", q.bad_deq);
-    CHECK(q.bad_bound == 0, "%lld values out of the error bounds", q.bad_bound);
     CHECK(bad_special == 0, "%d zero / -0 / spike / tiny rows wrong", bad_special);
     CHECK(all_finite, "dequantised FLT_MAX rows stay finite");
 
@@ -560,12 +567,8 @@ static void test_quantize_weights(void)
         bad_scale += !same_bits(scales[o], want_scale(w + o * in, in));
         check_row(&q, w + o * in, in, codes + o * in, scales[o], NULL);
     }
-    printf("quantize_weights: %lld values, worst error %.3f of the relative bound, %.3f of the "
-           "absolute bound\n",
-           q.checked, q.worst_rel, q.worst_abs);
+    check_qstats("quantize_weights", &q);
     CHECK(bad_scale == 0, "%d output-channel scales wrong", bad_scale);
-    CHECK(q.bad_code == 0, "%lld weight codes differ from encode(w / scale)", q.bad_code);
-    CHECK(q.bad_bound == 0, "%lld weights out of the error bounds", q.bad_bound);
     /* The same numbers as quantize_rows over the [out][in] matrix. */
     int same = fxa_e4m3_quantize_rows(w, out, in, packed) == FXA_OK;
     for (int64_t o = 0; o < out; o++)

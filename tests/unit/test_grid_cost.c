@@ -14,13 +14,20 @@
 #include "fxattn_grid.h"
 #include "testutil.h"
 
-static void hand_model(fxa_grid_model *m)
+/* m initialised (fxa_grid_model_init) for S = seq, H = heads, D = head_dim on P = ranks. */
+static void init_model(fxa_grid_model *m, int64_t seq, int64_t heads, int64_t head_dim, int ranks)
 {
     fxa_grid_model_init(m);
-    m->seq = 1024;
-    m->heads = 2;
-    m->head_dim = 64;
-    m->ranks = 2;
+    m->seq = seq;
+    m->heads = heads;
+    m->head_dim = head_dim;
+    m->ranks = ranks;
+}
+
+/* The case worked by hand (docs/cluster.md). */
+static void hand_model(fxa_grid_model *m)
+{
+    init_model(m, 1024, 2, 64, 2);
     m->hosts = 1;
     m->rank_flops = 5e9;
     m->intra = (fxa_grid_link){1e-5, 1e9, 0.0};
@@ -97,16 +104,9 @@ int main(void)
         CHECK(buf[i] == 0xA5, "byte %zu written on failure", i);
 
     /* Measured rates: one per divisor of P = 4. */
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    fxa_ctx *ctx = NULL;
-    CHECK(fxa_ctx_create(&cp, &ctx) == FXA_OK, "context");
-    fxa_grid_model_init(&m);
-    m.seq = 256;
-    m.heads = 2;
-    m.head_dim = 32;
-    m.ranks = 4;
+    fxa_ctx *ctx = fxt_ctx(1);
+    CHECK(ctx != NULL, "context");
+    init_model(&m, 256, 2, 32, 4);
     m.dtype = FXA_BF16;
     CHECK(fxa_grid_measure(ctx, &m) == FXA_OK, "measure: %s", fxa_ctx_last_error(ctx));
     CHECK(m.rank_flops > 0 && isfinite(m.rank_flops), "rank_flops %g", m.rank_flops);
@@ -123,6 +123,5 @@ int main(void)
     CHECK(fxa_grid_measure(NULL, &m) == FXA_ERR_INVALID_ARG, "NULL context");
     CHECK(fxa_grid_measure(ctx, NULL) == FXA_ERR_INVALID_ARG, "NULL model to measure");
     fxa_ctx_destroy(ctx);
-    printf("grid_cost: ok\n");
-    return 0;
+    return test_summary("test_grid_cost");
 }

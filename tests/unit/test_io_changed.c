@@ -18,10 +18,8 @@
 #include "fxattn_checkpoint.h"
 #include "fxattn_npy.h"
 #include "fxattn_safetensors.h"
-#include "testfiles.h"
 
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,29 +28,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define PATH_CAP TEST_PATH_CAP
-
-static int g_checks;
-static int g_failures;
-static char g_dir[PATH_CAP];
-
-#define CHECK(ok, ...) check((ok), __LINE__, __VA_ARGS__)
-
-static void check(int ok, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    g_checks++;
-    if (ok)
-        return;
-    g_failures++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL line %d: ", line);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
+#include "file_fixtures.h"
+#include "testutil.h"
 
 /* The change to make, and on which pread call (1 = the first after arming). */
 typedef enum { CHANGE_NONE, CHANGE_IN_PLACE, CHANGE_APPEND } change_kind;
@@ -64,14 +41,12 @@ static void change_file(void)
 {
     const int fd = open(g_target, O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
-        perror(g_target);
-        exit(1);
+        die(g_target);
     }
     const char byte = 'x';
     const off_t at = g_change == CHANGE_APPEND ? lseek(fd, 0, SEEK_END) : 8;
     if (pwrite(fd, &byte, 1, at) != 1) {
-        perror("pwrite");
-        exit(1);
+        die("pwrite");
     }
     close(fd);
 }
@@ -92,8 +67,7 @@ static void arm(const char *path, change_kind kind, int call)
 {
     const struct timespec times[2] = {{978307200, 0}, {978307200, 0}};
     if (utimensat(AT_FDCWD, path, times, 0) != 0) {
-        perror("utimensat");
-        exit(1);
+        die("utimensat");
     }
     g_target = path;
     g_change = kind;
@@ -104,8 +78,7 @@ static void write_file(const char *path, const void *bytes, size_t n)
 {
     FILE *f = fopen(path, "wb");
     if (f == NULL || fwrite(bytes, 1, n, f) != n || fclose(f) != 0) {
-        perror(path);
-        exit(1);
+        die(path);
     }
 }
 
@@ -117,12 +90,9 @@ static void test_npy(void)
     for (int i = 0; i < 1024; i++)
         data[i] = (float)i;
     const int64_t shape[2] = {64, 16};
-    fxa_staged st;
     fxa_npy a;
     test_path_join(path, g_dir, "x.npy");
-    CHECK(fxa_npy_stage_f32(path, 2, shape, data, &st, err, sizeof err) == FXA_OK &&
-              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
-          "write: %s", err);
+    CHECK(save_f32(path, 2, shape, data, err, sizeof err) == FXA_OK, "write: %s", err);
 
     /* Unchanged: read as usual. */
     arm(path, CHANGE_NONE, 0);
@@ -133,18 +103,14 @@ static void test_npy(void)
     /* Preamble, header, data: the change comes with the data read. */
     const change_kind kinds[2] = {CHANGE_IN_PLACE, CHANGE_APPEND};
     for (int i = 0; i < 2; i++) {
-        CHECK(fxa_npy_stage_f32(path, 2, shape, data, &st, err, sizeof err) == FXA_OK &&
-                  fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
-              "rewrite: %s", err);
+        CHECK(save_f32(path, 2, shape, data, err, sizeof err) == FXA_OK, "rewrite: %s", err);
         arm(path, kinds[i], 3);
         const fxa_status status = fxa_npy_read(path, &a, err, sizeof err);
         CHECK(status == FXA_ERR_IO && strstr(err, "changed while it was read") != NULL &&
                   strncmp(err, path, strlen(path)) == 0 && a.data == NULL,
               "npy %s during the read: status %d, %s", i ? "append" : "in-place write", (int)status,
               err);
-        CHECK(fxa_npy_stage_f32(path, 2, shape, data, &st, err, sizeof err) == FXA_OK &&
-                  fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
-              "rewrite: %s", err);
+        CHECK(save_f32(path, 2, shape, data, err, sizeof err) == FXA_OK, "rewrite: %s", err);
         arm(path, kinds[i], 3);
         CHECK(fxa_npy_read_slice(path, 0, 2, 3, &a, err, sizeof err) == FXA_ERR_IO &&
                   strstr(err, "changed while it was read") != NULL,
@@ -224,19 +190,10 @@ static void test_index(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/test_io_changed.XXXXXX");
-    if (mkdtemp(g_dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_dir_create("test_io_changed");
     test_npy();
     test_safetensors();
     test_index();
     test_remove_tree(g_dir);
-    if (g_failures > 0) {
-        printf("FAILED %d of %d checks\n", g_failures, g_checks);
-        return 1;
-    }
-    printf("ok %d checks\n", g_checks);
-    return 0;
+    return test_summary("test_io_changed");
 }

@@ -1,13 +1,12 @@
 /*
  * Unit test of src/io/npy.c: valid and hostile .npy files for the reader, roundtrips
  * and failure clean-up for the atomic writer. Works in a fresh mkdtemp folder under /tmp,
- * removed at the end. Prints each failed check, then "ok N checks" when all pass.
+ * removed at the end. Prints each failed check, then "test_npy: ok N checks" when all pass.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "fxattn_npy.h"
 #include "io/file_io.h"
-#include "testfiles.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,7 +14,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,38 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PATH_CAP TEST_PATH_CAP
+#include "file_fixtures.h"
+#include "testutil.h"
+
 #define ERR_CAP 8192 /* room for the over-long path case */
-
-static int g_checks;
-static int g_failures;
-static char g_dir[PATH_CAP];
-
-static void check(int ok, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    g_checks++;
-    if (ok) {
-        return;
-    }
-    g_failures++;
-    va_list args;
-    va_start(args, fmt);
-    fprintf(stderr, "FAIL (test_npy.c:%d): ", line);
-    vfprintf(stderr, fmt, args);
-    fputc('\n', stderr);
-    va_end(args);
-}
-
-#define CHECK(cond, ...) check((cond) != 0, __LINE__, __VA_ARGS__)
-
-/* Test set-up that cannot go on (not a check of npy.c). */
-static _Noreturn void die(const char *what)
-{
-    fprintf(stderr, "test_npy: %s: %s\n", what, strerror(errno));
-    exit(2);
-}
 
 static int exists(const char *path)
 {
@@ -345,20 +315,36 @@ static void test_reader_dtypes(void)
 static void test_reader_dict(void)
 {
     const float one = 1.0f;
-    write_npy("unknown_key.npy", 1,
-              "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'extra': 1}\n", &one,
-              sizeof one);
-    expect_reject("unknown_key.npy", FXA_ERR_INVALID_ARG, "unknown header key 'extra'");
-    write_npy("duplicate_key.npy", 1,
-              "{'descr': '<f4', 'fortran_order': False, 'descr': '<f4', 'shape': (1,)}\n", &one,
-              sizeof one);
-    expect_reject("duplicate_key.npy", FXA_ERR_INVALID_ARG, "duplicate header key 'descr'");
-    write_npy("no_descr.npy", 1, "{'fortran_order': False, 'shape': (1,)}\n", &one, sizeof one);
-    expect_reject("no_descr.npy", FXA_ERR_INVALID_ARG, "missing the 'descr' key");
-    write_npy("no_fortran.npy", 1, "{'descr': '<f4', 'shape': (1,)}\n", &one, sizeof one);
-    expect_reject("no_fortran.npy", FXA_ERR_INVALID_ARG, "missing the 'fortran_order' key");
-    write_npy("no_shape.npy", 1, "{'descr': '<f4', 'fortran_order': False}\n", &one, sizeof one);
-    expect_reject("no_shape.npy", FXA_ERR_INVALID_ARG, "missing the 'shape' key");
+    /* Dicts that are not a valid header: missing, unknown or repeated keys, bad syntax. */
+    static const bad_text cases[] = {
+        {"unknown_key.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'extra': 1}\n",
+         "unknown header key 'extra'"},
+        {"duplicate_key.npy",
+         "{'descr': '<f4', 'fortran_order': False, 'descr': '<f4', 'shape': (1,)}\n",
+         "duplicate header key 'descr'"},
+        {"no_descr.npy", "{'fortran_order': False, 'shape': (1,)}\n", "missing the 'descr' key"},
+        {"no_fortran.npy", "{'descr': '<f4', 'shape': (1,)}\n", "missing the 'fortran_order' key"},
+        {"no_shape.npy", "{'descr': '<f4', 'fortran_order': False}\n", "missing the 'shape' key"},
+        {"no_newline.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
+         "not terminated by a newline"},
+        {"open_dict.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), \n",
+         "malformed header"},
+        {"open_string.npy", "{'descr': '<f4\n", "closing quote"},
+        {"escape.npy", "{'descr': '<f\\x34', 'fortran_order': False, 'shape': (1,)}\n", "escape"},
+        {"no_colon.npy", "{'descr' '<f4', 'fortran_order': False, 'shape': (1,)}\n",
+         "expected ':'"},
+        {"no_comma.npy", "{'descr': '<f4' 'fortran_order': False, 'shape': (1,)}\n",
+         "expected ',' or '}'"},
+        {"after_dict.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x\n",
+         "only padding after"},
+        {"vertical_tab.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}\v\n",
+         "found byte 0x0b"},
+        {"only_spaces.npy", "                \n", "expected '{'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_npy(cases[i].name, 1, cases[i].text, &one, sizeof one);
+        expect_reject(cases[i].name, FXA_ERR_INVALID_ARG, cases[i].keyword);
+    }
     write_npy("empty_dict.npy", 1, "{}\n", NULL, 0);
     expect_reject("empty_dict.npy", FXA_ERR_INVALID_ARG, "missing");
 
@@ -366,32 +352,6 @@ static void test_reader_dict(void)
     write_npy_raw("nul_key.npy", 1, 0, sizeof key_with_nul - 1, key_with_nul,
                   sizeof key_with_nul - 1, &one, sizeof one);
     expect_reject("nul_key.npy", FXA_ERR_INVALID_ARG, "unknown header key 'des?cr'");
-
-    const char *unterminated = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
-    write_npy("no_newline.npy", 1, unterminated, &one, sizeof one);
-    expect_reject("no_newline.npy", FXA_ERR_INVALID_ARG, "not terminated by a newline");
-    write_npy("open_dict.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), \n",
-              &one, sizeof one);
-    expect_reject("open_dict.npy", FXA_ERR_INVALID_ARG, "malformed header");
-    write_npy("open_string.npy", 1, "{'descr': '<f4\n", &one, sizeof one);
-    expect_reject("open_string.npy", FXA_ERR_INVALID_ARG, "closing quote");
-    write_npy("escape.npy", 1, "{'descr': '<f\\x34', 'fortran_order': False, 'shape': (1,)}\n",
-              &one, sizeof one);
-    expect_reject("escape.npy", FXA_ERR_INVALID_ARG, "escape");
-    write_npy("no_colon.npy", 1, "{'descr' '<f4', 'fortran_order': False, 'shape': (1,)}\n", &one,
-              sizeof one);
-    expect_reject("no_colon.npy", FXA_ERR_INVALID_ARG, "expected ':'");
-    write_npy("no_comma.npy", 1, "{'descr': '<f4' 'fortran_order': False, 'shape': (1,)}\n", &one,
-              sizeof one);
-    expect_reject("no_comma.npy", FXA_ERR_INVALID_ARG, "expected ',' or '}'");
-    write_npy("after_dict.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x\n",
-              &one, sizeof one);
-    expect_reject("after_dict.npy", FXA_ERR_INVALID_ARG, "only padding after");
-    write_npy("vertical_tab.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}\v\n",
-              &one, sizeof one);
-    expect_reject("vertical_tab.npy", FXA_ERR_INVALID_ARG, "found byte 0x0b");
-    write_npy("only_spaces.npy", 1, "                \n", &one, sizeof one);
-    expect_reject("only_spaces.npy", FXA_ERR_INVALID_ARG, "expected '{'");
 
     const unsigned char garbage[] = {0xff, 0x00, 0x13, 'A', 0x80, '{', 0xfe, 0x7f, '\n'};
     write_npy_raw("garbage.npy", 1, 0, sizeof garbage, garbage, sizeof garbage, &one, sizeof one);
@@ -449,48 +409,49 @@ static void test_reader_preamble(void)
     const char *dict = dict_text("'<f4'", "False", "(1,)");
     char path[PATH_CAP];
 
-    test_path_join(path, g_dir, "empty.npy");
-    write_file(path, "", 0);
-    expect_reject("empty.npy", FXA_ERR_INVALID_ARG, "file is empty");
-    test_path_join(path, g_dir, "text.npy");
-    write_file(path, "hello world\n", 12);
-    expect_reject("text.npy", FXA_ERR_INVALID_ARG, "magic");
-    test_path_join(path, g_dir, "short_magic.npy");
-    write_file(path, "\x93NUM", 4);
-    expect_reject("short_magic.npy", FXA_ERR_INVALID_ARG, "magic");
-    test_path_join(path, g_dir, "no_version.npy");
-    write_file(path, "\x93NUMPY\x01", 7);
-    expect_reject("no_version.npy", FXA_ERR_INVALID_ARG, "truncated .npy preamble");
-    test_path_join(path, g_dir, "short_len.npy");
-    write_file(path, "\x93NUMPY\x02\x00\x10\x00", 10);
-    expect_reject("short_len.npy", FXA_ERR_INVALID_ARG, "truncated .npy preamble");
-
-    write_npy_raw("v4.npy", 4, 0, (uint32_t)strlen(dict), dict, strlen(dict), &one, sizeof one);
-    expect_reject("v4.npy", FXA_ERR_INVALID_ARG, "version 4.0");
-    write_npy_raw("v0.npy", 0, 0, (uint32_t)strlen(dict), dict, strlen(dict), &one, sizeof one);
-    expect_reject("v0.npy", FXA_ERR_INVALID_ARG, "version 0.0");
-    write_npy_raw("v1_1.npy", 1, 1, (uint32_t)strlen(dict), dict, strlen(dict), &one, sizeof one);
-    expect_reject("v1_1.npy", FXA_ERR_INVALID_ARG, "version 1.1");
-
-    write_npy_raw("header_past_end.npy", 1, 0, 1000, dict, strlen(dict), &one, sizeof one);
-    expect_reject("header_past_end.npy", FXA_ERR_INVALID_ARG,
-                  "header length 1000 runs past the end of the file");
-    write_npy_raw("header_huge.npy", 2, 0, 0xffffffffu, dict, strlen(dict), &one, sizeof one);
-    expect_reject("header_huge.npy", FXA_ERR_INVALID_ARG, "exceeds the limit");
-    write_npy_raw("header_over_limit.npy", 3, 0, FXA_NPY_MAX_HEADER_LEN + 1, dict, strlen(dict),
-                  &one, sizeof one);
-    expect_reject("header_over_limit.npy", FXA_ERR_INVALID_ARG, "exceeds the limit");
-    write_npy_raw("header_zero.npy", 1, 0, 0, dict, strlen(dict), &one, sizeof one);
-    expect_reject("header_zero.npy", FXA_ERR_INVALID_ARG, "header is empty");
-
-    test_path_join(path, g_dir, "does_not_exist.npy");
-    expect_reject("does_not_exist.npy", FXA_ERR_IO, strerror(ENOENT));
-    expect_reject(g_dir, FXA_ERR_IO, "not a regular file");
-    test_path_join(path, g_dir, "fifo.npy");
-    if (mkfifo(path, 0600) != 0) {
-        die(path);
+    /* Files too short for the preamble, or not .npy at all. */
+    static const struct {
+        const char *name;
+        const char *bytes;
+        size_t n;
+        const char *keyword;
+    } short_files[] = {
+        {"empty.npy", "", 0, "file is empty"},
+        {"text.npy", "hello world\n", 12, "magic"},
+        {"short_magic.npy", "\x93NUM", 4, "magic"},
+        {"no_version.npy", "\x93NUMPY\x01", 7, "truncated .npy preamble"},
+        {"short_len.npy", "\x93NUMPY\x02\x00\x10\x00", 10, "truncated .npy preamble"},
+    };
+    for (size_t i = 0; i < sizeof short_files / sizeof short_files[0]; i++) {
+        test_path_join(path, g_dir, short_files[i].name);
+        write_file(path, short_files[i].bytes, short_files[i].n);
+        expect_reject(short_files[i].name, FXA_ERR_INVALID_ARG, short_files[i].keyword);
     }
-    expect_reject("fifo.npy", FXA_ERR_IO, "not a regular file");
+
+    /* A good dict behind a bad version or a bad header length field. */
+    static const struct {
+        const char *name;
+        int major, minor;
+        int64_t len_field; /* -1: the dict's own length */
+        const char *keyword;
+    } preambles[] = {
+        {"v4.npy", 4, 0, -1, "version 4.0"},
+        {"v0.npy", 0, 0, -1, "version 0.0"},
+        {"v1_1.npy", 1, 1, -1, "version 1.1"},
+        {"header_past_end.npy", 1, 0, 1000, "header length 1000 runs past the end of the file"},
+        {"header_huge.npy", 2, 0, 0xffffffffu, "exceeds the limit"},
+        {"header_over_limit.npy", 3, 0, FXA_NPY_MAX_HEADER_LEN + 1, "exceeds the limit"},
+        {"header_zero.npy", 1, 0, 0, "header is empty"},
+    };
+    for (size_t i = 0; i < sizeof preambles / sizeof preambles[0]; i++) {
+        const int64_t field = preambles[i].len_field;
+        write_npy_raw(preambles[i].name, preambles[i].major, preambles[i].minor,
+                      field < 0 ? (uint32_t)strlen(dict) : (uint32_t)field, dict, strlen(dict),
+                      &one, sizeof one);
+        expect_reject(preambles[i].name, FXA_ERR_INVALID_ARG, preambles[i].keyword);
+    }
+
+    expect_unreadable(expect_reject, ".npy", path);
 }
 
 static void test_reader_arguments(void)
@@ -628,8 +589,7 @@ static void test_writer_roundtrip(void)
     const int64_t s2[1] = {2};
     test_path_join(path, g_dir, "w_replace.npy");
     write_file(path, "old contents", 12);
-    CHECK(fxa_npy_stage_f32(path, 1, s2, fresh, &st, err, sizeof err) == FXA_OK &&
-              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
+    CHECK(save_f32(path, 1, s2, fresh, err, sizeof err) == FXA_OK,
           "replace: stage or commit failed: %s", err);
     expect_array("w_replace.npy", FXA_F32, 1, s2, fresh, sizeof fresh);
 
@@ -732,9 +692,7 @@ static void test_writer_failures(void)
     test_path_join(path, dir, "keep.npy");
     const float old_data[2] = {5.0f, 6.0f};
     const int64_t s2[1] = {2};
-    fxa_staged st;
-    CHECK(fxa_npy_stage_f32(path, 1, s2, old_data, &st, err, sizeof err) == FXA_OK &&
-              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
+    CHECK(save_f32(path, 1, s2, old_data, err, sizeof err) == FXA_OK,
           "short write: writing the old file failed: %s", err);
     enum { BIG_COUNT = 4000 };
     float *big = calloc(BIG_COUNT, sizeof(float));
@@ -762,6 +720,7 @@ static void test_writer_failures(void)
     /* A failed rename (the final path is a non-empty folder) removes the temporary file. */
     make_subdir(dir, "blocked");
     test_path_join(path, dir, "out.npy");
+    fxa_staged st;
     CHECK(fxa_npy_stage_f32(path, 1, s4, data, &st, err, sizeof err) == FXA_OK,
           "failed commit: stage failed: %s", err);
     char blocker[PATH_CAP];
@@ -836,11 +795,9 @@ static void test_reader_slices(void)
     float data[120];
     for (int i = 0; i < 120; i++)
         data[i] = (float)i;
-    fxa_staged st;
     test_path_join(path, g_dir, "slices.npy");
-    CHECK(fxa_npy_stage_f32(path, 4, shape, data, &st, err, sizeof err) == FXA_OK &&
-              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
-          "slices: write failed: %s", err);
+    CHECK(save_f32(path, 4, shape, data, err, sizeof err) == FXA_OK, "slices: write failed: %s",
+          err);
     for (int axis = 0; axis < 4; axis++) {
         for (int64_t start = 0; start <= shape[axis]; start++) {
             for (int64_t len = 0; start + len <= shape[axis]; len++) {
@@ -913,9 +870,8 @@ static void test_argument_audit(void)
     fxa_npy a;
     fxa_staged st;
     test_path_join(path, g_dir, "audit.npy");
-    CHECK(fxa_npy_stage_f32(path, 2, shape, data, &st, err, sizeof err) == FXA_OK &&
-              fxa_staged_commit(&st, err, sizeof err) == FXA_OK,
-          "audit: write failed: %s", err);
+    CHECK(save_f32(path, 2, shape, data, err, sizeof err) == FXA_OK, "audit: write failed: %s",
+          err);
 
     /* Empty paths: refused by name, nothing created in the working folder
      * (an empty fresh one for these checks). */
@@ -1082,10 +1038,7 @@ static void test_stamps(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/test_npy.XXXXXX");
-    if (mkdtemp(g_dir) == NULL) {
-        die("mkdtemp");
-    }
+    scratch_dir_create("test_npy");
 
     test_reader_valid();
     test_reader_dtypes();
@@ -1102,10 +1055,5 @@ int main(void)
     test_stamps();
 
     test_remove_tree(g_dir);
-    if (g_failures > 0) {
-        printf("FAILED %d of %d checks\n", g_failures, g_checks);
-        return 1;
-    }
-    printf("ok %d checks\n", g_checks);
-    return 0;
+    return test_summary("test_npy");
 }

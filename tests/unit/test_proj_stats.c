@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "unit_fixtures.h"
 
 #define TOKENS 24
 #define IN 64
@@ -42,8 +43,7 @@ static void desc(fxa_proj_desc *d, int bf16)
     fxa_proj_desc_init(d);
     d->tokens = TOKENS;
     d->in_features = IN;
-    d->heads_q = HEADS;
-    d->heads_kv = HEADS;
+    d->heads_q = d->heads_kv = HEADS;
     d->head_dim = DIM;
     d->x_format = bf16 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_F32;
     d->w_format = bf16 ? FXA_PROJ_W_BF16 : FXA_PROJ_W_F32;
@@ -66,11 +66,7 @@ static fxa_proj_args args(problem *p, int bf16)
 static fxa_status run_with(problem *p, int bf16, const char *name, const char *value,
                            fxa_proj_stats *s)
 {
-    if (name)
-        setenv(name, value, 1); /* read when the context is made */
-    fxa_ctx *ctx = fxt_ctx(2);
-    if (name)
-        unsetenv(name);
+    fxa_ctx *ctx = unit_ctx_with_env(name, value, 2);
     if (!ctx)
         return FXA_ERR_INTERNAL;
     fxa_proj_desc d;
@@ -79,7 +75,7 @@ static fxa_status run_with(problem *p, int bf16, const char *name, const char *v
     size_t bytes = 0;
     fxa_status st = fxa_proj_plan_create(ctx, &d, &plan, &bytes);
     CHECK(st == FXA_OK, "plan: %s", fxa_ctx_last_error(ctx));
-    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void *ws = unit_ws_alloc(bytes);
     fxa_proj_args a = args(p, bf16);
     if (st == FXA_OK && ws) {
         st = fxa_proj_run(plan, &a, ws);
@@ -151,7 +147,7 @@ static void test_untouched(problem *p)
     fxa_proj_plan *plan = NULL;
     size_t bytes = 0;
     CHECK(fxa_proj_plan_create(ctx, &d, &plan, &bytes) == FXA_OK, "plan");
-    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void *ws = unit_ws_alloc(bytes);
     fxa_proj_args a = args(p, 0);
     const size_t sizes[] = {sizeof(size_t), sizeof(fxa_proj_stats) - 8, sizeof(fxa_proj_stats) + 8};
     for (size_t i = 0; plan && ws && i < sizeof sizes / sizeof sizes[0]; i++) {

@@ -11,8 +11,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#include "simd_sets.h"
 #include "testutil.h"
 
 #define MAX_D 300
@@ -281,26 +281,24 @@ static void check_bf16(const char *name, const fxa_row_stats *rs)
           "%s: bf16 non-finite values missed %lld, false alarms %lld", name, missed, false_alarms);
 }
 
+/* A SIMD set: its own statistics, matching the reference's and passing the reference's
+ * checks. */
+static void check_simd_set(const char *name, const fxa_kernels *k)
+{
+    CHECK(k->row_stats != &fxa_f32_rowstats__ref, "%s: the set uses the reference statistics",
+          name);
+    compare_to_ref(name, k->row_stats, 300);
+    check_non_finite(name, k->row_stats);
+    check_groups(name, k->row_stats);
+    check_bf16(name, k->row_stats);
+}
+
 int main(void)
 {
     check_ref_accuracy();
     check_non_finite("ref", &fxa_f32_rowstats__ref);
     check_groups("ref", &fxa_f32_rowstats__ref);
     check_bf16("ref", &fxa_f32_rowstats__ref);
-    const char *isas[] = {"avx2", "avx512"};
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        const fxa_kernels *k = NULL;
-        char msg[256];
-        if (fxa_kernels_select(isas[i], &k, msg, sizeof msg) != FXA_OK) {
-            printf("%s: not compared (%s)\n", isas[i], msg);
-            continue;
-        }
-        CHECK(k->row_stats != &fxa_f32_rowstats__ref, "%s: the set uses the reference statistics",
-              isas[i]);
-        compare_to_ref(isas[i], k->row_stats, 300);
-        check_non_finite(isas[i], k->row_stats);
-        check_groups(isas[i], k->row_stats);
-        check_bf16(isas[i], k->row_stats);
-    }
+    for_each_simd_set(check_simd_set);
     return test_summary("test_row_stats");
 }

@@ -25,6 +25,7 @@
 #include "fxattn.h"
 #include "fxattn_diag.h"
 #include "testutil.h"
+#include "unit_fixtures.h"
 
 enum { B = 1, HQ = 4, HKV = 2, SQ = 96, SKV = 300, D = 32, HOT = 3 };
 #define NQ ((size_t)B * SQ * HQ * D)
@@ -54,11 +55,6 @@ static uint16_t g_q16[NQ], g_k16[NKV], g_v16[NKV];
         NO_ALLOC(ctx, label, call);                                                                \
     } while (0)
 
-static void *ws_alloc(size_t bytes)
-{
-    return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-}
-
 static void self_check(void)
 {
     fxt_alloc_count_begin();
@@ -72,15 +68,10 @@ static void self_check(void)
     CHECK(fxt_alloc_count_end() == 0, "an empty window counts nothing");
 }
 
+/* The test's heads and head dimension, seq_q queries against seq_kv keys of dtype. */
 static void init_desc(fxa_attn_desc *d, int64_t seq_q, int64_t seq_kv, fxa_dtype dtype)
 {
-    fxa_attn_desc_init(d);
-    d->batch = B;
-    d->heads_q = HQ;
-    d->heads_kv = HKV;
-    d->seq_q = seq_q;
-    d->seq_kv = seq_kv;
-    d->head_dim = D;
+    fxt_attn_desc(d, B, HQ, HKV, seq_q, seq_kv, D);
     d->dtype = dtype;
 }
 
@@ -95,20 +86,15 @@ static void attn_runs(fxa_ctx *ctx, const char *label, const fxa_attn_desc *d, c
     if (!plan)
         return;
     const size_t rows = (size_t)(d->batch * d->heads_q * d->seq_q);
-    void *ws = ws_alloc(bytes);
+    void *ws = unit_ws_alloc(bytes);
     float *out = malloc(rows * D * sizeof(float));
     float *lse = malloc(rows * sizeof(float));
     float *bound = malloc(rows * sizeof(float));
     uint8_t *fb = malloc(rows);
-    const fxa_attn_args a = {.struct_size = sizeof a,
-                             .q = q,
-                             .k = k,
-                             .v = v,
-                             .out = out,
-                             .lse = lse,
-                             .row_fallback = fb,
-                             .row_bound = bound,
-                             .mask = g_mask};
+    fxa_attn_args a = unit_attn_args(q, k, v, out, lse);
+    a.row_fallback = fb;
+    a.row_bound = bound;
+    a.mask = g_mask;
     fxa_attn_stats st = {.struct_size = sizeof st};
     WARM_NO_ALLOC(ctx, label, fxa_attn_run(plan, &a, ws, &st));
     if (want_both_paths)
@@ -176,7 +162,7 @@ static void check_runs(fxa_ctx *ctx, const char *label)
               label, fxa_ctx_last_error(ctx));
         if (!plan)
             continue;
-        void *ws = ws_alloc(bytes);
+        void *ws = unit_ws_alloc(bytes);
         fxa_check_head heads[HQ];
         const fxa_attn_args a = {
             .struct_size = sizeof a, .q = g_q, .k = g_k, .v = has_v ? g_v : NULL};
@@ -197,17 +183,8 @@ static void on_context(const char *isa, int threads)
 {
     char label[64];
     snprintf(label, sizeof label, "%s, %d threads", isa ? isa : "default", threads);
-    if (isa)
-        setenv("FXA_ISA", isa, 1);
-    else
-        unsetenv("FXA_ISA");
-    fxa_ctx_params p;
-    fxa_ctx_params_init(&p);
-    p.n_threads = threads;
-    fxa_ctx *ctx = NULL;
-    const fxa_status st = fxa_ctx_create(&p, &ctx);
-    unsetenv("FXA_ISA");
-    CHECK(st == FXA_OK, "[%s] context: %s", label, fxa_ctx_create_error());
+    fxa_ctx *ctx = unit_ctx_with_env("FXA_ISA", isa, threads);
+    CHECK(ctx != NULL, "[%s] context", label);
     if (!ctx)
         return;
     printf("  %s: kernels %s\n", label, fxa_ctx_isa(ctx));

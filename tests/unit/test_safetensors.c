@@ -8,9 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "fxattn_safetensors.h"
-#include "testfiles.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -18,22 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "file_fixtures.h"
 #include "testutil.h"
 
-#define PATH_CAP TEST_PATH_CAP
 #define ERR_CAP 1024
-
-static char g_dir[PATH_CAP];
-
-/* Test set-up that cannot go on (not a check of safetensors.c). */
-static _Noreturn void die(const char *what)
-{
-    fprintf(stderr, "test_safetensors: %s: %s\n", what, strerror(errno));
-    exit(2);
-}
 
 /* ---- building files ------------------------------------------------------------------ */
 
@@ -663,57 +651,58 @@ static void test_length_field(void)
 
 static void test_json_syntax(void)
 {
-    reject_header("truncated_string.safetensors",
-                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offs",
-                  "at byte 32: unterminated string");
-    reject_header("truncated_object.safetensors",
-                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
-                  "expected ',' or '}', found the end of the header");
-    reject_header("truncated_number.safetensors", "{\"a\":{\"shape\":[1",
-                  "expected ',' or ']', found the end of the header");
-    reject_header("only_brace.safetensors", "{", "expected a string key");
-    reject_header("spaces_only.safetensors", "        ", "expected a JSON value");
-    reject_header("top_array.safetensors", "[]", "header must be a JSON object, found an array");
-    reject_header("top_string.safetensors", "\"{}\"", "must be a JSON object, found a string");
-    reject_header("top_number.safetensors", "42", "must be a JSON object, found a number");
-    reject_header("top_null.safetensors", "null", "must be a JSON object, found null");
-    reject_header("bom.safetensors", "\xef\xbb\xbf{}", "expected a JSON value, found byte 0xef");
-    reject_header("single_quotes.safetensors", "{'a':1}", "expected a string key, found '''");
-    reject_header("unquoted_key.safetensors", "{a:1}", "expected a string key, found 'a'");
-    reject_header("missing_colon.safetensors", "{\"a\" 1}", "expected ':' after a key");
-    reject_header("trailing_comma.safetensors",
-                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[0,],\"data_offsets\":[0,0]}}",
-                  "expected a JSON value, found ']'");
-    reject_header("trailing_comma_obj.safetensors", "{\"__metadata__\":{},}",
-                  "expected a string key, found '}'");
-    reject_header("bad_literal.safetensors", "{\"a\":tru}", "expected a JSON value");
-    reject_header("leading_zero.safetensors",
-                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}",
-                  "number with a leading zero");
-    reject_header("bare_minus.safetensors", "{\"a\":[-]}", "expected a digit");
-    reject_header("bad_fraction.safetensors", "{\"a\":[1.]}", "expected a digit after '.'");
-    reject_header("bad_exponent.safetensors", "{\"a\":[1e]}", "expected a digit in the exponent");
-    reject_header("plus_sign.safetensors", "{\"a\":[+1]}", "expected a JSON value, found '+'");
-
-    /* Escapes and UTF-8. */
-    reject_header("bad_escape.safetensors", "{\"a\\x\":1}", "invalid escape: '\\' followed by 'x'");
-    reject_header("bad_escape_end.safetensors", "{\"a\\", "invalid escape");
-    reject_header("short_u_escape.safetensors", "{\"\\u12\":1}",
-                  "\\u must be followed by 4 hex digits");
-    reject_header("bad_u_escape.safetensors", "{\"\\u12g4\":1}", "4 hex digits");
-    reject_header("lone_high.safetensors", "{\"\\ud800\":1}", "unpaired surrogate \\uD800");
-    reject_header("high_then_char.safetensors", "{\"\\uD834x\":1}", "unpaired surrogate \\uD834");
-    reject_header("high_high.safetensors", "{\"\\ud800\\ud800\":1}", "unpaired surrogate");
-    reject_header("lone_low.safetensors", "{\"\\udc00\":1}",
-                  "unpaired surrogate \\uDC00 (a low surrogate");
-    reject_header("invalid_utf8.safetensors", "{\"a\xff\":1}", "invalid UTF-8 (byte 0xff)");
-    reject_header("overlong_utf8.safetensors", "{\"\xc0\x80\":1}", "invalid UTF-8 (byte 0xc0)");
-    reject_header("surrogate_utf8.safetensors", "{\"\xed\xa0\x80\":1}",
-                  "invalid UTF-8 (byte 0xed)");
-    reject_header("above_max_utf8.safetensors", "{\"\xf4\x90\x80\x80\":1}", "invalid UTF-8");
-    reject_header("cut_utf8.safetensors", "{\"\xe2\x82\":1}", "invalid UTF-8 (byte 0xe2)");
-    reject_header("control_char.safetensors", "{\"a\nb\":1}", "control character 0x0a");
-    reject_header("utf8_outside.safetensors", "{\"a\":1\xc3\xa9}", "found byte 0xc3");
+    /* Syntax. */
+    static const bad_text cases[] = {
+        {"truncated_string.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offs",
+         "at byte 32: unterminated string"},
+        {"truncated_object.safetensors",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+         "expected ',' or '}', found the end of the header"},
+        {"truncated_number.safetensors", "{\"a\":{\"shape\":[1",
+         "expected ',' or ']', found the end of the header"},
+        {"only_brace.safetensors", "{", "expected a string key"},
+        {"spaces_only.safetensors", "        ", "expected a JSON value"},
+        {"top_array.safetensors", "[]", "header must be a JSON object, found an array"},
+        {"top_string.safetensors", "\"{}\"", "must be a JSON object, found a string"},
+        {"top_number.safetensors", "42", "must be a JSON object, found a number"},
+        {"top_null.safetensors", "null", "must be a JSON object, found null"},
+        {"bom.safetensors", "\xef\xbb\xbf{}", "expected a JSON value, found byte 0xef"},
+        {"single_quotes.safetensors", "{'a':1}", "expected a string key, found '''"},
+        {"unquoted_key.safetensors", "{a:1}", "expected a string key, found 'a'"},
+        {"missing_colon.safetensors", "{\"a\" 1}", "expected ':' after a key"},
+        {"trailing_comma.safetensors",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[0,],\"data_offsets\":[0,0]}}",
+         "expected a JSON value, found ']'"},
+        {"trailing_comma_obj.safetensors", "{\"__metadata__\":{},}",
+         "expected a string key, found '}'"},
+        {"bad_literal.safetensors", "{\"a\":tru}", "expected a JSON value"},
+        {"leading_zero.safetensors",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}",
+         "number with a leading zero"},
+        {"bare_minus.safetensors", "{\"a\":[-]}", "expected a digit"},
+        {"bad_fraction.safetensors", "{\"a\":[1.]}", "expected a digit after '.'"},
+        {"bad_exponent.safetensors", "{\"a\":[1e]}", "expected a digit in the exponent"},
+        {"plus_sign.safetensors", "{\"a\":[+1]}", "expected a JSON value, found '+'"},
+        /* Escapes and UTF-8. */
+        {"bad_escape.safetensors", "{\"a\\x\":1}", "invalid escape: '\\' followed by 'x'"},
+        {"bad_escape_end.safetensors", "{\"a\\", "invalid escape"},
+        {"short_u_escape.safetensors", "{\"\\u12\":1}", "\\u must be followed by 4 hex digits"},
+        {"bad_u_escape.safetensors", "{\"\\u12g4\":1}", "4 hex digits"},
+        {"lone_high.safetensors", "{\"\\ud800\":1}", "unpaired surrogate \\uD800"},
+        {"high_then_char.safetensors", "{\"\\uD834x\":1}", "unpaired surrogate \\uD834"},
+        {"high_high.safetensors", "{\"\\ud800\\ud800\":1}", "unpaired surrogate"},
+        {"lone_low.safetensors", "{\"\\udc00\":1}", "unpaired surrogate \\uDC00 (a low surrogate"},
+        {"invalid_utf8.safetensors", "{\"a\xff\":1}", "invalid UTF-8 (byte 0xff)"},
+        {"overlong_utf8.safetensors", "{\"\xc0\x80\":1}", "invalid UTF-8 (byte 0xc0)"},
+        {"surrogate_utf8.safetensors", "{\"\xed\xa0\x80\":1}", "invalid UTF-8 (byte 0xed)"},
+        {"above_max_utf8.safetensors", "{\"\xf4\x90\x80\x80\":1}", "invalid UTF-8"},
+        {"cut_utf8.safetensors", "{\"\xe2\x82\":1}", "invalid UTF-8 (byte 0xe2)"},
+        {"control_char.safetensors", "{\"a\nb\":1}", "control character 0x0a"},
+        {"utf8_outside.safetensors", "{\"a\":1\xc3\xa9}", "found byte 0xc3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        reject_header(cases[i].name, cases[i].text, cases[i].keyword);
+    }
 
     /* Nesting. */
     char deep[256];
@@ -936,14 +925,7 @@ static void test_paths_and_messages(void)
     char err[ERR_CAP];
     fxa_st_file *f = NULL;
 
-    test_path_join(path, g_dir, "does_not_exist.safetensors");
-    expect_reject("does_not_exist.safetensors", FXA_ERR_IO, strerror(ENOENT));
-    expect_reject(g_dir, FXA_ERR_IO, "not a regular file");
-    test_path_join(path, g_dir, "fifo.safetensors");
-    if (mkfifo(path, 0600) != 0) {
-        die(path);
-    }
-    expect_reject("fifo.safetensors", FXA_ERR_IO, "not a regular file");
+    expect_unreadable(expect_reject, ".safetensors", path);
 
     CHECK(fxa_st_open(NULL, &f, err, sizeof err) == FXA_ERR_INVALID_ARG, "NULL path: %s", err);
     CHECK(fxa_st_open(path, NULL, err, sizeof err) == FXA_ERR_INVALID_ARG, "NULL out: %s", err);
@@ -994,10 +976,7 @@ static void test_paths_and_messages(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/test_safetensors.XXXXXX");
-    if (mkdtemp(g_dir) == NULL) {
-        die("mkdtemp");
-    }
+    scratch_dir_create("test_safetensors");
     test_dtypes();
     test_shapes();
     test_names();

@@ -33,6 +33,7 @@
 #include "fxattn.h"
 #include "fxattn_diag.h"
 #include "testutil.h"
+#include "unit_fixtures.h"
 
 enum { B = 1, H = 2, S = 40, D = 16 };
 #define N ((size_t)(B * H * S * D))
@@ -40,13 +41,10 @@ enum { B = 1, H = 2, S = 40, D = 16 };
 static fxa_ctx *g_ctx;
 static float g_q[N], g_k[N], g_v[N];
 
+/* The problem of every run here: B x H heads x S tokens, head dimension D. */
 static void init_desc(fxa_attn_desc *d)
 {
-    fxa_attn_desc_init(d);
-    d->batch = B;
-    d->heads_q = d->heads_kv = H;
-    d->seq_q = d->seq_kv = S;
-    d->head_dim = D;
+    fxt_attn_desc(d, B, H, H, S, S, D);
 }
 
 /* Plan from a desc buffer, run into out with stats buffer st (may be NULL). */
@@ -57,7 +55,7 @@ static fxa_status run(const void *desc, float *out, void *st, int bounds)
     fxa_status s = fxa_attn_plan_create(g_ctx, desc, &plan, &ws_bytes);
     if (s != FXA_OK)
         return s;
-    void *ws = ws_bytes ? aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63) : NULL;
+    void *ws = unit_ws_alloc(ws_bytes);
     const fxa_attn_args a = {.struct_size = sizeof a, .q = g_q, .k = g_k, .v = g_v, .out = out};
     s = bounds ? fxa_attn_bounds(plan, &a, ws, st) : fxa_attn_run(plan, &a, ws, st);
     free(ws);
@@ -190,7 +188,7 @@ static void test_args_and_params(void)
     fxa_attn_plan *plan = NULL;
     size_t ws_bytes = 0;
     CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws_bytes) == FXA_OK, "plan");
-    void *ws = ws_bytes ? aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63) : NULL;
+    void *ws = unit_ws_alloc(ws_bytes);
     const size_t bad[3] = {FXA_ATTN_ARGS_SIZE_0_1 - 1, 0, sizeof(fxa_attn_args) + 1};
     for (int i = 0; i < 3; i++) {
         fxa_attn_args a = {.struct_size = bad[i], .q = g_q, .k = g_k, .v = g_v, .out = out};
@@ -254,7 +252,7 @@ static void test_first_inputs(void)
     fxa_attn_plan *plan = NULL;
     size_t ws_bytes = 0;
     CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws_bytes) == FXA_OK, "plan");
-    void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
+    void *ws = unit_ws_alloc(ws_bytes);
     memset(out, 0, sizeof out);
     CHECK(fxa_attn_run(plan, (const fxa_attn_args *)(const void *)buf, ws, NULL) == FXA_OK &&
               memcmp(out, ref, sizeof out) == 0,
@@ -308,27 +306,13 @@ static void test_bwd_args(void)
         CHECK(fxa_attn_plan_create(g_ctx, &d, &fwd, &ws_f) == FXA_OK &&
                   fxa_attn_bwd_plan_create(g_ctx, &d, &bwd, &ws_b) == FXA_OK,
               "bwd plans: %s", fxa_ctx_last_error(g_ctx));
-        void *wf = aligned_alloc(64, (ws_f + 63) & ~(size_t)63);
-        void *wb = aligned_alloc(64, (ws_b + 63) & ~(size_t)63);
-        const fxa_attn_args a = {.struct_size = sizeof a,
-                                 .q = g_q,
-                                 .k = g_k,
-                                 .v = g_v,
-                                 .out = out,
-                                 .lse = lse,
-                                 .mask = masked ? keep : NULL};
+        void *wf = unit_ws_alloc(ws_f);
+        void *wb = unit_ws_alloc(ws_b);
+        fxa_attn_args a = unit_attn_args(g_q, g_k, g_v, out, lse);
+        a.mask = masked ? keep : NULL;
         CHECK(fxa_attn_run(fwd, &a, wf, NULL) == FXA_OK, "forward: %s", fxa_ctx_last_error(g_ctx));
-        fxa_attn_bwd_args ba = {.struct_size = sizeof ba,
-                                .q = g_q,
-                                .k = g_k,
-                                .v = g_v,
-                                .out = out,
-                                .dout = dout,
-                                .lse = lse,
-                                .dq = g[0],
-                                .dk = g[1],
-                                .dv = g[2],
-                                .mask = masked ? keep : NULL};
+        fxa_attn_bwd_args ba = fxt_bwd_args(g_q, g_k, g_v, out, dout, lse, g[0], g[1], g[2]);
+        ba.mask = masked ? keep : NULL;
         CHECK(fxa_attn_bwd_run(bwd, &ba, wb, NULL) == FXA_OK, "bwd: %s", fxa_ctx_last_error(g_ctx));
         const size_t first = FXA_ATTN_BWD_ARGS_SIZE_0_3;
         unsigned char buf[256];
@@ -377,7 +361,7 @@ static void test_first_heads(void)
     size_t ws_bytes = 0;
     CHECK(fxa_check_plan_create(g_ctx, &cd, &check, &ws_bytes) == FXA_OK, "check plan: %s",
           fxa_ctx_last_error(g_ctx));
-    void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
+    void *ws = unit_ws_alloc(ws_bytes);
     const fxa_attn_args a = {.struct_size = sizeof a, .q = g_q, .k = g_k, .v = g_v};
     fxa_check_head full[H];
     CHECK(fxa_check_run(check, &a, ws, full, sizeof full[0]) == FXA_OK, "check: %s",
@@ -400,13 +384,9 @@ static void test_first_heads(void)
 
 int main(void)
 {
-    fxa_ctx_params p;
-    fxa_ctx_params_init(&p);
-    p.n_threads = 2;
-    if (fxa_ctx_create(&p, &g_ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+    g_ctx = fxt_ctx(2);
+    if (!g_ctx)
         return 1;
-    }
     for (size_t i = 0; i < N; i++) {
         g_q[i] = (float)((int)(i * 7 % 23) - 11) * 0.0625f;
         g_k[i] = (float)((int)(i * 5 % 19) - 9) * 0.0625f;
