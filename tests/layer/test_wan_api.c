@@ -18,6 +18,7 @@
 #include "fxattn_npy.h"
 #include "fxattn_wan.h"
 #include "testutil.h"
+#include "wan_fixtures.h"
 
 #define HEADS 8
 #define DIM 32
@@ -52,12 +53,7 @@ static void expect_msg(const char *what, fxa_status st, const char *msg, const c
 
 static fxa_status load_as(int64_t h0, int64_t nh, fxa_dtype dtype, fxa_wan_weights *w)
 {
-    fxa_wan_load_params p;
-    fxa_wan_load_params_init(&p);
-    p.dtype = dtype;
-    p.heads = HEADS;
-    p.hidden = HIDDEN;
-    p.seed = SEED;
+    fxa_wan_load_params p = wan_synth_params(HEADS, HIDDEN, SEED, dtype);
     p.head_begin = h0;
     p.head_count = nh;
     return fxa_wan_weights_load(NULL, &p, w, g_err, sizeof g_err);
@@ -303,10 +299,7 @@ static void test_errors(fxa_ctx *ctx)
     expect("f16 activations", plan_create(ctx, &d, &plan, &bytes, msg, sizeof msg),
            FXA_ERR_INVALID_ARG, msg, "dtype");
 
-    fxa_wan_load_params p;
-    fxa_wan_load_params_init(&p);
-    p.heads = 7;
-    p.hidden = HIDDEN;
+    fxa_wan_load_params p = wan_synth_params(7, HIDDEN, 0, FXA_F32);
     expect("7 heads of 256", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg),
            FXA_ERR_INVALID_ARG, msg, "divide");
     p.heads = HEADS;
@@ -382,11 +375,8 @@ static void test_hostile_sizes(fxa_ctx *ctx)
     CHECK(fxa_wan_flops(&d) == 8.0 * TOKENS * HIDDEN * HIDDEN + 4.0 * TOKENS * TOKENS * HIDDEN,
           "fxa_wan_flops: %g", fxa_wan_flops(&d));
 
-    fxa_wan_load_params p;
-    fxa_wan_load_params_init(&p);
+    fxa_wan_load_params p = wan_synth_params(HEADS, HIDDEN, 0, FXA_F32);
     fxa_wan_weights w;
-    p.heads = HEADS;
-    p.hidden = HIDDEN;
     p.head_begin = INT64_MAX;
     p.head_count = 1;
     expect_msg("head_begin INT64_MAX", fxa_wan_weights_load(NULL, &p, &w, msg, sizeof msg), msg,
@@ -456,12 +446,8 @@ static void test_hostile_sizes(fxa_ctx *ctx)
     free(y0);
     /* Load parameters of the first version (before dtype): fp32 weights,
      * the same bits as the current struct's default. */
-    fxa_wan_load_params lp;
-    fxa_wan_load_params_init(&lp);
-    lp.heads = HEADS;
-    lp.hidden = HIDDEN;
-    lp.seed = SEED;
-    lp.dtype = (fxa_dtype)77; /* past the 0.1 size: not read */
+    /* dtype 77: past the 0.1 size, not read */
+    fxa_wan_load_params lp = wan_synth_params(HEADS, HIDDEN, SEED, (fxa_dtype)77);
     lp.struct_size = offsetof(fxa_wan_load_params, dtype);
     fxa_wan_weights w0;
     CHECK(fxa_wan_weights_load(NULL, &lp, &w0, msg, sizeof msg) == FXA_OK, "0.1 params: %s", msg);
@@ -538,8 +524,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s /path/to/fxattn\n", argv[0]);
         return 2;
     }
-    fxa_ctx *ctx = NULL;
-    if (fxa_ctx_create(NULL, &ctx) != FXA_OK)
+    fxa_ctx *ctx = fxt_ctx(0);
+    if (!ctx)
         return 1;
     test_cli_bytes(ctx, argv[1]);
     test_slice_bits();

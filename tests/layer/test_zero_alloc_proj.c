@@ -26,6 +26,7 @@
 #include "fxattn_proj.h"
 #include "fxattn_wan.h"
 #include "testutil.h"
+#include "wan_fixtures.h"
 
 #define TOKENS 40
 #define HEADS 2
@@ -185,6 +186,16 @@ static void check_proj(const char *what, const fxa_proj_desc *d, const fxa_proj_
     fxa_proj_plan_destroy(plan);
 }
 
+/* d: the projection of this test's shape, every other field its default. */
+static void proj_desc(fxa_proj_desc *d)
+{
+    fxa_proj_desc_init(d);
+    d->tokens = TOKENS;
+    d->in_features = IN;
+    d->heads_q = d->heads_kv = HEADS;
+    d->head_dim = DIM;
+}
+
 static void test_proj(void)
 {
     static const struct {
@@ -205,11 +216,7 @@ static void test_proj(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fxa_proj_desc d;
-        fxa_proj_desc_init(&d);
-        d.tokens = TOKENS;
-        d.in_features = IN;
-        d.heads_q = d.heads_kv = HEADS;
-        d.head_dim = DIM;
+        proj_desc(&d);
         d.x_format = cases[i].x;
         d.w_format = cases[i].w;
         d.norm = cases[i].norm;
@@ -218,11 +225,7 @@ static void test_proj(void)
         check_proj(cases[i].what, &d, NULL);
     }
     fxa_proj_desc d;
-    fxa_proj_desc_init(&d);
-    d.tokens = TOKENS;
-    d.in_features = IN;
-    d.heads_q = d.heads_kv = HEADS;
-    d.head_dim = DIM;
+    proj_desc(&d);
     d.norm = d.rope = 1;
     int calls = 0;
     const fxa_proj_tp tp = {.struct_size = sizeof tp,
@@ -239,12 +242,7 @@ static void check_wan(const char *what, fxa_dtype dtype)
 {
     /* bf16: the QKV and the output projection are bf16 GEMMs. */
     const long want = dtype == FXA_BF16 && g_onednn_bf16 ? 2 * RUNS * g_exec_allocs : 0;
-    fxa_wan_load_params p;
-    fxa_wan_load_params_init(&p);
-    p.heads = 4;
-    p.hidden = 4 * DIM;
-    p.seed = 5;
-    p.dtype = dtype;
+    const fxa_wan_load_params p = wan_synth_params(4, 4 * DIM, 5, dtype);
     fxa_wan_weights w;
     char err[300];
     CHECK(fxa_wan_weights_load(NULL, &p, &w, err, sizeof err) == FXA_OK, "%s: weights: %s", what,
@@ -287,13 +285,9 @@ static void check_wan(const char *what, fxa_dtype dtype)
 int main(void)
 {
     setenv("FXA_PROJ_GEMM", "openblas", 1); /* read by fxa_ctx_create */
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    if (fxa_ctx_create(&cp, &g_ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+    g_ctx = fxt_ctx(1);
+    if (!g_ctx)
         return 1;
-    }
     fill();
     fxa_compute_choice c = {.struct_size = sizeof c};
     CHECK(fxa_ctx_compute_choice(g_ctx, FXA_BF16, 128, &c) == FXA_OK, "compute choice");

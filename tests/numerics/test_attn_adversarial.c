@@ -13,15 +13,18 @@
 
 static fxa_ctx *g_ctx;
 
-static void desc_for(fxa_attn_desc *d, int64_t heads, int64_t sq, int64_t skv, int64_t dim)
+/* t: a zero-filled case of one batch with `heads` query and kv heads (the
+ * descriptor's other fields at their defaults, free to set in t->d before a
+ * run); returns a generator seeded with seed for its inputs. */
+static fxt_rng case_open(tcase *t, uint64_t seed, int64_t heads, int64_t sq, int64_t skv,
+                         int64_t dim)
 {
-    fxa_attn_desc_init(d);
-    d->batch = 1;
-    d->heads_q = heads;
-    d->heads_kv = heads;
-    d->seq_q = sq;
-    d->seq_kv = skv;
-    d->head_dim = dim;
+    fxa_attn_desc d;
+    fxt_attn_desc(&d, 1, heads, heads, sq, skv, dim);
+    tcase_init(t, &d);
+    fxt_rng r;
+    fxt_rng_seed(&r, seed);
+    return r;
 }
 
 /* Run auto mode, check the envelope; out/fb (may be NULL) receive results. */
@@ -72,7 +75,7 @@ static void test_mass_loss(double q0, int center, int expect_fallback)
     tcase t;
     char label[96];
     const int64_t n = 4096;
-    desc_for(&d, 1, 1, n, 64);
+    fxt_attn_desc(&d, 1, 1, 1, 1, n, 64);
     d.scale = log(2.0); /* lambda = scale * log2(e) = 1 */
     d.center = center;
     tcase_init(&t, &d);
@@ -101,14 +104,10 @@ static void test_mass_loss(double q0, int center, int expect_fallback)
  * (their bound stays small) must not; no row of head 1 may fall back. */
 static void test_sink(void)
 {
-    fxa_attn_desc d;
     tcase t;
-    fxt_rng r;
     const int64_t s = 512;
     const int64_t dim = 64;
-    fxt_rng_seed(&r, 7);
-    desc_for(&d, 2, s, s, dim);
-    tcase_init(&t, &d);
+    fxt_rng r = case_open(&t, 7, 2, s, s, dim);
     for (int64_t h = 0; h < 2; h++) {
         for (int64_t i = 0; i < s; i++) {
             float *q = t.q + tcase_q_off(&t, 0, h, i);
@@ -152,15 +151,11 @@ static void test_sink(void)
  * no term flushes); without centring they fall back. Both exact. */
 static void test_overshoot(int center)
 {
-    fxa_attn_desc d;
     tcase t;
-    fxt_rng r;
     const int64_t n = 1024;
     const int64_t dim = 64;
-    fxt_rng_seed(&r, 11);
-    desc_for(&d, 1, 64, n, dim);
-    d.center = center;
-    tcase_init(&t, &d);
+    fxt_rng r = case_open(&t, 11, 1, 64, n, dim);
+    t.d.center = center;
     const double lambda = (1.0 / 8.0) * 1.4426950408889634;
     for (int64_t i = 0; i < 64; i++) {
         float *q = t.q + i * dim;
@@ -196,17 +191,13 @@ static void test_overshoot(int center)
  * must keep every term (e >= -125): exact, no fallback. */
 static void test_anti_aligned(void)
 {
-    fxa_attn_desc d;
     tcase t;
-    fxt_rng r;
     const int64_t n = 4096;
     const int64_t dim = 64;
-    fxt_rng_seed(&r, 13);
-    desc_for(&d, 1, 16, n, dim);
-    d.center = 0;
-    d.scale = log(2.0); /* lambda = 1 */
-    tcase_init(&t, &d);
+    fxt_rng r = case_open(&t, 13, 1, 16, n, dim);
     const int gate = fxa_fixed_m_gate_strict(fxa_fixed_m_c(n, 1.0)); /* 120 */
+    t.d.center = 0;
+    t.d.scale = log(2.0); /* lambda = 1 */
     for (int64_t i = 0; i < 16; i++)
         t.q[i * dim] = (float)(gate - 1.5); /* q = (gate - 1.5) e1 */
     for (int64_t j = 0; j < n; j++) {
@@ -238,13 +229,9 @@ static void fill_normal(tcase *t, fxt_rng *r, double qs, double ks, double vs)
 /* V of magnitude 1e30: C shrinks by 100, nothing overflows. */
 static void test_huge_v(void)
 {
-    fxa_attn_desc d;
     tcase t;
-    fxt_rng r;
     fxa_attn_stats st = {.struct_size = sizeof st};
-    fxt_rng_seed(&r, 17);
-    desc_for(&d, 2, 300, 3000, 128);
-    tcase_init(&t, &d);
+    fxt_rng r = case_open(&t, 17, 2, 300, 3000, 128);
     fill_normal(&t, &r, 1.0, 1.0, 1e30);
     run_checked("V of magnitude 1e30", &t, NULL, NULL, &st);
     CHECK(st.c_min == fxa_fixed_m_c(3000, st.vmax) && st.c_min < 20, "C %d with Vmax %g", st.c_min,
@@ -256,13 +243,9 @@ static void test_huge_v(void)
 /* All-zero queries: every score is 0, the output is the mean of V. */
 static void test_zero_queries(void)
 {
-    fxa_attn_desc d;
     tcase t;
-    fxt_rng r;
     const int64_t n = 1001;
-    fxt_rng_seed(&r, 19);
-    desc_for(&d, 1, 3, n, 64);
-    tcase_init(&t, &d);
+    fxt_rng r = case_open(&t, 19, 1, 3, n, 64);
     fill_normal(&t, &r, 0.0, 3.0, 1.0);
     float out[3 * 64];
     uint8_t fb[3];
@@ -285,13 +268,9 @@ static void test_zero_queries(void)
  * softmax, which must still be exact (the max key wins). */
 static void test_fp16_max(void)
 {
-    fxa_attn_desc d;
     tcase t;
-    fxt_rng r;
-    fxt_rng_seed(&r, 23);
-    desc_for(&d, 2, 40, 500, 64);
-    d.dtype = FXA_F16;
-    tcase_init(&t, &d);
+    fxt_rng r = case_open(&t, 23, 2, 40, 500, 64);
+    t.d.dtype = FXA_F16;
     for (int64_t i = 0; i < t.nq; i++)
         t.q[i] = (float)((fxt_rng_uniform(&r) < 0.5 ? -1 : 1) *
                          (30000.0 + 35504.0 * fxt_rng_uniform(&r)));
@@ -310,12 +289,8 @@ static void test_fp16_max(void)
 /* A single query row against many keys, hot and cold heads. */
 static void test_single_query(void)
 {
-    fxa_attn_desc d;
     tcase t;
-    fxt_rng r;
-    fxt_rng_seed(&r, 29);
-    desc_for(&d, 4, 1, 4099, 128);
-    tcase_init(&t, &d);
+    fxt_rng r = case_open(&t, 29, 4, 1, 4099, 128);
     fill_normal(&t, &r, 3.0, 1.5, 1.0);
     run_checked("Sq = 1", &t, NULL, NULL, NULL);
     tcase_free(&t);
@@ -324,7 +299,8 @@ static void test_single_query(void)
 int main(void)
 {
     test_require_isa("test_attn_adversarial");
-    CHECK(fxa_ctx_create(NULL, &g_ctx) == FXA_OK, "context");
+    g_ctx = fxt_ctx(0);
+    CHECK(g_ctx != NULL, "context");
     test_mass_loss(231.0, 1, 1);
     test_mass_loss(231.0, 0, 1);
     test_mass_loss(150.0, 1, 0); /* passes the centred gate: fixed and exact */

@@ -57,17 +57,14 @@ static void fill(tcase *t, fxt_rng *r)
 
 static fxa_ctx *make_ctx(int threads, const char *isa)
 {
-    fxa_ctx_params p;
-    fxa_ctx *ctx = NULL;
     const char *old = getenv("FXA_ISA");
     char saved[64] = "";
     if (old)
         snprintf(saved, sizeof saved, "%s", old);
     if (isa)
         setenv("FXA_ISA", isa, 1);
-    fxa_ctx_params_init(&p);
-    p.n_threads = threads;
-    CHECK(fxa_ctx_create(&p, &ctx) == FXA_OK, "context (%s)", isa ? isa : "default");
+    fxa_ctx *ctx = fxt_ctx(threads);
+    CHECK(ctx != NULL, "context (%s)", isa ? isa : "default");
     if (isa) {
         if (old)
             setenv("FXA_ISA", saved, 1);
@@ -87,13 +84,7 @@ static void check_shape(const shape *s, fxt_rng *r, fxa_ctx *ctx, fxa_ctx *ref_c
         return;
     fxa_attn_desc d;
     tcase t;
-    fxa_attn_desc_init(&d);
-    d.batch = 2;
-    d.heads_q = s->hq;
-    d.heads_kv = s->hkv;
-    d.seq_q = s->sq;
-    d.seq_kv = s->skv;
-    d.head_dim = s->dim;
+    fxt_attn_desc(&d, 2, s->hq, s->hkv, s->sq, s->skv, s->dim);
     d.layout = s->layout;
     d.dtype = FXA_BF16;
     d.compute = FXA_COMPUTE_BF16;
@@ -150,13 +141,7 @@ static void check_invariance(fxt_rng *r, int64_t head_dim)
 {
     fxa_attn_desc d;
     tcase t;
-    fxa_attn_desc_init(&d);
-    d.batch = 1;
-    d.heads_q = 6;
-    d.heads_kv = 3;
-    d.seq_q = 150;
-    d.seq_kv = 333;
-    d.head_dim = head_dim;
+    fxt_attn_desc(&d, 1, 6, 3, 150, 333, head_dim);
     d.dtype = FXA_BF16;
     d.compute = FXA_COMPUTE_BF16;
     tcase_init(&t, &d);

@@ -129,18 +129,6 @@ static void fill_normal(tcase *t, fxt_rng *r, double qscale)
     }
 }
 
-static void desc_for(fxa_attn_desc *d, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv,
-                     int64_t dim)
-{
-    fxa_attn_desc_init(d);
-    d->batch = b;
-    d->heads_q = hq;
-    d->heads_kv = hkv;
-    d->seq_q = sq;
-    d->seq_kv = skv;
-    d->head_dim = dim;
-}
-
 static int same_bits(const void *a, const void *b, size_t bytes)
 {
     return memcmp(a, b, bytes) == 0;
@@ -154,7 +142,7 @@ static void test_single_block(fxa_layout layout, fxa_dtype dtype, int center)
     tcase t;
     fxt_rng r;
     fxt_rng_seed(&r, 100 + (uint64_t)layout * 10 + (uint64_t)dtype * 3 + (uint64_t)center);
-    desc_for(&d, 1, 4, 2, 2048, 300, 24);
+    fxt_attn_desc(&d, 1, 4, 2, 2048, 300, 24);
     d.layout = layout;
     d.dtype = dtype;
     d.center = center;
@@ -192,7 +180,7 @@ static void test_uneven_blocks(fxa_dtype dtype, int center)
     tcase t;
     fxt_rng r;
     fxt_rng_seed(&r, 200 + (uint64_t)dtype * 2 + (uint64_t)center);
-    desc_for(&d, 2, 6, 3, 77, 300, 40);
+    fxt_attn_desc(&d, 2, 6, 3, 77, 300, 40);
     d.dtype = dtype;
     d.center = center;
     tcase_init(&t, &d);
@@ -224,7 +212,7 @@ static void test_sink_and_huge_v(void)
     tcase t;
     fxt_rng r;
     fxt_rng_seed(&r, 300);
-    desc_for(&d, 1, 2, 2, 256, 256, 64);
+    fxt_attn_desc(&d, 1, 2, 2, 256, 256, 64);
     tcase_init(&t, &d);
     fill_normal(&t, &r, 1.0);
     for (int64_t i = 1; i < d.seq_q; i += 2) {
@@ -263,7 +251,7 @@ static void test_sink_and_huge_v(void)
 static void test_misuse(void)
 {
     fxa_attn_desc d;
-    desc_for(&d, 1, 1, 1, 8, 16, 8);
+    fxt_attn_desc(&d, 1, 1, 1, 8, 16, 8);
     fxa_attn_plan *plan = NULL;
     size_t ws = 0;
     CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws) == FXA_OK, "plan");
@@ -329,30 +317,30 @@ typedef struct misuse {
     int before; /* 1: tried before block A is added, 0: after both */
 } misuse;
 
+/* Adds each block of bad whose .before is `before` to acc: each refused
+ * with its word in the message. */
+static void refuse_blocks(fxa_attn_acc *acc, const misuse *bad, int n_bad, int before)
+{
+    for (int i = 0; i < n_bad; i++) {
+        if (bad[i].before != before)
+            continue;
+        const fxa_status st = fxa_attn_acc_add(acc, bad[i].k, bad[i].v, bad[i].n);
+        CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(g_ctx), bad[i].word),
+              "%s: status %d, message '%s' (expected '%s')", bad[i].what, (int)st,
+              fxa_ctx_last_error(g_ctx), bad[i].word);
+    }
+}
+
 static void contract_pass(const fxa_attn_plan *plan, const float *q, const double *sums,
                           const float *kv[2][2], const misuse *bad, int n_bad, float *out)
 {
     fxa_attn_acc *acc = NULL;
     CHECK(fxa_attn_acc_create(plan, &acc) == FXA_OK, "acc");
     CHECK(fxa_attn_acc_begin(acc, q, sums, 2) == FXA_OK, "begin: %s", fxa_ctx_last_error(g_ctx));
-    for (int i = 0; i < n_bad; i++) {
-        if (!bad[i].before)
-            continue;
-        const fxa_status st = fxa_attn_acc_add(acc, bad[i].k, bad[i].v, bad[i].n);
-        CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(g_ctx), bad[i].word),
-              "%s: status %d, message '%s' (expected '%s')", bad[i].what, (int)st,
-              fxa_ctx_last_error(g_ctx), bad[i].word);
-    }
+    refuse_blocks(acc, bad, n_bad, 1);
     CHECK(fxa_attn_acc_add(acc, kv[0][0], kv[0][1], 32) == FXA_OK, "add A: %s",
           fxa_ctx_last_error(g_ctx));
-    for (int i = 0; i < n_bad; i++) {
-        if (bad[i].before)
-            continue;
-        const fxa_status st = fxa_attn_acc_add(acc, bad[i].k, bad[i].v, bad[i].n);
-        CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_ctx_last_error(g_ctx), bad[i].word),
-              "%s: status %d, message '%s' (expected '%s')", bad[i].what, (int)st,
-              fxa_ctx_last_error(g_ctx), bad[i].word);
-    }
+    refuse_blocks(acc, bad, n_bad, 0);
     CHECK(fxa_attn_acc_add(acc, kv[1][0], kv[1][1], 32) == FXA_OK, "add B: %s",
           fxa_ctx_last_error(g_ctx));
     const fxa_attn_args a = {.struct_size = sizeof a, .out = out};
@@ -367,7 +355,7 @@ static void test_block_contract(void)
 {
     enum { SQ = 8, SKV = 32, HQ = 2, D = 8 };
     fxa_attn_desc d;
-    desc_for(&d, 1, HQ, 1, SQ, SKV, D);
+    fxt_attn_desc(&d, 1, HQ, 1, SQ, SKV, D);
     fxa_attn_plan *plan = NULL;
     size_t ws = 0;
     CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws) == FXA_OK, "plan");
@@ -420,7 +408,7 @@ static void test_finish_overlap(void)
 {
     enum { SQ = 8, SKV = 16, D = 8 };
     fxa_attn_desc d;
-    desc_for(&d, 1, 1, 1, SQ, SKV, D);
+    fxt_attn_desc(&d, 1, 1, 1, SQ, SKV, D);
     fxa_attn_plan *plan = NULL;
     size_t ws = 0;
     CHECK(fxa_attn_plan_create(g_ctx, &d, &plan, &ws) == FXA_OK, "plan");
@@ -463,13 +451,9 @@ static void test_finish_overlap(void)
 int main(void)
 {
     test_require_isa("test_attn_blockwise");
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 2;
-    if (fxa_ctx_create(&cp, &g_ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+    g_ctx = fxt_ctx(2);
+    if (!g_ctx)
         return 1;
-    }
     for (int layout = 0; layout < 2; layout++)
         for (int center = 0; center < 2; center++) {
             test_single_block((fxa_layout)layout, FXA_F32, center);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "attn_bwd_ref.h"
+#include "bwd_fixtures.h"
 #include "testutil.h"
 
 typedef enum mkind { M_NONE, M_BOOL, M_BOOL_T, M_ADD, M_PAD, M_CAUSAL } mkind;
@@ -68,14 +69,8 @@ static void test_finite_differences(void)
     double *grad[3] = {dq, dk, dv};
     fxt_rng r;
     fxt_rng_seed(&r, 17);
-    for (int x = 0; x < NQ; x++) {
-        q[x] = fxt_rng_normal(&r);
-        dout[x] = fxt_rng_normal(&r);
-    }
-    for (int x = 0; x < NKV; x++) {
-        k[x] = fxt_rng_normal(&r);
-        v[x] = fxt_rng_normal(&r);
-    }
+    normal_pairs(&r, 1.0, q, dout, NQ);
+    normal_pairs(&r, 1.0, k, v, NKV);
     double worst = 0.0, dead = 0.0;
     for (int kind = 0; kind < 3; kind++) {
         for (int i = 0; i < SQ; i++)
@@ -146,7 +141,7 @@ static void build(const mcase *c, problem *pb)
         pb->k[x] = (float)fxt_rng_normal(&r);
         pb->v[x] = (float)fxt_rng_normal(&r);
     }
-    fxa_attn_desc_init(&pb->d);
+    fxt_attn_desc(&pb->d, c->b, c->hq, c->hkv, c->sq, c->skv, c->d);
     if (c->bf16) {
         uint16_t **h[3] = {&pb->q16, &pb->k16, &pb->v16};
         float *x[3] = {pb->q, pb->k, pb->v};
@@ -161,12 +156,6 @@ static void build(const mcase *c, problem *pb)
         pb->d.dtype = FXA_BF16;
         pb->d.compute = FXA_COMPUTE_BF16;
     }
-    pb->d.batch = c->b;
-    pb->d.heads_q = c->hq;
-    pb->d.heads_kv = c->hkv;
-    pb->d.seq_q = c->sq;
-    pb->d.seq_kv = c->skv;
-    pb->d.head_dim = c->d;
     pb->d.layout = FXA_LAYOUT_BHSD;
     fxa_mask_strides ms = {c->hq * c->sq * c->skv, c->sq * c->skv, c->skv, 1};
     if (c->kind == M_ADD) /* broadcast over heads */
@@ -224,17 +213,11 @@ static void problem_free(problem *pb)
 static fxa_attn_bwd_args args_of(const problem *pb)
 {
     const int bf = pb->c->bf16;
-    return (fxa_attn_bwd_args){.struct_size = sizeof(fxa_attn_bwd_args),
-                               .q = bf ? (const void *)pb->q16 : pb->q,
-                               .k = bf ? (const void *)pb->k16 : pb->k,
-                               .v = bf ? (const void *)pb->v16 : pb->v,
-                               .out = pb->out,
-                               .dout = pb->dout,
-                               .lse = pb->lse,
-                               .dq = pb->dq,
-                               .dk = pb->dk,
-                               .dv = pb->dv,
-                               .mask = pb->mask};
+    fxa_attn_bwd_args a = fxt_bwd_args(
+        bf ? (const void *)pb->q16 : pb->q, bf ? (const void *)pb->k16 : pb->k,
+        bf ? (const void *)pb->v16 : pb->v, pb->out, pb->dout, pb->lse, pb->dq, pb->dk, pb->dv);
+    a.mask = pb->mask;
+    return a;
 }
 
 /* The backward on n_threads threads with args a (or the problem's own when

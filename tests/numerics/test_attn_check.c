@@ -57,26 +57,16 @@ static size_t kv_at(int b, int h, int s)
 
 static void init_desc(fxa_attn_desc *d, fxa_dtype dtype)
 {
-    fxa_attn_desc_init(d);
-    d->batch = B;
-    d->heads_q = HQ;
-    d->heads_kv = HKV;
-    d->seq_q = SQ;
-    d->seq_kv = SKV;
-    d->head_dim = D;
+    fxt_attn_desc(d, B, HQ, HKV, SQ, SKV, D);
     d->dtype = dtype;
 }
 
+/* A context of `threads` workers; exits (status 1) when there is none. */
 static fxa_ctx *make_ctx(int threads)
 {
-    fxa_ctx_params p;
-    fxa_ctx_params_init(&p);
-    p.n_threads = threads;
-    fxa_ctx *ctx = NULL;
-    if (fxa_ctx_create(&p, &ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+    fxa_ctx *ctx = fxt_ctx(threads);
+    if (!ctx)
         exit(1);
-    }
     return ctx;
 }
 

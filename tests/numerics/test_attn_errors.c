@@ -131,18 +131,12 @@ static const char *layout_name(fxa_layout l)
     return l == FXA_LAYOUT_BSHD ? "bshd" : "bhsd";
 }
 
+/* A context of n_threads workers; exits (status 2) when there is none. */
 static fxa_ctx *make_ctx(int n_threads)
 {
-    fxa_ctx_params p;
-    fxa_ctx *ctx = NULL;
-    fxa_ctx_params_init(&p);
-    p.n_threads = n_threads;
-    fxa_status st = fxa_ctx_create(&p, &ctx);
-    if (st != FXA_OK || !ctx) {
-        fprintf(stderr, "cannot create a context with %d threads: %s (%s)\n", n_threads,
-                fxa_status_str(st), fxa_ctx_create_error());
+    fxa_ctx *ctx = fxt_ctx(n_threads);
+    if (!ctx)
         exit(2);
-    }
     return ctx;
 }
 
@@ -166,13 +160,7 @@ static int ends_with(const char *s, const char *suffix)
 /* The descriptor of the brief: batch 2, heads 4/2, seq 9/11, D 16. */
 static void desc_small(fxa_attn_desc *d, fxa_dtype dtype, fxa_layout layout)
 {
-    fxa_attn_desc_init(d);
-    d->batch = 2;
-    d->heads_q = 4;
-    d->heads_kv = 2;
-    d->seq_q = 9;
-    d->seq_kv = 11;
-    d->head_dim = 16;
+    fxt_attn_desc(d, 2, 4, 2, 9, 11, 16);
     d->dtype = dtype;
     d->layout = layout;
 }
@@ -811,13 +799,7 @@ static void test_deterministic_report(fxa_ctx *ctx1, fxa_ctx *ctx3)
         fxa_attn_desc d;
         bad_site bad[3 * 4 + 3 * 8];
         size_t n = 0;
-        fxa_attn_desc_init(&d);
-        d.batch = 3;
-        d.heads_q = 8;
-        d.heads_kv = 4;
-        d.seq_q = 33;
-        d.seq_kv = 257;
-        d.head_dim = 32;
+        fxt_attn_desc(&d, 3, 8, 4, 33, 257, 32);
         d.dtype = FXA_BF16;
         for (int64_t b = 2; b >= 0; b--) {
             for (int64_t h = 3; h >= 0; h--)
@@ -835,13 +817,7 @@ static void test_deterministic_report(fxa_ctx *ctx1, fxa_ctx *ctx3)
      * which thread finds one first shows here. */
     {
         fxa_attn_desc d;
-        fxa_attn_desc_init(&d);
-        d.batch = 1;
-        d.heads_q = 8;
-        d.heads_kv = 8;
-        d.seq_q = 4;
-        d.seq_kv = 2051;
-        d.head_dim = 256;
+        fxt_attn_desc(&d, 1, 8, 8, 4, 2051, 256);
         const bad_site bad[] = {
             {'V', 0, 0, 2050, 255}, {'K', 0, 3, 0, 0}, {'K', 0, 5, 0, 1},
             {'V', 0, 7, 0, 2},      {'Q', 0, 0, 0, 0},
@@ -906,22 +882,18 @@ static void test_run_args(fxa_ctx *ctx)
         snprintf(what, sizeof what, "%s with args.struct_size 0", fn);
         expect_args_refused(ctx, pl.plan, &a, pl.ws, &o, bo, "args", what);
 
-        a = good;
-        a.q = NULL;
-        snprintf(what, sizeof what, "%s with NULL q", fn);
-        expect_args_refused(ctx, pl.plan, &a, pl.ws, &o, bo, "NULL", what);
-        a = good;
-        a.k = NULL;
-        snprintf(what, sizeof what, "%s with NULL k", fn);
-        expect_args_refused(ctx, pl.plan, &a, pl.ws, &o, bo, "NULL", what);
-        a = good;
-        a.v = NULL;
-        snprintf(what, sizeof what, "%s with NULL v", fn);
-        expect_args_refused(ctx, pl.plan, &a, pl.ws, &o, bo, "NULL", what);
-        if (!bo) {
+        /* q, k, v and (for the run: the bound pass ignores it) out NULL. */
+        static const char *const pointers[4] = {"q", "k", "v", "out"};
+        for (int f = 0; f < (bo ? 3 : 4); f++) {
             a = good;
-            a.out = NULL;
-            expect_args_refused(ctx, pl.plan, &a, pl.ws, &o, 0, "NULL", "run with NULL out");
+            switch (f) {
+            case 0: a.q = NULL; break;
+            case 1: a.k = NULL; break;
+            case 2: a.v = NULL; break;
+            default: a.out = NULL; break;
+            }
+            snprintf(what, sizeof what, "%s with NULL %s", fn, pointers[f]);
+            expect_args_refused(ctx, pl.plan, &a, pl.ws, &o, bo, "NULL", what);
         }
 
         snprintf(what, sizeof what, "%s with NULL workspace", fn);
@@ -1359,11 +1331,7 @@ static void test_recovery(fxa_ctx *ctx3)
 static void test_bf16_out_range(fxa_ctx *ctx)
 {
     fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = d.heads_q = d.heads_kv = 1;
-    d.seq_q = 2;
-    d.seq_kv = 3;
-    d.head_dim = 4;
+    fxt_attn_desc(&d, 1, 1, 1, 2, 3, 4);
     d.out_dtype = FXA_BF16;
     float q[8] = {0}, k[12] = {0}, v[12];
     uint16_t out[8];

@@ -48,13 +48,7 @@ static void make_case(tcase *t, fxa_dtype dtype, fxa_layout layout, uint64_t see
 {
     fxa_attn_desc d;
     fxt_rng r;
-    fxa_attn_desc_init(&d);
-    d.batch = 2;
-    d.heads_q = 8;
-    d.heads_kv = 2;
-    d.seq_q = 203;
-    d.seq_kv = 517;
-    d.head_dim = 96;
+    fxt_attn_desc(&d, 2, 8, 2, 203, 517, 96);
     d.dtype = dtype;
     d.layout = layout;
     tcase_init(t, &d);
@@ -82,17 +76,31 @@ static void make_case(tcase *t, fxa_dtype dtype, fxa_layout layout, uint64_t see
 
 static void run_into(const tcase *t, int threads, int hpt, int block_q, result *r)
 {
-    fxa_ctx_params p;
-    fxa_ctx *ctx = NULL;
+    fxa_ctx *ctx = fxt_ctx(threads);
     fxa_attn_desc d = t->d;
-    fxa_ctx_params_init(&p);
-    p.n_threads = threads;
     d.heads_per_tile = hpt;
     d.block_q = block_q;
-    CHECK(fxa_ctx_create(&p, &ctx) == FXA_OK, "context with %d threads", threads);
+    CHECK(ctx != NULL, "context with %d threads", threads);
     fxa_status rc = tcase_run(t, ctx, FXA_MODE_AUTO, &d, r->out, r->lse, r->fb, NULL, NULL);
     CHECK(rc == FXA_OK, "run: %s", fxa_ctx_last_error(ctx));
     fxa_ctx_destroy(ctx);
+}
+
+/* r: a fresh (poisoned) result, then run_into. */
+static void run_fresh(const tcase *t, int threads, int hpt, int block_q, result *r)
+{
+    result_alloc(r, t);
+    run_into(t, threads, hpt, block_q, r);
+}
+
+/* Whether run_fresh gives ref's bits. */
+static int same_as(const result *ref, const tcase *t, int threads, int hpt, int block_q)
+{
+    result r;
+    run_fresh(t, threads, hpt, block_q, &r);
+    const int same = result_equal(ref, &r, t);
+    result_free(&r);
+    return same;
 }
 
 static void count_call(void *arg)
@@ -105,11 +113,8 @@ static void count_call(void *arg)
  * off again by NULL. */
 static void run_with_progress(const tcase *t, const result *ref, const char *name)
 {
-    fxa_ctx_params cp;
-    fxa_ctx *ctx = NULL;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 2;
-    CHECK(fxa_ctx_create(&cp, &ctx) == FXA_OK, "context");
+    fxa_ctx *ctx = fxt_ctx(2);
+    CHECK(ctx != NULL, "context");
     fxa_attn_plan *plan = NULL;
     size_t ws_bytes = 0;
     CHECK(fxa_attn_plan_create(ctx, &t->d, &plan, &ws_bytes) == FXA_OK, "plan: %s",
@@ -149,40 +154,25 @@ static void check_dtype(fxa_dtype dtype, const char *name)
     tcase t;
     result ref;
     make_case(&t, dtype, FXA_LAYOUT_BSHD, 99);
-    result_alloc(&ref, &t);
-    run_into(&t, 1, 1, 0, &ref);
+    run_fresh(&t, 1, 1, 0, &ref);
     int fallbacks = 0;
     for (int64_t i = 0; i < t.d.batch * t.d.heads_q * t.d.seq_q; i++)
         fallbacks += ref.fb[i];
     CHECK(fallbacks > 0 && fallbacks < t.d.batch * t.d.heads_q * t.d.seq_q,
           "%s: both paths must run (%d fallback rows)", name, fallbacks);
-    for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++) {
-        result r;
-        result_alloc(&r, &t);
-        run_into(&t, threads[i], 1, 0, &r);
-        CHECK(result_equal(&ref, &r, &t), "%s: %d threads differ from 1", name, threads[i]);
-        result_free(&r);
-    }
-    for (size_t i = 0; i < sizeof hpts / sizeof hpts[0]; i++) {
-        result r;
-        result_alloc(&r, &t);
-        run_into(&t, 2, hpts[i], 0, &r);
-        CHECK(result_equal(&ref, &r, &t), "%s: heads_per_tile %d differs from 1", name, hpts[i]);
-        result_free(&r);
-    }
-    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
-        result r;
-        result_alloc(&r, &t);
-        run_into(&t, 3, 2, blocks[i], &r);
-        CHECK(result_equal(&ref, &r, &t), "%s: block_q %d differs", name, blocks[i]);
-        result_free(&r);
-    }
+    for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++)
+        CHECK(same_as(&ref, &t, threads[i], 1, 0), "%s: %d threads differ from 1", name,
+              threads[i]);
+    for (size_t i = 0; i < sizeof hpts / sizeof hpts[0]; i++)
+        CHECK(same_as(&ref, &t, 2, hpts[i], 0), "%s: heads_per_tile %d differs from 1", name,
+              hpts[i]);
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        CHECK(same_as(&ref, &t, 3, 2, blocks[i]), "%s: block_q %d differs", name, blocks[i]);
     run_with_progress(&t, &ref, name);
     /* Same plan twice on a poisoned buffer: no state carried between runs. */
     {
         result r;
-        result_alloc(&r, &t);
-        run_into(&t, 2, 1, 0, &r);
+        run_fresh(&t, 2, 1, 0, &r);
         memset(r.out, 0xff, (size_t)t.nq * sizeof(float));
         run_into(&t, 2, 1, 0, &r);
         CHECK(result_equal(&ref, &r, &t), "%s: a repeated run differs", name);
@@ -193,8 +183,7 @@ static void check_dtype(fxa_dtype dtype, const char *name)
         tcase tb;
         result r;
         make_case(&tb, dtype, FXA_LAYOUT_BHSD, 99);
-        result_alloc(&r, &tb);
-        run_into(&tb, 2, 1, 0, &r);
+        run_fresh(&tb, 2, 1, 0, &r);
         int same = 1;
         for (int64_t b = 0; b < t.d.batch; b++)
             for (int64_t h = 0; h < t.d.heads_q; h++)

@@ -41,13 +41,7 @@ static void problem_init(problem *p, int64_t b, int64_t hq, int64_t hkv, int64_t
                          int64_t dim, fxa_dtype dtype, uint64_t seed)
 {
     memset(p, 0, sizeof *p);
-    fxa_attn_desc_init(&p->d);
-    p->d.batch = b;
-    p->d.heads_q = hq;
-    p->d.heads_kv = hkv;
-    p->d.seq_q = sq;
-    p->d.seq_kv = skv;
-    p->d.head_dim = dim;
+    fxt_attn_desc(&p->d, b, hq, hkv, sq, skv, dim);
     p->d.layout = FXA_LAYOUT_BHSD;
     p->d.dtype = dtype;
     const size_t nq = (size_t)(b * hq * sq * dim), nk = (size_t)(b * hkv * skv * dim);
@@ -291,13 +285,9 @@ static void bit_identical(problem *p, const char *label)
     const int64_t n = p->d.batch * p->d.heads_q * p->d.seq_q * p->d.head_dim;
     float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
     float *c = malloc((size_t)n * sizeof(float));
-    fxa_ctx *ctx1 = NULL, *ctx3 = NULL;
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    CHECK(fxa_ctx_create(&cp, &ctx1) == FXA_OK, "ctx");
-    cp.n_threads = 3;
-    CHECK(fxa_ctx_create(&cp, &ctx3) == FXA_OK, "ctx");
+    fxa_ctx *ctx1 = fxt_ctx(1), *ctx3 = fxt_ctx(3);
+    CHECK(ctx1 != NULL, "ctx");
+    CHECK(ctx3 != NULL, "ctx");
     fxa_attn_desc d = p->d;
     CHECK(run_on(ctx1, p, &d, a, NULL, NULL) == FXA_OK, "%s", fxa_ctx_last_error(ctx1));
     d.block_q = 32;
@@ -416,7 +406,8 @@ static void test_errors(void)
 int main(void)
 {
     test_require_isa("test_attn_mask");
-    CHECK(fxa_ctx_create(NULL, &g_ctx) == FXA_OK, "context");
+    g_ctx = fxt_ctx(0);
+    CHECK(g_ctx != NULL, "context");
     test_bool_masks(FXA_F32, FXA_COMPUTE_FP32, 0x1p-15);
     test_bool_masks(FXA_BF16, FXA_COMPUTE_FP32, 0x1p-15);
     test_bool_masks(FXA_BF16, FXA_COMPUTE_BF16, 0x1p-6);

@@ -458,13 +458,26 @@ static int row_sampled(int64_t i, int64_t n)
     return (i % (n / 48)) == 0;
 }
 
+/* The sampled row (b, h, i) of the largest err / (tolerance + allow) so far. */
+typedef struct worst_row {
+    double ratio; /* -1 before any row */
+    int64_t b, h, i;
+    double err, allow;
+} worst_row;
+
+/* w takes the row when its ratio is larger. */
+static void worst_row_take(worst_row *w, double ratio, int64_t b, int64_t h, int64_t i, double err,
+                           double allow)
+{
+    if (ratio > w->ratio)
+        *w = (worst_row){ratio, b, h, i, err, allow};
+}
+
 typedef struct allow_result {
     int ok;
     double worst_ratio; /* max over rows of err / (envelope + allowance), out or lse */
-    int64_t ob, oh, oi; /* the row with the largest output ratio */
-    double out_err, out_allow;
-    int64_t lb, lh, li; /* the row with the largest LSE ratio */
-    double lse_err, lse_allow;
+    worst_row out;      /* the row with the largest output ratio */
+    worst_row lse;      /* the row with the largest LSE ratio */
 } allow_result;
 
 /* Every sampled row within the envelope plus its own score-rounding allowance. */
@@ -474,18 +487,15 @@ static void check_allowance(const tcase *t, const float *out, const float *lse, 
     const fxa_attn_desc *d = &t->d;
     const int64_t group = d->heads_q / d->heads_kv;
     double ref[FXA_MAX_HEAD_DIM];
-    double worst_o = -1.0;
-    double worst_l = -1.0;
     memset(ar, 0, sizeof *ar);
     ar->ok = 1;
+    ar->out.ratio = ar->lse.ratio = -1.0;
     for (int64_t b = 0; b < d->batch; b++) {
         for (int64_t h = 0; h < d->heads_q; h++) {
             for (int64_t i = 0; i < d->seq_q; i++) {
                 if (!row_sampled(i, d->seq_q))
                     continue;
-                double ref_lse;
-                double oa;
-                double la;
+                double ref_lse, oa, la;
                 fxt_fp64_attn_row(d, t->q, t->k, t->v, b, h, i, ref, &ref_lse);
                 row_allowance(t, b, h, i, hv[b * d->heads_kv + h / group], &oa, &la);
                 const float *o = out + tcase_q_off(t, b, h, i);
@@ -497,26 +507,12 @@ static void check_allowance(const tcase *t, const float *out, const float *lse, 
                     out_tol + oa > 0.0 ? oe / (out_tol + oa) : (oe > 0.0 ? INFINITY : 0.0);
                 const double rl = le / (lse_tol + la);
                 ar->ok &= ro <= 1.0 && rl <= 1.0;
-                if (ro > worst_o) {
-                    worst_o = ro;
-                    ar->ob = b;
-                    ar->oh = h;
-                    ar->oi = i;
-                    ar->out_err = oe;
-                    ar->out_allow = oa;
-                }
-                if (rl > worst_l) {
-                    worst_l = rl;
-                    ar->lb = b;
-                    ar->lh = h;
-                    ar->li = i;
-                    ar->lse_err = le;
-                    ar->lse_allow = la;
-                }
+                worst_row_take(&ar->out, ro, b, h, i, oe, oa);
+                worst_row_take(&ar->lse, rl, b, h, i, le, la);
             }
         }
     }
-    ar->worst_ratio = fmax(worst_o, worst_l);
+    ar->worst_ratio = fmax(ar->out.ratio, ar->lse.ratio);
 }
 
 typedef struct mode_result {
@@ -563,11 +559,7 @@ static void check_mode(const pcase *pc, const tcase *t, fxa_ctx *ctx, fxa_mode m
         goto done;
 
     /* Finite results, outputs within the range of V, well-formed flags. */
-    int64_t bad_out = 0;
-    int64_t bad_lse = 0;
-    int64_t out_of_range = 0;
-    int64_t bad_flags = 0;
-    int64_t flagged = 0;
+    int64_t bad_out = 0, bad_lse = 0, out_of_range = 0, bad_flags = 0, flagged = 0;
     int64_t first_bad = -1;
     for (int64_t b = 0; b < d->batch; b++) {
         for (int64_t h = 0; h < d->heads_q; h++) {
@@ -696,15 +688,15 @@ static void check_mode(const pcase *pc, const tcase *t, fxa_ctx *ctx, fxa_mode m
                "(%lld, %lld, %lld) out err %.3g <= %.3g + %.3g, (%lld, %lld, %lld) lse err %.3g "
                "<= %.3g + %.3g\n",
                mname, e.out_fxa, e.lse_fxa, out_tol, lse_tol, e.out_on32, e.lse_on32,
-               ar.ok ? "within" : "OUTSIDE", (long long)ar.ob, (long long)ar.oh, (long long)ar.oi,
-               ar.out_err, out_tol, ar.out_allow, (long long)ar.lb, (long long)ar.lh,
-               (long long)ar.li, ar.lse_err, lse_tol, ar.lse_allow);
+               ar.ok ? "within" : "OUTSIDE", (long long)ar.out.b, (long long)ar.out.h,
+               (long long)ar.out.i, ar.out.err, out_tol, ar.out.allow, (long long)ar.lse.b,
+               (long long)ar.lse.h, (long long)ar.lse.i, ar.lse.err, lse_tol, ar.lse.allow);
         CHECK(ar.ok,
               "case %d %s: row (%lld, %lld, %lld) out err %.3g > %.3g (envelope, online32 %.3g) "
               "+ %.3g (score rounding), or row (%lld, %lld, %lld) lse err %.3g > %.3g + %.3g",
-              pc->index, mname, (long long)ar.ob, (long long)ar.oh, (long long)ar.oi, ar.out_err,
-              out_tol, e.out_on32, ar.out_allow, (long long)ar.lb, (long long)ar.lh,
-              (long long)ar.li, ar.lse_err, lse_tol, ar.lse_allow);
+              pc->index, mname, (long long)ar.out.b, (long long)ar.out.h, (long long)ar.out.i,
+              ar.out.err, out_tol, e.out_on32, ar.out.allow, (long long)ar.lse.b,
+              (long long)ar.lse.h, (long long)ar.lse.i, ar.lse.err, lse_tol, ar.lse.allow);
         res->allowance = 1;
         res->allow_ratio = ar.worst_ratio;
     }
@@ -886,8 +878,8 @@ int main(int argc, char **argv)
                         "FXA_PROPERTY_CASES)\n");
         return 2;
     }
-    fxa_ctx *ctx = NULL;
-    CHECK(fxa_ctx_create(NULL, &ctx) == FXA_OK, "context: %s", fxa_ctx_create_error());
+    fxa_ctx *ctx = fxt_ctx(0);
+    CHECK(ctx != NULL, "context");
     if (!ctx)
         return test_summary("test_attn_property");
     printf("kernels: %s (%s), %d threads; master seed %#llx, %llu cases (case i uses seed "

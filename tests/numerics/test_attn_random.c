@@ -76,12 +76,12 @@ static void fill(tcase *t, fxt_rng *r)
 int main(void)
 {
     test_require_isa("test_attn_random");
-    fxa_ctx *ctx = NULL;
     fxt_rng r;
     int64_t rows_total = 0;
     int64_t fallback_total = 0;
     fxt_rng_seed(&r, 12345);
-    CHECK(fxa_ctx_create(NULL, &ctx) == FXA_OK, "context");
+    fxa_ctx *ctx = fxt_ctx(0);
+    CHECK(ctx != NULL, "context");
     for (size_t si = 0; si < sizeof g_shapes / sizeof g_shapes[0]; si++) {
         const shape *s = &g_shapes[si];
         char name[96];
@@ -91,13 +91,7 @@ int main(void)
             continue;
         fxa_attn_desc d;
         tcase t;
-        fxa_attn_desc_init(&d);
-        d.batch = 1;
-        d.heads_q = s->hq;
-        d.heads_kv = s->hkv;
-        d.seq_q = s->sq;
-        d.seq_kv = s->skv;
-        d.head_dim = s->dim;
+        fxt_attn_desc(&d, 1, s->hq, s->hkv, s->sq, s->skv, s->dim);
         d.dtype = s->dtype;
         d.layout = s->layout;
         tcase_init(&t, &d);

@@ -301,17 +301,33 @@ static fxa_attn_desc base_desc(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, i
                                int64_t D, fxa_dtype t, fxa_compute c, fxa_mode m)
 {
     fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = B;
-    d.heads_q = Hq;
-    d.heads_kv = Hkv;
-    d.seq_q = Sq;
-    d.seq_kv = Skv;
-    d.head_dim = D;
+    fxt_attn_desc(&d, B, Hq, Hkv, Sq, Skv, D);
     d.dtype = t;
     d.compute = c;
     d.mode = m;
     return d;
+}
+
+/* A run of a descriptor on views, in n_blocks key blocks. */
+typedef struct run_spec {
+    const fxa_attn_desc *d;
+    const views *w;
+    int n_blocks;
+} run_spec;
+
+/* expect_same or expect_bf16_of. */
+typedef void (*expect_fn)(const char *what, const fxa_attn_desc *d, const result *want,
+                          const result *got);
+
+/* Runs want and got, checks them with expect (on want's descriptor) under
+ * the label what, frees both results. */
+static void compare_runs(const char *what, expect_fn expect, run_spec want, run_spec got)
+{
+    result rw = run_views(*want.d, want.w, want.n_blocks);
+    result rg = run_views(*got.d, got.w, got.n_blocks);
+    expect(what, want.d, &rw, &rg);
+    result_free(&rw);
+    result_free(&rg);
 }
 
 /* D: head_dim (bf16 compute packs K pairs through pack_kt only for an even
@@ -319,13 +335,11 @@ static fxa_attn_desc base_desc(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, i
 static void test_views(fxa_dtype t, fxa_compute comp, fxa_mode mode, int64_t Sq, int64_t D)
 {
     const int64_t B = 2, Hq = 4, Hkv = 2, Skv = 300;
-    char what[160];
     const char *tn = t == FXA_F32 ? "f32" : t == FXA_BF16 ? "bf16" : "f16";
     const char *cn = comp == FXA_COMPUTE_BF16 ? "bf16 compute" : "fp32 compute";
     const char *mn = mode == FXA_MODE_ONLINE ? "online" : "auto";
-    fxa_attn_desc d = base_desc(B, Hq, Hkv, Sq, Skv, D, t, comp, mode);
+    const fxa_attn_desc d = base_desc(B, Hq, Hkv, Sq, Skv, D, t, comp, mode);
     const views contiguous = {.kv_batch_mod = B};
-    result ref = run_views(d, &contiguous, 1);
 
     /* BSHD data described by strides, on a descriptor whose layout says
      * BHSD (the strides win); K head-major, V token-major padded; O padded
@@ -339,55 +353,43 @@ static void test_views(fxa_dtype t, fxa_compute comp, fxa_mode mode, int64_t Sq,
     w.o = (fxa_attn_strides){.batch = Hq * Sq * (D + 7) + 2, .token = D + 7, .head = Sq * (D + 7)};
     fxa_attn_desc dv = d;
     dv.layout = FXA_LAYOUT_BHSD;
-    result got = run_views(dv, &w, 1);
-    snprintf(what, sizeof what, "%s %s %s Sq=%lld: strided Q/K/V/O", tn, cn, mn, (long long)Sq);
-    expect_same(what, &d, &ref, &got);
-    result_free(&got);
-
-    /* The same through blocks (three blocks, strided pointers) against
-     * contiguous blocks. */
-    result bref = run_views(d, &contiguous, 3);
-    result bgot = run_views(dv, &w, 3);
-    snprintf(what, sizeof what, "%s %s %s Sq=%lld: blockwise strided K/V/O", tn, cn, mn,
-             (long long)Sq);
-    expect_same(what, &d, &bref, &bgot);
-    result_free(&bref);
-    result_free(&bgot);
 
     /* K and V shared by both batches (batch stride 0) against a copy. */
     views sh = {.kv_batch_mod = 1};
-    views shc = {.kv_batch_mod = 1};
+    const views shc = {.kv_batch_mod = 1};
     sh.k = (fxa_attn_strides){.batch = 0, .token = Hkv * D, .head = D};
     sh.v = (fxa_attn_strides){.batch = 0, .token = D, .head = Skv * D};
-    result cref = run_views(d, &shc, 1);
-    got = run_views(d, &sh, 1);
-    snprintf(what, sizeof what, "%s %s %s Sq=%lld: K/V batch stride 0", tn, cn, mn, (long long)Sq);
-    expect_same(what, &d, &cref, &got);
-    result_free(&cref);
-    result_free(&got);
 
-    /* bf16 output, contiguous, strided and blockwise. */
+    /* bf16 output, contiguous and strided. */
     fxa_attn_desc db = d;
     db.out_dtype = FXA_BF16;
-    result bf = run_views(db, &contiguous, 1);
-    snprintf(what, sizeof what, "%s %s %s Sq=%lld: bf16 output", tn, cn, mn, (long long)Sq);
-    expect_bf16_of(what, &d, &ref, &bf);
     fxa_attn_desc dbv = dv;
     dbv.out_dtype = FXA_BF16;
-    result bfs = run_views(dbv, &w, 1);
-    snprintf(what, sizeof what, "%s %s %s Sq=%lld: bf16 output, strided", tn, cn, mn,
-             (long long)Sq);
-    expect_same(what, &db, &bf, &bfs);
-    result f32b = run_views(d, &contiguous, 2);
-    result bfb2 = run_views(db, &contiguous, 2);
-    snprintf(what, sizeof what, "%s %s %s Sq=%lld: bf16 output, blockwise finish", tn, cn, mn,
-             (long long)Sq);
-    expect_bf16_of(what, &d, &f32b, &bfb2);
-    result_free(&f32b);
-    result_free(&bfb2);
-    result_free(&bf);
-    result_free(&bfs);
-    result_free(&ref);
+
+    /* Each against its contiguous (or copied, or fp32) counterpart; the
+     * blockwise ones (three blocks of strided pointers, two blocks to a
+     * bf16 finish) against contiguous blocks. */
+    const struct {
+        const char *what;
+        expect_fn expect;
+        run_spec want, got;
+    } checks[] = {
+        {"strided Q/K/V/O", expect_same, {&d, &contiguous, 1}, {&dv, &w, 1}},
+        {"blockwise strided K/V/O", expect_same, {&d, &contiguous, 3}, {&dv, &w, 3}},
+        {"K/V batch stride 0", expect_same, {&d, &shc, 1}, {&d, &sh, 1}},
+        {"bf16 output", expect_bf16_of, {&d, &contiguous, 1}, {&db, &contiguous, 1}},
+        {"bf16 output, strided", expect_same, {&db, &contiguous, 1}, {&dbv, &w, 1}},
+        {"bf16 output, blockwise finish",
+         expect_bf16_of,
+         {&d, &contiguous, 2},
+         {&db, &contiguous, 2}},
+    };
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "%s %s %s Sq=%lld: %s", tn, cn, mn, (long long)Sq,
+                 checks[i].what);
+        compare_runs(what, checks[i].expect, checks[i].want, checks[i].got);
+    }
 }
 
 /* Self-attention with heads sliced out of a fused QKV buffer [B, S, 3, H, D]
@@ -395,18 +397,14 @@ static void test_views(fxa_dtype t, fxa_compute comp, fxa_mode mode, int64_t Sq,
 static void test_fused(fxa_dtype t)
 {
     const int64_t B = 2, H = 3, S = 270, D = 64;
-    fxa_attn_desc d = base_desc(B, H, H, S, S, D, t, FXA_COMPUTE_FP32, FXA_MODE_AUTO);
+    const fxa_attn_desc d = base_desc(B, H, H, S, S, D, t, FXA_COMPUTE_FP32, FXA_MODE_AUTO);
     const views contiguous = {.kv_batch_mod = B};
-    result ref = run_views(d, &contiguous, 1);
     views w = {.fused = 1, .kv_batch_mod = B};
     w.q = (fxa_attn_strides){.batch = S * 3 * H * D, .token = 3 * H * D, .head = D};
     w.k = w.q;
     w.v = w.q;
-    result got = run_views(d, &w, 1);
-    expect_same(t == FXA_F32 ? "fused QKV [B,S,3,H,D] f32" : "fused QKV [B,S,3,H,D] bf16", &d, &ref,
-                &got);
-    result_free(&ref);
-    result_free(&got);
+    compare_runs(t == FXA_F32 ? "fused QKV [B,S,3,H,D] f32" : "fused QKV [B,S,3,H,D] bf16",
+                 expect_same, (run_spec){&d, &contiguous, 1}, (run_spec){&d, &w, 1});
 }
 
 static void expect_plan_fail(const fxa_attn_desc *d, const char *needle, const char *what)
@@ -493,13 +491,9 @@ static void test_validation(void)
 int main(void)
 {
     test_require_isa("test_attn_strides");
-    fxa_ctx_params p;
-    fxa_ctx_params_init(&p);
-    p.n_threads = 2;
-    if (fxa_ctx_create(&p, &g_ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
+    g_ctx = fxt_ctx(2);
+    if (!g_ctx)
         return 1;
-    }
     const fxa_dtype types[3] = {FXA_F32, FXA_BF16, FXA_F16};
     for (int i = 0; i < 3; i++) {
         test_views(types[i], FXA_COMPUTE_FP32, FXA_MODE_AUTO, 37, types[i] == FXA_BF16 ? 33 : 40);

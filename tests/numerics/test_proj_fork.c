@@ -12,46 +12,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fxattn_proj.h"
-#include "testutil.h"
+#include "proj_fixtures.h"
 
 enum { TOKENS = 64, IN = 128, HEADS = 2, DIM = 32 };
-#define OUT (3 * HEADS * DIM)
 #define N_OUT ((size_t)3 * TOKENS * HEADS * DIM)
 
-/* q, k, v of x [TOKENS][IN] times w [OUT][IN]^T into out [3][TOKENS][HEADS * DIM]. */
+static const qkv_shape SHAPE = {TOKENS, IN, HEADS, DIM};
+
+/* q, k, v of x [TOKENS][IN] times w [3 * HEADS * DIM][IN]^T into out [3][TOKENS][HEADS * DIM]. */
 static fxa_status project(fxa_ctx *ctx, int bf16, const void *x, const void *w, float *out)
 {
-    fxa_proj_desc d;
-    fxa_proj_desc_init(&d);
-    d.tokens = TOKENS;
-    d.in_features = IN;
-    d.heads_q = HEADS;
-    d.heads_kv = HEADS;
-    d.head_dim = DIM;
-    d.x_format = bf16 ? FXA_PROJ_X_BF16 : FXA_PROJ_X_F32;
-    d.w_format = bf16 ? FXA_PROJ_W_BF16 : FXA_PROJ_W_F32;
-    const size_t n = N_OUT / 3;
-    fxa_proj_args a;
-    memset(&a, 0, sizeof a);
-    a.struct_size = sizeof a;
-    a.x = x;
-    a.w = w;
-    a.q_out = out;
-    a.k_out = out + n;
-    a.v_out = out + 2 * n;
-    return fxt_proj_once(ctx, &d, &a);
+    return qkv_project(ctx, &SHAPE, bf16, x, w, out);
 }
 
 /* A context of 2 threads whose fp32 GEMMs go to `gemm`. */
 static fxa_ctx *context(const char *gemm)
 {
     setenv("FXA_PROJ_GEMM", gemm, 1);
-    fxa_ctx_params p;
-    fxa_ctx_params_init(&p);
-    p.n_threads = 2;
-    fxa_ctx *ctx = NULL;
-    CHECK(fxa_ctx_create(&p, &ctx) == FXA_OK, "context (%s): %s", gemm, fxa_ctx_create_error());
+    fxa_ctx *ctx = fxt_ctx(2);
+    CHECK(ctx != NULL, "context (%s)", gemm);
     return ctx;
 }
 
@@ -73,20 +52,15 @@ static int child(fxa_ctx *onednn, const float *x, const float *w, const uint16_t
 int main(void)
 {
     alarm(300);
-    fxt_rng rng;
-    fxt_rng_seed(&rng, 7);
-    float *x = malloc((size_t)TOKENS * IN * sizeof *x);
-    float *w = malloc((size_t)OUT * IN * sizeof *w);
-    uint16_t *xb = malloc((size_t)TOKENS * IN * sizeof *xb);
-    uint16_t *wb = malloc((size_t)OUT * IN * sizeof *wb);
+    const size_t nx = (size_t)TOKENS * IN, nw = (size_t)3 * HEADS * DIM * IN;
+    float *x, *w;
+    qkv_operands(&SHAPE, 7, &x, &w);
+    uint16_t *xb = malloc(nx * sizeof *xb);
+    uint16_t *wb = malloc(nw * sizeof *wb);
     float *want_blas = malloc(N_OUT * sizeof(float));
     float *got = malloc(N_OUT * sizeof(float));
-    for (size_t i = 0; i < (size_t)TOKENS * IN; i++)
-        x[i] = (float)(2.0 * fxt_rng_uniform(&rng) - 1.0);
-    for (size_t i = 0; i < (size_t)OUT * IN; i++)
-        w[i] = (float)(0.2 * fxt_rng_uniform(&rng) - 0.1);
-    CHECK(fxa_convert_f32(x, FXA_BF16, xb, (size_t)TOKENS * IN) == FXA_OK, "x to bf16");
-    CHECK(fxa_convert_f32(w, FXA_BF16, wb, (size_t)OUT * IN) == FXA_OK, "w to bf16");
+    CHECK(fxa_convert_f32(x, FXA_BF16, xb, nx) == FXA_OK, "x to bf16");
+    CHECK(fxa_convert_f32(w, FXA_BF16, wb, nw) == FXA_OK, "w to bf16");
     fxa_ctx *onednn = context("onednn");
     fxa_ctx *blas = context("openblas");
     CHECK(onednn && blas, "contexts");
