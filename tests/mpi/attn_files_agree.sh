@@ -6,14 +6,10 @@
 # naming the file and the rank, and no output; identical copies run
 # (exit 0). Each run under `timeout -k`.
 # Usage: attn_files_agree.sh MPIRUN FXATTN
-set -u
-mpirun=$1
-fxattn=$(realpath "$2") # absolute: the ranks start in their own folders
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
+fxattn=$(realpath "$fxattn") # absolute: the ranks start in their own folders
 lcg="$(dirname "$0")/lcg_npy.py"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
 for r in 0 1; do
     mkdir "$dir/r$r"
     for t in q k v; do
@@ -21,31 +17,18 @@ for r in 0 1; do
     done
 done
 
-# job EXPECT_RC EXPECT_MESSAGE: rank 0 in r0, rank 1 in r1.
+# job NAME EXPECT(empty: success): rank 0 in r0, rank 1 in r1.
 job() {
     rm -f "$dir/out.npy"
-    local args=(attn -q q.npy -k k.npy -v v.npy -o "$dir/out.npy" --threads 1 --timeout 20)
-    timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none \
-        -np 1 -wdir "$dir/r0" "$fxattn" "${args[@]}" : \
-        -np 1 -wdir "$dir/r1" "$fxattn" "${args[@]}" >"$dir/log" 2>&1
-    local rc=$?
-    local errors
-    errors=$(grep "fxattn: error:" "$dir/log")
-    echo "exit $rc: $errors"
-    [ "$rc" -eq "$1" ] || { tail -5 "$dir/log"; bad "exit $rc, expected $1"; }
-    if [ "$1" -eq 0 ]; then
-        [ -s "$dir/out.npy" ] || bad "identical copies: no output"
-        return
-    fi
-    [ "$(echo "$errors" | grep -c .)" -eq 1 ] || bad "not exactly one error line"
-    echo "$errors" | grep -q -- "$2" || bad "the message does not say '$2'"
-    [ ! -e "$dir/out.npy" ] || bad "an output was written"
+    folders_job "$1" "$2" "$dir/out.npy" "$dir/r0" "$dir/r1" \
+        attn -q q.npy -k k.npy -v v.npy -o "$dir/out.npy" --threads 1 --timeout 20
 }
 
-job 0 ""
+job "identical copies" ""
 # V of rank 1: the same shape, other values (one seed apart).
 "$lcg" "$dir/r1/v.npy" 119 2.0 1 24 2 16 || exit 1
-job 2 "ranks read different bytes of -v v.npy: rank 1 differs from rank 0"
+job "V of other values on rank 1" \
+    "ranks read different bytes of -v v.npy: rank 1 differs from rank 0"
 cp "$dir/r0/v.npy" "$dir/r1/v.npy"
 # K of rank 1: one value of one token changed (token 2 of 24, in rank 0's
 # shard: rank 1's copy of it is never used for the result, yet the files
@@ -59,10 +42,12 @@ at = start + 2 * (2 * 16) * 4 + 5 * 4  # token 2 of [1, 24, 2, 16] <f4, element 
 b[at:at + 4] = struct.pack("<f", struct.unpack("<f", b[at:at + 4])[0] + 1.0)
 open(path, "wb").write(bytes(b))
 PY
-job 2 "ranks read different bytes of -k k.npy: rank 1 differs from rank 0"
+job "one value of K changed on rank 1" \
+    "ranks read different bytes of -k k.npy: rank 1 differs from rank 0"
 cp "$dir/r0/k.npy" "$dir/r1/k.npy"
 # Q of rank 1: more tokens.
 "$lcg" "$dir/r1/q.npy" 113 2.0 1 30 2 16 || exit 1
-job 2 "ranks read different shapes or dtypes of -q q.npy: rank 1 differs from rank 0"
+job "Q of more tokens on rank 1" \
+    "ranks read different shapes or dtypes of -q q.npy: rank 1 differs from rank 0"
 [ "$fail" -eq 0 ] && echo "attn_files_agree: all passed"
 exit "$fail"

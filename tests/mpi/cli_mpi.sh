@@ -5,18 +5,10 @@
 # rank's shard fails every rank with one message and writes nothing.
 # Runs beyond the node's memory fail on every rank within seconds.
 # Usage: cli_mpi.sh MPIRUN FXATTN
-set -u
-mpirun=$1
-fxattn=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-run() { timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none "$@"; }
-bad() { echo "FAIL: $*"; fail=1; }
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 
-"$fxattn" demo --frames 3 --height 10 --width 10 --heads 5 --dim 32 --save-inputs "$dir" \
-    >/dev/null || { echo "FAIL: demo"; exit 1; }
-in=(-q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy")
+demo_inputs "$dir" --frames 3 --height 10 --width 10 --heads 5 --dim 32
 "$fxattn" attn "${in[@]}" -o "$dir/ref.npy" --lse "$dir/ref_lse.npy" --threads 1 ||
     { echo "FAIL: single-process run"; exit 1; }
 

@@ -8,13 +8,8 @@
 # magnitude, or exits 2 with `fxattn: error:` naming the fp32 range and
 # writes nothing; every grid answers like the single process.
 # Usage: extreme_mpi.sh MPIRUN FXATTN
-set -u
-mpirun=$1
-fxattn=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 
 # Cases: NAME SCALE; files NAME_{q,k,v}.npy and NAME_ref.txt (expected out
 # and lse in double, or "refuse").
@@ -110,9 +105,8 @@ while read -r name scale; do
         read -r np u r <<<"$grid"
         rm -f "$dir/out.npy" "$dir/lse.npy"
         # shellcheck disable=SC2086
-        timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np "$np" \
-            "$fxattn" attn $files -o "$dir/out.npy" --lse "$dir/lse.npy" --ulysses "$u" \
-            --ring "$r" --threads 1 </dev/null >/dev/null 2>"$dir/err"
+        run -np "$np" "$fxattn" attn $files -o "$dir/out.npy" --lse "$dir/lse.npy" \
+            --ulysses "$u" --ring "$r" --threads 1 </dev/null >/dev/null 2>"$dir/err"
         check "$name" "$name, Ulysses $u x ring $r" $?
     done
 done <"$dir/cases"

@@ -8,18 +8,10 @@
 # value or with --ulysses / --ring, and --cp-grid with --tp, fail on every
 # rank with one error, exit 2, nothing written.
 # Usage: grid_auto.sh MPIRUN FXATTN
-set -u
-mpirun=$1
-fxattn=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-run() { timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none "$@"; }
-bad() { echo "FAIL: $*"; fail=1; }
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 
-"$fxattn" demo --frames 2 --height 8 --width 16 --heads 4 --dim 64 --save-inputs "$dir" \
-    >/dev/null || { echo "FAIL: demo"; exit 1; }
-in=(-q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy")
+demo_inputs "$dir" --frames 2 --height 8 --width 16 --heads 4 --dim 64
 
 out=$(run -np 2 "$fxattn" attn "${in[@]}" -o "$dir/auto.npy" --grid auto --threads 1) ||
     bad "attn --grid auto exited $?"

@@ -16,19 +16,12 @@
 #    message ("rank 0: ..."), nothing written; a bad --inputs-on value is
 #    refused.
 # Usage: inputs_rank0.sh MPIRUN FXATTN
-set -u
-mpirun=$1
-fxattn=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 A=$dir/with_files B=$dir/empty
 mkdir -p "$A" "$B"
-run() { timeout -k 10 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none "$@"; }
 
-"$fxattn" demo --frames 1 --height 5 --width 25 --heads 4 --dim 32 --save-inputs "$A" \
-    >/dev/null || { echo "FAIL: demo inputs"; exit 1; }
+demo_inputs "$A" --frames 1 --height 5 --width 25 --heads 4 --dim 32
 lcg="$(dirname "$0")/lcg_npy.py"
 "$lcg" "$A/qb.npy" 1 4.0 1 4 123 32 && "$lcg" "$A/kb.npy" 2 4.0 1 2 123 32 &&
     "$lcg" "$A/vb.npy" 3 4.0 1 2 123 32 || { echo "FAIL: BHSD inputs"; exit 1; }
@@ -57,9 +50,9 @@ case_ "2-D 2x2, ranks placed 0 2 1 3" "-q q.npy -k k.npy -v v.npy --ulysses 2 --
 [ -z "$(ls -A "$B")" ] || bad "files written in the empty folder: $(ls -A "$B")"
 
 # The default mode in the same layout: ranks 1-3 cannot open the files.
-in="-q q.npy -k k.npy -v v.npy --ulysses 2 --ring 2 --threads 1"
+opts="-q q.npy -k k.npy -v v.npy --ulysses 2 --ring 2 --threads 1"
 # shellcheck disable=SC2086
-out=$(run -np 1 --wdir "$A" "$fxattn" attn $in -o x.npy : -np 3 --wdir "$B" "$fxattn" attn $in \
+out=$(run -np 1 --wdir "$A" "$fxattn" attn $opts -o x.npy : -np 3 --wdir "$B" "$fxattn" attn $opts \
     -o x.npy 2>&1)
 rc=$?
 [ "$rc" -ne 0 ] || bad "every rank reading without the files: exit 0"

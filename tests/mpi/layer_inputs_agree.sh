@@ -8,13 +8,9 @@
 # --tp 2, tokens of rank 0 under the ring) and never in the stale rank's
 # own. Identical copies run (exit 0). Each run under `timeout -k`.
 # Usage: layer_inputs_agree.sh MPIRUN FXATTN
-set -u
-mpirun=$1
-fxattn=$(realpath "$2") # absolute: the ranks start in their own folders
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
+fxattn=$(realpath "$fxattn") # absolute: the ranks start in their own folders
 h=32 # hidden: 2 heads x 16
 
 # write PATH KIND INDEX: KIND ckpt (block 0, F32, hidden 32) or x ([8, 32]
@@ -68,50 +64,35 @@ setup() {
         { echo "FAIL: cannot write the inputs"; exit 1; }
 }
 
-# run NAME EXPECT(empty: success) GRID_OPTIONS...
-run() {
+# job NAME EXPECT(empty: success) GRID_OPTIONS...
+job() {
     local name=$1 expect=$2
     shift 2
-    local args=(layer --weights ckpt.safetensors -x x.npy --grid 1,2,4 --heads 2 --threads 1
-        -o y.npy "$@")
     rm -f "$dir/a/y.npy" "$dir/b/y.npy"
-    timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none \
-        -np 1 -wdir "$dir/a" "$fxattn" "${args[@]}" : -np 1 -wdir "$dir/b" "$fxattn" "${args[@]}" \
-        >"$dir/log" 2>&1
-    local rc=$?
-    local errors
-    errors=$(grep "fxattn: error:" "$dir/log")
-    echo "$name: exit $rc: $errors"
-    if [ -z "$expect" ]; then
-        [ "$rc" -eq 0 ] && [ -s "$dir/a/y.npy" ] || { tail -5 "$dir/log"; bad "$name: exit $rc"; }
-        return
-    fi
-    [ "$rc" -eq 2 ] || { tail -5 "$dir/log"; bad "$name: exit $rc, not 2"; }
-    [ "$(echo "$errors" | grep -c .)" -eq 1 ] || bad "$name: not exactly one error line"
-    echo "$errors" | grep -q -- "$expect" || bad "$name: the message does not say '$expect'"
-    [ ! -e "$dir/a/y.npy" ] || bad "$name: an output was written"
+    folders_job "$name" "$expect" "$dir/a/y.npy" "$dir/a" "$dir/b" layer \
+        --weights ckpt.safetensors -x x.npy --grid 1,2,4 --heads 2 --threads 1 -o y.npy "$@"
 }
 
 wmsg="ranks read different weights (block 0 of --weights ckpt.safetensors): rank 1 differs from rank 0"
 xmsg="ranks read different bytes of -x x.npy: rank 1 differs from rank 0"
 
 setup -1 -1
-run "identical copies, ring" ""
-run "identical copies, --tp 2" "" --tp 2
+job "identical copies, ring" ""
+job "identical copies, --tp 2" "" --tp 2
 
 # q.weight[0][0]: head 0, which rank 0 holds under --tp 2 and both ranks
 # under the ring.
 setup 0 -1
-run "stale head 0, ring" "$wmsg"
-run "stale head 0 on rank 1, --tp 2" "$wmsg" --tp 2
-run "stale head 0, --ulysses 2" "$wmsg" --ulysses 2
+job "stale head 0, ring" "$wmsg"
+job "stale head 0 on rank 1, --tp 2" "$wmsg" --tp 2
+job "stale head 0, --ulysses 2" "$wmsg" --ulysses 2
 # q.weight[31][5]: head 1, rank 1's own under --tp 2.
 setup $((31 * h + 5)) -1
-run "stale head 1, --tp 2" "$wmsg" --tp 2
+job "stale head 1, --tp 2" "$wmsg" --tp 2
 # x[0][3]: token 0, rank 0's shard under the ring (rank 1 reads tokens 4-7).
 setup -1 3
-run "stale token 0 on rank 1, ring" "$xmsg"
-run "stale token 0, --tp 2" "$xmsg" --tp 2
+job "stale token 0 on rank 1, ring" "$xmsg"
+job "stale token 0, --tp 2" "$xmsg" --tp 2
 
 [ "$fail" -eq 0 ] && echo "layer_inputs_agree: all passed"
 exit "$fail"

@@ -37,16 +37,10 @@
 #    (usage errors found before MPI starts are reported by every rank), also
 #    for a grid whose T x U x R is not the number of ranks.
 # Usage: layer_mpi.sh MPIRUN FXATTN NPY_CLOSE
-set -u
-mpirun=$1
-fxattn=$2
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 npy_close=$3
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-np=2 # ranks of run
-run() { timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np "$np" "$@"; }
-bad() { echo "FAIL: $*"; fail=1; }
+np=2 # ranks of each job
 tol=1e-5
 
 # x [36, 256] as a .npy file ('<f4', values from a fixed LCG).
@@ -57,7 +51,8 @@ tol=1e-5
 # reference y, the tolerance of close (default $tol)
 check() {
     local name=$1 opts=$2 how=$3 ref=$4 within=${5:-$tol}
-    out=$(run "$fxattn" layer $opts -o "$dir/mpi.npy" --verify) || { bad "$name: exit $?"; return; }
+    out=$(run -np "$np" "$fxattn" layer $opts -o "$dir/mpi.npy" --verify) ||
+        { bad "$name: exit $?"; return; }
     echo "$name: $out"
     if [ "$how" = same ]; then
         cmp -s "$ref" "$dir/mpi.npy" || bad "$name: y differs from the single process"
@@ -99,13 +94,8 @@ check "tp 2, bf16" "$g --dtype bf16 --tp 2" close "$dir/ref_bf16.npy" 0.0078125
 expect_error() {
     local name=$1 word=$2
     shift 2
-    err=$(run "$fxattn" layer "$@" -o "$dir/bad.npy" 2>&1 >/dev/null)
-    rc=$?
-    echo "$name: $err"
-    [ "$rc" -eq 2 ] || bad "$name: exit $rc, expected 2"
-    [ "$(echo "$err" | grep -c "fxattn: error: ")" -eq 1 ] || bad "$name: not one error line"
-    echo "$err" | grep -q -- "$word" || bad "$name: the message does not mention '$word'"
-    [ ! -e "$dir/bad.npy" ] || bad "$name: an output was written"
+    run -np "$np" "$fxattn" layer "$@" -o "$dir/bad.npy" 2>"$dir/log" >/dev/null
+    refused "$name" $? "$word" "$dir/bad.npy"
 }
 expect_error "S != F*H*W under --tp" "36 tokens" -x "$dir/x.npy" --grid 2,3,5 --heads 8 --tp 2
 expect_error "--tp 3 on 2 ranks" "needs 3 ranks" --grid 1,2,3 --heads 4 --dim 8 --tp 3
@@ -114,7 +104,7 @@ expect_error "a 2 x 2 grid on 2 ranks" "rank" --grid 1,2,3 --heads 4 --dim 8 --u
 expect_error "--tp 2 --ring 2 on 2 ranks" "needs 4 ranks" --grid 1,2,3 --heads 4 --dim 8 --tp 2 \
     --ring 2
 # A usage error is found before MPI starts, so every rank reports it.
-err=$(run "$fxattn" layer --grid 1,2,3 --heads 4 --dim 8 --tp 2 --rope-layout pairs \
+err=$(run -np "$np" "$fxattn" layer --grid 1,2,3 --heads 4 --dim 8 --tp 2 --rope-layout pairs \
     -o "$dir/bad.npy" 2>&1)
 rc=$?
 echo "--rope-layout pairs: $err"

@@ -7,33 +7,19 @@
 # measures for the planner; a bad --timeout or FXA_MPI_TIMEOUT is refused
 # on every rank.
 # Usage: no_hang.sh MPIRUN FXATTN
-set -u
-mpirun=$1
-fxattn=$2
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 T=5
 
 # 8192 tokens, 8 heads x 64: a run takes seconds per rank on one thread.
-"$fxattn" demo --frames 1 --height 64 --width 128 --heads 8 --dim 64 --save-inputs "$dir" \
-    >/dev/null || { echo "FAIL: demo inputs"; exit 1; }
-in=(-q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy")
+demo_inputs "$dir" --frames 1 --height 64 --width 128 --heads 8 --dim 64
 
 # frozen NAME RANKS ULYSSES RING: freeze the last rank 3 s into the run.
 frozen() {
     local name=$1 np=$2 u=$3 r=$4
     rm -f "$dir/out.npy"
-    timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np "$np" \
-        "$fxattn" attn "${in[@]}" -o "$dir/out.npy" --ulysses "$u" --ring "$r" --threads 1 \
-        --repeats 50 --timeout "$T" >"$dir/log" 2>&1 &
+    timeout -k 10 120 "${mpi[@]}" -np "$np" "$fxattn" attn "${in[@]}" -o "$dir/out.npy" \
+        --ulysses "$u" --ring "$r" --threads 1 --repeats 50 --timeout "$T" >"$dir/log" 2>&1 &
     local tpid=$! mpid="" ranks="" victim=""
     pids+=("$tpid")
     sleep 3
@@ -69,6 +55,29 @@ frozen "ring 2" 2 1 2
 frozen "Ulysses 2" 2 2 1
 frozen "2 x 2" 4 2 2
 
+# A deadline that is not a positive number of seconds: refused on every rank.
+for bad_t in "--timeout -1" "--timeout nan"; do
+    # shellcheck disable=SC2086
+    err=$(timeout -k 10 60 "${mpi[@]}" -np 2 "$fxattn" attn "${in[@]}" -o "$dir/out.npy" \
+        --ring 2 $bad_t 2>&1 >/dev/null)
+    rc=$?
+    [ "$rc" -eq 2 ] || bad "$bad_t: exit $rc, expected 2"
+    echo "$err" | grep -q "fxattn: error:.*--timeout" || bad "$bad_t: no message"
+done
+# Past the longest deadline: the message says so (not "not positive").
+err=$(timeout -k 10 60 "${mpi[@]}" -np 2 "$fxattn" attn "${in[@]}" -o "$dir/out.npy" --ring 2 \
+    --timeout 1e10 2>&1 >/dev/null)
+rc=$?
+[ "$rc" -eq 2 ] || bad "--timeout 1e10: exit $rc, expected 2"
+echo "$err" | grep -q "fxattn: error: --timeout 1e+10 is longer than the longest deadline, 1e9 s" ||
+    bad "--timeout 1e10: the message does not name the limit: $err"
+err=$(FXA_MPI_TIMEOUT=soon timeout -k 10 60 "${mpi[@]}" -x FXA_MPI_TIMEOUT -np 2 "$fxattn" attn \
+    "${in[@]}" -o "$dir/out.npy" --ring 2 2>&1 >/dev/null)
+rc=$?
+[ "$rc" -eq 2 ] || bad "FXA_MPI_TIMEOUT=soon: exit $rc, expected 2"
+echo "$err" | grep -q "FXA_MPI_TIMEOUT=soon is not" || bad "FXA_MPI_TIMEOUT=soon: no message"
+[ ! -e "$dir/out.npy" ] || bad "a refused run wrote its output"
+
 # A rank frozen while `attn --grid auto` measures for the planner (its
 # compute rates take ~1.5 s of CPU per rank here): the job must end within
 # T + 10 s too. The victim stops once it has used 0.5 s of CPU, after MPI's
@@ -76,12 +85,10 @@ frozen "2 x 2" 4 2 2
 # prints "grid auto: ..." only after them, so its absence shows where the
 # freeze landed.
 mkdir "$dir/p"
-"$fxattn" demo --frames 1 --height 64 --width 128 --heads 8 --dim 128 --save-inputs "$dir/p" \
-    >/dev/null || { echo "FAIL: demo inputs (planner)"; exit 1; }
+demo_inputs "$dir/p" --frames 1 --height 64 --width 128 --heads 8 --dim 128
 rm -f "$dir/out.npy"
-timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2 \
-    "$fxattn" attn -q "$dir/p/q.npy" -k "$dir/p/k.npy" -v "$dir/p/v.npy" -o "$dir/out.npy" \
-    --grid auto --threads 1 --timeout "$T" >"$dir/log" 2>&1 &
+timeout -k 10 120 "${mpi[@]}" -np 2 "$fxattn" attn "${in[@]}" -o "$dir/out.npy" --grid auto \
+    --threads 1 --timeout "$T" >"$dir/log" 2>&1 &
 tpid=$!
 pids+=("$tpid")
 victim="" ranks=""
@@ -116,28 +123,4 @@ else
         { tail -20 "$dir/log"; bad "planner: no rank reported the missing progress"; }
     [ ! -e "$dir/out.npy" ] || bad "planner: an output was written"
 fi
-
-# A deadline that is not a positive number of seconds: refused on every rank.
-for bad_t in "--timeout -1" "--timeout nan"; do
-    # shellcheck disable=SC2086
-    err=$(timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2 \
-        "$fxattn" attn "${in[@]}" -o "$dir/out.npy" --ring 2 $bad_t 2>&1 >/dev/null)
-    rc=$?
-    [ "$rc" -eq 2 ] || bad "$bad_t: exit $rc, expected 2"
-    echo "$err" | grep -q "fxattn: error:.*--timeout" || bad "$bad_t: no message"
-done
-# Past the longest deadline: the message says so (not "not positive").
-err=$(timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2 \
-    "$fxattn" attn "${in[@]}" -o "$dir/out.npy" --ring 2 --timeout 1e10 2>&1 >/dev/null)
-rc=$?
-[ "$rc" -eq 2 ] || bad "--timeout 1e10: exit $rc, expected 2"
-echo "$err" | grep -q "fxattn: error: --timeout 1e+10 is longer than the longest deadline, 1e9 s" ||
-    bad "--timeout 1e10: the message does not name the limit: $err"
-err=$(FXA_MPI_TIMEOUT=soon timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root \
-    --bind-to none -x FXA_MPI_TIMEOUT -np 2 "$fxattn" attn "${in[@]}" -o "$dir/out.npy" \
-    --ring 2 2>&1 >/dev/null)
-rc=$?
-[ "$rc" -eq 2 ] || bad "FXA_MPI_TIMEOUT=soon: exit $rc, expected 2"
-echo "$err" | grep -q "FXA_MPI_TIMEOUT=soon is not" || bad "FXA_MPI_TIMEOUT=soon: no message"
-[ ! -e "$dir/out.npy" ] || bad "a refused run wrote its output"
 exit $fail

@@ -7,23 +7,16 @@
 # differ (per rank). Each case runs under `timeout -k`, so a hang or a crash
 # in a mismatched collective fails it.
 # Usage: options_agree.sh MPIRUN FXATTN
-set -u
-mpirun=$1
-fxattn=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-mpi=("$mpirun" --oversubscribe --allow-run-as-root --bind-to none)
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 
-"$fxattn" demo --frames 1 --height 4 --width 8 --heads 2 --dim 16 --save-inputs "$dir" \
-    >/dev/null || { echo "FAIL: demo inputs"; exit 1; }
-attn=(attn -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" -o "$dir/out.npy" --threads 1)
+demo_inputs "$dir" --frames 1 --height 4 --width 8 --heads 2 --dim 16
+attn=(attn "${in[@]}" -o "$dir/out.npy" --threads 1)
 layer=(layer --grid 1,2,4 --heads 2 --dim 16 --threads 1 -o "$dir/out.npy")
 
-# refused NAME EXPECT ARGS_OF_RANK_0 -- ARGS_OF_RANK_1 [-- ARGS_OF_RANK_2]:
-# exit 2, exactly one error line, matching EXPECT, and no output.
-refused() {
+# disagree NAME EXPECT ARGS_OF_RANK_0 -- ARGS_OF_RANK_1 [-- ARGS_OF_RANK_2]:
+# refused (exit 2, exactly one error line, matching EXPECT), no output.
+disagree() {
     local name=$1 expect=$2
     shift 2
     local cmd=("${mpi[@]}") first=1 a
@@ -40,43 +33,36 @@ refused() {
     done
     rm -f "$dir/out.npy"
     timeout -k 10 60 "${cmd[@]}" >"$dir/log" 2>&1
-    local rc=$?
-    local errors
-    errors=$(grep "fxattn: error:" "$dir/log")
-    echo "$name: exit $rc: $errors"
-    [ "$rc" -eq 2 ] || { tail -5 "$dir/log"; bad "$name: exit $rc, not 2"; }
-    [ "$(echo "$errors" | grep -c .)" -eq 1 ] || bad "$name: not exactly one error line"
-    echo "$errors" | grep -q -- "$expect" || bad "$name: the message does not say '$expect'"
-    [ ! -e "$dir/out.npy" ] || bad "$name: an output was written"
+    refused "$name" $? "$expect" "$dir/out.npy"
 }
 
-refused "attn --repeats" "ranks disagree on --repeats: 3 on rank 0, 1 on rank 1" \
+disagree "attn --repeats" "ranks disagree on --repeats: 3 on rank 0, 1 on rank 1" \
     "${attn[@]}" --repeats 3 -- "${attn[@]}"
-refused "attn --inputs-on" "ranks disagree on --inputs-on: not given on rank 0, 'rank0' on rank 1" \
+disagree "attn --inputs-on" "ranks disagree on --inputs-on: not given on rank 0, 'rank0' on rank 1" \
     "${attn[@]}" -- "${attn[@]}" --inputs-on rank0
-refused "attn --ulysses" "ranks disagree on --ulysses: 2 on rank 0, 0 on rank 1" \
+disagree "attn --ulysses" "ranks disagree on --ulysses: 2 on rank 0, 0 on rank 1" \
     "${attn[@]}" --ulysses 2 -- "${attn[@]}" --ring 2
-refused "bench --repeats" "ranks disagree on --repeats: 2 on rank 0, 3 on rank 1" \
+disagree "bench --repeats" "ranks disagree on --repeats: 2 on rank 0, 3 on rank 1" \
     bench --seq 64 --heads 2 --dim 16 --threads 1 --repeats 2 -- \
     bench --seq 64 --heads 2 --dim 16 --threads 1 --repeats 3
-refused "layer --dtype" "ranks disagree on --dtype: 'f32' on rank 0, 'bf16' on rank 1" \
+disagree "layer --dtype" "ranks disagree on --dtype: 'f32' on rank 0, 'bf16' on rank 1" \
     "${layer[@]}" -- "${layer[@]}" --dtype bf16
-refused "layer --tp vs --ulysses" "ranks disagree on --ulysses: 0 on rank 0, 2 on rank 1" \
+disagree "layer --tp vs --ulysses" "ranks disagree on --ulysses: 0 on rank 0, 2 on rank 1" \
     "${layer[@]}" --tp 2 -- "${layer[@]}" --ulysses 2
-refused "layer --seed" "ranks disagree on --seed: 1 on rank 0, 7 on rank 1" \
+disagree "layer --seed" "ranks disagree on --seed: 1 on rank 0, 7 on rank 1" \
     "${layer[@]}" -- "${layer[@]}" --seed 7
-refused "layer --grid" "ranks disagree on --grid: '1,2,4' on rank 0, '1,4,2' on rank 1" \
+disagree "layer --grid" "ranks disagree on --grid: '1,2,4' on rank 0, '1,4,2' on rank 1" \
     "${layer[@]}" -- layer --grid 1,4,2 --heads 2 --dim 16 --threads 1 -o "$dir/out.npy"
-refused "layer --rope-layout" "ranks disagree on --rope-layout: 'interleaved' on rank 0, 'half'" \
+disagree "layer --rope-layout" "ranks disagree on --rope-layout: 'interleaved' on rank 0, 'half'" \
     "${layer[@]}" -- "${layer[@]}" --rope-layout half
-refused "layer --cp-grid auto on one rank" \
+disagree "layer --cp-grid auto on one rank" \
     "ranks disagree on --cp-grid: 'auto' on rank 0, not given on rank 1" \
     "${layer[@]}" --cp-grid auto --timeout 5 -- "${layer[@]}" --timeout 5
-refused "layer -o on one rank" "ranks disagree on -o:" \
+disagree "layer -o on one rank" "ranks disagree on -o:" \
     "${layer[@]}" -- layer --grid 1,2,4 --heads 2 --dim 16 --threads 1
-refused "3 ranks, 2 differ" "ranks disagree on --seed: 1 on rank 0, 5 on rank 1 (2 ranks differ" \
+disagree "3 ranks, 2 differ" "ranks disagree on --seed: 1 on rank 0, 5 on rank 1 (2 ranks differ" \
     "${layer[@]}" -- "${layer[@]}" --seed 5 -- "${layer[@]}" --seed 6
-refused "plan --measure --seq" "ranks disagree on --seq: 64 on rank 0, 128 on rank 1" \
+disagree "plan --measure --seq" "ranks disagree on --seq: 64 on rank 0, 128 on rank 1" \
     plan --measure --seq 64 --heads 2 --dim 16 --threads 1 -- \
     plan --measure --seq 128 --heads 2 --dim 16 --threads 1
 

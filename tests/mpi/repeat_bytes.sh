@@ -13,11 +13,9 @@
 # Each case runs REPEATS times (default 5; the later half under load); every
 # output must equal its key's first run byte for byte.
 # Usage: repeat_bytes.sh MPIRUN FXATTN [REPEATS]
-set -u
-mpirun=$1
-fxattn=$2
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 repeats=${3:-5}
-dir=$(mktemp -d)
 load=()
 stop_load() {
     for pid in "${load[@]}"; do
@@ -26,10 +24,7 @@ stop_load() {
     done
     load=()
 }
-trap 'stop_load; rm -rf "$dir"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-run() { timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none "$@"; }
+trap 'stop_load; mpi_lib_cleanup' EXIT
 # One busy loop per CPU, at normal priority, so that ranks are preempted.
 start_load() {
     for _ in $(seq "$(nproc)"); do
@@ -38,8 +33,7 @@ start_load() {
     done
 }
 
-"$fxattn" demo --frames 3 --height 10 --width 10 --heads 5 --dim 32 --save-inputs "$dir" \
-    >/dev/null || { echo "FAIL: demo"; exit 1; }
+demo_inputs "$dir" --frames 3 --height 10 --width 10 --heads 5 --dim 32
 # x [36, 256] as a .npy file ('<f4', values from a fixed LCG).
 "$(dirname "$0")/lcg_npy.py" "$dir/x.npy" 12345 3.0 36 256 ||
     { echo "FAIL: cannot write x.npy"; exit 1; }
@@ -68,7 +62,7 @@ repeat() {
     echo "$name: $repeats runs"
 }
 
-a=(attn -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" -o "$dir/out.npy" --lse "$dir/out_lse.npy")
+a=(attn "${in[@]}" -o "$dir/out.npy" --lse "$dir/out_lse.npy")
 repeat ring2 "attn ring 2" 2 "${a[@]}" --ring 2
 # The 2 x 2 grid's columns are rings of 2 over the same token blocks.
 repeat ring2 "attn 2 x 2" 4 "${a[@]}" --ulysses 2 --ring 2

@@ -12,23 +12,12 @@
 # mpirun deadlocked in its own teardown (PMIx_server_finalize) in about one
 # run in fifteen, after every rank has ended: the launcher's defect, which
 # no rank can prevent (docs/cli.md, known gaps).
-set -u
-mpirun=$1
-fxattn=$2
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+# Usage: startup_stop.sh MPIRUN FXATTN
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 T=3
 
-"$fxattn" demo --frames 1 --height 4 --width 8 --heads 2 --dim 16 --save-inputs "$dir" \
-    >/dev/null || { echo "FAIL: demo inputs"; exit 1; }
+demo_inputs "$dir" --frames 1 --height 4 --width 8 --heads 2 --dim 16
 
 cat >"$dir/frozen.sh" <<'EOF'
 #!/bin/sh
@@ -44,8 +33,7 @@ frozen() {
     shift 2
     rm -f "$dir/frozen.pid"
     local t0=$SECONDS
-    timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none \
-        -np $((np - 1)) "$fxattn" "$@" --timeout "$T" : \
+    timeout -k 10 60 "${mpi[@]}" -np $((np - 1)) "$fxattn" "$@" --timeout "$T" : \
         -np 1 "$dir/frozen.sh" "$fxattn" "$@" --timeout "$T" >"$dir/log" 2>&1 &
     local tpid=$!
     pids+=("$tpid")
@@ -68,8 +56,7 @@ frozen() {
 }
 
 frozen "layer, 2 ranks" 2 layer --grid 1,2,4 --heads 2 --dim 16 --threads 1
-frozen "attn, 3 ranks" 3 attn -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" \
-    -o "$dir/out.npy" --threads 1
+frozen "attn, 3 ranks" 3 attn "${in[@]}" -o "$dir/out.npy" --threads 1
 frozen "bench, 3 ranks" 3 bench --seq 48 --heads 2 --dim 16 --threads 1 --repeats 1
 [ ! -e "$dir/out.npy" ] || bad "attn wrote an output"
 

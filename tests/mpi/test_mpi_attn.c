@@ -27,8 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fxattn_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 static fxa_ctx *g_ctx;
 static fxa_mpi *g_mpi;
@@ -37,42 +36,6 @@ static int g_grid_rank; /* in the grid: the rank to shard by */
 static int g_size;
 static int g_ulysses;
 static int g_ring;
-
-/* Copy the shard [t0, t0 + n) of a [B, H, S, D] tensor (the case's layout,
- * es bytes per element) into dst laid out with S = n. */
-static void take_shard(const fxa_attn_desc *d, const void *src, int64_t heads, int64_t seq,
-                       int64_t t0, int64_t n, size_t es, void *dst)
-{
-    const size_t row = (size_t)d->head_dim * es;
-    for (int64_t b = 0; b < d->batch; b++)
-        for (int64_t h = 0; h < heads; h++)
-            for (int64_t t = 0; t < n; t++) {
-                const int64_t from = d->layout == FXA_LAYOUT_BSHD
-                                         ? ((b * seq + t0 + t) * heads + h) * d->head_dim
-                                         : ((b * heads + h) * seq + t0 + t) * d->head_dim;
-                const int64_t to = d->layout == FXA_LAYOUT_BSHD
-                                       ? ((b * n + t) * heads + h) * d->head_dim
-                                       : ((b * heads + h) * n + t) * d->head_dim;
-                memcpy((char *)dst + (size_t)to * es, (const char *)src + (size_t)from * es, row);
-            }
-}
-
-/* The inverse for fp32 outputs: write a shard into a global tensor. */
-static void put_shard(const fxa_attn_desc *d, float *dst, int64_t heads, int64_t seq, int64_t t0,
-                      int64_t n, const float *src)
-{
-    for (int64_t b = 0; b < d->batch; b++)
-        for (int64_t h = 0; h < heads; h++)
-            for (int64_t t = 0; t < n; t++) {
-                const int64_t to = d->layout == FXA_LAYOUT_BSHD
-                                       ? ((b * seq + t0 + t) * heads + h) * d->head_dim
-                                       : ((b * heads + h) * seq + t0 + t) * d->head_dim;
-                const int64_t from = d->layout == FXA_LAYOUT_BSHD
-                                         ? ((b * n + t) * heads + h) * d->head_dim
-                                         : ((b * heads + h) * n + t) * d->head_dim;
-                memcpy(dst + to, src + from, (size_t)d->head_dim * sizeof(float));
-            }
-}
 
 typedef struct problem {
     const char *name;
@@ -115,8 +78,6 @@ static void run_problem(const problem *pr)
     tcase_init(&t, &pr->d);
     fill(&t, pr);
     const fxa_attn_desc *d = &t.d;
-    const size_t es = d->dtype == FXA_F32 ? 4 : 2;
-    const int wide = d->dtype != FXA_F32;
     const int64_t rows = d->batch * d->heads_q * d->seq_q;
     /* Single process. */
     float *ref = calloc((size_t)t.nq, sizeof(float));
@@ -138,30 +99,20 @@ static void run_problem(const problem *pr)
         CHECK(tcase_run(&t, g_ctx, d->mode, NULL, ref, NULL, NULL, NULL, NULL) == FXA_OK, "rerun");
     }
     /* This rank's shards. */
-    int64_t q0;
-    int64_t qn;
-    int64_t k0;
-    int64_t kn;
-    fxa_mpi_shard(d->seq_q, g_size, g_grid_rank, &q0, &qn);
-    fxa_mpi_shard(d->seq_kv, g_size, g_grid_rank, &k0, &kn);
-    char *q = malloc((size_t)(d->batch * d->heads_q * qn * d->head_dim) * es + 1);
-    char *k = malloc((size_t)(d->batch * d->heads_kv * kn * d->head_dim) * es + 1);
-    char *v = malloc((size_t)(d->batch * d->heads_kv * kn * d->head_dim) * es + 1);
-    float *out = calloc((size_t)(d->batch * d->heads_q * qn * d->head_dim) + 1, sizeof(float));
-    float *lse = calloc((size_t)(d->batch * d->heads_q * qn) + 1, sizeof(float));
-    float *parts = calloc((size_t)(3 * d->batch * d->heads_q * qn) + 1, sizeof(float));
-    uint8_t *fb = calloc((size_t)(d->batch * d->heads_q * qn) + 1, 1);
-    take_shard(d, wide ? (void *)t.q16 : (void *)t.q, d->heads_q, d->seq_q, q0, qn, es, q);
-    take_shard(d, wide ? (void *)t.k16 : (void *)t.k, d->heads_kv, d->seq_kv, k0, kn, es, k);
-    take_shard(d, wide ? (void *)t.v16 : (void *)t.v, d->heads_kv, d->seq_kv, k0, kn, es, v);
+    const fxt_mpi_split sp = fxt_mpi_split_of(d, g_size, g_grid_rank);
+    fxt_mpi_qkv in = fxt_mpi_take_tcase(&t, &sp);
+    float *out = calloc((size_t)sp.nq + 1, sizeof(float));
+    float *lse = calloc((size_t)sp.rows + 1, sizeof(float));
+    float *parts = calloc((size_t)(3 * sp.rows) + 1, sizeof(float));
+    uint8_t *fb = calloc((size_t)sp.rows + 1, 1);
     fxa_mpi_attn_plan *plan = NULL;
     fxa_status st = fxa_mpi_attn_plan_create(g_mpi, d, &plan);
     CHECK(st == FXA_OK, "%s: plan: %s", pr->name, fxa_mpi_last_error(g_mpi));
     fxa_mpi_stats ms = {.struct_size = sizeof ms};
     const fxa_attn_args a = {.struct_size = sizeof a,
-                             .q = q,
-                             .k = k,
-                             .v = v,
+                             .q = in.q,
+                             .k = in.k,
+                             .v = in.v,
                              .out = out,
                              .lse = lse,
                              .row_fallback = fb,
@@ -195,11 +146,8 @@ static void run_problem(const problem *pr)
     float *full = calloc((size_t)t.nq, sizeof(float));
     float *lse_mine = calloc((size_t)rows, sizeof(float));
     float *lse_full = calloc((size_t)rows, sizeof(float));
-    put_shard(d, mine, d->heads_q, d->seq_q, q0, qn, out);
-    for (int64_t b = 0; b < d->batch; b++)
-        for (int64_t h = 0; h < d->heads_q; h++)
-            memcpy(lse_mine + (b * d->heads_q + h) * d->seq_q + q0, lse + (b * d->heads_q + h) * qn,
-                   (size_t)qn * sizeof(float));
+    fxt_mpi_put_q(d, &sp, sizeof(float), mine, out);
+    fxt_mpi_put_rows(d, &sp, sizeof(float), lse_mine, lse);
     MPI_Allreduce(mine, full, (int)t.nq, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(lse_mine, lse_full, (int)rows, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     terr e;
@@ -224,9 +172,9 @@ static void run_problem(const problem *pr)
     double max_diff = 0.0;
     for (int64_t b = 0; b < d->batch; b++)
         for (int64_t h = 0; h < d->heads_q; h++)
-            for (int64_t i = 0; i < qn; i++) {
-                const int64_t r = (b * d->heads_q + h) * d->seq_q + q0 + i;
-                const int64_t rl = (b * d->heads_q + h) * qn + i;
+            for (int64_t i = 0; i < sp.qn; i++) {
+                const int64_t r = (b * d->heads_q + h) * d->seq_q + sp.q0 + i;
+                const int64_t rl = (b * d->heads_q + h) * sp.qn + i;
                 fb_same &= ref_fb[r] == fb[rl];
                 bits_same &= test_f32_bits(ref_lse[r]) == test_f32_bits(lse[rl]);
                 const float *pr3 = parts + 3 * rl;
@@ -235,8 +183,8 @@ static void run_problem(const problem *pr)
                 const double want = (double)lse[rl] * 1.4426950408889634;
                 const double allow = fmax(8.0 * 0x1p-24 * fabs(want), 0x1p-20);
                 parts_err = fmax(parts_err, fabs(lse2 - want) / allow);
-                const float *x = full + tcase_q_off(&t, b, h, q0 + i);
-                const float *y = ref + tcase_q_off(&t, b, h, q0 + i);
+                const float *x = full + tcase_q_off(&t, b, h, sp.q0 + i);
+                const float *y = ref + tcase_q_off(&t, b, h, sp.q0 + i);
                 for (int64_t c = 0; c < d->head_dim; c++) {
                     bits_same &= test_f32_bits(x[c]) == test_f32_bits(y[c]);
                     const double diff = fabs((double)x[c] - (double)y[c]);
@@ -261,9 +209,7 @@ static void run_problem(const problem *pr)
               pr->name, max_diff, tol);
     }
     fxa_mpi_attn_plan_destroy(plan);
-    free(q);
-    free(k);
-    free(v);
+    fxt_mpi_qkv_free(&in);
     free(out);
     free(lse);
     free(parts);
@@ -322,10 +268,7 @@ static void check_placement(const char *list)
     CHECK(fxa_mpi_grid_rank(MPI_COMM_WORLD, FXA_MPI_PLACE_HOSTS, &alone) == FXA_OK &&
               alone == g_grid_rank,
           "fxa_mpi_grid_rank %d, the context's %d: %s", alone, g_grid_rank, fxa_mpi_create_error());
-    fxa_mpi_params mp;
-    fxa_mpi_params_init(&mp);
-    mp.ulysses = g_ulysses;
-    mp.ring = g_ring;
+    fxa_mpi_params mp = fxt_mpi_params(g_ulysses, g_ring);
     mp.placement = FXA_MPI_PLACE_RANKS;
     fxa_mpi *in_order = NULL;
     CHECK(fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &mp, &in_order) == FXA_OK &&
@@ -349,13 +292,7 @@ static problem make(const char *name, int64_t b, int64_t hq, int64_t hkv, int64_
                     int64_t dim)
 {
     problem p = {.name = name, .q_scale = 1.0};
-    fxa_attn_desc_init(&p.d);
-    p.d.batch = b;
-    p.d.heads_q = hq;
-    p.d.heads_kv = hkv;
-    p.d.seq_q = sq;
-    p.d.seq_kv = skv;
-    p.d.head_dim = dim;
+    fxt_attn_desc(&p.d, b, hq, hkv, sq, skv, dim);
     return p;
 }
 
@@ -366,22 +303,10 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     g_ulysses = argc > 1 ? atoi(argv[1]) : 1;
     g_ring = argc > 2 ? atoi(argv[2]) : g_size;
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    if (fxa_ctx_create(&cp, &g_ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    fxa_mpi_params mp;
-    fxa_mpi_params_init(&mp);
-    mp.ulysses = g_ulysses;
-    mp.ring = g_ring;
+    g_ctx = fxt_mpi_ctx(1);
+    fxa_mpi_params mp = fxt_mpi_params(g_ulysses, g_ring);
     mp.prefetch = argc > 3 ? atoi(argv[3]) : 0;
-    if (fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &mp, &g_mpi) != FXA_OK) {
-        fprintf(stderr, "rank %d: fxa_mpi_create: %s\n", g_rank, fxa_mpi_create_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    g_mpi = fxt_mpi_grid(g_ctx, &mp);
     g_grid_rank = fxa_mpi_rank(g_mpi);
     const char *hosts = getenv("FXA_MPI_TEST_HOSTS");
     if (hosts && *hosts)
@@ -415,10 +340,5 @@ int main(int argc, char **argv)
     run_problem(&p);
     fxa_mpi_destroy(g_mpi);
     fxa_ctx_destroy(g_ctx);
-    int failures = g_failures;
-    int all = 0;
-    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    int rc = test_summary("test_mpi_attn");
-    MPI_Finalize();
-    return all ? 1 : rc;
+    return fxt_mpi_finish("test_mpi_attn");
 }

@@ -26,8 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fxattn_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 static const double DEADLINE = 2.0;
 
@@ -58,49 +57,27 @@ static int untouched(const void *p, size_t n)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int world = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (world != 2 || argc != 3) {
+    fxt_mpi_world_rank(2);
+    if (argc != 3) {
         fprintf(stderr, "usage: mpirun -np 2 test_mpi_bwd_stall U R (U * R = 2)\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    fxa_ctx *ctx = NULL;
-    fxa_mpi *m = NULL;
-    fxa_mpi_params mp;
-    fxa_mpi_params_init(&mp);
-    mp.ulysses = atoi(argv[1]);
-    mp.ring = atoi(argv[2]);
+    fxa_mpi_params mp = fxt_mpi_params(atoi(argv[1]), atoi(argv[2]));
     mp.timeout_seconds = DEADLINE;
-    if (fxa_ctx_create(&cp, &ctx) != FXA_OK ||
-        fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK) {
-        fprintf(stderr, "context: %s %s\n", fxa_ctx_create_error(), fxa_mpi_create_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    fxa_mpi *m = fxt_mpi_grid(fxt_mpi_ctx(1), &mp);
     const int rank = fxa_mpi_rank(m);
 
     /* 4 heads x 64 over 2560 tokens, fp32, BSHD: this rank's 1280. */
-    fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = 1;
-    d.heads_q = d.heads_kv = 4;
-    d.seq_q = d.seq_kv = 2560;
-    d.head_dim = 64;
-    d.dtype = FXA_F32;
-    d.layout = FXA_LAYOUT_BSHD;
-    int64_t t0 = 0, tn = 0;
-    fxa_mpi_shard(d.seq_q, 2, rank, &t0, &tn);
-    const size_t n = (size_t)(tn * d.heads_q * d.head_dim);
-    const size_t rows = (size_t)(tn * d.heads_q);
+    const fxa_attn_desc d = fxt_mpi_desc(1, 4, 4, 2560, 2560, 64, FXA_F32, FXA_LAYOUT_BSHD);
+    const fxt_mpi_split sp = fxt_mpi_split_of(&d, 2, rank);
+    const size_t n = (size_t)sp.nq; /* of Q, K, V and each output */
+    const size_t rows = (size_t)sp.rows;
     float *buf = malloc((8 * n + rows) * sizeof(float));
     float *q = buf, *k = q + n, *v = k + n, *out = v + n, *dout = out + n;
     float *dq = dout + n, *dk = dq + n, *dv = dk + n, *lse = dv + n;
     fxt_rng r;
     fxt_rng_seed(&r, 11 + (uint64_t)rank);
-    for (size_t i = 0; i < 5 * n; i++)
-        buf[i] = (float)fxt_rng_normal(&r);
+    fxt_mpi_fill(&r, FXA_F32, buf, (int64_t)(5 * n), 1.0);
 
     fxa_mpi_attn_plan *fp = NULL;
     fxa_mpi_attn_bwd_plan *bp = NULL;
@@ -112,16 +89,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: setup: %s\n", rank, fxa_mpi_last_error(m));
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    const fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                                 .q = q,
-                                 .k = k,
-                                 .v = v,
-                                 .out = out,
-                                 .dout = dout,
-                                 .lse = lse,
-                                 .dq = dq,
-                                 .dk = dk,
-                                 .dv = dv};
+    const fxa_attn_bwd_args a = fxt_bwd_args(q, k, v, out, dout, lse, dq, dk, dv);
     MPI_Barrier(MPI_COMM_WORLD);
     const double start = MPI_Wtime();
     if (rank == 1) {

@@ -14,8 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "fxattn_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 static int g_rank;
 
@@ -26,15 +25,6 @@ static void base_model(fxa_grid_model *m)
     m->heads = 2;
     m->head_dim = 32;
     m->rank_flops = 5e9;
-}
-
-/* 1 when x is the same on every rank. */
-static int same_everywhere(double x)
-{
-    double lo = x, hi = x;
-    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return lo == hi;
 }
 
 static void given_model(fxa_mpi *mpi)
@@ -81,7 +71,7 @@ static void measured_model(fxa_mpi *mpi)
                              m.step_flops[1],
                              best.seconds};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        CHECK(same_everywhere(fields[i]), "field %zu differs between the ranks", i);
+        CHECK(fxt_mpi_same_everywhere(fields[i]), "field %zu differs between the ranks", i);
     CHECK(best.ulysses * best.ring == 2, "best %d x %d", best.ulysses, best.ring);
     for (int u = 1; u <= 2; u++) {
         fxa_grid_time t = {.struct_size = sizeof t};
@@ -131,18 +121,9 @@ static void misuse(fxa_mpi *mpi)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int size = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 2) {
-        fprintf(stderr, "run on 2 ranks\n");
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    fxa_ctx *ctx = NULL;
-    CHECK(fxa_ctx_create(&cp, &ctx) == FXA_OK, "context: %s", fxa_ctx_create_error());
+    g_rank = fxt_mpi_world_rank(2);
+    fxa_ctx *ctx = fxt_ctx(1);
+    CHECK(ctx != NULL, "no context");
     fxa_mpi_params p;
     fxa_mpi_params_init(&p);
     p.timeout_seconds = 60.0;
@@ -154,8 +135,5 @@ int main(int argc, char **argv)
     misuse(mpi);
     fxa_mpi_destroy(mpi);
     fxa_ctx_destroy(ctx);
-    if (g_rank == 0)
-        printf("grid_plan: ok\n");
-    MPI_Finalize();
-    return 0;
+    return fxt_mpi_finish("test_mpi_grid_plan");
 }

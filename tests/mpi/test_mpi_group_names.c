@@ -14,23 +14,14 @@
 #include <unistd.h>
 
 #include "mpi/mpi_internal.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int rank = 0, size = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 4) {
-        fprintf(stderr, "run on 4 ranks\n");
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    fxa_ctx *ctx = NULL;
-    CHECK(fxa_ctx_create(&cp, &ctx) == FXA_OK, "context: %s", fxa_ctx_create_error());
+    const int rank = fxt_mpi_world_rank(4);
+    fxa_ctx *ctx = fxt_ctx(1);
+    CHECK(ctx != NULL, "no context");
     MPI_Comm group;
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &group);
     fxa_mpi_params p;
@@ -42,11 +33,7 @@ int main(int argc, char **argv)
     CHECK(fxa_mpi_name_ranks(m, rank) == FXA_OK, "naming: %s", fxa_mpi_last_error(m));
 
     fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = 1;
-    d.heads_q = d.heads_kv = 2;
-    d.seq_q = d.seq_kv = 8;
-    d.head_dim = 16;
+    fxt_attn_desc(&d, 1, 2, 2, 8, 8, 16);
     fxa_mpi_attn_plan *plan = NULL;
     CHECK(fxa_mpi_attn_plan_create(m, &d, &plan) == FXA_OK, "plan: %s", fxa_mpi_last_error(m));
     float *x = calloc(4 * 2 * 16, sizeof(float));

@@ -12,8 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fxattn_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 /* The call took at most 5 s (deadline 1 s, plus polling and start-up). */
 static void check_bounded(const char *label, double t0)
@@ -33,23 +32,13 @@ static void check_timeout(const char *label, fxa_status st, const char *msg)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int rank = 0, size = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 2) {
-        fprintf(stderr, "run on 2 ranks\n");
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    if (rank == 1) {
+    if (fxt_mpi_world_rank(2) == 1) {
         sleep(60); /* never arrives: rank 0 ends the job first */
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     setenv("FXA_MPI_TIMEOUT", "1", 1);
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    fxa_ctx *ctx = NULL;
-    CHECK(fxa_ctx_create(&cp, &ctx) == FXA_OK, "context: %s", fxa_ctx_create_error());
+    fxa_ctx *ctx = fxt_ctx(1);
+    CHECK(ctx != NULL, "no context");
 
     fxa_mpi_params p;
     fxa_mpi_params_init(&p);

@@ -15,8 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fxattn_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 static fxa_ctx *g_ctx;
 static int g_rank;
@@ -40,17 +39,60 @@ static void check_everywhere(const char *label, fxa_status st, const char *msg, 
         printf("  %-40s -> %s (%.3f s)\n", label, msg, secs);
 }
 
+/* fxa_mpi_create of p on comm, which must fail alike on every rank. */
+static fxa_status create_fails(const char *label, MPI_Comm comm, const fxa_mpi_params *p,
+                               fxa_mpi **m)
+{
+    const double t0 = MPI_Wtime();
+    const fxa_status st = fxa_mpi_create(comm, g_ctx, p, m);
+    check_everywhere(label, st, fxa_mpi_create_error(), t0);
+    return st;
+}
+
+/* A plan of d (this rank's) on m, which must fail alike on every rank. */
+static fxa_status plan_fails(const char *label, fxa_mpi *m, const fxa_attn_desc *d,
+                             fxa_mpi_attn_plan **plan)
+{
+    const double t0 = MPI_Wtime();
+    const fxa_status st = fxa_mpi_attn_plan_create(m, d, plan);
+    check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+    return st;
+}
+
+/* A run of plan on m with a and stats, which must fail alike on every rank. */
+static fxa_status run_fails(const char *label, fxa_mpi *m, fxa_mpi_attn_plan *plan,
+                            const fxa_attn_args *a, fxa_mpi_stats *stats)
+{
+    const double t0 = MPI_Wtime();
+    const fxa_status st = fxa_mpi_attn_run(plan, a, stats);
+    check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+    return st;
+}
+
 static fxa_attn_desc base_desc(void)
 {
     fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = 1;
-    d.heads_q = 4;
-    d.heads_kv = 4;
-    d.seq_q = 64;
-    d.seq_kv = 64;
-    d.head_dim = 16;
+    fxt_attn_desc(&d, 1, 4, 4, 64, 64, 16);
     return d;
+}
+
+/* A params struct of a release whose struct ends at `size`: the fields it
+ * has are set, 0xff bytes past them; accepted, nothing past it read. */
+static void check_old_params(size_t size, const char *release)
+{
+    fxa_mpi_params p;
+    memset(&p, 0xff, sizeof p);
+    p.struct_size = size;
+    p.ulysses = 1;
+    p.ring = 0;
+    p.prefetch = 0;
+    if (size > offsetof(fxa_mpi_params, timeout_seconds))
+        p.timeout_seconds = 0.0;
+    fxa_mpi *m = NULL;
+    const fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
+    CHECK(st == FXA_OK && m != NULL, "a %s params struct is refused: %s", release,
+          fxa_mpi_create_error());
+    fxa_mpi_destroy(m);
 }
 
 static void test_grid(void)
@@ -60,46 +102,30 @@ static void test_grid(void)
     fxa_mpi_params_init(&p);
     p.ulysses = 3;
     p.ring = 1;
-    double t0 = MPI_Wtime();
-    fxa_status st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-    check_everywhere("U x R != P", st, fxa_mpi_create_error(), t0);
+    create_fails("U x R != P", MPI_COMM_WORLD, &p, &m);
     CHECK(m == NULL, "no handle on failure");
     p.ulysses = g_rank == 0 ? 2 : 4;
     p.ring = g_rank == 0 ? 2 : 1;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-    check_everywhere("ranks disagree on the grid", st, fxa_mpi_create_error(), t0);
+    create_fails("ranks disagree on the grid", MPI_COMM_WORLD, &p, &m);
     /* Deadlines: not a positive number of seconds, or different on one rank. */
     fxa_mpi_params_init(&p);
     p.timeout_seconds = -1.0;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-    check_everywhere("timeout_seconds -1", st, fxa_mpi_create_error(), t0);
+    create_fails("timeout_seconds -1", MPI_COMM_WORLD, &p, &m);
     p.timeout_seconds = 2e9;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-    check_everywhere("timeout_seconds 2e9", st, fxa_mpi_create_error(), t0);
+    create_fails("timeout_seconds 2e9", MPI_COMM_WORLD, &p, &m);
     CHECK(strstr(fxa_mpi_create_error(), "longer than the longest deadline, 1e9 s") != NULL,
           "timeout_seconds 2e9: %s", fxa_mpi_create_error());
     p.timeout_seconds = g_rank == 3 ? 30.0 : 0.0;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-    check_everywhere("ranks disagree on the timeout", st, fxa_mpi_create_error(), t0);
+    create_fails("ranks disagree on the timeout", MPI_COMM_WORLD, &p, &m);
     /* Placement: an unknown value, or different on one rank. */
     fxa_mpi_params_init(&p);
     p.placement = 7;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-    check_everywhere("placement 7", st, fxa_mpi_create_error(), t0);
+    create_fails("placement 7", MPI_COMM_WORLD, &p, &m);
     p.placement = g_rank == 1 ? FXA_MPI_PLACE_RANKS : FXA_MPI_PLACE_HOSTS;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-    check_everywhere("ranks disagree on the placement", st, fxa_mpi_create_error(), t0);
+    create_fails("ranks disagree on the placement", MPI_COMM_WORLD, &p, &m);
     /* MPI_COMM_NULL on every rank: refused at once, never MPI's fatal
      * error handler. */
-    t0 = MPI_Wtime();
-    st = fxa_mpi_create(MPI_COMM_NULL, g_ctx, &p, &m);
-    check_everywhere("MPI_COMM_NULL", st, fxa_mpi_create_error(), t0);
+    fxa_status st = create_fails("MPI_COMM_NULL", MPI_COMM_NULL, &p, &m);
     CHECK(st == FXA_ERR_INVALID_ARG && strstr(fxa_mpi_create_error(), "MPI_COMM_NULL") && !m,
           "fxa_mpi_create(MPI_COMM_NULL): %s, %s", fxa_status_str(st), fxa_mpi_create_error());
     int grid_rank = -1;
@@ -112,46 +138,17 @@ static void test_grid(void)
     CHECK(st == FXA_ERR_INVALID_ARG && grid_rank == -1 &&
               strstr(fxa_mpi_create_error(), "placement"),
           "fxa_mpi_grid_rank with placement 7: %s, %s", fxa_status_str(st), fxa_mpi_create_error());
-    /* A caller built against 0.1.1 (no placement): accepted, placed by
-     * hosts, nothing past its struct is read. */
-    struct {
-        fxa_mpi_params p;
-    } v011;
-    memset(&v011, 0xff, sizeof v011);
-    v011.p.struct_size = offsetof(fxa_mpi_params, placement);
-    v011.p.ulysses = 1;
-    v011.p.ring = 0;
-    v011.p.prefetch = 0;
-    v011.p.timeout_seconds = 0.0;
-    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &v011.p, &m);
-    CHECK(st == FXA_OK && m != NULL, "a 0.1.1 params struct is refused: %s",
-          fxa_mpi_create_error());
-    fxa_mpi_destroy(m);
-    m = NULL;
-    /* A caller built against 0.1.0 (no timeout_seconds): accepted, the
-     * default deadline applies, nothing past its struct is read. */
-    struct {
-        fxa_mpi_params p; /* only the old part is declared valid */
-    } old;
-    memset(&old, 0xff, sizeof old);
-    old.p.struct_size = offsetof(fxa_mpi_params, timeout_seconds);
-    old.p.ulysses = 1;
-    old.p.ring = 0;
-    old.p.prefetch = 0;
-    st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &old.p, &m);
-    CHECK(st == FXA_OK && m != NULL, "an older params struct is refused: %s",
-          fxa_mpi_create_error());
-    fxa_mpi_destroy(m);
-    m = NULL;
+    /* Callers built against 0.1.1 (no placement: placed by hosts) and
+     * 0.1.0 (no timeout_seconds: the default deadline). */
+    check_old_params(offsetof(fxa_mpi_params, placement), "0.1.1");
+    check_old_params(offsetof(fxa_mpi_params, timeout_seconds), "0.1.0");
     /* Sizes no release had: below 0.1.0's, past the current one. */
     const size_t sizes[2] = {sizeof(size_t), sizeof(fxa_mpi_params) + 8};
     for (int i = 0; i < 2; i++) {
         fxa_mpi_params_init(&p);
         p.struct_size = sizes[i];
-        t0 = MPI_Wtime();
-        st = fxa_mpi_create(MPI_COMM_WORLD, g_ctx, &p, &m);
-        check_everywhere(i ? "params struct_size too large" : "params struct_size too small", st,
-                         fxa_mpi_create_error(), t0);
+        st = create_fails(i ? "params struct_size too large" : "params struct_size too small",
+                          MPI_COMM_WORLD, &p, &m);
         CHECK(st == FXA_ERR_INVALID_ARG && !m &&
                   strstr(fxa_mpi_create_error(), "fxa_mpi_params.struct_size"),
               "params struct_size %zu: %s, %s", sizes[i], fxa_status_str(st),
@@ -165,27 +162,19 @@ static void test_plans(fxa_mpi *m)
     fxa_mpi_attn_plan *plan = NULL;
     if (g_rank == 2)
         d.seq_q = 65;
-    double t0 = MPI_Wtime();
-    fxa_status st = fxa_mpi_attn_plan_create(m, &d, &plan);
-    check_everywhere("one rank has another shape", st, fxa_mpi_last_error(m), t0);
+    plan_fails("one rank has another shape", m, &d, &plan);
     d = base_desc();
     if (g_rank == 3)
         d.heads_kv = 3;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_attn_plan_create(m, &d, &plan);
-    check_everywhere("one rank has an invalid descriptor", st, fxa_mpi_last_error(m), t0);
+    plan_fails("one rank has an invalid descriptor", m, &d, &plan);
     d = base_desc();
     if (g_rank == 1)
         d.center = 0;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_attn_plan_create(m, &d, &plan);
-    check_everywhere("one rank has other options", st, fxa_mpi_last_error(m), t0);
+    plan_fails("one rank has other options", m, &d, &plan);
     /* Masks and causal are libfxattn's alone: refused on every rank. */
     d = base_desc();
     d.causal = 1;
-    t0 = MPI_Wtime();
-    st = fxa_mpi_attn_plan_create(m, &d, &plan);
-    check_everywhere("causal", st, fxa_mpi_last_error(m), t0);
+    const fxa_status st = plan_fails("causal", m, &d, &plan);
     CHECK(st == FXA_ERR_UNSUPPORTED && strstr(fxa_mpi_last_error(m), "no attention mask"),
           "causal: %d '%s'", (int)st, fxa_mpi_last_error(m));
     CHECK(plan == NULL, "no plan on failure");
@@ -243,11 +232,9 @@ static void test_runs(fxa_mpi *m, const char *grid)
         if (g_rank == 1)
             which[t][5] = NAN;
         fxa_attn_args a = {.struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out};
-        const double t0 = MPI_Wtime();
-        fxa_status st = fxa_mpi_attn_run(plan, &a, NULL);
         char label[80];
         snprintf(label, sizeof label, "%s: NaN in %s on rank 1", grid, tensor[t]);
-        check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+        run_fails(label, m, plan, &a, NULL);
         CHECK(strstr(fxa_mpi_last_error(m), "rank 1: ") &&
                   strstr(fxa_mpi_last_error(m), "token 16,"),
               "%s: the owner and the global token are named: %s", label, fxa_mpi_last_error(m));
@@ -259,10 +246,9 @@ static void test_runs(fxa_mpi *m, const char *grid)
     }
     fxa_attn_args a = {
         .struct_size = sizeof a, .q = q, .k = k, .v = v, .out = g_rank == 2 ? NULL : out};
-    double t0 = MPI_Wtime();
     char label[80];
     snprintf(label, sizeof label, "%s: NULL output on rank 2", grid);
-    check_everywhere(label, fxa_mpi_attn_run(plan, &a, NULL), fxa_mpi_last_error(m), t0);
+    run_fails(label, m, plan, &a, NULL);
     /* Outputs that share memory with an input or with each other, on one
      * rank: every grid writes them only after reading every input, so
      * only a check up front refuses them. */
@@ -275,9 +261,8 @@ static void test_runs(fxa_mpi *m, const char *grid)
             a.lse = out + 8;
         else if (g_rank == 3)
             a.out = c == 1 ? q : k;
-        t0 = MPI_Wtime();
         snprintf(label, sizeof label, "%s: %s on rank 3", grid, alias_label[c]);
-        check_everywhere(label, fxa_mpi_attn_run(plan, &a, NULL), fxa_mpi_last_error(m), t0);
+        run_fails(label, m, plan, &a, NULL);
         CHECK(strstr(fxa_mpi_last_error(m), "rank 3: ") &&
                   strstr(fxa_mpi_last_error(m), "must not share memory"),
               "%s: %s", label, fxa_mpi_last_error(m));
@@ -290,10 +275,8 @@ static void test_runs(fxa_mpi *m, const char *grid)
     CHECK(fxa_mpi_attn_plan_create(m, &other, &plan2) == FXA_OK, "plan 2: %s",
           fxa_mpi_last_error(m));
     a = (fxa_attn_args){.struct_size = sizeof a, .q = q, .k = k, .v = v, .out = out};
-    t0 = MPI_Wtime();
     snprintf(label, sizeof label, "%s: another plan on rank 2", grid);
-    check_everywhere(label, fxa_mpi_attn_run(g_rank == 2 ? plan2 : plan, &a, NULL),
-                     fxa_mpi_last_error(m), t0);
+    run_fails(label, m, g_rank == 2 ? plan2 : plan, &a, NULL);
     CHECK(strstr(fxa_mpi_last_error(m), "run different plans") != NULL, "%s: %s", label,
           fxa_mpi_last_error(m));
     fxa_mpi_attn_plan_destroy(plan2);
@@ -355,10 +338,8 @@ static void test_struct_sizes(fxa_mpi *m, const char *grid)
         big.d = d;
         big.d.struct_size = desc_sizes[i];
         plan_old = NULL;
-        double t0 = MPI_Wtime();
-        fxa_status st = fxa_mpi_attn_plan_create(m, &big.d, &plan_old);
         snprintf(label, sizeof label, "%s: desc struct_size %zu", grid, desc_sizes[i]);
-        check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+        const fxa_status st = plan_fails(label, m, &big.d, &plan_old);
         CHECK(st == FXA_ERR_INVALID_ARG && !plan_old &&
                   strstr(fxa_mpi_last_error(m), "fxa_attn_desc.struct_size"),
               "%s: %s", label, fxa_mpi_last_error(m));
@@ -375,10 +356,8 @@ static void test_struct_sizes(fxa_mpi *m, const char *grid)
         big.a = (fxa_attn_args){.struct_size = arg_sizes[i], .q = q, .k = k, .v = v, .out = out};
         for (size_t e = 0; e < elems; e++)
             out[e] = -7.0f;
-        const double t0 = MPI_Wtime();
-        const fxa_status st = fxa_mpi_attn_run(plan, &big.a, NULL);
         snprintf(label, sizeof label, "%s: args struct_size %zu", grid, arg_sizes[i]);
-        check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+        const fxa_status st = run_fails(label, m, plan, &big.a, NULL);
         int untouched = 1;
         for (size_t e = 0; e < elems; e++)
             untouched &= out[e] == -7.0f;
@@ -406,10 +385,8 @@ static void test_struct_sizes(fxa_mpi *m, const char *grid)
           fxa_mpi_last_error(m), (long long)stats.s.rows);
     memset(&stats, 0xab, sizeof stats);
     stats.s.struct_size = sizeof(size_t);
-    double t0 = MPI_Wtime();
-    st = fxa_mpi_attn_run(plan, &a, &stats.s);
     snprintf(label, sizeof label, "%s: stats struct_size %zu", grid, sizeof(size_t));
-    check_everywhere(label, st, fxa_mpi_last_error(m), t0);
+    st = run_fails(label, m, plan, &a, &stats.s);
     const unsigned char *bytes = (const unsigned char *)&stats.s.rows;
     int untouched = 1;
     for (size_t i = 0; i < sizeof stats - sizeof(size_t); i++)
@@ -442,15 +419,9 @@ static void die_midway(fxa_mpi *m, int killed)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    g_rank = fxt_mpi_world_rank(4);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    if (g_size != 4 || fxa_ctx_create(&cp, &g_ctx) != FXA_OK) {
-        fprintf(stderr, "run on 4 ranks\n");
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    g_ctx = fxt_mpi_ctx(1);
     const int grids[3][2] = {{1, 4}, {4, 1}, {2, 2}};
     fxa_mpi *m = NULL;
     fxa_mpi_params p;
@@ -478,10 +449,5 @@ int main(int argc, char **argv)
         fxa_mpi_destroy(m);
     }
     fxa_ctx_destroy(g_ctx);
-    int failures = g_failures;
-    int all = 0;
-    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    int rc = test_summary("test_mpi_misuse");
-    MPI_Finalize();
-    return all ? 1 : rc;
+    return fxt_mpi_finish("test_mpi_misuse");
 }

@@ -19,8 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fxattn_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 static long long g_isends;
 
@@ -51,54 +50,22 @@ static long long expected_sends(int64_t seq_kv, int64_t per_key, int64_t cap)
     return n_msgs;
 }
 
-/* A grid on MPI_COMM_WORLD with mp (fxa_mpi_create reads the test hook). */
-static fxa_mpi *open_mpi(fxa_ctx *ctx, const fxa_mpi_params *mp)
-{
-    fxa_mpi *m = NULL;
-    if (fxa_mpi_create(MPI_COMM_WORLD, ctx, mp, &m) != FXA_OK) {
-        fprintf(stderr, "fxa_mpi_create: %s\n", fxa_mpi_create_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    return m;
-}
-
 /* Each cap on a grid of its own: the cap is read when the grid is created. */
 static void run_dtype(fxa_ctx *ctx, const fxa_mpi_params *mp, fxa_dtype dtype)
 {
-    fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = 1;
-    d.heads_q = 4;
-    d.heads_kv = 2;
-    d.seq_q = 301;
-    d.seq_kv = 299;
-    d.head_dim = 32;
-    d.layout = FXA_LAYOUT_BSHD;
-    d.dtype = dtype;
+    const fxa_attn_desc d = fxt_mpi_desc(1, 4, 2, 301, 299, 32, dtype, FXA_LAYOUT_BSHD);
+    const fxt_mpi_split sp = fxt_mpi_split_of(&d, g_size, g_rank);
+    const int64_t nq = sp.nq;
+    const int64_t rows = sp.rows;
     const size_t es = dtype == FXA_F32 ? 4 : 2;
-    int64_t q0, qn, k0, kn;
-    fxa_mpi_shard(d.seq_q, g_size, g_rank, &q0, &qn);
-    fxa_mpi_shard(d.seq_kv, g_size, g_rank, &k0, &kn);
-    const int64_t nq = qn * d.heads_q * d.head_dim;
-    const int64_t nkv = kn * d.heads_kv * d.head_dim;
-    char *q = malloc((size_t)nq * es + 1);
-    char *k = malloc((size_t)nkv * es + 1);
-    char *v = malloc((size_t)nkv * es + 1);
+    void *q = malloc((size_t)nq * es + 1);
+    void *k = malloc((size_t)sp.nkv * es + 1);
+    void *v = malloc((size_t)sp.nkv * es + 1);
     fxt_rng r;
     fxt_rng_seed(&r, 77 + (uint64_t)g_rank);
-    char *bufs[3] = {q, k, v};
-    const int64_t lens[3] = {nq, nkv, nkv};
-    for (int b = 0; b < 3; b++)
-        for (int64_t i = 0; i < lens[b]; i++) {
-            const float x = (float)(2.0 * fxt_rng_normal(&r));
-            if (dtype == FXA_F32)
-                memcpy(bufs[b] + 4 * i, &x, 4);
-            else {
-                const uint16_t h = fxa_f32_to_bf16(x);
-                memcpy(bufs[b] + 2 * i, &h, 2);
-            }
-        }
-    const int64_t rows = d.heads_q * qn;
+    fxt_mpi_fill(&r, dtype, q, nq, 2.0);
+    fxt_mpi_fill(&r, dtype, k, sp.nkv, 2.0);
+    fxt_mpi_fill(&r, dtype, v, sp.nkv, 2.0);
     float *out[3];
     float *lse[3];
     const char *caps[3] = {NULL, "1000", "7"};
@@ -110,7 +77,7 @@ static void run_dtype(fxa_ctx *ctx, const fxa_mpi_params *mp, fxa_dtype dtype)
             setenv("FXA_MPI_TEST_MAX_ELEMENTS", caps[c], 1);
         else
             unsetenv("FXA_MPI_TEST_MAX_ELEMENTS");
-        fxa_mpi *m = open_mpi(ctx, mp);
+        fxa_mpi *m = fxt_mpi_grid(ctx, mp);
         if (!caps[c]) /* a cap set after the grid's creation does not reach its runs */
             setenv("FXA_MPI_TEST_MAX_ELEMENTS", "7", 1);
         fxa_mpi_attn_plan *plan = NULL;
@@ -158,13 +125,8 @@ static void run_dtype(fxa_ctx *ctx, const fxa_mpi_params *mp, fxa_dtype dtype)
  * on every rank; a limit of MPI's int counts is never the reason. */
 static void plan_over_2_31(fxa_mpi *m, const char *grid)
 {
-    fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = 1;
-    d.heads_q = d.heads_kv = 64;
-    d.seq_q = d.seq_kv = 300000LL * g_size;
-    d.head_dim = 128;
-    d.dtype = FXA_BF16;
+    const int64_t tokens = 300000LL * g_size;
+    const fxa_attn_desc d = fxt_mpi_desc(1, 64, 64, tokens, tokens, 128, FXA_BF16, FXA_LAYOUT_BSHD);
     fxa_mpi_attn_plan *plan = NULL;
     const fxa_status st = fxa_mpi_attn_plan_create(m, &d, &plan);
     CHECK((st == FXA_OK && plan) || (st == FXA_ERR_NO_MEMORY && !plan &&
@@ -182,22 +144,11 @@ int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    fxa_ctx *ctx = NULL;
-    fxa_mpi *m = NULL;
-    if (fxa_ctx_create(&cp, &ctx) != FXA_OK) {
-        fprintf(stderr, "context: %s\n", fxa_ctx_create_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    fxa_ctx *ctx = fxt_mpi_ctx(1);
     fxa_mpi_params mp;
     fxa_mpi_params_init(&mp);
     mp.prefetch = argc > 1 ? atoi(argv[1]) : 0;
-    if (fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK) {
-        fprintf(stderr, "fxa_mpi_create: %s\n", fxa_mpi_create_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    fxa_mpi *m = fxt_mpi_grid(ctx, &mp);
     g_rank = fxa_mpi_rank(m);
     run_dtype(ctx, &mp, FXA_F32);
     run_dtype(ctx, &mp, FXA_BF16);
@@ -205,17 +156,9 @@ int main(int argc, char **argv)
     fxa_mpi_destroy(m);
     mp.ulysses = g_size;
     mp.ring = 1;
-    if (fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK) {
-        fprintf(stderr, "fxa_mpi_create: %s\n", fxa_mpi_create_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    m = fxt_mpi_grid(ctx, &mp);
     plan_over_2_31(m, "Ulysses");
     fxa_mpi_destroy(m);
     fxa_ctx_destroy(ctx);
-    int failures = g_failures;
-    int all = 0;
-    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    const int rc = test_summary("test_mpi_pieces");
-    MPI_Finalize();
-    return all ? 1 : rc;
+    return fxt_mpi_finish("test_mpi_pieces");
 }

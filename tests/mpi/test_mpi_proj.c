@@ -10,10 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fxattn_mpi.h"
 #include "fxattn_proj.h"
 #include "fxattn_wan_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 static int g_rank;
 static int g_size;
@@ -80,15 +79,7 @@ static void make_full(full *f, fxa_ctx *ctx, int64_t tokens, int64_t hin, int64_
                              .q_out = f->q,
                              .k_out = f->k,
                              .v_out = f->v};
-    fxa_proj_plan *plan = NULL;
-    size_t bytes = 0;
-    CHECK(fxa_proj_plan_create(ctx, &f->d, &plan, &bytes) == FXA_OK, "plan: %s",
-          fxa_ctx_last_error(ctx));
-    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK(plan && ws && fxa_proj_run(plan, &a, ws) == FXA_OK, "single process: %s",
-          fxa_ctx_last_error(ctx));
-    free(ws);
-    fxa_proj_plan_destroy(plan);
+    CHECK(fxt_proj_once(ctx, &f->d, &a) == FXA_OK, "single process: %s", fxa_ctx_last_error(ctx));
 }
 
 /* The tensor-parallel projection d of a over m: plan, run on a fresh
@@ -135,16 +126,8 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    fxa_ctx *ctx = NULL;
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    fxa_mpi *m = NULL;
-    fxa_mpi_params mp;
-    fxa_mpi_params_init(&mp);
-    if (fxa_ctx_create(&cp, &ctx) != FXA_OK ||
-        fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK)
-        MPI_Abort(MPI_COMM_WORLD, 1);
+    fxa_ctx *ctx = fxt_mpi_ctx(1);
+    fxa_mpi *m = fxt_mpi_grid(ctx, NULL);
     full f;
     make_full(&f, ctx, 33, 96, 6, 3, 16);
     int64_t qa, qb, ka, kb;
@@ -223,9 +206,5 @@ int main(int argc, char **argv)
         free(bufs[i]);
     fxa_mpi_destroy(m);
     fxa_ctx_destroy(ctx);
-    int failures = g_failures, all = 0;
-    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    const int rc = test_summary("test_mpi_proj");
-    MPI_Finalize();
-    return all ? 1 : rc;
+    return fxt_mpi_finish("test_mpi_proj");
 }

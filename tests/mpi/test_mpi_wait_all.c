@@ -5,19 +5,12 @@
  * (FXA_ERR_TIMEOUT, not before 0.2 s, well within 5 s) and stays posted
  * (cancelled here); bad arguments are refused.
  */
-#include "fxattn_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int rank = 0, size = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 2) {
-        fprintf(stderr, "run on 2 ranks\n");
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    const int rank = fxt_mpi_world_rank(2);
     for (int spin = 0; spin < 2; spin++) {
         int out = rank + 10, in = -1;
         MPI_Request r[2];
@@ -40,9 +33,5 @@ int main(int argc, char **argv)
     CHECK(fxa_mpi_wait_all(1, NULL, 1.0, 0) == FXA_ERR_INVALID_ARG, "NULL requests");
     CHECK(fxa_mpi_wait_all(1, &r, -1.0, 0) == FXA_ERR_INVALID_ARG, "timeout -1");
     CHECK(fxa_mpi_wait_all(0, NULL, 1.0, 0) == FXA_OK, "no requests");
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0)
-        printf("wait_all: ok\n");
-    MPI_Finalize();
-    return 0;
+    return fxt_mpi_finish("test_mpi_wait_all");
 }

@@ -22,8 +22,7 @@
 #include <string.h>
 
 #include "alloc_count.h"
-#include "fxattn_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 #define RUNS 3
 
@@ -135,18 +134,26 @@ typedef struct zcase {
     int64_t batch, heads_q, heads_kv, seq_q, seq_kv;
 } zcase;
 
-/* n random inputs of dtype t (es bytes each) at x. */
-static void fill(fxt_rng *r, fxa_dtype t, char *x, int64_t n)
+/* A counted run starts: from here the allocator's count is the library's
+ * until an intercepted MPI function is entered. */
+static void counted_run_begin(void)
 {
-    for (int64_t i = 0; i < n; i++) {
-        const float f = (float)fxt_rng_normal(r);
-        if (t == FXA_F32) {
-            memcpy(x + 4 * i, &f, 4);
-        } else {
-            const uint16_t h = fxa_f32_to_bf16(f);
-            memcpy(x + 2 * i, &h, 2);
-        }
-    }
+    g_outside = 0;
+    g_first = NULL;
+    g_counting = 1;
+    fxt_alloc_count_begin();
+}
+
+/* Run `run` of case c (what: "run" or "backward run") returned st: it
+ * succeeded, and allocated or freed nothing outside MPI's functions. */
+static void counted_run_end(fxa_mpi *m, const zcase *c, const char *what, int run, fxa_status st)
+{
+    end_outside();
+    g_counting = 0;
+    CHECK(st == FXA_OK, "%s: %s %d: %s", c->name, what, run, fxa_mpi_last_error(m));
+    CHECK(g_outside == 0,
+          "%s: %s %d on rank %d: %ld allocations or frees outside MPI (the first from %p)", c->name,
+          what, run, g_rank, g_outside, g_first);
 }
 
 /* The backward of case c on the forward's out and lse: 1 + RUNS counted
@@ -165,35 +172,17 @@ static void run_bwd(fxa_mpi *m, const zcase *c, const fxa_attn_desc *d, const vo
     }
     fxt_rng r;
     fxt_rng_seed(&r, 99 + (uint64_t)g_rank);
-    fill(&r, FXA_F32, (char *)dout, nq);
+    fxt_mpi_fill(&r, FXA_F32, dout, nq, 1.0);
     fxa_mpi_attn_bwd_plan *plan = NULL;
     fxa_status st = fxa_mpi_attn_bwd_plan_create(m, d, &plan);
     CHECK(st == FXA_OK, "%s: backward plan: %s", c->name, fxa_mpi_last_error(m));
     fxa_mpi_stats ms = {.struct_size = sizeof ms};
     for (int run = 0; run <= RUNS && st == FXA_OK; run++) {
         float **o = g[run > 0];
-        const fxa_attn_bwd_args a = {.struct_size = sizeof a,
-                                     .q = q,
-                                     .k = k,
-                                     .v = v,
-                                     .out = out,
-                                     .dout = dout,
-                                     .lse = lse,
-                                     .dq = o[0],
-                                     .dk = o[1],
-                                     .dv = o[2]};
-        g_outside = 0;
-        g_first = NULL;
-        g_counting = 1;
-        fxt_alloc_count_begin();
+        const fxa_attn_bwd_args a = fxt_bwd_args(q, k, v, out, dout, lse, o[0], o[1], o[2]);
+        counted_run_begin();
         st = fxa_mpi_attn_bwd_run(plan, &a, &ms);
-        end_outside();
-        g_counting = 0;
-        CHECK(st == FXA_OK, "%s: backward run %d: %s", c->name, run, fxa_mpi_last_error(m));
-        CHECK(g_outside == 0,
-              "%s: backward run %d on rank %d: %ld allocations or frees outside MPI (the first "
-              "from %p)",
-              c->name, run, g_rank, g_outside, g_first);
+        counted_run_end(m, c, "backward run", run, st);
         if (run == 0)
             continue;
         CHECK(!memcmp(g[0][0], g[1][0], (size_t)nq * sizeof(float)) &&
@@ -211,87 +200,47 @@ static void run_bwd(fxa_mpi *m, const zcase *c, const fxa_attn_desc *d, const vo
 
 static void run_case(fxa_mpi *m, const zcase *c)
 {
-    const int size = fxa_mpi_size(m);
-    const int rank = fxa_mpi_rank(m);
-    fxa_attn_desc d;
-    fxa_attn_desc_init(&d);
-    d.batch = c->batch;
-    d.heads_q = c->heads_q;
-    d.heads_kv = c->heads_kv;
-    d.seq_q = c->seq_q;
-    d.seq_kv = c->seq_kv;
-    d.head_dim = 32;
-    d.dtype = c->dtype;
-    d.layout = c->layout;
-    const size_t es = c->dtype == FXA_F32 ? 4 : 2;
-    int64_t start, qn, kn;
-    fxa_mpi_shard(d.seq_q, size, rank, &start, &qn);
-    fxa_mpi_shard(d.seq_kv, size, rank, &start, &kn);
-    const int64_t rows = d.batch * d.heads_q * qn;
-    const int64_t nq = rows * d.head_dim;
-    const int64_t nkv = d.batch * d.heads_kv * kn * d.head_dim;
-    char *q = malloc((size_t)nq * es + 1);
-    char *k = malloc((size_t)nkv * es + 1);
-    char *v = malloc((size_t)nkv * es + 1);
-    float *out[2] = {calloc((size_t)nq + 1, sizeof(float)), calloc((size_t)nq + 1, sizeof(float))};
-    float *lse[2] = {calloc((size_t)rows + 1, sizeof(float)),
-                     calloc((size_t)rows + 1, sizeof(float))};
-    uint8_t *fb[2] = {calloc((size_t)rows + 1, 1), calloc((size_t)rows + 1, 1)};
-    float *bound[2] = {calloc((size_t)rows + 1, sizeof(float)),
-                       calloc((size_t)rows + 1, sizeof(float))};
+    const fxa_attn_desc d = fxt_mpi_desc(c->batch, c->heads_q, c->heads_kv, c->seq_q, c->seq_kv, 32,
+                                         c->dtype, c->layout);
+    const fxt_mpi_split sp = fxt_mpi_split_of(&d, fxa_mpi_size(m), fxa_mpi_rank(m));
     fxt_rng r;
-    fxt_rng_seed(&r, 1234 + (uint64_t)rank);
-    fill(&r, c->dtype, q, nq);
-    fill(&r, c->dtype, k, nkv);
-    fill(&r, c->dtype, v, nkv);
+    fxt_rng_seed(&r, 1234 + (uint64_t)fxa_mpi_rank(m));
+    const size_t es = c->dtype == FXA_F32 ? 4 : 2;
+    void *q = malloc((size_t)sp.nq * es + 1);
+    void *k = malloc((size_t)sp.nkv * es + 1);
+    void *v = malloc((size_t)sp.nkv * es + 1);
+    fxt_mpi_fill(&r, c->dtype, q, sp.nq, 1.0);
+    fxt_mpi_fill(&r, c->dtype, k, sp.nkv, 1.0);
+    fxt_mpi_fill(&r, c->dtype, v, sp.nkv, 1.0);
     fxa_mpi_attn_plan *plan = NULL;
     fxa_status st = fxa_mpi_attn_plan_create(m, &d, &plan);
     CHECK(st == FXA_OK, "%s: plan: %s", c->name, fxa_mpi_last_error(m));
+    fxt_mpi_rows got[2];
     fxa_attn_args a[2];
-    for (int i = 0; i < 2; i++)
-        a[i] = (fxa_attn_args){.struct_size = sizeof a[i],
-                               .q = q,
-                               .k = k,
-                               .v = v,
-                               .out = out[i],
-                               .lse = lse[i],
-                               .row_fallback = fb[i],
-                               .row_bound = bound[i]};
+    for (int i = 0; i < 2; i++) {
+        fxt_mpi_rows_alloc(&got[i], sp.nq, sp.rows);
+        a[i] = fxt_mpi_rows_args(q, k, v, &got[i]);
+    }
     fxa_mpi_stats ms = {.struct_size = sizeof ms};
-    /* Run 0 (the first) writes a[0]; the others a[1], compared with it. */
+    /* Run 0 (the first) writes got[0]; the others got[1], compared with it. */
     for (int run = 0; run <= RUNS && st == FXA_OK; run++) {
-        g_outside = 0;
-        g_first = NULL;
-        g_counting = 1;
-        fxt_alloc_count_begin();
+        counted_run_begin();
         st = fxa_mpi_attn_run(plan, &a[run > 0], &ms);
-        end_outside();
-        g_counting = 0;
-        CHECK(st == FXA_OK, "%s: run %d: %s", c->name, run, fxa_mpi_last_error(m));
-        CHECK(g_outside == 0,
-              "%s: run %d on rank %d: %ld allocations or frees outside MPI (the first from %p)",
-              c->name, run, g_rank, g_outside, g_first);
+        counted_run_end(m, c, "run", run, st);
         if (run == 0)
             continue;
-        CHECK(!memcmp(out[0], out[1], (size_t)nq * sizeof(float)) &&
-                  !memcmp(lse[0], lse[1], (size_t)rows * sizeof(float)) &&
-                  !memcmp(fb[0], fb[1], (size_t)rows) &&
-                  !memcmp(bound[0], bound[1], (size_t)rows * sizeof(float)),
+        CHECK(fxt_mpi_rows_same(&got[0], &got[1], sp.nq, sp.rows),
               "%s: run %d wrote other bytes than the first", c->name, run);
-        memset(out[1], 0, (size_t)nq * sizeof(float));
+        memset(got[1].out, 0, (size_t)sp.nq * sizeof(float));
     }
     fxa_mpi_attn_plan_destroy(plan);
     if (st == FXA_OK)
-        run_bwd(m, c, &d, q, k, v, out[0], lse[0], nq, nkv);
+        run_bwd(m, c, &d, q, k, v, got[0].out, got[0].lse, sp.nq, sp.nkv);
     free(q);
     free(k);
     free(v);
-    for (int i = 0; i < 2; i++) {
-        free(out[i]);
-        free(lse[i]);
-        free(fb[i]);
-        free(bound[i]);
-    }
+    fxt_mpi_rows_free(&got[0]);
+    fxt_mpi_rows_free(&got[1]);
 }
 
 int main(int argc, char **argv)
@@ -299,20 +248,10 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    fxa_mpi_params mp;
-    fxa_mpi_params_init(&mp);
-    mp.ulysses = argc > 1 ? atoi(argv[1]) : 1;
-    mp.ring = argc > 2 ? atoi(argv[2]) : size;
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 2; /* a worker thread too: the allocator counts every thread */
-    fxa_ctx *ctx = NULL;
-    fxa_mpi *m = NULL;
-    if (fxa_ctx_create(&cp, &ctx) != FXA_OK ||
-        fxa_mpi_create(MPI_COMM_WORLD, ctx, &mp, &m) != FXA_OK) {
-        fprintf(stderr, "setup: %s%s\n", fxa_ctx_create_error(), fxa_mpi_create_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    const fxa_mpi_params mp =
+        fxt_mpi_params(argc > 1 ? atoi(argv[1]) : 1, argc > 2 ? atoi(argv[2]) : size);
+    fxa_ctx *ctx = fxt_mpi_ctx(2); /* a worker thread too: the allocator counts every thread */
+    fxa_mpi *m = fxt_mpi_grid(ctx, &mp);
     g_rank = fxa_mpi_rank(m);
     const zcase cases[] = {
         {"fp32 BSHD, whole kv heads", FXA_F32, FXA_LAYOUT_BSHD, 1, 8, 4, 203, 197},
@@ -330,10 +269,5 @@ int main(int argc, char **argv)
     }
     fxa_mpi_destroy(m);
     fxa_ctx_destroy(ctx);
-    int failures = g_failures;
-    int all = 0;
-    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    const int rc = test_summary("test_mpi_zero_alloc");
-    MPI_Finalize();
-    return all ? 1 : rc;
+    return fxt_mpi_finish("test_mpi_zero_alloc");
 }

@@ -14,10 +14,20 @@
 #include <string.h>
 
 #include "fxattn_wan_mpi.h"
-#include "testutil.h"
+#include "mpi_fixtures.h"
 
 #define DIM 32
 #define HEADS 4 /* divided over up to 4 ranks */
+#define CANARY 0xc3
+
+/* 1 when bytes [from, n) of buf still hold CANARY. */
+static int canaries_kept(const unsigned char *buf, size_t from, size_t n)
+{
+    for (size_t i = from; i < n; i++)
+        if (buf[i] != CANARY)
+            return 0;
+    return 1;
+}
 
 int main(int argc, char **argv)
 {
@@ -25,12 +35,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     int size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    fxa_ctx_params cp;
-    fxa_ctx_params_init(&cp);
-    cp.n_threads = 1;
-    fxa_ctx *ctx = NULL;
-    if (fxa_ctx_create(&cp, &ctx) != FXA_OK)
-        return 1;
+    fxa_ctx *ctx = fxt_mpi_ctx(1);
     fxa_wan_desc d;
     fxa_wan_desc_init(&d);
     d.frames = 2;
@@ -77,14 +82,12 @@ int main(int argc, char **argv)
         x[i] = fxa_wan_synth(9, FXA_WAN_SYNTH_X, (uint64_t)(s.token_begin * HEADS * DIM + i));
     void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
     unsigned char buf[sizeof(fxa_wan_stats) + 32];
-    memset(buf, 0xc3, sizeof buf);
+    memset(buf, CANARY, sizeof buf);
     fxa_wan_stats *st = (fxa_wan_stats *)(void *)buf;
     st->struct_size = sizeof *st;
     CHECK(fxa_wan_mpi_run(plan, &w, x, y, ws, st) == FXA_OK, "run: %s",
           fxa_wan_mpi_last_error(plan));
-    int canary = 1;
-    for (size_t i = sizeof *st; i < sizeof buf; i++)
-        canary &= buf[i] == 0xc3;
+    const int canary = canaries_kept(buf, sizeof *st, sizeof buf);
     CHECK(canary && st->rows == (int64_t)HEADS * 12, "stats: %lld rows, canaries %s",
           (long long)st->rows, canary ? "kept" : "overwritten");
     CHECK(fxa_wan_mpi_run(plan, &w, x, y1, ws, NULL) == FXA_OK &&
@@ -102,15 +105,13 @@ int main(int argc, char **argv)
     CHECK(fxa_wan_mpi_layer_run(plan, &a, ws, NULL) == FXA_ERR_INVALID_ARG &&
               strstr(fxa_wan_mpi_last_error(plan), "fxa_wan_args.struct_size") != NULL,
           "fxa_wan_args of %zu bytes on rank 0: '%s'", sizeof a + 8, fxa_wan_mpi_last_error(plan));
-    memset(buf, 0xc3, sizeof buf);
+    memset(buf, CANARY, sizeof buf);
     st->struct_size = offsetof(fxa_wan_stats, rows);
     CHECK(fxa_wan_mpi_run(plan, &w, x, y, ws, st) == FXA_ERR_INVALID_ARG &&
               strstr(fxa_wan_mpi_last_error(plan), "fxa_wan_stats.struct_size") != NULL,
           "stats of %zu bytes: '%s'", st->struct_size, fxa_wan_mpi_last_error(plan));
-    canary = 1;
-    for (size_t i = sizeof st->struct_size; i < sizeof buf; i++)
-        canary &= buf[i] == 0xc3;
-    CHECK(canary, "a refused stats struct was written");
+    CHECK(canaries_kept(buf, sizeof st->struct_size, sizeof buf),
+          "a refused stats struct was written");
 
     fxa_mpi *m = NULL;
     CHECK(fxa_mpi_create(MPI_COMM_WORLD, ctx, NULL, &m) == FXA_OK, "handle: %s",
@@ -148,8 +149,5 @@ int main(int argc, char **argv)
     fxa_wan_weights_free(&w);
     fxa_wan_mpi_plan_destroy(plan);
     fxa_ctx_destroy(ctx);
-    int failures = test_summary("test_wan_mpi_structs"), all = 0;
-    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return all;
+    return fxt_mpi_finish("test_wan_mpi_structs");
 }

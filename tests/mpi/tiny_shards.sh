@@ -6,14 +6,9 @@
 # of max|out| for the others, and --verify passes. bench, which times
 # each rank's query tokens, refuses such a split with a clear message.
 # Usage: tiny_shards.sh MPIRUN FXATTN NPY_CLOSE
-set -u
-mpirun=$1
-fxattn=$2
+# shellcheck source=tests/mpi/mpi_lib.sh
+. "$(dirname "$0")/mpi_lib.sh"
 npy_close=$3
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
 
 # [1, S, 2 heads, 8] fp32 tensors from a fixed LCG, a seed per file.
 seed=99
@@ -34,8 +29,7 @@ for sizes in "1 1" "1 53" "3 53" "3 1" "2 2"; do
         read -r np u r <<<"$grid"
         name="Sq=$sq Skv=$skv, $np ranks, Ulysses $u x ring $r"
         # shellcheck disable=SC2086
-        out=$(timeout -k 10 120 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none \
-            -np "$np" "$fxattn" attn $files -o "$dir/mpi.npy" --lse "$dir/mpi_lse.npy" \
+        out=$(run -np "$np" "$fxattn" attn $files -o "$dir/mpi.npy" --lse "$dir/mpi_lse.npy" \
             --ulysses "$u" --ring "$r" --threads 1 --verify 2>&1) ||
             { echo "$out" | tail -5; bad "$name: exit $?"; continue; }
         if [ "$r" = 1 ]; then
@@ -54,13 +48,7 @@ done
 
 # bench times each rank's own query tokens: a sequence shorter than the
 # ranks is refused up front, exit 2 and one message that says why.
-out=$(timeout -k 10 60 "$mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 4 \
-    "$fxattn" bench --seq 3 --heads 2 --dim 8 --threads 1 --timeout 20 2>&1)
-rc=$?
-errors=$(echo "$out" | grep "fxattn: error:")
-echo "bench --seq 3 on 4 ranks: exit $rc: $errors"
-[ "$rc" -eq 2 ] || bad "bench --seq 3 on 4 ranks: exit $rc, expected 2"
-[ "$(echo "$errors" | grep -c .)" -eq 1 ] || bad "bench --seq 3 on 4 ranks: not one error line"
-echo "$errors" | grep -q "bench: --seq 3 is shorter than the 4 ranks" ||
-    bad "bench --seq 3 on 4 ranks: the message does not say why"
+timeout -k 10 60 "${mpi[@]}" -np 4 "$fxattn" bench --seq 3 --heads 2 --dim 8 --threads 1 \
+    --timeout 20 >"$dir/log" 2>&1
+refused "bench --seq 3 on 4 ranks" $? "bench: --seq 3 is shorter than the 4 ranks"
 exit $fail

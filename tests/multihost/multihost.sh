@@ -15,26 +15,9 @@
 #  - afterwards no namespace, hosts file or process of the test is left.
 # Needs root (exits 77, skipped, without it).
 # Usage: multihost.sh MPIRUN FXATTN NPY_CLOSE
-set -u
-if [ "$(id -u)" -ne 0 ]; then
-    echo "multihost.sh: network namespaces need root: skipped"
-    exit 77
-fi
-export FXH_MPIRUN=$1
-fxattn=$2
-npy_close=$3
-here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=tests/multihost/hosts.sh
-source "$here/hosts.sh"
-dir=$(mktemp -d)
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-finish() {
-    hosts_down
-    rm -rf "$dir"
-}
-hosts_up 4 || { echo "FAIL: cannot make the test hosts"; finish; exit 1; }
-trap 'finish' EXIT
+# shellcheck source=tests/multihost/multihost_lib.sh
+. "$(dirname "$0")/multihost_lib.sh"
+hosts_test_up 4
 h() { fxh_host "$1"; }
 
 # S = 250 tokens (uneven shards on 4 ranks), 4 heads x 64, fp32.
@@ -145,10 +128,4 @@ left=$(ip netns pids "$(h 1)")$(ip netns pids "$(h 2)")
 [ -z "$left" ] || bad "link cut: processes left on the test hosts: $left"
 ip -n "$(h 2)" link set fx0 up
 
-prefix=$FXH_PREFIX
-finish
-trap - EXIT
-left=$(ip netns list | grep -c "^$prefix-")
-[ "$left" -eq 0 ] || bad "$left test namespaces left behind"
-ls -d /etc/netns/"$prefix"-* >/dev/null 2>&1 && bad "hosts files left in /etc/netns"
-exit $fail
+hosts_test_end

@@ -18,26 +18,9 @@
 #  - afterwards no namespace or hosts file of the test is left.
 # Needs root (exits 77, skipped, without it).
 # Usage: placement.sh MPIRUN FXATTN NPY_CLOSE
-set -u
-if [ "$(id -u)" -ne 0 ]; then
-    echo "placement.sh: network namespaces need root: skipped"
-    exit 77
-fi
-export FXH_MPIRUN=$1
-fxattn=$2
-npy_close=$3
-here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=tests/multihost/hosts.sh
-source "$here/hosts.sh"
-dir=$(mktemp -d)
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-finish() {
-    hosts_down
-    rm -rf "$dir"
-}
-hosts_up 2 || { echo "FAIL: cannot make the test hosts"; finish; exit 1; }
-trap 'finish' EXIT
+# shellcheck source=tests/multihost/multihost_lib.sh
+. "$(dirname "$0")/multihost_lib.sh"
+hosts_test_up 2
 h1=$(fxh_host 1) h2=$(fxh_host 2)
 
 # S = 256 tokens, 4 q heads and 2 kv heads of 64, fp32, BSHD.
@@ -93,10 +76,4 @@ out=$(hosts_mpirun "$h1:2,$h2:2" --map-by node -np 4 "$fxattn" layer $g --tp 2 -
 echo "layer --tp 2 --ring 2: $(echo "$out" | tail -1)"
 "$npy_close" "$dir/ref_y.npy" "$dir/y.npy" 1e-5 || bad "layer: y not within 1e-5 of one process"
 
-prefix=$FXH_PREFIX
-finish
-trap - EXIT
-left=$(ip netns list | grep -c "^$prefix-")
-[ "$left" -eq 0 ] || bad "$left test namespaces left behind"
-ls -d /etc/netns/"$prefix"-* >/dev/null 2>&1 && bad "hosts files left in /etc/netns"
-exit $fail
+hosts_test_end
