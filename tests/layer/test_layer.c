@@ -738,6 +738,14 @@ static void test_verify_stats(void)
                           "\"attention_compute\": \"fp32\""}; /* f32 layer: fp32 */
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CHECK(strstr(r.out, keys[i]) != NULL, "--stats lacks %s: %s", keys[i], r.out);
+    /* An fp32 layer's projections run an fp32 GEMM. */
+    const char *gemms[] = {"\"qkv_gemm\": \"", "\"out_gemm\": \""};
+    for (int g = 0; g < 2; g++) {
+        const char *at = strstr(r.out, gemms[g]);
+        const char *name = at ? at + strlen(gemms[g]) : "";
+        CHECK(strncmp(name, "openblas\"", 9) == 0 || strncmp(name, "onednn_f32\"", 11) == 0,
+              "--stats: %s names no fp32 GEMM: %s", gemms[g], r.out);
+    }
     CHECK(r.out[0] == '{' && strchr(r.out, '\n') == strrchr(r.out, '\n'), "--stats: one line");
     run(&r, "layer", "--grid", "2,2,3", "--heads", "3", "--dim", "32", "--seed", "5", "--verify",
         "--fp8", "--threads", "1", NULL);
