@@ -268,7 +268,8 @@ typedef struct fxa_attn_desc {
     int64_t head_dim;  /* D, 1..FXA_MAX_HEAD_DIM; V has the same D */
     fxa_layout layout; /* the preset for strides left all zero */
     fxa_dtype dtype;   /* of Q, K and V (out_dtype is the output's) */
-    double scale;      /* softmax scale tau; 0 means 1/sqrt(D) */
+    double scale;      /* softmax scale tau: finite, negative too; 0 means 1/sqrt(D)
+                          (a zero scale: q = 0 with any scale gives its scores) */
     fxa_mode mode;
     int center;          /* virtual key centring: 1 on (default), 0 off */
     fxa_compute compute; /* FXA_COMPUTE_FP32 (default), FXA_COMPUTE_BF16 or FXA_COMPUTE_AUTO */

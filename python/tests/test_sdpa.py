@@ -189,7 +189,7 @@ def test_errors():
     with pytest.raises(fxattn.UnsupportedError, match="head dim"):
         sdpa(q, k, torch.randn(2, 4, 47, 16))
     with pytest.raises(fxattn.InvalidArgumentError, match="scale"):
-        sdpa(q, k, v, scale=-1.0)
+        sdpa(q, k, v, scale=float("inf"))
     with pytest.raises(fxattn.InvalidArgumentError, match="same kind"):
         sdpa(q, k, v, attn_mask=np.ones((33, 47), bool))
     with pytest.raises(fxattn.InvalidArgumentError, match="one rank"):

@@ -180,9 +180,9 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
                             "bf16 compute needs bf16 inputs (dtype is not FXA_BF16)");
     if (d->center != 0 && d->center != 1)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "center must be 0 or 1, not %d", d->center);
-    if (!isfinite(d->scale) || d->scale < 0.0)
+    if (!isfinite(d->scale))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                            "scale must be positive and finite (0 selects 1/sqrt(D))");
+                            "scale must be finite (0 selects 1/sqrt(D))");
     if (d->heads_per_tile < 0 || (d->heads_per_tile > 0 && d->heads_q % d->heads_per_tile != 0))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "heads_per_tile %d must divide the query heads (%lld)",

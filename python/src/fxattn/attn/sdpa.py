@@ -13,7 +13,7 @@ from .. import _capi
 from .._common import arrays, validate
 from . import masks
 from .inputs import Inputs
-from .options import Options
+from .options import Options, zero_scale_query
 from .run import attention_numpy
 
 bad = validate.bad
@@ -115,6 +115,7 @@ def scaled_dot_product_attention(
     v4 = _broadcast(v, lead + (hkv, skv, e), use_torch).reshape(batch, hkv, skv, e)
     if causal_bias is not None:
         attn_mask, is_causal = masks.causal_bias_mask(causal_bias, sq, skv)
+    q4, scale = zero_scale_query(q4, scale)
     opts = Options.parse(scale, "bhsd", compute="auto" if compute is None else compute, threads=threads, causal=is_causal)
     mask4 = None
     if attn_mask is not None:
