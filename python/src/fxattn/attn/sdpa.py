@@ -87,8 +87,8 @@ def scaled_dot_product_attention(
         causal_bias = masks.causal_bias(attn_mask, query)
     if attn_mask is not None and is_causal:
         raise bad(
-            "attn_mask and is_causal=True together: pass one (torch's scaled_dot_product_attention "
-            "refuses both too; fold the causal part into the mask)"
+            "Explicit attn_mask should not be set when is_causal=True (torch's "
+            "scaled_dot_product_attention refuses both too; fold the causal part into the mask)"
         )
     names = ("query", "key", "value", "attn_mask")
     tensors = [query, key, value] + ([] if attn_mask is None else [attn_mask])
@@ -104,6 +104,7 @@ def scaled_dot_product_attention(
         if attn_mask is not None:
             attn_mask = arrays.native_array(attn_mask, "attn_mask")
     q, k, v = query, key, value
+    _check_ranks_and_dtypes(q, k, v)
     flat = q.ndim == 2
     if flat:  # [S, E]: one head of one batch
         q, k, v = q[None], k[None], v[None]
@@ -134,6 +135,20 @@ def _no_dropout(dropout_p) -> None:
         raise bad(f"dropout_p must be a number in [0, 1], not {validate.show(dropout_p)}")
     if float(p) != 0.0:
         raise _unsupported(f"dropout_p={float(p)}: fxattn is for inference and has no dropout; pass dropout_p=0.0")
+
+
+def _check_ranks_and_dtypes(q, k, v) -> None:
+    """torch's first checks, in its words (code matching on them finds them)."""
+    if min(q.ndim, k.ndim, v.ndim) < 2:
+        raise bad(
+            "Expected query, key, and value to all be at least 2 dimensional, but got "
+            f"query.dim: {q.ndim} key.dim: {k.ndim} and value.dim: {v.ndim} instead."
+        )
+    if not q.dtype == k.dtype == v.dtype:
+        raise bad(
+            "Expected query, key, and value to have the same dtype, but got "
+            f"query.dtype: {q.dtype} key.dtype: {k.dtype} and value.dtype: {v.dtype} instead."
+        )
 
 
 def _check_shapes(q, k, v, enable_gqa: bool):
