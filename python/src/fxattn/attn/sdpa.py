@@ -114,10 +114,14 @@ def scaled_dot_product_attention(
     q4 = q.reshape(batch, hq, sq, e)
     k4 = _broadcast(k, lead + (hkv, skv, e), use_torch).reshape(batch, hkv, skv, e)
     v4 = _broadcast(v, lead + (hkv, skv, e), use_torch).reshape(batch, hkv, skv, e)
+    lower_right = False
     if causal_bias is not None:
-        attn_mask, is_causal = masks.causal_bias_mask(causal_bias, sq, skv)
+        lower_right = masks.causal_is_lower_right(causal_bias, sq, skv)
+        attn_mask, is_causal = None, True
     q4, scale = zero_scale_query(q4, scale)
-    opts = Options.parse(scale, "bhsd", compute="auto" if compute is None else compute, threads=threads, causal=is_causal)
+    opts = Options.parse(
+        scale, "bhsd", compute="auto" if compute is None else compute, threads=threads, causal=is_causal, lower_right=lower_right
+    )
     mask4 = None
     if attn_mask is not None:
         mask4 = masks.sdpa_mask(attn_mask, lead, (hq, sq, skv), batch, use_torch)
