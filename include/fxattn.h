@@ -235,6 +235,20 @@ typedef struct fxa_compute_choice {
 FXA_API fxa_status fxa_ctx_compute_choice(fxa_ctx *ctx, fxa_dtype dtype, int64_t head_dim,
                                           fxa_compute_choice *out);
 
+/* Causal attention's two alignments (fxa_attn_desc.causal), torch's
+ * torch.nn.attention.bias.causal_upper_left and causal_lower_right. */
+typedef enum fxa_causal {
+    FXA_CAUSAL_NONE = 0,
+    /* Query i attends keys j <= i: the mask tril(ones(Sq, Skv)), PyTorch's
+     * is_causal, aligned top-left also when Sq != Skv. */
+    FXA_CAUSAL_UPPER_LEFT = 1,
+    /* Query i attends keys j <= i + Skv - Sq: the diagonal ends at the last
+     * query and the last key (a new block of queries after a cache of
+     * keys). With Sq > Skv the first Sq - Skv queries attend no key: output
+     * 0 and LSE -INFINITY, as a row whose keys are all masked. */
+    FXA_CAUSAL_LOWER_RIGHT = 2
+} fxa_causal;
+
 /* Attention masks (fxa_attn_desc.mask_kind), as in PyTorch's
  * scaled_dot_product_attention. */
 typedef enum fxa_mask_kind {
@@ -268,7 +282,8 @@ typedef struct fxa_attn_desc {
     int64_t head_dim;  /* D, 1..FXA_MAX_HEAD_DIM; V has the same D */
     fxa_layout layout; /* the preset for strides left all zero */
     fxa_dtype dtype;   /* of Q, K and V (out_dtype is the output's) */
-    double scale;      /* softmax scale tau; 0 means 1/sqrt(D) */
+    double scale;      /* softmax scale tau: finite, negative too; 0 means 1/sqrt(D)
+                          (a zero scale: q = 0 with any scale gives its scores) */
     fxa_mode mode;
     int center;          /* virtual key centring: 1 on (default), 0 off */
     fxa_compute compute; /* FXA_COMPUTE_FP32 (default), FXA_COMPUTE_BF16 or FXA_COMPUTE_AUTO */
@@ -302,10 +317,10 @@ typedef struct fxa_attn_desc {
     fxa_dtype out_dtype;
     /* Added in 0.3 (an older, smaller struct gets the defaults: no mask, not
      * causal). */
-    /* 1: query i attends keys j <= i, PyTorch's is_causal (the mask
-     * tril(ones(Sq, Skv)), aligned top-left also when Sq != Skv); key tiles
-     * wholly past a block's last query are skipped. 0 (default): off. Not
-     * together with a mask (SDPA refuses both too). */
+    /* An fxa_causal: FXA_CAUSAL_UPPER_LEFT (1) or FXA_CAUSAL_LOWER_RIGHT
+     * (2, added in 0.3 beside it); key tiles wholly past a block's last
+     * query are skipped. 0 (default): off. Not together with a mask (SDPA
+     * refuses both too). */
     int causal;
     /* FXA_MASK_NONE (default), FXA_MASK_BOOL or FXA_MASK_ADD: the mask in
      * fxa_attn_args.mask, with mask_strides. A row whose keys are all

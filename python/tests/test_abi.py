@@ -74,6 +74,8 @@ ENUMS = {
     ("_capi", "MASK_NONE"): "FXA_MASK_NONE",
     ("_capi", "MASK_BOOL"): "FXA_MASK_BOOL",
     ("_capi", "MASK_ADD"): "FXA_MASK_ADD",
+    ("_capi", "CAUSAL_UPPER_LEFT"): "FXA_CAUSAL_UPPER_LEFT",
+    ("_capi", "CAUSAL_LOWER_RIGHT"): "FXA_CAUSAL_LOWER_RIGHT",
     ("_capi.mpi", "PLACE_HOSTS"): "FXA_MPI_PLACE_HOSTS",
     ("_capi.mpi", "PLACE_RANKS"): "FXA_MPI_PLACE_RANKS",
     ("_capi.grid", "MAX_STEP_RATES"): "FXA_GRID_MAX_STEP_RATES",

@@ -198,7 +198,7 @@ def test_gil_released_during_the_call():
         (lambda q, k, v: fxattn.attention(q[:, :, :3], k, v, layout="bshd"), "multiple"),
         (lambda q, k, v: fxattn.attention(q, k, v, layout="sbhd"), "layout"),
         (lambda q, k, v: fxattn.attention(q, k, v, mode="fast", layout="bshd"), "mode"),
-        (lambda q, k, v: fxattn.attention(q, k, v, scale=-1.0, layout="bshd"), "scale"),
+        (lambda q, k, v: fxattn.attention(q, k, v, scale=float("nan"), layout="bshd"), "scale"),
         (lambda q, k, v: fxattn.attention(q, k, v, threads=0, layout="bshd"), "threads"),
         (lambda q, k, v: fxattn.attention(q, k, v, compute="bf16", layout="bshd"), "bf16"),
         (lambda q, k, v: fxattn.attention(q, k, v, out_dtype="int8", layout="bshd"), "out_dtype"),

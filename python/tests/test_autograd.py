@@ -523,3 +523,26 @@ def test_tiny_wan_trains_as_with_torch_attention(monkeypatch):
         for n, p in w.items():
             scale = max(ref_w[n].abs().max().item(), 1e-3)
             assert (p - ref_w[n]).abs().max().item() <= 2**-16 * scale, (attention, n)
+
+
+@pytest.mark.parametrize("sq,skv", [(40, 130), (130, 40)])
+def test_causal_lower_right_runs_in_the_library_as_its_mask(sq, skv):
+    """causal_lower_right reaches the library as its alignment (no Sq x Skv
+    mask made): the bits of the bool mask tril(ones(Sq, Skv), Skv - Sq),
+    output and gradients; the operator takes causal_lower_right only with
+    is_causal."""
+    q, k, v, dout = _inputs(1, 4, 2, sq, skv, 24, seed=4)
+    mask = torch.ones(sq, skv, dtype=torch.bool).tril(skv - sq)
+    run = fxattn.scaled_dot_product_attention
+    out_b, got_b = _grads(
+        lambda *t: run(*t, attn_mask=attn_bias.causal_lower_right(sq, skv), enable_gqa=True), q, k, v, dout, torch.float32
+    )
+    out_m, got_m = _grads(lambda *t: run(*t, attn_mask=mask, enable_gqa=True), q, k, v, dout, torch.float32)
+    assert torch.equal(out_b, out_m) and all(torch.equal(a, b) for a, b in zip(got_b, got_m))
+    kq, kk, kv = q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    out, _, _ = torch.ops.fxattn.attention(
+        kq, kk, kv, 0.0, "bhsd", "auto", True, "fp32", False, "", 1, is_causal=True, causal_lower_right=True
+    )
+    assert torch.equal(out, run(kq, kk, kv, attn_mask=mask))
+    with pytest.raises(fxattn.InvalidArgumentError, match="causal_lower_right=True needs is_causal=True"):
+        torch.ops.fxattn.attention(kq, kk, kv, 0.0, "bhsd", "auto", True, "fp32", False, "", 1, causal_lower_right=True)

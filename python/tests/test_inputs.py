@@ -133,8 +133,8 @@ def test_scale_takes_numpy_and_0d_reals():
     want = fxattn.attention(q, k, v, scale=0.5, threads=1, layout="bshd")
     for s in (np.float32(0.5), np.float64(0.5), np.array(0.5), np.array(0.5, np.float16)):
         assert fxattn.attention(q, k, v, scale=s, threads=1, layout="bshd").tobytes() == want.tobytes()
-    for bad in (0.0, -1.0, float("inf"), float("nan"), "0.5", np.array([0.5]), True, 1 + 0j):
-        with pytest.raises(fxattn.InvalidArgumentError, match="scale must be a positive finite number"):
+    for bad in (float("inf"), -float("inf"), float("nan"), "0.5", np.array([0.5]), True, 1 + 0j):
+        with pytest.raises(fxattn.InvalidArgumentError, match="scale must be a finite number"):
             fxattn.attention(q, k, v, scale=bad, layout="bshd")
 
 

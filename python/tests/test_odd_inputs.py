@@ -95,7 +95,7 @@ def test_operator_called_directly_checks_its_options():
     with pytest.raises(fxattn.InvalidArgumentError, match="out_dtype"):
         op(q, k, v, 0.0, "bshd", "auto", True, "fp32", False, "float64", 1)
     with pytest.raises(fxattn.InvalidArgumentError, match="scale"):
-        op(q, k, v, -1.0, "bshd", "auto", True, "fp32", False, "", 1)
+        op(q, k, v, float("nan"), "bshd", "auto", True, "fp32", False, "", 1)
     out, _, _ = op(q, k, v, 0.0, "bshd", "auto", True, "fp32", False, "", 1)
     assert torch.equal(out, fxattn.attention(q, k, v, threads=1, layout="bshd"))
 
@@ -129,7 +129,7 @@ def test_return_lse_takes_a_bool():
 def test_numbers_beyond_double_range_get_the_package_error():
     q, k, v = data()
     for scale in (10**400, -(10**400)):
-        with pytest.raises(fxattn.InvalidArgumentError, match="scale must be a positive finite number"):
+        with pytest.raises(fxattn.InvalidArgumentError, match="scale must be a finite number"):
             fxattn.attention(q, k, v, scale=scale, layout="bshd")
     # an int too long for repr (over 4300 digits) still gets a message
     with pytest.raises(fxattn.InvalidArgumentError, match="threads = <int too large to print> is out of range"):

@@ -176,7 +176,7 @@ def test_errors():
     sdpa = fxattn.scaled_dot_product_attention
     with pytest.raises(fxattn.UnsupportedError, match="no dropout"):
         sdpa(q, k, v, dropout_p=0.1)
-    with pytest.raises(fxattn.InvalidArgumentError, match="is_causal=True together"):
+    with pytest.raises(fxattn.InvalidArgumentError, match="Explicit attn_mask should not be set when is_causal=True"):
         sdpa(q, k, v, attn_mask=torch.ones(33, 47, dtype=torch.bool), is_causal=True)
     with pytest.raises(fxattn.InvalidArgumentError, match="does not broadcast"):
         sdpa(q, k, v, attn_mask=torch.ones(33, 46, dtype=torch.bool))
@@ -189,8 +189,40 @@ def test_errors():
     with pytest.raises(fxattn.UnsupportedError, match="head dim"):
         sdpa(q, k, torch.randn(2, 4, 47, 16))
     with pytest.raises(fxattn.InvalidArgumentError, match="scale"):
-        sdpa(q, k, v, scale=-1.0)
+        sdpa(q, k, v, scale=float("inf"))
     with pytest.raises(fxattn.InvalidArgumentError, match="same kind"):
         sdpa(q, k, v, attn_mask=np.ones((33, 47), bool))
     with pytest.raises(fxattn.InvalidArgumentError, match="one rank"):
         sdpa(q, k[0], v[0])
+
+
+@pytest.mark.parametrize(
+    "shapes_dtypes",
+    [
+        (((8,), torch.float32),) * 3,  # 1-D
+        (((), torch.float32),) * 3,  # 0-d
+        (((2, 4, 8), torch.float32), ((2, 4, 8), torch.float64), ((2, 4, 8), torch.float32)),
+        (((2, 4, 8), torch.float32), ((2, 4, 8), torch.bfloat16), ((2, 4, 8), torch.bfloat16)),
+    ],
+)
+def test_malformed_inputs_raise_torchs_error(shapes_dtypes):
+    """The same builtin type (RuntimeError) and the words torch's own message
+    starts with, for the checks torch makes first: ranks and dtypes."""
+    args = [torch.zeros(s, dtype=dt) for s, dt in shapes_dtypes]
+    with pytest.raises(RuntimeError) as theirs:
+        F.scaled_dot_product_attention(*args)
+    with pytest.raises(RuntimeError) as ours:
+        fxattn.scaled_dot_product_attention(*args)
+    assert isinstance(ours.value, fxattn.InvalidArgumentError)
+    words = str(theirs.value).split(", but got")[0].replace("  ", " ")
+    assert str(ours.value).startswith(words)
+
+
+def test_mask_with_is_causal_raises_torchs_words():
+    q, k, v = qkv()
+    mask = torch.ones(33, 47, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="Explicit attn_mask should not be set when is_causal=True") as theirs:
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)
+    with pytest.raises(RuntimeError, match="Explicit attn_mask should not be set when is_causal=True"):
+        fxattn.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)
+    assert theirs.type is RuntimeError

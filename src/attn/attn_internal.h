@@ -147,6 +147,13 @@ static inline int fxa_attn_masked(const fxa_attn_plan *p)
     return p->d.causal || p->d.mask_kind != FXA_MASK_NONE;
 }
 
+/* Causal: query i attends keys j <= i + fxa_causal_shift(p) (0 upper-left,
+ * Skv - Sq lower-right). */
+static inline int64_t fxa_causal_shift(const fxa_attn_plan *p)
+{
+    return p->d.causal == FXA_CAUSAL_LOWER_RIGHT ? p->d.seq_kv - p->d.seq_q : 0;
+}
+
 /* Elements from the mask's pointer to one past its last element
  * (mask_strides over [B, Hq, Sq, Skv]), or -1 past the addressable range. */
 int64_t fxa_mask_extent(const fxa_attn_desc *d);

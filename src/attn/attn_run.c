@@ -172,8 +172,9 @@ static float *partial_at(const run_job *job, int64_t split, int64_t row)
  * last row sees, so the masked corner costs about CAUSAL_STEP / 2 keys a row. */
 #define CAUSAL_STEP 48
 
-/* Causal (row i sees keys j <= i): kv tile [j0, j0 + n_kv) into rows
- * [i0, i0 + n). Rows before j0 see none of the keys (their terms would be
+/* Causal (row i sees keys j <= i, i counted from the diagonal: i0 is the
+ * first row's query index plus fxa_causal_shift): kv tile [j0, j0 + n_kv)
+ * into rows [i0, i0 + n). Rows before j0 see none of the keys (their terms would be
  * exact zeros) and are left alone; rows that see every key run without a
  * bias; the rows in between run in steps of CAUSAL_STEP, each on the keys up
  * to its last row with the bias of those keys. Dropping a row's trailing
@@ -245,7 +246,8 @@ static void work_item(void *arg, int64_t item, int thread_id)
             const float *kt = (const float *)(job->ws + p->ws_packed_k) + at;
             const float *vp = (const float *)(job->ws + p->ws_packed_v) + at;
             if (p->d.causal) {
-                run_causal_tile(p, hb, &rows, i0, n_rows, j0, n_kv, kt, vp, s);
+                run_causal_tile(p, hb, &rows, i0 + fxa_causal_shift(p), n_rows, j0, n_kv, kt, vp,
+                                s);
                 continue;
             }
             const fxa_tile_use use =

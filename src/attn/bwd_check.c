@@ -141,7 +141,8 @@ static fxa_status check_values(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_a
                             "without prescaling; products of norms above 2^120 are not supported",
                             qk, dov);
     const int64_t n = p->d.batch * p->d.heads_q * p->d.seq_q;
-    const int masked_rows = p->d.mask_kind != FXA_MASK_NONE; /* rows may have every key masked */
+    /* rows may have every key masked: a mask, or lower-right causal with Sq > Skv */
+    const int masked_rows = p->d.mask_kind != FXA_MASK_NONE || fxa_causal_shift(p) < 0;
     for (int64_t r = 0; r < n; r++) {
         if (!isfinite(a->lse[r]) && !(masked_rows && a->lse[r] == -INFINITY))
             return fxa_ctx_fail(bp->ctx, FXA_ERR_INVALID_ARG,

@@ -231,14 +231,15 @@ static fxa_tile_use tile_mask(const bwd_job *job, const bwd_scratch *s, int64_t 
     const int64_t j0 = kb * (int64_t)bp->block_kv;
     const size_t ld = bp->block_kv;
     if (p->d.causal) {
-        const int64_t i_last = i0 + (int64_t)n_q - 1;
+        const int64_t ic = i0 + fxa_causal_shift(p); /* the first row from the diagonal */
+        const int64_t i_last = ic + (int64_t)n_q - 1;
         if (j0 > i_last)
             return FXA_TILE_SKIP;
         if (j0 + (int64_t)*n_kv - 1 > i_last)
             *n_kv = (size_t)(i_last + 1 - j0);
-        if (j0 + (int64_t)*n_kv - 1 <= i0)
+        if (j0 + (int64_t)*n_kv - 1 <= ic)
             return FXA_TILE_PLAIN;
-        fxa_causal_bias(i0, n_q, j0, *n_kv, ld, s->bias);
+        fxa_causal_bias(ic, n_q, j0, *n_kv, ld, s->bias);
     } else {
         const int64_t h = job->chunk_kv0 * p->group + cq;
         const float *off = ws_floats(job, bp->ws_off) + (size_t)(cq * p->d.seq_q + i0);

@@ -104,10 +104,10 @@ static void true_max(const fxa_check_job *job, const float *qi, const double *kb
         double s = 0.0;
         for (int64_t c = 0; c < dim; c++)
             s += (double)qi[c] * kj[c];
-        best = fmax(best, s);
+        best = fmax(best, p->lambda * s);
     }
-    *raw = p->lambda * best;
-    *centred = p->lambda * (best - qk_bar);
+    *raw = best;
+    *centred = best - p->lambda * qk_bar;
 }
 
 void fxa_check_head_item(void *arg, int64_t h, int thread_id)

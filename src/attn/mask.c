@@ -65,7 +65,8 @@ void fxa_mask_row_max(const fxa_attn_plan *p, const void *mask, int64_t b, int64
                       size_t n, float *out, float *off)
 {
     for (size_t r = 0; r < n; r++) {
-        double mx = p->d.causal ? 0.0 : -INFINITY; /* causal: key 0 takes part in every row */
+        /* causal: key 0 takes part in every row that attends any key */
+        double mx = p->d.causal && i0 + (int64_t)r + fxa_causal_shift(p) >= 0 ? 0.0 : -INFINITY;
         if (!p->d.causal) {
             const int64_t at = mask_at(p, b, h, i0 + (int64_t)r, 0);
             for (int64_t j = 0; j < p->d.seq_kv; j++) {

@@ -57,7 +57,8 @@ fxa_tile_use fxa_mask_tile(const fxa_attn_plan *p, const void *mask, int64_t b, 
                            size_t ld, float *bias);
 
 /* Causal (row i sees keys j <= i): the bias of rows [i0, i0 + n) x keys
- * [j0, j0 + n_kv), 0 or -INFINITY, at bias[r * ld + j]. */
+ * [j0, j0 + n_kv), 0 or -INFINITY, at bias[r * ld + j]. Lower-right
+ * alignment passes i0 + fxa_causal_shift(p). */
 void fxa_causal_bias(int64_t i0, size_t n, int64_t j0, size_t n_kv, size_t ld, float *bias);
 
 #endif

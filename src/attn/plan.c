@@ -180,9 +180,8 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
                             "bf16 compute needs bf16 inputs (dtype is not FXA_BF16)");
     if (d->center != 0 && d->center != 1)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "center must be 0 or 1, not %d", d->center);
-    if (!isfinite(d->scale) || d->scale < 0.0)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                            "scale must be positive and finite (0 selects 1/sqrt(D))");
+    if (!isfinite(d->scale))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "scale must be finite (0 selects 1/sqrt(D))");
     if (d->heads_per_tile < 0 || (d->heads_per_tile > 0 && d->heads_q % d->heads_per_tile != 0))
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "heads_per_tile %d must divide the query heads (%lld)",
@@ -193,8 +192,11 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
     if (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "out_dtype %d is not FXA_F32 or FXA_BF16",
                             (int)d->out_dtype);
-    if (d->causal != 0 && d->causal != 1)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "causal must be 0 or 1, not %d", d->causal);
+    if (d->causal < FXA_CAUSAL_NONE || d->causal > FXA_CAUSAL_LOWER_RIGHT)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "causal must be 0, FXA_CAUSAL_UPPER_LEFT (1) or "
+                            "FXA_CAUSAL_LOWER_RIGHT (2), not %d",
+                            d->causal);
     if (d->mask_kind != FXA_MASK_NONE && d->mask_kind != FXA_MASK_BOOL &&
         d->mask_kind != FXA_MASK_ADD)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,

@@ -73,14 +73,14 @@ static int imax(int a, int b)
  */
 fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t index)
 {
-    const double lam = p->lambda;
+    const double lam = fabs(p->lambda); /* the bounds need |scale|; lambda_k keeps its sign */
     const double qm = hb->qmax;
     const double km = hb->kmax;
     const int64_t batch = index / p->d.heads_kv;
     const int64_t head = index % p->d.heads_kv;
     hb->kshift = 0;
     hb->eps_abs = 0.0;
-    hb->lambda_k = (float)lam;
+    hb->lambda_k = (float)p->lambda;
     int lo = -100000;
     if (km > 0.0) {
         lo = ceil_log2(km) - 125;
@@ -88,7 +88,7 @@ fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t
             lo = imax(lo, ceil_log2(qm * km) - 125);
     }
     const int hi = 125 - ceil_log2(lam);
-    const int lo_lambda = -99 - ceil_log2(lam); /* lambda_k >= 2^-100 */
+    const int lo_lambda = -99 - ceil_log2(lam); /* |lambda_k| >= 2^-100 */
     const int ordinary =
         lo <= 0 && 0 <= hi && 0 >= lo_lambda && !(qm > 0.0 && km > 0.0 && qm * km < 0x1p-60);
     /* Otherwise the largest products the keys allow (no underflow of the
@@ -103,7 +103,7 @@ fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t
             "scale * |q| * |k%s| = %.3g exceeds the fp32 range (base-2 scores "
             "up to %.3g, above %.3g) at batch %lld, kv head %lld: max |q| %.3g, "
             "max |k%s| %.3g, scale %.3g",
-            p->d.center ? " - kbar" : "", p->d.scale * qm * (p->d.center ? hb->radius : km),
+            p->d.center ? " - kbar" : "", fabs(p->d.scale) * qm * (p->d.center ? hb->radius : km),
             p->d.center ? z_cen : z_raw, FXA_SCORE_LIMIT, (long long)batch, (long long)head, qm,
             p->d.center ? " - kbar" : "", p->d.center ? hb->radius : km, p->d.scale);
     if (b < lo || b > hi)
@@ -114,7 +114,7 @@ fxa_status fxa_head_prescale(const fxa_attn_plan *p, fxa_head_bound *hb, int64_t
                             p->d.scale, qm, km, (long long)batch, (long long)head);
     hb->kshift = b;
     hb->eps_abs = eps_abs;
-    hb->lambda_k = (float)ldexp(lam, b);
+    hb->lambda_k = (float)ldexp(p->lambda, b);
     return FXA_OK;
 }
 
@@ -123,7 +123,7 @@ fxa_status fxa_lse_check(const fxa_attn_plan *p, const fxa_head_bound *hb, int64
 {
     const double ln_n = log((double)(n_keys < 1 ? 1 : n_keys));
     for (int64_t i = 0; i < n_heads; i++) {
-        const double bound = p->d.scale * hb[i].qmax * hb[i].kmax + ln_n;
+        const double bound = fabs(p->d.scale) * hb[i].qmax * hb[i].kmax + ln_n;
         if (!(bound <= (double)FLT_MAX))
             return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
                                 "the LSE bound scale * |q| * |k| + ln N = %.3g exceeds the fp32 "
@@ -175,7 +175,7 @@ int64_t fxa_rows_decide(const fxa_attn_plan *p, const fxa_head_bound *hb, const 
         }
         const double qq = qq_rows[i % FXA_STATS_ROWS];
         const double qk = qk_rows[i % FXA_STATS_ROWS];
-        const double qn = p->lambda * sqrt(qq);
+        const double qn = fabs(p->lambda) * sqrt(qq);
         const double u = qn * (hb->radius + hb->eps_radius) + hb->eps_abs;
         const double ceil_u = ceil(u);
         /* Masked rows (bound.c): a row with every key masked has only zero terms; a boolean

@@ -221,7 +221,7 @@ static void online32_row(const tcase *t, int64_t b, int64_t h, int64_t i, float 
     const fxa_attn_desc *d = &t->d;
     const int64_t dim = d->head_dim;
     const int64_t kvh = h / (d->heads_q / d->heads_kv);
-    const float tau = (float)(d->scale > 0.0 ? d->scale : 1.0 / sqrt((double)dim));
+    const float tau = (float)(d->scale != 0.0 ? d->scale : 1.0 / sqrt((double)dim));
     const float *qi = t->q + tcase_q_off(t, b, h, i);
     float m = -INFINITY;
     float l = 0.0f;

@@ -17,7 +17,7 @@ void fxt_fp64_attn_row(const fxa_attn_desc *d, const float *q, const float *k, c
 {
     const int64_t dim = d->head_dim;
     const int64_t kvh = h / (d->heads_q / d->heads_kv);
-    const double tau = d->scale > 0.0 ? d->scale : 1.0 / sqrt((double)dim);
+    const double tau = d->scale != 0.0 ? d->scale : 1.0 / sqrt((double)dim);
     const float *qi = q + fxt_row_offset(d, d->heads_q, d->seq_q, b, h, i);
     double *s = malloc((size_t)d->seq_kv * sizeof *s);
     double mx = -INFINITY;

@@ -111,8 +111,10 @@ int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d)
     if (o->compute && fxt_parse_compute(o->compute, &d->compute))
         return FXT_EXIT_BAD_INPUT;
     if (!isnan(o->in.scale)) { /* NaN: not given (the parser refuses NaN) */
-        if (!(o->in.scale > 0.0))
-            return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o->in.scale);
+        if (o->in.scale == 0.0)
+            return fxt_fail(FXT_EXIT_BAD_INPUT,
+                            "--scale 0: leave --scale out for 1/sqrt(D) (any other finite "
+                            "scale, negative too, is taken)");
         d->scale = o->in.scale;
     }
     d->heads_per_tile = (int)o->heads_per_tile;

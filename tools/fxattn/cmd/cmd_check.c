@@ -110,8 +110,10 @@ int fxt_cmd_check(int argc, char **argv)
         code = fxt_qkv_opts_layout(&o.in, 0, "check needs -q Q.npy -k K.npy [-v V.npy]", &layout);
     if (code)
         return code;
-    if (!isnan(o.in.scale) && !(o.in.scale > 0.0))
-        return fxt_fail(FXT_EXIT_BAD_INPUT, "--scale must be positive, not %g", o.in.scale);
+    if (o.in.scale == 0.0)
+        return fxt_fail(FXT_EXIT_BAD_INPUT,
+                        "--scale 0: leave --scale out for 1/sqrt(D) (any other finite scale, "
+                        "negative too, is taken)");
     if ((code = fxt_inputs_load(o.in.q, o.in.k, o.in.v, layout, o.in.dtype, &in)))
         return code;
     in.d.scale = isnan(o.in.scale) ? 1.0 / sqrt((double)in.d.head_dim) : o.in.scale;

@@ -31,6 +31,8 @@ from .errors import (
 )
 from .libfxattn import (
     BF16,
+    CAUSAL_LOWER_RIGHT,
+    CAUSAL_UPPER_LEFT,
     COMPUTE_AUTO,
     COMPUTE_BF16,
     COMPUTE_FP32,

@@ -33,6 +33,7 @@ LAYOUT_BSHD, LAYOUT_BHSD = 0, 1
 MODE_AUTO, MODE_ONLINE = 0, 1
 COMPUTE_FP32, COMPUTE_BF16, COMPUTE_AUTO = 0, 1, 2
 MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
+CAUSAL_UPPER_LEFT, CAUSAL_LOWER_RIGHT = 1, 2
 
 # ---- structs ------------------------------------------------------------------
 

@@ -65,6 +65,20 @@ def integer(name: str, value, lo: int, hi: int) -> int:
     return n
 
 
+def finite_real(name: str, value) -> float:
+    """A real number (Python, numpy or 0-d) that is finite, as a float."""
+    value = _scalar(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise bad(f"{name} must be a finite number, not {show(value)}")
+    try:
+        x = float(value)
+    except OverflowError:  # an int or Fraction beyond the double range
+        x = math.inf
+    if not math.isfinite(x):
+        raise bad(f"{name} must be a finite number, not {show(value)}")
+    return x
+
+
 def positive_real(name: str, value) -> float:
     """A real number (Python, numpy or 0-d) that is finite and > 0, as a float."""
     value = _scalar(value)

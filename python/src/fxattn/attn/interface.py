@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .._common import arrays, validate
 from .inputs import Inputs
-from .options import Options
+from .options import Options, zero_scale_query
 from .run import attention_numpy
 
 
@@ -50,9 +50,10 @@ def attention(
     bad input (shapes, dtypes, NaN or Inf in q, k or v). Torch tensors
     requiring grad get gradients (docs/python.md, "Autograd").
     """
+    arrays.same_kind(q, k, v)
+    q, scale = zero_scale_query(q, scale)
     opts = Options.parse(scale, layout, mode, center, compute, threads)
     return_lse = validate.boolean("return_lse", return_lse)
-    arrays.same_kind(q, k, v)
     if arrays.is_torch(q):
         from . import torch_op
 

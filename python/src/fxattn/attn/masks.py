@@ -37,20 +37,16 @@ def causal_bias(m, query):
     )
 
 
-def causal_bias_mask(bias, sq: int, skv: int):
-    """(attn_mask, is_causal) doing what CausalBias bias does in torch's SDPA on
-    Sq queries and Skv keys: upper-left (and lower-right at Sq = Skv) is
-    is_causal; lower-right otherwise is the bool mask tril(ones(Sq, Skv),
-    Skv - Sq), query i attending keys j <= i + Skv - Sq (Sq Skv bytes,
-    broadcast over batch and heads)."""
-    import torch
+def causal_is_lower_right(bias, sq: int, skv: int) -> bool:
+    """What CausalBias bias does in torch's SDPA on Sq queries and Skv keys:
+    causal attention, upper-left aligned (False; also lower-right at
+    Sq = Skv, the same diagonal) or lower-right (True: query i attends keys
+    j <= i + Skv - Sq), which the library runs as it is."""
     from torch.nn.attention.bias import CausalVariant
 
     if (bias.seq_len_q, bias.seq_len_kv) != (sq, skv):
         raise bad(f"attn_mask is a causal bias for {bias.seq_len_q} queries and {bias.seq_len_kv} keys, but query has {sq} and key {skv}")
-    if bias.variant == CausalVariant.UPPER_LEFT or sq == skv:
-        return None, True
-    return torch.ones(sq, skv, dtype=torch.bool).tril(skv - sq), False
+    return bias.variant == CausalVariant.LOWER_RIGHT and sq != skv
 
 
 def sdpa_mask(m, lead, tail, batch: int, use_torch: bool):

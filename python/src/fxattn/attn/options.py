@@ -8,9 +8,11 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import _capi
 from .._capi import core
-from .._common import validate
+from .._common import arrays, validate
 from .._common.context import context
 
 LAYOUTS = {"bshd": _capi.LAYOUT_BSHD, "bhsd": _capi.LAYOUT_BHSD}
@@ -24,10 +26,12 @@ _AUTO_COMPUTE: dict = {}
 
 @dataclass(frozen=True)
 class Options:
-    """How one attention call runs, its arguments checked: scale (0.0:
-    1/sqrt(D)), layout ("bshd" or "bhsd"), mode ("auto" or "online"), center
+    """How one attention call runs, its arguments checked: scale (any
+    finite value but 0.0, which stands for 1/sqrt(D); zero_scale_query
+    turns a caller's scale of 0 into scores of 0), layout ("bshd" or "bhsd"), mode ("auto" or "online"), center
     (virtual key centring), compute ("auto", "fp32" or "bf16"), threads (0:
-    the CPUs this process may use) and causal (top-left aligned)."""
+    the CPUs this process may use) and causal (an fxa_causal: 0 off, 1
+    top-left aligned, 2 bottom-right)."""
 
     scale: float = 0.0
     layout: str = "bhsd"
@@ -35,24 +39,36 @@ class Options:
     center: bool = True
     compute: str = "auto"
     threads: int = 0
-    causal: bool = False
+    causal: int = 0
 
     @staticmethod
-    def parse(scale=None, layout="bhsd", mode="auto", center=True, compute="auto", threads=None, causal=False) -> Options:
+    def parse(
+        scale=None, layout="bhsd", mode="auto", center=True, compute="auto", threads=None, causal=False, lower_right=False
+    ) -> Options:
         """The Options of a caller's arguments (scale None: 1/sqrt(D);
-        threads None: every CPU), each checked."""
+        threads None: every CPU), each checked. A scale of 0 is refused:
+        the public entries pass theirs through zero_scale_query first."""
         validate.choice("layout", layout, LAYOUTS)
         validate.choice("mode", mode, MODES)
         validate.choice("compute", compute, COMPUTES)
-        scale = 0.0 if scale is None else validate.positive_real("scale", scale)
+        given = scale is not None
+        scale = validate.finite_real("scale", scale) if given else 0.0
+        if given and scale == 0.0:
+            raise validate.bad("scale 0 is not taken here (every score would be 0); leave scale out for 1/sqrt(D)")
         center = validate.boolean("center", center)
         causal = validate.boolean("is_causal", causal)
-        return Options(scale, layout, mode, center, compute, validate.threads(threads), causal)
+        lower_right = validate.boolean("causal_lower_right", lower_right)
+        if lower_right and not causal:
+            raise validate.bad("causal_lower_right=True needs is_causal=True")
+        code = (_capi.CAUSAL_LOWER_RIGHT if lower_right else _capi.CAUSAL_UPPER_LEFT) if causal else 0
+        return Options(scale, layout, mode, center, compute, validate.threads(threads), code)
 
     @staticmethod
-    def from_op(scale: float, layout: str, mode: str, center: bool, compute: str, threads: int, is_causal: bool) -> Options:
+    def from_op(
+        scale: float, layout: str, mode: str, center: bool, compute: str, threads: int, is_causal: bool, causal_lower_right: bool = False
+    ) -> Options:
         """The Options of the torch operators' parameters (op_kwargs)."""
-        return Options.parse(scale or None, layout, mode, center, compute, threads or None, is_causal)
+        return Options.parse(scale or None, layout, mode, center, compute, threads or None, is_causal, causal_lower_right)
 
     def op_kwargs(self) -> dict:
         """These options as the keyword arguments of torch.ops.fxattn.attention
@@ -64,8 +80,22 @@ class Options:
             "center": self.center,
             "compute": self.compute,
             "threads": self.threads,
-            "is_causal": self.causal,
+            "is_causal": self.causal != 0,
+            "causal_lower_right": self.causal == _capi.CAUSAL_LOWER_RIGHT,
         }
+
+
+def zero_scale_query(q, scale):
+    """(q, scale) as the library takes them. A scale of 0 (torch takes any
+    float) makes every score 0: the library, whose scale 0 stands for
+    1/sqrt(D), gets q * 0 at scale 1, whose scores are exactly 0 too, and
+    q's gradient is 0 as torch's is. Any other scale, and a q that is no
+    array (refused later), pass unchanged."""
+    if scale is None or validate.finite_real("scale", scale) != 0.0:
+        return q, scale
+    if not (arrays.is_torch(q) or isinstance(q, np.ndarray)):
+        return q, scale
+    return q * 0, 1.0
 
 
 @dataclass(frozen=True)

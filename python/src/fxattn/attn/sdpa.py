@@ -13,7 +13,7 @@ from .. import _capi
 from .._common import arrays, validate
 from . import masks
 from .inputs import Inputs
-from .options import Options
+from .options import Options, zero_scale_query
 from .run import attention_numpy
 
 bad = validate.bad
@@ -87,8 +87,8 @@ def scaled_dot_product_attention(
         causal_bias = masks.causal_bias(attn_mask, query)
     if attn_mask is not None and is_causal:
         raise bad(
-            "attn_mask and is_causal=True together: pass one (torch's scaled_dot_product_attention "
-            "refuses both too; fold the causal part into the mask)"
+            "Explicit attn_mask should not be set when is_causal=True (torch's "
+            "scaled_dot_product_attention refuses both too; fold the causal part into the mask)"
         )
     names = ("query", "key", "value", "attn_mask")
     tensors = [query, key, value] + ([] if attn_mask is None else [attn_mask])
@@ -104,6 +104,7 @@ def scaled_dot_product_attention(
         if attn_mask is not None:
             attn_mask = arrays.native_array(attn_mask, "attn_mask")
     q, k, v = query, key, value
+    _check_ranks_and_dtypes(q, k, v)
     flat = q.ndim == 2
     if flat:  # [S, E]: one head of one batch
         q, k, v = q[None], k[None], v[None]
@@ -113,9 +114,14 @@ def scaled_dot_product_attention(
     q4 = q.reshape(batch, hq, sq, e)
     k4 = _broadcast(k, lead + (hkv, skv, e), use_torch).reshape(batch, hkv, skv, e)
     v4 = _broadcast(v, lead + (hkv, skv, e), use_torch).reshape(batch, hkv, skv, e)
+    lower_right = False
     if causal_bias is not None:
-        attn_mask, is_causal = masks.causal_bias_mask(causal_bias, sq, skv)
-    opts = Options.parse(scale, "bhsd", compute="auto" if compute is None else compute, threads=threads, causal=is_causal)
+        lower_right = masks.causal_is_lower_right(causal_bias, sq, skv)
+        attn_mask, is_causal = None, True
+    q4, scale = zero_scale_query(q4, scale)
+    opts = Options.parse(
+        scale, "bhsd", compute="auto" if compute is None else compute, threads=threads, causal=is_causal, lower_right=lower_right
+    )
     mask4 = None
     if attn_mask is not None:
         mask4 = masks.sdpa_mask(attn_mask, lead, (hq, sq, skv), batch, use_torch)
@@ -133,6 +139,20 @@ def _no_dropout(dropout_p) -> None:
         raise bad(f"dropout_p must be a number in [0, 1], not {validate.show(dropout_p)}")
     if float(p) != 0.0:
         raise _unsupported(f"dropout_p={float(p)}: fxattn is for inference and has no dropout; pass dropout_p=0.0")
+
+
+def _check_ranks_and_dtypes(q, k, v) -> None:
+    """torch's first checks, in its words (code matching on them finds them)."""
+    if min(q.ndim, k.ndim, v.ndim) < 2:
+        raise bad(
+            "Expected query, key, and value to all be at least 2 dimensional, but got "
+            f"query.dim: {q.ndim} key.dim: {k.ndim} and value.dim: {v.ndim} instead."
+        )
+    if not q.dtype == k.dtype == v.dtype:
+        raise bad(
+            "Expected query, key, and value to have the same dtype, but got "
+            f"query.dtype: {q.dtype} key.dtype: {k.dtype} and value.dtype: {v.dtype} instead."
+        )
 
 
 def _check_shapes(q, k, v, enable_gqa: bool):

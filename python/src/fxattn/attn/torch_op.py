@@ -46,15 +46,18 @@ def attention_op(
     threads: int,
     attn_mask: Optional[torch.Tensor] = None,
     is_causal: bool = False,
+    causal_lower_right: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """fxattn.attention on CPU tensors. scale 0: 1/sqrt(D); out_dtype "":
     q's dtype; threads 0: the CPUs this process may use. attn_mask: a
     [B, Hq, Sq, Skv] mask (any strides, 0 broadcasts), bool (True =
-    attend) or float32 (added to the scores); is_causal: top-left causal.
+    attend) or float32 (added to the scores); is_causal: top-left causal,
+    or with causal_lower_right bottom-right (query i attends keys
+    j <= i + Skv - Sq, torch's causal_lower_right).
     Returns (out, lse, lse_parts), lse [B, Hq, Sq] and lse_parts
     [B, Hq, Sq, 3] (the softmax state for the backward,
     fxa_attn_args.lse_parts) empty [0] unless return_lse."""
-    opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal)
+    opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right)
     x = _inputs(q, k, v, attn_mask, layout)
     dtype = _out_dtype(q, out_dtype)
     out_code = arrays.torch_dtype_code(torch, dtype)
@@ -76,7 +79,9 @@ def _inputs(q, k, v, attn_mask, layout: str) -> Inputs:
 
 
 @attention_op.register_fake
-def _(q, k, v, scale, layout, mode, center, compute, return_lse, out_dtype, threads, attn_mask=None, is_causal=False):
+def _(
+    q, k, v, scale, layout, mode, center, compute, return_lse, out_dtype, threads, attn_mask=None, is_causal=False, causal_lower_right=False
+):
     same_device(q, k, v, attn_mask)
     if attn_mask is not None and q.dim() == k.dim() == 4:
         masks.check_mask_shape(attn_mask, mask_shape(layout, q.shape, k.shape))
@@ -125,9 +130,10 @@ def attention_backward_op(
     attn_mask: Optional[torch.Tensor] = None,
     is_causal: bool = False,
     lse_parts: Optional[torch.Tensor] = None,
+    causal_lower_right: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of fxattn::attention from its inputs (the forward's
-    attn_mask and is_causal too), its output out, its lse (empty [0]:
+    attn_mask, is_causal and causal_lower_right too), its output out, its lse (empty [0]:
     computed again here, with its parts) and lse_parts (the forward's; None
     or empty: P is rebuilt from lse alone, fxa_attn_bwd_args.lse_parts),
     and the output's gradient grad_out; gradients in
@@ -135,7 +141,7 @@ def attention_backward_op(
     compute (bf16 compute: bf16 operands, fp32 accumulation; fp32 with a
     mask or causal). grad_lse: the lse output's gradient (None: zero). A row
     with every key masked is a constant 0: its gradients are 0."""
-    opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal)
+    opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right)
     if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
         return _backward_with_lse(grad_out, q, k, v, out, lse, opts, grad_lse, attn_mask, lse_parts)
     x = _inputs(*(_dense(t) for t in (q, k, v)), None if attn_mask is None else attn_mask.detach(), layout)
@@ -197,6 +203,7 @@ def _(
     attn_mask=None,
     is_causal=False,
     lse_parts=None,
+    causal_lower_right=False,
 ):
     same_device(q, k, v, attn_mask)
     return tuple(torch.empty_like(_dense(t)) for t in (q, k, v))
@@ -219,7 +226,9 @@ def _setup_context(ctx, inputs, output):
         )
     out, lse, lse_parts = output
     ctx.save_for_backward(a["q"], a["k"], a["v"], out, lse, attn_mask, lse_parts)
-    ctx.opts = Options.from_op(*(a[n] for n in ("scale", "layout", "mode", "center", "compute", "threads", "is_causal")))
+    ctx.opts = Options.from_op(
+        *(a[n] for n in ("scale", "layout", "mode", "center", "compute", "threads", "is_causal", "causal_lower_right"))
+    )
     ctx.return_lse = a["return_lse"]
     ctx.inputs = len(inputs)
 

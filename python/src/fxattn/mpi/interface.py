@@ -16,7 +16,7 @@ from .._common import arrays, validate
 from .._common.context import context
 from ..attn import interface as _interface
 from ..attn.inputs import Inputs, lse_shape
-from ..attn.options import Options
+from ..attn.options import Options, zero_scale_query
 from ..attn.run import numpy_bf16
 from .collective import allgather_object, bad, placement_code, timeout_seconds
 from .handles import Handle, comm_key, default_threads, grid_ranks, handles, lock, shard
@@ -190,6 +190,7 @@ def attention(
         seconds = 60.0  # the agreement's deadline; _prepare's error is raised after it
     try:
         return_lse = validate.boolean("return_lse", return_lse)
+        q, options["scale"] = zero_scale_query(q, options["scale"])
         grad = _needs_grad(q, k, v)
         auto = _auto_grid(grid, ulysses, ring)
         prepared = _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, options, out_dtype, grad)
