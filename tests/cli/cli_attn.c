@@ -286,6 +286,14 @@ static void test_dtypes(const fxa_attn_desc *d)
     attn_ref_run("A7 mixed <f2/<f4 files with --dtype f32", &r, d, &mixed,
                  join(g_out_dir, "out_mixed.npy"), NULL, ARGV("--dtype", "f32"));
     run_free(&r);
+
+    /* Any finite scale, negative too, against the fp64 reference at that scale. */
+    fxa_attn_desc neg = *d;
+    neg.scale = -0.3;
+    const attn_inputs f32 = {IN("q.npy"), IN("k.npy"), IN("v.npy"), g_q, g_k, g_v};
+    attn_ref_run("A7b --scale -0.3", &r, &neg, &f32, join(g_out_dir, "out_neg.npy"),
+                 join(g_out_dir, "lse_neg.npy"), ARGV("--scale", "-0.3"));
+    run_free(&r);
 }
 
 /* A8: .npy versions 2.0 and 3.0 give the same bytes as version 1.0 (A1);

@@ -269,7 +269,6 @@ static void test_plan_validation(fxa_ctx *ctx)
     BAD_DESC(d.center = 2, "center");
     BAD_DESC(d.center = -1, "center");
     BAD_DESC(d.scale = NAN, "scale");
-    BAD_DESC(d.scale = -1.0, "scale");
     BAD_DESC(d.scale = INFINITY, "scale");
     BAD_DESC(d.scale = -INFINITY, "scale");
     BAD_DESC(d.heads_per_tile = 3, "heads_per_tile");
