@@ -25,6 +25,28 @@ def is_torch(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def torch_of_numpy(a: np.ndarray):
+    """A torch tensor of numpy array a's values (ml_dtypes bfloat16 as
+    torch.bfloat16), sharing memory where torch can."""
+    import torch
+
+    a = np.ascontiguousarray(a)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def numpy_of_torch(t, dtype) -> np.ndarray:
+    """torch tensor t's values as a numpy array of dtype (t's own dtype:
+    float32, float16 or ml_dtypes bfloat16)."""
+    import torch
+
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dtype)
+    return t.numpy().astype(dtype, copy=False)
+
+
 @dataclass
 class Operand:
     """One input tensor: the object kept alive, its dtype code, shape,

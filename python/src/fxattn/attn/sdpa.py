@@ -35,6 +35,7 @@ def scaled_dot_product_attention(
     *,
     compute=None,
     threads=None,
+    nonfinite="propagate",
 ):
     """torch.nn.functional.scaled_dot_product_attention's call and results,
     computed by fxattn (exact fixed-max attention, CPU; differentiable for
@@ -70,11 +71,34 @@ def scaled_dot_product_attention(
     of the two on this machine (fxattn.compute_choice). threads: worker threads
     (None: the CPUs this process may use).
 
+    nonfinite (fxattn's): "propagate" (the default, as torch): q, k or v
+    holding NaN or Inf give torch's own result for them, NaN and Inf where
+    torch's scaled_dot_product_attention puts them (computed by torch's
+    ATen operator: fxattn's bound and its exactness are for finite inputs);
+    "raise": InvalidArgumentError naming the first such element, as
+    fxattn.attention does (and the drop-in inside torch.compile'd code,
+    which never leaves the traced operator).
+
     torch tensors go through the custom operator torch.ops.fxattn.attention,
     so torch.compile traces the call. Raises fxattn.InvalidArgumentError (a
     ValueError) on bad arguments, fxattn.UnsupportedError for what fxattn
     does not do (dropout, value's head dim other than query's).
     """
+    validate.choice("nonfinite", nonfinite, {"propagate": True, "raise": False})
+    call = (query, key, value, attn_mask, is_causal, scale, enable_gqa)
+    torch = arrays.torch_module()
+    if nonfinite == "raise" or (torch is not None and torch.compiler.is_compiling()):
+        return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, compute, threads)
+    try:
+        return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, compute, threads)
+    except _capi.InvalidArgumentError:
+        if not not_finite(query, key, value):
+            raise
+    return torch_sdpa(*call)
+
+
+def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, compute, threads):
+    """scaled_dot_product_attention on fxattn (non-finite inputs raise)."""
     _no_dropout(dropout_p)
     is_causal = validate.boolean("is_causal", is_causal)
     enable_gqa = validate.boolean("enable_gqa", enable_gqa)
@@ -131,6 +155,42 @@ def scaled_dot_product_attention(
         out = attention_numpy(Inputs.of(q4, k4, v4, opts.layout, mask4), opts, False, None)
     out = out.reshape(lead + (hq, sq, e))
     return out[0] if flat else out
+
+
+def not_finite(*tensors) -> bool:
+    """Whether any of these torch tensors or numpy arrays of floats holds
+    NaN or Inf (False for anything else)."""
+    for t in tensors:
+        if arrays.is_torch(t):
+            if t.is_floating_point() and not bool(t.isfinite().all()):
+                return True
+        elif isinstance(t, np.ndarray) and t.dtype.kind in "fV" and t.dtype.itemsize in (2, 4, 8):
+            if not np.isfinite(t.astype(np.float32)).all():
+                return True
+    return False
+
+
+def torch_sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa):
+    """torch's own result for inputs holding NaN or Inf: its ATen operator
+    (never a patched torch.nn.functional), numpy arrays through torch and
+    back, torch's causal biases as SDPA dispatches them."""
+    import torch
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+
+    numpy_dtype = None if arrays.is_torch(query) else query.dtype
+    if numpy_dtype is not None:
+        query, key, value = (arrays.torch_of_numpy(t) for t in (query, key, value))
+        attn_mask = None if attn_mask is None else arrays.torch_of_numpy(attn_mask)
+    if isinstance(attn_mask, CausalBias):
+        sq, skv = attn_mask.seq_len_q, attn_mask.seq_len_kv
+        if attn_mask.variant == CausalVariant.UPPER_LEFT or sq == skv:
+            attn_mask, is_causal = None, True
+        else:
+            attn_mask = torch.ones(sq, skv, dtype=torch.bool).tril(skv - sq)
+    out = torch.ops.aten.scaled_dot_product_attention(
+        query, key, value, attn_mask, 0.0, bool(is_causal), scale=None if scale is None else float(scale), enable_gqa=bool(enable_gqa)
+    )
+    return out if numpy_dtype is None else arrays.numpy_of_torch(out, numpy_dtype)
 
 
 def _no_dropout(dropout_p) -> None:

@@ -26,7 +26,8 @@ import sys
 
 import torch
 
-from ...attn import attention, scaled_dot_product_attention
+from ..._capi import InvalidArgumentError
+from ...attn import attention, scaled_dot_product_attention, sdpa
 
 #: The backend's name in diffusers' AttentionBackendName.
 NAME = "fxattn"
@@ -151,7 +152,9 @@ def fxattn_attention(
     compute. attn_mask (bool or additive, as torch's SDPA takes
     it, or a 2-D [B, Skv] key mask) and is_causal run through
     fxattn.scaled_dot_product_attention. Hq != Hkv needs enable_gqa or
-    Hkv = 1 (broadcast), as in torch. Raises ValueError for dropout_p > 0, context parallelism, or an
+    Hkv = 1 (broadcast), as in torch. NaN or Inf in query, key or value
+    give torch's own result, as the native backend's (see
+    fxattn.scaled_dot_product_attention's nonfinite). Raises ValueError for dropout_p > 0, context parallelism, or an
     lse asked with a mask or is_causal."""
     if dropout_p:
         raise ValueError(f"fxattn attention backend: dropout_p must be 0, not {dropout_p} (fxattn has no dropout; it is for inference)")
@@ -175,8 +178,27 @@ def fxattn_attention(
             enable_gqa=enable_gqa,
         )
         return out.transpose(1, 2)
-    res = attention(query, key, value, layout="bshd", scale=scale, return_lse=return_lse)
+    try:
+        res = attention(query, key, value, layout="bshd", scale=scale, return_lse=return_lse)
+    except InvalidArgumentError:
+        if torch.compiler.is_compiling() or not sdpa.not_finite(query, key, value):
+            raise
+        return _torch_result(query, key, value, scale, enable_gqa, return_lse)
     if return_lse:
         out, lse = res
         return out, lse.transpose(1, 2).contiguous()
     return res
+
+
+def _torch_result(query, key, value, scale, enable_gqa: bool, return_lse: bool):
+    """torch's own result in the backend's layout for inputs holding NaN or
+    Inf (the native backend's), with return_lse its lse from the fp32
+    scores."""
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    out = sdpa.torch_sdpa(q, k, v, None, False, scale, enable_gqa or k.shape[1] == 1).transpose(1, 2)
+    if not return_lse:
+        return out
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    s = q.float() @ k.float().transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    return out, torch.logsumexp(s, -1).transpose(1, 2).contiguous()
