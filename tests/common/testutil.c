@@ -89,6 +89,18 @@ void fxt_attn_desc(fxa_attn_desc *d, int64_t batch, int64_t heads_q, int64_t hea
     d->head_dim = head_dim;
 }
 
+void fxt_expect_plan_refused(fxa_ctx *ctx, const fxa_attn_desc *d, const char *word,
+                             const char *label)
+{
+    fxa_attn_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK(fxa_attn_plan_create(ctx, d, &plan, &bytes) == FXA_ERR_INVALID_ARG && !plan,
+          "%s accepted", label);
+    CHECK(strstr(fxa_ctx_last_error(ctx), word) != NULL, "%s: message '%s'", label,
+          fxa_ctx_last_error(ctx));
+    fxa_attn_plan_destroy(plan);
+}
+
 fxa_attn_bwd_args fxt_bwd_args(const void *q, const void *k, const void *v, const void *out,
                                const void *dout, const float *lse, void *dq, void *dk, void *dv)
 {

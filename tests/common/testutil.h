@@ -82,6 +82,12 @@ fxa_ctx *fxt_ctx(int n_threads);
 void fxt_attn_desc(fxa_attn_desc *d, int64_t batch, int64_t heads_q, int64_t heads_kv,
                    int64_t seq_q, int64_t seq_kv, int64_t head_dim);
 
+/* CHECKs that fxa_attn_plan_create refuses d on ctx with
+ * FXA_ERR_INVALID_ARG and no plan, its message holding word (label names
+ * the case in a failure). */
+void fxt_expect_plan_refused(fxa_ctx *ctx, const fxa_attn_desc *d, const char *word,
+                             const char *label);
+
 /* The backward's arguments (struct_size set; mask and strides left 0). */
 fxa_attn_bwd_args fxt_bwd_args(const void *q, const void *k, const void *v, const void *out,
                                const void *dout, const float *lse, void *dq, void *dk, void *dv);

@@ -65,32 +65,30 @@ def integer(name: str, value, lo: int, hi: int) -> int:
     return n
 
 
-def finite_real(name: str, value) -> float:
-    """A real number (Python, numpy or 0-d) that is finite, as a float."""
+def _real(name: str, value, positive: bool) -> float:
+    """A real number (Python, numpy or 0-d) that is finite (and > 0 when
+    positive), as a float."""
+    what = "a positive finite number" if positive else "a finite number"
     value = _scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise bad(f"{name} must be a finite number, not {show(value)}")
+        raise bad(f"{name} must be {what}, not {show(value)}")
     try:
         x = float(value)
     except OverflowError:  # an int or Fraction beyond the double range
         x = math.inf
-    if not math.isfinite(x):
-        raise bad(f"{name} must be a finite number, not {show(value)}")
+    if not (math.isfinite(x) and (x > 0 or not positive)):
+        raise bad(f"{name} must be {what}, not {show(value)}")
     return x
+
+
+def finite_real(name: str, value) -> float:
+    """A real number (Python, numpy or 0-d) that is finite, as a float."""
+    return _real(name, value, False)
 
 
 def positive_real(name: str, value) -> float:
     """A real number (Python, numpy or 0-d) that is finite and > 0, as a float."""
-    value = _scalar(value)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise bad(f"{name} must be a positive finite number, not {show(value)}")
-    try:
-        x = float(value)
-    except OverflowError:  # an int or Fraction beyond the double range
-        x = math.inf
-    if not (math.isfinite(x) and x > 0):
-        raise bad(f"{name} must be a positive finite number, not {show(value)}")
-    return x
+    return _real(name, value, True)
 
 
 def grid(name: str, value) -> tuple:

@@ -175,7 +175,7 @@ def torch_sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa):
     (never a patched torch.nn.functional), numpy arrays through torch and
     back, torch's causal biases as SDPA dispatches them."""
     import torch
-    from torch.nn.attention.bias import CausalBias, CausalVariant
+    from torch.nn.attention.bias import CausalBias
 
     numpy_dtype = None if arrays.is_torch(query) else query.dtype
     if numpy_dtype is not None:
@@ -183,10 +183,10 @@ def torch_sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa):
         attn_mask = None if attn_mask is None else arrays.torch_of_numpy(attn_mask)
     if isinstance(attn_mask, CausalBias):
         sq, skv = attn_mask.seq_len_q, attn_mask.seq_len_kv
-        if attn_mask.variant == CausalVariant.UPPER_LEFT or sq == skv:
-            attn_mask, is_causal = None, True
-        else:
+        if masks.causal_is_lower_right(attn_mask, sq, skv):
             attn_mask = torch.ones(sq, skv, dtype=torch.bool).tril(skv - sq)
+        else:
+            attn_mask, is_causal = None, True
     out = torch.ops.aten.scaled_dot_product_attention(
         query, key, value, attn_mask, 0.0, bool(is_causal), scale=None if scale is None else float(scale), enable_gqa=bool(enable_gqa)
     )
