@@ -151,7 +151,10 @@ FXA_API const char *fxa_ctx_last_error(const fxa_ctx *ctx);
 typedef enum fxa_dtype {
     FXA_F32 = 0,
     FXA_BF16 = 1, /* uint16_t storage, bfloat16 bits */
-    FXA_F16 = 2   /* uint16_t storage, IEEE binary16 bits */
+    FXA_F16 = 2,  /* uint16_t storage, IEEE binary16 bits */
+    /* double storage: Q, K, V, O and the gradients of an fp64 plan, which
+     * computes in fp64 throughout (FXA_COMPUTE_FP64). Added in 0.3. */
+    FXA_F64 = 3
 } fxa_dtype;
 
 /* Contiguous layouts: presets of the element strides below. */
@@ -201,7 +204,15 @@ typedef enum fxa_compute {
      * default of the command line, the Python package and the Wan layer;
      * fxa_attn_desc_init keeps FXA_COMPUTE_FP32, whose results do not depend
      * on the machine. */
-    FXA_COMPUTE_AUTO = 2
+    FXA_COMPUTE_AUTO = 2,
+    /* fp64 inputs (dtype FXA_F64) only, and what FXA_COMPUTE_AUTO gives
+     * them: every product and sum in double on the portable kernels, the
+     * fixed-max bound and gates derived for fp64 (docs/numerics.md "fp64"),
+     * the result exact to fp64 rounding. An fp64 plan writes FXA_F64
+     * outputs (out_dtype, fxa_attn_bwd_args.grad_dtype) and its LSE in
+     * lse_f64; blockwise attention, fxa_attn_bounds, fxa_check_* and
+     * libfxattn_mpi refuse it (FXA_ERR_UNSUPPORTED). */
+    FXA_COMPUTE_FP64 = 3
 } fxa_compute;
 
 /* What FXA_COMPUTE_AUTO runs on a context (fxa_ctx_compute_choice). An
@@ -258,7 +269,10 @@ typedef enum fxa_mask_kind {
     /* float (fp32), added to the natural-log scores scale * q.k; -INFINITY
      * masks the key; NaN and values above 2^120 (+INFINITY included) are
      * refused by the run, naming the element. */
-    FXA_MASK_ADD = 2
+    FXA_MASK_ADD = 2,
+    /* double, as FXA_MASK_ADD: fp64 plans only (which also take the two
+     * kinds above). Added in 0.3. */
+    FXA_MASK_ADD_F64 = 3
 } fxa_mask_kind;
 
 /* Element strides of a mask seen as [B, Hq, Sq, Skv]: element (b, h, i, j)
@@ -398,6 +412,12 @@ typedef struct fxa_attn_args {
      * rebuilds the forward's P at any score or mask magnitude. A row with
      * every key masked gets {-INFINITY, 0, 0}. */
     float *lse_parts;
+    /* Added after lse_parts (a smaller struct has none): fp64 plans only,
+     * optional [B,Hq,Sq]: the natural-log LSE in double, for the fp64
+     * backward (lse, when given too, receives it rounded to float). An fp64
+     * plan takes no lse_parts: its backward rebuilds P from lse_f64, whose
+     * rounding is fp64's. */
+    double *lse_f64;
 } fxa_attn_args;
 
 /*
@@ -505,6 +525,9 @@ typedef struct fxa_attn_bwd_args {
      * large mask value or saturated scores, lose accuracy). Added after
      * grad_dtype: a smaller struct has none. */
     const float *lse_parts;
+    /* fp64 plans: the forward's lse_f64 (required there, where lse and
+     * lse_parts must be NULL); NULL otherwise. Added after lse_parts. */
+    const double *lse_f64;
 } fxa_attn_bwd_args;
 
 /* What one backward run did. Versioned (new in 0.3); an output: the

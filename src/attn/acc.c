@@ -129,6 +129,10 @@ static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
 {
     if (!acc_out)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_attn_acc_create");
+    if (plan->d.dtype == FXA_F64)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
+                            "blockwise attention (fxa_attn_acc_*) is for fp32 and bf16 plans, "
+                            "not fp64");
     if (fxa_attn_masked(plan))
         return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
                             "blockwise attention (fxa_attn_acc_*) takes no mask and no causal: "
@@ -239,6 +243,10 @@ static fxa_status kv_summarize(const fxa_attn_plan *plan, const void *k, const v
 {
     if (!summary_out || (n_kv > 0 && (!k || !v)))
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG, "NULL argument to fxa_kv_summarize");
+    if (plan->d.dtype == FXA_F64)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
+                            "blockwise attention (fxa_kv_summarize) is for fp32 and bf16 plans, "
+                            "not fp64");
     if (n_kv < 0 || n_kv > plan->d.seq_kv)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_INVALID_ARG,
                             "block of %lld keys is outside 0..%lld (the plan's seq_kv)",

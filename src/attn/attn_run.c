@@ -25,6 +25,7 @@
 #include "../base/struct_size.h"
 #include "attn_internal.h"
 #include "../kernels/ref/exp2_ref.h"
+#include "f64.h"
 #include "mask.h"
 #include "scan.h"
 #include "steps.h"
@@ -378,15 +379,16 @@ static fxa_status check_spans(const fxa_attn_plan *p, const fxa_attn_args *a, vo
         {"V", a->v, (size_t)p->kv_extent[1] * p->in_elem},
         {"mask", p->mask_bytes ? a->mask : NULL, p->mask_bytes},
     };
-    const fxa_span out[6] = {
+    const fxa_span out[7] = {
         {"row_fallback", a->row_fallback, rows},
         {"row_bound", a->row_bound, rows * sizeof(float)},
         {"workspace", workspace, p->ws_total},
         {"out", bounds_only ? NULL : a->out, (size_t)p->o_extent * p->out_elem},
         {"lse", bounds_only ? NULL : a->lse, rows * sizeof(float)},
         {"lse_parts", bounds_only ? NULL : a->lse_parts, 3 * rows * sizeof(float)},
+        {"lse_f64", bounds_only ? NULL : a->lse_f64, rows * sizeof(double)},
     };
-    return fxa_spans_disjoint(p->ctx, out, 6, in, 4);
+    return fxa_spans_disjoint(p->ctx, out, 7, in, 4);
 }
 
 static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,
@@ -413,6 +415,14 @@ static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *arg
         return st;
     if (((uintptr_t)workspace % FXA_ALIGN) != 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
+    if (plan->d.dtype == FXA_F64)
+        return bounds_only ? fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
+                                          "the bound pass alone is for fp32 and bf16 plans; an "
+                                          "fp64 plan's rows are reported by fxa_attn_run")
+                           : fxa_f64_run(plan, args, workspace, stats_out);
+    if (args->lse_f64)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "lse_f64 is for fp64 plans (dtype FXA_F64); this plan writes lse");
     const double t0 = fxa_now_seconds();
     run_job job = {plan, args, workspace, bounds_only, 0, 0, 0};
     st = fxa_scan_inputs(plan, args, workspace);

@@ -4,6 +4,7 @@
 
 #include "../base/alloc.h"
 #include "bwd_internal.h"
+#include "f64.h"
 
 /* Query rows per tile: P and dS (and dK, dV's accumulators) stay in L2,
  * and each dK, dV block sums 256 query rows (128 bf16 row pairs) between
@@ -159,6 +160,12 @@ static fxa_status bwd_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d,
     bp->fwd = fwd;
     bp->ctx = ctx;
     bp->dim = (size_t)fwd->d.head_dim;
+    if (fwd->d.dtype == FXA_F64) {
+        bp->ws_total = fxa_f64_bwd_workspace(fwd, ctx->pool.n_threads);
+        *plan_out = bp;
+        *workspace_bytes_out = bp->ws_total;
+        return FXA_OK;
+    }
     bp->panel = ctx->kernels->bwd_kt_panel;
     bp->block_kv = (fwd->d.compute == FXA_COMPUTE_BF16 ? BWD_BLOCK_KV_BF16 : BWD_BLOCK_KV) /
                    bp->panel * bp->panel;

@@ -36,6 +36,7 @@
 #include "../base/struct_size.h"
 #include "base/clock.h"
 #include "bwd_internal.h"
+#include "f64.h"
 #include "load.h"
 #include "mask.h"
 
@@ -514,20 +515,27 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
     if (!a.q || !a.k || !a.v || !a.out || !a.dout)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "q, k, v, out and dout must not be NULL (backward)");
-    if (!a.lse)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                            "lse is missing: the backward needs the forward's lse "
-                            "(fxa_attn_args.lse)");
     if (!a.dq || !a.dk || !a.dv)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "dq, dk and dv must not be NULL");
-    if (a.grad_dtype != FXA_F32 && a.grad_dtype != FXA_BF16 && a.grad_dtype != FXA_F16)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                            "grad_dtype %d is not FXA_F32, FXA_BF16 or FXA_F16", (int)a.grad_dtype);
     if (!workspace)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace of %zu bytes is missing",
                             bp->ws_total);
     if (((uintptr_t)workspace % FXA_ALIGN) != 0)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "workspace must be 64-byte aligned");
+    if (p->d.dtype == FXA_F64)
+        return fxa_f64_bwd_run(p, &a, workspace, bp->ws_total, stats_out);
+    if (a.lse_f64)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "lse_f64 is for fp64 plans (dtype FXA_F64); this backward reads lse");
+    if (!a.lse)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "lse is missing: the backward needs the forward's lse "
+                            "(fxa_attn_args.lse)");
+    if (a.grad_dtype != FXA_F32 && a.grad_dtype != FXA_BF16 && a.grad_dtype != FXA_F16)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "grad_dtype %d is not FXA_F32, FXA_BF16 or FXA_F16 (FXA_F64: fp64 "
+                            "plans)",
+                            (int)a.grad_dtype);
     const double t0 = fxa_now_seconds();
     bwd_job job = {bp, &a, workspace, 0, 0};
     if ((st = fxa_bwd_check_inputs(bp, &a, workspace, scratch_of(&job, 0).ga,

@@ -208,7 +208,7 @@ static fxa_status choose(fxa_ctx *ctx, fxa_dtype dtype, int64_t head_dim, fxa_co
 {
     memset(c, 0, sizeof *c);
     c->struct_size = sizeof *c;
-    c->compute = FXA_COMPUTE_FP32;
+    c->compute = dtype == FXA_F64 ? FXA_COMPUTE_FP64 : FXA_COMPUTE_FP32;
     if (dtype != FXA_BF16)
         return FXA_OK;
     if (ctx->auto_compute != FXA_COMPUTE_AUTO) { /* pinned by FXA_AUTO_COMPUTE */
@@ -250,7 +250,7 @@ static fxa_status compute_choice(fxa_ctx *ctx, fxa_dtype dtype, int64_t head_dim
                              ctx->last_error, sizeof ctx->last_error);
     if (st != FXA_OK)
         return st;
-    if (dtype != FXA_F32 && dtype != FXA_BF16 && dtype != FXA_F16)
+    if (dtype != FXA_F32 && dtype != FXA_BF16 && dtype != FXA_F16 && dtype != FXA_F64)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown dtype %d", (int)dtype);
     if (head_dim < 1 || head_dim > FXA_MAX_HEAD_DIM)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "head_dim %lld is outside 1..%d",

@@ -29,8 +29,23 @@
  * [-3.2e38, -1.7e38]. */
 #define FXA_MASK_LOW_OFFSET 0x1p127
 
+/* Element offset of mask element (b, h, i, j). */
+static inline int64_t fxa_mask_at(const fxa_attn_plan *p, int64_t b, int64_t h, int64_t i,
+                                  int64_t j)
+{
+    const fxa_mask_strides *s = &p->d.mask_strides;
+    return b * s->batch + h * s->head + i * s->query + j * s->key;
+}
+
+/* Additive mask element `at` (FXA_MASK_ADD or FXA_MASK_ADD_F64) in double. */
+static inline double fxa_mask_value(const fxa_attn_plan *p, const void *mask, int64_t at)
+{
+    return p->d.mask_kind == FXA_MASK_ADD_F64 ? ((const double *)mask)[at]
+                                              : (double)((const float *)mask)[at];
+}
+
 /* A run's mask, before any output is written: present when the plan has
- * one, and for FXA_MASK_ADD every element (each read once however it
+ * one, and for FXA_MASK_ADD and FXA_MASK_ADD_F64 every element (each read once however it
  * broadcasts) not NaN and at most FXA_MASK_ADD_MAX (-INFINITY masks).
  * FXA_ERR_INVALID_ARG naming the first bad element. */
 fxa_status fxa_mask_check(const fxa_attn_plan *p, const void *mask);

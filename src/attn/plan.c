@@ -5,6 +5,7 @@
 #include "../base/alloc.h"
 #include "../base/struct_size.h"
 #include "attn_internal.h"
+#include "f64.h"
 #include "scan.h"
 #include "summary.h"
 
@@ -135,7 +136,7 @@ int64_t fxa_mask_extent(const fxa_attn_desc *d)
 
 static size_t dtype_bytes(fxa_dtype t)
 {
-    return t == FXA_F32 ? 4 : 2;
+    return t == FXA_F64 ? 8 : t == FXA_F32 ? 4 : 2;
 }
 
 /* a * b * c <= limit without overflow (all >= 1). */
@@ -168,13 +169,20 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "tensor sizes overflow");
     if (d->layout != FXA_LAYOUT_BSHD && d->layout != FXA_LAYOUT_BHSD)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown layout %d", (int)d->layout);
-    if (d->dtype != FXA_F32 && d->dtype != FXA_BF16 && d->dtype != FXA_F16)
+    if (d->dtype != FXA_F32 && d->dtype != FXA_BF16 && d->dtype != FXA_F16 && d->dtype != FXA_F64)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown dtype %d", (int)d->dtype);
     if (d->mode != FXA_MODE_AUTO && d->mode != FXA_MODE_ONLINE)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown mode %d", (int)d->mode);
     if (d->compute != FXA_COMPUTE_FP32 && d->compute != FXA_COMPUTE_BF16 &&
-        d->compute != FXA_COMPUTE_AUTO)
+        d->compute != FXA_COMPUTE_AUTO && d->compute != FXA_COMPUTE_FP64)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "unknown compute mode %d", (int)d->compute);
+    if (d->dtype == FXA_F64 && d->compute != FXA_COMPUTE_FP64 && d->compute != FXA_COMPUTE_AUTO)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "f64 inputs compute in fp64: compute must be FXA_COMPUTE_FP64 or "
+                            "FXA_COMPUTE_AUTO");
+    if (d->dtype != FXA_F64 && d->compute == FXA_COMPUTE_FP64)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "fp64 compute needs f64 inputs (dtype is not FXA_F64)");
     if (d->compute == FXA_COMPUTE_BF16 && d->dtype != FXA_BF16)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "bf16 compute needs bf16 inputs (dtype is not FXA_BF16)");
@@ -189,19 +197,29 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
     if (d->block_q < 0 || d->block_q > MAX_BLOCK_Q)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "block_q %d is outside 0..%d", d->block_q,
                             MAX_BLOCK_Q);
-    if (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16)
-        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "out_dtype %d is not FXA_F32 or FXA_BF16",
-                            (int)d->out_dtype);
+    if (d->out_dtype != FXA_F32 && d->out_dtype != FXA_BF16 && d->out_dtype != FXA_F64)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "out_dtype %d is not FXA_F32, FXA_BF16 or FXA_F64", (int)d->out_dtype);
+    if ((d->dtype == FXA_F64) != (d->out_dtype == FXA_F64))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            d->dtype == FXA_F64
+                                ? "f64 inputs give an f64 output: out_dtype must be FXA_F64"
+                                : "an FXA_F64 output needs f64 inputs (dtype FXA_F64)");
     if (d->causal < FXA_CAUSAL_NONE || d->causal > FXA_CAUSAL_LOWER_RIGHT)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "causal must be 0, FXA_CAUSAL_UPPER_LEFT (1) or "
                             "FXA_CAUSAL_LOWER_RIGHT (2), not %d",
                             d->causal);
     if (d->mask_kind != FXA_MASK_NONE && d->mask_kind != FXA_MASK_BOOL &&
-        d->mask_kind != FXA_MASK_ADD)
+        d->mask_kind != FXA_MASK_ADD && d->mask_kind != FXA_MASK_ADD_F64)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
-                            "mask_kind %d is not FXA_MASK_NONE, FXA_MASK_BOOL or FXA_MASK_ADD",
+                            "mask_kind %d is not FXA_MASK_NONE, FXA_MASK_BOOL, FXA_MASK_ADD or "
+                            "FXA_MASK_ADD_F64",
                             (int)d->mask_kind);
+    if (d->mask_kind == FXA_MASK_ADD_F64 && d->dtype != FXA_F64)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "an FXA_MASK_ADD_F64 mask needs f64 inputs (FXA_MASK_ADD is the "
+                            "float mask of the others)");
     if (d->causal && d->mask_kind != FXA_MASK_NONE)
         return fxa_ctx_fail(
             ctx, FXA_ERR_INVALID_ARG,
@@ -399,6 +417,24 @@ fxa_status fxa_args_in(fxa_ctx *ctx, void *full, size_t cur_size, const void *ar
                          sizeof ctx->last_error);
 }
 
+/* Hand out plan p with a workspace of ws_total bytes, or free it when the
+ * memory available cannot hold that. */
+static fxa_status plan_finish(fxa_ctx *ctx, fxa_attn_plan *p, size_t ws_total,
+                              fxa_attn_plan **plan_out, size_t *workspace_bytes_out)
+{
+    const uint64_t avail = fxa_available_memory();
+    if ((uint64_t)ws_total > avail) {
+        fxa_attn_plan_destroy(p);
+        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY,
+                            "needs %.1f GiB, %.1f GiB available (the plan's workspace)",
+                            (double)ws_total / 1073741824.0, (double)avail / 1073741824.0);
+    }
+    p->ws_total = ws_total;
+    *plan_out = p;
+    *workspace_bytes_out = ws_total;
+    return FXA_OK;
+}
+
 static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,
                               size_t *workspace_bytes_out)
 {
@@ -447,7 +483,12 @@ static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_pla
         strided_extent(&p->o_strides, d->batch, d->heads_q, d->seq_q, d->head_dim, p->out_elem);
     p->mask_bytes = d->mask_kind == FXA_MASK_NONE
                         ? 0
-                        : (size_t)fxa_mask_extent(d) * (d->mask_kind == FXA_MASK_ADD ? 4 : 1);
+                        : (size_t)fxa_mask_extent(d) * (d->mask_kind == FXA_MASK_ADD_F64 ? 8
+                                                        : d->mask_kind == FXA_MASK_ADD   ? 4
+                                                                                         : 1);
+    if (d->dtype == FXA_F64)
+        return plan_finish(ctx, p, fxa_f64_workspace(p, ctx->pool.n_threads), plan_out,
+                           workspace_bytes_out);
     /* Tiles stay a multiple of the kernels' K^T panel (itself a multiple
      * of 16 keys, the scores' row stride). */
     p->kt_panel = ctx->kernels->kt_panel;
@@ -469,23 +510,13 @@ static fxa_status plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_pla
     p->packed_head_floats = (size_t)p->n_kv_tiles * p->kv_tile * p->packed_ld;
     p->chunk_kv_heads = chunk_kv_heads(p);
     choose_split(p);
-    p->ws_total = layout_workspace(p, ctx->pool.n_threads);
-    const uint64_t avail = fxa_available_memory();
-    const size_t ws_total = p->ws_total;
-    if ((uint64_t)ws_total > avail) {
-        fxa_free_aligned(p);
-        return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY,
-                            "needs %.1f GiB, %.1f GiB available (the plan's workspace)",
-                            (double)ws_total / 1073741824.0, (double)avail / 1073741824.0);
-    }
     p->kv_scratch = fxa_malloc_aligned(fxa_scan_kv_scratch_bytes(p, d->seq_kv));
     if (!p->kv_scratch) {
         fxa_free_aligned(p);
         return fxa_ctx_fail(ctx, FXA_ERR_NO_MEMORY, "out of memory for the plan");
     }
-    *plan_out = p;
-    *workspace_bytes_out = p->ws_total;
-    return FXA_OK;
+    return plan_finish(ctx, p, layout_workspace(p, ctx->pool.n_threads), plan_out,
+                       workspace_bytes_out);
 }
 
 fxa_status fxa_attn_plan_create(fxa_ctx *ctx, const fxa_attn_desc *d, fxa_attn_plan **plan_out,

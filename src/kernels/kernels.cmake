@@ -20,9 +20,10 @@ endfunction()
 fxa_kernel_sources("" dispatch.c ref/kernels_ref.c ref/f32_tile_ref.c ref/bf16_tile_ref.c
                    ref/f32_packkt_ref.c ref/f16_widen_ref.c ref/f32_bwd_ref.c
                    ref/bf16_bwd_ref.c)
-# The row statistics: one portable source per ISA; no contraction, so every build gives the
-# reference's bits.
-fxa_kernel_sources("-ffp-contract=off" ref/f32_rowstats_ref.c)
+# The row statistics (one portable source per ISA) and the fp64 kernels: no contraction, so
+# every build gives the reference's bits.
+fxa_kernel_sources("-ffp-contract=off" ref/f32_rowstats_ref.c ref/f64_tile_ref.c
+                   ref/f64_bwd_ref.c)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   set(FXA_AVX2 "-mavx2")
   set(FXA_AVX512 "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq")

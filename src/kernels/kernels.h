@@ -251,6 +251,89 @@ typedef struct fxa_attn_bwd_tile_bf16 {
 
 typedef void fxa_attn_bwd_bf16_fn(const fxa_attn_bwd_tile_bf16 *t);
 
+/*
+ * fp64 attention (FXA_COMPUTE_FP64): the forward tile in double. Row i
+ * (q_i at q + i ldq) meets keys j < n_kv (k_j at k + j ldk, v_j at
+ * v + j ldv, rows of d doubles) with natural-log scores
+ *     z_ij = tau (q_i . k_j - center_i) + bias_ij
+ * (the dot product summed in increasing c from 0.0; bias NULL: no bias,
+ * else [n_q][ld_bias] with -INFINITY masking a key) and updates its
+ * unnormalised state (m_i, l_i, o_i):
+ *   fixed row (online[i] == 0): p_ij = exp(z_ij - m_i), m_i the constant
+ *       shift from the fp64 bound; l_i += p_ij, o_i += p_ij v_j.
+ *   online row: m' = max(m_i, max_j z_ij) (m_i = -INFINITY before the
+ *       first key), a = exp(m_i - m'), l_i = a l_i + sum_j exp(z_ij - m'),
+ *       o_i likewise; a row whose keys so far are all masked keeps
+ *       m_i = -INFINITY, l_i = 0, o_i = 0.
+ * Sums run in increasing j; a row's result does not depend on the other
+ * rows of the tile. scores: scratch of n_kv doubles. No aliasing.
+ */
+typedef struct fxa_attn_tile_f64 {
+    size_t n_q;
+    size_t n_kv;
+    size_t d;
+    double tau;
+    const double *q;
+    size_t ldq;
+    const double *k;
+    int64_t ldk;
+    const double *v;
+    int64_t ldv;
+    const double *center;
+    const uint8_t *online;
+    double *m;
+    double *l;
+    double *o;
+    size_t ldo;
+    double *scores;
+    const double *bias;
+    size_t ld_bias;
+} fxa_attn_tile_f64;
+
+typedef void fxa_attn_tile_f64_fn(const fxa_attn_tile_f64 *t);
+
+/*
+ * fp64 backward tile: rows i < n_q of one query head (q_i and dout_i at
+ * q + i ldq and dout + i ld_dout; the row's softmax shift m_i and sum l_i,
+ * from fxa_attn_tile_f64 run online over every key with center 0, and
+ * delta_i = dout_i . out_i) against keys j < n_kv (k_j, v_j as in
+ * fxa_attn_tile_f64):
+ *     P_ij = exp(tau q_i . k_j + bias_ij - m_i) / l_i,
+ *     dS_ij = P_ij (dout_i . v_j - delta_i)
+ * (dot products summed in increasing c from 0.0; a masked P_ij, bias
+ * -INFINITY, is 0). The dq kernel adds tau dS_ij k_j to dq_i (at
+ * dq + i ld_dq) in increasing j; the dkdv kernel adds P_ij dout_i to dv_j
+ * and tau dS_ij q_i to dk_j (at dk + j ld_dk, dv + j ld_dv) in increasing
+ * i. No aliasing.
+ */
+typedef struct fxa_attn_bwd_tile_f64 {
+    size_t n_q;
+    size_t n_kv;
+    size_t d;
+    double tau;
+    const double *q;
+    int64_t ldq;
+    const double *dout;
+    int64_t ld_dout;
+    const double *k;
+    int64_t ldk;
+    const double *v;
+    int64_t ldv;
+    const double *m;
+    const double *l;
+    const double *delta;
+    const double *bias; /* [n_q][ld_bias] or NULL */
+    size_t ld_bias;
+    double *dq;
+    int64_t ld_dq;
+    double *dk;
+    int64_t ld_dk;
+    double *dv;
+    int64_t ld_dv;
+} fxa_attn_bwd_tile_f64;
+
+typedef void fxa_attn_bwd_f64_fn(const fxa_attn_bwd_tile_f64 *t);
+
 /* dst[i] = fp16 bits src[i] widened to fp32 (exact), i < n. */
 typedef void fxa_widen_f16_fn(const uint16_t *src, float *dst, size_t n);
 
@@ -312,6 +395,10 @@ typedef struct fxa_kernels {
     /* The backward with bf16 compute (fxa_attn_bwd_tile_bf16, same panels). */
     fxa_attn_bwd_bf16_fn *attn_bwd_dkdv_bf16;
     fxa_attn_bwd_bf16_fn *attn_bwd_dq_bf16;
+    /* fp64 compute: the portable kernels of every set. */
+    fxa_attn_tile_f64_fn *attn_tile_f64;
+    fxa_attn_bwd_f64_fn *attn_bwd_dq_f64;
+    fxa_attn_bwd_f64_fn *attn_bwd_dkdv_f64;
 } fxa_kernels;
 
 /* The CPU's features (base/cpu.h). */
@@ -339,6 +426,9 @@ void fxa_f32_bwd_dkdv__ref(const fxa_attn_bwd_tile *t);
 void fxa_f32_bwd_dq__ref(const fxa_attn_bwd_tile *t);
 void fxa_bf16_bwd_dkdv__ref(const fxa_attn_bwd_tile_bf16 *t);
 void fxa_bf16_bwd_dq__ref(const fxa_attn_bwd_tile_bf16 *t);
+void fxa_f64_tile__ref(const fxa_attn_tile_f64 *t);
+void fxa_f64_bwd_dq__ref(const fxa_attn_bwd_tile_f64 *t);
+void fxa_f64_bwd_dkdv__ref(const fxa_attn_bwd_tile_f64 *t);
 
 /* x86 kernels (built only on x86-64). F16C widening, 8 values per
  * instruction, shared by the AVX2 and AVX-512 sets (f16_widen_f16c.c). */

@@ -4,7 +4,7 @@
 void fxa_kernels_init_ref(fxa_kernels *k)
 {
     k->isa_name = "ref";
-    k->description = "portable C tiles (fp32 and bf16 compute), compiler-vectorised";
+    k->description = "portable C tiles (fp32, bf16 and fp64 compute), compiler-vectorised";
     k->kv_tile = 256;
     k->kt_panel = 16; /* the narrowest panel: the spec walks the general layout */
     k->attn_tile = fxa_f32_tile__ref;
@@ -17,4 +17,7 @@ void fxa_kernels_init_ref(fxa_kernels *k)
     k->attn_bwd_dq = fxa_f32_bwd_dq__ref;
     k->attn_bwd_dkdv_bf16 = fxa_bf16_bwd_dkdv__ref;
     k->attn_bwd_dq_bf16 = fxa_bf16_bwd_dq__ref;
+    k->attn_tile_f64 = fxa_f64_tile__ref;
+    k->attn_bwd_dq_f64 = fxa_f64_bwd_dq__ref;
+    k->attn_bwd_dkdv_f64 = fxa_f64_bwd_dkdv__ref;
 }
