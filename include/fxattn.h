@@ -207,7 +207,7 @@ typedef enum fxa_compute {
     FXA_COMPUTE_AUTO = 2,
     /* fp64 inputs (dtype FXA_F64) only, and what FXA_COMPUTE_AUTO gives
      * them: every product and sum in double on the portable kernels, the
-     * fixed-max bound and gates derived for fp64 (docs/numerics.md "fp64"),
+     * fixed-max bound and gates derived for fp64 (docs/numerics.md "fp64 inputs"),
      * the result exact to fp64 rounding. An fp64 plan writes FXA_F64
      * outputs (out_dtype, fxa_attn_bwd_args.grad_dtype) and its LSE in
      * lse_f64; blockwise attention, fxa_attn_bounds, fxa_check_* and

@@ -2,7 +2,7 @@
  * fp64 plans (dtype FXA_F64, FXA_COMPUTE_FP64): attention and its backward
  * in double on the portable fp64 kernels (fxa_attn_tile_f64,
  * fxa_attn_bwd_tile_f64), with the fixed-max bound and gates derived for
- * fp64 (docs/numerics.md "fp64"): natural-log scores
+ * fp64 (docs/numerics.md "fp64 inputs"): natural-log scores
  *     z_ij = tau (q_i . k_j - c_i) + bias_ij,  c_i = q_i . kbar (centring),
  * the bound U_i = |tau| ||q_i|| max_j ||k_j - kbar|| (plus the rounding of
  * the dot products), the shift m_i = U_i + the row's largest finite bias.

@@ -26,6 +26,10 @@ static fxa_status check_common(const fxa_attn_desc *d, char *msg, size_t cap)
                  (int)d->mask_kind, d->causal);
         return FXA_ERR_UNSUPPORTED;
     }
+    if (d->dtype == FXA_F64) {
+        snprintf(msg, cap, "libfxattn_mpi takes f32, bf16 and f16 inputs, not f64");
+        return FXA_ERR_UNSUPPORTED;
+    }
     if (d->out_dtype != FXA_F32 || memcmp(&d->q_strides, &zero, sizeof zero) ||
         memcmp(&d->k_strides, &zero, sizeof zero) || memcmp(&d->v_strides, &zero, sizeof zero) ||
         memcmp(&d->o_strides, &zero, sizeof zero)) {

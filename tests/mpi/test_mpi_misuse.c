@@ -178,6 +178,14 @@ static void test_plans(fxa_mpi *m)
     CHECK(st == FXA_ERR_UNSUPPORTED && strstr(fxa_mpi_last_error(m), "no attention mask"),
           "causal: %d '%s'", (int)st, fxa_mpi_last_error(m));
     CHECK(plan == NULL, "no plan on failure");
+    /* fp64 plans are libfxattn's alone too */
+    d = base_desc();
+    d.dtype = FXA_F64;
+    d.out_dtype = FXA_F64;
+    d.compute = FXA_COMPUTE_FP64;
+    const fxa_status st64 = plan_fails("f64 inputs", m, &d, &plan);
+    CHECK(st64 == FXA_ERR_UNSUPPORTED && strstr(fxa_mpi_last_error(m), "not f64"),
+          "f64 inputs: %d '%s'", (int)st64, fxa_mpi_last_error(m));
 }
 
 /* This rank's shards of base_desc()'s Q, K, V (random) and an output. */
