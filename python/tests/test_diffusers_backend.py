@@ -8,6 +8,7 @@ no backend applies to it.
 
 Tolerances, against the same model in fp64 on diffusers' native backend
 (torch SDPA), per model, with s = max|y_fp64|:
+fp64 (the model cast to fp64, fxattn computing in fp64): within 1e-12 s.
 fp32: the native backend's fp32 error is fp32 rounding through 1-2 blocks,
 about 2^-22 s here; fp32 must stay within 2^-18 s of it (asserted), and
 fxattn within 2 x that error + 2^-22 s of fp64 and within 2^-18 s of the
@@ -260,6 +261,22 @@ def check_model(name, calls):
     e_native_b, e_fx_b = (native_b - ref).abs().max().item(), (fx_b - ref).abs().max().item()
     assert e_fx_b <= 2 * e_native_b, (e_fx_b / s, e_native_b / s)
     assert (fx_b - native_b).abs().max().item() <= BF16_TOL * s
+
+
+@pytest.mark.parametrize("name", sorted(MODELS) + sorted(MASKED_MODELS))
+def test_model_fp64(name, calls, masked_calls):
+    """The model cast to fp64: the backend computes its attention in fp64
+    (float64 in, float64 out, no rounding to fp32 anywhere), so the output
+    is the native backend's fp64 output to fp64 rounding through the
+    blocks (1e-12 s: about 10^3 units of 2^-53; one fp32 rounding would be
+    2^-24)."""
+    model, args = build(name)
+    ref = forward(model, args, torch.float64, "native")
+    assert calls[0] == masked_calls[0] == 0
+    fx = forward(model, args, torch.float64, "fxattn")
+    assert calls[0] + masked_calls[0] > 0
+    s = ref.abs().max().item()
+    assert (fx - ref).abs().max().item() <= 1e-12 * s
 
 
 def test_tolerance_detects_a_wrong_scale(monkeypatch):

@@ -215,6 +215,7 @@ def test_ranks_that_disagree_get_one_message():
     out = run_mpi("attn.py", 3, "disagree").stdout
     assert "error [options on two ranks]" in out, out
     assert "error [a dtype on one rank]" in out, out
+    assert "error [float64 on one rank]" in out, out
     assert "error [inputs requiring grad on one rank]" in out, out
 
 

@@ -111,7 +111,7 @@ def test_torch_errors_are_value_errors_with_message():
     with pytest.raises(ValueError, match="non-finite"):
         fxattn.attention(q.clone().fill_(float("inf")), k, v, layout="bhsd")
     with pytest.raises(ValueError, match="float64"):
-        fxattn.attention(q.double(), k.double(), v.double(), layout="bhsd")
+        fxattn.attention(q.double(), k, v, layout="bhsd")
     with pytest.raises(ValueError, match="heads"):
         fxattn.attention(q[:, :3], k, v, layout="bhsd")
 

@@ -69,10 +69,10 @@ def compute_choice(dtype="bfloat16", head_dim=128, threads=None):
     """What compute="auto" (the default of attention,
     scaled_dot_product_attention, the diffusers backend and processor, and
     fxattn.mpi) runs for inputs of dtype ("float32", "bfloat16", "float16",
-    or a numpy or torch dtype) with head_dim on this machine: a
-    ComputeChoice with compute ("fp32" or "bf16") and the one-thread tile
+    "float64", or a numpy or torch dtype) with head_dim on this machine: a
+    ComputeChoice with compute ("fp32", "bf16" or "fp64") and the one-thread tile
     rates it was chosen by (GFLOP/s; 0.0 where nothing was measured: f32
-    and f16 inputs always compute in fp32). bf16 compute is chosen where
+    and f16 inputs always compute in fp32, f64 inputs in fp64). bf16 compute is chosen where
     the bf16 tile runs at least 1.25x the fp32 tile (AMD Zen 4 and 5, AMX);
     on Intel cores whose vdpbf16ps runs at half the FMA rate, fp32. The
     environment variable FXA_AUTO_COMPUTE ("fp32" or "bf16"), read when a
@@ -84,7 +84,7 @@ def compute_choice(dtype="bfloat16", head_dim=128, threads=None):
     try:
         code = arrays.dtype_code(dtype)
     except InvalidArgumentError:
-        raise InvalidArgumentError(f"dtype {dtype} is not float32, bfloat16 or float16", INVALID_ARG) from None
+        raise InvalidArgumentError(f"dtype {dtype} is not float32, bfloat16, float16 or float64", INVALID_ARG) from None
     return compute_choice_code(code, validate.integer("head_dim", head_dim, 1, validate.INT32_MAX), threads)
 
 

@@ -182,12 +182,12 @@ def errors():
         "key/value shard lengths",
     )
     # a bad dtype on one rank only: its message, prefixed with its rank
-    odd = good.astype(np.float64) if rank == P - 1 else good
+    odd = good.astype(np.int32) if rank == P - 1 else good
     expect_error(
         "dtype on one rank",
         lambda: fm.attention(odd, odd, odd, comm, layout="bshd", threads=1),
         fxattn.InvalidArgumentError,
-        f"rank {P - 1}: q has dtype float64",
+        f"rank {P - 1}: q has dtype int32",
     )
     # a NaN in one rank's shard: the library's agreed error
     nan = good.copy()
@@ -227,8 +227,9 @@ def errors():
 
 def disagree():
     """Options that differ on ranks 1 and 2 (each its own value), a dtype
-    on one rank (named, not coded) and a torch/numpy mix on one rank: one
-    message on every rank."""
+    on one rank (named, not coded), float64 on one rank (which libfxattn_mpi
+    does not run) and a torch/numpy mix on one rank: one message on every
+    rank."""
     x = np.random.default_rng(2).standard_normal((1, 2 * P, 2, 8)).astype(np.float32)
     q0, n = fm.shard(2 * P, grid_rank, P)
     s = x[:, q0 : q0 + n]
@@ -245,6 +246,13 @@ def disagree():
         lambda: fm.attention(half, half, half, comm, layout="bshd", threads=1),
         fxattn.InvalidArgumentError,
         "ranks disagree on dtype: rank 0 has 'float32', rank 2 has 'float16'",
+    )
+    wide = s.astype(np.float64) if rank == 2 else s
+    expect_error(
+        "float64 on one rank",
+        lambda: fm.attention(wide, wide, wide, comm, layout="bshd", threads=1),
+        fxattn.UnsupportedError,
+        "rank 2: fxattn.mpi.attention takes float32, bfloat16 or float16 inputs, not float64",
     )
     k = torch.from_numpy(s) if rank == 1 else s
     expect_error(

@@ -28,11 +28,11 @@ from .loader import declare, load
 
 # ---- enums (fxattn.h; explicit values, append-only) ---------------------------
 
-F32, BF16, F16 = 0, 1, 2
+F32, BF16, F16, F64 = 0, 1, 2, 3
 LAYOUT_BSHD, LAYOUT_BHSD = 0, 1
 MODE_AUTO, MODE_ONLINE = 0, 1
-COMPUTE_FP32, COMPUTE_BF16, COMPUTE_AUTO = 0, 1, 2
-MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
+COMPUTE_FP32, COMPUTE_BF16, COMPUTE_AUTO, COMPUTE_FP64 = 0, 1, 2, 3
+MASK_NONE, MASK_BOOL, MASK_ADD, MASK_ADD_F64 = 0, 1, 2, 3
 CAUSAL_UPPER_LEFT, CAUSAL_LOWER_RIGHT = 1, 2
 
 # ---- structs ------------------------------------------------------------------
@@ -108,14 +108,14 @@ class AttnArgs(ctypes.Structure):
     _c_name_ = "fxa_attn_args"
     _fields_ = [("struct_size", c_size_t)]
     _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "lse", "row_fallback", "row_bound", "mask")]
-    _fields_ += [("lse_parts", c_void_p)]
+    _fields_ += [("lse_parts", c_void_p), ("lse_f64", c_void_p)]
 
 
 class AttnBwdArgs(ctypes.Structure):
     _c_name_ = "fxa_attn_bwd_args"
     _fields_ = [("struct_size", c_size_t)]
     _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv", "mask")]
-    _fields_ += [("grad_dtype", c_int), ("lse_parts", c_void_p)]
+    _fields_ += [("grad_dtype", c_int), ("lse_parts", c_void_p), ("lse_f64", c_void_p)]
 
 
 class AttnBwdStats(ctypes.Structure):

@@ -11,8 +11,8 @@ import numpy as np
 
 from .. import _capi
 
-_NUMPY_DTYPES = {"float32": _capi.F32, "bfloat16": _capi.BF16, "float16": _capi.F16}
-DTYPE_NAMES = {_capi.F32: "float32", _capi.BF16: "bfloat16", _capi.F16: "float16"}
+_NUMPY_DTYPES = {"float32": _capi.F32, "bfloat16": _capi.BF16, "float16": _capi.F16, "float64": _capi.F64}
+DTYPE_NAMES = {_capi.F32: "float32", _capi.BF16: "bfloat16", _capi.F16: "float16", _capi.F64: "float64"}
 
 
 def torch_module():
@@ -38,7 +38,7 @@ def torch_of_numpy(a: np.ndarray):
 
 def numpy_of_torch(t, dtype) -> np.ndarray:
     """torch tensor t's values as a numpy array of dtype (t's own dtype:
-    float32, float16 or ml_dtypes bfloat16)."""
+    float32, float64, float16 or ml_dtypes bfloat16)."""
     import torch
 
     t = t.detach().contiguous()
@@ -89,7 +89,7 @@ def numpy_operand(x, name: str) -> Operand:
     a = native_array(x, name)
     code = _NUMPY_DTYPES.get(a.dtype.name)
     if code is None:
-        raise _bad(f"{name} has dtype {a.dtype.name}; fxattn takes float32, bfloat16 or float16")
+        raise _bad(f"{name} has dtype {a.dtype.name}; fxattn takes float32, bfloat16, float16 or float64")
     item = a.itemsize
     if a.ndim == 0 or any(s % item for s in a.strides) or not _usable(a.shape, [s // item for s in a.strides]):
         a = np.ascontiguousarray(a)
@@ -98,7 +98,7 @@ def numpy_operand(x, name: str) -> Operand:
 
 
 def torch_dtype_code(torch, dtype) -> int | None:
-    return {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}.get(dtype)
+    return {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16, torch.float64: _capi.F64}.get(dtype)
 
 
 def torch_values(t, name: str):
@@ -121,7 +121,7 @@ def torch_operand(t, name: str) -> Operand:
         raise _bad(f"{name} is on {t.device}; fxattn runs on the CPU")
     code = torch_dtype_code(torch, t.dtype)
     if code is None:
-        raise _bad(f"{name} has dtype {t.dtype}; fxattn takes torch.float32, torch.bfloat16 or torch.float16")
+        raise _bad(f"{name} has dtype {t.dtype}; fxattn takes torch.float32, torch.bfloat16, torch.float16 or torch.float64")
     if t.dim() == 0 or not _usable(t.shape, t.stride()):
         t = t.contiguous()
     strides = tuple(0 if n == 1 else s for n, s in zip(t.shape, t.stride()))
@@ -163,7 +163,8 @@ def operand(x, name: str) -> Operand:
 
 
 def dtype_code(dtype) -> int:
-    """The code of a numpy or torch dtype, or of its name ('float32', ...)."""
+    """The code of a numpy or torch dtype, or of its name ('float32',
+    'bfloat16', 'float16', 'float64')."""
     torch = torch_module()
     if torch is not None and isinstance(dtype, torch.dtype):
         code = torch_dtype_code(torch, dtype)
@@ -176,5 +177,20 @@ def dtype_code(dtype) -> int:
             dt = None
         code = _NUMPY_DTYPES.get(dt.name) if dt is not None and dt.isnative else None
     if code is None:
-        raise _bad(f"out_dtype {dtype} is not float32, bfloat16 or float16")
+        raise _bad(f"out_dtype {dtype} is not float32, bfloat16, float16 or float64")
+    return code
+
+
+def out_code(in_code: int, out_dtype) -> int:
+    """The output dtype code of inputs of in_code with out_dtype (None: the
+    inputs'). float64 inputs are computed in fp64 and give a float64
+    output; float64 is the output of float64 inputs only."""
+    code = in_code if out_dtype is None else dtype_code(out_dtype)
+    if (code == _capi.F64) != (in_code == _capi.F64):
+        if in_code == _capi.F64:
+            raise _bad(
+                f"out_dtype {DTYPE_NAMES[code]} with float64 inputs: float64 inputs are computed in fp64 and give a "
+                "float64 output (out_dtype None or float64); round the result yourself"
+            )
+        raise _bad(f"out_dtype float64 with {DTYPE_NAMES[in_code]} inputs: a float64 output needs float64 inputs (computed in fp64)")
     return code

@@ -70,13 +70,20 @@ def _head_dict(h: int, r: CheckHead) -> dict:
 
 def check(q, k, v=None, *, scale=None, layout="bshd", sample_rows=32, threads=None) -> CheckReport:
     """The bound report of q, k (and v: None takes Vmax as 1), numpy arrays
-    or torch tensors as fxattn.attention takes them. sample_rows: rows per
+    or torch tensors as fxattn.attention takes them (float32, bfloat16 or
+    float16: the report is the fp32 kernels' bound). sample_rows: rows per
     (batch, head) whose true maximum score measures the overshoot. Raises
     InvalidArgumentError (a ValueError) on bad input, with the library's
-    message."""
+    message, and UnsupportedError for float64 inputs."""
     opts = Options.parse(scale, layout, compute="fp32", threads=threads)
     sample_rows = validate.integer("sample_rows", sample_rows, 1, validate.INT32_MAX)
     x = Inputs.of(q, k, k if v is None else v, layout)
+    if x.q.dtype == _capi.F64:
+        raise _capi.UnsupportedError(
+            "fxattn.check reports the bound of the fp32 kernels: it takes float32, bfloat16 or float16 inputs, not float64 "
+            "(float64 attention runs in fp64 with its own bound)",
+            _capi.UNSUPPORTED,
+        )
     qo, ko, vo = x.q, x.k, x.v
     d = x.descriptor(opts, _capi.F32)
     heads = (CheckHead * d.heads_q)()

@@ -76,7 +76,8 @@ def _broadcast_safe(op: arrays.Operand, layout: str) -> arrays.Operand:
 @dataclass
 class Mask:
     """An attention mask as the C API reads it: kind (MASK_BOOL, uint8
-    nonzero = attend; MASK_ADD, float32), the element strides of its
+    nonzero = attend; MASK_ADD, float32; MASK_ADD_F64, float64, with
+    float64 inputs only), the element strides of its
     [B, Hq, Sq, Skv] view (0 broadcasts), its address and the object kept
     alive."""
 
@@ -109,9 +110,10 @@ class Inputs:
 
     def descriptor(self, opts: Options, out_code: int, resolve_compute: bool = True) -> _capi.AttnDesc:
         """The fxa_attn_desc of these inputs run with opts, the output in
-        out_code (fp32 or bf16; fp16 outputs are written as fp32). compute
-        "auto" is resolved here (compute_code) unless resolve_compute is
-        False (libfxattn_mpi resolves it across ranks)."""
+        out_code (fp32 or bf16, fp64 for float64 inputs; fp16 outputs are
+        written as fp32). compute "auto" is resolved here (compute_code)
+        unless resolve_compute is False (libfxattn_mpi resolves it across
+        ranks)."""
         q, k = self.q, self.k
         b, sq, hq, dim = shapes(opts.layout, q.shape)
         _, skv, hkv, _ = shapes(opts.layout, k.shape)
@@ -127,9 +129,11 @@ class Inputs:
         d.q_strides = _strides(opts.layout, q.strides)
         d.k_strides = _strides(opts.layout, k.strides)
         d.v_strides = _strides(opts.layout, self.v.strides)
-        d.out_dtype = _capi.BF16 if out_code == _capi.BF16 else _capi.F32
+        d.out_dtype = out_code if out_code in (_capi.BF16, _capi.F64) else _capi.F32
         d.causal = int(opts.causal)
         if self.mask is not None:
+            if self.mask.kind == _capi.MASK_ADD_F64 and q.dtype != _capi.F64:
+                raise _bad(f"attn_mask is float64 with {arrays.DTYPE_NAMES[q.dtype]} inputs: a float64 mask goes with float64 inputs")
             d.mask_kind = self.mask.kind
             d.mask_strides = _capi.MaskStrides(*self.mask.strides)
         return d

@@ -30,22 +30,26 @@ def attention(
     takes SDPA's call as it is).
     q: [B, Sq, Hq, D] (layout "bshd") or [B, Hq, Sq, D] ("bhsd"); k, v:
     [B, Skv, Hkv, D] or [B, Hkv, Skv, D], Hq a multiple of Hkv (GQA/MQA).
-    numpy arrays or CPU torch tensors of float32, bfloat16 or float16, all
-    three of one dtype, with any non-negative strides whose last axis is
-    contiguous (a transposed torch view runs without a copy).
+    numpy arrays or CPU torch tensors of float32, bfloat16, float16 or
+    float64, all three of one dtype, with any non-negative strides whose
+    last axis is contiguous (a transposed torch view runs without a copy).
+    float64 inputs are computed in fp64 throughout (exact to fp64
+    rounding), with a float64 output and lse.
 
     scale: softmax scale (None: 1/sqrt(D)). mode: "auto" (fixed-max, rows
     that fail the gate run online softmax) or "online". center: virtual key
     centring. compute: "auto" (fp32 for float32 and float16 inputs; for
     bfloat16 inputs the faster of the two on this machine, as
-    fxattn.compute_choice says), "fp32" (exact to fp32 rounding) or "bf16"
-    (bf16 inputs only: bf16 products, P rounded to bf16). out_dtype: the output's
-    dtype (default: the input's, like torch's scaled_dot_product_attention).
+    fxattn.compute_choice says; fp64 for float64 inputs), "fp32" (exact to
+    fp32 rounding), "bf16" (bf16 inputs only: bf16 products, P rounded to
+    bf16) or "fp64" (float64 inputs only). out_dtype: the output's
+    dtype (default: the input's, like torch's scaled_dot_product_attention;
+    float64 inputs give float64 only).
     threads: worker threads (None: the CPUs this process may use).
 
     Returns the output (q's shape, contiguous, the same kind as q) or, with
-    return_lse=True, (out, lse) where lse [B, Hq, Sq] is the fp32
-    natural-log log-sum-exp of the scaled scores. Raises
+    return_lse=True, (out, lse) where lse [B, Hq, Sq] is the fp32 (fp64
+    for float64 inputs) natural-log log-sum-exp of the scaled scores. Raises
     fxattn.InvalidArgumentError (a ValueError) with the library's message on
     bad input (shapes, dtypes, NaN or Inf in q, k or v). Torch tensors
     requiring grad get gradients (docs/python.md, "Autograd").

@@ -49,16 +49,17 @@ def causal_is_lower_right(bias, sq: int, skv: int) -> bool:
     return bias.variant == CausalVariant.LOWER_RIGHT and sq != skv
 
 
-def sdpa_mask(m, lead, tail, batch: int, use_torch: bool):
+def sdpa_mask(m, lead, tail, batch: int, use_torch: bool, fp64: bool = False):
     """attn_mask as [B, Hq, Sq, Skv] (broadcast axes with stride 0): a torch tensor for the
-    operator, or a Mask of a numpy array."""
+    operator, or a Mask of a numpy array. A float mask is float32 (converted from another
+    float dtype), or float64 as it is when fp64 (float64 inputs)."""
     shape = lead + tail
     if use_torch:
         import torch
 
         if m.dtype != torch.bool and not m.dtype.is_floating_point:
             raise bad(f"attn_mask has dtype {m.dtype}; it must be bool or floating point")
-        if m.dtype not in (torch.bool, torch.float32):
+        if m.dtype not in (torch.bool, torch.float32) and not (fp64 and m.dtype == torch.float64):
             m = m.to(torch.float32)
         try:
             m = m.expand(*shape)
@@ -67,7 +68,7 @@ def sdpa_mask(m, lead, tail, batch: int, use_torch: bool):
         return m.reshape(batch, *tail)
     if m.dtype != np.bool_ and m.dtype.kind != "f" and m.dtype.name != "bfloat16":
         raise bad(f"attn_mask has dtype {m.dtype}; it must be bool or floating point")
-    if m.dtype != np.bool_:
+    if m.dtype != np.bool_ and not (fp64 and m.dtype == np.float64):
         m = m.astype(np.float32, copy=False)
     try:
         m = np.broadcast_to(m, shape)
@@ -78,7 +79,7 @@ def sdpa_mask(m, lead, tail, batch: int, use_torch: bool):
         m = np.ascontiguousarray(m)
     if m.dtype == np.bool_:
         m = m.view(np.uint8)
-    kind = _capi.MASK_BOOL if m.dtype == np.uint8 else _capi.MASK_ADD
+    kind = {np.dtype(np.uint8): _capi.MASK_BOOL, np.dtype(np.float64): _capi.MASK_ADD_F64}.get(m.dtype, _capi.MASK_ADD)
     return Mask(kind, tuple(s // m.itemsize for s in m.strides), m.ctypes.data, m)
 
 
@@ -99,14 +100,15 @@ def check_mask(m, shape) -> None:
 
 
 def check_mask_shape(m, shape) -> None:
-    """Refuse a mask that is not a 4-D bool or float32 tensor whose shape
-    broadcasts to shape = [B, Hq, Sq, Skv] (each axis 1 or the full
-    extent)."""
+    """Refuse a mask that is not a 4-D bool, float32 or float64 tensor
+    whose shape broadcasts to shape = [B, Hq, Sq, Skv] (each axis 1 or the
+    full extent)."""
     import torch
 
-    if m.dim() != 4 or m.dtype not in (torch.bool, torch.float32):
+    if m.dim() != 4 or m.dtype not in (torch.bool, torch.float32, torch.float64):
         raise _capi.InvalidArgumentError(
-            f"attn_mask must be a 4-D [B, Hq, Sq, Skv] bool or float32 tensor, not {m.dtype} {list(m.shape)}", _capi.INVALID_ARG
+            f"attn_mask must be a 4-D [B, Hq, Sq, Skv] bool or float32 (float64 with float64 inputs) tensor, not {m.dtype} {list(m.shape)}",
+            _capi.INVALID_ARG,
         )
     if any(n not in (1, want) for n, want in zip(m.shape, shape)):
         raise _capi.InvalidArgumentError(
@@ -117,9 +119,9 @@ def check_mask_shape(m, shape) -> None:
 
 
 def torch_mask(m, shape) -> Mask:
-    """A bool or float32 CPU tensor that broadcasts to shape = [B, Hq, Sq, Skv]
-    as the C API's mask (check_mask; its strides as they are, 0 on the axes
-    it broadcasts along; negative ones copied)."""
+    """A bool, float32 or float64 CPU tensor that broadcasts to shape =
+    [B, Hq, Sq, Skv] as the C API's mask (check_mask; its strides as they
+    are, 0 on the axes it broadcasts along; negative ones copied)."""
     import torch
 
     check_mask(m, shape)
@@ -128,6 +130,6 @@ def torch_mask(m, shape) -> Mask:
         m = m.contiguous()
     if m.dtype == torch.bool:
         m = m.view(torch.uint8)
-    kind = _capi.MASK_BOOL if m.dtype == torch.uint8 else _capi.MASK_ADD
+    kind = {torch.uint8: _capi.MASK_BOOL, torch.float64: _capi.MASK_ADD_F64}.get(m.dtype, _capi.MASK_ADD)
     strides = tuple(0 if n == 1 else st for n, st in zip(m.shape, m.stride()))
     return Mask(kind, strides, m.data_ptr(), m)

@@ -17,8 +17,8 @@ from .._common.context import context
 
 LAYOUTS = {"bshd": _capi.LAYOUT_BSHD, "bhsd": _capi.LAYOUT_BHSD}
 MODES = {"auto": _capi.MODE_AUTO, "online": _capi.MODE_ONLINE}
-COMPUTES = {"auto": _capi.COMPUTE_AUTO, "fp32": _capi.COMPUTE_FP32, "bf16": _capi.COMPUTE_BF16}
-_COMPUTE_NAMES = {_capi.COMPUTE_FP32: "fp32", _capi.COMPUTE_BF16: "bf16"}
+COMPUTES = {"auto": _capi.COMPUTE_AUTO, "fp32": _capi.COMPUTE_FP32, "bf16": _capi.COMPUTE_BF16, "fp64": _capi.COMPUTE_FP64}
+_COMPUTE_NAMES = {_capi.COMPUTE_FP32: "fp32", _capi.COMPUTE_BF16: "bf16", _capi.COMPUTE_FP64: "fp64"}
 # What compute="auto" runs, per (dtype code, head dim): asked of the library once per process,
 # so that a forward and its backward agree whichever context runs them.
 _AUTO_COMPUTE: dict = {}
@@ -29,7 +29,7 @@ class Options:
     """How one attention call runs, its arguments checked: scale (any
     finite value but 0.0, which stands for 1/sqrt(D); zero_scale_query
     turns a caller's scale of 0 into scores of 0), layout ("bshd" or "bhsd"), mode ("auto" or "online"), center
-    (virtual key centring), compute ("auto", "fp32" or "bf16"), threads (0:
+    (virtual key centring), compute ("auto", "fp32", "bf16" or "fp64"), threads (0:
     the CPUs this process may use) and causal (an fxa_causal: 0 off, 1
     top-left aligned, 2 bottom-right)."""
 
@@ -100,9 +100,9 @@ def zero_scale_query(q, scale):
 
 @dataclass(frozen=True)
 class ComputeChoice:
-    """What compute="auto" runs: compute ("fp32" or "bf16") and the tile
-    rates it was chosen by (one thread, attention GFLOP/s; 0.0 where nothing
-    was measured)."""
+    """What compute="auto" runs: compute ("fp32" or "bf16"; "fp64" for
+    float64 inputs) and the tile rates it was chosen by (one thread,
+    attention GFLOP/s; 0.0 where nothing was measured)."""
 
     compute: str
     fp32_gflops: float
@@ -121,7 +121,14 @@ def compute_choice_code(dtype_code: int, head_dim: int, threads=None) -> Compute
 
 def compute_code(compute: str, dtype_code: int, head_dim: int, threads=None) -> int:
     """The C compute of option `compute` for inputs of dtype_code and head_dim: "auto" resolved
-    once per process (_AUTO_COMPUTE)."""
+    once per process (_AUTO_COMPUTE). float64 inputs compute in fp64 ("auto" or "fp64"), and
+    only they do."""
+    if (dtype_code == _capi.F64) != (compute == "fp64") and compute != "auto":
+        if dtype_code == _capi.F64:
+            raise validate.bad(f'compute="{compute}" with float64 inputs: they compute in fp64 (compute "auto" or "fp64")')
+        raise validate.bad(f'compute="fp64" with {arrays.DTYPE_NAMES[dtype_code]} inputs: fp64 compute is for float64 inputs')
+    if dtype_code == _capi.F64:
+        return _capi.COMPUTE_FP64
     if compute != "auto":
         return COMPUTES[compute]
     key = (dtype_code, head_dim)

@@ -20,16 +20,28 @@ def _ptr(m):
     return None if m is None else m.ptr
 
 
+def _lse_args(x: Inputs, lse_ptr: int | None, parts_ptr: int | None) -> dict:
+    """The lse fields of fxa_attn_args and fxa_attn_bwd_args: float64 inputs
+    (an fp64 plan) take their lse in lse_f64 (double) and no parts."""
+    if x.q.dtype == _capi.F64:
+        assert parts_ptr is None, "an fp64 plan takes no lse_parts"
+        return {"lse_f64": lse_ptr}
+    return {"lse": lse_ptr, "lse_parts": parts_ptr}
+
+
 def run(x: Inputs, opts: Options, out_code: int, out_ptr: int, lse_ptr: int | None = None, parts_ptr: int | None = None) -> None:
     """fxa_attn_run into caller memory: out (contiguous, q's shape, fp32 or
-    bf16 as out_code), lse [B, Hq, Sq] fp32 or None, its parts
-    [B, Hq, Sq, 3] fp32 (for the backward) or None."""
+    bf16 as out_code; fp64 for float64 inputs), lse [B, Hq, Sq] fp32 (fp64
+    for float64 inputs) or None, its parts [B, Hq, Sq, 3] fp32 (for the
+    backward; None for float64 inputs, whose backward reads the fp64 lse)
+    or None."""
     d = x.descriptor(opts, out_code)
     ctx = context(opts.threads)
     with ctx.lock:
         plan = ctx.plan(d)
         ws = ctx.workspace(plan.workspace_bytes)
-        args = _capi.new(_capi.AttnArgs, q=x.q.ptr, k=x.k.ptr, v=x.v.ptr, out=out_ptr, lse=lse_ptr, mask=_ptr(x.mask), lse_parts=parts_ptr)
+        lse_args = _lse_args(x, lse_ptr, parts_ptr)
+        args = _capi.new(_capi.AttnArgs, q=x.q.ptr, k=x.k.ptr, v=x.v.ptr, out=out_ptr, mask=_ptr(x.mask), **lse_args)
         status = core.fxa_attn_run(plan.handle, ctypes.byref(args), ws, None)
         _capi.raise_status(status, ctx.last_error())
 
@@ -53,7 +65,8 @@ def run_backward(
     gradients) with q's, k's and v's element strides. opts.compute is the
     forward's: bf16 compute (bf16 inputs) runs the backward's products on
     bf16 operands too; fp32 compute in fp32; the gradients accumulate in
-    fp32 either way."""
+    fp32 either way. float64 inputs run in fp64 throughout: out, dout, the
+    lse (the forward's fp64 lse, no parts) and the gradients fp64."""
     d = x.descriptor(opts, out_code)
     ctx = context(opts.threads)
     with ctx.lock:
@@ -67,13 +80,12 @@ def run_backward(
             v=x.v.ptr,
             out=out_ptr,
             dout=dout_ptr,
-            lse=lse_ptr,
             dq=dq,
             dk=dk,
             dv=dv,
             mask=_ptr(x.mask),
             grad_dtype=grad_code,
-            lse_parts=parts_ptr,
+            **_lse_args(x, lse_ptr, parts_ptr),
         )
         status = core.fxa_attn_bwd_run(plan.handle, ctypes.byref(args), ws, None)
         _capi.raise_status(status, ctx.last_error())
@@ -91,13 +103,14 @@ def numpy_bf16():
 def attention_numpy(x: Inputs, opts: Options, return_lse: bool, out_dtype):
     """The numpy path of fxattn.attention and scaled_dot_product_attention
     (options already checked)."""
-    out_code = x.q.dtype if out_dtype is None else arrays.dtype_code(out_dtype)
+    out_code = arrays.out_code(x.q.dtype, out_dtype)
+    wide = np.float64 if out_code == _capi.F64 else np.float32
     if out_code == _capi.BF16:
         bf16 = x.q.obj.dtype if x.q.dtype == _capi.BF16 else numpy_bf16()
         out = np.empty(x.q.shape, np.uint16).view(bf16)
     else:
-        out = np.empty(x.q.shape, np.float32)
-    lse = np.empty(lse_shape(opts.layout, x.q.shape), np.float32) if return_lse else None
+        out = np.empty(x.q.shape, wide)
+    lse = np.empty(lse_shape(opts.layout, x.q.shape), wide) if return_lse else None
     run(x, opts, out_code, out.ctypes.data, lse.ctypes.data if return_lse else None)
     if out_code == _capi.F16:
         out = arrays.to_float16(out)

@@ -45,15 +45,18 @@ def scaled_dot_product_attention(
     query [..., Hq, Sq, E], key and value [..., Hkv, Skv, E] (any leading
     batch dims, 2-D and 3-D too; key's and value's leading dims may
     broadcast to query's): CPU torch tensors or numpy arrays of float32,
-    bfloat16 or float16, one dtype. The output has query's shape and dtype
+    bfloat16, float16 or float64, one dtype. The output has query's shape and dtype
     and, for torch, SDPA's memory format (a query whose heads are
     interleaved in memory, a transposed [B, S, H, D] view, gives an output
-    laid out alike).
+    laid out alike). float64 inputs are computed in fp64 throughout (every
+    product and sum in double, exact to fp64 rounding; forward and
+    backward), with a float64 output.
 
     attn_mask: None, a bool mask (True = the key takes part) or a float
     mask added to the scores (-inf masks), broadcastable to
     [..., Hq, Sq, Skv]; a float mask of another float dtype is converted to
-    float32; or torch.nn.attention.bias.causal_upper_left(Sq, Skv) (is_causal)
+    float32 (with float64 inputs a float64 mask is read as it is, in
+    double); or torch.nn.attention.bias.causal_upper_left(Sq, Skv) (is_causal)
     or causal_lower_right(Sq, Skv) (query i attends keys j <= i + Skv - Sq),
     as SDPA reads them. Another tensor subclass raises
     InvalidArgumentError. Not together with is_causal (SDPA refuses both). is_causal:
@@ -66,8 +69,9 @@ def scaled_dot_product_attention(
     must be a multiple of Hkv.
 
     compute (fxattn's): "fp32" (exact to fp32 rounding), "bf16" (bf16
-    products, P rounded to bf16: error at most 2^-7 max|v|) or None, the
-    default: fp32 for float32 and float16 inputs, and for bfloat16 the faster
+    products, P rounded to bf16: error at most 2^-7 max|v|), "fp64"
+    (float64 inputs, which take nothing else) or None, the default: fp32
+    for float32 and float16 inputs, fp64 for float64, and for bfloat16 the faster
     of the two on this machine (fxattn.compute_choice). threads: worker threads
     (None: the CPUs this process may use).
 
@@ -148,7 +152,8 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
     )
     mask4 = None
     if attn_mask is not None:
-        mask4 = masks.sdpa_mask(attn_mask, lead, (hq, sq, skv), batch, use_torch)
+        fp64 = q4.dtype == (arrays.torch_module().float64 if use_torch else np.float64)
+        mask4 = masks.sdpa_mask(attn_mask, lead, (hq, sq, skv), batch, use_torch, fp64)
     if use_torch:
         out = _run_torch(q4, k4, v4, mask4, opts)
     else:
@@ -165,7 +170,7 @@ def not_finite(*tensors) -> bool:
             if t.is_floating_point() and not bool(t.isfinite().all()):
                 return True
         elif isinstance(t, np.ndarray) and t.dtype.kind in "fV" and t.dtype.itemsize in (2, 4, 8):
-            if not np.isfinite(t.astype(np.float32)).all():
+            if not np.isfinite(t if t.dtype.kind == "f" else t.astype(np.float32)).all():
                 return True
     return False
 

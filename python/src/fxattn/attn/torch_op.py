@@ -22,13 +22,28 @@ from .inputs import Inputs, lse_shape, mask_shape
 from .options import Options
 from .run import run, run_backward
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
 def _out_dtype(q: torch.Tensor, out_dtype: str) -> torch.dtype:
     if out_dtype != "" and out_dtype not in _DTYPES:
-        raise _capi.InvalidArgumentError(f"out_dtype {out_dtype!r} is not float32, bfloat16 or float16", _capi.INVALID_ARG)
+        raise _capi.InvalidArgumentError(f"out_dtype {out_dtype!r} is not float32, bfloat16, float16 or float64", _capi.INVALID_ARG)
+    if q.dtype == torch.float64 or out_dtype == "float64":
+        code = arrays.torch_dtype_code(torch, q.dtype)
+        if code is not None:  # other dtypes are refused with the inputs
+            arrays.out_code(code, None if out_dtype == "" else out_dtype)
     return q.dtype if out_dtype == "" else _DTYPES[out_dtype]
+
+
+def _lse_dtype(q: torch.Tensor) -> torch.dtype:
+    """The lse's dtype: float64 for float64 inputs (computed in fp64), else float32."""
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+def _parts_shape(q: torch.Tensor, layout: str, return_lse: bool) -> tuple:
+    """lse_parts' shape: [B, Hq, Sq, 3] with return_lse, except for float64
+    inputs, whose backward reads the fp64 lse alone: [0] otherwise."""
+    return lse_shape(layout, q.shape) + (3,) if return_lse and q.dtype != torch.float64 else (0,)
 
 
 @torch.library.custom_op("fxattn::attention", mutates_args=(), device_types="cpu")
@@ -51,21 +66,24 @@ def attention_op(
     """fxattn.attention on CPU tensors. scale 0: 1/sqrt(D); out_dtype "":
     q's dtype; threads 0: the CPUs this process may use. attn_mask: a
     [B, Hq, Sq, Skv] mask (any strides, 0 broadcasts), bool (True =
-    attend) or float32 (added to the scores); is_causal: top-left causal,
+    attend), float32 (added to the scores) or float64 (added, with float64
+    q, k, v); is_causal: top-left causal,
     or with causal_lower_right bottom-right (query i attends keys
     j <= i + Skv - Sq, torch's causal_lower_right).
     Returns (out, lse, lse_parts), lse [B, Hq, Sq] and lse_parts
     [B, Hq, Sq, 3] (the softmax state for the backward,
-    fxa_attn_args.lse_parts) empty [0] unless return_lse."""
+    fxa_attn_args.lse_parts) empty [0] unless return_lse. float64 q, k, v
+    are computed in fp64: out and lse float64, lse_parts always empty (the
+    backward reads the fp64 lse)."""
     opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right)
     x = _inputs(q, k, v, attn_mask, layout)
     dtype = _out_dtype(q, out_dtype)
     out_code = arrays.torch_dtype_code(torch, dtype)
     # fp16 outputs are written as fp32 and rounded once by torch.
     out = torch.empty(x.q.shape, dtype=torch.float32 if out_code == _capi.F16 else dtype)
-    lse = torch.empty(lse_shape(layout, x.q.shape) if return_lse else (0,), dtype=torch.float32)
-    parts = torch.empty(lse_shape(layout, x.q.shape) + (3,) if return_lse else (0,), dtype=torch.float32)
-    ptrs = (lse.data_ptr(), parts.data_ptr()) if return_lse else (None, None)
+    lse = torch.empty(lse_shape(layout, x.q.shape) if return_lse else (0,), dtype=_lse_dtype(q))
+    parts = torch.empty(_parts_shape(q, layout, return_lse), dtype=torch.float32)
+    ptrs = (lse.data_ptr(), None if q.dtype == torch.float64 else parts.data_ptr()) if return_lse else (None, None)
     run(x, opts, out_code, out.data_ptr(), *ptrs)
     return (arrays.to_float16(out) if out_code == _capi.F16 else out), lse, parts
 
@@ -86,8 +104,8 @@ def _(
     if attn_mask is not None and q.dim() == k.dim() == 4:
         masks.check_mask_shape(attn_mask, mask_shape(layout, q.shape, k.shape))
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
-    lse = q.new_empty(lse_shape(layout, q.shape) if return_lse else (0,), dtype=torch.float32)
-    parts = q.new_empty(lse_shape(layout, q.shape) + (3,) if return_lse else (0,), dtype=torch.float32)
+    lse = q.new_empty(lse_shape(layout, q.shape) if return_lse else (0,), dtype=_lse_dtype(q))
+    parts = q.new_empty(_parts_shape(q, layout, return_lse), dtype=torch.float32)
     return out, lse, parts
 
 
@@ -139,20 +157,30 @@ def attention_backward_op(
     and the output's gradient grad_out; gradients in
     q's, k's and v's dtypes, computed by the C library in the forward's
     compute (bf16 compute: bf16 operands, fp32 accumulation; fp32 with a
-    mask or causal). grad_lse: the lse output's gradient (None: zero). A row
+    mask or causal; float64 inputs in fp64, from the forward's float64 lse,
+    with no lse_parts). grad_lse: the lse output's gradient (None: zero). A row
     with every key masked is a constant 0: its gradients are 0."""
     opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right)
     if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
         return _backward_with_lse(grad_out, q, k, v, out, lse, opts, grad_lse, attn_mask, lse_parts)
     x = _inputs(*(_dense(t) for t in (q, k, v)), None if attn_mask is None else attn_mask.detach(), layout)
-    if lse.numel() == 0:
+    fp64 = q.dtype == torch.float64
+    if lse.numel() == 0 and fp64:
+        lse = torch.empty(lse_shape(layout, x.q.shape), dtype=torch.float64)
+        scratch = torch.empty(x.q.shape, dtype=torch.float64)
+        run(x, opts, _capi.F64, scratch.data_ptr(), lse.data_ptr())
+    elif lse.numel() == 0:
         lse = torch.empty(lse_shape(layout, x.q.shape), dtype=torch.float32)
         lse_parts = torch.empty(lse_shape(layout, x.q.shape) + (3,), dtype=torch.float32)
         scratch = torch.empty(x.q.shape, dtype=out.dtype if out.dtype == torch.bfloat16 else torch.float32)
         code = arrays.torch_dtype_code(torch, scratch.dtype)
         run(x, opts, code, scratch.data_ptr(), lse.data_ptr(), lse_parts.data_ptr())
-    parts = None if lse_parts is None or lse_parts.numel() == 0 else lse_parts.contiguous()
-    wide = torch.bfloat16 if out.dtype == torch.bfloat16 else torch.float32
+    parts = None if fp64 or lse_parts is None or lse_parts.numel() == 0 else lse_parts.contiguous()
+    if fp64:
+        wide = torch.float64
+        lse = lse.to(torch.float64)
+    else:
+        wide = torch.bfloat16 if out.dtype == torch.bfloat16 else torch.float32
     out = out.to(wide).contiguous()
     grad_out = grad_out.to(wide).contiguous()
     lse = lse.contiguous()
@@ -178,9 +206,10 @@ def _backward_with_lse(grad_out, q, k, v, out, lse, opts: Options, grad_lse, att
     dim = q.shape[-1]
     opts = dataclasses.replace(opts, scale=opts.scale or dim**-0.5)
     q2, k2, v2 = (torch.nn.functional.pad(t, (0, 1)) for t in (q, k, v))
-    g = (grad_lse if opts.layout == "bhsd" else grad_lse.transpose(1, 2)).unsqueeze(-1).float()
-    out2 = torch.cat([out.float(), -g], -1)
-    dout2 = torch.cat([grad_out.float(), torch.ones_like(g)], -1)
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    g = (grad_lse if opts.layout == "bhsd" else grad_lse.transpose(1, 2)).unsqueeze(-1).to(wide)
+    out2 = torch.cat([out.to(wide), -g], -1)
+    dout2 = torch.cat([grad_out.to(wide), torch.ones_like(g)], -1)
     grads = attention_backward_op(dout2, q2, k2, v2, out2, lse, **opts.op_kwargs(), attn_mask=attn_mask, lse_parts=lse_parts)
     return tuple(torch.empty_like(_dense(t)).copy_(d[..., :dim]) for t, d in zip((q, k, v), grads))
 

@@ -50,6 +50,12 @@ def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, options
     arrays.same_kind(q, k, v)
     ops = tuple(_contiguous(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     d = Inputs(*ops).descriptor(opts, _capi.F32, resolve_compute=False)  # checks ranks, dtypes, batch, head_dim
+    if d.dtype == _capi.F64:
+        raise _capi.UnsupportedError(
+            "fxattn.mpi.attention takes float32, bfloat16 or float16 inputs, not float64 (libfxattn_mpi has no fp64 "
+            "attention; fxattn.attention and fxattn.scaled_dot_product_attention compute float64 on one process)",
+            _capi.UNSUPPORTED,
+        )
     out_code = ops[0].dtype if out_dtype is None else arrays.dtype_code(out_dtype)
     same = dataclasses.replace(opts, threads=0)  # ranks may run different thread counts
     info = (d.batch, d.heads_q, d.heads_kv, d.head_dim, d.dtype, out_code, same, grad, grid)
@@ -147,7 +153,8 @@ def attention(
 
     q, k, v: this rank's contiguous token shards, as fxattn.attention takes
     them (layout "bshd" [B, S_r, H, D] or "bhsd" [B, H, S_r, D]; numpy or
-    CPU torch; float32, bfloat16 or float16). The global S is the sum of
+    CPU torch; float32, bfloat16 or float16; float64 raises
+    UnsupportedError). The global S is the sum of
     the ranks' S_r, and S_r must be fxattn.mpi.shard(S, fxattn.mpi.rank(comm,
     placement), size)[1] (for q and for k/v separately). comm: an mpi4py
     communicator of P = U * R ranks. placement: "hosts" (Ulysses rows inside

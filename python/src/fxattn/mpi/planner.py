@@ -87,9 +87,12 @@ def _grid_model(seq, heads, head_dim, dtype, ranks, hosts, rank_gflops, inter, i
     m.heads = validate.integer("heads", heads, 1, validate.INT64_MAX)
     m.head_dim = validate.integer("head_dim", head_dim, 1, validate.INT64_MAX)
     try:
-        m.dtype = arrays.dtype_code(dtype)
+        code = arrays.dtype_code(dtype)
     except _capi.InvalidArgumentError:
-        raise bad(f"dtype {dtype!r} is not float32, bfloat16 or float16") from None
+        code = None
+    if code not in (_capi.F32, _capi.BF16, _capi.F16):  # libfxattn_mpi has no fp64 attention
+        raise bad(f"dtype {dtype!r} is not float32, bfloat16 or float16")
+    m.dtype = code
     m.ranks = 0 if ranks is None else validate.integer("ranks", ranks, 1, 4096)
     m.hosts = 0 if hosts is None else validate.integer("hosts", hosts, 1, 4096)
     m.ulysses_groups = validate.integer("ulysses_groups", ulysses_groups, 1, 64)

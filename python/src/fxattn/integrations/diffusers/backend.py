@@ -145,11 +145,11 @@ def fxattn_attention(
     """diffusers' attention backend contract on fxattn: query [B, Sq, Hq, D],
     key and value [B, Skv, Hkv, D] (CPU tensors, any strides fxattn takes
     without a copy), output [B, Sq, Hq, D] in query's dtype, and with
-    return_lse (out, lse), lse [B, Sq, Hq] fp32, the natural-log
+    return_lse (out, lse), lse [B, Sq, Hq] fp32 (fp64 for fp64 inputs), the natural-log
     log-sum-exp of the scaled scores (the layout of diffusers' backends
     that return one). bf16 inputs run the compute fxattn finds faster on
     this machine (fxattn.compute_choice), fp32 and fp16 inputs fp32
-    compute. attn_mask (bool or additive, as torch's SDPA takes
+    compute, fp64 inputs fp64 compute. attn_mask (bool or additive, as torch's SDPA takes
     it, or a 2-D [B, Skv] key mask) and is_causal run through
     fxattn.scaled_dot_product_attention. Hq != Hkv needs enable_gqa or
     Hkv = 1 (broadcast), as in torch. NaN or Inf in query, key or value
@@ -200,5 +200,6 @@ def _torch_result(query, key, value, scale, enable_gqa: bool, return_lse: bool):
         return out
     if k.shape[1] != q.shape[1]:
         k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
-    s = q.float() @ k.float().transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    s = q.to(wide) @ k.to(wide).transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
     return out, torch.logsumexp(s, -1).transpose(1, 2).contiguous()

@@ -147,9 +147,9 @@ class WanAttnProcessor:
     branch (first encoder tokens minus 512 through add_k_proj/add_v_proj,
     norm_added_k) follow diffusers' semantics; each attention is one
     fxattn.attention call on the BSHD views (no copies), output in the
-    input's dtype (fp32, bf16 or fp16; bf16 inputs in the compute fxattn
+    input's dtype (fp32, bf16, fp16 or fp64; bf16 inputs in the compute fxattn
     finds faster on this machine, fxattn.compute_choice, as the "fxattn"
-    attention backend runs them). attention_mask must be None
+    attention backend runs them; fp64 in fp64). attention_mask must be None
     (fxattn has no masks): anything else raises ValueError.
 
     attn must be a diffusers WanAttention (anything else raises TypeError).
