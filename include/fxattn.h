@@ -343,6 +343,21 @@ typedef struct fxa_attn_desc {
      * (FXA_ERR_UNSUPPORTED). */
     fxa_mask_kind mask_kind;
     fxa_mask_strides mask_strides;
+    /* Added after mask_strides (a smaller struct gets 0): attention dropout
+     * as torch's dropout on the softmax weights, 0 <= dropout_p < 1 (0: off).
+     * Weight P_ij is kept with probability 1 - dropout_p and then scaled by
+     * 1 / (1 - dropout_p), dropped ones are 0: out_i = sum_j P_ij keep_ij
+     * v_j / (1 - dropout_p), with P the softmax over every key (the LSE is
+     * the softmax's, as without dropout). keep_ij is
+     * fxa_dropout_kept(args.dropout_seed, args.dropout_offset, dropout_p,
+     * ((b Hq + h) Sq + i) Skv + j), so a run is reproduced by its seed and
+     * offset, and its backward regenerates the same weights without storing
+     * them. fp32 and bf16 compute, with masks and causal; fp64 plans,
+     * blockwise attention, the check report and libfxattn_mpi refuse it
+     * (FXA_ERR_UNSUPPORTED). A run costs about twice one without dropout
+     * (every kv tile runs once for the softmax's sum and once for the kept
+     * weights). */
+    double dropout_p;
 } fxa_attn_desc;
 
 /* Fill *d with defaults: struct_size, BSHD, f32 inputs and output, scale
@@ -418,6 +433,10 @@ typedef struct fxa_attn_args {
      * plan takes no lse_parts: its backward rebuilds P from lse_f64, whose
      * rounding is fp64's. */
     double *lse_f64;
+    /* Added after lse_f64: dropout's seed and offset (fxa_attn_desc.dropout_p
+     * > 0), read as they are: 0 and 0 are a stream like any other. */
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
 } fxa_attn_args;
 
 /*
@@ -528,6 +547,10 @@ typedef struct fxa_attn_bwd_args {
     /* fp64 plans: the forward's lse_f64 (required there, where lse and
      * lse_parts must be NULL); NULL otherwise. Added after lse_parts. */
     const double *lse_f64;
+    /* The forward's dropout seed and offset (fxa_attn_desc.dropout_p > 0).
+     * Added after lse_f64. */
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
 } fxa_attn_bwd_args;
 
 /* What one backward run did. Versioned (new in 0.3); an output: the
@@ -649,6 +672,18 @@ FXA_API fxa_status fxa_attn_acc_add(fxa_attn_acc *acc, const void *k, const void
  * stats_out may be NULL (else checked as in fxa_attn_run). */
 FXA_API fxa_status fxa_attn_acc_finish(fxa_attn_acc *acc, const fxa_attn_args *args,
                                        fxa_attn_stats *stats_out);
+
+/*
+ * Dropout's keep decision for element `element` of the [B, Hq, Sq, Skv]
+ * weights of a run with seed, offset and probability p (0 <= p < 1):
+ * 1 (kept) or 0. Philox4x32-10 (Salmon et al., "Parallel random numbers:
+ * as easy as 1, 2, 3", SC11) keyed by the seed's two 32-bit halves, on the
+ * 128-bit counter {element / 4, offset} (low words first); word element % 4
+ * of its output, u, keeps the element when u >= floor(p 2^32). Distinct
+ * offsets give independent streams for the same seed. p outside [0, 1) or
+ * NaN gives 0.
+ */
+FXA_API int fxa_dropout_kept(uint64_t seed, uint64_t offset, double p, uint64_t element);
 
 /* FLOPs of one run: 4 * B * Hq * Sq * Skv * D (0.0 for NULL). */
 FXA_API double fxa_attn_flops(const fxa_attn_desc *d);

@@ -133,6 +133,9 @@ static fxa_status acc_create(const fxa_attn_plan *plan, fxa_attn_acc **acc_out)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
                             "blockwise attention (fxa_attn_acc_*) is for fp32 and bf16 plans, "
                             "not fp64");
+    if (plan->d.dropout_p > 0.0)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
+                            "blockwise attention (fxa_attn_acc_*) takes no dropout");
     if (fxa_attn_masked(plan))
         return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
                             "blockwise attention (fxa_attn_acc_*) takes no mask and no causal: "

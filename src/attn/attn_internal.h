@@ -59,7 +59,11 @@ typedef struct fxa_thread_scratch {
     /* Masks and causal only (NULL otherwise): */
     float *bias_max; /* [hpt][block_q]: each row's largest finite bias, base 2 */
     float *bias_off; /* [hpt][block_q]: each row's bias offset (mask.h) */
-    float *bias;     /* [block_q][kv_tile]: one tile's bias (fxa_attn_tile.bias) */
+    float *bias;     /* [block_q][kv_tile]: one tile's bias (fxa_attn_tile.bias; also dropout) */
+    /* Dropout only (NULL otherwise): the rows' state over the kept weights. */
+    float *m_kept; /* [hpt][block_q] */
+    float *l_kept; /* [hpt][block_q] */
+    float *o_kept; /* [hpt][block_q][D] */
     int64_t fallback_rows;
     double max_bound;
 } fxa_thread_scratch;

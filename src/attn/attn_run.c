@@ -25,6 +25,7 @@
 #include "../base/struct_size.h"
 #include "attn_internal.h"
 #include "../kernels/ref/exp2_ref.h"
+#include "dropout.h"
 #include "f64.h"
 #include "mask.h"
 #include "scan.h"
@@ -79,6 +80,18 @@ static fxa_rows scratch_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s
     return rows_from(p, &all, slot * (size_t)p->d.block_q);
 }
 
+/* Dropout: the rows of head slot `slot` with the state over the kept
+ * weights in place of the softmax's. */
+static fxa_rows kept_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s, size_t slot)
+{
+    fxa_rows rows = scratch_rows(p, s, slot);
+    const size_t r = slot * (size_t)p->d.block_q;
+    rows.m = s->m_kept + r;
+    rows.l = s->l_kept + r;
+    rows.o = s->o_kept + r * (size_t)p->d.head_dim;
+    return rows;
+}
+
 /* Load one head's query rows and decide, per row, fixed shift or online;
  * with report, count and store the per-row diagnostics. */
 static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, int64_t b, int64_t h,
@@ -98,6 +111,12 @@ static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, i
         fxa_mask_row_max(p, job->a->mask, b, h, i0, n_rows, (float *)rows.bias_max,
                          (float *)rows.bias_off);
     const int64_t n_online = fxa_rows_decide(p, hb, kbar, &rows, n_rows, bound);
+    if (fxa_attn_dropout(p)) { /* the kept weights' state starts as the softmax's */
+        const fxa_rows kept = kept_rows(p, s, slot);
+        memcpy((float *)kept.m, rows.m, n_rows * sizeof(float));
+        memset((float *)kept.l, 0, n_rows * sizeof(float));
+        memset((float *)kept.o, 0, n_rows * (size_t)p->d.head_dim * sizeof(float));
+    }
     if (!report)
         return;
     s->fallback_rows += n_online;
@@ -111,11 +130,32 @@ static void setup_rows(const run_job *job, fxa_thread_scratch *s, size_t slot, i
     }
 }
 
+/* Dropout: o = o_kept 2^(m_kept - m) / (1 - dropout_p), the kept weights'
+ * sum at the softmax's shift and scaled (shifts are integers: the power of
+ * two is exact; a row with every weight dropped gets 0). */
+static void kept_into_rows(const fxa_attn_plan *p, const fxa_thread_scratch *s, size_t slot,
+                           size_t n_rows)
+{
+    const fxa_rows rows = scratch_rows(p, s, slot), kept = kept_rows(p, s, slot);
+    const size_t dim = (size_t)p->d.head_dim;
+    const double keep_scale = 1.0 / (1.0 - p->d.dropout_p);
+    for (size_t r = 0; r < n_rows; r++) {
+        const float f =
+            kept.l[r] == 0.0f ? 0.0f : (float)ldexp(keep_scale, (int)(kept.m[r] - rows.m[r]));
+        float *o = (float *)rows.o + r * dim;
+        const float *ok = kept.o + r * dim;
+        for (size_t c = 0; c < dim; c++)
+            o[c] = f * ok[c];
+    }
+}
+
 /* Normalise once and store: out = o / max(l, FLT_MIN); lse in natural log. */
 static void finish_rows(const run_job *job, const fxa_thread_scratch *s, size_t slot, int64_t b,
                         int64_t h, int64_t i0, size_t n_rows)
 {
     const fxa_attn_plan *p = job->p;
+    if (fxa_attn_dropout(p))
+        kept_into_rows(p, s, slot, n_rows);
     const int64_t o_off = b * p->o_strides.batch + h * p->o_strides.head + i0 * p->o_strides.token;
     const fxa_rows rows = scratch_rows(p, s, slot);
     const fxa_head_bound *hb =
@@ -203,6 +243,47 @@ static void run_causal_tile(const fxa_attn_plan *p, const fxa_head_bound *hb, co
     }
 }
 
+/* Causal over a whole kv tile (dropout runs whole tiles): the bias of rows
+ * [i0, i0 + n) (i0 counted from the diagonal, as run_causal_tile's) x keys
+ * [j0, j0 + n_kv) and its use. */
+static fxa_tile_use causal_tile(int64_t i0, size_t n, int64_t j0, size_t n_kv, size_t ld,
+                                float *bias)
+{
+    if (j0 > i0 + (int64_t)n - 1)
+        return FXA_TILE_SKIP;
+    if (j0 + (int64_t)n_kv - 1 <= i0)
+        return FXA_TILE_PLAIN;
+    fxa_causal_bias(i0, n, j0, n_kv, ld, bias);
+    return FXA_TILE_BIAS;
+}
+
+/* Dropout: kv tile [j0, j0 + n_kv) into the rows of head h (slot `slot`)
+ * twice, with the mask's or causal bias: into the softmax's state over
+ * every key, then, with the dropped weights' bias at -INFINITY, into the
+ * kept weights' state. */
+static void run_dropout_tile(const run_job *job, fxa_thread_scratch *s, size_t slot, int64_t h,
+                             int64_t i0, size_t n_rows, int64_t j0, size_t n_kv,
+                             const fxa_head_bound *hb, const float *kt, const float *vp)
+{
+    const fxa_attn_plan *p = job->p;
+    const fxa_rows rows = scratch_rows(p, s, slot);
+    fxa_tile_use use = FXA_TILE_PLAIN;
+    if (p->d.causal)
+        use = causal_tile(i0 + fxa_causal_shift(p), n_rows, j0, n_kv, p->kv_tile, s->bias);
+    else if (p->d.mask_kind != FXA_MASK_NONE)
+        use = fxa_mask_tile(p, job->a->mask, job->batch, h, i0, n_rows, rows.bias_off, j0, n_kv,
+                            p->kv_tile, s->bias);
+    if (use == FXA_TILE_SKIP)
+        return;
+    const float *bias = use == FXA_TILE_BIAS ? s->bias : NULL;
+    fxa_rows_run_tile(p, hb, &rows, n_rows, kt, vp, n_kv, s->scores, s->p16, bias);
+    if (fxa_dropout_bias(p, job->a->dropout_seed, job->a->dropout_offset, job->batch, h, i0, n_rows,
+                         j0, n_kv, p->kv_tile, bias, s->bias, FXA_DROP_KEEP) == FXA_TILE_SKIP)
+        return;
+    const fxa_rows kept = kept_rows(p, s, slot);
+    fxa_rows_run_tile(p, hb, &kept, n_rows, kt, vp, n_kv, s->scores, s->p16, s->bias);
+}
+
 /* Work item (head tile of the chunk, query block, key split), item0 on;
  * causal items go by query block from the last, the ones with most keys, so
  * that the dynamic schedule ends on light items. */
@@ -246,6 +327,10 @@ static void work_item(void *arg, int64_t item, int thread_id)
                                        b * p->d.heads_kv + (h0 + slot) / p->group;
             const float *kt = (const float *)(job->ws + p->ws_packed_k) + at;
             const float *vp = (const float *)(job->ws + p->ws_packed_v) + at;
+            if (fxa_attn_dropout(p)) {
+                run_dropout_tile(job, s, (size_t)slot, h0 + slot, i0, n_rows, j0, n_kv, hb, kt, vp);
+                continue;
+            }
             if (p->d.causal) {
                 run_causal_tile(p, hb, &rows, i0 + fxa_causal_shift(p), n_rows, j0, n_kv, kt, vp,
                                 s);

@@ -112,7 +112,7 @@ void fxa_bwd_prep_q_bf16(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a
         double dot = 0.0;
         for (size_t c = 0; c < bp->dim; c++)
             dot += (double)scratch[i * bp->dim + c] * (double)scratch2[i * bp->dim + c];
-        delta[i] = (float)dot;
+        delta[i] = (float)(dot * fxa_bwd_keep(p));
     }
     fxa_bwd_rows_shift(bp, a, b, h, i0, n, fxa_bwd_rows_p_at(bp, ws, row0));
     round_rows(scratch, n, bp->dim, bp->d16, ws_bf16(ws, bp->ws_do) + row0 * bp->d16,

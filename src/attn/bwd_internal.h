@@ -32,6 +32,7 @@ struct fxa_attn_bwd_plan {
      * pairs, Q and dO as rows), the Q and dO row pairs follow in qp and dop,
      * and a thread's p area holds P and dS in row pairs, its ds area the dS
      * rows (bwd_bf16.c). */
+    size_t ws_zero_vt; /* dropout: zero V^T panels of one key block */
     size_t ws_kt;
     size_t ws_vt;
     size_t ws_k;
@@ -68,6 +69,13 @@ typedef struct fxa_bwd_bad_p {
  * each) beats the two passes (14 units spread evenly) for a chunk of
  * `chunk` kv heads on n_threads threads: 10 ceil(chunk / T) <= 14 chunk / T.
  * The schedules give the same bits, so the choice may follow the threads. */
+/* The share of the weights dropout keeps, 1 - dropout_p (1 without
+ * dropout): delta is scaled by it and the gradients' stores divide by it. */
+static inline double fxa_bwd_keep(const fxa_attn_plan *p)
+{
+    return 1.0 - p->d.dropout_p;
+}
+
 static inline int fxa_bwd_one_pass(int64_t chunk, int64_t n_threads)
 {
     const int64_t waves = (chunk + n_threads - 1) / n_threads;

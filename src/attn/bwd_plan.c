@@ -4,6 +4,7 @@
 
 #include "../base/alloc.h"
 #include "bwd_internal.h"
+#include "dropout.h"
 #include "f64.h"
 
 /* Query rows per tile: P and dS (and dK, dV's accumulators) stay in L2,
@@ -93,6 +94,7 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
     const size_t qp_bytes =
         bp->bf16 ? heads_q * (size_t)((p->d.seq_q + 1) / 2) * 2 * bp->dim * 2 : 0;
     size_t off = 0;
+    bp->ws_zero_vt = take(&off, fxa_attn_dropout(p) ? bp->block_kv * bp->d16 * sizeof(float) : 0);
     bp->ws_kt = take(&off, kt_bytes);
     bp->ws_vt = take(&off, kt_bytes);
     bp->ws_k = take(&off, k_bytes);
@@ -112,6 +114,9 @@ static void layout_workspace(fxa_attn_bwd_plan *bp, int n_threads)
         2 * fxa_align_up(grad_rows * bp->dim * sizeof(float)) +
         fxa_align_up(bp->block_kv * sizeof(void *)) +
         (fxa_attn_masked(p) ? fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) : 0) +
+        (fxa_attn_dropout(p) ? fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) +
+                                   fxa_align_up(bp->block_kv * bp->dim * sizeof(float))
+                             : 0) +
         fxa_align_up(sizeof(fxa_bwd_bad_p));
     off += (size_t)n_threads * bp->thread_bytes;
     bp->ws_total = off;

@@ -36,6 +36,7 @@
 #include "../base/struct_size.h"
 #include "base/clock.h"
 #include "bwd_internal.h"
+#include "dropout.h"
 #include "f64.h"
 #include "load.h"
 #include "mask.h"
@@ -58,6 +59,10 @@ typedef struct bwd_scratch {
     float *gb;
     const void **rows;
     float *bias;
+    /* Dropout only (NULL otherwise): a pass's bias [block_q][block_kv], and
+     * where the dropped weights' pass writes its dV (discarded) [block_kv][D]. */
+    float *drop_bias;
+    float *drop_dv;
     fxa_bwd_bad_p *bad;
 } bwd_scratch;
 
@@ -79,6 +84,11 @@ static bwd_scratch scratch_of(const bwd_job *job, int t)
     at += fxa_align_up(bp->block_kv * sizeof(void *));
     s.bias = fxa_attn_masked(bp->fwd) ? (float *)at : NULL;
     at += fxa_attn_masked(bp->fwd) ? fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) : 0;
+    const int drop = fxa_attn_dropout(bp->fwd);
+    s.drop_bias = drop ? (float *)at : NULL;
+    at += drop ? fxa_align_up(bp->block_q * bp->block_kv * sizeof(float)) : 0;
+    s.drop_dv = drop ? (float *)at : NULL;
+    at += drop ? fxa_align_up(bp->block_kv * bp->dim * sizeof(float)) : 0;
     s.bad = (fxa_bwd_bad_p *)at;
     return s;
 }
@@ -156,7 +166,7 @@ static void prep_q(const bwd_job *job, int64_t cq, int64_t qb, const bwd_scratch
         double dot = 0.0;
         for (size_t c = 0; c < bp->dim; c++)
             dot += (double)dout[i * bp->dim + c] * (double)s->ga[i * bp->dim + c];
-        delta[i] = (float)dot;
+        delta[i] = (float)(dot * fxa_bwd_keep(p));
     }
     fxa_bwd_rows_shift(bp, job->a, job->batch, h, i0, n, fxa_bwd_rows_p_at(bp, job->ws, row0));
 }
@@ -344,12 +354,78 @@ static void check_p(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_
             dq_fn(&(t));                                                                           \
     } while (0)
 
+/* A dropout pass's bias over the tile (fxa_dropout_bias on the mask's or
+ * causal bias `from`, NULL: none), pad keys of the last panel -INFINITY:
+ * FXA_TILE_SKIP when it removes every weight. */
+static fxa_tile_use drop_bias(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb,
+                              int64_t kb, size_t n_q, size_t n_kv, const float *from,
+                              fxa_drop_pass pass)
+{
+    const fxa_attn_bwd_plan *bp = job->bp;
+    const fxa_attn_plan *p = bp->fwd;
+    const size_t ld = bp->block_kv, end = (n_kv + bp->panel - 1) / bp->panel * bp->panel;
+    const fxa_tile_use use =
+        fxa_dropout_bias(p, job->a->dropout_seed, job->a->dropout_offset, job->batch,
+                         job->chunk_kv0 * p->group + cq, qb * (int64_t)bp->block_q, n_q,
+                         kb * (int64_t)bp->block_kv, n_kv, ld, from, s->drop_bias, pass);
+    for (size_t r = 0; r < n_q; r++)
+        for (size_t j = n_kv; j < end; j++)
+            s->drop_bias[r * ld + j] = -INFINITY;
+    return use;
+}
+
+/* Dropout (docs/numerics.md "Dropout"): tile t twice, on the mask's or
+ * causal bias: the kept weights (dropped ones -INFINITY), then the dropped
+ * ones (kept ones -INFINITY) against zero V^T panels with their dV
+ * discarded, so that they add only -P delta to dS. With delta (1 - p) dO.O
+ * every sum is (1 - p) times the gradient's, which the stores divide out. */
+#define RUN_DROPOUT_TILE(t, dkdv_fn, dq_fn, zero_vt)                                               \
+    do {                                                                                           \
+        if (tile_mask(job, s, cq, qb, kb, (t).n_q, &(t).n_kv, &(t).bias) == FXA_TILE_SKIP)         \
+            return;                                                                                \
+        const float *from = (t).bias;                                                              \
+        for (int pass = FXA_DROP_KEEP; pass <= FXA_DROP_DROPPED; pass++) {                         \
+            if (drop_bias(job, s, cq, qb, kb, (t).n_q, (t).n_kv, from, (fxa_drop_pass)pass) ==     \
+                FXA_TILE_SKIP)                                                                     \
+                continue;                                                                          \
+            (t).bias = s->drop_bias;                                                               \
+            if (pass == FXA_DROP_DROPPED)                                                          \
+                (t).vt = (zero_vt);                                                                \
+            (t).dk = dk;                                                                           \
+            (t).dv = pass == FXA_DROP_DROPPED && dv ? s->drop_dv : dv;                             \
+            (t).dq = dq;                                                                           \
+            (t).p_ds_given = 0;                                                                    \
+            if (dk) {                                                                              \
+                dkdv_fn(&(t));                                                                     \
+                check_p(job, s, cq, qb, (t).n_q, (t).n_kv);                                        \
+            }                                                                                      \
+            (t).p_ds_given = dk != NULL;                                                           \
+            if (dq)                                                                                \
+                dq_fn(&(t));                                                                       \
+        }                                                                                          \
+    } while (0)
+
 /* The tile of chunk query head cq's block qb against chunk slot `slot`'s
- * key block kb, in the plan's compute (RUN_TILE). */
+ * key block kb, in the plan's compute (RUN_TILE; with dropout
+ * RUN_DROPOUT_TILE). */
 static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_t qb, int64_t slot,
                      int64_t kb, float *dk, float *dv, float *dq)
 {
     const fxa_kernels *kern = job->bp->ctx->kernels;
+    if (fxa_attn_dropout(job->bp->fwd)) {
+        const unsigned char *zero_vt = job->ws + job->bp->ws_zero_vt;
+        if (job->bp->bf16) {
+            fxa_attn_bwd_tile_bf16 t =
+                fxa_bwd_tile_bf16(job->bp, job->ws, cq, qb, slot, kb, s->p, s->ds);
+            RUN_DROPOUT_TILE(t, kern->attn_bwd_dkdv_bf16, kern->attn_bwd_dq_bf16,
+                             (const uint16_t *)(const void *)zero_vt);
+        } else {
+            fxa_attn_bwd_tile t = tile_of(job, s, cq, qb, slot, kb);
+            RUN_DROPOUT_TILE(t, kern->attn_bwd_dkdv, kern->attn_bwd_dq,
+                             (const float *)(const void *)zero_vt);
+        }
+        return;
+    }
     if (job->bp->bf16) {
         fxa_attn_bwd_tile_bf16 t =
             fxa_bwd_tile_bf16(job->bp, job->ws, cq, qb, slot, kb, s->p, s->ds);
@@ -361,6 +437,7 @@ static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64
 }
 
 #undef RUN_TILE
+#undef RUN_DROPOUT_TILE
 
 /* Store n rows of a gradient block g [n][D] times scale at element off of
  * dst (dtype: the args' grad_dtype, each value rounded once from fp32),
@@ -394,9 +471,9 @@ static void store_kv_grads(const bwd_job *job, const bwd_scratch *s, int64_t kvh
 {
     const fxa_attn_plan *p = job->bp->fwd;
     const size_t dim = job->bp->dim;
-    store_rows(s->ga, n, dim, (float)p->d.scale, job->a->grad_dtype, job->a->dk,
+    store_rows(s->ga, n, dim, (float)(p->d.scale / fxa_bwd_keep(p)), job->a->grad_dtype, job->a->dk,
                row_at(&p->k_strides, job->batch, kvh, j0), p->k_strides.token);
-    store_rows(s->gb, n, dim, 1.0f, job->a->grad_dtype, job->a->dv,
+    store_rows(s->gb, n, dim, (float)(1.0 / fxa_bwd_keep(p)), job->a->grad_dtype, job->a->dv,
                row_at(&p->v_strides, job->batch, kvh, j0), p->v_strides.token);
 }
 
@@ -452,9 +529,9 @@ static void head_item(void *arg, int64_t slot, int thread_id)
         kv_block(job, &s, slot, kb, dq);
     for (int64_t g = 0; g < p->group; g++) {
         const int64_t h = kvh * p->group + g;
-        store_rows(dq + (size_t)g * head_rows, (size_t)p->d.seq_q, bp->dim, (float)p->d.scale,
-                   job->a->grad_dtype, job->a->dq, row_at(&p->q_strides, job->batch, h, 0),
-                   p->q_strides.token);
+        store_rows(dq + (size_t)g * head_rows, (size_t)p->d.seq_q, bp->dim,
+                   (float)(p->d.scale / fxa_bwd_keep(p)), job->a->grad_dtype, job->a->dq,
+                   row_at(&p->q_strides, job->batch, h, 0), p->q_strides.token);
     }
 }
 
@@ -476,8 +553,8 @@ static void dq_item(void *arg, int64_t item, int thread_id)
     memset(s.ga, 0, n * bp->dim * sizeof(float));
     for (int64_t kb = 0; kb < bp->n_kv_blocks; kb++)
         run_tile(job, &s, cq, qb, cq / p->group, kb, NULL, NULL, s.ga);
-    store_rows(s.ga, n, bp->dim, (float)p->d.scale, job->a->grad_dtype, job->a->dq,
-               row_at(&p->q_strides, job->batch, h, i0), p->q_strides.token);
+    store_rows(s.ga, n, bp->dim, (float)(p->d.scale / fxa_bwd_keep(p)), job->a->grad_dtype,
+               job->a->dq, row_at(&p->q_strides, job->batch, h, i0), p->q_strides.token);
 }
 
 /* FXA_ERR_INVALID_ARG naming the first P past FXA_BWD_P_LIMIT that a thread
@@ -544,6 +621,9 @@ static fxa_status bwd_run(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *
     fxa_pool *pool = &ctx->pool;
     for (int t = 0; t < pool->n_threads; t++)
         scratch_of(&job, t).bad->found = 0;
+    if (fxa_attn_dropout(p))
+        memset((unsigned char *)workspace + bp->ws_zero_vt, 0,
+               bp->block_kv * bp->d16 * sizeof(float));
     const int64_t chunk_q = bp->chunk_kv_heads * p->group;
     const int one_pass = fxa_bwd_one_pass(bp->chunk_kv_heads, pool->n_threads);
     for (job.batch = 0; job.batch < p->d.batch; job.batch++) {

@@ -78,6 +78,8 @@ static fxa_status plan_passes(fxa_check_plan *plan, const fxa_attn_desc *attn, s
     if (full.causal || full.mask_kind != FXA_MASK_NONE)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
                             "the check report takes no attention mask and no causal");
+    if (full.dropout_p != 0.0)
+        return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED, "the check report takes no dropout");
     if (full.dtype == FXA_F64)
         return fxa_ctx_fail(plan->ctx, FXA_ERR_UNSUPPORTED,
                             "the check report is for fp32 and bf16 plans, not fp64");

@@ -5,6 +5,7 @@
 #include "../base/alloc.h"
 #include "../base/struct_size.h"
 #include "attn_internal.h"
+#include "dropout.h"
 #include "f64.h"
 #include "scan.h"
 #include "summary.h"
@@ -220,6 +221,12 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
         return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
                             "an FXA_MASK_ADD_F64 mask needs f64 inputs (FXA_MASK_ADD is the "
                             "float mask of the others)");
+    if (!(d->dropout_p >= 0.0 && d->dropout_p < 1.0))
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG,
+                            "dropout_p %g is outside [0, 1) (0: no dropout)", d->dropout_p);
+    if (d->dropout_p > 0.0 && d->dtype == FXA_F64)
+        return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
+                            "dropout is for fp32 and bf16 compute; an fp64 plan takes none");
     if (d->causal && d->mask_kind != FXA_MASK_NONE)
         return fxa_ctx_fail(
             ctx, FXA_ERR_INVALID_ARG,
@@ -315,6 +322,11 @@ static int64_t chunk_kv_heads(const fxa_attn_plan *p)
 
 static void choose_split(fxa_attn_plan *p)
 {
+    if (fxa_attn_dropout(p)) { /* two row states; short queries keep their keys whole */
+        p->split_tiles = p->n_kv_tiles;
+        p->n_splits = 1;
+        return;
+    }
     const int64_t rows = p->d.seq_q;
     int64_t want = (SPLIT_ROWS + rows - 1) / rows;
     want = want < MAX_SPLITS ? want : MAX_SPLITS;
@@ -353,15 +365,19 @@ static size_t layout_workspace(fxa_attn_plan *p, int n_threads)
     off += fxa_align_up((size_t)n_threads * sizeof(fxa_thread_scratch));
     p->ws_scratch = off;
     p->thread_bytes =
-        2 * fxa_align_up(hpt * bq * dim * sizeof(float)) +                 /* q, o */
-        4 * fxa_align_up(hpt * bq * sizeof(float)) +                       /* m, l, center, bound */
-        fxa_align_up(hpt * bq) +                                           /* online */
-        fxa_align_up(bq * p->kv_tile * sizeof(float)) +                    /* scores */
-        fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) +            /* q16 */
-        fxa_align_up(bq * p->kv_tile * sizeof(uint16_t)) +                 /* p16 */
-        (fxa_attn_masked(p) ? 2 * fxa_align_up(hpt * bq * sizeof(float)) + /* bias_max, bias_off */
-                                  fxa_align_up(bq * p->kv_tile * sizeof(float))
-                            : 0); /* bias */
+        2 * fxa_align_up(hpt * bq * dim * sizeof(float)) +               /* q, o */
+        4 * fxa_align_up(hpt * bq * sizeof(float)) +                     /* m, l, center, bound */
+        fxa_align_up(hpt * bq) +                                         /* online */
+        fxa_align_up(bq * p->kv_tile * sizeof(float)) +                  /* scores */
+        fxa_align_up(hpt * bq * (dim + 1) * sizeof(uint16_t)) +          /* q16 */
+        fxa_align_up(bq * p->kv_tile * sizeof(uint16_t)) +               /* p16 */
+        (fxa_attn_masked(p) ? 2 * fxa_align_up(hpt * bq * sizeof(float)) /* bias_max, bias_off */
+                            : 0) +
+        (fxa_attn_masked(p) || fxa_attn_dropout(p) ? fxa_align_up(bq * p->kv_tile * sizeof(float))
+                                                   : 0) + /* bias */
+        (fxa_attn_dropout(p) ? 2 * fxa_align_up(hpt * bq * sizeof(float)) +
+                                   fxa_align_up(hpt * bq * dim * sizeof(float))
+                             : 0); /* m_kept, l_kept, o_kept */
     off += (size_t)n_threads * p->thread_bytes;
     return off;
 }
@@ -396,7 +412,15 @@ void fxa_thread_scratch_carve(const fxa_attn_plan *p, unsigned char *ws, int t)
     at += fxa_attn_masked(p) ? fxa_align_up(rows * sizeof(float)) : 0;
     s->bias_off = fxa_attn_masked(p) ? (float *)at : NULL;
     at += fxa_attn_masked(p) ? fxa_align_up(rows * sizeof(float)) : 0;
-    s->bias = fxa_attn_masked(p) ? (float *)at : NULL;
+    const int biased = fxa_attn_masked(p) || fxa_attn_dropout(p);
+    s->bias = biased ? (float *)at : NULL;
+    at += biased ? fxa_align_up((size_t)p->d.block_q * p->kv_tile * sizeof(float)) : 0;
+    const int drop = fxa_attn_dropout(p);
+    s->m_kept = drop ? (float *)at : NULL;
+    at += drop ? fxa_align_up(rows * sizeof(float)) : 0;
+    s->l_kept = drop ? (float *)at : NULL;
+    at += drop ? fxa_align_up(rows * sizeof(float)) : 0;
+    s->o_kept = drop ? (float *)at : NULL;
     s->fallback_rows = 0;
     s->max_bound = 0.0;
 }

@@ -26,6 +26,10 @@ static fxa_status check_common(const fxa_attn_desc *d, char *msg, size_t cap)
                  (int)d->mask_kind, d->causal);
         return FXA_ERR_UNSUPPORTED;
     }
+    if (d->dropout_p != 0.0) {
+        snprintf(msg, cap, "libfxattn_mpi takes no dropout (dropout_p %g)", d->dropout_p);
+        return FXA_ERR_UNSUPPORTED;
+    }
     if (d->dtype == FXA_F64) {
         snprintf(msg, cap, "libfxattn_mpi takes f32, bf16 and f16 inputs, not f64");
         return FXA_ERR_UNSUPPORTED;
