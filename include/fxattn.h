@@ -437,6 +437,11 @@ typedef struct fxa_attn_args {
      * > 0), read as they are: 0 and 0 are a stream like any other. */
     uint64_t dropout_seed;
     uint64_t dropout_offset;
+    /* Optional, with dropout: the keep decisions given instead of generated,
+     * [B, Hq, Sq, Skv] contiguous, nonzero = kept (seed and offset then
+     * unused): one byte per weight, for a caller that must reproduce another
+     * generator's draws (torch's dropout under the same RNG state). */
+    const uint8_t *dropout_keep;
 } fxa_attn_args;
 
 /*
@@ -547,10 +552,11 @@ typedef struct fxa_attn_bwd_args {
     /* fp64 plans: the forward's lse_f64 (required there, where lse and
      * lse_parts must be NULL); NULL otherwise. Added after lse_parts. */
     const double *lse_f64;
-    /* The forward's dropout seed and offset (fxa_attn_desc.dropout_p > 0).
-     * Added after lse_f64. */
+    /* The forward's dropout seed and offset, or its dropout_keep
+     * (fxa_attn_desc.dropout_p > 0). Added after lse_f64. */
     uint64_t dropout_seed;
     uint64_t dropout_offset;
+    const uint8_t *dropout_keep;
 } fxa_attn_bwd_args;
 
 /* What one backward run did. Versioned (new in 0.3); an output: the

@@ -277,8 +277,10 @@ static void run_dropout_tile(const run_job *job, fxa_thread_scratch *s, size_t s
         return;
     const float *bias = use == FXA_TILE_BIAS ? s->bias : NULL;
     fxa_rows_run_tile(p, hb, &rows, n_rows, kt, vp, n_kv, s->scores, s->p16, bias);
-    if (fxa_dropout_bias(p, job->a->dropout_seed, job->a->dropout_offset, job->batch, h, i0, n_rows,
-                         j0, n_kv, p->kv_tile, bias, s->bias, FXA_DROP_KEEP) == FXA_TILE_SKIP)
+    const fxa_drop_stream stream = {job->a->dropout_seed, job->a->dropout_offset,
+                                    job->a->dropout_keep};
+    if (fxa_dropout_bias(p, &stream, job->batch, h, i0, n_rows, j0, n_kv, p->kv_tile, bias, s->bias,
+                         FXA_DROP_KEEP) == FXA_TILE_SKIP)
         return;
     const fxa_rows kept = kept_rows(p, s, slot);
     fxa_rows_run_tile(p, hb, &kept, n_rows, kt, vp, n_kv, s->scores, s->p16, s->bias);
@@ -458,11 +460,12 @@ static fxa_status check_spans(const fxa_attn_plan *p, const fxa_attn_args *a, vo
                               int bounds_only)
 {
     const size_t rows = (size_t)(p->d.batch * p->d.heads_q * p->d.seq_q);
-    const fxa_span in[4] = {
+    const fxa_span in[5] = {
         {"Q", a->q, (size_t)p->q_extent * p->in_elem},
         {"K", a->k, (size_t)p->kv_extent[0] * p->in_elem},
         {"V", a->v, (size_t)p->kv_extent[1] * p->in_elem},
         {"mask", p->mask_bytes ? a->mask : NULL, p->mask_bytes},
+        {"dropout_keep", fxa_attn_dropout(p) ? a->dropout_keep : NULL, fxa_dropout_keep_bytes(p)},
     };
     const fxa_span out[7] = {
         {"row_fallback", a->row_fallback, rows},
@@ -473,7 +476,7 @@ static fxa_status check_spans(const fxa_attn_plan *p, const fxa_attn_args *a, vo
         {"lse_parts", bounds_only ? NULL : a->lse_parts, 3 * rows * sizeof(float)},
         {"lse_f64", bounds_only ? NULL : a->lse_f64, rows * sizeof(double)},
     };
-    return fxa_spans_disjoint(p->ctx, out, 7, in, 4);
+    return fxa_spans_disjoint(p->ctx, out, 7, in, 5);
 }
 
 static fxa_status run_common(const fxa_attn_plan *plan, const fxa_attn_args *args, void *workspace,

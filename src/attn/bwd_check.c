@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bwd_internal.h"
+#include "dropout.h"
 #include "load.h"
 #include "mask.h"
 #include "steps.h"
@@ -161,7 +162,7 @@ static fxa_status check_spans(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_ar
 {
     const fxa_attn_plan *p = bp->fwd;
     const size_t rows = (size_t)(p->d.batch * p->d.heads_q * p->d.seq_q);
-    const fxa_span in[7] = {
+    const fxa_span in[8] = {
         {"Q", a->q, (size_t)p->q_extent * p->in_elem},
         {"K", a->k, (size_t)p->kv_extent[0] * p->in_elem},
         {"V", a->v, (size_t)p->kv_extent[1] * p->in_elem},
@@ -169,6 +170,7 @@ static fxa_status check_spans(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_ar
         {"dout", a->dout, (size_t)p->o_extent * p->out_elem},
         {"lse", a->lse, rows * sizeof(float)},
         {"mask", p->mask_bytes ? a->mask : NULL, p->mask_bytes},
+        {"dropout_keep", fxa_attn_dropout(p) ? a->dropout_keep : NULL, fxa_dropout_keep_bytes(p)},
     };
     const size_t grad_elem = a->grad_dtype == FXA_F32 ? sizeof(float) : sizeof(uint16_t);
     const fxa_span out[4] = {
@@ -177,7 +179,7 @@ static fxa_status check_spans(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_ar
         {"dv", a->dv, (size_t)p->kv_extent[1] * grad_elem},
         {"workspace", workspace, bp->ws_total},
     };
-    return fxa_spans_disjoint(bp->ctx, out, 4, in, 7);
+    return fxa_spans_disjoint(bp->ctx, out, 4, in, 8);
 }
 
 fxa_status fxa_bwd_check_inputs(const fxa_attn_bwd_plan *bp, const fxa_attn_bwd_args *a,

@@ -361,13 +361,14 @@ static fxa_tile_use drop_bias(const bwd_job *job, const bwd_scratch *s, int64_t 
                               int64_t kb, size_t n_q, size_t n_kv, const float *from,
                               fxa_drop_pass pass)
 {
+    const fxa_drop_stream stream = {job->a->dropout_seed, job->a->dropout_offset,
+                                    job->a->dropout_keep};
     const fxa_attn_bwd_plan *bp = job->bp;
     const fxa_attn_plan *p = bp->fwd;
     const size_t ld = bp->block_kv, end = (n_kv + bp->panel - 1) / bp->panel * bp->panel;
-    const fxa_tile_use use =
-        fxa_dropout_bias(p, job->a->dropout_seed, job->a->dropout_offset, job->batch,
-                         job->chunk_kv0 * p->group + cq, qb * (int64_t)bp->block_q, n_q,
-                         kb * (int64_t)bp->block_kv, n_kv, ld, from, s->drop_bias, pass);
+    const fxa_tile_use use = fxa_dropout_bias(
+        p, &stream, job->batch, job->chunk_kv0 * p->group + cq, qb * (int64_t)bp->block_q, n_q,
+        kb * (int64_t)bp->block_kv, n_kv, ld, from, s->drop_bias, pass);
     for (size_t r = 0; r < n_q; r++)
         for (size_t j = n_kv; j < end; j++)
             s->drop_bias[r * ld + j] = -INFINITY;

@@ -29,8 +29,22 @@ typedef enum fxa_drop_pass {
  * or causal bias; NULL: 0) where the weight stays, -INFINITY elsewhere.
  * FXA_TILE_SKIP when every weight is removed, else FXA_TILE_BIAS. from and
  * bias may be the same buffer. */
-fxa_tile_use fxa_dropout_bias(const fxa_attn_plan *p, uint64_t seed, uint64_t offset, int64_t b,
+/* A run's dropout stream: generated from (seed, offset), or the caller's
+ * keep decisions (keep, [B, Hq, Sq, Skv], nonzero = kept) when keep is set. */
+typedef struct fxa_drop_stream {
+    uint64_t seed;
+    uint64_t offset;
+    const uint8_t *keep;
+} fxa_drop_stream;
+
+fxa_tile_use fxa_dropout_bias(const fxa_attn_plan *p, const fxa_drop_stream *stream, int64_t b,
                               int64_t h, int64_t i0, size_t n, int64_t j0, size_t n_kv, size_t ld,
                               const float *from, float *bias, fxa_drop_pass pass);
+
+/* Bytes of a dropout_keep array for the plan (B Hq Sq Skv). */
+static inline size_t fxa_dropout_keep_bytes(const fxa_attn_plan *p)
+{
+    return (size_t)(p->d.batch * p->d.heads_q * p->d.seq_q) * (size_t)p->d.seq_kv;
+}
 
 #endif

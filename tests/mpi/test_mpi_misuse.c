@@ -186,6 +186,11 @@ static void test_plans(fxa_mpi *m)
     const fxa_status st64 = plan_fails("f64 inputs", m, &d, &plan);
     CHECK(st64 == FXA_ERR_UNSUPPORTED && strstr(fxa_mpi_last_error(m), "not f64"),
           "f64 inputs: %d '%s'", (int)st64, fxa_mpi_last_error(m));
+    d = base_desc();
+    d.dropout_p = 0.1;
+    const fxa_status st_drop = plan_fails("dropout", m, &d, &plan);
+    CHECK(st_drop == FXA_ERR_UNSUPPORTED && strstr(fxa_mpi_last_error(m), "no dropout"),
+          "dropout: %d '%s'", (int)st_drop, fxa_mpi_last_error(m));
 }
 
 /* This rank's shards of base_desc()'s Q, K, V (random) and an output. */

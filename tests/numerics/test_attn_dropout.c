@@ -10,9 +10,11 @@
  * runs on few keys (24), where one decision moves an output by about 0.06
  * and bf16's envelope is 2^-6. Cases: plain, GQA, causal both alignments,
  * boolean and additive masks. A p that keeps every weight gives the bits
- * of no dropout (on one kv tile, which no plan splits); threads, heads_per_tile and block_q leave the bits alone;
- * the keep decisions have the kept share 1 - p, independent neighbours, and
- * other streams for other seeds and offsets. Misuse is refused.
+ * of no dropout (on one kv tile, which no plan splits); threads,
+ * heads_per_tile and block_q leave the bits alone, as do the same
+ * decisions given as dropout_keep; the keep decisions have the kept share
+ * 1 - p, independent neighbours, other streams for other seeds and
+ * offsets, and Philox4x32-10's known answers. Misuse is refused.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -28,6 +30,7 @@
 typedef struct prob {
     fxa_attn_desc d;
     uint64_t seed, offset;
+    const uint8_t *keep; /* dropout_keep, or NULL: generated */
     float q[MAX_NQ], k[MAX_NKV], v[MAX_NKV], dout[MAX_NQ];
     uint16_t q16[MAX_NQ], k16[MAX_NKV], v16[MAX_NKV], dout16[MAX_NQ];
     uint8_t mask_bool[MAX_ROWS * 301];
@@ -195,7 +198,7 @@ static fxa_status run(const prob *pr, const fxa_attn_desc *over, fxa_ctx *ctx, r
     void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     fxa_attn_args a = {.struct_size = sizeof a};
     a.q = q, a.k = k, a.v = v, a.out = r->out, a.lse = r->lse, a.mask = mask_of(pr);
-    a.dropout_seed = pr->seed, a.dropout_offset = pr->offset;
+    a.dropout_seed = pr->seed, a.dropout_offset = pr->offset, a.dropout_keep = pr->keep;
     st = fxa_attn_run(plan, &a, ws, NULL);
     free(ws);
     fxa_attn_plan_destroy(plan);
@@ -207,7 +210,7 @@ static fxa_status run(const prob *pr, const fxa_attn_desc *over, fxa_ctx *ctx, r
     ws = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     fxa_attn_bwd_args ba = fxt_bwd_args(q, k, v, r->out, pr->dout, r->lse, r->dq, r->dk, r->dv);
     ba.mask = mask_of(pr);
-    ba.dropout_seed = pr->seed, ba.dropout_offset = pr->offset;
+    ba.dropout_seed = pr->seed, ba.dropout_offset = pr->offset, ba.dropout_keep = pr->keep;
     st = fxa_attn_bwd_run(bp, &ba, ws, NULL);
     free(ws);
     fxa_attn_bwd_plan_destroy(bp);
@@ -335,6 +338,19 @@ static void bits(fxa_ctx *ctx)
               memcmp(g_got.out, g_other.out, sizeof g_got.out) != 0,
           "another offset gives the same output");
     pr->offset--;
+    /* the same decisions given as dropout_keep (under another seed): the same bits */
+    const int64_t n_keep = 4 * 77 * 301;
+    uint8_t *keep = malloc((size_t)n_keep);
+    for (int64_t e = 0; e < n_keep; e++)
+        keep[e] = (uint8_t)fxa_dropout_kept(pr->seed, pr->offset, 0.5, (uint64_t)e);
+    pr->seed ^= 1;
+    pr->keep = keep;
+    CHECK(run(pr, NULL, ctx, &g_other) == FXA_OK && memcmp(&g_got, &g_other, sizeof g_got) == 0,
+          "the generated decisions given as dropout_keep give other bits: %s",
+          fxa_ctx_last_error(ctx));
+    pr->seed ^= 1;
+    pr->keep = NULL;
+    free(keep);
     fxa_ctx_destroy(three);
 }
 
