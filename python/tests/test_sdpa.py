@@ -8,6 +8,8 @@ output's rounding; float16 outputs within 2^-16 + 2^-11 (fp32 rounded once
 to float16). Output dtype, shape and memory format must be SDPA's.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -192,8 +194,8 @@ def test_errors():
         sdpa(q, k, v, scale=float("inf"))
     with pytest.raises(fxattn.InvalidArgumentError, match="same kind"):
         sdpa(q, k, v, attn_mask=np.ones((33, 47), bool))
-    with pytest.raises(fxattn.InvalidArgumentError, match="one rank"):
-        sdpa(q, k[0], v[0])
+    with pytest.raises(fxattn.UnsupportedError, match="expand query first"):
+        sdpa(q[:1], k, v)
 
 
 @pytest.mark.parametrize(
@@ -216,6 +218,142 @@ def test_malformed_inputs_raise_torchs_error(shapes_dtypes):
     assert isinstance(ours.value, fxattn.InvalidArgumentError)
     words = str(theirs.value).split(", but got")[0].replace("  ", " ")
     assert str(ours.value).startswith(words)
+
+
+# Malformed shapes torch's SDPA refuses: (query, key, value shapes, kwargs,
+# words). words TORCH: fxattn's message starts with torch's whole message
+# (its broadcasting and GQA checks say what is wrong). Otherwise torch's
+# message is its matmul's, on the flattened operands (bmm: "Expected size
+# for first two dimensions of batch2 tensor to be: [6, 8] but got: [6,
+# 16]."; mm: "mat1 and mat2 shapes cannot be multiplied (4x8 and 16x5)"),
+# and words is fxattn's phrase naming the arguments, filled in with the two
+# sizes torch's message reports as not matching.
+TORCH = None
+GQA = {"enable_gqa": True}
+MALFORMED = {
+    "1d_query": ((8,), (2, 8), (2, 8), {}, TORCH),
+    "1d_value": ((3, 4, 8), (3, 5, 8), (8,), {}, TORCH),
+    "batch": ((2, 3, 4, 8), (3, 3, 5, 8), (3, 3, 5, 8), {}, TORCH),
+    "batch_5d": ((2, 2, 3, 4, 8), (2, 3, 3, 5, 8), (2, 3, 3, 5, 8), {}, TORCH),
+    "batch_value": ((2, 3, 4, 8), (2, 3, 5, 8), (3, 3, 5, 8), {}, TORCH),
+    "heads": ((2, 4, 4, 8), (2, 3, 5, 8), (2, 3, 5, 8), {}, TORCH),
+    "heads_causal": ((2, 4, 4, 8), (2, 3, 5, 8), (2, 3, 5, 8), {"is_causal": True}, TORCH),
+    "heads_value": ((2, 4, 4, 8), (2, 4, 5, 8), (2, 2, 5, 8), {}, TORCH),
+    "heads_3d_key": ((2, 3, 4, 8), (4, 5, 8), (4, 5, 8), {}, TORCH),
+    "heads_3d_query": ((3, 4, 8), (2, 4, 5, 8), (2, 4, 5, 8), {}, TORCH),
+    "gqa_heads": ((2, 4, 4, 8), (2, 3, 5, 8), (2, 3, 5, 8), GQA, TORCH),
+    "gqa_value_heads": ((2, 4, 4, 8), (2, 2, 5, 8), (2, 3, 5, 8), GQA, TORCH),
+    "gqa_3d": ((4, 4, 8), (3, 5, 8), (3, 5, 8), GQA, TORCH),
+    "gqa_batch": ((2, 4, 4, 8), (3, 2, 5, 8), (3, 2, 5, 8), GQA, TORCH),
+    "head_dim": ((2, 3, 4, 8), (2, 3, 5, 16), (2, 3, 5, 8), {}, "query has head dim {} but key has {}"),
+    "head_dim_3d": ((3, 4, 8), (3, 5, 16), (3, 5, 8), {}, "query has head dim {} but key has {}"),
+    "head_dim_2d": ((4, 8), (5, 16), (5, 8), {}, "query has head dim {} but key has {}"),
+    "head_dim_2d_key": ((2, 3, 4, 8), (5, 16), (5, 8), {}, "query has head dim {} but key has {}"),
+    "head_dim_gqa": ((2, 4, 4, 8), (2, 2, 5, 16), (2, 2, 5, 8), GQA, "query has head dim {} but key has {}"),
+    "head_dim_key_and_value": ((2, 3, 4, 8), (2, 3, 5, 16), (2, 3, 5, 16), {}, "query has head dim {} but key has {}"),
+    "head_dim_with_mask": (
+        (2, 3, 4, 8),
+        (2, 3, 5, 16),
+        (2, 3, 5, 8),
+        {"attn_mask": torch.ones(4, 5, dtype=torch.bool)},
+        "query has head dim {} but key has {}",
+    ),
+    "tokens_value": ((2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 6, 8), {}, "key has {} tokens (dim -2) but value has {}"),
+    "tokens_value_2d": ((4, 8), (5, 8), (6, 8), {}, "key has {} tokens (dim -2) but value has {}"),
+}
+
+
+def _sizes(message: str):
+    """The two sizes torch's matmul message reports as not matching."""
+    m = re.search(r"to be: \[\d+, (\d+)\] but got: \[\d+, (\d+)\]", message) or re.search(r"\(\d+x(\d+) and (\d+)x\d+\)", message)
+    assert m, message
+    return m.groups()
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+def test_malformed_shapes_raise_torchs_error(case, kind):
+    """Each malformed call raises in torch's SDPA (its math backend, which
+    checks every shape: its CPU flash kernel takes a value with more tokens
+    than the key) and in fxattn an exception of torch's type
+    (InvalidArgumentError, a RuntimeError), with torch's words where they say
+    what is wrong, else fxattn's naming the arguments and torch's sizes."""
+    qs, ks, vs, kw, words = MALFORMED[case]
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(s, generator=g) for s in (qs, ks, vs))
+    with sdpa_kernel(SDPBackend.MATH), pytest.raises(Exception) as theirs:
+        F.scaled_dot_product_attention(q, k, v, **kw)
+    if kind == "numpy":
+        q, k, v = (t.numpy() for t in (q, k, v))
+        kw = {n: a.numpy() if torch.is_tensor(a) else a for n, a in kw.items()}
+    with pytest.raises(Exception) as ours:
+        fxattn.scaled_dot_product_attention(q, k, v, **kw)
+    assert type(theirs.value) is RuntimeError
+    assert isinstance(ours.value, type(theirs.value)) and isinstance(ours.value, fxattn.InvalidArgumentError)
+    theirs_text, ours_text = str(theirs.value).replace("  ", " "), str(ours.value)
+    if words is TORCH:
+        assert ours_text.startswith(theirs_text), (ours_text, theirs_text)
+    else:
+        assert words.format(*_sizes(theirs_text)) in ours_text, (ours_text, theirs_text)
+
+
+# Shapes torch's SDPA takes and fxattn does not: (query, key, value shapes,
+# kwargs, words of fxattn's UnsupportedError).
+UNSUPPORTED = {
+    "query_batch_broadcast": ((1, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 8), {}, "query has batch and head dims [1, 3]"),
+    "query_heads_broadcast": ((2, 1, 4, 8), (2, 3, 5, 8), (2, 3, 5, 8), {}, "query has batch and head dims [2, 1]"),
+    "query_fewer_dims": ((3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 8), {}, "query has batch and head dims [3]"),
+    "value_one_head": ((2, 4, 4, 8), (2, 4, 5, 8), (2, 1, 5, 8), {}, "key has 4 heads and value 1"),
+    "gqa_key_value_heads": ((2, 4, 4, 8), (2, 2, 5, 8), (2, 1, 5, 8), GQA, "key has 2 heads and value 1"),
+    "value_head_dim": ((2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 16), {}, "value has head dim 16, query 8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSUPPORTED))
+def test_shapes_torch_takes_and_fxattn_does_not(case):
+    """UnsupportedError (a NotImplementedError and a RuntimeError) naming the
+    arguments, where torch's SDPA broadcasts what fxattn does not."""
+    qs, ks, vs, kw, words = UNSUPPORTED[case]
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(s, generator=g) for s in (qs, ks, vs))
+    assert F.scaled_dot_product_attention(q, k, v, **kw).ndim >= q.ndim
+    with pytest.raises(fxattn.UnsupportedError) as ours:
+        fxattn.scaled_dot_product_attention(q, k, v, **kw)
+    assert isinstance(ours.value, RuntimeError) and isinstance(ours.value, NotImplementedError)
+    assert words in str(ours.value)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((2, 3, 4, 8), (3, 5, 8), (3, 5, 8), {}),
+        ((2, 3, 4, 8), (2, 3, 5, 8), (3, 5, 8), {}),
+        ((2, 3, 4, 8), (5, 8), (5, 8), {"is_causal": True}),
+        ((2, 3, 4, 8), (1, 3, 5, 8), (2, 3, 5, 8), {}),
+        ((2, 4, 4, 8), (2, 5, 8), (2, 5, 8), GQA),
+        ((2, 2, 4, 4, 8), (2, 1, 5, 8), (2, 1, 1, 5, 8), {}),
+    ],
+    ids=["kv_3d", "v_3d", "kv_2d_causal", "k_batch_1", "kv_3d_gqa", "5d"],
+)
+def test_key_and_value_broadcast_as_torch(shapes):
+    """Key and value of fewer dims than query (leading 1s) and batch dims
+    that each broadcast to query's, as torch's SDPA broadcasts them: its
+    float64 output and gradients to fp64 rounding, for torch tensors and
+    numpy arrays."""
+    qs, ks, vs, kw = shapes
+    g = torch.Generator().manual_seed(1)
+    theirs = [torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in (qs, ks, vs)]
+    ours = [t.detach().clone().requires_grad_() for t in theirs]
+    want = reference(*theirs, **kw)
+    got = fxattn.scaled_dot_product_attention(*ours, **kw)
+    assert got.shape == want.shape and (got - want).abs().max().item() < 1e-12
+    dout = torch.randn(want.shape, generator=g, dtype=torch.float64)
+    want.backward(dout)
+    got.backward(dout)
+    for a, b in zip(ours, theirs):
+        assert a.grad.shape == b.grad.shape and (a.grad - b.grad).abs().max().item() < 1e-12
+    out = fxattn.scaled_dot_product_attention(*(t.detach().numpy() for t in theirs), **kw)
+    assert np.abs(out - want.detach().numpy()).max() < 1e-12
 
 
 def test_mask_with_is_causal_raises_torchs_words():

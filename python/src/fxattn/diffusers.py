@@ -9,12 +9,20 @@ tensors, no copies, output in the input's dtype). Self-attention layers
 can instead run fxattn's fused Wan layer (fxattn.wan: projection + norm +
 RoPE + attention + output projection in C; fp32, or the bf16 layer for bf16
 models), when that computes the same thing; see WanAttnProcessor.
+
+Importing it also registers the "fxattn" attention backend of diffusers'
+dispatcher (model.set_attention_backend("fxattn")); nonfinite chooses what
+that backend does with NaN or Inf inputs:
+
+    with fxattn.diffusers.nonfinite("raise"):   # refuse them, in this block
+        video = pipe(prompt).frames
 """
 
+from .integrations.diffusers.backend import nonfinite
 from .integrations.diffusers.processor import TEXT_CONTEXT, WanAttnProcessor, rope_grid
 
 # parallelize, Parallelized and ShardedWanAttnProcessor are public too, loaded on first use.
-__all__ = ["WanAttnProcessor", "rope_grid", "TEXT_CONTEXT"]
+__all__ = ["WanAttnProcessor", "rope_grid", "TEXT_CONTEXT", "nonfinite"]
 
 
 def __getattr__(name):

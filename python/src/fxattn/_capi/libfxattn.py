@@ -79,6 +79,7 @@ class AttnDesc(ctypes.Structure):
         ("causal", c_int),
         ("mask_kind", c_int),
         ("mask_strides", MaskStrides),
+        ("dropout_p", c_double),
     ]
 
 
@@ -109,6 +110,7 @@ class AttnArgs(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t)]
     _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "lse", "row_fallback", "row_bound", "mask")]
     _fields_ += [("lse_parts", c_void_p), ("lse_f64", c_void_p)]
+    _fields_ += [("dropout_seed", c_uint64), ("dropout_offset", c_uint64), ("dropout_keep", c_void_p)]
 
 
 class AttnBwdArgs(ctypes.Structure):
@@ -116,6 +118,7 @@ class AttnBwdArgs(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t)]
     _fields_ += [(name, c_void_p) for name in ("q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv", "mask")]
     _fields_ += [("grad_dtype", c_int), ("lse_parts", c_void_p), ("lse_f64", c_void_p)]
+    _fields_ += [("dropout_seed", c_uint64), ("dropout_offset", c_uint64), ("dropout_keep", c_void_p)]
 
 
 class AttnBwdStats(ctypes.Structure):
@@ -188,6 +191,7 @@ _d(core, "fxa_attn_plan_destroy", None, c_void_p)
 _d(core, "fxa_attn_run", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(AttnStats))
 _d(core, "fxa_attn_bounds", c_int, c_void_p, POINTER(AttnArgs), c_void_p, POINTER(AttnStats))
 _d(core, "fxa_attn_flops", c_double, POINTER(AttnDesc))
+_d(core, "fxa_dropout_kept", c_int, c_uint64, c_uint64, c_double, c_uint64)
 _d(core, "fxa_attn_bwd_plan_create", c_int, c_void_p, POINTER(AttnDesc), POINTER(c_void_p), POINTER(c_size_t))
 _d(core, "fxa_attn_bwd_plan_destroy", None, c_void_p)
 _d(core, "fxa_attn_bwd_run", c_int, c_void_p, POINTER(AttnBwdArgs), c_void_p, POINTER(AttnBwdStats))

@@ -44,7 +44,8 @@ def scaled_dot_product_attention(
 
     query [..., Hq, Sq, E], key and value [..., Hkv, Skv, E] (any leading
     batch dims, 2-D and 3-D too; key's and value's leading dims may
-    broadcast to query's): CPU torch tensors or numpy arrays of float32,
+    broadcast to query's, each, a key or value of fewer dims taking leading
+    1s, as torch broadcasts them): CPU torch tensors or numpy arrays of float32,
     bfloat16, float16 or float64, one dtype. The output has query's shape and dtype
     and, for torch, SDPA's memory format (a query whose heads are
     interleaved in memory, a transposed [B, S, H, D] view, gives an output
@@ -85,8 +86,18 @@ def scaled_dot_product_attention(
 
     torch tensors go through the custom operator torch.ops.fxattn.attention,
     so torch.compile traces the call. Raises fxattn.InvalidArgumentError (a
-    ValueError) on bad arguments, fxattn.UnsupportedError for what fxattn
-    does not do (dropout, value's head dim other than query's).
+    ValueError and a RuntimeError, what torch's SDPA raises) on bad
+    arguments: malformed shapes in torch's order, with torch's words where
+    they say what is wrong (fewer than 2 dims, dtypes, batch or head dims
+    that do not broadcast: "The size of tensor a (2) must match the size of
+    tensor b (3) at non-singleton dimension 0: ...", GQA heads: "Number of
+    heads in key and value must divide the number of heads in query ..."),
+    then fxattn's naming the arguments (query's and key's head dims, key's
+    and value's token counts, where torch's matmul reports its flattened
+    operands). fxattn.UnsupportedError (a NotImplementedError and a
+    RuntimeError) for what torch takes and fxattn does not do: dropout,
+    a query broadcast to key's or value's batch or head dims, key and
+    value of different head counts, value's head dim other than query's.
     """
     validate.choice("nonfinite", nonfinite, {"propagate": True, "raise": False})
     call = (query, key, value, attn_mask, is_causal, scale, enable_gqa)
@@ -131,13 +142,14 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
         query, key, value = (arrays.native_array(t, n) for t, n in zip((query, key, value), names))
         if attn_mask is not None:
             attn_mask = arrays.native_array(attn_mask, "attn_mask")
-    q, k, v = query, key, value
-    _check_ranks_and_dtypes(q, k, v)
+    q = query
+    _check_ranks_and_dtypes(q, key, value)
+    k, v = _check_shapes(q, key, value, enable_gqa)
     flat = q.ndim == 2
     if flat:  # [S, E]: one head of one batch
         q, k, v = q[None], k[None], v[None]
     lead, (hq, sq, e) = tuple(q.shape[:-3]), tuple(q.shape[-3:])
-    hkv, skv = _check_shapes(q, k, v, enable_gqa)
+    hkv, skv = k.shape[-3], k.shape[-2]
     batch = math.prod(lead)
     q4 = q.reshape(batch, hq, sq, e)
     k4 = _broadcast(k, lead + (hkv, skv, e), use_torch).reshape(batch, hkv, skv, e)
@@ -220,33 +232,98 @@ def _check_ranks_and_dtypes(q, k, v) -> None:
         )
 
 
+def _heads(shape) -> int:
+    """The head count of a [..., H, S, E] shape (1 for [S, E])."""
+    return shape[-3] if len(shape) >= 3 else 1
+
+
+def _mismatch(a, b):
+    """Where batch shapes a and b fail to broadcast, as torch's infer_size
+    reports it: (i, size of a, size of b) for the last such dim, i counted
+    in the broadcast shape (the shorter shape takes leading 1s); None when
+    they broadcast."""
+    n = max(len(a), len(b))
+    for i in range(n - 1, -1, -1):
+        da, db = i - n + len(a), i - n + len(b)
+        sa, sb = (a[da] if da >= 0 else 1), (b[db] if db >= 0 else 1)
+        if sa != sb and sa != 1 and sb != 1:
+            return i, sa, sb
+    return None
+
+
+def _broadcast_shape(a, b) -> tuple:
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
+
+
+def _check_broadcast(a, b, heads_hint: str, batch_hint: str) -> None:
+    """torch's words when batch shapes a and b do not broadcast (its matmul
+    reports them so), then fxattn's: heads_hint when they differ in the
+    head dim, batch_hint otherwise."""
+    where = _mismatch(a, b)
+    if where is None:
+        return
+    i, sa, sb = where
+    hint = heads_hint if i == max(len(a), len(b)) - 1 else batch_hint
+    raise bad(f"The size of tensor a ({sa}) must match the size of tensor b ({sb}) at non-singleton dimension {i}: {hint}")
+
+
 def _check_shapes(q, k, v, enable_gqa: bool):
-    """(Hkv, Skv) after checking ranks, dims, heads and batch broadcasting as SDPA does."""
-    if q.ndim < 3 or not (q.ndim == k.ndim == v.ndim):
-        raise bad(
-            f"query, key and value have shapes {list(q.shape)}, {list(k.shape)}, {list(v.shape)}; "
-            "they take [..., H, S, E], all of one rank (2 or more)"
-        )
-    hq, e = q.shape[-3], q.shape[-1]
-    hkv, skv, ek = k.shape[-3:]
-    if tuple(k.shape[:-1]) != tuple(v.shape[:-1]):
-        raise bad(f"key has shape {list(k.shape)} but value has {list(v.shape)}; they differ only in the last dim in SDPA")
-    if ek != e:
-        raise bad(f"query has head dim {e} but key has {ek}; they must match")
-    if v.shape[-1] != e:
-        raise _unsupported(f"value has head dim {v.shape[-1]}, query {e}: fxattn takes one head dim for query, key and value")
-    for qd, kd in zip(q.shape[:-3], k.shape[:-3]):
-        if kd not in (1, qd):
-            raise bad(f"key's batch dims {list(k.shape[:-3])} do not broadcast to query's {list(q.shape[:-3])}")
-    if hkv != hq:
-        if enable_gqa and hq % hkv != 0:
-            raise bad(f"enable_gqa=True: query heads ({hq}) must be a multiple of key/value heads ({hkv})")
-        if not enable_gqa and hkv != 1:
+    """key and value as [..., Hkv, Skv, E] of query's rank (views with
+    leading 1s where they have fewer dims), after the shape checks torch's
+    SDPA makes, in its order and with its exception type (RuntimeError; its
+    words where they say what is wrong), then fxattn's own limits
+    (UnsupportedError, for shapes torch's SDPA takes and fxattn does not)."""
+    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
+    hq, hk, hv, e = _heads(qs), _heads(ks), _heads(vs), qs[-1]
+    kb, vb = ks[:-2], vs[:-2]
+    if enable_gqa:
+        if 0 in (hk, hv) or hq % hk or hq % hv:
             raise bad(
-                f"query has {hq} heads, key and value {hkv}: they must match (or key and value have one "
-                "head); pass enable_gqa=True for grouped-query attention"
+                "Number of heads in key and value must divide the number of heads in query "
+                f"(enable_gqa=True; query has {hq} heads, key {hk} and value {hv})"
             )
-    return hkv, skv
+        # torch repeats key's and value's heads to query's first
+        kb, vb = (b[:-1] + (hq,) if b else b for b in (kb, vb))
+    qb = qs[:-2]
+    _check_broadcast(
+        qb,
+        kb,
+        f"query has {hq} heads, key {hk}: they must match (or key and value have one head); "
+        "pass enable_gqa=True for grouped-query attention",
+        f"key's batch dims {list(ks[:-3])} do not broadcast with query's {list(qs[:-3])}",
+    )
+    if ks[-1] != e:
+        raise bad(f"query has head dim {e} but key has {ks[-1]} (shapes {list(qs)} and {list(ks)}); they must match")
+    scores = _broadcast_shape(qb, kb)
+    _check_broadcast(
+        scores,
+        vb,
+        f"query and key have {scores[-1] if scores else 1} heads, value {hv}: they must match (or value has one head)",
+        f"value's batch dims {list(vs[:-3])} do not broadcast with query's and key's {list(scores[:-1])}",
+    )
+    if vs[-2] != ks[-2]:
+        raise bad(f"key has {ks[-2]} tokens (dim -2) but value has {vs[-2]} (shapes {list(ks)} and {list(vs)}); they must match")
+    # What torch's SDPA takes and fxattn does not.
+    out = _broadcast_shape(scores, vb)
+    if out != qb:
+        raise _unsupported(
+            f"query has batch and head dims {list(qb)}, key {list(ks[:-2])} and value {list(vs[:-2])}: torch's SDPA "
+            f"broadcasts query to {list(out)} too; fxattn broadcasts key and value to query's (expand query first)"
+        )
+    if hk != hv:
+        raise _unsupported(
+            f"key has {hk} heads and value {hv}: torch's SDPA broadcasts them; fxattn takes one head count for key and value "
+            "(expand the one-head tensor first)"
+        )
+    if vs[-1] != e:
+        raise _unsupported(f"value has head dim {vs[-1]}, query {e}: fxattn takes one head dim for query, key and value")
+    if len(ks) < len(qs):
+        k = k[(None,) * (len(qs) - len(ks))]
+    if len(vs) < len(qs):
+        v = v[(None,) * (len(qs) - len(vs))]
+    return k, v
 
 
 def _broadcast(t, shape, use_torch: bool):

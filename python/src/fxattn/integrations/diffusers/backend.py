@@ -17,16 +17,23 @@ register() therefore imports the dispatcher itself, with the variable
 read as "native", then makes "fxattn" the active backend. Tested with
 diffusers 0.35.2, 0.38.0 and 0.42.1 (TESTED_VERSIONS); a dispatcher of
 another shape raises ImportError naming the installed version.
+
+NaN and Inf in query, key or value give torch's own result by default (as
+diffusers' native backend); nonfinite("raise") (a block or a setting) or
+FXATTN_NONFINITE=raise makes the backend refuse them instead.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
+import os
 import sys
 
 import torch
 
 from ..._capi import InvalidArgumentError
+from ..._common import validate
 from ...attn import attention, scaled_dot_product_attention, sdpa
 
 #: The backend's name in diffusers' AttentionBackendName.
@@ -37,6 +44,75 @@ TESTED_VERSIONS = ("0.35.2", "0.38.0", "0.42.1")
 _DISPATCH = "diffusers.models.attention_dispatch"
 _ENV = "DIFFUSERS_ATTN_BACKEND"
 _REGISTRY_ATTRS = ("_backends", "_constraints", "_supported_arg_names", "_active_backend", "register")
+
+#: The environment variable the backend reads at each call when no
+#: nonfinite(...) setting is in force: "propagate" or "raise".
+NONFINITE_ENV = "FXATTN_NONFINITE"
+_NONFINITE_MODES = {"propagate": "propagate", "raise": "raise"}
+# The mode set by nonfinite(...) in this context (None: not set).
+_nonfinite_mode: contextvars.ContextVar[str | None] = contextvars.ContextVar("fxattn_diffusers_nonfinite", default=None)
+
+
+class nonfinite:
+    """What the "fxattn" attention backend does with NaN or Inf in query,
+    key or value: "propagate" (the default) gives torch's own result for
+    them, as diffusers' native backend computes it (torch's ATen
+    scaled_dot_product_attention); "raise" refuses them with
+    fxattn.InvalidArgumentError naming the first non-finite element (a
+    ValueError, raised through the model and the pipeline).
+
+    As a block, in the thread (context) it runs in, restored on exit
+    (nested blocks stack; other threads keep their own mode):
+
+        with fxattn.diffusers.nonfinite("raise"):
+            video = pipe(prompt).frames
+
+    Called as a function it sets the mode from then on, in the calling
+    thread (context), where diffusers calls the backend while a pipeline
+    or model runs, like torch.set_grad_enabled:
+
+        fxattn.diffusers.nonfinite("raise")
+
+    Without a setting in the calling context the backend reads the
+    environment variable FXATTN_NONFINITE (propagate or raise, case
+    insensitive; unset or empty: propagate) at each call, which every
+    thread and child process sees; another value raises
+    fxattn.InvalidArgumentError naming the variable. A mode other than
+    "propagate" or "raise" raises InvalidArgumentError here.
+
+    torch.compile'd code always refuses non-finite inputs (the traced
+    operator never leaves fxattn). diffusers' WanAttnProcessor replacement,
+    fxattn.diffusers.WanAttnProcessor, refuses them in either mode.
+    """
+
+    def __init__(self, mode: str):
+        self.mode = validate.choice("nonfinite", mode, _NONFINITE_MODES)
+        self._previous = _nonfinite_mode.get()
+        _nonfinite_mode.set(self.mode)
+
+    def __enter__(self) -> nonfinite:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _nonfinite_mode.set(self._previous)
+
+    def __repr__(self) -> str:
+        return f"fxattn.diffusers.nonfinite({self.mode!r})"
+
+
+def nonfinite_mode() -> str:
+    """The mode the backend runs in now: nonfinite(...)'s setting in this
+    context, else FXATTN_NONFINITE, else "propagate"."""
+    mode = _nonfinite_mode.get()
+    if mode is not None:
+        return mode
+    value = os.environ.get(NONFINITE_ENV, "")
+    if not value.strip():
+        return "propagate"
+    mode = _NONFINITE_MODES.get(value.strip().lower())
+    if mode is None:
+        raise validate.bad(f"{NONFINITE_ENV}={validate.show(value)}: expected 'propagate' or 'raise' (or unset: propagate)")
+    return mode
 
 
 def _error(what: str) -> ImportError:
@@ -153,9 +229,11 @@ def fxattn_attention(
     it, or a 2-D [B, Skv] key mask) and is_causal run through
     fxattn.scaled_dot_product_attention. Hq != Hkv needs enable_gqa or
     Hkv = 1 (broadcast), as in torch. NaN or Inf in query, key or value
-    give torch's own result, as the native backend's (see
-    fxattn.scaled_dot_product_attention's nonfinite). Raises ValueError for dropout_p > 0, context parallelism, or an
-    lse asked with a mask or is_causal."""
+    give torch's own result, as the native backend's, or with
+    nonfinite("raise") or FXATTN_NONFINITE=raise InvalidArgumentError
+    naming the element (see nonfinite; always refused under
+    torch.compile). Raises ValueError for dropout_p > 0, context
+    parallelism, or an lse asked with a mask or is_causal."""
     if dropout_p:
         raise ValueError(f"fxattn attention backend: dropout_p must be 0, not {dropout_p} (fxattn has no dropout; it is for inference)")
     if _parallel_config is not None:
@@ -165,6 +243,9 @@ def fxattn_attention(
             f"fxattn attention backend: query has {query.shape[2]} heads and key {key.shape[2]}; "
             "different head counts need enable_gqa=True (or one key head)"
         )
+    # Under torch.compile the traced operator refuses non-finite inputs
+    # whatever the mode (and the context variable is never read there).
+    mode = "raise" if torch.compiler.is_compiling() else nonfinite_mode()
     if attn_mask is not None or is_causal:
         if return_lse:
             raise ValueError("fxattn attention backend: return_lse with attn_mask or is_causal is not supported")
@@ -176,12 +257,13 @@ def fxattn_attention(
             is_causal=is_causal,
             scale=scale,
             enable_gqa=enable_gqa,
+            nonfinite=mode,
         )
         return out.transpose(1, 2)
     try:
         res = attention(query, key, value, layout="bshd", scale=scale, return_lse=return_lse)
     except InvalidArgumentError:
-        if torch.compiler.is_compiling() or not sdpa.not_finite(query, key, value):
+        if mode == "raise" or not sdpa.not_finite(query, key, value):
             raise
         return _torch_result(query, key, value, scale, enable_gqa, return_lse)
     if return_lse:
