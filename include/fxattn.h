@@ -354,9 +354,9 @@ typedef struct fxa_attn_desc {
      * offset, and its backward regenerates the same weights without storing
      * them. fp32 and bf16 compute, with masks and causal; fp64 plans,
      * blockwise attention, the check report and libfxattn_mpi refuse it
-     * (FXA_ERR_UNSUPPORTED). A run costs about twice one without dropout
-     * (every kv tile runs once for the softmax's sum and once for the kept
-     * weights). */
+     * (FXA_ERR_UNSUPPORTED). A run takes about three times one without
+     * dropout: every kv tile runs once for the softmax's sum and once for
+     * the kept weights, and the decisions are drawn per weight. */
     double dropout_p;
 } fxa_attn_desc;
 
