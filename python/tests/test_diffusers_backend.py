@@ -496,12 +496,25 @@ def test_dispatch_masks(mask):
         dispatch_attention_fn(q, k, v, backend=AttentionBackendName("fxattn"), attention_kwargs={"return_lse": True}, **kw)
 
 
-def test_unsupported_arguments():
-    """dropout and context parallelism are refused with a message naming
-    them."""
+def test_dropout_runs_sdpa_dropout():
+    """dropout_p > 0 runs fxattn.scaled_dot_product_attention's dropout
+    ("philox", seeded by torch's generator): the same seed gives the same
+    output, the BSHD layout kept; an lse with dropout is refused."""
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="dropout_p must be 0"):
-        dispatch_attention_fn(q, k, v, dropout_p=0.1, backend=AttentionBackendName("fxattn"))
+    name = AttentionBackendName("fxattn")
+    torch.manual_seed(3)
+    out = dispatch_attention_fn(q, k, v, dropout_p=0.25, backend=name)
+    torch.manual_seed(3)
+    want = fxattn.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), dropout_p=0.25).transpose(1, 2)
+    assert out.shape == q.shape and torch.equal(out, want)
+    assert not torch.equal(out, dispatch_attention_fn(q, k, v, backend=name))
+    with pytest.raises(ValueError, match="return_lse"):
+        backend.fxattn_attention(q, k, v, dropout_p=0.25, return_lse=True)
+
+
+def test_unsupported_arguments():
+    """context parallelism is refused with a message naming it."""
+    q, k, v = _qkv()
     with pytest.raises(ValueError, match="context parallelism"):
         backend.fxattn_attention(q, k, v, _parallel_config=object())
 

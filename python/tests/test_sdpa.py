@@ -176,8 +176,8 @@ def test_operator_opcheck_with_mask_and_causal():
 def test_errors():
     q, k, v = qkv()
     sdpa = fxattn.scaled_dot_product_attention
-    with pytest.raises(fxattn.UnsupportedError, match="no dropout"):
-        sdpa(q, k, v, dropout_p=0.1)
+    with pytest.raises(fxattn.InvalidArgumentError, match="dropout probability"):
+        sdpa(q, k, v, dropout_p=1.5)
     with pytest.raises(fxattn.InvalidArgumentError, match="Explicit attn_mask should not be set when is_causal=True"):
         sdpa(q, k, v, attn_mask=torch.ones(33, 47, dtype=torch.bool), is_causal=True)
     with pytest.raises(fxattn.InvalidArgumentError, match="does not broadcast"):

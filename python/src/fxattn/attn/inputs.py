@@ -108,12 +108,12 @@ class Inputs:
     def with_mask(self, mask: Mask | None) -> Inputs:
         return Inputs(self.q, self.k, self.v, mask)
 
-    def descriptor(self, opts: Options, out_code: int, resolve_compute: bool = True) -> _capi.AttnDesc:
+    def descriptor(self, opts: Options, out_code: int, resolve_compute: bool = True, dropout_p: float = 0.0) -> _capi.AttnDesc:
         """The fxa_attn_desc of these inputs run with opts, the output in
         out_code (fp32 or bf16, fp64 for float64 inputs; fp16 outputs are
         written as fp32). compute "auto" is resolved here (compute_code)
         unless resolve_compute is False (libfxattn_mpi resolves it across
-        ranks)."""
+        ranks). dropout_p: the softmax weights' dropout probability (0: off)."""
         q, k = self.q, self.k
         b, sq, hq, dim = shapes(opts.layout, q.shape)
         _, skv, hkv, _ = shapes(opts.layout, k.shape)
@@ -136,4 +136,6 @@ class Inputs:
                 raise _bad(f"attn_mask is float64 with {arrays.DTYPE_NAMES[q.dtype]} inputs: a float64 mask goes with float64 inputs")
             d.mask_kind = self.mask.kind
             d.mask_strides = _capi.MaskStrides(*self.mask.strides)
+        if dropout_p:
+            d.dropout_p = dropout_p
         return d

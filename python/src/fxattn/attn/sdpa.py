@@ -14,7 +14,7 @@ from .._common import arrays, validate
 from . import masks
 from .inputs import Inputs
 from .options import Options, zero_scale_query
-from .run import attention_numpy
+from .run import Dropout, attention_numpy
 
 bad = validate.bad
 
@@ -36,6 +36,7 @@ def scaled_dot_product_attention(
     compute=None,
     threads=None,
     nonfinite="propagate",
+    dropout_rng="philox",
 ):
     """torch.nn.functional.scaled_dot_product_attention's call and results,
     computed by fxattn (exact fixed-max attention, CPU; differentiable for
@@ -64,7 +65,24 @@ def scaled_dot_product_attention(
     query i attends keys j <= i, top-left aligned as SDPA's (also when
     Sq != Skv). A row whose keys are all masked gives 0, as SDPA does, and
     gradients 0.
-    dropout_p: 0 only (inference). scale: None (1/sqrt(E)), a float, a 0-d
+    dropout_p: as SDPA's, in [0, 1) (0: off; InvalidArgumentError, a
+    RuntimeError as torch raises, outside): each softmax weight is kept with
+    probability 1 - dropout_p and scaled by 1 / (1 - dropout_p), dropped
+    ones are 0, whatever the training mode (pass 0.0 in eval, as with SDPA).
+    float32, bfloat16 and float16 inputs, forward and backward; float64
+    inputs raise UnsupportedError (fp64 compute has no dropout). A call
+    with dropout takes about three times one without. dropout_rng (fxattn's,
+    with dropout_p > 0): where the keep decisions come from. "philox" (the
+    default): fxattn's counter-based stream (fxa_dropout_kept), keyed by a
+    seed and offset drawn from torch's default CPU generator (torch
+    tensors; torch.manual_seed reproduces a call) or numpy's global
+    RandomState (numpy arrays; np.random.seed reproduces it); no memory
+    beyond the call's, the backward regenerates the same decisions.
+    "torch": the decisions torch's math SDPA draws under the same RNG state
+    (torch.manual_seed(s) before either gives the same dropped weights): a
+    float32 bernoulli draw of the [..., Hq, Sq, Skv] weights, kept as one
+    byte per weight until the backward is done (plus the transient float32
+    draw, 4 bytes per weight): for long sequences use "philox". scale: None (1/sqrt(E)), a float, a 0-d
     tensor or a numpy scalar. enable_gqa: as SDPA's: without it the head
     counts must match (or key/value have one head, broadcast); with it Hq
     must be a multiple of Hkv.
@@ -95,26 +113,33 @@ def scaled_dot_product_attention(
     then fxattn's naming the arguments (query's and key's head dims, key's
     and value's token counts, where torch's matmul reports its flattened
     operands). fxattn.UnsupportedError (a NotImplementedError and a
-    RuntimeError) for what torch takes and fxattn does not do: dropout,
-    a query broadcast to key's or value's batch or head dims, key and
+    RuntimeError) for what torch takes and fxattn does not do: dropout
+    with float64 inputs, a query broadcast to key's or value's batch or head dims, key and
     value of different head counts, value's head dim other than query's.
     """
     validate.choice("nonfinite", nonfinite, {"propagate": True, "raise": False})
+    validate.choice("dropout_rng", dropout_rng, {"philox": True, "torch": False})
+    p = _dropout_p(dropout_p)
     call = (query, key, value, attn_mask, is_causal, scale, enable_gqa)
+    run = (query, key, value, attn_mask, p, dropout_rng, is_causal, scale, enable_gqa, compute, threads)
     torch = arrays.torch_module()
     if nonfinite == "raise" or (torch is not None and torch.compiler.is_compiling()):
-        return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, compute, threads)
+        return _sdpa(*run)
+    # torch's own call for non-finite inputs draws its dropout from the RNG state this call found
+    rng_state = torch.random.get_rng_state() if p and torch is not None else None
     try:
-        return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, compute, threads)
+        return _sdpa(*run)
     except _capi.InvalidArgumentError:
         if not not_finite(query, key, value):
             raise
-    return torch_sdpa(*call)
+    if rng_state is not None:
+        torch.random.set_rng_state(rng_state)
+    return torch_sdpa(*call, dropout_p=p)
 
 
-def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, compute, threads):
-    """scaled_dot_product_attention on fxattn (non-finite inputs raise)."""
-    _no_dropout(dropout_p)
+def _sdpa(query, key, value, attn_mask, p: float, dropout_rng: str, is_causal, scale, enable_gqa, compute, threads):
+    """scaled_dot_product_attention on fxattn (non-finite inputs raise;
+    p: the checked dropout_p)."""
     is_causal = validate.boolean("is_causal", is_causal)
     enable_gqa = validate.boolean("enable_gqa", enable_gqa)
     arrays.same_kind(query, key, value)
@@ -145,6 +170,11 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
     q = query
     _check_ranks_and_dtypes(q, key, value)
     k, v = _check_shapes(q, key, value, enable_gqa)
+    if p and str(q.dtype).endswith("float64"):
+        raise _unsupported(
+            f"dropout_p={p} with float64 inputs: fxattn's fp64 compute has no dropout "
+            "(pass float32 inputs, or torch.nn.functional.scaled_dot_product_attention)"
+        )
     flat = q.ndim == 2
     if flat:  # [S, E]: one head of one batch
         q, k, v = q[None], k[None], v[None]
@@ -166,10 +196,12 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
     if attn_mask is not None:
         fp64 = q4.dtype == (arrays.torch_module().float64 if use_torch else np.float64)
         mask4 = masks.sdpa_mask(attn_mask, lead, (hq, sq, skv), batch, use_torch, fp64)
+    weights = (batch, hq, sq, skv)
     if use_torch:
-        out = _run_torch(q4, k4, v4, mask4, opts)
+        out = _run_torch(q4, k4, v4, mask4, opts, _torch_dropout(p, dropout_rng, lead, weights))
     else:
-        out = attention_numpy(Inputs.of(q4, k4, v4, opts.layout, mask4), opts, False, None)
+        dropout, _keep = _numpy_dropout(p, dropout_rng, lead, weights)
+        out = attention_numpy(Inputs.of(q4, k4, v4, opts.layout, mask4), opts, False, None, dropout)
     out = out.reshape(lead + (hq, sq, e))
     return out[0] if flat else out
 
@@ -187,7 +219,58 @@ def not_finite(*tensors) -> bool:
     return False
 
 
-def torch_sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa):
+def _dropout_p(dropout_p) -> float:
+    """dropout_p checked: a real number in [0, 1), as a float."""
+    p = validate._scalar(dropout_p)
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) < 1.0:
+        raise bad(f"dropout probability has to be in [0, 1), but got {validate.show(dropout_p)} (dropout_p)")
+    return float(p)
+
+
+# The seed and offset of a "philox" call: two draws in [0, 2^62).
+_SEED_BOUND = 1 << 62
+
+
+def _torch_keep(p: float, lead: tuple, weights: tuple):
+    """The keep decisions torch's math SDPA draws for weights
+    [..., Hq, Sq, Skv] (lead: the batch dims): its float32 bernoulli noise
+    (float32 for float32, bfloat16 and float16 inputs alike), as uint8
+    [B, Hq, Sq, Skv]."""
+    import torch
+
+    noise = torch.empty(lead + weights[1:], dtype=torch.float32).bernoulli_(1.0 - p)
+    return (noise != 0).to(torch.uint8).reshape(weights).contiguous()
+
+
+def _torch_dropout(p: float, dropout_rng: str, lead: tuple, weights: tuple) -> dict:
+    """The dropout arguments of torch.ops.fxattn.attention for a call on
+    torch tensors: the seed and offset drawn from torch's default CPU
+    generator ("philox"), or torch's own keep decisions ("torch")."""
+    if not p:
+        return {}
+    import torch
+
+    if dropout_rng == "torch":
+        return {"dropout_p": p, "dropout_keep": _torch_keep(p, lead, weights)}
+    return {"dropout_p": p, "dropout_seed_offset": torch.randint(0, _SEED_BOUND, (2,), dtype=torch.int64)}
+
+
+def _numpy_dropout(p: float, dropout_rng: str, lead: tuple, weights: tuple):
+    """(Dropout or None, the keep array it points at or None) for a call on
+    numpy arrays: the seed and offset drawn from numpy's global RandomState
+    ("philox"), or torch's keep decisions ("torch", which needs torch)."""
+    if not p:
+        return None, None
+    if dropout_rng == "torch":
+        if arrays.torch_module() is None:
+            raise _unsupported('dropout_rng="torch" draws with torch, which is not installed; use dropout_rng="philox"')
+        keep = _torch_keep(p, lead, weights).numpy()
+        return Dropout(p, keep_ptr=keep.ctypes.data), keep
+    seed, offset = (int(n) for n in np.random.randint(0, _SEED_BOUND, size=2, dtype=np.int64))
+    return Dropout(p, seed, offset), None
+
+
+def torch_sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa, dropout_p=0.0):
     """torch's own result for inputs holding NaN or Inf: its ATen operator
     (never a patched torch.nn.functional), numpy arrays through torch and
     back, torch's causal biases as SDPA dispatches them."""
@@ -205,17 +288,16 @@ def torch_sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa):
         else:
             attn_mask, is_causal = None, True
     out = torch.ops.aten.scaled_dot_product_attention(
-        query, key, value, attn_mask, 0.0, bool(is_causal), scale=None if scale is None else float(scale), enable_gqa=bool(enable_gqa)
+        query,
+        key,
+        value,
+        attn_mask,
+        float(dropout_p),
+        bool(is_causal),
+        scale=None if scale is None else float(scale),
+        enable_gqa=bool(enable_gqa),
     )
     return out if numpy_dtype is None else arrays.numpy_of_torch(out, numpy_dtype)
-
-
-def _no_dropout(dropout_p) -> None:
-    p = validate._scalar(dropout_p)
-    if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
-        raise bad(f"dropout_p must be a number in [0, 1], not {validate.show(dropout_p)}")
-    if float(p) != 0.0:
-        raise _unsupported(f"dropout_p={float(p)}: fxattn is for inference and has no dropout; pass dropout_p=0.0")
 
 
 def _check_ranks_and_dtypes(q, k, v) -> None:
@@ -333,10 +415,10 @@ def _broadcast(t, shape, use_torch: bool):
     return t.expand(*shape) if use_torch else np.broadcast_to(t, shape)
 
 
-def _run_torch(q, k, v, mask, opts: Options):
+def _run_torch(q, k, v, mask, opts: Options, dropout: dict):
     """The custom operator on [B, H, S, E] tensors. A query whose heads are interleaved in
     memory (a transposed [B, S, H, E] view) runs as BSHD and gives its output in that memory
-    format, as SDPA does."""
+    format, as SDPA does. dropout: the operator's dropout arguments ({} without)."""
     import torch
 
     from . import torch_op
@@ -346,6 +428,6 @@ def _run_torch(q, k, v, mask, opts: Options):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         opts = dataclasses.replace(opts, layout="bshd")
     out, _, _ = torch.ops.fxattn.attention(
-        q, k, v, **opts.op_kwargs(), return_lse=torch_op.needs_grad(q, k, v), out_dtype="", attn_mask=mask
+        q, k, v, **opts.op_kwargs(), return_lse=torch_op.needs_grad(q, k, v), out_dtype="", attn_mask=mask, **dropout
     )
     return out.transpose(1, 2) if bshd else out

@@ -20,7 +20,7 @@ from .._common import arrays
 from . import masks
 from .inputs import Inputs, lse_shape, mask_shape
 from .options import Options
-from .run import run, run_backward
+from .run import Dropout, run, run_backward
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -62,6 +62,9 @@ def attention_op(
     attn_mask: Optional[torch.Tensor] = None,
     is_causal: bool = False,
     causal_lower_right: bool = False,
+    dropout_p: float = 0.0,
+    dropout_seed_offset: Optional[torch.Tensor] = None,
+    dropout_keep: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """fxattn.attention on CPU tensors. scale 0: 1/sqrt(D); out_dtype "":
     q's dtype; threads 0: the CPUs this process may use. attn_mask: a
@@ -74,9 +77,16 @@ def attention_op(
     [B, Hq, Sq, 3] (the softmax state for the backward,
     fxa_attn_args.lse_parts) empty [0] unless return_lse. float64 q, k, v
     are computed in fp64: out and lse float64, lse_parts always empty (the
-    backward reads the fp64 lse)."""
+    backward reads the fp64 lse).
+
+    dropout_p (0 <= p < 1; 0: off): torch's dropout on the softmax weights,
+    the lse the softmax's; its keep decisions are the Philox stream of
+    dropout_seed_offset, an int64 tensor [2] (seed, offset), or the given
+    dropout_keep, uint8 or bool [B, Hq, Sq, Skv] (nonzero = kept). fp32 and
+    bf16 compute only (float64 inputs raise UnsupportedError)."""
     opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right)
     x = _inputs(q, k, v, attn_mask, layout)
+    dropout, _keep = _dropout(dropout_p, dropout_seed_offset, dropout_keep, mask_shape(layout, x.q.shape, x.k.shape))
     dtype = _out_dtype(q, out_dtype)
     out_code = arrays.torch_dtype_code(torch, dtype)
     # fp16 outputs are written as fp32 and rounded once by torch.
@@ -84,7 +94,7 @@ def attention_op(
     lse = torch.empty(lse_shape(layout, x.q.shape) if return_lse else (0,), dtype=_lse_dtype(q))
     parts = torch.empty(_parts_shape(q, layout, return_lse), dtype=torch.float32)
     ptrs = (lse.data_ptr(), None if q.dtype == torch.float64 else parts.data_ptr()) if return_lse else (None, None)
-    run(x, opts, out_code, out.data_ptr(), *ptrs)
+    run(x, opts, out_code, out.data_ptr(), *ptrs, dropout=dropout)
     return (arrays.to_float16(out) if out_code == _capi.F16 else out), lse, parts
 
 
@@ -96,11 +106,63 @@ def _inputs(q, k, v, attn_mask, layout: str) -> Inputs:
     return x.with_mask(masks.torch_mask(attn_mask, mask_shape(layout, x.q.shape, x.k.shape)))
 
 
+def _check_dropout(dropout_p: float, seed_offset, keep, weights_shape=None) -> None:
+    """The operators' dropout arguments checked (weights_shape: [B, Hq, Sq,
+    Skv], None where the shapes are not checked yet)."""
+    if not 0.0 <= dropout_p < 1.0:
+        raise _capi.InvalidArgumentError(f"dropout_p must be in [0, 1), not {dropout_p}", _capi.INVALID_ARG)
+    if not dropout_p:
+        return
+    if keep is not None:
+        if keep.dtype not in (torch.uint8, torch.bool):
+            raise _capi.InvalidArgumentError(f"dropout_keep has dtype {keep.dtype}; it takes uint8 or bool", _capi.INVALID_ARG)
+        if weights_shape is not None and tuple(keep.shape) != tuple(weights_shape):
+            raise _capi.InvalidArgumentError(
+                f"dropout_keep has shape {list(keep.shape)}; the weights are {list(weights_shape)} [B, Hq, Sq, Skv]", _capi.INVALID_ARG
+            )
+    elif seed_offset is None or tuple(seed_offset.shape) != (2,) or seed_offset.dtype != torch.int64:
+        raise _capi.InvalidArgumentError(
+            "dropout_p > 0 takes dropout_seed_offset, an int64 tensor [2] (seed, offset), or dropout_keep", _capi.INVALID_ARG
+        )
+
+
+def _dropout(dropout_p: float, seed_offset, keep, weights_shape):
+    """(Dropout or None, the keep tensor the library reads or None) of the
+    operators' dropout arguments."""
+    _check_dropout(dropout_p, seed_offset, keep, weights_shape)
+    if not dropout_p:
+        return None, None
+    if keep is not None:
+        keep = keep.detach().contiguous()
+        if keep.dtype == torch.bool:
+            keep = keep.view(torch.uint8)
+        return Dropout(dropout_p, keep_ptr=keep.data_ptr()), keep
+    seed, offset = (int(n) for n in seed_offset.tolist())
+    return Dropout(dropout_p, seed, offset), None
+
+
 @attention_op.register_fake
 def _(
-    q, k, v, scale, layout, mode, center, compute, return_lse, out_dtype, threads, attn_mask=None, is_causal=False, causal_lower_right=False
+    q,
+    k,
+    v,
+    scale,
+    layout,
+    mode,
+    center,
+    compute,
+    return_lse,
+    out_dtype,
+    threads,
+    attn_mask=None,
+    is_causal=False,
+    causal_lower_right=False,
+    dropout_p=0.0,
+    dropout_seed_offset=None,
+    dropout_keep=None,
 ):
     same_device(q, k, v, attn_mask)
+    _check_dropout(dropout_p, dropout_seed_offset, dropout_keep)
     if attn_mask is not None and q.dim() == k.dim() == 4:
         masks.check_mask_shape(attn_mask, mask_shape(layout, q.shape, k.shape))
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
@@ -149,6 +211,9 @@ def attention_backward_op(
     is_causal: bool = False,
     lse_parts: Optional[torch.Tensor] = None,
     causal_lower_right: bool = False,
+    dropout_p: float = 0.0,
+    dropout_seed_offset: Optional[torch.Tensor] = None,
+    dropout_keep: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of fxattn::attention from its inputs (the forward's
     attn_mask, is_causal and causal_lower_right too), its output out, its lse (empty [0]:
@@ -159,22 +224,26 @@ def attention_backward_op(
     compute (bf16 compute: bf16 operands, fp32 accumulation; fp32 with a
     mask or causal; float64 inputs in fp64, from the forward's float64 lse,
     with no lse_parts). grad_lse: the lse output's gradient (None: zero). A row
-    with every key masked is a constant 0: its gradients are 0."""
+    with every key masked is a constant 0: its gradients are 0. dropout_p,
+    dropout_seed_offset and dropout_keep: the forward's (the same keep
+    decisions are regenerated, or read)."""
     opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right)
+    drop = {"dropout_p": dropout_p, "dropout_seed_offset": dropout_seed_offset, "dropout_keep": dropout_keep}
     if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
-        return _backward_with_lse(grad_out, q, k, v, out, lse, opts, grad_lse, attn_mask, lse_parts)
+        return _backward_with_lse(grad_out, q, k, v, out, lse, opts, grad_lse, attn_mask, lse_parts, drop)
     x = _inputs(*(_dense(t) for t in (q, k, v)), None if attn_mask is None else attn_mask.detach(), layout)
+    dropout, _keep = _dropout(dropout_p, dropout_seed_offset, dropout_keep, mask_shape(layout, x.q.shape, x.k.shape))
     fp64 = q.dtype == torch.float64
     if lse.numel() == 0 and fp64:
         lse = torch.empty(lse_shape(layout, x.q.shape), dtype=torch.float64)
         scratch = torch.empty(x.q.shape, dtype=torch.float64)
-        run(x, opts, _capi.F64, scratch.data_ptr(), lse.data_ptr())
+        run(x, opts, _capi.F64, scratch.data_ptr(), lse.data_ptr(), dropout=dropout)
     elif lse.numel() == 0:
         lse = torch.empty(lse_shape(layout, x.q.shape), dtype=torch.float32)
         lse_parts = torch.empty(lse_shape(layout, x.q.shape) + (3,), dtype=torch.float32)
         scratch = torch.empty(x.q.shape, dtype=out.dtype if out.dtype == torch.bfloat16 else torch.float32)
         code = arrays.torch_dtype_code(torch, scratch.dtype)
-        run(x, opts, code, scratch.data_ptr(), lse.data_ptr(), lse_parts.data_ptr())
+        run(x, opts, code, scratch.data_ptr(), lse.data_ptr(), lse_parts.data_ptr(), dropout=dropout)
     parts = None if fp64 or lse_parts is None or lse_parts.numel() == 0 else lse_parts.contiguous()
     if fp64:
         wide = torch.float64
@@ -193,16 +262,16 @@ def attention_backward_op(
     ptrs = [g.data_ptr() for g in grads]
     grad_code = arrays.torch_dtype_code(torch, q.dtype)
     parts_ptr = None if parts is None else parts.data_ptr()
-    run_backward(x, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), parts_ptr, ptrs, grad_code)
+    run_backward(x, opts, code, out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(), parts_ptr, ptrs, grad_code, dropout)
     return tuple(grads)
 
 
-def _backward_with_lse(grad_out, q, k, v, out, lse, opts: Options, grad_lse, attn_mask, lse_parts):
+def _backward_with_lse(grad_out, q, k, v, out, lse, opts: Options, grad_lse, attn_mask, lse_parts, drop: dict):
     """The backward with the lse's gradient g: it adds g_i P_ij to dS_ij =
     P_ij (dO_i . v_j - dO_i . O_i), which the C backward computes with one
     more feature: q, k, v get a zero column (the scores, dO . v and the lse
     parts stay), O gets -g_i and dO gets 1, so dO . O becomes dO_i . O_i - g_i
-    exactly."""
+    exactly (with dropout too: the keep decisions depend on no head dim)."""
     dim = q.shape[-1]
     opts = dataclasses.replace(opts, scale=opts.scale or dim**-0.5)
     q2, k2, v2 = (torch.nn.functional.pad(t, (0, 1)) for t in (q, k, v))
@@ -210,7 +279,7 @@ def _backward_with_lse(grad_out, q, k, v, out, lse, opts: Options, grad_lse, att
     g = (grad_lse if opts.layout == "bhsd" else grad_lse.transpose(1, 2)).unsqueeze(-1).to(wide)
     out2 = torch.cat([out.to(wide), -g], -1)
     dout2 = torch.cat([grad_out.to(wide), torch.ones_like(g)], -1)
-    grads = attention_backward_op(dout2, q2, k2, v2, out2, lse, **opts.op_kwargs(), attn_mask=attn_mask, lse_parts=lse_parts)
+    grads = attention_backward_op(dout2, q2, k2, v2, out2, lse, **opts.op_kwargs(), attn_mask=attn_mask, lse_parts=lse_parts, **drop)
     return tuple(torch.empty_like(_dense(t)).copy_(d[..., :dim]) for t, d in zip((q, k, v), grads))
 
 
@@ -233,8 +302,12 @@ def _(
     is_causal=False,
     lse_parts=None,
     causal_lower_right=False,
+    dropout_p=0.0,
+    dropout_seed_offset=None,
+    dropout_keep=None,
 ):
     same_device(q, k, v, attn_mask)
+    _check_dropout(dropout_p, dropout_seed_offset, dropout_keep)
     return tuple(torch.empty_like(_dense(t)) for t in (q, k, v))
 
 
@@ -254,7 +327,8 @@ def _setup_context(ctx, inputs, output):
             _capi.UNSUPPORTED,
         )
     out, lse, lse_parts = output
-    ctx.save_for_backward(a["q"], a["k"], a["v"], out, lse, attn_mask, lse_parts)
+    ctx.save_for_backward(a["q"], a["k"], a["v"], out, lse, attn_mask, lse_parts, a["dropout_seed_offset"], a["dropout_keep"])
+    ctx.dropout_p = a["dropout_p"]
     ctx.opts = Options.from_op(
         *(a[n] for n in ("scale", "layout", "mode", "center", "compute", "threads", "is_causal", "causal_lower_right"))
     )
@@ -263,7 +337,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_out, grad_lse, _grad_parts):
-    q, k, v, out, lse, attn_mask, lse_parts = ctx.saved_tensors
+    q, k, v, out, lse, attn_mask, lse_parts, dropout_seed_offset, dropout_keep = ctx.saved_tensors
     dq, dk, dv = torch.ops.fxattn.attention_backward(
         grad_out,
         q,
@@ -275,6 +349,9 @@ def _backward(ctx, grad_out, grad_lse, _grad_parts):
         grad_lse=grad_lse if ctx.return_lse else None,
         attn_mask=attn_mask,
         lse_parts=lse_parts,
+        dropout_p=ctx.dropout_p,
+        dropout_seed_offset=dropout_seed_offset,
+        dropout_keep=dropout_keep,
     )
     return (dq, dk, dv) + (None,) * (ctx.inputs - 3)
 

@@ -232,10 +232,10 @@ def fxattn_attention(
     give torch's own result, as the native backend's, or with
     nonfinite("raise") or FXATTN_NONFINITE=raise InvalidArgumentError
     naming the element (see nonfinite; always refused under
-    torch.compile). Raises ValueError for dropout_p > 0, context
-    parallelism, or an lse asked with a mask or is_causal."""
-    if dropout_p:
-        raise ValueError(f"fxattn attention backend: dropout_p must be 0, not {dropout_p} (fxattn has no dropout; it is for inference)")
+    torch.compile). dropout_p > 0 runs fxattn.scaled_dot_product_attention's
+    dropout (dropout_rng "philox": seed and offset drawn from torch's
+    default CPU generator; fp64 inputs refuse it). Raises ValueError for
+    context parallelism, or an lse asked with a mask, is_causal or dropout."""
     if _parallel_config is not None:
         raise ValueError("fxattn attention backend: context parallelism (a model's parallel_config) is not supported")
     if query.shape[2] != key.shape[2] and key.shape[2] != 1 and not enable_gqa:
@@ -246,14 +246,15 @@ def fxattn_attention(
     # Under torch.compile the traced operator refuses non-finite inputs
     # whatever the mode (and the context variable is never read there).
     mode = "raise" if torch.compiler.is_compiling() else nonfinite_mode()
-    if attn_mask is not None or is_causal:
+    if attn_mask is not None or is_causal or dropout_p:
         if return_lse:
-            raise ValueError("fxattn attention backend: return_lse with attn_mask or is_causal is not supported")
+            raise ValueError("fxattn attention backend: return_lse with attn_mask, is_causal or dropout_p is not supported")
         out = scaled_dot_product_attention(
             query.transpose(1, 2),
             key.transpose(1, 2),
             value.transpose(1, 2),
             attn_mask=_bshd_mask(attn_mask, query, key),
+            dropout_p=dropout_p,
             is_causal=is_causal,
             scale=scale,
             enable_gqa=enable_gqa,
