@@ -335,23 +335,31 @@ static void check_p(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64_
     }
 }
 
+/* Tile t's kernels (either compute), its bias set: with dk (and dv) dK,
+ * dV += (P checked, check_p) and then, with dq, dQ += from the same P and
+ * dS; without dk, dQ += alone. */
+#define RUN_KERNELS(t, dkdv_fn, dq_fn, dk_, dv_, dq_)                                              \
+    do {                                                                                           \
+        (t).dk = (dk_);                                                                            \
+        (t).dv = (dv_);                                                                            \
+        (t).dq = (dq_);                                                                            \
+        (t).p_ds_given = 0;                                                                        \
+        if ((t).dk) {                                                                              \
+            dkdv_fn(&(t));                                                                         \
+            check_p(job, s, cq, qb, (t).n_q, (t).n_kv);                                            \
+        }                                                                                          \
+        (t).p_ds_given = (t).dk != NULL;                                                           \
+        if ((t).dq)                                                                                \
+            dq_fn(&(t));                                                                           \
+    } while (0)
+
 /* Tile t (either compute) under the mask or causal (tile_mask), then its
- * kernels: with dk (and dv) dK, dV += (P checked, check_p) and then, with
- * dq, dQ += from the same P and dS; without dk, dQ += alone. */
+ * kernels (RUN_KERNELS). */
 #define RUN_TILE(t, dkdv_fn, dq_fn)                                                                \
     do {                                                                                           \
         if (tile_mask(job, s, cq, qb, kb, (t).n_q, &(t).n_kv, &(t).bias) == FXA_TILE_SKIP)         \
             return;                                                                                \
-        (t).dk = dk;                                                                               \
-        (t).dv = dv;                                                                               \
-        (t).dq = dq;                                                                               \
-        if (dk) {                                                                                  \
-            dkdv_fn(&(t));                                                                         \
-            check_p(job, s, cq, qb, (t).n_q, (t).n_kv);                                            \
-        }                                                                                          \
-        (t).p_ds_given = dk != NULL;                                                               \
-        if (dq)                                                                                    \
-            dq_fn(&(t));                                                                           \
+        RUN_KERNELS(t, dkdv_fn, dq_fn, dk, dv, dq);                                                \
     } while (0)
 
 /* A dropout pass's bias over the tile (fxa_dropout_bias on the mask's or
@@ -392,17 +400,8 @@ static fxa_tile_use drop_bias(const bwd_job *job, const bwd_scratch *s, int64_t 
             (t).bias = s->drop_bias;                                                               \
             if (pass == FXA_DROP_DROPPED)                                                          \
                 (t).vt = (zero_vt);                                                                \
-            (t).dk = dk;                                                                           \
-            (t).dv = pass == FXA_DROP_DROPPED && dv ? s->drop_dv : dv;                             \
-            (t).dq = dq;                                                                           \
-            (t).p_ds_given = 0;                                                                    \
-            if (dk) {                                                                              \
-                dkdv_fn(&(t));                                                                     \
-                check_p(job, s, cq, qb, (t).n_q, (t).n_kv);                                        \
-            }                                                                                      \
-            (t).p_ds_given = dk != NULL;                                                           \
-            if (dq)                                                                                \
-                dq_fn(&(t));                                                                       \
+            RUN_KERNELS(t, dkdv_fn, dq_fn, dk, pass == FXA_DROP_DROPPED && dv ? s->drop_dv : dv,   \
+                        dq);                                                                       \
         }                                                                                          \
     } while (0)
 
@@ -437,6 +436,7 @@ static void run_tile(const bwd_job *job, const bwd_scratch *s, int64_t cq, int64
     }
 }
 
+#undef RUN_KERNELS
 #undef RUN_TILE
 #undef RUN_DROPOUT_TILE
 

@@ -20,6 +20,9 @@
 
 #define FXA_F64_GATE 600.0
 
+/* Keys per fp64 tile, forward and backward. */
+#define FXA_F64_KV_TILE 64
+
 /* Largest |tau| max ||q|| max ||k|| and Skv max |v| an fp64 plan takes:
  * scores, sums and outputs stay finite (FXA_ERR_UNSUPPORTED past them). */
 #define FXA_F64_LIMIT 0x1p1000
@@ -54,6 +57,19 @@ fxa_status fxa_f64_check_finite(const fxa_attn_plan *p, const char *name, const 
 fxa_tile_use fxa_f64_tile_bias(const fxa_attn_plan *p, const void *mask, int64_t b, int64_t h,
                                int64_t i0, size_t n, int64_t j0, size_t n_kv, size_t ld,
                                double *bias);
+
+/* Keys [0, end) that rows [i0, i0 + n) can attend (causal: up to the last
+ * row's diagonal; all keys otherwise). */
+int64_t fxa_f64_keys_end(const fxa_attn_plan *p, int64_t i0, size_t n);
+
+/* Rows [i0, i0 + n) of query head h (batch b) through tile t (its rows,
+ * state and scratch set; ld_bias FXA_F64_KV_TILE) over every key they
+ * attend, FXA_F64_KV_TILE keys at a time in order, with the mask's or
+ * causal bias (in bias, [n][FXA_F64_KV_TILE]); tiles every row masks are
+ * skipped. */
+void fxa_f64_rows_over_keys(const fxa_attn_plan *p, const void *k, const void *v, const void *mask,
+                            int64_t b, int64_t h, int64_t i0, size_t n, fxa_attn_tile_f64 *t,
+                            double *bias);
 
 /* Where row (b, h, s) of a tensor with strides st starts. */
 static inline int64_t fxa_f64_row(const fxa_strides *st, int64_t b, int64_t h, int64_t s)

@@ -22,7 +22,7 @@
 #include "steps.h"
 
 #define F64_BWD_ROWS 16
-#define F64_BWD_KEYS 64
+#define F64_BWD_KEYS FXA_F64_KV_TILE
 
 /* A row whose lse_f64 is not the one its scores give: the lowest item a
  * thread met. */
@@ -149,16 +149,6 @@ static int tile_of(const bwd_job *job, int64_t b, int64_t h, int64_t i0, size_t 
     return 1;
 }
 
-/* Keys [0, end) that rows [i0, i0 + n) can attend (causal: up to the last
- * row's diagonal). */
-static int64_t keys_end(const fxa_attn_plan *p, int64_t i0, size_t n)
-{
-    if (!p->d.causal)
-        return p->d.seq_kv;
-    const int64_t end = i0 + (int64_t)n + fxa_causal_shift(p);
-    return end < p->d.seq_kv ? end : p->d.seq_kv;
-}
-
 /* Rows [i0, i0 + n) of an item of F64_BWD_ROWS rows: delta, and m and l
  * from the forward tile run online (center 0) over every key they attend;
  * a row whose lse_f64 disagrees is recorded in the thread's bad_row. */
@@ -170,7 +160,7 @@ static void rows_item(void *arg, int64_t item, int thread_id)
     const bwd_scratch s = scratch_of(job, thread_id);
     const int64_t blk = item % job->n_row_blocks, bh = item / job->n_row_blocks;
     const int64_t b = bh / p->d.heads_q, h = bh % p->d.heads_q, i0 = blk * F64_BWD_ROWS;
-    const int64_t d = p->d.head_dim, row0 = lse_at(p, b, h, i0), g = h / p->group;
+    const int64_t d = p->d.head_dim, row0 = lse_at(p, b, h, i0);
     const size_t n = (size_t)(p->d.seq_q - i0 < F64_BWD_ROWS ? p->d.seq_q - i0 : F64_BWD_ROWS);
     double *m = m_of(job) + row0, *l = l_of(job) + row0;
     for (size_t r = 0; r < n; r++) {
@@ -200,21 +190,7 @@ static void rows_item(void *arg, int64_t item, int thread_id)
                            .ldo = (size_t)d,
                            .scores = s.scores,
                            .ld_bias = F64_BWD_KEYS};
-    const int64_t end = keys_end(p, i0, n);
-    for (int64_t j0 = 0; j0 < end; j0 += F64_BWD_KEYS) {
-        t.n_kv = (size_t)(p->d.seq_kv - j0 < F64_BWD_KEYS ? p->d.seq_kv - j0 : F64_BWD_KEYS);
-        t.bias = NULL;
-        if (fxa_attn_masked(p)) {
-            const fxa_tile_use use =
-                fxa_f64_tile_bias(p, a->mask, b, h, i0, n, j0, t.n_kv, F64_BWD_KEYS, s.bias);
-            if (use == FXA_TILE_SKIP)
-                continue;
-            t.bias = use == FXA_TILE_BIAS ? s.bias : NULL;
-        }
-        t.k = (const double *)a->k + fxa_f64_row(&p->k_strides, b, g, j0);
-        t.v = (const double *)a->v + fxa_f64_row(&p->v_strides, b, g, j0);
-        p->ctx->kernels->attn_tile_f64(&t);
-    }
+    fxa_f64_rows_over_keys(p, a->k, a->v, a->mask, b, h, i0, n, &t, s.bias);
     for (size_t r = 0; r < n; r++) {
         const double want = l[r] > 0.0 ? m[r] + log(l[r]) : -INFINITY;
         const double got = a->lse_f64[row0 + (int64_t)r];
@@ -238,7 +214,7 @@ static void dq_item(void *arg, int64_t item, int thread_id)
     for (size_t r = 0; r < n; r++)
         memset(dq + (int64_t)r * p->q_strides.token, 0, (size_t)p->d.head_dim * sizeof(double));
     fxa_attn_bwd_tile_f64 t = {0};
-    const int64_t end = keys_end(p, i0, n);
+    const int64_t end = fxa_f64_keys_end(p, i0, n);
     for (int64_t j0 = 0; j0 < end; j0 += F64_BWD_KEYS) {
         const size_t n_kv =
             (size_t)(p->d.seq_kv - j0 < F64_BWD_KEYS ? p->d.seq_kv - j0 : F64_BWD_KEYS);
@@ -269,7 +245,7 @@ static void dkdv_item(void *arg, int64_t item, int thread_id)
         for (int64_t i0 = 0; i0 < p->d.seq_q; i0 += F64_BWD_ROWS) {
             const size_t n =
                 (size_t)(p->d.seq_q - i0 < F64_BWD_ROWS ? p->d.seq_q - i0 : F64_BWD_ROWS);
-            if (j0 >= keys_end(p, i0, n) ||
+            if (j0 >= fxa_f64_keys_end(p, i0, n) ||
                 !tile_of(job, b, h, i0, n, j0, n_kv, scratch_of(job, thread_id).bias, &t))
                 continue;
             t.dk = dk;

@@ -13,7 +13,6 @@
 #include "f64.h"
 
 #define F64_BLOCK_Q 16
-#define F64_KV_TILE 64
 #define LOG2E 1.4426950408889634
 
 /* Per (batch, kv head): what the bound needs. */
@@ -52,7 +51,7 @@ static size_t thread_bytes(const fxa_attn_plan *p)
 {
     const size_t d = (size_t)p->d.head_dim;
     return 2 * fxa_align_up(F64_BLOCK_Q * d * 8) + 4 * fxa_align_up(F64_BLOCK_Q * 8) +
-           fxa_align_up(F64_KV_TILE * 8) + fxa_align_up(F64_BLOCK_Q * F64_KV_TILE * 8) +
+           fxa_align_up(FXA_F64_KV_TILE * 8) + fxa_align_up(F64_BLOCK_Q * FXA_F64_KV_TILE * 8) +
            fxa_align_up(F64_BLOCK_Q) + 2 * FXA_ALIGN;
 }
 
@@ -76,8 +75,8 @@ static f64_scratch scratch_of(const fxa_attn_plan *p, unsigned char *ws, int t)
     TAKE(l, double, F64_BLOCK_Q * 8);
     TAKE(center, double, F64_BLOCK_Q * 8);
     TAKE(bias_max, double, F64_BLOCK_Q * 8);
-    TAKE(scores, double, F64_KV_TILE * 8);
-    TAKE(bias, double, F64_BLOCK_Q *F64_KV_TILE * 8);
+    TAKE(scores, double, FXA_F64_KV_TILE * 8);
+    TAKE(bias, double, F64_BLOCK_Q *FXA_F64_KV_TILE * 8);
     TAKE(online, uint8_t, F64_BLOCK_Q);
     TAKE(fallback_rows, int64_t, 8);
     TAKE(max_bound, double, 8);
@@ -207,10 +206,10 @@ static int decide_row(const fxa_attn_plan *p, const f64_head *hd, const double *
         bias_max = i + fxa_causal_shift(p) >= 0 ? 0.0 : -INFINITY;
     } else if (p->d.mask_kind != FXA_MASK_NONE) {
         bias_max = -INFINITY;
-        double row[F64_KV_TILE];
-        for (int64_t j0 = 0; j0 < p->d.seq_kv; j0 += F64_KV_TILE) {
+        double row[FXA_F64_KV_TILE];
+        for (int64_t j0 = 0; j0 < p->d.seq_kv; j0 += FXA_F64_KV_TILE) {
             const size_t n =
-                (size_t)(p->d.seq_kv - j0 < F64_KV_TILE ? p->d.seq_kv - j0 : F64_KV_TILE);
+                (size_t)(p->d.seq_kv - j0 < FXA_F64_KV_TILE ? p->d.seq_kv - j0 : FXA_F64_KV_TILE);
             fxa_f64_tile_bias(p, mask, b, h, i, 1, j0, n, n, row);
             for (size_t j = 0; j < n; j++)
                 bias_max = row[j] > bias_max ? row[j] : bias_max;
@@ -286,24 +285,8 @@ static void work_item(void *arg, int64_t item, int thread_id)
                            .o = s.o,
                            .ldo = (size_t)d,
                            .scores = s.scores,
-                           .ld_bias = F64_KV_TILE};
-    /* causal: keys past the block's last query's diagonal are all masked */
-    const int64_t n_keys = p->d.causal ? i0 + (int64_t)n + fxa_causal_shift(p) : p->d.seq_kv;
-    const int64_t end = n_keys < p->d.seq_kv ? n_keys : p->d.seq_kv;
-    for (int64_t j0 = 0; j0 < end; j0 += F64_KV_TILE) {
-        t.n_kv = (size_t)(p->d.seq_kv - j0 < F64_KV_TILE ? p->d.seq_kv - j0 : F64_KV_TILE);
-        t.bias = NULL;
-        if (fxa_attn_masked(p)) {
-            const fxa_tile_use use =
-                fxa_f64_tile_bias(p, a->mask, b, h, i0, n, j0, t.n_kv, F64_KV_TILE, s.bias);
-            if (use == FXA_TILE_SKIP)
-                continue;
-            t.bias = use == FXA_TILE_BIAS ? s.bias : NULL;
-        }
-        t.k = (const double *)a->k + fxa_f64_row(&p->k_strides, b, g, j0);
-        t.v = (const double *)a->v + fxa_f64_row(&p->v_strides, b, g, j0);
-        p->ctx->kernels->attn_tile_f64(&t);
-    }
+                           .ld_bias = FXA_F64_KV_TILE};
+    fxa_f64_rows_over_keys(p, a->k, a->v, a->mask, b, h, i0, n, &t, s.bias);
     for (size_t r = 0; r < n; r++)
         finish_row(p, a, &s, r, b, h, i0 + (int64_t)r, bound[r]);
 }

@@ -28,6 +28,35 @@ fxa_status fxa_f64_check_finite(const fxa_attn_plan *p, const char *name, const 
     return FXA_OK;
 }
 
+int64_t fxa_f64_keys_end(const fxa_attn_plan *p, int64_t i0, size_t n)
+{
+    if (!p->d.causal)
+        return p->d.seq_kv;
+    const int64_t end = i0 + (int64_t)n + fxa_causal_shift(p);
+    return end < p->d.seq_kv ? end : p->d.seq_kv;
+}
+
+void fxa_f64_rows_over_keys(const fxa_attn_plan *p, const void *k, const void *v, const void *mask,
+                            int64_t b, int64_t h, int64_t i0, size_t n, fxa_attn_tile_f64 *t,
+                            double *bias)
+{
+    const int64_t g = h / p->group, end = fxa_f64_keys_end(p, i0, n);
+    for (int64_t j0 = 0; j0 < end; j0 += FXA_F64_KV_TILE) {
+        t->n_kv = (size_t)(p->d.seq_kv - j0 < FXA_F64_KV_TILE ? p->d.seq_kv - j0 : FXA_F64_KV_TILE);
+        t->bias = NULL;
+        if (fxa_attn_masked(p)) {
+            const fxa_tile_use use =
+                fxa_f64_tile_bias(p, mask, b, h, i0, n, j0, t->n_kv, FXA_F64_KV_TILE, bias);
+            if (use == FXA_TILE_SKIP)
+                continue;
+            t->bias = use == FXA_TILE_BIAS ? bias : NULL;
+        }
+        t->k = (const double *)k + fxa_f64_row(&p->k_strides, b, g, j0);
+        t->v = (const double *)v + fxa_f64_row(&p->v_strides, b, g, j0);
+        p->ctx->kernels->attn_tile_f64(t);
+    }
+}
+
 /* Element (at) of the plan's mask as a natural-log bias. */
 static double bias_of(const fxa_attn_plan *p, const void *mask, int64_t at)
 {
