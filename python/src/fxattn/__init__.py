@@ -5,6 +5,8 @@ Python bindings of the C libraries (ctypes; no second implementation):
     fxattn.attention(q, k, v, ...)   numpy arrays or torch tensors
     fxattn.scaled_dot_product_attention(query, key, value, ...)
                                      torch's SDPA call (masks, causal, GQA) on fxattn
+    fxattn.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, ...)
+                                     packed variable-length sequences (flash-attn's varlen)
     fxattn.check(q, k, v)            does the fixed-max bound suit these inputs?
     fxattn.wan                       the Wan2.2 self-attention layer
     fxattn.diffusers                 an attention processor for diffusers' Wan
@@ -26,7 +28,7 @@ from ._capi import (
     UnsupportedError,
 )
 from ._capi import core as _core
-from .attn import CheckReport, attention, check, scaled_dot_product_attention
+from .attn import CheckReport, attention, check, scaled_dot_product_attention, varlen_attention
 
 #: The C library's version (the same as __version__ in a consistent install).
 library_version = _core.fxa_version().decode()
@@ -114,6 +116,7 @@ __all__ = [
     "CheckReport",
     "attention",
     "scaled_dot_product_attention",
+    "varlen_attention",
     "check",
     "available_cpus",
     "kernel_info",

@@ -3,6 +3,7 @@ and everything between them and the C call.
 
     interface     fxattn.attention, the entry for numpy arrays and torch tensors
     sdpa          fxattn.scaled_dot_product_attention, torch's SDPA call
+    varlen        fxattn.varlen_attention, packed variable-length sequences
     bound_report  fxattn.check: does the fixed-max bound suit these inputs?
     options       the Options bundle of one call; what compute="auto" runs
     inputs        q, k, v and a mask as the C API takes them (Inputs, Mask)
@@ -14,5 +15,6 @@ and everything between them and the C call.
 from .bound_report import CheckReport, check
 from .interface import attention
 from .sdpa import scaled_dot_product_attention
+from .varlen import varlen_attention
 
-__all__ = ["CheckReport", "attention", "check", "scaled_dot_product_attention"]
+__all__ = ["CheckReport", "attention", "check", "scaled_dot_product_attention", "varlen_attention"]
