@@ -358,7 +358,23 @@ typedef struct fxa_attn_desc {
      * dropout: every kv tile runs once for the softmax's sum and once for
      * the kept weights, and the decisions are drawn per weight. */
     double dropout_p;
+    /* Added after dropout_p (a smaller struct gets 0): 1 makes the output
+     * and LSE the same bytes however the keys are split, provided every
+     * split falls on a multiple of FXA_CANONICAL_KEYS keys: one process at
+     * any thread count, blockwise attention (fxa_attn_acc_*) over any such
+     * blocks passed in key order, and every libfxattn_mpi grid, whose
+     * shards then come from fxa_mpi_shard_canonical. The bound's key sums
+     * run over canonical groups of FXA_CANONICAL_KEYS keys in key order and
+     * its radius is the union of the groups' radii; short queries keep
+     * their keys whole (docs/numerics.md, "The same bits on any grid").
+     * 0 (default): the layout's own summation order. */
+    int reproducible;
 } fxa_attn_desc;
+
+/* The keys of one canonical group of reproducible attention
+ * (fxa_attn_desc.reproducible): splits of the keys on multiples of it give
+ * the same bytes. */
+#define FXA_CANONICAL_KEYS 256
 
 /* Fill *d with defaults: struct_size, BSHD, f32 inputs and output, scale
  * 1/sqrt(D), auto, fp32 compute, centring on, strides from the layout.

@@ -227,6 +227,9 @@ static fxa_status check_desc(fxa_ctx *ctx, const fxa_attn_desc *d)
     if (d->dropout_p > 0.0 && d->dtype == FXA_F64)
         return fxa_ctx_fail(ctx, FXA_ERR_UNSUPPORTED,
                             "dropout is for fp32 and bf16 compute; an fp64 plan takes none");
+    if (d->reproducible != 0 && d->reproducible != 1)
+        return fxa_ctx_fail(ctx, FXA_ERR_INVALID_ARG, "reproducible must be 0 or 1, not %d",
+                            d->reproducible);
     if (d->causal && d->mask_kind != FXA_MASK_NONE)
         return fxa_ctx_fail(
             ctx, FXA_ERR_INVALID_ARG,
@@ -322,7 +325,10 @@ static int64_t chunk_kv_heads(const fxa_attn_plan *p)
 
 static void choose_split(fxa_attn_plan *p)
 {
-    if (fxa_attn_dropout(p)) { /* two row states; short queries keep their keys whole */
+    if (fxa_attn_dropout(p) || p->d.reproducible) {
+        /* dropout: two row states; reproducible: a key split would add its
+         * partial sums in an order of its own. Short queries keep their keys
+         * whole. */
         p->split_tiles = p->n_kv_tiles;
         p->n_splits = 1;
         return;

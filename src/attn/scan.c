@@ -1,10 +1,11 @@
 /* The bound pass (see scan.h). Work items are (batch, token block, group of
  * heads): a token block of all heads is one contiguous run of memory in a
  * token-major layout, read at full bandwidth. Token blocks depend on the
- * sequence length alone and their partial sums add in block order, so the
- * results never depend on the thread count; head groups only spread the
- * work. Each head reports its first non-finite element (K before V) and
- * the lowest (batch, head) wins. */
+ * sequence length alone (reproducible plans: the canonical groups) and their
+ * partial sums add in block order, so the results never depend on the
+ * thread count; head groups only spread the work. Each head reports
+ * its first non-finite element (K before V) and the lowest (batch, head)
+ * wins. */
 #include "scan.h"
 
 #include <math.h>
@@ -17,17 +18,21 @@
 #define SCAN_MIN_TOKENS 256 /* tokens per block, at least (unless the sequence is shorter) */
 #define SCAN_MAX_BLOCKS 32  /* blocks per sequence, at most */
 
-/* Tokens per scan block for a sequence of seq tokens (0 when seq is 0). */
-static int64_t block_tokens(int64_t seq)
+/* Tokens per scan block for a sequence of seq tokens (0 when seq is 0):
+ * reproducible plans scan canonical groups (FXA_CANONICAL_KEYS from token
+ * 0), others at least SCAN_MIN_TOKENS in at most SCAN_MAX_BLOCKS blocks. */
+static int64_t block_tokens(const fxa_attn_plan *p, int64_t seq)
 {
+    if (p->d.reproducible)
+        return seq < FXA_CANONICAL_KEYS ? seq : FXA_CANONICAL_KEYS;
     int64_t n_blocks = (seq + SCAN_MIN_TOKENS - 1) / SCAN_MIN_TOKENS;
     n_blocks = n_blocks < SCAN_MAX_BLOCKS ? n_blocks : SCAN_MAX_BLOCKS;
     return n_blocks ? (seq + n_blocks - 1) / n_blocks : 0;
 }
 
-static int64_t n_blocks_of(int64_t seq)
+static int64_t n_blocks_of(const fxa_attn_plan *p, int64_t seq)
 {
-    const int64_t t = block_tokens(seq);
+    const int64_t t = block_tokens(p, seq);
     return t ? (seq + t - 1) / t : 0;
 }
 
@@ -42,10 +47,12 @@ typedef struct scan_job {
     int64_t block_tokens;
     int64_t n_blocks;
     int64_t heads_per_item;
-    double *partials;   /* [n_blocks][B heads][len] (K/V) */
+    double *partials;   /* [n_blocks][B heads][part_len] (K/V) */
     fxa_bad_value *bad; /* [n_blocks][B heads][2] (K/V) or [n_blocks][B heads] (Q) */
     double *qq;         /* [n_blocks][B heads]: max ||q||^2 (Q) */
-    const float *means; /* [B heads][D] (the radius pass) */
+    const float *means; /* the radius pass's centres: [B heads][D], or with
+                           group_means [n_blocks][B heads][D] */
+    int group_means;    /* each group's radius around its own mean (reproducible) */
 } scan_job;
 
 /* Enough items for about two per thread: heads are split into groups when
@@ -106,7 +113,7 @@ static void summarize_item(void *arg, int64_t item, int thread_id)
     const size_t at = partial_index(job, block, bh);
     (void)thread_id;
     fxa_summarize_block(job->p, job->x, job->v, &blk, &vblk,
-                        job->partials + at * fxa_summary_head_len(job->p), job->bad + 2 * at);
+                        job->partials + at * fxa_summary_part_len(job->p), job->bad + 2 * at);
 }
 
 static void radius_item(void *arg, int64_t item, int thread_id)
@@ -115,8 +122,9 @@ static void radius_item(void *arg, int64_t item, int thread_id)
     int64_t bh, block;
     const fxa_row_block blk = item_rows(job, item, &bh, &block);
     (void)thread_id;
-    fxa_radius_block(job->p, job->x, &blk, job->means + (size_t)bh * (size_t)job->p->d.head_dim,
-                     job->partials + partial_index(job, block, bh) * fxa_summary_head_len(job->p));
+    const size_t centre = job->group_means ? partial_index(job, block, bh) : (size_t)bh;
+    fxa_radius_block(job->p, job->x, &blk, job->means + centre * (size_t)job->p->d.head_dim,
+                     job->partials + partial_index(job, block, bh) * fxa_summary_part_len(job->p));
 }
 
 static void check_item(void *arg, int64_t item, int thread_id)
@@ -155,17 +163,51 @@ static fxa_status report_bad(const fxa_attn_plan *p, const fxa_bad_value *b, int
 
 size_t fxa_scan_kv_scratch_bytes(const fxa_attn_plan *p, int64_t seq_kv)
 {
-    const size_t n = (size_t)(n_blocks_of(seq_kv) * p->d.batch * p->d.heads_kv);
-    const size_t heads = (size_t)(p->d.batch * p->d.heads_kv);
-    return fxa_align_up(n * fxa_summary_head_len(p) * sizeof(double)) +
+    const size_t n = (size_t)(n_blocks_of(p, seq_kv) * p->d.batch * p->d.heads_kv);
+    const size_t centres = p->d.reproducible ? n : (size_t)(p->d.batch * p->d.heads_kv);
+    return fxa_align_up(n * fxa_summary_part_len(p) * sizeof(double)) +
            fxa_align_up(2 * n * sizeof(fxa_bad_value)) +
-           fxa_align_up(heads * (size_t)p->d.head_dim * sizeof(float));
+           fxa_align_up(centres * (size_t)p->d.head_dim * sizeof(float));
 }
 
 size_t fxa_scan_q_scratch_bytes(const fxa_attn_plan *p)
 {
-    const size_t n = (size_t)(n_blocks_of(p->d.seq_q) * p->d.batch * p->d.heads_q);
+    const size_t n = (size_t)(n_blocks_of(p, p->d.seq_q) * p->d.batch * p->d.heads_q);
     return fxa_align_up(n * sizeof(fxa_bad_value)) + fxa_align_up(n * sizeof(double));
+}
+
+/* Reproducible plans: each group's radius around its own fp32 mean, and
+ * the head's section of groups [n_g, radius_g, key sum_g] (summary.h); the
+ * head's radius s[2] is then the groups' union around the head's mean. */
+static void group_radii(const fxa_attn_plan *p, scan_job *job, float *means, double *summaries)
+{
+    const size_t len = fxa_summary_head_len(p);
+    const size_t part_len = fxa_summary_part_len(p);
+    const size_t dim = (size_t)p->d.head_dim;
+    const int64_t heads = p->d.batch * job->heads;
+    for (int64_t block = 0; block < job->n_blocks; block++) {
+        for (int64_t bh = 0; bh < heads; bh++) {
+            const size_t at = partial_index(job, block, bh);
+            const double *part = job->partials + at * part_len;
+            fxa_fp32_mean(part + FXA_SUMMARY_FIXED, part[0], dim, means + at * dim);
+        }
+    }
+    job->means = means;
+    job->group_means = 1;
+    fxa_pool_run(&p->ctx->pool, radius_item, job, n_items(job));
+    for (int64_t bh = 0; bh < heads; bh++) {
+        double *s = summaries + (size_t)bh * len;
+        double *g = s + FXA_SUMMARY_FIXED + dim;
+        for (int64_t block = 0; block < job->n_blocks; block++, g += FXA_GROUP_FIXED + dim) {
+            const double *part = job->partials + partial_index(job, block, bh) * part_len;
+            g[0] = part[0];
+            g[1] = sqrt(part[2]);
+            memcpy(g + FXA_GROUP_FIXED, part + FXA_SUMMARY_FIXED, dim * sizeof(double));
+        }
+        float mean[FXA_MAX_HEAD_DIM];
+        fxa_fp32_mean(s + FXA_SUMMARY_FIXED, s[0], dim, mean);
+        s[2] = fxa_groups_radius(p, s, 1, len, mean);
+    }
 }
 
 fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int64_t seq_kv,
@@ -173,6 +215,7 @@ fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int
                        void *scratch)
 {
     const size_t len = fxa_summary_head_len(p);
+    const size_t part_len = fxa_summary_part_len(p);
     const size_t dim = (size_t)p->d.head_dim;
     const int64_t heads = p->d.batch * p->d.heads_kv;
     scan_job job = {.p = p,
@@ -182,12 +225,12 @@ fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int
                     .strides = k_strides,
                     .v_strides = v_strides,
                     .heads = p->d.heads_kv,
-                    .block_tokens = block_tokens(seq_kv),
-                    .n_blocks = n_blocks_of(seq_kv)};
+                    .block_tokens = block_tokens(p, seq_kv),
+                    .n_blocks = n_blocks_of(p, seq_kv)};
     const size_t n = (size_t)(job.n_blocks * heads);
     unsigned char *at = scratch;
     job.partials = (double *)at;
-    at += fxa_align_up(n * len * sizeof(double));
+    at += fxa_align_up(n * part_len * sizeof(double));
     job.bad = (fxa_bad_value *)at;
     at += fxa_align_up(2 * n * sizeof(fxa_bad_value));
     float *means = (float *)at;
@@ -203,12 +246,12 @@ fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int
         if (b.bad_row >= 0)
             return report_bad(p, &b, bh, p->d.heads_kv);
     }
-    /* Add the blocks in order: counts and key sums add, maxima merge. */
+    /* Add the groups in order: counts and key sums add, maxima merge. */
     for (int64_t bh = 0; bh < heads; bh++) {
         double *s = summaries + (size_t)bh * len;
         memset(s, 0, len * sizeof(double));
         for (int64_t block = 0; block < job.n_blocks; block++) {
-            const double *part = job.partials + partial_index(&job, block, bh) * len;
+            const double *part = job.partials + partial_index(&job, block, bh) * part_len;
             s[0] += part[0];
             s[1] = part[1] > s[1] ? part[1] : s[1];
             s[3] = part[3] > s[3] ? part[3] : s[3];
@@ -217,18 +260,22 @@ fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int
         }
         s[1] = sqrt(s[1]);
         s[2] = s[1];
-        if (s[0] >= 1.0)
+        if (s[0] >= 1.0 && !p->d.reproducible)
             fxa_fp32_mean(s + FXA_SUMMARY_FIXED, s[0], dim, means + (size_t)bh * dim);
     }
     if (!p->d.center || seq_kv == 0)
         return FXA_OK;
+    if (p->d.reproducible) {
+        group_radii(p, &job, means, summaries);
+        return FXA_OK;
+    }
     /* The radius around the fp32 mean the kernels subtract: the bound and
      * the scores must use the same keys. */
     fxa_pool_run(&p->ctx->pool, radius_item, &job, n_items(&job));
     for (int64_t bh = 0; bh < heads; bh++) {
         double r2 = 0.0;
         for (int64_t block = 0; block < job.n_blocks; block++) {
-            const double r = job.partials[partial_index(&job, block, bh) * len + 2];
+            const double r = job.partials[partial_index(&job, block, bh) * part_len + 2];
             r2 = r > r2 ? r : r2;
         }
         summaries[(size_t)bh * len + 2] = sqrt(r2);
@@ -238,7 +285,7 @@ fxa_status fxa_scan_kv(const fxa_attn_plan *p, const void *k, const void *v, int
 
 fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch, fxa_head_bound *hb)
 {
-    const int64_t n_blocks = n_blocks_of(p->d.seq_q);
+    const int64_t n_blocks = n_blocks_of(p, p->d.seq_q);
     const int64_t heads = p->d.batch * p->d.heads_q;
     unsigned char *at = scratch;
     scan_job job = {.p = p,
@@ -246,7 +293,7 @@ fxa_status fxa_scan_q(const fxa_attn_plan *p, const void *q, void *scratch, fxa_
                     .seq = p->d.seq_q,
                     .strides = p->q_strides,
                     .heads = p->d.heads_q,
-                    .block_tokens = block_tokens(p->d.seq_q),
+                    .block_tokens = block_tokens(p, p->d.seq_q),
                     .n_blocks = n_blocks,
                     .bad = (fxa_bad_value *)at};
     job.qq = (double *)(at + fxa_align_up((size_t)(n_blocks * heads) * sizeof(fxa_bad_value)));

@@ -7,9 +7,66 @@
 
 #include "load.h"
 
-size_t fxa_summary_head_len(const fxa_attn_plan *p)
+size_t fxa_summary_part_len(const fxa_attn_plan *p)
 {
     return FXA_SUMMARY_FIXED + (size_t)p->d.head_dim;
+}
+
+int64_t fxa_summary_groups(int64_t seq)
+{
+    return (seq + FXA_CANONICAL_KEYS - 1) / FXA_CANONICAL_KEYS;
+}
+
+size_t fxa_summary_head_len(const fxa_attn_plan *p)
+{
+    const size_t groups = p->d.reproducible ? (size_t)fxa_summary_groups(p->d.seq_kv) : 0;
+    return fxa_summary_part_len(p) + groups * (FXA_GROUP_FIXED + (size_t)p->d.head_dim);
+}
+
+/* The group sections of a reproducible head summary. */
+static const double *group_at(const fxa_attn_plan *p, const double *s, int64_t g)
+{
+    const size_t dim = (size_t)p->d.head_dim;
+    return s + FXA_SUMMARY_FIXED + dim + (size_t)g * (FXA_GROUP_FIXED + dim);
+}
+
+double fxa_groups_radius(const fxa_attn_plan *p, const double *summaries, int64_t n_blocks,
+                         size_t stride, const float *kbar)
+{
+    const size_t dim = (size_t)p->d.head_dim;
+    const int64_t groups = fxa_summary_groups(p->d.seq_kv);
+    double radius = 0.0;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        for (int64_t g = 0; g < groups; g++) {
+            const double *s = group_at(p, summaries + (size_t)b * stride, g);
+            if (!(s[0] >= 1.0))
+                continue;
+            float mean[FXA_MAX_HEAD_DIM];
+            fxa_fp32_mean(s + FXA_GROUP_FIXED, s[0], dim, mean);
+            const double r = s[1] + sqrt(p->ctx->kernels->row_stats->distance2(mean, kbar, dim));
+            radius = r > radius ? r : radius;
+        }
+    }
+    return radius;
+}
+
+/* Reproducible plans: the key sums of n_blocks head summaries, one chain
+ * over their groups in order (groups without keys add nothing, so an empty
+ * block or a block's unused sections change no bit). */
+static void groups_sum(const fxa_attn_plan *p, const double *summaries, int64_t n_blocks,
+                       size_t stride, double *sum)
+{
+    const size_t dim = (size_t)p->d.head_dim;
+    const int64_t groups = fxa_summary_groups(p->d.seq_kv);
+    for (int64_t b = 0; b < n_blocks; b++) {
+        for (int64_t g = 0; g < groups; g++) {
+            const double *s = group_at(p, summaries + (size_t)b * stride, g);
+            if (!(s[0] >= 1.0))
+                continue;
+            for (size_t c = 0; c < dim; c++)
+                sum[c] += s[FXA_GROUP_FIXED + c];
+        }
+    }
 }
 
 /* The bound pass needs no separate finiteness scan: a row's ||x||^2 (and
@@ -111,7 +168,7 @@ void fxa_summarize_block(const fxa_attn_plan *p, const void *k, const void *v,
                          const fxa_row_block *blk, const fxa_row_block *vblk, double *partials,
                          fxa_bad_value *bad)
 {
-    const size_t len = fxa_summary_head_len(p);
+    const size_t len = fxa_summary_part_len(p);
     for (int64_t h = 0; h < blk->n_heads; h++) {
         memset(partials + (size_t)h * len, 0, len * sizeof(double));
         partials[(size_t)h * len] = (double)blk->n_tokens;
@@ -143,7 +200,7 @@ void fxa_radius_block(const fxa_attn_plan *p, const void *k, const fxa_row_block
                       const float *means, double *partials)
 {
     const size_t dim = (size_t)p->d.head_dim;
-    const size_t len = fxa_summary_head_len(p);
+    const size_t len = fxa_summary_part_len(p);
     for (int64_t h = 0; h < blk->n_heads; h++)
         partials[(size_t)h * len + 2] = 0.0;
     for (int64_t i = 0; i < blk->n_tokens * blk->n_heads; i++) {
@@ -193,13 +250,17 @@ int fxa_summary_merge(const fxa_attn_plan *p, const double *summaries, size_t st
         n += s[0];
         hb->kmax = s[1] > hb->kmax ? s[1] : hb->kmax;
         hb->vmax = s[3] > hb->vmax ? s[3] : hb->vmax;
-        for (size_t c = 0; c < dim; c++)
+        for (size_t c = 0; c < dim && !p->d.reproducible; c++)
             sum[c] += s[FXA_SUMMARY_FIXED + c];
     }
     if (!(n >= 1.0))
         return 0;
     hb->radius = hb->kmax;
-    if (p->d.center) {
+    if (p->d.center && p->d.reproducible) {
+        groups_sum(p, summaries, n_blocks, stride, sum);
+        fxa_fp32_mean(sum, n, dim, kbar);
+        hb->radius = fxa_groups_radius(p, summaries, n_blocks, stride, kbar);
+    } else if (p->d.center) {
         fxa_fp32_mean(sum, n, dim, kbar);
         hb->radius = 0.0;
         for (int64_t b = 0; b < n_blocks; b++) {

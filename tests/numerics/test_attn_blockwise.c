@@ -10,114 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blockwise_fixtures.h"
 #include "fxattn_diag.h"
 #include "testutil.h"
 
 static fxa_ctx *g_ctx;
-
-/* Copy keys [j0, j0 + n) of K and V (the case's dtype) into block arrays
- * laid out like the case with seq_kv = n. */
-static void slice_kv(const tcase *t, int64_t j0, int64_t n, void *k_out, void *v_out)
-{
-    const fxa_attn_desc *d = &t->d;
-    const int wide = d->dtype != FXA_F32;
-    const size_t es = wide ? 2 : 4;
-    const size_t row = (size_t)d->head_dim * es;
-    for (int64_t b = 0; b < d->batch; b++) {
-        for (int64_t h = 0; h < d->heads_kv; h++) {
-            for (int64_t j = 0; j < n; j++) {
-                const int64_t src = tcase_kv_off(t, b, h, j0 + j);
-                const int64_t dst = d->layout == FXA_LAYOUT_BSHD
-                                        ? ((b * n + j) * d->heads_kv + h) * d->head_dim
-                                        : ((b * d->heads_kv + h) * n + j) * d->head_dim;
-                memcpy((char *)k_out + (size_t)dst * es,
-                       wide ? (const void *)(t->k16 + src) : (const void *)(t->k + src), row);
-                memcpy((char *)v_out + (size_t)dst * es,
-                       wide ? (const void *)(t->v16 + src) : (const void *)(t->v + src), row);
-            }
-        }
-    }
-}
-
-typedef struct run_out {
-    float *out;
-    float *lse;
-    uint8_t *fb;
-    float *bound;
-    fxa_attn_stats st;
-} run_out;
-
-static void run_out_init(run_out *o, const tcase *t)
-{
-    const size_t rows = (size_t)(t->d.batch * t->d.heads_q * t->d.seq_q);
-    o->out = calloc((size_t)t->nq, sizeof(float));
-    o->lse = calloc(rows, sizeof(float));
-    o->fb = calloc(rows, 1);
-    o->bound = calloc(rows, sizeof(float));
-}
-
-static void run_out_free(run_out *o)
-{
-    free(o->out);
-    free(o->lse);
-    free(o->fb);
-    free(o->bound);
-}
-
-/* Keys split into n_blocks blocks of sizes[b], added in order[]. */
-static fxa_status run_blocks(const tcase *t, const int64_t *sizes, int n_blocks, const int *order,
-                             run_out *o)
-{
-    fxa_attn_desc d = t->d;
-    int64_t max_n = 1;
-    for (int b = 0; b < n_blocks; b++)
-        max_n = sizes[b] > max_n ? sizes[b] : max_n;
-    d.seq_kv = max_n;
-    fxa_attn_plan *plan = NULL;
-    size_t ws = 0;
-    fxa_status st = fxa_attn_plan_create(g_ctx, &d, &plan, &ws);
-    if (st != FXA_OK)
-        return st;
-    const size_t es = d.dtype == FXA_F32 ? 4 : 2;
-    const size_t len = fxa_kv_summary_len(plan);
-    const size_t blk_elems = (size_t)(d.batch * d.heads_kv * max_n * d.head_dim);
-    double *sums = calloc((size_t)n_blocks * len, sizeof(double));
-    char *kb = malloc((size_t)n_blocks * blk_elems * es);
-    char *vb = malloc((size_t)n_blocks * blk_elems * es);
-    int64_t j0 = 0;
-    for (int b = 0; b < n_blocks && st == FXA_OK; b++) {
-        slice_kv(t, j0, sizes[b], kb + (size_t)b * blk_elems * es, vb + (size_t)b * blk_elems * es);
-        st = fxa_kv_summarize(plan, kb + (size_t)b * blk_elems * es,
-                              vb + (size_t)b * blk_elems * es, sizes[b], sums + (size_t)b * len);
-        j0 += sizes[b];
-    }
-    fxa_attn_acc *acc = NULL;
-    if (st == FXA_OK)
-        st = fxa_attn_acc_create(plan, &acc);
-    if (st == FXA_OK)
-        st = fxa_attn_acc_begin(acc, d.dtype == FXA_F32 ? (const void *)t->q : (const void *)t->q16,
-                                sums, n_blocks);
-    for (int i = 0; i < n_blocks && st == FXA_OK; i++) {
-        const int b = order[i];
-        st = fxa_attn_acc_add(acc, kb + (size_t)b * blk_elems * es, vb + (size_t)b * blk_elems * es,
-                              sizes[b]);
-    }
-    if (st == FXA_OK) {
-        const fxa_attn_args a = {.struct_size = sizeof a,
-                                 .out = o->out,
-                                 .lse = o->lse,
-                                 .row_fallback = o->fb,
-                                 .row_bound = o->bound};
-        o->st.struct_size = sizeof o->st;
-        st = fxa_attn_acc_finish(acc, &a, &o->st);
-    }
-    fxa_attn_acc_destroy(acc);
-    fxa_attn_plan_destroy(plan);
-    free(sums);
-    free(kb);
-    free(vb);
-    return st;
-}
 
 static void fill_normal(tcase *t, fxt_rng *r, double qscale)
 {
@@ -157,7 +54,7 @@ static void test_single_block(fxa_layout layout, fxa_dtype dtype, int center)
     fxa_status s1 = tcase_run(&t, g_ctx, d.mode, NULL, a.out, a.lse, a.fb, a.bound, &a.st);
     const int64_t sizes[1] = {300};
     const int order[1] = {0};
-    fxa_status s2 = run_blocks(&t, sizes, 1, order, &b);
+    fxa_status s2 = run_blocks(g_ctx, &t, sizes, 1, order, &b);
     CHECK(s1 == FXA_OK && s2 == FXA_OK, "runs failed: %s", fxa_ctx_last_error(g_ctx));
     CHECK(same_bits(a.out, b.out, (size_t)t.nq * 4), "layout %d dtype %d center %d: out bits",
           layout, dtype, center);
@@ -190,7 +87,7 @@ static void test_uneven_blocks(fxa_dtype dtype, int center)
     const int order[4] = {2, 0, 3, 1};
     run_out o;
     run_out_init(&o, &t);
-    fxa_status st = run_blocks(&t, sizes, 4, order, &o);
+    fxa_status st = run_blocks(g_ctx, &t, sizes, 4, order, &o);
     CHECK(st == FXA_OK, "blocks failed: %s", fxa_ctx_last_error(g_ctx));
     terr e;
     tcase_errors(&t, o.out, o.lse, &e);
@@ -234,7 +131,8 @@ static void test_sink_and_huge_v(void)
           "single run");
     const int64_t sizes[4] = {64, 64, 64, 64};
     const int order[4] = {1, 2, 3, 0};
-    CHECK(run_blocks(&t, sizes, 4, order, &b) == FXA_OK, "blocks: %s", fxa_ctx_last_error(g_ctx));
+    CHECK(run_blocks(g_ctx, &t, sizes, 4, order, &b) == FXA_OK, "blocks: %s",
+          fxa_ctx_last_error(g_ctx));
     CHECK(same_bits(a.fb, b.fb, rows), "the same rows fall back");
     CHECK(b.st.fallback_rows == d.seq_q / 2, "the sink head's ordinary rows fall back (%lld)",
           (long long)b.st.fallback_rows);

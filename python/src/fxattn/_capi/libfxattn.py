@@ -80,6 +80,7 @@ class AttnDesc(ctypes.Structure):
         ("mask_kind", c_int),
         ("mask_strides", MaskStrides),
         ("dropout_p", c_double),
+        ("reproducible", c_int),
     ]
 
 
