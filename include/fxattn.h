@@ -376,6 +376,15 @@ typedef struct fxa_attn_desc {
  * the same bytes. */
 #define FXA_CANONICAL_KEYS 256
 
+/* Token range [*start, *start + *len) of shard `part` of `parts` of a
+ * sequence of seq tokens split for reproducible attention: whole canonical
+ * groups of FXA_CANONICAL_KEYS tokens, the first groups mod parts shards one
+ * group longer (the last group may be short; a shard is empty when the
+ * groups are fewer than the shards). libfxattn_mpi shards reproducible
+ * problems so (fxattn_mpi.h). parts < 1 or part outside [0, parts) gives an
+ * empty range at 0. Added in 0.3. */
+FXA_API void fxa_canonical_shard(int64_t seq, int parts, int part, int64_t *start, int64_t *len);
+
 /* Fill *d with defaults: struct_size, BSHD, f32 inputs and output, scale
  * 1/sqrt(D), auto, fp32 compute, centring on, strides from the layout.
  * Shapes are left 0 and must be set. */

@@ -4,7 +4,8 @@
  * The global problem is the one fxa_attn_run would compute on one process;
  * its query and key sequences are split over the P ranks of a communicator
  * in grid-rank order (fxa_mpi_shard: contiguous shards, the first S mod P
- * ranks one token longer; the grid rank fxa_mpi_rank places ranks by host,
+ * ranks one token longer; with a reproducible descriptor
+ * fxa_canonical_shard, shards of whole canonical groups; the grid rank fxa_mpi_rank places ranks by host,
  * see fxa_mpi_placement), and each rank passes its shards of Q, K, V and of
  * the output. The ranks form a U x R grid (grid rank = ring_index * U +
  * ulysses_index): Ulysses all-to-alls inside each row of U adjacent ranks

@@ -45,8 +45,9 @@ LIBRARY = {
     "wan": "fxattn_wan",
 }
 # The core's declared internal API (FXA_INTERNAL functions other libraries
-# call): the context's calls and the thread pool.
-CORE_API = {"src/core/ctx_api.h", "src/core/pool.h"}
+# call): the context's calls, the thread pool, and blockwise attention
+# across ranks.
+CORE_API = {"src/core/ctx_api.h", "src/core/pool.h", "src/attn/acc_api.h"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # A function definition at file scope: its name, then its body's brace on a
 # line of its own (the tree's clang-format style).

@@ -15,6 +15,7 @@
 #include "fxattn_diag.h"
 #include "../base/alloc.h"
 #include "../base/struct_size.h"
+#include "acc_api.h"
 #include "attn_internal.h"
 #include "load.h"
 #include "scan.h"
@@ -295,34 +296,24 @@ static acc_item item_at(const acc_job *job, int64_t item)
     };
 }
 
-/* Item (b * Hq + h, query block): load the rows, check them and note their
- * largest ||q||^2 (for the prescaling). */
+/* Item (b * Hq + h, query block): check its rows and note their largest
+ * ||q||^2 (for the prescaling), row by row as the single-process scan does
+ * (fxa_check_block), so that the largest over all rows is the same number
+ * however the rows are split. */
 static void check_item(void *arg, int64_t item, int thread_id)
 {
     const acc_item it = item_at(arg, item);
     const fxa_attn_plan *p = it.acc->p;
-    fxa_thread_scratch *s = scratch(it.acc, thread_id);
-    const size_t dim = (size_t)p->d.head_dim;
-    fxa_load_rows(p->ctx->kernels, it.acc->q, p->d.dtype, it.q_off, p->q_strides.token, it.n, dim,
-                  s->q, dim);
+    const fxa_row_block blk = {.off = it.q_off,
+                               .head_stride = p->q_strides.head,
+                               .token_stride = p->q_strides.token,
+                               .n_tokens = (int64_t)it.n,
+                               .n_heads = 1};
+    (void)thread_id;
     fxa_bad_value *bad = it.acc->bad + item;
-    bad->bad_row = -1;
-    for (size_t i = 0; i < it.n * dim; i++) {
-        if (!isfinite(s->q[i])) {
-            *bad = (fxa_bad_value){it.i0 + (int64_t)(i / dim), (int64_t)(i % dim), s->q[i], 'Q'};
-            return;
-        }
-    }
-    static const float zero[FXA_MAX_HEAD_DIM];
-    double qq = 0.0;
-    for (size_t r0 = 0; r0 < it.n; r0 += FXA_STATS_ROWS) {
-        const size_t m = it.n - r0 < FXA_STATS_ROWS ? it.n - r0 : FXA_STATS_ROWS;
-        double nn[FXA_STATS_ROWS], unused[FXA_STATS_ROWS];
-        p->ctx->kernels->row_stats->norm2_dot(s->q + r0 * dim, dim, m, zero, dim, nn, unused);
-        for (size_t i = 0; i < m; i++)
-            qq = nn[i] > qq ? nn[i] : qq;
-    }
-    it.acc->qq[item] = qq;
+    fxa_check_block(p, it.acc->q, &blk, bad, it.acc->qq + item);
+    if (bad->bad_row >= 0)
+        bad->bad_row += it.i0;
 }
 
 /* Item (b * Hq + h, query block): load the rows and decide their shifts. */
@@ -359,8 +350,10 @@ static fxa_status keep_summaries(fxa_attn_acc *acc, const double *summaries, int
     return FXA_OK;
 }
 
+/* Begin a pass; qmax (NULL: from q) gives each (batch, kv head)'s largest
+ * ||q|| over every rank's queries (fxa_attn_acc_begin_global). */
 static fxa_status acc_begin(fxa_attn_acc *acc, const void *q, const double *summaries,
-                            int64_t n_blocks)
+                            int64_t n_blocks, const double *qmax)
 {
     const fxa_attn_plan *p = acc->p;
     acc->begun = 0;
@@ -422,6 +415,14 @@ static fxa_status acc_begin(fxa_attn_acc *acc, const void *q, const double *summ
         const double qn = sqrt(acc->qq[i]);
         h->qmax = qn > h->qmax ? qn : h->qmax;
     }
+    for (int64_t i = 0; qmax && i < n_heads; i++) {
+        if (!(qmax[i] >= hb[i].qmax && isfinite(qmax[i])))
+            return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG,
+                                "the largest ||q|| given for head %lld (%g) is below this "
+                                "block's own (%g)",
+                                (long long)i, qmax[i], hb[i].qmax);
+        hb[i].qmax = qmax[i];
+    }
     for (int64_t i = 0; i < n_heads; i++) {
         const fxa_status st = fxa_head_prescale(p, hb + i, i);
         if (st != FXA_OK)
@@ -444,7 +445,53 @@ fxa_status fxa_attn_acc_begin(fxa_attn_acc *acc, const void *q, const double *su
     if (!acc)
         return FXA_ERR_INVALID_ARG;
     fxa_ctx_begin(acc->p->ctx);
-    return fxa_ctx_end_with(acc->p->ctx, acc_begin(acc, q, summaries, n_blocks));
+    return fxa_ctx_end_with(acc->p->ctx, acc_begin(acc, q, summaries, n_blocks, NULL));
+}
+
+fxa_status fxa_attn_acc_begin_global(fxa_attn_acc *acc, const void *q, const double *summaries,
+                                     int64_t n_blocks, const double *qmax)
+{
+    if (!acc || !qmax)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    return fxa_ctx_end_with(acc->p->ctx, acc_begin(acc, q, summaries, n_blocks, qmax));
+}
+
+/* The largest ||q|| of each (batch, kv head) over its query heads' rows. */
+static void q_norm_max(const fxa_attn_acc *acc, double *qmax)
+{
+    const fxa_attn_plan *p = acc->p;
+    const int64_t n_items = p->d.batch * p->d.heads_q * p->n_q_blocks;
+    memset(qmax, 0, (size_t)(p->d.batch * p->d.heads_kv) * sizeof(double));
+    for (int64_t i = 0; i < n_items; i++) {
+        double *h = qmax + i / p->n_q_blocks / p->group;
+        const double qn = sqrt(acc->qq[i]);
+        *h = qn > *h ? qn : *h;
+    }
+}
+
+static fxa_status acc_q_norm(fxa_attn_acc *acc, const void *q, double *qmax)
+{
+    const fxa_attn_plan *p = acc->p;
+    if (!q || !qmax)
+        return fxa_ctx_fail(p->ctx, FXA_ERR_INVALID_ARG, "fxa_attn_acc_q_norm needs q and qmax");
+    acc->q = q;
+    acc_job job = {.acc = acc};
+    const int64_t n_items = p->d.batch * p->d.heads_q * p->n_q_blocks;
+    fxa_pool_run(&p->ctx->pool, check_item, &job, n_items);
+    for (int64_t i = 0; i < n_items; i++)
+        if (acc->bad[i].bad_row >= 0)
+            acc->qq[i] = 0.0; /* begin refuses these rows, naming the value */
+    q_norm_max(acc, qmax);
+    return FXA_OK;
+}
+
+fxa_status fxa_attn_acc_q_norm(fxa_attn_acc *acc, const void *q, double *qmax)
+{
+    if (!acc)
+        return FXA_ERR_INVALID_ARG;
+    fxa_ctx_begin(acc->p->ctx);
+    return fxa_ctx_end_with(acc->p->ctx, acc_q_norm(acc, q, qmax));
 }
 
 /* Where kv tile `tile` of chunk slot `slot` is packed, in elements of fp32

@@ -95,8 +95,8 @@ int fxa_mpi_find_non_finite(const fxa_mpi_attn_plan *p, const fxa_attn_args *a, 
     int64_t q0;
     int64_t k0;
     int64_t n;
-    fxa_mpi_shard(p->d.seq_q, p->m->size, p->m->rank, &q0, &n);
-    fxa_mpi_shard(p->d.seq_kv, p->m->size, p->m->rank, &k0, &n);
+    fxa_mpi_shard_of(&p->d, p->d.seq_q, p->m->size, p->m->rank, &q0, &n);
+    fxa_mpi_shard_of(&p->d, p->d.seq_kv, p->m->size, p->m->rank, &k0, &n);
     return report_non_finite(p, a->q, 'Q', p->d.heads_q, q0, p->q_len, msg, cap) ||
            report_non_finite(p, a->k, 'K', p->d.heads_kv, k0, p->kv_len, msg, cap) ||
            report_non_finite(p, a->v, 'V', p->d.heads_kv, k0, p->kv_len, msg, cap);

@@ -8,9 +8,9 @@
 uint64_t fxa_mpi_desc_hash(const fxa_attn_desc *d, int backward)
 {
     const uint64_t seed = backward ? 0x6b77645f61747466ull : 0xcbf29ce484222325ull;
-    const int64_t ints[] = {d->batch,    d->heads_q,        d->heads_kv, d->seq_q, d->seq_kv,
-                            d->head_dim, d->layout,         d->dtype,    d->mode,  d->center,
-                            d->compute,  d->heads_per_tile, d->block_q};
+    const int64_t ints[] = {d->batch,    d->heads_q,        d->heads_kv, d->seq_q,       d->seq_kv,
+                            d->head_dim, d->layout,         d->dtype,    d->mode,        d->center,
+                            d->compute,  d->heads_per_tile, d->block_q,  d->reproducible};
     const uint64_t h = fxa_mpi_hash(seed, ints, sizeof ints);
     return fxa_mpi_hash(h, &d->scale, sizeof d->scale);
 }
@@ -52,6 +52,12 @@ static fxa_status check_local(fxa_mpi *m, const fxa_attn_desc *d, int backward, 
 {
     size_t ws;
     fxa_status st;
+    if (backward && d->reproducible) {
+        snprintf(msg, cap,
+                 "libfxattn_mpi's backward is not reproducible across grids yet "
+                 "(reproducible 1 is for the forward; the backward takes 0)");
+        return FXA_ERR_UNSUPPORTED;
+    }
     if (backward) {
         fxa_attn_bwd_plan *check = NULL;
         st = fxa_attn_bwd_plan_create(m->ctx, d, &check, &ws);
@@ -122,8 +128,8 @@ void fxa_mpi_plan_init(fxa_mpi *m, const fxa_attn_desc *d, int backward, fxa_mpi
     *pd = *d;
     *call = fxa_mpi_desc_hash(d, backward) | 1;
     *es = d->dtype == FXA_F32 ? 4 : 2;
-    fxa_mpi_shard(d->seq_q, m->size, m->rank, &start, q_len);
-    fxa_mpi_shard(d->seq_kv, m->size, m->rank, &start, kv_len);
+    fxa_mpi_shard_of(d, d->seq_q, m->size, m->rank, &start, q_len);
+    fxa_mpi_shard_of(d, d->seq_kv, m->size, m->rank, &start, kv_len);
 }
 
 fxa_status fxa_mpi_call_run(fxa_mpi *m, uint64_t call, void *plan, const void *user_args,

@@ -102,6 +102,15 @@ void fxa_mpi_shard(int64_t seq, int n_ranks, int rank, int64_t *start, int64_t *
     *len = hi - *start;
 }
 
+void fxa_mpi_shard_of(const fxa_attn_desc *d, int64_t seq, int n_ranks, int rank, int64_t *start,
+                      int64_t *len)
+{
+    if (d->reproducible)
+        fxa_canonical_shard(seq, n_ranks, rank, start, len);
+    else
+        fxa_mpi_shard(seq, n_ranks, rank, start, len);
+}
+
 uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n)
 {
     const unsigned char *p = data;

@@ -128,6 +128,11 @@ fxa_mpi_fail(fxa_mpi *m, fxa_status st, const char *fmt, ...)
  * larger). */
 void fxa_mpi_split(int64_t n, int parts, int i, int64_t *lo, int64_t *hi);
 
+/* Shard `rank` of seq tokens for a plan of d: fxa_canonical_shard for
+ * reproducible descriptors, else fxa_mpi_shard. */
+void fxa_mpi_shard_of(const fxa_attn_desc *d, int64_t seq, int n_ranks, int rank, int64_t *start,
+                      int64_t *len);
+
 /* FNV-1a over bytes, chained. */
 FXA_INTERNAL uint64_t fxa_mpi_hash(uint64_t h, const void *data, size_t n);
 

@@ -65,13 +65,13 @@ static void split_heads(fxa_mpi_attn_plan *p)
 }
 
 /* Tokens of ring block c: the shards of ranks c*U .. c*U + U - 1. */
-static int64_t block_tokens(int64_t seq, const fxa_mpi *m, int c)
+static int64_t block_tokens(const fxa_attn_desc *d, int64_t seq, const fxa_mpi *m, int c)
 {
     int64_t lo;
     int64_t len;
     int64_t hi;
-    fxa_mpi_shard(seq, m->size, c * m->ulysses, &lo, &len);
-    fxa_mpi_shard(seq, m->size, c * m->ulysses + m->ulysses - 1, &hi, &len);
+    fxa_mpi_shard_of(d, seq, m->size, c * m->ulysses, &lo, &len);
+    fxa_mpi_shard_of(d, seq, m->size, c * m->ulysses + m->ulysses - 1, &hi, &len);
     return hi + len - lo;
 }
 
@@ -170,9 +170,9 @@ static fxa_status make_plan(fxa_mpi *m, const fxa_attn_desc *d, fxa_mpi_attn_pla
     } else {
         fxa_mpi_plan_init(m, d, 0, &p->m, &p->d, &p->call, &p->es, &p->q_len, &p->kv_len);
         split_heads(p);
-        p->loc_sq = block_tokens(d->seq_q, m, m->c);
+        p->loc_sq = block_tokens(d, d->seq_q, m, m->c);
         for (int c = 0; c < m->ring; c++) {
-            p->blk_skv[c] = block_tokens(d->seq_kv, m, c);
+            p->blk_skv[c] = block_tokens(d, d->seq_kv, m, c);
             p->max_blk_skv = p->blk_skv[c] > p->max_blk_skv ? p->blk_skv[c] : p->max_blk_skv;
         }
         p->loc_layout = m->ulysses == 1 ? d->layout : FXA_LAYOUT_BHSD;

@@ -15,6 +15,15 @@
  * repeated runs write the same bytes (tests/mpi/repeat_bytes.sh). A slot is
  * received into again only after its forward has completed.
  *
+ * Reproducible plans (fxa_attn_desc.reproducible) add the blocks in key
+ * order instead: at step t every rank adds rank t's block, which travels
+ * from rank t along the same links (each rank forwards it to the next until
+ * it reaches rank t - 1), so every rank's rows see the keys in the order one
+ * process sees them; the prescaling takes the largest query norm of the
+ * whole column (gathered with the summaries). With blocks on canonical group
+ * edges (fxa_mpi_shard_canonical) the result is one process's, bit for bit.
+ * The cost: rank c's first step waits for block 0 to travel c hops.
+ *
  * A block's K (and V) goes as pieces of at most INT_MAX elements (MPI
  * counts are ints), all with the block's tag: MPI does not let messages of
  * one sender and tag overtake each other, so piece i lands in receive i.
@@ -22,6 +31,7 @@
  */
 #include <string.h>
 
+#include "attn/acc_api.h"
 #include "ring.h"
 
 /* The column's neighbours: blocks come from prev and go to next. */
@@ -35,11 +45,37 @@ static int ring_next(const fxa_mpi *m)
     return (m->c + 1) % m->ring;
 }
 
-/* Keys of block t (0 <= t < R): rank (c - t)'s block. */
-static int64_t block_keys(const fxa_mpi_attn_plan *p, int t)
+/* The rank whose block step t adds: rank (c - t) around the ring, rank t
+ * in key order (reproducible plans). */
+static int block_at(const fxa_mpi_attn_plan *p, int t)
 {
     const fxa_mpi *m = p->m;
-    return p->blk_skv[(m->c - t + m->ring) % m->ring];
+    return p->d.reproducible ? t : (m->c - t + m->ring) % m->ring;
+}
+
+/* Keys of block t (0 <= t < R). */
+static int64_t block_keys(const fxa_mpi_attn_plan *p, int t)
+{
+    return p->blk_skv[block_at(p, t)];
+}
+
+/* Step t adds this rank's own block (nothing to receive). */
+static int own_block(const fxa_mpi_attn_plan *p, int t)
+{
+    return block_at(p, t) == p->m->c;
+}
+
+/* Step t passes its block on: unless the next rank is where it came from. */
+static int forwards(const fxa_mpi_attn_plan *p, int t)
+{
+    return block_at(p, t) != ring_next(p->m);
+}
+
+/* The tag of step t's block (K; V is one more) as the next rank receives
+ * it: its step t + 1 around the ring, its step t in key order. */
+static int forward_tag(const fxa_mpi_attn_plan *p, int t)
+{
+    return 2 * (p->d.reproducible ? t : t + 1);
 }
 
 /* Where block t >= 1 lives: slot t % depth, its K (v = 0) or V (v = 1). */
@@ -86,13 +122,13 @@ static fxa_status receive_block(fxa_mpi_attn_plan *p, int t)
     return st;
 }
 
-/* Forward block t (k and v) to the next rank: its block t + 1. */
+/* Forward block t (k and v) to the next rank. */
 static fxa_status forward_block(fxa_mpi_attn_plan *p, int t, const char *k, const char *v)
 {
     const fxa_ring_bufs *r = p->ring_bufs;
     const int64_t n = r->per_key * block_keys(p, t);
     const int next = ring_next(p->m);
-    const int tag = 2 * (t + 1);
+    const int tag = forward_tag(p, t);
     /* (MPI_Isend does not write its buffer: the casts drop const only.) */
     fxa_status st = post_pieces(p, 0, (char *)k, n, next, tag, slot_reqs(r, t, 2));
     if (st == FXA_OK)
@@ -130,9 +166,34 @@ static void set_progress(fxa_mpi_attn_plan *p, void (*fn)(void *), void *arg)
         fxa_attn_acc_set_progress(p->ring_bufs->accs[i], fn, arg);
 }
 
+/* Where segment i's rows start in the local Q, in bytes. */
+static int64_t q_offset(const fxa_mpi_attn_plan *p, int i)
+{
+    return fxa_mpi_seg_row(p, &p->seg[i]) * p->d.head_dim * (int64_t)p->es;
+}
+
+/* Reproducible plans: each segment's largest query norms per (batch, kv
+ * head) after its summary, r->mine from `at` on (zeros without queries). */
+static fxa_status note_q_norms(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, size_t at)
+{
+    fxa_ring_bufs *r = p->ring_bufs;
+    for (int i = 0; i < p->n_seg; i++) {
+        const size_t len = fxa_kv_summary_len(p->seg[i].plan);
+        const size_t heads = (size_t)(p->seg[i].n_batch * p->seg[i].n_kv);
+        double *qmax = r->mine + at + len;
+        if (p->loc_sq == 0)
+            memset(qmax, 0, heads * sizeof(double));
+        else if (fxa_attn_acc_q_norm(r->accs[i], loc->q + q_offset(p, i), qmax) != FXA_OK)
+            return fxa_mpi_fail(p->m, FXA_ERR_INTERNAL, "%s", fxa_ctx_last_error(p->m->ctx));
+        at += len + heads;
+    }
+    return FXA_OK;
+}
+
 /* Summaries of this rank's own block for every segment, gathered over the
  * column: r->all[r * len ...] = rank r's [status, seg 0 summary, seg 1 ...]
- * (a failure is sent instead of summaries). */
+ * (a failure is sent instead of summaries; reproducible plans follow each
+ * segment's summary with its largest query norms). */
 static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc,
                                    int *column_failed)
 {
@@ -146,8 +207,10 @@ static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *lo
         st = fxa_kv_summarize(p->seg[i].plan, loc->k + off, loc->v + off, own, r->mine + at);
         if (st != FXA_OK)
             fxa_mpi_fail(m, st, "%s", fxa_ctx_last_error(m->ctx));
-        at += fxa_kv_summary_len(p->seg[i].plan);
+        at += fxa_ring_seg_len(p, i);
     }
+    if (st == FXA_OK && p->d.reproducible)
+        st = note_q_norms(p, loc, 1);
     r->mine[0] = (double)st;
     const fxa_status sg = fxa_mpi_allgather(m, r->mine, (int)r->sum_len, r->all, MPI_DOUBLE,
                                             m->col_comm, "the ring summaries");
@@ -157,7 +220,9 @@ static fxa_status gather_summaries(fxa_mpi_attn_plan *p, const fxa_mpi_local *lo
     return st;
 }
 
-/* Begin every segment's accumulator with the column's summaries. */
+/* Begin every segment's accumulator with the column's summaries (in rank
+ * order: key order); reproducible plans with the column's largest query
+ * norms too. */
 static fxa_status begin_all(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc)
 {
     fxa_mpi *m = p->m;
@@ -166,35 +231,49 @@ static fxa_status begin_all(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc)
     for (int i = 0; i < p->n_seg; i++) {
         const fxa_mpi_segment *s = &p->seg[i];
         const size_t len = fxa_kv_summary_len(s->plan);
+        const size_t heads = (size_t)(s->n_batch * s->n_kv);
         for (int c = 0; c < m->ring; c++)
             memcpy(r->sums + (size_t)c * len, r->all + (size_t)c * r->sum_len + at,
                    len * sizeof(double));
-        const int64_t q_off = fxa_mpi_seg_row(p, s) * p->d.head_dim * (int64_t)p->es;
-        const fxa_status st = fxa_attn_acc_begin(r->accs[i], loc->q + q_off, r->sums, m->ring);
+        fxa_status st;
+        if (p->d.reproducible) {
+            double *qmax = r->sums + (size_t)m->ring * len;
+            memset(qmax, 0, heads * sizeof(double));
+            for (int c = 0; c < m->ring; c++)
+                for (size_t h = 0; h < heads; h++) {
+                    const double q = r->all[(size_t)c * r->sum_len + at + len + h];
+                    qmax[h] = q > qmax[h] ? q : qmax[h];
+                }
+            st = fxa_attn_acc_begin_global(r->accs[i], loc->q + q_offset(p, i), r->sums, m->ring,
+                                           qmax);
+        } else {
+            st = fxa_attn_acc_begin(r->accs[i], loc->q + q_offset(p, i), r->sums, m->ring);
+        }
         if (st != FXA_OK)
             return fxa_mpi_fail(m, st, "%s", fxa_ctx_last_error(m->ctx));
-        at += len;
+        at += fxa_ring_seg_len(p, i);
     }
     return FXA_OK;
 }
 
-/* Step t: wait for block t (t >= 1; block 0 is this rank's own), forward
- * it, add it (when this rank computes and has not failed: *own), wait for
- * the forward, then receive block t + depth into the slot it freed. */
+/* Step t: wait for its block (unless it is this rank's own), forward it,
+ * add it (when this rank computes and has not failed: *own), wait for the
+ * forward, then receive block t + depth into the slot it freed. */
 static fxa_status ring_step(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int t, int computes,
                             fxa_status *own, fxa_mpi_stats *stats)
 {
     fxa_mpi *m = p->m;
     const fxa_ring_bufs *r = p->ring_bufs;
-    const char *k = t == 0 ? loc->k : slot(r, t, 0);
-    const char *v = t == 0 ? loc->v : slot(r, t, 1);
+    const int mine = own_block(p, t);
+    const char *k = mine ? loc->k : slot(r, t, 0);
+    const char *v = mine ? loc->v : slot(r, t, 1);
     const double t0 = MPI_Wtime();
     fxa_status st = FXA_OK;
-    if (t > 0)
+    if (!mine)
         st = fxa_mpi_wait(m, 2 * r->pieces, slot_reqs(r, t, 0), ring_prev(m),
                           "the ring's K/V block");
     const double waited = MPI_Wtime() - t0;
-    if (st == FXA_OK && t + 1 < m->ring)
+    if (st == FXA_OK && forwards(p, t))
         st = forward_block(p, t, k, v);
     const double t1 = MPI_Wtime();
     if (st == FXA_OK && computes && *own == FXA_OK)
@@ -203,7 +282,7 @@ static fxa_status ring_step(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int 
     if (st == FXA_OK)
         st = fxa_mpi_wait(m, 2 * r->pieces, slot_reqs(r, t, 2), ring_next(m),
                           "forwarding the ring's K/V block");
-    if (st == FXA_OK && t + r->depth < m->ring)
+    if (st == FXA_OK && t + r->depth < m->ring && !own_block(p, t + r->depth))
         st = receive_block(p, t + r->depth);
     const double wait = waited + (MPI_Wtime() - t2);
     p->step_compute[t] = t2 - t1;
@@ -233,8 +312,9 @@ fxa_status fxa_ring_run(fxa_mpi_attn_plan *p, const fxa_mpi_local *loc, int *col
     for (int i = 0; i < r->n_req; i++)
         r->req[i] = MPI_REQUEST_NULL;
     set_progress(p, ring_progress, r);
-    for (int t = 1; t <= m->prefetch && t < m->ring && st == FXA_OK; t++)
-        st = receive_block(p, t);
+    for (int t = 0; t <= m->prefetch && t < m->ring && st == FXA_OK; t++)
+        if (!own_block(p, t))
+            st = receive_block(p, t);
     for (int t = 0; t < m->ring && st == FXA_OK; t++)
         st = ring_step(p, loc, t, computes, &own, stats);
     set_progress(p, NULL, NULL);

@@ -24,8 +24,17 @@ typedef struct fxa_ring_bufs {
     size_t sum_len;
     double *mine; /* [sum_len] */
     double *all;  /* [R * sum_len] */
-    double *sums; /* [R * the longest segment summary] */
+    double *sums; /* [R * the longest segment summary + its heads' query norms] */
 } fxa_ring_bufs;
+
+/* Doubles of segment i in a rank's gathered summaries: its K/V summary
+ * and, with reproducible plans, its largest query norm per (batch, kv
+ * head). */
+static inline size_t fxa_ring_seg_len(const fxa_mpi_attn_plan *p, int i)
+{
+    const fxa_mpi_segment *s = &p->seg[i];
+    return fxa_kv_summary_len(s->plan) + (p->d.reproducible ? (size_t)(s->n_batch * s->n_kv) : 0);
+}
 
 /* Size and allocate p->ring_bufs (R > 1; the segments planned). Local: a
  * failure says why in msg, and the caller agrees on it. */

@@ -35,7 +35,7 @@ static void size_ring(const fxa_mpi_attn_plan *p, fxa_ring_bufs *r, size_t *most
     *most_summary = 0;
     for (int i = 0; i < p->n_seg; i++) {
         const size_t len = fxa_kv_summary_len(p->seg[i].plan);
-        r->sum_len += len;
+        r->sum_len += fxa_ring_seg_len(p, i);
         *most_summary = len > *most_summary ? len : *most_summary;
     }
 }
@@ -67,7 +67,7 @@ fxa_status fxa_ring_plan(fxa_mpi_attn_plan *p, char *msg, size_t cap)
     r->req = malloc((size_t)r->n_req * sizeof *r->req);
     r->mine = calloc(r->sum_len, sizeof(double));
     r->all = calloc(r->sum_len * ring, sizeof(double));
-    r->sums = calloc(most_summary * ring + 1, sizeof(double));
+    r->sums = calloc(r->sum_len * ring + 1, sizeof(double)); /* also the query norms' room */
     if (!r->accs || !r->slots || !r->req || !r->mine || !r->all || !r->sums) {
         snprintf(msg, cap, "out of memory for the ring's buffers (%zu bytes of K/V slots)",
                  2 * (size_t)r->depth * r->slot_bytes);

@@ -24,8 +24,8 @@ void fxa_ulysses_member_shard(const fxa_mpi_attn_plan *p, int64_t seq, int v, in
     int64_t row_start;
     int64_t start;
     int64_t l0;
-    fxa_mpi_shard(seq, m->size, m->c * m->ulysses, &row_start, &l0);
-    fxa_mpi_shard(seq, m->size, m->c * m->ulysses + v, &start, len);
+    fxa_mpi_shard_of(&p->d, seq, m->size, m->c * m->ulysses, &row_start, &l0);
+    fxa_mpi_shard_of(&p->d, seq, m->size, m->c * m->ulysses + v, &start, len);
     *off = start - row_start;
 }
 

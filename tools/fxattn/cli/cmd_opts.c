@@ -51,6 +51,7 @@ void fxt_attn_opts_table(attn_opts *o, fxt_opt t[FXT_MAX_OPTS])
         {"--repeats", NULL, FXT_OPT_INT, &o->repeats, 1, FXT_MAX_REPEATS},
         {"--stats", NULL, FXT_OPT_FLAG, &o->stats, 0, 0},
         {"--verify", NULL, FXT_OPT_FLAG, &o->verify, 0, 0},
+        {"--reproducible", NULL, FXT_OPT_FLAG, &o->reproducible, 0, 0},
         FXT_CP_OPTS_ROWS(o->cp),
         {"--placement", NULL, FXT_OPT_STRING, &o->placement, 0, 0},
         {"--inputs-on", NULL, FXT_OPT_STRING, &o->inputs_on, 0, 0},

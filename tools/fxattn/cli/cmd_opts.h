@@ -68,6 +68,7 @@ typedef struct attn_opts {
     int64_t repeats;
     int stats;
     int verify;
+    int reproducible; /* --reproducible: the same bytes on every grid */
     fxt_cp_opts cp;
     const char *placement; /* --placement hosts|ranks under mpirun; NULL: hosts */
     const char *inputs_on; /* --inputs-on all|rank0 under mpirun; NULL: all */

@@ -119,6 +119,7 @@ int fxt_attn_apply_options(const attn_opts *o, fxa_attn_desc *d)
     }
     d->heads_per_tile = (int)o->heads_per_tile;
     d->block_q = (int)o->block_q;
+    d->reproducible = o->reproducible;
     return 0;
 }
 

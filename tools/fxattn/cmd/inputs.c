@@ -6,15 +6,31 @@
 
 #include "cli.h"
 
+/* Shard `part` of `parts` of the file's sequence axis as fxa_canonical_shard
+ * splits it: its length from a read of no tokens, then the slice. */
+static fxa_status read_canonical(const char *path, int seq_axis, int parts, int part, fxa_npy *a,
+                                 char *err, size_t cap)
+{
+    fxa_status st = fxa_npy_read_slice(path, seq_axis, 0, 0, a, err, cap);
+    if (st != FXA_OK)
+        return st;
+    int64_t start, len;
+    fxa_canonical_shard(a->shape[seq_axis], parts, part, &start, &len);
+    fxa_npy_free(a);
+    return fxa_npy_read_slice(path, seq_axis, start, len, a, err, cap);
+}
+
 /* The whole file (parts 0) or shard `part` of `parts` along the sequence
- * axis of the layout. */
+ * axis of the layout (canonical: fxa_canonical_shard's, else fxa_mpi_shard's). */
 static int read_tensor(const char *path, const char *what, fxa_layout layout, int parts, int part,
-                       fxa_npy *a)
+                       int canonical, fxa_npy *a)
 {
     char err[512];
     const int seq_axis = layout == FXA_LAYOUT_BSHD ? 1 : 2;
-    fxa_status st = parts > 0 ? fxa_npy_read_shard(path, seq_axis, parts, part, a, err, sizeof err)
-                              : fxa_npy_read(path, a, err, sizeof err);
+    fxa_status st = parts == 0 ? fxa_npy_read(path, a, err, sizeof err)
+                    : canonical
+                        ? read_canonical(path, seq_axis, parts, part, a, err, sizeof err)
+                        : fxa_npy_read_shard(path, seq_axis, parts, part, a, err, sizeof err);
     /* A missing or unreadable input is bad input too (exit 2); only running
      * out of memory is a failure of fxattn itself. */
     if (st != FXA_OK)
@@ -118,21 +134,21 @@ static int check_shapes(const fxa_npy *q, const fxa_npy *k, const fxa_npy *v, in
 int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path, fxa_layout layout,
                     const char *dtype_opt, fxt_inputs *in)
 {
-    return fxt_inputs_load_shard(q_path, k_path, v_path, layout, dtype_opt, 0, 0, in);
+    return fxt_inputs_load_shard(q_path, k_path, v_path, layout, dtype_opt, 0, 0, 0, in);
 }
 
 int fxt_inputs_load_shard(const char *q_path, const char *k_path, const char *v_path,
                           fxa_layout layout, const char *dtype_opt, int parts, int part,
-                          fxt_inputs *in)
+                          int canonical, fxt_inputs *in)
 {
     fxa_npy q = {0};
     fxa_npy k = {0};
     fxa_npy v = {0};
     int code;
     memset(in, 0, sizeof *in);
-    if ((code = read_tensor(q_path, "Q", layout, parts, part, &q)) ||
-        (code = read_tensor(k_path, "K", layout, parts, part, &k)) ||
-        (v_path && (code = read_tensor(v_path, "V", layout, parts, part, &v))))
+    if ((code = read_tensor(q_path, "Q", layout, parts, part, canonical, &q)) ||
+        (code = read_tensor(k_path, "K", layout, parts, part, canonical, &k)) ||
+        (v_path && (code = read_tensor(v_path, "V", layout, parts, part, canonical, &v))))
         goto out;
     if ((code = check_shapes(&q, &k, &v, v_path != NULL, layout, &in->d)))
         goto out;

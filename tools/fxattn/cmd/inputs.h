@@ -27,10 +27,12 @@ typedef struct fxt_inputs {
 int fxt_inputs_load(const char *q_path, const char *k_path, const char *v_path, fxa_layout layout,
                     const char *dtype_opt, fxt_inputs *in);
 /* The same checks on the whole files' shapes (in->d is the global problem),
- * but only shard `part` of `parts` of the sequence axis is read. */
+ * but only shard `part` of `parts` of the sequence axis is read: whole
+ * canonical groups (fxa_canonical_shard) when canonical, else
+ * fxa_mpi_shard's split. */
 int fxt_inputs_load_shard(const char *q_path, const char *k_path, const char *v_path,
                           fxa_layout layout, const char *dtype_opt, int parts, int part,
-                          fxt_inputs *in);
+                          int canonical, fxt_inputs *in);
 void fxt_inputs_free(fxt_inputs *in);
 
 /* fp32 values of one tensor ('q', 'k' or 'v') exactly as the kernels see

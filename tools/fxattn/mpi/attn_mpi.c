@@ -34,7 +34,7 @@ static int gather_rows(fxt_world *w, const int *grid_of, const fxa_attn_desc *d,
     MPI_Type_commit(&row);
     int64_t start;
     int64_t len;
-    fxa_mpi_shard(seq, w->size, grid_of[w->rank], &start, &len);
+    fxt_shard(d, seq, w->size, grid_of[w->rank], &start, &len);
     const int my_rows = (int)(rows_per_token * len);
     if (w->rank == 0) {
         counts = malloc((size_t)w->size * sizeof(int));
@@ -42,7 +42,7 @@ static int gather_rows(fxt_world *w, const int *grid_of, const fxa_attn_desc *d,
         stage = malloc((size_t)(rows_per_token * seq * row_len) * sizeof(float) + 1);
         if (counts && displs)
             for (int r = 0; r < w->size; r++) {
-                fxa_mpi_shard(seq, w->size, grid_of[r], &start, &len);
+                fxt_shard(d, seq, w->size, grid_of[r], &start, &len);
                 counts[r] = (int)(rows_per_token * len);
                 displs[r] = (int)(rows_per_token * start);
             }
@@ -60,7 +60,7 @@ static int gather_rows(fxt_world *w, const int *grid_of, const fxa_attn_desc *d,
         /* stage holds shard r's rows at displs[r]; place them. */
         const int bshd = d->layout == FXA_LAYOUT_BSHD && !lse;
         for (int r = 0; r < w->size; r++) {
-            fxa_mpi_shard(seq, w->size, grid_of[r], &start, &len);
+            fxt_shard(d, seq, w->size, grid_of[r], &start, &len);
             const float *src = stage + (size_t)displs[r] * (size_t)row_len;
             for (int64_t b = 0; b < d->batch; b++)
                 for (int64_t h = 0; h < d->heads_q; h++)
@@ -236,11 +236,11 @@ static int job_inputs(fxt_world *w, const attn_opts *o, attn_job *j)
     int code;
     if (j->rank0_reads) {
         if ((code = fxt_inputs_scatter(w, j->grid_of, o->in.q, o->in.k, o->in.v, j->layout,
-                                       o->in.dtype, &j->in)))
+                                       o->in.dtype, o->reproducible, &j->in)))
             return code;
     } else {
         code = fxt_inputs_load_shard(o->in.q, o->in.k, o->in.v, j->layout, o->in.dtype, w->size,
-                                     fxa_mpi_rank(j->m), &j->in);
+                                     fxa_mpi_rank(j->m), o->reproducible, &j->in);
     }
     if (!code)
         code = fxt_attn_apply_options(o, &j->in.d);

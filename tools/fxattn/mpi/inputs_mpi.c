@@ -48,7 +48,8 @@ static void move_bytes(fxt_world *w, int send, char *buf, size_t n, int peer)
 }
 
 int fxt_inputs_scatter(fxt_world *w, const int *grid_of, const char *q_path, const char *k_path,
-                       const char *v_path, fxa_layout layout, const char *dtype_opt, fxt_inputs *in)
+                       const char *v_path, fxa_layout layout, const char *dtype_opt, int canonical,
+                       fxt_inputs *in)
 {
     fxt_inputs whole;
     memset(&whole, 0, sizeof whole);
@@ -62,11 +63,12 @@ int fxt_inputs_scatter(fxt_world *w, const int *grid_of, const char *q_path, con
     in->d = whole.d;
     MPI_Ibcast(&in->d, (int)sizeof in->d, MPI_BYTE, 0, MPI_COMM_WORLD, &r);
     fxt_world_wait(w, &r, "the inputs' shapes");
+    in->d.reproducible = canonical; /* the split; the options come later */
     const fxa_attn_desc *d = &in->d;
     const size_t es = d->dtype == FXA_F32 ? 4 : 2;
     const shard_runs rq = runs_of(d, d->heads_q), rkv = runs_of(d, d->heads_kv);
-    fxa_mpi_shard(d->seq_q, w->size, grid_of[w->rank], &in->q_start, &in->q_len);
-    fxa_mpi_shard(d->seq_kv, w->size, grid_of[w->rank], &in->kv_start, &in->kv_len);
+    fxt_shard(d, d->seq_q, w->size, grid_of[w->rank], &in->q_start, &in->q_len);
+    fxt_shard(d, d->seq_kv, w->size, grid_of[w->rank], &in->kv_start, &in->kv_len);
     in->nq = rq.outer * rq.inner * in->q_len;
     in->nkv = rkv.outer * rkv.inner * in->kv_len;
     in->q = malloc((size_t)in->nq * es + 1);
@@ -76,10 +78,10 @@ int fxt_inputs_scatter(fxt_world *w, const int *grid_of, const char *q_path, con
     size_t most = 0;
     for (int p = 0; w->rank == 0 && p < w->size; p++) {
         int64_t start, len;
-        fxa_mpi_shard(d->seq_q, w->size, p, &start, &len);
+        fxt_shard(d, d->seq_q, w->size, p, &start, &len);
         most =
             (size_t)(rq.outer * rq.inner * len) > most ? (size_t)(rq.outer * rq.inner * len) : most;
-        fxa_mpi_shard(d->seq_kv, w->size, p, &start, &len);
+        fxt_shard(d, d->seq_kv, w->size, p, &start, &len);
         most = (size_t)(rkv.outer * rkv.inner * len) > most ? (size_t)(rkv.outer * rkv.inner * len)
                                                             : most;
     }
@@ -104,7 +106,7 @@ int fxt_inputs_scatter(fxt_world *w, const int *grid_of, const char *q_path, con
         const char *src = t == 0 ? whole.q : t == 1 ? whole.k : whole.v;
         for (int p = 0; p < w->size; p++) {
             int64_t start, len;
-            fxa_mpi_shard(seq, w->size, grid_of[p], &start, &len);
+            fxt_shard(d, seq, w->size, grid_of[p], &start, &len);
             pack(src, runs, seq, start, len, es, p == 0 ? mine[t] : stage);
             if (p > 0)
                 move_bytes(w, 1, stage, (size_t)(runs.outer * runs.inner * len) * es, p);

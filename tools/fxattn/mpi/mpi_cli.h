@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "fxattn.h"
+#include "fxattn_mpi.h"
 
 /* This process in MPI_COMM_WORLD, and its captured error: while a command
  * runs under MPI, fxt_fail stores its message in msg (fxt_fail_capture)
@@ -23,6 +24,18 @@ typedef struct fxt_world {
  * timeout: --timeout's value, 0 when not given (fxa_mpi_default_timeout()).
  * Returns 0 or an exit code. */
 int fxt_world_init(fxt_world *w, double timeout);
+
+/* The shard of grid rank `rank` of seq tokens over n ranks as libfxattn_mpi
+ * splits a problem of d: fxa_canonical_shard for reproducible ones, else
+ * fxa_mpi_shard. */
+static inline void fxt_shard(const fxa_attn_desc *d, int64_t seq, int n, int rank, int64_t *start,
+                             int64_t *len)
+{
+    if (d->reproducible)
+        fxa_canonical_shard(seq, n, rank, start, len);
+    else
+        fxa_mpi_shard(seq, n, rank, start, len);
+}
 
 /* Around a blocking MPI call of the CLI (MPI_Init, MPI_Finalize, a
  * communicator's creation, a library call that creates one): unless
