@@ -117,6 +117,17 @@ def test_attention_grids(np_):
 
 
 @pytest.mark.parametrize("np_", [2, 4])
+def test_reproducible_grids(np_):
+    """reproducible=True: every U x R grid of np_ ranks returns one process's
+    bytes (numpy, torch, GQA, bf16 compute, ranks without tokens); other
+    shards and autograd are refused on every rank."""
+    out = run_mpi("reproducible.py", np_).stdout
+    ok = re.findall(r"OK rank (\d+) cases (\d+)", out)
+    assert sorted(int(r) for r, _ in ok) == list(range(np_)), out
+    assert all(int(n) == 4 * (2 if np_ == 2 else 3) for _, n in ok), out
+
+
+@pytest.mark.parametrize("np_", [2, 4])
 def test_attention_grad(np_):
     """fxattn.mpi.attention under autograd on every U x R grid of np_ ranks
     (mpi_scripts/grad.py): gradients bit for bit one process's on Ulysses

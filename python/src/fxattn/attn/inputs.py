@@ -131,6 +131,7 @@ class Inputs:
         d.v_strides = _strides(opts.layout, self.v.strides)
         d.out_dtype = out_code if out_code in (_capi.BF16, _capi.F64) else _capi.F32
         d.causal = int(opts.causal)
+        d.reproducible = int(opts.reproducible)
         if self.mask is not None:
             if self.mask.kind == _capi.MASK_ADD_F64 and q.dtype != _capi.F64:
                 raise _bad(f"attn_mask is float64 with {arrays.DTYPE_NAMES[q.dtype]} inputs: a float64 mask goes with float64 inputs")

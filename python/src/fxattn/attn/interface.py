@@ -22,6 +22,7 @@ def attention(
     return_lse=False,
     out_dtype=None,
     threads=None,
+    reproducible=False,
 ):
     """Exact softmax attention softmax(scale q k^T) v, with fixed-max shifts.
 
@@ -46,6 +47,10 @@ def attention(
     dtype (default: the input's, like torch's scaled_dot_product_attention;
     float64 inputs give float64 only).
     threads: worker threads (None: the CPUs this process may use).
+    reproducible: the bytes every fxattn.mpi grid writes with
+    reproducible=True (the key sums over canonical groups of 256 keys in
+    key order, short queries' keys kept whole; docs/numerics.md, "The same
+    bits on any grid"); False: the same bytes at any thread count.
 
     Returns the output (q's shape, contiguous, the same kind as q) or, with
     return_lse=True, (out, lse) where lse [B, Hq, Sq] is the fp32 (fp64
@@ -56,7 +61,7 @@ def attention(
     """
     arrays.same_kind(q, k, v)
     q, scale = zero_scale_query(q, scale)
-    opts = Options.parse(scale, layout, mode, center, compute, threads)
+    opts = Options.parse(scale, layout, mode, center, compute, threads, reproducible=reproducible)
     return_lse = validate.boolean("return_lse", return_lse)
     if arrays.is_torch(q):
         from . import torch_op

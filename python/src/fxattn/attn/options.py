@@ -30,8 +30,9 @@ class Options:
     finite value but 0.0, which stands for 1/sqrt(D); zero_scale_query
     turns a caller's scale of 0 into scores of 0), layout ("bshd" or "bhsd"), mode ("auto" or "online"), center
     (virtual key centring), compute ("auto", "fp32", "bf16" or "fp64"), threads (0:
-    the CPUs this process may use) and causal (an fxa_causal: 0 off, 1
-    top-left aligned, 2 bottom-right)."""
+    the CPUs this process may use), causal (an fxa_causal: 0 off, 1
+    top-left aligned, 2 bottom-right) and reproducible (fxa_attn_desc's: the
+    same bytes on every split of the keys on canonical groups)."""
 
     scale: float = 0.0
     layout: str = "bhsd"
@@ -40,10 +41,19 @@ class Options:
     compute: str = "auto"
     threads: int = 0
     causal: int = 0
+    reproducible: bool = False
 
     @staticmethod
     def parse(
-        scale=None, layout="bhsd", mode="auto", center=True, compute="auto", threads=None, causal=False, lower_right=False
+        scale=None,
+        layout="bhsd",
+        mode="auto",
+        center=True,
+        compute="auto",
+        threads=None,
+        causal=False,
+        lower_right=False,
+        reproducible=False,
     ) -> Options:
         """The Options of a caller's arguments (scale None: 1/sqrt(D);
         threads None: every CPU), each checked. A scale of 0 is refused:
@@ -61,14 +71,23 @@ class Options:
         if lower_right and not causal:
             raise validate.bad("causal_lower_right=True needs is_causal=True")
         code = (_capi.CAUSAL_LOWER_RIGHT if lower_right else _capi.CAUSAL_UPPER_LEFT) if causal else 0
-        return Options(scale, layout, mode, center, compute, validate.threads(threads), code)
+        reproducible = validate.boolean("reproducible", reproducible)
+        return Options(scale, layout, mode, center, compute, validate.threads(threads), code, reproducible)
 
     @staticmethod
     def from_op(
-        scale: float, layout: str, mode: str, center: bool, compute: str, threads: int, is_causal: bool, causal_lower_right: bool = False
+        scale: float,
+        layout: str,
+        mode: str,
+        center: bool,
+        compute: str,
+        threads: int,
+        is_causal: bool,
+        causal_lower_right: bool = False,
+        reproducible: bool = False,
     ) -> Options:
         """The Options of the torch operators' parameters (op_kwargs)."""
-        return Options.parse(scale or None, layout, mode, center, compute, threads or None, is_causal, causal_lower_right)
+        return Options.parse(scale or None, layout, mode, center, compute, threads or None, is_causal, causal_lower_right, reproducible)
 
     def op_kwargs(self) -> dict:
         """These options as the keyword arguments of torch.ops.fxattn.attention
@@ -82,6 +101,7 @@ class Options:
             "threads": self.threads,
             "is_causal": self.causal != 0,
             "causal_lower_right": self.causal == _capi.CAUSAL_LOWER_RIGHT,
+            "reproducible": self.reproducible,
         }
 
 

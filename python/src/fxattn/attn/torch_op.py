@@ -65,6 +65,7 @@ def attention_op(
     dropout_p: float = 0.0,
     dropout_seed_offset: Optional[torch.Tensor] = None,
     dropout_keep: Optional[torch.Tensor] = None,
+    reproducible: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """fxattn.attention on CPU tensors. scale 0: 1/sqrt(D); out_dtype "":
     q's dtype; threads 0: the CPUs this process may use. attn_mask: a
@@ -83,8 +84,10 @@ def attention_op(
     the lse the softmax's; its keep decisions are the Philox stream of
     dropout_seed_offset, an int64 tensor [2] (seed, offset), or the given
     dropout_keep, uint8 or bool [B, Hq, Sq, Skv] (nonzero = kept). fp32 and
-    bf16 compute only (float64 inputs raise UnsupportedError)."""
-    opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right)
+    bf16 compute only (float64 inputs raise UnsupportedError). reproducible:
+    fxa_attn_desc.reproducible (the same bytes on every canonical split of
+    the keys)."""
+    opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right, reproducible)
     x = _inputs(q, k, v, attn_mask, layout)
     dropout, _keep = _dropout(dropout_p, dropout_seed_offset, dropout_keep, mask_shape(layout, x.q.shape, x.k.shape))
     dtype = _out_dtype(q, out_dtype)
@@ -160,6 +163,7 @@ def _(
     dropout_p=0.0,
     dropout_seed_offset=None,
     dropout_keep=None,
+    reproducible=False,
 ):
     same_device(q, k, v, attn_mask)
     _check_dropout(dropout_p, dropout_seed_offset, dropout_keep)
@@ -214,6 +218,7 @@ def attention_backward_op(
     dropout_p: float = 0.0,
     dropout_seed_offset: Optional[torch.Tensor] = None,
     dropout_keep: Optional[torch.Tensor] = None,
+    reproducible: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of fxattn::attention from its inputs (the forward's
     attn_mask, is_causal and causal_lower_right too), its output out, its lse (empty [0]:
@@ -227,7 +232,7 @@ def attention_backward_op(
     with every key masked is a constant 0: its gradients are 0. dropout_p,
     dropout_seed_offset and dropout_keep: the forward's (the same keep
     decisions are regenerated, or read)."""
-    opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right)
+    opts = Options.from_op(scale, layout, mode, center, compute, threads, is_causal, causal_lower_right, reproducible)
     drop = {"dropout_p": dropout_p, "dropout_seed_offset": dropout_seed_offset, "dropout_keep": dropout_keep}
     if grad_lse is not None and grad_lse.numel() and bool(torch.any(grad_lse != 0)):
         return _backward_with_lse(grad_out, q, k, v, out, lse, opts, grad_lse, attn_mask, lse_parts, drop)
@@ -305,6 +310,7 @@ def _(
     dropout_p=0.0,
     dropout_seed_offset=None,
     dropout_keep=None,
+    reproducible=False,
 ):
     same_device(q, k, v, attn_mask)
     _check_dropout(dropout_p, dropout_seed_offset, dropout_keep)
@@ -330,7 +336,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(a["q"], a["k"], a["v"], out, lse, attn_mask, lse_parts, a["dropout_seed_offset"], a["dropout_keep"])
     ctx.dropout_p = a["dropout_p"]
     ctx.opts = Options.from_op(
-        *(a[n] for n in ("scale", "layout", "mode", "center", "compute", "threads", "is_causal", "causal_lower_right"))
+        *(a[n] for n in ("scale", "layout", "mode", "center", "compute", "threads", "is_causal", "causal_lower_right", "reproducible"))
     )
     ctx.return_lse = a["return_lse"]
     ctx.inputs = len(inputs)

@@ -10,6 +10,7 @@ import threading
 from collections import OrderedDict
 
 from .. import _capi
+from .._capi import core
 from .._capi.mpi import MpiParams, comm_handle, mpi
 from .._common import validate
 from .collective import allgather_int, placement_code, timeout_seconds
@@ -19,14 +20,19 @@ PLAN_CACHE = 16
 lock = threading.RLock()
 
 
-def shard(n: int, rank: int, size: int) -> tuple:
+def shard(n: int, rank: int, size: int, reproducible: bool = False) -> tuple:
     """(start, length) of shard `rank` of n tokens over `size` ranks
-    (fxa_mpi_shard: contiguous, the first n mod size shards one longer). Local."""
+    (fxa_mpi_shard: contiguous, the first n mod size shards one longer; with
+    reproducible=True fxa_canonical_shard: whole canonical groups of 256
+    tokens, split alike, the shards fxattn.mpi.attention(reproducible=True)
+    takes). Local."""
     n = validate.integer("n", n, 0, validate.INT64_MAX)
     size = validate.integer("size", size, 1, validate.INT32_MAX)
     rank = validate.integer("rank", rank, 0, size - 1)
+    reproducible = validate.boolean("reproducible", reproducible)
     start, length = ctypes.c_int64(), ctypes.c_int64()
-    mpi.fxa_mpi_shard(n, size, rank, ctypes.byref(start), ctypes.byref(length))
+    split = core.fxa_canonical_shard if reproducible else mpi.fxa_mpi_shard
+    split(n, size, rank, ctypes.byref(start), ctypes.byref(length))
     return start.value, length.value
 
 

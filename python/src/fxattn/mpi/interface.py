@@ -46,6 +46,12 @@ def _prepare(q, k, v, size, ulysses, ring, prefetch, timeout, placement, options
     """This rank's checked inputs (local; may raise). grad: autograd records
     this call (every rank must agree: the backward is collective)."""
     opts = Options.parse(**options)
+    if opts.reproducible and grad:
+        raise _capi.UnsupportedError(
+            "fxattn.mpi.attention(reproducible=True) is for the forward: libfxattn_mpi's backward is not reproducible "
+            "across grids yet (call it without grad, or with reproducible=False)",
+            _capi.UNSUPPORTED,
+        )
     grid = _check_grid(ulysses, ring, prefetch, timeout, placement, size)
     arrays.same_kind(q, k, v)
     ops = tuple(_contiguous(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
@@ -86,14 +92,16 @@ def _agree(comm, local_error, seq_q, seq_kv, info, timeout: float):
     skv = sum(e[2] for e in everyone)
     for what, n, i in (("query", sq, 1), ("key/value", skv, 2)):
         lengths = [e[i] for e in everyone]
-        wanted = [shard(n, grid[r], size)[1] for r in range(size)]
+        reproducible = info[6].reproducible
+        wanted = [shard(n, grid[r], size, reproducible)[1] for r in range(size)]
         if lengths != wanted:
             r = next(r for r in range(size) if lengths[r] != wanted[r])
             g = grid[r]
             raise bad(
                 f"the ranks' {what} shard lengths {lengths} are not fxattn.mpi.shard's split of "
                 f"their sum {n} over {size} ranks by grid rank, {wanted}: rank {r} (grid rank {g}) "
-                f"holds {lengths[r]} {what} tokens, fxattn.mpi.shard({n}, {g}, {size}) = {shard(n, g, size)}"
+                f"holds {lengths[r]} {what} tokens, fxattn.mpi.shard({n}, {g}, {size}"
+                f"{', reproducible=True' if reproducible else ''}) = {shard(n, g, size, reproducible)}"
             )
     return sq, skv
 
@@ -156,7 +164,10 @@ def attention(
     CPU torch; float32, bfloat16 or float16; float64 raises
     UnsupportedError). The global S is the sum of
     the ranks' S_r, and S_r must be fxattn.mpi.shard(S, fxattn.mpi.rank(comm,
-    placement), size)[1] (for q and for k/v separately). comm: an mpi4py
+    placement), size)[1] (for q and for k/v separately; with
+    reproducible=True fxattn.mpi.shard(..., reproducible=True)'s, and then
+    every grid returns the bytes of fxattn.attention(..., reproducible=True)
+    on one process, forward only). comm: an mpi4py
     communicator of P = U * R ranks. placement: "hosts" (Ulysses rows inside
     a host, the ring across hosts; see rank()) or "ranks" (comm's order).
     ulysses: U; ring: R (None: P // U). grid="auto": the planner's U x R
@@ -170,7 +181,8 @@ def attention(
     end the job). threads: worker threads of this rank (None: its share of
     the node, fxa_mpi_default_threads). options: the keywords of
     fxattn.attention (scale, layout, mode, center, compute, return_lse,
-    out_dtype, threads), with its defaults; another keyword raises TypeError.
+    out_dtype, threads, reproducible), with its defaults; another keyword
+    raises TypeError.
 
     Returns this rank's output shard (q's shape, out_dtype or q's dtype, the
     same kind as q) or (out, lse) with lse [B, Hq, S_r] fp32.
@@ -188,7 +200,7 @@ def attention(
     call = _ATTENTION_SIGNATURE.bind(q, k, v, **options)  # a TypeError as fxattn.attention's
     call.apply_defaults()
     kw = call.kwargs
-    options = {name: kw[name] for name in ("scale", "layout", "mode", "center", "compute", "threads")}
+    options = {name: kw[name] for name in ("scale", "layout", "mode", "center", "compute", "threads", "reproducible")}
     return_lse, out_dtype = kw["return_lse"], kw["out_dtype"]
     local_error, prepared, seq_q, seq_kv, info = None, None, -1, -1, None
     try:
