@@ -243,3 +243,23 @@ def test_compute_auto_is_the_machines_choice():
         fxattn.compute_choice("int8", 32)
     with pytest.raises(fxattn.InvalidArgumentError, match="head_dim 300 is outside"):
         fxattn.compute_choice("bfloat16", 300)
+
+
+def test_reproducible_is_the_same_bytes_at_any_thread_count_and_kind():
+    """reproducible=True: threads 1 and 3, numpy and torch give the same bytes (200 query rows,
+    which a default plan splits into key ranges), within fp32 of the default; gradients run;
+    a non-boolean is refused."""
+    import torch
+
+    q, k, v = make((1, 200, 4, 32), (1, 700, 2, 32), seed=17)
+    one = fxattn.attention(q, k, v, layout="bshd", threads=1, reproducible=True)
+    three = fxattn.attention(q, k, v, layout="bshd", threads=3, reproducible=True)
+    tq, tk, tv = (torch.from_numpy(t).requires_grad_() for t in (q, k, v))
+    tout = fxattn.attention(tq, tk, tv, layout="bshd", threads=2, reproducible=True)
+    assert one.tobytes() == three.tobytes() == tout.detach().numpy().tobytes()
+    default = fxattn.attention(q, k, v, layout="bshd")
+    assert np.abs(one - default).max() <= 2.0**-20 * np.abs(v).max()
+    tout.sum().backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (tq, tk, tv))
+    with pytest.raises(fxattn.InvalidArgumentError, match="reproducible"):
+        fxattn.attention(q, k, v, layout="bshd", reproducible="yes")
