@@ -5,6 +5,8 @@
 #  - `fxattn attn`: pure Ulysses on 2 and 4 hosts writes the same bytes;
 #    the ring on 2 and 4 hosts and the 2-D grid (Ulysses 2 x ring 2) on 4
 #    are within 1e-5 max|out| (other summation order) and pass --verify;
+#    with --reproducible (1100 tokens) ring 2, ring 4 and 2 x 2 write one
+#    process's output and LSE bytes;
 #  - `fxattn layer` (72 tokens, hidden 512): --ulysses 2 and --tp 2 on 2
 #    hosts, --tp 2 --ring 2 on 4 hosts within 1e-5 max|y|, with --verify;
 #  - the links' byte counters show the data crossed them: each host sent at
@@ -66,6 +68,30 @@ attn "ring 2 on 2 hosts" 2 1 2 close $((2 * shard + shard))
 attn "Ulysses 4 on 4 hosts" 4 4 1 same 1
 attn "ring 4 on 4 hosts" 4 1 4 close 1
 attn "2-D 2x2 on 4 hosts" 4 2 2 close 1
+
+# --reproducible: 1100 tokens (four whole canonical groups and a short one),
+# every grid across hosts writes one process's bytes.
+mkdir -p "$dir/r" && "$fxattn" demo --frames 2 --height 22 --width 25 --heads $H --dim $D \
+    --save-inputs "$dir/r" >/dev/null || { echo "FAIL: demo inputs"; exit 1; }
+rin="-q $dir/r/q.npy -k $dir/r/k.npy -v $dir/r/v.npy --reproducible"
+# shellcheck disable=SC2086
+"$fxattn" attn $rin -o "$dir/r/ref.npy" --lse "$dir/r/ref_lse.npy" --threads 1 ||
+    { echo "FAIL: one process, reproducible"; exit 1; }
+reproducible() {
+    local name=$1 n=$2 u=$3 r=$4 list="" i
+    for ((i = 1; i <= n; i++)); do list+="${list:+,}$(h "$i"):1"; done
+    # shellcheck disable=SC2086
+    out=$(hosts_mpirun "$list" -np "$n" "$fxattn" attn $rin -o "$dir/r/mpi.npy" \
+        --lse "$dir/r/mpi_lse.npy" --ulysses "$u" --ring "$r" --threads 1 2>&1) ||
+        { echo "$out"; bad "$name: exit $?"; return; }
+    cmp -s "$dir/r/ref.npy" "$dir/r/mpi.npy" && cmp -s "$dir/r/ref_lse.npy" "$dir/r/mpi_lse.npy" ||
+        bad "$name: output or LSE differs from one process"
+    echo "$name: one process's bytes"
+    rm -f "$dir/r/mpi.npy" "$dir/r/mpi_lse.npy"
+}
+reproducible "reproducible ring 2 on 2 hosts" 2 1 2
+reproducible "reproducible ring 4 on 4 hosts" 4 1 4
+reproducible "reproducible 2-D 2x2 on 4 hosts" 4 2 2
 
 # The layer: 72 tokens, hidden 512. Its projections go through OpenBLAS,
 # whose rounding of a token's row depends on the rows in the GEMM (see
