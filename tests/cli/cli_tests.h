@@ -20,5 +20,8 @@ void test_empty_values(void);
 void test_number_messages(void);
 /* D4-D10, D22-D24: outputs checked before any write (cli_outputs.c). */
 void test_outputs_checked_first(void);
+/* compare: identical runs, a changed element, other shapes and dtypes, bad
+ * usage (cli_compare.c). */
+void test_compare(void);
 
 #endif

@@ -12,7 +12,7 @@
  *  hostile inputs and sizes beyond memory (cli_hostile.c), bench and info
  *  (cli_bench.c);
  *  D. option values (cli_options.c) and outputs checked before any write
- *     (cli_outputs.c).
+ *     (cli_outputs.c); compare (cli_compare.c).
  * The temporary folder is removed at the end unless a check failed.
  */
 #include <stdio.h>
@@ -37,6 +37,7 @@ int main(int argc, char **argv)
     test_empty_values();
     test_outputs_checked_first();
     test_number_messages();
+    test_compare();
     printf("test_cli: %.1f s\n", now_s() - t0);
     fail_free_old_files();
     return cli_finish();

@@ -10,5 +10,6 @@ int fxt_cmd_bench(int argc, char **argv);
 int fxt_cmd_info(int argc, char **argv);
 int fxt_cmd_layer(int argc, char **argv);
 int fxt_cmd_plan(int argc, char **argv);
+int fxt_cmd_compare(int argc, char **argv);
 
 #endif

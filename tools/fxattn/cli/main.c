@@ -12,7 +12,7 @@ static const char g_usage[] =
     "  attn   -q Q.npy -k K.npy -v V.npy -o OUT.npy [--layout bshd|bhsd] [--scale F]\n"
     "         [--mode auto|online] [--center on|off] [--dtype f32|bf16|f16] [--lse FILE.npy]\n"
     "         [--compute fp32|bf16] [--threads N] [--stats] [--verify] [--repeats R]\n"
-    "         [--heads-per-tile N] [--block-q N]\n"
+    "         [--heads-per-tile N] [--block-q N] [--reproducible]\n"
     "         under mpirun: [--ulysses U] [--ring R] [--prefetch P] [--timeout SECONDS]\n"
     "  check  -q Q.npy -k K.npy [-v V.npy] [--layout ...] [--scale F] [--dtype ...] [--json]\n"
     "         [--threads N]   does the fixed-max bound suit these q/k norms?\n"
@@ -42,6 +42,7 @@ static const char g_usage[] =
     "         (attn and bench: --grid auto runs the planner's choice)\n"
     "  info   [--threads N]   the kernels this CPU runs (FXA_ISA=ref|avx2|avx512|amx\n"
     "         forces a set)\n"
+    "  compare A.npy B.npy   the same bytes? (exit 0), or where they differ (exit 1)\n"
     "  help   this text (--version: the version)\n"
     "\n"
     "exit status: 0 success, 2 bad usage or bad input, 1 other failures\n";
@@ -51,9 +52,9 @@ static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
 } g_commands[] = {
-    {"attn", fxt_cmd_attn},   {"check", fxt_cmd_check}, {"demo", fxt_cmd_demo},
-    {"bench", fxt_cmd_bench}, {"layer", fxt_cmd_layer}, {"plan", fxt_cmd_plan},
-    {"info", fxt_cmd_info},
+    {"attn", fxt_cmd_attn},   {"check", fxt_cmd_check},     {"demo", fxt_cmd_demo},
+    {"bench", fxt_cmd_bench}, {"layer", fxt_cmd_layer},     {"plan", fxt_cmd_plan},
+    {"info", fxt_cmd_info},   {"compare", fxt_cmd_compare},
 };
 
 int main(int argc, char **argv)
